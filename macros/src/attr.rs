@@ -1,0 +1,331 @@
+//! Parses the arguments of `#[tool(...)]` and `#[toolset(...)]`.
+//!
+//! Input:  `risk = "HIGH_WRITE", side_effects, modes = [FULL_AUTO], domain = "users"`
+//! Output: a [`ToolArgs`] with every argument and its span; each malformed argument is one error, and
+//!         parsing goes on at the next comma so that all of them are reported.
+
+use proc_macro2::{Delimiter, Ident, Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::spanned::Spanned as _;
+use syn::{LitBool, LitStr};
+
+use crate::ctxt::Errors;
+use crate::suggest::did_you_mean;
+
+/// One `key` or `key = value` argument.
+pub(crate) struct Arg {
+    pub(crate) key: Ident,
+    pub(crate) value: Option<TokenStream>,
+}
+
+impl Arg {
+    fn value_span(&self) -> Span {
+        match &self.value {
+            Some(value) => value.span(),
+            None => self.key.span(),
+        }
+    }
+}
+
+/// Splits `key = value, key, ...` at its top-level commas.
+pub(crate) fn split_args(tokens: TokenStream, errors: &mut Errors) -> Vec<Arg> {
+    let mut args = Vec::new();
+    let mut segment: Vec<TokenTree> = Vec::new();
+    let mut tokens = tokens.into_iter().peekable();
+    loop {
+        let next = tokens.next();
+        let at_end = next.is_none();
+        match next {
+            Some(TokenTree::Punct(p)) if p.as_char() == ',' => {}
+            Some(tree) => {
+                segment.push(tree);
+                continue;
+            }
+            None => {}
+        }
+        if let Some(arg) = parse_segment(std::mem::take(&mut segment), errors) {
+            args.push(arg);
+        }
+        if at_end {
+            return args;
+        }
+        if tokens.peek().is_none() {
+            return args;
+        }
+    }
+}
+
+fn parse_segment(segment: Vec<TokenTree>, errors: &mut Errors) -> Option<Arg> {
+    let mut trees = segment.into_iter();
+    let key = match trees.next() {
+        None => return None,
+        Some(TokenTree::Ident(key)) => key,
+        Some(other) => {
+            errors.push(syn::Error::new(
+                other.span(),
+                "expected an argument name, such as `risk`",
+            ));
+            return None;
+        }
+    };
+    match trees.next() {
+        None => Some(Arg { key, value: None }),
+        Some(TokenTree::Punct(eq)) if eq.as_char() == '=' => {
+            let value: TokenStream = trees.collect();
+            if value.is_empty() {
+                errors.push(syn::Error::new(
+                    eq.span(),
+                    format!("expected a value after `{key} =`"),
+                ));
+                return None;
+            }
+            Some(Arg {
+                key,
+                value: Some(value),
+            })
+        }
+        Some(other) => {
+            errors.push(syn::Error::new(
+                other.span(),
+                format!("expected `=` or `,` after `{key}`"),
+            ));
+            None
+        }
+    }
+}
+
+/// A value and where it was written.
+pub(crate) struct Spanned<T> {
+    pub(crate) value: T,
+    pub(crate) span: Span,
+}
+
+/// The arguments of `#[tool(...)]`, each as written; [`crate::valid`] checks them against each other.
+#[derive(Default)]
+pub(crate) struct ToolArgs {
+    pub(crate) risk: Option<Spanned<String>>,
+    pub(crate) side_effects: Option<Spanned<bool>>,
+    pub(crate) modes: Option<Spanned<Vec<Ident>>>,
+    pub(crate) id: Option<Spanned<String>>,
+    pub(crate) domain: Option<Spanned<String>>,
+    pub(crate) idempotent: Option<Spanned<bool>>,
+    pub(crate) open_world: Option<Spanned<bool>>,
+    pub(crate) description: Option<Spanned<String>>,
+    pub(crate) skip: Option<Span>,
+}
+
+pub(crate) const TOOL_KEYS: &[&str] = &[
+    "risk",
+    "side_effects",
+    "modes",
+    "id",
+    "domain",
+    "idempotent",
+    "open_world",
+    "description",
+    "skip",
+];
+
+pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolArgs {
+    let mut out = ToolArgs::default();
+    for arg in split_args(tokens, errors) {
+        let name = arg.key.to_string();
+        let result = match name.as_str() {
+            "risk" => string(&arg, "risk = \"HIGH_WRITE\"").map(|v| set(&mut out.risk, v, &arg)),
+            "side_effects" => flag(&arg).map(|v| set(&mut out.side_effects, v, &arg)),
+            "modes" => modes(&arg, errors).map(|v| set(&mut out.modes, v, &arg)),
+            "id" => string(&arg, "id = \"users.delete\"").map(|v| set(&mut out.id, v, &arg)),
+            "domain" => string(&arg, "domain = \"users\"").map(|v| set(&mut out.domain, v, &arg)),
+            "idempotent" => flag(&arg).map(|v| set(&mut out.idempotent, v, &arg)),
+            "open_world" => flag(&arg).map(|v| set(&mut out.open_world, v, &arg)),
+            "description" => string(&arg, "description = \"Deletes a user.\"")
+                .map(|v| set(&mut out.description, v, &arg)),
+            "skip" => skip(&arg).map(|span| {
+                let mut slot = out.skip.map(|span| Spanned { value: (), span });
+                let duplicate = set(&mut slot, Spanned { value: (), span }, &arg);
+                out.skip = slot.map(|s| s.span);
+                duplicate
+            }),
+            _ => Err(syn::Error::new(
+                arg.key.span(),
+                format!(
+                    "unknown argument `{name}` of #[tool]{}",
+                    hint_or_list(&name, TOOL_KEYS)
+                ),
+            )),
+        };
+        match result {
+            Ok(Some(duplicate)) | Err(duplicate) => errors.push(duplicate),
+            Ok(None) => {}
+        }
+    }
+    out
+}
+
+/// Stores a value, or returns the error of a key given twice.
+fn set<T>(slot: &mut Option<Spanned<T>>, value: Spanned<T>, arg: &Arg) -> Option<syn::Error> {
+    if slot.is_some() {
+        return Some(syn::Error::new(
+            arg.key.span(),
+            format!("`{}` is given twice", arg.key),
+        ));
+    }
+    *slot = Some(value);
+    None
+}
+
+pub(crate) fn hint_or_list(input: &str, candidates: &[&str]) -> String {
+    let hint = did_you_mean(input, candidates);
+    if hint.is_empty() {
+        format!("; expected one of: {}", candidates.join(", "))
+    } else {
+        hint
+    }
+}
+
+pub(crate) fn string(arg: &Arg, example: &str) -> syn::Result<Spanned<String>> {
+    let key = &arg.key;
+    let Some(value) = &arg.value else {
+        return Err(syn::Error::new(
+            key.span(),
+            format!("`{key}` needs a value: {example}"),
+        ));
+    };
+    match syn::parse2::<LitStr>(value.clone()) {
+        Ok(lit) => Ok(Spanned {
+            value: lit.value(),
+            span: lit.span(),
+        }),
+        Err(_) => Err(syn::Error::new(
+            value.span(),
+            format!("`{key}` takes a string literal: {example}"),
+        )),
+    }
+}
+
+fn flag(arg: &Arg) -> syn::Result<Spanned<bool>> {
+    let Some(value) = &arg.value else {
+        return Ok(Spanned {
+            value: true,
+            span: arg.key.span(),
+        });
+    };
+    match syn::parse2::<LitBool>(value.clone()) {
+        Ok(lit) => Ok(Spanned {
+            value: lit.value,
+            span: arg.key.span().join(lit.span).unwrap_or(lit.span),
+        }),
+        Err(_) => Err(syn::Error::new(
+            value.span(),
+            format!(
+                "`{key}` is a flag: write `{key}`, or `{key} = true` / `{key} = false`",
+                key = arg.key
+            ),
+        )),
+    }
+}
+
+fn skip(arg: &Arg) -> syn::Result<Span> {
+    match &arg.value {
+        None => Ok(arg.key.span()),
+        Some(_) => Err(syn::Error::new(
+            arg.value_span(),
+            "`skip` takes no value: write #[tool(skip)]",
+        )),
+    }
+}
+
+pub(crate) const MODE_NAMES: &[&str] = &["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"];
+
+fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
+    const EXAMPLE: &str = "modes = [PARTIAL_AUTO, FULL_AUTO]";
+    let Some(value) = &arg.value else {
+        return Err(syn::Error::new(
+            arg.key.span(),
+            format!("`modes` needs a list of modes: {EXAMPLE}"),
+        ));
+    };
+    let mut trees = value.clone().into_iter();
+    let group = match (trees.next(), trees.next()) {
+        (Some(TokenTree::Group(group)), None) if group.delimiter() == Delimiter::Bracket => group,
+        _ => {
+            return Err(syn::Error::new(
+                value.span(),
+                format!("`modes` takes a list in brackets: {EXAMPLE}"),
+            ));
+        }
+    };
+    let mut names = Vec::new();
+    let mut segment: Vec<TokenTree> = Vec::new();
+    let mut inner = group.stream().into_iter().peekable();
+    loop {
+        let next = inner.next();
+        let at_end = next.is_none();
+        match next {
+            Some(TokenTree::Punct(p)) if p.as_char() == ',' => {}
+            Some(tree) => {
+                segment.push(tree);
+                continue;
+            }
+            None => {}
+        }
+        match segment.as_slice() {
+            [] => {}
+            [TokenTree::Ident(name)] => names.push(name.clone()),
+            [TokenTree::Literal(lit)] => errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "modes are bare names, not strings: write {}",
+                    lit.to_string().trim_matches('"')
+                ),
+            )),
+            trees => {
+                let tokens: TokenStream = trees.iter().cloned().collect();
+                errors.push(syn::Error::new(
+                    tokens.span(),
+                    format!(
+                        "`{}` is not a mode; write a bare name: {}",
+                        tokens.to_token_stream(),
+                        MODE_NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+        segment.clear();
+        if at_end || inner.peek().is_none() {
+            break;
+        }
+    }
+    Ok(Spanned {
+        value: names,
+        span: group.span(),
+    })
+}
+
+/// The arguments of `#[toolset(...)]`.
+#[derive(Default)]
+pub(crate) struct ToolsetArgs {
+    pub(crate) domain: Option<Spanned<String>>,
+}
+
+pub(crate) fn parse_toolset_args(tokens: TokenStream, errors: &mut Errors) -> ToolsetArgs {
+    let mut out = ToolsetArgs::default();
+    for arg in split_args(tokens, errors) {
+        let name = arg.key.to_string();
+        let result = match name.as_str() {
+            "domain" => string(&arg, "domain = \"users\"").map(|v| set(&mut out.domain, v, &arg)),
+            _ => Err(syn::Error::new(
+                arg.key.span(),
+                format!(
+                    "unknown argument `{name}` of #[toolset]{}",
+                    hint_or_list(&name, &["domain"])
+                ),
+            )),
+        };
+        match result {
+            Ok(Some(error)) | Err(error) => errors.push(error),
+            Ok(None) => {}
+        }
+    }
+    out
+}

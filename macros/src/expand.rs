@@ -1,0 +1,372 @@
+//! Wraps a tool function so that the gate decides every call before the body runs.
+//!
+//! Input:
+//!
+//! ```text
+//! /// Delete a user account.
+//! #[tool(risk = "HIGH_WRITE", modes = [FULL_AUTO], domain = "users")]
+//! async fn delete_user(id: u64) -> Result<(), AppError> { body }
+//! ```
+//!
+//! Output (paths shortened):
+//!
+//! ```text
+//! /// Delete a user account.
+//! async fn delete_user(id: u64) -> Result<(), AppError> {
+//!     let _permit = {
+//!         static ENTRY: ToolEntry = ToolEntry::__new(ToolManifest::__new("users.delete_user", ...));
+//!         inventory::submit! { Registration(&ENTRY) }
+//!         match enter(&ENTRY) {
+//!             Ok(permit) => permit,
+//!             Err(denied) => return Err(From::from(denied)),
+//!         }
+//!     };
+//!     body
+//! }
+//! ```
+//!
+//! The signature, attributes and body stay as written, so a direct call, a call by name and an MCP call all
+//! pass through the same check. The registration lives inside the body, where no name can clash with the
+//! user's, and it disappears with a `#[cfg]` that removes the function.
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Attribute, Block, FnArg, Item, Pat, ReturnType, Signature, Stmt, Type};
+use toolgate_runtime::{Mode, Risk};
+
+use crate::attr::{self, ToolArgs};
+use crate::ctxt::Errors;
+use crate::doc;
+use crate::valid::{self, ToolSpec};
+
+/// Where a `#[tool]` is expanded.
+#[derive(Clone, Copy)]
+pub(crate) struct Context<'a> {
+    /// The `#[toolset]`'s domain, if any.
+    pub(crate) domain: Option<&'a str>,
+    /// Whether the function is inside a `#[toolset]` (methods are tools only there).
+    pub(crate) in_toolset: bool,
+}
+
+/// The outcome of expanding one function.
+pub(crate) enum Expanded {
+    /// A tool, with its id and where the id comes from (for duplicate checks in a toolset).
+    Tool { id: String, id_span: Span },
+    /// `#[tool(skip)]`: left as it is.
+    Skipped,
+    /// The declaration had errors; the function is left as it is.
+    Failed,
+}
+
+/// `#[tool(...)]` on an item.
+pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
+    let attr_span = attr_span(&args);
+    let mut errors = Errors::default();
+    let mut item = match syn::parse2::<Item>(input.clone()) {
+        Ok(item) => item,
+        Err(error) => {
+            let error = error.into_compile_error();
+            return quote!(#error #input);
+        }
+    };
+    match &mut item {
+        Item::Fn(f) => {
+            let context = Context {
+                domain: None,
+                in_toolset: false,
+            };
+            expand_fn(
+                &f.attrs,
+                &mut f.sig,
+                &mut f.block,
+                args,
+                attr_span,
+                context,
+                &mut errors,
+            );
+        }
+        other => errors.push(syn::Error::new(
+            item_keyword_span(other),
+            "#[tool] applies to functions only",
+        )),
+    }
+    let errors = errors.into_compile_errors();
+    quote!(#errors #item)
+}
+
+pub(crate) fn attr_span(args: &TokenStream) -> Span {
+    if args.is_empty() {
+        Span::call_site()
+    } else {
+        args.span()
+    }
+}
+
+/// Checks one tool declaration and, if it is sound, inserts the gate check at the top of `block`.
+pub(crate) fn expand_fn(
+    attrs: &[Attribute],
+    sig: &mut Signature,
+    block: &mut Block,
+    args: TokenStream,
+    attr_span: Span,
+    context: Context<'_>,
+    errors: &mut Errors,
+) -> Expanded {
+    let mut own = Errors::default();
+    let args = attr::parse_tool_args(args, &mut own);
+    if let Some(skip) = args.skip {
+        return skip_outcome(&args, skip, context, own, errors);
+    }
+    let gate_param = check_signature(sig, context, &mut own);
+    let spec = valid::validate(args, &sig.ident, context.domain, attr_span, &mut own);
+    let (Some(spec), true) = (spec, own.is_empty()) else {
+        errors.push_all(own);
+        return Expanded::Failed;
+    };
+    let check = gate_check(&spec, attrs, sig, gate_param.as_ref());
+    block.stmts.insert(0, check);
+    Expanded::Tool {
+        id: spec.id,
+        id_span: spec.id_span,
+    }
+}
+
+fn skip_outcome(
+    args: &ToolArgs,
+    skip: Span,
+    context: Context<'_>,
+    mut own: Errors,
+    errors: &mut Errors,
+) -> Expanded {
+    if !context.in_toolset {
+        own.push(syn::Error::new(
+            skip,
+            "`skip` marks a function of a #[toolset] as not a tool; outside a #[toolset], remove \
+             the #[tool] attribute instead",
+        ));
+    }
+    let others = [
+        args.risk.as_ref().map(|a| a.span),
+        args.side_effects.as_ref().map(|a| a.span),
+        args.modes.as_ref().map(|a| a.span),
+        args.id.as_ref().map(|a| a.span),
+        args.domain.as_ref().map(|a| a.span),
+        args.idempotent.as_ref().map(|a| a.span),
+        args.open_world.as_ref().map(|a| a.span),
+        args.description.as_ref().map(|a| a.span),
+    ];
+    if let Some(span) = others.into_iter().flatten().next() {
+        own.push(syn::Error::new(
+            span,
+            "#[tool(skip)] takes no other argument: a skipped function is not a tool",
+        ));
+    }
+    if own.is_empty() {
+        Expanded::Skipped
+    } else {
+        errors.push_all(own);
+        Expanded::Failed
+    }
+}
+
+/// Checks what the gate needs of the signature; returns the `&Gate` parameter's name, if there is one.
+fn check_signature(sig: &Signature, context: Context<'_>, errors: &mut Errors) -> Option<Ident> {
+    if let Some(constness) = &sig.constness {
+        errors.push(syn::Error::new(
+            constness.span,
+            "a tool cannot be a `const fn`: the gate decides each call at run time",
+        ));
+    }
+    if let (Some(receiver), false) = (sig.receiver(), context.in_toolset) {
+        errors.push(syn::Error::new(
+            receiver.self_token.span,
+            "#[tool] on a method needs #[toolset] on its impl block, which checks that every pub \
+             method declares its risk",
+        ));
+    }
+    match &sig.output {
+        ReturnType::Default => errors.push(syn::Error::new(
+            sig.paren_token.span.close(),
+            "a tool must return `Result<T, E>` where `E: From<toolgate::Denied>`, so that a \
+             refused call can return its refusal",
+        )),
+        ReturnType::Type(_, ty) if !is_result(ty) => errors.push(syn::Error::new(
+            ty.span(),
+            "a tool must return `Result<T, E>` (any path ending in `Result`) where \
+             `E: From<toolgate::Denied>`, so that a refused call can return its refusal",
+        )),
+        ReturnType::Type(..) => {}
+    }
+    let mut gate: Option<Ident> = None;
+    for input in &sig.inputs {
+        let FnArg::Typed(typed) = input else { continue };
+        if !is_gate_ref(&typed.ty) {
+            continue;
+        }
+        match (&*typed.pat, &gate) {
+            (_, Some(_)) => errors.push(syn::Error::new(
+                typed.ty.span(),
+                "a tool takes at most one `&Gate` parameter",
+            )),
+            (Pat::Ident(pat), None) if pat.subpat.is_none() => gate = Some(pat.ident.clone()),
+            (pat, None) => errors.push(syn::Error::new(
+                pat.span(),
+                "bind the `&Gate` parameter to a name (such as `gate: &Gate`): the check reads it",
+            )),
+        }
+    }
+    gate
+}
+
+fn is_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|segment| segment.ident == "Result"),
+        Type::Group(group) => is_result(&group.elem),
+        Type::Paren(paren) => is_result(&paren.elem),
+        _ => false,
+    }
+}
+
+/// `&Gate`, `&'a Gate`, `&toolgate::Gate` or `&::toolgate::Gate`.
+fn is_gate_ref(ty: &Type) -> bool {
+    let Type::Reference(reference) = ty else {
+        return false;
+    };
+    if reference.mutability.is_some() {
+        return false;
+    }
+    let Type::Path(path) = &*reference.elem else {
+        return false;
+    };
+    let segments: Vec<String> = path
+        .path
+        .segments
+        .iter()
+        .map(|s| {
+            s.arguments
+                .is_empty()
+                .then(|| s.ident.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    path.qself.is_none()
+        && matches!(
+            segments
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .as_slice(),
+            ["Gate"] | ["toolgate", "Gate"]
+        )
+}
+
+fn gate_check(spec: &ToolSpec, attrs: &[Attribute], sig: &Signature, gate: Option<&Ident>) -> Stmt {
+    let manifest = manifest(spec, attrs, &sig.ident);
+    let permit = Ident::new("_toolgate_permit", Span::mixed_site());
+    let denied = Ident::new("toolgate_denied", Span::mixed_site());
+    let entry = Ident::new("TOOLGATE_ENTRY", Span::mixed_site());
+    let ret_span = match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => sig.ident.span(),
+    };
+    let convert = quote_spanned!(ret_span=> ::core::convert::From::from(#denied));
+    let enter = match gate {
+        Some(gate) => quote!(::toolgate::__private::enter_with(&#entry, #gate)),
+        None => quote!(::toolgate::__private::enter(&#entry)),
+    };
+    syn::parse_quote! {
+        let #permit = {
+            static #entry: ::toolgate::__private::ToolEntry =
+                ::toolgate::__private::ToolEntry::__new(#manifest);
+            ::toolgate::__private::inventory::submit! {
+                ::toolgate::__private::Registration(&#entry)
+            }
+            match #enter {
+                ::core::result::Result::Ok(permit) => permit,
+                ::core::result::Result::Err(#denied) => {
+                    return ::core::result::Result::Err(#convert);
+                }
+            }
+        };
+    }
+}
+
+fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
+    let id = &spec.id;
+    let domain = match &spec.domain {
+        Some(domain) => quote!(::core::option::Option::Some(#domain)),
+        None => quote!(::core::option::Option::None),
+    };
+    let description = match &spec.description {
+        Some(text) => text.trim().to_token_stream(),
+        None => doc::description(attrs),
+    };
+    let risk = risk_tokens(spec.risk);
+    let side_effects = spec.side_effects;
+    let modes = spec.modes.iter().map(mode_tokens);
+    let idempotent = spec.idempotent;
+    let open_world = spec.open_world;
+    let line = quote_spanned!(name.span()=> ::core::line!());
+    quote! {
+        ::toolgate::__private::ToolManifest::__new(
+            #id,
+            #domain,
+            #description,
+            #risk,
+            #side_effects,
+            ::toolgate::__private::ModeSet::EMPTY #(.with(#modes))*,
+            #idempotent,
+            #open_world,
+            ::toolgate::__private::Source::__new(
+                ::core::file!(),
+                #line,
+                ::core::module_path!(),
+            ),
+        )
+    }
+}
+
+fn risk_tokens(risk: Risk) -> TokenStream {
+    let variant = match risk {
+        Risk::ReadOnly => quote!(ReadOnly),
+        Risk::ProposeOnly => quote!(ProposeOnly),
+        Risk::LowWrite => quote!(LowWrite),
+        Risk::HighWrite => quote!(HighWrite),
+    };
+    quote!(::toolgate::__private::Risk::#variant)
+}
+
+fn mode_tokens(mode: Mode) -> TokenStream {
+    let variant = match mode {
+        Mode::Shadow => quote!(Shadow),
+        Mode::Advisory => quote!(Advisory),
+        Mode::PartialAuto => quote!(PartialAuto),
+        Mode::FullAuto => quote!(FullAuto),
+    };
+    quote!(::toolgate::__private::Mode::#variant)
+}
+
+/// The span of the keyword that says what kind of item this is, for "not a function" errors.
+pub(crate) fn item_keyword_span(item: &Item) -> Span {
+    match item {
+        Item::Struct(i) => i.struct_token.span,
+        Item::Enum(i) => i.enum_token.span,
+        Item::Union(i) => i.union_token.span,
+        Item::Const(i) => i.const_token.span,
+        Item::Static(i) => i.static_token.span,
+        Item::Impl(i) => i.impl_token.span,
+        Item::Mod(i) => i.mod_token.span,
+        Item::Trait(i) => i.trait_token.span,
+        Item::Type(i) => i.type_token.span,
+        Item::Use(i) => i.use_token.span,
+        Item::ExternCrate(i) => i.extern_token.span,
+        Item::ForeignMod(i) => i.abi.extern_token.span,
+        Item::Macro(i) => i.mac.path.span(),
+        other => other.span(),
+    }
+}

@@ -1,0 +1,277 @@
+//! Checks a tool's declaration against the policy table and works out its defaults.
+//!
+//! Input:  [`ToolArgs`] as written, the function's name and the enclosing `#[toolset]`'s domain.
+//! Output: a [`ToolSpec`] that is consistent by construction, or errors on the offending tokens.
+
+use proc_macro2::{Ident, Span};
+use toolgate_runtime::{Mode, ModeSet, Risk, policy};
+
+use crate::attr::{MODE_NAMES, Spanned, ToolArgs};
+use crate::ctxt::Errors;
+use crate::suggest::closest;
+
+/// A declaration that passed every check.
+pub(crate) struct ToolSpec {
+    pub(crate) id: String,
+    pub(crate) id_span: Span,
+    pub(crate) domain: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) risk: Risk,
+    pub(crate) side_effects: bool,
+    pub(crate) modes: ModeSet,
+    pub(crate) idempotent: bool,
+    pub(crate) open_world: bool,
+}
+
+const RISK_NAMES: &[&str] = &["READ_ONLY", "PROPOSE_ONLY", "LOW_WRITE", "HIGH_WRITE"];
+pub(crate) const MAX_ID_LEN: usize = 64;
+
+pub(crate) fn validate(
+    args: ToolArgs,
+    fn_name: &Ident,
+    inherited_domain: Option<&str>,
+    attr_span: Span,
+    errors: &mut Errors,
+) -> Option<ToolSpec> {
+    let risk = match &args.risk {
+        None => {
+            errors.push(syn::Error::new(
+                attr_span,
+                format!(
+                    "#[tool] needs a risk: add `risk = \"...\"`, one of {}",
+                    RISK_NAMES.join(", ")
+                ),
+            ));
+            None
+        }
+        Some(risk) => parse_risk(risk, errors),
+    };
+
+    let domain = match &args.domain {
+        Some(domain) => check_dotted(domain, "domain", None, errors).then(|| domain.value.clone()),
+        None => inherited_domain.map(str::to_owned),
+    };
+
+    let (id, id_span) = match &args.id {
+        Some(id) => {
+            let valid = check_dotted(id, "id", Some(MAX_ID_LEN), errors);
+            (valid.then(|| id.value.clone()), id.span)
+        }
+        None => {
+            let name = fn_name.to_string();
+            let derived = match &domain {
+                Some(domain) => format!("{domain}.{name}"),
+                None => name,
+            };
+            let derived_arg = Spanned {
+                value: derived,
+                span: fn_name.span(),
+            };
+            let valid = check_derived_id(&derived_arg, errors);
+            (valid.then_some(derived_arg.value), fn_name.span())
+        }
+    };
+
+    let side_effects = risk.and_then(|risk| check_side_effects(risk, &args, errors));
+    let modes = risk.and_then(|risk| check_modes(risk, args.modes.as_ref(), errors));
+
+    Some(ToolSpec {
+        id: id?,
+        id_span,
+        domain,
+        description: args.description.map(|d| d.value),
+        risk: risk?,
+        side_effects: side_effects?,
+        modes: modes?,
+        idempotent: args.idempotent.is_some_and(|f| f.value),
+        open_world: args.open_world.is_some_and(|f| f.value),
+    })
+}
+
+fn parse_risk(risk: &Spanned<String>, errors: &mut Errors) -> Option<Risk> {
+    let found = Risk::ALL.into_iter().find(|r| r.as_str() == risk.value);
+    if found.is_none() {
+        let hint = match closest(&risk.value, RISK_NAMES) {
+            Some(name) => format!("; did you mean `{name}`?"),
+            None => format!("; expected one of {}", RISK_NAMES.join(", ")),
+        };
+        errors.push(syn::Error::new(
+            risk.span,
+            format!("unknown risk `{}`{hint}", risk.value),
+        ));
+    }
+    found
+}
+
+fn check_side_effects(risk: Risk, args: &ToolArgs, errors: &mut Errors) -> Option<bool> {
+    match &args.side_effects {
+        None => Some(risk.is_write()),
+        Some(declared) if declared.value == risk.is_write() => Some(declared.value),
+        Some(declared) if declared.value => {
+            errors.push(syn::Error::new(
+                declared.span,
+                format!(
+                    "a {risk} tool has no side effects: declare LOW_WRITE or HIGH_WRITE if it \
+                     changes state, or remove `side_effects`"
+                ),
+            ));
+            None
+        }
+        Some(declared) => {
+            errors.push(syn::Error::new(
+                declared.span,
+                format!(
+                    "a {risk} tool changes state: `side_effects = false` contradicts its risk \
+                     (side effects are implied for LOW_WRITE and HIGH_WRITE)"
+                ),
+            ));
+            None
+        }
+    }
+}
+
+fn check_modes(
+    risk: Risk,
+    declared: Option<&Spanned<Vec<Ident>>>,
+    errors: &mut Errors,
+) -> Option<ModeSet> {
+    let admitted = policy::modes_admitting(risk);
+    let Some(declared) = declared else {
+        return Some(admitted);
+    };
+    if declared.value.is_empty() {
+        errors.push(syn::Error::new(
+            declared.span,
+            format!("`modes` is empty: a tool must be allowed in at least one mode ({admitted} admit {risk})"),
+        ));
+        return None;
+    }
+    let mut set = ModeSet::EMPTY;
+    let mut valid = true;
+    for name in &declared.value {
+        let text = name.to_string();
+        let Some(mode) = Mode::ALL.into_iter().find(|m| m.as_str() == text) else {
+            let hint = match closest(&text, MODE_NAMES) {
+                Some(mode) => format!("; did you mean `{mode}`?"),
+                None => format!("; expected one of {}", MODE_NAMES.join(", ")),
+            };
+            errors.push(syn::Error::new(
+                name.span(),
+                format!("unknown mode `{text}`{hint}"),
+            ));
+            valid = false;
+            continue;
+        };
+        if set.contains(mode) {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!("mode {mode} is listed twice"),
+            ));
+            valid = false;
+        } else if !policy::admits(mode, risk) {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!(
+                    "mode {mode} has ceiling {ceiling}, below this tool's risk {risk}; {risk} is \
+                     admitted only in {admitted}",
+                    ceiling = policy::ceiling(mode),
+                ),
+            ));
+            valid = false;
+        }
+        set = set.with(mode);
+    }
+    valid.then_some(set)
+}
+
+/// Checks a `domain` value.
+pub(crate) fn check_domain(domain: &Spanned<String>, errors: &mut Errors) -> bool {
+    check_dotted(domain, "domain", None, errors)
+}
+
+/// Checks lowercase dotted segments of `[a-z][a-z0-9_]*`.
+fn check_dotted(
+    value: &Spanned<String>,
+    what: &str,
+    max_len: Option<usize>,
+    errors: &mut Errors,
+) -> bool {
+    if let Some(problem) = dotted_problem(&value.value, max_len) {
+        errors.push(syn::Error::new(
+            value.span,
+            format!(
+                "invalid {what} `{}`: {problem}; a {what} is lowercase dotted segments of \
+                 `[a-z][a-z0-9_]*`, e.g. `users.delete`",
+                value.value
+            ),
+        ));
+        return false;
+    }
+    true
+}
+
+fn check_derived_id(id: &Spanned<String>, errors: &mut Errors) -> bool {
+    if let Some(problem) = dotted_problem(&id.value, Some(MAX_ID_LEN)) {
+        errors.push(syn::Error::new(
+            id.span,
+            format!(
+                "the tool id `{}` derived from this function's name is invalid: {problem}; \
+                 rename the function or set `id = \"...\"` (lowercase dotted segments of \
+                 `[a-z][a-z0-9_]*`)",
+                id.value
+            ),
+        ));
+        return false;
+    }
+    true
+}
+
+fn dotted_problem(text: &str, max_len: Option<usize>) -> Option<String> {
+    if text.is_empty() {
+        return Some("it is empty".to_owned());
+    }
+    if let Some(max) = max_len
+        && text.len() > max
+    {
+        return Some(format!(
+            "it is {} characters long, at most {max} are allowed",
+            text.len()
+        ));
+    }
+    for segment in text.split('.') {
+        let mut chars = segment.chars();
+        match chars.next() {
+            None => return Some("it has an empty segment".to_owned()),
+            Some(c) if !c.is_ascii_lowercase() => {
+                return Some(format!(
+                    "segment `{segment}` does not start with a letter a-z"
+                ));
+            }
+            Some(_) => {}
+        }
+        if let Some(c) = chars.find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_')) {
+            return Some(format!("`{c}` is not allowed"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dotted_problem;
+
+    #[test]
+    fn dotted() {
+        for ok in ["users", "users.delete", "a1.b_2.c", "x"] {
+            assert_eq!(dotted_problem(ok, Some(64)), None, "{ok}");
+        }
+        for bad in [
+            "", "Users", "users.", ".users", "users..x", "1users", "_x", "a-b", "a.B",
+        ] {
+            assert!(dotted_problem(bad, Some(64)).is_some(), "{bad}");
+        }
+        assert!(dotted_problem(&"a".repeat(65), Some(64)).is_some());
+        assert!(dotted_problem(&"a".repeat(64), Some(64)).is_none());
+        assert!(dotted_problem(&"a".repeat(65), None).is_none());
+    }
+}

@@ -1,0 +1,69 @@
+//! Approvals: who says yes to a call whose risk needs it (HIGH_WRITE).
+
+use std::fmt;
+
+use crate::manifest::ToolManifest;
+use crate::mode::Mode;
+use crate::risk::Risk;
+
+/// What an approver is asked.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ApprovalRequest<'a> {
+    /// The tool to run.
+    pub tool: &'static ToolManifest,
+    /// The gate's current mode.
+    pub mode: Mode,
+    /// The risk of this call.
+    pub risk: Risk,
+    /// A digest of the call's arguments, where the path into the tool knows them.
+    pub arguments_digest: Option<&'a str>,
+}
+
+/// An approver's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    /// Run the call.
+    Approve,
+    /// Refuse the call, with a reason that the refusal carries.
+    Reject(String),
+}
+
+/// Decides the calls that need an approval.
+///
+/// It is asked synchronously, before the body runs. An approver that panics has refused: the call is
+/// refused with `APPROVAL_REJECTED`, never run. A gate without an approver refuses every such call with
+/// `APPROVAL_REQUIRED`. Closures `Fn(&ApprovalRequest) -> Approval` are approvers.
+pub trait Approver: Send + Sync + 'static {
+    /// Approves or rejects one call.
+    fn approve(&self, request: &ApprovalRequest<'_>) -> Approval;
+}
+
+impl<F> Approver for F
+where
+    F: Fn(&ApprovalRequest<'_>) -> Approval + Send + Sync + 'static,
+{
+    fn approve(&self, request: &ApprovalRequest<'_>) -> Approval {
+        self(request)
+    }
+}
+
+/// Approves every call it is asked about. Named so that a gate using it reads as what it is: for tests and
+/// demos, never for production.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAllApprover;
+
+impl Approver for AllowAllApprover {
+    fn approve(&self, _request: &ApprovalRequest<'_>) -> Approval {
+        Approval::Approve
+    }
+}
+
+impl fmt::Display for Approval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Approval::Approve => f.write_str("approved"),
+            Approval::Reject(reason) => write!(f, "rejected: {reason}"),
+        }
+    }
+}

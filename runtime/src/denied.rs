@@ -1,0 +1,232 @@
+//! The typed refusal every gated path returns.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
+
+use crate::manifest::ToolManifest;
+use crate::mode::Mode;
+use crate::policy;
+use crate::risk::Risk;
+
+/// Why a call was refused: one stable code per reason.
+///
+/// Compare with the enum or with the code's text: `assert_eq!(denied.code(), "MODE_NOT_ALLOWED")`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DenialCode {
+    /// `NO_GATE`: the tool was called outside every gate.
+    NoGate,
+    /// `DENY_LISTED`: a deny rule of the gate matches the tool.
+    DenyListed,
+    /// `MODE_NOT_ALLOWED`: the current mode is not among the tool's allowed modes.
+    ModeNotAllowed,
+    /// `ABOVE_CEILING`: the call's risk is above the current mode's ceiling.
+    AboveCeiling,
+    /// `APPROVAL_REQUIRED`: the call needs an approval and the gate has no approver.
+    ApprovalRequired,
+    /// `APPROVAL_REJECTED`: the approver rejected the call, or failed to answer.
+    ApprovalRejected,
+    /// `UNREGISTERED_TOOL`: the tool is not in the registry the gate was built from.
+    UnregisteredTool,
+}
+
+impl DenialCode {
+    /// Every code.
+    pub const ALL: [DenialCode; 7] = [
+        DenialCode::NoGate,
+        DenialCode::DenyListed,
+        DenialCode::ModeNotAllowed,
+        DenialCode::AboveCeiling,
+        DenialCode::ApprovalRequired,
+        DenialCode::ApprovalRejected,
+        DenialCode::UnregisteredTool,
+    ];
+
+    /// The stable SCREAMING_SNAKE code.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DenialCode::NoGate => "NO_GATE",
+            DenialCode::DenyListed => "DENY_LISTED",
+            DenialCode::ModeNotAllowed => "MODE_NOT_ALLOWED",
+            DenialCode::AboveCeiling => "ABOVE_CEILING",
+            DenialCode::ApprovalRequired => "APPROVAL_REQUIRED",
+            DenialCode::ApprovalRejected => "APPROVAL_REJECTED",
+            DenialCode::UnregisteredTool => "UNREGISTERED_TOOL",
+        }
+    }
+}
+
+impl fmt::Display for DenialCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for DenialCode {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for DenialCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for DenialCode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// A call the gate refused; the tool's body did not run.
+///
+/// Tools return it through their own error type (`E: From<Denied>`). Building one does not allocate: the
+/// message is written when it is displayed or serialized. It serializes as
+/// `{"code", "message", "tool", "risk_level", "mode"}`.
+#[derive(Clone)]
+pub struct Denied {
+    code: DenialCode,
+    tool: &'static ToolManifest,
+    risk: Risk,
+    mode: Option<Mode>,
+    detail: Option<Arc<str>>,
+}
+
+impl Denied {
+    pub(crate) fn new(
+        code: DenialCode,
+        tool: &'static ToolManifest,
+        risk: Risk,
+        mode: Option<Mode>,
+    ) -> Denied {
+        Denied {
+            code,
+            tool,
+            risk,
+            mode,
+            detail: None,
+        }
+    }
+
+    pub(crate) fn with_detail(mut self, detail: Arc<str>) -> Denied {
+        self.detail = Some(detail);
+        self
+    }
+
+    /// The reason, as a stable code.
+    pub fn code(&self) -> DenialCode {
+        self.code
+    }
+
+    /// The refused tool's manifest.
+    pub fn tool(&self) -> &'static ToolManifest {
+        self.tool
+    }
+
+    /// The risk the call was judged at: the declared risk, or higher where the arguments escalated it.
+    pub fn risk(&self) -> Risk {
+        self.risk
+    }
+
+    /// The gate's mode at the decision; `None` when there was no gate.
+    pub fn mode(&self) -> Option<Mode> {
+        self.mode
+    }
+
+    /// The matching deny rule, or the approver's reason, where the code has one.
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
+    }
+
+    /// The human-readable message: the tool, its risk, the mode and what would be needed.
+    pub fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Denied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (id, risk) = (self.tool.id, self.risk);
+        let mode = self.mode.map_or("none", Mode::as_str);
+        let detail = self.detail.as_deref().unwrap_or("no reason given");
+        match self.code {
+            DenialCode::NoGate => write!(
+                f,
+                "tool `{id}` ({risk}) was called outside any gate; call it inside `Gate::run` or \
+                 `Gate::scope`, or pass a `&Gate`"
+            ),
+            DenialCode::DenyListed => write!(
+                f,
+                "tool `{id}` ({risk}) is on the deny list (rule `{detail}`); no mode or approval lifts it"
+            ),
+            DenialCode::ModeNotAllowed => {
+                write!(f, "tool `{id}` ({risk}) is not allowed in mode {mode}; ")?;
+                let allowed = self.tool.allowed_modes;
+                if allowed.is_empty() {
+                    f.write_str("it is allowed in no mode")
+                } else {
+                    write!(f, "it is allowed in {allowed}")
+                }
+            }
+            DenialCode::AboveCeiling => {
+                let ceiling = self.mode.map(policy::ceiling).unwrap_or(Risk::ReadOnly);
+                let needed = policy::lowest_mode_admitting(risk);
+                write!(
+                    f,
+                    "tool `{id}` ({risk}) is above the ceiling of mode {mode} ({ceiling}); it needs {needed}"
+                )
+            }
+            DenialCode::ApprovalRequired => write!(
+                f,
+                "tool `{id}` ({risk}) needs an approval in mode {mode} and none was given"
+            ),
+            DenialCode::ApprovalRejected => write!(
+                f,
+                "tool `{id}` ({risk}) was not approved in mode {mode}: {detail}"
+            ),
+            DenialCode::UnregisteredTool => write!(
+                f,
+                "tool `{id}` ({risk}) is not in the registry the gate was built from"
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for Denied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Denied")
+            .field("code", &self.code)
+            .field("tool", &self.tool.id)
+            .field("risk", &self.risk)
+            .field("mode", &self.mode)
+            .field("message", &self.to_string())
+            .finish()
+    }
+}
+
+impl std::error::Error for Denied {}
+
+impl Serialize for Denied {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Denied", 5)?;
+        s.serialize_field("code", &self.code)?;
+        s.serialize_field("message", &self.to_string())?;
+        s.serialize_field("tool", self.tool.id)?;
+        s.serialize_field("risk_level", &self.risk)?;
+        s.serialize_field("mode", &self.mode)?;
+        s.end()
+    }
+}
+
+/// Lets tools that return `std::io::Result` be gated: the refusal becomes a `PermissionDenied` error whose
+/// inner error is the [`Denied`] (`err.get_ref()` and `downcast_ref::<Denied>()` give it back).
+impl From<Denied> for std::io::Error {
+    fn from(denied: Denied) -> Self {
+        std::io::Error::new(std::io::ErrorKind::PermissionDenied, denied)
+    }
+}
