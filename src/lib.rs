@@ -1,4 +1,170 @@
-//! toolgate placeholder
+//! Safe-by-construction tools for AI agents.
+//!
+//! An agent calls tools; some only read, some delete, send or pay. toolgate makes every tool declare its
+//! risk, turns a missing or contradictory declaration into a compile error, and decides every call against
+//! the agent's mode **before the tool's body runs**, on every path into it. When in doubt it refuses.
+//!
+//! ```
+//! use toolgate::{Denied, Gate, Mode, tool};
+//!
+//! #[derive(Debug)]
+//! enum AppError {
+//!     Refused(Denied),
+//! }
+//!
+//! impl From<Denied> for AppError {
+//!     fn from(denied: Denied) -> Self {
+//!         AppError::Refused(denied)
+//!     }
+//! }
+//!
+//! /// Look a user up.
+//! #[tool(risk = "READ_ONLY", domain = "users")]
+//! fn get_user(id: u64) -> Result<String, AppError> {
+//!     Ok(format!("user {id}"))
+//! }
+//!
+//! /// Delete a user account.
+//! #[tool(risk = "HIGH_WRITE", side_effects, modes = [FULL_AUTO], domain = "users")]
+//! fn delete_user(id: u64) -> Result<(), AppError> {
+//!     unreachable!("not in this example: {id}")
+//! }
+//!
+//! let gate = Gate::new(Mode::PartialAuto)?;
+//! gate.run(|| {
+//!     assert_eq!(get_user(7).unwrap(), "user 7");
+//!     let AppError::Refused(denied) = delete_user(7).unwrap_err();
+//!     assert_eq!(denied.code(), "MODE_NOT_ALLOWED");
+//!     assert_eq!(
+//!         denied.to_string(),
+//!         "tool `users.delete_user` (HIGH_WRITE) is not allowed in mode PARTIAL_AUTO; \
+//!          it is allowed in FULL_AUTO"
+//!     );
+//! });
+//!
+//! // Outside any gate, nothing runs.
+//! assert_eq!(get_user(7).map_err(|AppError::Refused(d)| d.code()).unwrap_err(), "NO_GATE");
+//! # Ok::<(), toolgate::GateError>(())
+//! ```
+//!
+//! # Risk, modes and the policy
+//!
+//! Risk levels are ordered `READ_ONLY < PROPOSE_ONLY < LOW_WRITE < HIGH_WRITE`, modes
+//! `SHADOW < ADVISORY < PARTIAL_AUTO < FULL_AUTO`. Each mode has a ceiling, the highest risk it runs:
+//!
+//! | mode | ceiling |
+//! | --- | --- |
+//! | `SHADOW`, `ADVISORY` | `PROPOSE_ONLY` |
+//! | `PARTIAL_AUTO` | `LOW_WRITE` |
+//! | `FULL_AUTO` | `HIGH_WRITE`, each call with an approval |
+//!
+//! A call is decided in this order, and the first refusal wins ([`policy::decide`]):
+//!
+//! 1. the gate's **deny list** (`DENY_LISTED`), in every mode; no approval lifts it;
+//! 2. the tool's **allowed modes** (`MODE_NOT_ALLOWED`);
+//! 3. the mode's **ceiling** (`ABOVE_CEILING`);
+//! 4. an **approval** where the risk needs one (`APPROVAL_REQUIRED` without an [`Approver`],
+//!    `APPROVAL_REJECTED` when it says no or panics);
+//! 5. then the body runs.
+//!
+//! A call with no gate at all is refused with `NO_GATE`. Every refusal is a [`Denied`], with a stable
+//! [`code`](Denied::code) and a message that names the tool, its risk, the mode and what would be needed.
+//!
+//! # `#[tool]`
+//!
+//! ```text
+//! #[tool(
+//!     risk = "READ_ONLY" | "PROPOSE_ONLY" | "LOW_WRITE" | "HIGH_WRITE",   // required
+//!     side_effects,                      // or side_effects = true / false
+//!     modes = [SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO],
+//!     id = "users.delete",
+//!     domain = "users",
+//!     idempotent,                        // MCP idempotentHint
+//!     open_world,                        // MCP openWorldHint
+//!     description = "...",
+//! )]
+//! ```
+//!
+//! - `risk` is required. `side_effects` is implied for `LOW_WRITE` and `HIGH_WRITE` and contradicts
+//!   `READ_ONLY` and `PROPOSE_ONLY`. `modes` defaults to every mode whose ceiling admits the risk, and may
+//!   only narrow that: a mode whose ceiling is below the risk is a compile error. `id` defaults to
+//!   `<domain>.<fn name>`, or the function's name without a domain; ids and domains are lowercase dotted
+//!   segments of `[a-z][a-z0-9_]*`, ids at most 64 characters. `description` defaults to the doc comment.
+//! - It applies to sync and async functions, with generics, lifetimes, `impl Trait` arguments and any
+//!   visibility; other attributes stay in place, and a tool removed by `#[cfg]` is not registered.
+//! - The function returns `Result<T, E>` (any path ending in `Result`, such as `anyhow::Result<T>` or
+//!   `std::io::Result<T>`) where `E: From<Denied>`: a refused call returns `Err(E::from(denied))`.
+//!   `Box<dyn Error + Send + Sync>`, `anyhow::Error` and `std::io::Error` work as they are.
+//! - The gate that decides a call is a parameter of type `&Gate`, if the tool has one, and every ambient
+//!   gate: the ones entered with [`Gate::run`] around a sync call or [`Gate::scope`] around a future.
+//!   Gates nest by intersection: an inner gate never allows what an outer one refuses.
+//!
+//! # `#[toolset]`
+//!
+//! On an `impl` block or an inline `mod`, `#[toolset(domain = "users")]` gives its tools a domain and
+//! refuses to compile while any public function in it lacks a declaration: each must carry
+//! `#[tool(...)]`, or `#[tool(skip)]` if it is not a tool. Methods (`&self`, `&mut self`) are tools only
+//! inside a `#[toolset]` impl. Inside it, write the attribute as `#[tool]` or `#[toolgate::tool]`.
+//!
+//! ```
+//! use toolgate::{Denied, Gate, Mode, tool, toolset};
+//!
+//! struct Users;
+//!
+//! #[toolset(domain = "users")]
+//! impl Users {
+//!     /// Count the users.
+//!     #[tool(risk = "READ_ONLY")]
+//!     pub fn count(&self) -> Result<usize, Denied> {
+//!         Ok(3)
+//!     }
+//!
+//!     #[tool(skip)]
+//!     pub fn cache_size(&self) -> usize {
+//!         0
+//!     }
+//! }
+//!
+//! let gate = Gate::new(Mode::Shadow)?;
+//! assert_eq!(gate.run(|| Users.count())?, 3);
+//! assert_eq!(toolgate::manifest("users.count").unwrap().description, "Count the users.");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Manifests and the registry
+//!
+//! Each `#[tool]` registers its [`ToolManifest`] at link time. [`manifests()`] lists every linked tool,
+//! sorted by id; a [`ToolManifest`] serializes to JSON with the keys `id`, `domain`, `description`,
+//! `risk_level`, `side_effects`, `allowed_modes`, `idempotent`, `open_world` and `source`.
+//!
+//! Two tools with the same id make [`Gate::new`] fail with both locations; put
+//! `toolgate::check_registry().unwrap();` in a test to catch it earlier.
+//!
+//! The linker keeps only what the binary references: a crate of tools that is never used by the binary is
+//! not linked, and its tools are absent from the registry (and so uncallable, never ungated). Reference it
+//! (`use my_tools as _;`) to bring its tools in.
+//!
+//! # The gate
+//!
+//! [`Gate::new`] or [`Gate::builder`] builds a gate once, with the mode, a deny list and an approver, and
+//! works out then what each tool may do in each mode; a call reads one precomputed verdict, with no
+//! allocation, hashing or locking. [`Gate::lower`] is the kill switch: it lowers the mode of the gate and
+//! of all its clones, on every thread at once, and no call can raise it again. [`Mode::from_env`] reads
+//! `TOOLGATE_MODE`: unset means `SHADOW`, an invalid value is an error.
+
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub use toolgate_macros::{tool, toolset};
-pub use toolgate_runtime::*;
+pub use toolgate_runtime::{
+    AllowAllApprover, Approval, ApprovalRequest, Approver, DenialCode, Denied, DenyRuleError,
+    Duplicate, Gate, GateBuilder, GateError, MODE_ENV_VAR, Manifests, Mode, ModeEnvError, ModeSet,
+    ParseError, RaiseRefused, RegistryError, Risk, Scoped, Source, ToolManifest, check_registry,
+    manifest, manifests, policy,
+};
+
+/// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use toolgate_runtime::__private::*;
+}

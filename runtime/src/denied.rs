@@ -183,7 +183,7 @@ impl fmt::Display for Denied {
             }
             DenialCode::ApprovalRequired => write!(
                 f,
-                "tool `{id}` ({risk}) needs an approval in mode {mode} and none was given"
+                "tool `{id}` ({risk}) needs an approval in mode {mode} and the gate has no approver"
             ),
             DenialCode::ApprovalRejected => write!(
                 f,

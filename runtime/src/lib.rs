@@ -24,9 +24,7 @@ pub use denylist::DenyRuleError;
 pub use gate::{Gate, GateBuilder, GateError, RaiseRefused};
 pub use manifest::{Source, ToolManifest};
 pub use mode::{MODE_ENV_VAR, Mode, ModeEnvError, ModeSet};
-pub use registry::{
-    Duplicate, Manifests, RegistryError, ToolEntry, check_registry, manifest, manifests,
-};
+pub use registry::{Duplicate, Manifests, RegistryError, check_registry, manifest, manifests};
 pub use risk::{ParseError, Risk};
 pub use scope::Scoped;
 
