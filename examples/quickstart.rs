@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, tool, toolset};
+use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, toolset};
 
 /// The error every tool of the suite returns: a refusal, or a failure of the tool itself.
 #[derive(Debug)]

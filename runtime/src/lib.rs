@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod approval;
+pub mod audit;
 mod denied;
 mod denylist;
 mod gate;

@@ -1,0 +1,97 @@
+//! One audit record: what was decided about one call, or what happened to it.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::mode::Mode;
+use crate::risk::Risk;
+
+/// What a record reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// A call was allowed and its body is about to run; written before the body starts.
+    Enter,
+    /// A call's body ended; see [`AuditRecord::outcome`].
+    Exit,
+    /// A call was refused; its body did not run.
+    Refused,
+    /// The gate's mode was lowered (the kill switch).
+    ModeLowered,
+    /// An operator approved a pending two-step approval.
+    ApprovalGranted,
+}
+
+/// The decision about a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Allowed by the policy alone.
+    Allowed,
+    /// Allowed after an approval.
+    Approved,
+    /// Refused.
+    Refused,
+}
+
+/// How a call's body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// It returned `Ok`.
+    Ok,
+    /// It returned `Err`.
+    Error,
+    /// It panicked.
+    Panic,
+    /// Its future was dropped before it completed.
+    Cancelled,
+}
+
+/// One audit record. Sinks add their own framing (the JSONL sink adds `seq`, `prev_hash` and `hash`).
+///
+/// Fields are declared in lexicographic order, so that serializing a record gives canonical JSON (sorted
+/// keys, no whitespace) without an intermediate map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AuditRecord {
+    /// The agent label the gate was built with, if any.
+    pub agent: Option<Cow<'static, str>>,
+    /// The call's arguments, only for tools that opt in to recording them.
+    pub arguments: Option<String>,
+    /// sha256 (hex) of the call's canonical JSON arguments, where they are known and serializable.
+    pub arguments_digest: Option<String>,
+    /// Pairs an `enter` record with its `exit` record: unique per call within a gate.
+    pub call: u64,
+    /// The refusal code, for refused calls.
+    pub code: Option<Cow<'static, str>>,
+    /// The decision, for `enter` and `refused` records.
+    pub decision: Option<Decision>,
+    /// The risk the tool declares.
+    pub declared_risk: Option<Risk>,
+    /// How long the body ran, in microseconds (`exit` records).
+    pub duration_us: Option<u64>,
+    /// The risk the call was judged at: the declared risk, or higher where the arguments escalated it.
+    pub effective_risk: Option<Risk>,
+    /// The gate's id (a gate and its clones share it).
+    pub gate: u64,
+    /// sha256 (hex) of the sorted canonical JSON of every linked tool's manifest.
+    pub manifest_digest: Cow<'static, str>,
+    /// The refusal message, or for `mode_lowered` who lowered it and why.
+    pub message: Option<String>,
+    /// The gate's mode at the decision (for `mode_lowered`, the new mode).
+    pub mode: Mode,
+    /// How the body ended (`exit` records).
+    pub outcome: Option<Outcome>,
+    /// sha256 (hex) of the result's JSON, where the result type is serializable.
+    pub output_digest: Option<String>,
+    /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that decided.
+    pub policy_version: u32,
+    /// What this record reports.
+    pub stage: Stage,
+    /// UTC time of the record, RFC 3339 with microseconds (`2026-11-22T03:11:01.123456Z`).
+    pub timestamp: String,
+    /// The tool's id (empty for gate-wide records such as `mode_lowered`).
+    pub tool: Cow<'static, str>,
+}

@@ -1,0 +1,60 @@
+//! Where audit records go.
+
+use std::fmt;
+
+use crate::audit::record::AuditRecord;
+
+/// Receives every audit record of a gate.
+///
+/// `record` is called before the body of an allowed call runs: if it fails, the call is refused
+/// (`AUDIT_UNAVAILABLE`) and the body does not run. It is called from every thread that calls tools, so
+/// an implementation orders records itself (the JSONL sink numbers and chains them under one lock).
+pub trait AuditSink: Send + Sync + 'static {
+    /// Records one event; `Ok` means it is as durable as the sink promises.
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError>;
+
+    /// Makes everything recorded so far durable.
+    fn flush(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+/// A sink could not record.
+#[derive(Debug)]
+pub struct AuditError {
+    message: String,
+    source: Option<std::io::Error>,
+}
+
+impl AuditError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> AuditError {
+        AuditError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An I/O error, with what was being done.
+    pub fn io(doing: impl Into<String>, source: std::io::Error) -> AuditError {
+        AuditError {
+            message: doing.into(),
+            source: Some(source),
+        }
+    }
+}
+
+impl fmt::Display for AuditError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            Some(source) => write!(f, "{}: {source}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for AuditError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e as _)
+    }
+}
