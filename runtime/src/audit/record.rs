@@ -52,39 +52,50 @@ pub enum Outcome {
 /// One audit record. Sinks add their own framing (the JSONL sink adds `seq`, `prev_hash` and `hash`).
 ///
 /// Fields are declared in lexicographic order, so that serializing a record gives canonical JSON (sorted
-/// keys, no whitespace) without an intermediate map.
+/// keys, no whitespace, absent fields omitted) without an intermediate map.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AuditRecord {
     /// The agent label the gate was built with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<Cow<'static, str>>,
     /// The call's arguments, only for tools that opt in to recording them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,
     /// sha256 (hex) of the call's canonical JSON arguments, where they are known and serializable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_digest: Option<String>,
     /// Pairs an `enter` record with its `exit` record: unique per call within a gate.
     pub call: u64,
     /// The refusal code, for refused calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<Cow<'static, str>>,
     /// The decision, for `enter` and `refused` records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
     /// The risk the tool declares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declared_risk: Option<Risk>,
     /// How long the body ran, in microseconds (`exit` records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_us: Option<u64>,
     /// The risk the call was judged at: the declared risk, or higher where the arguments escalated it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effective_risk: Option<Risk>,
     /// The gate's id (a gate and its clones share it).
     pub gate: u64,
     /// sha256 (hex) of the sorted canonical JSON of every linked tool's manifest.
     pub manifest_digest: Cow<'static, str>,
     /// The refusal message, or for `mode_lowered` who lowered it and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The gate's mode at the decision (for `mode_lowered`, the new mode).
     pub mode: Mode,
     /// How the body ended (`exit` records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
     /// sha256 (hex) of the result's JSON, where the result type is serializable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_digest: Option<String>,
     /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that decided.
     pub policy_version: u32,
