@@ -10,7 +10,7 @@ use syn::spanned::Spanned as _;
 use syn::{LitBool, LitStr};
 
 use crate::ctxt::Errors;
-use crate::suggest::did_you_mean;
+use crate::suggest::{closest, did_you_mean};
 
 /// One `key` or `key = value` argument.
 pub(crate) struct Arg {
@@ -71,7 +71,7 @@ fn parse_segment(segment: Vec<TokenTree>, errors: &mut Errors) -> Option<Arg> {
     match trees.next() {
         None => Some(Arg { key, value: None }),
         Some(TokenTree::Punct(eq)) if eq.as_char() == '=' => {
-            let value: TokenStream = trees.collect();
+            let mut value: Vec<TokenTree> = trees.collect();
             if value.is_empty() {
                 errors.push(syn::Error::new(
                     eq.span(),
@@ -79,9 +79,18 @@ fn parse_segment(segment: Vec<TokenTree>, errors: &mut Errors) -> Option<Arg> {
                 ));
                 return None;
             }
+            let single = matches!(&value[0], TokenTree::Literal(_))
+                || matches!(&value[0], TokenTree::Group(g) if g.delimiter() == Delimiter::Bracket);
+            if single && value.len() > 1 {
+                errors.push(syn::Error::new(
+                    value[1].span(),
+                    format!("expected `,` after the value of `{key}`"),
+                ));
+                value.truncate(1);
+            }
             Some(Arg {
                 key,
-                value: Some(value),
+                value: Some(value.into_iter().collect()),
             })
         }
         Some(other) => {
@@ -112,6 +121,11 @@ pub(crate) struct ToolArgs {
     pub(crate) open_world: Option<Spanned<bool>>,
     pub(crate) description: Option<Spanned<String>>,
     pub(crate) skip: Option<Span>,
+    /// A `risk` was written but is malformed or misspelt, and already has its error.
+    pub(crate) risk_attempted: bool,
+    pub(crate) escalate: Option<Spanned<syn::Path>>,
+    pub(crate) record_arguments: Option<Spanned<bool>>,
+    pub(crate) redact: Option<Spanned<Vec<Ident>>>,
 }
 
 pub(crate) const TOOL_KEYS: &[&str] = &[
@@ -124,6 +138,9 @@ pub(crate) const TOOL_KEYS: &[&str] = &[
     "open_world",
     "description",
     "skip",
+    "escalate",
+    "record_arguments",
+    "redact",
 ];
 
 pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolArgs {
@@ -131,7 +148,11 @@ pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolA
     for arg in split_args(tokens, errors) {
         let name = arg.key.to_string();
         let result = match name.as_str() {
-            "risk" => string(&arg, "risk = \"HIGH_WRITE\"").map(|v| set(&mut out.risk, v, &arg)),
+            "risk" => {
+                let risk = string(&arg, "risk = \"HIGH_WRITE\"");
+                out.risk_attempted |= risk.is_err();
+                risk.map(|v| set(&mut out.risk, v, &arg))
+            }
             "side_effects" => flag(&arg).map(|v| set(&mut out.side_effects, v, &arg)),
             "modes" => modes(&arg, errors).map(|v| set(&mut out.modes, v, &arg)),
             "id" => string(&arg, "id = \"users.delete\"").map(|v| set(&mut out.id, v, &arg)),
@@ -146,13 +167,22 @@ pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolA
                 out.skip = slot.map(|s| s.span);
                 duplicate
             }),
-            _ => Err(syn::Error::new(
-                arg.key.span(),
-                format!(
-                    "unknown argument `{name}` of #[tool]{}",
-                    hint_or_list(&name, TOOL_KEYS)
-                ),
-            )),
+            "escalate" => path(&arg).map(|v| set(&mut out.escalate, v, &arg)),
+            "record_arguments" => flag(&arg).map(|v| set(&mut out.record_arguments, v, &arg)),
+            "redact" => {
+                names(&arg, "redact = [password, token]").map(|v| set(&mut out.redact, v, &arg))
+            }
+            _ => {
+                // A misspelt `risk` is reported here; `valid` does not report it missing as well.
+                out.risk_attempted |= closest(&name, TOOL_KEYS) == Some("risk");
+                Err(syn::Error::new(
+                    arg.key.span(),
+                    format!(
+                        "unknown argument `{name}` of #[tool]{}",
+                        hint_or_list(&name, TOOL_KEYS)
+                    ),
+                ))
+            }
         };
         match result {
             Ok(Some(duplicate)) | Err(duplicate) => errors.push(duplicate),
@@ -256,6 +286,7 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
         }
     };
     let mut names = Vec::new();
+    let mut bad = Errors::default();
     let mut segment: Vec<TokenTree> = Vec::new();
     let mut inner = group.stream().into_iter().peekable();
     loop {
@@ -272,7 +303,7 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
         match segment.as_slice() {
             [] => {}
             [TokenTree::Ident(name)] => names.push(name.clone()),
-            [TokenTree::Literal(lit)] => errors.push(syn::Error::new(
+            [TokenTree::Literal(lit)] => bad.push(syn::Error::new(
                 lit.span(),
                 format!(
                     "modes are bare names, not strings: write {}",
@@ -281,11 +312,11 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
             )),
             trees => {
                 let tokens: TokenStream = trees.iter().cloned().collect();
-                errors.push(syn::Error::new(
+                bad.push(syn::Error::new(
                     tokens.span(),
                     format!(
                         "`{}` is not a mode; write a bare name: {}",
-                        tokens.to_token_stream(),
+                        tokens.to_token_stream().to_string().replace(" :: ", "::"),
                         MODE_NAMES.join(", ")
                     ),
                 ));
@@ -296,10 +327,67 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
             break;
         }
     }
+    // With no name left, the list is not reported empty as well: the entries written have their errors.
+    if !names.is_empty() {
+        errors.push_all(bad);
+    } else if let Some(error) = bad.into_error() {
+        return Err(error);
+    }
     Ok(Spanned {
         value: names,
         span: group.span(),
     })
+}
+
+fn path(arg: &Arg) -> syn::Result<Spanned<syn::Path>> {
+    const EXAMPLE: &str = "escalate = shell::classify";
+    let Some(value) = &arg.value else {
+        return Err(syn::Error::new(
+            arg.key.span(),
+            format!("`escalate` needs the path of a function: {EXAMPLE}"),
+        ));
+    };
+    match syn::parse2::<syn::Path>(value.clone()) {
+        Ok(path) => Ok(Spanned {
+            span: value.span(),
+            value: path,
+        }),
+        Err(_) => Err(syn::Error::new(
+            value.span(),
+            format!("`escalate` takes the path of a function: {EXAMPLE}"),
+        )),
+    }
+}
+
+/// `[a, b]`: names of the function's arguments.
+fn names(arg: &Arg, example: &str) -> syn::Result<Spanned<Vec<Ident>>> {
+    let key = &arg.key;
+    let list = arg.value.as_ref().and_then(|value| {
+        let mut trees = value.clone().into_iter();
+        match (trees.next(), trees.next()) {
+            (Some(TokenTree::Group(group)), None) if group.delimiter() == Delimiter::Bracket => {
+                Some(group)
+            }
+            _ => None,
+        }
+    });
+    let Some(group) = list else {
+        return Err(syn::Error::new(
+            arg.value_span(),
+            format!("`{key}` takes a list of argument names in brackets: {example}"),
+        ));
+    };
+    let parser = syn::punctuated::Punctuated::<Ident, syn::Token![,]>::parse_terminated;
+    match syn::parse::Parser::parse2(parser, group.stream()) {
+        Ok(names) => Ok(Spanned {
+            value: names.into_iter().collect(),
+            span: group.span(),
+        }),
+        Err(error) => Err(syn::Error::new(
+            error.span(),
+            format!("`{key}` takes a list of argument names in brackets: {example}"),
+        )),
+    }
 }
 
 /// The arguments of `#[toolset(...)]`.

@@ -32,7 +32,7 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Attribute, Block, FnArg, Item, Pat, ReturnType, Signature, Stmt, Type};
+use syn::{Attribute, Block, FnArg, Item, Pat, ReturnType, Signature, Type};
 use toolgate_runtime::{Mode, Risk};
 
 use crate::attr::{self, ToolArgs};
@@ -119,13 +119,13 @@ pub(crate) fn expand_fn(
         return skip_outcome(&args, skip, context, own, errors);
     }
     let gate_param = check_signature(sig, context, &mut own);
+    let call = call_parts(&args, sig, gate_param.as_ref(), &mut own);
     let spec = valid::validate(args, &sig.ident, context.domain, attr_span, &mut own);
-    let (Some(spec), true) = (spec, own.is_empty()) else {
+    let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
         errors.push_all(own);
         return Expanded::Failed;
     };
-    let check = gate_check(&spec, attrs, sig, gate_param.as_ref());
-    block.stmts.insert(0, check);
+    *block = gated_body(&spec, attrs, sig, gate_param.as_ref(), &call, block);
     Expanded::Tool {
         id: spec.id,
         id_span: spec.id_span,
@@ -155,6 +155,9 @@ fn skip_outcome(
         args.idempotent.as_ref().map(|a| a.span),
         args.open_world.as_ref().map(|a| a.span),
         args.description.as_ref().map(|a| a.span),
+        args.escalate.as_ref().map(|a| a.span),
+        args.record_arguments.as_ref().map(|a| a.span),
+        args.redact.as_ref().map(|a| a.span),
     ];
     if let Some(span) = others.into_iter().flatten().next() {
         own.push(syn::Error::new(
@@ -265,27 +268,160 @@ fn is_gate_ref(ty: &Type) -> bool {
         )
 }
 
-fn gate_check(spec: &ToolSpec, attrs: &[Attribute], sig: &Signature, gate: Option<&Ident>) -> Stmt {
+/// What the gate needs to know of a call, from the function's arguments.
+struct CallParts {
+    /// The named arguments (not `self`, not the `&Gate`), sorted by name, each with whether to redact it.
+    named: Vec<(Ident, bool)>,
+    /// Some argument is bound by a pattern, not a name: the arguments cannot be written.
+    unnamed: bool,
+    escalate: Option<syn::Path>,
+    record_arguments: bool,
+}
+
+fn call_parts(
+    args: &ToolArgs,
+    sig: &Signature,
+    gate: Option<&Ident>,
+    errors: &mut Errors,
+) -> Option<CallParts> {
+    let mut named = Vec::new();
+    let mut unnamed = false;
+    for input in &sig.inputs {
+        let FnArg::Typed(typed) = input else { continue };
+        match &*typed.pat {
+            Pat::Ident(pat) if Some(&pat.ident) == gate => {}
+            Pat::Ident(pat) if pat.subpat.is_none() => named.push(pat.ident.clone()),
+            _ => unnamed = true,
+        }
+    }
+    let before = errors.is_empty();
+    let mut redacted = Vec::new();
+    if let Some(redact) = &args.redact {
+        let names: Vec<String> = named.iter().map(Ident::to_string).collect();
+        let candidates: Vec<&str> = names.iter().map(String::as_str).collect();
+        for name in &redact.value {
+            if named.contains(name) {
+                redacted.push(name.clone());
+            } else {
+                errors.push(syn::Error::new(
+                    name.span(),
+                    format!(
+                        "`{name}` is not a named argument of this tool{}",
+                        crate::suggest::did_you_mean(&name.to_string(), &candidates)
+                    ),
+                ));
+            }
+        }
+    }
+    if let (Some(escalate), true) = (&args.escalate, unnamed) {
+        errors.push(syn::Error::new(
+            escalate.span,
+            "`escalate` passes the tool's arguments by name: bind every argument to a name",
+        ));
+    }
+    let mut named: Vec<(Ident, bool)> = named
+        .into_iter()
+        .map(|ident| {
+            let redact = redacted.contains(&ident);
+            (ident, redact)
+        })
+        .collect();
+    named.sort_by_key(|(ident, _)| ident.to_string());
+    (before == errors.is_empty()).then(|| CallParts {
+        named,
+        unnamed,
+        escalate: args.escalate.as_ref().map(|e| e.value.clone()),
+        record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
+    })
+}
+
+/// The new body: decide, run the original body, hand its result to the permit, return it.
+fn gated_body(
+    spec: &ToolSpec,
+    attrs: &[Attribute],
+    sig: &Signature,
+    gate: Option<&Ident>,
+    call: &CallParts,
+    body: &Block,
+) -> Block {
     let manifest = manifest(spec, attrs, &sig.ident);
-    let permit = Ident::new("_toolgate_permit", Span::mixed_site());
-    let denied = Ident::new("toolgate_denied", Span::mixed_site());
-    let entry = Ident::new("TOOLGATE_ENTRY", Span::mixed_site());
+    let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
+    let (permit, denied, entry, result, writer, write, info, value) = (
+        hygienic("toolgate_permit"),
+        hygienic("toolgate_denied"),
+        hygienic("TOOLGATE_ENTRY"),
+        hygienic("toolgate_result"),
+        hygienic("toolgate_writer"),
+        hygienic("toolgate_write"),
+        hygienic("toolgate_call"),
+        hygienic("toolgate_value"),
+    );
     let ret_span = match &sig.output {
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => sig.ident.span(),
     };
     let convert = quote_spanned!(ret_span=> ::core::convert::From::from(#denied));
     let enter = match gate {
-        Some(gate) => quote!(::toolgate::__private::enter_with(&#entry, #gate)),
-        None => quote!(::toolgate::__private::enter(&#entry)),
+        Some(gate) => quote!(::toolgate::__private::enter_with(&#entry, #gate, &#info)),
+        None => quote!(::toolgate::__private::enter(&#entry, &#info)),
     };
-    syn::parse_quote! {
-        let #permit = {
+    let escalated = match &call.escalate {
+        Some(path) => {
+            let refs = call.named.iter().map(|(ident, _)| ident);
+            let ordered: Vec<&Ident> = sig
+                .inputs
+                .iter()
+                .filter_map(|input| match input {
+                    FnArg::Typed(typed) => match &*typed.pat {
+                        Pat::Ident(pat) if refs.clone().any(|r| *r == pat.ident) => {
+                            Some(&pat.ident)
+                        }
+                        _ => None,
+                    },
+                    FnArg::Receiver(_) => None,
+                })
+                .collect();
+            let risk = quote_spanned!(path.span()=> ::toolgate::__private::Risk);
+            let call_escalate = quote_spanned!(path.span()=> #path(#(&#ordered),*));
+            quote! {{
+                let escalated: #risk = #call_escalate;
+                ::core::option::Option::Some(escalated)
+            }}
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let writes = call.named.iter().map(|(ident, redact)| {
+        let name = ident.to_string();
+        quote!((&&::toolgate::__private::Arg(&#ident)).__toolgate_write(#writer, #name, #redact);)
+    });
+    let unnamed = call
+        .unnamed
+        .then(|| quote!(::toolgate::__private::ArgumentsWriter::__toolgate_unnamed(#writer);));
+    let record_arguments = call.record_arguments;
+    let run = if sig.asyncness.is_some() {
+        quote!(async move #body.await)
+    } else {
+        quote!((move || #body)())
+    };
+    syn::parse_quote! {{
+        #[allow(unused_mut)]
+        let mut #permit = {
             static #entry: ::toolgate::__private::ToolEntry =
                 ::toolgate::__private::ToolEntry::__new(#manifest);
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)
             }
+            let #write = |#writer: &mut ::toolgate::__private::ArgumentsWriter| {
+                #[allow(unused_imports)]
+                use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
+                #unnamed
+                #(#writes)*
+            };
+            let #info = ::toolgate::__private::CallInfo {
+                escalated: #escalated,
+                arguments: ::core::option::Option::Some(&#write),
+                record_arguments: #record_arguments,
+            };
             match #enter {
                 ::core::result::Result::Ok(permit) => permit,
                 ::core::result::Result::Err(#denied) => {
@@ -293,7 +429,15 @@ fn gate_check(spec: &ToolSpec, attrs: &[Attribute], sig: &Signature, gate: Optio
                 }
             }
         };
-    }
+        #[allow(clippy::redundant_closure_call)]
+        let #result = #run;
+        #permit.finish(&#result, |#value| {
+            #[allow(unused_imports)]
+            use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
+            (&&::toolgate::__private::Arg(#value)).__toolgate_digest()
+        });
+        #result
+    }}
 }
 
 fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {

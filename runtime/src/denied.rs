@@ -31,11 +31,19 @@ pub enum DenialCode {
     ApprovalRejected,
     /// `UNREGISTERED_TOOL`: the tool is not in the registry the gate was built from.
     UnregisteredTool,
+    /// `AUDIT_UNAVAILABLE`: the gate's audit sink could not record the call, so it did not run.
+    AuditUnavailable,
+    /// `APPROVAL_EXPIRED`: the two-step approval for this call expired before the call came back.
+    ApprovalExpired,
+    /// `APPROVAL_MISMATCH`: an approval is pending for this tool, but for other arguments.
+    ApprovalMismatch,
+    /// `APPROVAL_REUSED`: the approval for this call was already used; an approval runs a call once.
+    ApprovalReused,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 7] = [
+    pub const ALL: [DenialCode; 11] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -43,6 +51,10 @@ impl DenialCode {
         DenialCode::ApprovalRequired,
         DenialCode::ApprovalRejected,
         DenialCode::UnregisteredTool,
+        DenialCode::AuditUnavailable,
+        DenialCode::ApprovalExpired,
+        DenialCode::ApprovalMismatch,
+        DenialCode::ApprovalReused,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -55,6 +67,10 @@ impl DenialCode {
             DenialCode::ApprovalRequired => "APPROVAL_REQUIRED",
             DenialCode::ApprovalRejected => "APPROVAL_REJECTED",
             DenialCode::UnregisteredTool => "UNREGISTERED_TOOL",
+            DenialCode::AuditUnavailable => "AUDIT_UNAVAILABLE",
+            DenialCode::ApprovalExpired => "APPROVAL_EXPIRED",
+            DenialCode::ApprovalMismatch => "APPROVAL_MISMATCH",
+            DenialCode::ApprovalReused => "APPROVAL_REUSED",
         }
     }
 }
@@ -95,6 +111,7 @@ pub struct Denied {
     risk: Risk,
     mode: Option<Mode>,
     detail: Option<Arc<str>>,
+    approval_token: Option<Arc<str>>,
 }
 
 impl Denied {
@@ -110,7 +127,18 @@ impl Denied {
             risk,
             mode,
             detail: None,
+            approval_token: None,
         }
+    }
+
+    pub(crate) fn with_approval_token(mut self, token: Arc<str>) -> Denied {
+        self.approval_token = Some(token);
+        self
+    }
+
+    pub(crate) fn with_risk(mut self, risk: Risk) -> Denied {
+        self.risk = risk;
+        self
     }
 
     pub(crate) fn with_detail(mut self, detail: Arc<str>) -> Denied {
@@ -141,6 +169,15 @@ impl Denied {
     /// The matching deny rule, or the approver's reason, where the code has one.
     pub fn detail(&self) -> Option<&str> {
         self.detail.as_deref()
+    }
+
+    /// The token an operator passes to [`Gate::approve`](crate::Gate::approve) to let this exact call run
+    /// once, when the gate takes two-step approvals.
+    ///
+    /// It is for the operator only: it is not part of the message nor of the JSON, so an error that
+    /// reaches the agent does not carry it.
+    pub fn approval_token(&self) -> Option<&str> {
+        self.approval_token.as_deref()
     }
 
     /// The human-readable message: the tool, its risk, the mode and what would be needed.
@@ -181,9 +218,38 @@ impl fmt::Display for Denied {
                     "tool `{id}` ({risk}) is above the ceiling of mode {mode} ({ceiling}); it needs {needed}"
                 )
             }
-            DenialCode::ApprovalRequired => write!(
+            DenialCode::ApprovalRequired if self.approval_token.is_some() => write!(
                 f,
-                "tool `{id}` ({risk}) needs an approval in mode {mode} and the gate has no approver"
+                "tool `{id}` ({risk}) needs an approval in mode {mode}; an operator has been asked, \
+                 and the same call runs once approved"
+            ),
+            DenialCode::ApprovalRequired => match &self.detail {
+                Some(why) => write!(
+                    f,
+                    "tool `{id}` ({risk}) needs an approval in mode {mode}: {why}"
+                ),
+                None => write!(
+                    f,
+                    "tool `{id}` ({risk}) needs an approval in mode {mode} and the gate has no approver"
+                ),
+            },
+            DenialCode::AuditUnavailable => write!(
+                f,
+                "tool `{id}` ({risk}) did not run: the audit log could not record the call ({detail})"
+            ),
+            DenialCode::ApprovalExpired => write!(
+                f,
+                "tool `{id}` ({risk}): the approval of this call expired; ask for a new one"
+            ),
+            DenialCode::ApprovalMismatch => write!(
+                f,
+                "tool `{id}` ({risk}): the pending approval is for other arguments; this call needs \
+                 its own approval"
+            ),
+            DenialCode::ApprovalReused => write!(
+                f,
+                "tool `{id}` ({risk}): the approval of this call was already used; an approval runs a \
+                 call once"
             ),
             DenialCode::ApprovalRejected => write!(
                 f,

@@ -4,19 +4,24 @@
 //! the tool's registry slot. Deciding a call then reads the mode and one table cell: no allocation, no
 //! hashing, no lock. Only a call that needs an approval, or is refused, leaves that path.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::approval::{Approval, ApprovalRequest, Approver};
+use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
+use crate::call::{Arguments, CallInfo, EffectiveRisk};
 use crate::denied::{DenialCode, Denied};
 use crate::denylist::{DenyRule, DenyRuleError};
 use crate::manifest::ToolManifest;
 use crate::mode::Mode;
-use crate::policy::{self, Facts, Verdict};
+use crate::policy::{self, Facts, POLICY_VERSION, Verdict};
 use crate::registry::{RegistryError, ToolEntry, registry};
 use crate::scope::{self, Scoped};
+use crate::two_step::{self, ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL, Lookup};
 
 /// Decides every call of every `#[tool]`.
 ///
@@ -47,6 +52,10 @@ struct Inner {
     deny_rule_of: Box<[Option<u32>]>,
     deny_rules: Box<[Arc<str>]>,
     approver: Option<Box<dyn Approver>>,
+    two_step: Option<Mutex<ApprovalStore>>,
+    audit: Option<Arc<dyn AuditSink>>,
+    agent: Option<Arc<str>>,
+    calls: AtomicU64,
 }
 
 impl Gate {
@@ -70,6 +79,9 @@ impl Gate {
             mode: Mode::Shadow,
             deny: Vec::new(),
             approver: None,
+            two_step: None,
+            audit: None,
+            agent: None,
         }
     }
 
@@ -94,15 +106,59 @@ impl Gate {
     /// goes down. A new gate is needed to run in a higher mode, and a gate entered inside this one still
     /// cannot run more than this one allows.
     pub fn lower(&self, to: Mode) -> Result<(), RaiseRefused> {
+        self.lower_by(to, "unnamed operator")
+    }
+
+    /// [`Gate::lower`], naming who lowers it and why for the audit log (`mode_lowered` record).
+    pub fn lower_by(&self, to: Mode, who: &str) -> Result<(), RaiseRefused> {
         let before = Mode::from_index(self.inner.mode.fetch_min(to as u8, Ordering::AcqRel));
         if to > before {
-            Err(RaiseRefused {
+            return Err(RaiseRefused {
                 current: before,
                 requested: to,
-            })
-        } else {
-            Ok(())
+            });
         }
+        if self.inner.audit.is_some() {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let record = AuditRecord {
+                message: Some(format!("mode lowered from {before} to {to} by {who}")),
+                ..self.record(Stage::ModeLowered, Cow::Borrowed(""), to, call)
+            };
+            self.write_after_the_fact(&record);
+        }
+        Ok(())
+    }
+
+    /// Approves a two-step approval request: the call that was refused with this token (same tool, same
+    /// arguments, same risk) may then run once, until the request expires.
+    pub fn approve(&self, token: &str) -> Result<(), ApproveError> {
+        let store = self
+            .inner
+            .two_step
+            .as_ref()
+            .ok_or(ApproveError::NotEnabled)?;
+        let binding = lock(store).approve(token, Instant::now())?;
+        if self.inner.audit.is_some() {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let record = AuditRecord {
+                arguments_digest: Some(binding.arguments_digest),
+                effective_risk: Some(binding.risk),
+                decision: Some(Decision::Approved),
+                ..self.record(
+                    Stage::ApprovalGranted,
+                    Cow::Borrowed(binding.tool),
+                    self.mode(),
+                    call,
+                )
+            };
+            self.write_after_the_fact(&record);
+        }
+        Ok(())
+    }
+
+    /// The agent label the gate was built with.
+    pub fn agent(&self) -> Option<&str> {
+        self.inner.agent.as_deref()
     }
 
     /// Runs `f` with this gate as the ambient gate of the current thread: the tools `f` calls are decided
@@ -158,45 +214,252 @@ impl Gate {
         }
     }
 
-    /// Asks the approver about a call the table says needs one, then decides again: the mode may have been
-    /// lowered while the approver thought.
+    /// The verdict for a call judged at `risk`: the precomputed one at the declared risk, else worked
+    /// out now.
+    fn verdict_at(&self, entry: &'static ToolEntry, risk: EffectiveRisk) -> (Mode, Verdict) {
+        let manifest = &entry.manifest;
+        if risk.get() == manifest.risk_level {
+            return self.table_verdict(entry);
+        }
+        let mode = self.mode();
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let Some(rule) = self.inner.deny_rule_of.get(slot) else {
+            return (mode, Verdict::Refuse(DenialCode::UnregisteredTool));
+        };
+        let verdict = policy::decide(Facts {
+            risk: risk.get(),
+            allowed_modes: manifest.allowed_modes,
+            mode,
+            deny_listed: rule.is_some(),
+        });
+        (mode, self.without_approval_path(verdict))
+    }
+
+    fn without_approval_path(&self, verdict: Verdict) -> Verdict {
+        match verdict {
+            Verdict::NeedsApproval
+                if self.inner.approver.is_none() && self.inner.two_step.is_none() =>
+            {
+                Verdict::Refuse(DenialCode::ApprovalRequired)
+            }
+            other => other,
+        }
+    }
+
+    /// Decides one call in full: policy, then approval; records a refusal where the gate audits.
     #[cold]
-    pub(crate) fn approve(
+    pub(crate) fn decide(
         &self,
         entry: &'static ToolEntry,
-        arguments_digest: Option<&str>,
-    ) -> Result<(), Denied> {
+        risk: EffectiveRisk,
+        arguments: &mut LazyArguments<'_>,
+    ) -> Result<(Mode, Decision), Denied> {
+        let result = match self.verdict_at(entry, risk) {
+            (mode, Verdict::Allow) => Ok((mode, Decision::Allowed)),
+            (mode, Verdict::Refuse(code)) => Err(self.refusal(entry, mode, code)),
+            (mode, Verdict::NeedsApproval) => self.approval(entry, mode, risk, arguments),
+        };
+        result.map_err(|denied| {
+            let denied = denied.with_risk(risk.get());
+            self.record_refusal(entry, &denied, arguments);
+            denied
+        })
+    }
+
+    fn approval(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        arguments: &mut LazyArguments<'_>,
+    ) -> Result<(Mode, Decision), Denied> {
         let manifest = &entry.manifest;
-        let (mode, verdict) = self.table_verdict(entry);
-        match verdict {
-            Verdict::Allow => return Ok(()),
-            Verdict::Refuse(code) => return Err(self.refusal(entry, mode, code)),
-            Verdict::NeedsApproval => {}
+        let refused = |code| Denied::new(code, manifest, risk.get(), Some(mode));
+        if let Some(approver) = self.inner.approver.as_deref() {
+            let digest = arguments.get().map(|a| a.digest.as_str());
+            let request = ApprovalRequest {
+                tool: manifest,
+                mode,
+                risk: risk.get(),
+                arguments_digest: digest,
+            };
+            let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
+                .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
+            return match answer {
+                Approval::Reject(reason) => {
+                    Err(refused(DenialCode::ApprovalRejected).with_detail(reason.into()))
+                }
+                // The mode may have been lowered while the approver thought: decide again.
+                Approval::Approve => match self.verdict_at(entry, risk) {
+                    (mode, Verdict::NeedsApproval | Verdict::Allow) => {
+                        Ok((mode, Decision::Approved))
+                    }
+                    (mode, Verdict::Refuse(code)) => Err(self.refusal(entry, mode, code)),
+                },
+            };
         }
-        let Some(approver) = self.inner.approver.as_deref() else {
-            return Err(self.refusal(entry, mode, DenialCode::ApprovalRequired));
+        let Some(store) = &self.inner.two_step else {
+            return Err(refused(DenialCode::ApprovalRequired));
         };
-        let request = ApprovalRequest {
-            tool: manifest,
-            mode,
-            risk: manifest.risk_level,
-            arguments_digest,
+        let Some(digest) = arguments.get().map(|a| a.digest.clone()) else {
+            return Err(refused(DenialCode::ApprovalRequired).with_detail(
+                "a two-step approval is bound to the call's arguments, and this tool's are not \
+                 serializable"
+                    .into(),
+            ));
         };
-        let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
-            .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
-        match answer {
-            Approval::Reject(reason) => Err(Denied::new(
-                DenialCode::ApprovalRejected,
+        let binding = two_step::binding(manifest.id, digest, risk.get());
+        match lock(store).lookup(binding, Instant::now()) {
+            Lookup::Approved => Ok((mode, Decision::Approved)),
+            Lookup::Refused(code, Some(token)) => Err(refused(code).with_approval_token(token)),
+            Lookup::Refused(code, None) => Err(refused(code)),
+        }
+    }
+
+    fn record_refusal(
+        &self,
+        entry: &'static ToolEntry,
+        denied: &Denied,
+        arguments: &mut LazyArguments<'_>,
+    ) {
+        if self.inner.audit.is_none() {
+            return;
+        }
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let mode = denied.mode().unwrap_or_else(|| self.mode());
+        let record = AuditRecord {
+            arguments_digest: arguments.get().map(|a| a.digest.clone()),
+            code: Some(Cow::Borrowed(denied.code().as_str())),
+            decision: Some(Decision::Refused),
+            declared_risk: Some(entry.manifest.risk_level),
+            effective_risk: Some(denied.risk()),
+            message: Some(denied.to_string()),
+            ..self.record(Stage::Refused, Cow::Borrowed(entry.manifest.id), mode, call)
+        };
+        self.write_after_the_fact(&record);
+    }
+
+    /// Writes the `enter` record of an allowed call; the body may run only if this succeeds.
+    pub(crate) fn record_enter(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        decision: Decision,
+        risk: EffectiveRisk,
+        call_info: &CallInfo<'_>,
+        arguments: &mut LazyArguments<'_>,
+    ) -> Result<Option<crate::permit::Exit>, Denied> {
+        let Some(sink) = &self.inner.audit else {
+            return Ok(None);
+        };
+        let manifest = &entry.manifest;
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let args = arguments.get();
+        let record = AuditRecord {
+            arguments: args
+                .filter(|_| call_info.record_arguments)
+                .map(|a| a.json.clone()),
+            arguments_digest: args.map(|a| a.digest.clone()),
+            decision: Some(decision),
+            declared_risk: Some(manifest.risk_level),
+            effective_risk: Some(risk.get()),
+            ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
+        };
+        match sink.record(&record) {
+            Ok(()) => Ok(Some(crate::permit::Exit {
+                gate: self.clone(),
+                tool: manifest,
+                call,
+                started: Instant::now(),
+                risk: risk.get(),
+                mode,
+                arguments_digest: record.arguments_digest,
+            })),
+            Err(error) => Err(Denied::new(
+                DenialCode::AuditUnavailable,
                 manifest,
-                manifest.risk_level,
+                risk.get(),
                 Some(mode),
             )
-            .with_detail(reason.into())),
-            Approval::Approve => match self.table_verdict(entry) {
-                (_, Verdict::NeedsApproval | Verdict::Allow) => Ok(()),
-                (mode, Verdict::Refuse(code)) => Err(self.refusal(entry, mode, code)),
-            },
+            .with_detail(error.to_string().into())),
         }
+    }
+
+    pub(crate) fn audits(&self) -> bool {
+        self.inner.audit.is_some()
+    }
+
+    /// A record with the fields every record of this gate has.
+    pub(crate) fn record(
+        &self,
+        stage: Stage,
+        tool: Cow<'static, str>,
+        mode: Mode,
+        call: u64,
+    ) -> AuditRecord {
+        AuditRecord {
+            agent: self
+                .inner
+                .agent
+                .as_deref()
+                .map(|a| Cow::Owned(a.to_owned())),
+            arguments: None,
+            arguments_digest: None,
+            call,
+            code: None,
+            decision: None,
+            declared_risk: None,
+            duration_us: None,
+            effective_risk: None,
+            gate: self.inner.id,
+            manifest_digest: Cow::Borrowed(crate::report::manifest_digest()),
+            message: None,
+            mode,
+            outcome: None,
+            output_digest: None,
+            policy_version: POLICY_VERSION,
+            stage,
+            timestamp: crate::audit::now_rfc3339(),
+            tool,
+        }
+    }
+
+    /// Records what cannot be refused any more (a body that ran, a refusal, a lowered mode); a failing
+    /// sink is reported through `tracing`.
+    pub(crate) fn write_after_the_fact(&self, record: &AuditRecord) {
+        if let Some(sink) = &self.inner.audit
+            && let Err(error) = sink.record(record)
+        {
+            tracing::error!(target: "toolgate::audit", %error, tool = %record.tool, "audit record lost");
+        }
+    }
+}
+
+fn lock(store: &Mutex<ApprovalStore>) -> std::sync::MutexGuard<'_, ApprovalStore> {
+    // A panic while holding the lock leaves the store consistent (every update is one assignment).
+    store
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A call's arguments, written once at the first need.
+pub(crate) struct LazyArguments<'a> {
+    call: &'a CallInfo<'a>,
+    written: Option<Option<Arguments>>,
+}
+
+impl<'a> LazyArguments<'a> {
+    pub(crate) fn new(call: &'a CallInfo<'a>) -> LazyArguments<'a> {
+        LazyArguments {
+            call,
+            written: None,
+        }
+    }
+
+    pub(crate) fn get(&mut self) -> Option<&Arguments> {
+        self.written
+            .get_or_insert_with(|| self.call.arguments())
+            .as_ref()
     }
 }
 
@@ -207,6 +470,9 @@ impl fmt::Debug for Gate {
             .field("mode", &self.mode())
             .field("deny_rules", &self.inner.deny_rules)
             .field("approver", &self.inner.approver.is_some())
+            .field("two_step", &self.inner.two_step.is_some())
+            .field("audit", &self.inner.audit.is_some())
+            .field("agent", &self.inner.agent)
             .finish()
     }
 }
@@ -217,6 +483,9 @@ pub struct GateBuilder {
     mode: Mode,
     deny: Vec<String>,
     approver: Option<Box<dyn Approver>>,
+    two_step: Option<Duration>,
+    audit: Option<Arc<dyn AuditSink>>,
+    agent: Option<Arc<str>>,
 }
 
 impl GateBuilder {
@@ -236,6 +505,39 @@ impl GateBuilder {
     /// The approver of the calls whose risk needs one. Without one, those calls are refused.
     pub fn approver(mut self, approver: impl Approver) -> Self {
         self.approver = Some(Box::new(approver));
+        self
+    }
+
+    /// Takes two-step approvals where no approver is set: a call that needs an approval is refused with
+    /// `APPROVAL_REQUIRED` and a token ([`Denied::approval_token`]); after [`Gate::approve`] with that
+    /// token, the same call with the same arguments runs once. Requests expire after
+    /// [`DEFAULT_APPROVAL_TTL`](crate::DEFAULT_APPROVAL_TTL) (10 minutes).
+    pub fn two_step_approvals(self) -> Self {
+        self.approval_ttl(DEFAULT_APPROVAL_TTL)
+    }
+
+    /// [`GateBuilder::two_step_approvals`] with another expiry.
+    pub fn approval_ttl(mut self, ttl: Duration) -> Self {
+        self.two_step = Some(ttl);
+        self
+    }
+
+    /// Records every decision in `sink`. An allowed call runs only once its `enter` record is written:
+    /// when the sink fails, the call is refused with `AUDIT_UNAVAILABLE`.
+    pub fn audit(mut self, sink: impl AuditSink) -> Self {
+        self.audit = Some(Arc::new(sink));
+        self
+    }
+
+    /// [`GateBuilder::audit`] with a sink shared with other gates or kept by the caller.
+    pub fn audit_shared(mut self, sink: Arc<dyn AuditSink>) -> Self {
+        self.audit = Some(sink);
+        self
+    }
+
+    /// A label for the agent this gate decides for, written into every audit record.
+    pub fn agent(mut self, label: impl Into<String>) -> Self {
+        self.agent = Some(label.into().into());
         self
     }
 
@@ -262,7 +564,7 @@ impl GateBuilder {
         if !errors.is_empty() {
             return Err(GateError::DenyRules(errors));
         }
-        let has_approver = self.approver.is_some();
+        let has_approval_path = self.approver.is_some() || self.two_step.is_some();
         let deny_rule_of: Box<[Option<u32>]> = registry
             .entries
             .iter()
@@ -285,7 +587,7 @@ impl GateBuilder {
                         deny_listed: rule.is_some(),
                     });
                     match verdict {
-                        Verdict::NeedsApproval if !has_approver => {
+                        Verdict::NeedsApproval if !has_approval_path => {
                             Verdict::Refuse(DenialCode::ApprovalRequired)
                         }
                         other => other,
@@ -301,6 +603,10 @@ impl GateBuilder {
                 deny_rule_of,
                 deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
                 approver: self.approver,
+                two_step: self.two_step.map(|ttl| Mutex::new(ApprovalStore::new(ttl))),
+                audit: self.audit,
+                agent: self.agent,
+                calls: AtomicU64::new(1),
             }),
         })
     }
@@ -316,6 +622,9 @@ impl fmt::Debug for GateBuilder {
             .field("mode", &self.mode)
             .field("deny", &self.deny)
             .field("approver", &self.approver.is_some())
+            .field("two_step", &self.two_step)
+            .field("audit", &self.audit.is_some())
+            .field("agent", &self.agent)
             .finish()
     }
 }

@@ -9,8 +9,10 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::call::{CallInfo, EffectiveRisk};
 use crate::denied::{DenialCode, Denied};
-use crate::gate::Gate;
+use crate::gate::{Gate, LazyArguments};
+use crate::permit::Permit;
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
 
@@ -37,55 +39,65 @@ impl Drop for Entered {
     }
 }
 
-/// Proof that a call was decided and allowed; generated code holds it for the length of the body.
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct Permit {
-    _private: (),
-}
-
 /// Decides a call of `entry` against `explicit` (a `&Gate` argument of the tool) and every ambient gate.
+///
+/// The common case, one gate that does not audit and a call that its table decides, reads one cell and
+/// returns; everything else (escalation, approvals, audit records, nested gates) takes [`decide_all`].
 #[inline]
-pub(crate) fn check(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Result<Permit, Denied> {
-    let pending = STACK
+pub(crate) fn check(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    let escalates = call
+        .escalated
+        .is_some_and(|risk| risk > entry.manifest.risk_level);
+    let slow = STACK
         .try_with(|stack| {
             let Ok(stack) = stack.try_borrow() else {
                 return Err(no_gate(entry));
             };
             match (explicit, stack.as_slice()) {
                 (None, []) => Err(no_gate(entry)),
-                (None, [gate]) | (Some(gate), []) => match gate.table_verdict(entry) {
-                    (_, Verdict::Allow) => Ok(None),
-                    (_, Verdict::NeedsApproval) => Ok(Some(vec![gate.clone()])),
-                    (mode, Verdict::Refuse(code)) => Err(gate.refusal(entry, mode, code)),
-                },
-                (explicit, ambient) => check_all(entry, explicit.into_iter().chain(ambient)),
+                (None, [gate]) | (Some(gate), []) if !escalates && !gate.audits() => {
+                    match gate.table_verdict(entry) {
+                        (_, Verdict::Allow) => Ok(None),
+                        (mode, Verdict::Refuse(code)) => Err(gate.refusal(entry, mode, code)),
+                        (_, Verdict::NeedsApproval) => Ok(Some(vec![gate.clone()])),
+                    }
+                }
+                (explicit, ambient) => {
+                    Ok(Some(explicit.into_iter().chain(ambient).cloned().collect()))
+                }
             }
         })
         .unwrap_or_else(|_| Err(no_gate(entry)))?;
-    if let Some(gates) = pending {
-        // Approvers run with the stack released, so that they may enter gates themselves.
-        for gate in gates {
-            gate.approve(entry, None)?;
-        }
+    match slow {
+        None => Ok(Permit::unaudited()),
+        // Approvers and sinks run with the stack released, so that they may enter gates themselves.
+        Some(gates) => decide_all(entry, &gates, call),
     }
-    Ok(Permit { _private: () })
 }
 
 #[cold]
-fn check_all<'a>(
+fn decide_all(
     entry: &'static ToolEntry,
-    gates: impl Iterator<Item = &'a Gate>,
-) -> Result<Option<Vec<Gate>>, Denied> {
-    let mut needs_approval = Vec::new();
+    gates: &[Gate],
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
+    let mut arguments = LazyArguments::new(call);
+    let mut decisions = Vec::with_capacity(gates.len());
     for gate in gates {
-        match gate.table_verdict(entry) {
-            (_, Verdict::Allow) => {}
-            (_, Verdict::NeedsApproval) => needs_approval.push(gate.clone()),
-            (mode, Verdict::Refuse(code)) => return Err(gate.refusal(entry, mode, code)),
+        decisions.push(gate.decide(entry, risk, &mut arguments)?);
+    }
+    let mut exits = Vec::new();
+    for (gate, (mode, decision)) in gates.iter().zip(decisions) {
+        if let Some(exit) = gate.record_enter(entry, mode, decision, risk, call, &mut arguments)? {
+            exits.push(exit);
         }
     }
-    Ok((!needs_approval.is_empty()).then_some(needs_approval))
+    Ok(Permit::audited(exits))
 }
 
 #[cold]

@@ -1,0 +1,100 @@
+//! The permit an allowed call holds while its body runs, and the audit records that close the call.
+//!
+//! Generated code holds the permit for the length of the body and hands it the result at the end. A
+//! permit dropped without that (the body panicked, or its future was dropped) still writes the `exit`
+//! record, with the outcome `panic` or `cancelled`.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use crate::audit::{AuditRecord, Outcome, Stage};
+use crate::gate::Gate;
+use crate::manifest::ToolManifest;
+use crate::mode::Mode;
+use crate::risk::Risk;
+
+/// Proof that a call was decided and allowed; generated code holds it for the length of the body.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Permit {
+    exits: Vec<Exit>,
+}
+
+/// What an audited gate needs to write the `exit` record of a call.
+#[derive(Debug)]
+pub(crate) struct Exit {
+    pub(crate) gate: Gate,
+    pub(crate) tool: &'static ToolManifest,
+    pub(crate) call: u64,
+    pub(crate) started: Instant,
+    pub(crate) risk: Risk,
+    pub(crate) mode: Mode,
+    pub(crate) arguments_digest: Option<String>,
+}
+
+impl Permit {
+    pub(crate) fn unaudited() -> Permit {
+        Permit { exits: Vec::new() }
+    }
+
+    pub(crate) fn audited(exits: Vec<Exit>) -> Permit {
+        Permit { exits }
+    }
+
+    /// Closes the call with its result; `output_digest` is asked only where a gate audits the call.
+    #[inline]
+    pub fn finish<T, E>(
+        mut self,
+        result: &Result<T, E>,
+        output_digest: impl FnOnce(&T) -> Option<String>,
+    ) {
+        if self.exits.is_empty() {
+            return;
+        }
+        let (outcome, digest) = match result {
+            Ok(value) => (Outcome::Ok, output_digest(value)),
+            Err(_) => (Outcome::Error, None),
+        };
+        self.close(outcome, digest);
+    }
+
+    #[cold]
+    fn close(&mut self, outcome: Outcome, output_digest: Option<String>) {
+        for exit in self.exits.drain(..) {
+            let record = AuditRecord {
+                arguments_digest: exit.arguments_digest,
+                duration_us: Some(
+                    u64::try_from(exit.started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                ),
+                effective_risk: Some(exit.risk),
+                outcome: Some(outcome),
+                output_digest: output_digest.clone(),
+                ..exit.gate.record(
+                    Stage::Exit,
+                    Cow::Borrowed(exit.tool.id),
+                    exit.mode,
+                    exit.call,
+                )
+            };
+            let record = AuditRecord {
+                declared_risk: Some(exit.tool.risk_level),
+                ..record
+            };
+            // The body has run: a sink that fails now cannot undo it, so the failure is only reported.
+            exit.gate.write_after_the_fact(&record);
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.exits.is_empty() {
+            let outcome = if std::thread::panicking() {
+                Outcome::Panic
+            } else {
+                Outcome::Cancelled
+            };
+            self.close(outcome, None);
+        }
+    }
+}
