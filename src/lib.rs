@@ -157,11 +157,17 @@
 
 pub use toolgate_macros::{tool, toolset};
 pub use toolgate_runtime::{
-    AllowAllApprover, Approval, ApprovalRequest, Approver, DenialCode, Denied, DenyRuleError,
+    AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL, DenialCode, Denied, DenyRuleError,
     Duplicate, Gate, GateBuilder, GateError, MODE_ENV_VAR, Manifests, Mode, ModeEnvError, ModeSet,
     ParseError, RaiseRefused, RegistryError, Risk, Scoped, Source, ToolManifest, check_registry,
     manifest, manifests, policy,
 };
+
+#[cfg(feature = "clap")]
+pub use toolgate_runtime::cli;
+pub use toolgate_runtime::{lockfile, report};
+
+pub use toolgate_runtime::audit;
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
 #[doc(hidden)]

@@ -463,6 +463,11 @@ impl<'a> LazyArguments<'a> {
     }
 }
 
+// A panic anywhere (a tool body, an approver, a sink) leaves a gate consistent: its state is atomics and a
+// store whose poisoned lock is recovered, each update being a single assignment.
+impl std::panic::UnwindSafe for Gate {}
+impl std::panic::RefUnwindSafe for Gate {}
+
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
