@@ -1,0 +1,140 @@
+//! `clap` integration: [`Mode`], [`Risk`] and [`Format`] as [`ValueEnum`]s, and the [`ListTools`] flag.
+//!
+//! ```
+//! # extern crate toolgate_runtime as toolgate;
+//! # extern crate clap;
+//! use clap::Parser;
+//! use toolgate::Mode;
+//! use toolgate::cli::ListTools;
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     /// The agent's mode.
+//!     #[arg(long, value_enum, default_value_t = Mode::Shadow)]
+//!     mode: Mode,
+//!     #[command(flatten)]
+//!     list_tools: ListTools,
+//! }
+//!
+//! let args = Args::parse_from(["app", "--mode", "partial-auto"]);
+//! assert_eq!(args.mode, Mode::PartialAuto);
+//! assert!(!args.list_tools.run()); // `--list-tools` was not given: nothing printed
+//! ```
+
+use std::io;
+
+use clap::ValueEnum;
+use clap::builder::PossibleValue;
+
+use crate::mode::Mode;
+use crate::report::{self, Format};
+use crate::risk::Risk;
+
+/// The exact name (shown in help), with hidden aliases in lower case and with `-` for `_`, so that
+/// `FULL_AUTO`, `full_auto`, `full-auto` and `FULL-AUTO` parse even where the argument does not set
+/// `ignore_case`.
+fn name_with_aliases(name: &'static str, aliases: &[&'static str]) -> PossibleValue {
+    PossibleValue::new(name).aliases(aliases.iter().copied())
+}
+
+impl ValueEnum for Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Mode::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            Mode::Shadow => "the agent only watches: nothing is applied",
+            Mode::Advisory => "the agent advises a human, who applies",
+            Mode::PartialAuto => "the agent applies low-risk changes itself",
+            Mode::FullAuto => "the agent applies any change, critical ones with an approval",
+        };
+        let aliases: &[&'static str] = match self {
+            Mode::Shadow => &["shadow"],
+            Mode::Advisory => &["advisory"],
+            Mode::PartialAuto => &["partial_auto", "partial-auto", "PARTIAL-AUTO"],
+            Mode::FullAuto => &["full_auto", "full-auto", "FULL-AUTO"],
+        };
+        Some(name_with_aliases(self.as_str(), aliases).help(help))
+    }
+}
+
+impl ValueEnum for Risk {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Risk::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let aliases: &[&'static str] = match self {
+            Risk::ReadOnly => &["read_only", "read-only", "READ-ONLY"],
+            Risk::ProposeOnly => &["propose_only", "propose-only", "PROPOSE-ONLY"],
+            Risk::LowWrite => &["low_write", "low-write", "LOW-WRITE"],
+            Risk::HighWrite => &["high_write", "high-write", "HIGH-WRITE"],
+        };
+        Some(name_with_aliases(self.as_str(), aliases))
+    }
+}
+
+impl ValueEnum for Format {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Format::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            Format::Json => PossibleValue::new("json").help("a JSON array of manifests"),
+            Format::Markdown => PossibleValue::new("md")
+                .alias("markdown")
+                .help("a Markdown table"),
+            Format::Csv => PossibleValue::new("csv").help("CSV with a header row"),
+        })
+    }
+}
+
+/// A `--list-tools [json|md|csv]` flag: flatten it into an application's arguments and call
+/// [`run`](ListTools::run) first thing.
+///
+/// ```ignore
+/// if args.list_tools.run() {
+///     return Ok(());
+/// }
+/// ```
+///
+/// Given without a value, the format is `md`. Since the value is optional, write `--list-tools=csv`
+/// where a positional argument follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::Args)]
+pub struct ListTools {
+    /// Print the manifests of this program's tools (json, md or csv; md if no format is given) and exit
+    #[arg(
+        id = "list_tools",
+        long = "list-tools",
+        value_name = "FORMAT",
+        value_enum,
+        num_args = 0..=1,
+        default_missing_value = "md"
+    )]
+    pub format: Option<Format>,
+}
+
+impl ListTools {
+    /// If the flag was given, prints the report of every linked tool to standard output and returns
+    /// `true`; else does nothing and returns `false`.
+    ///
+    /// A closed pipe (`app --list-tools | head`) ends the output quietly; any other write error panics,
+    /// as `println!` does.
+    pub fn run(&self) -> bool {
+        match self.try_run() {
+            Ok(given) => given,
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => true,
+            Err(error) => panic!("failed printing the tool list to stdout: {error}"),
+        }
+    }
+
+    /// [`run`](ListTools::run), returning a write error instead of panicking.
+    pub fn try_run(&self) -> io::Result<bool> {
+        match self.format {
+            Some(format) => report::print(format).map(|()| true),
+            None => Ok(false),
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! A lockfile of the tools' manifests, so that a change to what a tool may do is reviewed like code.
+//!
+//! Commit a `tools.lock.json` next to `Cargo.toml` and add one test:
+//!
+//! ```no_run
+//! # extern crate toolgate_runtime as toolgate;
+//! #[test]
+//! fn tools_match_the_lockfile() {
+//!     toolgate::lockfile::assert_lockfile("tools.lock.json");
+//! }
+//! ```
+//!
+//! The test fails while the linked tools differ from the file, with a list of the differences that puts
+//! first what widens an agent's power: **risk escalations** (a tool whose `risk_level` went up) and
+//! **newly allowed modes**; then new tools, removed tools, and every other changed field, each line naming
+//! the tool and the old and new values. To accept the changes, run the tests once with
+//! `TOOLGATE_LOCKFILE=overwrite` ([`LOCKFILE_ENV_VAR`]), which rewrites the file and passes, and commit the
+//! file: its diff is what a reviewer reads. A missing lockfile fails the same way, saying how to create it.
+//! CI should run without the variable.
+//!
+//! # The format
+//!
+//! Pretty-printed JSON (two-space indent, a final line break): an array of the tools sorted by id, each an
+//! object with the manifest's keys in the order [`ToolManifest`] serializes them, except that `source`
+//! keeps only `module_path`:
+//!
+//! ```json
+//! [
+//!   {
+//!     "id": "users.delete",
+//!     "domain": "users",
+//!     "description": "Delete a user account.",
+//!     "risk_level": "HIGH_WRITE",
+//!     "side_effects": true,
+//!     "allowed_modes": [
+//!       "FULL_AUTO"
+//!     ],
+//!     "idempotent": false,
+//!     "open_world": false,
+//!     "source": {
+//!       "module_path": "app::users"
+//!     }
+//!   }
+//! ]
+//! ```
+//!
+//! `source.line` is left out because it changes on every edit above a tool, which would make the file
+//! churn with no change of meaning. `source.file` is left out because it is not portable: `file!()` is
+//! relative to the workspace for the workspace's own crates but an absolute path, under the user's home,
+//! for a dependency's, so a lockfile written on one machine would fail on another. `module_path` is stable
+//! and still says where a tool lives; moving a tool to another module is a reviewable change.
+//!
+//! The file is compared by content, not by text: a reformatted file (or one whose line endings Git
+//! converted) with the same tools passes. Unknown keys make it invalid.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::ToolManifest;
+use crate::mode::ModeSet;
+use crate::registry::manifests;
+use crate::risk::Risk;
+
+/// The environment variable that [`check`] and [`check_manifests`] read: `overwrite` rewrites the
+/// lockfile; unset, empty or `check` only compares.
+pub const LOCKFILE_ENV_VAR: &str = "TOOLGATE_LOCKFILE";
+
+/// What a check does with the lockfile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// Compare, and fail on any difference or a missing file.
+    Check,
+    /// Write the file from the current manifests (unless it already says the same) and pass.
+    Overwrite,
+}
+
+impl Update {
+    /// Reads [`LOCKFILE_ENV_VAR`]: `overwrite` (any ASCII case) is [`Update::Overwrite`]; unset, empty or
+    /// `check` is [`Update::Check`]; anything else is an error rather than a silent check.
+    pub fn from_env() -> Result<Update, LockfileError> {
+        let Some(value) = std::env::var_os(LOCKFILE_ENV_VAR) else {
+            return Ok(Update::Check);
+        };
+        match value.to_str() {
+            Some(v) if v.eq_ignore_ascii_case("overwrite") => Ok(Update::Overwrite),
+            Some(v) if v.is_empty() || v.eq_ignore_ascii_case("check") => Ok(Update::Check),
+            _ => Err(LockfileError::BadEnv {
+                value: value.to_string_lossy().into_owned(),
+            }),
+        }
+    }
+}
+
+/// Checks every linked tool ([`manifests()`]) against the lockfile at `path`, in the mode
+/// [`Update::from_env`] reads.
+///
+/// A relative `path` is relative to the crate root: `CARGO_MANIFEST_DIR` as the environment gives it at
+/// run time (Cargo sets it for tests), else the current directory. The error's `Debug` is its `Display`,
+/// so `check(path).unwrap()` also fails with the readable list of changes.
+pub fn check(path: impl AsRef<Path>) -> Result<(), LockfileError> {
+    check_manifests(path, manifests())
+}
+
+/// [`check`], panicking with the list of changes: the one line a test needs.
+#[track_caller]
+pub fn assert_lockfile(path: impl AsRef<Path>) {
+    if let Err(error) = check(path) {
+        panic!("{error}");
+    }
+}
+
+/// [`check`] of the given manifests rather than the linked ones.
+pub fn check_manifests<I>(path: impl AsRef<Path>, manifests: I) -> Result<(), LockfileError>
+where
+    I: IntoIterator,
+    I::Item: Borrow<ToolManifest>,
+{
+    check_with(path, manifests, Update::from_env()?)
+}
+
+/// [`check_manifests`] with the update mode given rather than read from the environment.
+pub fn check_with<I>(
+    path: impl AsRef<Path>,
+    manifests: I,
+    update: Update,
+) -> Result<(), LockfileError>
+where
+    I: IntoIterator,
+    I::Item: Borrow<ToolManifest>,
+{
+    let path = resolve(path.as_ref());
+    let current = entries(manifests);
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+        Err(source) => return Err(LockfileError::Io { path, source }),
+    };
+    match update {
+        Update::Overwrite => {
+            let text = to_text(&current);
+            if existing.as_deref() != Some(text.as_str()) {
+                write_atomically(&path, &text).map_err(|source| LockfileError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+            Ok(())
+        }
+        Update::Check => {
+            let Some(text) = existing else {
+                return Err(LockfileError::Missing { path });
+            };
+            let mut locked: Vec<Entry> =
+                serde_json::from_str(&text).map_err(|source| LockfileError::Invalid {
+                    path: path.clone(),
+                    source,
+                })?;
+            sort(&mut locked);
+            let changes = diff(&locked, &current);
+            if changes.is_empty() {
+                Ok(())
+            } else {
+                Err(LockfileError::Mismatch { path, changes })
+            }
+        }
+    }
+}
+
+/// The lockfile text for `manifests`: what [`Update::Overwrite`] writes.
+pub fn render<I>(manifests: I) -> String
+where
+    I: IntoIterator,
+    I::Item: Borrow<ToolManifest>,
+{
+    to_text(&entries(manifests))
+}
+
+/// `path` made absolute against `CARGO_MANIFEST_DIR` (read at run time), else the current directory.
+pub fn resolve(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_owned();
+    }
+    match std::env::var_os("CARGO_MANIFEST_DIR") {
+        Some(root) => Path::new(&root).join(path),
+        None => std::env::current_dir()
+            .map(|dir| dir.join(path))
+            .unwrap_or_else(|_| path.to_owned()),
+    }
+}
+
+/// One tool as the lockfile records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    id: String,
+    domain: Option<String>,
+    description: String,
+    risk_level: Risk,
+    side_effects: bool,
+    allowed_modes: ModeSet,
+    idempotent: bool,
+    open_world: bool,
+    source: EntrySource,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntrySource {
+    module_path: String,
+}
+
+impl From<&ToolManifest> for Entry {
+    fn from(m: &ToolManifest) -> Entry {
+        Entry {
+            id: m.id.to_owned(),
+            domain: m.domain.map(str::to_owned),
+            description: m.description.to_owned(),
+            risk_level: m.risk_level,
+            side_effects: m.side_effects,
+            allowed_modes: m.allowed_modes,
+            idempotent: m.idempotent,
+            open_world: m.open_world,
+            source: EntrySource {
+                module_path: m.source.module_path.to_owned(),
+            },
+        }
+    }
+}
+
+fn entries<I>(manifests: I) -> Vec<Entry>
+where
+    I: IntoIterator,
+    I::Item: Borrow<ToolManifest>,
+{
+    let mut entries: Vec<Entry> = manifests
+        .into_iter()
+        .map(|m| Entry::from(m.borrow()))
+        .collect();
+    sort(&mut entries);
+    entries
+}
+
+/// By id, then (for duplicate ids, whose input order is arbitrary) by their JSON text.
+fn sort(entries: &mut [Entry]) {
+    entries.sort_by_cached_key(|e| {
+        (
+            e.id.clone(),
+            serde_json::to_string(e).expect("an entry serializes"),
+        )
+    });
+}
+
+fn to_text(entries: &[Entry]) -> String {
+    let mut text = serde_json::to_string_pretty(entries).expect("an entry serializes");
+    text.push('\n');
+    text
+}
+
+/// Writes through a temporary file and a rename, so that a concurrent reader never sees half a file.
+fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = path.with_file_name(name);
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// The kind of a [`Change`], in the order the list of changes shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum ChangeKind {
+    /// A tool's `risk_level` went up.
+    RiskEscalation,
+    /// A tool's `allowed_modes` gained a mode.
+    NewlyAllowedMode,
+    /// A tool that the lockfile lacks.
+    NewTool,
+    /// A tool of the lockfile that is gone.
+    RemovedTool,
+    /// Any other field changed: a lowered risk, a mode taken away, `side_effects`, `description`,
+    /// `idempotent`, `open_world`, `domain` or `source.module_path`.
+    Changed,
+}
+
+impl ChangeKind {
+    fn label(self) -> &'static str {
+        match self {
+            ChangeKind::RiskEscalation => "risk escalation",
+            ChangeKind::NewlyAllowedMode => "newly allowed mode",
+            ChangeKind::NewTool => "new tool",
+            ChangeKind::RemovedTool => "removed tool",
+            ChangeKind::Changed => "changed",
+        }
+    }
+}
+
+/// One difference between the lockfile and the current manifests.
+///
+/// Displays as one line: the kind, the tool id, then the field and its old and new values, such as
+/// `risk escalation    users.delete: risk_level LOW_WRITE -> HIGH_WRITE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Change {
+    /// What kind of change.
+    pub kind: ChangeKind,
+    /// The tool's id.
+    pub id: String,
+    /// The field with its old and new values (`risk_level LOW_WRITE -> HIGH_WRITE`).
+    pub detail: String,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:<18} {}: {}", self.kind.label(), self.id, self.detail)
+    }
+}
+
+fn modes(set: ModeSet) -> String {
+    let names: Vec<&str> = set.iter().map(|m| m.as_str()).collect();
+    format!("[{}]", names.join(", "))
+}
+
+fn summary(e: &Entry) -> String {
+    format!(
+        "risk_level {}, allowed_modes {}, side_effects {}",
+        e.risk_level,
+        modes(e.allowed_modes),
+        e.side_effects
+    )
+}
+
+fn compare(old: &Entry, new: &Entry, out: &mut Vec<Change>) {
+    let mut push = |kind, detail: String| {
+        out.push(Change {
+            kind,
+            id: new.id.clone(),
+            detail,
+        });
+    };
+    if old.risk_level != new.risk_level {
+        let kind = if new.risk_level > old.risk_level {
+            ChangeKind::RiskEscalation
+        } else {
+            ChangeKind::Changed
+        };
+        push(
+            kind,
+            format!("risk_level {} -> {}", old.risk_level, new.risk_level),
+        );
+    }
+    if old.allowed_modes != new.allowed_modes {
+        let gained: Vec<&str> = new
+            .allowed_modes
+            .iter()
+            .filter(|&m| !old.allowed_modes.contains(m))
+            .map(|m| m.as_str())
+            .collect();
+        let transition = format!(
+            "allowed_modes {} -> {}",
+            modes(old.allowed_modes),
+            modes(new.allowed_modes)
+        );
+        if gained.is_empty() {
+            push(ChangeKind::Changed, transition);
+        } else {
+            push(
+                ChangeKind::NewlyAllowedMode,
+                format!("{transition} (now allowed in {})", gained.join(", ")),
+            );
+        }
+    }
+    if old.side_effects != new.side_effects {
+        push(
+            ChangeKind::Changed,
+            format!("side_effects {} -> {}", old.side_effects, new.side_effects),
+        );
+    }
+    if old.description != new.description {
+        push(
+            ChangeKind::Changed,
+            format!("description {:?} -> {:?}", old.description, new.description),
+        );
+    }
+    if old.idempotent != new.idempotent {
+        push(
+            ChangeKind::Changed,
+            format!("idempotent {} -> {}", old.idempotent, new.idempotent),
+        );
+    }
+    if old.open_world != new.open_world {
+        push(
+            ChangeKind::Changed,
+            format!("open_world {} -> {}", old.open_world, new.open_world),
+        );
+    }
+    if old.domain != new.domain {
+        let show = |d: &Option<String>| d.as_ref().map_or("null".to_owned(), |d| format!("{d:?}"));
+        push(
+            ChangeKind::Changed,
+            format!("domain {} -> {}", show(&old.domain), show(&new.domain)),
+        );
+    }
+    if old.source != new.source {
+        push(
+            ChangeKind::Changed,
+            format!(
+                "source.module_path {:?} -> {:?}",
+                old.source.module_path, new.source.module_path
+            ),
+        );
+    }
+}
+
+/// The changes from `old` to `new`, both sorted, in display order: by kind, then id.
+fn diff(old: &[Entry], new: &[Entry]) -> Vec<Change> {
+    let mut by_id: BTreeMap<&str, (Vec<&Entry>, Vec<&Entry>)> = BTreeMap::new();
+    for e in old {
+        by_id.entry(&e.id).or_default().0.push(e);
+    }
+    for e in new {
+        by_id.entry(&e.id).or_default().1.push(e);
+    }
+    let mut changes = Vec::new();
+    for (id, (olds, news)) in by_id {
+        for i in 0..olds.len().max(news.len()) {
+            match (olds.get(i), news.get(i)) {
+                (Some(o), Some(n)) => compare(o, n, &mut changes),
+                (None, Some(n)) => changes.push(Change {
+                    kind: ChangeKind::NewTool,
+                    id: id.to_owned(),
+                    detail: format!("(absent) -> {}", summary(n)),
+                }),
+                (Some(o), None) => changes.push(Change {
+                    kind: ChangeKind::RemovedTool,
+                    id: id.to_owned(),
+                    detail: format!("{} -> (absent)", summary(o)),
+                }),
+                (None, None) => {}
+            }
+        }
+    }
+    // Stable: within a kind, ids stay sorted and a tool's fields stay in field order.
+    changes.sort_by_key(|c| c.kind);
+    changes
+}
+
+/// Why a lockfile check failed.
+///
+/// `Debug` shows the same text as `Display`, so that `.unwrap()` and a test returning `Result` print the
+/// list of changes readably.
+#[non_exhaustive]
+pub enum LockfileError {
+    /// There is no lockfile at `path`.
+    Missing {
+        /// The resolved path.
+        path: PathBuf,
+    },
+    /// Reading or writing the lockfile failed.
+    Io {
+        /// The resolved path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The file is not a lockfile: not JSON, a missing or unknown key, a bad value.
+    Invalid {
+        /// The resolved path.
+        path: PathBuf,
+        /// The error.
+        source: serde_json::Error,
+    },
+    /// The current manifests differ from the lockfile.
+    Mismatch {
+        /// The resolved path.
+        path: PathBuf,
+        /// Every difference, in display order: risk escalations and newly allowed modes first.
+        changes: Vec<Change>,
+    },
+    /// [`LOCKFILE_ENV_VAR`] is set to something other than `overwrite` or `check`.
+    BadEnv {
+        /// The value found.
+        value: String,
+    },
+}
+
+impl LockfileError {
+    /// The differences, if the lockfile did not match; empty otherwise.
+    pub fn changes(&self) -> &[Change] {
+        match self {
+            LockfileError::Mismatch { changes, .. } => changes,
+            _ => &[],
+        }
+    }
+}
+
+const HOW_TO_OVERWRITE: &str = "run the tests once with TOOLGATE_LOCKFILE=overwrite \
+                                (`TOOLGATE_LOCKFILE=overwrite cargo test`)";
+
+impl fmt::Display for LockfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockfileError::Missing { path } => write!(
+                f,
+                "tool lockfile {} does not exist; to create it, {HOW_TO_OVERWRITE}, then review and \
+                 commit it",
+                path.display()
+            ),
+            LockfileError::Io { path, source } => {
+                write!(f, "tool lockfile {}: {source}", path.display())
+            }
+            LockfileError::Invalid { path, source } => write!(
+                f,
+                "tool lockfile {} is not a valid lockfile: {source}; to rewrite it, {HOW_TO_OVERWRITE}",
+                path.display()
+            ),
+            LockfileError::Mismatch { path, changes } => {
+                let s = if changes.len() == 1 { "" } else { "s" };
+                writeln!(
+                    f,
+                    "the tools differ from the lockfile {} ({} change{s}):",
+                    path.display(),
+                    changes.len()
+                )?;
+                for change in changes {
+                    writeln!(f, "  {change}")?;
+                }
+                write!(
+                    f,
+                    "review them; to accept them, {HOW_TO_OVERWRITE} and commit the lockfile"
+                )
+            }
+            LockfileError::BadEnv { value } => write!(
+                f,
+                "environment variable {LOCKFILE_ENV_VAR} is `{value}`; expected `overwrite`, `check` \
+                 or unset"
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for LockfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for LockfileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LockfileError::Io { source, .. } => Some(source),
+            LockfileError::Invalid { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

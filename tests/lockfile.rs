@@ -1,0 +1,398 @@
+//! The tool lockfile: writing it, checking it, and the order and wording of the differences.
+
+use std::path::{Path, PathBuf};
+
+use toolgate::lockfile::{self, ChangeKind, LockfileError, Update};
+use toolgate::{Mode, ModeSet, Risk, ToolManifest, tool};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Look a user up.
+#[tool(risk = "READ_ONLY", domain = "users")]
+#[allow(dead_code, reason = "registered for its manifest, never called")]
+fn get_user() -> Result<(), BoxError> {
+    Ok(())
+}
+
+/// Label a user.
+#[tool(risk = "LOW_WRITE", domain = "users", modes = [PARTIAL_AUTO])]
+#[allow(dead_code, reason = "registered for its manifest, never called")]
+fn label_user() -> Result<(), BoxError> {
+    Ok(())
+}
+
+/// Delete a user.
+#[tool(risk = "HIGH_WRITE", domain = "users")]
+#[allow(dead_code, reason = "registered for its manifest, never called")]
+fn delete_user() -> Result<(), BoxError> {
+    Ok(())
+}
+
+/// A directory of its own under the system's temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "toolgate-lockfile-test-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self) -> PathBuf {
+        self.0.join("tools.lock.json")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn base() -> Vec<ToolManifest> {
+    toolgate::manifests().copied().collect()
+}
+
+fn tool_mut<'a>(set: &'a mut [ToolManifest], id: &str) -> &'a mut ToolManifest {
+    set.iter_mut().find(|m| m.id == id).unwrap()
+}
+
+/// The change lines of a mismatch, without the header (which names the temporary path) and the advice.
+fn change_lines(error: &LockfileError) -> Vec<String> {
+    let text = error.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("the tools differ from the lockfile "),
+        "{text}"
+    );
+    assert_eq!(
+        *lines.last().unwrap(),
+        "review them; to accept them, run the tests once with TOOLGATE_LOCKFILE=overwrite \
+         (`TOOLGATE_LOCKFILE=overwrite cargo test`) and commit the lockfile"
+    );
+    lines[1..lines.len() - 1]
+        .iter()
+        .map(|l| l.to_string())
+        .collect()
+}
+
+const EXPECTED: &str = r#"[
+  {
+    "id": "users.delete_user",
+    "domain": "users",
+    "description": "Delete a user.",
+    "risk_level": "HIGH_WRITE",
+    "side_effects": true,
+    "allowed_modes": [
+      "FULL_AUTO"
+    ],
+    "idempotent": false,
+    "open_world": false,
+    "source": {
+      "module_path": "lockfile"
+    }
+  },
+  {
+    "id": "users.get_user",
+    "domain": "users",
+    "description": "Look a user up.",
+    "risk_level": "READ_ONLY",
+    "side_effects": false,
+    "allowed_modes": [
+      "SHADOW",
+      "ADVISORY",
+      "PARTIAL_AUTO",
+      "FULL_AUTO"
+    ],
+    "idempotent": false,
+    "open_world": false,
+    "source": {
+      "module_path": "lockfile"
+    }
+  },
+  {
+    "id": "users.label_user",
+    "domain": "users",
+    "description": "Label a user.",
+    "risk_level": "LOW_WRITE",
+    "side_effects": true,
+    "allowed_modes": [
+      "PARTIAL_AUTO"
+    ],
+    "idempotent": false,
+    "open_world": false,
+    "source": {
+      "module_path": "lockfile"
+    }
+  }
+]
+"#;
+
+#[test]
+fn overwrite_writes_the_sorted_manifests_without_source_lines() {
+    let dir = TempDir::new("overwrite");
+    let path = dir.file();
+    let mut reversed = base();
+    reversed.reverse();
+    lockfile::check_with(&path, &reversed, Update::Overwrite).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), EXPECTED);
+    assert_eq!(lockfile::render(toolgate::manifests()), EXPECTED);
+}
+
+#[test]
+fn overwrite_creates_missing_directories_and_replaces_a_stale_file() {
+    let dir = TempDir::new("stale");
+    let path = dir.0.join("nested").join("tools.lock.json");
+    let mut old = base();
+    tool_mut(&mut old, "users.get_user").description = "Old text.";
+    lockfile::check_with(&path, &old, Update::Overwrite).unwrap();
+    assert!(lockfile::check_with(&path, base(), Update::Check).is_err());
+    lockfile::check_with(&path, base(), Update::Overwrite).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), EXPECTED);
+    let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, ["tools.lock.json"], "no temporary file left");
+}
+
+#[test]
+fn check_passes_on_the_same_set_in_any_order_and_formatting() {
+    let dir = TempDir::new("same");
+    let path = dir.file();
+    std::fs::write(&path, EXPECTED).unwrap();
+    lockfile::check_with(&path, base(), Update::Check).unwrap();
+    lockfile::check_with(&path, base().iter().rev(), Update::Check).unwrap();
+
+    let value: serde_json::Value = serde_json::from_str(EXPECTED).unwrap();
+    let mut entries = value.as_array().unwrap().clone();
+    entries.reverse();
+    std::fs::write(&path, serde_json::to_string(&entries).unwrap()).unwrap();
+    lockfile::check_with(&path, base(), Update::Check).unwrap();
+
+    std::fs::write(&path, EXPECTED.replace('\n', "\r\n")).unwrap();
+    lockfile::check_with(&path, base(), Update::Check).unwrap();
+}
+
+#[test]
+fn the_source_line_is_not_locked() {
+    let dir = TempDir::new("line");
+    let path = dir.file();
+    std::fs::write(&path, EXPECTED).unwrap();
+    let mut moved = base();
+    for m in &mut moved {
+        m.source.line += 100;
+        m.source.file = "elsewhere.rs";
+    }
+    lockfile::check_with(&path, &moved, Update::Check).unwrap();
+}
+
+#[test]
+fn escalations_and_newly_allowed_modes_come_first() {
+    let dir = TempDir::new("escalation");
+    let path = dir.file();
+    std::fs::write(&path, EXPECTED).unwrap();
+
+    let mut now = base();
+    let get = tool_mut(&mut now, "users.get_user");
+    get.description = "Find a user.";
+    get.risk_level = Risk::ProposeOnly;
+    tool_mut(&mut now, "users.label_user").allowed_modes =
+        ModeSet::of(&[Mode::PartialAuto, Mode::FullAuto]);
+    let mut archive = *tool_mut(&mut now, "users.delete_user");
+    archive.id = "users.archive_user";
+    now.retain(|m| m.id != "users.delete_user");
+    now.push(archive);
+
+    let error = lockfile::check_with(&path, &now, Update::Check).unwrap_err();
+    let kinds: Vec<ChangeKind> = error.changes().iter().map(|c| c.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            ChangeKind::RiskEscalation,
+            ChangeKind::NewlyAllowedMode,
+            ChangeKind::NewTool,
+            ChangeKind::RemovedTool,
+            ChangeKind::Changed,
+        ]
+    );
+    assert_eq!(
+        change_lines(&error),
+        [
+            "  risk escalation    users.get_user: risk_level READ_ONLY -> PROPOSE_ONLY",
+            "  newly allowed mode users.label_user: allowed_modes [PARTIAL_AUTO] -> \
+             [PARTIAL_AUTO, FULL_AUTO] (now allowed in FULL_AUTO)",
+            "  new tool           users.archive_user: (absent) -> risk_level HIGH_WRITE, \
+             allowed_modes [FULL_AUTO], side_effects true",
+            "  removed tool       users.delete_user: risk_level HIGH_WRITE, \
+             allowed_modes [FULL_AUTO], side_effects true -> (absent)",
+            "  changed            users.get_user: description \"Look a user up.\" -> \"Find a user.\"",
+        ]
+    );
+    assert!(error.to_string().contains(&path.display().to_string()));
+    assert_eq!(
+        format!("{error:?}"),
+        error.to_string(),
+        "unwrap is readable"
+    );
+}
+
+#[test]
+fn lowered_risk_and_narrowed_modes_are_plain_changes() {
+    let dir = TempDir::new("lowered");
+    let path = dir.file();
+    std::fs::write(&path, EXPECTED).unwrap();
+
+    let mut now = base();
+    let delete = tool_mut(&mut now, "users.delete_user");
+    delete.risk_level = Risk::LowWrite;
+    delete.side_effects = false;
+    delete.idempotent = true;
+    delete.open_world = true;
+    delete.domain = None;
+    delete.source.module_path = "lockfile::moved";
+    tool_mut(&mut now, "users.get_user").allowed_modes = ModeSet::of(&[Mode::Shadow]);
+
+    let error = lockfile::check_with(&path, &now, Update::Check).unwrap_err();
+    assert!(
+        error
+            .changes()
+            .iter()
+            .all(|c| c.kind == ChangeKind::Changed)
+    );
+    assert_eq!(
+        change_lines(&error),
+        [
+            "  changed            users.delete_user: risk_level HIGH_WRITE -> LOW_WRITE",
+            "  changed            users.delete_user: side_effects true -> false",
+            "  changed            users.delete_user: idempotent false -> true",
+            "  changed            users.delete_user: open_world false -> true",
+            "  changed            users.delete_user: domain \"users\" -> null",
+            "  changed            users.delete_user: source.module_path \"lockfile\" -> \
+             \"lockfile::moved\"",
+            "  changed            users.get_user: allowed_modes [SHADOW, ADVISORY, PARTIAL_AUTO, \
+             FULL_AUTO] -> [SHADOW]",
+        ]
+    );
+}
+
+#[test]
+fn a_mode_swap_counts_as_newly_allowed() {
+    let dir = TempDir::new("swap");
+    let path = dir.file();
+    std::fs::write(&path, EXPECTED).unwrap();
+    let mut now = base();
+    tool_mut(&mut now, "users.label_user").allowed_modes = ModeSet::of(&[Mode::FullAuto]);
+    let error = lockfile::check_with(&path, &now, Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        [
+            "  newly allowed mode users.label_user: allowed_modes [PARTIAL_AUTO] -> [FULL_AUTO] \
+          (now allowed in FULL_AUTO)"
+        ]
+    );
+}
+
+#[test]
+fn a_missing_lockfile_says_how_to_create_it() {
+    let dir = TempDir::new("missing");
+    let path = dir.file();
+    let error = lockfile::check_with(&path, base(), Update::Check).unwrap_err();
+    assert!(matches!(error, LockfileError::Missing { .. }));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "tool lockfile {} does not exist; to create it, run the tests once with \
+             TOOLGATE_LOCKFILE=overwrite (`TOOLGATE_LOCKFILE=overwrite cargo test`), then review \
+             and commit it",
+            path.display()
+        )
+    );
+    assert!(!path.exists(), "a check never writes");
+}
+
+#[test]
+fn an_invalid_lockfile_is_an_error_not_a_mismatch() {
+    let dir = TempDir::new("invalid");
+    let path = dir.file();
+    for text in [
+        "not json",
+        "{}",
+        &EXPECTED.replace(
+            "\"open_world\": false,",
+            "\"open_world\": false, \"extra\": 1,",
+        ),
+        &EXPECTED.replace("\"HIGH_WRITE\"", "\"VERY_HIGH\""),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let error = lockfile::check_with(&path, base(), Update::Check).unwrap_err();
+        assert!(matches!(error, LockfileError::Invalid { .. }), "{text}");
+        assert!(error.to_string().contains("TOOLGATE_LOCKFILE=overwrite"));
+    }
+}
+
+#[test]
+fn relative_paths_are_relative_to_the_crate_root() {
+    assert_eq!(
+        lockfile::resolve(Path::new("tools.lock.json")),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tools.lock.json")
+    );
+    let absolute = std::env::temp_dir().join("x.json");
+    assert_eq!(lockfile::resolve(&absolute), absolute);
+}
+
+/// The only test that reads `TOOLGATE_LOCKFILE`: every other one passes the update mode explicitly, so
+/// setting the variable here cannot change what they do.
+#[test]
+fn the_environment_variable_selects_overwrite() {
+    fn set(value: Option<&str>) {
+        // SAFETY: no other test in this binary reads TOOLGATE_LOCKFILE, and the environment is read only
+        // through `std::env`, which serializes access; nothing here calls C code that reads it.
+        unsafe {
+            match value {
+                Some(value) => std::env::set_var(lockfile::LOCKFILE_ENV_VAR, value),
+                None => std::env::remove_var(lockfile::LOCKFILE_ENV_VAR),
+            }
+        }
+    }
+    let dir = TempDir::new("env");
+    let path = dir.file();
+
+    set(None);
+    assert_eq!(Update::from_env().unwrap(), Update::Check);
+    let error = lockfile::check(&path).unwrap_err();
+    assert!(matches!(error, LockfileError::Missing { .. }));
+    let panic = std::panic::catch_unwind(|| lockfile::assert_lockfile(&path)).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("TOOLGATE_LOCKFILE=overwrite"), "{message}");
+
+    set(Some("overwrite"));
+    assert_eq!(Update::from_env().unwrap(), Update::Overwrite);
+    lockfile::check(&path).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), EXPECTED);
+
+    set(Some("check"));
+    lockfile::assert_lockfile(&path);
+    let mut escalated = base();
+    tool_mut(&mut escalated, "users.get_user").risk_level = Risk::HighWrite;
+    let error = lockfile::check_manifests(&path, &escalated).unwrap_err();
+    assert_eq!(error.changes().len(), 1);
+    assert_eq!(error.changes()[0].kind, ChangeKind::RiskEscalation);
+    assert_eq!(error.changes()[0].id, "users.get_user");
+
+    set(Some("overwirte"));
+    let error = lockfile::check(&path).unwrap_err();
+    assert!(matches!(error, LockfileError::BadEnv { .. }));
+    assert_eq!(
+        error.to_string(),
+        "environment variable TOOLGATE_LOCKFILE is `overwirte`; expected `overwrite`, `check` or unset"
+    );
+
+    set(Some(""));
+    lockfile::check(&path).unwrap();
+    set(None);
+}
