@@ -86,7 +86,7 @@ async fn fetch_slowly(n: u32) -> Result<u32, Denied> {
 }
 
 /// Classify a shell command: anything that asks for privileges is a critical write.
-fn classify(command: &String) -> Risk {
+fn classify(command: &str) -> Risk {
     if command.split_whitespace().any(|w| matches!(w, "sudo" | "doas" | "pkexec")) {
         Risk::HighWrite
     } else {

@@ -246,25 +246,20 @@ fn is_gate_ref(ty: &Type) -> bool {
     let Type::Path(path) = &*reference.elem else {
         return false;
     };
-    let segments: Vec<String> = path
-        .path
-        .segments
-        .iter()
-        .map(|s| {
-            s.arguments
-                .is_empty()
-                .then(|| s.ident.to_string())
-                .unwrap_or_default()
-        })
-        .collect();
+    let mut names = path.path.segments.iter().map(|s| {
+        if s.arguments.is_empty() {
+            s.ident.to_string()
+        } else {
+            String::new()
+        }
+    });
+    let first = names.next();
+    let second = names.next();
+    let third = names.next();
     path.qself.is_none()
         && matches!(
-            segments
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .as_slice(),
-            ["Gate"] | ["toolgate", "Gate"]
+            (first.as_deref(), second.as_deref(), third),
+            (Some("Gate"), None, None) | (Some("toolgate"), Some("Gate"), None)
         )
 }
 
@@ -411,6 +406,7 @@ fn gated_body(
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)
             }
+            #[allow(clippy::needless_borrow)]
             let #write = |#writer: &mut ::toolgate::__private::ArgumentsWriter| {
                 #[allow(unused_imports)]
                 use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
@@ -425,12 +421,14 @@ fn gated_body(
             match #enter {
                 ::core::result::Result::Ok(permit) => permit,
                 ::core::result::Result::Err(#denied) => {
+                    #[allow(clippy::useless_conversion)]
                     return ::core::result::Result::Err(#convert);
                 }
             }
         };
         #[allow(clippy::redundant_closure_call)]
         let #result = #run;
+        #[allow(clippy::needless_borrow)]
         #permit.finish(&#result, |#value| {
             #[allow(unused_imports)]
             use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};

@@ -16,6 +16,7 @@
 //! expand it, with the toolset's domain, methods allowed, and ids checked for clashes within the set.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
@@ -132,9 +133,11 @@ fn member_fn(
     };
     if let Some(second) = found.next() {
         errors.push(syn::Error::new(
-            attrs[second].span(),
+            attrs[second].path().span(),
             "#[tool] is given twice on this function",
         ));
+        // Left in place, each would expand on its own, as a tool outside the set.
+        attrs.retain(|a| !is_tool_attr(a));
         return Expanded::Failed;
     }
     let attribute = attrs.remove(index);
@@ -179,13 +182,17 @@ impl Ids {
         let Expanded::Tool { id, id_span } = outcome else {
             return;
         };
-        if self.seen.contains_key(&id) {
-            errors.push(syn::Error::new(
+        match self.seen.entry(id) {
+            Entry::Occupied(taken) => errors.push(syn::Error::new(
                 id_span,
-                format!("tool id `{id}` is already used by another tool of this #[toolset]"),
-            ));
-        } else {
-            self.seen.insert(id, id_span);
+                format!(
+                    "tool id `{}` is already used by another tool of this #[toolset]",
+                    taken.key()
+                ),
+            )),
+            Entry::Vacant(free) => {
+                free.insert(id_span);
+            }
         }
     }
 }
