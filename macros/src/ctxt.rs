@@ -25,6 +25,10 @@ impl Errors {
         self.combined.is_none()
     }
 
+    pub(crate) fn into_error(self) -> Option<syn::Error> {
+        self.combined
+    }
+
     pub(crate) fn into_compile_errors(self) -> TokenStream {
         self.combined
             .map(syn::Error::into_compile_error)

@@ -4,6 +4,7 @@
 //! Output: a [`ToolSpec`] that is consistent by construction, or errors on the offending tokens.
 
 use proc_macro2::{Ident, Span};
+use syn::ext::IdentExt as _;
 use toolgate_runtime::{Mode, ModeSet, Risk, policy};
 
 use crate::attr::{MODE_NAMES, Spanned, ToolArgs};
@@ -34,6 +35,7 @@ pub(crate) fn validate(
     errors: &mut Errors,
 ) -> Option<ToolSpec> {
     let risk = match &args.risk {
+        None if args.risk_attempted => None,
         None => {
             errors.push(syn::Error::new(
                 attr_span,
@@ -58,7 +60,7 @@ pub(crate) fn validate(
             (valid.then(|| id.value.clone()), id.span)
         }
         None => {
-            let name = fn_name.to_string();
+            let name = fn_name.unraw().to_string();
             let derived = match &domain {
                 Some(domain) => format!("{domain}.{name}"),
                 None => name,
@@ -142,7 +144,10 @@ fn check_modes(
     if declared.value.is_empty() {
         errors.push(syn::Error::new(
             declared.span,
-            format!("`modes` is empty: a tool must be allowed in at least one mode ({admitted} admit {risk})"),
+            format!(
+                "`modes` is empty: a tool must be allowed in at least one mode; {risk} is \
+                 admitted in {admitted}"
+            ),
         ));
         return None;
     }
@@ -197,12 +202,19 @@ fn check_dotted(
     errors: &mut Errors,
 ) -> bool {
     if let Some(problem) = dotted_problem(&value.value, max_len) {
+        let (article, example) = match what {
+            "id" => ("an", "users.delete"),
+            _ => ("a", "users"),
+        };
+        let shown = match value.value.as_str() {
+            "" => String::new(),
+            text => format!(" `{text}`"),
+        };
         errors.push(syn::Error::new(
             value.span,
             format!(
-                "invalid {what} `{}`: {problem}; a {what} is lowercase dotted segments of \
-                 `[a-z][a-z0-9_]*`, e.g. `users.delete`",
-                value.value
+                "invalid {what}{shown}: {problem}; {article} {what} is lowercase dotted segments \
+                 of `[a-z][a-z0-9_]*`, e.g. `{example}`"
             ),
         ));
         return false;
