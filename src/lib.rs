@@ -157,11 +157,18 @@
 
 pub use toolgate_macros::{tool, toolset};
 pub use toolgate_runtime::{
-    AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL, DenialCode, Denied, DenyRuleError,
-    Duplicate, Gate, GateBuilder, GateError, MODE_ENV_VAR, Manifests, Mode, ModeEnvError, ModeSet,
-    ParseError, RaiseRefused, RegistryError, Risk, Scoped, Source, ToolManifest, check_registry,
-    manifest, manifests, policy,
+    AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,
+    DenialCode, Denied, DenyRuleError, Duplicate, Gate, GateBuilder, GateError, MODE_ENV_VAR,
+    Manifests, Mode, ModeEnvError, ModeSet, ParseError, RaiseRefused, RegistryError, Risk, Scoped,
+    Source, ToolManifest, check_registry, manifest, manifests, policy,
 };
+pub use toolgate_runtime::{CallError, CallFuture, Registry, Tool, registry};
+
+/// The JSON Schema generator of callable tools' arguments: derive `schemars::JsonSchema` on argument
+/// types with `#[schemars(crate = "toolgate::schemars")]`.
+pub use toolgate_runtime::__private::schemars;
+/// The serialization framework of callable tools' arguments, for deriving on argument types.
+pub use toolgate_runtime::__private::serde;
 
 #[cfg(feature = "clap")]
 pub use toolgate_runtime::cli;

@@ -126,6 +126,7 @@ pub(crate) struct ToolArgs {
     pub(crate) escalate: Option<Spanned<syn::Path>>,
     pub(crate) record_arguments: Option<Spanned<bool>>,
     pub(crate) redact: Option<Spanned<Vec<Ident>>>,
+    pub(crate) callable: Option<Spanned<bool>>,
 }
 
 pub(crate) const TOOL_KEYS: &[&str] = &[
@@ -141,6 +142,7 @@ pub(crate) const TOOL_KEYS: &[&str] = &[
     "escalate",
     "record_arguments",
     "redact",
+    "callable",
 ];
 
 pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolArgs {
@@ -172,6 +174,7 @@ pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolA
             "redact" => {
                 names(&arg, "redact = [password, token]").map(|v| set(&mut out.redact, v, &arg))
             }
+            "callable" => flag(&arg).map(|v| set(&mut out.callable, v, &arg)),
             _ => {
                 // A misspelt `risk` is reported here; `valid` does not report it missing as well.
                 out.risk_attempted |= closest(&name, TOOL_KEYS) == Some("risk");

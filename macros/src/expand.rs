@@ -158,6 +158,7 @@ fn skip_outcome(
         args.escalate.as_ref().map(|a| a.span),
         args.record_arguments.as_ref().map(|a| a.span),
         args.redact.as_ref().map(|a| a.span),
+        args.callable.as_ref().map(|a| a.span),
     ];
     if let Some(span) = others.into_iter().flatten().next() {
         own.push(syn::Error::new(
@@ -271,6 +272,8 @@ struct CallParts {
     unnamed: bool,
     escalate: Option<syn::Path>,
     record_arguments: bool,
+    /// For a `callable` tool: each parameter's name and type, in signature order.
+    callable: Option<Vec<(Ident, Type)>>,
 }
 
 fn call_parts(
@@ -322,11 +325,180 @@ fn call_parts(
         })
         .collect();
     named.sort_by_key(|(ident, _)| ident.to_string());
+    let callable = match &args.callable {
+        Some(flag) if flag.value => callable_params(sig, gate, errors),
+        _ => None,
+    };
     (before == errors.is_empty()).then(|| CallParts {
         named,
         unnamed,
         escalate: args.escalate.as_ref().map(|e| e.value.clone()),
         record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
+        callable,
+    })
+}
+
+/// Checks that a `callable` tool can be called with JSON: a free function, without generics, whose
+/// parameters are named and owned.
+fn callable_params(
+    sig: &Signature,
+    gate: Option<&Ident>,
+    errors: &mut Errors,
+) -> Option<Vec<(Ident, Type)>> {
+    let before = errors.is_empty();
+    if let Some(receiver) = sig.receiver() {
+        errors.push(syn::Error::new(
+            receiver.self_token.span,
+            "a `callable` tool is a free function: a call by name has no `self` to call it on",
+        ));
+    }
+    if let Some(param) = sig.generics.params.first() {
+        errors.push(syn::Error::new(
+            param.span(),
+            "a `callable` tool cannot be generic: a call by name needs one concrete signature",
+        ));
+    }
+    let mut params = Vec::new();
+    for input in &sig.inputs {
+        let FnArg::Typed(typed) = input else { continue };
+        let Pat::Ident(pat) = &*typed.pat else {
+            errors.push(syn::Error::new(
+                typed.pat.span(),
+                "a `callable` tool's parameters are named: JSON arguments are matched by name",
+            ));
+            continue;
+        };
+        if Some(&pat.ident) == gate {
+            continue;
+        }
+        if let Some(problem) = unowned(&typed.ty) {
+            errors.push(syn::Error::new(
+                typed.ty.span(),
+                format!(
+                    "a `callable` tool takes owned arguments, deserialized from JSON: {problem}"
+                ),
+            ));
+            continue;
+        }
+        params.push((pat.ident.clone(), (*typed.ty).clone()));
+    }
+    (before == errors.is_empty()).then_some(params)
+}
+
+/// Why a parameter type cannot be deserialized into, if it cannot.
+fn unowned(ty: &Type) -> Option<&'static str> {
+    match ty {
+        Type::Reference(_) => Some("take an owned type (`String` for `&str`, `Vec<T>` for `&[T]`)"),
+        Type::ImplTrait(_) => Some("`impl Trait` has no type to deserialize into"),
+        Type::Paren(inner) => unowned(&inner.elem),
+        Type::Group(inner) => unowned(&inner.elem),
+        _ => None,
+    }
+}
+
+/// The adapter of a `callable` tool: its argument struct, its schemas, and a call of the tool.
+fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)]) -> TokenStream {
+    let fn_name = &sig.ident;
+    let names: Vec<&Ident> = params.iter().map(|(name, _)| name).collect();
+    let types = params.iter().map(|(_, ty)| ty);
+    let invoke_gate = Ident::new("toolgate_gate", Span::mixed_site());
+    let json = Ident::new("toolgate_json", Span::mixed_site());
+    let call_args = sig.inputs.iter().filter_map(|input| match input {
+        FnArg::Typed(typed) => match &*typed.pat {
+            Pat::Ident(pat) if Some(&pat.ident) == gate => Some(quote!(#invoke_gate)),
+            Pat::Ident(pat) => {
+                let name = &pat.ident;
+                Some(quote!(#name))
+            }
+            _ => None,
+        },
+        FnArg::Receiver(_) => None,
+    });
+    let ok_type = match &sig.output {
+        ReturnType::Type(_, ty) => ok_type(ty),
+        ReturnType::Default => None,
+    };
+    let output_schema = match ok_type {
+        Some(ty) => quote! {{
+            #[allow(unused_imports)]
+            use ::toolgate::__private::{OutputWithSchema as _, OutputWithoutSchema as _};
+            #[allow(clippy::needless_borrow)]
+            (&&::toolgate::__private::Output::<#ty>::new()).__toolgate_output_schema()
+        }},
+        None => quote!(::core::option::Option::None),
+    };
+    let ret_span = match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => sig.ident.span(),
+    };
+    let call = if sig.asyncness.is_some() {
+        // The future outlives this call's borrow of the gate: it takes a clone of its own.
+        let own_gate =
+            gate.map(|_| quote!(let #invoke_gate = ::core::clone::Clone::clone(#invoke_gate);));
+        let lend_gate = gate.map(|_| quote!(let #invoke_gate = &#invoke_gate;));
+        quote_spanned! {ret_span=>
+            ::toolgate::__private::invoke_async(#invoke_gate, &TOOLGATE_ENTRY, {
+                #own_gate
+                async move {
+                    #lend_gate
+                    #fn_name(#(#call_args),*).await
+                }
+            })
+        }
+    } else {
+        quote_spanned! {ret_span=>
+            ::toolgate::__private::invoke_sync(#invoke_gate, &TOOLGATE_ENTRY, move || {
+                #fn_name(#(#call_args),*)
+            })
+        }
+    };
+    quote! {
+        #[derive(::toolgate::__private::serde::Deserialize, ::toolgate::__private::schemars::JsonSchema)]
+        #[serde(crate = "::toolgate::__private::serde", deny_unknown_fields)]
+        #[schemars(crate = "::toolgate::__private::schemars")]
+        #[allow(non_camel_case_types)]
+        struct ToolgateArguments {
+            #(#names: #types,)*
+        }
+        fn toolgate_invoke(
+            #invoke_gate: &::toolgate::Gate,
+            #json: ::toolgate::__private::serde_json::Value,
+        ) -> ::toolgate::__private::CallFuture {
+            let ToolgateArguments { #(#names),* } =
+                match ::toolgate::__private::parse_arguments::<ToolgateArguments>(#json) {
+                    ::core::result::Result::Ok(arguments) => arguments,
+                    ::core::result::Result::Err(error) => {
+                        return ::toolgate::__private::CallFuture::ready(
+                            ::core::result::Result::Err(error),
+                        );
+                    }
+                };
+            #call
+        }
+        fn toolgate_input_schema() -> ::toolgate::__private::serde_json::Value {
+            ::toolgate::__private::schema_of::<ToolgateArguments>()
+        }
+        fn toolgate_output_schema() -> ::core::option::Option<::toolgate::__private::serde_json::Value> {
+            #output_schema
+        }
+        static TOOLGATE_CALLABLE: ::toolgate::__private::Callable = ::toolgate::__private::Callable {
+            invoke: toolgate_invoke,
+            input_schema: toolgate_input_schema,
+            output_schema: toolgate_output_schema,
+        };
+    }
+}
+
+/// `T` of `Result<T, ..>` (or of `anyhow::Result<T>`), if it is written.
+fn ok_type(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|arg| match arg {
+        syn::GenericArgument::Type(ty) => Some(ty),
+        _ => None,
     })
 }
 
@@ -393,6 +565,13 @@ fn gated_body(
         .unnamed
         .then(|| quote!(::toolgate::__private::ArgumentsWriter::__toolgate_unnamed(#writer);));
     let record_arguments = call.record_arguments;
+    let (callable_items, callable_ref) = match &call.callable {
+        Some(params) => (
+            callable_items(sig, gate, params),
+            quote!(::core::option::Option::Some(&TOOLGATE_CALLABLE)),
+        ),
+        None => (TokenStream::new(), quote!(::core::option::Option::None)),
+    };
     let run = if sig.asyncness.is_some() {
         quote!(async move #body.await)
     } else {
@@ -402,7 +581,8 @@ fn gated_body(
         #[allow(unused_mut)]
         let mut #permit = {
             static #entry: ::toolgate::__private::ToolEntry =
-                ::toolgate::__private::ToolEntry::__new(#manifest);
+                ::toolgate::__private::ToolEntry::__new(#manifest, #callable_ref);
+            #callable_items
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)
             }

@@ -177,9 +177,7 @@ impl Gate {
     /// What this gate would decide for the tool with `manifest`'s id in the current mode, before any
     /// approver is asked; `None` when no such tool is linked.
     pub fn verdict(&self, manifest: &ToolManifest) -> Option<Verdict> {
-        let entries = &registry().entries;
-        let slot = entries.partition_point(|e| e.manifest.id < manifest.id);
-        let entry = entries.get(slot).filter(|e| e.manifest.id == manifest.id)?;
+        let entry = registry().entry(manifest.id)?;
         Some(self.table_verdict(entry).1)
     }
 

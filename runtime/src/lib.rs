@@ -9,6 +9,7 @@
 
 mod approval;
 pub mod audit;
+mod by_name;
 mod call;
 #[cfg(feature = "clap")]
 pub mod cli;
@@ -27,12 +28,16 @@ mod scope;
 mod two_step;
 
 pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver};
+pub use by_name::{CallError, CallFuture};
 pub use denied::{DenialCode, Denied};
 pub use denylist::DenyRuleError;
 pub use gate::{Gate, GateBuilder, GateError, RaiseRefused};
 pub use manifest::{Source, ToolManifest};
 pub use mode::{MODE_ENV_VAR, Mode, ModeEnvError, ModeSet};
-pub use registry::{Duplicate, Manifests, RegistryError, check_registry, manifest, manifests};
+pub use registry::{
+    Duplicate, Manifests, Registry, RegistryError, Tool, check_registry, manifest, manifests,
+    registry,
+};
 pub use risk::{ParseError, Risk};
 pub use scope::Scoped;
 pub use two_step::{ApproveError, DEFAULT_APPROVAL_TTL};
@@ -42,6 +47,14 @@ pub use two_step::{ApproveError, DEFAULT_APPROVAL_TTL};
 pub mod __private {
     pub use inventory;
 
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+
+    pub use crate::by_name::{
+        CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema,
+        invoke_async, invoke_sync, parse_arguments, schema_of,
+    };
     pub use crate::call::{Arg, ArgumentsWriter, CallInfo, OpaqueArg, SerializableArg};
     pub use crate::manifest::{Source, ToolManifest};
     pub use crate::mode::{Mode, ModeSet};

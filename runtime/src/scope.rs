@@ -71,11 +71,13 @@ pub(crate) fn check(
                 }
             }
         })
-        .unwrap_or_else(|_| Err(no_gate(entry)))?;
+        .unwrap_or_else(|_| Err(no_gate(entry)))
+        .inspect_err(|denied| crate::by_name::offer_refusal(entry, denied))?;
     match slow {
         None => Ok(Permit::unaudited()),
         // Approvers and sinks run with the stack released, so that they may enter gates themselves.
-        Some(gates) => decide_all(entry, &gates, call),
+        Some(gates) => decide_all(entry, &gates, call)
+            .inspect_err(|denied| crate::by_name::offer_refusal(entry, denied)),
     }
 }
 
