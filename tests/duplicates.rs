@@ -1,0 +1,134 @@
+//! Two tools with one id: no gate can be built and the registry check fails, naming both definitions.
+//!
+//! Each file under `tests/` is its own binary, so these clashes exist only here.
+
+use toolgate::{Denied, Gate, GateError, Mode, tool};
+
+mod crm {
+    use super::*;
+
+    /// Looks a customer up in the CRM.
+    #[tool(risk = "READ_ONLY", id = "customers.lookup")]
+    pub fn find_customer(id: u64) -> Result<u64, Denied> {
+        Ok(id)
+    }
+    pub const LINE: u32 = line!() - 3;
+}
+
+mod billing {
+    use super::*;
+
+    /// Looks a customer up in billing.
+    #[tool(risk = "READ_ONLY", id = "customers.lookup")]
+    pub fn customer(id: u64) -> Result<u64, Denied> {
+        Ok(id)
+    }
+    pub const LINE: u32 = line!() - 3;
+}
+
+/// Tags an order.
+#[tool(risk = "LOW_WRITE", domain = "orders")]
+pub fn tag(order: u64) -> Result<u64, Denied> {
+    Ok(order)
+}
+const TAG_LINE: u32 = line!() - 3;
+
+mod legacy {
+    use super::*;
+
+    /// Tags an order, the old way.
+    #[tool(risk = "LOW_WRITE", domain = "orders")]
+    pub fn tag(order: u64) -> Result<u64, Denied> {
+        Ok(order)
+    }
+    pub const LINE: u32 = line!() - 3;
+}
+
+/// A tool with a unique id.
+#[tool(risk = "READ_ONLY", domain = "orders")]
+pub fn count() -> Result<u64, Denied> {
+    Ok(0)
+}
+
+fn location(line: u32) -> String {
+    format!("{}:{line}", file!())
+}
+
+#[test]
+fn the_registry_check_names_both_definitions_of_each_clash() {
+    let error = toolgate::check_registry().unwrap_err();
+    let clashes = error.duplicates();
+    assert_eq!(clashes.len(), 2, "{error}");
+    let ids: Vec<&str> = clashes.iter().map(|d| d.first.id).collect();
+    assert_eq!(ids, ["customers.lookup", "orders.tag"]);
+    for clash in clashes {
+        assert_eq!(clash.first.id, clash.second.id);
+        assert_ne!(clash.first.source, clash.second.source);
+    }
+    let mut lines = [clashes[0].first.source.line, clashes[0].second.source.line];
+    lines.sort_unstable();
+    assert_eq!(lines, [crm::LINE, billing::LINE]);
+    let mut modules = [
+        clashes[0].first.source.module_path,
+        clashes[0].second.source.module_path,
+    ];
+    modules.sort_unstable();
+    assert_eq!(modules, ["duplicates::billing", "duplicates::crm"]);
+
+    let text = error.to_string();
+    assert!(
+        text.contains("tool id `customers.lookup` is defined twice"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tool id `orders.tag` is defined twice"),
+        "{text}"
+    );
+    for line in [crm::LINE, billing::LINE, TAG_LINE, legacy::LINE] {
+        assert!(
+            text.contains(&location(line)),
+            "{text} should name {}",
+            location(line)
+        );
+    }
+}
+
+#[test]
+fn no_gate_can_be_built() {
+    let attempts = [
+        Gate::new(Mode::Shadow),
+        Gate::new(Mode::FullAuto),
+        Gate::builder().mode(Mode::PartialAuto).build(),
+        Gate::builder().deny("orders.count").build(),
+    ];
+    for attempt in attempts {
+        let error = attempt.unwrap_err();
+        let GateError::Registry(registry) = &error else {
+            panic!("expected a registry error, got {error:?}");
+        };
+        assert_eq!(Some(registry), toolgate::check_registry().err().as_ref());
+        let text = error.to_string();
+        assert!(text.starts_with("cannot build the gate: "), "{text}");
+        for line in [crm::LINE, billing::LINE, TAG_LINE, legacy::LINE] {
+            assert!(text.contains(&location(line)), "{text}");
+        }
+        let source = std::error::Error::source(&error).expect("the registry error");
+        assert_eq!(source.to_string(), registry.to_string());
+    }
+}
+
+#[test]
+fn every_definition_is_still_listed_and_refused_without_a_gate() {
+    let listed = toolgate::manifests()
+        .filter(|m| m.id == "customers.lookup")
+        .count();
+    assert_eq!(listed, 2);
+    let found = toolgate::manifest("customers.lookup").unwrap();
+    assert_eq!(found.id, "customers.lookup");
+    assert!(toolgate::manifest("orders.count").is_some());
+    assert_eq!(crm::find_customer(1).unwrap_err().code(), "NO_GATE");
+    assert_eq!(billing::customer(1).unwrap_err().code(), "NO_GATE");
+    assert_eq!(tag(1).unwrap_err().code(), "NO_GATE");
+    assert_eq!(legacy::tag(1).unwrap_err().code(), "NO_GATE");
+    assert_eq!(count().unwrap_err().code(), "NO_GATE");
+}

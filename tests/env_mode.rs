@@ -1,0 +1,129 @@
+//! `Mode::from_env`: unset means SHADOW; a set value must name a mode.
+//!
+//! Environment variables are process-wide, so everything that sets one is in the single test below.
+
+use toolgate::{Denied, Gate, GateError, MODE_ENV_VAR, Mode, tool};
+
+/// Relabels an issue.
+#[tool(risk = "LOW_WRITE", domain = "issues")]
+pub fn relabel(issue: u64) -> Result<u64, Denied> {
+    Ok(issue)
+}
+
+const VAR: &str = "TOOLGATE_TEST_ENV_MODE_3F9C1A";
+
+fn set(name: &str, value: impl AsRef<std::ffi::OsStr>) {
+    // SAFETY: this binary's only test sets variables, from its own thread, and no other thread of the
+    // process reads or writes the environment meanwhile.
+    unsafe { std::env::set_var(name, value) }
+}
+
+fn unset(name: &str) {
+    // SAFETY: as in `set`.
+    unsafe { std::env::remove_var(name) }
+}
+
+#[test]
+fn modes_come_from_the_environment() {
+    assert_eq!(MODE_ENV_VAR, "TOOLGATE_MODE");
+    let saved = std::env::var_os(MODE_ENV_VAR);
+
+    // Unset: the most restrictive mode.
+    unset(VAR);
+    assert_eq!(Mode::from_env_var(VAR), Ok(Mode::Shadow));
+
+    let valid = [
+        ("SHADOW", Mode::Shadow),
+        ("ADVISORY", Mode::Advisory),
+        ("PARTIAL_AUTO", Mode::PartialAuto),
+        ("FULL_AUTO", Mode::FullAuto),
+        ("shadow", Mode::Shadow),
+        ("advisory", Mode::Advisory),
+        ("partial_auto", Mode::PartialAuto),
+        ("full_auto", Mode::FullAuto),
+        ("partial-auto", Mode::PartialAuto),
+        ("full-auto", Mode::FullAuto),
+        ("FULL-AUTO", Mode::FullAuto),
+        ("Partial_Auto", Mode::PartialAuto),
+    ];
+    for (value, mode) in valid {
+        set(VAR, value);
+        assert_eq!(Mode::from_env_var(VAR), Ok(mode), "{value}");
+    }
+
+    let invalid = [
+        "",
+        " ",
+        "FULL AUTO",
+        "fullauto",
+        "auto",
+        "SHADOW ",
+        " shadow",
+        "HIGH_WRITE",
+        "2",
+    ];
+    for value in invalid {
+        set(VAR, value);
+        let error = Mode::from_env_var(VAR).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!("environment variable {VAR}: ")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("`{value}` is not a mode")), "{text}");
+        assert!(
+            text.contains("SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO"),
+            "{text}"
+        );
+        let source = std::error::Error::source(&error).expect("the parse error");
+        assert_eq!(
+            source.to_string(),
+            value.parse::<Mode>().unwrap_err().to_string()
+        );
+    }
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        set(VAR, std::ffi::OsStr::from_bytes(b"FULL_AUTO\xff"));
+        assert!(
+            Mode::from_env_var(VAR).is_err(),
+            "a value that is not Unicode is an error"
+        );
+    }
+    unset(VAR);
+    assert_eq!(Mode::from_env_var(VAR), Ok(Mode::Shadow));
+
+    // `from_env` and `Gate::from_env` read TOOLGATE_MODE.
+    unset(MODE_ENV_VAR);
+    assert_eq!(Mode::from_env(), Ok(Mode::Shadow));
+    let gate = Gate::from_env().unwrap();
+    assert_eq!(gate.mode(), Mode::Shadow);
+    assert_eq!(
+        gate.run(|| relabel(1)).unwrap_err().code(),
+        "MODE_NOT_ALLOWED"
+    );
+
+    set(MODE_ENV_VAR, "partial-auto");
+    assert_eq!(Mode::from_env(), Ok(Mode::PartialAuto));
+    let gate = Gate::from_env().unwrap();
+    assert_eq!(gate.mode(), Mode::PartialAuto);
+    assert_eq!(gate.run(|| relabel(2)).unwrap(), 2);
+
+    set(MODE_ENV_VAR, "full_autox");
+    assert!(Mode::from_env().is_err());
+    match Gate::from_env() {
+        Err(GateError::Mode(error)) => {
+            assert!(error.to_string().contains(MODE_ENV_VAR), "{error}");
+            assert!(error.to_string().contains("`full_autox`"), "{error}");
+        }
+        other => panic!("expected a mode error, got {other:?}"),
+    }
+    set(MODE_ENV_VAR, "");
+    assert!(matches!(Gate::from_env(), Err(GateError::Mode(_))));
+
+    match saved {
+        Some(value) => set(MODE_ENV_VAR, value),
+        None => unset(MODE_ENV_VAR),
+    }
+}
