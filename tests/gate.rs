@@ -787,15 +787,13 @@ fn check_registry_passes_without_duplicates() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Known bugs: these tests fail until the runtime is fixed
+// A gate present twice for one call decides it once
 // ---------------------------------------------------------------------------------------------------------
 
-/// BUG (fails until fixed): a call decided by the same gate twice (passed as `&Gate` and also entered, or
-/// entered twice) asks that gate's approver twice for one call. `scope::check` collects the explicit gate
-/// and every ambient gate without removing repeats of one gate (same `Gate::id`), and `decide_all` runs
-/// the approval for each copy. One call should need one approval per distinct gate.
+/// A call decided by the same gate twice (passed as `&Gate` and also entered, or entered twice) asks that
+/// gate's approver once: one call needs one approval per distinct gate.
 #[test]
-fn bug_a_gate_present_twice_asks_its_approver_twice_for_one_call() {
+fn a_gate_present_twice_asks_its_approver_once() {
     let asked = Arc::new(AtomicUsize::new(0));
     let tally = Arc::clone(&asked);
     let gate = Gate::builder()
@@ -822,11 +820,10 @@ fn bug_a_gate_present_twice_asks_its_approver_twice_for_one_call() {
     );
 }
 
-/// BUG (fails until fixed): for the same reason, a call approved through two-step approval can never
-/// run when its gate is present twice: the first copy of the gate uses the approval, and the second
-/// finds it used and refuses the call with `APPROVAL_REUSED`. The approval is spent and the call lost.
+/// A two-step approval runs its call once even when the gate is present twice: a second copy of the gate
+/// must not find the approval used and refuse the call with `APPROVAL_REUSED`.
 #[test]
-fn bug_a_two_step_approval_is_refused_as_reused_when_the_gate_is_present_twice() {
+fn a_two_step_approval_runs_when_the_gate_is_present_twice() {
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .two_step_approvals()

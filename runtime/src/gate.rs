@@ -284,6 +284,9 @@ impl Gate {
             let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
                 .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
             return match answer {
+                Approval::Reject(reason) if reason.trim().is_empty() => {
+                    Err(refused(DenialCode::ApprovalRejected))
+                }
                 Approval::Reject(reason) => {
                     Err(refused(DenialCode::ApprovalRejected).with_detail(reason.into()))
                 }

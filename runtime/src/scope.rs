@@ -66,9 +66,7 @@ pub(crate) fn check(
                         (_, Verdict::NeedsApproval) => Ok(Some(vec![gate.clone()])),
                     }
                 }
-                (explicit, ambient) => {
-                    Ok(Some(explicit.into_iter().chain(ambient).cloned().collect()))
-                }
+                (explicit, ambient) => Ok(Some(distinct(explicit.into_iter().chain(ambient)))),
             }
         })
         .unwrap_or_else(|_| Err(no_gate(entry)))
@@ -79,6 +77,18 @@ pub(crate) fn check(
         Some(gates) => decide_all(entry, &gates, call)
             .inspect_err(|denied| crate::by_name::offer_refusal(entry, denied)),
     }
+}
+
+/// Each gate once, outermost first: a gate entered twice, or both entered and passed, decides once.
+#[cold]
+fn distinct<'a>(gates: impl Iterator<Item = &'a Gate>) -> Vec<Gate> {
+    let mut seen: Vec<Gate> = Vec::new();
+    for gate in gates {
+        if !seen.iter().any(|g| g.id() == gate.id()) {
+            seen.push(gate.clone());
+        }
+    }
+    seen
 }
 
 #[cold]
