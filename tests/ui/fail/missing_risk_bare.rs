@@ -1,0 +1,9 @@
+use toolgate::{Denied, tool};
+
+#[tool]
+fn delete_user(id: u64) -> Result<(), Denied> {
+    let _ = id;
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,14 @@
+use toolgate::{Denied, toolset};
+
+pub struct Users;
+
+#[toolset(domain = "users")]
+impl Users {
+    #[tool(risk = "READ_ONLY")]
+    #[tool(risk = "READ_ONLY")]
+    pub fn count(&self) -> Result<usize, Denied> {
+        Ok(3)
+    }
+}
+
+fn main() {}
