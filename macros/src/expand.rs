@@ -528,9 +528,16 @@ fn gated_body(
         ReturnType::Default => sig.ident.span(),
     };
     let convert = quote_spanned!(ret_span=> ::core::convert::From::from(#denied));
-    let enter = match gate {
-        Some(gate) => quote!(::toolgate::__private::enter_with(&#entry, #gate, &#info)),
-        None => quote!(::toolgate::__private::enter(&#entry, &#info)),
+    let gate_arg = match gate {
+        Some(gate) => quote!(::core::option::Option::Some(#gate)),
+        None => quote!(::core::option::Option::None),
+    };
+    let record_arguments = call.record_arguments;
+    let enter = match &call.escalate {
+        Some(_) => quote!(::toolgate::__private::enter_escalated(
+            &#entry, #gate_arg, #info, &#write, #record_arguments
+        )),
+        None => quote!(::toolgate::__private::enter(&#entry, #gate_arg, &#write, #record_arguments)),
     };
     let escalated = match &call.escalate {
         Some(path) => {
@@ -550,12 +557,11 @@ fn gated_body(
                 .collect();
             let risk = quote_spanned!(path.span()=> ::toolgate::__private::Risk);
             let call_escalate = quote_spanned!(path.span()=> #path(#(&#ordered),*));
-            quote! {{
-                let escalated: #risk = #call_escalate;
-                ::core::option::Option::Some(escalated)
-            }}
+            quote! {
+                let #info: #risk = #call_escalate;
+            }
         }
-        None => quote!(::core::option::Option::None),
+        None => TokenStream::new(),
     };
     let writes = call.named.iter().map(|(ident, redact)| {
         let name = ident.to_string();
@@ -564,7 +570,6 @@ fn gated_body(
     let unnamed = call
         .unnamed
         .then(|| quote!(::toolgate::__private::ArgumentsWriter::__toolgate_unnamed(#writer);));
-    let record_arguments = call.record_arguments;
     let (callable_items, callable_ref) = match &call.callable {
         Some(params) => (
             callable_items(sig, gate, params),
@@ -593,11 +598,7 @@ fn gated_body(
                 #unnamed
                 #(#writes)*
             };
-            let #info = ::toolgate::__private::CallInfo {
-                escalated: #escalated,
-                arguments: ::core::option::Option::Some(&#write),
-                record_arguments: #record_arguments,
-            };
+            #escalated
             match #enter {
                 ::core::result::Result::Ok(permit) => permit,
                 ::core::result::Result::Err(#denied) => {

@@ -4,7 +4,7 @@
 //! and a call of the same gated function, so a call by name passes the same gate, deny list, approvals and
 //! audit as a direct call. There is one decision path, not two.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -233,39 +233,44 @@ pub fn parse_arguments<T: DeserializeOwned>(arguments: Value) -> Result<T, CallE
 }
 
 thread_local! {
-    /// The refusal of the tool a call by name is running on this thread, if the gate refused it.
-    static CAPTURE: RefCell<Vec<(usize, Option<Denied>)>> = const { RefCell::new(Vec::new()) };
+    /// The tool (its entry's address) whose call by name is running on this thread, if any.
+    static CAPTURING: Cell<usize> = const { Cell::new(0) };
+    /// The refusal of that tool's gate check, if the gate refused it.
+    static CAPTURED: RefCell<Option<Denied>> = const { RefCell::new(None) };
+}
+
+fn key(entry: &'static ToolEntry) -> usize {
+    std::ptr::from_ref(entry) as usize
 }
 
 /// Keeps the refusal of `entry`'s gate check, when a call by name is running it on this thread.
-#[cold]
+#[inline]
 pub(crate) fn offer_refusal(entry: &'static ToolEntry, denied: &Denied) {
-    let _ = CAPTURE.try_with(|capture| {
-        if let Ok(mut capture) = capture.try_borrow_mut()
-            && let Some((key, slot)) = capture.last_mut()
-            && *key == std::ptr::from_ref(entry) as usize
-        {
-            *slot = Some(denied.clone());
-        }
-    });
+    if CAPTURING.try_with(Cell::get) == Ok(key(entry)) {
+        let _ = CAPTURED.try_with(|slot| {
+            if let Ok(mut slot) = slot.try_borrow_mut() {
+                *slot = Some(denied.clone());
+            }
+        });
+    }
 }
 
 /// Runs `f` (which calls the tool of `entry`), keeping the gate's refusal if there is one.
 fn capturing<R>(entry: &'static ToolEntry, f: impl FnOnce() -> R) -> (R, Option<Denied>) {
-    struct Pop;
-    impl Drop for Pop {
+    /// Restores the outer capture, on return or unwind, so that nested calls by name keep theirs.
+    struct Restore(usize, Option<Denied>);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            let _ = CAPTURE.try_with(|c| c.borrow_mut().pop());
+            let _ = CAPTURING.try_with(|c| c.set(self.0));
+            let _ = CAPTURED.try_with(|c| *c.borrow_mut() = self.1.take());
         }
     }
-    CAPTURE.with(|c| {
-        c.borrow_mut()
-            .push((std::ptr::from_ref(entry) as usize, None))
-    });
-    let pop = Pop;
+    let outer_key = CAPTURING.with(|c| c.replace(key(entry)));
+    let outer_denial = CAPTURED.with(|c| c.borrow_mut().take());
+    let restore = Restore(outer_key, outer_denial);
     let result = f();
-    let denied = CAPTURE.with(|c| c.borrow_mut().last_mut().and_then(|(_, d)| d.take()));
-    drop(pop);
+    let denied = CAPTURED.with(|c| c.borrow_mut().take());
+    drop(restore);
     (result, denied)
 }
 

@@ -48,6 +48,8 @@ struct Inner {
     mode: AtomicU8,
     /// Per registry slot, the verdict in each mode (indexed by `Mode as usize`).
     verdicts: Box<[[Verdict; 4]]>,
+    /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write.
+    allowed_outright: Box<[u8]>,
     /// Per registry slot, the index of the first deny rule matching the tool.
     deny_rule_of: Box<[Option<u32>]>,
     deny_rules: Box<[Arc<str>]>,
@@ -179,6 +181,15 @@ impl Gate {
     pub fn verdict(&self, manifest: &ToolManifest) -> Option<Verdict> {
         let entry = registry().entry(manifest.id)?;
         Some(self.table_verdict(entry).1)
+    }
+
+    /// Whether the table allows `entry` outright in the current mode, with no record to write.
+    #[inline]
+    pub(crate) fn allows_unaudited(&self, entry: &'static ToolEntry) -> bool {
+        let inner = &*self.inner;
+        let mode = inner.mode.load(Ordering::Acquire) & 3;
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        matches!(inner.allowed_outright.get(slot), Some(bits) if bits >> mode & 1 == 1)
     }
 
     #[inline]
@@ -601,11 +612,20 @@ impl GateBuilder {
                 })
             })
             .collect();
+        let verdicts: Box<[[Verdict; 4]]> = verdicts;
+        let allowed_outright = verdicts
+            .iter()
+            .map(|row| {
+                let outright = |mode: usize| row[mode] == Verdict::Allow && self.audit.is_none();
+                (0..4).fold(0u8, |bits, mode| bits | u8::from(outright(mode)) << mode)
+            })
+            .collect();
         Ok(Gate {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 mode: AtomicU8::new(self.mode as u8),
                 verdicts,
+                allowed_outright,
                 deny_rule_of,
                 deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
                 approver: self.approver,

@@ -18,6 +18,8 @@ mod denylist;
 mod gate;
 pub mod lockfile;
 mod manifest;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod mode;
 mod permit;
 pub mod policy;
@@ -63,19 +65,36 @@ pub mod __private {
     pub use crate::risk::Risk;
     use crate::{Denied, Gate};
 
-    /// Decides a call against the ambient gates.
+    /// Decides a call of a tool against the ambient gates, and its `&Gate` argument if it has one.
     #[inline]
-    pub fn enter(entry: &'static ToolEntry, call: &CallInfo<'_>) -> Result<Permit, Denied> {
-        crate::scope::check(entry, None, call)
+    pub fn enter(
+        entry: &'static ToolEntry,
+        gate: Option<&Gate>,
+        arguments: &dyn Fn(&mut ArgumentsWriter),
+        record_arguments: bool,
+    ) -> Result<Permit, Denied> {
+        let call = CallInfo {
+            escalated: None,
+            arguments: Some(arguments),
+            record_arguments,
+        };
+        crate::scope::check(entry, gate, &call)
     }
 
-    /// Decides a call against the tool's `&Gate` argument and the ambient gates.
+    /// [`enter`] for a tool with `escalate`, whose risk depends on its arguments.
     #[inline]
-    pub fn enter_with(
+    pub fn enter_escalated(
         entry: &'static ToolEntry,
-        gate: &Gate,
-        call: &CallInfo<'_>,
+        gate: Option<&Gate>,
+        escalated: Risk,
+        arguments: &dyn Fn(&mut ArgumentsWriter),
+        record_arguments: bool,
     ) -> Result<Permit, Denied> {
-        crate::scope::check(entry, Some(gate), call)
+        let call = CallInfo {
+            escalated: Some(escalated),
+            arguments: Some(arguments),
+            record_arguments,
+        };
+        crate::scope::check_escalated(entry, gate, &call)
     }
 }

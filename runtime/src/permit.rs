@@ -17,7 +17,8 @@ use crate::risk::Risk;
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Permit {
-    exits: Vec<Exit>,
+    /// `None` for a call no gate records, which is then a single null check to close.
+    exits: Option<Box<Vec<Exit>>>,
 }
 
 /// What an audited gate needs to write the `exit` record of a call.
@@ -33,12 +34,15 @@ pub(crate) struct Exit {
 }
 
 impl Permit {
+    #[inline]
     pub(crate) fn unaudited() -> Permit {
-        Permit { exits: Vec::new() }
+        Permit { exits: None }
     }
 
     pub(crate) fn audited(exits: Vec<Exit>) -> Permit {
-        Permit { exits }
+        Permit {
+            exits: (!exits.is_empty()).then(|| Box::new(exits)),
+        }
     }
 
     /// Closes the call with its result; `output_digest` is asked only where a gate audits the call.
@@ -48,7 +52,9 @@ impl Permit {
         result: &Result<T, E>,
         output_digest: impl FnOnce(&T) -> Option<String>,
     ) {
-        if self.exits.is_empty() {
+        if self.exits.is_none() {
+            // Nothing to close: skip the drop glue, which would only find `None` again.
+            std::mem::forget(self);
             return;
         }
         let (outcome, digest) = match result {
@@ -60,7 +66,10 @@ impl Permit {
 
     #[cold]
     fn close(&mut self, outcome: Outcome, output_digest: Option<String>) {
-        for exit in self.exits.drain(..) {
+        let Some(exits) = self.exits.take() else {
+            return;
+        };
+        for exit in *exits {
             let record = AuditRecord {
                 arguments_digest: exit.arguments_digest,
                 duration_us: Some(
@@ -88,7 +97,7 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if !self.exits.is_empty() {
+        if self.exits.is_some() {
             let outcome = if std::thread::panicking() {
                 Outcome::Panic
             } else {

@@ -13,6 +13,7 @@ use crate::call::{CallInfo, EffectiveRisk};
 use crate::denied::{DenialCode, Denied};
 use crate::gate::{Gate, LazyArguments};
 use crate::permit::Permit;
+use crate::mode::Mode;
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
 
@@ -41,10 +42,99 @@ impl Drop for Entered {
 
 /// Decides a call of `entry` against `explicit` (a `&Gate` argument of the tool) and every ambient gate.
 ///
-/// The common case, one gate that does not audit and a call that its table decides, reads one cell and
-/// returns; everything else (escalation, approvals, audit records, nested gates) takes [`decide_all`].
+/// The common cases, one gate that keeps no record and whose table decides the call, read one cell and
+/// return; everything else (escalation, approvals, deny-rule details, audit records, nested gates) takes
+/// the cold path, so that the common ones carry nothing they do not use.
 #[inline]
 pub(crate) fn check(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    if fast_allows(entry, explicit) {
+        Ok(Permit::unaudited())
+    } else {
+        check_not_allowed(entry, explicit, call)
+    }
+}
+
+#[inline]
+fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) -> bool {
+    STACK
+        .try_with(|stack| {
+            let Ok(stack) = stack.try_borrow() else {
+                return false;
+            };
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) => gate.allows_unaudited(entry),
+                _ => false,
+            }
+        })
+        .unwrap_or(false)
+}
+
+#[cold]
+#[inline(never)]
+fn check_not_allowed(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    match fast(entry, explicit) {
+        Fast::Allow => Ok(Permit::unaudited()),
+        Fast::Refuse(code, mode) => Err(refuse(entry, code, mode)),
+        Fast::Slow => check_slow(entry, explicit, call),
+    }
+}
+
+enum Fast {
+    Allow,
+    Refuse(DenialCode, Mode),
+    Slow,
+}
+
+fn fast(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Fast {
+    STACK
+        .try_with(|stack| {
+            let Ok(stack) = stack.try_borrow() else {
+                return Fast::Slow;
+            };
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) if !gate.audits() => {
+                    match gate.table_verdict(entry) {
+                        (_, Verdict::Allow) => Fast::Allow,
+                        (_, Verdict::Refuse(DenialCode::DenyListed)) => Fast::Slow,
+                        (mode, Verdict::Refuse(code)) => Fast::Refuse(code, mode),
+                        (_, Verdict::NeedsApproval) => Fast::Slow,
+                    }
+                }
+                _ => Fast::Slow,
+            }
+        })
+        .unwrap_or(Fast::Slow)
+}
+
+fn refuse(entry: &'static ToolEntry, code: DenialCode, mode: Mode) -> Denied {
+    let manifest = &entry.manifest;
+    let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
+    crate::by_name::offer_refusal(entry, &denied);
+    denied
+}
+
+/// Decides a call whose arguments escalated its risk: never from the table of declared risks.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_escalated(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    check_slow(entry, explicit, call)
+}
+
+#[cold]
+#[inline(never)]
+fn check_slow(
     entry: &'static ToolEntry,
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
@@ -52,31 +142,30 @@ pub(crate) fn check(
     let escalates = call
         .escalated
         .is_some_and(|risk| risk > entry.manifest.risk_level);
-    let slow = STACK
+    let gates = STACK
         .try_with(|stack| {
             let Ok(stack) = stack.try_borrow() else {
                 return Err(no_gate(entry));
             };
             match (explicit, stack.as_slice()) {
                 (None, []) => Err(no_gate(entry)),
+                // A refusal by a lone gate that keeps no record needs nothing else.
                 (None, [gate]) | (Some(gate), []) if !escalates && !gate.audits() => {
                     match gate.table_verdict(entry) {
-                        (_, Verdict::Allow) => Ok(None),
                         (mode, Verdict::Refuse(code)) => Err(gate.refusal(entry, mode, code)),
-                        (_, Verdict::NeedsApproval) => Ok(Some(vec![gate.clone()])),
+                        _ => Ok(vec![gate.clone()]),
                     }
                 }
-                (explicit, ambient) => Ok(Some(distinct(explicit.into_iter().chain(ambient)))),
+                (explicit, ambient) => Ok(distinct(explicit.into_iter().chain(ambient))),
             }
         })
-        .unwrap_or_else(|_| Err(no_gate(entry)))
-        .inspect_err(|denied| crate::by_name::offer_refusal(entry, denied))?;
-    match slow {
-        None => Ok(Permit::unaudited()),
-        // Approvers and sinks run with the stack released, so that they may enter gates themselves.
-        Some(gates) => decide_all(entry, &gates, call)
-            .inspect_err(|denied| crate::by_name::offer_refusal(entry, denied)),
+        .unwrap_or_else(|_| Err(no_gate(entry)));
+    // Approvers and sinks run with the stack released, so that they may enter gates themselves.
+    let decided = gates.and_then(|gates| decide_all(entry, &gates, call));
+    if let Err(denied) = &decided {
+        crate::by_name::offer_refusal(entry, denied);
     }
+    decided
 }
 
 /// Each gate once, outermost first: a gate entered twice, or both entered and passed, decides once.
