@@ -1,10 +1,23 @@
 //! The audit log: every decision leaves a record, and the JSONL sink chains them so that an edit shows.
 
 mod builder;
+mod chain;
+mod jsonl;
+mod memory;
+mod promotion;
 mod record;
 mod sink;
 mod time;
+mod tracing_sink;
+mod verify;
 
+pub use jsonl::{Durability, JsonlSink, JsonlSinkBuilder};
+pub use memory::MemorySink;
+pub use promotion::{PromotionReport, PromotionRow, WouldHaveRun};
 pub use record::{AuditRecord, Decision, Outcome, Stage};
 pub use sink::{AuditError, AuditSink};
 pub(crate) use time::now_rfc3339;
+pub use tracing_sink::TracingSink;
+pub use verify::{
+    BreakReason, BrokenRecord, TornTail, VerifyReport, verify_bytes, verify_file, verify_reader,
+};

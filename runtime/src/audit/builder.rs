@@ -1,0 +1,54 @@
+//! Constructing records outside the gate: for custom sinks, their tests and tools that replay logs.
+
+use std::borrow::Cow;
+
+use crate::audit::record::{AuditRecord, Stage};
+use crate::audit::time::now_rfc3339;
+use crate::mode::Mode;
+use crate::policy::POLICY_VERSION;
+
+impl AuditRecord {
+    /// A record of `stage` for `tool`, stamped now, with the current
+    /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION), call number 0, an empty manifest digest and
+    /// every optional field absent. The fields are public: set the others after construction.
+    ///
+    /// ```
+    /// # extern crate toolgate_runtime as toolgate;
+    /// use toolgate::Mode;
+    /// use toolgate::audit::{AuditRecord, Decision, Stage};
+    ///
+    /// let mut record = AuditRecord::new(Stage::Refused, "users.delete", Mode::Shadow, 1);
+    /// record.decision = Some(Decision::Refused);
+    /// record.code = Some("MODE_NOT_ALLOWED".into());
+    /// assert!(serde_json::to_string(&record)?.contains(r#""code":"MODE_NOT_ALLOWED""#));
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn new(
+        stage: Stage,
+        tool: impl Into<Cow<'static, str>>,
+        mode: Mode,
+        gate: u64,
+    ) -> AuditRecord {
+        AuditRecord {
+            agent: None,
+            arguments: None,
+            arguments_digest: None,
+            call: 0,
+            code: None,
+            decision: None,
+            declared_risk: None,
+            duration_us: None,
+            effective_risk: None,
+            gate,
+            manifest_digest: Cow::Borrowed(""),
+            message: None,
+            mode,
+            outcome: None,
+            output_digest: None,
+            policy_version: POLICY_VERSION,
+            stage,
+            timestamp: now_rfc3339(),
+            tool: tool.into(),
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! The one encoding of a hash-chained log line, shared by the JSONL writer and the verifier.
+//!
+//! The format is specified on [`JsonlSink`](crate::audit::JsonlSink).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// A sha256 as 64 lowercase hex ASCII bytes: the form that is written, and the form that is hashed.
+pub(crate) type HashHex = [u8; 64];
+
+/// The `prev_hash` of the first line of a log.
+pub(crate) const GENESIS: HashHex = [b'0'; 64];
+
+const SEQ: &[u8] = b"seq";
+const PREV_HASH: &[u8] = b"prev_hash";
+const HASH: &[u8] = b"hash";
+/// The length of `"hash":"<64 hex digits>"`.
+const HASH_MEMBER_LEN: usize = 8 + 64 + 1;
+
+/// Why fields could not be encoded as a line.
+#[derive(Debug)]
+pub(crate) enum EncodeError {
+    Json(serde_json::Error),
+    NotAnObject,
+    /// Keys out of order or repeated: the fields' serialization is not canonical.
+    Unsorted(String),
+    /// The fields already have a member the chain adds.
+    Reserved(String),
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::Json(e) => write!(f, "cannot serialize the record: {e}"),
+            EncodeError::NotAnObject => {
+                f.write_str("the record does not serialize as a JSON object")
+            }
+            EncodeError::Unsorted(key) => write!(f, "key `{key}` is out of order or repeated"),
+            EncodeError::Reserved(key) => write!(f, "the record has a member `{key}` of its own"),
+        }
+    }
+}
+
+/// Encodes lines, reusing its buffers from one line to the next.
+#[derive(Default)]
+pub(crate) struct Encoder {
+    fields: Vec<u8>,
+    members: Vec<Member>,
+}
+
+/// One top-level member `"key":value` of the serialized fields, as byte offsets.
+#[derive(Clone, Copy)]
+struct Member {
+    start: usize,
+    /// Just past the key's closing quote.
+    key_end: usize,
+    end: usize,
+    /// The key has an escape, so its raw bytes are not its text.
+    escaped: bool,
+}
+
+impl Member {
+    fn key<'a>(&self, json: &'a [u8]) -> Cow<'a, [u8]> {
+        let raw = &json[self.start + 1..self.key_end - 1];
+        if self.escaped {
+            unescape(raw)
+        } else {
+            Cow::Borrowed(raw)
+        }
+    }
+}
+
+impl Encoder {
+    /// Appends to `out` the canonical line (no trailing newline) of `fields` with `seq` and `prev_hash`
+    /// merged in, hashed and with its `hash` merged in; returns that hash.
+    ///
+    /// `fields` must serialize (with `serde_json`, compact) as an object whose keys are sorted and
+    /// distinct, and have none of `seq`, `prev_hash`, `hash`; that is checked, so that a line is never
+    /// written or accepted in a non-canonical order. On error `out` is left as it was.
+    pub(crate) fn encode<T: Serialize + ?Sized>(
+        &mut self,
+        fields: &T,
+        seq: u64,
+        prev_hash: &HashHex,
+        out: &mut Vec<u8>,
+    ) -> Result<HashHex, EncodeError> {
+        self.fields.clear();
+        serde_json::to_writer(&mut self.fields, fields).map_err(EncodeError::Json)?;
+        split_members(&self.fields, &mut self.members).ok_or(EncodeError::NotAnObject)?;
+        check_order(&self.fields, &self.members)?;
+
+        let base = out.len();
+        let mut seq_buf = [0u8; 20];
+        let seq_text = format_u64(seq, &mut seq_buf);
+        // The members the chain adds, in sorted order. `hash` is written with a placeholder value, left
+        // out of what is hashed, then filled in.
+        let added: [(&[u8], &[u8], bool); 3] = [
+            (HASH, &GENESIS, true),
+            (PREV_HASH, prev_hash, true),
+            (SEQ, seq_text, false),
+        ];
+        let mut next_added = 0;
+        let mut first = true;
+        // Where the `hash` member starts, and the comma before it if it has one.
+        let mut hash_at = (0, 0);
+        out.push(b'{');
+        let mut emit =
+            |out: &mut Vec<u8>, first: &mut bool, (name, value, quoted): (&[u8], &[u8], bool)| {
+                let comma_at = out.len();
+                if !*first {
+                    out.push(b',');
+                }
+                if name == HASH {
+                    hash_at = (comma_at, out.len());
+                }
+                let quote: &[u8] = if quoted { b"\"" } else { b"" };
+                for part in [b"\"", name, b"\":", quote, value, quote] {
+                    out.extend_from_slice(part);
+                }
+                *first = false;
+            };
+        for member in &self.members {
+            let key = member.key(&self.fields);
+            while let Some(&item) = added.get(next_added) {
+                if item.0 >= &*key {
+                    break;
+                }
+                emit(out, &mut first, item);
+                next_added += 1;
+            }
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(&self.fields[member.start..member.end]);
+            first = false;
+        }
+        for &item in &added[next_added..] {
+            emit(out, &mut first, item);
+        }
+        out.push(b'}');
+
+        // What is hashed is the line without the `hash` member and one comma next to it: the one before
+        // it, or the one after it when it comes first (`prev_hash` and `seq` always follow it).
+        let (comma_at, member_at) = hash_at;
+        let member_end = member_at + HASH_MEMBER_LEN;
+        let cut = if comma_at < member_at {
+            comma_at..member_end
+        } else {
+            member_at..member_end + 1
+        };
+        let hash = chain_hash(prev_hash, &[&out[base..cut.start], &out[cut.end..]]);
+        let value_at = member_at + HASH_MEMBER_LEN - 65;
+        out[value_at..value_at + 64].copy_from_slice(&hash);
+        Ok(hash)
+    }
+}
+
+/// `sha256(prev_hash ‖ body)` as lowercase hex, where `body` is the concatenation of `parts`.
+pub(crate) fn chain_hash(prev_hash: &HashHex, parts: &[&[u8]]) -> HashHex {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_hash);
+    for part in parts {
+        hasher.update(part);
+    }
+    let digest = hasher.finalize();
+    let mut hex = [0u8; 64];
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in digest.iter().enumerate() {
+        hex[2 * i] = DIGITS[usize::from(byte >> 4)];
+        hex[2 * i + 1] = DIGITS[usize::from(byte & 15)];
+    }
+    hex
+}
+
+/// Whether `text` is 64 lowercase hex digits, the only form a hash is written in.
+pub(crate) fn parse_hash(text: &str) -> Option<HashHex> {
+    let bytes: &[u8; 64] = text.as_bytes().try_into().ok()?;
+    bytes
+        .iter()
+        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        .then_some(*bytes)
+}
+
+fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// The text of an escaped key, as UTF-8 bytes.
+fn unescape(raw: &[u8]) -> Cow<'_, [u8]> {
+    let mut quoted = Vec::with_capacity(raw.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(raw);
+    quoted.push(b'"');
+    match serde_json::from_slice::<String>(&quoted) {
+        Ok(text) => Cow::Owned(text.into_bytes()),
+        Err(_) => Cow::Borrowed(raw),
+    }
+}
+
+fn check_order(fields: &[u8], members: &[Member]) -> Result<(), EncodeError> {
+    let mut previous: Option<Cow<'_, [u8]>> = None;
+    for member in members {
+        let key = member.key(fields);
+        let name = || String::from_utf8_lossy(&key).into_owned();
+        if [SEQ, PREV_HASH, HASH].contains(&&*key) {
+            return Err(EncodeError::Reserved(name()));
+        }
+        if previous.as_ref().is_some_and(|p| *p >= key) {
+            return Err(EncodeError::Unsorted(name()));
+        }
+        previous = Some(key);
+    }
+    Ok(())
+}
+
+/// Splits compact JSON text that is one object into its top-level members; `None` if it is not an
+/// object. Expects serde_json's compact output, so there is no whitespace to skip.
+fn split_members(json: &[u8], members: &mut Vec<Member>) -> Option<()> {
+    members.clear();
+    if json.first() != Some(&b'{') || json.last() != Some(&b'}') {
+        return None;
+    }
+    let close = json.len() - 1;
+    let mut i = 1;
+    if i == close {
+        return Some(());
+    }
+    loop {
+        let start = i;
+        if json.get(i) != Some(&b'"') {
+            return None;
+        }
+        let (key_end, escaped) = string_end(json, i)?;
+        if json.get(key_end) != Some(&b':') {
+            return None;
+        }
+        i = value_end(json, key_end + 1)?;
+        members.push(Member {
+            start,
+            key_end,
+            end: i,
+            escaped,
+        });
+        match json.get(i)? {
+            b',' => i += 1,
+            b'}' if i == close => return Some(()),
+            _ => return None,
+        }
+    }
+}
+
+/// The index just past the string that starts with the quote at `start`, and whether it has escapes.
+fn string_end(json: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut i = start + 1;
+    let mut escaped = false;
+    loop {
+        // Eight bytes at a time while none is a quote or a backslash: strings are most of a record.
+        while let Some(chunk) = json.get(i..i + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().ok()?);
+            if has_byte(word, b'"') || has_byte(word, b'\\') {
+                break;
+            }
+            i += 8;
+        }
+        match json.get(i)? {
+            b'"' => return Some((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i += 2;
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// Whether any byte of `word` is `byte`.
+fn has_byte(word: u64, byte: u8) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let x = word ^ (u64::from(byte) * ONES);
+    x.wrapping_sub(ONES) & !x & (ONES << 7) != 0
+}
+
+/// The index just past the value that starts at `start`: at the `,` or `}` that ends its member.
+fn value_end(json: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = start;
+    loop {
+        match json.get(i)? {
+            b'"' => {
+                i = string_end(json, i)?.0;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth == 0 => return Some(i),
+            b'}' | b']' => depth -= 1,
+            b',' if depth == 0 => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn line(fields: &impl Serialize, seq: u64, prev: &HashHex) -> (String, String) {
+        let mut out = b"junk before".to_vec();
+        let hash = Encoder::default()
+            .encode(fields, seq, prev, &mut out)
+            .unwrap();
+        let text = String::from_utf8(out.split_off(11)).unwrap();
+        (text, String::from_utf8(hash.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn merges_the_chain_members_in_sorted_position() {
+        let fields: BTreeMap<&str, serde_json::Value> = [
+            ("agent", "a".into()),
+            ("gate", 7.into()),
+            ("manifest_digest", "m".into()),
+            ("policy_version", 1.into()),
+            ("stage", "enter".into()),
+            ("tool", "t".into()),
+        ]
+        .into();
+        let (text, hash) = line(&fields, 12, &GENESIS);
+        let zeros = "0".repeat(64);
+        let body = format!(
+            r#"{{"agent":"a","gate":7,"manifest_digest":"m","policy_version":1,"prev_hash":"{zeros}","seq":12,"stage":"enter","tool":"t"}}"#
+        );
+        // Computed independently (Python hashlib): sha256 of the 64 zeros followed by `body`.
+        assert_eq!(
+            hash,
+            "484d7dd995f730c40304a243e122de2c3c49bbe175d3c4f1ee79de66359b9068"
+        );
+        assert_eq!(hash.as_bytes(), chain_hash(&GENESIS, &[body.as_bytes()]));
+        let expected = body.replace(
+            r#","manifest_digest""#,
+            &format!(r#","hash":"{hash}","manifest_digest""#),
+        );
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn places_members_at_either_end() {
+        let empty: BTreeMap<&str, u8> = BTreeMap::new();
+        let (text, hash) = line(&empty, 1, &GENESIS);
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"hash":"{hash}","prev_hash":"{}","seq":1}}"#,
+                "0".repeat(64)
+            )
+        );
+        let last: BTreeMap<&str, u8> = [("a", 1), ("zz", 2)].into();
+        let (text, hash) = line(&last, u64::MAX, &GENESIS);
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"a":1,"hash":"{hash}","prev_hash":"{}","seq":18446744073709551615,"zz":2}}"#,
+                "0".repeat(64)
+            )
+        );
+        let nested: BTreeMap<&str, serde_json::Value> = [
+            ("h", serde_json::json!({"x": [1, "}", {"y": ","}]})),
+            ("t", 1.into()),
+        ]
+        .into();
+        let (text, _) = line(&nested, 2, &GENESIS);
+        assert!(
+            text.starts_with(r#"{"h":{"x":[1,"}",{"y":","}]},"hash":""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn refuses_unsorted_or_reserved_members() {
+        #[derive(Serialize)]
+        struct Unsorted {
+            b: u8,
+            a: u8,
+        }
+        let mut out = b"kept".to_vec();
+        let mut encoder = Encoder::default();
+        let err = encoder.encode(&Unsorted { b: 1, a: 2 }, 1, &GENESIS, &mut out);
+        assert!(matches!(err, Err(EncodeError::Unsorted(k)) if k == "a"));
+        let reserved: BTreeMap<&str, u8> = [("seq", 1)].into();
+        let err = encoder.encode(&reserved, 1, &GENESIS, &mut out);
+        assert!(matches!(err, Err(EncodeError::Reserved(k)) if k == "seq"));
+        let err = encoder.encode(&[1, 2], 1, &GENESIS, &mut out);
+        assert!(matches!(err, Err(EncodeError::NotAnObject)));
+        assert_eq!(out, b"kept");
+    }
+
+    #[test]
+    fn a_full_audit_record_is_canonical() {
+        use crate::audit::record::{AuditRecord, Decision, Outcome, Stage};
+        use crate::{Mode, Risk};
+
+        let mut record = AuditRecord::new(Stage::Exit, "users.delete", Mode::FullAuto, 3);
+        // Naming every field, so that a new one fails to compile here until it is covered.
+        let AuditRecord {
+            agent,
+            arguments,
+            arguments_digest,
+            call: _,
+            code,
+            decision,
+            declared_risk,
+            duration_us,
+            effective_risk,
+            gate: _,
+            manifest_digest: _,
+            message,
+            mode: _,
+            outcome,
+            output_digest,
+            policy_version: _,
+            stage: _,
+            timestamp: _,
+            tool: _,
+        } = &mut record;
+        *agent = Some("a".into());
+        *arguments = Some("{}".into());
+        *arguments_digest = Some("d".into());
+        *code = Some("c".into());
+        *decision = Some(Decision::Approved);
+        *declared_risk = Some(Risk::HighWrite);
+        *duration_us = Some(5);
+        *effective_risk = Some(Risk::HighWrite);
+        *message = Some("m".into());
+        *outcome = Some(Outcome::Ok);
+        *output_digest = Some("o".into());
+        let mut out = Vec::new();
+        Encoder::default()
+            .encode(&record, 1, &GENESIS, &mut out)
+            .expect("AuditRecord's fields must be declared in sorted order");
+        let parsed: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&out).unwrap();
+        assert_eq!(parsed.len(), 22);
+        assert_eq!(serde_json::to_vec(&parsed).unwrap(), out);
+    }
+
+    #[test]
+    fn hashes_are_lowercase_hex_only() {
+        assert!(parse_hash(&"a".repeat(64)).is_some());
+        assert!(parse_hash(&"A".repeat(64)).is_none());
+        assert!(parse_hash(&"a".repeat(63)).is_none());
+        assert!(parse_hash(&"é".repeat(32)).is_none());
+    }
+}

@@ -1,0 +1,420 @@
+//! The append-only, hash-chained JSONL audit log.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::audit::chain::{Encoder, HashHex, parse_hash};
+use crate::audit::record::AuditRecord;
+use crate::audit::sink::{AuditError, AuditSink};
+use crate::audit::verify::verify_reader;
+
+/// Pending bytes a [`Durability::Buffered`] sink holds before it writes them.
+const BUFFERED_LIMIT: usize = 64 * 1024;
+
+/// When a [`JsonlSink`] hands records to the operating system and to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Each record is written to the operating system, in one `write`, before
+    /// [`record`](AuditSink::record) returns: a crash of the process loses no record that was
+    /// acknowledged; a crash of the machine may lose the last ones the OS had not yet put on disk.
+    #[default]
+    Flush,
+    /// As [`Flush`](Durability::Flush), then `fsync` (`sync_data`) before returning: an acknowledged
+    /// record survives a power loss. Much slower.
+    FsyncEach,
+    /// As [`Flush`](Durability::Flush), with an `fsync` every `n` records (0 counts as 1): a power loss
+    /// loses at most the last `n - 1` acknowledged records.
+    FsyncEvery(u32),
+    /// Records are kept in memory and written in batches of about 64 KiB, by
+    /// [`flush`](AuditSink::flush) and when the sink is dropped. The fastest, and the weakest: a crash
+    /// of the process loses every acknowledged record not yet written, and a write error surfaces on a
+    /// later record than the one it loses.
+    Buffered,
+}
+
+impl Durability {
+    fn syncs(self) -> bool {
+        matches!(self, Durability::FsyncEach | Durability::FsyncEvery(_))
+    }
+}
+
+/// Writes audit records to an append-only JSONL file, each line chained to the one before by a hash, so
+/// that changing, deleting, inserting or reordering a line shows when the file is verified
+/// ([`verify_file`](crate::audit::verify_file), `toolgate audit verify`).
+///
+/// ```no_run
+/// # extern crate toolgate_runtime as toolgate;
+/// use toolgate::audit::{Durability, JsonlSink};
+///
+/// let sink = JsonlSink::builder("audit.jsonl")
+///     .durability(Durability::FsyncEvery(100))
+///     .open()?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # File format
+///
+/// UTF-8 text, one record per line, each line ending in `\n`. A line is the canonical JSON of an object
+/// holding the [`AuditRecord`]'s fields and three members the sink adds:
+///
+/// - `seq`: 1 on the first line of the file, then one more on each line;
+/// - `prev_hash`: the previous line's `hash`; 64 `0`s on the first line;
+/// - `hash`: `hex(sha256(prev_hash ‖ body))`, where `prev_hash` is taken as its 64 ASCII hex digits
+///   (not the 32 bytes they spell) and `body` is the line's canonical JSON without the `hash` member.
+///
+/// Hashes are written as 64 lowercase hex digits. The **canonical JSON** of an object is:
+///
+/// - its members sorted by key, comparing keys as UTF-8 bytes, each key once; absent optional fields
+///   are left out (never `null`);
+/// - no whitespace outside strings: `{"a":1,"b":"x"}`;
+/// - strings as `serde_json` writes them: `"` `\` and control characters escaped (`\"` `\\` `\n` `\r`
+///   `\t` `\b` `\f`, others `\u00XX` in lowercase hex), everything else literal UTF-8, `/` included;
+/// - integers in decimal, with no sign, fraction or exponent.
+///
+/// The record's fields are declared in sorted order, so the sink serializes the record straight into
+/// canonical form and splices the three members in at their sorted places; the verifier parses a line,
+/// removes the three members and re-encodes the rest through the same function. A line whose bytes
+/// differ from that encoding does not verify, even when its content hashes right.
+///
+/// For example, with `…` standing for 64 hex digits (one line in the file, wrapped here):
+///
+/// ```text
+/// {"arguments_digest":"…","call":7,"code":"ABOVE_CEILING","decision":"refused",
+/// "declared_risk":"HIGH_WRITE","effective_risk":"HIGH_WRITE","gate":1,"hash":"…",
+/// "manifest_digest":"…","mode":"SHADOW","policy_version":1,"prev_hash":"…","seq":42,
+/// "stage":"refused","timestamp":"2026-11-22T03:11:01.123456Z","tool":"users.delete"}
+/// ```
+///
+/// # What the chain proves
+///
+/// Anyone who can rewrite the file can also recompute every hash after an edit, or cut records off the
+/// end; the chain shows such changes only to someone who kept a later hash. Copy
+/// [`last_hash`](JsonlSink::last_hash) somewhere the writer of the file cannot change to keep that proof.
+///
+/// # Opening and failures
+///
+/// [`open`](JsonlSink::open) creates the file, or verifies an existing one and continues its chain after
+/// the last record. It refuses a file whose chain is broken, and a file with a torn last line (a write cut
+/// short by a crash) unless [`recover_torn_tail`](JsonlSinkBuilder::recover_torn_tail) is set. A path that
+/// is not a regular file (a FIFO, a device) is not read: its chain starts at `seq` 1.
+///
+/// Only one sink, in one process, may append to a file at a time: nothing locks it.
+///
+/// Records are numbered and chained under one lock, in the order threads take it. When a write fails (a
+/// full disk, an I/O error) [`record`](AuditSink::record) returns the error, the partial line is cut off
+/// again, and the chain does not advance; if the file cannot be cut back, or an `fsync` fails, every
+/// later record fails too, until the file is reopened (and so verified).
+#[derive(Debug)]
+pub struct JsonlSink {
+    path: PathBuf,
+    durability: Durability,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    file: File,
+    /// Whether the file can be cut back after a failed write.
+    regular: bool,
+    /// The length of the file up to the last whole record written.
+    written_len: u64,
+    seq: u64,
+    last_hash: HashHex,
+    /// Encoded lines not yet written: one line, or with [`Durability::Buffered`] several.
+    pending: Vec<u8>,
+    unsynced: u32,
+    /// Why the sink refuses every record, after a failure it could not undo.
+    failed: Option<String>,
+    encoder: EncoderDebug,
+}
+
+/// The encoder, with a `Debug` that does not dump its buffers.
+#[derive(Default)]
+struct EncoderDebug(Encoder);
+
+impl std::fmt::Debug for EncoderDebug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Encoder")
+    }
+}
+
+/// Options for opening a [`JsonlSink`]; from [`JsonlSink::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "call `open` to open the sink"]
+pub struct JsonlSinkBuilder {
+    path: PathBuf,
+    durability: Durability,
+    recover_torn_tail: bool,
+}
+
+impl JsonlSinkBuilder {
+    /// When records reach the OS and the disk; [`Durability::Flush`] by default.
+    pub fn durability(mut self, durability: Durability) -> JsonlSinkBuilder {
+        self.durability = durability;
+        self
+    }
+
+    /// Whether to cut off a torn last line (a write cut short by a crash, never acknowledged to a
+    /// caller) and continue the chain, rather than refuse to open; `false` by default. A broken chain is
+    /// refused either way.
+    pub fn recover_torn_tail(mut self, recover: bool) -> JsonlSinkBuilder {
+        self.recover_torn_tail = recover;
+        self
+    }
+
+    /// Opens the log, creating it if needed; see [`JsonlSink`] for what it checks. A broken chain or a
+    /// torn tail is an error of kind [`InvalidData`](io::ErrorKind::InvalidData).
+    pub fn open(self) -> io::Result<JsonlSink> {
+        let JsonlSinkBuilder {
+            path,
+            durability,
+            recover_torn_tail,
+        } = self;
+        let context =
+            |e: io::Error| io::Error::new(e.kind(), format!("audit log {}: {e}", path.display()));
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(context)?;
+        let regular = file.metadata().map_err(context)?.is_file();
+        let mut state = State {
+            file,
+            regular,
+            written_len: 0,
+            seq: 0,
+            last_hash: crate::audit::chain::GENESIS,
+            pending: Vec::with_capacity(1024),
+            unsynced: 0,
+            failed: None,
+            encoder: EncoderDebug::default(),
+        };
+        if regular {
+            state.resume(&path, recover_torn_tail).map_err(context)?;
+        }
+        if !existed && durability.syncs() {
+            sync_parent_dir(&path).map_err(context)?;
+        }
+        Ok(JsonlSink {
+            path,
+            durability,
+            state: Mutex::new(state),
+        })
+    }
+}
+
+impl State {
+    /// Verifies the existing content and takes up its chain.
+    fn resume(&mut self, path: &Path, recover_torn_tail: bool) -> io::Result<()> {
+        self.file.seek(SeekFrom::Start(0))?;
+        let report = verify_reader(&self.file)?;
+        let refuse = |what: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{what}; refusing to append to it (see `toolgate audit verify {}`)",
+                    path.display()
+                ),
+            )
+        };
+        if let Some(broken) = &report.broken {
+            return Err(refuse(format!(
+                "the hash chain is broken at {broken}; it was tampered with or damaged"
+            )));
+        }
+        if let Some(torn) = &report.torn_tail {
+            if !recover_torn_tail {
+                return Err(refuse(format!(
+                    "torn tail: {torn} (left by a crash; open with `recover_torn_tail(true)` to cut it off)"
+                )));
+            }
+            self.file.set_len(torn.offset)?;
+        }
+        self.seq = report.last_seq;
+        self.last_hash = parse_hash(&report.last_hash).unwrap_or(crate::audit::chain::GENESIS);
+        self.written_len = report.intact_len;
+        if report.final_newline_missing {
+            self.file.write_all(b"\n")?;
+            self.written_len += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes the pending bytes; on failure cuts the file back to its last whole record.
+    fn write_pending(&mut self, path: &Path) -> Result<(), AuditError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        match self.file.write_all(&self.pending) {
+            Ok(()) => {
+                self.written_len += self.pending.len() as u64;
+                self.pending.clear();
+                Ok(())
+            }
+            Err(e) => {
+                let cut = if self.regular {
+                    self.file.set_len(self.written_len)
+                } else {
+                    Err(io::Error::other("not a regular file"))
+                };
+                if let Err(cut) = cut {
+                    self.failed = Some(format!(
+                        "a write failed ({e}) and the partial line could not be cut off ({cut})"
+                    ));
+                }
+                Err(AuditError::io(
+                    format!("writing audit log {}", path.display()),
+                    e,
+                ))
+            }
+        }
+    }
+
+    fn sync(&mut self, path: &Path) -> Result<(), AuditError> {
+        self.unsynced = 0;
+        self.file.sync_data().map_err(|e| {
+            // After a failed fsync the kernel may have dropped the dirty pages: nothing written since the
+            // last good one can be trusted to be on disk, so stop rather than write more after it.
+            self.failed = Some(format!("fsync failed ({e})"));
+            AuditError::io(format!("syncing audit log {}", path.display()), e)
+        })
+    }
+}
+
+impl JsonlSink {
+    /// Opens the log at `path` with [`Durability::Flush`]; see [`JsonlSink`] and
+    /// [`JsonlSinkBuilder::open`].
+    pub fn open(path: impl AsRef<Path>) -> io::Result<JsonlSink> {
+        JsonlSink::builder(path).open()
+    }
+
+    /// Options for opening the log at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> JsonlSinkBuilder {
+        JsonlSinkBuilder {
+            path: path.as_ref().to_path_buf(),
+            durability: Durability::default(),
+            recover_torn_tail: false,
+        }
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The durability it was opened with.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// The `seq` of the last record (0 if there is none).
+    pub fn last_seq(&self) -> u64 {
+        self.lock().map_or(0, |state| state.seq)
+    }
+
+    /// The `hash` of the last record (64 zeros if there is none): keep a copy elsewhere to be able to
+    /// show later that nothing up to it was rewritten or cut off.
+    pub fn last_hash(&self) -> String {
+        let hash = self
+            .lock()
+            .map_or(crate::audit::chain::GENESIS, |state| state.last_hash);
+        String::from_utf8_lossy(&hash).into_owned()
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>, AuditError> {
+        // The lock is poisoned only by a panic in the middle of writing, which leaves the file and the
+        // chain state in doubt: refuse from then on.
+        self.state.lock().map_err(|_| {
+            AuditError::new(format!(
+                "audit log {}: a thread panicked while writing it",
+                self.path.display()
+            ))
+        })
+    }
+}
+
+impl AuditSink for JsonlSink {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut guard = self.lock()?;
+        let state = &mut *guard;
+        if let Some(failed) = &state.failed {
+            return Err(AuditError::new(format!(
+                "audit log {} is unusable: {failed}; reopen it",
+                self.path.display()
+            )));
+        }
+        let start = state.pending.len();
+        let seq = state.seq + 1;
+        let hash = state
+            .encoder
+            .0
+            .encode(record, seq, &state.last_hash, &mut state.pending)
+            .map_err(|e| AuditError::new(format!("encoding an audit record: {e}")))?;
+        state.pending.push(b'\n');
+
+        let written = match self.durability {
+            Durability::Buffered if state.pending.len() < BUFFERED_LIMIT => Ok(()),
+            _ => state.write_pending(&self.path),
+        };
+        if let Err(e) = written {
+            state.pending.truncate(start);
+            return Err(e);
+        }
+        state.seq = seq;
+        state.last_hash = hash;
+        state.unsynced = state.unsynced.saturating_add(1);
+        match self.durability {
+            Durability::FsyncEach => state.sync(&self.path),
+            Durability::FsyncEvery(n) if state.unsynced >= n.max(1) => state.sync(&self.path),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes any buffered records and `fsync`s the file.
+    fn flush(&self) -> Result<(), AuditError> {
+        let mut state = self.lock()?;
+        if let Some(failed) = &state.failed {
+            return Err(AuditError::new(format!(
+                "audit log {} is unusable: {failed}; reopen it",
+                self.path.display()
+            )));
+        }
+        state.write_pending(&self.path)?;
+        state.sync(&self.path)
+    }
+}
+
+impl Drop for JsonlSink {
+    fn drop(&mut self) {
+        let Ok(state) = self.state.get_mut() else {
+            return;
+        };
+        if state.failed.is_some() {
+            return;
+        }
+        // Errors cannot be reported from here; call `flush` first to see them.
+        if state.write_pending(&self.path).is_ok() && state.unsynced > 0 && self.durability.syncs()
+        {
+            let _ = state.sync(&self.path);
+        }
+    }
+}
+
+#[cfg(unix)]
+fn sync_parent_dir(path: &Path) -> io::Result<()> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_parent_dir(_path: &Path) -> io::Result<()> {
+    Ok(())
+}

@@ -1,0 +1,417 @@
+//! Checking a hash-chained JSONL audit log.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
+
+/// What [`verify_file`] found in a log written by [`JsonlSink`](crate::audit::JsonlSink).
+///
+/// Verification stops at the first broken record: the records after it cannot be trusted, whatever
+/// they say. A torn last line, left by a crash in the middle of a write, is reported apart from
+/// tampering, in [`torn_tail`](VerifyReport::torn_tail).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VerifyReport {
+    /// How many records verified, from the first line up to the first broken one.
+    pub records: u64,
+    /// The `seq` of the last record that verified (0 if none did).
+    pub last_seq: u64,
+    /// The `hash` of the last record that verified (64 zeros if none did): what the next record's
+    /// `prev_hash` must be.
+    pub last_hash: String,
+    /// How many bytes, from the start, hold the records that verified (with their newlines).
+    pub intact_len: u64,
+    /// How many lines the log has, counting a last line without a newline.
+    pub lines: u64,
+    /// The last record verified but lacks its trailing newline (the crash came just before it).
+    pub final_newline_missing: bool,
+    /// The first line that does not verify, if any, other than a torn last line.
+    pub broken: Option<BrokenRecord>,
+    /// A last line without a trailing newline that is not complete JSON: a write cut short.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// The first line of a log that does not verify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BrokenRecord {
+    /// Its line number, from 1.
+    pub line: u64,
+    /// The byte offset where the line starts.
+    pub offset: u64,
+    /// Its `seq`, if it has a readable one.
+    pub seq: Option<u64>,
+    /// Why it does not verify.
+    pub reason: BreakReason,
+}
+
+/// Why a line of a log does not verify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BreakReason {
+    /// The line is not JSON, or not UTF-8 (the parser's message).
+    NotJson(String),
+    /// The line is JSON but not an object.
+    NotAnObject,
+    /// The line is empty.
+    EmptyLine,
+    /// The record has no member of this name (`seq`, `prev_hash` or `hash`).
+    MissingField(&'static str),
+    /// The member of this name has the wrong type or form (`seq` must be an unsigned integer, hashes 64
+    /// lowercase hex digits).
+    InvalidField(&'static str),
+    /// The `hash` is not the hash of the record's content: the record was changed after it was written.
+    HashMismatch,
+    /// The bytes differ from the canonical form of the same content (added whitespace, reordered keys,
+    /// escapes spelled differently): the line was edited.
+    NotCanonical,
+    /// The `prev_hash` is not the previous record's `hash`: a record before it was deleted, or records
+    /// were reordered or inserted.
+    PrevHashMismatch,
+    /// The `seq` does not follow the previous record's.
+    SeqGap {
+        /// The `seq` that should follow.
+        expected: u64,
+        /// The `seq` the line has.
+        found: u64,
+    },
+}
+
+/// A last line with no trailing newline that is not complete JSON: a write cut short by a crash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TornTail {
+    /// Its line number, from 1.
+    pub line: u64,
+    /// The byte offset where it starts; truncating the file there removes it.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+impl VerifyReport {
+    /// Whether every line verified: nothing broken, nothing torn.
+    pub fn is_intact(&self) -> bool {
+        self.broken.is_none() && self.torn_tail.is_none()
+    }
+}
+
+impl fmt::Display for BreakReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BreakReason::NotJson(detail) => write!(f, "not JSON ({detail})"),
+            BreakReason::NotAnObject => f.write_str("not a JSON object"),
+            BreakReason::EmptyLine => f.write_str("empty line"),
+            BreakReason::MissingField(name) => write!(f, "no `{name}` member"),
+            BreakReason::InvalidField(name) => write!(f, "invalid `{name}` member"),
+            BreakReason::HashMismatch => {
+                f.write_str("hash mismatch: the record was changed after it was written")
+            }
+            BreakReason::NotCanonical => f.write_str(
+                "not canonical: the line's bytes differ from its canonical form, so it was edited",
+            ),
+            BreakReason::PrevHashMismatch => f.write_str(
+                "prev_hash mismatch: a record before it was deleted, or records were reordered or inserted",
+            ),
+            BreakReason::SeqGap { expected, found } => {
+                write!(f, "seq gap: expected seq {expected}, found {found}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for BrokenRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}", self.line)?;
+        if let Some(seq) = self.seq {
+            write!(f, " (seq {seq})")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+impl fmt::Display for TornTail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {} ({} bytes at offset {}) is incomplete, with no trailing newline: a write cut short",
+            self.line, self.len, self.offset
+        )
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = match (&self.broken, &self.torn_tail) {
+            (None, None) => "INTACT",
+            (Some(_), _) => "BROKEN",
+            (None, Some(_)) => "TORN TAIL",
+        };
+        writeln!(
+            f,
+            "{status}: {} of {} lines verify",
+            self.records, self.lines
+        )?;
+        if self.records > 0 {
+            writeln!(
+                f,
+                "last intact record: seq {}, hash {}",
+                self.last_seq, self.last_hash
+            )?;
+        }
+        if self.final_newline_missing {
+            writeln!(f, "the last record has no trailing newline")?;
+        }
+        if let Some(broken) = &self.broken {
+            writeln!(f, "first broken record: {broken}")?;
+            writeln!(f, "records from line {} on cannot be trusted", broken.line)?;
+        }
+        if let Some(torn) = &self.torn_tail {
+            writeln!(f, "torn tail: {torn}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Verifies the log at `path`; `Err` only if it cannot be read.
+pub fn verify_file(path: impl AsRef<Path>) -> io::Result<VerifyReport> {
+    verify_reader(File::open(path)?)
+}
+
+/// Verifies a log read from `reader` to its end; `Err` only if reading fails.
+pub fn verify_reader(reader: impl Read) -> io::Result<VerifyReport> {
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    let mut verifier = Verifier::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            return Ok(verifier.finish());
+        }
+        verifier.line(&line);
+    }
+}
+
+/// Verifies a whole log held in memory. Never panics, whatever the bytes.
+pub fn verify_bytes(bytes: &[u8]) -> VerifyReport {
+    let mut verifier = Verifier::new();
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        verifier.line(line);
+    }
+    verifier.finish()
+}
+
+/// Verifies one line at a time, each with its newline if it has one.
+struct Verifier {
+    report: VerifyReport,
+    last_hash: HashHex,
+    offset: u64,
+    encoder: Encoder,
+    canonical: Vec<u8>,
+    /// The last line had no newline and did not verify: it is torn if it is not JSON, else broken.
+    unterminated_failure: Option<BrokenRecord>,
+}
+
+impl Verifier {
+    fn new() -> Verifier {
+        Verifier {
+            report: VerifyReport {
+                records: 0,
+                last_seq: 0,
+                last_hash: String::new(),
+                intact_len: 0,
+                lines: 0,
+                final_newline_missing: false,
+                broken: None,
+                torn_tail: None,
+            },
+            last_hash: GENESIS,
+            offset: 0,
+            encoder: Encoder::default(),
+            canonical: Vec::new(),
+            unterminated_failure: None,
+        }
+    }
+
+    fn line(&mut self, with_newline: &[u8]) {
+        let start = self.offset;
+        self.offset += with_newline.len() as u64;
+        self.report.lines += 1;
+        let (line, terminated) = match with_newline.strip_suffix(b"\n") {
+            Some(line) => (line, true),
+            None => (with_newline, false),
+        };
+        if self.report.broken.is_some() {
+            return;
+        }
+        let line_number = self.report.lines;
+        match self.check(line) {
+            Ok((seq, hash)) => {
+                self.report.records += 1;
+                self.report.last_seq = seq;
+                self.report.intact_len = self.offset;
+                self.report.final_newline_missing = !terminated;
+                self.last_hash = hash;
+            }
+            Err((seq, reason)) => {
+                let broken = BrokenRecord {
+                    line: line_number,
+                    offset: start,
+                    seq,
+                    reason,
+                };
+                if terminated {
+                    self.report.broken = Some(broken);
+                } else {
+                    self.unterminated_failure = Some(broken);
+                }
+            }
+        }
+    }
+
+    /// Checks one line (without its newline) against the chain so far; returns its seq and hash.
+    fn check(&mut self, line: &[u8]) -> Result<(u64, HashHex), (Option<u64>, BreakReason)> {
+        if line.is_empty() {
+            return Err((None, BreakReason::EmptyLine));
+        }
+        let mut fields: Map<String, Value> = match serde_json::from_slice(line) {
+            Ok(fields) => fields,
+            Err(e) if e.is_data() => return Err((None, BreakReason::NotAnObject)),
+            Err(e) => return Err((None, BreakReason::NotJson(e.to_string()))),
+        };
+        let seq = match fields.remove("seq") {
+            None => return Err((None, BreakReason::MissingField("seq"))),
+            Some(seq) => seq
+                .as_u64()
+                .ok_or((None, BreakReason::InvalidField("seq")))?,
+        };
+        let hash_field =
+            |fields: &mut Map<String, Value>, name: &'static str| match fields.remove(name) {
+                None => Err((Some(seq), BreakReason::MissingField(name))),
+                Some(Value::String(text)) => {
+                    parse_hash(&text).ok_or((Some(seq), BreakReason::InvalidField(name)))
+                }
+                Some(_) => Err((Some(seq), BreakReason::InvalidField(name))),
+            };
+        let hash = hash_field(&mut fields, "hash")?;
+        let prev_hash = hash_field(&mut fields, "prev_hash")?;
+
+        self.canonical.clear();
+        let computed = self
+            .encoder
+            .encode(&fields, seq, &prev_hash, &mut self.canonical)
+            .map_err(|_| (Some(seq), BreakReason::NotCanonical))?;
+        if computed != hash {
+            return Err((Some(seq), BreakReason::HashMismatch));
+        }
+        if self.canonical != line {
+            return Err((Some(seq), BreakReason::NotCanonical));
+        }
+        if prev_hash != self.last_hash {
+            return Err((Some(seq), BreakReason::PrevHashMismatch));
+        }
+        let expected = self.report.last_seq.wrapping_add(1);
+        if seq != expected {
+            return Err((
+                Some(seq),
+                BreakReason::SeqGap {
+                    expected,
+                    found: seq,
+                },
+            ));
+        }
+        Ok((seq, hash))
+    }
+
+    fn finish(mut self) -> VerifyReport {
+        if let Some(failure) = self.unterminated_failure.take() {
+            // A write cut short leaves a prefix of a line, which is never complete JSON; a final line
+            // that parses but does not verify was not left by a crash.
+            if matches!(
+                failure.reason,
+                BreakReason::NotJson(_) | BreakReason::EmptyLine
+            ) {
+                self.report.torn_tail = Some(TornTail {
+                    line: failure.line,
+                    offset: failure.offset,
+                    len: self.offset - failure.offset,
+                });
+            } else {
+                self.report.broken = Some(failure);
+            }
+        }
+        self.report.last_hash = String::from_utf8_lossy(&self.last_hash).into_owned();
+        self.report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// A log whose lines are chained correctly but numbered `seqs`.
+    fn log_numbered(seqs: &[u64]) -> Vec<u8> {
+        let mut encoder = Encoder::default();
+        let mut log = Vec::new();
+        let mut prev = GENESIS;
+        for &seq in seqs {
+            let fields: BTreeMap<&str, u64> = [("call", seq)].into();
+            prev = encoder.encode(&fields, seq, &prev, &mut log).unwrap();
+            log.push(b'\n');
+        }
+        log
+    }
+
+    #[test]
+    fn a_rechained_log_with_a_record_cut_out_shows_a_seq_gap() {
+        let report = verify_bytes(&log_numbered(&[1, 2, 4, 5]));
+        assert_eq!(report.records, 2);
+        let broken = report.broken.unwrap();
+        assert_eq!((broken.line, broken.seq), (3, Some(4)));
+        assert_eq!(
+            broken.reason,
+            BreakReason::SeqGap {
+                expected: 3,
+                found: 4
+            }
+        );
+        assert_eq!(report.torn_tail, None);
+
+        let report = verify_bytes(&log_numbered(&[2]));
+        assert_eq!(
+            report.broken.unwrap().reason,
+            BreakReason::SeqGap {
+                expected: 1,
+                found: 2
+            }
+        );
+    }
+
+    #[test]
+    fn a_final_line_that_parses_but_does_not_verify_is_broken_not_torn() {
+        let mut log = log_numbered(&[1, 2]);
+        log.extend_from_slice(br#"{"seq":3}"#);
+        let report = verify_bytes(&log);
+        assert_eq!(report.torn_tail, None);
+        let broken = report.broken.unwrap();
+        assert_eq!((broken.line, broken.seq), (3, Some(3)));
+        assert_eq!(broken.reason, BreakReason::MissingField("hash"));
+    }
+
+    #[test]
+    fn reader_and_bytes_agree() {
+        let mut log = log_numbered(&[1, 2, 3]);
+        log.extend_from_slice(b"{\"cut");
+        let from_bytes = verify_bytes(&log);
+        assert_eq!(verify_reader(&log[..]).unwrap(), from_bytes);
+        assert_eq!(from_bytes.records, 3);
+        assert_eq!(from_bytes.torn_tail.unwrap().len, 5);
+    }
+}

@@ -1,0 +1,199 @@
+//! The `toolgate` command on intact, tampered and torn logs.
+
+#![cfg(feature = "cli")]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use toolgate::audit::{AuditRecord, AuditSink, Decision, JsonlSink, Stage};
+use toolgate::{Mode, Risk};
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("audit_cli-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A log of five records: three allowed reads, then two refused deletes in SHADOW mode.
+fn write_log(dir: &Scratch) -> (PathBuf, Vec<u8>) {
+    let path = dir.0.join("audit.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    for call in 1..=5 {
+        let mut record = if call <= 3 {
+            let mut r = AuditRecord::new(Stage::Enter, "users.get", Mode::Shadow, 1);
+            r.decision = Some(Decision::Allowed);
+            r.declared_risk = Some(Risk::ReadOnly);
+            r
+        } else {
+            let mut r = AuditRecord::new(Stage::Refused, "users.delete", Mode::Shadow, 1);
+            r.decision = Some(Decision::Refused);
+            r.code = Some("ABOVE_CEILING".into());
+            r.declared_risk = Some(Risk::HighWrite);
+            r.arguments_digest = Some("d".repeat(64));
+            r
+        };
+        record.call = call;
+        sink.record(&record).unwrap();
+    }
+    drop(sink);
+    let bytes = fs::read(&path).unwrap();
+    (path, bytes)
+}
+
+fn toolgate(args: &[&str]) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        status.code().expect("exited"),
+        String::from_utf8(stdout).unwrap(),
+        String::from_utf8(stderr).unwrap(),
+    )
+}
+
+fn verify(path: &Path) -> (i32, String, String) {
+    toolgate(&["audit", "verify", path.to_str().unwrap()])
+}
+
+#[test]
+fn an_intact_log_exits_0() {
+    let dir = Scratch::new("intact");
+    let (path, _) = write_log(&dir);
+    let (code, stdout, stderr) = verify(&path);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("INTACT: 5 of 5 lines verify\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("last intact record: seq 5, hash "),
+        "{stdout}"
+    );
+    assert_eq!(stderr, "");
+}
+
+#[test]
+fn a_tampered_log_exits_1_and_names_the_line() {
+    let dir = Scratch::new("tampered");
+    let (path, bytes) = write_log(&dir);
+    let text = String::from_utf8(bytes).unwrap();
+    let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let edited = lines[2].replace("\"call\":3", "\"call\":4");
+    lines[2] = &edited;
+    fs::write(&path, lines.concat()).unwrap();
+    let (code, stdout, _) = verify(&path);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.starts_with("BROKEN: 2 of 5 lines verify\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("first broken record: line 3 (seq 3): hash mismatch"),
+        "{stdout}"
+    );
+
+    lines.remove(2);
+    fs::write(&path, lines.concat()).unwrap();
+    let (code, stdout, _) = verify(&path);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("first broken record: line 3 (seq 4): prev_hash mismatch"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_torn_log_exits_2() {
+    let dir = Scratch::new("torn");
+    let (path, bytes) = write_log(&dir);
+    fs::write(&path, &bytes[..bytes.len() - 30]).unwrap();
+    let (code, stdout, _) = verify(&path);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(
+        stdout.starts_with("TORN TAIL: 4 of 5 lines verify\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("torn tail: line 5 ("), "{stdout}");
+    assert!(!stdout.contains("broken"), "{stdout}");
+}
+
+#[test]
+fn an_unreadable_log_exits_3() {
+    let dir = Scratch::new("missing");
+    let (code, stdout, stderr) = verify(&dir.0.join("absent.jsonl"));
+    assert_eq!(code, 3, "{stdout}");
+    assert!(
+        stderr.contains("cannot read") && stderr.contains("absent.jsonl"),
+        "{stderr}"
+    );
+    // A directory cannot be read as a file either.
+    let (code, _, _) = verify(&dir.0);
+    assert_eq!(code, 3);
+}
+
+#[test]
+fn usage_errors_do_not_look_like_a_verdict() {
+    let (code, _, stderr) = toolgate(&["audit", "verify"]);
+    assert_eq!(code, 64, "{stderr}");
+    let (code, _, _) = toolgate(&["audit", "check", "x"]);
+    assert_eq!(code, 64);
+    let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
+    assert_eq!(code, 0);
+    for status in [
+        "0   the log is intact",
+        "1   the hash chain is broken",
+        "2   only the last line is torn",
+        "3   the file could not be read",
+    ] {
+        assert!(help.contains(status), "{help}");
+    }
+}
+
+#[test]
+fn promotion_prints_the_markdown_report() {
+    let dir = Scratch::new("promotion");
+    let (path, bytes) = write_log(&dir);
+    let (code, stdout, stderr) = toolgate(&["audit", "promotion", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("# Promotion report\n"), "{stdout}");
+    assert!(
+        stdout.contains("| SHADOW | READ_ONLY | 3 | 0 | 0 | 0 | 0 |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| SHADOW | HIGH_WRITE | 0 | 0 | 2 | 2 | 2 |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "| SHADOW | users.delete | {} | 2 |",
+            "d".repeat(64)
+        )),
+        "{stdout}"
+    );
+    assert_eq!(stderr, "");
+
+    fs::write(&path, &bytes[..bytes.len() - 30]).unwrap();
+    let (code, stdout, stderr) = toolgate(&["audit", "promotion", path.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stdout.starts_with("# Promotion report\n"), "{stdout}");
+    assert!(stderr.contains("is not intact"), "{stderr}");
+}
