@@ -61,7 +61,8 @@ pub(crate) enum Expanded {
 
 /// `#[tool(...)]` on an item.
 pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
-    let attr_span = attr_span(&args);
+    // The whole `#[tool(...)]` attribute, for errors about what it lacks.
+    let attr_span = Span::call_site();
     let mut errors = Errors::default();
     let mut item = match syn::parse2::<Item>(input.clone()) {
         Ok(item) => item,
@@ -86,6 +87,11 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
                 &mut errors,
             );
         }
+        Item::Verbatim(tokens) if mentions_fn(tokens) => errors.push(syn::Error::new(
+            tokens.span(),
+            "#[tool] needs a function with a body: put it on the function that implements this \
+             declaration",
+        )),
         other => errors.push(syn::Error::new(
             item_keyword_span(other),
             "#[tool] applies to functions only",
@@ -93,14 +99,6 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
     }
     let errors = errors.into_compile_errors();
     quote!(#errors #item)
-}
-
-pub(crate) fn attr_span(args: &TokenStream) -> Span {
-    if args.is_empty() {
-        Span::call_site()
-    } else {
-        args.span()
-    }
 }
 
 /// Checks one tool declaration and, if it is sound, inserts the gate check at the top of `block`.
@@ -221,6 +219,18 @@ fn check_signature(sig: &Signature, context: Context<'_>, errors: &mut Errors) -
         }
     }
     gate
+}
+
+fn mentions_impl_trait(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Finder {
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut finder = Finder(false);
+    syn::visit::Visit::visit_type(&mut finder, ty);
+    finder.0
 }
 
 fn is_result(ty: &Type) -> bool {
@@ -513,9 +523,8 @@ fn gated_body(
 ) -> Block {
     let manifest = manifest(spec, attrs, &sig.ident);
     let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
-    let (permit, denied, entry, result, writer, write, info, value) = (
+    let (permit, entry, result, writer, write, info, value) = (
         hygienic("toolgate_permit"),
-        hygienic("toolgate_denied"),
         hygienic("TOOLGATE_ENTRY"),
         hygienic("toolgate_result"),
         hygienic("toolgate_writer"),
@@ -527,6 +536,8 @@ fn gated_body(
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => sig.ident.span(),
     };
+    // Named with the return type's span, so that an error type without `From<Denied>` is reported there.
+    let denied = Ident::new("toolgate_denied", ret_span);
     let convert = quote_spanned!(ret_span=> ::core::convert::From::from(#denied));
     let gate_arg = match gate {
         Some(gate) => quote!(::core::option::Option::Some(#gate)),
@@ -537,7 +548,9 @@ fn gated_body(
         Some(_) => quote!(::toolgate::__private::enter_escalated(
             &#entry, #gate_arg, #info, &#write, #record_arguments
         )),
-        None => quote!(::toolgate::__private::enter(&#entry, #gate_arg, &#write, #record_arguments)),
+        None => {
+            quote!(::toolgate::__private::enter(&#entry, #gate_arg, &#write, #record_arguments))
+        }
     };
     let escalated = match &call.escalate {
         Some(path) => {
@@ -577,10 +590,28 @@ fn gated_body(
         ),
         None => (TokenStream::new(), quote!(::core::option::Option::None)),
     };
+    // The body's type is pinned to the declared return type, as it is in a plain function: otherwise
+    // the first `return` in the body would decide it (`return Ok(Box::new(5))` for a `Box<dyn Trait>`).
+    // An unreachable first return of that type does it, for the closure and the async block alike;
+    // an `impl Trait` return type cannot be named, and is left to inference.
+    let pin_type = match &sig.output {
+        ReturnType::Type(_, ty) if !mentions_impl_trait(ty) => {
+            let fake = Ident::new("toolgate_declared", Span::mixed_site());
+            quote! {
+                #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]
+                if false {
+                    let #fake: #ty = loop {};
+                    return #fake;
+                }
+            }
+        }
+        _ => TokenStream::new(),
+    };
+    let stmts = &body.stmts;
     let run = if sig.asyncness.is_some() {
-        quote!(async move #body.await)
+        quote!(async move { #pin_type #(#stmts)* }.await)
     } else {
-        quote!((move || #body)())
+        quote!((move || { #pin_type #(#stmts)* })())
     };
     syn::parse_quote! {{
         #[allow(unused_mut)]
@@ -672,6 +703,13 @@ fn mode_tokens(mode: Mode) -> TokenStream {
         Mode::FullAuto => quote!(FullAuto),
     };
     quote!(::toolgate::__private::Mode::#variant)
+}
+
+fn mentions_fn(tokens: &TokenStream) -> bool {
+    tokens
+        .clone()
+        .into_iter()
+        .any(|tree| matches!(&tree, proc_macro2::TokenTree::Ident(ident) if ident == "fn"))
 }
 
 /// The span of the keyword that says what kind of item this is, for "not a function" errors.

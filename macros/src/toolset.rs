@@ -141,9 +141,10 @@ fn member_fn(
         return Expanded::Failed;
     }
     let attribute = attrs.remove(index);
+    // Errors about what the declaration lacks point at this member's own `tool`.
     let (args, attr_span) = match &attribute.meta {
         Meta::Path(path) => (TokenStream::new(), path.span()),
-        Meta::List(list) => (list.tokens.clone(), list.span()),
+        Meta::List(list) => (list.tokens.clone(), list.path.span()),
         Meta::NameValue(nv) => {
             errors.push(syn::Error::new(
                 nv.eq_token.span,
@@ -151,11 +152,6 @@ fn member_fn(
             ));
             return Expanded::Failed;
         }
-    };
-    let attr_span = if args.is_empty() {
-        attr_span
-    } else {
-        expand::attr_span(&args)
     };
     expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
 }

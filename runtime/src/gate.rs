@@ -29,6 +29,7 @@ use crate::two_step::{self, ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL, L
 /// on every thread at once. The mode can be lowered and never raised.
 ///
 /// ```
+/// # extern crate toolgate_runtime as toolgate;
 /// use toolgate::{Gate, Mode};
 ///
 /// let gate = Gate::builder().mode(Mode::PartialAuto).build()?;

@@ -18,7 +18,7 @@ use crate::risk::Risk;
 #[derive(Debug)]
 pub struct Permit {
     /// `None` for a call no gate records, which is then a single null check to close.
-    exits: Option<Box<Vec<Exit>>>,
+    exits: Option<Box<[Exit]>>,
 }
 
 /// What an audited gate needs to write the `exit` record of a call.
@@ -41,7 +41,7 @@ impl Permit {
 
     pub(crate) fn audited(exits: Vec<Exit>) -> Permit {
         Permit {
-            exits: (!exits.is_empty()).then(|| Box::new(exits)),
+            exits: (!exits.is_empty()).then(|| exits.into_boxed_slice()),
         }
     }
 
@@ -69,7 +69,7 @@ impl Permit {
         let Some(exits) = self.exits.take() else {
             return;
         };
-        for exit in *exits {
+        for exit in exits {
             let record = AuditRecord {
                 arguments_digest: exit.arguments_digest,
                 duration_us: Some(
