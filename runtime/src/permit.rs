@@ -18,8 +18,12 @@ use crate::risk::Risk;
 #[derive(Debug)]
 pub struct Permit {
     /// `None` for a call no gate records, which is then a single null check to close.
-    exits: Option<Box<[Exit]>>,
+    exits: Option<Box<Exits>>,
 }
+
+/// The exits of one call, behind one thin pointer so that an unaudited permit is a single word.
+#[derive(Debug)]
+struct Exits(Vec<Exit>);
 
 /// What an audited gate needs to write the `exit` record of a call.
 #[derive(Debug)]
@@ -41,7 +45,7 @@ impl Permit {
 
     pub(crate) fn audited(exits: Vec<Exit>) -> Permit {
         Permit {
-            exits: (!exits.is_empty()).then(|| exits.into_boxed_slice()),
+            exits: (!exits.is_empty()).then(|| Box::new(Exits(exits))),
         }
     }
 
@@ -69,7 +73,7 @@ impl Permit {
         let Some(exits) = self.exits.take() else {
             return;
         };
-        for exit in exits {
+        for exit in exits.0 {
             let record = AuditRecord {
                 arguments_digest: exit.arguments_digest,
                 duration_us: Some(
