@@ -172,6 +172,8 @@ pub use toolgate_runtime::__private::serde;
 
 #[cfg(feature = "clap")]
 pub use toolgate_runtime::cli;
+#[cfg(feature = "mcp")]
+pub use toolgate_runtime::mcp;
 pub use toolgate_runtime::{lockfile, report};
 
 pub use toolgate_runtime::audit;

@@ -1,0 +1,266 @@
+//! A support desk's ticket tools, served over MCP on stdin and stdout.
+//!
+//! ```text
+//! cargo run --example mcp_server --features mcp,clap -- --mode PARTIAL_AUTO
+//! ```
+//!
+//! Point an MCP client at the built binary (`target/debug/examples/mcp_server`). The mode comes from
+//! `--mode`, else from `TOOLGATE_MODE`, else SHADOW; an invalid mode is an error. `--audit-log FILE`
+//! appends every decision to a hash-chained JSONL log; `--show-disabled` lists the tools the mode
+//! refuses instead of hiding them; `--approve-all` approves every HIGH_WRITE call (a demo stand-in for
+//! an operator: without an approver, the gate refuses them all). Stdout carries the protocol, so the
+//! server logs to stderr.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use clap::Parser;
+use rmcp::ServiceExt;
+use toolgate::mcp::{ToolgateServer, Visibility};
+use toolgate::schemars::JsonSchema;
+use toolgate::serde::Serialize;
+use toolgate::{AllowAllApprover, Denied, Gate, Mode, tool};
+
+/// Serves the ticket desk's tools over MCP on stdin and stdout.
+#[derive(Parser)]
+struct Args {
+    /// The agent's mode; TOOLGATE_MODE when not given, SHADOW when neither is.
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
+    /// Append every decision to this hash-chained JSONL audit log.
+    #[arg(long, value_name = "FILE")]
+    audit_log: Option<PathBuf>,
+    /// List the tools the mode refuses, marked `[DISABLED in <MODE> mode]`, instead of hiding them.
+    #[arg(long)]
+    show_disabled: bool,
+    /// Approve every call that needs an approval. For demos only.
+    #[arg(long)]
+    approve_all: bool,
+}
+
+/// Why a desk tool did not do what it was asked.
+#[derive(Debug)]
+enum DeskError {
+    Refused(Denied),
+    NoSuchTicket(u64),
+    Fetch(String),
+}
+
+impl From<Denied> for DeskError {
+    fn from(denied: Denied) -> Self {
+        DeskError::Refused(denied)
+    }
+}
+
+impl fmt::Display for DeskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeskError::Refused(denied) => denied.fmt(f),
+            DeskError::NoSuchTicket(id) => write!(f, "there is no ticket {id}"),
+            DeskError::Fetch(why) => write!(f, "could not fetch the page: {why}"),
+        }
+    }
+}
+
+/// A support ticket.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(crate = "toolgate::serde")]
+#[schemars(crate = "toolgate::schemars")]
+struct Ticket {
+    /// The ticket's number.
+    id: u64,
+    /// Its subject line.
+    subject: String,
+    /// Its labels, sorted.
+    labels: BTreeSet<String>,
+}
+
+/// The tickets a search found.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(crate = "toolgate::serde")]
+#[schemars(crate = "toolgate::schemars")]
+struct Found {
+    /// The matching tickets, by number.
+    tickets: Vec<Ticket>,
+}
+
+/// A reply written for a human to review; nothing is sent.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(crate = "toolgate::serde")]
+#[schemars(crate = "toolgate::schemars")]
+struct Draft {
+    /// The ticket it answers.
+    ticket: u64,
+    /// The reply's text.
+    body: String,
+    /// Always false: a draft is never sent by the tool.
+    sent: bool,
+}
+
+static TICKETS: Mutex<Vec<Ticket>> = Mutex::new(Vec::new());
+
+fn tickets() -> std::sync::MutexGuard<'static, Vec<Ticket>> {
+    TICKETS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn seed() {
+    let subjects = [
+        (101, "Cannot log in after password reset"),
+        (102, "Invoice shows the wrong VAT rate"),
+        (103, "Login page is slow in the morning"),
+        (104, "Please close my account"),
+    ];
+    *tickets() = subjects
+        .into_iter()
+        .map(|(id, subject)| Ticket {
+            id,
+            subject: subject.to_owned(),
+            labels: BTreeSet::new(),
+        })
+        .collect();
+}
+
+/// Search tickets whose subject contains the query (case-insensitive).
+#[tool(risk = "READ_ONLY", domain = "tickets", idempotent, callable)]
+fn search(query: String, limit: Option<usize>) -> Result<Found, DeskError> {
+    let query = query.to_lowercase();
+    let found = tickets()
+        .iter()
+        .filter(|t| t.subject.to_lowercase().contains(&query))
+        .take(limit.unwrap_or(10))
+        .cloned()
+        .collect();
+    Ok(Found { tickets: found })
+}
+
+/// Draft a reply to a ticket for a human to review and send.
+#[tool(risk = "PROPOSE_ONLY", domain = "tickets", callable)]
+fn draft_reply(id: u64, body: String) -> Result<Draft, DeskError> {
+    if !tickets().iter().any(|t| t.id == id) {
+        return Err(DeskError::NoSuchTicket(id));
+    }
+    Ok(Draft {
+        ticket: id,
+        body,
+        sent: false,
+    })
+}
+
+/// Add a label to a ticket; adding it twice changes nothing.
+#[tool(risk = "LOW_WRITE", domain = "tickets", idempotent, callable)]
+fn label(id: u64, name: String) -> Result<Ticket, DeskError> {
+    let mut tickets = tickets();
+    let ticket = tickets
+        .iter_mut()
+        .find(|t| t.id == id)
+        .ok_or(DeskError::NoSuchTicket(id))?;
+    ticket.labels.insert(name);
+    Ok(ticket.clone())
+}
+
+/// Delete a ticket and its history for good.
+#[tool(risk = "HIGH_WRITE", domain = "tickets", modes = [FULL_AUTO], callable)]
+fn delete(id: u64) -> Result<String, DeskError> {
+    let mut tickets = tickets();
+    let before = tickets.len();
+    tickets.retain(|t| t.id != id);
+    if tickets.len() == before {
+        return Err(DeskError::NoSuchTicket(id));
+    }
+    Ok(format!("ticket {id} deleted"))
+}
+
+/// Fetch a web page over plain HTTP and return the start of its body (at most 4 KiB).
+#[tool(risk = "READ_ONLY", domain = "web", open_world, callable)]
+fn fetch(url: String) -> Result<String, DeskError> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| DeskError::Fetch("only http:// URLs are supported".to_owned()))?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let address = if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:80")
+    };
+    let failed = |e: std::io::Error| DeskError::Fetch(e.to_string());
+    let mut stream = TcpStream::connect(&address).map_err(failed)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(failed)?;
+    write!(
+        stream,
+        "GET /{path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: toolgate-example\r\n\r\n"
+    )
+    .map_err(failed)?;
+    let mut response = Vec::new();
+    stream
+        .take(64 * 1024)
+        .read_to_end(&mut response)
+        .map_err(failed)?;
+    let response = String::from_utf8_lossy(&response);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Ok(body.chars().take(4096).collect())
+}
+
+fn gate(args: &Args) -> Result<Gate, Box<dyn std::error::Error>> {
+    let mode = match args.mode {
+        Some(mode) => mode,
+        None => Mode::from_env()?,
+    };
+    let mut builder = Gate::builder().mode(mode).agent("mcp_server");
+    if let Some(path) = &args.audit_log {
+        builder = builder.audit(toolgate::audit::JsonlSink::open(path)?);
+    }
+    if args.approve_all {
+        builder = builder.approver(AllowAllApprover);
+    }
+    Ok(builder.build()?)
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    seed();
+    let gate = gate(&args)?;
+    let visibility = if args.show_disabled {
+        Visibility::MarkDisabled
+    } else {
+        Visibility::Hide
+    };
+    let server = ToolgateServer::new(gate)
+        .visibility(visibility)
+        .only(|m| matches!(m.domain, Some("tickets" | "web")))
+        .server_info("ticket-desk", env!("CARGO_PKG_VERSION"))
+        .instructions(
+            "Support desk tools. Every call is decided by the desk's safety mode; a refused call \
+             returns an error whose text starts with its code.",
+        );
+    let listed: Vec<_> = server.tools().into_iter().map(|t| t.name).collect();
+    eprintln!(
+        "ticket-desk: mode {}, listing {}",
+        server.gate().mode(),
+        listed.join(", ")
+    );
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    let reason = running.waiting().await?;
+    eprintln!("ticket-desk: stopped ({reason:?})");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("ticket-desk: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! MCP tool definitions built from manifests: annotations from the declared risk, `_meta` from the
+//! policy, and what a gate's current mode shows.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::model::{JsonObject, MetaObject, ToolAnnotations};
+use serde_json::Value;
+
+use crate::gate::Gate;
+use crate::manifest::ToolManifest;
+use crate::mode::Mode;
+use crate::policy::Verdict;
+use crate::registry::Tool;
+use crate::risk::Risk;
+
+/// The `_meta` key of a definition that holds the tool's declared risk, e.g. `"HIGH_WRITE"`.
+pub const META_RISK_LEVEL: &str = "dev.toolgate/risk_level";
+
+/// The `_meta` key of a definition that holds the modes the tool may run in, e.g. `["FULL_AUTO"]`.
+pub const META_ALLOWED_MODES: &str = "dev.toolgate/allowed_modes";
+
+/// What `tools/list` does with a tool the gate would refuse in its current mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Visibility {
+    /// Leave it out: the model is not offered a tool it cannot use. The default.
+    #[default]
+    Hide,
+    /// List it, its description led by `[DISABLED in <MODE> mode] `, so the model knows it exists and
+    /// why it cannot use it now.
+    MarkDisabled,
+}
+
+/// The MCP annotations of a tool, derived from its manifest and always written out in full.
+///
+/// | risk | `readOnlyHint` | `destructiveHint` |
+/// | --- | --- | --- |
+/// | `READ_ONLY`, `PROPOSE_ONLY` | `true` | `false` |
+/// | `LOW_WRITE` | `false` | `false` |
+/// | `HIGH_WRITE` | `false` | `true` |
+///
+/// `idempotentHint` and `openWorldHint` are the manifest's `idempotent` and `open_world`, `false` when
+/// not declared. Every hint is written, none left to a client's default (MCP's default for
+/// `destructiveHint` is `true`, which would misdescribe a tool that only reads).
+pub fn annotations(manifest: &ToolManifest) -> ToolAnnotations {
+    let (read_only, destructive) = match manifest.risk_level {
+        Risk::ReadOnly | Risk::ProposeOnly => (true, false),
+        Risk::LowWrite => (false, false),
+        Risk::HighWrite => (false, true),
+    };
+    ToolAnnotations::from_raw(
+        None,
+        Some(read_only),
+        Some(destructive),
+        Some(manifest.idempotent),
+        Some(manifest.open_world),
+    )
+}
+
+/// The `_meta` object of a tool's definition: its risk under [`META_RISK_LEVEL`] and its allowed modes
+/// under [`META_ALLOWED_MODES`].
+pub fn meta(manifest: &ToolManifest) -> MetaObject {
+    let mut meta = JsonObject::new();
+    meta.insert(
+        META_RISK_LEVEL.to_owned(),
+        Value::from(manifest.risk_level.as_str()),
+    );
+    let modes = manifest.allowed_modes.iter().map(Mode::as_str);
+    meta.insert(
+        META_ALLOWED_MODES.to_owned(),
+        Value::Array(modes.map(Value::from).collect()),
+    );
+    MetaObject(meta)
+}
+
+/// The MCP definition of a `callable` tool, independent of any gate: its id as the name, its
+/// description, its input schema, its output schema where that is a JSON object's, [`annotations`] and
+/// [`meta`]. `None` for a tool that is not `callable`.
+///
+/// MCP only admits output schemas of objects: a tool whose result is a string, a number or a list has
+/// none, and its results are sent as text only.
+pub fn definition(tool: Tool) -> Option<rmcp::model::Tool> {
+    let Some(Value::Object(input)) = tool.input_schema() else {
+        return None;
+    };
+    let manifest = tool.manifest();
+    let description =
+        (!manifest.description.is_empty()).then_some(Cow::Borrowed(manifest.description));
+    let mut definition = rmcp::model::Tool::new_with_raw(manifest.id, description, Arc::new(input))
+        .with_annotations(annotations(manifest))
+        .with_meta(meta(manifest));
+    if let Some(Value::Object(output)) = tool.output_schema()
+        && output.get("type").and_then(Value::as_str) == Some("object")
+    {
+        definition = definition.with_raw_output_schema(Arc::new(output));
+    }
+    Some(definition)
+}
+
+/// The description prefix of a tool listed although the gate would refuse it: `[DISABLED in SHADOW mode] `.
+pub fn disabled_prefix(mode: Mode) -> String {
+    format!("[DISABLED in {mode} mode] ")
+}
+
+/// What `tools/list` shows for `tool` under `gate` now: its [`definition`], `None` when it is not
+/// callable or is hidden, and with the [`disabled_prefix`] when the gate would refuse it and
+/// `visibility` is [`Visibility::MarkDisabled`].
+///
+/// A tool that needs an approval is listed as it is: the approval is asked for when it is called.
+pub fn listed(gate: &Gate, tool: Tool, visibility: Visibility) -> Option<rmcp::model::Tool> {
+    let mut definition = definition(tool)?;
+    let mode = gate.mode();
+    match gate.verdict(tool.manifest())? {
+        Verdict::Allow | Verdict::NeedsApproval => Some(definition),
+        Verdict::Refuse(_) => match visibility {
+            Visibility::Hide => None,
+            Visibility::MarkDisabled => {
+                let prefix = disabled_prefix(mode);
+                let description = match definition.description.as_deref() {
+                    Some(text) => format!("{prefix}{text}"),
+                    None => prefix.trim_end().to_owned(),
+                };
+                definition.description = Some(Cow::Owned(description));
+                Some(definition)
+            }
+        },
+    }
+}

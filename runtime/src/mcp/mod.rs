@@ -1,0 +1,151 @@
+//! Serving `callable` tools over the [Model Context Protocol](https://modelcontextprotocol.io), with
+//! [`rmcp`] (feature `mcp`).
+//!
+//! [`ToolgateServer`] is an rmcp [`ServerHandler`](rmcp::ServerHandler) over the registry: every tool
+//! declared `#[tool(..., callable)]` becomes an MCP tool named by its id, and every `tools/call` is
+//! decided by the server's [`Gate`](crate::Gate), exactly as a direct call is.
+//!
+//! # A tool suite behind MCP
+//!
+//! With `rmcp`'s `transport-io` feature, serving the linked tools on stdin and stdout in the mode
+//! `TOOLGATE_MODE` names takes a few lines:
+//!
+//! ```
+//! # extern crate toolgate_runtime as toolgate;
+//! use toolgate::mcp::rmcp::transport::IntoTransport;
+//! use toolgate::mcp::rmcp::{RoleServer, ServiceExt};
+//! use toolgate::mcp::{ToolgateServer, Visibility};
+//!
+//! // Call it as `serve(rmcp::transport::stdio())` from `#[tokio::main]`.
+//! async fn serve<T, E, A>(transport: T) -> Result<(), Box<dyn std::error::Error>>
+//! where
+//!     T: IntoTransport<RoleServer, E, A>,
+//!     E: std::error::Error + Send + Sync + 'static,
+//! {
+//!     let gate = toolgate::Gate::from_env()?;
+//!     let server = ToolgateServer::new(gate)
+//!         .server_info("ticket-desk", "1.0.0")
+//!         .visibility(Visibility::Hide);
+//!     server.serve(transport).await?.waiting().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! `examples/mcp_server.rs` in the repository is a complete stdio server. Stdout is the transport:
+//! log to stderr.
+//!
+//! # Definitions
+//!
+//! A tool's definition ([`definition`]) has its id as `name`, its description, the JSON Schema of its
+//! arguments (which admits no other key) as `inputSchema`, the schema of its result as `outputSchema`
+//! where the result is an object, and annotations derived from its declared risk, every hint written
+//! out ([`annotations`]):
+//!
+//! | risk | `readOnlyHint` | `destructiveHint` |
+//! | --- | --- | --- |
+//! | `READ_ONLY`, `PROPOSE_ONLY` | `true` | `false` |
+//! | `LOW_WRITE` | `false` | `false` |
+//! | `HIGH_WRITE` | `false` | `true` |
+//!
+//! `idempotentHint` and `openWorldHint` are the `idempotent` and `open_world` flags of `#[tool]`,
+//! `false` when absent. Its `_meta` carries the policy's facts:
+//! `{"dev.toolgate/risk_level": "HIGH_WRITE", "dev.toolgate/allowed_modes": ["FULL_AUTO"]}`.
+//!
+//! Annotations are hints to the client; the gate is what enforces.
+//!
+//! # What `tools/list` shows
+//!
+//! A tool that the gate would refuse in its current mode (its
+//! [`verdict`](crate::Gate::verdict) is a refusal) is left out of `tools/list`, or, with
+//! [`Visibility::MarkDisabled`], listed with `[DISABLED in SHADOW mode] ` leading its description. A
+//! tool that needs an approval is listed: the approval is asked for when it is called. A gate with
+//! neither an approver nor two-step approvals refuses every `HIGH_WRITE` call, so it lists none.
+//!
+//! Listing is advice, not enforcement: a client may call a tool it was not shown, and the gate decides
+//! that call like any other (`isError: true`, with the gate's code).
+//!
+//! # Results
+//!
+//! A result that is a JSON object is sent as structured content, with its JSON text as text content;
+//! other results as text. A refusal, invalid arguments (an unknown key such as `apiKey`, a missing or
+//! mistyped one) and a failing tool are tool results with `isError: true`, so the model reads why:
+//! the text is `"<CODE>: <message>"`, e.g. `"ABOVE_CEILING: tool `tickets.delete` (HIGH_WRITE) is above
+//! the ceiling of mode SHADOW (PROPOSE_ONLY); it needs FULL_AUTO"`, and the structured content
+//! `{"code", "message"}`. Only a name that is no tool of the server is a JSON-RPC error (`-32602`).
+//!
+//! A sync tool runs on the thread that polls the call: keep sync tools quick, or make them `async`.
+//!
+//! # Next to an existing rmcp server
+//!
+//! rmcp's `#[tool_router]` takes every attribute whose last path segment is `tool` for its own, so
+//! `#[toolgate::tool]` and rmcp's `#[tool]` do not mix in one `impl`. Keep toolgate tools as free
+//! functions, and let your handler delegate to a [`ToolgateServer`] for the names it serves:
+//!
+//! ```
+//! # extern crate toolgate_runtime as toolgate;
+//! use toolgate::mcp::rmcp::model::{
+//!     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+//!     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+//! };
+//! use toolgate::mcp::rmcp::service::RequestContext;
+//! use toolgate::mcp::rmcp::{ErrorData, RoleServer, ServerHandler};
+//! use toolgate::mcp::ToolgateServer;
+//!
+//! struct MyServer {
+//!     toolgate: ToolgateServer,
+//!     // your own tools, e.g. an rmcp `ToolRouter<Self>`
+//! }
+//!
+//! impl MyServer {
+//!     fn own_tools(&self) -> Vec<Tool> {
+//!         let schema = serde_json::json!({"type": "object"});
+//!         let serde_json::Value::Object(schema) = schema else { unreachable!() };
+//!         vec![Tool::new("ping", "Answer pong.", schema)]
+//!     }
+//! }
+//!
+//! impl ServerHandler for MyServer {
+//!     fn get_info(&self) -> ServerConfig {
+//!         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+//!     }
+//!
+//!     async fn list_tools(
+//!         &self,
+//!         _request: Option<PaginatedRequestParams>,
+//!         _context: RequestContext<RoleServer>,
+//!     ) -> Result<ListToolsResult, ErrorData> {
+//!         let mut tools = self.own_tools();
+//!         tools.extend(self.toolgate.tools());
+//!         Ok(ListToolsResult::with_all_items(tools))
+//!     }
+//!
+//!     async fn call_tool(
+//!         &self,
+//!         request: CallToolRequestParams,
+//!         _context: RequestContext<RoleServer>,
+//!     ) -> Result<CallToolResponse, ErrorData> {
+//!         if self.toolgate.serves(&request.name) {
+//!             return self.toolgate.call(&request.name, request.arguments).await.map(Into::into);
+//!         }
+//!         match &*request.name {
+//!             "ping" => Ok(CallToolResult::success(vec![ContentBlock::text("pong")]).into()),
+//!             name => Err(toolgate::mcp::unknown_tool(name)),
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! Give your own tools names that no toolgate tool has: the delegation above sends a name to toolgate
+//! first. [`ToolgateServer::only`] narrows the tools it serves, e.g. to one domain.
+
+mod definition;
+mod server;
+
+/// The `rmcp` crate this module is built on, for naming its types with the version toolgate uses.
+pub use rmcp;
+
+pub use definition::{
+    META_ALLOWED_MODES, META_RISK_LEVEL, Visibility, annotations, definition, disabled_prefix,
+    listed, meta,
+};
+pub use server::{ToolgateServer, tool_result, unknown_tool};
