@@ -607,7 +607,10 @@ fn arguments_that_are_not_an_object_are_refused() {
         let error = result.unwrap_err();
         let (path, message) = invalid_params(&error);
         assert_eq!(path, ".", "{arguments}");
-        assert!(message.contains("invalid type"), "{arguments}: {message}");
+        assert!(
+            message.contains("must be a JSON object"),
+            "{arguments}: {message}"
+        );
         assert_eq!(ran, 0, "{arguments}");
     }
     // A tool without parameters takes the empty object, and nothing else.
@@ -622,11 +625,9 @@ fn arguments_that_are_not_an_object_are_refused() {
     }
 }
 
-/// BUG (runtime/src/by_name.rs, `parse_arguments`): a JSON array is taken as positional arguments, because
-/// the generated argument struct derives `Deserialize`, which accepts a sequence as well as a map. `[7]`
-/// calls `users.get` with `id = 7`, and `[]` calls a tool without parameters, although the input schema
-/// says `"type": "object"` and `Registry::call` promises an object with exactly the tool's parameters.
-/// Expected: `INVALID_PARAMS` at `.` for any non-object, before deserializing.
+/// Arguments are named: a JSON array is refused with `INVALID_PARAMS` at `.`, although the generated
+/// argument struct's derived `Deserialize` would accept a sequence, since the input schema says
+/// `"type": "object"`.
 #[test]
 fn arguments_that_are_an_array_are_refused() {
     let _serial = serial();
@@ -845,12 +846,9 @@ fn a_refusal_inside_an_allowed_body_is_the_tools_failure_not_its_refusal() {
     assert!(error.denied().is_none());
 }
 
-/// BUG (runtime/src/by_name.rs, `offer_refusal` and `capturing`): a refusal is kept for the call by name
-/// when any gate check of the *same tool* on this thread is refused while the call runs, including a
-/// nested direct call of that tool from inside its own body. Here the outer call is allowed and its body
-/// runs (and fails on its own terms), but the call by name reports `MODE_NOT_ALLOWED`, a gate refusal,
-/// which says the body did not run. Expected: `HANDLER_ERROR` with the body's message, since only a
-/// refusal of the call by name's own gate check (before its body starts) is its refusal.
+/// Only the call's own gate check can refuse a call by name: once the tool's check allowed it, a refusal
+/// of a nested call of the same tool from inside its body is the body's failure (`HANDLER_ERROR`), not
+/// a refusal, which would say that the body did not run.
 #[test]
 fn a_refusal_of_a_nested_call_of_the_same_tool_is_not_the_outer_calls_refusal() {
     let _serial = serial();

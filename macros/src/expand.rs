@@ -583,6 +583,10 @@ fn gated_body(
     let unnamed = call
         .unnamed
         .then(|| quote!(::toolgate::__private::ArgumentsWriter::__toolgate_unnamed(#writer);));
+    let started = call
+        .callable
+        .as_ref()
+        .map(|_| quote!(::toolgate::__private::started(&#entry);));
     let (callable_items, callable_ref) = match &call.callable {
         Some(params) => (
             callable_items(sig, gate, params),
@@ -631,7 +635,10 @@ fn gated_body(
             };
             #escalated
             match #enter {
-                ::core::result::Result::Ok(permit) => permit,
+                ::core::result::Result::Ok(permit) => {
+                    #started
+                    permit
+                }
                 ::core::result::Result::Err(#denied) => {
                     #[allow(clippy::useless_conversion)]
                     return ::core::result::Result::Err(#convert);

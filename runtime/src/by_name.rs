@@ -223,6 +223,21 @@ impl Registry {
 /// Parses a tool's arguments, reporting where a problem is.
 #[doc(hidden)]
 pub fn parse_arguments<T: DeserializeOwned>(arguments: Value) -> Result<T, CallError> {
+    // A struct deserializes from an array too (positionally): the arguments are named, or refused.
+    if !arguments.is_object() {
+        return Err(CallError::InvalidParams {
+            path: ".".to_owned(),
+            message: format!(
+                "the arguments must be a JSON object of the tool's parameters, not {}",
+                kind_of(&arguments)
+            ),
+        });
+    }
+    // Tracking the path costs more than the parse itself (a key string copied per member): arguments that
+    // parse need no path, so the tracked parse runs only to report what failed.
+    if let Ok(parsed) = T::deserialize(&arguments) {
+        return Ok(parsed);
+    }
     serde_path_to_error::deserialize(arguments).map_err(|error| {
         let path = error.path().to_string();
         CallError::InvalidParams {
@@ -230,6 +245,17 @@ pub fn parse_arguments<T: DeserializeOwned>(arguments: Value) -> Result<T, CallE
             message: error.into_inner().to_string(),
         }
     })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 thread_local! {
@@ -255,8 +281,20 @@ pub(crate) fn offer_refusal(entry: &'static ToolEntry, denied: &Denied) {
     }
 }
 
-/// Runs `f` (which calls the tool of `entry`), keeping the gate's refusal if there is one.
-fn capturing<R>(entry: &'static ToolEntry, f: impl FnOnce() -> R) -> (R, Option<Denied>) {
+/// Called by a callable tool once its own gate check allowed it: from then on, a refusal of the same
+/// tool on this thread is a nested call's, made by the body, not the refusal of the call by name.
+#[inline]
+pub fn started(entry: &'static ToolEntry) {
+    let _ = CAPTURING.try_with(|capturing| {
+        if capturing.get() == key(entry) {
+            capturing.set(0);
+        }
+    });
+}
+
+/// Runs `f` (which calls the tool of `entry`), keeping the gate's refusal if there is one; also says
+/// whether the tool's own check was decided during `f` (refused, or allowed and started).
+fn capturing<R>(entry: &'static ToolEntry, f: impl FnOnce() -> R) -> (R, Option<Denied>, bool) {
     /// Restores the outer capture, on return or unwind, so that nested calls by name keep theirs.
     struct Restore(usize, Option<Denied>);
     impl Drop for Restore {
@@ -270,8 +308,9 @@ fn capturing<R>(entry: &'static ToolEntry, f: impl FnOnce() -> R) -> (R, Option<
     let restore = Restore(outer_key, outer_denial);
     let result = f();
     let denied = CAPTURED.with(|c| c.borrow_mut().take());
+    let decided = denied.is_some() || CAPTURING.with(Cell::get) != key(entry);
     drop(restore);
-    (result, denied)
+    (result, denied, decided)
 }
 
 fn to_json<T: Serialize, E: fmt::Display>(
@@ -296,7 +335,7 @@ pub fn invoke_sync<T: Serialize, E: fmt::Display>(
     entry: &'static ToolEntry,
     call: impl FnOnce() -> Result<T, E>,
 ) -> CallFuture {
-    let (result, denied) = capturing(entry, || gate.run(call));
+    let (result, denied, _) = capturing(entry, || gate.run(call));
     CallFuture::ready(to_json(result, denied))
 }
 
@@ -311,6 +350,7 @@ where
     let scoped = gate.scope(future);
     CallFuture::pending(Capturing {
         entry,
+        decided: false,
         denied: None,
         future: Box::pin(scoped),
     })
@@ -318,6 +358,8 @@ where
 
 struct Capturing<F> {
     entry: &'static ToolEntry,
+    /// The tool's own check has decided: later polls run its body, whose refusals are not the call's.
+    decided: bool,
     denied: Option<Denied>,
     future: Pin<Box<F>>,
 }
@@ -332,10 +374,14 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let (poll, denied) = capturing(this.entry, || this.future.as_mut().poll(cx));
-        if denied.is_some() {
+        let poll = if this.decided {
+            this.future.as_mut().poll(cx)
+        } else {
+            let (poll, denied, decided) = capturing(this.entry, || this.future.as_mut().poll(cx));
             this.denied = denied;
-        }
+            this.decided = decided;
+            poll
+        };
         match poll {
             Poll::Pending => Poll::Pending,
             Poll::Ready(result) => Poll::Ready(to_json(result, this.denied.take())),

@@ -55,7 +55,7 @@ pub mod __private {
 
     pub use crate::by_name::{
         CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema,
-        invoke_async, invoke_sync, parse_arguments, schema_of,
+        invoke_async, invoke_sync, parse_arguments, schema_of, started,
     };
     pub use crate::call::{Arg, ArgumentsWriter, CallInfo, OpaqueArg, SerializableArg};
     pub use crate::manifest::{Source, ToolManifest};
