@@ -382,8 +382,8 @@ fn callable_params(
             continue;
         }
         if let Some(problem) = unowned(&typed.ty) {
-            errors.push(syn::Error::new(
-                typed.ty.span(),
+            errors.push(syn::Error::new_spanned(
+                &typed.ty,
                 format!(
                     "a `callable` tool takes owned arguments, deserialized from JSON: {problem}"
                 ),
