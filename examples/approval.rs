@@ -41,19 +41,27 @@ impl Approver for Prompt {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("== an interactive approver");
-    let gate = Gate::builder().mode(Mode::FullAuto).approver(Prompt).build()?;
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(Prompt)
+        .build()?;
     match gate.run(|| wire("DE44 5001".into(), 12_000, "invoice 17".into())) {
         Ok(done) => println!("\n{done}"),
         Err(denied) => println!("\nrefused {}: {denied}", denied.code()),
     }
 
     println!("\n== two-step approval");
-    let gate = Gate::builder().mode(Mode::FullAuto).two_step_approvals().build()?;
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()?;
     let call = || wire("DE44 5001".into(), 12_000, "invoice 17".into());
 
     let refused = gate.run(call).unwrap_err();
     println!("agent sees:    {} {refused}", refused.code());
-    let token = refused.approval_token().expect("a two-step gate issues a token");
+    let token = refused
+        .approval_token()
+        .expect("a two-step gate issues a token");
     println!("operator sees: token {token} for {}", refused.tool().id);
 
     gate.approve(token)?;

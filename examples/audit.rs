@@ -47,7 +47,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args_os()
         .nth(1)
         .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("toolgate-audit-{}.jsonl", std::process::id())));
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("toolgate-audit-{}.jsonl", std::process::id()))
+        });
     // A fresh log for the demo; a real application appends, and `JsonlSink::open` continues the chain.
     let _ = std::fs::remove_file(&path);
 
@@ -62,7 +64,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let steps: [(&str, Result<String, Denied>); 6] = [
             ("invoice 1042", invoice(1042)),
             ("draft_reminder 1042", draft_reminder(1042)),
-            ("send_reminder 1042", send_reminder(1042, "ap@example.com".into())),
+            (
+                "send_reminder 1042",
+                send_reminder(1042, "ap@example.com".into()),
+            ),
             ("refund 1042, 20.00", refund(1042, 20_00)),
             ("refund 1042, 900.00", refund(1042, 900_00)),
             ("invoice 1043", invoice(1043)),

@@ -87,7 +87,10 @@ async fn fetch_slowly(n: u32) -> Result<u32, Denied> {
 
 /// Classify a shell command: anything that asks for privileges is a critical write.
 fn classify(command: &str) -> Risk {
-    if command.split_whitespace().any(|w| matches!(w, "sudo" | "doas" | "pkexec")) {
+    if command
+        .split_whitespace()
+        .any(|w| matches!(w, "sudo" | "doas" | "pkexec"))
+    {
         Risk::HighWrite
     } else {
         Risk::ReadOnly
@@ -130,7 +133,10 @@ fn an_allowed_call_leaves_enter_then_exit() {
     assert_eq!(enter.manifest_digest, toolgate::report::manifest_digest());
     assert_eq!(enter.policy_version, toolgate::policy::POLICY_VERSION);
     assert_eq!(enter.arguments_digest.as_ref().map(String::len), Some(64));
-    assert_eq!(enter.arguments, None, "raw arguments are not recorded by default");
+    assert_eq!(
+        enter.arguments, None,
+        "raw arguments are not recorded by default"
+    );
     assert!(enter.timestamp.ends_with('Z') && enter.timestamp.contains('T'));
     assert_eq!(exit.call, enter.call);
     assert_eq!(exit.outcome, Some(Outcome::Ok));
@@ -180,8 +186,15 @@ fn a_sink_that_cannot_record_refuses_the_call() {
     let before = LABELS.load(Ordering::SeqCst);
     let denied = gate.run(|| label(1, "urgent".into())).unwrap_err();
     assert_eq!(denied.code(), "AUDIT_UNAVAILABLE");
-    assert!(denied.to_string().contains("the audit disk is full"), "{denied}");
-    assert_eq!(LABELS.load(Ordering::SeqCst), before, "the body must not run");
+    assert!(
+        denied.to_string().contains("the audit disk is full"),
+        "{denied}"
+    );
+    assert_eq!(
+        LABELS.load(Ordering::SeqCst),
+        before,
+        "the body must not run"
+    );
 }
 
 #[test]
@@ -189,7 +202,10 @@ fn a_refusal_is_recorded_with_what_the_agent_would_have_done() {
     let sink = Recorder::default();
     let gate = Gate::builder().audit(sink.clone()).build().unwrap();
     let before = LABELS.load(Ordering::SeqCst);
-    assert_eq!(code(gate.run(|| label(7, "vip".into()))), "MODE_NOT_ALLOWED");
+    assert_eq!(
+        code(gate.run(|| label(7, "vip".into()))),
+        "MODE_NOT_ALLOWED"
+    );
     assert_eq!(LABELS.load(Ordering::SeqCst), before);
     let records = sink.records();
     assert_eq!(records.len(), 1);
@@ -197,7 +213,13 @@ fn a_refusal_is_recorded_with_what_the_agent_would_have_done() {
     assert_eq!(refused.stage, Stage::Refused);
     assert_eq!(refused.decision, Some(Decision::Refused));
     assert_eq!(refused.code.as_deref(), Some("MODE_NOT_ALLOWED"));
-    assert!(refused.message.as_deref().unwrap().contains("tickets.label"));
+    assert!(
+        refused
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("tickets.label")
+    );
     let mut other = records[0].arguments_digest.clone().unwrap();
     assert_eq!(other.len(), 64);
     // The same call digests the same; another argument digests differently.
@@ -222,7 +244,8 @@ fn recorded_arguments_leave_redacted_ones_out() {
         .audit(sink.clone())
         .build()
         .unwrap();
-    gate.run(|| transfer(1, 2, 500, "rent, PIN 1234".into())).unwrap();
+    gate.run(|| transfer(1, 2, 500, "rent, PIN 1234".into()))
+        .unwrap();
     let enter = &sink.records()[0];
     assert_eq!(enter.decision, Some(Decision::Approved));
     let arguments = enter.arguments.as_deref().unwrap();
@@ -282,7 +305,10 @@ fn two_step_approval_runs_the_same_call_once() {
     let again = gate.run(|| transfer(1, 2, 900, "a".into())).unwrap_err();
     assert_eq!(again.code(), "APPROVAL_REUSED");
     assert_eq!(runs(), start + 1);
-    assert_eq!(gate.approve("not-a-token"), Err(toolgate::ApproveError::UnknownToken));
+    assert_eq!(
+        gate.approve("not-a-token"),
+        Err(toolgate::ApproveError::UnknownToken)
+    );
 }
 
 #[test]
@@ -312,7 +338,9 @@ fn escalation_raises_the_risk_and_never_lowers_it() {
     let partial = Gate::new(Mode::PartialAuto).unwrap();
     let start = runs();
     assert_eq!(partial.run(|| shell("ls -l".into())).unwrap(), "ls -l");
-    let denied = partial.run(|| shell("sudo rm -rf /srv".into())).unwrap_err();
+    let denied = partial
+        .run(|| shell("sudo rm -rf /srv".into()))
+        .unwrap_err();
     assert_eq!(denied.code(), "ABOVE_CEILING");
     assert_eq!(denied.risk(), Risk::HighWrite);
     assert_eq!(
@@ -328,7 +356,10 @@ fn escalation_raises_the_risk_and_never_lowers_it() {
 
     // In FULL_AUTO the escalated call needs an approval like any HIGH_WRITE call.
     let full = Gate::new(Mode::FullAuto).unwrap();
-    assert_eq!(code(full.run(|| shell("sudo reboot".into()))), "APPROVAL_REQUIRED");
+    assert_eq!(
+        code(full.run(|| shell("sudo reboot".into()))),
+        "APPROVAL_REQUIRED"
+    );
     assert_eq!(full.run(|| shell("uptime".into())).unwrap(), "uptime");
     assert_eq!(runs(), start + 2);
 }
@@ -341,7 +372,8 @@ fn lowering_the_mode_is_recorded() {
         .audit(sink.clone())
         .build()
         .unwrap();
-    gate.lower_by(Mode::Shadow, "on-call: runaway agent").unwrap();
+    gate.lower_by(Mode::Shadow, "on-call: runaway agent")
+        .unwrap();
     let records = sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].stage, Stage::ModeLowered);

@@ -12,8 +12,8 @@ use std::task::{Context, Poll};
 use crate::call::{CallInfo, EffectiveRisk};
 use crate::denied::{DenialCode, Denied};
 use crate::gate::{Gate, LazyArguments};
-use crate::permit::Permit;
 use crate::mode::Mode;
+use crate::permit::Permit;
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
 
