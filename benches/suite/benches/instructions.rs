@@ -1,0 +1,176 @@
+//! Runs `N` calls of one variant and nothing else, for counting instructions with callgrind:
+//! `instructions VARIANT N`. `benches/callgrind.sh` runs each variant with `N = 0` and with a large `N`
+//! under `valgrind --tool=callgrind`; the difference of the two totals divided by `N` is the exact
+//! number of instructions per call, since everything else the program does is the same in both runs.
+//!
+//! Run by `cargo bench` (which passes `--bench`), it only says so.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::process::ExitCode;
+
+use toolgate::audit::{AuditSink, JsonlSink};
+use toolgate_benches::by_name::CallByName;
+use toolgate_benches::gate_tools::{add, add_async, add_async_direct, add_direct, delete, gate};
+use toolgate_benches::{audit, ready};
+
+/// Every variant, with what it runs `N` times.
+const VARIANTS: &[(&str, &str)] = &[
+    ("direct", "add_direct(i, 2): the body without #[tool]"),
+    (
+        "allowed",
+        "add(i, 2): #[tool], allowed, inside one gate.run",
+    ),
+    (
+        "refused",
+        "delete(i, 2): #[tool], refused (MODE_NOT_ALLOWED), inside one gate.run",
+    ),
+    (
+        "allowed_run_each",
+        "gate.run(|| add(i, 2)): a gate entered around each call",
+    ),
+    (
+        "async_direct",
+        "add_async_direct(i, 2).await, in one async block",
+    ),
+    (
+        "async_allowed",
+        "add_async(i, 2).await, in one async block inside one gate.scope",
+    ),
+    (
+        "async_direct_each",
+        "ready(add_async_direct(i, 2)): each future polled on its own",
+    ),
+    (
+        "async_scope_each",
+        "ready(gate.scope(add_async(i, 2))): a scope around each call",
+    ),
+    (
+        "floor",
+        "call by name, serde floor: clone, from_value, call, to_string",
+    ),
+    (
+        "toolgate",
+        "call by name, toolgate::registry().call(&gate, \"add\", args), to_string",
+    ),
+    (
+        "toolgate_audit",
+        "call by name, toolgate with the JSONL audit sink (Flush), to_string",
+    ),
+    (
+        "rmcp_stored",
+        "call by name, rmcp call_tool, router kept in a field, to_string",
+    ),
+    (
+        "rmcp_rebuilt",
+        "call by name, rmcp call_tool, bare #[tool_handler], to_string",
+    ),
+    (
+        "audit_record",
+        "JsonlSink::record of one enter record (Durability::Flush)",
+    ),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--bench") {
+        println!("instructions: counts instructions under callgrind; run benches/callgrind.sh");
+        return ExitCode::SUCCESS;
+    }
+    let (Some(variant), Some(Ok(n))) = (args.first(), args.get(1).map(|n| n.parse::<u64>())) else {
+        return usage();
+    };
+    if run(variant, n) {
+        ExitCode::SUCCESS
+    } else {
+        usage()
+    }
+}
+
+fn usage() -> ExitCode {
+    eprintln!("usage: instructions VARIANT N\n\nvariants:");
+    for (name, what) in VARIANTS {
+        eprintln!("  {name:<18} {what}");
+    }
+    ExitCode::FAILURE
+}
+
+/// Runs `n` calls of `variant`; `false` if there is no such variant.
+fn run(variant: &str, n: u64) -> bool {
+    let gate = gate();
+    match variant {
+        "direct" => gate.run(|| {
+            for i in 0..n {
+                let _ = black_box(add_direct(black_box(i), black_box(2)));
+            }
+        }),
+        "allowed" => gate.run(|| {
+            for i in 0..n {
+                let _ = black_box(add(black_box(i), black_box(2)));
+            }
+        }),
+        "refused" => gate.run(|| {
+            for i in 0..n {
+                let _ = black_box(delete(black_box(i), black_box(2)));
+            }
+        }),
+        "allowed_run_each" => {
+            for i in 0..n {
+                let _ = black_box(gate.run(|| add(black_box(i), black_box(2))));
+            }
+        }
+        "async_direct" => ready(async {
+            for i in 0..n {
+                let _ = black_box(add_async_direct(black_box(i), black_box(2)).await);
+            }
+        }),
+        "async_allowed" => ready(gate.scope(async {
+            for i in 0..n {
+                let _ = black_box(add_async(black_box(i), black_box(2)).await);
+            }
+        })),
+        "async_direct_each" => {
+            for i in 0..n {
+                let _ = black_box(ready(add_async_direct(black_box(i), black_box(2))));
+            }
+        }
+        "async_scope_each" => {
+            for i in 0..n {
+                let _ = black_box(ready(gate.scope(add_async(black_box(i), black_box(2)))));
+            }
+        }
+        "floor" | "toolgate" | "toolgate_audit" | "rmcp_stored" | "rmcp_rebuilt" => {
+            let bench = CallByName::new(tmp()).expect("set up the call-by-name benchmark");
+            let _runtime = bench.enter();
+            let call = match variant {
+                "floor" => CallByName::floor,
+                "toolgate" => CallByName::toolgate,
+                "toolgate_audit" => CallByName::toolgate_audited,
+                "rmcp_stored" => CallByName::rmcp_stored,
+                _ => CallByName::rmcp_rebuilt,
+            };
+            let args = bench.args.clone();
+            // Once outside the count, so that a first call's one-time work is in both runs.
+            assert!(call(&bench, &args).contains("42"));
+            for _ in 0..n {
+                black_box(call(&bench, black_box(&args)));
+            }
+        }
+        "audit_record" => {
+            let path = tmp().join("instructions-audit.jsonl");
+            let _ = std::fs::remove_file(&path);
+            let sink = JsonlSink::open(&path).expect("open the audit log");
+            let record = audit::enter_record(1);
+            sink.record(&record).expect("record");
+            for _ in 0..n {
+                sink.record(black_box(&record)).expect("record");
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+fn tmp() -> &'static Path {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+}
