@@ -1602,3 +1602,19 @@ fn every_registered_tool_is_found_by_its_id() {
         .collect();
     assert_eq!(callable, ["desk.open", "users.count"]);
 }
+
+/// Label a thing: the parameter has the function's own name.
+#[tool(risk = "READ_ONLY", domain = "shadowing", callable)]
+fn label(id: u32, label: String) -> Result<String, Denied> {
+    Ok(format!("{id}:{label}"))
+}
+
+#[test]
+fn a_parameter_named_like_its_tool_does_not_hide_it() {
+    let _serial = serial();
+    let gate = gate_in(Mode::Shadow);
+    assert_eq!(
+        call(&gate, "shadowing.label", json!({"id": 1, "label": "x"})).unwrap(),
+        json!("1:x")
+    );
+}

@@ -29,30 +29,23 @@ impl Arg {
 
 /// Splits `key = value, key, ...` at its top-level commas.
 pub(crate) fn split_args(tokens: TokenStream, errors: &mut Errors) -> Vec<Arg> {
-    let mut args = Vec::new();
-    let mut segment: Vec<TokenTree> = Vec::new();
-    let mut tokens = tokens.into_iter().peekable();
-    loop {
-        let next = tokens.next();
-        let at_end = next.is_none();
-        match next {
-            Some(TokenTree::Punct(p)) if p.as_char() == ',' => {}
-            Some(tree) => {
-                segment.push(tree);
-                continue;
-            }
-            None => {}
-        }
-        if let Some(arg) = parse_segment(std::mem::take(&mut segment), errors) {
-            args.push(arg);
-        }
-        if at_end {
-            return args;
-        }
-        if tokens.peek().is_none() {
-            return args;
+    comma_separated(tokens)
+        .into_iter()
+        .filter_map(|segment| parse_segment(segment, errors))
+        .collect()
+}
+
+/// The non-empty runs of tokens between top-level commas (commas inside groups are the groups').
+fn comma_separated(tokens: TokenStream) -> Vec<Vec<TokenTree>> {
+    let mut segments = vec![Vec::new()];
+    for tree in tokens {
+        match tree {
+            TokenTree::Punct(p) if p.as_char() == ',' => segments.push(Vec::new()),
+            tree => segments.last_mut().expect("never empty").push(tree),
         }
     }
+    segments.retain(|segment| !segment.is_empty());
+    segments
 }
 
 fn parse_segment(segment: Vec<TokenTree>, errors: &mut Errors) -> Option<Arg> {
@@ -290,19 +283,7 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
     };
     let mut names = Vec::new();
     let mut bad = Errors::default();
-    let mut segment: Vec<TokenTree> = Vec::new();
-    let mut inner = group.stream().into_iter().peekable();
-    loop {
-        let next = inner.next();
-        let at_end = next.is_none();
-        match next {
-            Some(TokenTree::Punct(p)) if p.as_char() == ',' => {}
-            Some(tree) => {
-                segment.push(tree);
-                continue;
-            }
-            None => {}
-        }
+    for segment in comma_separated(group.stream()) {
         match segment.as_slice() {
             [] => {}
             [TokenTree::Ident(name)] => names.push(name.clone()),
@@ -324,10 +305,6 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
                     ),
                 ));
             }
-        }
-        segment.clear();
-        if at_end || inner.peek().is_none() {
-            break;
         }
     }
     // With no name left, the list is not reported empty as well: the entries written have their errors.

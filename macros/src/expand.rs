@@ -408,22 +408,36 @@ fn unowned(ty: &Type) -> Option<&'static str> {
 
 /// The adapter of a `callable` tool: its argument struct, its schemas, and a call of the tool.
 fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)]) -> TokenStream {
-    let fn_name = &sig.ident;
     let names: Vec<&Ident> = params.iter().map(|(name, _)| name).collect();
+    // The adapter lives in the tool's body, where a parameter named like the function hides it: then
+    // the function is called through its module (a tool defined at module level, as such a one is).
+    let fn_name = &sig.ident;
+    let callee = if names.contains(&fn_name) {
+        quote!(self::#fn_name)
+    } else {
+        quote!(#fn_name)
+    };
     let types = params.iter().map(|(_, ty)| ty);
     let invoke_gate = Ident::new("toolgate_gate", Span::mixed_site());
     let json = Ident::new("toolgate_json", Span::mixed_site());
-    let call_args = sig.inputs.iter().filter_map(|input| match input {
-        FnArg::Typed(typed) => match &*typed.pat {
-            Pat::Ident(pat) if Some(&pat.ident) == gate => Some(quote!(#invoke_gate)),
-            Pat::Ident(pat) => {
-                let name = &pat.ident;
-                Some(quote!(#name))
-            }
-            _ => None,
-        },
-        FnArg::Receiver(_) => None,
-    });
+    // Hygienic locals: a parameter named like the function must not hide the function being called.
+    let local = |name: &Ident| Ident::new(&format!("toolgate_arg_{name}"), Span::mixed_site());
+    let locals: Vec<Ident> = names.iter().map(|name| local(name)).collect();
+    let call_args: Vec<TokenStream> = sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            FnArg::Typed(typed) => match &*typed.pat {
+                Pat::Ident(pat) if Some(&pat.ident) == gate => Some(quote!(#invoke_gate)),
+                Pat::Ident(pat) => {
+                    let name = local(&pat.ident);
+                    Some(quote!(#name))
+                }
+                _ => None,
+            },
+            FnArg::Receiver(_) => None,
+        })
+        .collect();
     let ok_type = match &sig.output {
         ReturnType::Type(_, ty) => ok_type(ty),
         ReturnType::Default => None,
@@ -451,14 +465,14 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
                 #own_gate
                 async move {
                     #lend_gate
-                    #fn_name(#(#call_args),*).await
+                    #callee(#(#call_args),*).await
                 }
             })
         }
     } else {
         quote_spanned! {ret_span=>
             ::toolgate::__private::invoke_sync(#invoke_gate, &TOOLGATE_ENTRY, move || {
-                #fn_name(#(#call_args),*)
+                #callee(#(#call_args),*)
             })
         }
     };
@@ -474,7 +488,7 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
             #invoke_gate: &::toolgate::Gate,
             #json: ::toolgate::__private::serde_json::Value,
         ) -> ::toolgate::__private::CallFuture {
-            let ToolgateArguments { #(#names),* } =
+            let ToolgateArguments { #(#names: #locals),* } =
                 match ::toolgate::__private::parse_arguments::<ToolgateArguments>(#json) {
                     ::core::result::Result::Ok(arguments) => arguments,
                     ::core::result::Result::Err(error) => {

@@ -18,7 +18,7 @@ use crate::denied::{DenialCode, Denied};
 use crate::denylist::{DenyRule, DenyRuleError};
 use crate::manifest::ToolManifest;
 use crate::mode::Mode;
-use crate::policy::{self, Facts, POLICY_VERSION, Verdict};
+use crate::policy::{self, Facts, Verdict};
 use crate::registry::{RegistryError, ToolEntry, registry};
 use crate::scope::{self, Scoped};
 use crate::two_step::{self, ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL, Lookup};
@@ -416,24 +416,9 @@ impl Gate {
                 .agent
                 .as_deref()
                 .map(|a| Cow::Owned(a.to_owned())),
-            arguments: None,
-            arguments_digest: None,
             call,
-            code: None,
-            decision: None,
-            declared_risk: None,
-            duration_us: None,
-            effective_risk: None,
-            gate: self.inner.id,
             manifest_digest: Cow::Borrowed(crate::report::manifest_digest()),
-            message: None,
-            mode,
-            outcome: None,
-            output_digest: None,
-            policy_version: POLICY_VERSION,
-            stage,
-            timestamp: crate::audit::now_rfc3339(),
-            tool,
+            ..AuditRecord::new(stage, tool, mode, self.inner.id)
         }
     }
 

@@ -16,7 +16,6 @@ pub use memory::MemorySink;
 pub use promotion::{PromotionReport, PromotionRow, WouldHaveRun};
 pub use record::{AuditRecord, Decision, Outcome, Stage};
 pub use sink::{AuditError, AuditSink};
-pub(crate) use time::now_rfc3339;
 pub use tracing_sink::TracingSink;
 pub use verify::{
     BreakReason, BrokenRecord, TornTail, VerifyReport, verify_bytes, verify_file, verify_reader,
