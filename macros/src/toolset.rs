@@ -44,39 +44,41 @@ pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenS
         in_toolset: true,
     };
     let mut ids = Ids::default();
+    let mut member = |f: FnParts<'_>, errors: &mut Errors| {
+        let outcome = member_fn(f.attrs, f.public, f.sig, f.block, context, errors);
+        ids.record(outcome, errors);
+    };
     match &mut item {
         Item::Impl(block) => {
             let trait_impl = block.trait_.is_some();
-            for member in &mut block.items {
-                if let ImplItem::Fn(f) = member {
-                    let public = trait_impl || !matches!(f.vis, Visibility::Inherited);
-                    let outcome = member_fn(
-                        &mut f.attrs,
-                        public,
-                        &mut f.sig,
-                        &mut f.block,
-                        context,
-                        &mut errors,
-                    );
-                    ids.record(outcome, &mut errors);
-                }
+            for f in block.items.iter_mut().filter_map(|item| match item {
+                ImplItem::Fn(f) => Some(f),
+                _ => None,
+            }) {
+                let public = trait_impl || !matches!(f.vis, Visibility::Inherited);
+                let parts = FnParts {
+                    attrs: &mut f.attrs,
+                    public,
+                    sig: &mut f.sig,
+                    block: &mut f.block,
+                };
+                member(parts, &mut errors);
             }
         }
         Item::Mod(module) => match &mut module.content {
             Some((_, items)) => {
-                for member in items {
-                    if let Item::Fn(f) = member {
-                        let public = !matches!(f.vis, Visibility::Inherited);
-                        let outcome = member_fn(
-                            &mut f.attrs,
-                            public,
-                            &mut f.sig,
-                            &mut f.block,
-                            context,
-                            &mut errors,
-                        );
-                        ids.record(outcome, &mut errors);
-                    }
+                for f in items.iter_mut().filter_map(|item| match item {
+                    Item::Fn(f) => Some(f),
+                    _ => None,
+                }) {
+                    let public = !matches!(f.vis, Visibility::Inherited);
+                    let parts = FnParts {
+                        attrs: &mut f.attrs,
+                        public,
+                        sig: &mut f.sig,
+                        block: &mut f.block,
+                    };
+                    member(parts, &mut errors);
                 }
             }
             None => errors.push(syn::Error::new(
@@ -100,6 +102,14 @@ fn args_domain(args: &ToolsetArgs, errors: &mut Errors) -> Option<String> {
     let spec_domain = valid::check_domain(domain, &mut own);
     errors.push_all(own);
     spec_domain.then(|| domain.value.clone())
+}
+
+/// A function of the set: an impl's method or a module's function.
+struct FnParts<'a> {
+    attrs: &'a mut Vec<Attribute>,
+    public: bool,
+    sig: &'a mut Signature,
+    block: &'a mut Block,
 }
 
 /// Expands one function of the set, or reports it for lacking a declaration.
