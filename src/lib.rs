@@ -152,6 +152,25 @@
 //! of all its clones, on every thread at once, and no call can raise it again. [`Mode::from_env`] reads
 //! `TOOLGATE_MODE`: unset means `SHADOW`, an invalid value is an error.
 
+//! # Call by name, audit, approvals
+//!
+//! A tool declared `callable` can be called with JSON: [`registry()`]`.call(&gate, id, arguments)`, through
+//! the same gate. [`GateBuilder::audit`] records every decision ([`audit`]); [`GateBuilder::approver`]
+//! and [`GateBuilder::two_step_approvals`] decide the calls that need an approval; `escalate = path`
+//! raises a call's risk from its arguments. [`report`] and [`lockfile`] make the manifests reviewable.
+//! The README walks through each.
+//!
+//! # Feature flags
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `clap` | `Mode`, `Risk` and `report::Format` as `clap::ValueEnum`, and the `--list-tools` flag (`cli`) |
+//! | `cli` | the `toolgate` command: `toolgate audit verify FILE`, `toolgate audit promotion FILE` |
+//! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
+//!
+//! Nothing is on by default: the attribute, the gate, call by name, the audit log and the reports need
+//! no feature.
+
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
