@@ -295,22 +295,51 @@ pub fn started(entry: &'static ToolEntry) {
 /// Runs `f` (which calls the tool of `entry`), keeping the gate's refusal if there is one; also says
 /// whether the tool's own check was decided during `f` (refused, or allowed and started).
 fn capturing<R>(entry: &'static ToolEntry, f: impl FnOnce() -> R) -> (R, Option<Denied>, bool) {
-    /// Restores the outer capture, on return or unwind, so that nested calls by name keep theirs.
-    struct Restore(usize, Option<Denied>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let _ = CAPTURING.try_with(|c| c.set(self.0));
-            let _ = CAPTURED.try_with(|c| *c.borrow_mut() = self.1.take());
+    // Only `f` is generic: the capture itself is compiled once, not once per callable tool.
+    let capture = Capture::begin(entry);
+    let result = f();
+    let (denied, decided) = capture.end();
+    drop(capture);
+    (result, denied, decided)
+}
+
+/// The capture of one call by name; dropped, on return or unwind, it restores the outer capture, so
+/// that nested calls by name keep theirs.
+struct Capture {
+    key: usize,
+    outer_key: usize,
+    outer_denial: Option<Denied>,
+}
+
+// Inline, so that a call by name pays no call for them; still compiled once per codegen unit of the
+// tools' crate rather than once per tool, as they are not generic.
+impl Capture {
+    #[inline]
+    fn begin(entry: &'static ToolEntry) -> Capture {
+        let outer_key = CAPTURING.with(|c| c.replace(key(entry)));
+        let outer_denial = CAPTURED.with(|c| c.borrow_mut().take());
+        Capture {
+            key: key(entry),
+            outer_key,
+            outer_denial,
         }
     }
-    let outer_key = CAPTURING.with(|c| c.replace(key(entry)));
-    let outer_denial = CAPTURED.with(|c| c.borrow_mut().take());
-    let restore = Restore(outer_key, outer_denial);
-    let result = f();
-    let denied = CAPTURED.with(|c| c.borrow_mut().take());
-    let decided = denied.is_some() || CAPTURING.with(Cell::get) != key(entry);
-    drop(restore);
-    (result, denied, decided)
+
+    /// The refusal kept, and whether the tool's own check was decided (refused, or allowed and started).
+    #[inline]
+    fn end(&self) -> (Option<Denied>, bool) {
+        let denied = CAPTURED.with(|c| c.borrow_mut().take());
+        let decided = denied.is_some() || CAPTURING.with(Cell::get) != self.key;
+        (denied, decided)
+    }
+}
+
+impl Drop for Capture {
+    #[inline]
+    fn drop(&mut self) {
+        let _ = CAPTURING.try_with(|c| c.set(self.outer_key));
+        let _ = CAPTURED.try_with(|c| *c.borrow_mut() = self.outer_denial.take());
+    }
 }
 
 fn to_json<T: Serialize, E: fmt::Display>(
