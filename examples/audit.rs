@@ -30,7 +30,7 @@ fn send_reminder(number: u32, to: String) -> Result<String, Denied> {
 
 /// Decide the risk of a refund from its amount: large refunds are critical.
 fn refund_risk(_number: &u32, cents: &u64) -> Risk {
-    if *cents > 100_00 {
+    if *cents > 10_000 {
         Risk::HighWrite
     } else {
         Risk::LowWrite
@@ -68,8 +68,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "send_reminder 1042",
                 send_reminder(1042, "ap@example.com".into()),
             ),
-            ("refund 1042, 20.00", refund(1042, 20_00)),
-            ("refund 1042, 900.00", refund(1042, 900_00)),
+            ("refund 1042, 20.00", refund(1042, 2_000)),
+            ("refund 1042, 900.00", refund(1042, 90_000)),
             ("invoice 1043", invoice(1043)),
         ];
         for (name, result) in steps {
