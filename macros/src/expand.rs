@@ -558,6 +558,11 @@ fn gated_body(
         None => quote!(::core::option::Option::None),
     };
     let record_arguments = call.record_arguments;
+    let decided = Ident::new("toolgate_decided", Span::mixed_site());
+    let fast = match &call.escalate {
+        Some(_) => quote!(false),
+        None => quote!(::toolgate::__private::allows(&#entry, #gate_arg)),
+    };
     let enter = match &call.escalate {
         Some(_) => quote!(::toolgate::__private::enter_escalated(
             &#entry, #gate_arg, #info, &#write, #record_arguments
@@ -640,15 +645,22 @@ fn gated_body(
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)
             }
-            #[allow(clippy::needless_borrow)]
-            let #write = |#writer: &mut ::toolgate::__private::ArgumentsWriter| {
-                #[allow(unused_imports)]
-                use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
-                #unnamed
-                #(#writes)*
+            // The common case, an allowed call that no gate records, is one inlined bit test: the
+            // arguments are only looked at on the other path.
+            let #decided = if #fast {
+                ::core::result::Result::Ok(::toolgate::__private::Permit::allowed())
+            } else {
+                #[allow(clippy::needless_borrow)]
+                let #write = |#writer: &mut ::toolgate::__private::ArgumentsWriter| {
+                    #[allow(unused_imports)]
+                    use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
+                    #unnamed
+                    #(#writes)*
+                };
+                #escalated
+                #enter
             };
-            #escalated
-            match #enter {
+            match #decided {
                 ::core::result::Result::Ok(permit) => {
                     #started
                     permit

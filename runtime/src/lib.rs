@@ -65,6 +65,13 @@ pub mod __private {
     pub use crate::risk::Risk;
     use crate::{Denied, Gate};
 
+    /// Whether a call of a tool runs outright: one gate (ambient, or the tool's `&Gate` argument), no
+    /// record to write, and its table allows the call in the current mode. `false` means: ask [`enter`].
+    #[inline]
+    pub fn allows(entry: &'static ToolEntry, gate: Option<&Gate>) -> bool {
+        crate::scope::fast_allows(entry, gate)
+    }
+
     /// Decides a call of a tool against the ambient gates, and its `&Gate` argument if it has one.
     #[inline]
     pub fn enter(
@@ -78,7 +85,7 @@ pub mod __private {
             arguments: Some(arguments),
             record_arguments,
         };
-        crate::scope::check(entry, gate, &call)
+        crate::scope::check_not_allowed(entry, gate, &call)
     }
 
     /// [`enter`] for a tool with `escalate`, whose risk depends on its arguments.

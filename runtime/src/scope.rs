@@ -40,26 +40,12 @@ impl Drop for Entered {
     }
 }
 
-/// Decides a call of `entry` against `explicit` (a `&Gate` argument of the tool) and every ambient gate.
-///
-/// The common cases, one gate that keeps no record and whose table decides the call, read one cell and
-/// return; everything else (escalation, approvals, deny-rule details, audit records, nested gates) takes
-/// the cold path, so that the common ones carry nothing they do not use.
+/// Whether a call of `entry` runs outright: one gate (the tool's `&Gate` argument, or the one ambient
+/// gate), which keeps no record and whose table allows the call in the current mode. Generated code asks
+/// this first, inlined; everything else (refusals, escalation, approvals, audit records, nested gates)
+/// goes through [`check_not_allowed`].
 #[inline]
-pub(crate) fn check(
-    entry: &'static ToolEntry,
-    explicit: Option<&Gate>,
-    call: &CallInfo<'_>,
-) -> Result<Permit, Denied> {
-    if fast_allows(entry, explicit) {
-        Ok(Permit::unaudited())
-    } else {
-        check_not_allowed(entry, explicit, call)
-    }
-}
-
-#[inline]
-fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) -> bool {
+pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) -> bool {
     STACK
         .try_with(|stack| {
             let Ok(stack) = stack.try_borrow() else {
@@ -75,7 +61,7 @@ fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) -> bool {
 
 #[cold]
 #[inline(never)]
-fn check_not_allowed(
+pub(crate) fn check_not_allowed(
     entry: &'static ToolEntry,
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
