@@ -13,6 +13,8 @@ mod attr;
 mod ctxt;
 mod doc;
 mod expand;
+#[cfg(test)]
+mod fuzz_tests;
 mod suggest;
 mod toolset;
 mod valid;
