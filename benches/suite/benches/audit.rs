@@ -5,6 +5,10 @@
 //! `Durability::Buffered` (one write per ~64 KiB) is printed too, as the cost of encoding and hashing
 //! without a system call per record.
 //!
+//! Besides records per second of wall time, it prints records per second of CPU time of the writing
+//! threads (from `/proc/thread-self/schedstat`): on a machine whose cores are busy with other work, that
+//! is what one idle core would do.
+//!
 //! `cargo bench -p toolgate-benches --bench audit`; `AUDIT_SECONDS` sets the length of one run (1 by
 //! default) and `AUDIT_RUNS` the runs per configuration (3 by default, the median is printed). The logs
 //! are written under cargo's target `tmp` folder.
@@ -35,8 +39,8 @@ fn main() {
         path.display()
     );
     println!(
-        "{:<18} {:<24} {:>7} {:>14} {:>17}",
-        "durability", "through", "threads", "records/s", "µs/record (wall)"
+        "{:<18} {:<24} {:>7} {:>12} {:>17} {:>18}",
+        "durability", "through", "threads", "records/s", "µs/record (wall)", "records/CPU-second"
     );
     for (name, durability) in durabilities {
         for through in [Through::Record, Through::GatedCalls] {
@@ -57,8 +61,11 @@ fn main() {
                     Through::Record => "AuditSink::record",
                     Through::GatedCalls => "gated calls (2 records)",
                 };
+                let per_cpu = median
+                    .rate_per_cpu_second()
+                    .map_or_else(|| "-".to_owned(), |rate| format!("{rate:.0}"));
                 println!(
-                    "{name:<18} {how:<24} {threads:>7} {:>14.0} {:>17.2}",
+                    "{name:<18} {how:<24} {threads:>7} {:>12.0} {:>17.2} {per_cpu:>18}",
                     median.rate(),
                     1e6 / median.rate()
                 );

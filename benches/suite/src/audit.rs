@@ -28,6 +28,9 @@ pub struct Run {
     pub records: u64,
     /// From the moment every thread started to the moment the last one stopped.
     pub elapsed: Duration,
+    /// The time the writing threads were on a CPU, added up (Linux only): the run's cost without the
+    /// time spent waiting for a core on a busy machine.
+    pub cpu: Option<Duration>,
 }
 
 impl Run {
@@ -35,6 +38,18 @@ impl Run {
     pub fn rate(&self) -> f64 {
         self.records as f64 / self.elapsed.as_secs_f64()
     }
+
+    /// Records per second of CPU time of the writing threads.
+    pub fn rate_per_cpu_second(&self) -> Option<f64> {
+        self.cpu.map(|cpu| self.records as f64 / cpu.as_secs_f64())
+    }
+}
+
+/// The time the calling thread has been on a CPU, from `/proc/thread-self/schedstat` (Linux).
+fn thread_cpu_time() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
 }
 
 /// The `enter` record a gate writes for an allowed call of `gate.add`, numbered `call`.
@@ -81,9 +96,10 @@ pub fn run(
         let workers: Vec<_> = (0..threads)
             .map(|thread| {
                 let (sink, gate, start) = (&sink, &gate, &start);
-                scope.spawn(move || -> io::Result<()> {
+                scope.spawn(move || -> io::Result<Option<Duration>> {
                     let record = enter_record(thread as u64);
                     start.wait();
+                    let cpu_before = thread_cpu_time();
                     let deadline = Instant::now() + duration;
                     let mut i = 0u64;
                     while Instant::now() < deadline {
@@ -98,20 +114,29 @@ pub fn run(
                             i += 1;
                         }
                     }
-                    Ok(())
+                    Ok(thread_cpu_time()
+                        .zip(cpu_before)
+                        .map(|(after, before)| after - before))
                 })
             })
             .collect();
         start.wait();
         let started = Instant::now();
+        let mut cpu = Some(Duration::ZERO);
         for worker in workers {
-            worker.join().expect("a writer panicked")?;
+            let used = worker.join().expect("a writer panicked")?;
+            cpu = cpu.zip(used).map(|(total, used)| total + used);
         }
-        io::Result::Ok(started)
+        io::Result::Ok((started, cpu))
     })?;
+    let (started, cpu) = started;
     let elapsed = started.elapsed();
     let records = sink.last_seq();
     drop(gate);
     sink.flush().map_err(io::Error::other)?;
-    Ok(Run { records, elapsed })
+    Ok(Run {
+        records,
+        elapsed,
+        cpu,
+    })
 }
