@@ -267,3 +267,21 @@ fn an_expired_request_is_forgotten_one_time_to_live_later() {
     assert_ne!(fresh.approval_token(), Some(token.as_str()));
     assert_eq!(PAYMENTS.load(Ordering::SeqCst), before);
 }
+
+/// A refusal says the risk the call was judged at. Refused in SHADOW at its declared risk already, an
+/// escalated call is still reported at the escalated one, by a lone gate that keeps no record too.
+#[test]
+fn an_escalated_call_refused_by_a_lone_gate_carries_the_escalated_risk() {
+    let shadow = Gate::new(Mode::Shadow).unwrap();
+    let before = COMMANDS.load(Ordering::SeqCst);
+    let escalated = shadow.run(|| run("sudo ls".into())).unwrap_err();
+    assert_eq!(escalated.code(), DenialCode::ModeNotAllowed);
+    assert_eq!(escalated.risk(), Risk::HighWrite);
+    assert!(
+        escalated.to_string().contains("(HIGH_WRITE)"),
+        "{escalated}"
+    );
+    let plain = shadow.run(|| run("ls".into())).unwrap_err();
+    assert_eq!(plain.risk(), Risk::LowWrite);
+    assert_eq!(COMMANDS.load(Ordering::SeqCst), before);
+}
