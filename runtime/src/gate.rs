@@ -215,12 +215,11 @@ impl Gate {
         let manifest = &entry.manifest;
         let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let rule = self.inner.deny_rule_of.get(slot).copied().flatten();
-        match rule {
-            Some(rule) if code == DenialCode::DenyListed => {
-                denied.with_detail(self.inner.deny_rules[rule as usize].clone())
-            }
-            _ => denied,
+        // Deny trumps every other verdict, so a tool with a rule is refused DENY_LISTED: the rule is
+        // the detail.
+        match self.inner.deny_rule_of.get(slot).copied().flatten() {
+            Some(rule) => denied.with_detail(self.inner.deny_rules[rule as usize].clone()),
+            None => denied,
         }
     }
 
@@ -242,18 +241,8 @@ impl Gate {
             mode,
             deny_listed: rule.is_some(),
         });
-        (mode, self.without_approval_path(verdict))
-    }
-
-    fn without_approval_path(&self, verdict: Verdict) -> Verdict {
-        match verdict {
-            Verdict::NeedsApproval
-                if self.inner.approver.is_none() && self.inner.two_step.is_none() =>
-            {
-                Verdict::Refuse(DenialCode::ApprovalRequired)
-            }
-            other => other,
-        }
+        // NeedsApproval with no approval path is refused by `approval`, as the table does at build.
+        (mode, verdict)
     }
 
     /// Decides one call in full: policy, then approval; records a refusal where the gate audits.

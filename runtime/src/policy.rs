@@ -46,16 +46,14 @@ pub const fn modes_admitting(risk: Risk) -> ModeSet {
     set
 }
 
-/// The most restrictive mode that admits `risk` (FULL_AUTO admits every risk).
+/// The most restrictive mode that admits `risk`. The search ends: FULL_AUTO, the last mode, admits every
+/// risk.
 pub const fn lowest_mode_admitting(risk: Risk) -> Mode {
     let mut i = 0;
-    while i < Mode::ALL.len() {
-        if admits(Mode::ALL[i], risk) {
-            return Mode::ALL[i];
-        }
+    while !admits(Mode::ALL[i], risk) {
         i += 1;
     }
-    Mode::FullAuto
+    Mode::ALL[i]
 }
 
 /// What the policy says of a call before any approver is asked.

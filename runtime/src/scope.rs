@@ -12,7 +12,6 @@ use std::task::{Context, Poll};
 use crate::call::{CallInfo, EffectiveRisk};
 use crate::denied::{DenialCode, Denied};
 use crate::gate::{Gate, LazyArguments};
-use crate::mode::Mode;
 use crate::permit::Permit;
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
@@ -59,6 +58,7 @@ pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) ->
         .unwrap_or(false)
 }
 
+/// Decides a call that [`fast_allows`] did not let through.
 #[cold]
 #[inline(never)]
 pub(crate) fn check_not_allowed(
@@ -66,45 +66,7 @@ pub(crate) fn check_not_allowed(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    match fast(entry, explicit) {
-        Fast::Allow => Ok(Permit::unaudited()),
-        Fast::Refuse(code, mode) => Err(refuse(entry, code, mode)),
-        Fast::Slow => check_slow(entry, explicit, call),
-    }
-}
-
-enum Fast {
-    Allow,
-    Refuse(DenialCode, Mode),
-    Slow,
-}
-
-fn fast(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Fast {
-    STACK
-        .try_with(|stack| {
-            let Ok(stack) = stack.try_borrow() else {
-                return Fast::Slow;
-            };
-            match (explicit, stack.as_slice()) {
-                (None, [gate]) | (Some(gate), []) if !gate.audits() => {
-                    match gate.table_verdict(entry) {
-                        (_, Verdict::Allow) => Fast::Allow,
-                        (_, Verdict::Refuse(DenialCode::DenyListed)) => Fast::Slow,
-                        (mode, Verdict::Refuse(code)) => Fast::Refuse(code, mode),
-                        (_, Verdict::NeedsApproval) => Fast::Slow,
-                    }
-                }
-                _ => Fast::Slow,
-            }
-        })
-        .unwrap_or(Fast::Slow)
-}
-
-fn refuse(entry: &'static ToolEntry, code: DenialCode, mode: Mode) -> Denied {
-    let manifest = &entry.manifest;
-    let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
-    crate::by_name::offer_refusal(entry, &denied);
-    denied
+    check_slow(entry, explicit, call)
 }
 
 /// Decides a call whose arguments escalated its risk: never from the table of declared risks.
@@ -125,9 +87,8 @@ fn check_slow(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    let escalates = call
-        .escalated
-        .is_some_and(|risk| risk > entry.manifest.risk_level);
+    // An escalated call is judged at its effective risk, never from the table of declared risks.
+    let escalates = call.escalated.is_some();
     let gates = STACK
         .try_with(|stack| {
             let Ok(stack) = stack.try_borrow() else {
@@ -222,5 +183,106 @@ impl<F: Future> Future for Scoped<F> {
         let this = self.project();
         let _entered = enter(this.gate.clone());
         this.future.poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approval::AllowAllApprover;
+    use crate::audit::MemorySink;
+    use crate::manifest::{Source, ToolManifest};
+    use crate::mode::{Mode, ModeSet};
+    use crate::registry::Registration;
+    use crate::risk::Risk;
+
+    // Tools over every risk, allowed in every mode, in FULL_AUTO only, or in SHADOW only.
+    macro_rules! tools {
+        ($($name:ident = $id:literal, $risk:ident, $modes:expr;)*) => {
+            $(
+                static $name: ToolEntry = ToolEntry::__new(
+                    ToolManifest::__new(
+                        $id, None, "", Risk::$risk, false, $modes, false, false,
+                        Source { file: file!(), line: line!(), module_path: module_path!() },
+                    ),
+                    None,
+                );
+                inventory::submit! { Registration(&$name) }
+            )*
+            const TOOLS: &[&ToolEntry] = &[$(&$name),*];
+        };
+    }
+
+    tools! {
+        READ_ALL = "scope_test.read_all", ReadOnly, ModeSet::ALL;
+        READ_FULL = "scope_test.read_full", ReadOnly, ModeSet::of(&[Mode::FullAuto]);
+        READ_SHADOW = "scope_test.read_shadow", ReadOnly, ModeSet::of(&[Mode::Shadow]);
+        PROPOSE_ALL = "scope_test.propose_all", ProposeOnly, ModeSet::ALL;
+        PROPOSE_FULL = "scope_test.propose_full", ProposeOnly, ModeSet::of(&[Mode::FullAuto]);
+        LOW_ALL = "scope_test.low_all", LowWrite, ModeSet::ALL;
+        LOW_FULL = "scope_test.low_full", LowWrite, ModeSet::of(&[Mode::FullAuto]);
+        LOW_SHADOW = "scope_test.low_shadow", LowWrite, ModeSet::of(&[Mode::Shadow]);
+        HIGH_ALL = "scope_test.high_all", HighWrite, ModeSet::ALL;
+        HIGH_FULL = "scope_test.high_full", HighWrite, ModeSet::of(&[Mode::FullAuto]);
+    }
+
+    fn gates(mode: Mode) -> Vec<(&'static str, Gate)> {
+        let build = |builder: crate::gate::GateBuilder| builder.mode(mode).build().unwrap();
+        vec![
+            ("plain", build(Gate::builder())),
+            ("audited", build(Gate::builder().audit(MemorySink::new()))),
+            ("deny low", build(Gate::builder().deny("scope_test.low_*"))),
+            (
+                "approver",
+                build(Gate::builder().approver(AllowAllApprover)),
+            ),
+            ("two-step", build(Gate::builder().two_step_approvals())),
+        ]
+    }
+
+    const CALL: CallInfo<'static> = CallInfo {
+        escalated: None,
+        arguments: None,
+        record_arguments: false,
+    };
+
+    // The inlined check is a cache of the table: it must let through exactly the calls that one gate
+    // keeping no record allows outright, never more (that would skip a refusal or a record) and never
+    // fewer (that would put allowed calls on the slow path).
+    #[test]
+    fn the_inlined_check_lets_through_exactly_what_one_unaudited_gate_allows() {
+        for entry in TOOLS {
+            for mode in Mode::ALL {
+                for (name, gate) in gates(mode) {
+                    let outright =
+                        !gate.audits() && gate.verdict(&entry.manifest) == Some(Verdict::Allow);
+                    let case = format!("{} in {mode} through the {name} gate", entry.manifest.id);
+                    assert_eq!(fast_allows(entry, Some(&gate)), outright, "{case}, passed");
+                    assert_eq!(
+                        gate.run(|| fast_allows(entry, None)),
+                        outright,
+                        "{case}, entered"
+                    );
+                    assert!(!fast_allows(entry, None), "{case}: no gate at all");
+                    let both = gate.run(|| fast_allows(entry, Some(&gate)));
+                    assert!(!both, "{case}, passed and entered");
+                    let nested = gate.run(|| gate.run(|| fast_allows(entry, None)));
+                    assert!(!nested, "{case}, entered twice");
+                    let full = check_not_allowed(entry, Some(&gate), &CALL);
+                    if outright {
+                        assert!(full.is_ok(), "{case}: the full check disagrees");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_gate_keeps_records_exactly_when_it_has_a_sink() {
+        for mode in Mode::ALL {
+            for (name, gate) in gates(mode) {
+                assert_eq!(gate.audits(), name == "audited", "{name} in {mode}");
+            }
+        }
     }
 }
