@@ -625,9 +625,8 @@ fn arguments_that_are_not_an_object_are_refused() {
     }
 }
 
-/// Arguments are named: a JSON array is refused with `INVALID_PARAMS` at `.`, although the generated
-/// argument struct's derived `Deserialize` would accept a sequence, since the input schema says
-/// `"type": "object"`.
+/// Arguments are named: a JSON array is refused with `INVALID_PARAMS` at `.`, as the input schema says
+/// `"type": "object"` (a derived `Deserialize` of a struct would accept a sequence).
 #[test]
 fn arguments_that_are_an_array_are_refused() {
     let _serial = serial();

@@ -13,15 +13,23 @@
 //! ```text
 //! /// Delete a user account.
 //! async fn delete_user(id: u64) -> Result<(), AppError> {
-//!     let _permit = {
-//!         static ENTRY: ToolEntry = ToolEntry::__new(ToolManifest::__new("users.delete_user", ...));
+//!     let permit = {
+//!         static ENTRY: ToolEntry = ToolEntry::__new(ToolManifest::__new("users.delete_user", ..), None);
 //!         inventory::submit! { Registration(&ENTRY) }
-//!         match enter(&ENTRY) {
+//!         // An allowed call that no gate records is one inlined bit test.
+//!         let decided = if allows(&ENTRY, None) {
+//!             Ok(Permit::allowed())
+//!         } else {
+//!             enter(&ENTRY, None, &[(&&Arg(&id)).__toolgate_arg("id")], false)
+//!         };
+//!         match decided {
 //!             Ok(permit) => permit,
 //!             Err(denied) => return Err(From::from(denied)),
 //!         }
 //!     };
-//!     body
+//!     let result = async move { body }.await;
+//!     permit.finish(&result, (&&OutputOf::of(&result)).__toolgate_digest());
+//!     result
 //! }
 //! ```
 //!
@@ -33,7 +41,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, Block, FnArg, Item, Pat, ReturnType, Signature, Type};
-use toolgate_runtime::{Mode, Risk};
+use toolgate_runtime::Risk;
 
 use crate::attr::{self, ToolArgs};
 use crate::ctxt::Errors;
@@ -406,7 +414,8 @@ fn unowned(ty: &Type) -> Option<&'static str> {
     }
 }
 
-/// The adapter of a `callable` tool: its argument struct, its schemas, and a call of the tool.
+/// The adapter of a `callable` tool: its table of parameters, its output schema, and a call of the tool
+/// with its arguments parsed one parameter at a time.
 fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)]) -> TokenStream {
     let names: Vec<&Ident> = params.iter().map(|(name, _)| name).collect();
     // The adapter lives in the tool's body, where a parameter named like the function hides it: then
@@ -417,7 +426,6 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
     } else {
         quote!(#fn_name)
     };
-    let types = params.iter().map(|(_, ty)| ty);
     let invoke_gate = Ident::new("toolgate_gate", Span::mixed_site());
     let json = Ident::new("toolgate_json", Span::mixed_site());
     // Hygienic locals: a parameter named like the function must not hide the function being called.
@@ -476,20 +484,36 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
             })
         }
     };
-    quote! {
-        #[derive(::toolgate::__private::serde::Deserialize, ::toolgate::__private::schemars::JsonSchema)]
-        #[serde(crate = "::toolgate::__private::serde", deny_unknown_fields)]
-        #[schemars(crate = "::toolgate::__private::schemars")]
-        #[allow(non_camel_case_types)]
-        struct ToolgateArguments {
-            #(#names: #types,)*
+    // Each parameter is parsed and described by runtime code generic over its type alone: the tool
+    // adds a table of names and types, and one `take` per parameter.
+    let params_table = Ident::new("TOOLGATE_PARAMS", Span::mixed_site());
+    let arguments = Ident::new("toolgate_arguments", Span::mixed_site());
+    let count = params.len();
+    let rows = params.iter().map(|(name, ty)| {
+        let name = name.to_string();
+        quote_spanned!(ty.span()=> ::toolgate::__private::Param::of::<#ty>(#name))
+    });
+    let takes = params.iter().zip(&locals).map(|((name, ty), local)| {
+        let name = name.to_string();
+        let take = quote_spanned!(ty.span()=> #arguments.take::<#ty>(#name));
+        quote! {
+            let #local = match #take {
+                ::core::result::Result::Ok(value) => value,
+                ::core::result::Result::Err(error) => {
+                    return ::toolgate::__private::CallFuture::ready(::core::result::Result::Err(error));
+                }
+            };
         }
+    });
+    let mutable = (!params.is_empty()).then(|| quote!(mut));
+    quote! {
+        static #params_table: [::toolgate::__private::Param; #count] = [#(#rows),*];
         fn toolgate_invoke(
             #invoke_gate: &::toolgate::Gate,
             #json: ::toolgate::__private::serde_json::Value,
         ) -> ::toolgate::__private::CallFuture {
-            let ToolgateArguments { #(#names: #locals),* } =
-                match ::toolgate::__private::parse_arguments::<ToolgateArguments>(#json) {
+            let #mutable #arguments =
+                match ::toolgate::__private::JsonArguments::new(#json, &#params_table) {
                     ::core::result::Result::Ok(arguments) => arguments,
                     ::core::result::Result::Err(error) => {
                         return ::toolgate::__private::CallFuture::ready(
@@ -497,17 +521,15 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
                         );
                     }
                 };
+            #(#takes)*
             #call
-        }
-        fn toolgate_input_schema() -> ::toolgate::__private::serde_json::Value {
-            ::toolgate::__private::schema_of::<ToolgateArguments>()
         }
         fn toolgate_output_schema() -> ::core::option::Option<::toolgate::__private::serde_json::Value> {
             #output_schema
         }
         static TOOLGATE_CALLABLE: ::toolgate::__private::Callable = ::toolgate::__private::Callable {
             invoke: toolgate_invoke,
-            input_schema: toolgate_input_schema,
+            params: &#params_table,
             output_schema: toolgate_output_schema,
         };
     }
@@ -537,14 +559,11 @@ fn gated_body(
 ) -> Block {
     let manifest = manifest(spec, attrs, &sig.ident);
     let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
-    let (permit, entry, result, writer, write, info, value) = (
+    let (permit, entry, result, info) = (
         hygienic("toolgate_permit"),
         hygienic("TOOLGATE_ENTRY"),
         hygienic("toolgate_result"),
-        hygienic("toolgate_writer"),
-        hygienic("toolgate_write"),
         hygienic("toolgate_call"),
-        hygienic("toolgate_value"),
     );
     let ret_span = match &sig.output {
         ReturnType::Type(_, ty) => ty.span(),
@@ -563,12 +582,28 @@ fn gated_body(
         Some(_) => quote!(false),
         None => quote!(::toolgate::__private::allows(&#entry, #gate_arg)),
     };
+    let unnamed = call
+        .unnamed
+        .then(|| quote!(::toolgate::__private::ArgRef::unnamed(),));
+    // The arguments, for the gate to look at when it needs to: a reference to each.
+    let args: Vec<TokenStream> = call
+        .named
+        .iter()
+        .map(|(ident, redact)| {
+            let name = ident.to_string();
+            if *redact {
+                quote!(::toolgate::__private::ArgRef::redacted(#name),)
+            } else {
+                quote!((&&::toolgate::__private::Arg(&#ident)).__toolgate_arg(#name),)
+            }
+        })
+        .collect();
     let enter = match &call.escalate {
         Some(_) => quote!(::toolgate::__private::enter_escalated(
-            &#entry, #gate_arg, #info, &#write, #record_arguments
+            &#entry, #gate_arg, #info, &[#unnamed #(#args)*], #record_arguments
         )),
         None => {
-            quote!(::toolgate::__private::enter(&#entry, #gate_arg, &#write, #record_arguments))
+            quote!(::toolgate::__private::enter(&#entry, #gate_arg, &[#unnamed #(#args)*], #record_arguments))
         }
     };
     let escalated = match &call.escalate {
@@ -595,13 +630,6 @@ fn gated_body(
         }
         None => TokenStream::new(),
     };
-    let writes = call.named.iter().map(|(ident, redact)| {
-        let name = ident.to_string();
-        quote!((&&::toolgate::__private::Arg(&#ident)).__toolgate_write(#writer, #name, #redact);)
-    });
-    let unnamed = call
-        .unnamed
-        .then(|| quote!(::toolgate::__private::ArgumentsWriter::__toolgate_unnamed(#writer);));
     let started = call
         .callable
         .as_ref()
@@ -650,13 +678,8 @@ fn gated_body(
             let #decided = if #fast {
                 ::core::result::Result::Ok(::toolgate::__private::Permit::allowed())
             } else {
-                #[allow(clippy::needless_borrow)]
-                let #write = |#writer: &mut ::toolgate::__private::ArgumentsWriter| {
-                    #[allow(unused_imports)]
-                    use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
-                    #unnamed
-                    #(#writes)*
-                };
+                #[allow(unused_imports)]
+                use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
                 #escalated
                 #enter
             };
@@ -673,11 +696,11 @@ fn gated_body(
         };
         #[allow(clippy::redundant_closure_call)]
         let #result = #run;
-        #[allow(clippy::needless_borrow)]
-        #permit.finish(&#result, |#value| {
+        #permit.finish(&#result, {
             #[allow(unused_imports)]
-            use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
-            (&&::toolgate::__private::Arg(#value)).__toolgate_digest()
+            use ::toolgate::__private::{OpaqueOutput as _, SerializableOutput as _};
+            #[allow(clippy::needless_borrow)]
+            (&&::toolgate::__private::OutputOf::of(&#result)).__toolgate_digest()
         });
         #result
     }}
@@ -695,7 +718,8 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
     };
     let risk = risk_tokens(spec.risk);
     let side_effects = spec.side_effects;
-    let modes = spec.modes.iter().map(mode_tokens);
+    // The set as one number: a chain of `with` calls costs more to evaluate, for every tool.
+    let modes = spec.modes.__bits();
     let idempotent = spec.idempotent;
     let open_world = spec.open_world;
     let line = quote_spanned!(name.span()=> ::core::line!());
@@ -706,7 +730,7 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
             #description,
             #risk,
             #side_effects,
-            ::toolgate::__private::ModeSet::EMPTY #(.with(#modes))*,
+            ::toolgate::__private::ModeSet::__from_bits(#modes),
             #idempotent,
             #open_world,
             ::toolgate::__private::Source::__new(
@@ -726,16 +750,6 @@ fn risk_tokens(risk: Risk) -> TokenStream {
         Risk::HighWrite => quote!(HighWrite),
     };
     quote!(::toolgate::__private::Risk::#variant)
-}
-
-fn mode_tokens(mode: Mode) -> TokenStream {
-    let variant = match mode {
-        Mode::Shadow => quote!(Shadow),
-        Mode::Advisory => quote!(Advisory),
-        Mode::PartialAuto => quote!(PartialAuto),
-        Mode::FullAuto => quote!(FullAuto),
-    };
-    quote!(::toolgate::__private::Mode::#variant)
 }
 
 fn mentions_fn(tokens: &TokenStream) -> bool {

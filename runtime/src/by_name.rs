@@ -1,7 +1,7 @@
 //! Calling a tool by name with JSON arguments, as agents do.
 //!
-//! A tool declared `callable` gets a generated adapter: a strict argument struct (unknown keys refused),
-//! and a call of the same gated function, so a call by name passes the same gate, deny list, approvals and
+//! A tool declared `callable` gets a generated adapter: its arguments parsed strictly, one parameter at a
+//! time (unknown keys refused, see `params`), and a call of the same gated function, so a call by name passes the same gate, deny list, approvals and
 //! audit as a direct call. There is one decision path, not two.
 
 use std::cell::{Cell, RefCell};
@@ -9,20 +9,20 @@ use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use serde::de::DeserializeOwned;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use crate::denied::Denied;
 use crate::gate::Gate;
+use crate::params::Param;
 use crate::registry::{Registry, ToolEntry};
 
-/// What a callable tool adds to its registration: its adapter and its schemas.
+/// What a callable tool adds to its registration: its adapter, its parameters and its output schema.
 #[doc(hidden)]
 pub struct Callable {
     pub invoke: fn(&Gate, Value) -> CallFuture,
-    pub input_schema: fn() -> Value,
+    pub params: &'static [Param],
     pub output_schema: fn() -> Option<Value>,
 }
 
@@ -217,44 +217,6 @@ impl Registry {
                 id: entry.manifest.id,
             })),
         }
-    }
-}
-
-/// Parses a tool's arguments, reporting where a problem is.
-#[doc(hidden)]
-pub fn parse_arguments<T: DeserializeOwned>(arguments: Value) -> Result<T, CallError> {
-    // A struct deserializes from an array too (positionally): the arguments are named, or refused.
-    if !arguments.is_object() {
-        return Err(CallError::InvalidParams {
-            path: ".".to_owned(),
-            message: format!(
-                "the arguments must be a JSON object of the tool's parameters, not {}",
-                kind_of(&arguments)
-            ),
-        });
-    }
-    // Tracking the path costs more than the parse itself (a key string copied per member): arguments that
-    // parse need no path, so the tracked parse runs only to report what failed.
-    if let Ok(parsed) = T::deserialize(&arguments) {
-        return Ok(parsed);
-    }
-    serde_path_to_error::deserialize(arguments).map_err(|error| {
-        let path = error.path().to_string();
-        CallError::InvalidParams {
-            path,
-            message: error.into_inner().to_string(),
-        }
-    })
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -3,6 +3,8 @@
 //! The arguments are written only when something needs them (an audit sink, an approver, a two-step
 //! approval), so an unaudited call that needs no approval never serializes anything.
 
+use std::marker::PhantomData;
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -14,8 +16,8 @@ use crate::risk::Risk;
 pub struct CallInfo<'a> {
     /// What the tool's `escalate` function returned for these arguments.
     pub escalated: Option<Risk>,
-    /// Writes the arguments as a JSON object; absent when the tool has no arguments to write.
-    pub arguments: Option<&'a dyn Fn(&mut ArgumentsWriter)>,
+    /// The arguments, in the order of their names.
+    pub arguments: &'a [ArgRef<'a>],
     /// The tool opted in to recording its arguments in the audit log.
     pub record_arguments: bool,
 }
@@ -45,104 +47,153 @@ pub(crate) struct Arguments {
 impl CallInfo<'_> {
     /// The call's arguments, or `None` when one of them is not serializable.
     pub(crate) fn arguments(&self) -> Option<Arguments> {
-        let mut writer = ArgumentsWriter {
-            buf: Vec::with_capacity(64),
-            serializable: true,
-        };
-        writer.buf.push(b'{');
-        if let Some(write) = self.arguments {
-            write(&mut writer);
+        let mut buf = Vec::with_capacity(64);
+        buf.push(b'{');
+        for (i, arg) in self.arguments.iter().enumerate() {
+            let value = match arg.value {
+                ArgValue::Json(value) => Some(value),
+                ArgValue::Redacted => None,
+                ArgValue::Opaque | ArgValue::Unnamed => return None,
+            };
+            if i > 0 {
+                buf.push(b',');
+            }
+            buf.push(b'"');
+            buf.extend_from_slice(arg.name.as_bytes());
+            buf.extend_from_slice(b"\":");
+            match value {
+                Some(value) => value.write_json(&mut buf).ok()?,
+                None => buf.extend_from_slice(b"\"[REDACTED]\""),
+            }
         }
-        writer.buf.push(b'}');
-        if !writer.serializable {
-            return None;
-        }
-        let json = String::from_utf8(writer.buf).ok()?;
+        buf.push(b'}');
+        let json = String::from_utf8(buf).ok()?;
         let digest = sha256_hex(json.as_bytes());
         Some(Arguments { json, digest })
     }
 }
 
-/// Receives a call's arguments one by one, in the order of their names.
+/// One argument of a call, as generated code hands it to the gate: built only when the gate needs to
+/// look at the arguments, from a reference to the argument itself.
 #[doc(hidden)]
-pub struct ArgumentsWriter {
-    buf: Vec<u8>,
-    serializable: bool,
+#[derive(Clone, Copy)]
+pub struct ArgRef<'a> {
+    name: &'static str,
+    value: ArgValue<'a>,
 }
 
-impl ArgumentsWriter {
-    /// An argument bound by a pattern, which generated code cannot name: the arguments cannot be written.
-    pub fn __toolgate_unnamed(&mut self) {
-        self.serializable = false;
-    }
+#[derive(Clone, Copy)]
+enum ArgValue<'a> {
+    Json(&'a dyn ToJson),
+    Redacted,
+    Opaque,
+    Unnamed,
+}
 
-    fn key(&mut self, name: &str) {
-        if self.buf.len() > 1 {
-            self.buf.push(b',');
+impl ArgRef<'_> {
+    /// An argument the tool's `redact` list names: recorded as `"[REDACTED]"`, never read.
+    pub const fn redacted(name: &'static str) -> ArgRef<'static> {
+        ArgRef {
+            name,
+            value: ArgValue::Redacted,
         }
-        self.buf.push(b'"');
-        self.buf.extend_from_slice(name.as_bytes());
-        self.buf.extend_from_slice(b"\":");
     }
 
-    fn redacted(&mut self, name: &str) {
-        self.key(name);
-        self.buf.extend_from_slice(b"\"[REDACTED]\"");
-    }
-
-    fn value<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) {
-        self.key(name);
-        if serde_json::to_writer(&mut self.buf, value).is_err() {
-            self.serializable = false;
+    /// An argument bound by a pattern, which generated code cannot name: the arguments cannot be
+    /// written.
+    pub const fn unnamed() -> ArgRef<'static> {
+        ArgRef {
+            name: "",
+            value: ArgValue::Unnamed,
         }
+    }
+}
+
+/// Serializes a value as JSON: `Serialize` made object-safe, so that every argument of one type, in any
+/// tool, is written by the same code.
+trait ToJson {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error>;
+}
+
+impl<T: Serialize> ToJson for T {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        serde_json::to_writer(out, self)
     }
 }
 
 /// Wraps a value so that generated code can ask whether it is serializable, without a bound on it.
 #[doc(hidden)]
-pub struct Arg<'a, T: ?Sized>(pub &'a T);
+pub struct Arg<'a, T>(pub &'a T);
 
 /// Picked for `(&&Arg(x))` when `x: Serialize`.
 #[doc(hidden)]
-pub trait SerializableArg {
-    fn __toolgate_write(&self, writer: &mut ArgumentsWriter, name: &str, redact: bool);
-    fn __toolgate_digest(&self) -> Option<String>;
+pub trait SerializableArg<'a> {
+    fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a>;
 }
 
-impl<T: Serialize + ?Sized> SerializableArg for &Arg<'_, T> {
-    fn __toolgate_write(&self, writer: &mut ArgumentsWriter, name: &str, redact: bool) {
-        if redact {
-            writer.redacted(name);
-        } else {
-            writer.value(name, self.0);
+impl<'a, T: Serialize> SerializableArg<'a> for &Arg<'a, T> {
+    fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a> {
+        ArgRef {
+            name,
+            value: ArgValue::Json(self.0),
         }
-    }
-
-    fn __toolgate_digest(&self) -> Option<String> {
-        let json = serde_json::to_vec(self.0).ok()?;
-        Some(sha256_hex(&json))
     }
 }
 
 /// Picked for `(&&Arg(x))` when `x` is not serializable.
 #[doc(hidden)]
-pub trait OpaqueArg {
-    fn __toolgate_write(&self, writer: &mut ArgumentsWriter, name: &str, redact: bool);
-    fn __toolgate_digest(&self) -> Option<String>;
+pub trait OpaqueArg<'a> {
+    fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a>;
 }
 
-impl<T: ?Sized> OpaqueArg for Arg<'_, T> {
-    fn __toolgate_write(&self, writer: &mut ArgumentsWriter, name: &str, redact: bool) {
-        if redact {
-            writer.redacted(name);
-        } else {
-            writer.serializable = false;
+impl<'a, T> OpaqueArg<'a> for Arg<'a, T> {
+    fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a> {
+        ArgRef {
+            name,
+            value: ArgValue::Opaque,
         }
     }
+}
 
-    fn __toolgate_digest(&self) -> Option<String> {
-        None
+/// Stands for a tool's result type, so that generated code can pick the function that digests its
+/// `Ok` value (the output digest of an audited call) without a bound on it.
+#[doc(hidden)]
+pub struct OutputOf<T>(PhantomData<fn(&T)>);
+
+impl<T> OutputOf<T> {
+    /// The output type of `result`.
+    pub const fn of<E>(_result: &Result<T, E>) -> OutputOf<T> {
+        OutputOf(PhantomData)
     }
+}
+
+/// Picked for `(&&OutputOf::of(&result))` when the `Ok` type is `Serialize`.
+#[doc(hidden)]
+pub trait SerializableOutput<T> {
+    fn __toolgate_digest(&self) -> fn(&T) -> Option<String>;
+}
+
+impl<T: Serialize> SerializableOutput<T> for &OutputOf<T> {
+    fn __toolgate_digest(&self) -> fn(&T) -> Option<String> {
+        json_digest::<T>
+    }
+}
+
+/// Picked for `(&&OutputOf::of(&result))` otherwise: an opaque output has no digest.
+#[doc(hidden)]
+pub trait OpaqueOutput<T> {
+    fn __toolgate_digest(&self) -> fn(&T) -> Option<String>;
+}
+
+impl<T> OpaqueOutput<T> for OutputOf<T> {
+    fn __toolgate_digest(&self) -> fn(&T) -> Option<String> {
+        |_| None
+    }
+}
+
+fn json_digest<T: Serialize>(value: &T) -> Option<String> {
+    let json = serde_json::to_vec(value).ok()?;
+    Some(sha256_hex(&json))
 }
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
@@ -166,40 +217,54 @@ mod tests {
     #[test]
     fn arguments_json_and_digest() {
         let (a, b) = (3u64, "x".to_owned());
-        let write = |w: &mut ArgumentsWriter| {
-            (&&Arg(&a)).__toolgate_write(w, "a", false);
-            (&&Arg(&b)).__toolgate_write(w, "b", false);
-        };
+        let args = [
+            (&&Arg(&a)).__toolgate_arg("a"),
+            (&&Arg(&b)).__toolgate_arg("b"),
+        ];
         let call = CallInfo {
-            arguments: Some(&write),
+            arguments: &args,
             ..CallInfo::default()
         };
         let args = call.arguments().unwrap();
         assert_eq!(args.json, r#"{"a":3,"b":"x"}"#);
         assert_eq!(args.digest, sha256_hex(br#"{"a":3,"b":"x"}"#));
         assert_eq!(args.digest.len(), 64);
+        assert_eq!(CallInfo::default().arguments().unwrap().json, "{}");
     }
 
     #[test]
-    fn opaque_and_redacted_arguments() {
-        let (a, secret) = (Opaque, "hunter2".to_owned());
-        let opaque = |w: &mut ArgumentsWriter| (&&Arg(&a)).__toolgate_write(w, "a", false);
+    fn opaque_unnamed_and_redacted_arguments() {
+        let (a, b) = (Opaque, 1u8);
+        for args in [
+            [
+                (&&Arg(&a)).__toolgate_arg("a"),
+                (&&Arg(&b)).__toolgate_arg("b"),
+            ],
+            [(&&Arg(&b)).__toolgate_arg("b"), ArgRef::unnamed()],
+        ] {
+            let call = CallInfo {
+                arguments: &args,
+                ..CallInfo::default()
+            };
+            assert!(call.arguments().is_none());
+        }
+        let args = [ArgRef::redacted("a"), ArgRef::redacted("secret")];
         let call = CallInfo {
-            arguments: Some(&opaque),
-            ..CallInfo::default()
-        };
-        assert_eq!(call.arguments(), None);
-        let redacted = |w: &mut ArgumentsWriter| {
-            (&&Arg(&a)).__toolgate_write(w, "a", true);
-            (&&Arg(&secret)).__toolgate_write(w, "secret", true);
-        };
-        let call = CallInfo {
-            arguments: Some(&redacted),
+            arguments: &args,
             ..CallInfo::default()
         };
         let json = call.arguments().unwrap().json;
         assert_eq!(json, r#"{"a":"[REDACTED]","secret":"[REDACTED]"}"#);
-        assert!(!json.contains("hunter2"));
+    }
+
+    #[test]
+    fn an_output_has_a_digest_when_it_is_serializable() {
+        let ok: Result<u64, ()> = Ok(7);
+        let digest = (&&OutputOf::of(&ok)).__toolgate_digest();
+        assert_eq!(digest(&7), Some(sha256_hex(b"7")));
+        let opaque: Result<Opaque, ()> = Ok(Opaque);
+        let digest = (&&OutputOf::of(&opaque)).__toolgate_digest();
+        assert_eq!(digest(&Opaque), None);
     }
 
     #[test]

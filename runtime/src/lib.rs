@@ -21,6 +21,7 @@ mod manifest;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod mode;
+mod params;
 mod permit;
 pub mod policy;
 mod registry;
@@ -55,11 +56,15 @@ pub mod __private {
 
     pub use crate::by_name::{
         CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema,
-        invoke_async, invoke_sync, parse_arguments, schema_of, started,
+        invoke_async, invoke_sync, schema_of, started,
     };
-    pub use crate::call::{Arg, ArgumentsWriter, CallInfo, OpaqueArg, SerializableArg};
+    pub use crate::call::{
+        Arg, ArgRef, CallInfo, OpaqueArg, OpaqueOutput, OutputOf, SerializableArg,
+        SerializableOutput,
+    };
     pub use crate::manifest::{Source, ToolManifest};
     pub use crate::mode::{Mode, ModeSet};
+    pub use crate::params::{JsonArguments, Param};
     pub use crate::permit::Permit;
     pub use crate::registry::{Registration, ToolEntry};
     pub use crate::risk::Risk;
@@ -77,12 +82,12 @@ pub mod __private {
     pub fn enter(
         entry: &'static ToolEntry,
         gate: Option<&Gate>,
-        arguments: &dyn Fn(&mut ArgumentsWriter),
+        arguments: &[ArgRef<'_>],
         record_arguments: bool,
     ) -> Result<Permit, Denied> {
         let call = CallInfo {
             escalated: None,
-            arguments: Some(arguments),
+            arguments,
             record_arguments,
         };
         crate::scope::check_not_allowed(entry, gate, &call)
@@ -94,12 +99,12 @@ pub mod __private {
         entry: &'static ToolEntry,
         gate: Option<&Gate>,
         escalated: Risk,
-        arguments: &dyn Fn(&mut ArgumentsWriter),
+        arguments: &[ArgRef<'_>],
         record_arguments: bool,
     ) -> Result<Permit, Denied> {
         let call = CallInfo {
             escalated: Some(escalated),
-            arguments: Some(arguments),
+            arguments,
             record_arguments,
         };
         crate::scope::check_escalated(entry, gate, &call)

@@ -154,6 +154,18 @@ impl ModeSet {
         set
     }
 
+    /// The set whose bit `1 << mode as u8` is set for each mode in it; other bits are ignored.
+    #[doc(hidden)]
+    pub const fn __from_bits(bits: u8) -> ModeSet {
+        ModeSet(bits & ModeSet::ALL.0)
+    }
+
+    /// The bits [`ModeSet::__from_bits`] takes.
+    #[doc(hidden)]
+    pub const fn __bits(self) -> u8 {
+        self.0
+    }
+
     /// This set with `mode` added.
     #[must_use]
     pub const fn with(self, mode: Mode) -> ModeSet {

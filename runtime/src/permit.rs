@@ -57,11 +57,7 @@ impl Permit {
 
     /// Closes the call with its result; `output_digest` is asked only where a gate audits the call.
     #[inline]
-    pub fn finish<T, E>(
-        mut self,
-        result: &Result<T, E>,
-        output_digest: impl FnOnce(&T) -> Option<String>,
-    ) {
+    pub fn finish<T, E>(mut self, result: &Result<T, E>, output_digest: fn(&T) -> Option<String>) {
         if self.exits.is_none() {
             // Nothing to close: skip the drop glue, which would only find `None` again.
             std::mem::forget(self);

@@ -105,7 +105,9 @@ impl Tool {
     /// The JSON Schema (draft 2020-12) of the tool's arguments: an object that admits exactly its
     /// parameters. `None` for a tool that is not `callable`.
     pub fn input_schema(&self) -> Option<serde_json::Value> {
-        self.entry.callable.map(|c| (c.input_schema)())
+        self.entry
+            .callable
+            .map(|c| crate::params::input_schema(c.params))
     }
 
     /// The JSON Schema of the tool's result, where its type has one.

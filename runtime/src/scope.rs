@@ -242,7 +242,7 @@ mod tests {
 
     const CALL: CallInfo<'static> = CallInfo {
         escalated: None,
-        arguments: None,
+        arguments: &[],
         record_arguments: false,
     };
 

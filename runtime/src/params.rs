@@ -1,0 +1,266 @@
+//! The parameters of a callable tool: its JSON arguments parsed one parameter at a time, and its input
+//! schema put together from the parameters' own schemas.
+//!
+//! Each parameter is parsed and described by code generic over its type alone, so tools that share
+//! parameter types share that code: a tool adds a table of its parameters, not a parser of its own.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde_json::{Map, Value};
+
+use crate::by_name::CallError;
+
+/// One parameter of a callable tool, as the generated table lists it.
+#[doc(hidden)]
+pub struct Param {
+    name: &'static str,
+    schema: fn(&mut SchemaGenerator) -> Schema,
+    optional: fn() -> bool,
+}
+
+impl Param {
+    /// The parameter `name` of type `T`.
+    pub const fn of<T: DeserializeOwned + JsonSchema>(name: &'static str) -> Param {
+        Param {
+            name,
+            schema: SchemaGenerator::subschema_for::<T>,
+            optional: accepts_missing::<T>,
+        }
+    }
+}
+
+/// Whether `T` parses from an absent key, as `Option` does (to `None`): then it is not required.
+fn accepts_missing<T: DeserializeOwned>() -> bool {
+    T::deserialize(Missing).is_ok()
+}
+
+/// An absent key: `None` for what takes an option, an error for everything else.
+struct Missing;
+
+impl<'de> Deserializer<'de> for Missing {
+    type Error = de::value::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(de::Error::custom("missing"))
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_none()
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf unit
+        unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+/// The arguments of one call by name, checked against the tool's parameters and taken one by one.
+#[doc(hidden)]
+pub struct JsonArguments {
+    object: Map<String, Value>,
+}
+
+impl JsonArguments {
+    /// Takes `arguments` if they are a JSON object whose keys are all among `params`.
+    pub fn new(arguments: Value, params: &'static [Param]) -> Result<JsonArguments, CallError> {
+        // A sequence would be read positionally by a derived parser: arguments are named, or refused.
+        let Value::Object(object) = arguments else {
+            return Err(CallError::InvalidParams {
+                path: ".".to_owned(),
+                message: format!(
+                    "the arguments must be a JSON object of the tool's parameters, not {}",
+                    kind_of(&arguments)
+                ),
+            });
+        };
+        if let Some(unknown) = object
+            .keys()
+            .find(|key| !params.iter().any(|param| param.name == key.as_str()))
+        {
+            return Err(CallError::InvalidParams {
+                path: unknown.clone(),
+                message: format!("unknown field `{unknown}`, {}", expected(params)),
+            });
+        }
+        Ok(JsonArguments { object })
+    }
+
+    /// Parses the parameter `name` (an absent key is `None` for an `Option`, and refused otherwise).
+    pub fn take<T: DeserializeOwned>(&mut self, name: &'static str) -> Result<T, CallError> {
+        let Some(value) = self.object.remove(name) else {
+            return T::deserialize(Missing).map_err(|_| CallError::InvalidParams {
+                path: ".".to_owned(),
+                message: format!("missing field `{name}`"),
+            });
+        };
+        // Tracking the path costs more than the parse itself: it runs only to report what failed.
+        if let Ok(parsed) = T::deserialize(&value) {
+            return Ok(parsed);
+        }
+        match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(parsed) => Ok(parsed),
+            Err(error) => {
+                let inner = error.path().to_string();
+                let path = match inner.as_str() {
+                    "." => name.to_owned(),
+                    _ if inner.starts_with('[') => format!("{name}{inner}"),
+                    _ => format!("{name}.{inner}"),
+                };
+                Err(CallError::InvalidParams {
+                    path,
+                    message: error.into_inner().to_string(),
+                })
+            }
+        }
+    }
+}
+
+fn expected(params: &[Param]) -> String {
+    let names: Vec<String> = params.iter().map(|p| format!("`{}`", p.name)).collect();
+    match names.as_slice() {
+        [] => "there are no parameters".to_owned(),
+        [one] => format!("expected {one}"),
+        [first, second] => format!("expected {first} or {second}"),
+        many => format!("expected one of {}", many.join(", ")),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The input schema (JSON Schema draft 2020-12) of a tool with `params`: an object of exactly these
+/// properties, each required unless it accepts an absent key.
+pub(crate) fn input_schema(params: &[Param]) -> Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let mut root = Map::new();
+    root.insert(
+        "$schema".to_owned(),
+        schemars::generate::SchemaSettings::draft2020_12()
+            .meta_schema
+            .map_or(Value::Null, |uri| Value::String(uri.into_owned())),
+    );
+    root.insert("type".to_owned(), Value::from("object"));
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for param in params {
+        properties.insert(
+            param.name.to_owned(),
+            (param.schema)(&mut generator).to_value(),
+        );
+        if !(param.optional)() {
+            required.push(Value::from(param.name));
+        }
+    }
+    if !properties.is_empty() {
+        root.insert("properties".to_owned(), Value::Object(properties));
+    }
+    if !required.is_empty() {
+        root.insert("required".to_owned(), Value::Array(required));
+    }
+    root.insert("additionalProperties".to_owned(), Value::Bool(false));
+    let definitions = generator.take_definitions(true);
+    if !definitions.is_empty() {
+        root.insert("$defs".to_owned(), Value::Object(definitions));
+    }
+    Value::Object(root)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    static NONE: [Param; 0] = [];
+    static ONE: [Param; 1] = [Param::of::<u8>("a")];
+    static TWO: [Param; 2] = [Param::of::<u8>("a"), Param::of::<Option<u8>>("b")];
+    static THREE: [Param; 3] = [
+        Param::of::<u8>("a"),
+        Param::of::<Vec<u8>>("b"),
+        Param::of::<Value>("c"),
+    ];
+
+    fn refusal(result: Result<impl Sized, CallError>) -> (String, String) {
+        match result {
+            Err(CallError::InvalidParams { path, message }) => (path, message),
+            Err(other) => panic!("expected INVALID_PARAMS, got {other:?}"),
+            Ok(_) => panic!("expected INVALID_PARAMS, got a parse"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_parameters_there_are() {
+        for (params, expected) in [
+            (&NONE[..], "unknown field `x`, there are no parameters"),
+            (&ONE[..], "unknown field `x`, expected `a`"),
+            (&TWO[..], "unknown field `x`, expected `a` or `b`"),
+            (
+                &THREE[..],
+                "unknown field `x`, expected one of `a`, `b`, `c`",
+            ),
+        ] {
+            let params: &'static [Param] = params;
+            let (path, message) = refusal(JsonArguments::new(json!({"x": 2}), params));
+            assert_eq!((path.as_str(), message.as_str()), ("x", expected));
+        }
+    }
+
+    #[test]
+    fn only_an_option_may_be_absent() {
+        assert!(accepts_missing::<Option<u8>>());
+        assert!(accepts_missing::<Option<Value>>());
+        assert!(!accepts_missing::<u8>());
+        assert!(
+            !accepts_missing::<Value>(),
+            "a Value takes null, not an absent key"
+        );
+        assert!(!accepts_missing::<()>());
+        assert!(!accepts_missing::<Vec<u8>>());
+
+        let mut arguments = JsonArguments::new(json!({}), &TWO).unwrap();
+        assert_eq!(arguments.take::<Option<u8>>("b").unwrap(), None);
+        let (path, message) = refusal(arguments.take::<u8>("a"));
+        assert_eq!(
+            (path.as_str(), message.as_str()),
+            (".", "missing field `a`")
+        );
+        let mut arguments = JsonArguments::new(json!({}), &THREE).unwrap();
+        assert_eq!(refusal(arguments.take::<Value>("c")).1, "missing field `c`");
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_at_its_path_within_the_parameter() {
+        let mut arguments = JsonArguments::new(json!({"a": "1", "b": [1, "2"]}), &THREE).unwrap();
+        assert_eq!(refusal(arguments.take::<u8>("a")).0, "a");
+        assert_eq!(refusal(arguments.take::<Vec<u8>>("b")).0, "b[1]");
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Inner {
+            n: u8,
+        }
+        let mut arguments = JsonArguments::new(json!({"c": {"n": -1}}), &THREE).unwrap();
+        assert_eq!(refusal(arguments.take::<Inner>("c")).0, "c.n");
+    }
+
+    #[test]
+    fn the_input_schema_requires_what_the_parser_requires() {
+        let schema = input_schema(&TWO);
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["required"], json!(["a"]));
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+        let empty = input_schema(&NONE);
+        assert!(empty.get("properties").is_none() && empty.get("required").is_none());
+    }
+}
