@@ -131,7 +131,12 @@ pub(crate) fn expand_fn(
         errors.push_all(own);
         return Expanded::Failed;
     };
-    *block = gated_body(&spec, attrs, sig, gate_param.as_ref(), &call, block);
+    let body = gated_body(&spec, attrs, sig, gate_param.as_ref(), &call, block);
+    // Emitted as it is: parsing the generated statements back into syntax would only print them again.
+    *block = Block {
+        brace_token: block.brace_token,
+        stmts: vec![syn::Stmt::Expr(syn::Expr::Verbatim(body), None)],
+    };
     Expanded::Tool {
         id: spec.id,
         id_span: spec.id_span,
@@ -556,7 +561,7 @@ fn gated_body(
     gate: Option<&Ident>,
     call: &CallParts,
     body: &Block,
-) -> Block {
+) -> TokenStream {
     let manifest = manifest(spec, attrs, &sig.ident);
     let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
     let (permit, entry, result, info) = (
@@ -664,7 +669,7 @@ fn gated_body(
     } else {
         quote!((move || { #pin_type #(#stmts)* })())
     };
-    syn::parse_quote! {{
+    quote! {
         #[allow(unused_mut)]
         let mut #permit = {
             static #entry: ::toolgate::__private::ToolEntry =
@@ -703,7 +708,7 @@ fn gated_body(
             (&&::toolgate::__private::OutputOf::of(&#result)).__toolgate_digest()
         });
         #result
-    }}
+    }
 }
 
 fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
