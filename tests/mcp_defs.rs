@@ -80,6 +80,7 @@ fn fails() -> Result<u32, Broken> {
 
 /// Not callable by name.
 #[tool(risk = "READ_ONLY", domain = "defs")]
+#[allow(dead_code)] // Registered and listed, never called: nothing here calls it, and no agent can.
 fn hidden_helper() -> Result<u32, Denied> {
     Ok(1)
 }
