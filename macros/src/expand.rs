@@ -28,8 +28,8 @@
 //!         }
 //!     };
 //!     let result = async move { body }.await;
-//!     permit.finish(&result, (&&OutputOf::of(&result)).__toolgate_digest());
-//!     result
+//!     let digest = (&&OutputOf::of(&result)).__toolgate_digest();
+//!     permit.finish(result, digest)
 //! }
 //! ```
 //!
@@ -564,10 +564,11 @@ fn gated_body(
 ) -> TokenStream {
     let manifest = manifest(spec, attrs, &sig.ident);
     let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
-    let (permit, entry, result, info) = (
+    let (permit, entry, result, digest, info) = (
         hygienic("toolgate_permit"),
         hygienic("TOOLGATE_ENTRY"),
         hygienic("toolgate_result"),
+        hygienic("toolgate_digest"),
         hygienic("toolgate_call"),
     );
     let ret_span = match &sig.output {
@@ -701,13 +702,13 @@ fn gated_body(
         };
         #[allow(clippy::redundant_closure_call)]
         let #result = #run;
-        #permit.finish(&#result, {
+        let #digest = {
             #[allow(unused_imports)]
             use ::toolgate::__private::{OpaqueOutput as _, SerializableOutput as _};
             #[allow(clippy::needless_borrow)]
             (&&::toolgate::__private::OutputOf::of(&#result)).__toolgate_digest()
-        });
-        #result
+        };
+        #permit.finish(#result, #digest)
     }
 }
 

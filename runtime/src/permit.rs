@@ -55,19 +55,25 @@ impl Permit {
         }
     }
 
-    /// Closes the call with its result; `output_digest` is asked only where a gate audits the call.
+    /// Closes the call with its result, and hands the result back; `output_digest` is asked only where
+    /// a gate audits the call.
     #[inline]
-    pub fn finish<T, E>(mut self, result: &Result<T, E>, output_digest: fn(&T) -> Option<String>) {
+    pub fn finish<T, E>(
+        mut self,
+        result: Result<T, E>,
+        output_digest: fn(&T) -> Option<String>,
+    ) -> Result<T, E> {
         if self.exits.is_none() {
             // Nothing to close: skip the drop glue, which would only find `None` again.
             std::mem::forget(self);
-            return;
+            return result;
         }
-        let (outcome, digest) = match result {
+        let (outcome, digest) = match &result {
             Ok(value) => (Outcome::Ok, output_digest(value)),
             Err(_) => (Outcome::Error, None),
         };
         self.close(outcome, digest);
+        result
     }
 
     #[cold]
