@@ -510,15 +510,14 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
             };
         }
     });
-    let mutable = (!params.is_empty()).then(|| quote!(mut));
     quote! {
         static #params_table: [::toolgate::__private::Param; #count] = [#(#rows),*];
         fn toolgate_invoke(
             #invoke_gate: &::toolgate::Gate,
             #json: ::toolgate::__private::serde_json::Value,
         ) -> ::toolgate::__private::CallFuture {
-            let #mutable #arguments =
-                match ::toolgate::__private::JsonArguments::new(#json, &#params_table) {
+            let #arguments =
+                match ::toolgate::__private::JsonArguments::new(&#json, &#params_table) {
                     ::core::result::Result::Ok(arguments) => arguments,
                     ::core::result::Result::Err(error) => {
                         return ::toolgate::__private::CallFuture::ready(
@@ -527,6 +526,9 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
                     }
                 };
             #(#takes)*
+            if let ::core::result::Result::Err(error) = #arguments.finish() {
+                return ::toolgate::__private::CallFuture::ready(::core::result::Result::Err(error));
+            }
             #call
         }
         fn toolgate_output_schema() -> ::core::option::Option<::toolgate::__private::serde_json::Value> {

@@ -258,19 +258,23 @@ pub fn started(entry: &'static ToolEntry) {
 /// whether the tool's own check was decided during `f` (refused, or allowed and started).
 fn capturing<R>(entry: &'static ToolEntry, f: impl FnOnce() -> R) -> (R, Option<Denied>, bool) {
     // Only `f` is generic: the capture itself is compiled once, not once per callable tool.
-    let capture = Capture::begin(entry);
+    let mut capture = Capture::begin(entry);
     let result = f();
     let (denied, decided) = capture.end();
-    drop(capture);
     (result, denied, decided)
 }
 
 /// The capture of one call by name; dropped, on return or unwind, it restores the outer capture, so
 /// that nested calls by name keep theirs.
+///
+/// No refusal is ever kept when a capture begins: a refusal is offered after its gate's approvers and
+/// sinks have run, and taken by the capture's end before anything else can begin one, so only the
+/// capturing tool's key needs saving. An allowed call, which clears its key as it starts, touches the
+/// kept refusal not at all.
 struct Capture {
     key: usize,
     outer_key: usize,
-    outer_denial: Option<Denied>,
+    ended: bool,
 }
 
 // Inline, so that a call by name pays no call for them; still compiled once per codegen unit of the
@@ -278,20 +282,23 @@ struct Capture {
 impl Capture {
     #[inline]
     fn begin(entry: &'static ToolEntry) -> Capture {
-        let outer_key = CAPTURING.with(|c| c.replace(key(entry)));
-        let outer_denial = CAPTURED.with(|c| c.borrow_mut().take());
+        let key = key(entry);
         Capture {
-            key: key(entry),
-            outer_key,
-            outer_denial,
+            key,
+            outer_key: CAPTURING.with(|c| c.replace(key)),
+            ended: false,
         }
     }
 
     /// The refusal kept, and whether the tool's own check was decided (refused, or allowed and started).
     #[inline]
-    fn end(&self) -> (Option<Denied>, bool) {
+    fn end(&mut self) -> (Option<Denied>, bool) {
+        self.ended = true;
+        if CAPTURING.with(Cell::get) != self.key {
+            return (None, true);
+        }
         let denied = CAPTURED.with(|c| c.borrow_mut().take());
-        let decided = denied.is_some() || CAPTURING.with(Cell::get) != self.key;
+        let decided = denied.is_some();
         (denied, decided)
     }
 }
@@ -300,7 +307,10 @@ impl Drop for Capture {
     #[inline]
     fn drop(&mut self) {
         let _ = CAPTURING.try_with(|c| c.set(self.outer_key));
-        let _ = CAPTURED.try_with(|c| *c.borrow_mut() = self.outer_denial.take());
+        if !self.ended {
+            // Unwound between a refusal and its taking: keep nothing for the next capture.
+            let _ = CAPTURED.try_with(|c| c.borrow_mut().take());
+        }
     }
 }
 

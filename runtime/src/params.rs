@@ -4,6 +4,8 @@
 //! Each parameter is parsed and described by code generic over its type alone, so tools that share
 //! parameter types share that code: a tool adds a table of its parameters, not a parser of its own.
 
+use std::cell::Cell;
+
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_json::{Map, Value};
@@ -54,64 +56,106 @@ impl<'de> Deserializer<'de> for Missing {
     }
 }
 
-/// The arguments of one call by name, checked against the tool's parameters and taken one by one.
+/// The arguments of one call by name, read one parameter at a time.
+///
+/// A key that names no parameter is refused. It is found by counting, not by a search of every key:
+/// the call's parameters are read first, and the arguments then hold an unknown key exactly when they
+/// have more keys than were read. Any refusal names an unknown key first, as a strict parser meets it
+/// before what it would have read.
 #[doc(hidden)]
-pub struct JsonArguments {
-    object: Map<String, Value>,
+pub struct JsonArguments<'a> {
+    object: &'a Map<String, Value>,
+    params: &'static [Param],
+    read: Cell<usize>,
 }
 
-impl JsonArguments {
-    /// Takes `arguments` if they are a JSON object whose keys are all among `params`.
-    pub fn new(arguments: Value, params: &'static [Param]) -> Result<JsonArguments, CallError> {
+impl<'a> JsonArguments<'a> {
+    /// Reads `arguments` if they are a JSON object.
+    pub fn new(
+        arguments: &'a Value,
+        params: &'static [Param],
+    ) -> Result<JsonArguments<'a>, CallError> {
         // A sequence would be read positionally by a derived parser: arguments are named, or refused.
         let Value::Object(object) = arguments else {
             return Err(CallError::InvalidParams {
                 path: ".".to_owned(),
                 message: format!(
                     "the arguments must be a JSON object of the tool's parameters, not {}",
-                    kind_of(&arguments)
+                    kind_of(arguments)
                 ),
             });
         };
-        if let Some(unknown) = object
-            .keys()
-            .find(|key| !params.iter().any(|param| param.name == key.as_str()))
-        {
-            return Err(CallError::InvalidParams {
-                path: unknown.clone(),
-                message: format!("unknown field `{unknown}`, {}", expected(params)),
-            });
-        }
-        Ok(JsonArguments { object })
+        Ok(JsonArguments {
+            object,
+            params,
+            read: Cell::new(0),
+        })
     }
 
     /// Parses the parameter `name` (an absent key is `None` for an `Option`, and refused otherwise).
-    pub fn take<T: DeserializeOwned>(&mut self, name: &'static str) -> Result<T, CallError> {
-        let Some(value) = self.object.remove(name) else {
-            return T::deserialize(Missing).map_err(|_| CallError::InvalidParams {
-                path: ".".to_owned(),
-                message: format!("missing field `{name}`"),
+    pub fn take<T: DeserializeOwned>(&self, name: &'static str) -> Result<T, CallError> {
+        let Some(value) = self.object.get(name) else {
+            return T::deserialize(Missing).map_err(|_| {
+                self.unknown_key()
+                    .unwrap_or_else(|| CallError::InvalidParams {
+                        path: ".".to_owned(),
+                        message: format!("missing field `{name}`"),
+                    })
             });
         };
-        // Tracking the path costs more than the parse itself: it runs only to report what failed.
-        if let Ok(parsed) = T::deserialize(&value) {
-            return Ok(parsed);
-        }
-        match serde_path_to_error::deserialize::<_, T>(&value) {
+        self.read.set(self.read.get() + 1);
+        match T::deserialize(value) {
             Ok(parsed) => Ok(parsed),
-            Err(error) => {
-                let inner = error.path().to_string();
-                let path = match inner.as_str() {
-                    "." => name.to_owned(),
-                    _ if inner.starts_with('[') => format!("{name}{inner}"),
-                    _ => format!("{name}.{inner}"),
-                };
-                Err(CallError::InvalidParams {
-                    path,
-                    message: error.into_inner().to_string(),
-                })
-            }
+            Err(_) => Err(self
+                .unknown_key()
+                .unwrap_or_else(|| bad_value::<T>(name, value))),
         }
+    }
+
+    /// Refuses the arguments if they have a key that no parameter read.
+    pub fn finish(&self) -> Result<(), CallError> {
+        if self.read.get() == self.object.len() {
+            return Ok(());
+        }
+        self.unknown_key().map_or(Ok(()), Err)
+    }
+
+    #[cold]
+    fn unknown_key(&self) -> Option<CallError> {
+        let params = self.params;
+        let unknown = self
+            .object
+            .keys()
+            .find(|key| !params.iter().any(|param| param.name == key.as_str()))?;
+        Some(CallError::InvalidParams {
+            path: unknown.clone(),
+            message: format!("unknown field `{unknown}`, {}", expected(params)),
+        })
+    }
+}
+
+/// The refusal of a value that does not parse as `T`, at its path. Tracking the path costs more than
+/// the parse itself, so it is only done here, again, once the parse has failed.
+#[cold]
+fn bad_value<T: DeserializeOwned>(name: &str, value: &Value) -> CallError {
+    let error = match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(_) => {
+            return CallError::InvalidParams {
+                path: name.to_owned(),
+                message: "the value parses only on a second try".to_owned(),
+            };
+        }
+        Err(error) => error,
+    };
+    let inner = error.path().to_string();
+    let path = match inner.as_str() {
+        "." => name.to_owned(),
+        _ if inner.starts_with('[') => format!("{name}{inner}"),
+        _ => format!("{name}.{inner}"),
+    };
+    CallError::InvalidParams {
+        path,
+        message: error.into_inner().to_string(),
     }
 }
 
@@ -208,7 +252,8 @@ mod tests {
             ),
         ] {
             let params: &'static [Param] = params;
-            let (path, message) = refusal(JsonArguments::new(json!({"x": 2}), params));
+            let arguments = json!({"x": 2});
+            let (path, message) = refusal(JsonArguments::new(&arguments, params).unwrap().finish());
             assert_eq!((path.as_str(), message.as_str()), ("x", expected));
         }
     }
@@ -225,20 +270,22 @@ mod tests {
         assert!(!accepts_missing::<()>());
         assert!(!accepts_missing::<Vec<u8>>());
 
-        let mut arguments = JsonArguments::new(json!({}), &TWO).unwrap();
+        let empty = json!({});
+        let arguments = JsonArguments::new(&empty, &TWO).unwrap();
         assert_eq!(arguments.take::<Option<u8>>("b").unwrap(), None);
         let (path, message) = refusal(arguments.take::<u8>("a"));
         assert_eq!(
             (path.as_str(), message.as_str()),
             (".", "missing field `a`")
         );
-        let mut arguments = JsonArguments::new(json!({}), &THREE).unwrap();
+        let arguments = JsonArguments::new(&empty, &THREE).unwrap();
         assert_eq!(refusal(arguments.take::<Value>("c")).1, "missing field `c`");
     }
 
     #[test]
     fn a_bad_value_is_refused_at_its_path_within_the_parameter() {
-        let mut arguments = JsonArguments::new(json!({"a": "1", "b": [1, "2"]}), &THREE).unwrap();
+        let bad = json!({"a": "1", "b": [1, "2"]});
+        let arguments = JsonArguments::new(&bad, &THREE).unwrap();
         assert_eq!(refusal(arguments.take::<u8>("a")).0, "a");
         assert_eq!(refusal(arguments.take::<Vec<u8>>("b")).0, "b[1]");
         #[derive(Debug, serde::Deserialize)]
@@ -246,7 +293,8 @@ mod tests {
         struct Inner {
             n: u8,
         }
-        let mut arguments = JsonArguments::new(json!({"c": {"n": -1}}), &THREE).unwrap();
+        let nested = json!({"c": {"n": -1}});
+        let arguments = JsonArguments::new(&nested, &THREE).unwrap();
         assert_eq!(refusal(arguments.take::<Inner>("c")).0, "c.n");
     }
 

@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use crate::call::{CallInfo, EffectiveRisk};
 use crate::denied::{DenialCode, Denied};
 use crate::gate::{Gate, LazyArguments};
+use crate::mode::Mode;
 use crate::permit::Permit;
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
@@ -66,7 +67,37 @@ pub(crate) fn check_not_allowed(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    check_slow(entry, explicit, call)
+    match lone_refusal(entry, explicit) {
+        Some((mode, code)) => {
+            let manifest = &entry.manifest;
+            let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
+            crate::by_name::offer_refusal(entry, &denied);
+            Err(denied)
+        }
+        None => check_slow(entry, explicit, call),
+    }
+}
+
+/// The refusal of a lone gate that keeps no record, from its table, when nothing else is to be asked,
+/// written or told (a deny-listed call is told its rule).
+#[inline]
+fn lone_refusal(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Option<(Mode, DenialCode)> {
+    STACK
+        .try_with(|stack| {
+            let stack = stack.try_borrow().ok()?;
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) if !gate.audits() => {
+                    match gate.table_verdict(entry) {
+                        (_, Verdict::Refuse(DenialCode::DenyListed)) => None,
+                        (mode, Verdict::Refuse(code)) => Some((mode, code)),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
 }
 
 /// Decides a call whose arguments escalated its risk: never from the table of declared risks.
@@ -87,8 +118,6 @@ fn check_slow(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    // An escalated call is judged at its effective risk, never from the table of declared risks.
-    let escalates = call.escalated.is_some();
     let gates = STACK
         .try_with(|stack| {
             let Ok(stack) = stack.try_borrow() else {
@@ -96,13 +125,6 @@ fn check_slow(
             };
             match (explicit, stack.as_slice()) {
                 (None, []) => Err(no_gate(entry)),
-                // A refusal by a lone gate that keeps no record needs nothing else.
-                (None, [gate]) | (Some(gate), []) if !escalates && !gate.audits() => {
-                    match gate.table_verdict(entry) {
-                        (mode, Verdict::Refuse(code)) => Err(gate.refusal(entry, mode, code)),
-                        _ => Ok(vec![gate.clone()]),
-                    }
-                }
                 (explicit, ambient) => Ok(distinct(explicit.into_iter().chain(ambient))),
             }
         })
