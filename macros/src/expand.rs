@@ -599,11 +599,12 @@ fn gated_body(
         .iter()
         .map(|(ident, redact)| {
             let name = ident.to_string();
-            if *redact {
-                quote!(::toolgate::__private::ArgRef::redacted(#name),)
+            let method = if *redact {
+                quote!(__toolgate_redacted)
             } else {
-                quote!((&&::toolgate::__private::Arg(&#ident)).__toolgate_arg(#name),)
-            }
+                quote!(__toolgate_arg)
+            };
+            quote!((&&::toolgate::__private::Arg(&#ident)).#method(#name),)
         })
         .collect();
     let enter = match &call.escalate {

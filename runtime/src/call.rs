@@ -40,20 +40,48 @@ impl EffectiveRisk {
 /// The arguments of one call, as canonical-enough JSON and its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Arguments {
+    /// The JSON the audit log gets: a redacted argument reads `"[REDACTED]"`.
     pub(crate) json: String,
+    /// The digest of `json`, which the audit log and approvers see.
     pub(crate) digest: String,
+    /// The digest of the arguments with the redacted ones' real values, which a two-step approval is
+    /// bound to, so that it covers those too; `None` when a redacted argument is not serializable. It is
+    /// never written or shown: a digest of a short secret would give the secret away.
+    pub(crate) binding: Option<String>,
 }
 
 impl CallInfo<'_> {
     /// The call's arguments, or `None` when one of them is not serializable.
     pub(crate) fn arguments(&self) -> Option<Arguments> {
+        let json = self.write(false)?;
+        let digest = sha256_hex(json.as_bytes());
+        let redacts = self
+            .arguments
+            .iter()
+            .any(|arg| matches!(arg.value, ArgValue::Redacted(_)));
+        let binding = if redacts {
+            self.write(true).map(|full| sha256_hex(full.as_bytes()))
+        } else {
+            Some(digest.clone())
+        };
+        Some(Arguments {
+            json,
+            digest,
+            binding,
+        })
+    }
+
+    /// The arguments as a JSON object, the redacted ones with their value if `unredacted`; `None` when
+    /// an argument to write is not serializable.
+    fn write(&self, unredacted: bool) -> Option<String> {
         let mut buf = Vec::with_capacity(64);
         buf.push(b'{');
         for (i, arg) in self.arguments.iter().enumerate() {
             let value = match arg.value {
                 ArgValue::Json(value) => Some(value),
-                ArgValue::Redacted => None,
-                ArgValue::Opaque | ArgValue::Unnamed => return None,
+                ArgValue::Redacted(_) if !unredacted => None,
+                ArgValue::Redacted(Some(value)) => Some(value),
+                ArgValue::Redacted(None) | ArgValue::Opaque | ArgValue::Unnamed => return None,
             };
             if i > 0 {
                 buf.push(b',');
@@ -67,9 +95,7 @@ impl CallInfo<'_> {
             }
         }
         buf.push(b'}');
-        let json = String::from_utf8(buf).ok()?;
-        let digest = sha256_hex(json.as_bytes());
-        Some(Arguments { json, digest })
+        String::from_utf8(buf).ok()
     }
 }
 
@@ -85,20 +111,13 @@ pub struct ArgRef<'a> {
 #[derive(Clone, Copy)]
 enum ArgValue<'a> {
     Json(&'a dyn ToJson),
-    Redacted,
+    /// Named in the tool's `redact` list: the value, if serializable, is read only for approvals.
+    Redacted(Option<&'a dyn ToJson>),
     Opaque,
     Unnamed,
 }
 
 impl ArgRef<'_> {
-    /// An argument the tool's `redact` list names: recorded as `"[REDACTED]"`, never read.
-    pub const fn redacted(name: &'static str) -> ArgRef<'static> {
-        ArgRef {
-            name,
-            value: ArgValue::Redacted,
-        }
-    }
-
     /// An argument bound by a pattern, which generated code cannot name: the arguments cannot be
     /// written.
     pub const fn unnamed() -> ArgRef<'static> {
@@ -129,6 +148,8 @@ pub struct Arg<'a, T>(pub &'a T);
 #[doc(hidden)]
 pub trait SerializableArg<'a> {
     fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a>;
+    /// An argument the tool's `redact` list names: recorded as `"[REDACTED]"`.
+    fn __toolgate_redacted(&self, name: &'static str) -> ArgRef<'a>;
 }
 
 impl<'a, T: Serialize> SerializableArg<'a> for &Arg<'a, T> {
@@ -138,12 +159,21 @@ impl<'a, T: Serialize> SerializableArg<'a> for &Arg<'a, T> {
             value: ArgValue::Json(self.0),
         }
     }
+
+    fn __toolgate_redacted(&self, name: &'static str) -> ArgRef<'a> {
+        ArgRef {
+            name,
+            value: ArgValue::Redacted(Some(self.0)),
+        }
+    }
 }
 
 /// Picked for `(&&Arg(x))` when `x` is not serializable.
 #[doc(hidden)]
 pub trait OpaqueArg<'a> {
     fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a>;
+    /// An argument the tool's `redact` list names: recorded as `"[REDACTED]"`.
+    fn __toolgate_redacted(&self, name: &'static str) -> ArgRef<'a>;
 }
 
 impl<'a, T> OpaqueArg<'a> for Arg<'a, T> {
@@ -151,6 +181,13 @@ impl<'a, T> OpaqueArg<'a> for Arg<'a, T> {
         ArgRef {
             name,
             value: ArgValue::Opaque,
+        }
+    }
+
+    fn __toolgate_redacted(&self, name: &'static str) -> ArgRef<'a> {
+        ArgRef {
+            name,
+            value: ArgValue::Redacted(None),
         }
     }
 }
@@ -248,13 +285,50 @@ mod tests {
             };
             assert!(call.arguments().is_none());
         }
-        let args = [ArgRef::redacted("a"), ArgRef::redacted("secret")];
+        let secret = "hunter2".to_owned();
+        let args = [
+            (&&Arg(&a)).__toolgate_redacted("a"),
+            (&&Arg(&secret)).__toolgate_redacted("secret"),
+        ];
         let call = CallInfo {
             arguments: &args,
             ..CallInfo::default()
         };
-        let json = call.arguments().unwrap().json;
-        assert_eq!(json, r#"{"a":"[REDACTED]","secret":"[REDACTED]"}"#);
+        let written = call.arguments().unwrap();
+        assert_eq!(written.json, r#"{"a":"[REDACTED]","secret":"[REDACTED]"}"#);
+        // An opaque redacted argument cannot be bound.
+        assert_eq!(written.binding, None);
+    }
+
+    #[test]
+    fn an_approval_binding_covers_redacted_values_that_the_log_does_not_show() {
+        let (user, one, other) = ("alice".to_owned(), "one".to_owned(), "other".to_owned());
+        let written = |password: &String| {
+            let args = [
+                (&&Arg(password)).__toolgate_redacted("password"),
+                (&&Arg(&user)).__toolgate_arg("user"),
+            ];
+            CallInfo {
+                arguments: &args,
+                ..CallInfo::default()
+            }
+            .arguments()
+            .unwrap()
+        };
+        let (first, second) = (written(&one), written(&other));
+        assert_eq!(first.json, r#"{"password":"[REDACTED]","user":"alice"}"#);
+        assert_eq!((&first.json, &first.digest), (&second.json, &second.digest));
+        assert_ne!(first.binding, second.binding);
+        let unredacted = sha256_hex(br#"{"password":"one","user":"alice"}"#);
+        assert_eq!(first.binding, Some(unredacted));
+        let plain = [(&&Arg(&user)).__toolgate_arg("user")];
+        let plain = CallInfo {
+            arguments: &plain,
+            ..CallInfo::default()
+        }
+        .arguments()
+        .unwrap();
+        assert_eq!(plain.binding.as_ref(), Some(&plain.digest));
     }
 
     #[test]

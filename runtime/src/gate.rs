@@ -303,7 +303,7 @@ impl Gate {
         let Some(store) = &self.inner.two_step else {
             return Err(refused(DenialCode::ApprovalRequired));
         };
-        let Some(digest) = arguments.get().map(|a| a.digest.clone()) else {
+        let Some(digest) = arguments.get().and_then(|a| a.binding.clone()) else {
             return Err(refused(DenialCode::ApprovalRequired).with_detail(
                 "a two-step approval is bound to the call's arguments, and this tool's are not \
                  serializable"

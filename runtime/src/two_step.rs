@@ -283,4 +283,34 @@ mod tests {
         let b = token(store.lookup(call("b"), t0));
         assert_ne!(a, b);
     }
+
+    // The boundaries, to the instant: a request lives until `expires`, excluded, and is forgotten one
+    // time-to-live later, excluded too.
+    #[test]
+    fn a_pending_request_ends_at_its_expiry_exactly() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(60);
+        let mut store = ApprovalStore::new(ttl);
+        let first = token(store.lookup(call("a"), t0));
+        let just_before = t0 + ttl - Duration::from_nanos(1);
+        assert_eq!(token(store.lookup(call("a"), just_before)), first);
+        let at_expiry = token(store.lookup(call("a"), t0 + ttl));
+        assert_ne!(
+            at_expiry, first,
+            "an expired request is not handed out again"
+        );
+        assert_eq!(store.approve(&first, t0 + ttl), Err(ApproveError::Expired));
+    }
+
+    #[test]
+    fn a_request_is_forgotten_one_time_to_live_after_its_expiry_exactly() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(60);
+        let mut store = ApprovalStore::new(ttl);
+        let first = token(store.lookup(call("a"), t0));
+        store.prune(t0 + ttl + ttl - Duration::from_nanos(1));
+        assert_eq!(store.approve(&first, t0), Ok(call("a")), "still known");
+        store.prune(t0 + ttl + ttl);
+        assert_eq!(store.approve(&first, t0), Err(ApproveError::UnknownToken));
+    }
 }
