@@ -25,20 +25,9 @@ use crate::{expand, toolset};
 // Inputs
 // -------------------------------------------------------------------------------------------------
 
-const IDENTS: &[&str] = &[
-    "risk",
-    "side_effects",
-    "modes",
-    "id",
-    "domain",
-    "idempotent",
-    "open_world",
-    "description",
-    "skip",
-    "escalate",
-    "record_arguments",
-    "redact",
-    "callable",
+/// Identifiers besides the attribute's own keys (`attr::TOOL_KEYS`): near misses, mode and risk names,
+/// keywords, argument names.
+const OTHER_IDENTS: &[&str] = &[
     "rsik",
     "Risk",
     "side_efects",
@@ -115,6 +104,16 @@ const PATHS: &[&str] = &[
     "<T as U>::f",
 ];
 
+/// One of the attribute's keys or of [`OTHER_IDENTS`].
+fn pick_ident() -> BoxedStrategy<String> {
+    let idents: Vec<&'static str> = crate::attr::TOOL_KEYS
+        .iter()
+        .chain(OTHER_IDENTS)
+        .copied()
+        .collect();
+    prop::sample::select(idents).prop_map(str::to_owned).boxed()
+}
+
 fn pick(options: &'static [&'static str]) -> BoxedStrategy<String> {
     prop::sample::select(options)
         .prop_map(str::to_owned)
@@ -124,7 +123,7 @@ fn pick(options: &'static [&'static str]) -> BoxedStrategy<String> {
 /// A single token or a short path.
 fn leaf() -> BoxedStrategy<String> {
     prop_oneof![
-        3 => pick(IDENTS),
+        3 => pick_ident(),
         3 => pick(LITERALS),
         3 => pick(PUNCTS),
         1 => pick(PATHS),
@@ -156,14 +155,14 @@ fn arbitrary_args() -> BoxedStrategy<String> {
 /// A value after `key =`: mostly of a shape some key takes.
 fn value() -> BoxedStrategy<String> {
     let element = prop_oneof![
-        pick(IDENTS),
+        pick_ident(),
         pick(LITERALS),
         pick(PATHS),
         Just("-1".to_owned())
     ];
     prop_oneof![
         3 => pick(LITERALS),
-        2 => pick(IDENTS),
+        2 => pick_ident(),
         1 => pick(PATHS),
         3 => (prop::collection::vec(element, 0..4), any::<bool>()).prop_map(|(items, trailing)| {
             let comma = if trailing && !items.is_empty() { "," } else { "" };
@@ -178,10 +177,10 @@ fn value() -> BoxedStrategy<String> {
 /// `key`, `key = value` and near misses, separated by commas (or not).
 fn plausible_args() -> BoxedStrategy<String> {
     let arg = prop_oneof![
-        3 => (pick(IDENTS), value()).prop_map(|(key, value)| format!("{key} = {value}")),
-        2 => pick(IDENTS),
-        1 => pick(IDENTS).prop_map(|key| format!("{key} =")),
-        1 => (pick(IDENTS), value()).prop_map(|(key, value)| format!("{key} {value}")),
+        3 => (pick_ident(), value()).prop_map(|(key, value)| format!("{key} = {value}")),
+        2 => pick_ident(),
+        1 => pick_ident().prop_map(|key| format!("{key} =")),
+        1 => (pick_ident(), value()).prop_map(|(key, value)| format!("{key} {value}")),
         1 => value(),
     ];
     (
