@@ -159,6 +159,7 @@ fn unit() -> Result<(), FzError> {
 
 /// Not callable by name.
 #[tool(risk = "READ_ONLY", domain = "fz")]
+#[allow(dead_code)] // Registered, never called: a call by name must answer NOT_CALLABLE.
 fn plain(n: u32) -> Result<u32, FzError> {
     ran(PLAIN);
     Ok(n)
