@@ -1,7 +1,8 @@
 //! Load: many threads through one gate into one hash-chained log, and long sessions that must not grow.
 //!
 //! This binary counts every byte allocated and freed (a global allocator wrapping the system's), so that
-//! a test can tell how much memory is live. The tests hold one lock: the count is process-wide.
+//! a test can tell how much memory is live, and each thread's allocations, so that a test can tell that a
+//! call allocates nothing. The tests hold one lock: the live count is process-wide.
 //!
 //! The full-size load test is ignored by default; run it in release mode:
 //!
@@ -10,6 +11,7 @@
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +30,16 @@ struct Counting;
 
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    /// How many allocations this thread has made (a `const` thread-local without a destructor: reading it
+    /// from the allocator allocates nothing).
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count_allocation() {
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
 // SAFETY: every method forwards to `System` with the arguments it was given, under the same contract,
 // and returns what `System` returned; the only addition is arithmetic on an atomic counter, which neither
 // allocates nor touches the memory.
@@ -37,6 +49,7 @@ unsafe impl GlobalAlloc for Counting {
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
             LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+            count_allocation();
         }
         ptr
     }
@@ -46,6 +59,7 @@ unsafe impl GlobalAlloc for Counting {
         let ptr = unsafe { System.alloc_zeroed(layout) };
         if !ptr.is_null() {
             LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+            count_allocation();
         }
         ptr
     }
@@ -62,6 +76,7 @@ unsafe impl GlobalAlloc for Counting {
         if !new.is_null() {
             LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
             LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+            count_allocation();
         }
         new
     }
@@ -69,6 +84,13 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
+
+/// How many allocations this thread makes while running `f`.
+fn allocations_in<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    let before = ALLOCATIONS.with(Cell::get);
+    let result = f();
+    (result, ALLOCATIONS.with(Cell::get) - before)
+}
 
 fn live_bytes() -> usize {
     LIVE_BYTES.load(Ordering::SeqCst)
@@ -358,6 +380,32 @@ fn session(calls: u64) {
     // so four in every eight calls.
     let records = counted.0.load(Ordering::SeqCst) as u64;
     assert_eq!(records, 4 * (WARM_UP / 8 + calls / 8));
+}
+
+/// The gate's common cases allocate nothing: a call its table allows outright, and a call its table
+/// refuses (a lone gate that keeps no record, no approver to ask). The first `Gate::run` and call warm
+/// the thread-locals and the registry up.
+#[test]
+fn allowed_calls_and_table_refusals_allocate_nothing() {
+    let _serial = serial();
+    let gate = Gate::new(Mode::PartialAuto).unwrap();
+    gate.run(|| {
+        let _ = (tick(0), reset(0));
+        let (ticked, allocations) =
+            allocations_in(|| (1..=1_000).map(|n| tick(n).unwrap()).sum::<u64>());
+        assert_eq!(ticked, 500_500);
+        assert_eq!(allocations, 0, "1,000 allowed calls");
+        let (refused, allocations) = allocations_in(|| {
+            (1..=1_000)
+                .filter(|&n| reset(n).unwrap_err().code() == DenialCode::ModeNotAllowed)
+                .count()
+        });
+        assert_eq!(refused, 1_000);
+        assert_eq!(allocations, 0, "1,000 refused calls");
+    });
+    // Entering the gate again allocates nothing either: the thread keeps its stack of gates.
+    let (_, allocations) = allocations_in(|| gate.run(|| tick(7).unwrap()));
+    assert_eq!(allocations, 0, "entering the gate and one allowed call");
 }
 
 #[test]
