@@ -185,12 +185,9 @@ fn kind_of(value: &Value) -> &'static str {
 pub(crate) fn input_schema(params: &[Param]) -> Value {
     let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     let mut root = Map::new();
-    root.insert(
-        "$schema".to_owned(),
-        schemars::generate::SchemaSettings::draft2020_12()
-            .meta_schema
-            .map_or(Value::Null, |uri| Value::String(uri.into_owned())),
-    );
+    if let Some(uri) = &generator.settings().meta_schema {
+        root.insert("$schema".to_owned(), Value::from(uri.as_ref()));
+    }
     root.insert("type".to_owned(), Value::from("object"));
     let mut properties = Map::new();
     let mut required = Vec::new();
