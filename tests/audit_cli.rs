@@ -2,34 +2,19 @@
 
 #![cfg(feature = "cli")]
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::Scratch;
 use toolgate::audit::{AuditRecord, AuditSink, Decision, JsonlSink, Stage};
 use toolgate::{Mode, Risk};
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("audit_cli-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A log of five records: three allowed reads, then two refused deletes in SHADOW mode.
 fn write_log(dir: &Scratch) -> (PathBuf, Vec<u8>) {
-    let path = dir.0.join("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let sink = JsonlSink::open(&path).unwrap();
     for call in 1..=5 {
         let mut record = if call <= 3 {
@@ -138,14 +123,14 @@ fn a_torn_log_exits_2() {
 #[test]
 fn an_unreadable_log_exits_3() {
     let dir = Scratch::new("missing");
-    let (code, stdout, stderr) = verify(&dir.0.join("absent.jsonl"));
+    let (code, stdout, stderr) = verify(&dir.path("absent.jsonl"));
     assert_eq!(code, 3, "{stdout}");
     assert!(
         stderr.contains("cannot read") && stderr.contains("absent.jsonl"),
         "{stderr}"
     );
     // A directory cannot be read as a file either.
-    let (code, _, _) = verify(&dir.0);
+    let (code, _, _) = verify(dir.dir());
     assert_eq!(code, 3);
 }
 

@@ -1,39 +1,19 @@
 //! The audit sinks, the hash-chained JSONL log, its verifier and the promotion report.
 
+mod common;
+
 use std::error::Error as _;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
+use common::Scratch;
 use toolgate::audit::{
     AuditRecord, AuditSink, BreakReason, Decision, Durability, JsonlSink, MemorySink, Outcome,
     PromotionReport, Stage, VerifyReport, verify_bytes, verify_file,
 };
 use toolgate::{Mode, Risk};
-
-/// A directory under Cargo's scratch space, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("audit_log-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 fn record(i: u64) -> AuditRecord {
     let mut record = AuditRecord::new(Stage::Enter, format!("tools.t{i}"), Mode::PartialAuto, 1);
@@ -119,7 +99,7 @@ fn memory_sink_keeps_records_in_order_and_fails_on_demand() {
 #[test]
 fn jsonl_lines_are_canonical_chained_and_hold_the_record() {
     let dir = Scratch::new("chain");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let sink = JsonlSink::open(&path).unwrap();
     assert_eq!((sink.last_seq(), sink.last_hash()), (0, "0".repeat(64)));
     let written: Vec<AuditRecord> = (1..=100).map(record).collect();
@@ -159,7 +139,7 @@ fn jsonl_lines_are_canonical_chained_and_hold_the_record() {
 #[test]
 fn a_changed_byte_is_a_hash_mismatch() {
     let dir = Scratch::new("byte");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let mut log = write_log(&path, 5);
     let at = find(&log, b"\"tool\":\"tools.t3\"") + 15;
     log[at] = b'9';
@@ -173,7 +153,7 @@ fn a_changed_byte_is_a_hash_mismatch() {
 #[test]
 fn a_deleted_record_is_a_prev_hash_mismatch() {
     let dir = Scratch::new("delete");
-    let mut log = lines(&write_log(&dir.file("audit.jsonl"), 5));
+    let mut log = lines(&write_log(&dir.path("audit.jsonl"), 5));
     log.remove(2);
     assert_broken(
         &verify_bytes(&log.concat()),
@@ -182,7 +162,7 @@ fn a_deleted_record_is_a_prev_hash_mismatch() {
         &BreakReason::PrevHashMismatch,
     );
     // The first record too: the next one does not start the chain.
-    let mut log = lines(&write_log(&dir.file("first.jsonl"), 3));
+    let mut log = lines(&write_log(&dir.path("first.jsonl"), 3));
     log.remove(0);
     assert_broken(
         &verify_bytes(&log.concat()),
@@ -195,7 +175,7 @@ fn a_deleted_record_is_a_prev_hash_mismatch() {
 #[test]
 fn reordered_and_duplicated_records_are_prev_hash_mismatches() {
     let dir = Scratch::new("reorder");
-    let log = lines(&write_log(&dir.file("audit.jsonl"), 5));
+    let log = lines(&write_log(&dir.path("audit.jsonl"), 5));
     let mut swapped = log.clone();
     swapped.swap(2, 3);
     assert_broken(
@@ -217,7 +197,7 @@ fn reordered_and_duplicated_records_are_prev_hash_mismatches() {
 #[test]
 fn an_appended_garbage_line_is_not_json() {
     let dir = Scratch::new("garbage");
-    let mut log = write_log(&dir.file("audit.jsonl"), 5);
+    let mut log = write_log(&dir.path("audit.jsonl"), 5);
     log.extend_from_slice(b"garbage\n");
     let report = verify_bytes(&log);
     let broken = report.broken.as_ref().unwrap();
@@ -230,7 +210,7 @@ fn an_appended_garbage_line_is_not_json() {
 #[test]
 fn an_edit_that_keeps_the_content_is_not_canonical() {
     let dir = Scratch::new("canonical");
-    let log = write_log(&dir.file("audit.jsonl"), 3);
+    let log = write_log(&dir.path("audit.jsonl"), 3);
     let mut spaced = lines(&log);
     let at = find(&spaced[1], b",\"call\"") + 1;
     spaced[1].insert(at, b' ');
@@ -254,7 +234,7 @@ fn an_edit_that_keeps_the_content_is_not_canonical() {
 #[test]
 fn a_line_cut_short_is_a_torn_tail_not_tampering() {
     let dir = Scratch::new("torn");
-    let log = write_log(&dir.file("audit.jsonl"), 5);
+    let log = write_log(&dir.path("audit.jsonl"), 5);
     let last = lines(&log)[4].len();
     let start = log.len() - last;
     let report = verify_bytes(&log[..start + last / 2]);
@@ -285,7 +265,7 @@ fn a_line_cut_short_is_a_torn_tail_not_tampering() {
 #[test]
 fn every_single_byte_change_and_every_cut_is_caught() {
     let dir = Scratch::new("every");
-    let log = write_log_of(&dir.file("audit.jsonl"), 3, small_record);
+    let log = write_log_of(&dir.path("audit.jsonl"), 3, small_record);
     let boundaries: Vec<usize> = log
         .iter()
         .enumerate()
@@ -349,7 +329,7 @@ fn arbitrary_bytes_never_panic_the_verifier() {
 #[test]
 fn reopening_continues_the_chain() {
     let dir = Scratch::new("reopen");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     write_log(&path, 10);
     let sink = JsonlSink::open(&path).unwrap();
     assert_eq!(sink.last_seq(), 10);
@@ -378,7 +358,7 @@ fn reopening_continues_the_chain() {
 #[test]
 fn open_refuses_a_tampered_log_and_leaves_it_alone() {
     let dir = Scratch::new("refuse");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let mut log = write_log(&path, 5);
     let at = find(&log, b"\"tool\":\"tools.t3\"") + 15;
     log[at] = b'9';
@@ -396,7 +376,7 @@ fn open_refuses_a_tampered_log_and_leaves_it_alone() {
 #[test]
 fn open_refuses_a_torn_tail_unless_told_to_recover() {
     let dir = Scratch::new("recover");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let log = write_log(&path, 5);
     let cut = &log[..log.len() - 20];
     fs::write(&path, cut).unwrap();
@@ -422,7 +402,7 @@ fn concurrent_writers_make_one_linear_chain() {
     const THREADS: u64 = 8;
     const EACH: u64 = 2_000;
     let dir = Scratch::new("threads");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let sink = Arc::new(JsonlSink::open(&path).unwrap());
     std::thread::scope(|scope| {
         for thread in 0..THREADS {
@@ -476,7 +456,7 @@ fn a_write_to_a_full_device_is_an_error() {
 #[test]
 fn a_read_only_log_cannot_be_opened() {
     let dir = Scratch::new("readonly");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     write_log(&path, 2);
     let mut permissions = fs::metadata(&path).unwrap().permissions();
     permissions.set_readonly(true);
@@ -501,7 +481,7 @@ fn every_durability_gives_a_verifiable_log() {
         Durability::Buffered,
     ];
     for (n, durability) in durabilities.into_iter().enumerate() {
-        let path = dir.file(&format!("{n}.jsonl"));
+        let path = dir.path(&format!("{n}.jsonl"));
         let sink = JsonlSink::builder(&path)
             .durability(durability)
             .open()
@@ -540,7 +520,7 @@ fn every_durability_gives_a_verifiable_log() {
 #[test]
 fn buffered_records_are_written_in_batches_before_the_end() {
     let dir = Scratch::new("batches");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let sink = JsonlSink::builder(&path)
         .durability(Durability::Buffered)
         .open()
@@ -669,7 +649,7 @@ fn promotion_report_counts_per_mode_and_risk() {
 #[test]
 fn promotion_report_reads_a_log() {
     let dir = Scratch::new("promotion");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let sink = JsonlSink::open(&path).unwrap();
     for r in promotion_records() {
         sink.record(&r).unwrap();
@@ -717,7 +697,7 @@ fn number_after(line: &[u8], key: &[u8]) -> u64 {
 fn jsonl_throughput_with_default_durability() {
     const N: u64 = 200_000;
     let dir = Scratch::new("throughput");
-    let path = dir.file("audit.jsonl");
+    let path = dir.path("audit.jsonl");
     let sink = JsonlSink::open(&path).unwrap();
     let records: Vec<AuditRecord> = (1..=1_000).map(record).collect();
     let started = std::time::Instant::now();

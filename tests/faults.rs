@@ -9,6 +9,8 @@
 //! `TOOLGATE_FAULT_CHILD` set to its working path. Without that variable, those child tests return at
 //! once.
 
+mod common;
+
 use std::fs::{self, File};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
@@ -19,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
+use common::Scratch;
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, JsonlSink, Stage, verify_file};
 use toolgate::{Approval, ApprovalRequest, ApproveError, DenialCode, Denied, Gate, Mode, tool};
 
@@ -59,29 +62,6 @@ fn serial() -> MutexGuard<'static, ()> {
 
 fn count(counter: &AtomicUsize) -> usize {
     counter.load(Ordering::SeqCst)
-}
-
-/// A directory under Cargo's scratch space, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("faults-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 fn audited(mode: Mode, sink: &Arc<JsonlSink>) -> Gate {

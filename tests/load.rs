@@ -10,14 +10,16 @@
 //! cargo test --release --test load -- --ignored --nocapture
 //! ```
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
+use common::Scratch;
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, JsonlSink, verify_file};
 use toolgate::{AllowAllApprover, DenialCode, Denied, Gate, Mode, tool};
 
@@ -130,29 +132,6 @@ fn reset(n: u64) -> Result<u64, Denied> {
 // ---------------------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------------------
-
-/// A directory under Cargo's scratch space, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("load-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Aborts the process if it is not dropped within `limit`: a deadlock fails the run instead of hanging it.
 struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
