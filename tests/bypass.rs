@@ -10,14 +10,17 @@
 //! and duplicate ids (`duplicates.rs`). A second duplicate id lives in `bypass_duplicate.rs`, its own
 //! binary.
 
+mod common;
+
 use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use common::serial;
 use serde_json::json;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::{
@@ -102,11 +105,6 @@ impl Future for YieldOnce {
             Poll::Pending
         }
     }
-}
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn count(counter: &AtomicUsize) -> usize {

@@ -18,10 +18,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::Scratch;
+use common::{Scratch, serial};
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, JsonlSink, Stage, verify_file};
 use toolgate::{Approval, ApprovalRequest, ApproveError, DenialCode, Denied, Gate, Mode, tool};
 
@@ -52,12 +52,6 @@ fn settle(account: u64, cents: u64) -> Result<u64, Denied> {
     let _ = account;
     SETTLEMENTS.fetch_add(1, Ordering::SeqCst);
     Ok(cents)
-}
-
-/// The tests share the counters above.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn count(counter: &AtomicUsize) -> usize {

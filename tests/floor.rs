@@ -1,10 +1,13 @@
 //! The safety floor, on a realistic tool suite: what each mode lets through, what it refuses, and proof
 //! (a counter per tool) that a refused call never reaches the tool's body.
 
+mod common;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
 
+use common::serial;
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, DenyRuleError, Gate,
     GateError, Mode, RaiseRefused, Risk, tool,
@@ -299,12 +302,6 @@ fn suite() -> Vec<Tool> {
 // ---------------------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------------------
-
-/// The tests of this file share the tools' counters: they run one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn count(counter: &AtomicUsize) -> usize {
     counter.load(Ordering::SeqCst)

@@ -16,10 +16,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::fs;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use common::Scratch;
+use common::{Scratch, serial};
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, JsonlSink, verify_file};
 use toolgate::{AllowAllApprover, DenialCode, Denied, Gate, Mode, tool};
 
@@ -102,11 +102,6 @@ fn live_bytes() -> usize {
 /// starting a thread for a test that then waits for the lock, and the like. A leak of one byte per
 /// audited call over the sessions below is more.
 const NOISE: usize = 16 * 1024;
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // Tools

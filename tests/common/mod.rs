@@ -36,3 +36,11 @@ impl Drop for Scratch {
         let _ = fs::remove_dir_all(&self.0);
     }
 }
+
+/// Serializes the tests of one binary that share process-wide state (the counters of their tools, the
+/// allocator's count); a test that panicked while holding it leaves it usable.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
