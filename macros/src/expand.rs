@@ -55,12 +55,31 @@ pub(crate) struct Context<'a> {
     pub(crate) domain: Option<&'a str>,
     /// Whether the function is inside a `#[toolset]` (methods are tools only there).
     pub(crate) in_toolset: bool,
+    /// What the function belongs to, which decides how the call-by-name adapter names it.
+    pub(crate) owner: Owner<'a>,
+}
+
+/// What a function belongs to, as far as the macro can see.
+#[derive(Clone, Copy)]
+pub(crate) enum Owner<'a> {
+    /// A free function, or one the macro cannot place (a bare `#[tool]` sees no impl around it).
+    Free,
+    /// An associated function of a non-generic impl, named through its qualified self type
+    /// (`<Files>` or `<Files as Trait>`).
+    Impl(&'a TokenStream),
+    /// An associated function of a generic impl (the span of its generics).
+    GenericImpl(Span),
 }
 
 /// The outcome of expanding one function.
 pub(crate) enum Expanded {
-    /// A tool, with its id and where the id comes from (for duplicate checks in a toolset).
-    Tool { id: String, id_span: Span },
+    /// A tool, with its id and where the id comes from (for duplicate checks in a toolset), and the
+    /// `callable` flag's span where it is callable.
+    Tool {
+        id: String,
+        id_span: Span,
+        callable: Option<Span>,
+    },
     /// `#[tool(skip)]`: left as it is.
     Skipped,
     /// The declaration had errors; the function is left as it is.
@@ -79,13 +98,15 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
             return quote!(#error #input);
         }
     };
+    let mut beside = TokenStream::new();
     match &mut item {
         Item::Fn(f) => {
             let context = Context {
                 domain: None,
                 in_toolset: false,
+                owner: Owner::Free,
             };
-            expand_fn(
+            let expanded = expand_fn(
                 &f.attrs,
                 &mut f.sig,
                 &mut f.block,
@@ -94,6 +115,13 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
                 context,
                 &mut errors,
             );
+            if let Expanded::Tool {
+                callable: Some(span),
+                ..
+            } = expanded
+            {
+                beside = free_function_only(&f.attrs, &f.sig.ident, span);
+            }
         }
         Item::Verbatim(tokens) if mentions_fn(tokens) => errors.push(syn::Error::new(
             tokens.span(),
@@ -106,7 +134,32 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
         )),
     }
     let errors = errors.into_compile_errors();
-    quote!(#errors #item)
+    quote!(#errors #item #beside)
+}
+
+/// An item that stands beside a `callable` tool only where a free function can: in a module or a block.
+///
+/// A bare `#[tool]` cannot see whether its function sits in an `impl`, and the adapter of a call by name
+/// calls the function by its bare name, which inside an `impl` is not the method but whatever free item
+/// has that name (`use std::fs::remove_file;`). So the adapter is sound only for free functions, and in
+/// an `impl` this item is refused (`associated static items are not allowed`, on `callable`); an
+/// associated function is made callable inside a `#[toolset]` impl, which knows its type.
+fn free_function_only(attrs: &[Attribute], name: &Ident, callable: Span) -> TokenStream {
+    let cfgs = attrs.iter().filter(|a| a.path().is_ident("cfg"));
+    let unraw = name.to_string();
+    let marker = Ident::new(
+        &format!(
+            "__TOOLGATE_CALLABLE_FREE_FN_{}",
+            unraw.trim_start_matches("r#")
+        ),
+        callable,
+    );
+    quote_spanned! {callable=>
+        #(#cfgs)*
+        #[doc(hidden)]
+        #[allow(dead_code, non_upper_case_globals)]
+        static #marker: () = ();
+    }
 }
 
 /// Checks one tool declaration and, if it is sound, inserts the gate check at the top of `block`.
@@ -124,14 +177,23 @@ pub(crate) fn expand_fn(
     if let Some(skip) = args.skip {
         return skip_outcome(&args, skip, context, own, errors);
     }
+    let callable = args.callable.as_ref().filter(|c| c.value).map(|c| c.span);
     let gate_param = check_signature(sig, context, &mut own);
-    let call = call_parts(&args, sig, gate_param.as_ref(), &mut own);
+    let call = call_parts(&args, sig, gate_param.as_ref(), context, &mut own);
     let spec = valid::validate(args, &sig.ident, context.domain, attr_span, &mut own);
     let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
         errors.push_all(own);
         return Expanded::Failed;
     };
-    let body = gated_body(&spec, attrs, sig, gate_param.as_ref(), &call, block);
+    let body = gated_body(
+        &spec,
+        attrs,
+        sig,
+        gate_param.as_ref(),
+        &call,
+        context,
+        block,
+    );
     // Emitted as it is: parsing the generated statements back into syntax would only print them again.
     *block = Block {
         brace_token: block.brace_token,
@@ -140,6 +202,7 @@ pub(crate) fn expand_fn(
     Expanded::Tool {
         id: spec.id,
         id_span: spec.id_span,
+        callable,
     }
 }
 
@@ -291,6 +354,10 @@ fn is_gate_ref(ty: &Type) -> bool {
 struct CallParts {
     /// The named arguments (not `self`, not the `&Gate`), sorted by name, each with whether to redact it.
     named: Vec<(Ident, bool)>,
+    /// A method's receiver, as an expression that borrows it: it decides what the call does as much as
+    /// any argument (`staging.drop_table(..)` against `production.drop_table(..)`), so the gate sees it,
+    /// named `self`, beside the arguments.
+    receiver: Option<TokenStream>,
     /// Some argument is bound by a pattern, not a name: the arguments cannot be written.
     unnamed: bool,
     escalate: Option<syn::Path>,
@@ -303,6 +370,7 @@ fn call_parts(
     args: &ToolArgs,
     sig: &Signature,
     gate: Option<&Ident>,
+    context: Context<'_>,
     errors: &mut Errors,
 ) -> Option<CallParts> {
     let mut named = Vec::new();
@@ -349,11 +417,12 @@ fn call_parts(
         .collect();
     named.sort_by_key(|(ident, _)| ident.to_string());
     let callable = match &args.callable {
-        Some(flag) if flag.value => callable_params(sig, gate, errors),
+        Some(flag) if flag.value => callable_params(sig, gate, context, errors),
         _ => None,
     };
     (before == errors.is_empty()).then(|| CallParts {
         named,
+        receiver: sig.receiver().map(receiver_ref),
         unnamed,
         escalate: args.escalate.as_ref().map(|e| e.value.clone()),
         record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
@@ -361,11 +430,28 @@ fn call_parts(
     })
 }
 
-/// Checks that a `callable` tool can be called with JSON: a free function, without generics, whose
-/// parameters are named and owned.
+/// `self` borrowed as the receiver's own type: `&*self` through a reference or a smart pointer
+/// (`&self`, `self: Box<Self>`, `self: Arc<Self>`), `&self` for a receiver taken by value.
+fn receiver_ref(receiver: &syn::Receiver) -> TokenStream {
+    let self_token = receiver.self_token;
+    match &receiver.kind {
+        syn::ReceiverKind::Value => quote!(&#self_token),
+        syn::ReceiverKind::Typed(_, ty) if is_self_type(ty) => quote!(&#self_token),
+        _ => quote!(&*#self_token),
+    }
+}
+
+fn is_self_type(ty: &Type) -> bool {
+    matches!(ty, Type::Path(path) if path.qself.is_none() && path.path.is_ident("Self"))
+}
+
+/// The `callable` tool's parameters, once it is checked that a call by name can reach exactly this
+/// function: one without a receiver or generics, whose parameters are named and owned, and whose name
+/// the adapter can write so that it resolves to this function and nothing else.
 fn callable_params(
     sig: &Signature,
     gate: Option<&Ident>,
+    context: Context<'_>,
     errors: &mut Errors,
 ) -> Option<Vec<(Ident, Type)>> {
     let before = errors.is_empty();
@@ -373,6 +459,23 @@ fn callable_params(
         errors.push(syn::Error::new(
             receiver.self_token.span,
             "a `callable` tool is a free function: a call by name has no `self` to call it on",
+        ));
+    }
+    if let Owner::GenericImpl(generics) = context.owner {
+        errors.push(syn::Error::new(
+            generics,
+            format!(
+                "`{}` cannot be `callable` in a generic impl: a call by name needs one concrete \
+                 function, and this impl has one per type",
+                sig.ident
+            ),
+        ));
+    }
+    let reserved = sig.ident.to_string();
+    if reserved.trim_start_matches("r#").starts_with("__toolgate") {
+        errors.push(syn::Error::new(
+            sig.ident.span(),
+            "names starting with `__toolgate` are reserved for the code `#[tool]` generates",
         ));
     }
     if let Some(param) = sig.generics.params.first() {
@@ -421,15 +524,27 @@ fn unowned(ty: &Type) -> Option<&'static str> {
 
 /// The adapter of a `callable` tool: its table of parameters, its output schema, and a call of the tool
 /// with its arguments parsed one parameter at a time.
-fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)]) -> TokenStream {
+fn callable_items(
+    sig: &Signature,
+    gate: Option<&Ident>,
+    params: &[(Ident, Type)],
+    owner: Owner<'_>,
+) -> TokenStream {
     let names: Vec<&Ident> = params.iter().map(|(name, _)| name).collect();
-    // The adapter lives in the tool's body, where a parameter named like the function hides it: then
-    // the function is called through its module (a tool defined at module level, as such a one is).
+    // The adapter is an item in the tool's body, so it names the tool from outside the body: a free
+    // function by its bare name, which resolves to the function itself (an import of the same name
+    // would clash with it, and the generated items beside the adapter are all `__toolgate_`), an
+    // associated function through its impl's type. `callable_params` refused every other case.
+    // The bare name is resolved with `mixed_site` hygiene, which looks up items where the tool is
+    // written but no local variable, so a parameter named like the tool cannot hide it.
     let fn_name = &sig.ident;
-    let callee = if names.contains(&fn_name) {
-        quote!(self::#fn_name)
-    } else {
-        quote!(#fn_name)
+    let callee = match owner {
+        Owner::Impl(qualified_self) => quote!(#qualified_self::#fn_name),
+        Owner::Free | Owner::GenericImpl(_) => {
+            let mut bare = fn_name.clone();
+            bare.set_span(Span::mixed_site());
+            quote!(#bare)
+        }
     };
     let invoke_gate = Ident::new("toolgate_gate", Span::mixed_site());
     let json = Ident::new("toolgate_json", Span::mixed_site());
@@ -474,7 +589,7 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
             gate.map(|_| quote!(let #invoke_gate = ::core::clone::Clone::clone(#invoke_gate);));
         let lend_gate = gate.map(|_| quote!(let #invoke_gate = &#invoke_gate;));
         quote_spanned! {ret_span=>
-            ::toolgate::__private::invoke_async(#invoke_gate, &TOOLGATE_ENTRY, {
+            ::toolgate::__private::invoke_async(#invoke_gate, &__TOOLGATE_ENTRY, {
                 #own_gate
                 async move {
                     #lend_gate
@@ -484,14 +599,14 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
         }
     } else {
         quote_spanned! {ret_span=>
-            ::toolgate::__private::invoke_sync(#invoke_gate, &TOOLGATE_ENTRY, move || {
+            ::toolgate::__private::invoke_sync(#invoke_gate, &__TOOLGATE_ENTRY, move || {
                 #callee(#(#call_args),*)
             })
         }
     };
     // Each parameter is parsed and described by runtime code generic over its type alone: the tool
     // adds a table of names and types, and one `take` per parameter.
-    let params_table = Ident::new("TOOLGATE_PARAMS", Span::mixed_site());
+    let params_table = Ident::new("__TOOLGATE_PARAMS", Span::mixed_site());
     let arguments = Ident::new("toolgate_arguments", Span::mixed_site());
     let count = params.len();
     let rows = params.iter().map(|(name, ty)| {
@@ -512,7 +627,7 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
     });
     quote! {
         static #params_table: [::toolgate::__private::Param; #count] = [#(#rows),*];
-        fn toolgate_invoke(
+        fn __toolgate_invoke(
             #invoke_gate: &::toolgate::Gate,
             #json: ::toolgate::__private::serde_json::Value,
         ) -> ::toolgate::__private::CallFuture {
@@ -531,13 +646,13 @@ fn callable_items(sig: &Signature, gate: Option<&Ident>, params: &[(Ident, Type)
             }
             #call
         }
-        fn toolgate_output_schema() -> ::core::option::Option<::toolgate::__private::serde_json::Value> {
+        fn __toolgate_output_schema() -> ::core::option::Option<::toolgate::__private::serde_json::Value> {
             #output_schema
         }
-        static TOOLGATE_CALLABLE: ::toolgate::__private::Callable = ::toolgate::__private::Callable {
-            invoke: toolgate_invoke,
+        static __TOOLGATE_CALLABLE: ::toolgate::__private::Callable = ::toolgate::__private::Callable {
+            invoke: __toolgate_invoke,
             params: &#params_table,
-            output_schema: toolgate_output_schema,
+            output_schema: __toolgate_output_schema,
         };
     }
 }
@@ -562,13 +677,14 @@ fn gated_body(
     sig: &Signature,
     gate: Option<&Ident>,
     call: &CallParts,
+    context: Context<'_>,
     body: &Block,
 ) -> TokenStream {
     let manifest = manifest(spec, attrs, &sig.ident);
     let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
     let (permit, entry, result, digest, info) = (
         hygienic("toolgate_permit"),
-        hygienic("TOOLGATE_ENTRY"),
+        hygienic("__TOOLGATE_ENTRY"),
         hygienic("toolgate_result"),
         hygienic("toolgate_digest"),
         hygienic("toolgate_call"),
@@ -594,7 +710,9 @@ fn gated_body(
         .unnamed
         .then(|| quote!(::toolgate::__private::ArgRef::unnamed(),));
     // The arguments, for the gate to look at when it needs to: a reference to each.
-    let args: Vec<TokenStream> = call
+    // Sorted by name, the receiver as `self` among them, so that the written arguments are one object
+    // with its keys in order.
+    let mut args: Vec<(String, TokenStream)> = call
         .named
         .iter()
         .map(|(ident, redact)| {
@@ -604,9 +722,16 @@ fn gated_body(
             } else {
                 quote!(__toolgate_arg)
             };
-            quote!((&&::toolgate::__private::Arg(&#ident)).#method(#name),)
+            let arg = quote!((&&::toolgate::__private::Arg(&#ident)).#method(#name),);
+            (name, arg)
         })
         .collect();
+    if let Some(receiver) = &call.receiver {
+        let arg = quote!((&&::toolgate::__private::Arg(#receiver)).__toolgate_arg("self"),);
+        args.push(("self".to_owned(), arg));
+    }
+    args.sort_by(|a, b| a.0.cmp(&b.0));
+    let args: Vec<TokenStream> = args.into_iter().map(|(_, arg)| arg).collect();
     let enter = match &call.escalate {
         Some(_) => quote!(::toolgate::__private::enter_escalated(
             &#entry, #gate_arg, #info, &[#unnamed #(#args)*], #record_arguments
@@ -645,8 +770,8 @@ fn gated_body(
         .map(|_| quote!(::toolgate::__private::started(&#entry);));
     let (callable_items, callable_ref) = match &call.callable {
         Some(params) => (
-            callable_items(sig, gate, params),
-            quote!(::core::option::Option::Some(&TOOLGATE_CALLABLE)),
+            callable_items(sig, gate, params, context.owner),
+            quote!(::core::option::Option::Some(&__TOOLGATE_CALLABLE)),
         ),
         None => (TokenStream::new(), quote!(::core::option::Option::None)),
     };

@@ -20,12 +20,16 @@ use std::collections::hash_map::Entry;
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
+use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Attribute, Block, ImplItem, Item, Meta, Signature, Visibility};
+use syn::{
+    Attribute, Block, ImplItem, Item, ItemImpl, ItemMod, ItemTrait, Macro, Meta, Signature, Token,
+    TraitItem, Visibility,
+};
 
 use crate::attr::{self, ToolsetArgs};
 use crate::ctxt::Errors;
-use crate::expand::{self, Context, Expanded};
+use crate::expand::{self, Context, Expanded, Owner};
 use crate::valid;
 
 pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
@@ -39,61 +43,212 @@ pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenS
             return quote!(#error #input);
         }
     };
-    let context = Context {
+    let mut set = Set {
         domain: domain.as_deref(),
-        in_toolset: true,
-    };
-    let mut ids = Ids::default();
-    let mut member = |f: FnParts<'_>, errors: &mut Errors| {
-        let outcome = member_fn(f.attrs, f.public, f.sig, f.block, context, errors);
-        ids.record(outcome, errors);
+        ids: Ids::default(),
+        errors: &mut errors,
     };
     match &mut item {
-        Item::Impl(block) => {
-            let trait_impl = block.trait_.is_some();
-            for f in block.items.iter_mut().filter_map(|item| match item {
-                ImplItem::Fn(f) => Some(f),
-                _ => None,
-            }) {
-                let public = trait_impl || !matches!(f.vis, Visibility::Inherited);
-                let parts = FnParts {
-                    attrs: &mut f.attrs,
-                    public,
-                    sig: &mut f.sig,
-                    block: &mut f.block,
-                };
-                member(parts, &mut errors);
-            }
-        }
-        Item::Mod(module) => match &mut module.content {
-            Some((_, items)) => {
-                for f in items.iter_mut().filter_map(|item| match item {
-                    Item::Fn(f) => Some(f),
-                    _ => None,
-                }) {
-                    let public = !matches!(f.vis, Visibility::Inherited);
-                    let parts = FnParts {
-                        attrs: &mut f.attrs,
-                        public,
-                        sig: &mut f.sig,
-                        block: &mut f.block,
-                    };
-                    member(parts, &mut errors);
-                }
-            }
-            None => errors.push(syn::Error::new(
-                module.semi.map_or(module.ident.span(), |s| s.span),
-                "#[toolset] needs an inline module (`mod users { ... }`): on `mod users;` it \
-                 cannot see the functions",
-            )),
-        },
-        other => errors.push(syn::Error::new(
+        Item::Impl(block) => set.impl_block(block),
+        Item::Mod(module) => set.module(module),
+        other => set.errors.push(syn::Error::new(
             expand::item_keyword_span(other),
             "#[toolset] applies to an impl block or an inline module",
         )),
     }
     let errors = errors.into_compile_errors();
     quote!(#errors #item)
+}
+
+/// One `#[toolset]`: its domain, the ids of its tools so far, and its errors. Its rule reaches every
+/// function it contains, in nested modules and impl blocks too, and it refuses what it cannot look
+/// into (a macro call, an out-of-line module).
+struct Set<'a> {
+    domain: Option<&'a str>,
+    ids: Ids,
+    errors: &'a mut Errors,
+}
+
+impl Set<'_> {
+    fn impl_block(&mut self, block: &mut ItemImpl) {
+        let self_ty = &block.self_ty;
+        let qualified = match &block.trait_ {
+            Some((path, _)) => quote!(<#self_ty as #path>),
+            None => quote!(<#self_ty>),
+        };
+        let owner = if block.generics.params.is_empty() {
+            Owner::Impl(&qualified)
+        } else {
+            Owner::GenericImpl(block.generics.params.span())
+        };
+        let trait_impl = block.trait_.is_some();
+        for item in &mut block.items {
+            match item {
+                ImplItem::Fn(f) => {
+                    let public = trait_impl || !matches!(f.vis, Visibility::Inherited);
+                    let parts = FnParts {
+                        attrs: &mut f.attrs,
+                        public,
+                        sig: &mut f.sig,
+                        block: &mut f.block,
+                    };
+                    self.member(parts, owner);
+                }
+                ImplItem::Macro(m) => self.macro_call(&mut m.attrs, &m.mac),
+                _ => {}
+            }
+        }
+    }
+
+    fn module(&mut self, module: &mut ItemMod) {
+        let Some((_, items)) = &mut module.content else {
+            self.errors.push(syn::Error::new(
+                module.semi.map_or(module.ident.span(), |s| s.span),
+                "#[toolset] needs an inline module (`mod users { ... }`): on `mod users;` it \
+                 cannot see the functions",
+            ));
+            return;
+        };
+        for item in items {
+            match item {
+                Item::Fn(f) => {
+                    let parts = FnParts {
+                        attrs: &mut f.attrs,
+                        public: !matches!(f.vis, Visibility::Inherited),
+                        sig: &mut f.sig,
+                        block: &mut f.block,
+                    };
+                    self.member(parts, Owner::Free);
+                }
+                Item::Impl(block) => self.impl_block(block),
+                Item::Mod(inner) => self.module(inner),
+                Item::Trait(t) => self.trait_def(t),
+                // A call, not a `macro_rules!` definition: it may write functions.
+                Item::Macro(m) if m.ident.is_none() => self.macro_call(&mut m.attrs, &m.mac),
+                _ => {}
+            }
+        }
+    }
+
+    /// A trait's provided methods are functions of the set too; they cannot be tools (each impl of the
+    /// trait would call an ungated copy), so a public one must say it is not a tool.
+    fn trait_def(&mut self, t: &mut ItemTrait) {
+        let public = !matches!(t.vis, Visibility::Inherited);
+        for item in &mut t.items {
+            let TraitItem::Fn(f) = item else { continue };
+            if f.default.is_none() {
+                continue;
+            }
+            self.refuse_tool_in_cfg_attr(&mut f.attrs);
+            let skipped = take_skip(&mut f.attrs);
+            if let Some(attr) = f.attrs.iter().find(|a| is_tool_attr(a)) {
+                self.errors.push(syn::Error::new(
+                    attr.path().span(),
+                    "a trait's method cannot be a tool: each impl of the trait would have its own \
+                     ungated copy; declare the tool on a function or a method of an impl",
+                ));
+                f.attrs.retain(|a| !is_tool_attr(a));
+            } else if public && !skipped {
+                self.errors.push(syn::Error::new(
+                    f.sig.ident.span(),
+                    format!(
+                        "`{}` is public in a #[toolset] but declares no risk: a trait's provided \
+                         method cannot be a tool; mark it #[tool(skip)] if it is not one, or move \
+                         the trait out of the toolset",
+                        f.sig.ident
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// The set cannot see what a macro call writes: it is refused unless marked `#[tool(skip)]`.
+    fn macro_call(&mut self, attrs: &mut Vec<Attribute>, mac: &Macro) {
+        self.refuse_tool_in_cfg_attr(attrs);
+        if take_skip(attrs) {
+            return;
+        }
+        if let Some(attr) = attrs.iter().find(|a| is_tool_attr(a)) {
+            self.errors.push(syn::Error::new(
+                attr.path().span(),
+                "a macro call in a #[toolset] takes only #[tool(skip)]: declare each tool on its \
+                 own function",
+            ));
+            attrs.retain(|a| !is_tool_attr(a));
+            return;
+        }
+        let name = mac
+            .path
+            .segments
+            .last()
+            .map_or_else(String::new, |s| s.ident.to_string());
+        self.errors.push(syn::Error::new(
+            mac.path.span(),
+            format!(
+                "#[toolset] cannot see the functions `{name}!` writes, so it cannot check that each \
+                 declares its risk: write them in the toolset itself, or mark the call \
+                 #[tool(skip)] if it writes no function an agent may call"
+            ),
+        ));
+    }
+
+    /// `#[cfg_attr(pred, tool(..))]`: the set cannot tell whether the function is declared, and the
+    /// attribute, left to expand on its own, would lose the set's domain. Refused and removed.
+    fn refuse_tool_in_cfg_attr(&mut self, attrs: &mut Vec<Attribute>) {
+        attrs.retain(|attr| {
+            let Some(span) = tool_in_cfg_attr(attr) else {
+                return true;
+            };
+            self.errors.push(syn::Error::new(
+                span,
+                "#[tool] cannot be given through `cfg_attr` inside a #[toolset]: the set could \
+                 neither check the function nor give the tool its domain; write #[tool(...)] \
+                 as it is, and put #[cfg(...)] on the function to leave it out of a build",
+            ));
+            false
+        });
+    }
+
+    fn member(&mut self, f: FnParts<'_>, owner: Owner<'_>) {
+        self.refuse_tool_in_cfg_attr(f.attrs);
+        let context = Context {
+            domain: self.domain,
+            in_toolset: true,
+            owner,
+        };
+        let outcome = member_fn(f.attrs, f.public, f.sig, f.block, context, self.errors);
+        self.ids.record(outcome, self.errors);
+    }
+}
+
+/// Removes a `#[tool(skip)]`, saying whether there was one.
+fn take_skip(attrs: &mut Vec<Attribute>) -> bool {
+    let before = attrs.len();
+    attrs.retain(|a| {
+        !(is_tool_attr(a)
+            && matches!(&a.meta, Meta::List(list) if list.tokens.to_string().trim() == "skip"))
+    });
+    attrs.len() != before
+}
+
+/// The span of a `tool` attribute inside `#[cfg_attr(..)]`, nested ones included.
+fn tool_in_cfg_attr(attr: &Attribute) -> Option<Span> {
+    if !attr.path().is_ident("cfg_attr") {
+        return None;
+    }
+    let Meta::List(list) = &attr.meta else {
+        return None;
+    };
+    let metas = list
+        .parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+        .ok()?;
+    metas.iter().skip(1).find_map(|meta| {
+        if is_tool_path(meta.path()) {
+            return Some(meta.path().span());
+        }
+        let nested: Attribute = syn::parse_quote!(#[#meta]);
+        tool_in_cfg_attr(&nested)
+    })
 }
 
 fn args_domain(args: &ToolsetArgs, errors: &mut Errors) -> Option<String> {
@@ -168,7 +323,10 @@ fn member_fn(
 
 /// `#[tool]`, `#[toolgate::tool]` or `#[::toolgate::tool]`.
 fn is_tool_attr(attr: &Attribute) -> bool {
-    let path = attr.path();
+    is_tool_path(attr.path())
+}
+
+fn is_tool_path(path: &syn::Path) -> bool {
     let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
     match segments.as_slice() {
         [one] => one == "tool",
@@ -185,7 +343,7 @@ struct Ids {
 
 impl Ids {
     fn record(&mut self, outcome: Expanded, errors: &mut Errors) {
-        let Expanded::Tool { id, id_span } = outcome else {
+        let Expanded::Tool { id, id_span, .. } = outcome else {
             return;
         };
         match self.seen.entry(id) {

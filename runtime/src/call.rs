@@ -136,8 +136,51 @@ trait ToJson {
 
 impl<T: Serialize> ToJson for T {
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
-        serde_json::to_writer(out, self)
+        let start = out.len();
+        serde_json::to_writer(&mut *out, self)?;
+        // A map may serialize its keys in any order (a `HashMap` in its hasher's), and the same call
+        // must always write the same JSON, or a two-step approval could never be used: objects are
+        // written again with their keys sorted. Values with no object in them are written once.
+        if out[start..].contains(&b'{') {
+            let value: serde_json::Value = serde_json::from_slice(&out[start..])?;
+            out.truncate(start);
+            write_sorted(&value, out)?;
+        }
+        Ok(())
     }
+}
+
+/// `value` as JSON with the keys of every object in byte order, whatever order its map keeps.
+fn write_sorted(value: &serde_json::Value, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, value)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, key)?;
+                out.push(b':');
+                write_sorted(value, out)?;
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_sorted(item, out)?;
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar)?,
+    }
+    Ok(())
 }
 
 /// Wraps a value so that generated code can ask whether it is serializable, without a bound on it.

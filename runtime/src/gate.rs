@@ -143,8 +143,10 @@ impl Gate {
         let binding = lock(store).approve(token, Instant::now())?;
         if self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            // The digest the log shows for these arguments: the binding's own covers the real values
+            // of redacted arguments, and a digest of a short secret gives the secret away.
             let record = AuditRecord {
-                arguments_digest: Some(binding.arguments_digest),
+                arguments_digest: Some(binding.shown_digest),
                 effective_risk: Some(binding.risk),
                 decision: Some(Decision::Approved),
                 ..self.record(
@@ -223,26 +225,57 @@ impl Gate {
         }
     }
 
-    /// The verdict for a call judged at `risk`: the precomputed one at the declared risk, else worked
-    /// out now.
+    /// The verdict for a call judged at `risk` in the current mode.
     fn verdict_at(&self, entry: &'static ToolEntry, risk: EffectiveRisk) -> (Mode, Verdict) {
-        let manifest = &entry.manifest;
-        if risk.get() == manifest.risk_level {
-            return self.table_verdict(entry);
-        }
         let mode = self.mode();
+        (mode, self.verdict_in(entry, risk, mode))
+    }
+
+    /// The verdict for a call judged at `risk` in `mode`: the precomputed one at the declared risk,
+    /// else worked out now.
+    fn verdict_in(&self, entry: &'static ToolEntry, risk: EffectiveRisk, mode: Mode) -> Verdict {
+        let manifest = &entry.manifest;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        if risk.get() == manifest.risk_level {
+            return match self.inner.verdicts.get(slot) {
+                Some(row) => row[mode as usize],
+                None => Verdict::Refuse(DenialCode::UnregisteredTool),
+            };
+        }
         let Some(rule) = self.inner.deny_rule_of.get(slot) else {
-            return (mode, Verdict::Refuse(DenialCode::UnregisteredTool));
+            return Verdict::Refuse(DenialCode::UnregisteredTool);
         };
-        let verdict = policy::decide(Facts {
+        // NeedsApproval with no approval path is refused by `approval`, as the table does at build.
+        policy::decide(Facts {
             risk: risk.get(),
             allowed_modes: manifest.allowed_modes,
             mode,
             deny_listed: rule.is_some(),
-        });
-        // NeedsApproval with no approval path is refused by `approval`, as the table does at build.
-        (mode, verdict)
+        })
+    }
+
+    /// The last word before a body runs: the gate's mode now, against a call it decided in `decided`.
+    ///
+    /// The mode may have been lowered since the decision, while an approver thought, an argument was
+    /// serialized or a record was written; a call whose decision completes after `lower` returns must
+    /// not run at the old mode. The mode only goes down, so an unchanged mode is the decision itself;
+    /// a lower one lets the call run only if it is allowed there outright.
+    pub(crate) fn recheck(
+        &self,
+        entry: &'static ToolEntry,
+        decided: Mode,
+        risk: EffectiveRisk,
+    ) -> Result<(), Denied> {
+        let now = self.mode();
+        if now == decided {
+            return Ok(());
+        }
+        let code = match self.verdict_in(entry, risk, now) {
+            Verdict::Allow => return Ok(()),
+            Verdict::Refuse(code) => code,
+            Verdict::NeedsApproval => DenialCode::ApprovalRequired,
+        };
+        Err(self.refusal(entry, now, code).with_risk(risk.get()))
     }
 
     /// Decides one call in full: policy, then approval; records a refusal where the gate audits.
@@ -291,26 +324,24 @@ impl Gate {
                 Approval::Reject(reason) => {
                     Err(refused(DenialCode::ApprovalRejected).with_detail(reason.into()))
                 }
-                // The mode may have been lowered while the approver thought: decide again.
-                Approval::Approve => match self.verdict_at(entry, risk) {
-                    (mode, Verdict::NeedsApproval | Verdict::Allow) => {
-                        Ok((mode, Decision::Approved))
-                    }
-                    (mode, Verdict::Refuse(code)) => Err(self.refusal(entry, mode, code)),
-                },
+                // A mode lowered while the approver thought is caught by the re-check before the body.
+                Approval::Approve => Ok((mode, Decision::Approved)),
             };
         }
         let Some(store) = &self.inner.two_step else {
             return Err(refused(DenialCode::ApprovalRequired));
         };
-        let Some(digest) = arguments.get().and_then(|a| a.binding.clone()) else {
+        let Some((digest, shown)) = arguments
+            .get()
+            .and_then(|a| Some((a.binding.clone()?, a.digest.clone())))
+        else {
             return Err(refused(DenialCode::ApprovalRequired).with_detail(
-                "a two-step approval is bound to the call's arguments, and this tool's are not \
-                 serializable"
+                "a two-step approval is bound to the call's arguments (and a method's receiver), \
+                 and this tool's are not serializable"
                     .into(),
             ));
         };
-        let binding = two_step::binding(manifest.id, digest, risk.get());
+        let binding = two_step::binding(manifest.id, digest, shown, risk.get());
         match lock(store).lookup(binding, Instant::now()) {
             Lookup::Approved => Ok((mode, Decision::Approved)),
             Lookup::Refused(code, Some(token)) => Err(refused(code).with_approval_token(token)),
@@ -318,7 +349,7 @@ impl Gate {
         }
     }
 
-    fn record_refusal(
+    pub(crate) fn record_refusal(
         &self,
         entry: &'static ToolEntry,
         denied: &Denied,

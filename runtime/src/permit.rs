@@ -107,6 +107,29 @@ impl Permit {
     }
 }
 
+/// Closes the `enter` records of a call refused after they were written: the body never ran.
+#[cold]
+pub(crate) fn close_refused(exits: Vec<Exit>, denied: &crate::denied::Denied) {
+    for exit in exits {
+        let record = AuditRecord {
+            arguments_digest: exit.arguments_digest,
+            code: Some(Cow::Borrowed(denied.code().as_str())),
+            declared_risk: Some(exit.tool.risk_level),
+            duration_us: Some(0),
+            effective_risk: Some(exit.risk),
+            message: Some(denied.to_string()),
+            outcome: Some(Outcome::Refused),
+            ..exit.gate.record(
+                Stage::Exit,
+                Cow::Borrowed(exit.tool.id),
+                exit.mode,
+                exit.call,
+            )
+        };
+        exit.gate.write_after_the_fact(&record);
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         if self.exits.is_some() {

@@ -13,7 +13,7 @@ use crate::call::{CallInfo, EffectiveRisk};
 use crate::denied::{DenialCode, Denied};
 use crate::gate::{Gate, LazyArguments};
 use crate::mode::Mode;
-use crate::permit::Permit;
+use crate::permit::{Exit, Permit, close_refused};
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
 
@@ -149,6 +149,10 @@ fn distinct<'a>(gates: impl Iterator<Item = &'a Gate>) -> Vec<Gate> {
     seen
 }
 
+/// Decides a call against every gate around it, outermost first, then writes their `enter` records,
+/// then re-checks every gate's mode: the re-check is the last thing before the body runs, since each
+/// step before it may take time (an approver, an argument's `Serialize`, a slow sink) during which a
+/// gate can be lowered. A refusal at any step is recorded by every gate that took part.
 #[cold]
 fn decide_all(
     entry: &'static ToolEntry,
@@ -158,16 +162,63 @@ fn decide_all(
     let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
     let mut arguments = LazyArguments::new(call);
     let mut decisions = Vec::with_capacity(gates.len());
-    for gate in gates {
-        decisions.push(gate.decide(entry, risk, &mut arguments)?);
+    for (i, gate) in gates.iter().enumerate() {
+        match gate.decide(entry, risk, &mut arguments) {
+            Ok(decision) => decisions.push(decision),
+            // The refusing gate recorded its refusal; the ones that allowed before it record it too.
+            Err(denied) => {
+                return Err(abandon(
+                    entry,
+                    &gates[..i],
+                    Vec::new(),
+                    denied,
+                    &mut arguments,
+                ));
+            }
+        }
     }
     let mut exits = Vec::new();
-    for (gate, (mode, decision)) in gates.iter().zip(decisions) {
-        if let Some(exit) = gate.record_enter(entry, mode, decision, risk, call, &mut arguments)? {
-            exits.push(exit);
+    for (i, (gate, &(mode, decision))) in gates.iter().zip(&decisions).enumerate() {
+        match gate.record_enter(entry, mode, decision, risk, call, &mut arguments) {
+            Ok(Some(exit)) => exits.push(exit),
+            Ok(None) => {}
+            // The failing gate's sink is what failed: every other gate records the refusal.
+            Err(denied) => {
+                let others: Vec<Gate> = gates
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .map(|(_, g)| g.clone())
+                    .collect();
+                return Err(abandon(entry, &others, exits, denied, &mut arguments));
+            }
+        }
+    }
+    for (gate, &(mode, _)) in gates.iter().zip(&decisions) {
+        if let Err(denied) = gate.recheck(entry, mode, risk) {
+            return Err(abandon(entry, gates, exits, denied, &mut arguments));
         }
     }
     Ok(Permit::audited(exits))
+}
+
+/// Records a refusal in the log of each of `gates`: an `exit` of outcome `refused` where the gate wrote
+/// the call's `enter`, a `refused` record otherwise. Every `enter` gets its `exit`.
+#[cold]
+fn abandon(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    exits: Vec<Exit>,
+    denied: Denied,
+    arguments: &mut LazyArguments<'_>,
+) -> Denied {
+    for gate in gates {
+        if !exits.iter().any(|exit| exit.gate.id() == gate.id()) {
+            gate.record_refusal(entry, &denied, arguments);
+        }
+    }
+    close_refused(exits, &denied);
+    denied
 }
 
 #[cold]

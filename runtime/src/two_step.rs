@@ -24,7 +24,11 @@ const MAX_REQUESTS: usize = 10_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Binding {
     pub(crate) tool: &'static str,
+    /// The digest of the arguments with the real values of redacted ones: never written anywhere.
     pub(crate) arguments_digest: String,
+    /// The digest the audit log shows for these arguments (redacted ones as `"[REDACTED]"`), which
+    /// `approval_granted` records carry instead.
+    pub(crate) shown_digest: String,
     pub(crate) risk: Risk,
     pub(crate) policy_version: u32,
 }
@@ -156,10 +160,16 @@ impl ApprovalStore {
     }
 }
 
-pub(crate) fn binding(tool: &'static str, arguments_digest: String, risk: Risk) -> Binding {
+pub(crate) fn binding(
+    tool: &'static str,
+    arguments_digest: String,
+    shown_digest: String,
+    risk: Risk,
+) -> Binding {
     Binding {
         tool,
         arguments_digest,
+        shown_digest,
         risk,
         policy_version: POLICY_VERSION,
     }
@@ -208,7 +218,12 @@ mod tests {
     use super::*;
 
     fn call(digest: &str) -> Binding {
-        binding("users.delete", digest.to_owned(), Risk::HighWrite)
+        binding(
+            "users.delete",
+            digest.to_owned(),
+            format!("shown {digest}"),
+            Risk::HighWrite,
+        )
     }
 
     fn token(lookup: Lookup) -> Arc<str> {

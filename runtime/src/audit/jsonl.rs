@@ -29,9 +29,11 @@ pub enum Durability {
     /// loses at most the last `n - 1` acknowledged records.
     FsyncEvery(u32),
     /// Records are kept in memory and written in batches of about 64 KiB, by
-    /// [`flush`](AuditSink::flush) and when the sink is dropped. The fastest, and the weakest: a crash
-    /// of the process loses every acknowledged record not yet written, and a write error surfaces on a
-    /// later record than the one it loses.
+    /// [`flush`](AuditSink::flush) and when the sink is dropped. The fastest, and the weakest: a record
+    /// is acknowledged, and its call runs, before it reaches the operating system, so a crash of the
+    /// process loses every acknowledged record not yet written, and a write error surfaces on a later
+    /// record than the one it loses. After a failed write the sink fails closed: every record tries to
+    /// write what is pending, and is refused until a write succeeds.
     Buffered,
 }
 
@@ -126,6 +128,10 @@ struct State {
     /// Encoded lines not yet written: one line, or with [`Durability::Buffered`] several.
     pending: Vec<u8>,
     unsynced: u32,
+    /// A write of pending records failed and none has succeeded since: a [`Durability::Buffered`]
+    /// sink then writes at every record, so that no call runs on a record that only sits in memory
+    /// behind records the disk refused.
+    write_failed: bool,
     /// Why the sink refuses every record, after a failure it could not undo.
     failed: Option<String>,
     encoder: EncoderDebug,
@@ -191,6 +197,7 @@ impl JsonlSinkBuilder {
             last_hash: crate::audit::chain::GENESIS,
             pending: Vec::with_capacity(1024),
             unsynced: 0,
+            write_failed: false,
             failed: None,
             encoder: EncoderDebug::default(),
         };
@@ -254,9 +261,11 @@ impl State {
             Ok(()) => {
                 self.written_len += self.pending.len() as u64;
                 self.pending.clear();
+                self.write_failed = false;
                 Ok(())
             }
             Err(e) => {
+                self.write_failed = true;
                 let cut = if self.regular {
                     self.file.set_len(self.written_len)
                 } else {
@@ -358,7 +367,9 @@ impl AuditSink for JsonlSink {
         state.pending.push(b'\n');
 
         let written = match self.durability {
-            Durability::Buffered if state.pending.len() < BUFFERED_LIMIT => Ok(()),
+            Durability::Buffered if !state.write_failed && state.pending.len() < BUFFERED_LIMIT => {
+                Ok(())
+            }
             _ => state.write_pending(&self.path),
         };
         if let Err(e) = written {

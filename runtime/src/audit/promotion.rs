@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
-use crate::audit::record::{AuditRecord, Decision, Stage};
+use crate::audit::record::{AuditRecord, Decision, Outcome, Stage};
 use crate::denied::DenialCode;
 use crate::mode::Mode;
 use crate::risk::Risk;
@@ -139,6 +139,12 @@ impl PromotionReport {
                 return;
             }
             (Stage::Refused, _) => record.code.as_deref().unwrap_or("UNKNOWN"),
+            // Refused after its `enter` was counted as allowed: it never ran.
+            (Stage::Exit, _) if record.outcome == Some(Outcome::Refused) => {
+                let row = self.row(record);
+                row.allowed = row.allowed.saturating_sub(1);
+                record.code.as_deref().unwrap_or("UNKNOWN")
+            }
             _ => return,
         };
         let would_have_run = MODE_ONLY.iter().any(|code| *code == refused);

@@ -47,6 +47,10 @@ pub enum Outcome {
     Panic,
     /// Its future was dropped before it completed.
     Cancelled,
+    /// It never started: the call was refused after its `enter` record was written (the gate was
+    /// lowered meanwhile, or another gate deciding the same call refused it). The record's `code` and
+    /// `message` say why.
+    Refused,
 }
 
 /// One audit record. Sinks add their own framing (the JSONL sink adds `seq`, `prev_hash` and `hash`).
@@ -67,7 +71,7 @@ pub struct AuditRecord {
     pub arguments_digest: Option<String>,
     /// Pairs an `enter` record with its `exit` record: unique per call within a gate.
     pub call: u64,
-    /// The refusal code, for refused calls.
+    /// The refusal code, for refused calls (and `exit` records of outcome `refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<Cow<'static, str>>,
     /// The decision, for `enter` and `refused` records.

@@ -77,6 +77,7 @@ fn outcome_name(outcome: Outcome) -> &'static str {
         Outcome::Error => "error",
         Outcome::Panic => "panic",
         Outcome::Cancelled => "cancelled",
+        Outcome::Refused => "refused",
     }
 }
 
@@ -205,6 +206,7 @@ mod tests {
             Outcome::Error,
             Outcome::Panic,
             Outcome::Cancelled,
+            Outcome::Refused,
         ] {
             assert_eq!(json(outcome), format!("\"{}\"", outcome_name(outcome)));
         }
