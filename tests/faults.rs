@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::{Scratch, serial};
-use toolgate::audit::{AuditError, AuditRecord, AuditSink, JsonlSink, Stage, verify_file};
+use toolgate::audit::{
+    AuditError, AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file,
+};
 use toolgate::{Approval, ApprovalRequest, ApproveError, DenialCode, Denied, Gate, Mode, tool};
 
 const CHILD_ENV: &str = "TOOLGATE_FAULT_CHILD";
@@ -131,22 +133,29 @@ fn a_full_device_refuses_every_allowed_call_and_no_body_runs() {
 #[test]
 fn a_full_file_system_refuses_the_call_and_leaves_a_verifiable_log() {
     let _serial = serial();
-    let scratch = Scratch::new("full-fs");
+    in_a_small_file_system("64k", "child_fills_a_file_system");
+}
+
+#[test]
+fn a_buffered_log_on_a_full_file_system_refuses_every_call_after_a_failed_write() {
+    let _serial = serial();
+    in_a_small_file_system("256k", "child_fills_a_file_system_through_a_buffer");
+}
+
+/// Runs the child test `test` with a tmpfs of `size` mounted at its working path, in a private mount
+/// namespace: the small file system exists for the child only and goes with it.
+fn in_a_small_file_system(size: &str, test: &str) {
+    let scratch = Scratch::new(test);
     let mount_point = scratch.path("mnt");
     fs::create_dir(&mount_point).unwrap();
-    // A private mount namespace: the small file system exists for the child only and goes with it.
-    let script = r#"mount -t tmpfs -o size=64k toolgate-faults "$TOOLGATE_FAULT_CHILD" || exit 97
-exec "$@""#;
+    let script = format!(
+        r#"mount -t tmpfs -o size={size} toolgate-faults "$TOOLGATE_FAULT_CHILD" || exit 97
+exec "$@""#
+    );
     let leading = unshare_arguments();
     let mut leading: Vec<&str> = leading.iter().map(String::as_str).collect();
-    leading.extend(["--", "sh", "-c", script, "sh"]);
-    let output = child_command(
-        "unshare",
-        &leading,
-        "child_fills_a_file_system",
-        &mount_point,
-    )
-    .output();
+    leading.extend(["--", "sh", "-c", &script, "sh"]);
+    let output = child_command("unshare", &leading, test, &mount_point).output();
     run_child(output, "a size-limited tmpfs in a private mount namespace");
 }
 
@@ -242,6 +251,63 @@ fn child_fills_a_file_system() {
     assert!(after.is_intact(), "{after}");
     assert_eq!(after.records, report.records + 2);
     println!("{ran} calls ran before the file system was full");
+}
+
+/// In the child: a `Buffered` log acknowledges records before it writes them, so calls run until a
+/// batch cannot be written; from then on every call is refused, a small one whose record would still
+/// fit in the buffer included, until a write succeeds again.
+#[test]
+fn child_fills_a_file_system_through_a_buffer() {
+    let Some(dir) = child_path() else { return };
+    let path = dir.join("audit.jsonl");
+    // Leaves about 32 KiB free: less than one batch.
+    fs::write(dir.join("ballast"), vec![b'x'; 224 * 1024]).unwrap();
+    let sink = Arc::new(
+        JsonlSink::builder(&path)
+            .durability(Durability::Buffered)
+            .open()
+            .unwrap(),
+    );
+    let gate = audited(Mode::PartialAuto, &sink);
+    // Large records, so that the buffer left after the failed batch has room for a small one.
+    let entry = "e".repeat(12 * 1024);
+    let mut ran = 0;
+    let denied = loop {
+        match gate.run(|| append(ran, entry.clone())) {
+            Ok(_) => ran += 1,
+            Err(denied) => break denied,
+        }
+        assert!(ran < 1_000, "a 256 KiB file system never filled up");
+    };
+    assert_eq!(denied.code(), DenialCode::AuditUnavailable);
+    assert!(
+        denied.detail().unwrap().contains("No space left on device"),
+        "{denied}"
+    );
+    assert_eq!(
+        count(&APPENDS) as u64,
+        ran,
+        "the refused call's body did not run"
+    );
+
+    for small in 0..3 {
+        let denied = gate.run(|| append(small, String::new())).unwrap_err();
+        assert_eq!(denied.code(), DenialCode::AuditUnavailable, "{denied}");
+        assert_eq!(
+            count(&APPENDS) as u64,
+            ran,
+            "no body runs after a failed write"
+        );
+    }
+
+    // Once there is room again, the buffered records are written and calls run again.
+    fs::remove_file(dir.join("ballast")).unwrap();
+    gate.run(|| append(ran, "after".into())).unwrap();
+    sink.flush().unwrap();
+    let report = verify_file(&path).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.records, sink.last_seq());
+    println!("{ran} calls ran before a batch could not be written");
 }
 
 // ---------------------------------------------------------------------------------------------------------
