@@ -149,7 +149,9 @@
 //! [`Gate::new`] or [`Gate::builder`] builds a gate once, with the mode, a deny list and an approver, and
 //! works out then what each tool may do in each mode; a call reads one precomputed verdict, with no
 //! allocation, hashing or locking. [`Gate::lower`] is the kill switch: it lowers the mode of the gate and
-//! of all its clones, on every thread at once, and no call can raise it again. [`Mode::from_env`] reads
+//! of all its clones, on every thread at once, and no call can raise it again; a call whose decision
+//! completes after `lower` returns (every gate is checked once more just before the body) never runs at
+//! the old mode. [`Mode::from_env`] reads
 //! `TOOLGATE_MODE`: unset means `SHADOW`, an invalid value is an error.
 
 //! # Call by name, audit, approvals
