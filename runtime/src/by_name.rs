@@ -256,6 +256,7 @@ pub fn started(entry: &'static ToolEntry) {
 
 /// Runs `f` (which calls the tool of `entry`), keeping the gate's refusal if there is one; also says
 /// whether the tool's own check was decided during `f` (refused, or allowed and started).
+#[inline]
 fn capturing<R>(entry: &'static ToolEntry, f: impl FnOnce() -> R) -> (R, Option<Denied>, bool) {
     // Only `f` is generic: the capture itself is compiled once, not once per callable tool.
     let mut capture = Capture::begin(entry);
@@ -314,6 +315,7 @@ impl Drop for Capture {
     }
 }
 
+#[inline]
 fn to_json<T: Serialize, E: fmt::Display>(
     result: Result<T, E>,
     denied: Option<Denied>,
@@ -331,6 +333,7 @@ fn to_json<T: Serialize, E: fmt::Display>(
 
 /// Runs a sync tool for a call by name.
 #[doc(hidden)]
+#[inline]
 pub fn invoke_sync<T: Serialize, E: fmt::Display>(
     gate: &Gate,
     entry: &'static ToolEntry,
