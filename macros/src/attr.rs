@@ -261,7 +261,7 @@ fn skip(arg: &Arg) -> syn::Result<Span> {
     }
 }
 
-pub(crate) const MODE_NAMES: &[&str] = &["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"];
+pub(crate) const MODE_NAMES: &[&str] = &toolgate_policy::Mode::NAMES;
 
 fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
     const EXAMPLE: &str = "modes = [PARTIAL_AUTO, FULL_AUTO]";

@@ -41,7 +41,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, Block, FnArg, Item, Pat, ReturnType, Signature, Type};
-use toolgate_runtime::Risk;
+use toolgate_policy::Risk;
 
 use crate::attr::{self, ToolArgs};
 use crate::ctxt::Errors;

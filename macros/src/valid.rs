@@ -5,7 +5,7 @@
 
 use proc_macro2::{Ident, Span};
 use syn::ext::IdentExt as _;
-use toolgate_runtime::{Mode, ModeSet, Risk, policy};
+use toolgate_policy::{self as policy, Mode, ModeSet, Risk};
 
 use crate::attr::{MODE_NAMES, Spanned, ToolArgs};
 use crate::ctxt::Errors;
@@ -24,7 +24,7 @@ pub(crate) struct ToolSpec {
     pub(crate) open_world: bool,
 }
 
-const RISK_NAMES: &[&str] = &["READ_ONLY", "PROPOSE_ONLY", "LOW_WRITE", "HIGH_WRITE"];
+const RISK_NAMES: &[&str] = &Risk::NAMES;
 pub(crate) const MAX_ID_LEN: usize = 64;
 
 pub(crate) fn validate(

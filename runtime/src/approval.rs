@@ -3,8 +3,8 @@
 use std::fmt;
 
 use crate::manifest::ToolManifest;
-use crate::mode::Mode;
-use crate::risk::Risk;
+use crate::policy::Mode;
+use crate::policy::Risk;
 
 /// What an approver is asked.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::risk::Risk;
+use crate::policy::Risk;
 
 /// The per-call facts generated code passes to the gate.
 #[doc(hidden)]

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 use crate::approval::{Approval, ApprovalRequest, Approver};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::call::{Arguments, CallInfo, EffectiveRisk};
-use crate::denied::{DenialCode, Denied};
+use crate::denied::Denied;
 use crate::denylist::{DenyRule, DenyRuleError};
 use crate::manifest::ToolManifest;
-use crate::mode::Mode;
+use crate::policy::DenialCode;
+use crate::policy::Mode;
 use crate::policy::{self, Facts, Verdict};
 use crate::registry::{RegistryError, ToolEntry, registry};
 use crate::scope::{self, Scoped};
@@ -670,7 +671,7 @@ pub enum GateError {
     /// Deny rules that are not valid or match no linked tool.
     DenyRules(Vec<DenyRuleError>),
     /// `TOOLGATE_MODE` does not name a mode.
-    Mode(crate::mode::ModeEnvError),
+    Mode(crate::policy::ModeEnvError),
 }
 
 impl fmt::Display for GateError {

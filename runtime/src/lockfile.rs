@@ -63,9 +63,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::ToolManifest;
-use crate::mode::ModeSet;
+use crate::policy::ModeSet;
+use crate::policy::Risk;
 use crate::registry::manifests;
-use crate::risk::Risk;
 
 /// The environment variable that [`check`] and [`check_manifests`] read: `overwrite` rewrites the
 /// lockfile; unset, empty or `check` only compares.

@@ -10,8 +10,8 @@ use std::time::Instant;
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
 use crate::manifest::ToolManifest;
-use crate::mode::Mode;
-use crate::risk::Risk;
+use crate::policy::Mode;
+use crate::policy::Risk;
 
 /// Proof that a call was decided and allowed; generated code holds it for the length of the body.
 #[doc(hidden)]

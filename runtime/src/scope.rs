@@ -10,10 +10,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::call::{CallInfo, EffectiveRisk};
-use crate::denied::{DenialCode, Denied};
+use crate::denied::Denied;
 use crate::gate::{Gate, LazyArguments};
-use crate::mode::Mode;
 use crate::permit::{Exit, Permit, close_refused};
+use crate::policy::DenialCode;
+use crate::policy::Mode;
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
 
@@ -265,9 +266,9 @@ mod tests {
     use crate::approval::AllowAllApprover;
     use crate::audit::MemorySink;
     use crate::manifest::{Source, ToolManifest};
-    use crate::mode::{Mode, ModeSet};
+    use crate::policy::Risk;
+    use crate::policy::{Mode, ModeSet};
     use crate::registry::Registration;
-    use crate::risk::Risk;
 
     // Tools over every risk, allowed in every mode, in FULL_AUTO only, or in SHADOW only.
     macro_rules! tools {

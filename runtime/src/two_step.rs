@@ -10,9 +10,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::denied::DenialCode;
+use crate::policy::DenialCode;
 use crate::policy::POLICY_VERSION;
-use crate::risk::Risk;
+use crate::policy::Risk;
 
 /// How long an approval request stays valid, unless the gate is built with another duration.
 pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(10 * 60);

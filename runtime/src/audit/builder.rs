@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::audit::record::{AuditRecord, Stage};
 use crate::audit::time::now_rfc3339;
-use crate::mode::Mode;
+use crate::policy::Mode;
 use crate::policy::POLICY_VERSION;
 
 impl AuditRecord {

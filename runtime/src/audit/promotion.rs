@@ -8,9 +8,9 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use crate::audit::record::{AuditRecord, Decision, Outcome, Stage};
-use crate::denied::DenialCode;
-use crate::mode::Mode;
-use crate::risk::Risk;
+use crate::policy::DenialCode;
+use crate::policy::Mode;
+use crate::policy::Risk;
 
 /// Refusal codes that mean "only the mode stood in the way": with a mode that allows the tool, the
 /// call would have run (possibly after an approval).

@@ -4,8 +4,8 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mode::Mode;
-use crate::risk::Risk;
+use crate::policy::Mode;
+use crate::policy::Risk;
 
 /// What a record reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -92,8 +92,8 @@ mod tests {
     use tracing::{Event, Metadata, Subscriber};
 
     use super::*;
-    use crate::mode::Mode;
-    use crate::risk::Risk;
+    use crate::policy::Mode;
+    use crate::policy::Risk;
 
     type Captured = Vec<(String, String, BTreeMap<String, String>)>;
 

@@ -7,7 +7,7 @@
 //! | PARTIAL_AUTO | LOW_WRITE |
 //! | FULL_AUTO | HIGH_WRITE, with an approval |
 
-use crate::denied::DenialCode;
+use crate::denial::DenialCode;
 use crate::mode::{Mode, ModeSet};
 use crate::risk::Risk;
 

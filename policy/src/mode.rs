@@ -3,14 +3,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::ser::SerializeSeq;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
 use crate::risk::{ParseError, parse_name};
 
 /// How much autonomy an agent has, ordered `SHADOW < ADVISORY < PARTIAL_AUTO < FULL_AUTO`.
 ///
-/// The ceiling of each mode lives in [`policy`](crate::policy). `Display` and `Serialize` use the exact
+/// The ceiling of each mode lives in [`ceiling`](crate::ceiling). `Display` and `Serialize` use the exact
 /// names; `FromStr` and `Deserialize` also accept lower case and `-` (`"full-auto"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
@@ -28,8 +25,6 @@ pub enum Mode {
 /// The environment variable [`Mode::from_env`] reads.
 pub const MODE_ENV_VAR: &str = "TOOLGATE_MODE";
 
-const MODE_NAMES: [&str; 4] = ["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"];
-
 impl Mode {
     /// Every mode, most restrictive first.
     pub const ALL: [Mode; 4] = [
@@ -39,17 +34,16 @@ impl Mode {
         Mode::FullAuto,
     ];
 
+    /// The exact names, most restrictive first: the only place they are written.
+    pub const NAMES: [&'static str; 4] = ["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"];
+
     /// The exact name, e.g. `"FULL_AUTO"`.
     pub const fn as_str(self) -> &'static str {
-        match self {
-            Mode::Shadow => "SHADOW",
-            Mode::Advisory => "ADVISORY",
-            Mode::PartialAuto => "PARTIAL_AUTO",
-            Mode::FullAuto => "FULL_AUTO",
-        }
+        Mode::NAMES[self as usize]
     }
 
-    pub(crate) const fn from_index(index: u8) -> Mode {
+    /// The mode of `index` (`mode as u8`); only its two low bits are read.
+    pub const fn from_index(index: u8) -> Mode {
         match index & 3 {
             0 => Mode::Shadow,
             1 => Mode::Advisory,
@@ -75,7 +69,7 @@ impl Mode {
                 error: ParseError {
                     kind: "mode",
                     input: value.to_string_lossy().into_owned(),
-                    expected: &MODE_NAMES,
+                    expected: &Mode::NAMES,
                 },
             }),
             Ok(value) => value.parse().map_err(|error| ModeEnvError {
@@ -97,18 +91,20 @@ impl FromStr for Mode {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let table = Mode::ALL.map(|m| (m.as_str(), m));
-        parse_name(s, &table, "mode", &MODE_NAMES)
+        parse_name(s, &table, "mode", &Mode::NAMES)
     }
 }
 
-impl Serialize for Mode {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+#[cfg(feature = "serde")]
+impl serde::Serialize for Mode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
     }
 }
 
-impl<'de> Deserialize<'de> for Mode {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Mode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
     }
@@ -226,8 +222,10 @@ impl fmt::Display for ModeSet {
     }
 }
 
-impl Serialize for ModeSet {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+#[cfg(feature = "serde")]
+impl serde::Serialize for ModeSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
         let mut seq = serializer.serialize_seq(Some(self.len()))?;
         for mode in self.iter() {
             seq.serialize_element(&mode)?;
@@ -236,9 +234,10 @@ impl Serialize for ModeSet {
     }
 }
 
-impl<'de> Deserialize<'de> for ModeSet {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let modes = Vec::<Mode>::deserialize(deserializer)?;
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for ModeSet {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let modes = <Vec<Mode> as serde::Deserialize>::deserialize(deserializer)?;
         Ok(modes.into_iter().collect())
     }
 }

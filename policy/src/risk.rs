@@ -3,8 +3,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
 /// How much damage a tool can do, ordered `READ_ONLY < PROPOSE_ONLY < LOW_WRITE < HIGH_WRITE`.
 ///
 /// `Display` and `Serialize` use the exact names (`"HIGH_WRITE"`); `FromStr` and `Deserialize` also
@@ -31,14 +29,12 @@ impl Risk {
         Risk::HighWrite,
     ];
 
+    /// The exact names, lowest first: the only place they are written.
+    pub const NAMES: [&'static str; 4] = ["READ_ONLY", "PROPOSE_ONLY", "LOW_WRITE", "HIGH_WRITE"];
+
     /// The exact name, e.g. `"HIGH_WRITE"`.
     pub const fn as_str(self) -> &'static str {
-        match self {
-            Risk::ReadOnly => "READ_ONLY",
-            Risk::ProposeOnly => "PROPOSE_ONLY",
-            Risk::LowWrite => "LOW_WRITE",
-            Risk::HighWrite => "HIGH_WRITE",
-        }
+        Risk::NAMES[self as usize]
     }
 
     /// Whether a tool of this risk changes state (LOW_WRITE and HIGH_WRITE).
@@ -104,25 +100,25 @@ pub(crate) fn parse_name<T: Copy>(
     }
 }
 
-const RISK_NAMES: [&str; 4] = ["READ_ONLY", "PROPOSE_ONLY", "LOW_WRITE", "HIGH_WRITE"];
-
 impl FromStr for Risk {
     type Err = ParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let table = Risk::ALL.map(|r| (r.as_str(), r));
-        parse_name(s, &table, "risk level", &RISK_NAMES)
+        parse_name(s, &table, "risk level", &Risk::NAMES)
     }
 }
 
-impl Serialize for Risk {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+#[cfg(feature = "serde")]
+impl serde::Serialize for Risk {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
     }
 }
 
-impl<'de> Deserialize<'de> for Risk {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Risk {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
     }

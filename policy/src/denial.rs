@@ -1,0 +1,92 @@
+//! The stable codes of every refusal.
+
+use std::fmt;
+
+/// Why a call was refused: one stable code per reason.
+///
+/// Compare with the enum or with the code's text: `assert_eq!(denied.code(), "MODE_NOT_ALLOWED")`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DenialCode {
+    /// `NO_GATE`: the tool was called outside every gate.
+    NoGate,
+    /// `DENY_LISTED`: a deny rule of the gate matches the tool.
+    DenyListed,
+    /// `MODE_NOT_ALLOWED`: the current mode is not among the tool's allowed modes.
+    ModeNotAllowed,
+    /// `ABOVE_CEILING`: the call's risk is above the current mode's ceiling.
+    AboveCeiling,
+    /// `APPROVAL_REQUIRED`: the call needs an approval and the gate has no approver.
+    ApprovalRequired,
+    /// `APPROVAL_REJECTED`: the approver rejected the call, or failed to answer.
+    ApprovalRejected,
+    /// `UNREGISTERED_TOOL`: the tool is not in the registry the gate was built from.
+    UnregisteredTool,
+    /// `AUDIT_UNAVAILABLE`: the gate's audit sink could not record the call, so it did not run.
+    AuditUnavailable,
+    /// `APPROVAL_EXPIRED`: the two-step approval for this call expired before the call came back.
+    ApprovalExpired,
+    /// `APPROVAL_MISMATCH`: an approval is pending for this tool, but for other arguments.
+    ApprovalMismatch,
+    /// `APPROVAL_REUSED`: the approval for this call was already used; an approval runs a call once.
+    ApprovalReused,
+}
+
+impl DenialCode {
+    /// Every code.
+    pub const ALL: [DenialCode; 11] = [
+        DenialCode::NoGate,
+        DenialCode::DenyListed,
+        DenialCode::ModeNotAllowed,
+        DenialCode::AboveCeiling,
+        DenialCode::ApprovalRequired,
+        DenialCode::ApprovalRejected,
+        DenialCode::UnregisteredTool,
+        DenialCode::AuditUnavailable,
+        DenialCode::ApprovalExpired,
+        DenialCode::ApprovalMismatch,
+        DenialCode::ApprovalReused,
+    ];
+
+    /// The stable SCREAMING_SNAKE code.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DenialCode::NoGate => "NO_GATE",
+            DenialCode::DenyListed => "DENY_LISTED",
+            DenialCode::ModeNotAllowed => "MODE_NOT_ALLOWED",
+            DenialCode::AboveCeiling => "ABOVE_CEILING",
+            DenialCode::ApprovalRequired => "APPROVAL_REQUIRED",
+            DenialCode::ApprovalRejected => "APPROVAL_REJECTED",
+            DenialCode::UnregisteredTool => "UNREGISTERED_TOOL",
+            DenialCode::AuditUnavailable => "AUDIT_UNAVAILABLE",
+            DenialCode::ApprovalExpired => "APPROVAL_EXPIRED",
+            DenialCode::ApprovalMismatch => "APPROVAL_MISMATCH",
+            DenialCode::ApprovalReused => "APPROVAL_REUSED",
+        }
+    }
+}
+
+impl fmt::Display for DenialCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for DenialCode {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for DenialCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for DenialCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
