@@ -2,9 +2,12 @@
 //! `.cargo/mutants.toml`): each pins a behaviour of `policy`, `gate`, `scope`, `two_step` or `approval`
 //! that no other test pinned, so that changing it fails a test.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::serial;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, ApproveError, DenialCode, Denied, DenyRuleError,
@@ -121,6 +124,7 @@ fn a_refusal_record_has_the_declared_and_the_effective_risk() {
 
 #[test]
 fn an_approving_approver_runs_the_call() {
+    let _serial = serial();
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .approver(AllowAllApprover)
@@ -243,6 +247,7 @@ fn approve_errors_say_what_went_wrong() {
 /// forgotten: its token is unknown, and the call asks anew.
 #[test]
 fn an_expired_request_is_forgotten_one_time_to_live_later() {
+    let _serial = serial();
     const TTL: Duration = Duration::from_millis(300);
     let gate = Gate::builder()
         .mode(Mode::FullAuto)

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::definition::{self, Visibility};
 use crate::by_name::CallError;
 use crate::gate::Gate;
-use crate::manifest::ToolManifest;
+use crate::registry::ToolManifest;
 use crate::registry::{Tool, registry};
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;

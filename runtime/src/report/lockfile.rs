@@ -62,9 +62,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::manifest::ToolManifest;
 use crate::policy::ModeSet;
 use crate::policy::Risk;
+use crate::registry::ToolManifest;
 use crate::registry::manifests;
 
 /// The environment variable that [`check`] and [`check_manifests`] read: `overwrite` rewrites the

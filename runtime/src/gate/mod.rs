@@ -4,25 +4,28 @@
 //! the tool's registry slot. Deciding a call then reads the mode and one table cell: no allocation, no
 //! hashing, no lock. Only a call that needs an approval, or is refused, leaves that path.
 
+pub(crate) mod ambient;
+pub(crate) mod call;
+pub(crate) mod decide;
+pub(crate) mod denied;
+pub(crate) mod denylist;
+pub(crate) mod permit;
+
 use std::borrow::Cow;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::approval::{Approval, ApprovalRequest, Approver};
+use crate::approval::Approver;
+use crate::approval::two_step::{ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
-use crate::call::{Arguments, CallInfo, EffectiveRisk};
-use crate::denied::Denied;
-use crate::denylist::{DenyRule, DenyRuleError};
-use crate::manifest::ToolManifest;
+use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::policy::DenialCode;
 use crate::policy::Mode;
 use crate::policy::{self, Facts, Verdict};
-use crate::registry::{RegistryError, ToolEntry, registry};
-use crate::scope::{self, Scoped};
-use crate::two_step::{self, ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL, Lookup};
+use crate::registry::ToolManifest;
+use crate::registry::{RegistryError, registry};
 
 /// Decides every call of every `#[tool]`.
 ///
@@ -42,24 +45,24 @@ use crate::two_step::{self, ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL, L
 /// ```
 #[derive(Clone)]
 pub struct Gate {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
-    id: u64,
-    mode: AtomicU8,
+pub(super) struct Inner {
+    pub(super) id: u64,
+    pub(super) mode: AtomicU8,
     /// Per registry slot, the verdict in each mode (indexed by `Mode as usize`).
-    verdicts: Box<[[Verdict; 4]]>,
+    pub(super) verdicts: Box<[[Verdict; 4]]>,
     /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write.
-    allowed_outright: Box<[u8]>,
+    pub(super) allowed_outright: Box<[u8]>,
     /// Per registry slot, the index of the first deny rule matching the tool.
-    deny_rule_of: Box<[Option<u32>]>,
-    deny_rules: Box<[Arc<str>]>,
-    approver: Option<Box<dyn Approver>>,
-    two_step: Option<Mutex<ApprovalStore>>,
-    audit: Option<Arc<dyn AuditSink>>,
-    agent: Option<Arc<str>>,
-    calls: AtomicU64,
+    pub(super) deny_rule_of: Box<[Option<u32>]>,
+    pub(super) deny_rules: Box<[Arc<str>]>,
+    pub(super) approver: Option<Box<dyn Approver>>,
+    pub(super) two_step: Option<Mutex<ApprovalStore>>,
+    pub(super) audit: Option<Arc<dyn AuditSink>>,
+    pub(super) agent: Option<Arc<str>>,
+    pub(super) calls: AtomicU64,
 }
 
 impl Gate {
@@ -167,256 +170,11 @@ impl Gate {
         self.inner.agent.as_deref()
     }
 
-    /// Runs `f` with this gate as the ambient gate of the current thread: the tools `f` calls are decided
-    /// by it (and by every gate entered around it).
-    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _entered = scope::enter(self.clone());
-        f()
-    }
-
-    /// Wraps a future so that this gate is the ambient gate whenever it is polled, on whatever thread and
-    /// executor polls it.
-    pub fn scope<F: Future>(&self, future: F) -> Scoped<F> {
-        Scoped::new(self.clone(), future)
-    }
-
     /// What this gate would decide for the tool with `manifest`'s id in the current mode, before any
     /// approver is asked; `None` when no such tool is linked.
     pub fn verdict(&self, manifest: &ToolManifest) -> Option<Verdict> {
         let entry = registry().entry(manifest.id)?;
         Some(self.table_verdict(entry).1)
-    }
-
-    /// Whether the table allows `entry` outright in the current mode, with no record to write.
-    #[inline]
-    pub(crate) fn allows_unaudited(&self, entry: &'static ToolEntry) -> bool {
-        let inner = &*self.inner;
-        let mode = inner.mode.load(Ordering::Acquire) & 3;
-        let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        matches!(inner.allowed_outright.get(slot), Some(bits) if bits >> mode & 1 == 1)
-    }
-
-    #[inline]
-    pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
-        let inner = &*self.inner;
-        let mode = Mode::from_index(inner.mode.load(Ordering::Acquire));
-        let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let verdict = match inner.verdicts.get(slot) {
-            Some(row) => row[mode as usize],
-            None => Verdict::Refuse(DenialCode::UnregisteredTool),
-        };
-        (mode, verdict)
-    }
-
-    #[cold]
-    pub(crate) fn refusal(
-        &self,
-        entry: &'static ToolEntry,
-        mode: Mode,
-        code: DenialCode,
-    ) -> Denied {
-        let manifest = &entry.manifest;
-        let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
-        let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        // Deny trumps every other verdict, so a tool with a rule is refused DENY_LISTED: the rule is
-        // the detail.
-        match self.inner.deny_rule_of.get(slot).copied().flatten() {
-            Some(rule) => denied.with_detail(self.inner.deny_rules[rule as usize].clone()),
-            None => denied,
-        }
-    }
-
-    /// The verdict for a call judged at `risk` in the current mode.
-    fn verdict_at(&self, entry: &'static ToolEntry, risk: EffectiveRisk) -> (Mode, Verdict) {
-        let mode = self.mode();
-        (mode, self.verdict_in(entry, risk, mode))
-    }
-
-    /// The verdict for a call judged at `risk` in `mode`: the precomputed one at the declared risk,
-    /// else worked out now.
-    fn verdict_in(&self, entry: &'static ToolEntry, risk: EffectiveRisk, mode: Mode) -> Verdict {
-        let manifest = &entry.manifest;
-        let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        if risk.get() == manifest.risk_level {
-            return match self.inner.verdicts.get(slot) {
-                Some(row) => row[mode as usize],
-                None => Verdict::Refuse(DenialCode::UnregisteredTool),
-            };
-        }
-        let Some(rule) = self.inner.deny_rule_of.get(slot) else {
-            return Verdict::Refuse(DenialCode::UnregisteredTool);
-        };
-        // NeedsApproval with no approval path is refused by `approval`, as the table does at build.
-        policy::decide(Facts {
-            risk: risk.get(),
-            allowed_modes: manifest.allowed_modes,
-            mode,
-            deny_listed: rule.is_some(),
-        })
-    }
-
-    /// The last word before a body runs: the gate's mode now, against a call it decided in `decided`.
-    ///
-    /// The mode may have been lowered since the decision, while an approver thought, an argument was
-    /// serialized or a record was written; a call whose decision completes after `lower` returns must
-    /// not run at the old mode. The mode only goes down, so an unchanged mode is the decision itself;
-    /// a lower one lets the call run only if it is allowed there outright.
-    pub(crate) fn recheck(
-        &self,
-        entry: &'static ToolEntry,
-        decided: Mode,
-        risk: EffectiveRisk,
-    ) -> Result<(), Denied> {
-        let now = self.mode();
-        if now == decided {
-            return Ok(());
-        }
-        let code = match self.verdict_in(entry, risk, now) {
-            Verdict::Allow => return Ok(()),
-            Verdict::Refuse(code) => code,
-            Verdict::NeedsApproval => DenialCode::ApprovalRequired,
-        };
-        Err(self.refusal(entry, now, code).with_risk(risk.get()))
-    }
-
-    /// Decides one call in full: policy, then approval; records a refusal where the gate audits.
-    #[cold]
-    pub(crate) fn decide(
-        &self,
-        entry: &'static ToolEntry,
-        risk: EffectiveRisk,
-        arguments: &mut LazyArguments<'_>,
-    ) -> Result<(Mode, Decision), Denied> {
-        let result = match self.verdict_at(entry, risk) {
-            (mode, Verdict::Allow) => Ok((mode, Decision::Allowed)),
-            (mode, Verdict::Refuse(code)) => Err(self.refusal(entry, mode, code)),
-            (mode, Verdict::NeedsApproval) => self.approval(entry, mode, risk, arguments),
-        };
-        result.map_err(|denied| {
-            let denied = denied.with_risk(risk.get());
-            self.record_refusal(entry, &denied, arguments);
-            denied
-        })
-    }
-
-    fn approval(
-        &self,
-        entry: &'static ToolEntry,
-        mode: Mode,
-        risk: EffectiveRisk,
-        arguments: &mut LazyArguments<'_>,
-    ) -> Result<(Mode, Decision), Denied> {
-        let manifest = &entry.manifest;
-        let refused = |code| Denied::new(code, manifest, risk.get(), Some(mode));
-        if let Some(approver) = self.inner.approver.as_deref() {
-            let digest = arguments.get().map(|a| a.digest.as_str());
-            let request = ApprovalRequest {
-                tool: manifest,
-                mode,
-                risk: risk.get(),
-                arguments_digest: digest,
-            };
-            let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
-                .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
-            return match answer {
-                Approval::Reject(reason) if reason.trim().is_empty() => {
-                    Err(refused(DenialCode::ApprovalRejected))
-                }
-                Approval::Reject(reason) => {
-                    Err(refused(DenialCode::ApprovalRejected).with_detail(reason.into()))
-                }
-                // A mode lowered while the approver thought is caught by the re-check before the body.
-                Approval::Approve => Ok((mode, Decision::Approved)),
-            };
-        }
-        let Some(store) = &self.inner.two_step else {
-            return Err(refused(DenialCode::ApprovalRequired));
-        };
-        let Some((digest, shown)) = arguments
-            .get()
-            .and_then(|a| Some((a.binding.clone()?, a.digest.clone())))
-        else {
-            return Err(refused(DenialCode::ApprovalRequired).with_detail(
-                "a two-step approval is bound to the call's arguments (and a method's receiver), \
-                 and this tool's are not serializable"
-                    .into(),
-            ));
-        };
-        let binding = two_step::binding(manifest.id, digest, shown, risk.get());
-        match lock(store).lookup(binding, Instant::now()) {
-            Lookup::Approved => Ok((mode, Decision::Approved)),
-            Lookup::Refused(code, Some(token)) => Err(refused(code).with_approval_token(token)),
-            Lookup::Refused(code, None) => Err(refused(code)),
-        }
-    }
-
-    pub(crate) fn record_refusal(
-        &self,
-        entry: &'static ToolEntry,
-        denied: &Denied,
-        arguments: &mut LazyArguments<'_>,
-    ) {
-        if self.inner.audit.is_none() {
-            return;
-        }
-        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let mode = denied.mode().unwrap_or_else(|| self.mode());
-        let record = AuditRecord {
-            arguments_digest: arguments.get().map(|a| a.digest.clone()),
-            code: Some(Cow::Borrowed(denied.code().as_str())),
-            decision: Some(Decision::Refused),
-            declared_risk: Some(entry.manifest.risk_level),
-            effective_risk: Some(denied.risk()),
-            message: Some(denied.to_string()),
-            ..self.record(Stage::Refused, Cow::Borrowed(entry.manifest.id), mode, call)
-        };
-        self.write_after_the_fact(&record);
-    }
-
-    /// Writes the `enter` record of an allowed call; the body may run only if this succeeds.
-    pub(crate) fn record_enter(
-        &self,
-        entry: &'static ToolEntry,
-        mode: Mode,
-        decision: Decision,
-        risk: EffectiveRisk,
-        call_info: &CallInfo<'_>,
-        arguments: &mut LazyArguments<'_>,
-    ) -> Result<Option<crate::permit::Exit>, Denied> {
-        let Some(sink) = &self.inner.audit else {
-            return Ok(None);
-        };
-        let manifest = &entry.manifest;
-        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let args = arguments.get();
-        let record = AuditRecord {
-            arguments: args
-                .filter(|_| call_info.record_arguments)
-                .map(|a| a.json.clone()),
-            arguments_digest: args.map(|a| a.digest.clone()),
-            decision: Some(decision),
-            declared_risk: Some(manifest.risk_level),
-            effective_risk: Some(risk.get()),
-            ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
-        };
-        match sink.record(&record) {
-            Ok(()) => Ok(Some(crate::permit::Exit {
-                gate: self.clone(),
-                tool: manifest,
-                call,
-                started: Instant::now(),
-                risk: risk.get(),
-                mode,
-                arguments_digest: record.arguments_digest,
-            })),
-            Err(error) => Err(Denied::new(
-                DenialCode::AuditUnavailable,
-                manifest,
-                risk.get(),
-                Some(mode),
-            )
-            .with_detail(error.to_string().into())),
-        }
     }
 
     pub(crate) fn audits(&self) -> bool {
@@ -438,7 +196,7 @@ impl Gate {
                 .as_deref()
                 .map(|a| Cow::Owned(a.to_owned())),
             call,
-            manifest_digest: Cow::Borrowed(crate::report::manifest_digest()),
+            manifest_digest: Cow::Borrowed(crate::registry::digest::manifest_digest()),
             ..AuditRecord::new(stage, tool, mode, self.inner.id)
         }
     }
@@ -454,32 +212,11 @@ impl Gate {
     }
 }
 
-fn lock(store: &Mutex<ApprovalStore>) -> std::sync::MutexGuard<'_, ApprovalStore> {
+pub(super) fn lock(store: &Mutex<ApprovalStore>) -> std::sync::MutexGuard<'_, ApprovalStore> {
     // A panic while holding the lock leaves the store consistent (every update is one assignment).
     store
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A call's arguments, written once at the first need.
-pub(crate) struct LazyArguments<'a> {
-    call: &'a CallInfo<'a>,
-    written: Option<Option<Arguments>>,
-}
-
-impl<'a> LazyArguments<'a> {
-    pub(crate) fn new(call: &'a CallInfo<'a>) -> LazyArguments<'a> {
-        LazyArguments {
-            call,
-            written: None,
-        }
-    }
-
-    pub(crate) fn get(&mut self) -> Option<&Arguments> {
-        self.written
-            .get_or_insert_with(|| self.call.arguments())
-            .as_ref()
-    }
 }
 
 // A panic anywhere (a tool body, an approver, a sink) leaves a gate consistent: its state is atomics and a

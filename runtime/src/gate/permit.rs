@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
-use crate::manifest::ToolManifest;
 use crate::policy::Mode;
 use crate::policy::Risk;
+use crate::registry::ToolManifest;
 
 /// Proof that a call was decided and allowed; generated code holds it for the length of the body.
 #[doc(hidden)]
@@ -109,7 +109,7 @@ impl Permit {
 
 /// Closes the `enter` records of a call refused after they were written: the body never ran.
 #[cold]
-pub(crate) fn close_refused(exits: Vec<Exit>, denied: &crate::denied::Denied) {
+pub(crate) fn close_refused(exits: Vec<Exit>, denied: &crate::gate::denied::Denied) {
     for exit in exits {
         let record = AuditRecord {
             arguments_digest: exit.arguments_digest,

@@ -6,8 +6,8 @@
 use std::marker::PhantomData;
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
+use crate::canonical::sha256_hex;
 use crate::policy::Risk;
 
 /// The per-call facts generated code passes to the gate.
@@ -144,43 +144,10 @@ impl<T: Serialize> ToJson for T {
         if out[start..].contains(&b'{') {
             let value: serde_json::Value = serde_json::from_slice(&out[start..])?;
             out.truncate(start);
-            write_sorted(&value, out)?;
+            crate::canonical::write(&value, out);
         }
         Ok(())
     }
-}
-
-/// `value` as JSON with the keys of every object in byte order, whatever order its map keeps.
-fn write_sorted(value: &serde_json::Value, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (key, value)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, key)?;
-                out.push(b':');
-                write_sorted(value, out)?;
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_sorted(item, out)?;
-            }
-            out.push(b']');
-        }
-        scalar => serde_json::to_writer(&mut *out, scalar)?,
-    }
-    Ok(())
 }
 
 /// Wraps a value so that generated code can ask whether it is serializable, without a bound on it.
@@ -274,16 +241,6 @@ impl<T> OpaqueOutput<T> for OutputOf<T> {
 fn json_digest<T: Serialize>(value: &T) -> Option<String> {
     let json = serde_json::to_vec(value).ok()?;
     Some(sha256_hex(&json))
-}
-
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        use std::fmt::Write;
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
 }
 
 // The double reference is what picks the serializable or the opaque path: it is the thing under test.

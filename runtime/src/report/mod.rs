@@ -33,16 +33,15 @@
 //! digest can be recomputed from `report::json_compact` output outside Rust. It covers `source.line`:
 //! moving a tool within its file changes the digest, as the record should then point at the new line.
 
+pub mod lockfile;
+
 use std::borrow::Borrow;
 use std::fmt::{self, Write as _};
 use std::io::{self, Write as _};
 use std::str::FromStr;
-use std::sync::OnceLock;
 
-use serde_json::Value;
-use sha2::{Digest, Sha256};
-
-use crate::manifest::ToolManifest;
+use crate::registry::ToolManifest;
+pub use crate::registry::digest::{canonical_json, digest_of, manifest_digest};
 use crate::registry::manifests;
 
 /// A report format: `json` (pretty), `md` (a Markdown table) or `csv`.
@@ -282,90 +281,4 @@ where
         out.push_str("\r\n");
     }
     out
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        // Sorted here rather than trusting `Map`'s order: a dependency that enables serde_json's
-        // `preserve_order` anywhere in the build would otherwise change every digest.
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(item, out);
-            }
-            out.push('}');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-fn canonical_one(manifest: &ToolManifest) -> String {
-    let value = serde_json::to_value(manifest).expect("a manifest serializes");
-    let mut out = String::new();
-    write_canonical(&value, &mut out);
-    out
-}
-
-/// The canonical JSON text of `manifests` that [`digest_of`] hashes: see [the module
-/// documentation](self#the-manifest-digest).
-pub fn canonical_json<I>(manifests: I) -> String
-where
-    I: IntoIterator,
-    I::Item: Borrow<ToolManifest>,
-{
-    let mut items: Vec<(&'static str, String)> = manifests
-        .into_iter()
-        .map(|m| {
-            let m = m.borrow();
-            (m.id, canonical_one(m))
-        })
-        .collect();
-    items.sort_unstable();
-    let mut out = String::from("[");
-    for (i, (_, text)) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(text);
-    }
-    out.push(']');
-    out
-}
-
-/// The lowercase hex SHA-256 of [`canonical_json`]`(manifests)`: 64 characters, the same for the same
-/// set of manifests in any order.
-pub fn digest_of<I>(manifests: I) -> String
-where
-    I: IntoIterator,
-    I::Item: Borrow<ToolManifest>,
-{
-    let hash = Sha256::digest(canonical_json(manifests).as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in hash.iter() {
-        write!(hex, "{byte:02x}").expect("writing to a String");
-    }
-    hex
-}
-
-/// [`digest_of`] every linked tool, computed on first use and cached for the life of the process.
-pub fn manifest_digest() -> &'static str {
-    static DIGEST: OnceLock<String> = OnceLock::new();
-    DIGEST.get_or_init(|| digest_of(manifests()))
 }

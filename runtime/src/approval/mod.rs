@@ -1,10 +1,13 @@
-//! Approvals: who says yes to a call whose risk needs it (HIGH_WRITE).
+//! Approvals: who says yes to a call whose risk needs it (HIGH_WRITE), now ([`Approver`]) or later
+//! ([`two_step`]).
+
+pub mod two_step;
 
 use std::fmt;
 
-use crate::manifest::ToolManifest;
 use crate::policy::Mode;
 use crate::policy::Risk;
+use crate::registry::ToolManifest;
 
 /// What an approver is asked.
 #[derive(Debug, Clone, Copy)]

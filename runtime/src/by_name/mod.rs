@@ -4,6 +4,8 @@
 //! time (unknown keys refused, see `params`), and a call of the same gated function, so a call by name passes the same gate, deny list, approvals and
 //! audit as a direct call. There is one decision path, not two.
 
+pub(crate) mod params;
+
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::pin::Pin;
@@ -13,10 +15,10 @@ use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::denied::Denied;
+use crate::by_name::params::Param;
 use crate::gate::Gate;
-use crate::params::Param;
-use crate::registry::{Registry, ToolEntry};
+use crate::gate::denied::Denied;
+use crate::registry::{Registry, Tool, ToolEntry};
 
 /// What a callable tool adds to its registration: its adapter, its parameters and its output schema.
 #[doc(hidden)]
@@ -29,6 +31,24 @@ pub struct Callable {
 impl fmt::Debug for Callable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Callable")
+    }
+}
+
+/// The adapter a `callable` tool registered, read back from the registry, which keeps it untyped.
+fn callable(entry: &'static ToolEntry) -> Option<&'static Callable> {
+    entry.callable?.downcast_ref::<Callable>()
+}
+
+impl Tool {
+    /// The JSON Schema (draft 2020-12) of the tool's arguments: an object that admits exactly its
+    /// parameters. `None` for a tool that is not `callable`.
+    pub fn input_schema(&self) -> Option<Value> {
+        callable(self.entry).map(|c| params::input_schema(c.params))
+    }
+
+    /// The JSON Schema of the tool's result, where its type has one.
+    pub fn output_schema(&self) -> Option<Value> {
+        callable(self.entry).and_then(|c| (c.output_schema)())
     }
 }
 
@@ -211,7 +231,7 @@ impl Registry {
         let Some(entry) = self.entry(id) else {
             return CallFuture::ready(Err(CallError::UnknownTool { id: id.to_owned() }));
         };
-        match entry.callable {
+        match callable(entry) {
             Some(callable) => (callable.invoke)(gate, arguments),
             None => CallFuture::ready(Err(CallError::NotCallable {
                 id: entry.manifest.id,

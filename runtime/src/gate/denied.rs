@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use crate::manifest::ToolManifest;
 use crate::policy::{self, DenialCode, Mode, Risk};
+use crate::registry::ToolManifest;
 
 /// A call the gate refused; the tool's body did not run.
 ///

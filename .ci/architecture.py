@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Checks the rules of ARCHITECTURE.md over the source: which crate and module may import which.
+
+    python3 .ci/architecture.py            prints the runtime's module graph, then any rule it breaks
+
+Exits 1 when a rule is broken. It reads `use` lines and `crate::` paths as text, which is enough for a
+code base whose imports name their modules in full (`crate::gate::permit::Permit`); test modules
+(`#[cfg(test)]` to the end of the file) are left out.
+"""
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIME = ROOT / "runtime" / "src"
+
+# The runtime's parts, lowest first: a part may import only parts of a lower rank (and itself).
+RANKS = {
+    "canonical": 0,
+    "registry": 1,
+    "approval": 2,
+    "audit": 2,
+    "gate": 3,
+    "by_name": 4,
+    "report": 4,
+    "mcp": 5,
+    "cli": 5,
+}
+# Crates that only the top of the runtime may import, and where.
+TRANSPORTS = {"rmcp": "mcp", "clap": "cli"}
+
+problems = []
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(RUNTIME).with_suffix("").parts)
+    if parts[-1] in ("mod", "lib"):
+        parts.pop()
+    return "::".join(parts)
+
+
+def code_of(path: Path) -> str:
+    text = path.read_text()
+    cut = re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod \w+", text, re.M)
+    text = text[: cut.start()] if cut else text
+    # Comments and doc comments name modules without importing them.
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def known(path: str, modules: set) -> str:
+    """The longest known module that `path` (a::b::Item) lies in."""
+    parts = path.split("::")
+    for n in range(len(parts), 0, -1):
+        candidate = "::".join(parts[:n])
+        if candidate in modules:
+            return candidate
+    return ""
+
+
+def runtime_graph():
+    files = sorted(RUNTIME.rglob("*.rs"))
+    modules = {module_of(f) for f in files}
+    edges = {}
+    for f in files:
+        here = module_of(f)
+        code = code_of(f)
+        targets = set()
+        for m in re.finditer(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[A-Za-z_][A-Za-z0-9_]*)", code):
+            target = known(m.group(1), modules)
+            if target and target != here:
+                targets.add(target)
+        for m in re.finditer(r"\buse super::((?:[a-z_][a-z0-9_]*::)*[A-Za-z_][A-Za-z0-9_{]*)", code):
+            parent = here.rsplit("::", 1)[0] if "::" in here else ""
+            target = known(f"{parent}::{m.group(1)}" if parent else m.group(1), modules)
+            if target and target != here:
+                targets.add(target)
+        # A parent's relative paths into its own children (`pub use record::AuditRecord;`).
+        children = re.findall(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod ([a-z_][a-z0-9_]*)\s*;", code, re.M)
+        for child in children:
+            body = re.sub(rf"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod {child}\s*;", "", code, flags=re.M)
+            if re.search(rf"(?<![:\w]){child}::", body):
+                targets.add(f"{here}::{child}" if here else child)
+        for crate_name, home in TRANSPORTS.items():
+            if re.search(rf"\b{crate_name}::", code) and here.split("::")[0] != home and here != "":
+                problems.append(f"runtime `{here}` uses `{crate_name}`: only `{home}` may")
+        edges[here] = targets
+    return edges
+
+
+def check_parts(edges):
+    for source, targets in edges.items():
+        if source == "":
+            continue  # lib.rs: the root re-exports every part
+        part = source.split("::")[0]
+        for target in targets:
+            other = target.split("::")[0]
+            if target == "":
+                problems.append(f"`{source}` imports the crate root: import the module that defines it")
+            elif other != part and RANKS[other] >= RANKS[part]:
+                problems.append(f"`{source}` imports `{target}`: {part} may not import {other}")
+
+
+def check_cycles(edges):
+    state = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == "open":
+                cycle = stack[stack.index(target):] + [target]
+                problems.append("module cycle: " + " -> ".join(cycle))
+            elif target not in state:
+                visit(target, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [])
+
+
+def dependencies(manifest: Path) -> set:
+    data = tomllib.loads(manifest.read_text())
+    return set(data.get("dependencies", {}))
+
+
+def check_crates():
+    policy = dependencies(ROOT / "policy" / "Cargo.toml")
+    optional = tomllib.loads((ROOT / "policy" / "Cargo.toml").read_text())["dependencies"]
+    for name in policy:
+        if not (isinstance(optional[name], dict) and optional[name].get("optional")):
+            problems.append(f"toolgate-policy depends on `{name}`: it may depend on nothing but optional serde and clap")
+    for path in (ROOT / "policy" / "src").rglob("*.rs"):
+        code = code_of(path)
+        if re.search(r"\btoolgate", code):
+            problems.append(f"{path.relative_to(ROOT)} names another toolgate crate")
+        if re.search(r"\bclap::", code) and path.name != "clap.rs":
+            problems.append(f"{path.relative_to(ROOT)} uses clap outside clap.rs")
+    macros = dependencies(ROOT / "macros" / "Cargo.toml")
+    extra = macros - {"syn", "quote", "proc-macro2", "toolgate-policy"}
+    if extra:
+        problems.append(f"toolgate-macros depends on {sorted(extra)}: only syn, quote, proc-macro2 and toolgate-policy")
+
+
+def main():
+    edges = runtime_graph()
+    for source in sorted(edges):
+        targets = ", ".join(sorted(edges[source])) or "-"
+        print(f"{source or '(root)'} -> {targets}")
+    check_parts(edges)
+    check_cycles(edges)
+    check_crates()
+    if problems:
+        print()
+        for problem in problems:
+            print("BROKEN:", problem)
+        sys.exit(1)
+    print("\nno rule of ARCHITECTURE.md is broken")
+
+
+main()

@@ -1,0 +1,567 @@
+//! Deciding a call: the one place where a call is allowed or refused, and the only producer of
+//! refusals.
+//!
+//! A call is decided against every gate around it (the ambient gates, outermost first, and the tool's
+//! `&Gate` argument), each in the order of the policy (deny list, allowed modes, ceiling, approval), then
+//! each gate writes its `enter` record, then every gate's mode is read once more: that re-check is the
+//! last thing before the body. The common case, one gate that keeps no record and whose table allows the
+//! call, is one inlined bit test ([`allows`]).
+
+use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::approval::two_step::{self, Lookup};
+use crate::approval::{Approval, ApprovalRequest};
+use crate::audit::{AuditRecord, Decision, Stage};
+use crate::gate::ambient::STACK;
+use crate::gate::call::{Arguments, CallInfo, EffectiveRisk};
+use crate::gate::denied::Denied;
+use crate::gate::permit::{Exit, Permit, close_refused};
+use crate::gate::{Gate, lock};
+use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
+use crate::registry::ToolEntry;
+
+impl Gate {
+    /// Whether the table allows `entry` outright in the current mode, with no record to write.
+    #[inline]
+    pub(crate) fn allows_unaudited(&self, entry: &'static ToolEntry) -> bool {
+        let inner = &*self.inner;
+        let mode = inner.mode.load(Ordering::Acquire) & 3;
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        matches!(inner.allowed_outright.get(slot), Some(bits) if bits >> mode & 1 == 1)
+    }
+
+    #[inline]
+    pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
+        let inner = &*self.inner;
+        let mode = Mode::from_index(inner.mode.load(Ordering::Acquire));
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let verdict = match inner.verdicts.get(slot) {
+            Some(row) => row[mode as usize],
+            None => Verdict::Refuse(DenialCode::UnregisteredTool),
+        };
+        (mode, verdict)
+    }
+
+    #[cold]
+    pub(crate) fn refusal(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        code: DenialCode,
+    ) -> Denied {
+        let manifest = &entry.manifest;
+        let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        // Deny trumps every other verdict, so a tool with a rule is refused DENY_LISTED: the rule is
+        // the detail.
+        match self.inner.deny_rule_of.get(slot).copied().flatten() {
+            Some(rule) => denied.with_detail(self.inner.deny_rules[rule as usize].clone()),
+            None => denied,
+        }
+    }
+
+    /// The verdict for a call judged at `risk` in the current mode.
+    fn verdict_at(&self, entry: &'static ToolEntry, risk: EffectiveRisk) -> (Mode, Verdict) {
+        let mode = self.mode();
+        (mode, self.verdict_in(entry, risk, mode))
+    }
+
+    /// The verdict for a call judged at `risk` in `mode`: the precomputed one at the declared risk,
+    /// else worked out now.
+    fn verdict_in(&self, entry: &'static ToolEntry, risk: EffectiveRisk, mode: Mode) -> Verdict {
+        let manifest = &entry.manifest;
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        if risk.get() == manifest.risk_level {
+            return match self.inner.verdicts.get(slot) {
+                Some(row) => row[mode as usize],
+                None => Verdict::Refuse(DenialCode::UnregisteredTool),
+            };
+        }
+        let Some(rule) = self.inner.deny_rule_of.get(slot) else {
+            return Verdict::Refuse(DenialCode::UnregisteredTool);
+        };
+        // NeedsApproval with no approval path is refused by `approval`, as the table does at build.
+        policy::decide(Facts {
+            risk: risk.get(),
+            allowed_modes: manifest.allowed_modes,
+            mode,
+            deny_listed: rule.is_some(),
+        })
+    }
+
+    /// The last word before a body runs: the gate's mode now, against a call it decided in `decided`.
+    ///
+    /// The mode may have been lowered since the decision, while an approver thought, an argument was
+    /// serialized or a record was written; a call whose decision completes after `lower` returns must
+    /// not run at the old mode. The mode only goes down, so an unchanged mode is the decision itself;
+    /// a lower one lets the call run only if it is allowed there outright.
+    pub(crate) fn recheck(
+        &self,
+        entry: &'static ToolEntry,
+        decided: Mode,
+        risk: EffectiveRisk,
+    ) -> Result<(), Denied> {
+        let now = self.mode();
+        if now == decided {
+            return Ok(());
+        }
+        let code = match self.verdict_in(entry, risk, now) {
+            Verdict::Allow => return Ok(()),
+            Verdict::Refuse(code) => code,
+            Verdict::NeedsApproval => DenialCode::ApprovalRequired,
+        };
+        Err(self.refusal(entry, now, code).with_risk(risk.get()))
+    }
+
+    /// Decides one call in full: policy, then approval; records a refusal where the gate audits.
+    #[cold]
+    pub(crate) fn decide(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        arguments: &mut LazyArguments<'_>,
+    ) -> Result<(Mode, Decision), Denied> {
+        let result = match self.verdict_at(entry, risk) {
+            (mode, Verdict::Allow) => Ok((mode, Decision::Allowed)),
+            (mode, Verdict::Refuse(code)) => Err(self.refusal(entry, mode, code)),
+            (mode, Verdict::NeedsApproval) => self.approval(entry, mode, risk, arguments),
+        };
+        result.map_err(|denied| {
+            let denied = denied.with_risk(risk.get());
+            self.record_refusal(entry, &denied, arguments);
+            denied
+        })
+    }
+
+    fn approval(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        arguments: &mut LazyArguments<'_>,
+    ) -> Result<(Mode, Decision), Denied> {
+        let manifest = &entry.manifest;
+        let refused = |code| Denied::new(code, manifest, risk.get(), Some(mode));
+        if let Some(approver) = self.inner.approver.as_deref() {
+            let digest = arguments.get().map(|a| a.digest.as_str());
+            let request = ApprovalRequest {
+                tool: manifest,
+                mode,
+                risk: risk.get(),
+                arguments_digest: digest,
+            };
+            let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
+                .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
+            return match answer {
+                Approval::Reject(reason) if reason.trim().is_empty() => {
+                    Err(refused(DenialCode::ApprovalRejected))
+                }
+                Approval::Reject(reason) => {
+                    Err(refused(DenialCode::ApprovalRejected).with_detail(reason.into()))
+                }
+                // A mode lowered while the approver thought is caught by the re-check before the body.
+                Approval::Approve => Ok((mode, Decision::Approved)),
+            };
+        }
+        let Some(store) = &self.inner.two_step else {
+            return Err(refused(DenialCode::ApprovalRequired));
+        };
+        let Some((digest, shown)) = arguments
+            .get()
+            .and_then(|a| Some((a.binding.clone()?, a.digest.clone())))
+        else {
+            return Err(refused(DenialCode::ApprovalRequired).with_detail(
+                "a two-step approval is bound to the call's arguments (and a method's receiver), \
+                 and this tool's are not serializable"
+                    .into(),
+            ));
+        };
+        let binding = two_step::binding(manifest.id, digest, shown, risk.get());
+        match lock(store).lookup(binding, Instant::now()) {
+            Lookup::Approved => Ok((mode, Decision::Approved)),
+            Lookup::Refused(code, Some(token)) => Err(refused(code).with_approval_token(token)),
+            Lookup::Refused(code, None) => Err(refused(code)),
+        }
+    }
+
+    pub(crate) fn record_refusal(
+        &self,
+        entry: &'static ToolEntry,
+        denied: &Denied,
+        arguments: &mut LazyArguments<'_>,
+    ) {
+        if self.inner.audit.is_none() {
+            return;
+        }
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let mode = denied.mode().unwrap_or_else(|| self.mode());
+        let record = AuditRecord {
+            arguments_digest: arguments.get().map(|a| a.digest.clone()),
+            code: Some(Cow::Borrowed(denied.code().as_str())),
+            decision: Some(Decision::Refused),
+            declared_risk: Some(entry.manifest.risk_level),
+            effective_risk: Some(denied.risk()),
+            message: Some(denied.to_string()),
+            ..self.record(Stage::Refused, Cow::Borrowed(entry.manifest.id), mode, call)
+        };
+        self.write_after_the_fact(&record);
+    }
+
+    /// Writes the `enter` record of an allowed call; the body may run only if this succeeds.
+    pub(crate) fn record_enter(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        decision: Decision,
+        risk: EffectiveRisk,
+        call_info: &CallInfo<'_>,
+        arguments: &mut LazyArguments<'_>,
+    ) -> Result<Option<crate::gate::permit::Exit>, Denied> {
+        let Some(sink) = &self.inner.audit else {
+            return Ok(None);
+        };
+        let manifest = &entry.manifest;
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let args = arguments.get();
+        let record = AuditRecord {
+            arguments: args
+                .filter(|_| call_info.record_arguments)
+                .map(|a| a.json.clone()),
+            arguments_digest: args.map(|a| a.digest.clone()),
+            decision: Some(decision),
+            declared_risk: Some(manifest.risk_level),
+            effective_risk: Some(risk.get()),
+            ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
+        };
+        match sink.record(&record) {
+            Ok(()) => Ok(Some(crate::gate::permit::Exit {
+                gate: self.clone(),
+                tool: manifest,
+                call,
+                started: Instant::now(),
+                risk: risk.get(),
+                mode,
+                arguments_digest: record.arguments_digest,
+            })),
+            Err(error) => Err(Denied::new(
+                DenialCode::AuditUnavailable,
+                manifest,
+                risk.get(),
+                Some(mode),
+            )
+            .with_detail(error.to_string().into())),
+        }
+    }
+}
+
+/// A call's arguments, written once at the first need.
+pub(crate) struct LazyArguments<'a> {
+    call: &'a CallInfo<'a>,
+    written: Option<Option<Arguments>>,
+}
+
+impl<'a> LazyArguments<'a> {
+    pub(crate) fn new(call: &'a CallInfo<'a>) -> LazyArguments<'a> {
+        LazyArguments {
+            call,
+            written: None,
+        }
+    }
+
+    pub(crate) fn get(&mut self) -> Option<&Arguments> {
+        self.written
+            .get_or_insert_with(|| self.call.arguments())
+            .as_ref()
+    }
+}
+
+/// Whether a call of `entry` runs outright: one gate (the tool's `&Gate` argument, or the one ambient
+/// gate), which keeps no record and whose table allows the call in the current mode. Generated code asks
+/// this first, inlined; everything else (refusals, escalation, approvals, audit records, nested gates)
+/// goes through [`check_not_allowed`].
+#[inline]
+pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) -> bool {
+    STACK
+        .try_with(|stack| {
+            let Ok(stack) = stack.try_borrow() else {
+                return false;
+            };
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) => gate.allows_unaudited(entry),
+                _ => false,
+            }
+        })
+        .unwrap_or(false)
+}
+
+/// Decides a call that [`fast_allows`] did not let through.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_not_allowed(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    match lone_refusal(entry, explicit) {
+        Some((mode, code)) => {
+            let manifest = &entry.manifest;
+            let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
+            crate::by_name::offer_refusal(entry, &denied);
+            Err(denied)
+        }
+        None => check_slow(entry, explicit, call),
+    }
+}
+
+/// The refusal of a lone gate that keeps no record, from its table, when nothing else is to be asked,
+/// written or told (a deny-listed call is told its rule).
+#[inline]
+fn lone_refusal(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Option<(Mode, DenialCode)> {
+    STACK
+        .try_with(|stack| {
+            let stack = stack.try_borrow().ok()?;
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) if !gate.audits() => {
+                    match gate.table_verdict(entry) {
+                        (_, Verdict::Refuse(DenialCode::DenyListed)) => None,
+                        (mode, Verdict::Refuse(code)) => Some((mode, code)),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// Decides a call whose arguments escalated its risk: never from the table of declared risks.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_escalated(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    check_slow(entry, explicit, call)
+}
+
+#[cold]
+#[inline(never)]
+fn check_slow(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    let gates = STACK
+        .try_with(|stack| {
+            let Ok(stack) = stack.try_borrow() else {
+                return Err(no_gate(entry));
+            };
+            match (explicit, stack.as_slice()) {
+                (None, []) => Err(no_gate(entry)),
+                (explicit, ambient) => Ok(distinct(explicit.into_iter().chain(ambient))),
+            }
+        })
+        .unwrap_or_else(|_| Err(no_gate(entry)));
+    // Approvers and sinks run with the stack released, so that they may enter gates themselves.
+    let decided = gates.and_then(|gates| decide_all(entry, &gates, call));
+    if let Err(denied) = &decided {
+        crate::by_name::offer_refusal(entry, denied);
+    }
+    decided
+}
+
+/// Each gate once, outermost first: a gate entered twice, or both entered and passed, decides once.
+#[cold]
+fn distinct<'a>(gates: impl Iterator<Item = &'a Gate>) -> Vec<Gate> {
+    let mut seen: Vec<Gate> = Vec::new();
+    for gate in gates {
+        if !seen.iter().any(|g| g.id() == gate.id()) {
+            seen.push(gate.clone());
+        }
+    }
+    seen
+}
+
+/// Decides a call against every gate around it, outermost first, then writes their `enter` records,
+/// then re-checks every gate's mode: the re-check is the last thing before the body runs, since each
+/// step before it may take time (an approver, an argument's `Serialize`, a slow sink) during which a
+/// gate can be lowered. A refusal at any step is recorded by every gate that took part.
+#[cold]
+fn decide_all(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
+    let mut arguments = LazyArguments::new(call);
+    let mut decisions = Vec::with_capacity(gates.len());
+    for (i, gate) in gates.iter().enumerate() {
+        match gate.decide(entry, risk, &mut arguments) {
+            Ok(decision) => decisions.push(decision),
+            // The refusing gate recorded its refusal; the ones that allowed before it record it too.
+            Err(denied) => {
+                return Err(abandon(
+                    entry,
+                    &gates[..i],
+                    Vec::new(),
+                    denied,
+                    &mut arguments,
+                ));
+            }
+        }
+    }
+    let mut exits = Vec::new();
+    for (i, (gate, &(mode, decision))) in gates.iter().zip(&decisions).enumerate() {
+        match gate.record_enter(entry, mode, decision, risk, call, &mut arguments) {
+            Ok(Some(exit)) => exits.push(exit),
+            Ok(None) => {}
+            // The failing gate's sink is what failed: every other gate records the refusal.
+            Err(denied) => {
+                let others: Vec<Gate> = gates
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .map(|(_, g)| g.clone())
+                    .collect();
+                return Err(abandon(entry, &others, exits, denied, &mut arguments));
+            }
+        }
+    }
+    for (gate, &(mode, _)) in gates.iter().zip(&decisions) {
+        if let Err(denied) = gate.recheck(entry, mode, risk) {
+            return Err(abandon(entry, gates, exits, denied, &mut arguments));
+        }
+    }
+    Ok(Permit::audited(exits))
+}
+
+/// Records a refusal in the log of each of `gates`: an `exit` of outcome `refused` where the gate wrote
+/// the call's `enter`, a `refused` record otherwise. Every `enter` gets its `exit`.
+#[cold]
+fn abandon(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    exits: Vec<Exit>,
+    denied: Denied,
+    arguments: &mut LazyArguments<'_>,
+) -> Denied {
+    for gate in gates {
+        if !exits.iter().any(|exit| exit.gate.id() == gate.id()) {
+            gate.record_refusal(entry, &denied, arguments);
+        }
+    }
+    close_refused(exits, &denied);
+    denied
+}
+
+#[cold]
+fn no_gate(entry: &'static ToolEntry) -> Denied {
+    let manifest = &entry.manifest;
+    Denied::new(DenialCode::NoGate, manifest, manifest.risk_level, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approval::AllowAllApprover;
+    use crate::audit::MemorySink;
+    use crate::policy::Risk;
+    use crate::policy::{Mode, ModeSet};
+    use crate::registry::Registration;
+    use crate::registry::{Source, ToolManifest};
+
+    // Tools over every risk, allowed in every mode, in FULL_AUTO only, or in SHADOW only.
+    macro_rules! tools {
+        ($($name:ident = $id:literal, $risk:ident, $modes:expr;)*) => {
+            $(
+                static $name: ToolEntry = ToolEntry::__new(
+                    ToolManifest::__new(
+                        $id, None, "", Risk::$risk, false, $modes, false, false,
+                        Source { file: file!(), line: line!(), module_path: module_path!() },
+                    ),
+                    None,
+                );
+                inventory::submit! { Registration(&$name) }
+            )*
+            const TOOLS: &[&ToolEntry] = &[$(&$name),*];
+        };
+    }
+
+    tools! {
+        READ_ALL = "scope_test.read_all", ReadOnly, ModeSet::ALL;
+        READ_FULL = "scope_test.read_full", ReadOnly, ModeSet::of(&[Mode::FullAuto]);
+        READ_SHADOW = "scope_test.read_shadow", ReadOnly, ModeSet::of(&[Mode::Shadow]);
+        PROPOSE_ALL = "scope_test.propose_all", ProposeOnly, ModeSet::ALL;
+        PROPOSE_FULL = "scope_test.propose_full", ProposeOnly, ModeSet::of(&[Mode::FullAuto]);
+        LOW_ALL = "scope_test.low_all", LowWrite, ModeSet::ALL;
+        LOW_FULL = "scope_test.low_full", LowWrite, ModeSet::of(&[Mode::FullAuto]);
+        LOW_SHADOW = "scope_test.low_shadow", LowWrite, ModeSet::of(&[Mode::Shadow]);
+        HIGH_ALL = "scope_test.high_all", HighWrite, ModeSet::ALL;
+        HIGH_FULL = "scope_test.high_full", HighWrite, ModeSet::of(&[Mode::FullAuto]);
+    }
+
+    fn gates(mode: Mode) -> Vec<(&'static str, Gate)> {
+        let build = |builder: crate::gate::GateBuilder| builder.mode(mode).build().unwrap();
+        vec![
+            ("plain", build(Gate::builder())),
+            ("audited", build(Gate::builder().audit(MemorySink::new()))),
+            ("deny low", build(Gate::builder().deny("scope_test.low_*"))),
+            (
+                "approver",
+                build(Gate::builder().approver(AllowAllApprover)),
+            ),
+            ("two-step", build(Gate::builder().two_step_approvals())),
+        ]
+    }
+
+    const CALL: CallInfo<'static> = CallInfo {
+        escalated: None,
+        arguments: &[],
+        record_arguments: false,
+    };
+
+    // The inlined check is a cache of the table: it must let through exactly the calls that one gate
+    // keeping no record allows outright, never more (that would skip a refusal or a record) and never
+    // fewer (that would put allowed calls on the slow path).
+    #[test]
+    fn the_inlined_check_lets_through_exactly_what_one_unaudited_gate_allows() {
+        for entry in TOOLS {
+            for mode in Mode::ALL {
+                for (name, gate) in gates(mode) {
+                    let outright =
+                        !gate.audits() && gate.verdict(&entry.manifest) == Some(Verdict::Allow);
+                    let case = format!("{} in {mode} through the {name} gate", entry.manifest.id);
+                    assert_eq!(fast_allows(entry, Some(&gate)), outright, "{case}, passed");
+                    assert_eq!(
+                        gate.run(|| fast_allows(entry, None)),
+                        outright,
+                        "{case}, entered"
+                    );
+                    assert!(!fast_allows(entry, None), "{case}: no gate at all");
+                    let both = gate.run(|| fast_allows(entry, Some(&gate)));
+                    assert!(!both, "{case}, passed and entered");
+                    let nested = gate.run(|| gate.run(|| fast_allows(entry, None)));
+                    assert!(!nested, "{case}, entered twice");
+                    let full = check_not_allowed(entry, Some(&gate), &CALL);
+                    if outright {
+                        assert!(full.is_ok(), "{case}: the full check disagrees");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_gate_keeps_records_exactly_when_it_has_a_sink() {
+        for mode in Mode::ALL {
+            for (name, gate) in gates(mode) {
+                assert_eq!(gate.audits(), name == "audited", "{name} in {mode}");
+            }
+        }
+    }
+}
