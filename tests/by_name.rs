@@ -861,6 +861,25 @@ fn a_refusal_of_a_nested_call_of_the_same_tool_is_not_the_outer_calls_refusal() 
     let error = result.unwrap_err();
     assert_eq!(error.code(), "HANDLER_ERROR", "{error}");
     assert_eq!(error.to_string(), "no user with id 1");
+    // The same where the call by name hands a decision over (its gate keeps records): the decision is
+    // the outer call's alone, and the nested call under the narrower gate decides on its own.
+    let (audited_gate, sink) = audited(Mode::PartialAuto);
+    let (result, ran) = runs(&APPLIES, || {
+        call(&audited_gate, "ops.apply", json!({"depth": 1}))
+    });
+    assert_eq!(ran, 1, "the nested call was refused");
+    assert_eq!(result.unwrap_err().code(), "HANDLER_ERROR");
+    let records = sink.take();
+    let stages: Vec<Stage> = records.iter().map(|r| r.stage).collect();
+    // The outer call entered and ended; the nested call, refused by the narrower gate, is in the outer
+    // gate's log as that gate's refusal.
+    assert_eq!(
+        stages,
+        [Stage::Enter, Stage::Refused, Stage::Exit],
+        "{records:?}"
+    );
+    assert_eq!(records[1].code.as_deref(), Some("MODE_NOT_ALLOWED"));
+    assert_eq!(records[1].mode, Mode::Shadow);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1342,7 +1361,40 @@ fn a_refusal_by_name_is_audited_as_a_direct_refusal() {
     assert_eq!(direct.len(), 1);
     assert_eq!(direct[0].stage, Stage::Refused);
     assert_eq!(direct[0].code.as_deref(), Some("MODE_NOT_ALLOWED"));
-    assert_eq!(comparable(by_name), comparable(direct));
+    assert!(direct[0].arguments_digest.is_some());
+    // Refused before its arguments were read: the same record, with no arguments digest.
+    let mut expected = comparable(direct);
+    expected[0].arguments_digest = None;
+    assert_eq!(comparable(by_name), expected);
+}
+
+/// The gate is asked before the arguments are read: a tool it refuses answers its refusal code whatever
+/// the arguments are, and so says nothing of its parameters.
+#[test]
+fn a_refused_tool_answers_its_refusal_whatever_its_arguments() {
+    let _serial = serial();
+    let (gate, sink) = audited(Mode::Shadow);
+    for arguments in [
+        json!({"apiKey": "x"}),
+        json!({"id": "not a number"}),
+        json!({}),
+        json!([1, 2]),
+        json!(null),
+    ] {
+        let (result, ran) = runs(&RENAMES, || call(&gate, "users.rename", arguments.clone()));
+        let error = result.unwrap_err();
+        assert_eq!(error.code(), "MODE_NOT_ALLOWED", "{arguments}: {error}");
+        assert!(error.denied().is_some());
+        assert_eq!(ran, 0);
+        let records = sink.take();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].code.as_deref(), Some("MODE_NOT_ALLOWED"));
+        assert_eq!(records[0].arguments_digest, None);
+    }
+    // Where the gate allows the tool, the arguments are read, and bad ones are refused as such.
+    let (gate, _) = audited(Mode::PartialAuto);
+    let error = call(&gate, "users.rename", json!({"apiKey": "x"})).unwrap_err();
+    assert_eq!(error.code(), "INVALID_PARAMS");
 }
 
 #[test]

@@ -522,11 +522,65 @@ fn unowned(ty: &Type) -> Option<&'static str> {
     }
 }
 
+/// The arguments as the gate sees them, sorted by name (a method's receiver as `self`): a reference to
+/// each value, named by `value`, marked for redaction where the tool says so. The same for a direct call
+/// (the parameters) and a call by name (the parsed values), so that both write the same JSON.
+fn argument_refs(call: &CallParts, value: impl Fn(&Ident) -> TokenStream) -> Vec<TokenStream> {
+    let mut args: Vec<(String, TokenStream)> = call
+        .named
+        .iter()
+        .map(|(ident, redact)| {
+            let name = ident.to_string();
+            let method = if *redact {
+                quote!(__toolgate_redacted)
+            } else {
+                quote!(__toolgate_arg)
+            };
+            let value = value(ident);
+            let arg = quote!((&&::toolgate::__private::Arg(#value)).#method(#name),);
+            (name, arg)
+        })
+        .collect();
+    if let Some(receiver) = &call.receiver {
+        let arg = quote!((&&::toolgate::__private::Arg(#receiver)).__toolgate_arg("self"),);
+        args.push(("self".to_owned(), arg));
+    }
+    args.sort_by(|a, b| a.0.cmp(&b.0));
+    let unnamed = call
+        .unnamed
+        .then(|| quote!(::toolgate::__private::ArgRef::unnamed(),));
+    unnamed
+        .into_iter()
+        .chain(args.into_iter().map(|(_, arg)| arg))
+        .collect()
+}
+
+/// The call of the tool's `escalate` function on the values named by `value`, in signature order.
+fn escalation(
+    call: &CallParts,
+    sig: &Signature,
+    value: impl Fn(&Ident) -> TokenStream,
+) -> Option<TokenStream> {
+    let path = call.escalate.as_ref()?;
+    let ordered = sig.inputs.iter().filter_map(|input| match input {
+        FnArg::Typed(typed) => match &*typed.pat {
+            Pat::Ident(pat) if call.named.iter().any(|(n, _)| *n == pat.ident) => {
+                Some(value(&pat.ident))
+            }
+            _ => None,
+        },
+        FnArg::Receiver(_) => None,
+    });
+    let ordered: Vec<TokenStream> = ordered.collect();
+    Some(quote_spanned!(path.span()=> #path(#(#ordered),*)))
+}
+
 /// The adapter of a `callable` tool: its table of parameters, its output schema, and a call of the tool
 /// with its arguments parsed one parameter at a time.
 fn callable_items(
     sig: &Signature,
     gate: Option<&Ident>,
+    call: &CallParts,
     params: &[(Ident, Type)],
     owner: Owner<'_>,
 ) -> TokenStream {
@@ -583,24 +637,52 @@ fn callable_items(
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => sig.ident.span(),
     };
-    let call = if sig.asyncness.is_some() {
+    // Decided with the parsed values, as a direct call is with its parameters, inside the gate; then
+    // the tool is called with the decision handed to its check, which takes it instead of deciding again.
+    let by_local = |name: &Ident| {
+        let local = local(name);
+        quote!(&#local)
+    };
+    let arg_refs = argument_refs(call, by_local);
+    let escalated = match escalation(call, sig, by_local) {
+        Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
+        None => quote!(::core::option::Option::None),
+    };
+    let record_arguments = call.record_arguments;
+    let decide = quote! {{
+        #[allow(unused_imports)]
+        use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
+        ::toolgate::__private::decide(&__TOOLGATE_ENTRY, #escalated, &[#(#arg_refs)*], #record_arguments)
+    }};
+    let decided = Ident::new("toolgate_decided", Span::mixed_site());
+    let take_decision = quote! {
+        let #decided = match #decide {
+            ::core::result::Result::Ok(decided) => decided,
+            ::core::result::Result::Err(denied) => return ::core::result::Result::Err(denied),
+        };
+    };
+    let invoke = if sig.asyncness.is_some() {
         // The future outlives this call's borrow of the gate: it takes a clone of its own.
-        let own_gate =
-            gate.map(|_| quote!(let #invoke_gate = ::core::clone::Clone::clone(#invoke_gate);));
         let lend_gate = gate.map(|_| quote!(let #invoke_gate = &#invoke_gate;));
         quote_spanned! {ret_span=>
-            ::toolgate::__private::invoke_async(#invoke_gate, &__TOOLGATE_ENTRY, {
-                #own_gate
+            ::toolgate::__private::invoke_async(#invoke_gate, {
+                let #invoke_gate = ::core::clone::Clone::clone(#invoke_gate);
                 async move {
+                    #take_decision
                     #lend_gate
-                    #callee(#(#call_args),*).await
+                    ::core::result::Result::Ok(
+                        ::toolgate::__private::hand_async(#decided, #callee(#(#call_args),*)).await,
+                    )
                 }
             })
         }
     } else {
         quote_spanned! {ret_span=>
-            ::toolgate::__private::invoke_sync(#invoke_gate, &__TOOLGATE_ENTRY, move || {
-                #callee(#(#call_args),*)
+            ::toolgate::__private::invoke_sync(#invoke_gate, move |#invoke_gate| {
+                #take_decision
+                ::core::result::Result::Ok(
+                    ::toolgate::__private::hand(#decided, move || #callee(#(#call_args),*)),
+                )
             })
         }
     };
@@ -631,6 +713,13 @@ fn callable_items(
             #invoke_gate: &::toolgate::Gate,
             #json: ::toolgate::__private::serde_json::Value,
         ) -> ::toolgate::__private::CallFuture {
+            // Asked before the arguments are read: a tool the gates refuse answers its refusal whatever
+            // its arguments, and says nothing of its parameters.
+            if let ::core::option::Option::Some(refused) =
+                ::toolgate::__private::precheck(&__TOOLGATE_ENTRY, #invoke_gate)
+            {
+                return refused;
+            }
             let #arguments =
                 match ::toolgate::__private::JsonArguments::new(&#json, &#params_table) {
                     ::core::result::Result::Ok(arguments) => arguments,
@@ -644,7 +733,7 @@ fn callable_items(
             if let ::core::result::Result::Err(error) = #arguments.finish() {
                 return ::toolgate::__private::CallFuture::ready(::core::result::Result::Err(error));
             }
-            #call
+            #invoke
         }
         fn __toolgate_output_schema() -> ::core::option::Option<::toolgate::__private::serde_json::Value> {
             #output_schema
@@ -706,71 +795,35 @@ fn gated_body(
         Some(_) => quote!(false),
         None => quote!(::toolgate::__private::allows(&#entry, #gate_arg)),
     };
-    let unnamed = call
-        .unnamed
-        .then(|| quote!(::toolgate::__private::ArgRef::unnamed(),));
     // The arguments, for the gate to look at when it needs to: a reference to each.
-    // Sorted by name, the receiver as `self` among them, so that the written arguments are one object
-    // with its keys in order.
-    let mut args: Vec<(String, TokenStream)> = call
-        .named
-        .iter()
-        .map(|(ident, redact)| {
-            let name = ident.to_string();
-            let method = if *redact {
-                quote!(__toolgate_redacted)
-            } else {
-                quote!(__toolgate_arg)
-            };
-            let arg = quote!((&&::toolgate::__private::Arg(&#ident)).#method(#name),);
-            (name, arg)
-        })
-        .collect();
-    if let Some(receiver) = &call.receiver {
-        let arg = quote!((&&::toolgate::__private::Arg(#receiver)).__toolgate_arg("self"),);
-        args.push(("self".to_owned(), arg));
-    }
-    args.sort_by(|a, b| a.0.cmp(&b.0));
-    let args: Vec<TokenStream> = args.into_iter().map(|(_, arg)| arg).collect();
+    let by_name = |ident: &Ident| quote_spanned!(ident.span()=> &#ident);
+    let args = argument_refs(call, by_name);
     let enter = match &call.escalate {
         Some(_) => quote!(::toolgate::__private::enter_escalated(
-            &#entry, #gate_arg, #info, &[#unnamed #(#args)*], #record_arguments
+            &#entry, #gate_arg, #info, &[#(#args)*], #record_arguments
         )),
         None => {
-            quote!(::toolgate::__private::enter(&#entry, #gate_arg, &[#unnamed #(#args)*], #record_arguments))
+            quote!(::toolgate::__private::enter(&#entry, #gate_arg, &[#(#args)*], #record_arguments))
         }
     };
-    let escalated = match &call.escalate {
-        Some(path) => {
-            let refs = call.named.iter().map(|(ident, _)| ident);
-            let ordered: Vec<&Ident> = sig
-                .inputs
-                .iter()
-                .filter_map(|input| match input {
-                    FnArg::Typed(typed) => match &*typed.pat {
-                        Pat::Ident(pat) if refs.clone().any(|r| *r == pat.ident) => {
-                            Some(&pat.ident)
-                        }
-                        _ => None,
-                    },
-                    FnArg::Receiver(_) => None,
-                })
-                .collect();
-            let risk = quote_spanned!(path.span()=> ::toolgate::__private::Risk);
-            let call_escalate = quote_spanned!(path.span()=> #path(#(&#ordered),*));
-            quote! {
-                let #info: #risk = #call_escalate;
-            }
+    let escalated = escalation(call, sig, by_name).map(|escalate| {
+        let risk = quote_spanned!(escalate.span()=> ::toolgate::__private::Risk);
+        quote! {
+            let #info: #risk = #escalate;
         }
-        None => TokenStream::new(),
-    };
-    let started = call
-        .callable
-        .as_ref()
-        .map(|_| quote!(::toolgate::__private::started(&#entry);));
+    });
+    // A call by name decided already hands its decision over: taken before anything else runs, the
+    // `escalate` function included.
+    let handed = call.callable.as_ref().map(|_| {
+        quote! {
+            if let ::core::option::Option::Some(permit) = ::toolgate::__private::handed(&#entry) {
+                ::core::result::Result::Ok(permit)
+            } else
+        }
+    });
     let (callable_items, callable_ref) = match &call.callable {
         Some(params) => (
-            callable_items(sig, gate, params, context.owner),
+            callable_items(sig, gate, call, params, context.owner),
             quote!(::core::option::Option::Some(&__TOOLGATE_CALLABLE)),
         ),
         None => (TokenStream::new(), quote!(::core::option::Option::None)),
@@ -811,17 +864,14 @@ fn gated_body(
             // arguments are only looked at on the other path.
             let #decided = if #fast {
                 ::core::result::Result::Ok(::toolgate::__private::Permit::allowed())
-            } else {
+            } else #handed {
                 #[allow(unused_imports)]
                 use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
                 #escalated
                 #enter
             };
             match #decided {
-                ::core::result::Result::Ok(permit) => {
-                    #started
-                    permit
-                }
+                ::core::result::Result::Ok(permit) => permit,
                 ::core::result::Result::Err(#denied) => {
                     #[allow(clippy::useless_conversion)]
                     return ::core::result::Result::Err(#convert);

@@ -50,8 +50,8 @@ pub mod __private {
 
     pub use crate::by_name::params::{JsonArguments, Param};
     pub use crate::by_name::{
-        CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema,
-        invoke_async, invoke_sync, schema_of, started,
+        CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema, decide,
+        hand, hand_async, invoke_async, invoke_sync, precheck, schema_of,
     };
     pub use crate::gate::call::{
         Arg, ArgRef, CallInfo, OpaqueArg, OpaqueOutput, OutputOf, SerializableArg,
@@ -69,6 +69,13 @@ pub mod __private {
     #[inline]
     pub fn allows(entry: &'static ToolEntry, gate: Option<&Gate>) -> bool {
         crate::gate::decide::fast_allows(entry, gate)
+    }
+
+    /// The decision a call by name handed to the tool's own check, if this call is one: the check
+    /// takes it instead of deciding again.
+    #[inline]
+    pub fn handed(entry: &'static ToolEntry) -> Option<Permit> {
+        crate::gate::decide::handed(entry)
     }
 
     /// Decides a call of a tool against the ambient gates, and its `&Gate` argument if it has one.

@@ -10,7 +10,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_json::{Map, Value};
 
-use crate::by_name::CallError;
+use crate::by_name::error::CallError;
 
 /// One parameter of a callable tool, as the generated table lists it.
 #[doc(hidden)]

@@ -16,7 +16,7 @@ use crate::approval::two_step::{self, Lookup};
 use crate::approval::{Approval, ApprovalRequest};
 use crate::audit::{AuditRecord, Decision, Stage};
 use crate::gate::ambient::STACK;
-use crate::gate::call::{Arguments, CallInfo, EffectiveRisk};
+use crate::gate::call::{ArgRef, Arguments, CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Exit, Permit, close_refused};
 use crate::gate::{Gate, lock};
@@ -308,9 +308,7 @@ pub(crate) fn check_not_allowed(
     match lone_refusal(entry, explicit) {
         Some((mode, code)) => {
             let manifest = &entry.manifest;
-            let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
-            crate::by_name::offer_refusal(entry, &denied);
-            Err(denied)
+            Err(Denied::new(code, manifest, manifest.risk_level, Some(mode)))
         }
         None => check_slow(entry, explicit, call),
     }
@@ -356,7 +354,14 @@ fn check_slow(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    let gates = STACK
+    // Approvers and sinks run with the stack released, so that they may enter gates themselves.
+    gates_around(entry, explicit).and_then(|gates| decide_all(entry, &gates, call))
+}
+
+/// The gates that decide a call: the tool's `&Gate` argument and the ambient ones, each once.
+#[cold]
+fn gates_around(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Result<Vec<Gate>, Denied> {
+    STACK
         .try_with(|stack| {
             let Ok(stack) = stack.try_borrow() else {
                 return Err(no_gate(entry));
@@ -366,13 +371,7 @@ fn check_slow(
                 (explicit, ambient) => Ok(distinct(explicit.into_iter().chain(ambient))),
             }
         })
-        .unwrap_or_else(|_| Err(no_gate(entry)));
-    // Approvers and sinks run with the stack released, so that they may enter gates themselves.
-    let decided = gates.and_then(|gates| decide_all(entry, &gates, call));
-    if let Err(denied) = &decided {
-        crate::by_name::offer_refusal(entry, denied);
-    }
-    decided
+        .unwrap_or_else(|_| Err(no_gate(entry)))
 }
 
 /// Each gate once, outermost first: a gate entered twice, or both entered and passed, decides once.
@@ -562,6 +561,211 @@ mod tests {
             for (name, gate) in gates(mode) {
                 assert_eq!(gate.audits(), name == "audited", "{name} in {mode}");
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Calls by name
+// ---------------------------------------------------------------------------------------------------------
+
+/// The part of a call by name's decision that needs no arguments: each gate's table (deny list, allowed
+/// modes, ceiling, an approval path), so that a tool the gates refuse answers its refusal whatever its
+/// arguments, before they are read. Its record has no arguments digest. What needs the arguments
+/// (escalation, approvals, `enter` records, the re-check) follows in [`decide_by_name`].
+#[inline]
+pub(crate) fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<(), Denied> {
+    let lone = STACK
+        .try_with(|stack| stack.try_borrow().is_ok_and(|stack| stack.is_empty()))
+        .unwrap_or(false);
+    if lone && !matches!(gate.table_verdict(entry).1, Verdict::Refuse(_)) {
+        return Ok(());
+    }
+    precheck_slow(entry, gate, lone)
+}
+
+#[cold]
+#[inline(never)]
+fn precheck_slow(entry: &'static ToolEntry, gate: &Gate, lone: bool) -> Result<(), Denied> {
+    if lone {
+        return refuse_from_tables(entry, std::slice::from_ref(gate));
+    }
+    refuse_from_tables(entry, &gates_around(entry, Some(gate))?)
+}
+
+fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), Denied> {
+    for (i, gate) in gates.iter().enumerate() {
+        if let (mode, Verdict::Refuse(code)) = gate.table_verdict(entry) {
+            let unknown = [ArgRef::unnamed()];
+            let call = CallInfo {
+                escalated: None,
+                arguments: &unknown,
+                record_arguments: false,
+            };
+            let mut arguments = LazyArguments::new(&call);
+            let denied = gate.refusal(entry, mode, code);
+            gate.record_refusal(entry, &denied, &mut arguments);
+            return Err(abandon(
+                entry,
+                &gates[..i],
+                Vec::new(),
+                denied,
+                &mut arguments,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A call by name, decided with its arguments in the gate it is made through, and allowed: its permit,
+/// for the tool's own check to take instead of deciding again. Only [`decide_by_name`] makes one.
+///
+/// A call that one gate keeping no record allows outright hands nothing over: the tool's own inlined
+/// check allows it again, as it would a direct call. Any other decision is handed over, and taken only by
+/// the check of the same tool under the same gates: a nested call of the tool from its own body, under
+/// another gate, decides on its own.
+#[derive(Debug)]
+pub struct Decided {
+    entry: &'static ToolEntry,
+    permit: Option<Permit>,
+    /// The ambient gates when it was decided: how many, and the innermost one's id.
+    stack: (usize, u64),
+}
+
+/// Decides a call by name in full, inside the gate it is made through (the caller has entered it):
+/// every gate around, with the arguments parsed from JSON, as a direct call is decided.
+#[inline]
+pub(crate) fn decide_by_name(
+    entry: &'static ToolEntry,
+    call: &CallInfo<'_>,
+) -> Result<Decided, Denied> {
+    if call.escalated.is_none() && fast_allows(entry, None) {
+        return Ok(Decided {
+            entry,
+            permit: None,
+            stack: (0, 0),
+        });
+    }
+    decide_by_name_slow(entry, call)
+}
+
+#[cold]
+#[inline(never)]
+fn decide_by_name_slow(entry: &'static ToolEntry, call: &CallInfo<'_>) -> Result<Decided, Denied> {
+    let permit = match call.escalated {
+        None => check_not_allowed(entry, None, call)?,
+        Some(_) => check_escalated(entry, None, call)?,
+    };
+    Ok(Decided {
+        entry,
+        permit: Some(permit),
+        stack: stack_shape(),
+    })
+}
+
+/// How many gates are entered on this thread, and the innermost one's id.
+fn stack_shape() -> (usize, u64) {
+    STACK
+        .try_with(|stack| {
+            stack
+                .try_borrow()
+                .map(|stack| (stack.len(), stack.last().map_or(0, Gate::id)))
+                .unwrap_or((usize::MAX, 0))
+        })
+        .unwrap_or((usize::MAX, 0))
+}
+
+thread_local! {
+    /// The call by name this thread is about to make, decided already.
+    static HANDED: std::cell::RefCell<Option<Decided>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `call`, which calls the tool `decided` is for, with the decision handed to the tool's check.
+/// Nothing runs between the decision (its re-check included) and the check that takes it.
+#[inline]
+pub(crate) fn hand<R>(decided: Decided, call: impl FnOnce() -> R) -> R {
+    if decided.permit.is_none() {
+        return call();
+    }
+    let _handing = Handing::start(decided);
+    call()
+}
+
+/// The permit handed to `entry`'s check by a call by name, if there is one: the call was decided.
+#[inline]
+pub(crate) fn handed(entry: &'static ToolEntry) -> Option<Permit> {
+    HANDED
+        .try_with(|slot| {
+            let mut slot = slot.try_borrow_mut().ok()?;
+            match &*slot {
+                Some(decided)
+                    if std::ptr::eq(decided.entry, entry) && decided.stack == stack_shape() =>
+                {
+                    slot.take().and_then(|decided| decided.permit)
+                }
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// A decision on the hand-over slot; dropped, on return or unwind, it puts back what was there
+/// (nothing, or a call by name further out that has not reached its tool yet).
+struct Handing {
+    outer: Option<Decided>,
+}
+
+impl Handing {
+    fn start(decided: Decided) -> Handing {
+        let outer = HANDED
+            .try_with(|slot| slot.borrow_mut().replace(decided))
+            .ok()
+            .flatten();
+        Handing { outer }
+    }
+}
+
+impl Drop for Handing {
+    fn drop(&mut self) {
+        let outer = self.outer.take();
+        // A decision its tool did not take (it ran outright on its own check) is dropped here.
+        let _ = HANDED.try_with(|slot| {
+            if let Ok(mut slot) = slot.try_borrow_mut() {
+                *slot = outer;
+            }
+        });
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`hand`] for an async tool: the decision is handed over for the future's first poll, which runs
+    /// the tool's check.
+    pub(crate) struct HandAsync<F> {
+        decided: Option<Decided>,
+        #[pin]
+        future: F,
+    }
+}
+
+pub(crate) fn hand_async<F: Future>(decided: Decided, future: F) -> HandAsync<F> {
+    HandAsync {
+        decided: Some(decided),
+        future,
+    }
+}
+
+impl<F: Future> Future for HandAsync<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        match this.decided.take() {
+            Some(decided) => hand(decided, || this.future.poll(cx)),
+            None => this.future.poll(cx),
         }
     }
 }

@@ -1,0 +1,108 @@
+//! Why a call by name did not return the tool's result: one stable code per reason.
+
+use std::fmt;
+
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
+
+use crate::gate::denied::Denied;
+
+/// Why a call by name did not return the tool's result.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum CallError {
+    /// `UNKNOWN_TOOL`: no linked tool has this id (ids are compared exactly).
+    UnknownTool {
+        /// The id asked for.
+        id: String,
+    },
+    /// `NOT_CALLABLE`: the tool exists but is not declared `callable`, so it has no JSON interface.
+    NotCallable {
+        /// The tool's id.
+        id: &'static str,
+    },
+    /// `INVALID_PARAMS`: the arguments are not an object of the tool's parameters: an unknown key, a
+    /// missing one, or a value of the wrong type.
+    InvalidParams {
+        /// Where in the arguments the problem is (`.` for the arguments object itself).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The gate refused the call; the body did not run. The code is the refusal's.
+    Denied(Denied),
+    /// `HANDLER_ERROR`: the tool ran and returned an error.
+    HandlerError {
+        /// The error's message.
+        message: String,
+    },
+    /// `OUTPUT_ERROR`: the tool's result could not be turned into JSON.
+    OutputError {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl CallError {
+    /// The stable code: `UNKNOWN_TOOL`, `NOT_CALLABLE`, `INVALID_PARAMS`, `HANDLER_ERROR`,
+    /// `OUTPUT_ERROR`, or the refusal's code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CallError::UnknownTool { .. } => "UNKNOWN_TOOL",
+            CallError::NotCallable { .. } => "NOT_CALLABLE",
+            CallError::InvalidParams { .. } => "INVALID_PARAMS",
+            CallError::Denied(denied) => denied.code().as_str(),
+            CallError::HandlerError { .. } => "HANDLER_ERROR",
+            CallError::OutputError { .. } => "OUTPUT_ERROR",
+        }
+    }
+
+    /// The refusal, where the gate refused.
+    pub fn denied(&self) -> Option<&Denied> {
+        match self {
+            CallError::Denied(denied) => Some(denied),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::UnknownTool { id } => write!(f, "no tool is named `{id}`"),
+            CallError::NotCallable { id } => {
+                write!(
+                    f,
+                    "tool `{id}` is not declared `callable`, so it cannot be called by name"
+                )
+            }
+            CallError::InvalidParams { path, message } => {
+                write!(f, "invalid arguments at `{path}`: {message}")
+            }
+            CallError::Denied(denied) => denied.fmt(f),
+            CallError::HandlerError { message } => f.write_str(message),
+            CallError::OutputError { message } => {
+                write!(f, "the tool's result is not JSON: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl Serialize for CallError {
+    /// `{"code", "message"}`, with `path` for `INVALID_PARAMS`.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let path = match self {
+            CallError::InvalidParams { path, .. } => Some(path),
+            _ => None,
+        };
+        let mut s = serializer.serialize_struct("CallError", 2 + usize::from(path.is_some()))?;
+        s.serialize_field("code", self.code())?;
+        s.serialize_field("message", &self.to_string())?;
+        if let Some(path) = path {
+            s.serialize_field("path", path)?;
+        }
+        s.end()
+    }
+}
