@@ -176,6 +176,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+pub use toolgate_macros::__toolset_member;
 pub use toolgate_macros::{tool, toolset};
 pub use toolgate_runtime::{
     AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,

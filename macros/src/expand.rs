@@ -101,10 +101,21 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
     let mut beside = TokenStream::new();
     match &mut item {
         Item::Fn(f) => {
+            // Under another name inside a #[toolset], the set left its marker.
+            let member = crate::toolset::take_marker(&mut f.attrs, &mut errors);
+            let (domain, owner_tokens, generic) = match &member {
+                Some(m) => (m.domain.as_deref(), m.owner.clone(), m.generic),
+                None => (None, None, None),
+            };
+            let owner = match (&owner_tokens, generic) {
+                (_, Some(span)) => Owner::GenericImpl(span),
+                (Some(tokens), None) => Owner::Impl(tokens),
+                (None, None) => Owner::Free,
+            };
             let context = Context {
-                domain: None,
-                in_toolset: false,
-                owner: Owner::Free,
+                domain,
+                in_toolset: member.is_some(),
+                owner,
             };
             let expanded = expand_fn(
                 &f.attrs,
@@ -115,10 +126,13 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
                 context,
                 &mut errors,
             );
-            if let Expanded::Tool {
-                callable: Some(span),
-                ..
-            } = expanded
+            if let (
+                Expanded::Tool {
+                    callable: Some(span),
+                    ..
+                },
+                Owner::Free,
+            ) = (expanded, owner)
             {
                 beside = free_function_only(&f.attrs, &f.sig.ident, span);
             }
@@ -696,8 +710,13 @@ fn callable_items(
         quote_spanned!(ty.span()=> ::toolgate::__private::Param::of::<#ty>(#name))
     });
     let takes = params.iter().zip(&locals).map(|((name, ty), local)| {
+        let redacted = call.named.iter().any(|(n, redact)| *redact && n == name);
         let name = name.to_string();
-        let take = quote_spanned!(ty.span()=> #arguments.take::<#ty>(#name));
+        let take = if redacted {
+            quote_spanned!(ty.span()=> #arguments.take_redacted::<#ty>(#name))
+        } else {
+            quote_spanned!(ty.span()=> #arguments.take::<#ty>(#name))
+        };
         quote! {
             let #local = match #take {
                 ::core::result::Result::Ok(value) => value,

@@ -27,6 +27,14 @@ pub fn tool(args: TokenStream, input: TokenStream) -> TokenStream {
     expand::tool_attribute(args.into(), input.into()).into()
 }
 
+/// The marker `#[toolset]` leaves on a function with an attribute it cannot read, for `#[tool]` under
+/// another name to find. Not a public API.
+#[doc(hidden)]
+#[proc_macro_attribute]
+pub fn __toolset_member(args: TokenStream, input: TokenStream) -> TokenStream {
+    toolset::member_attribute(args.into(), input.into()).into()
+}
+
 /// Declares a set of tools sharing a domain, and refuses any public function in it that does not
 /// declare its risk. See the `toolgate` crate's documentation.
 #[proc_macro_attribute]

@@ -22,6 +22,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
+use syn::visit_mut::{self, VisitMut};
 use syn::{
     Attribute, Block, ImplItem, Item, ItemImpl, ItemMod, ItemTrait, Macro, Meta, Signature, Token,
     TraitItem, Visibility,
@@ -122,6 +123,8 @@ impl Set<'_> {
                 }
                 Item::Impl(block) => self.impl_block(block),
                 Item::Mod(inner) => self.module(inner),
+                Item::Const(item) => self.nested(|visitor| visitor.visit_expr_mut(&mut item.expr)),
+                Item::Static(item) => self.nested(|visitor| visitor.visit_expr_mut(&mut item.expr)),
                 Item::Trait(t) => self.trait_def(t),
                 // A call, not a `macro_rules!` definition: it may write functions.
                 Item::Macro(m) if m.ident.is_none() => self.macro_call(&mut m.attrs, &m.mac),
@@ -210,6 +213,9 @@ impl Set<'_> {
     }
 
     fn member(&mut self, f: FnParts<'_>, owner: Owner<'_>) {
+        // Items declared inside the body belong to the set too; expanding the member rewrites its body,
+        // so they go first.
+        self.nested(|visitor| visitor.visit_block_mut(f.block));
         self.refuse_tool_in_cfg_attr(f.attrs);
         let context = Context {
             domain: self.domain,
@@ -218,6 +224,38 @@ impl Set<'_> {
         };
         let outcome = member_fn(f.attrs, f.public, f.sig, f.block, context, self.errors);
         self.ids.record(outcome, self.errors);
+    }
+}
+
+impl Set<'_> {
+    /// Runs `visit` with a visitor that applies the set's rule to the items it meets: functions (not
+    /// public: a function in a body is reachable from that body only), impl blocks and modules.
+    fn nested(&mut self, visit: impl FnOnce(&mut Nested<'_, '_>)) {
+        let mut visitor = Nested { set: self };
+        visit(&mut visitor);
+    }
+}
+
+struct Nested<'s, 'a> {
+    set: &'s mut Set<'a>,
+}
+
+impl VisitMut for Nested<'_, '_> {
+    fn visit_item_mut(&mut self, item: &mut Item) {
+        match item {
+            Item::Fn(f) => {
+                let parts = FnParts {
+                    attrs: &mut f.attrs,
+                    public: false,
+                    sig: &mut f.sig,
+                    block: &mut f.block,
+                };
+                self.set.member(parts, Owner::Free);
+            }
+            Item::Impl(block) => self.set.impl_block(block),
+            Item::Mod(module) => self.set.module(module),
+            other => visit_mut::visit_item_mut(self, other),
+        }
     }
 }
 
@@ -282,16 +320,14 @@ fn member_fn(
         .filter(|(_, a)| is_tool_attr(a))
         .map(|(i, _)| i);
     let Some(index) = found.next() else {
+        if let Some(marker) = member_marker(attrs, public, context) {
+            // An attribute the set cannot read may be `tool` under another name: the marker, last,
+            // tells it the set's domain, or reports an undeclared public function if none takes it.
+            attrs.push(marker);
+            return Expanded::Skipped;
+        }
         if public {
-            errors.push(syn::Error::new(
-                sig.ident.span(),
-                format!(
-                    "`{}` is public in a #[toolset] but declares no risk: add \
-                     #[tool(risk = \"...\")] if an agent may call it, or #[tool(skip)] if it is \
-                     not a tool",
-                    sig.ident
-                ),
-            ));
+            errors.push(undeclared(&sig.ident));
             return Expanded::Failed;
         }
         return Expanded::Skipped;
@@ -319,6 +355,53 @@ fn member_fn(
         }
     };
     expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
+}
+
+/// Attributes the compiler itself reads, which are never `tool` under another name.
+const INERT: &[&str] = &[
+    "allow",
+    "cfg",
+    "cold",
+    "deny",
+    "deprecated",
+    "doc",
+    "expect",
+    "export_name",
+    "forbid",
+    "ignore",
+    "inline",
+    "link_section",
+    "must_use",
+    "no_mangle",
+    "should_panic",
+    "target_feature",
+    "track_caller",
+    "warn",
+];
+
+fn is_inert(attr: &Attribute) -> bool {
+    let path = attr.path();
+    let first = path.segments.first().map(|s| s.ident.to_string());
+    match first.as_deref() {
+        Some("rustfmt" | "clippy" | "diagnostic") => true,
+        Some(name) if path.segments.len() == 1 => INERT.contains(&name),
+        _ => false,
+    }
+}
+
+/// The marker a member with an attribute the set cannot read gets, last among its attributes:
+/// `#[::toolgate::__toolset_member(domain = "..", public = .., owner = ..)]`.
+fn member_marker(attrs: &[Attribute], public: bool, context: Context<'_>) -> Option<Attribute> {
+    if attrs.iter().all(is_inert) {
+        return None;
+    }
+    let domain = context.domain.map(|d| quote!(domain = #d,));
+    let owner = match context.owner {
+        Owner::Free => TokenStream::new(),
+        Owner::Impl(qualified) => quote!(owner = impl #qualified),
+        Owner::GenericImpl(_) => quote!(owner = generic),
+    };
+    Some(syn::parse_quote!(#[::toolgate::__toolset_member(#domain public = #public, #owner)]))
 }
 
 /// `#[tool]`, `#[toolgate::tool]` or `#[::toolgate::tool]`.
@@ -359,4 +442,96 @@ impl Ids {
             }
         }
     }
+}
+
+/// What the set's marker on a member says.
+pub(crate) struct Marker {
+    pub(crate) domain: Option<String>,
+    pub(crate) public: bool,
+    /// The qualified self type of the member's impl.
+    pub(crate) owner: Option<TokenStream>,
+    /// The member's impl is generic (the span of `generic`).
+    pub(crate) generic: Option<Span>,
+}
+
+fn is_marker(attr: &Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "__toolset_member")
+}
+
+/// Takes the set's marker off a member, if it has one.
+pub(crate) fn take_marker(attrs: &mut Vec<Attribute>, errors: &mut Errors) -> Option<Marker> {
+    let index = attrs.iter().position(is_marker)?;
+    let attr = attrs.remove(index);
+    match attr.parse_args_with(parse_marker) {
+        Ok(marker) => Some(marker),
+        Err(error) => {
+            errors.push(error);
+            None
+        }
+    }
+}
+
+fn parse_marker(input: syn::parse::ParseStream<'_>) -> syn::Result<Marker> {
+    let mut marker = Marker {
+        domain: None,
+        public: false,
+        owner: None,
+        generic: None,
+    };
+    while !input.is_empty() {
+        let key: syn::Ident = input.parse()?;
+        input.parse::<Token![=]>()?;
+        match key.to_string().as_str() {
+            "domain" => marker.domain = Some(input.parse::<syn::LitStr>()?.value()),
+            "public" => marker.public = input.parse::<syn::LitBool>()?.value,
+            "owner" if input.peek(Token![impl]) => {
+                input.parse::<Token![impl]>()?;
+                marker.owner = Some(input.parse::<TokenStream>()?);
+            }
+            "owner" => marker.generic = Some(input.parse::<syn::Ident>()?.span()),
+            _ => {
+                return Err(syn::Error::new(
+                    key.span(),
+                    "not a key of the toolset's marker",
+                ));
+            }
+        }
+        if !input.is_empty() {
+            input.parse::<Token![,]>()?;
+        }
+    }
+    Ok(marker)
+}
+
+/// `#[__toolset_member]` left on a member that no `tool` attribute took: a public one declared no risk.
+pub(crate) fn member_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let marker = match syn::parse::Parser::parse2(parse_marker, args) {
+        Ok(marker) => Some(marker),
+        Err(error) => {
+            errors.push(error);
+            None
+        }
+    };
+    if let (Some(marker), Ok(item)) = (marker, syn::parse2::<Item>(input.clone()))
+        && marker.public
+        && let Item::Fn(f) = &item
+    {
+        errors.push(undeclared(&f.sig.ident));
+    }
+    let errors = errors.into_compile_errors();
+    quote!(#errors #input)
+}
+
+fn undeclared(name: &syn::Ident) -> syn::Error {
+    syn::Error::new(
+        name.span(),
+        format!(
+            "`{name}` is public in a #[toolset] but declares no risk: add #[tool(risk = \"...\")] \
+             if an agent may call it, or #[tool(skip)] if it is not a tool"
+        ),
+    )
 }

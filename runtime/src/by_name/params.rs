@@ -112,6 +112,21 @@ impl<'a> JsonArguments<'a> {
         }
     }
 
+    /// [`take`](JsonArguments::take) for a parameter the tool redacts: a value that does not parse is
+    /// refused without the parser's message, which may quote it.
+    pub fn take_redacted<T: DeserializeOwned>(&self, name: &'static str) -> Result<T, CallError> {
+        self.take(name).map_err(|error| match error {
+            CallError::InvalidParams { path, .. } if within(&path, name) => {
+                CallError::InvalidParams {
+                    path,
+                    message: "not a valid value for this parameter (its value is redacted)"
+                        .to_owned(),
+                }
+            }
+            other => other,
+        })
+    }
+
     /// Refuses the arguments if they have a key that no parameter read.
     pub fn finish(&self) -> Result<(), CallError> {
         if self.read.get() == self.object.len() {
@@ -132,6 +147,12 @@ impl<'a> JsonArguments<'a> {
             message: format!("unknown field `{unknown}`, {}", expected(params)),
         })
     }
+}
+
+/// Whether `path` is the parameter `name` or inside it.
+fn within(path: &str, name: &str) -> bool {
+    path.strip_prefix(name)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
 }
 
 /// The refusal of a value that does not parse as `T`, at its path. Tracking the path costs more than

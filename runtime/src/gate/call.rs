@@ -44,9 +44,9 @@ pub(crate) struct Arguments {
     pub(crate) json: String,
     /// The digest of `json`, which the audit log and approvers see.
     pub(crate) digest: String,
-    /// The digest of the arguments with the redacted ones' real values, which a two-step approval is
-    /// bound to, so that it covers those too; `None` when a redacted argument is not serializable. It is
-    /// never written or shown: a digest of a short secret would give the secret away.
+    /// The digest of the arguments with the redacted ones' real values, and of their types, which a
+    /// two-step approval is bound to, so that it covers those too; `None` when a redacted argument is not
+    /// serializable. It is never written or shown: a digest of a short secret would give the secret away.
     pub(crate) binding: Option<String>,
 }
 
@@ -59,11 +59,20 @@ impl CallInfo<'_> {
             .arguments
             .iter()
             .any(|arg| matches!(arg.value, ArgValue::Redacted(_)));
-        let binding = if redacts {
-            self.write(true).map(|full| sha256_hex(full.as_bytes()))
+        let full = if redacts {
+            self.write(true)
         } else {
-            Some(digest.clone())
+            Some(json.clone())
         };
+        let binding = full.map(|mut full| {
+            for arg in self.arguments {
+                if let ArgValue::Json(value) | ArgValue::Redacted(Some(value)) = arg.value {
+                    full.push('\n');
+                    full.push_str(value.type_name());
+                }
+            }
+            sha256_hex(full.as_bytes())
+        });
         Some(Arguments {
             json,
             digest,
@@ -132,9 +141,17 @@ impl ArgRef<'_> {
 /// tool, is written by the same code.
 trait ToJson {
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error>;
+
+    /// The value's type: bound with the value, so that two types that serialize alike (two unit
+    /// structs, both `null`) are two calls to a generic tool.
+    fn type_name(&self) -> &'static str;
 }
 
 impl<T: Serialize> ToJson for T {
+    fn type_name(&self) -> &'static str {
+        std::any::type_name::<T>()
+    }
+
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
         let start = out.len();
         serde_json::to_writer(&mut *out, self)?;
@@ -142,7 +159,7 @@ impl<T: Serialize> ToJson for T {
         // must always write the same JSON, or a two-step approval could never be used: objects are
         // written again with their keys sorted. Values with no object in them are written once.
         if out[start..].contains(&b'{') {
-            let value: serde_json::Value = serde_json::from_slice(&out[start..])?;
+            let value = crate::canonical::parse_without_duplicates(&out[start..])?;
             out.truncate(start);
             crate::canonical::write(&value, out);
         }
@@ -319,16 +336,53 @@ mod tests {
         assert_eq!(first.json, r#"{"password":"[REDACTED]","user":"alice"}"#);
         assert_eq!((&first.json, &first.digest), (&second.json, &second.digest));
         assert_ne!(first.binding, second.binding);
-        let unredacted = sha256_hex(br#"{"password":"one","user":"alice"}"#);
-        assert_eq!(first.binding, Some(unredacted));
-        let plain = [(&&Arg(&user)).__toolgate_arg("user")];
-        let plain = CallInfo {
-            arguments: &plain,
-            ..CallInfo::default()
+        // The real values, then each argument's type.
+        let unredacted = "{\"password\":\"one\",\"user\":\"alice\"}\nalloc::string::String\nalloc::string::String";
+        assert_eq!(first.binding, Some(sha256_hex(unredacted.as_bytes())));
+        // Two values of two types that serialize alike bind apart.
+        #[derive(Serialize)]
+        struct DryRun;
+        #[derive(Serialize)]
+        struct Execute;
+        let (dry, execute) = (DryRun, Execute);
+        let bind = |arg: ArgRef<'_>| {
+            let args = [arg];
+            let call = CallInfo {
+                arguments: &args,
+                ..CallInfo::default()
+            };
+            call.arguments().unwrap()
+        };
+        let (dry, execute) = (
+            bind((&&Arg(&dry)).__toolgate_arg("mode")),
+            bind((&&Arg(&execute)).__toolgate_arg("mode")),
+        );
+        assert_eq!(dry.json, r#"{"mode":null}"#);
+        assert_eq!((&dry.json, &dry.digest), (&execute.json, &execute.digest));
+        assert_ne!(dry.binding, execute.binding);
+    }
+
+    #[test]
+    fn an_object_with_a_repeated_key_cannot_be_written() {
+        struct Repeated(u64);
+        impl Serialize for Repeated {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut map = serializer.serialize_map(Some(2))?;
+                map.serialize_entry("amount", &self.0)?;
+                map.serialize_entry("amount", &1)?;
+                map.end()
+            }
         }
-        .arguments()
-        .unwrap();
-        assert_eq!(plain.binding.as_ref(), Some(&plain.digest));
+        let (small, large) = (Repeated(1), Repeated(1_000_000));
+        for value in [&small, &large] {
+            let args = [(&&Arg(value)).__toolgate_arg("order")];
+            let call = CallInfo {
+                arguments: &args,
+                ..CallInfo::default()
+            };
+            assert_eq!(call.arguments(), None, "not serializable, so not bound");
+        }
     }
 
     #[test]

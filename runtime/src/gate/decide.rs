@@ -414,10 +414,12 @@ fn decide_all(
             }
         }
     }
-    let mut exits = Vec::new();
+    // The exits owed so far are held in the permit: if a later gate's sink or an argument's `Serialize`
+    // panics, they are written as the permit unwinds.
+    let mut permit = Permit::unaudited();
     for (i, (gate, &(mode, decision))) in gates.iter().zip(&decisions).enumerate() {
         match gate.record_enter(entry, mode, decision, risk, call, &mut arguments) {
-            Ok(Some(exit)) => exits.push(exit),
+            Ok(Some(exit)) => permit.push(exit),
             Ok(None) => {}
             // The failing gate's sink is what failed: every other gate records the refusal.
             Err(denied) => {
@@ -427,16 +429,18 @@ fn decide_all(
                     .filter(|&(j, _)| j != i)
                     .map(|(_, g)| g.clone())
                     .collect();
+                let exits = permit.take_exits();
                 return Err(abandon(entry, &others, exits, denied, &mut arguments));
             }
         }
     }
     for (gate, &(mode, _)) in gates.iter().zip(&decisions) {
         if let Err(denied) = gate.recheck(entry, mode, risk) {
+            let exits = permit.take_exits();
             return Err(abandon(entry, gates, exits, denied, &mut arguments));
         }
     }
-    Ok(Permit::audited(exits))
+    Ok(permit)
 }
 
 /// Records a refusal in the log of each of `gates`: an `exit` of outcome `refused` where the gate wrote

@@ -5,6 +5,7 @@
 //! record, with the outcome `panic` or `cancelled`.
 
 use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::Instant;
 
 use crate::audit::{AuditRecord, Outcome, Stage};
@@ -49,10 +50,18 @@ impl Permit {
         Permit::unaudited()
     }
 
-    pub(crate) fn audited(exits: Vec<Exit>) -> Permit {
-        Permit {
-            exits: (!exits.is_empty()).then(|| Box::new(Exits(exits))),
-        }
+    /// Adds the `exit` an allowed call owes the gate that wrote its `enter`. Held in the permit from
+    /// then on, it is written however the call ends, a panic of another gate's sink included.
+    pub(crate) fn push(&mut self, exit: Exit) {
+        self.exits
+            .get_or_insert_with(|| Box::new(Exits(Vec::new())))
+            .0
+            .push(exit);
+    }
+
+    /// The exits owed, taken out to be closed otherwise (the call was refused after its `enter`).
+    pub(crate) fn take_exits(&mut self) -> Vec<Exit> {
+        self.exits.take().map(|exits| exits.0).unwrap_or_default()
     }
 
     /// Closes the call with its result, and hands the result back; `output_digest` is asked only where
@@ -81,6 +90,9 @@ impl Permit {
         let Some(exits) = self.exits.take() else {
             return;
         };
+        // Every gate gets its `exit`: a sink that panics does not keep the next gates' from being
+        // written; its panic goes on once they are (during an unwind, a second panic aborts anyway).
+        let mut panicked = None;
         for exit in exits.0 {
             let record = AuditRecord {
                 arguments_digest: exit.arguments_digest,
@@ -102,7 +114,15 @@ impl Permit {
                 ..record
             };
             // The body has run: a sink that fails now cannot undo it, so the failure is only reported.
-            exit.gate.write_after_the_fact(&record);
+            let write = || exit.gate.write_after_the_fact(&record);
+            if std::thread::panicking() {
+                write();
+            } else if let Err(panic) = catch_unwind(AssertUnwindSafe(write)) {
+                panicked.get_or_insert(panic);
+            }
+        }
+        if let Some(panic) = panicked {
+            resume_unwind(panic);
         }
     }
 }
