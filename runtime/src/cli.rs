@@ -1,4 +1,5 @@
-//! `clap` integration: [`Mode`], [`Risk`] and [`Format`] as [`ValueEnum`]s, and the [`ListTools`] flag.
+//! `clap` integration: [`Format`] as a [`ValueEnum`] (and, through the policy crate, [`Mode`](crate::Mode)
+//! and [`Risk`](crate::Risk)), and the [`ListTools`] flag.
 //!
 //! ```
 //! # extern crate toolgate_runtime as toolgate;

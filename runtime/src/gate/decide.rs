@@ -20,7 +20,7 @@ use crate::gate::call::{ArgRef, Arguments, CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Exit, Permit, close_refused};
 use crate::gate::{Gate, lock};
-use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
+use crate::policy::{self, DenialCode, Facts, Mode, Risk, Verdict};
 use crate::registry::ToolEntry;
 
 impl Gate {
@@ -53,7 +53,7 @@ impl Gate {
         code: DenialCode,
     ) -> Denied {
         let manifest = &entry.manifest;
-        let denied = Denied::new(code, manifest, manifest.risk_level, Some(mode));
+        let denied = refuse(entry, code, manifest.risk_level, Some(mode));
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         // Deny trumps every other verdict, so a tool with a rule is refused DENY_LISTED: the rule is
         // the detail.
@@ -144,7 +144,7 @@ impl Gate {
         arguments: &mut LazyArguments<'_>,
     ) -> Result<(Mode, Decision), Denied> {
         let manifest = &entry.manifest;
-        let refused = |code| Denied::new(code, manifest, risk.get(), Some(mode));
+        let refused = |code| refuse(entry, code, risk.get(), Some(mode));
         if let Some(approver) = self.inner.approver.as_deref() {
             let digest = arguments.get().map(|a| a.digest.as_str());
             let request = ApprovalRequest {
@@ -246,13 +246,10 @@ impl Gate {
                 mode,
                 arguments_digest: record.arguments_digest,
             })),
-            Err(error) => Err(Denied::new(
-                DenialCode::AuditUnavailable,
-                manifest,
-                risk.get(),
-                Some(mode),
-            )
-            .with_detail(error.to_string().into())),
+            Err(error) => Err(
+                refuse(entry, DenialCode::AuditUnavailable, risk.get(), Some(mode))
+                    .with_detail(error.to_string().into()),
+            ),
         }
     }
 }
@@ -308,7 +305,7 @@ pub(crate) fn check_not_allowed(
     match lone_refusal(entry, explicit) {
         Some((mode, code)) => {
             let manifest = &entry.manifest;
-            Err(Denied::new(code, manifest, manifest.risk_level, Some(mode)))
+            Err(refuse(entry, code, manifest.risk_level, Some(mode)))
         }
         None => check_slow(entry, explicit, call),
     }
@@ -462,10 +459,16 @@ fn abandon(
     denied
 }
 
+/// Every refusal of every call is made here.
+#[cold]
+fn refuse(entry: &'static ToolEntry, code: DenialCode, risk: Risk, mode: Option<Mode>) -> Denied {
+    Denied::new(code, &entry.manifest, risk, mode)
+}
+
 #[cold]
 fn no_gate(entry: &'static ToolEntry) -> Denied {
     let manifest = &entry.manifest;
-    Denied::new(DenialCode::NoGate, manifest, manifest.risk_level, None)
+    refuse(entry, DenialCode::NoGate, manifest.risk_level, None)
 }
 
 #[cfg(test)]
