@@ -663,10 +663,13 @@ fn callable_items(
         None => quote!(::core::option::Option::None),
     };
     let record_arguments = call.record_arguments;
+    let outright = Ident::new("toolgate_outright", Span::mixed_site());
     let decide = quote! {{
         #[allow(unused_imports)]
         use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
-        ::toolgate::__private::decide(&__TOOLGATE_ENTRY, #escalated, &[#(#arg_refs)*], #record_arguments)
+        ::toolgate::__private::decide(
+            &__TOOLGATE_ENTRY, #outright, #escalated, &[#(#arg_refs)*], #record_arguments,
+        )
     }};
     let decided = Ident::new("toolgate_decided", Span::mixed_site());
     let take_decision = quote! {
@@ -734,11 +737,10 @@ fn callable_items(
         ) -> ::toolgate::__private::CallFuture {
             // Asked before the arguments are read: a tool the gates refuse answers its refusal whatever
             // its arguments, and says nothing of its parameters.
-            if let ::core::option::Option::Some(refused) =
-                ::toolgate::__private::precheck(&__TOOLGATE_ENTRY, #invoke_gate)
-            {
-                return refused;
-            }
+            let #outright = match ::toolgate::__private::precheck(&__TOOLGATE_ENTRY, #invoke_gate) {
+                ::core::result::Result::Ok(outright) => outright,
+                ::core::result::Result::Err(refused) => return refused,
+            };
             let #arguments =
                 match ::toolgate::__private::JsonArguments::new(&#json, &#params_table) {
                     ::core::result::Result::Ok(arguments) => arguments,

@@ -162,12 +162,12 @@ fn to_json<T: Serialize, E: fmt::Display>(
 
 /// Refuses a call by name before its arguments are read, when the gates refuse the tool whatever they
 /// are.
+/// `Ok(true)` where the gate alone allows the call outright (see [`decide`]).
 #[doc(hidden)]
 #[inline]
-pub fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Option<CallFuture> {
+pub fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<bool, CallFuture> {
     deciding::precheck(entry, gate)
-        .err()
-        .map(|denied| CallFuture::ready(Err(CallError::Denied(denied))))
+        .map_err(|denied| CallFuture::ready(Err(CallError::Denied(denied))))
 }
 
 /// Decides a call by name with its parsed arguments; see [`invoke_sync`].
@@ -175,6 +175,7 @@ pub fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Option<CallFuture> {
 #[inline]
 pub fn decide(
     entry: &'static ToolEntry,
+    outright: bool,
     escalated: Option<Risk>,
     arguments: &[ArgRef<'_>],
     record_arguments: bool,
@@ -184,7 +185,7 @@ pub fn decide(
         arguments,
         record_arguments,
     };
-    deciding::decide_by_name(entry, &call)
+    deciding::decide_by_name(entry, outright, &call)
 }
 
 /// Runs a sync tool for a call by name: `call` decides it ([`decide`]) inside `gate`, then calls the

@@ -38,6 +38,7 @@ impl Drop for Entered {
 impl Gate {
     /// Runs `f` with this gate as the ambient gate of the current thread: the tools `f` calls are decided
     /// by it (and by every gate entered around it).
+    #[inline]
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         let _entered = enter(self.clone());
         f()

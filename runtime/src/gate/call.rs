@@ -44,10 +44,9 @@ pub(crate) struct Arguments {
     pub(crate) json: String,
     /// The digest of `json`, which the audit log and approvers see.
     pub(crate) digest: String,
-    /// The digest of the arguments with the redacted ones' real values, and of their types, which a
-    /// two-step approval is bound to, so that it covers those too; `None` when a redacted argument is not
-    /// serializable. It is never written or shown: a digest of a short secret would give the secret away.
-    pub(crate) binding: Option<String>,
+    /// The arguments with the redacted ones' real values, where some are redacted (`Some(None)` when one
+    /// of those is not serializable): what a two-step approval is bound to. Never written or shown.
+    unredacted: Option<Option<String>>,
 }
 
 impl CallInfo<'_> {
@@ -59,25 +58,29 @@ impl CallInfo<'_> {
             .arguments
             .iter()
             .any(|arg| matches!(arg.value, ArgValue::Redacted(_)));
-        let full = if redacts {
-            self.write(true)
-        } else {
-            Some(json.clone())
-        };
-        let binding = full.map(|mut full| {
-            for arg in self.arguments {
-                if let ArgValue::Json(value) | ArgValue::Redacted(Some(value)) = arg.value {
-                    full.push('\n');
-                    full.push_str(value.type_name());
-                }
-            }
-            sha256_hex(full.as_bytes())
-        });
         Some(Arguments {
             json,
             digest,
-            binding,
+            unredacted: redacts.then(|| self.write(true)),
         })
+    }
+
+    /// The digest a two-step approval is bound to: the arguments with the real values of redacted ones,
+    /// and each argument's type; `None` when a redacted argument is not serializable. Worked out only
+    /// for a two-step approval: it is never written or shown, since a digest of a short secret would give
+    /// the secret away.
+    pub(crate) fn binding(&self, arguments: &Arguments) -> Option<String> {
+        let mut full = match &arguments.unredacted {
+            Some(unredacted) => unredacted.clone()?,
+            None => arguments.json.clone(),
+        };
+        for arg in self.arguments {
+            if let ArgValue::Json(value) | ArgValue::Redacted(Some(value)) = arg.value {
+                full.push('\n');
+                full.push_str(value.type_name());
+            }
+        }
+        Some(sha256_hex(full.as_bytes()))
     }
 
     /// The arguments as a JSON object, the redacted ones with their value if `unredacted`; `None` when
@@ -314,31 +317,33 @@ mod tests {
         let written = call.arguments().unwrap();
         assert_eq!(written.json, r#"{"a":"[REDACTED]","secret":"[REDACTED]"}"#);
         // An opaque redacted argument cannot be bound.
-        assert_eq!(written.binding, None);
+        assert_eq!(call.binding(&written), None);
     }
 
     #[test]
     fn an_approval_binding_covers_redacted_values_that_the_log_does_not_show() {
         let (user, one, other) = ("alice".to_owned(), "one".to_owned(), "other".to_owned());
+        // The written arguments and their binding.
         let written = |password: &String| {
             let args = [
                 (&&Arg(password)).__toolgate_redacted("password"),
                 (&&Arg(&user)).__toolgate_arg("user"),
             ];
-            CallInfo {
+            let call = CallInfo {
                 arguments: &args,
                 ..CallInfo::default()
-            }
-            .arguments()
-            .unwrap()
+            };
+            let written = call.arguments().unwrap();
+            let binding = call.binding(&written);
+            (written, binding)
         };
-        let (first, second) = (written(&one), written(&other));
+        let ((first, first_binding), (second, second_binding)) = (written(&one), written(&other));
         assert_eq!(first.json, r#"{"password":"[REDACTED]","user":"alice"}"#);
         assert_eq!((&first.json, &first.digest), (&second.json, &second.digest));
-        assert_ne!(first.binding, second.binding);
+        assert_ne!(first_binding, second_binding);
         // The real values, then each argument's type.
         let unredacted = "{\"password\":\"one\",\"user\":\"alice\"}\nalloc::string::String\nalloc::string::String";
-        assert_eq!(first.binding, Some(sha256_hex(unredacted.as_bytes())));
+        assert_eq!(first_binding, Some(sha256_hex(unredacted.as_bytes())));
         // Two values of two types that serialize alike bind apart.
         #[derive(Serialize)]
         struct DryRun;
@@ -351,15 +356,17 @@ mod tests {
                 arguments: &args,
                 ..CallInfo::default()
             };
-            call.arguments().unwrap()
+            let written = call.arguments().unwrap();
+            let binding = call.binding(&written);
+            (written, binding)
         };
-        let (dry, execute) = (
+        let ((dry, dry_binding), (execute, execute_binding)) = (
             bind((&&Arg(&dry)).__toolgate_arg("mode")),
             bind((&&Arg(&execute)).__toolgate_arg("mode")),
         );
         assert_eq!(dry.json, r#"{"mode":null}"#);
         assert_eq!((&dry.json, &dry.digest), (&execute.json, &execute.digest));
-        assert_ne!(dry.binding, execute.binding);
+        assert_ne!(dry_binding, execute_binding);
     }
 
     #[test]

@@ -169,10 +169,7 @@ impl Gate {
         let Some(store) = &self.inner.two_step else {
             return Err(refused(DenialCode::ApprovalRequired));
         };
-        let Some((digest, shown)) = arguments
-            .get()
-            .and_then(|a| Some((a.binding.clone()?, a.digest.clone())))
-        else {
+        let Some((digest, shown)) = arguments.binding() else {
             return Err(refused(DenialCode::ApprovalRequired).with_detail(
                 "a two-step approval is bound to the call's arguments (and a method's receiver), \
                  and this tool's are not serializable"
@@ -266,6 +263,13 @@ impl<'a> LazyArguments<'a> {
             call,
             written: None,
         }
+    }
+
+    /// The digest a two-step approval is bound to, and the digest the log shows.
+    pub(crate) fn binding(&mut self) -> Option<(String, String)> {
+        let call = self.call;
+        let arguments = self.get()?;
+        Some((call.binding(arguments)?, arguments.digest.clone()))
     }
 
     pub(crate) fn get(&mut self) -> Option<&Arguments> {
@@ -580,15 +584,23 @@ mod tests {
 /// modes, ceiling, an approval path), so that a tool the gates refuse answers its refusal whatever its
 /// arguments, before they are read. Its record has no arguments digest. What needs the arguments
 /// (escalation, approvals, `enter` records, the re-check) follows in [`decide_by_name`].
+///
+/// `Ok(true)` says more: `gate` is the only gate, keeps no record, and its table allows the call outright,
+/// so the full decision has nothing to add to the tool's own inlined check (see [`decide_by_name`]).
 #[inline]
-pub(crate) fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<(), Denied> {
+pub(crate) fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<bool, Denied> {
     let lone = STACK
         .try_with(|stack| stack.try_borrow().is_ok_and(|stack| stack.is_empty()))
         .unwrap_or(false);
-    if lone && !matches!(gate.table_verdict(entry).1, Verdict::Refuse(_)) {
-        return Ok(());
+    if lone {
+        if gate.allows_unaudited(entry) {
+            return Ok(true);
+        }
+        if !matches!(gate.table_verdict(entry).1, Verdict::Refuse(_)) {
+            return Ok(false);
+        }
     }
-    precheck_slow(entry, gate, lone)
+    precheck_slow(entry, gate, lone).map(|()| false)
 }
 
 #[cold]
@@ -641,12 +653,16 @@ pub struct Decided {
 
 /// Decides a call by name in full, inside the gate it is made through (the caller has entered it):
 /// every gate around, with the arguments parsed from JSON, as a direct call is decided.
+///
+/// `outright` is what [`precheck`] said: a call that one gate keeping no record allows outright hands
+/// nothing over, and the tool's own check, which reads the mode again, decides it as a direct call.
 #[inline]
 pub(crate) fn decide_by_name(
     entry: &'static ToolEntry,
+    outright: bool,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
-    if call.escalated.is_none() && fast_allows(entry, None) {
+    if call.escalated.is_none() && outright {
         return Ok(Decided {
             entry,
             permit: None,
@@ -692,6 +708,8 @@ thread_local! {
 #[inline]
 pub(crate) fn hand<R>(decided: Decided, call: impl FnOnce() -> R) -> R {
     if decided.permit.is_none() {
+        // Nothing to hand over, and nothing to drop: skip the drop glue, which would only find `None`.
+        std::mem::forget(decided);
         return call();
     }
     let _handing = Handing::start(decided);
