@@ -2,7 +2,6 @@
 //! safe Rust and the public API, in every declaration form and at every point where user code runs
 //! between a decision and a body. Each test asserts a documented behaviour; named `gN_` for the
 //! guarantee it attacks.
-#![allow(clippy::all)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -54,10 +53,13 @@ impl Future for YieldOnce {
     }
 }
 
+/// What a [`HookSink`] calls before it records.
+type SinkHook = Box<dyn Fn(&AuditRecord) -> Result<(), AuditError> + Send + Sync>;
+
 /// A sink that calls a hook before recording into a MemorySink.
 struct HookSink {
     mem: MemorySink,
-    hook: Box<dyn Fn(&AuditRecord) -> Result<(), AuditError> + Send + Sync>,
+    hook: SinkHook,
 }
 impl AuditSink for HookSink {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
@@ -106,7 +108,8 @@ fn stages(records: &[AuditRecord]) -> Vec<String> {
 /// An argument whose `Serialize` runs a hook (by slot number) and logs that it ran.
 #[derive(Clone, Debug)]
 struct Trig(usize, &'static str);
-static HOOKS: Mutex<Vec<Option<Arc<dyn Fn() + Send + Sync>>>> = Mutex::new(Vec::new());
+type Hooks = Vec<Option<Arc<dyn Fn() + Send + Sync>>>;
+static HOOKS: Mutex<Hooks> = Mutex::new(Vec::new());
 static EVENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 fn set_hook(slot: usize, f: impl Fn() + Send + Sync + 'static) {
     let mut h = HOOKS.lock().unwrap();
@@ -823,7 +826,7 @@ fn g4_an_arguments_serialize_lowering_the_gate_runs_before_the_recheck() {
         let ev = take_events();
         eprintln!("approval={approval}: {r:?} events {ev:?}");
         let body = ev.iter().position(|e| e.starts_with("body"));
-        let ser_before_body = body.map_or(false, |b| ev[..b].iter().any(|e| e.starts_with("ser")));
+        let ser_before_body = body.is_some_and(|b| ev[..b].iter().any(|e| e.starts_with("ser")));
         assert!(
             !ser_before_body,
             "approval={approval}: body ran after an argument's Serialize lowered the gate: {r:?} {ev:?} {:?}",
@@ -853,7 +856,7 @@ fn g4_an_arguments_serialize_lowering_the_gate_of_an_async_call() {
     eprintln!("async: {r:?} events {ev:?}");
     let body = ev.iter().position(|e| e.starts_with("body"));
     assert!(
-        !body.map_or(false, |b| ev[..b].iter().any(|e| e.starts_with("ser"))),
+        !body.is_some_and(|b| ev[..b].iter().any(|e| e.starts_with("ser"))),
         "{r:?} {ev:?}"
     );
     assert!(unbalanced(&mem.records()).is_empty());
@@ -1241,15 +1244,15 @@ fn g7_an_approval_with_an_unserializable_argument_does_not_run_another_one() {
         other => eprintln!("not approvable in two steps (holds): {other:?}"),
     }
     let gate = two_step();
-    if let Err(d) = gate.run(|| two_impl("staging")) {
-        if let Some(t) = d.approval_token() {
-            gate.approve(t).unwrap();
-            let r = gate.run(|| two_impl("production"));
-            assert!(
-                !TWO_IMPL.lock().unwrap().contains(&"production".to_string()),
-                "impl Trait argument: {r:?}"
-            );
-        }
+    if let Err(d) = gate.run(|| two_impl("staging"))
+        && let Some(t) = d.approval_token()
+    {
+        gate.approve(t).unwrap();
+        let r = gate.run(|| two_impl("production"));
+        assert!(
+            !TWO_IMPL.lock().unwrap().contains(&"production".to_string()),
+            "impl Trait argument: {r:?}"
+        );
     }
 }
 
