@@ -321,6 +321,16 @@ impl GateModel {
     }
 
     /// The policy's refusal code, if the policy refuses a call of `spec` at `risk`.
+    /// What the gate's table refuses, before the arguments are read: the declared risk, and an
+    /// approval only where the gate has no way to get one.
+    fn table_refusal(&self, spec: &Spec) -> Option<&'static str> {
+        match self.refusal(spec, spec.risk) {
+            Some("APPROVAL_REJECTED") => None,
+            Some("APPROVAL_REQUIRED") if self.approver != ApproverKind::None => None,
+            other => other,
+        }
+    }
+
     fn refusal(&self, spec: &Spec, risk: u8) -> Option<&'static str> {
         let ceiling = [1, 1, 2, 3][usize::from(self.mode)];
         if self.denies(spec.id) {
@@ -347,6 +357,8 @@ struct Model {
     runs: [usize; TOOLS],
     /// The last refusal came from the two-step gate asking for an approval: it carries a token.
     token: bool,
+    /// The last refusal came before the arguments were read.
+    before_arguments: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -358,12 +370,23 @@ enum Expect {
 impl Model {
     fn call(&mut self, id: &str, args: &Value) -> Expect {
         self.token = false;
+        self.before_arguments = false;
         let Some(index) = SPECS.iter().position(|s| s.id == id) else {
             return Expect::Err("UNKNOWN_TOOL");
         };
         let spec = &SPECS[index];
         if !spec.callable {
             return Expect::Err("NOT_CALLABLE");
+        }
+        // The gates' tables are asked before the arguments are read, in the order of the decision.
+        let (inner, outer) = (Some(self.inner), self.outer);
+        let gates = match spec.explicit_gate {
+            false => [outer, inner],
+            true => [inner, outer],
+        };
+        if let Some(code) = gates.iter().flatten().find_map(|g| g.table_refusal(spec)) {
+            self.before_arguments = true;
+            return Expect::Err(code);
         }
         let Some(args) = parse_args(spec, args) else {
             return Expect::Err("INVALID_PARAMS");
@@ -376,11 +399,6 @@ impl Model {
             _ => spec.risk,
         };
         // Gates decide in order (a tool's own `&Gate` first); the first refusal is the call's.
-        let (inner, outer) = (Some(self.inner), self.outer);
-        let gates = match spec.explicit_gate {
-            false => [outer, inner],
-            true => [inner, outer],
-        };
         let first_refusal = gates
             .iter()
             .flatten()
@@ -688,6 +706,7 @@ fuzz_target!(|data: &[u8]| {
         outer,
         runs: [0; TOOLS],
         token: false,
+        before_arguments: false,
     };
     let before = counts();
     for line in calls.split(|&b| b == b'\n').skip(1).take(8) {
@@ -716,7 +735,8 @@ fuzz_target!(|data: &[u8]| {
             None => call(),
         };
         let code = result.as_ref().err().map(CallError::code);
-        if let Some(spec) = spec.filter(|s| s.callable && has_unknown_key(s, &args)) {
+        let read = !model.before_arguments;
+        if let Some(spec) = spec.filter(|s| read && s.callable && has_unknown_key(s, &args)) {
             assert_eq!(
                 code,
                 Some("INVALID_PARAMS"),

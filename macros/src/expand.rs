@@ -664,11 +664,18 @@ fn callable_items(
     };
     let record_arguments = call.record_arguments;
     let outright = Ident::new("toolgate_outright", Span::mixed_site());
+    // A tool with a `&Gate` parameter decides with it first, as its own check would.
+    let has_gate_parameter = gate.is_some();
+    let gate_parameter = match gate {
+        Some(_) => quote!(::core::option::Option::Some(#invoke_gate)),
+        None => quote!(::core::option::Option::None),
+    };
     let decide = quote! {{
         #[allow(unused_imports)]
         use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
         ::toolgate::__private::decide(
-            &__TOOLGATE_ENTRY, #outright, #escalated, &[#(#arg_refs)*], #record_arguments,
+            &__TOOLGATE_ENTRY, #outright, #gate_parameter, #escalated, &[#(#arg_refs)*],
+            #record_arguments,
         )
     }};
     let decided = Ident::new("toolgate_decided", Span::mixed_site());
@@ -679,14 +686,14 @@ fn callable_items(
         };
     };
     let invoke = if sig.asyncness.is_some() {
-        // The future outlives this call's borrow of the gate: it takes a clone of its own.
-        let lend_gate = gate.map(|_| quote!(let #invoke_gate = &#invoke_gate;));
+        // The future outlives this call's borrow of the gate: it takes a clone of its own, and lends it.
         quote_spanned! {ret_span=>
             ::toolgate::__private::invoke_async(#invoke_gate, {
                 let #invoke_gate = ::core::clone::Clone::clone(#invoke_gate);
                 async move {
+                    #[allow(unused_variables)]
+                    let #invoke_gate = &#invoke_gate;
                     #take_decision
-                    #lend_gate
                     ::core::result::Result::Ok(
                         ::toolgate::__private::hand_async(#decided, #callee(#(#call_args),*)).await,
                     )
@@ -737,7 +744,9 @@ fn callable_items(
         ) -> ::toolgate::__private::CallFuture {
             // Asked before the arguments are read: a tool the gates refuse answers its refusal whatever
             // its arguments, and says nothing of its parameters.
-            let #outright = match ::toolgate::__private::precheck(&__TOOLGATE_ENTRY, #invoke_gate) {
+            let #outright = match ::toolgate::__private::precheck(
+                &__TOOLGATE_ENTRY, #invoke_gate, #has_gate_parameter,
+            ) {
                 ::core::result::Result::Ok(outright) => outright,
                 ::core::result::Result::Err(refused) => return refused,
             };

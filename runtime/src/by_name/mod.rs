@@ -161,12 +161,16 @@ fn to_json<T: Serialize, E: fmt::Display>(
 }
 
 /// Refuses a call by name before its arguments are read, when the gates refuse the tool whatever they
-/// are.
-/// `Ok(true)` where the gate alone allows the call outright (see [`decide`]).
+/// are; `Ok(true)` where the gate alone allows the call outright (see [`decide`]). `gate_parameter`: the
+/// tool takes the gate as its `&Gate` parameter, which then decides first.
 #[doc(hidden)]
 #[inline]
-pub fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<bool, CallFuture> {
-    deciding::precheck(entry, gate)
+pub fn precheck(
+    entry: &'static ToolEntry,
+    gate: &Gate,
+    gate_parameter: bool,
+) -> Result<bool, CallFuture> {
+    deciding::precheck(entry, gate, gate_parameter)
         .map_err(|denied| CallFuture::ready(Err(CallError::Denied(denied))))
 }
 
@@ -176,6 +180,7 @@ pub fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<bool, CallFutu
 pub fn decide(
     entry: &'static ToolEntry,
     outright: bool,
+    gate_parameter: Option<&Gate>,
     escalated: Option<Risk>,
     arguments: &[ArgRef<'_>],
     record_arguments: bool,
@@ -185,7 +190,7 @@ pub fn decide(
         arguments,
         record_arguments,
     };
-    deciding::decide_by_name(entry, outright, &call)
+    deciding::decide_by_name(entry, outright, gate_parameter, &call)
 }
 
 /// Runs a sync tool for a call by name: `call` decides it ([`decide`]) inside `gate`, then calls the

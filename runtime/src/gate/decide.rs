@@ -587,8 +587,15 @@ mod tests {
 ///
 /// `Ok(true)` says more: `gate` is the only gate, keeps no record, and its table allows the call outright,
 /// so the full decision has nothing to add to the tool's own inlined check (see [`decide_by_name`]).
+///
+/// The gates are asked in the order of the call's own decision: the tool's `&Gate` parameter first where
+/// it has one (`gate` is passed as that parameter), else the ambient gates with `gate` innermost.
 #[inline]
-pub(crate) fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<bool, Denied> {
+pub(crate) fn precheck(
+    entry: &'static ToolEntry,
+    gate: &Gate,
+    gate_parameter: bool,
+) -> Result<bool, Denied> {
     let lone = STACK
         .try_with(|stack| stack.try_borrow().is_ok_and(|stack| stack.is_empty()))
         .unwrap_or(false);
@@ -600,16 +607,34 @@ pub(crate) fn precheck(entry: &'static ToolEntry, gate: &Gate) -> Result<bool, D
             return Ok(false);
         }
     }
-    precheck_slow(entry, gate, lone).map(|()| false)
+    precheck_slow(entry, gate, lone, gate_parameter).map(|()| false)
 }
 
 #[cold]
 #[inline(never)]
-fn precheck_slow(entry: &'static ToolEntry, gate: &Gate, lone: bool) -> Result<(), Denied> {
+fn precheck_slow(
+    entry: &'static ToolEntry,
+    gate: &Gate,
+    lone: bool,
+    gate_parameter: bool,
+) -> Result<(), Denied> {
     if lone {
         return refuse_from_tables(entry, std::slice::from_ref(gate));
     }
-    refuse_from_tables(entry, &gates_around(entry, Some(gate))?)
+    let gates = if gate_parameter {
+        gates_around(entry, Some(gate))?
+    } else {
+        let ambient = STACK
+            .try_with(|stack| {
+                stack
+                    .try_borrow()
+                    .map(|stack| stack.clone())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        distinct(ambient.iter().chain([gate]))
+    };
+    refuse_from_tables(entry, &gates)
 }
 
 fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), Denied> {
@@ -660,6 +685,7 @@ pub struct Decided {
 pub(crate) fn decide_by_name(
     entry: &'static ToolEntry,
     outright: bool,
+    gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
     if call.escalated.is_none() && outright {
@@ -669,15 +695,20 @@ pub(crate) fn decide_by_name(
             stack: (0, 0),
         });
     }
-    decide_by_name_slow(entry, call)
+    decide_by_name_slow(entry, gate_parameter, call)
 }
 
+/// Decides as the tool's own check would: with its `&Gate` parameter, if it has one, first.
 #[cold]
 #[inline(never)]
-fn decide_by_name_slow(entry: &'static ToolEntry, call: &CallInfo<'_>) -> Result<Decided, Denied> {
+fn decide_by_name_slow(
+    entry: &'static ToolEntry,
+    gate_parameter: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Decided, Denied> {
     let permit = match call.escalated {
-        None => check_not_allowed(entry, None, call)?,
-        Some(_) => check_escalated(entry, None, call)?,
+        None => check_not_allowed(entry, gate_parameter, call)?,
+        Some(_) => check_escalated(entry, gate_parameter, call)?,
     };
     Ok(Decided {
         entry,
