@@ -669,9 +669,13 @@ fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), D
 /// the check of the same tool under the same gates: a nested call of the tool from its own body, under
 /// another gate, decides on its own.
 #[derive(Debug)]
-pub struct Decided {
+pub struct Decided(Option<Box<Handed>>);
+
+/// A decision to hand over.
+#[derive(Debug)]
+struct Handed {
     entry: &'static ToolEntry,
-    permit: Option<Permit>,
+    permit: Permit,
     /// The ambient gates when it was decided: how many, and the innermost one's id.
     stack: (usize, u64),
 }
@@ -689,11 +693,7 @@ pub(crate) fn decide_by_name(
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
     if call.escalated.is_none() && outright {
-        return Ok(Decided {
-            entry,
-            permit: None,
-            stack: (0, 0),
-        });
+        return Ok(Decided(None));
     }
     decide_by_name_slow(entry, gate_parameter, call)
 }
@@ -710,11 +710,11 @@ fn decide_by_name_slow(
         None => check_not_allowed(entry, gate_parameter, call)?,
         Some(_) => check_escalated(entry, gate_parameter, call)?,
     };
-    Ok(Decided {
+    Ok(Decided(Some(Box::new(Handed {
         entry,
-        permit: Some(permit),
+        permit,
         stack: stack_shape(),
-    })
+    }))))
 }
 
 /// How many gates are entered on this thread, and the innermost one's id.
@@ -731,20 +731,20 @@ fn stack_shape() -> (usize, u64) {
 
 thread_local! {
     /// The call by name this thread is about to make, decided already.
-    static HANDED: std::cell::RefCell<Option<Decided>> = const { std::cell::RefCell::new(None) };
+    static HANDED: std::cell::RefCell<Option<Box<Handed>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Runs `call`, which calls the tool `decided` is for, with the decision handed to the tool's check.
 /// Nothing runs between the decision (its re-check included) and the check that takes it.
 #[inline]
 pub(crate) fn hand<R>(decided: Decided, call: impl FnOnce() -> R) -> R {
-    if decided.permit.is_none() {
-        // Nothing to hand over, and nothing to drop: skip the drop glue, which would only find `None`.
-        std::mem::forget(decided);
-        return call();
+    match decided.0 {
+        None => call(),
+        Some(handed) => {
+            let _handing = Handing::start(handed);
+            call()
+        }
     }
-    let _handing = Handing::start(decided);
-    call()
 }
 
 /// The permit handed to `entry`'s check by a call by name, if there is one: the call was decided.
@@ -754,10 +754,10 @@ pub(crate) fn handed(entry: &'static ToolEntry) -> Option<Permit> {
         .try_with(|slot| {
             let mut slot = slot.try_borrow_mut().ok()?;
             match &*slot {
-                Some(decided)
-                    if std::ptr::eq(decided.entry, entry) && decided.stack == stack_shape() =>
+                Some(handed)
+                    if std::ptr::eq(handed.entry, entry) && handed.stack == stack_shape() =>
                 {
-                    slot.take().and_then(|decided| decided.permit)
+                    slot.take().map(|handed| handed.permit)
                 }
                 _ => None,
             }
@@ -769,13 +769,13 @@ pub(crate) fn handed(entry: &'static ToolEntry) -> Option<Permit> {
 /// A decision on the hand-over slot; dropped, on return or unwind, it puts back what was there
 /// (nothing, or a call by name further out that has not reached its tool yet).
 struct Handing {
-    outer: Option<Decided>,
+    outer: Option<Box<Handed>>,
 }
 
 impl Handing {
-    fn start(decided: Decided) -> Handing {
+    fn start(handed: Box<Handed>) -> Handing {
         let outer = HANDED
-            .try_with(|slot| slot.borrow_mut().replace(decided))
+            .try_with(|slot| slot.borrow_mut().replace(handed))
             .ok()
             .flatten();
         Handing { outer }
