@@ -13,6 +13,8 @@ pub use error::CallError;
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use serde::Serialize;
@@ -24,7 +26,7 @@ use crate::gate::call::{ArgRef, CallInfo};
 use crate::gate::decide::{self as deciding, Decided};
 use crate::gate::denied::Denied;
 use crate::policy::Risk;
-use crate::registry::{Registry, Tool, ToolEntry};
+use crate::registry::{Registry, Tool, ToolEntry, registry};
 
 /// What a callable tool adds to its registration: its adapter, its parameters and its output schema.
 #[doc(hidden)]
@@ -40,9 +42,19 @@ impl fmt::Debug for Callable {
     }
 }
 
-/// The adapter a `callable` tool registered, read back from the registry, which keeps it untyped.
+/// The adapter a `callable` tool registered. The registry keeps it untyped; its typed read-back is
+/// done once for every tool, into a table indexed by registry slot, so that a call does not pay it.
 fn callable(entry: &'static ToolEntry) -> Option<&'static Callable> {
-    entry.callable?.downcast_ref::<Callable>()
+    static ADAPTERS: OnceLock<Box<[Option<&'static Callable>]>> = OnceLock::new();
+    let adapters = ADAPTERS.get_or_init(|| {
+        registry()
+            .entries
+            .iter()
+            .map(|entry| entry.callable?.downcast_ref::<Callable>())
+            .collect()
+    });
+    let slot = entry.slot.load(Ordering::Relaxed) as usize;
+    adapters.get(slot).copied().flatten()
 }
 
 impl Tool {
@@ -133,6 +145,7 @@ impl Registry {
     ///     .await;
     /// # }
     /// ```
+    #[inline]
     pub fn call(&self, gate: &Gate, id: &str, arguments: Value) -> CallFuture {
         let Some(entry) = self.entry(id) else {
             return CallFuture::ready(Err(CallError::UnknownTool { id: id.to_owned() }));
