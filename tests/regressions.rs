@@ -48,9 +48,14 @@ fn refusal_code<T: std::fmt::Debug>(result: Result<T, Denied>) -> &'static str {
         .as_str()
 }
 
-/// The codes that say the mode does not allow the call.
-fn is_mode_code(code: &str) -> bool {
-    matches!(code, "MODE_NOT_ALLOWED" | "ABOVE_CEILING")
+/// Asserts that a call was refused because the mode does not allow it (`MODE_NOT_ALLOWED` or
+/// `ABOVE_CEILING`).
+fn assert_refused_by_the_mode<T: std::fmt::Debug>(result: Result<T, Denied>) {
+    let code = refusal_code(result);
+    assert!(
+        matches!(code, "MODE_NOT_ALLOWED" | "ABOVE_CEILING"),
+        "refused with {code}, not a mode code"
+    );
 }
 
 fn to_json(record: &AuditRecord) -> Value {
@@ -302,8 +307,7 @@ fn the_kill_switch_pulled_while_an_approved_call_is_decided_refuses_it() {
     TRAP_ARMED.store(false, Ordering::SeqCst);
     assert_eq!(gate.mode(), Mode::Shadow, "the trap lowered the gate");
     assert_eq!(count(&SPRUNG), before, "the body must not run once lowered");
-    let code = refusal_code(result);
-    assert!(is_mode_code(code), "refused with {code}, not a mode code");
+    assert_refused_by_the_mode(result);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -361,8 +365,7 @@ fn an_outer_gate_lowered_while_an_inner_approver_thinks_refuses_the_call() {
     let result = outer.run(|| inner.run(|| wipe(2)));
     assert_eq!(outer.mode(), Mode::Shadow, "the inner approver lowered it");
     assert_eq!(count(&WIPES), before, "the body must not run once lowered");
-    let code = refusal_code(result);
-    assert!(is_mode_code(code), "refused with {code}, not a mode code");
+    assert_refused_by_the_mode(result);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -625,8 +628,7 @@ fn the_kill_switch_pulled_while_the_enter_record_is_written_refuses_the_call() {
     let result = gate.run(|| stamp(4));
     assert_eq!(gate.mode(), Mode::Shadow, "the sink lowered the gate");
     assert_eq!(count(&STAMPS), before, "the body must not run once lowered");
-    let code = refusal_code(result);
-    assert!(is_mode_code(code), "refused with {code}, not a mode code");
+    assert_refused_by_the_mode(result);
     let records = SINK_RECORDS.lock().unwrap().clone();
     for exit in exits_of_every_enter(&records, "regress.stamp") {
         assert_eq!(exit["outcome"], "refused", "{exit}");
@@ -817,8 +819,7 @@ fn an_escalation_that_lowers_the_gate_is_decided_at_the_lowered_mode() {
         .get_or_init(|| Gate::new(Mode::PartialAuto).unwrap())
         .clone();
     let runs = count(&ESCALATED_RUNS);
-    let code = refusal_code(gate.run(|| escalated_run("ls".into())));
-    assert!(is_mode_code(code), "{code}");
+    assert_refused_by_the_mode(gate.run(|| escalated_run("ls".into())));
     assert_eq!(gate.mode(), Mode::Shadow);
     assert_eq!(count(&ESCALATED_RUNS), runs);
 }
@@ -866,8 +867,7 @@ fn an_async_tool_approved_while_its_gate_is_lowered_does_not_run() {
         .build()
         .unwrap();
     let result = runtime.block_on(gate.scope(delete_volume(9)));
-    let code = refusal_code(result);
-    assert!(is_mode_code(code), "{code}");
+    assert_refused_by_the_mode(result);
     assert_eq!(count(&ASYNC_RUNS), runs);
     let exits = exits_of_every_enter(&sink.records(), "regress.delete_volume");
     assert_eq!(
@@ -877,7 +877,10 @@ fn an_async_tool_approved_while_its_gate_is_lowered_does_not_run() {
     );
     assert_eq!(exits[0]["outcome"], "refused");
     assert!(
-        is_mode_code(exits[0]["code"].as_str().unwrap()),
+        matches!(
+            exits[0]["code"].as_str(),
+            Some("MODE_NOT_ALLOWED" | "ABOVE_CEILING")
+        ),
         "{}",
         exits[0]
     );
@@ -899,8 +902,7 @@ fn a_gate_passed_as_an_argument_is_checked_again_before_the_body() {
     let _serial = serial();
     let gate = self_lowering_gate(None);
     let runs = count(&GATE_PARAM_RUNS);
-    let code = refusal_code(purge_with(&gate, "hot".into()));
-    assert!(is_mode_code(code), "{code}");
+    assert_refused_by_the_mode(purge_with(&gate, "hot".into()));
     assert_eq!(count(&GATE_PARAM_RUNS), runs);
 }
 
@@ -1023,8 +1025,7 @@ fn the_promotion_report_counts_a_call_refused_after_its_enter_as_refused() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let code = refusal_code(runtime.block_on(gate.scope(delete_volume(1))));
-    assert!(is_mode_code(code), "{code}");
+    assert_refused_by_the_mode(runtime.block_on(gate.scope(delete_volume(1))));
     assert_eq!(count(&ASYNC_RUNS), runs);
     let records = sink.records();
     let report = toolgate::audit::PromotionReport::from_records(&records);
