@@ -64,15 +64,22 @@ fn modes_of_mask(mask: u8) -> Vec<Mode> {
     .collect()
 }
 
-fn reference(risk: Risk, mode: Mode, allowed_mask: u8, deny_listed: bool) -> Expected {
+fn reference(
+    risk: Risk,
+    mode: Mode,
+    allowed_mask: u8,
+    deny_listed: bool,
+    can_approve: bool,
+) -> Expected {
     let in_allowed = allowed_mask & mode_bit(mode) != 0;
     let under_ceiling = risk_rank(risk) <= ceiling_rank(mode);
-    match (deny_listed, in_allowed, under_ceiling, risk) {
-        (true, _, _, _) => Expected::Refuse("DENY_LISTED"),
-        (false, false, _, _) => Expected::Refuse("MODE_NOT_ALLOWED"),
-        (false, true, false, _) => Expected::Refuse("ABOVE_CEILING"),
-        (false, true, true, Risk::HighWrite) => Expected::NeedsApproval,
-        (false, true, true, _) => Expected::Allow,
+    match (deny_listed, in_allowed, under_ceiling, risk, can_approve) {
+        (true, _, _, _, _) => Expected::Refuse("DENY_LISTED"),
+        (false, false, _, _, _) => Expected::Refuse("MODE_NOT_ALLOWED"),
+        (false, true, false, _, _) => Expected::Refuse("ABOVE_CEILING"),
+        (false, true, true, Risk::HighWrite, true) => Expected::NeedsApproval,
+        (false, true, true, Risk::HighWrite, false) => Expected::Refuse("APPROVAL_REQUIRED"),
+        (false, true, true, _, _) => Expected::Allow,
     }
 }
 
@@ -103,7 +110,9 @@ fn reference_outcome(expected: Expected, approver: ApproverKind) -> Outcome {
     match (expected, approver) {
         (Expected::Allow, _) => Outcome::Runs,
         (Expected::Refuse(code), _) => Outcome::Refused(code),
-        (Expected::NeedsApproval, ApproverKind::Absent) => Outcome::Refused("APPROVAL_REQUIRED"),
+        (Expected::NeedsApproval, ApproverKind::Absent) => {
+            unreachable!("a gate without an approver never needs one")
+        }
         (Expected::NeedsApproval, ApproverKind::Approves) => Outcome::Runs,
         (Expected::NeedsApproval, ApproverKind::Rejects | ApproverKind::Panics) => {
             Outcome::Refused("APPROVAL_REJECTED")
@@ -125,6 +134,7 @@ fn facts(risk: Risk, mode: Mode, allowed_mask: u8, deny_listed: bool) -> Facts {
         allowed_modes: ModeSet::of(&modes_of_mask(allowed_mask)),
         mode,
         deny_listed,
+        can_approve: true,
     }
 }
 
@@ -173,17 +183,19 @@ fn decide_matches_the_reference_over_the_whole_domain() {
                     .filter(|&m| allowed.contains(m))
                     .map(mode_bit)
                     .sum();
-                for deny_listed in [false, true] {
+                for (deny_listed, can_approve) in [(false, false), (false, true), (true, false), (true, true)] {
                     let got = actual(policy::decide(Facts {
                         risk,
                         allowed_modes: allowed,
                         mode,
                         deny_listed,
+                        can_approve,
                     }));
-                    let want = reference(risk, mode, mask, deny_listed);
+                    let want = reference(risk, mode, mask, deny_listed, can_approve);
                     assert_eq!(
                         got, want,
-                        "{risk} in {mode}, allowed {allowed}, deny list {deny_listed}"
+                        "{risk} in {mode}, allowed {allowed}, deny list {deny_listed}, \
+                         can approve {can_approve}"
                     );
                     seen.insert(format!("{want:?}"));
                     checked += 1;
@@ -191,9 +203,9 @@ fn decide_matches_the_reference_over_the_whole_domain() {
             }
         }
     }
-    assert_eq!(checked, 4 * 4 * 16 * 2);
+    assert_eq!(checked, 4 * 4 * 16 * 2 * 2);
     // Every verdict of the table is reached somewhere in the domain.
-    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(seen.len(), 6, "{seen:?}");
 }
 
 #[test]
@@ -413,7 +425,9 @@ fn gates_match_the_reference_for_every_tool_mode_approver_and_deny_list() {
             for approver in APPROVERS {
                 for deny_listed in [false, true] {
                     let gate = build_gate(mode, approver, deny_listed.then_some(tool.id));
-                    let expected = reference(manifest.risk_level, mode, mask, deny_listed);
+                    let can_approve = approver != ApproverKind::Absent;
+                    let expected =
+                        reference(manifest.risk_level, mode, mask, deny_listed, can_approve);
                     let want = reference_outcome(expected, approver);
                     let got = observe(&gate, &tool);
                     assert_eq!(
@@ -421,14 +435,8 @@ fn gates_match_the_reference_for_every_tool_mode_approver_and_deny_list() {
                         "{} in {mode}, approver {approver:?}, deny list {deny_listed}",
                         tool.id
                     );
-                    // The table the gate precomputed agrees, with a missing approver folded in.
-                    let table = match (expected, approver) {
-                        (Expected::NeedsApproval, ApproverKind::Absent) => {
-                            Expected::Refuse("APPROVAL_REQUIRED")
-                        }
-                        (other, _) => other,
-                    };
-                    assert_eq!(gate.verdict(manifest).map(actual), Some(table));
+                    // The table the gate precomputed agrees.
+                    assert_eq!(gate.verdict(manifest).map(actual), Some(expected));
                     outcomes.insert(format!("{want:?}"));
                     checked += 1;
                 }
@@ -464,8 +472,13 @@ fn the_approver_is_asked_exactly_when_the_table_needs_approval() {
                 }
                 let gate = builder.build().unwrap();
                 observe(&gate, &tool);
-                let expected =
-                    reference(manifest.risk_level, mode, declared_mask(&tool), deny_listed);
+                let expected = reference(
+                    manifest.risk_level,
+                    mode,
+                    declared_mask(&tool),
+                    deny_listed,
+                    true,
+                );
                 assert_eq!(
                     asked.load(Ordering::SeqCst),
                     usize::from(expected == Expected::NeedsApproval),

@@ -19,6 +19,7 @@
 //!     allowed_modes: ModeSet::ALL,
 //!     mode: Mode::Advisory,
 //!     deny_listed: false,
+//!     can_approve: false,
 //! });
 //! assert_eq!(verdict, Verdict::Refuse(DenialCode::AboveCeiling));
 //! ```

@@ -78,10 +78,13 @@ pub struct Facts {
     pub mode: Mode,
     /// Whether a deny rule of the gate matches the tool.
     pub deny_listed: bool,
+    /// Whether the gate has a way to approve a call: an approver, or two-step approvals.
+    pub can_approve: bool,
 }
 
 /// Decides a call, in the order of ADR-0004 and ADR-005: the deny list (in every mode, and no approval
-/// lifts it), then the manifest's allowed modes, then the mode's ceiling, then the approval a risk needs.
+/// lifts it), then the manifest's allowed modes, then the mode's ceiling, then the approval a risk needs:
+/// `NeedsApproval` where the gate can approve, `APPROVAL_REQUIRED` where it cannot.
 pub const fn decide(facts: Facts) -> Verdict {
     if facts.deny_listed {
         Verdict::Refuse(DenialCode::DenyListed)
@@ -89,8 +92,10 @@ pub const fn decide(facts: Facts) -> Verdict {
         Verdict::Refuse(DenialCode::ModeNotAllowed)
     } else if !admits(facts.mode, facts.risk) {
         Verdict::Refuse(DenialCode::AboveCeiling)
-    } else if requires_approval(facts.risk) {
+    } else if requires_approval(facts.risk) && facts.can_approve {
         Verdict::NeedsApproval
+    } else if requires_approval(facts.risk) {
+        Verdict::Refuse(DenialCode::ApprovalRequired)
     } else {
         Verdict::Allow
     }

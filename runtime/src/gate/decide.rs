@@ -83,12 +83,12 @@ impl Gate {
         let Some(rule) = self.inner.deny_rule_of.get(slot) else {
             return Verdict::Refuse(DenialCode::UnregisteredTool);
         };
-        // NeedsApproval with no approval path is refused by `approval`, as the table does at build.
         policy::decide(Facts {
             risk: risk.get(),
             allowed_modes: manifest.allowed_modes,
             mode,
             deny_listed: rule.is_some(),
+            can_approve: self.inner.approver.is_some() || self.inner.two_step.is_some(),
         })
     }
 

@@ -21,7 +21,6 @@ use crate::approval::Approver;
 use crate::approval::two_step::{ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
-use crate::policy::DenialCode;
 use crate::policy::Mode;
 use crate::policy::{self, Facts, Verdict};
 use crate::registry::ToolManifest;
@@ -325,7 +324,7 @@ impl GateBuilder {
         if !errors.is_empty() {
             return Err(GateError::DenyRules(errors));
         }
-        let has_approval_path = self.approver.is_some() || self.two_step.is_some();
+        let can_approve = self.approver.is_some() || self.two_step.is_some();
         let deny_rule_of: Box<[Option<u32>]> = registry
             .entries
             .iter()
@@ -341,18 +340,13 @@ impl GateBuilder {
             .map(|(entry, rule)| {
                 Mode::ALL.map(|mode| {
                     let manifest = &entry.manifest;
-                    let verdict = policy::decide(Facts {
+                    policy::decide(Facts {
                         risk: manifest.risk_level,
                         allowed_modes: manifest.allowed_modes,
                         mode,
                         deny_listed: rule.is_some(),
-                    });
-                    match verdict {
-                        Verdict::NeedsApproval if !has_approval_path => {
-                            Verdict::Refuse(DenialCode::ApprovalRequired)
-                        }
-                        other => other,
-                    }
+                        can_approve,
+                    })
                 })
             })
             .collect();
