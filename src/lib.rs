@@ -127,7 +127,7 @@
 //!
 //! let gate = Gate::new(Mode::Shadow)?;
 //! assert_eq!(gate.run(|| Users.count())?, 3);
-//! assert_eq!(toolgate::manifest("users.count").unwrap().description, "Count the users.");
+//! assert_eq!(toolgate::registry().manifest("users.count").unwrap().description, "Count the users.");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -179,13 +179,12 @@
 #[doc(hidden)]
 pub use toolgate_macros::__toolset_member;
 pub use toolgate_macros::{tool, toolset};
+
+// What users write every day; the rest lives in the modules below.
 pub use toolgate_runtime::{
-    AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,
-    DenialCode, Denied, DenyRuleError, Duplicate, Gate, GateBuilder, GateError, MODE_ENV_VAR,
-    Manifests, Mode, ModeEnvError, ModeSet, ParseError, RaiseRefused, RegistryError, Risk, Scoped,
-    Source, ToolManifest, check_registry, manifest, manifests, policy,
+    AllowAllApprover, Approval, ApprovalRequest, Approver, CallError, DenialCode, Denied, Gate,
+    GateBuilder, GateError, Mode, Risk, ToolManifest, check_registry, manifests, registry,
 };
-pub use toolgate_runtime::{CallError, CallFuture, Registry, Tool, registry};
 
 /// The JSON Schema generator of callable tools' arguments: derive `schemars::JsonSchema` on argument
 /// types with `#[schemars(crate = "toolgate::schemars")]`.
@@ -193,13 +192,38 @@ pub use toolgate_runtime::__private::schemars;
 /// The serialization framework of callable tools' arguments, for deriving on argument types.
 pub use toolgate_runtime::__private::serde;
 
+/// The policy: risk levels, modes, refusal codes and the table between them (the `toolgate-policy` crate).
+pub use toolgate_runtime::policy;
+
+/// The gate: building one, entering it around calls, lowering its mode, and its refusals.
+pub mod gate {
+    pub use toolgate_runtime::{
+        Denied, DenyRuleError, Gate, GateBuilder, GateError, RaiseRefused, Scoped,
+    };
+}
+
+/// Approvals: the [`Approver`] a gate asks, and two-step approvals by token.
+pub mod approval {
+    pub use toolgate_runtime::{
+        AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,
+    };
+}
+
+/// Every linked tool: [`registry()`](crate::registry()) to call one by name, [`manifests()`] to list
+/// them, [`check_registry()`] to catch a duplicated id.
+pub mod registry {
+    pub use toolgate_runtime::{
+        CallError, CallFuture, Duplicate, Manifests, Registry, RegistryError, Source, Tool,
+        ToolManifest, check_registry, manifests,
+    };
+}
+
+pub use toolgate_runtime::audit;
 #[cfg(feature = "clap")]
 pub use toolgate_runtime::cli;
 #[cfg(feature = "mcp")]
 pub use toolgate_runtime::mcp;
 pub use toolgate_runtime::{lockfile, report};
-
-pub use toolgate_runtime::audit;
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
 #[doc(hidden)]

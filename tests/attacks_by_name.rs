@@ -774,13 +774,16 @@ fn a13_redacted_arguments_by_name_match_a_direct_call() {
 #[test]
 fn a14_renamed_attribute_and_body_tools_get_the_domain() {
     let _s = serial();
-    assert!(toolgate::manifest("renamed.rn").is_some());
+    assert!(toolgate::registry().manifest("renamed.rn").is_some());
     assert!(
-        toolgate::manifest("renamed.inbody").is_some(),
+        toolgate::registry().manifest("renamed.inbody").is_some(),
         "{:?}",
         toolgate::manifests().map(|m| m.id).collect::<Vec<_>>()
     );
-    assert!(toolgate::manifest("rn").is_none() && toolgate::manifest("inbody").is_none());
+    assert!(
+        toolgate::registry().manifest("rn").is_none()
+            && toolgate::registry().manifest("inbody").is_none()
+    );
     let gate = Gate::builder()
         .mode(Mode::PartialAuto)
         .deny("renamed.*")

@@ -295,7 +295,7 @@ fn two_step_approval_runs_the_same_call_once() {
     gate.approve(&token).unwrap();
     assert_eq!(
         gate.approve(&token),
-        Err(toolgate::ApproveError::AlreadyApproved)
+        Err(toolgate::approval::ApproveError::AlreadyApproved)
     );
     let other = gate.run(|| transfer(1, 2, 901, "a".into())).unwrap_err();
     assert_eq!(other.code(), "APPROVAL_MISMATCH");
@@ -307,7 +307,7 @@ fn two_step_approval_runs_the_same_call_once() {
     assert_eq!(runs(), start + 1);
     assert_eq!(
         gate.approve("not-a-token"),
-        Err(toolgate::ApproveError::UnknownToken)
+        Err(toolgate::approval::ApproveError::UnknownToken)
     );
 }
 

@@ -23,9 +23,10 @@ use std::task::{Context, Poll, Waker};
 use common::serial;
 use serde_json::json;
 use toolgate::audit::{Decision, MemorySink, Stage};
+use toolgate::gate::{DenyRuleError, RaiseRefused};
 use toolgate::{
-    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, DenyRuleError, Gate,
-    GateError, Mode, RaiseRefused, registry, tool,
+    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode,
+    registry, tool,
 };
 
 static READS: AtomicUsize = AtomicUsize::new(0);
@@ -649,7 +650,7 @@ fn a_look_alike_id_is_an_unknown_tool_and_runs_nothing() {
             .expect("an unknown tool is ready at once");
         assert_eq!(result.unwrap_err().code(), "UNKNOWN_TOOL", "{id:?}");
         assert!(registry().get(id).is_none(), "{id:?}");
-        assert!(toolgate::manifest(id).is_none(), "{id:?}");
+        assert!(toolgate::registry().manifest(id).is_none(), "{id:?}");
     }
     assert_eq!(count(&DELETES), before, "no look-alike ran the body");
 

@@ -123,9 +123,9 @@ fn every_definition_is_still_listed_and_refused_without_a_gate() {
         .filter(|m| m.id == "customers.lookup")
         .count();
     assert_eq!(listed, 2);
-    let found = toolgate::manifest("customers.lookup").unwrap();
+    let found = toolgate::registry().manifest("customers.lookup").unwrap();
     assert_eq!(found.id, "customers.lookup");
-    assert!(toolgate::manifest("orders.count").is_some());
+    assert!(toolgate::registry().manifest("orders.count").is_some());
     assert_eq!(crm::find_customer(1).unwrap_err().code(), "NO_GATE");
     assert_eq!(billing::customer(1).unwrap_err().code(), "NO_GATE");
     assert_eq!(tag(1).unwrap_err().code(), "NO_GATE");

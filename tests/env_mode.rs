@@ -2,7 +2,8 @@
 //!
 //! Environment variables are process-wide, so everything that sets one is in the single test below.
 
-use toolgate::{Denied, Gate, GateError, MODE_ENV_VAR, Mode, tool};
+use toolgate::policy::MODE_ENV_VAR;
+use toolgate::{Denied, Gate, GateError, Mode, tool};
 
 /// Relabels an issue.
 #[tool(risk = "LOW_WRITE", domain = "issues")]

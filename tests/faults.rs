@@ -22,10 +22,11 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::{Scratch, serial};
+use toolgate::approval::ApproveError;
 use toolgate::audit::{
     AuditError, AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file,
 };
-use toolgate::{Approval, ApprovalRequest, ApproveError, DenialCode, Denied, Gate, Mode, tool};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 
 const CHILD_ENV: &str = "TOOLGATE_FAULT_CHILD";
 

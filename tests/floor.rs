@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 
 use common::serial;
+use toolgate::gate::{DenyRuleError, RaiseRefused};
 use toolgate::{
-    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, DenyRuleError, Gate,
-    GateError, Mode, RaiseRefused, Risk, tool,
+    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode, Risk,
+    tool,
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -369,7 +370,7 @@ fn on_tokio<F: Future>(future: F) -> F::Output {
 #[test]
 fn the_suite_is_registered_with_its_declared_risks() {
     for tool in suite() {
-        let manifest = toolgate::manifest(tool.id).expect(tool.id);
+        let manifest = toolgate::registry().manifest(tool.id).expect(tool.id);
         assert_eq!(manifest.risk_level, tool.risk, "{}", tool.id);
     }
 }
@@ -854,7 +855,8 @@ fn deny_by_glob_refuses_in_every_mode() {
                 }
                 _ => assert_eq!(
                     result.is_ok(),
-                    toolgate::manifest(tool.id)
+                    toolgate::registry()
+                        .manifest(tool.id)
                         .unwrap()
                         .allowed_modes
                         .contains(mode),

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
+use toolgate::gate::{DenyRuleError, RaiseRefused, Scoped};
 use toolgate::policy::Verdict;
 use toolgate::{
-    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, DenyRuleError, Gate,
-    GateError, Mode, RaiseRefused, Scoped, tool,
+    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode, tool,
 };
 
 mod probe {
@@ -189,9 +189,9 @@ fn debug_shows_mode_and_rules() {
 
 #[test]
 fn verdict_reports_the_table_in_the_current_mode() {
-    let read = toolgate::manifest("probe.read").unwrap();
-    let write = toolgate::manifest("probe.write").unwrap();
-    let critical = toolgate::manifest("probe.critical").unwrap();
+    let read = toolgate::registry().manifest("probe.read").unwrap();
+    let write = toolgate::registry().manifest("probe.write").unwrap();
+    let critical = toolgate::registry().manifest("probe.critical").unwrap();
 
     let approving = Gate::builder()
         .mode(Mode::FullAuto)

@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use toolgate::lockfile::{self, ChangeKind, LockfileError, Update};
-use toolgate::{Mode, ModeSet, Risk, ToolManifest, tool};
+use toolgate::policy::ModeSet;
+use toolgate::{Mode, Risk, ToolManifest, tool};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -1,6 +1,7 @@
 //! The manifests `#[tool]` and `#[toolset]` generate: the registry, defaults, JSON shape and sources.
 
-use toolgate::{AllowAllApprover, Denied, Gate, Mode, ModeSet, Risk, ToolManifest, tool, toolset};
+use toolgate::policy::ModeSet;
+use toolgate::{AllowAllApprover, Denied, Gate, Mode, Risk, ToolManifest, tool, toolset};
 
 /// Deletes a user account.
 ///
@@ -114,7 +115,9 @@ mod stock {
 }
 
 fn get(id: &str) -> &'static ToolManifest {
-    toolgate::manifest(id).unwrap_or_else(|| panic!("no tool `{id}` is registered"))
+    toolgate::registry()
+        .manifest(id)
+        .unwrap_or_else(|| panic!("no tool `{id}` is registered"))
 }
 
 const OURS: [&str; 13] = [
@@ -150,9 +153,9 @@ fn manifests_are_sorted_by_id_and_hold_every_tool_once() {
     assert_eq!(toolgate::manifests().len(), ids.len());
     let reversed: Vec<&str> = toolgate::manifests().rev().map(|m| m.id).collect();
     assert_eq!(reversed, ids.iter().rev().copied().collect::<Vec<_>>());
-    assert!(toolgate::manifest("users.remove").is_none());
-    assert!(toolgate::manifest("users").is_none());
-    assert!(toolgate::manifest("").is_none());
+    assert!(toolgate::registry().manifest("users.remove").is_none());
+    assert!(toolgate::registry().manifest("users").is_none());
+    assert!(toolgate::registry().manifest("").is_none());
     toolgate::check_registry().unwrap();
 }
 
@@ -303,10 +306,10 @@ fn ids_descriptions_and_domains() {
     let compose = get("drafts.compose_reply");
     assert_eq!(compose.domain, None);
     assert_eq!(compose.description, "Drafts a reply to a thread.");
-    assert!(toolgate::manifest("compose").is_none());
+    assert!(toolgate::registry().manifest("compose").is_none());
     let note = get("notes.append");
     assert_eq!(note.domain, Some("notes"));
-    assert!(toolgate::manifest("notes.write_note").is_none());
+    assert!(toolgate::registry().manifest("notes.write_note").is_none());
     assert_eq!(
         note.description,
         "Writes a note, declaring its side effects explicitly."
@@ -324,11 +327,11 @@ fn a_toolset_gives_its_domain_to_its_tools() {
     assert_eq!(get("billing.invoice").description, "Shows an invoice.");
     // A tool's own domain wins over the toolset's.
     assert_eq!(get("ledger.export").domain, Some("ledger"));
-    assert!(toolgate::manifest("billing.export").is_none());
+    assert!(toolgate::registry().manifest("billing.export").is_none());
     // An explicit id is not prefixed, and the toolset's domain is still the tool's.
     let void = get("invoices.void");
     assert_eq!(void.domain, Some("billing"));
-    assert!(toolgate::manifest("billing.void").is_none());
+    assert!(toolgate::registry().manifest("billing.void").is_none());
     // An inline module, with a dotted domain.
     for id in ["inventory.stock.count", "inventory.stock.reserve"] {
         let manifest = get(id);

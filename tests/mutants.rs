@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::serial;
+use toolgate::approval::ApproveError;
 use toolgate::audit::{Decision, MemorySink, Stage};
+use toolgate::gate::DenyRuleError;
 use toolgate::{
-    AllowAllApprover, Approval, ApprovalRequest, ApproveError, DenialCode, Denied, DenyRuleError,
-    Gate, Mode, Risk, tool,
+    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool,
 };
 
 static PAYMENTS: AtomicUsize = AtomicUsize::new(0);
@@ -213,7 +214,10 @@ fn a_gate_builder_shows_its_settings() {
 
 #[test]
 fn two_step_approvals_last_ten_minutes_by_default() {
-    assert_eq!(toolgate::DEFAULT_APPROVAL_TTL, Duration::from_secs(600));
+    assert_eq!(
+        toolgate::approval::DEFAULT_APPROVAL_TTL,
+        Duration::from_secs(600)
+    );
 }
 
 #[test]

@@ -7,10 +7,9 @@ use std::str::FromStr;
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
+use toolgate::policy::ModeSet;
 use toolgate::policy::{self, Facts, Verdict};
-use toolgate::{
-    AllowAllApprover, Approval, ApprovalRequest, Denied, Gate, Mode, ModeSet, Risk, tool,
-};
+use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
 
 // ---------------------------------------------------------------------------------------------------------
 // The reference
@@ -183,7 +182,9 @@ fn decide_matches_the_reference_over_the_whole_domain() {
                     .filter(|&m| allowed.contains(m))
                     .map(mode_bit)
                     .sum();
-                for (deny_listed, can_approve) in [(false, false), (false, true), (true, false), (true, true)] {
+                for (deny_listed, can_approve) in
+                    [(false, false), (false, true), (true, false), (true, true)]
+                {
                     let got = actual(policy::decide(Facts {
                         risk,
                         allowed_modes: allowed,
@@ -398,7 +399,7 @@ fn matrix_manifests_are_what_was_declared() {
     let tools = matrix_tools();
     assert_eq!(tools.len(), 38);
     for tool in &tools {
-        let manifest = toolgate::manifest(tool.id).expect(tool.id);
+        let manifest = toolgate::registry().manifest(tool.id).expect(tool.id);
         assert_eq!(
             manifest.risk_level.as_str(),
             tool.declared_risk,
@@ -419,7 +420,7 @@ fn gates_match_the_reference_for_every_tool_mode_approver_and_deny_list() {
     let mut checked = 0;
     let mut outcomes = HashSet::new();
     for tool in matrix_tools() {
-        let manifest = toolgate::manifest(tool.id).unwrap();
+        let manifest = toolgate::registry().manifest(tool.id).unwrap();
         let mask = declared_mask(&tool);
         for mode in all_modes() {
             for approver in APPROVERS {
@@ -455,7 +456,7 @@ fn the_approver_is_asked_exactly_when_the_table_needs_approval() {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     for tool in matrix_tools() {
-        let manifest = toolgate::manifest(tool.id).unwrap();
+        let manifest = toolgate::registry().manifest(tool.id).unwrap();
         for mode in all_modes() {
             for deny_listed in [false, true] {
                 let asked = Arc::new(AtomicUsize::new(0));

@@ -36,18 +36,22 @@ fn draft_greeting() -> Result<(), BoxError> {
 }
 
 fn line(id: &str) -> u32 {
-    toolgate::manifest(id).expect("tool is linked").source.line
+    toolgate::registry()
+        .manifest(id)
+        .expect("tool is linked")
+        .source
+        .line
 }
 
 /// A manifest with every field set here, independent of where the test tools sit in this file.
 fn fixed(id: &'static str) -> ToolManifest {
-    let mut m = *toolgate::manifest("users.get_user").unwrap();
+    let mut m = *toolgate::registry().manifest("users.get_user").unwrap();
     m.id = id;
     m.domain = Some("demo");
     m.description = "Say \"hi\", then\nwave é \u{1}/";
     m.risk_level = Risk::LowWrite;
     m.side_effects = true;
-    m.allowed_modes = toolgate::ModeSet::of(&[Mode::PartialAuto, Mode::FullAuto]);
+    m.allowed_modes = toolgate::policy::ModeSet::of(&[Mode::PartialAuto, Mode::FullAuto]);
     m.idempotent = false;
     m.open_world = true;
     m.source.file = "src/demo.rs";
@@ -117,8 +121,8 @@ fn json_pretty_is_an_array_of_manifests() {
 
 #[test]
 fn json_compact_is_one_line_in_the_given_order() {
-    let get = toolgate::manifest("users.get_user").unwrap();
-    let draft = toolgate::manifest("draft_greeting").unwrap();
+    let get = toolgate::registry().manifest("users.get_user").unwrap();
+    let draft = toolgate::registry().manifest("draft_greeting").unwrap();
     let expected = format!(
         concat!(
             r#"[{{"id":"users.get_user","domain":"users","description":"Look a user up.\n\nOnly the "#,
@@ -167,7 +171,7 @@ fn markdown_of_no_tools_is_the_header() {
 fn markdown_code_spans_survive_backticks() {
     let mut m = fixed("demo.tool");
     m.source.file = "odd`dir/x.rs";
-    m.allowed_modes = toolgate::ModeSet::EMPTY;
+    m.allowed_modes = toolgate::policy::ModeSet::EMPTY;
     let table = report::markdown([m]);
     let row = table.lines().nth(2).unwrap();
     assert_eq!(
@@ -199,7 +203,7 @@ fn csv_quotes_a_carriage_return_and_leaves_plain_fields_bare() {
     let mut m = fixed("demo.tool");
     m.description = "one\rtwo";
     m.source.module_path = "a, b";
-    m.allowed_modes = toolgate::ModeSet::EMPTY;
+    m.allowed_modes = toolgate::policy::ModeSet::EMPTY;
     m.domain = None;
     let csv = report::csv([m]);
     let record = csv.split("\r\n").nth(1).unwrap();

@@ -22,7 +22,8 @@ use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use toolgate::audit::{MemorySink, Stage};
-use toolgate::{ApproveError, CallError, Denied, Gate, Mode, registry, tool};
+use toolgate::{CallError, Denied, Gate, Mode, registry, tool};
+use toolgate::approval::ApproveError;
 
 #[derive(Debug)]
 enum FzError {

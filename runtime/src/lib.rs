@@ -30,7 +30,7 @@ pub use gate::denylist::DenyRuleError;
 pub use gate::{Gate, GateBuilder, GateError, RaiseRefused};
 pub use registry::{
     Duplicate, Manifests, Registry, RegistryError, Source, Tool, ToolManifest, check_registry,
-    manifest, manifests, registry,
+    manifests, registry,
 };
 pub use report::lockfile;
 /// The policy: risk levels, modes, refusal codes and the table between them (the `toolgate-policy` crate).

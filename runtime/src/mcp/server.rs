@@ -15,7 +15,7 @@ use super::definition::{self, Visibility};
 use crate::by_name::CallError;
 use crate::gate::Gate;
 use crate::registry::ToolManifest;
-use crate::registry::{Tool, registry};
+use crate::registry::{Tool, manifests, registry};
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
 
@@ -125,13 +125,8 @@ impl ToolgateServer {
 
     /// The tools `tools/list` shows now, sorted by name.
     pub fn tools(&self) -> Vec<rmcp::model::Tool> {
-        registry()
-            .tools()
-            .filter(|tool| {
-                self.filter
-                    .as_ref()
-                    .is_none_or(|keep| keep(tool.manifest()))
-            })
+        manifests()
+            .filter_map(|manifest| self.served(manifest.id))
             .filter_map(|tool| definition::listed(&self.gate, tool, self.visibility))
             .collect()
     }

@@ -87,9 +87,9 @@ impl Registry {
         self.entry(id).map(|entry| Tool { entry })
     }
 
-    /// Every linked tool, sorted by id.
-    pub fn tools(&self) -> impl ExactSizeIterator<Item = Tool> + '_ {
-        self.entries.iter().map(|&entry| Tool { entry })
+    /// The manifest of the tool with this id: `get(id)` and [`Tool::manifest`] in one.
+    pub fn manifest(&self, id: &str) -> Option<&'static ToolManifest> {
+        self.entry(id).map(|entry| &entry.manifest)
     }
 
     /// How many tools are linked.
@@ -191,11 +191,6 @@ pub fn manifests() -> Manifests {
     Manifests {
         inner: registry().entries.iter(),
     }
-}
-
-/// The manifest of the tool with this id, if one is linked.
-pub fn manifest(id: &str) -> Option<&'static ToolManifest> {
-    registry().entry(id).map(|e| &e.manifest)
 }
 
 /// Checks that no two linked tools share an id; the same check runs when a gate is built.

@@ -1,4 +1,5 @@
-use toolgate::{Denied, Mode, ModeSet, Risk, tool, toolset};
+use toolgate::{Denied, Mode, Risk, tool, toolset};
+use toolgate::policy::ModeSet;
 
 #[tool(risk = "READ_ONLY")]
 fn read() -> Result<(), Denied> {
@@ -55,7 +56,7 @@ mod shared {
 
 fn main() {
     let all = ModeSet::of(&Mode::ALL);
-    let get = |id: &str| *toolgate::manifest(id).unwrap();
+    let get = |id: &str| *toolgate::registry().manifest(id).unwrap();
 
     let read_m = get("read");
     assert_eq!(read_m.domain, None);

@@ -43,7 +43,7 @@ fn attribute_docs() -> Result<(), Denied> {
 }
 
 fn main() {
-    let description = |id: &str| toolgate::manifest(id).unwrap().description;
+    let description = |id: &str| toolgate::registry().manifest(id).unwrap().description;
     assert_eq!(
         description("users.delete_user"),
         "Delete a user account.\n\nThe account and all its sessions are removed.\n  Indented lines keep their indentation."

@@ -71,6 +71,6 @@ fn main() {
         "apply",
         "summarize",
     ] {
-        assert!(toolgate::manifest(id).is_some(), "{id} is registered");
+        assert!(toolgate::registry().manifest(id).is_some(), "{id} is registered");
     }
 }

@@ -64,10 +64,10 @@ fn main() {
 
     let ids: Vec<&str> = toolgate::manifests().map(|m| m.id).collect();
     assert_eq!(ids, ["users.count", "users.create", "users.purge"]);
-    let purge = toolgate::manifest("users.purge").unwrap();
+    let purge = toolgate::registry().manifest("users.purge").unwrap();
     assert_eq!(purge.domain, Some("users"));
     assert_eq!(purge.risk_level, Risk::HighWrite);
     assert_eq!(purge.description, "Delete every user.");
-    assert!(toolgate::manifest("users.capacity").is_none());
-    assert!(toolgate::manifest("users.normalize").is_none());
+    assert!(toolgate::registry().manifest("users.capacity").is_none());
+    assert!(toolgate::registry().manifest("users.normalize").is_none());
 }

@@ -61,7 +61,7 @@ fn main() {
             "billing.refund.propose"
         ]
     );
-    let refund = toolgate::manifest("billing.refund.propose").unwrap();
+    let refund = toolgate::registry().manifest("billing.refund.propose").unwrap();
     assert_eq!(refund.risk_level, Risk::ProposeOnly);
     assert_eq!(refund.domain, Some("billing"));
     assert!(!refund.side_effects);

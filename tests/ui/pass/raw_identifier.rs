@@ -8,5 +8,5 @@ fn r#type(name: &str) -> Result<String, Denied> {
 fn main() {
     let gate = Gate::new(Mode::Shadow).unwrap();
     assert_eq!(gate.run(|| r#type("x")).unwrap(), "type of x");
-    assert!(toolgate::manifest("schema.type").is_some());
+    assert!(toolgate::registry().manifest("schema.type").is_some());
 }

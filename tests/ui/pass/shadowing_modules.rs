@@ -49,6 +49,6 @@ fn main() {
         assert_eq!(count_items(4).unwrap(), 8);
         assert_eq!(Stock.restock(4).unwrap(), 5);
     });
-    assert!(toolgate::manifest("stock.count_items").is_some());
-    assert!(toolgate::manifest("stock.restock").is_some());
+    assert!(toolgate::registry().manifest("stock.count_items").is_some());
+    assert!(toolgate::registry().manifest("stock.restock").is_some());
 }

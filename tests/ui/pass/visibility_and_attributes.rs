@@ -67,6 +67,6 @@ fn main() {
             "files.stat"
         ]
     );
-    assert!(toolgate::manifest("files.wipe_disk").is_none());
-    assert!(toolgate::manifest("files.format_disk").is_none());
+    assert!(toolgate::registry().manifest("files.wipe_disk").is_none());
+    assert!(toolgate::registry().manifest("files.format_disk").is_none());
 }
