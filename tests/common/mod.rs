@@ -4,14 +4,17 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// A directory under Cargo's scratch space, named for the test binary and the process, removed when
-/// dropped.
+/// A directory under Cargo's scratch space, named for the test binary, the calling file and the process,
+/// removed when dropped.
 pub struct Scratch(PathBuf);
 
 impl Scratch {
+    #[track_caller]
     pub fn new(name: &str) -> Scratch {
+        let file = Path::new(std::panic::Location::caller().file());
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("test");
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "{}-{}-{name}",
+            "{}-{stem}-{}-{name}",
             env!("CARGO_CRATE_NAME"),
             std::process::id()
         ));

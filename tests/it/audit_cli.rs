@@ -2,13 +2,11 @@
 
 #![cfg(feature = "cli")]
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::Scratch;
+use crate::common::Scratch;
 use toolgate::audit::{AuditRecord, AuditSink, Decision, JsonlSink, Stage};
 use toolgate::{Mode, Risk};
 

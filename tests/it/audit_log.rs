@@ -1,14 +1,12 @@
 //! The audit sinks, the hash-chained JSONL log, its verifier and the promotion report.
 
-mod common;
-
 use std::error::Error as _;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use common::Scratch;
+use crate::common::Scratch;
 use toolgate::audit::{
     AuditRecord, AuditSink, BreakReason, Decision, Durability, JsonlSink, MemorySink, Outcome,
     PromotionReport, Stage, VerifyReport, verify_bytes, verify_file,
@@ -691,7 +689,7 @@ fn number_after(line: &[u8], key: &[u8]) -> u64 {
     digits.fold(0, |n, &d| n * 10 + u64::from(d - b'0'))
 }
 
-/// `cargo test --release --test audit_log -- --ignored --nocapture throughput`
+/// `cargo test --release --test it -- --ignored --nocapture audit_log::throughput`
 #[test]
 #[ignore = "a measurement: run it in release mode"]
 fn jsonl_throughput_with_default_durability() {

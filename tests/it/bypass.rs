@@ -10,8 +10,6 @@
 //! and duplicate ids (`duplicates.rs`). A second duplicate id lives in `bypass_duplicate.rs`, its own
 //! binary.
 
-mod common;
-
 use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -20,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use common::serial;
+use crate::common::serial;
 use serde_json::json;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::{DenyRuleError, RaiseRefused};
@@ -159,6 +157,12 @@ fn a_direct_call_without_any_gate_runs_nothing() {
     assert_eq!(code(delete(1)), DenialCode::NoGate);
     assert_eq!(code(block_on(sync(3))), DenialCode::NoGate);
     assert_eq!([&READS, &WRITES, &DELETES, &SYNC_STEPS].map(count), before);
+    // No gate means no mode: the refusal names the tool and its risk, and no mode.
+    let denied = delete(1).unwrap_err();
+    assert_eq!(
+        (denied.mode(), denied.risk()),
+        (None, toolgate::Risk::HighWrite)
+    );
 
     // The same calls do run inside a gate that allows them: the refusal came from the missing gate.
     widest().run(|| {

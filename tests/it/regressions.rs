@@ -10,13 +10,11 @@
 //! guarantee (nested, trait impls, generic, async, a `&Gate` parameter) and the other points where user
 //! code runs between a decision and the body (an `escalate` function, an approver, `Serialize`).
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use common::{Scratch, serial};
+use crate::common::{Scratch, serial};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, JsonlSink, MemorySink, Stage};

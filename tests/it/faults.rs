@@ -9,8 +9,6 @@
 //! `TOOLGATE_FAULT_CHILD` set to its working path. Without that variable, those child tests return at
 //! once.
 
-mod common;
-
 use std::fs::{self, File};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
@@ -21,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{Scratch, serial};
+use crate::common::{Scratch, serial};
 use toolgate::approval::ApproveError;
 use toolgate::audit::{
     AuditError, AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file,
@@ -86,7 +84,8 @@ fn child_command(program: &str, leading: &[&str], test: &str, path: &Path) -> Co
     command
         .args(leading)
         .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .arg(format!("faults::{test}"))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, path);
     command
 }
@@ -516,7 +515,11 @@ fn a_process_killed_while_writing_leaves_every_complete_record_verifiable() {
 /// kills while its last line is incomplete, that is while a write of many pages is under way.
 fn kill_a_writer(path: &Path, attempt: u32) -> Tail {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child_writes_until_killed", "--exact", "--test-threads=1"])
+        .args([
+            "faults::child_writes_until_killed",
+            "--exact",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, path)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -557,7 +560,11 @@ fn write_past_a_size_limit(path: &Path) -> Result<(), String> {
     let mut child = Command::new("sh")
         .args(["-c", r#"ulimit -f 400 && exec "$0" "$@""#])
         .arg(std::env::current_exe().unwrap())
-        .args(["child_writes_until_killed", "--exact", "--test-threads=1"])
+        .args([
+            "faults::child_writes_until_killed",
+            "--exact",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, path)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

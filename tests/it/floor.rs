@@ -1,13 +1,11 @@
 //! The safety floor, on a realistic tool suite: what each mode lets through, what it refuses, and proof
 //! (a counter per tool) that a refused call never reaches the tool's body.
 
-mod common;
-
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 
-use common::serial;
+use crate::common::serial;
 use toolgate::gate::{DenyRuleError, RaiseRefused};
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode, Risk,
@@ -25,14 +23,14 @@ mod users {
     pub static DELETE: AtomicUsize = AtomicUsize::new(0);
 
     /// Reads one user.
-    #[tool(risk = "READ_ONLY", domain = "users", idempotent)]
+    #[tool(risk = "READ_ONLY", domain = "accounts", idempotent)]
     pub fn get(id: u64) -> Result<String, Denied> {
         GET.fetch_add(1, Ordering::SeqCst);
         Ok(format!("user-{id}"))
     }
 
     /// Deletes a user account.
-    #[tool(risk = "HIGH_WRITE", domain = "users")]
+    #[tool(risk = "HIGH_WRITE", domain = "accounts")]
     pub fn delete(id: u64) -> Result<u64, Denied> {
         DELETE.fetch_add(1, Ordering::SeqCst);
         Ok(id)
@@ -250,7 +248,7 @@ struct Tool {
 fn suite() -> Vec<Tool> {
     vec![
         Tool {
-            id: "users.get",
+            id: "accounts.get",
             risk: Risk::ReadOnly,
             call: || users::get(1).map(drop),
             ran: &users::GET,
@@ -286,7 +284,7 @@ fn suite() -> Vec<Tool> {
             ran: &comments::LOG,
         },
         Tool {
-            id: "users.delete",
+            id: "accounts.delete",
             risk: Risk::HighWrite,
             call: || users::delete(7).map(drop),
             ran: &users::DELETE,
@@ -526,7 +524,7 @@ fn high_write_runs_in_full_auto_with_an_approving_approver() {
     assert_eq!(
         *seen.lock().unwrap(),
         vec![
-            ("users.delete", Mode::FullAuto, Risk::HighWrite),
+            ("accounts.delete", Mode::FullAuto, Risk::HighWrite),
             ("payments.transfer", Mode::FullAuto, Risk::HighWrite),
         ]
     );
@@ -566,25 +564,6 @@ fn high_write_with_a_rejecting_approver_is_refused_approval_rejected() {
 }
 
 #[test]
-fn high_write_with_a_panicking_approver_is_refused_approval_rejected() {
-    let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| -> Approval { panic!("approver crashed") })
-        .build()
-        .unwrap();
-    for tool in high_writes() {
-        expect_refused(
-            gate.run(|| call_counted(&tool)),
-            DenialCode::ApprovalRejected,
-            tool.id,
-        );
-    }
-    // The gate is still usable after the approver's panic, on the same thread.
-    gate.run(|| call_counted(&suite()[0])).unwrap();
-}
-
-#[test]
 fn high_write_is_refused_below_full_auto_even_with_an_approver() {
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
@@ -616,37 +595,6 @@ fn high_write_is_refused_below_full_auto_even_with_an_approver() {
 // ---------------------------------------------------------------------------------------------------------
 // No gate, threads, async
 // ---------------------------------------------------------------------------------------------------------
-
-#[test]
-fn a_direct_call_outside_any_gate_is_refused_no_gate() {
-    let _serial = serial();
-    for tool in suite() {
-        let denied = expect_refused(call_counted(&tool), DenialCode::NoGate, tool.id);
-        assert_eq!(denied.mode(), None);
-        assert_eq!(denied.risk(), tool.risk);
-    }
-    // Leaving `run` leaves the gate.
-    let gate = gate(Mode::FullAuto);
-    gate.run(|| call_counted(&suite()[0])).unwrap();
-    expect_refused(call_counted(&suite()[0]), DenialCode::NoGate, "after run");
-}
-
-#[test]
-fn a_spawned_thread_does_not_inherit_the_gate() {
-    let _serial = serial();
-    let gate = gate(Mode::FullAuto);
-    let before = count(&labels::UPDATE);
-    let refused = gate.run(|| std::thread::spawn(|| labels::update(1)).join().unwrap());
-    assert_eq!(refused.unwrap_err().code(), DenialCode::NoGate);
-    assert_eq!(count(&labels::UPDATE), before);
-
-    let inner = gate.clone();
-    let allowed = std::thread::spawn(move || inner.run(|| labels::update(2)))
-        .join()
-        .unwrap();
-    assert_eq!(allowed.unwrap(), 2);
-    assert_eq!(count(&labels::UPDATE), before + 1);
-}
 
 #[test]
 fn async_tools_keep_their_gate_across_awaits_on_a_multi_thread_runtime() {
@@ -809,7 +757,7 @@ fn deny_by_exact_id_beats_an_approver() {
     let counter = Arc::clone(&asked);
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
-        .deny("users.delete")
+        .deny("accounts.delete")
         .approver(move |_: &ApprovalRequest<'_>| {
             counter.fetch_add(1, Ordering::SeqCst);
             Approval::Approve
@@ -818,9 +766,9 @@ fn deny_by_exact_id_beats_an_approver() {
         .unwrap();
     for tool in suite() {
         let result = gate.run(|| call_counted(&tool));
-        if tool.id == "users.delete" {
+        if tool.id == "accounts.delete" {
             let denied = expect_refused(result, DenialCode::DenyListed, tool.id);
-            assert_eq!(denied.detail(), Some("users.delete"));
+            assert_eq!(denied.detail(), Some("accounts.delete"));
         } else {
             result.unwrap();
         }
@@ -835,18 +783,21 @@ fn deny_by_glob_refuses_in_every_mode() {
     for mode in Mode::ALL {
         let gate = Gate::builder()
             .mode(mode)
-            .deny("users.*")
+            .deny("accounts.*")
             .deny("*.log")
             .approver(AllowAllApprover)
             .build()
             .unwrap();
-        assert_eq!(gate.deny_rules().collect::<Vec<_>>(), ["users.*", "*.log"]);
+        assert_eq!(
+            gate.deny_rules().collect::<Vec<_>>(),
+            ["accounts.*", "*.log"]
+        );
         for tool in suite() {
             let result = gate.run(|| call_counted(&tool));
             match tool.id {
-                "users.get" | "users.delete" => {
+                "accounts.get" | "accounts.delete" => {
                     let denied = expect_refused(result, DenialCode::DenyListed, tool.id);
-                    assert_eq!(denied.detail(), Some("users.*"));
+                    assert_eq!(denied.detail(), Some("accounts.*"));
                     assert_eq!(denied.mode(), Some(mode));
                 }
                 "comments.log" => {
@@ -872,17 +823,17 @@ fn deny_by_glob_refuses_in_every_mode() {
 fn a_dead_deny_rule_fails_the_build() {
     let error = Gate::builder()
         .mode(Mode::FullAuto)
-        .deny("users.get")
-        .deny("users.remove")
+        .deny("accounts.get")
+        .deny("accounts.remove")
         .build()
         .unwrap_err();
     assert_eq!(
         error,
         GateError::DenyRules(vec![DenyRuleError::MatchesNothing {
-            pattern: "users.remove".into()
+            pattern: "accounts.remove".into()
         }])
     );
-    assert!(error.to_string().contains("`users.remove`"), "{error}");
+    assert!(error.to_string().contains("`accounts.remove`"), "{error}");
     assert!(
         error.to_string().contains("matches no registered tool"),
         "{error}"
@@ -896,7 +847,7 @@ fn an_invalid_deny_pattern_fails_the_build() {
         "Users.delete",
         "users delete",
         "users/*",
-        "users.del[e]te",
+        "accounts.del[e]te",
     ] {
         let error = Gate::builder().deny(pattern).build().unwrap_err();
         match &error {
@@ -1006,7 +957,7 @@ fn refusals() -> Vec<(&'static str, Denied)> {
         .unwrap();
     let denying = Gate::builder()
         .mode(Mode::FullAuto)
-        .deny("users.del*")
+        .deny("accounts.del*")
         .approver(AllowAllApprover)
         .build()
         .unwrap();
@@ -1039,11 +990,11 @@ fn each_refusal_has_its_code_and_a_message_naming_tool_risk_and_mode() {
     for (code, denied) in &refusals {
         assert_eq!(denied.code(), *code);
         assert_eq!(denied.code().as_str(), *code);
-        assert_eq!(denied.tool().id, "users.delete");
+        assert_eq!(denied.tool().id, "accounts.delete");
         assert_eq!(denied.risk(), Risk::HighWrite);
         let message = denied.message();
         assert_eq!(message, denied.to_string());
-        assert!(message.contains("`users.delete`"), "{message}");
+        assert!(message.contains("`accounts.delete`"), "{message}");
         assert!(message.contains("HIGH_WRITE"), "{message}");
         if let Some(mode) = denied.mode()
             && *code != "DENY_LISTED"
@@ -1060,11 +1011,11 @@ fn each_refusal_has_its_code_and_a_message_naming_tool_risk_and_mode() {
     };
     assert_eq!(
         message("MODE_NOT_ALLOWED"),
-        "tool `users.delete` (HIGH_WRITE) is not allowed in mode PARTIAL_AUTO; it is allowed in \
+        "tool `accounts.delete` (HIGH_WRITE) is not allowed in mode PARTIAL_AUTO; it is allowed in \
          FULL_AUTO"
     );
     assert!(message("NO_GATE").contains("outside any gate"));
-    assert!(message("DENY_LISTED").contains("rule `users.del*`"));
+    assert!(message("DENY_LISTED").contains("rule `accounts.del*`"));
     assert!(message("APPROVAL_REQUIRED").contains("FULL_AUTO"));
     assert!(message("APPROVAL_REJECTED").contains("FULL_AUTO"));
     assert!(message("APPROVAL_REJECTED").contains("not during the freeze"));
@@ -1134,7 +1085,7 @@ fn a_refusal_serializes_as_code_message_tool_risk_level_mode() {
             serde_json::json!({
                 "code": code,
                 "message": denied.to_string(),
-                "tool": "users.delete",
+                "tool": "accounts.delete",
                 "risk_level": "HIGH_WRITE",
                 "mode": mode,
             })

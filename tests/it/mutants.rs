@@ -2,12 +2,10 @@
 //! `.cargo/mutants.toml`): each pins a behaviour of `policy`, `gate`, `scope`, `two_step` or `approval`
 //! that no other test pinned, so that changing it fails a test.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::serial;
+use crate::common::serial;
 use toolgate::approval::ApproveError;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::DenyRuleError;

@@ -6,14 +6,14 @@ use toolgate::{AllowAllApprover, Denied, Gate, Mode, Risk, ToolManifest, tool, t
 /// Deletes a user account.
 ///
 /// The account cannot be restored.
-#[tool(risk = "HIGH_WRITE", domain = "users")]
+#[tool(risk = "HIGH_WRITE", domain = "members")]
 pub fn delete(id: u64) -> Result<u64, Denied> {
     Ok(id)
 }
 const DELETE_LINE: u32 = line!() - 3;
 
 /// Looks a user up.
-#[tool(risk = "READ_ONLY", domain = "users", idempotent)]
+#[tool(risk = "READ_ONLY", domain = "members", idempotent)]
 pub fn lookup(id: u64) -> Result<u64, Denied> {
     Ok(id)
 }
@@ -132,8 +132,8 @@ const OURS: [&str; 13] = [
     "notes.append",
     "ping",
     "tickets.tag",
-    "users.delete",
-    "users.lookup",
+    "members.delete",
+    "members.lookup",
 ];
 
 #[test]
@@ -153,20 +153,20 @@ fn manifests_are_sorted_by_id_and_hold_every_tool_once() {
     assert_eq!(toolgate::manifests().len(), ids.len());
     let reversed: Vec<&str> = toolgate::manifests().rev().map(|m| m.id).collect();
     assert_eq!(reversed, ids.iter().rev().copied().collect::<Vec<_>>());
-    assert!(toolgate::registry().manifest("users.remove").is_none());
-    assert!(toolgate::registry().manifest("users").is_none());
+    assert!(toolgate::registry().manifest("members.remove").is_none());
+    assert!(toolgate::registry().manifest("members").is_none());
     assert!(toolgate::registry().manifest("").is_none());
     toolgate::check_registry().unwrap();
 }
 
 #[test]
 fn a_manifest_serializes_with_exactly_its_keys() {
-    let json = serde_json::to_value(get("users.delete")).unwrap();
+    let json = serde_json::to_value(get("members.delete")).unwrap();
     assert_eq!(
         json,
         serde_json::json!({
-            "id": "users.delete",
-            "domain": "users",
+            "id": "members.delete",
+            "domain": "members",
             "description": "Deletes a user account.\n\nThe account cannot be restored.",
             "risk_level": "HIGH_WRITE",
             "side_effects": true,
@@ -235,7 +235,7 @@ fn allowed_modes_serialize_in_mode_order() {
         serde_json::json!(["PARTIAL_AUTO", "FULL_AUTO"])
     );
     assert_eq!(
-        serde_json::to_value(get("users.lookup")).unwrap()["allowed_modes"],
+        serde_json::to_value(get("members.lookup")).unwrap()["allowed_modes"],
         serde_json::json!(["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"])
     );
     assert_eq!(
@@ -247,12 +247,12 @@ fn allowed_modes_serialize_in_mode_order() {
 #[test]
 fn defaults_follow_the_risk() {
     let cases = [
-        ("users.lookup", Risk::ReadOnly, false),
+        ("members.lookup", Risk::ReadOnly, false),
         ("drafts.compose_reply", Risk::ProposeOnly, false),
         ("tickets.tag", Risk::LowWrite, true),
         ("inventory.stock.reserve", Risk::LowWrite, true),
         ("billing.refund", Risk::HighWrite, true),
-        ("users.delete", Risk::HighWrite, true),
+        ("members.delete", Risk::HighWrite, true),
     ];
     for (id, risk, side_effects) in cases {
         let manifest = get(id);
@@ -266,7 +266,7 @@ fn defaults_follow_the_risk() {
 
     // Without `modes`, a tool is allowed in every mode whose ceiling admits its risk.
     let defaults = [
-        ("users.lookup", ModeSet::ALL),
+        ("members.lookup", ModeSet::ALL),
         ("billing.invoice", ModeSet::ALL),
         (
             "drafts.compose_reply",
@@ -285,23 +285,23 @@ fn defaults_follow_the_risk() {
             "notes.append",
             ModeSet::of(&[Mode::PartialAuto, Mode::FullAuto]),
         ),
-        ("users.delete", ModeSet::of(&[Mode::FullAuto])),
+        ("members.delete", ModeSet::of(&[Mode::FullAuto])),
         ("billing.refund", ModeSet::of(&[Mode::FullAuto])),
     ];
     for (id, modes) in defaults {
         assert_eq!(get(id).allowed_modes, modes, "{id}");
     }
 
-    assert!(get("users.lookup").idempotent);
-    assert!(!get("users.lookup").open_world);
-    assert!(!get("users.delete").idempotent);
+    assert!(get("members.lookup").idempotent);
+    assert!(!get("members.lookup").open_world);
+    assert!(!get("members.delete").idempotent);
     assert!(get("drafts.compose_reply").open_world);
     assert!(!get("drafts.compose_reply").idempotent);
 }
 
 #[test]
 fn ids_descriptions_and_domains() {
-    assert_eq!(get("users.delete").domain, Some("users"));
+    assert_eq!(get("members.delete").domain, Some("members"));
     // An explicit id is used as written and the function's name plays no part.
     let compose = get("drafts.compose_reply");
     assert_eq!(compose.domain, None);
@@ -382,7 +382,7 @@ fn a_generic_tool_is_one_tool_for_all_its_instances() {
 
 #[test]
 fn sources_point_at_the_function_name() {
-    let delete = get("users.delete");
+    let delete = get("members.delete");
     assert_eq!(delete.source.file, file!());
     assert_eq!(delete.source.line, DELETE_LINE);
     assert_eq!(delete.source.module_path, module_path!());

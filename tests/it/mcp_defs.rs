@@ -224,7 +224,7 @@ fn each_mode_hides_what_the_gate_would_refuse() {
         (Mode::FullAuto, with(&["defs.write"])),
     ];
     for (mode, expected) in cases {
-        let server = ToolgateServer::new(Gate::new(mode).unwrap());
+        let server = this_files(Gate::new(mode).unwrap());
         assert_eq!(names(&server), expected, "{mode}");
     }
     let approved = Gate::builder()
@@ -233,7 +233,7 @@ fn each_mode_hides_what_the_gate_would_refuse() {
         .build()
         .unwrap();
     assert_eq!(
-        names(&ToolgateServer::new(approved)),
+        names(&this_files(approved)),
         with(&["defs.purge", "defs.write"])
     );
     let two_step = Gate::builder()
@@ -241,14 +241,13 @@ fn each_mode_hides_what_the_gate_would_refuse() {
         .two_step_approvals()
         .build()
         .unwrap();
-    assert!(names(&ToolgateServer::new(two_step)).contains(&"defs.purge".to_owned()));
+    assert!(names(&this_files(two_step)).contains(&"defs.purge".to_owned()));
 }
 
 #[test]
 fn marked_tools_are_listed_with_the_mode_leading_their_description() {
     for mode in Mode::ALL {
-        let server =
-            ToolgateServer::new(Gate::new(mode).unwrap()).visibility(Visibility::MarkDisabled);
+        let server = this_files(Gate::new(mode).unwrap()).visibility(Visibility::MarkDisabled);
         let tools = server.tools();
         let listed: Vec<&str> = tools.iter().map(|t| &*t.name).collect();
         assert_eq!(listed, CALLABLE, "{mode}: every callable tool is listed");
@@ -482,4 +481,9 @@ fn the_server_advertises_tools_and_its_name() {
         Some("defs.purge".into())
     );
     assert!(server.get_tool("defs.hidden_helper").is_none());
+}
+
+/// A server of this file's tools alone: the test binary links other files' tools too.
+fn this_files(gate: Gate) -> ToolgateServer {
+    ToolgateServer::new(gate).only(|m| m.source.module_path.starts_with(module_path!()))
 }

@@ -1,0 +1,25 @@
+//! The integration tests that share one process and one registry of tools: a module per subject.
+//! Binaries of their own hold only what needs a process, an allocator or a registry to itself
+//! (`tests/*.rs` beside this folder).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attacks;
+mod attacks_by_name;
+mod audit_cli;
+mod audit_gate;
+mod audit_log;
+mod by_name;
+mod bypass;
+mod cli_example;
+mod faults;
+mod floor;
+mod gate;
+mod manifest;
+mod mcp_defs;
+mod mcp_e2e;
+mod mutants;
+mod policy;
+mod regressions;
+mod return_types;
