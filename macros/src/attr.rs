@@ -102,102 +102,94 @@ pub(crate) struct Spanned<T> {
     pub(crate) span: Span,
 }
 
-/// The arguments of `#[tool(...)]`, each as written; [`crate::valid`] checks them against each other.
-#[derive(Default)]
-pub(crate) struct ToolArgs {
-    pub(crate) risk: Option<Spanned<String>>,
-    pub(crate) side_effects: Option<Spanned<bool>>,
-    pub(crate) modes: Option<Spanned<Vec<Ident>>>,
-    pub(crate) id: Option<Spanned<String>>,
-    pub(crate) domain: Option<Spanned<String>>,
-    pub(crate) idempotent: Option<Spanned<bool>>,
-    pub(crate) open_world: Option<Spanned<bool>>,
-    pub(crate) description: Option<Spanned<String>>,
-    pub(crate) skip: Option<Span>,
-    /// A `risk` was written but is malformed or misspelt, and already has its error.
-    pub(crate) risk_attempted: bool,
-    pub(crate) escalate: Option<Spanned<syn::Path>>,
-    pub(crate) record_arguments: Option<Spanned<bool>>,
-    pub(crate) redact: Option<Spanned<Vec<Ident>>>,
-    pub(crate) callable: Option<Spanned<bool>>,
+/// Declares the keys of `#[tool(...)]`, each once: its field of [`ToolArgs`], its name in the key list,
+/// its parser and its span for "takes no other argument" all come from its line here.
+macro_rules! tool_keys {
+    ($($key:ident: $ty:ty = $parse:expr,)*) => {
+        /// The arguments of `#[tool(...)]`, each as written; [`crate::valid`] checks them against each
+        /// other.
+        #[derive(Default)]
+        pub(crate) struct ToolArgs {
+            $(pub(crate) $key: Option<Spanned<$ty>>,)*
+            /// A `risk` was written but is malformed or misspelt, and already has its error.
+            pub(crate) risk_attempted: bool,
+        }
+
+        pub(crate) const TOOL_KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        impl ToolArgs {
+            /// Stores `arg` if its key is one of these: `None` for an unknown key.
+            fn store(&mut self, arg: &Arg, errors: &mut Errors) -> Option<syn::Result<()>> {
+                let stored = match arg.key.to_string().as_str() {
+                    $(stringify!($key) => {
+                        let parse: fn(&Arg, &mut Errors) -> syn::Result<Spanned<$ty>> = $parse;
+                        parse(arg, errors).and_then(|value| set(&mut self.$key, value, arg))
+                    })*
+                    _ => return None,
+                };
+                Some(stored)
+            }
+
+            /// The span of every key written, in declaration order.
+            pub(crate) fn spans(&self) -> impl Iterator<Item = (&'static str, Span)> {
+                [$(self.$key.as_ref().map(|v| (stringify!($key), v.span)),)*]
+                    .into_iter()
+                    .flatten()
+            }
+        }
+    };
 }
 
-pub(crate) const TOOL_KEYS: &[&str] = &[
-    "risk",
-    "side_effects",
-    "modes",
-    "id",
-    "domain",
-    "idempotent",
-    "open_world",
-    "description",
-    "skip",
-    "escalate",
-    "record_arguments",
-    "redact",
-    "callable",
-];
+tool_keys! {
+    risk: String = |arg, _| string(arg, "risk = \"HIGH_WRITE\""),
+    side_effects: bool = |arg, _| flag(arg),
+    modes: Vec<Ident> = modes,
+    id: String = |arg, _| string(arg, "id = \"users.delete\""),
+    domain: String = |arg, _| string(arg, "domain = \"users\""),
+    idempotent: bool = |arg, _| flag(arg),
+    open_world: bool = |arg, _| flag(arg),
+    description: String = |arg, _| string(arg, "description = \"Deletes a user.\""),
+    skip: () = |arg, _| skip(arg),
+    escalate: syn::Path = |arg, _| path(arg),
+    record_arguments: bool = |arg, _| flag(arg),
+    redact: Vec<Ident> = |arg, _| names(arg, "redact = [password, token]"),
+    callable: bool = |arg, _| flag(arg),
+}
 
 pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolArgs {
     let mut out = ToolArgs::default();
     for arg in split_args(tokens, errors) {
         let name = arg.key.to_string();
-        let result = match name.as_str() {
-            "risk" => {
-                let risk = string(&arg, "risk = \"HIGH_WRITE\"");
-                out.risk_attempted |= risk.is_err();
-                risk.map(|v| set(&mut out.risk, v, &arg))
-            }
-            "side_effects" => flag(&arg).map(|v| set(&mut out.side_effects, v, &arg)),
-            "modes" => modes(&arg, errors).map(|v| set(&mut out.modes, v, &arg)),
-            "id" => string(&arg, "id = \"users.delete\"").map(|v| set(&mut out.id, v, &arg)),
-            "domain" => string(&arg, "domain = \"users\"").map(|v| set(&mut out.domain, v, &arg)),
-            "idempotent" => flag(&arg).map(|v| set(&mut out.idempotent, v, &arg)),
-            "open_world" => flag(&arg).map(|v| set(&mut out.open_world, v, &arg)),
-            "description" => string(&arg, "description = \"Deletes a user.\"")
-                .map(|v| set(&mut out.description, v, &arg)),
-            "skip" => skip(&arg).map(|span| {
-                let mut slot = out.skip.map(|span| Spanned { value: (), span });
-                let duplicate = set(&mut slot, Spanned { value: (), span }, &arg);
-                out.skip = slot.map(|s| s.span);
-                duplicate
-            }),
-            "escalate" => path(&arg).map(|v| set(&mut out.escalate, v, &arg)),
-            "record_arguments" => flag(&arg).map(|v| set(&mut out.record_arguments, v, &arg)),
-            "redact" => {
-                names(&arg, "redact = [password, token]").map(|v| set(&mut out.redact, v, &arg))
-            }
-            "callable" => flag(&arg).map(|v| set(&mut out.callable, v, &arg)),
-            _ => {
-                // A misspelt `risk` is reported here; `valid` does not report it missing as well.
-                out.risk_attempted |= closest(&name, TOOL_KEYS) == Some("risk");
-                Err(syn::Error::new(
-                    arg.key.span(),
-                    format!(
-                        "unknown argument `{name}` of #[tool]{}",
-                        hint_or_list(&name, TOOL_KEYS)
-                    ),
-                ))
-            }
-        };
-        match result {
-            Ok(Some(duplicate)) | Err(duplicate) => errors.push(duplicate),
-            Ok(None) => {}
+        let stored = out.store(&arg, errors).unwrap_or_else(|| {
+            // A misspelt `risk` is reported here; `valid` does not report it missing as well.
+            out.risk_attempted |= closest(&name, TOOL_KEYS) == Some("risk");
+            Err(syn::Error::new(
+                arg.key.span(),
+                format!(
+                    "unknown argument `{name}` of #[tool]{}",
+                    hint_or_list(&name, TOOL_KEYS)
+                ),
+            ))
+        });
+        if let Err(error) = stored {
+            // A malformed `risk` has its error: `valid` does not report it missing as well.
+            out.risk_attempted |= name == "risk";
+            errors.push(error);
         }
     }
     out
 }
 
-/// Stores a value, or returns the error of a key given twice.
-fn set<T>(slot: &mut Option<Spanned<T>>, value: Spanned<T>, arg: &Arg) -> Option<syn::Error> {
+/// Stores a value, or fails for a key given twice.
+fn set<T>(slot: &mut Option<Spanned<T>>, value: Spanned<T>, arg: &Arg) -> syn::Result<()> {
     if slot.is_some() {
-        return Some(syn::Error::new(
+        return Err(syn::Error::new(
             arg.key.span(),
             format!("`{}` is given twice", arg.key),
         ));
     }
     *slot = Some(value);
-    None
+    Ok(())
 }
 
 pub(crate) fn hint_or_list(input: &str, candidates: &[&str]) -> String {
@@ -251,9 +243,12 @@ fn flag(arg: &Arg) -> syn::Result<Spanned<bool>> {
     }
 }
 
-fn skip(arg: &Arg) -> syn::Result<Span> {
+fn skip(arg: &Arg) -> syn::Result<Spanned<()>> {
     match &arg.value {
-        None => Ok(arg.key.span()),
+        None => Ok(Spanned {
+            value: (),
+            span: arg.key.span(),
+        }),
         Some(_) => Err(syn::Error::new(
             arg.value_span(),
             "`skip` takes no value: write #[tool(skip)]",
@@ -381,7 +376,9 @@ pub(crate) fn parse_toolset_args(tokens: TokenStream, errors: &mut Errors) -> To
     for arg in split_args(tokens, errors) {
         let name = arg.key.to_string();
         let result = match name.as_str() {
-            "domain" => string(&arg, "domain = \"users\"").map(|v| set(&mut out.domain, v, &arg)),
+            "domain" => {
+                string(&arg, "domain = \"users\"").and_then(|v| set(&mut out.domain, v, &arg))
+            }
             _ => Err(syn::Error::new(
                 arg.key.span(),
                 format!(
@@ -390,9 +387,8 @@ pub(crate) fn parse_toolset_args(tokens: TokenStream, errors: &mut Errors) -> To
                 ),
             )),
         };
-        match result {
-            Ok(Some(error)) | Err(error) => errors.push(error),
-            Ok(None) => {}
+        if let Err(error) = result {
+            errors.push(error);
         }
     }
     out

@@ -40,9 +40,10 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Attribute, Block, FnArg, Item, Pat, ReturnType, Signature, Type};
+use syn::{Attribute, Block, Item, Signature, Type};
 use toolgate_policy::Risk;
 
+use crate::ast::ToolFn;
 use crate::attr::{self, ToolArgs};
 use crate::ctxt::Errors;
 use crate::doc;
@@ -119,7 +120,7 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
             };
             let expanded = expand_fn(
                 &f.attrs,
-                &mut f.sig,
+                &f.sig,
                 &mut f.block,
                 args,
                 attr_span,
@@ -179,7 +180,7 @@ fn free_function_only(attrs: &[Attribute], name: &Ident, callable: Span) -> Toke
 /// Checks one tool declaration and, if it is sound, inserts the gate check at the top of `block`.
 pub(crate) fn expand_fn(
     attrs: &[Attribute],
-    sig: &mut Signature,
+    sig: &Signature,
     block: &mut Block,
     args: TokenStream,
     attr_span: Span,
@@ -188,26 +189,18 @@ pub(crate) fn expand_fn(
 ) -> Expanded {
     let mut own = Errors::default();
     let args = attr::parse_tool_args(args, &mut own);
-    if let Some(skip) = args.skip {
-        return skip_outcome(&args, skip, context, own, errors);
+    if let Some(skip) = &args.skip {
+        return skip_outcome(&args, skip.span, context, own, errors);
     }
     let callable = args.callable.as_ref().filter(|c| c.value).map(|c| c.span);
-    let gate_param = check_signature(sig, context, &mut own);
-    let call = call_parts(&args, sig, gate_param.as_ref(), context, &mut own);
+    let tool = ToolFn::from_signature(sig, context.in_toolset, &mut own);
+    let call = call_parts(&args, &tool, context, &mut own);
     let spec = valid::validate(args, &sig.ident, context.domain, attr_span, &mut own);
     let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
         errors.push_all(own);
         return Expanded::Failed;
     };
-    let body = gated_body(
-        &spec,
-        attrs,
-        sig,
-        gate_param.as_ref(),
-        &call,
-        context,
-        block,
-    );
+    let body = gated_body(&spec, attrs, &tool, &call, context, block);
     // Emitted as it is: parsing the generated statements back into syntax would only print them again.
     *block = Block {
         brace_token: block.brace_token,
@@ -234,21 +227,7 @@ fn skip_outcome(
              the #[tool] attribute instead",
         ));
     }
-    let others = [
-        args.risk.as_ref().map(|a| a.span),
-        args.side_effects.as_ref().map(|a| a.span),
-        args.modes.as_ref().map(|a| a.span),
-        args.id.as_ref().map(|a| a.span),
-        args.domain.as_ref().map(|a| a.span),
-        args.idempotent.as_ref().map(|a| a.span),
-        args.open_world.as_ref().map(|a| a.span),
-        args.description.as_ref().map(|a| a.span),
-        args.escalate.as_ref().map(|a| a.span),
-        args.record_arguments.as_ref().map(|a| a.span),
-        args.redact.as_ref().map(|a| a.span),
-        args.callable.as_ref().map(|a| a.span),
-    ];
-    if let Some(span) = others.into_iter().flatten().next() {
+    if let Some((_, span)) = args.spans().find(|(key, _)| *key != "skip") {
         own.push(syn::Error::new(
             span,
             "#[tool(skip)] takes no other argument: a skipped function is not a tool",
@@ -260,108 +239,6 @@ fn skip_outcome(
         errors.push_all(own);
         Expanded::Failed
     }
-}
-
-/// Checks what the gate needs of the signature; returns the `&Gate` parameter's name, if there is one.
-fn check_signature(sig: &Signature, context: Context<'_>, errors: &mut Errors) -> Option<Ident> {
-    if let Some(constness) = &sig.constness {
-        errors.push(syn::Error::new(
-            constness.span,
-            "a tool cannot be a `const fn`: the gate decides each call at run time",
-        ));
-    }
-    if let (Some(receiver), false) = (sig.receiver(), context.in_toolset) {
-        errors.push(syn::Error::new(
-            receiver.self_token.span,
-            "#[tool] on a method needs #[toolset] on its impl block, which checks that every pub \
-             method declares its risk",
-        ));
-    }
-    match &sig.output {
-        ReturnType::Default => errors.push(syn::Error::new(
-            sig.paren_token.span.close(),
-            "a tool must return `Result<T, E>` where `E: From<toolgate::Denied>`, so that a \
-             refused call can return its refusal",
-        )),
-        ReturnType::Type(_, ty) if !is_result(ty) => errors.push(syn::Error::new(
-            ty.span(),
-            "a tool must return `Result<T, E>` (any path ending in `Result`) where \
-             `E: From<toolgate::Denied>`, so that a refused call can return its refusal",
-        )),
-        ReturnType::Type(..) => {}
-    }
-    let mut gate: Option<Ident> = None;
-    for input in &sig.inputs {
-        let FnArg::Typed(typed) = input else { continue };
-        if !is_gate_ref(&typed.ty) {
-            continue;
-        }
-        match (&*typed.pat, &gate) {
-            (_, Some(_)) => errors.push(syn::Error::new(
-                typed.ty.span(),
-                "a tool takes at most one `&Gate` parameter",
-            )),
-            (Pat::Ident(pat), None) if pat.subpat.is_none() => gate = Some(pat.ident.clone()),
-            (pat, None) => errors.push(syn::Error::new(
-                pat.span(),
-                "bind the `&Gate` parameter to a name (such as `gate: &Gate`): the check reads it",
-            )),
-        }
-    }
-    gate
-}
-
-fn mentions_impl_trait(ty: &Type) -> bool {
-    struct Finder(bool);
-    impl<'ast> syn::visit::Visit<'ast> for Finder {
-        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
-            self.0 = true;
-        }
-    }
-    let mut finder = Finder(false);
-    syn::visit::Visit::visit_type(&mut finder, ty);
-    finder.0
-}
-
-fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Path(path) => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|segment| segment.ident == "Result"),
-        Type::Group(group) => is_result(&group.elem),
-        Type::Paren(paren) => is_result(&paren.elem),
-        _ => false,
-    }
-}
-
-/// `&Gate`, `&'a Gate`, `&toolgate::Gate` or `&::toolgate::Gate`.
-fn is_gate_ref(ty: &Type) -> bool {
-    let Type::Reference(reference) = ty else {
-        return false;
-    };
-    if reference.mutability.is_some() {
-        return false;
-    }
-    let Type::Path(path) = &*reference.elem else {
-        return false;
-    };
-    let mut names = path.path.segments.iter().map(|s| {
-        if s.arguments.is_empty() {
-            s.ident.to_string()
-        } else {
-            String::new()
-        }
-    });
-    let first = names.next();
-    let second = names.next();
-    let third = names.next();
-    path.qself.is_none()
-        && matches!(
-            (first.as_deref(), second.as_deref(), third),
-            (Some("Gate"), None, None) | (Some("toolgate"), Some("Gate"), None)
-        )
 }
 
 /// What the gate needs to know of a call, from the function's arguments.
@@ -382,21 +259,12 @@ struct CallParts {
 
 fn call_parts(
     args: &ToolArgs,
-    sig: &Signature,
-    gate: Option<&Ident>,
+    tool: &ToolFn<'_>,
     context: Context<'_>,
     errors: &mut Errors,
 ) -> Option<CallParts> {
-    let mut named = Vec::new();
-    let mut unnamed = false;
-    for input in &sig.inputs {
-        let FnArg::Typed(typed) = input else { continue };
-        match &*typed.pat {
-            Pat::Ident(pat) if Some(&pat.ident) == gate => {}
-            Pat::Ident(pat) if pat.subpat.is_none() => named.push(pat.ident.clone()),
-            _ => unnamed = true,
-        }
-    }
+    let named: Vec<Ident> = tool.arguments().filter_map(|p| p.name.cloned()).collect();
+    let unnamed = tool.arguments().any(|p| p.name.is_none());
     let before = errors.is_empty();
     let mut redacted = Vec::new();
     if let Some(redact) = &args.redact {
@@ -431,12 +299,12 @@ fn call_parts(
         .collect();
     named.sort_by_key(|(ident, _)| ident.to_string());
     let callable = match &args.callable {
-        Some(flag) if flag.value => callable_params(sig, gate, context, errors),
+        Some(flag) if flag.value => callable_params(tool, context, errors),
         _ => None,
     };
     (before == errors.is_empty()).then(|| CallParts {
         named,
-        receiver: sig.receiver().map(receiver_ref),
+        receiver: tool.receiver.map(receiver_ref),
         unnamed,
         escalate: args.escalate.as_ref().map(|e| e.value.clone()),
         record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
@@ -463,13 +331,13 @@ fn is_self_type(ty: &Type) -> bool {
 /// function: one without a receiver or generics, whose parameters are named and owned, and whose name
 /// the adapter can write so that it resolves to this function and nothing else.
 fn callable_params(
-    sig: &Signature,
-    gate: Option<&Ident>,
+    tool: &ToolFn<'_>,
     context: Context<'_>,
     errors: &mut Errors,
 ) -> Option<Vec<(Ident, Type)>> {
+    let sig = tool.sig;
     let before = errors.is_empty();
-    if let Some(receiver) = sig.receiver() {
+    if let Some(receiver) = tool.receiver {
         errors.push(syn::Error::new(
             receiver.self_token.span,
             "a `callable` tool is a free function: a call by name has no `self` to call it on",
@@ -499,28 +367,27 @@ fn callable_params(
         ));
     }
     let mut params = Vec::new();
-    for input in &sig.inputs {
-        let FnArg::Typed(typed) = input else { continue };
-        let Pat::Ident(pat) = &*typed.pat else {
+    for param in &tool.params {
+        let Some(name) = param.name else {
             errors.push(syn::Error::new(
-                typed.pat.span(),
+                param.pat.span(),
                 "a `callable` tool's parameters are named: JSON arguments are matched by name",
             ));
             continue;
         };
-        if Some(&pat.ident) == gate {
+        if param.is_gate {
             continue;
         }
-        if let Some(problem) = unowned(&typed.ty) {
+        if let Some(problem) = unowned(param.ty) {
             errors.push(syn::Error::new_spanned(
-                &typed.ty,
+                param.ty,
                 format!(
                     "a `callable` tool takes owned arguments, deserialized from JSON: {problem}"
                 ),
             ));
             continue;
         }
-        params.push((pat.ident.clone(), (*typed.ty).clone()));
+        params.push((name.clone(), param.ty.clone()));
     }
     (before == errors.is_empty()).then_some(params)
 }
@@ -572,19 +439,11 @@ fn argument_refs(call: &CallParts, value: impl Fn(&Ident) -> TokenStream) -> Vec
 /// The call of the tool's `escalate` function on the values named by `value`, in signature order.
 fn escalation(
     call: &CallParts,
-    sig: &Signature,
+    tool: &ToolFn<'_>,
     value: impl Fn(&Ident) -> TokenStream,
 ) -> Option<TokenStream> {
     let path = call.escalate.as_ref()?;
-    let ordered = sig.inputs.iter().filter_map(|input| match input {
-        FnArg::Typed(typed) => match &*typed.pat {
-            Pat::Ident(pat) if call.named.iter().any(|(n, _)| *n == pat.ident) => {
-                Some(value(&pat.ident))
-            }
-            _ => None,
-        },
-        FnArg::Receiver(_) => None,
-    });
+    let ordered = tool.arguments().filter_map(|param| param.name).map(value);
     let ordered: Vec<TokenStream> = ordered.collect();
     Some(quote_spanned!(path.span()=> #path(#(#ordered),*)))
 }
@@ -592,12 +451,12 @@ fn escalation(
 /// The adapter of a `callable` tool: its table of parameters, its output schema, and a call of the tool
 /// with its arguments parsed one parameter at a time.
 fn callable_items(
-    sig: &Signature,
-    gate: Option<&Ident>,
+    tool: &ToolFn<'_>,
     call: &CallParts,
     params: &[(Ident, Type)],
     owner: Owner<'_>,
 ) -> TokenStream {
+    let (sig, gate) = (tool.sig, tool.gate);
     let names: Vec<&Ident> = params.iter().map(|(name, _)| name).collect();
     // The adapter is an item in the tool's body, so it names the tool from outside the body: a free
     // function by its bare name, which resolves to the function itself (an import of the same name
@@ -619,26 +478,19 @@ fn callable_items(
     // Hygienic locals: a parameter named like the function must not hide the function being called.
     let local = |name: &Ident| Ident::new(&format!("toolgate_arg_{name}"), Span::mixed_site());
     let locals: Vec<Ident> = names.iter().map(|name| local(name)).collect();
-    let call_args: Vec<TokenStream> = sig
-        .inputs
+    let call_args: Vec<TokenStream> = tool
+        .params
         .iter()
-        .filter_map(|input| match input {
-            FnArg::Typed(typed) => match &*typed.pat {
-                Pat::Ident(pat) if Some(&pat.ident) == gate => Some(quote!(#invoke_gate)),
-                Pat::Ident(pat) => {
-                    let name = local(&pat.ident);
-                    Some(quote!(#name))
-                }
-                _ => None,
-            },
-            FnArg::Receiver(_) => None,
+        .filter_map(|param| match param.name {
+            Some(_) if param.is_gate => Some(quote!(#invoke_gate)),
+            Some(name) => {
+                let name = local(name);
+                Some(quote!(#name))
+            }
+            None => None,
         })
         .collect();
-    let ok_type = match &sig.output {
-        ReturnType::Type(_, ty) => ok_type(ty),
-        ReturnType::Default => None,
-    };
-    let output_schema = match ok_type {
+    let output_schema = match tool.ok_type() {
         Some(ty) => quote! {{
             #[allow(unused_imports)]
             use ::toolgate::__private::{OutputWithSchema as _, OutputWithoutSchema as _};
@@ -647,10 +499,7 @@ fn callable_items(
         }},
         None => quote!(::core::option::Option::None),
     };
-    let ret_span = match &sig.output {
-        ReturnType::Type(_, ty) => ty.span(),
-        ReturnType::Default => sig.ident.span(),
-    };
+    let ret_span = tool.output_span();
     // Decided with the parsed values, as a direct call is with its parameters, inside the gate; then
     // the tool is called with the decision handed to its check, which takes it instead of deciding again.
     let by_local = |name: &Ident| {
@@ -658,7 +507,7 @@ fn callable_items(
         quote!(&#local)
     };
     let arg_refs = argument_refs(call, by_local);
-    let escalated = match escalation(call, sig, by_local) {
+    let escalated = match escalation(call, tool, by_local) {
         Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
         None => quote!(::core::option::Option::None),
     };
@@ -776,29 +625,16 @@ fn callable_items(
     }
 }
 
-/// `T` of `Result<T, ..>` (or of `anyhow::Result<T>`), if it is written.
-fn ok_type(ty: &Type) -> Option<&Type> {
-    let Type::Path(path) = ty else { return None };
-    let last = path.path.segments.last()?;
-    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
-        return None;
-    };
-    args.args.iter().find_map(|arg| match arg {
-        syn::GenericArgument::Type(ty) => Some(ty),
-        _ => None,
-    })
-}
-
 /// The new body: decide, run the original body, hand its result to the permit, return it.
 fn gated_body(
     spec: &ToolSpec,
     attrs: &[Attribute],
-    sig: &Signature,
-    gate: Option<&Ident>,
+    tool: &ToolFn<'_>,
     call: &CallParts,
     context: Context<'_>,
     body: &Block,
 ) -> TokenStream {
+    let (sig, gate) = (tool.sig, tool.gate);
     let manifest = manifest(spec, attrs, &sig.ident);
     let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
     let (permit, entry, result, digest, info) = (
@@ -808,10 +644,7 @@ fn gated_body(
         hygienic("toolgate_digest"),
         hygienic("toolgate_call"),
     );
-    let ret_span = match &sig.output {
-        ReturnType::Type(_, ty) => ty.span(),
-        ReturnType::Default => sig.ident.span(),
-    };
+    let ret_span = tool.output_span();
     // Named with the return type's span, so that an error type without `From<Denied>` is reported there.
     let denied = Ident::new("toolgate_denied", ret_span);
     let convert = quote_spanned!(ret_span=> ::core::convert::From::from(#denied));
@@ -836,7 +669,7 @@ fn gated_body(
             quote!(::toolgate::__private::enter(&#entry, #gate_arg, &[#(#args)*], #record_arguments))
         }
     };
-    let escalated = escalation(call, sig, by_name).map(|escalate| {
+    let escalated = escalation(call, tool, by_name).map(|escalate| {
         let risk = quote_spanned!(escalate.span()=> ::toolgate::__private::Risk);
         quote! {
             let #info: #risk = #escalate;
@@ -853,7 +686,7 @@ fn gated_body(
     });
     let (callable_items, callable_ref) = match &call.callable {
         Some(params) => (
-            callable_items(sig, gate, call, params, context.owner),
+            callable_items(tool, call, params, context.owner),
             quote!(::core::option::Option::Some(&__TOOLGATE_CALLABLE)),
         ),
         None => (TokenStream::new(), quote!(::core::option::Option::None)),
@@ -862,8 +695,8 @@ fn gated_body(
     // the first `return` in the body would decide it (`return Ok(Box::new(5))` for a `Box<dyn Trait>`).
     // An unreachable first return of that type does it, for the closure and the async block alike;
     // an `impl Trait` return type cannot be named, and is left to inference.
-    let pin_type = match &sig.output {
-        ReturnType::Type(_, ty) if !mentions_impl_trait(ty) => {
+    let pin_type = match tool.nameable_output() {
+        Some(ty) => {
             let fake = Ident::new("toolgate_declared", Span::mixed_site());
             quote! {
                 #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]

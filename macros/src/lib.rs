@@ -3,12 +3,13 @@
 //! Use them through the `toolgate` crate, which documents them; the code they generate reaches the runtime
 //! through `::toolgate::__private`.
 //!
-//! Each expansion goes parse (`attr`), then validate (`valid`), then expand (`expand`,
-//! `toolset`). Errors are collected (`ctxt`) and reported together, each on the token at fault, and
+//! Each expansion goes parse (`attr` for the arguments, `ast` for the signature, each read once), then
+//! validate (`valid`), then expand (`expand`, `toolset`). Errors are collected (`ctxt`) and reported together, each on the token at fault, and
 //! the user's item is emitted unchanged beside them, so one mistake makes one error.
 
 #![forbid(unsafe_code)]
 
+mod ast;
 mod attr;
 mod ctxt;
 mod doc;

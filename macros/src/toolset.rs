@@ -90,7 +90,7 @@ impl Set<'_> {
                     let parts = FnParts {
                         attrs: &mut f.attrs,
                         public,
-                        sig: &mut f.sig,
+                        sig: &f.sig,
                         block: &mut f.block,
                     };
                     self.member(parts, owner);
@@ -116,7 +116,7 @@ impl Set<'_> {
                     let parts = FnParts {
                         attrs: &mut f.attrs,
                         public: !matches!(f.vis, Visibility::Inherited),
-                        sig: &mut f.sig,
+                        sig: &f.sig,
                         block: &mut f.block,
                     };
                     self.member(parts, Owner::Free);
@@ -247,7 +247,7 @@ impl VisitMut for Nested<'_, '_> {
                 let parts = FnParts {
                     attrs: &mut f.attrs,
                     public: false,
-                    sig: &mut f.sig,
+                    sig: &f.sig,
                     block: &mut f.block,
                 };
                 self.set.member(parts, Owner::Free);
@@ -301,7 +301,7 @@ fn args_domain(args: &ToolsetArgs, errors: &mut Errors) -> Option<String> {
 struct FnParts<'a> {
     attrs: &'a mut Vec<Attribute>,
     public: bool,
-    sig: &'a mut Signature,
+    sig: &'a Signature,
     block: &'a mut Block,
 }
 
@@ -309,7 +309,7 @@ struct FnParts<'a> {
 fn member_fn(
     attrs: &mut Vec<Attribute>,
     public: bool,
-    sig: &mut Signature,
+    sig: &Signature,
     block: &mut Block,
     context: Context<'_>,
     errors: &mut Errors,
