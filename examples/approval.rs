@@ -26,7 +26,7 @@ impl Approver for Prompt {
             request.tool.id,
             request.risk,
             request.mode,
-            request.arguments_digest.unwrap_or("(not serializable)")
+            request.arguments.unwrap_or("(not serializable)")
         );
         let _ = std::io::stdout().flush();
         let mut answer = String::new();

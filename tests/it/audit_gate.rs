@@ -256,23 +256,53 @@ fn recorded_arguments_leave_redacted_ones_out() {
 }
 
 #[test]
-fn the_approver_sees_the_arguments_digest() {
-    let seen = Arc::new(Mutex::new(None));
+fn the_approver_sees_the_arguments_as_the_log_records_them() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
     let seen_by_approver = seen.clone();
+    let sink = toolgate::audit::MemorySink::new();
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
+        .audit(sink.clone())
         .approver(move |request: &ApprovalRequest<'_>| {
-            *seen_by_approver.lock().unwrap() = request.arguments_digest.map(str::to_owned);
-            Approval::Reject("not today".into())
+            seen_by_approver.lock().unwrap().push((
+                request.arguments.map(str::to_owned),
+                request.arguments_digest.map(str::to_owned),
+            ));
+            match request.arguments {
+                Some(arguments) if arguments.contains("\"cents\":500") => {
+                    Approval::Reject("not today".into())
+                }
+                _ => Approval::Approve,
+            }
         })
         .build()
         .unwrap();
     let before = TRANSFERS.load(Ordering::SeqCst);
-    let denied = gate.run(|| transfer(1, 2, 500, "x".into())).unwrap_err();
+    let denied = gate
+        .run(|| transfer(1, 2, 500, "card 4242".into()))
+        .unwrap_err();
     assert_eq!(denied.code(), "APPROVAL_REJECTED");
     assert!(denied.to_string().ends_with("not today"), "{denied}");
     assert_eq!(TRANSFERS.load(Ordering::SeqCst), before);
-    assert_eq!(seen.lock().unwrap().as_ref().map(String::len), Some(64));
+    gate.run(|| transfer(1, 2, 7, "card 4242".into())).unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    let shown = r#"{"cents":500,"from":1,"memo":"[REDACTED]","to":2}"#;
+    assert_eq!(seen[0].0.as_deref(), Some(shown), "redacted, keys sorted");
+    assert!(!format!("{seen:?}").contains("4242"), "{seen:?}");
+    // What the approver saw is what the log holds for the same call, digest and all.
+    let records = sink.records();
+    let refused = records.iter().find(|r| r.stage == Stage::Refused).unwrap();
+    let entered = records.iter().find(|r| r.stage == Stage::Enter).unwrap();
+    assert_eq!(
+        (refused.arguments.clone(), refused.arguments_digest.clone()),
+        seen[0]
+    );
+    assert_eq!(
+        (entered.arguments.clone(), entered.arguments_digest.clone()),
+        seen[1]
+    );
+    assert_eq!(seen[1].1.as_ref().map(String::len), Some(64));
 }
 
 #[test]
@@ -345,14 +375,24 @@ fn escalation_raises_the_risk_and_never_lowers_it() {
     assert_eq!(denied.risk(), Risk::HighWrite);
     assert_eq!(
         denied.to_string(),
-        "tool `host.shell` (HIGH_WRITE) is above the ceiling of mode PARTIAL_AUTO (LOW_WRITE); \
-         it needs FULL_AUTO"
+        "tool `host.shell` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments) is above the \
+         ceiling of mode PARTIAL_AUTO (LOW_WRITE); at HIGH_WRITE it runs in FULL_AUTO, with an \
+         approval"
     );
     assert_eq!(runs(), start + 1);
 
     // `classify` says READ_ONLY for `ls`, but the declared LOW_WRITE stands: SHADOW still refuses.
     let shadow = Gate::new(Mode::Shadow).unwrap();
     assert_eq!(code(shadow.run(|| shell("ls".into()))), "MODE_NOT_ALLOWED");
+    // Raised, the refusal says so, and names the modes that would really run the call.
+    assert_eq!(
+        shadow
+            .run(|| shell("sudo ls".into()))
+            .unwrap_err()
+            .to_string(),
+        "tool `host.shell` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments) is not \
+         allowed in mode SHADOW; at HIGH_WRITE it runs in FULL_AUTO, with an approval"
+    );
 
     // In FULL_AUTO the escalated call needs an approval like any HIGH_WRITE call.
     let full = Gate::new(Mode::FullAuto).unwrap();

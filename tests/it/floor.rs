@@ -1042,8 +1042,9 @@ fn an_escalated_call_above_the_ceiling_is_refused_above_ceiling() {
     );
     assert_eq!(
         denied.to_string(),
-        "tool `deploy.run` (HIGH_WRITE) is above the ceiling of mode PARTIAL_AUTO (LOW_WRITE); it \
-         needs FULL_AUTO"
+        "tool `deploy.run` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments) is above the \
+         ceiling of mode PARTIAL_AUTO (LOW_WRITE); at HIGH_WRITE it runs in FULL_AUTO, with an \
+         approval"
     );
     let json = serde_json::to_value(&denied).unwrap();
     assert_eq!(json["risk_level"], "HIGH_WRITE");

@@ -285,10 +285,16 @@ fn an_escalated_call_refused_by_a_lone_gate_carries_the_escalated_risk() {
     assert_eq!(escalated.code(), DenialCode::ModeNotAllowed);
     assert_eq!(escalated.risk(), Risk::HighWrite);
     assert!(
-        escalated.to_string().contains("(HIGH_WRITE)"),
+        escalated
+            .to_string()
+            .contains("(declared LOW_WRITE, raised to HIGH_WRITE by its arguments)"),
         "{escalated}"
     );
     let plain = shadow.run(|| run("ls".into())).unwrap_err();
+    assert!(
+        plain.to_string().contains("(LOW_WRITE) is not allowed"),
+        "{plain}"
+    );
     assert_eq!(plain.risk(), Risk::LowWrite);
     assert_eq!(COMMANDS.load(Ordering::SeqCst), before);
 }

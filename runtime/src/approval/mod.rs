@@ -19,7 +19,10 @@ pub struct ApprovalRequest<'a> {
     pub mode: Mode,
     /// The risk of this call.
     pub risk: Risk,
-    /// A digest of the call's arguments, where the path into the tool knows them.
+    /// The call's arguments as the audit log writes them: a JSON object, keys sorted, a method's receiver
+    /// as `self`, a redacted argument as `"[REDACTED]"`. `None` where one of them is not serializable.
+    pub arguments: Option<&'a str>,
+    /// The SHA-256 of [`arguments`](ApprovalRequest::arguments), as the audit log records it.
     pub arguments_digest: Option<&'a str>,
 }
 

@@ -146,12 +146,13 @@ impl Gate {
         let manifest = &entry.manifest;
         let refused = |code| refuse(entry, code, risk.get(), Some(mode));
         if let Some(approver) = self.inner.approver.as_deref() {
-            let digest = arguments.get().map(|a| a.digest.as_str());
+            let written = arguments.get();
             let request = ApprovalRequest {
                 tool: manifest,
                 mode,
                 risk: risk.get(),
-                arguments_digest: digest,
+                arguments: written.map(|a| a.json.as_str()),
+                arguments_digest: written.map(|a| a.digest.as_str()),
             };
             let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
                 .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
@@ -196,6 +197,7 @@ impl Gate {
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let mode = denied.mode().unwrap_or_else(|| self.mode());
         let record = AuditRecord {
+            arguments: arguments.recorded(),
             arguments_digest: arguments.get().map(|a| a.digest.clone()),
             code: Some(Cow::Borrowed(denied.code().as_str())),
             decision: Some(Decision::Refused),
@@ -214,7 +216,6 @@ impl Gate {
         mode: Mode,
         decision: Decision,
         risk: EffectiveRisk,
-        call_info: &CallInfo<'_>,
         arguments: &mut LazyArguments<'_>,
     ) -> Result<Option<crate::gate::permit::Exit>, Denied> {
         let Some(sink) = &self.inner.audit else {
@@ -222,12 +223,9 @@ impl Gate {
         };
         let manifest = &entry.manifest;
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let args = arguments.get();
         let record = AuditRecord {
-            arguments: args
-                .filter(|_| call_info.record_arguments)
-                .map(|a| a.json.clone()),
-            arguments_digest: args.map(|a| a.digest.clone()),
+            arguments: arguments.recorded(),
+            arguments_digest: arguments.get().map(|a| a.digest.clone()),
             decision: Some(decision),
             declared_risk: Some(manifest.risk_level),
             effective_risk: Some(risk.get()),
@@ -276,6 +274,13 @@ impl<'a> LazyArguments<'a> {
         self.written
             .get_or_insert_with(|| self.call.arguments())
             .as_ref()
+    }
+
+    /// The arguments a record carries: written out (redacted ones redacted) for a tool that records its
+    /// arguments, the digest alone otherwise.
+    pub(crate) fn recorded(&mut self) -> Option<String> {
+        let record = self.call.record_arguments;
+        self.get().filter(|_| record).map(|a| a.json.clone())
     }
 }
 
@@ -419,7 +424,7 @@ fn decide_all(
     // panics, they are written as the permit unwinds.
     let mut permit = Permit::unaudited();
     for (i, (gate, &(mode, decision))) in gates.iter().zip(&decisions).enumerate() {
-        match gate.record_enter(entry, mode, decision, risk, call, &mut arguments) {
+        match gate.record_enter(entry, mode, decision, risk, &mut arguments) {
             Ok(Some(exit)) => permit.push(exit),
             Ok(None) => {}
             // The failing gate's sink is what failed: every other gate records the refusal.
@@ -738,14 +743,19 @@ thread_local! {
 /// Nothing runs between the decision (its re-check included) and the check that takes it.
 #[inline]
 pub(crate) fn hand<R>(decided: Decided, call: impl FnOnce() -> R) -> R {
-    match decided.0 {
-        None => call(),
-        Some(handed) => {
-            let _handing = Handing::start(handed);
-            call()
-        }
-    }
+    let _handing = hand_over(decided);
+    call()
 }
+
+/// Hands `decided` over to the check of its tool, called next, until the guard is dropped.
+#[inline]
+pub(crate) fn hand_over(decided: Decided) -> HandOver {
+    HandOver(decided.0.map(Handing::start))
+}
+
+/// A decision on the hand-over slot while it lives: see [`hand_over`].
+#[doc(hidden)]
+pub struct HandOver(#[allow(dead_code)] Option<Handing>);
 
 /// The permit handed to `entry`'s check by a call by name, if there is one: the call was decided.
 #[inline]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use crate::policy::{self, DenialCode, Mode, Risk};
+use crate::policy::{self, DenialCode, Mode, ModeSet, Risk};
 use crate::registry::ToolManifest;
 
 /// A call the gate refused; the tool's body did not run.
@@ -111,6 +111,30 @@ impl fmt::Display for Denied {
                 f,
                 "tool `{id}` ({risk}) is on the deny list (rule `{detail}`); no mode or approval lifts it"
             ),
+            DenialCode::ModeNotAllowed | DenialCode::AboveCeiling
+                if risk != self.tool.risk_level =>
+            {
+                let declared = self.tool.risk_level;
+                let runs_in = runs_in(self.tool.allowed_modes, risk);
+                let why = match self.code {
+                    DenialCode::ModeNotAllowed => format!("is not allowed in mode {mode}"),
+                    _ => format!(
+                        "is above the ceiling of mode {mode} ({})",
+                        self.mode.map(policy::ceiling).unwrap_or(Risk::ReadOnly)
+                    ),
+                };
+                write!(
+                    f,
+                    "tool `{id}` (declared {declared}, raised to {risk} by its arguments) {why}; "
+                )?;
+                if runs_in.is_empty() {
+                    write!(f, "at {risk} it runs in no mode")
+                } else if policy::requires_approval(risk) {
+                    write!(f, "at {risk} it runs in {runs_in}, with an approval")
+                } else {
+                    write!(f, "at {risk} it runs in {runs_in}")
+                }
+            }
             DenialCode::ModeNotAllowed => {
                 write!(f, "tool `{id}` ({risk}) is not allowed in mode {mode}; ")?;
                 let allowed = self.tool.allowed_modes;
@@ -130,8 +154,9 @@ impl fmt::Display for Denied {
             }
             DenialCode::ApprovalRequired if self.approval_token.is_some() => write!(
                 f,
-                "tool `{id}` ({risk}) needs an approval in mode {mode}; an operator has been asked, \
-                 and the same call runs once approved"
+                "tool `{id}` ({risk}) needs an approval in mode {mode}: the call is pending until an \
+                 operator approves it with its token, which the application holds (it is not in this \
+                 message); then the same call, with the same arguments, runs once"
             ),
             DenialCode::ApprovalRequired => match &self.detail {
                 Some(why) => write!(
@@ -206,5 +231,92 @@ impl Serialize for Denied {
 impl From<Denied> for std::io::Error {
     fn from(denied: Denied) -> Self {
         std::io::Error::new(std::io::ErrorKind::PermissionDenied, denied)
+    }
+}
+
+/// The modes that run a call of `risk`: those the manifest allows whose ceiling admits it.
+fn runs_in(allowed: ModeSet, risk: Risk) -> ModeSet {
+    Mode::ALL
+        .into_iter()
+        .filter(|&mode| allowed.contains(mode) && policy::admits(mode, risk))
+        .fold(ModeSet::EMPTY, ModeSet::with)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Source;
+
+    fn manifest(risk: Risk, modes: &[Mode]) -> &'static ToolManifest {
+        Box::leak(Box::new(ToolManifest::__new(
+            "host.run",
+            Some("host"),
+            "Run a command.",
+            risk,
+            true,
+            ModeSet::of(modes),
+            false,
+            false,
+            Source::__new("here.rs", 1, "here"),
+        )))
+    }
+
+    fn message(code: DenialCode, tool: &'static ToolManifest, risk: Risk, mode: Mode) -> String {
+        Denied::new(code, tool, risk, Some(mode)).to_string()
+    }
+
+    #[test]
+    fn a_raised_risk_is_named_with_the_modes_that_would_run_the_call() {
+        use Mode::*;
+        let read = manifest(Risk::ReadOnly, &Mode::ALL);
+        assert_eq!(
+            message(DenialCode::AboveCeiling, read, Risk::LowWrite, Advisory),
+            "tool `host.run` (declared READ_ONLY, raised to LOW_WRITE by its arguments) is above the \
+             ceiling of mode ADVISORY (PROPOSE_ONLY); at LOW_WRITE it runs in PARTIAL_AUTO, FULL_AUTO"
+        );
+        // Its allowed modes admit none at the raised risk.
+        let partial_only = manifest(Risk::LowWrite, &[PartialAuto]);
+        assert_eq!(
+            message(
+                DenialCode::AboveCeiling,
+                partial_only,
+                Risk::HighWrite,
+                PartialAuto
+            ),
+            "tool `host.run` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments) is above the \
+             ceiling of mode PARTIAL_AUTO (LOW_WRITE); at HIGH_WRITE it runs in no mode"
+        );
+        let write = manifest(Risk::LowWrite, &[PartialAuto, FullAuto]);
+        assert_eq!(
+            message(DenialCode::ModeNotAllowed, write, Risk::HighWrite, Shadow),
+            "tool `host.run` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments) is not \
+             allowed in mode SHADOW; at HIGH_WRITE it runs in FULL_AUTO, with an approval"
+        );
+        // Not raised: the message of the declared risk, as ever.
+        assert_eq!(
+            message(DenialCode::ModeNotAllowed, write, Risk::LowWrite, Shadow),
+            "tool `host.run` (LOW_WRITE) is not allowed in mode SHADOW; it is allowed in \
+             PARTIAL_AUTO, FULL_AUTO"
+        );
+    }
+
+    #[test]
+    fn a_pending_two_step_approval_says_what_the_operator_does_and_claims_nothing_else() {
+        let tool = manifest(Risk::HighWrite, &[Mode::FullAuto]);
+        let denied = Denied::new(
+            DenialCode::ApprovalRequired,
+            tool,
+            Risk::HighWrite,
+            Some(Mode::FullAuto),
+        )
+        .with_approval_token(Arc::from("tok-123"));
+        let text = denied.to_string();
+        assert_eq!(
+            text,
+            "tool `host.run` (HIGH_WRITE) needs an approval in mode FULL_AUTO: the call is pending \
+             until an operator approves it with its token, which the application holds (it is not in \
+             this message); then the same call, with the same arguments, runs once"
+        );
+        assert!(!text.contains("tok-123") && !text.contains("has been asked"));
     }
 }
