@@ -1,4 +1,5 @@
-//! A support desk's ticket tools, served over MCP on stdin and stdout.
+//! A support desk's ticket tools, served over MCP on stdin and stdout: a `#[toolset]` over the desk's
+//! state, whose `&self` tools run on the instance the server is given, and one free function.
 //!
 //! ```text
 //! cargo run --example mcp_server --features mcp,clap -- --mode PARTIAL_AUTO
@@ -25,7 +26,7 @@ use rmcp::ServiceExt;
 use toolgate::mcp::{ToolgateServer, Visibility};
 use toolgate::schemars::JsonSchema;
 use toolgate::serde::Serialize;
-use toolgate::{AllowAllApprover, Denied, Gate, Mode, tool};
+use toolgate::{AllowAllApprover, Denied, Gate, Mode, tool, toolset};
 
 /// Serves the ticket desk's tools over MCP on stdin and stdout.
 #[derive(Parser)]
@@ -103,79 +104,92 @@ struct Draft {
     sent: bool,
 }
 
-static TICKETS: Mutex<Vec<Ticket>> = Mutex::new(Vec::new());
-
-fn tickets() -> std::sync::MutexGuard<'static, Vec<Ticket>> {
-    TICKETS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The desk: its tickets, shared by every call the server makes on it.
+struct Desk {
+    tickets: Mutex<Vec<Ticket>>,
 }
 
-fn seed() {
-    let subjects = [
-        (101, "Cannot log in after password reset"),
-        (102, "Invoice shows the wrong VAT rate"),
-        (103, "Login page is slow in the morning"),
-        (104, "Please close my account"),
-    ];
-    *tickets() = subjects
-        .into_iter()
-        .map(|(id, subject)| Ticket {
-            id,
-            subject: subject.to_owned(),
-            labels: BTreeSet::new(),
+impl Desk {
+    /// A desk with four open tickets.
+    fn seeded() -> Desk {
+        let subjects = [
+            (101, "Cannot log in after password reset"),
+            (102, "Invoice shows the wrong VAT rate"),
+            (103, "Login page is slow in the morning"),
+            (104, "Please close my account"),
+        ];
+        let tickets = subjects
+            .into_iter()
+            .map(|(id, subject)| Ticket {
+                id,
+                subject: subject.to_owned(),
+                labels: BTreeSet::new(),
+            })
+            .collect();
+        Desk {
+            tickets: Mutex::new(tickets),
+        }
+    }
+
+    fn tickets(&self) -> std::sync::MutexGuard<'_, Vec<Ticket>> {
+        self.tickets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[toolset(domain = "tickets")]
+impl Desk {
+    /// Search tickets whose subject contains the query (case-insensitive).
+    #[tool(risk = "READ_ONLY", idempotent, callable)]
+    pub fn search(&self, query: String, limit: Option<usize>) -> Result<Found, DeskError> {
+        let query = query.to_lowercase();
+        let found = self
+            .tickets()
+            .iter()
+            .filter(|t| t.subject.to_lowercase().contains(&query))
+            .take(limit.unwrap_or(10))
+            .cloned()
+            .collect();
+        Ok(Found { tickets: found })
+    }
+
+    /// Draft a reply to a ticket for a human to review and send.
+    #[tool(risk = "PROPOSE_ONLY", callable)]
+    pub fn draft_reply(&self, id: u64, body: String) -> Result<Draft, DeskError> {
+        if !self.tickets().iter().any(|t| t.id == id) {
+            return Err(DeskError::NoSuchTicket(id));
+        }
+        Ok(Draft {
+            ticket: id,
+            body,
+            sent: false,
         })
-        .collect();
-}
-
-/// Search tickets whose subject contains the query (case-insensitive).
-#[tool(risk = "READ_ONLY", domain = "tickets", idempotent, callable)]
-fn search(query: String, limit: Option<usize>) -> Result<Found, DeskError> {
-    let query = query.to_lowercase();
-    let found = tickets()
-        .iter()
-        .filter(|t| t.subject.to_lowercase().contains(&query))
-        .take(limit.unwrap_or(10))
-        .cloned()
-        .collect();
-    Ok(Found { tickets: found })
-}
-
-/// Draft a reply to a ticket for a human to review and send.
-#[tool(risk = "PROPOSE_ONLY", domain = "tickets", callable)]
-fn draft_reply(id: u64, body: String) -> Result<Draft, DeskError> {
-    if !tickets().iter().any(|t| t.id == id) {
-        return Err(DeskError::NoSuchTicket(id));
     }
-    Ok(Draft {
-        ticket: id,
-        body,
-        sent: false,
-    })
-}
 
-/// Add a label to a ticket; adding it twice changes nothing.
-#[tool(risk = "LOW_WRITE", domain = "tickets", idempotent, callable)]
-fn label(id: u64, name: String) -> Result<Ticket, DeskError> {
-    let mut tickets = tickets();
-    let ticket = tickets
-        .iter_mut()
-        .find(|t| t.id == id)
-        .ok_or(DeskError::NoSuchTicket(id))?;
-    ticket.labels.insert(name);
-    Ok(ticket.clone())
-}
-
-/// Delete a ticket and its history for good.
-#[tool(risk = "HIGH_WRITE", domain = "tickets", modes = [FULL_AUTO], callable)]
-fn delete(id: u64) -> Result<String, DeskError> {
-    let mut tickets = tickets();
-    let before = tickets.len();
-    tickets.retain(|t| t.id != id);
-    if tickets.len() == before {
-        return Err(DeskError::NoSuchTicket(id));
+    /// Add a label to a ticket; adding it twice changes nothing.
+    #[tool(risk = "LOW_WRITE", idempotent, callable)]
+    pub fn label(&self, id: u64, name: String) -> Result<Ticket, DeskError> {
+        let mut tickets = self.tickets();
+        let ticket = tickets
+            .iter_mut()
+            .find(|t| t.id == id)
+            .ok_or(DeskError::NoSuchTicket(id))?;
+        ticket.labels.insert(name);
+        Ok(ticket.clone())
     }
-    Ok(format!("ticket {id} deleted"))
+
+    /// Delete a ticket and its history for good.
+    #[tool(risk = "HIGH_WRITE", modes = [FULL_AUTO], callable)]
+    pub fn delete(&self, id: u64) -> Result<String, DeskError> {
+        let mut tickets = self.tickets();
+        let before = tickets.len();
+        tickets.retain(|t| t.id != id);
+        if tickets.len() == before {
+            return Err(DeskError::NoSuchTicket(id));
+        }
+        Ok(format!("ticket {id} deleted"))
+    }
 }
 
 /// Fetch a web page over plain HTTP and return the start of its body (at most 4 KiB).
@@ -226,7 +240,6 @@ fn gate(args: &Args) -> Result<Gate, Box<dyn std::error::Error>> {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    seed();
     let gate = gate(&args)?;
     let visibility = if args.show_disabled {
         Visibility::MarkDisabled
@@ -234,6 +247,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Visibility::Hide
     };
     let server = ToolgateServer::new(gate)
+        .instance(Desk::seeded()) // the desk's tools run on it
         .visibility(visibility)
         .only(|m| matches!(m.domain, Some("tickets" | "web")))
         .server_info("ticket-desk", env!("CARGO_PKG_VERSION"))

@@ -213,8 +213,8 @@ pub mod approval {
 /// them, [`check_registry()`] to catch a duplicated id.
 pub mod registry {
     pub use toolgate_runtime::{
-        CallError, CallFuture, Duplicate, Manifests, Registry, RegistryError, Source, Tool,
-        ToolManifest, check_registry, manifests,
+        CallError, CallFuture, Duplicate, Instances, Manifests, Registry, RegistryError, Source,
+        Tool, ToolManifest, check_registry, manifests,
     };
 }
 

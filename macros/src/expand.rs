@@ -323,6 +323,18 @@ fn receiver_ref(receiver: &syn::Receiver) -> TokenStream {
     }
 }
 
+/// `&self`, or `self: &Self`: the receiver a call by name can lend from its shared instance.
+fn is_shared_self(receiver: &syn::Receiver) -> bool {
+    match &receiver.kind {
+        syn::ReceiverKind::Reference(_, _, mutability) => mutability.is_none(),
+        syn::ReceiverKind::Typed(_, ty) => matches!(
+            &**ty,
+            Type::Reference(r) if r.mutability.is_none() && is_self_type(&r.elem)
+        ),
+        _ => false,
+    }
+}
+
 fn is_self_type(ty: &Type) -> bool {
     matches!(ty, Type::Path(path) if path.qself.is_none() && path.path.is_ident("Self"))
 }
@@ -337,10 +349,26 @@ fn callable_params(
 ) -> Option<Vec<(Ident, Type)>> {
     let sig = tool.sig;
     let before = errors.is_empty();
-    if let Some(receiver) = tool.receiver {
-        errors.push(syn::Error::new(
-            receiver.self_token.span,
-            "a `callable` tool is a free function: a call by name has no `self` to call it on",
+    if let (Some(receiver), Owner::Impl(_)) = (tool.receiver, context.owner)
+        && !is_shared_self(receiver)
+    {
+        let mutable = match &receiver.kind {
+            syn::ReceiverKind::Reference(_, _, mutability) => mutability.is_some(),
+            syn::ReceiverKind::Typed(_, ty) => {
+                matches!(&**ty, Type::Reference(r) if r.mutability.is_some())
+            }
+            _ => false,
+        };
+        let what = if mutable {
+            "calls by name share one instance of the type: keep what changes behind a lock (a \
+             `Mutex`, an atomic) inside it"
+        } else {
+            "a call by name runs on the instance the application gives (`Instances`), which it \
+             shares"
+        };
+        errors.push(syn::Error::new_spanned(
+            receiver,
+            format!("a `callable` method takes `&self`: {what}"),
         ));
     }
     if let Owner::GenericImpl(generics) = context.owner {
@@ -406,7 +434,11 @@ fn unowned(ty: &Type) -> Option<&'static str> {
 /// The arguments as the gate sees them, sorted by name (a method's receiver as `self`): a reference to
 /// each value, named by `value`, marked for redaction where the tool says so. The same for a direct call
 /// (the parameters) and a call by name (the parsed values), so that both write the same JSON.
-fn argument_refs(call: &CallParts, value: impl Fn(&Ident) -> TokenStream) -> Vec<TokenStream> {
+fn argument_refs(
+    call: &CallParts,
+    value: impl Fn(&Ident) -> TokenStream,
+    receiver: Option<&TokenStream>,
+) -> Vec<TokenStream> {
     let mut args: Vec<(String, TokenStream)> = call
         .named
         .iter()
@@ -422,7 +454,7 @@ fn argument_refs(call: &CallParts, value: impl Fn(&Ident) -> TokenStream) -> Vec
             (name, arg)
         })
         .collect();
-    if let Some(receiver) = &call.receiver {
+    if let Some(receiver) = receiver {
         let arg = quote!((&&::toolgate::__private::Arg(#receiver)).__toolgate_arg("self"),);
         args.push(("self".to_owned(), arg));
     }
@@ -475,20 +507,46 @@ fn callable_items(
     };
     let invoke_gate = Ident::new("toolgate_gate", Span::mixed_site());
     let json = Ident::new("toolgate_json", Span::mixed_site());
+    let instances = Ident::new("toolgate_instances", Span::mixed_site());
+    // A method runs on the instance of its type the call was given; `callable_params` admitted only
+    // `&self` methods of a non-generic impl.
+    let this = Ident::new("toolgate_this", Span::mixed_site());
+    let self_type = match (tool.receiver, owner) {
+        (Some(_), Owner::Impl(qualified)) => Some(self_type(qualified)),
+        _ => None,
+    };
+    let receiver = self_type.as_ref().map(|_| quote!(&*#this));
+    let fetch_instance = self_type.as_ref().map(|ty| {
+        quote! {
+            let #this = match ::toolgate::__private::instance::<#ty>(&__TOOLGATE_ENTRY, #instances) {
+                ::core::result::Result::Ok(instance) => instance,
+                ::core::result::Result::Err(answer) => return answer,
+            };
+        }
+    });
+    let receiver_type = match &self_type {
+        Some(ty) => quote! {
+            ::core::option::Option::Some(::toolgate::__private::Receiver {
+                type_id: ::core::any::TypeId::of::<#ty>,
+                type_name: ::core::any::type_name::<#ty>,
+            })
+        },
+        None => quote!(::core::option::Option::None),
+    };
     // Hygienic locals: a parameter named like the function must not hide the function being called.
     let local = |name: &Ident| Ident::new(&format!("toolgate_arg_{name}"), Span::mixed_site());
     let locals: Vec<Ident> = names.iter().map(|name| local(name)).collect();
-    let call_args: Vec<TokenStream> = tool
-        .params
+    let call_args: Vec<TokenStream> = receiver
         .iter()
-        .filter_map(|param| match param.name {
+        .cloned()
+        .chain(tool.params.iter().filter_map(|param| match param.name {
             Some(_) if param.is_gate => Some(quote!(#invoke_gate)),
             Some(name) => {
                 let name = local(name);
                 Some(quote!(#name))
             }
             None => None,
-        })
+        }))
         .collect();
     let output_schema = match tool.ok_type() {
         Some(ty) => quote! {{
@@ -506,7 +564,7 @@ fn callable_items(
         let local = local(name);
         quote!(&#local)
     };
-    let arg_refs = argument_refs(call, by_local);
+    let arg_refs = argument_refs(call, by_local, receiver.as_ref());
     let escalated = match escalation(call, tool, by_local) {
         Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
         None => quote!(::core::option::Option::None),
@@ -550,12 +608,25 @@ fn callable_items(
             })
         }
     } else {
+        // Made in the gate and decided there, then run with the decision handed over: the guards are
+        // plain values, so a sync tool adds no closure and no generic instance of its own here.
+        let (entered, handing) = (
+            Ident::new("_toolgate_entered", Span::mixed_site()),
+            Ident::new("_toolgate_handing", Span::mixed_site()),
+        );
+        let call = quote_spanned!(ret_span=> #callee(#(#call_args),*));
+        // Spanned on the return type: a result type without `Serialize` or an error type without
+        // `Display` is reported there.
         quote_spanned! {ret_span=>
-            ::toolgate::__private::invoke_sync(#invoke_gate, move |#invoke_gate| {
-                #take_decision
-                ::core::result::Result::Ok(
-                    ::toolgate::__private::hand(#decided, move || #callee(#(#call_args),*)),
-                )
+            ::toolgate::__private::finish_sync({
+                let #entered = ::toolgate::__private::enter_gate(#invoke_gate);
+                match #decide {
+                    ::core::result::Result::Ok(#decided) => {
+                        let #handing = ::toolgate::__private::hand_over(#decided);
+                        ::core::result::Result::Ok(#call)
+                    }
+                    ::core::result::Result::Err(denied) => ::core::result::Result::Err(denied),
+                }
             })
         }
     };
@@ -589,6 +660,8 @@ fn callable_items(
         static #params_table: [::toolgate::__private::Param; #count] = [#(#rows),*];
         fn __toolgate_invoke(
             #invoke_gate: &::toolgate::Gate,
+            #[allow(unused_variables)]
+            #instances: &::toolgate::__private::Instances,
             #json: ::toolgate::__private::serde_json::Value,
         ) -> ::toolgate::__private::CallFuture {
             // Asked before the arguments are read: a tool the gates refuse answers its refusal whatever
@@ -599,6 +672,7 @@ fn callable_items(
                 ::core::result::Result::Ok(outright) => outright,
                 ::core::result::Result::Err(refused) => return refused,
             };
+            #fetch_instance
             let #arguments =
                 match ::toolgate::__private::JsonArguments::new(&#json, &#params_table) {
                     ::core::result::Result::Ok(arguments) => arguments,
@@ -621,7 +695,25 @@ fn callable_items(
             invoke: __toolgate_invoke,
             params: &#params_table,
             output_schema: __toolgate_output_schema,
+            receiver: #receiver_type,
         };
+    }
+}
+
+/// The self type of an impl, from its qualified form `<Type>` or `<Type as Trait>`.
+fn self_type(qualified: &TokenStream) -> TokenStream {
+    let parser = |input: syn::parse::ParseStream<'_>| {
+        input.parse::<syn::Token![<]>()?;
+        let ty: Type = input.parse()?;
+        if input.parse::<Option<syn::Token![as]>>()?.is_some() {
+            input.parse::<syn::Path>()?;
+        }
+        input.parse::<syn::Token![>]>()?;
+        Ok(ty)
+    };
+    match syn::parse::Parser::parse2(parser, qualified.clone()) {
+        Ok(ty) => ty.to_token_stream(),
+        Err(error) => error.into_compile_error(),
     }
 }
 
@@ -660,7 +752,7 @@ fn gated_body(
     };
     // The arguments, for the gate to look at when it needs to: a reference to each.
     let by_name = |ident: &Ident| quote_spanned!(ident.span()=> &#ident);
-    let args = argument_refs(call, by_name);
+    let args = argument_refs(call, by_name, call.receiver.as_ref());
     let enter = match &call.escalate {
         Some(_) => quote!(::toolgate::__private::enter_escalated(
             &#entry, #gate_arg, #info, &[#(#args)*], #record_arguments

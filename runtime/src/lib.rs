@@ -23,7 +23,7 @@ pub mod report;
 
 pub use approval::two_step::{ApproveError, DEFAULT_APPROVAL_TTL};
 pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver};
-pub use by_name::{CallError, CallFuture};
+pub use by_name::{CallError, CallFuture, Instances};
 pub use gate::ambient::Scoped;
 pub use gate::denied::Denied;
 pub use gate::denylist::DenyRuleError;
@@ -48,10 +48,12 @@ pub mod __private {
     pub use serde;
     pub use serde_json;
 
+    pub use crate::by_name::Instances;
     pub use crate::by_name::params::{JsonArguments, Param};
     pub use crate::by_name::{
-        CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema, decide,
-        hand, hand_async, invoke_async, invoke_sync, precheck, schema_of,
+        CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema, Receiver,
+        decide, enter_gate, finish_sync, hand_async, hand_over, instance, invoke_async, precheck,
+        schema_of,
     };
     pub use crate::gate::call::{
         Arg, ArgRef, CallInfo, OpaqueArg, OpaqueOutput, OutputOf, SerializableArg,

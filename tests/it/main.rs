@@ -23,3 +23,4 @@ mod mutants;
 mod policy;
 mod regressions;
 mod return_types;
+mod stateful;

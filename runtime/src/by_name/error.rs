@@ -21,6 +21,14 @@ pub enum CallError {
         /// The tool's id.
         id: &'static str,
     },
+    /// `NO_INSTANCE`: the tool is a method, and the call was given no instance of its type to run on
+    /// (see `Instances`).
+    NoInstance {
+        /// The tool's id.
+        id: &'static str,
+        /// The type whose instance is needed.
+        type_name: &'static str,
+    },
     /// `INVALID_PARAMS`: the arguments are not an object of the tool's parameters: an unknown key, a
     /// missing one, or a value of the wrong type.
     InvalidParams {
@@ -44,12 +52,13 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// The stable code: `UNKNOWN_TOOL`, `NOT_CALLABLE`, `INVALID_PARAMS`, `HANDLER_ERROR`,
-    /// `OUTPUT_ERROR`, or the refusal's code.
+    /// The stable code: `UNKNOWN_TOOL`, `NOT_CALLABLE`, `NO_INSTANCE`, `INVALID_PARAMS`,
+    /// `HANDLER_ERROR`, `OUTPUT_ERROR`, or the refusal's code.
     pub fn code(&self) -> &'static str {
         match self {
             CallError::UnknownTool { .. } => "UNKNOWN_TOOL",
             CallError::NotCallable { .. } => "NOT_CALLABLE",
+            CallError::NoInstance { .. } => "NO_INSTANCE",
             CallError::InvalidParams { .. } => "INVALID_PARAMS",
             CallError::Denied(denied) => denied.code().as_str(),
             CallError::HandlerError { .. } => "HANDLER_ERROR",
@@ -76,6 +85,11 @@ impl fmt::Display for CallError {
                     "tool `{id}` is not declared `callable`, so it cannot be called by name"
                 )
             }
+            CallError::NoInstance { id, type_name } => write!(
+                f,
+                "tool `{id}` is a method of `{type_name}`, and this call has no instance of it to \
+                 run on: give one to the registry or the server (`Instances::with`)"
+            ),
             CallError::InvalidParams { path, message } => {
                 write!(f, "invalid arguments at `{path}`: {message}")
             }

@@ -7,14 +7,16 @@
 //! the decision handed to its check ([`hand`]). The refusal comes back typed, from the decision itself.
 
 pub(crate) mod error;
+pub(crate) mod instances;
 pub(crate) mod params;
 
 pub use error::CallError;
+pub use instances::{Instances, Receiver};
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use serde::Serialize;
@@ -31,9 +33,11 @@ use crate::registry::{Registry, Tool, ToolEntry, registry};
 /// What a callable tool adds to its registration: its adapter, its parameters and its output schema.
 #[doc(hidden)]
 pub struct Callable {
-    pub invoke: fn(&Gate, Value) -> CallFuture,
+    pub invoke: fn(&Gate, &Instances, Value) -> CallFuture,
     pub params: &'static [Param],
     pub output_schema: fn() -> Option<Value>,
+    /// The type of a method's `self`, whose instance a call by name runs on.
+    pub receiver: Option<Receiver>,
 }
 
 impl fmt::Debug for Callable {
@@ -67,6 +71,21 @@ impl Tool {
     /// The JSON Schema of the tool's result, where its type has one.
     pub fn output_schema(&self) -> Option<Value> {
         callable(self.entry).and_then(|c| (c.output_schema)())
+    }
+
+    /// For a `callable` method, the name of the type whose instance ([`Instances`]) a call by name
+    /// runs on.
+    pub fn instance_type(&self) -> Option<&'static str> {
+        callable(self.entry)?.receiver.map(|r| (r.type_name)())
+    }
+
+    /// Whether a call by name with `instances` can reach the tool: it is `callable`, and a method's
+    /// instance is among `instances`.
+    pub fn is_served_by(&self, instances: &Instances) -> bool {
+        callable(self.entry).is_some_and(|c| {
+            c.receiver
+                .is_none_or(|receiver| instances.holds((receiver.type_id)()))
+        })
     }
 }
 
@@ -145,13 +164,46 @@ impl Registry {
     ///     .await;
     /// # }
     /// ```
+    ///
+    /// A method's call needs its instance: see [`call_with`](Registry::call_with); here it is refused
+    /// with `NO_INSTANCE`.
     #[inline]
     pub fn call(&self, gate: &Gate, id: &str, arguments: Value) -> CallFuture {
+        static NONE: Instances = Instances::new();
+        self.call_with(gate, &NONE, id, arguments)
+    }
+
+    /// [`call`](Registry::call), where a `callable` method runs on its type's instance in `instances`.
+    ///
+    /// ```
+    /// # extern crate toolgate_runtime;
+    /// # mod toolgate {
+    /// #     pub use toolgate_runtime::{Gate, registry};
+    /// #     pub mod registry_types { pub use toolgate_runtime::Instances; }
+    /// # }
+    /// # use std::sync::Arc;
+    /// # use toolgate::registry_types as registry;
+    /// # struct Users;
+    /// # async fn demo(gate: &toolgate::Gate, users: Arc<Users>) {
+    /// let instances = registry::Instances::new().with_shared(users);
+    /// let result = toolgate::registry()
+    ///     .call_with(gate, &instances, "users.count", serde_json::json!({}))
+    ///     .await;
+    /// # }
+    /// ```
+    #[inline]
+    pub fn call_with(
+        &self,
+        gate: &Gate,
+        instances: &Instances,
+        id: &str,
+        arguments: Value,
+    ) -> CallFuture {
         let Some(entry) = self.entry(id) else {
             return CallFuture::ready(Err(CallError::UnknownTool { id: id.to_owned() }));
         };
         match callable(entry) {
-            Some(callable) => (callable.invoke)(gate, arguments),
+            Some(callable) => (callable.invoke)(gate, instances, arguments),
             None => CallFuture::ready(Err(CallError::NotCallable {
                 id: entry.manifest.id,
             })),
@@ -187,7 +239,22 @@ pub fn precheck(
         .map_err(|denied| CallFuture::ready(Err(CallError::Denied(denied))))
 }
 
-/// Decides a call by name with its parsed arguments; see [`invoke_sync`].
+/// The instance a method's call by name runs on, or the call's `NO_INSTANCE` answer.
+#[doc(hidden)]
+#[inline]
+pub fn instance<T: Send + Sync + 'static>(
+    entry: &'static ToolEntry,
+    instances: &Instances,
+) -> Result<Arc<T>, CallFuture> {
+    instances.get::<T>().ok_or_else(|| {
+        CallFuture::ready(Err(CallError::NoInstance {
+            id: entry.manifest.id,
+            type_name: std::any::type_name::<T>(),
+        }))
+    })
+}
+
+/// Decides a call by name with its parsed arguments; see [`finish_sync`] and [`invoke_async`].
 #[doc(hidden)]
 #[inline]
 pub fn decide(
@@ -206,15 +273,27 @@ pub fn decide(
     deciding::decide_by_name(entry, outright, gate_parameter, &call)
 }
 
-/// Runs a sync tool for a call by name: `call` decides it ([`decide`]) inside `gate`, then calls the
-/// tool with the decision handed over ([`hand`]).
+/// Enters `gate` for a sync call by name, until the guard is dropped.
 #[doc(hidden)]
 #[inline]
-pub fn invoke_sync<T: Serialize, E: fmt::Display>(
-    gate: &Gate,
-    call: impl FnOnce(&Gate) -> Result<Result<T, E>, Denied>,
+pub fn enter_gate(gate: &Gate) -> crate::gate::ambient::Entered {
+    crate::gate::ambient::enter(gate.clone())
+}
+
+/// Hands a decision over to the tool's check, called next, until the guard is dropped.
+#[doc(hidden)]
+#[inline]
+pub fn hand_over(decided: Decided) -> crate::gate::decide::HandOver {
+    deciding::hand_over(decided)
+}
+
+/// The answer of a sync call by name, made in its gate ([`enter_gate`]), decided ([`decide`]) and run
+/// with the decision handed over ([`hand_over`]).
+#[doc(hidden)]
+pub fn finish_sync<T: Serialize, E: fmt::Display>(
+    result: Result<Result<T, E>, Denied>,
 ) -> CallFuture {
-    CallFuture::ready(to_json(gate.run(|| call(gate))))
+    CallFuture::ready(to_json(result))
 }
 
 /// Runs an async tool for a call by name: `future` decides it ([`decide`]), then awaits the tool with
@@ -230,14 +309,7 @@ where
     CallFuture::pending(async move { to_json(scoped.await) })
 }
 
-/// Calls the tool a decision is for, handing the decision to its check.
-#[doc(hidden)]
-#[inline]
-pub fn hand<R>(decided: Decided, call: impl FnOnce() -> R) -> R {
-    deciding::hand(decided, call)
-}
-
-/// [`hand`] for an async tool's future.
+/// [`hand_over`] for an async tool's future: handed over for its first poll.
 #[doc(hidden)]
 pub fn hand_async<F: Future>(decided: Decided, future: F) -> impl Future<Output = F::Output> {
     deciding::hand_async(decided, future)

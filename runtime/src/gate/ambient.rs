@@ -17,7 +17,8 @@ thread_local! {
 }
 
 /// Leaves the gate it entered when dropped, on return or unwind.
-pub(crate) struct Entered {
+#[doc(hidden)]
+pub struct Entered {
     _not_send: PhantomData<*const ()>,
 }
 

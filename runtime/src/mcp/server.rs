@@ -12,7 +12,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use super::definition::{self, Visibility};
-use crate::by_name::CallError;
+use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
 use crate::registry::ToolManifest;
 use crate::registry::{Tool, manifests, registry};
@@ -22,7 +22,8 @@ type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
 ///
 /// `tools/list` shows what the gate's current mode allows (see [`Visibility`] for the rest);
-/// `tools/call` goes through [`Registry::call`](crate::Registry::call), so the gate, its deny list,
+/// `tools/call` goes through [`Registry::call_with`](crate::Registry::call_with) with the server's
+/// [`instances`](ToolgateServer::instance), so the gate, its deny list,
 /// approvals and audit decide each call as they decide a direct one. A refusal, invalid arguments and
 /// a failing tool are tool results with `isError: true`, whose text is `"<CODE>: <message>"` and whose
 /// structured content is `{"code", "message"}` (with `path` for `INVALID_PARAMS`); only a name that is
@@ -34,6 +35,7 @@ type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
 #[derive(Clone)]
 pub struct ToolgateServer {
     gate: Gate,
+    instances: Instances,
     visibility: Visibility,
     filter: Option<Filter>,
     implementation: Implementation,
@@ -44,6 +46,7 @@ impl fmt::Debug for ToolgateServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolgateServer")
             .field("mode", &self.gate.mode())
+            .field("instances", &self.instances)
             .field("visibility", &self.visibility)
             .field("filtered", &self.filter.is_some())
             .field("implementation", &self.implementation.name)
@@ -57,11 +60,27 @@ impl ToolgateServer {
     pub fn new(gate: Gate) -> ToolgateServer {
         ToolgateServer {
             gate,
+            instances: Instances::new(),
             visibility: Visibility::Hide,
             filter: None,
             implementation: Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
             instructions: None,
         }
+    }
+
+    /// Serves the `callable` methods of `instance`'s type (a `#[toolset]` impl's `&self` tools), each
+    /// call running on this instance. Without it, those tools are not served.
+    #[must_use]
+    pub fn instance<T: Send + Sync + 'static>(mut self, instance: T) -> ToolgateServer {
+        self.instances = self.instances.with(instance);
+        self
+    }
+
+    /// Serves the `callable` methods of every type in `instances`, replacing those given before.
+    #[must_use]
+    pub fn instances(mut self, instances: Instances) -> ToolgateServer {
+        self.instances = instances;
+        self
     }
 
     /// What `tools/list` does with the tools the gate would refuse now.
@@ -109,7 +128,7 @@ impl ToolgateServer {
     fn served(&self, name: &str) -> Option<Tool> {
         registry()
             .get(name)
-            .filter(|tool| tool.is_callable())
+            .filter(|tool| tool.is_served_by(&self.instances))
             .filter(|tool| {
                 self.filter
                     .as_ref()
@@ -118,7 +137,8 @@ impl ToolgateServer {
     }
 
     /// Whether `name` is a tool of this server, whatever the gate's mode: a linked `callable` tool that
-    /// the filter of [`only`](ToolgateServer::only) keeps.
+    /// the filter of [`only`](ToolgateServer::only) keeps, and, for a method, whose instance the server
+    /// holds.
     pub fn serves(&self, name: &str) -> bool {
         self.served(name).is_some()
     }
@@ -150,10 +170,15 @@ impl ToolgateServer {
             return Err(unknown_tool(name));
         }
         let arguments = Value::Object(arguments.unwrap_or_default());
-        match registry().call(&self.gate, name, arguments).await {
-            Err(CallError::UnknownTool { .. } | CallError::NotCallable { .. }) => {
-                Err(unknown_tool(name))
-            }
+        match registry()
+            .call_with(&self.gate, &self.instances, name, arguments)
+            .await
+        {
+            Err(
+                CallError::UnknownTool { .. }
+                | CallError::NotCallable { .. }
+                | CallError::NoInstance { .. },
+            ) => Err(unknown_tool(name)),
             result => Ok(tool_result(result)),
         }
     }

@@ -1,0 +1,130 @@
+//! The values that stateful tools are called on by name: one shared instance per type.
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::sync::Arc;
+
+/// The instances that stateful tools are called on by name: a method of a `#[toolset]` impl declared
+/// `callable` (`&self`) runs on the instance of its type held here.
+///
+/// A call by name has no `self` of its own: the application says once which value each type's tools
+/// run on (the struct holding a database pool, an HTTP client), and every call by name and over MCP uses
+/// it, through the same gate as a direct call. One instance per type; a later one replaces the earlier.
+///
+/// ```
+/// # extern crate toolgate_runtime;
+/// # mod toolgate { pub mod registry { pub use toolgate_runtime::Instances; } }
+/// use std::sync::Arc;
+/// use toolgate::registry::Instances;
+///
+/// struct Users { pool: Vec<String> }
+///
+/// let users = Arc::new(Users { pool: vec!["ada".into()] });
+/// let instances = Instances::new().with_shared(Arc::clone(&users));
+/// assert!(Arc::ptr_eq(&instances.get::<Users>().unwrap(), &users));
+/// assert!(instances.get::<String>().is_none());
+/// ```
+#[derive(Clone, Default)]
+pub struct Instances {
+    /// Few types, each looked up by a comparison of ids: a vector is enough.
+    by_type: Vec<Held>,
+}
+
+#[derive(Clone)]
+struct Held {
+    type_id: TypeId,
+    type_name: &'static str,
+    value: Arc<dyn Any + Send + Sync>,
+}
+
+impl Instances {
+    /// No instance: only free functions (and methods without `self`) can be called.
+    pub const fn new() -> Instances {
+        Instances {
+            by_type: Vec::new(),
+        }
+    }
+
+    /// Adds `instance` as the value its type's tools run on.
+    #[must_use]
+    pub fn with<T: Send + Sync + 'static>(self, instance: T) -> Instances {
+        self.with_shared(Arc::new(instance))
+    }
+
+    /// Adds an instance the application shares with other code.
+    #[must_use]
+    pub fn with_shared<T: Send + Sync + 'static>(mut self, instance: Arc<T>) -> Instances {
+        self.insert(instance);
+        self
+    }
+
+    /// Adds an instance, returning the one it replaces.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, instance: Arc<T>) -> Option<Arc<T>> {
+        let held = Held {
+            type_id: TypeId::of::<T>(),
+            type_name: std::any::type_name::<T>(),
+            value: instance,
+        };
+        match self.by_type.iter_mut().find(|h| h.type_id == held.type_id) {
+            Some(slot) => {
+                let old = std::mem::replace(slot, held);
+                old.value.downcast::<T>().ok()
+            }
+            None => {
+                self.by_type.push(held);
+                None
+            }
+        }
+    }
+
+    /// The instance of `T`, if there is one.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        let held = self
+            .by_type
+            .iter()
+            .find(|h| h.type_id == TypeId::of::<T>())?;
+        Arc::clone(&held.value).downcast::<T>().ok()
+    }
+
+    /// Whether an instance of the type `type_id` is held.
+    pub(crate) fn holds(&self, type_id: TypeId) -> bool {
+        self.by_type.iter().any(|h| h.type_id == type_id)
+    }
+}
+
+impl fmt::Debug for Instances {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(self.by_type.iter().map(|h| h.type_name))
+            .finish()
+    }
+}
+
+/// The type a stateful tool runs on, as its adapter registers it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Receiver {
+    pub type_id: fn() -> TypeId,
+    pub type_name: fn() -> &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_instance_per_type_the_later_replacing_the_earlier() {
+        let mut instances = Instances::new().with(1u8).with(String::from("a"));
+        assert_eq!(*instances.get::<u8>().unwrap(), 1);
+        let old = instances.insert(Arc::new(2u8)).unwrap();
+        assert_eq!((*old, *instances.get::<u8>().unwrap()), (1, 2));
+        assert_eq!(instances.get::<String>().unwrap().as_str(), "a");
+        assert!(instances.get::<u16>().is_none());
+        assert!(instances.holds(TypeId::of::<String>()));
+        assert!(!instances.holds(TypeId::of::<u16>()));
+        assert_eq!(
+            format!("{instances:?}"),
+            r#"{"u8", "alloc::string::String"}"#
+        );
+    }
+}
