@@ -29,6 +29,30 @@ fn delete_user() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// How risky a job is.
+fn classify(command: &str, _token: &str) -> Risk {
+    if command.starts_with("sudo") {
+        Risk::HighWrite
+    } else {
+        Risk::LowWrite
+    }
+}
+
+/// Run a job.
+#[tool(
+    risk = "LOW_WRITE",
+    domain = "users",
+    callable,
+    escalate = classify,
+    redact = [token],
+    record_arguments
+)]
+#[allow(dead_code, reason = "registered for its manifest, never called")]
+fn run_job(command: String, token: String) -> Result<(), BoxError> {
+    let _ = (command, token);
+    Ok(())
+}
+
 /// A directory of its own under the system's temporary directory, removed when dropped.
 struct TempDir(PathBuf);
 
@@ -95,7 +119,11 @@ const EXPECTED: &str = r#"[
     "open_world": false,
     "source": {
       "module_path": "lockfile"
-    }
+    },
+    "callable": false,
+    "escalate": null,
+    "redact": [],
+    "record_arguments": false
   },
   {
     "id": "users.get_user",
@@ -113,7 +141,11 @@ const EXPECTED: &str = r#"[
     "open_world": false,
     "source": {
       "module_path": "lockfile"
-    }
+    },
+    "callable": false,
+    "escalate": null,
+    "redact": [],
+    "record_arguments": false
   },
   {
     "id": "users.label_user",
@@ -128,7 +160,33 @@ const EXPECTED: &str = r#"[
     "open_world": false,
     "source": {
       "module_path": "lockfile"
-    }
+    },
+    "callable": false,
+    "escalate": null,
+    "redact": [],
+    "record_arguments": false
+  },
+  {
+    "id": "users.run_job",
+    "domain": "users",
+    "description": "Run a job.",
+    "risk_level": "LOW_WRITE",
+    "side_effects": true,
+    "allowed_modes": [
+      "PARTIAL_AUTO",
+      "FULL_AUTO"
+    ],
+    "idempotent": false,
+    "open_world": false,
+    "source": {
+      "module_path": "lockfile"
+    },
+    "callable": true,
+    "escalate": "classify",
+    "redact": [
+      "token"
+    ],
+    "record_arguments": true
   }
 ]
 "#;
@@ -396,4 +454,87 @@ fn the_environment_variable_selects_overwrite() {
     set(Some(""));
     lockfile::check(&path).unwrap();
     set(None);
+}
+
+#[test]
+fn what_the_declaration_says_beyond_the_manifest_is_locked_widenings_first() {
+    let dir = TempDir::new("behaviour");
+    let path = dir.file();
+    // The lockfile of before: `run_job` neither callable nor escalated nor recording, `get_user`
+    // callable, and a redaction and an escalation that are gone now.
+    let before = EXPECTED
+        .replace(
+            "\"callable\": true,\n    \"escalate\": \"classify\",\n    \"redact\": [\n      \"token\"\n    ],\n    \"record_arguments\": true",
+            "\"callable\": false,\n    \"escalate\": null,\n    \"redact\": [\"command\", \"token\"],\n    \"record_arguments\": false",
+        )
+        .replacen(
+            "\"callable\": false,\n    \"escalate\": null,",
+            "\"callable\": false,\n    \"escalate\": \"sudo_check\",",
+            1,
+        )
+        .replacen("\"callable\": false", "\"callable\": true", 2)
+        .replacen("\"callable\": true", "\"callable\": false", 1);
+    assert_ne!(before, EXPECTED);
+    std::fs::write(&path, &before).unwrap();
+    let error = lockfile::check_with(&path, toolgate::manifests(), Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        [
+            "  widened            users.delete_user: escalate sudo_check -> (none)",
+            "  widened            users.run_job: callable false -> true",
+            "  widened            users.run_job: redact [\"command\", \"token\"] -> [\"token\"]",
+            "  widened            users.run_job: record_arguments false -> true",
+            "  changed            users.get_user: callable true -> false",
+            "  changed            users.run_job: escalate (none) -> classify",
+        ]
+    );
+}
+
+#[test]
+fn a_lockfile_with_no_tool_to_lock_fails_in_both_modes_and_says_how_to_link_them() {
+    let dir = TempDir::new("empty");
+    let path = dir.file();
+    for update in [Update::Overwrite, Update::Check] {
+        let error =
+            lockfile::check_with(&path, std::iter::empty::<&ToolManifest>(), update).unwrap_err();
+        assert!(
+            matches!(error, LockfileError::NothingToLock { .. }),
+            "{error}"
+        );
+        let text = error.to_string();
+        assert!(text.contains("no tool is linked"), "{text}");
+        assert!(text.contains("use my_tools as _;"), "{text}");
+        assert!(!path.exists(), "nothing is written");
+    }
+    // An empty lockfile written before does not make an empty set pass either.
+    std::fs::write(&path, "[]\n").unwrap();
+    let error = lockfile::check_with(&path, std::iter::empty::<&ToolManifest>(), Update::Check)
+        .unwrap_err();
+    assert!(matches!(error, LockfileError::NothingToLock { .. }));
+}
+
+#[test]
+fn a_lockfile_of_before_these_keys_lists_what_they_add() {
+    let dir = TempDir::new("older");
+    let path = dir.file();
+    let mut value: serde_json::Value = serde_json::from_str(EXPECTED).unwrap();
+    for entry in value.as_array_mut().unwrap() {
+        let entry = entry.as_object_mut().unwrap();
+        for key in ["callable", "escalate", "redact", "record_arguments"] {
+            entry.remove(key);
+        }
+    }
+    std::fs::write(&path, serde_json::to_string(&value).unwrap()).unwrap();
+    let error = lockfile::check_with(&path, toolgate::manifests(), Update::Check).unwrap_err();
+    let kinds: Vec<ChangeKind> = error.changes().iter().map(|c| c.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            ChangeKind::Widened,
+            ChangeKind::Widened,
+            ChangeKind::Changed,
+            ChangeKind::Changed
+        ],
+        "{error}"
+    );
 }

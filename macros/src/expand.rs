@@ -14,7 +14,8 @@
 //! /// Delete a user account.
 //! async fn delete_user(id: u64) -> Result<(), AppError> {
 //!     let permit = {
-//!         static ENTRY: ToolEntry = ToolEntry::__new(ToolManifest::__new("users.delete_user", ..), None);
+//!         static ENTRY: ToolEntry =
+//!             ToolEntry::__new(ToolManifest::__new("users.delete_user", ..), None, Behaviour { .. });
 //!         inventory::submit! { Registration(&ENTRY) }
 //!         // An allowed call that no gate records is one inlined bit test.
 //!         let decided = if allows(&ENTRY, None) {
@@ -776,6 +777,7 @@ fn gated_body(
             } else
         }
     });
+    let behaviour = behaviour(call);
     let (callable_items, callable_ref) = match &call.callable {
         Some(params) => (
             callable_items(tool, call, params, context.owner),
@@ -810,7 +812,7 @@ fn gated_body(
         #[allow(unused_mut)]
         let mut #permit = {
             static #entry: ::toolgate::__private::ToolEntry =
-                ::toolgate::__private::ToolEntry::__new(#manifest, #callable_ref);
+                ::toolgate::__private::ToolEntry::__new(#manifest, #callable_ref, #behaviour);
             #callable_items
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)
@@ -842,6 +844,30 @@ fn gated_body(
             (&&::toolgate::__private::OutputOf::of(&#result)).__toolgate_digest()
         };
         #permit.finish(#result, #digest)
+    }
+}
+
+/// What the lockfile locks beside the manifest: `escalate`, `redact` and `record_arguments` as written.
+fn behaviour(call: &CallParts) -> TokenStream {
+    let escalate = match &call.escalate {
+        Some(path) => {
+            let text = path.to_token_stream().to_string().replace(' ', "");
+            quote!(::core::option::Option::Some(#text))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let redact = call
+        .named
+        .iter()
+        .filter(|(_, redact)| *redact)
+        .map(|(name, _)| name.to_string());
+    let record_arguments = call.record_arguments;
+    quote! {
+        ::toolgate::__private::Behaviour {
+            escalate: #escalate,
+            redact: &[#(#redact),*],
+            record_arguments: #record_arguments,
+        }
     }
 }
 

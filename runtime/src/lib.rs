@@ -62,7 +62,7 @@ pub mod __private {
     pub use crate::gate::permit::Permit;
     pub use crate::policy::Risk;
     pub use crate::policy::{Mode, ModeSet};
-    pub use crate::registry::{Registration, ToolEntry};
+    pub use crate::registry::{Behaviour, Registration, ToolEntry};
     pub use crate::registry::{Source, ToolManifest};
     use crate::{Denied, Gate};
 

@@ -500,6 +500,7 @@ mod tests {
                         Source { file: file!(), line: line!(), module_path: module_path!() },
                     ),
                     None,
+                    crate::registry::Behaviour::NONE,
                 );
                 inventory::submit! { Registration(&$name) }
             )*

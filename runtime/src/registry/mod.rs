@@ -22,7 +22,30 @@ pub struct ToolEntry {
     /// A `callable` tool's adapter. The registry keeps it without knowing its type, which belongs to
     /// the call-by-name layer above the gate (it calls through one): that layer reads it back.
     pub(crate) callable: Option<&'static (dyn Any + Send + Sync)>,
+    pub(crate) behaviour: Behaviour,
     pub(crate) slot: AtomicU32,
+}
+
+/// What a tool's declaration says beyond its manifest, that changes what it may do or show: the
+/// lockfile locks it beside the manifest.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Behaviour {
+    /// The path of the `escalate` function, as written.
+    pub escalate: Option<&'static str>,
+    /// The `redact` parameters, as written.
+    pub redact: &'static [&'static str],
+    /// Whether the tool's arguments are written into its audit records.
+    pub record_arguments: bool,
+}
+
+impl Behaviour {
+    /// A tool declared with none of them.
+    pub const NONE: Behaviour = Behaviour {
+        escalate: None,
+        redact: &[],
+        record_arguments: false,
+    };
 }
 
 impl fmt::Debug for ToolEntry {
@@ -30,6 +53,7 @@ impl fmt::Debug for ToolEntry {
         f.debug_struct("ToolEntry")
             .field("manifest", &self.manifest)
             .field("callable", &self.callable.is_some())
+            .field("behaviour", &self.behaviour)
             .field("slot", &self.slot)
             .finish()
     }
@@ -42,10 +66,12 @@ impl ToolEntry {
     pub const fn __new(
         manifest: ToolManifest,
         callable: Option<&'static (dyn Any + Send + Sync)>,
+        behaviour: Behaviour,
     ) -> ToolEntry {
         ToolEntry {
             manifest,
             callable,
+            behaviour,
             slot: AtomicU32::new(NO_SLOT),
         }
     }

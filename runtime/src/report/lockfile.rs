@@ -11,9 +11,12 @@
 //! ```
 //!
 //! The test fails while the linked tools differ from the file, with a list of the differences that puts
-//! first what widens an agent's power: **risk escalations** (a tool whose `risk_level` went up) and
-//! **newly allowed modes**; then new tools, removed tools, and every other changed field, each line naming
-//! the tool and the old and new values. To accept the changes, run the tests once with
+//! first what widens an agent's power: **risk escalations** (a tool whose `risk_level` went up),
+//! **newly allowed modes**, and **widenings** (a tool became `callable`, lost or changed its `escalate`
+//! function, stopped redacting a parameter, or started recording its arguments); then new tools, removed
+//! tools, and every other changed field, each line naming the tool and the old and new values. It also
+//! fails when there is no tool to lock: a test binary that does not link the tools' crate would
+//! otherwise lock `[]` and pass from then on. To accept the changes, run the tests once with
 //! `TOOLGATE_LOCKFILE=overwrite` ([`LOCKFILE_ENV_VAR`]), which rewrites the file and passes, and commit the
 //! file: its diff is what a reviewer reads. A missing lockfile fails the same way, saying how to create it.
 //! CI should run without the variable.
@@ -22,7 +25,8 @@
 //!
 //! Pretty-printed JSON (two-space indent, a final line break): an array of the tools sorted by id, each an
 //! object with the manifest's keys in the order [`ToolManifest`] serializes them, except that `source`
-//! keeps only `module_path`:
+//! keeps only `module_path`, then what the declaration says beyond the manifest: `callable`, `escalate`
+//! (the function's path as written, or `null`), `redact` (sorted) and `record_arguments`:
 //!
 //! ```json
 //! [
@@ -39,7 +43,11 @@
 //!     "open_world": false,
 //!     "source": {
 //!       "module_path": "app::users"
-//!     }
+//!     },
+//!     "callable": true,
+//!     "escalate": null,
+//!     "redact": [],
+//!     "record_arguments": false
 //!   }
 //! ]
 //! ```
@@ -51,7 +59,9 @@
 //! and still says where a tool lives; moving a tool to another module is a reviewable change.
 //!
 //! The file is compared by content, not by text: a reformatted file (or one whose line endings Git
-//! converted) with the same tools passes. Unknown keys make it invalid.
+//! converted) with the same tools passes. Unknown keys make it invalid; the four keys after `source` may
+//! be absent (a lockfile written before they were locked), and then read as `false`, `null`, `[]` and
+//! `false`, so that the check lists what they add.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -64,8 +74,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::ModeSet;
 use crate::policy::Risk;
-use crate::registry::ToolManifest;
-use crate::registry::manifests;
+use crate::registry::{Behaviour, ToolManifest, manifests, registry};
 
 /// The environment variable that [`check`] and [`check_manifests`] read: `overwrite` rewrites the
 /// lockfile; unset, empty or `check` only compares.
@@ -136,6 +145,9 @@ where
 {
     let path = resolve(path.as_ref());
     let current = entries(manifests);
+    if current.is_empty() {
+        return Err(LockfileError::NothingToLock { path });
+    }
     let existing = match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(error) if error.kind() == io::ErrorKind::NotFound => None,
@@ -207,6 +219,16 @@ struct Entry {
     idempotent: bool,
     open_world: bool,
     source: EntrySource,
+    /// Whether it can be called by name (and over MCP). Absent in a lockfile written before it was
+    /// locked: read as `false`, so that the check lists it.
+    #[serde(default)]
+    callable: bool,
+    #[serde(default)]
+    escalate: Option<String>,
+    #[serde(default)]
+    redact: Vec<String>,
+    #[serde(default)]
+    record_arguments: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,6 +239,12 @@ struct EntrySource {
 
 impl From<&ToolManifest> for Entry {
     fn from(m: &ToolManifest) -> Entry {
+        // What the declaration says beyond the manifest is the linked tool's of that id: a manifest of
+        // no linked tool has none of it.
+        let linked = registry().entry(m.id);
+        let behaviour = linked.map_or(Behaviour::NONE, |entry| entry.behaviour);
+        let mut redact: Vec<String> = behaviour.redact.iter().map(|&r| r.to_owned()).collect();
+        redact.sort();
         Entry {
             id: m.id.to_owned(),
             domain: m.domain.map(str::to_owned),
@@ -229,6 +257,10 @@ impl From<&ToolManifest> for Entry {
             source: EntrySource {
                 module_path: m.source.module_path.to_owned(),
             },
+            callable: linked.is_some_and(|entry| entry.callable.is_some()),
+            escalate: behaviour.escalate.map(str::to_owned),
+            redact,
+            record_arguments: behaviour.record_arguments,
         }
     }
 }
@@ -289,11 +321,16 @@ pub enum ChangeKind {
     RiskEscalation,
     /// A tool's `allowed_modes` gained a mode.
     NewlyAllowedMode,
+    /// A tool may do more or shows more than before: it became `callable`, its `escalate` function
+    /// was removed or replaced, a parameter is no longer redacted, or it started recording its
+    /// arguments.
+    Widened,
     /// A tool that the lockfile lacks.
     NewTool,
     /// A tool of the lockfile that is gone.
     RemovedTool,
-    /// Any other field changed: a lowered risk, a mode taken away, `side_effects`, `description`,
+    /// Any other field changed: a lowered risk, a mode taken away, `callable` or `record_arguments`
+    /// turned off, an `escalate` added, a parameter newly redacted, `side_effects`, `description`,
     /// `idempotent`, `open_world`, `domain` or `source.module_path`.
     Changed,
 }
@@ -303,6 +340,7 @@ impl ChangeKind {
         match self {
             ChangeKind::RiskEscalation => "risk escalation",
             ChangeKind::NewlyAllowedMode => "newly allowed mode",
+            ChangeKind::Widened => "widened",
             ChangeKind::NewTool => "new tool",
             ChangeKind::RemovedTool => "removed tool",
             ChangeKind::Changed => "changed",
@@ -416,6 +454,46 @@ fn compare(old: &Entry, new: &Entry, out: &mut Vec<Change>) {
             format!("domain {} -> {}", show(&old.domain), show(&new.domain)),
         );
     }
+    let widened_or_changed = |widened: bool| {
+        if widened {
+            ChangeKind::Widened
+        } else {
+            ChangeKind::Changed
+        }
+    };
+    if old.callable != new.callable {
+        push(
+            widened_or_changed(new.callable),
+            format!("callable {} -> {}", old.callable, new.callable),
+        );
+    }
+    if old.escalate != new.escalate {
+        let show = |e: &Option<String>| e.as_deref().unwrap_or("(none)").to_owned();
+        push(
+            widened_or_changed(old.escalate.is_some()),
+            format!(
+                "escalate {} -> {}",
+                show(&old.escalate),
+                show(&new.escalate)
+            ),
+        );
+    }
+    if old.redact != new.redact {
+        let unredacted = old.redact.iter().any(|r| !new.redact.contains(r));
+        push(
+            widened_or_changed(unredacted),
+            format!("redact {:?} -> {:?}", old.redact, new.redact),
+        );
+    }
+    if old.record_arguments != new.record_arguments {
+        push(
+            widened_or_changed(new.record_arguments),
+            format!(
+                "record_arguments {} -> {}",
+                old.record_arguments, new.record_arguments
+            ),
+        );
+    }
     if old.source != new.source {
         push(
             ChangeKind::Changed,
@@ -492,6 +570,11 @@ pub enum LockfileError {
         /// Every difference, in display order: risk escalations and newly allowed modes first.
         changes: Vec<Change>,
     },
+    /// There is no tool to lock: the check (or the rewrite) would pass on an empty lockfile.
+    NothingToLock {
+        /// The resolved path.
+        path: PathBuf,
+    },
     /// [`LOCKFILE_ENV_VAR`] is set to something other than `overwrite` or `check`.
     BadEnv {
         /// The value found.
@@ -545,6 +628,13 @@ impl fmt::Display for LockfileError {
                     "review them; to accept them, {HOW_TO_OVERWRITE} and commit the lockfile"
                 )
             }
+            LockfileError::NothingToLock { path } => write!(
+                f,
+                "tool lockfile {}: no tool is linked into this binary, so there is nothing to lock. A \
+                 test in `tests/` links a crate only if it uses it: reference the crate that declares \
+                 the tools (`use my_tools as _;`), then run the check again",
+                path.display()
+            ),
             LockfileError::BadEnv { value } => write!(
                 f,
                 "environment variable {LOCKFILE_ENV_VAR} is `{value}`; expected `overwrite`, `check` \
