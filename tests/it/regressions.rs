@@ -31,7 +31,7 @@ fn count(counter: &AtomicUsize) -> usize {
     counter.load(Ordering::SeqCst)
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -58,6 +58,12 @@ impl Stock {
         Ok(self.items.swap(0, Ordering::SeqCst))
     }
 
+    /// How many bodies ran: a tool, but not callable.
+    #[tool(risk = "READ_ONLY")]
+    pub fn runs(&self) -> Result<usize, Denied> {
+        Ok(self.ran())
+    }
+
     /// The sites there are: an associated function, with no instance.
     #[tool(risk = "READ_ONLY", callable)]
     pub fn sites() -> Result<Vec<&'static str>, Denied> {
@@ -251,6 +257,67 @@ fn the_direct_call_of_a_stateful_tool_is_gated_as_before() {
     assert_eq!(stock.ran(), 1);
 }
 
+#[test]
+fn every_call_by_name_stopped_at_the_door_leaves_a_record_without_the_callers_raw_text() {
+    use toolgate::audit::{Decision, MemorySink, Stage};
+
+    let sink = MemorySink::new();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let stock = Instances::new().with(Stock::new("north", 3));
+    let call = |instances: &Instances, id: &str, arguments| {
+        complete(registry().call_with(&gate, instances, id, arguments)).unwrap_err()
+    };
+    let secret_id = "stock.count sk_live_0000";
+    assert_eq!(call(&stock, secret_id, json!({})).code(), "UNKNOWN_TOOL");
+    assert_eq!(call(&stock, "stock.runs", json!({})).code(), "NOT_CALLABLE");
+    assert_eq!(
+        call(&Instances::new(), "stock.count", json!({})).code(),
+        "NO_INSTANCE"
+    );
+    assert_eq!(
+        call(&stock, "stock.take", json!({"items": "sk_live_1111"})).code(),
+        "INVALID_PARAMS"
+    );
+    let records = sink.records();
+    let seen: Vec<(&str, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.tool.as_ref(), r.code.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("(unknown)", Some("UNKNOWN_TOOL")),
+            ("stock.runs", Some("NOT_CALLABLE")),
+            ("stock.count", Some("NO_INSTANCE")),
+            ("stock.take", Some("INVALID_PARAMS")),
+        ]
+    );
+    for record in &records {
+        assert_eq!(
+            (record.stage, record.decision),
+            (Stage::Refused, Some(Decision::Refused))
+        );
+    }
+    let digest = crate::regressions::sha256_hex(secret_id.as_bytes());
+    assert_eq!(
+        records[0].message.as_deref(),
+        Some(format!("no tool has this id (SHA-256 of the id: {digest})").as_str())
+    );
+    assert_eq!(
+        records[3].message.as_deref(),
+        Some("invalid arguments at `items`")
+    );
+    let text = format!("{records:?}");
+    assert!(!text.contains("sk_live"), "{text}");
+    // Each record has its own call number, as every decision does.
+    let calls: std::collections::BTreeSet<u64> = records.iter().map(|r| r.call).collect();
+    assert_eq!(calls.len(), records.len());
+}
+
 #[cfg(feature = "mcp")]
 #[test]
 fn an_mcp_server_serves_the_methods_of_the_instances_it_holds() {
@@ -282,4 +349,34 @@ fn an_mcp_server_serves_the_methods_of_the_instances_it_holds() {
         .block_on(without.call("stock.count", None))
         .unwrap_err();
     assert_eq!(unknown.data, Some(json!({"code": "UNKNOWN_TOOL"})));
+}
+
+#[cfg(feature = "mcp")]
+#[test]
+fn an_mcp_call_of_a_name_the_server_does_not_serve_leaves_a_record() {
+    use toolgate::audit::MemorySink;
+    use toolgate::mcp::ToolgateServer;
+
+    let sink = MemorySink::new();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    // `stock.count` is a tool, but this server holds no `Stock`: to the agent it is no tool.
+    let server = ToolgateServer::new(gate).only(|m| m.domain == Some("stock"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for name in ["stock.count", "ghost sk_live_2222"] {
+        assert!(runtime.block_on(server.call(name, None)).is_err());
+    }
+    let records = sink.records();
+    assert_eq!(records.len(), 2);
+    assert!(
+        records
+            .iter()
+            .all(|r| r.tool == "(unknown)" && r.code.as_deref() == Some("UNKNOWN_TOOL"))
+    );
+    assert!(!format!("{records:?}").contains("sk_live"));
 }

@@ -13,6 +13,7 @@ pub(crate) mod params;
 pub use error::CallError;
 pub use instances::{Instances, Receiver};
 
+use std::borrow::Cow;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -23,6 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::by_name::params::Param;
+use crate::canonical::sha256_hex;
 use crate::gate::Gate;
 use crate::gate::call::{ArgRef, CallInfo};
 use crate::gate::decide::{self as deciding, Decided};
@@ -200,15 +202,58 @@ impl Registry {
         arguments: Value,
     ) -> CallFuture {
         let Some(entry) = self.entry(id) else {
+            record_unknown(gate, id);
             return CallFuture::ready(Err(CallError::UnknownTool { id: id.to_owned() }));
         };
-        match callable(entry) {
-            Some(callable) => (callable.invoke)(gate, instances, arguments),
-            None => CallFuture::ready(Err(CallError::NotCallable {
+        let Some(callable) = callable(entry) else {
+            let error = CallError::NotCallable {
                 id: entry.manifest.id,
-            })),
+            };
+            record_stopped(gate, entry, &error);
+            return CallFuture::ready(Err(error));
+        };
+        let future = (callable.invoke)(gate, instances, arguments);
+        if gate.audits()
+            && let State::Ready(Some(Err(
+                error @ (CallError::InvalidParams { .. } | CallError::NoInstance { .. }),
+            ))) = &future.state
+        {
+            record_stopped(gate, entry, error);
         }
+        future
     }
+}
+
+/// Records a call by name of an id no tool has. The id is the caller's text, which may be anything (a
+/// secret pasted in the wrong place): the record has its SHA-256, which matches a known id, and not the
+/// text.
+pub(crate) fn record_unknown(gate: &Gate, id: &str) {
+    if gate.audits() {
+        gate.record_probe(
+            Cow::Borrowed("(unknown)"),
+            None,
+            "UNKNOWN_TOOL",
+            format!(
+                "no tool has this id (SHA-256 of the id: {})",
+                sha256_hex(id.as_bytes())
+            ),
+        );
+    }
+}
+
+/// Records a call by name of a tool that stopped before the gate decided it: not callable, arguments
+/// that do not parse (by their path alone: a bad value is the caller's raw input), no instance.
+fn record_stopped(gate: &Gate, entry: &'static ToolEntry, error: &CallError) {
+    let message = match error {
+        CallError::InvalidParams { path, .. } => format!("invalid arguments at `{path}`"),
+        other => other.to_string(),
+    };
+    gate.record_probe(
+        Cow::Borrowed(entry.manifest.id),
+        Some(entry.manifest.risk_level),
+        error.code(),
+        message,
+    );
 }
 
 fn to_json<T: Serialize, E: fmt::Display>(

@@ -185,6 +185,31 @@ impl Gate {
         }
     }
 
+    /// Records a call by name that stopped at the door, before any decision: an unknown id, a tool with
+    /// no JSON interface, arguments that do not parse, a method without its instance. `tool` is the
+    /// tool's id where it is one; the caller keeps raw input (an unknown id, a bad value) out of it and
+    /// out of `message`.
+    pub(crate) fn record_probe(
+        &self,
+        tool: Cow<'static, str>,
+        declared: Option<Risk>,
+        code: &'static str,
+        message: String,
+    ) {
+        if self.inner.audit.is_none() {
+            return;
+        }
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let record = AuditRecord {
+            code: Some(Cow::Borrowed(code)),
+            decision: Some(Decision::Refused),
+            declared_risk: declared,
+            message: Some(message),
+            ..self.record(Stage::Refused, tool, self.mode(), call)
+        };
+        self.write_after_the_fact(&record);
+    }
+
     pub(crate) fn record_refusal(
         &self,
         entry: &'static ToolEntry,

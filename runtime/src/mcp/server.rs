@@ -167,6 +167,7 @@ impl ToolgateServer {
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, ErrorData> {
         if !self.serves(name) {
+            crate::by_name::record_unknown(&self.gate, name);
             return Err(unknown_tool(name));
         }
         let arguments = Value::Object(arguments.unwrap_or_default());
