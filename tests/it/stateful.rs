@@ -184,6 +184,7 @@ fn an_async_method_runs_on_the_shared_instance_that_the_application_sees() {
     .unwrap_err();
     assert_eq!(invalid.code(), "INVALID_PARAMS");
     assert_eq!(stock.ran(), 1);
+    assert_eq!(gate(Mode::Shadow).run(|| stock.runs()).unwrap(), 1);
 }
 
 #[test]
