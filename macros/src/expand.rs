@@ -802,11 +802,19 @@ fn gated_body(
         }
         _ => TokenStream::new(),
     };
-    let stmts = &body.stmts;
-    let run = if sig.asyncness.is_some() {
-        quote!(async move { #pin_type #(#stmts)* }.await)
-    } else {
-        quote!((move || { #pin_type #(#stmts)* })())
+    // The body keeps its own braces, so that a body that does not end in its result (a forgotten
+    // `Ok(())`) is reported on the body, as in a plain function, not on the attribute.
+    let mut braced = TokenStream::new();
+    body.brace_token.surround(&mut braced, |tokens| {
+        pin_type.to_tokens(tokens);
+        for stmt in &body.stmts {
+            stmt.to_tokens(tokens);
+        }
+    });
+    let run = match (sig.asyncness.is_some(), tool.nameable_output()) {
+        (true, _) => quote!(async move #braced.await),
+        (false, Some(ty)) => quote!((move || -> #ty #braced)()),
+        (false, None) => quote!((move || #braced)()),
     };
     quote! {
         #[allow(unused_mut)]

@@ -1426,12 +1426,21 @@ fn a_failing_call_by_name_is_audited_as_a_direct_one() {
 }
 
 #[test]
-fn invalid_arguments_reach_no_gate_and_leave_no_record() {
+fn invalid_arguments_reach_no_decision_and_leave_one_refused_record() {
     let _serial = serial();
     let (gate, sink) = audited(Mode::FullAuto);
     let error = call(&gate, "users.delete", json!({"id": "x"})).unwrap_err();
     assert_eq!(error.code(), "INVALID_PARAMS");
-    assert!(sink.is_empty(), "{:?}", sink.records());
+    let records = sink.records();
+    let seen: Vec<(Stage, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.stage, r.code.as_deref()))
+        .collect();
+    assert_eq!(seen, [(Stage::Refused, Some("INVALID_PARAMS"))]);
+    assert_eq!(
+        records[0].message.as_deref(),
+        Some("invalid arguments at `id`")
+    );
 }
 
 #[tokio::test]

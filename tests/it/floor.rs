@@ -1015,6 +1015,7 @@ fn each_refusal_has_its_code_and_a_message_naming_tool_risk_and_mode() {
          FULL_AUTO"
     );
     assert!(message("NO_GATE").contains("outside any gate"));
+    assert!(message("NO_GATE").contains("a spawned thread or task does not inherit the gate"));
     assert!(message("DENY_LISTED").contains("rule `accounts.del*`"));
     assert!(message("APPROVAL_REQUIRED").contains("FULL_AUTO"));
     assert!(message("APPROVAL_REJECTED").contains("FULL_AUTO"));

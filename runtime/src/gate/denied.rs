@@ -105,7 +105,9 @@ impl fmt::Display for Denied {
             DenialCode::NoGate => write!(
                 f,
                 "tool `{id}` ({risk}) was called outside any gate; call it inside `Gate::run` or \
-                 `Gate::scope`, or pass a `&Gate`"
+                 `Gate::scope`, or pass a `&Gate` (a spawned thread or task does not inherit the gate \
+                 of the code that spawned it: enter the gate inside it, or wrap its future in \
+                 `gate.scope(..)`)"
             ),
             DenialCode::DenyListed => write!(
                 f,
@@ -197,6 +199,13 @@ impl fmt::Display for Denied {
             // A code of a newer policy than this runtime knows.
             code => write!(f, "tool `{id}` ({risk}) was refused in mode {mode}: {code}"),
         }
+    }
+}
+
+/// A tool may return `Result<T, String>`: a refusal becomes its message.
+impl From<Denied> for String {
+    fn from(denied: Denied) -> String {
+        denied.to_string()
     }
 }
 
