@@ -10,7 +10,7 @@ use syn::spanned::Spanned as _;
 use syn::{LitBool, LitStr};
 
 use crate::ctxt::Errors;
-use crate::suggest::{closest, did_you_mean};
+use toolgate_policy::suggest::{closest, did_you_mean};
 
 /// One `key` or `key = value` argument.
 pub(crate) struct Arg {

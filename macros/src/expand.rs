@@ -279,7 +279,7 @@ fn call_parts(
                     name.span(),
                     format!(
                         "`{name}` is not a named argument of this tool{}",
-                        crate::suggest::did_you_mean(&name.to_string(), &candidates)
+                        toolgate_policy::suggest::did_you_mean(&name.to_string(), &candidates)
                     ),
                 ));
             }

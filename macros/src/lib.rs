@@ -16,7 +16,6 @@ mod doc;
 mod expand;
 #[cfg(test)]
 mod fuzz_tests;
-mod suggest;
 mod toolset;
 mod valid;
 

@@ -9,7 +9,7 @@ use toolgate_policy::{self as policy, Mode, ModeSet, Risk};
 
 use crate::attr::{MODE_NAMES, Spanned, ToolArgs};
 use crate::ctxt::Errors;
-use crate::suggest::closest;
+use toolgate_policy::suggest::closest;
 
 /// A declaration that passed every check.
 pub(crate) struct ToolSpec {

@@ -32,6 +32,8 @@ mod clap;
 mod denial;
 mod mode;
 mod risk;
+#[doc(hidden)]
+pub mod suggest;
 mod table;
 
 pub use denial::DenialCode;

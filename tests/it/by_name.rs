@@ -673,6 +673,18 @@ fn an_invalid_params_error_serializes_with_its_path() {
 // ---------------------------------------------------------------------------------------------------------
 
 #[test]
+fn an_unknown_id_close_to_a_callable_one_gets_a_suggestion() {
+    let gate = gate_in(Mode::FullAuto);
+    let error = call(&gate, "users.delet", json!({"id": 1})).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "no tool is named `users.delet`; did you mean `users.delete`?"
+    );
+    let error = call(&gate, "zzzz.qqqq", json!({})).unwrap_err();
+    assert_eq!(error.to_string(), "no tool is named `zzzz.qqqq`");
+}
+
+#[test]
 fn an_unknown_tool_is_refused() {
     let _serial = serial();
     let gate = gate_in(Mode::FullAuto);
@@ -688,7 +700,12 @@ fn an_unknown_tool_is_refused() {
         let error = call(&gate, id, json!({"id": 1})).unwrap_err();
         assert_eq!(error.code(), "UNKNOWN_TOOL", "{id:?}");
         assert!(matches!(&error, CallError::UnknownTool { id: asked } if asked == id));
-        assert_eq!(error.to_string(), format!("no tool is named `{id}`"));
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("no tool is named `{id}`")),
+            "{error}"
+        );
         let value = serde_json::to_value(&error).unwrap();
         assert_eq!(
             value,

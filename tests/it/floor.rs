@@ -838,6 +838,13 @@ fn a_dead_deny_rule_fails_the_build() {
         error.to_string().contains("matches no registered tool"),
         "{error}"
     );
+    // A typo gets a suggestion.
+    let typo = Gate::builder().deny("accounts.delet").build().unwrap_err();
+    assert_eq!(
+        typo.to_string(),
+        "cannot build the gate: deny rule `accounts.delet` matches no registered tool; did you \
+         mean `accounts.delete`?"
+    );
 }
 
 #[test]

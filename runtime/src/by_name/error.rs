@@ -6,6 +6,7 @@ use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
 use crate::gate::denied::Denied;
+use crate::policy::suggest::did_you_mean;
 
 /// Why a call by name did not return the tool's result.
 #[derive(Debug, Clone)]
@@ -78,7 +79,17 @@ impl CallError {
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CallError::UnknownTool { id } => write!(f, "no tool is named `{id}`"),
+            CallError::UnknownTool { id } => {
+                let callable: Vec<&str> = crate::registry::manifests()
+                    .map(|m| m.id)
+                    .filter(|&id| {
+                        crate::registry::registry()
+                            .get(id)
+                            .is_some_and(|t| t.is_callable())
+                    })
+                    .collect();
+                write!(f, "no tool is named `{id}`{}", did_you_mean(id, &callable))
+            }
             CallError::NotCallable { id } => {
                 write!(
                     f,

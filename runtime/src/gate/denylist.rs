@@ -90,10 +90,20 @@ impl fmt::Display for DenyRuleError {
             DenyRuleError::Invalid { pattern, reason } => {
                 write!(f, "deny rule `{pattern}` is not valid: {reason}")
             }
-            DenyRuleError::MatchesNothing { pattern } => write!(
-                f,
-                "deny rule `{pattern}` matches no registered tool (was the tool renamed or removed?)"
-            ),
+            DenyRuleError::MatchesNothing { pattern } => {
+                let ids: Vec<&str> = crate::registry::manifests().map(|m| m.id).collect();
+                match crate::policy::suggest::closest(pattern, &ids) {
+                    Some(id) if !pattern.contains('*') => write!(
+                        f,
+                        "deny rule `{pattern}` matches no registered tool; did you mean `{id}`?"
+                    ),
+                    _ => write!(
+                        f,
+                        "deny rule `{pattern}` matches no registered tool (was the tool renamed or \
+                         removed?)"
+                    ),
+                }
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
-//! "Did you mean" for misspelt keys, risks and modes.
+//! "Did you mean" for misspelt keys, risks, modes and tool ids: shared by the macros and the runtime.
+//! Not a public API.
 
 /// The candidate closest to `input`, if it is close enough to be what was meant.
-pub(crate) fn closest<'a>(input: &str, candidates: &[&'a str]) -> Option<&'a str> {
+pub fn closest<'a>(input: &str, candidates: &[&'a str]) -> Option<&'a str> {
     let folded = input.to_ascii_lowercase().replace('-', "_");
     candidates
         .iter()
@@ -28,7 +29,7 @@ fn distance(a: &str, b: &str) -> usize {
 }
 
 /// `", did you mean `x`?"` or nothing.
-pub(crate) fn did_you_mean(input: &str, candidates: &[&str]) -> String {
+pub fn did_you_mean(input: &str, candidates: &[&str]) -> String {
     match closest(input, candidates) {
         Some(c) => format!("; did you mean `{c}`?"),
         None => String::new(),
