@@ -123,6 +123,44 @@ fn modes_come_from_the_environment() {
     set(MODE_ENV_VAR, "");
     assert!(matches!(Gate::from_env(), Err(GateError::Mode(_))));
 
+    // The clap argument reads the same variable, after `--mode`; an invalid value is a usage error.
+    #[cfg(feature = "clap")]
+    {
+        use clap::Parser;
+        use toolgate::cli::ModeArg;
+
+        #[derive(Parser)]
+        struct Args {
+            #[command(flatten)]
+            mode: ModeArg,
+            #[command(subcommand)]
+            run: Option<Run>,
+        }
+        #[derive(clap::Subcommand)]
+        enum Run {
+            Go,
+        }
+        let parse = |argv: &[&str]| Args::try_parse_from(argv).map(|args| args.mode.mode);
+        unset(MODE_ENV_VAR);
+        assert_eq!(parse(&["app"]).unwrap(), Mode::Shadow);
+        set(MODE_ENV_VAR, "advisory");
+        assert_eq!(parse(&["app"]).unwrap(), Mode::Advisory);
+        assert_eq!(
+            parse(&["app", "--mode", "FULL_AUTO"]).unwrap(),
+            Mode::FullAuto
+        );
+        assert_eq!(
+            parse(&["app", "go", "--mode", "partial-auto"]).unwrap(),
+            Mode::PartialAuto
+        );
+        set(MODE_ENV_VAR, "yolo");
+        assert!(
+            parse(&["app"]).is_err(),
+            "an invalid environment value is no default"
+        );
+        assert!(parse(&["app", "--mode", "yolo"]).is_err());
+    }
+
     match saved {
         Some(value) => set(MODE_ENV_VAR, value),
         None => unset(MODE_ENV_VAR),

@@ -1,5 +1,5 @@
 //! `clap` integration: [`Format`] as a [`ValueEnum`] (and, through the policy crate, [`Mode`](crate::Mode)
-//! and [`Risk`](crate::Risk)), and the [`ListTools`] flag.
+//! and [`Risk`](crate::Risk)), the [`ModeArg`] argument and the [`ListTools`] flag.
 //!
 //! ```
 //! # extern crate toolgate_runtime as toolgate;
@@ -27,7 +27,43 @@ use std::io;
 use clap::ValueEnum;
 use clap::builder::PossibleValue;
 
+use crate::policy::{MODE_ENV_VAR, Mode};
 use crate::report::{self, Format};
+
+/// A `--mode` argument, read from `TOOLGATE_MODE` when not given, `SHADOW` when neither is: flatten it
+/// into an application's arguments. A value that is not a mode, from either, is a usage error, never a
+/// silent default. It is `global`, so it may follow a subcommand.
+///
+/// ```
+/// # extern crate toolgate_runtime as toolgate;
+/// # extern crate clap;
+/// use clap::Parser;
+/// use toolgate::Mode;
+/// use toolgate::cli::ModeArg;
+///
+/// #[derive(Parser)]
+/// struct Args {
+///     #[command(flatten)]
+///     mode: ModeArg,
+/// }
+///
+/// let args = Args::try_parse_from(["app", "--mode", "full-auto"]).unwrap();
+/// assert_eq!(args.mode.mode, Mode::FullAuto);
+/// assert!(Args::try_parse_from(["app", "--mode", "yolo"]).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub struct ModeArg {
+    /// The agent's mode: SHADOW, ADVISORY, PARTIAL_AUTO or FULL_AUTO
+    #[arg(
+        id = "toolgate_mode",
+        long = "mode",
+        value_enum,
+        env = MODE_ENV_VAR,
+        default_value_t = Mode::Shadow,
+        global = true
+    )]
+    pub mode: Mode,
+}
 
 impl ValueEnum for Format {
     fn value_variants<'a>() -> &'a [Self] {

@@ -15,6 +15,7 @@ Exit status:
   1   the hash chain is broken: a record was changed, deleted, inserted or reordered
   2   only the last line is torn (a write cut short by a crash); every record before it is intact
   3   the file could not be read
+  4   the chain is intact but does not end at the --expect-last hash: records were cut from its end
   64  the command line is invalid";
 
 const PROMOTION_EXIT_STATUS: &str = "\
@@ -50,6 +51,10 @@ enum Audit {
     Verify {
         /// The JSONL audit log.
         file: PathBuf,
+        /// The hash the log must end at, known from elsewhere (the last record's hash an earlier
+        /// verification printed): without it, a log whose last records were removed verifies as intact.
+        #[arg(long, value_name = "HASH")]
+        expect_last: Option<String>,
     },
     /// Prints a Markdown report of the decisions in a log, per mode and risk level: what was allowed,
     /// what was refused and why, and what would have run with more autonomy.
@@ -64,6 +69,7 @@ const INTACT: u8 = 0;
 const BROKEN: u8 = 1;
 const TORN: u8 = 2;
 const IO_ERROR: u8 = 3;
+const CUT: u8 = 4;
 const USAGE: u8 = 64;
 
 fn main() -> ExitCode {
@@ -76,19 +82,32 @@ fn main() -> ExitCode {
         }
     };
     let status = match cli.command {
-        Command::Audit(Audit::Verify { file }) => verify(&file),
+        Command::Audit(Audit::Verify { file, expect_last }) => {
+            verify(&file, expect_last.as_deref())
+        }
         Command::Audit(Audit::Promotion { file }) => promotion(&file),
     };
     ExitCode::from(status)
 }
 
-fn verify(file: &Path) -> u8 {
-    match verify_file(file) {
-        Ok(report) => {
+fn verify(file: &Path, expect_last: Option<&str>) -> u8 {
+    let report = match verify_file(file) {
+        Ok(report) => report,
+        Err(e) => return io_error(file, &e),
+    };
+    match expect_last {
+        Some(hash) if report.is_intact() && !report.ends_at(hash) => {
+            print(&format!(
+                "CUT: the chain is intact but ends at hash {}, not at the expected {hash}: records \
+                 were removed from its end\n{report}",
+                report.last_hash
+            ));
+            CUT
+        }
+        _ => {
             print(&report.to_string());
             status(&report)
         }
-        Err(e) => io_error(file, &e),
     }
 }
 

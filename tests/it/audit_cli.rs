@@ -180,3 +180,41 @@ fn promotion_prints_the_markdown_report() {
     assert!(stdout.starts_with("# Promotion report\n"), "{stdout}");
     assert!(stderr.contains("is not intact"), "{stderr}");
 }
+
+#[test]
+fn a_log_cut_at_its_end_exits_4_against_the_expected_last_hash() {
+    let dir = Scratch::new("cut");
+    let (path, bytes) = write_log(&dir);
+    let (code, stdout, _) = verify(&path);
+    assert_eq!(code, 0, "{stdout}");
+    let last = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("last intact record: seq 5, hash "))
+        .unwrap()
+        .to_owned();
+    let file = path.to_str().unwrap();
+    let expect = |hash: &str| toolgate(&["audit", "verify", file, "--expect-last", hash]);
+    assert_eq!(expect(&last).0, 0);
+    assert_eq!(expect(&last.to_uppercase()).0, 0, "hex in any case");
+
+    // The last two records removed: the chain that is left is intact, and says so alone.
+    let text = String::from_utf8(bytes).unwrap();
+    let kept: String = text.split_inclusive('\n').take(3).collect();
+    fs::write(&path, kept).unwrap();
+    assert_eq!(
+        verify(&path).0,
+        0,
+        "without the expected hash, a cut is not seen"
+    );
+    let (code, stdout, stderr) = expect(&last);
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("CUT: the chain is intact but ends at hash "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("not at the expected {last}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("INTACT: 3 of 3 lines verify"), "{stdout}");
+}

@@ -95,6 +95,15 @@ pub struct TornTail {
 }
 
 impl VerifyReport {
+    /// Whether the log verified to its end and its last record has the hash `expected` (compared
+    /// without regard to case): a log cut short, whose remaining chain is intact, does not.
+    pub fn ends_at(&self, expected: &str) -> bool {
+        self.broken.is_none()
+            && self.torn_tail.is_none()
+            && self.records > 0
+            && self.last_hash.eq_ignore_ascii_case(expected.trim())
+    }
+
     /// Whether every line verified: nothing broken, nothing torn.
     pub fn is_intact(&self) -> bool {
         self.broken.is_none() && self.torn_tail.is_none()
