@@ -82,8 +82,15 @@
 //!     idempotent,                        // MCP idempotentHint
 //!     open_world,                        // MCP openWorldHint
 //!     description = "...",
+//!     callable,                          // callable by name with JSON, and over MCP
+//!     escalate = path::to::classify,     // fn(&arg1, &arg2, ..) -> Risk: raises the risk per call
+//!     redact = [password],               // kept out of records, approvers and errors
+//!     record_arguments,                  // the (redacted) arguments go into audit records
 //! )]
+//! #[tool(skip)]                          // in a #[toolset]: a public function that is not a tool
 //! ```
+//!
+//! The [`tool`] attribute's own documentation has the whole grammar and the `escalate` signature.
 //!
 //! - `risk` is required. `side_effects` is implied for `LOW_WRITE` and `HIGH_WRITE` and contradicts
 //!   `READ_ONLY` and `PROPOSE_ONLY`. `modes` defaults to every mode whose ceiling admits the risk, and may
@@ -230,3 +237,8 @@ pub use toolgate_runtime::{lockfile, report};
 pub mod __private {
     pub use toolgate_runtime::__private::*;
 }
+
+/// Every Rust block of README.md, compiled (and run, where it can be) by `cargo test`.
+#[cfg(all(doctest, feature = "mcp", feature = "clap"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

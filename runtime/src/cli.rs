@@ -1,4 +1,4 @@
-//! `clap` integration: [`Format`] as a [`ValueEnum`] (and, through the policy crate, [`Mode`](crate::Mode)
+//! `clap` integration: [`Format`] as a [`ValueEnum`] (and, through the policy crate, [`Mode`]
 //! and [`Risk`](crate::Risk)), the [`ModeArg`] argument and the [`ListTools`] flag.
 //!
 //! ```
