@@ -32,3 +32,19 @@ pub(crate) fn description(attrs: &[Attribute]) -> TokenStream {
         quote!(::core::concat!(#text, #("\n", #exprs),*))
     }
 }
+
+/// Whether the doc comment says nothing: no line with text, and no `#[doc = expr]` that might.
+pub(crate) fn is_empty(attrs: &[Attribute]) -> bool {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .all(|attr| match &attr.meta {
+            Meta::NameValue(nv) => match &nv.value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Str(s), ..
+                }) => s.value().trim().is_empty(),
+                _ => false,
+            },
+            _ => true,
+        })
+}

@@ -196,6 +196,17 @@ pub(crate) fn expand_fn(
     let callable = args.callable.as_ref().filter(|c| c.value).map(|c| c.span);
     let tool = ToolFn::from_signature(sig, context.in_toolset, &mut own);
     let call = call_parts(&args, &tool, context, &mut own);
+    let described = args
+        .description
+        .as_ref()
+        .map_or(!doc::is_empty(attrs), |d| !d.value.trim().is_empty());
+    if let (Some(span), false) = (callable, described) {
+        own.push(syn::Error::new(
+            span,
+            "a `callable` tool needs a description, which MCP clients show the model to choose its \
+             tools by: add a doc comment (`/// Deletes a user account.`) or `description = \"...\"`",
+        ));
+    }
     let spec = valid::validate(args, &sig.ident, context.domain, attr_span, &mut own);
     let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
         errors.push_all(own);
