@@ -24,3 +24,4 @@ mod policy;
 mod regressions;
 mod return_types;
 mod stateful;
+mod strict;

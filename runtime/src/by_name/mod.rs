@@ -9,6 +9,7 @@
 pub(crate) mod error;
 pub(crate) mod instances;
 pub(crate) mod params;
+mod strict;
 
 pub use error::CallError;
 pub use instances::{Instances, Receiver};

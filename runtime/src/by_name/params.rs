@@ -11,6 +11,7 @@ use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_json::{Map, Value};
 
 use crate::by_name::error::CallError;
+use crate::by_name::strict;
 
 /// One parameter of a callable tool, as the generated table lists it.
 #[doc(hidden)]
@@ -21,6 +22,11 @@ pub struct Param {
 }
 
 impl Param {
+    /// The generator of its type's schema: also the type's identity, for the strict check.
+    pub(crate) fn schema_fn(&self) -> fn(&mut SchemaGenerator) -> Schema {
+        self.schema
+    }
+
     /// The parameter `name` of type `T`.
     pub const fn of<T: DeserializeOwned + JsonSchema>(name: &'static str) -> Param {
         Param {
@@ -105,6 +111,9 @@ impl<'a> JsonArguments<'a> {
         };
         self.read.set(self.read.get() + 1);
         match T::deserialize(value) {
+            Ok(parsed) if matches!(value, Value::Object(_) | Value::Array(_)) => {
+                self.strict(name, value).map(|()| parsed)
+            }
             Ok(parsed) => Ok(parsed),
             Err(_) => Err(self
                 .unknown_key()
@@ -133,6 +142,23 @@ impl<'a> JsonArguments<'a> {
             return Ok(());
         }
         self.unknown_key().map_or(Ok(()), Err)
+    }
+
+    /// Refuses a parsed value with a key its type does not know, at any depth.
+    fn strict(&self, name: &'static str, value: &Value) -> Result<(), CallError> {
+        let Some(param) = self.params.iter().find(|p| p.name == name) else {
+            return Ok(());
+        };
+        match strict::unknown_key(param, name, value) {
+            None => Ok(()),
+            Some(path) => {
+                let key = path.rsplit('.').next().unwrap_or(&path).to_owned();
+                Err(CallError::InvalidParams {
+                    message: format!("unknown field `{key}`"),
+                    path,
+                })
+            }
+        }
     }
 
     #[cold]
@@ -232,7 +258,9 @@ pub(crate) fn input_schema(params: &[Param]) -> Value {
     if !definitions.is_empty() {
         root.insert("$defs".to_owned(), Value::Object(definitions));
     }
-    Value::Object(root)
+    let mut root = Value::Object(root);
+    strict::close_objects(&mut root);
+    root
 }
 
 #[cfg(test)]

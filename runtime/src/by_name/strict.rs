@@ -1,0 +1,251 @@
+//! Strict arguments at every depth: a key that the parameter's type does not know, anywhere inside its
+//! value, is refused, as at the top level.
+//!
+//! A derived `Deserialize` ignores unknown keys unless the type says `deny_unknown_fields`, which the tool's
+//! author may not own. The parameter's JSON Schema (the one MCP clients are given) knows every key, so the
+//! value is checked against it: once parsed, and only where the value has keys to check (an object or an
+//! array). Each parameter type's schema is generated once.
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use schemars::SchemaGenerator;
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value};
+
+use crate::by_name::params::Param;
+
+/// A parameter type's schema and the definitions its `$ref`s point into.
+struct Compiled {
+    schema: Value,
+    defs: Map<String, Value>,
+}
+
+/// The path inside `value` (from the parameter `name`) of the first key its type does not know.
+pub(crate) fn unknown_key(param: &Param, name: &str, value: &Value) -> Option<String> {
+    let compiled = compiled(param);
+    let mut path = name.to_owned();
+    Walk {
+        defs: &compiled.defs,
+    }
+    .check(&compiled.schema, value, &mut path)
+    .err()
+}
+
+fn compiled(param: &Param) -> Arc<Compiled> {
+    static CACHE: RwLock<Vec<(usize, Arc<Compiled>)>> = RwLock::new(Vec::new());
+    // One schema per parameter type: the generator function is the type's identity here.
+    let key = param.schema_fn() as usize;
+    let found = CACHE
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, c)| Arc::clone(c));
+    if let Some(compiled) = found {
+        return compiled;
+    }
+    let mut generator: SchemaGenerator = SchemaSettings::draft2020_12().into_generator();
+    let schema = (param.schema_fn())(&mut generator).to_value();
+    let defs = generator.take_definitions(true);
+    let compiled = Arc::new(Compiled { schema, defs });
+    let mut cache = CACHE.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, existing)) = cache.iter().find(|(k, _)| *k == key) {
+        return Arc::clone(existing);
+    }
+    cache.push((key, Arc::clone(&compiled)));
+    compiled
+}
+
+struct Walk<'a> {
+    defs: &'a Map<String, Value>,
+}
+
+impl<'a> Walk<'a> {
+    /// The schema `$ref` points to, followed to the end.
+    fn resolve(&self, mut schema: &'a Value) -> &'a Value {
+        for _ in 0..32 {
+            let Some(target) = schema.get("$ref").and_then(Value::as_str) else {
+                return schema;
+            };
+            let name = target.rsplit('/').next().unwrap_or(target);
+            match self.defs.get(name) {
+                Some(next) => schema = next,
+                None => return schema,
+            }
+        }
+        schema
+    }
+
+    /// `Err(path)` at the first key of `value` that `schema` does not admit.
+    fn check(&self, schema: &'a Value, value: &Value, path: &mut String) -> Result<(), String> {
+        let schema = self.resolve(schema);
+        let Value::Object(keywords) = schema else {
+            return Ok(()); // `true`: anything
+        };
+        for alternatives in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(branches)) = keywords.get(alternatives) {
+                return self.first_branch(branches, value, path);
+            }
+        }
+        match value {
+            Value::Object(map) => self.check_object(keywords, map, path),
+            Value::Array(items) => self.check_items(keywords, items, path),
+            _ => Ok(()),
+        }
+    }
+
+    /// A value that parsed matches some branch; it passes if a branch of its type admits every key.
+    fn first_branch(
+        &self,
+        branches: &'a [Value],
+        value: &Value,
+        path: &mut String,
+    ) -> Result<(), String> {
+        let mut first_error = None;
+        for branch in branches {
+            let branch = self.resolve(branch);
+            if !admits_type(branch, value) {
+                continue;
+            }
+            let mut inner = path.clone();
+            match self.check(branch, value, &mut inner) {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn check_object(
+        &self,
+        keywords: &'a Map<String, Value>,
+        map: &Map<String, Value>,
+        path: &mut String,
+    ) -> Result<(), String> {
+        let mut properties: Vec<&'a Map<String, Value>> = Vec::new();
+        let mut extra: Option<&'a Value> = None;
+        let mut open = false;
+        let mut parts = vec![keywords];
+        if let Some(Value::Array(all)) = keywords.get("allOf") {
+            parts.extend(all.iter().filter_map(|s| self.resolve(s).as_object()));
+        }
+        let mut is_object = false;
+        for part in &parts {
+            if let Some(Value::Object(props)) = part.get("properties") {
+                properties.push(props);
+                is_object = true;
+            }
+            match part.get("additionalProperties") {
+                Some(Value::Bool(false)) => is_object = true,
+                Some(Value::Bool(true)) => open = true,
+                Some(schema @ Value::Object(_)) => {
+                    extra = Some(schema);
+                    is_object = true;
+                }
+                _ => {}
+            }
+            if part.get("type").and_then(Value::as_str) == Some("object") {
+                is_object = true;
+            }
+            if part.contains_key("patternProperties") {
+                open = true;
+            }
+        }
+        if !is_object || open {
+            return Ok(());
+        }
+        let base = path.len();
+        for (key, inner) in map {
+            path.truncate(base);
+            path.push('.');
+            path.push_str(key);
+            match properties.iter().find_map(|props| props.get(key)) {
+                Some(schema) => self.check(schema, inner, path)?,
+                None => match extra {
+                    Some(schema) => self.check(schema, inner, path)?,
+                    None => return Err(path.clone()),
+                },
+            }
+        }
+        path.truncate(base);
+        Ok(())
+    }
+
+    fn check_items(
+        &self,
+        keywords: &'a Map<String, Value>,
+        items: &[Value],
+        path: &mut String,
+    ) -> Result<(), String> {
+        let prefix = keywords.get("prefixItems").and_then(Value::as_array);
+        let rest = keywords.get("items");
+        let base = path.len();
+        for (i, item) in items.iter().enumerate() {
+            let schema = prefix.and_then(|p| p.get(i)).or(rest);
+            if let Some(schema) = schema {
+                path.truncate(base);
+                path.push_str(&format!("[{i}]"));
+                self.check(schema, item, path)?;
+            }
+        }
+        path.truncate(base);
+        Ok(())
+    }
+}
+
+/// Whether a branch of an `anyOf` can be the one `value` parsed as, by its declared type.
+fn admits_type(schema: &Value, value: &Value) -> bool {
+    let kind = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    let admits = |t: &str| t == kind || (t == "number" && kind == "integer");
+    match schema.get("type") {
+        Some(Value::String(t)) => admits(t),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).any(admits),
+        _ => match value {
+            Value::Object(_) => {
+                schema.get("properties").is_some()
+                    || schema.get("additionalProperties").is_some()
+                    || schema.get("const").is_none() && schema.get("enum").is_none()
+            }
+            _ => true,
+        },
+    }
+}
+
+/// Says `additionalProperties: false` on every object schema that lists its properties and says
+/// nothing of others: the keys a strict call admits. Only schema positions are walked, so a property
+/// that happens to be named `properties` is left as it is.
+pub(crate) fn close_objects(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    if map.contains_key("properties") && !map.contains_key("additionalProperties") {
+        map.insert("additionalProperties".to_owned(), Value::Bool(false));
+    }
+    for (keyword, value) in map.iter_mut() {
+        match (keyword.as_str(), value) {
+            (
+                "properties" | "$defs" | "definitions" | "patternProperties",
+                Value::Object(schemas),
+            ) => {
+                schemas.values_mut().for_each(close_objects);
+            }
+            ("anyOf" | "oneOf" | "allOf" | "prefixItems", Value::Array(schemas)) => {
+                schemas.iter_mut().for_each(close_objects);
+            }
+            ("items" | "additionalProperties" | "not" | "if" | "then" | "else", schema) => {
+                close_objects(schema);
+            }
+            _ => {}
+        }
+    }
+}
