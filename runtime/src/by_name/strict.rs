@@ -99,7 +99,7 @@ impl<'a> Walk<'a> {
         &self,
         branches: &'a [Value],
         value: &Value,
-        path: &mut String,
+        path: &str,
     ) -> Result<(), String> {
         let mut first_error = None;
         for branch in branches {
@@ -107,7 +107,7 @@ impl<'a> Walk<'a> {
             if !admits_type(branch, value) {
                 continue;
             }
-            let mut inner = path.clone();
+            let mut inner = path.to_owned();
             match self.check(branch, value, &mut inner) {
                 Ok(()) => return Ok(()),
                 Err(error) => {
