@@ -56,7 +56,12 @@ fn find(
     raw: Value,
 ) -> Result<u32, Denied> {
     RUNS.fetch_add(1, Ordering::SeqCst);
-    let _ = (pages, labels, actions, extra, raw);
+    let after = page.cursor.map_or(0, |c| c.after);
+    let tagged = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Tag { name } if !name.is_empty()))
+        .count();
+    let _ = (pages, labels, extra, raw, after, tagged);
     Ok(page.size)
 }
 
@@ -88,7 +93,8 @@ fn a_known_shape_passes_at_every_depth_maps_and_free_values_included() {
 #[test]
 fn an_unknown_key_at_any_depth_is_refused_with_its_path() {
     let _serial = serial();
-    let cases: [(&str, fn(&mut Value), &str); 6] = [
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 6] = [
         (
             "page.apiKey",
             |v| v["page"]["apiKey"] = json!("x"),

@@ -95,12 +95,7 @@ impl<'a> Walk<'a> {
     }
 
     /// A value that parsed matches some branch; it passes if a branch of its type admits every key.
-    fn first_branch(
-        &self,
-        branches: &'a [Value],
-        value: &Value,
-        path: &str,
-    ) -> Result<(), String> {
+    fn first_branch(&self, branches: &'a [Value], value: &Value, path: &str) -> Result<(), String> {
         let mut first_error = None;
         for branch in branches {
             let branch = self.resolve(branch);
