@@ -923,7 +923,7 @@ impl Pool {
 }
 
 // Finding 8, opaque receiver: a method whose receiver cannot be serialized cannot be bound to it, so
-// it cannot be approved in two steps, and an approver is told there is no digest.
+// it cannot be approved in two steps, and an approver is shown that the receiver is not serializable.
 #[test]
 fn a_method_whose_receiver_is_not_serializable_cannot_be_approved_in_two_steps() {
     let _serial = serial();
@@ -950,13 +950,16 @@ fn a_method_whose_receiver_is_not_serializable_cannot_be_approved_in_two_steps()
             seen_by_approver
                 .lock()
                 .unwrap()
-                .push(request.arguments_digest.map(str::to_owned));
+                .push(request.arguments.map(str::to_owned));
             Approval::Reject("no".into())
         })
         .build()
         .unwrap();
     assert!(asked.run(|| pool.drop_all()).is_err());
-    assert_eq!(*seen.lock().unwrap(), [None]);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Some(r#"{"self":"[NOT SERIALIZABLE]"}"#.to_owned())]
+    );
     assert_eq!(dropped(), []);
 }
 

@@ -20,7 +20,8 @@ pub struct ApprovalRequest<'a> {
     /// The risk of this call.
     pub risk: Risk,
     /// The call's arguments as the audit log writes them: a JSON object, keys sorted, a method's receiver
-    /// as `self`, a redacted argument as `"[REDACTED]"`. `None` where one of them is not serializable.
+    /// as `self`, a redacted argument as `"[REDACTED]"`, one that is not serializable (a receiver
+    /// holding a pool) as `"[NOT SERIALIZABLE]"`. `None` where an argument is bound by a pattern.
     pub arguments: Option<&'a str>,
     /// The SHA-256 of [`arguments`](ApprovalRequest::arguments), as the audit log records it.
     pub arguments_digest: Option<&'a str>,

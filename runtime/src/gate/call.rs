@@ -40,24 +40,28 @@ impl EffectiveRisk {
 /// The arguments of one call, as canonical-enough JSON and its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Arguments {
-    /// The JSON the audit log gets: a redacted argument reads `"[REDACTED]"`.
+    /// The JSON the audit log gets: a redacted argument reads `"[REDACTED]"`, one that is not
+    /// serializable (a method's receiver holding a pool) `"[NOT SERIALIZABLE]"`.
     pub(crate) json: String,
     /// The digest of `json`, which the audit log and approvers see.
     pub(crate) digest: String,
-    /// The arguments with the redacted ones' real values, where some are redacted (`Some(None)` when one
-    /// of those is not serializable): what a two-step approval is bound to. Never written or shown.
+    /// The arguments with the redacted ones' real values, where some are redacted or not serializable
+    /// (`Some(None)` when one is not serializable): what a two-step approval is bound to. Never written
+    /// or shown.
     unredacted: Option<Option<String>>,
 }
 
 impl CallInfo<'_> {
-    /// The call's arguments, or `None` when one of them is not serializable.
+    /// The call's arguments, or `None` when one is bound by a pattern rather than a name.
     pub(crate) fn arguments(&self) -> Option<Arguments> {
         let json = self.write(false)?;
         let digest = sha256_hex(json.as_bytes());
+        // What the log shows hides redacted values and cannot show opaque ones: the binding is then
+        // written apart, with the real values, and is impossible where one is opaque.
         let redacts = self
             .arguments
             .iter()
-            .any(|arg| matches!(arg.value, ArgValue::Redacted(_)));
+            .any(|arg| matches!(arg.value, ArgValue::Redacted(_) | ArgValue::Opaque));
         Some(Arguments {
             json,
             digest,
@@ -90,9 +94,10 @@ impl CallInfo<'_> {
         buf.push(b'{');
         for (i, arg) in self.arguments.iter().enumerate() {
             let value = match arg.value {
-                ArgValue::Json(value) => Some(value),
-                ArgValue::Redacted(_) if !unredacted => None,
-                ArgValue::Redacted(Some(value)) => Some(value),
+                ArgValue::Json(value) => Ok(value),
+                ArgValue::Redacted(_) if !unredacted => Err(&b"\"[REDACTED]\""[..]),
+                ArgValue::Opaque if !unredacted => Err(&b"\"[NOT SERIALIZABLE]\""[..]),
+                ArgValue::Redacted(Some(value)) => Ok(value),
                 ArgValue::Redacted(None) | ArgValue::Opaque | ArgValue::Unnamed => return None,
             };
             if i > 0 {
@@ -102,8 +107,8 @@ impl CallInfo<'_> {
             buf.extend_from_slice(arg.name.as_bytes());
             buf.extend_from_slice(b"\":");
             match value {
-                Some(value) => value.write_json(&mut buf).ok()?,
-                None => buf.extend_from_slice(b"\"[REDACTED]\""),
+                Ok(value) => value.write_json(&mut buf).ok()?,
+                Err(marker) => buf.extend_from_slice(marker),
             }
         }
         buf.push(b'}');
@@ -292,19 +297,25 @@ mod tests {
     #[test]
     fn opaque_unnamed_and_redacted_arguments() {
         let (a, b) = (Opaque, 1u8);
-        for args in [
-            [
-                (&&Arg(&a)).__toolgate_arg("a"),
-                (&&Arg(&b)).__toolgate_arg("b"),
-            ],
-            [(&&Arg(&b)).__toolgate_arg("b"), ArgRef::unnamed()],
-        ] {
-            let call = CallInfo {
-                arguments: &args,
-                ..CallInfo::default()
-            };
-            assert!(call.arguments().is_none());
-        }
+        // An opaque argument is shown as such, and the call cannot be bound.
+        let args = [
+            (&&Arg(&a)).__toolgate_arg("a"),
+            (&&Arg(&b)).__toolgate_arg("b"),
+        ];
+        let call = CallInfo {
+            arguments: &args,
+            ..CallInfo::default()
+        };
+        let written = call.arguments().unwrap();
+        assert_eq!(written.json, r#"{"a":"[NOT SERIALIZABLE]","b":1}"#);
+        assert_eq!(call.binding(&written), None);
+        // An argument bound by a pattern has no name: nothing can be written.
+        let args = [(&&Arg(&b)).__toolgate_arg("b"), ArgRef::unnamed()];
+        let call = CallInfo {
+            arguments: &args,
+            ..CallInfo::default()
+        };
+        assert!(call.arguments().is_none());
         let secret = "hunter2".to_owned();
         let args = [
             (&&Arg(&a)).__toolgate_redacted("a"),
