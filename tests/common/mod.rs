@@ -47,3 +47,50 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// The binary of the example `name` (whose source is `source`, from the crate root), built with
+/// `features` if it is missing or older than its source, next to the calling test binary:
+/// `target/<profile>/deps/..` -> `target/<profile>/examples`.
+pub fn example(name: &str, source: &str, features: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary is in target/<profile>/deps");
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let modified = |path: &Path| path.metadata().and_then(|m| m.modified()).ok();
+    let stale = match (modified(&path), modified(&source)) {
+        (Some(built), Some(source)) => built < source,
+        _ => true,
+    };
+    if stale {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut command = std::process::Command::new(cargo);
+        command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+            "build",
+            "--example",
+            name,
+            "--features",
+            features,
+        ]);
+        if let Some(target_dir) = profile_dir.parent() {
+            command.arg("--target-dir").arg(target_dir);
+        }
+        match profile_dir.file_name().and_then(|name| name.to_str()) {
+            Some("debug") | None => {}
+            Some("release") => {
+                command.arg("--release");
+            }
+            Some(profile) => {
+                command.args(["--profile", profile]);
+            }
+        }
+        let status = command.status().expect("cargo runs");
+        assert!(status.success(), "building the {name} example failed");
+    }
+    assert!(path.is_file(), "no example binary at {}", path.display());
+    path
+}

@@ -20,60 +20,10 @@ const TOOLS: [&str; 5] = [
     "deploy.status",
 ];
 
-/// The example's binary, next to this test's: `target/<profile>/deps/..` -> `target/<profile>/examples`.
+/// The example's binary, built if it is missing or older than its source.
 fn example() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary is in target/<profile>/deps");
-        let path = profile_dir
-            .join("examples")
-            .join(format!("cli{}", std::env::consts::EXE_SUFFIX));
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cli.rs");
-        if is_older(&path, &source) {
-            build(profile_dir);
-        }
-        assert!(path.is_file(), "no example binary at {}", path.display());
-        path
-    })
-}
-
-/// Whether `built` is missing or older than `source`.
-fn is_older(built: &Path, source: &Path) -> bool {
-    let modified = |path: &Path| path.metadata().and_then(|m| m.modified()).ok();
-    match (modified(built), modified(source)) {
-        (Some(built), Some(source)) => built < source,
-        _ => true,
-    }
-}
-
-fn build(profile_dir: &Path) {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(cargo);
-    command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-        "build",
-        "--example",
-        "cli",
-        "--features",
-        "clap",
-    ]);
-    if let Some(target_dir) = profile_dir.parent() {
-        command.arg("--target-dir").arg(target_dir);
-    }
-    match profile_dir.file_name().and_then(|name| name.to_str()) {
-        Some("debug") | None => {}
-        Some("release") => {
-            command.arg("--release");
-        }
-        Some(profile) => {
-            command.args(["--profile", profile]);
-        }
-    }
-    let status = command.status().expect("cargo runs");
-    assert!(status.success(), "building the cli example failed");
+    PATH.get_or_init(|| crate::common::example("cli", "examples/cli.rs", "clap"))
 }
 
 /// A run of the example: its exit status, stdout and stderr.

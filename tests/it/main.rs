@@ -13,6 +13,7 @@ mod audit_log;
 mod by_name;
 mod bypass;
 mod cli_example;
+mod devops_desk;
 mod faults;
 mod floor;
 mod gate;
