@@ -868,6 +868,10 @@ fn gated_body(
 
 /// What the lockfile locks beside the manifest: `escalate`, `redact` and `record_arguments` as written.
 fn behaviour(call: &CallParts) -> TokenStream {
+    let redacts = call.named.iter().any(|(_, redact)| *redact);
+    if call.escalate.is_none() && !redacts && !call.record_arguments {
+        return quote!(::toolgate::__private::Behaviour::NONE);
+    }
     let escalate = match &call.escalate {
         Some(path) => {
             let text = path.to_token_stream().to_string().replace(' ', "");
