@@ -22,11 +22,6 @@ pub struct Param {
 }
 
 impl Param {
-    /// The generator of its type's schema: also the type's identity, for the strict check.
-    pub(crate) fn schema_fn(&self) -> fn(&mut SchemaGenerator) -> Schema {
-        self.schema
-    }
-
     /// The parameter `name` of type `T`.
     pub const fn of<T: DeserializeOwned + JsonSchema>(name: &'static str) -> Param {
         Param {
@@ -149,7 +144,7 @@ impl<'a> JsonArguments<'a> {
         let Some(param) = self.params.iter().find(|p| p.name == name) else {
             return Ok(());
         };
-        match strict::unknown_key(param, name, value) {
+        match strict::unknown_key(param.schema, name, value) {
             None => Ok(()),
             Some(path) => {
                 let key = path.rsplit('.').next().unwrap_or(&path).to_owned();

@@ -8,11 +8,12 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use schemars::SchemaGenerator;
 use schemars::generate::SchemaSettings;
+use schemars::{Schema, SchemaGenerator};
 use serde_json::{Map, Value};
 
-use crate::by_name::params::Param;
+/// A parameter type's schema generator: also the type's identity here.
+pub(crate) type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
 
 /// A parameter type's schema and the definitions its `$ref`s point into.
 struct Compiled {
@@ -21,8 +22,8 @@ struct Compiled {
 }
 
 /// The path inside `value` (from the parameter `name`) of the first key its type does not know.
-pub(crate) fn unknown_key(param: &Param, name: &str, value: &Value) -> Option<String> {
-    let compiled = compiled(param);
+pub(crate) fn unknown_key(schema_of: SchemaOf, name: &str, value: &Value) -> Option<String> {
+    let compiled = compiled(schema_of);
     let mut path = name.to_owned();
     Walk {
         defs: &compiled.defs,
@@ -31,10 +32,10 @@ pub(crate) fn unknown_key(param: &Param, name: &str, value: &Value) -> Option<St
     .err()
 }
 
-fn compiled(param: &Param) -> Arc<Compiled> {
+fn compiled(schema_of: SchemaOf) -> Arc<Compiled> {
     static CACHE: RwLock<Vec<(usize, Arc<Compiled>)>> = RwLock::new(Vec::new());
     // One schema per parameter type: the generator function is the type's identity here.
-    let key = param.schema_fn() as usize;
+    let key = schema_of as usize;
     let found = CACHE
         .read()
         .unwrap_or_else(PoisonError::into_inner)
@@ -45,7 +46,7 @@ fn compiled(param: &Param) -> Arc<Compiled> {
         return compiled;
     }
     let mut generator: SchemaGenerator = SchemaSettings::draft2020_12().into_generator();
-    let schema = (param.schema_fn())(&mut generator).to_value();
+    let schema = schema_of(&mut generator).to_value();
     let defs = generator.take_definitions(true);
     let compiled = Arc::new(Compiled { schema, defs });
     let mut cache = CACHE.write().unwrap_or_else(PoisonError::into_inner);
