@@ -69,8 +69,8 @@
 //! A result that is a JSON object is sent as structured content, with its JSON text as text content;
 //! other results as text. A refusal, invalid arguments (an unknown key such as `apiKey`, a missing or
 //! mistyped one) and a failing tool are tool results with `isError: true`, so the model reads why:
-//! the text is `"<CODE>: <message>"`, e.g. `"ABOVE_CEILING: tool `tickets.delete` (HIGH_WRITE) is above
-//! the ceiling of mode SHADOW (PROPOSE_ONLY); it needs FULL_AUTO"`, and the structured content
+//! the text is `"<CODE>: <message>"`, e.g. `"MODE_NOT_ALLOWED: tool `tickets.delete` (HIGH_WRITE) is
+//! not allowed in mode SHADOW; it is allowed in FULL_AUTO"`, and the structured content
 //! `{"code", "message"}`. Only a name that is no tool of the server is a JSON-RPC error (`-32602`).
 //!
 //! A sync tool runs on the thread that polls the call: keep sync tools quick, or make them `async`.
