@@ -489,7 +489,8 @@ fn escalation(
     let path = call.escalate.as_ref()?;
     let ordered = tool.arguments().filter_map(|param| param.name).map(value);
     let ordered: Vec<TokenStream> = ordered.collect();
-    Some(quote_spanned!(path.span()=> #path(#(#ordered),*)))
+    // Through a trait, so that a wrong signature is one error that says what the signature must be.
+    Some(quote_spanned!(path.span()=> ::toolgate::__private::classify(&#path, (#(#ordered,)*))))
 }
 
 /// The adapter of a `callable` tool: its table of parameters, its output schema, and a call of the tool

@@ -56,8 +56,8 @@ pub mod __private {
         schema_of,
     };
     pub use crate::gate::call::{
-        Arg, ArgRef, CallInfo, OpaqueArg, OpaqueOutput, OutputOf, SerializableArg,
-        SerializableOutput,
+        Arg, ArgRef, CallInfo, Classify, OpaqueArg, OpaqueOutput, OutputOf, SerializableArg,
+        SerializableOutput, classify,
     };
     pub use crate::gate::permit::Permit;
     pub use crate::policy::Risk;

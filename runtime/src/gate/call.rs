@@ -3,6 +3,7 @@
 //! The arguments are written only when something needs them (an audit sink, an approver, a two-step
 //! approval), so an unaudited call that needs no approval never serializes anything.
 
+use std::borrow::Borrow;
 use std::marker::PhantomData;
 
 use serde::Serialize;
@@ -269,6 +270,57 @@ fn json_digest<T: Serialize>(value: &T) -> Option<String> {
 }
 
 // The double reference is what picks the serializable or the opaque path: it is the thing under test.
+/// A tool's `escalate` function, called with a reference to each argument in order: `fn(&A, &B) -> Risk`,
+/// where each parameter may also take what the argument borrows as (`&str` for a `String`). The
+/// `Borrow` parameters `B..` are inferred from the function's own signature.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an `escalate` function for this tool",
+    label = "not `fn(&arg1, &arg2, ..) -> toolgate::Risk` over this tool's arguments",
+    note = "an `escalate` function takes a reference to each of the tool's arguments, in the \
+            signature's order (not its `&Gate`), and returns `toolgate::Risk`; a parameter may take \
+            what its argument borrows as, such as `&str` for a `String`"
+)]
+pub trait Classify<Args, Borrowed> {
+    fn classify(&self, args: Args) -> Risk;
+}
+
+macro_rules! classify_impls {
+    ($(($($a:ident $b:ident $x:ident),*))*) => {$(
+        impl<F, $($a: Borrow<$b>, $b: ?Sized,)*> Classify<($(&$a,)*), ($(*const $b,)*)> for F
+        where
+            F: Fn($(&$b),*) -> Risk,
+        {
+            #[inline]
+            fn classify(&self, ($($x,)*): ($(&$a,)*)) -> Risk {
+                self($($x.borrow()),*)
+            }
+        }
+    )*};
+}
+
+classify_impls! {
+    ()
+    (A1 B1 a1)
+    (A1 B1 a1, A2 B2 a2)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6, A7 B7 a7)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6, A7 B7 a7, A8 B8 a8)
+}
+
+/// Calls a tool's `escalate` function on its arguments; see [`Classify`].
+#[doc(hidden)]
+#[inline]
+pub fn classify<F, Args, Borrowed>(function: &F, args: Args) -> Risk
+where
+    F: Classify<Args, Borrowed>,
+{
+    function.classify(args)
+}
+
 #[cfg(test)]
 #[allow(clippy::needless_borrow)]
 mod tests {
