@@ -48,8 +48,9 @@ use proc_macro::TokenStream;
 /// `Err(E::from(denied))`. A parameter of type `&Gate` is the gate of the call, not an argument.
 ///
 /// `escalate` names a function that takes a reference to each argument, in the signature's order (not
-/// the `&Gate`), and returns a `toolgate::Risk`: `fn classify(command: &str, dry_run: &bool) -> Risk`
-/// for `fn run(command: String, dry_run: bool)`. The call is judged at the higher of that risk and the
+/// the `&Gate`; at most eight), each parameter either the argument's type or what it borrows as, and
+/// returns a `toolgate::Risk`: `fn classify(command: &str, dry_run: &bool) -> Risk` for
+/// `fn run(command: String, dry_run: bool)`. The call is judged at the higher of that risk and the
 /// declared one, so an escalation never lowers a risk; it must not panic (a panic refuses the call).
 ///
 /// A `callable` tool's parameters are owned and deserializable (`String`, not `&str`), its result
