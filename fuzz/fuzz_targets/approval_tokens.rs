@@ -21,9 +21,9 @@ use std::time::Duration;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
+use toolgate::approval::ApproveError;
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::{CallError, Denied, Gate, Mode, registry, tool};
-use toolgate::approval::ApproveError;
 
 #[derive(Debug)]
 enum FzError {

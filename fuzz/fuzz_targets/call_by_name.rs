@@ -26,7 +26,10 @@ use serde_json::{Map, Value, json};
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::schemars::JsonSchema;
 use toolgate::serde::Deserialize;
-use toolgate::{AllowAllApprover, Approval, ApprovalRequest, CallError, Denied, Gate, Mode, Risk, registry, tool};
+use toolgate::{
+    AllowAllApprover, Approval, ApprovalRequest, CallError, Denied, Gate, Mode, Risk, registry,
+    tool,
+};
 
 // ---------------------------------------------------------------------------------------------------
 // The tools
