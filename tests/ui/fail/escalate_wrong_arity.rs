@@ -1,14 +1,14 @@
 use toolgate::{Denied, Risk, tool};
 
-fn classify(command: &str, user: &str) -> Risk {
-    let _ = (command, user);
+fn classify(count: &u64, limit: &u64) -> Risk {
+    let _ = (count, limit);
     Risk::HighWrite
 }
 
-/// Run a shell command.
+/// Delete old records.
 #[tool(risk = "LOW_WRITE", escalate = classify)]
-fn shell(command: String) -> Result<String, Denied> {
-    Ok(command)
+fn prune(count: u64) -> Result<u64, Denied> {
+    Ok(count)
 }
 
 fn main() {}

@@ -1,13 +1,13 @@
 use toolgate::{Denied, Risk, tool};
 
-fn classify(count: &u32) -> Risk {
-    if *count > 10 { Risk::HighWrite } else { Risk::LowWrite }
+fn classify(command: &str) -> Risk {
+    if command.contains("sudo") { Risk::HighWrite } else { Risk::LowWrite }
 }
 
-/// Run a command.
+/// Delete old records.
 #[tool(risk = "LOW_WRITE", escalate = classify)]
-fn shell(command: String) -> Result<String, Denied> {
-    Ok(command)
+fn prune(count: u64) -> Result<u64, Denied> {
+    Ok(count)
 }
 
 fn main() {}
