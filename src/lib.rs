@@ -63,8 +63,9 @@
 //! 1. the gate's **deny list** (`DENY_LISTED`), in every mode; no approval lifts it;
 //! 2. the tool's **allowed modes** (`MODE_NOT_ALLOWED`);
 //! 3. the mode's **ceiling** (`ABOVE_CEILING`);
-//! 4. an **approval** where the risk needs one (`APPROVAL_REQUIRED` without an [`Approver`],
-//!    `APPROVAL_REJECTED` when it says no or panics);
+//! 4. an **approval** where the risk needs one: a live session grant, else the gate's approver (sync
+//!    [`Approver`] or async), else the two-step store (`APPROVAL_REQUIRED` with nothing to ask,
+//!    `APPROVAL_REJECTED` when it says no or panics, `APPROVAL_STORE_UNAVAILABLE` when the store fails);
 //! 5. then the body runs.
 //!
 //! A call with no gate at all is refused with `NO_GATE`. Every refusal is a [`Denied`], with a stable
@@ -209,8 +210,12 @@ pub mod gate {
     };
 }
 
-/// Approvals: the [`Approver`] a gate asks, and two-step approvals by token.
+/// Approvals: the [`Approver`] (or [`AsyncApprover`](approval::AsyncApprover)) a gate asks, session
+/// grants, and two-step approvals by token, kept in a [`store`](approval::store).
 pub mod approval {
+    pub use toolgate_runtime::approval::{
+        ApprovalFuture, AsyncApprover, DEFAULT_SESSION_TTL, Grant, SessionGrant, store, two_step,
+    };
     pub use toolgate_runtime::{
         AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,
     };

@@ -599,8 +599,25 @@ fn callable_items(
         )
     }};
     let decided = Ident::new("toolgate_decided", Span::mixed_site());
+    // An async tool's decision may wait (an async approver, a store); the references to the
+    // arguments end with the first `let`, before any await.
+    let step = Ident::new("toolgate_step", Span::mixed_site());
     let take_decision = quote! {
-        let #decided = match #decide {
+        let #step = {
+            #[allow(unused_imports)]
+            use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
+            ::toolgate::__private::decide_async(
+                &__TOOLGATE_ENTRY, #outright, #gate_parameter, #escalated, &[#(#arg_refs)*],
+                #record_arguments,
+            )
+        };
+        let #decided = match #step {
+            ::toolgate::__private::DecidingByName::Done(decided) => decided,
+            ::toolgate::__private::DecidingByName::Waiting(waiting) => {
+                ::toolgate::__private::resume(waiting).await
+            }
+        };
+        let #decided = match #decided {
             ::core::result::Result::Ok(decided) => decided,
             ::core::result::Result::Err(denied) => return ::core::result::Result::Err(denied),
         };
@@ -766,12 +783,33 @@ fn gated_body(
     // The arguments, for the gate to look at when it needs to: a reference to each.
     let by_name = |ident: &Ident| quote_spanned!(ident.span()=> &#ident);
     let args = argument_refs(call, by_name, call.receiver.as_ref());
-    let enter = match &call.escalate {
-        Some(_) => quote!(::toolgate::__private::enter_escalated(
+    let enter = match (&call.escalate, sig.asyncness.is_some()) {
+        (Some(_), false) => quote!(::toolgate::__private::enter_escalated(
             &#entry, #gate_arg, #info, &[#(#args)*], #record_arguments
         )),
-        None => {
+        (None, false) => {
             quote!(::toolgate::__private::enter(&#entry, #gate_arg, &[#(#args)*], #record_arguments))
+        }
+        // An async tool's decision may wait (an async approver, a store): it is awaited here, inside
+        // the tool's own future. The references to the arguments end with the `let`, before the
+        // await, so the future stays `Send`.
+        (escalate, true) => {
+            let step = Ident::new("toolgate_step", Span::mixed_site());
+            let start = match escalate {
+                Some(_) => quote!(::toolgate::__private::enter_escalated_async(
+                    &#entry, #gate_arg, #info, &[#(#args)*], #record_arguments
+                )),
+                None => quote!(::toolgate::__private::enter_async(
+                    &#entry, #gate_arg, &[#(#args)*], #record_arguments
+                )),
+            };
+            quote! {{
+                let #step = #start;
+                match #step {
+                    ::toolgate::__private::Entering::Done(decided) => decided,
+                    ::toolgate::__private::Entering::Waiting(waiting) => waiting.resume().await,
+                }
+            }}
         }
     };
     let escalated = escalation(call, tool, by_name).map(|escalate| {

@@ -30,11 +30,14 @@ pub enum DenialCode {
     ApprovalMismatch,
     /// `APPROVAL_REUSED`: the approval for this call was already used; an approval runs a call once.
     ApprovalReused,
+    /// `APPROVAL_STORE_UNAVAILABLE`: the approval store could not be reached, did not answer in time, or
+    /// answered something unexpected; the call did not run.
+    ApprovalStoreUnavailable,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 11] = [
+    pub const ALL: [DenialCode; 12] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -46,6 +49,7 @@ impl DenialCode {
         DenialCode::ApprovalExpired,
         DenialCode::ApprovalMismatch,
         DenialCode::ApprovalReused,
+        DenialCode::ApprovalStoreUnavailable,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -62,6 +66,7 @@ impl DenialCode {
             DenialCode::ApprovalExpired => "APPROVAL_EXPIRED",
             DenialCode::ApprovalMismatch => "APPROVAL_MISMATCH",
             DenialCode::ApprovalReused => "APPROVAL_REUSED",
+            DenialCode::ApprovalStoreUnavailable => "APPROVAL_STORE_UNAVAILABLE",
         }
     }
 }

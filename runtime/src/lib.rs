@@ -21,7 +21,8 @@ pub mod mcp;
 mod registry;
 pub mod report;
 
-pub use approval::two_step::{ApproveError, DEFAULT_APPROVAL_TTL};
+pub use approval::store::ApproveError;
+pub use approval::two_step::DEFAULT_APPROVAL_TTL;
 pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver};
 pub use by_name::{CallError, CallFuture, Instances};
 pub use gate::ambient::Scoped;
@@ -52,9 +53,10 @@ pub mod __private {
     pub use crate::by_name::params::{JsonArguments, Param};
     pub use crate::by_name::{
         CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema, Receiver,
-        decide, enter_gate, finish_sync, hand_async, hand_over, instance, invoke_async, precheck,
-        schema_of,
+        decide, decide_async, enter_gate, finish_sync, hand_async, hand_over, instance, invoke_async,
+        precheck, resume, schema_of,
     };
+    pub use crate::gate::decide::{DecidingByName, Entering};
     pub use crate::gate::call::{
         Arg, ArgRef, CallInfo, Classify, OpaqueArg, OpaqueOutput, OutputOf, SerializableArg,
         SerializableOutput, classify,
@@ -94,6 +96,40 @@ pub mod __private {
             record_arguments,
         };
         crate::gate::decide::check_not_allowed(entry, gate, &call)
+    }
+
+    /// [`enter`] for an async tool: the decision may wait for an async approver or a store
+    /// ([`Entering::Waiting`]).
+    #[inline]
+    pub fn enter_async(
+        entry: &'static ToolEntry,
+        gate: Option<&Gate>,
+        arguments: &[ArgRef<'_>],
+        record_arguments: bool,
+    ) -> Entering {
+        let call = CallInfo {
+            escalated: None,
+            arguments,
+            record_arguments,
+        };
+        crate::gate::decide::check_not_allowed_async(entry, gate, &call)
+    }
+
+    /// [`enter_escalated`] for an async tool.
+    #[inline]
+    pub fn enter_escalated_async(
+        entry: &'static ToolEntry,
+        gate: Option<&Gate>,
+        escalated: Risk,
+        arguments: &[ArgRef<'_>],
+        record_arguments: bool,
+    ) -> Entering {
+        let call = CallInfo {
+            escalated: Some(escalated),
+            arguments,
+            record_arguments,
+        };
+        crate::gate::decide::check_escalated_async(entry, gate, &call)
     }
 
     /// [`enter`] for a tool with `escalate`, whose risk depends on its arguments.

@@ -202,7 +202,7 @@ fn a_gate_builder_shows_its_settings() {
         "mode: PartialAuto",
         "\"billing.pay\"",
         "approver: false",
-        "two_step: Some(600s)",
+        "store: Memory(600s)",
         "audit: false",
         "\"ops\"",
     ] {
@@ -228,9 +228,13 @@ fn approve_errors_say_what_went_wrong() {
         (ApproveError::Expired, "the approval request expired"),
         (
             ApproveError::AlreadyApproved,
-            "the request is approved already",
+            "the request is answered already",
         ),
-        (ApproveError::AlreadyUsed, "the approval was used already"),
+        (ApproveError::AlreadyUsed, "the answer was used already"),
+        (
+            ApproveError::Store(toolgate::approval::store::StoreError::Timeout),
+            "the approval store did not answer in time",
+        ),
         (
             ApproveError::NotEnabled,
             "this gate does not take two-step approvals",

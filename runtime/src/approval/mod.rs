@@ -1,9 +1,14 @@
-//! Approvals: who says yes to a call whose risk needs it (HIGH_WRITE), now ([`Approver`]) or later
-//! ([`two_step`]).
+//! Approvals: who says yes to a call whose risk needs it (HIGH_WRITE): an approver asked now, sync
+//! ([`Approver`]) or async ([`AsyncApprover`]), or an operator later, through a store ([`store`],
+//! [`two_step`]).
 
+pub mod store;
 pub mod two_step;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 
 use crate::policy::Mode;
 use crate::policy::Risk;
@@ -29,11 +34,60 @@ pub struct ApprovalRequest<'a> {
 
 /// An approver's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Approval {
-    /// Run the call.
+    /// Run the call, once.
     Approve,
-    /// Refuse the call, with a reason that the refusal carries.
+    /// Run the call, and the calls of the same tool (or, with [`SessionGrant::exact_arguments`], the
+    /// same call) through this gate and its clones until the grant expires or is revoked
+    /// ([`Gate::revoke_grants`](crate::Gate::revoke_grants)), without asking again.
+    ApproveForSession(SessionGrant),
+    /// Refuse the call, with feedback for the agent: the refusal's message, the by-name error and the
+    /// MCP result carry it.
     Reject(String),
+    /// Refuse the call and stop the agent: the gate lowers itself to SHADOW (recorded with the
+    /// approver's name and this reason), so that every later call that writes is refused too.
+    Stop(String),
+}
+
+/// How long a session grant made by an operator's `approve --for-session` lives.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// The scope and life of an [`Approval::ApproveForSession`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionGrant {
+    ttl: Duration,
+    exact_arguments: bool,
+}
+
+impl SessionGrant {
+    /// The longest a grant lives: a day. A longer time to live is cut to it.
+    pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+    /// Grants every call of the tool, at the risk it was approved at or lower, for `ttl` (at most
+    /// [`SessionGrant::MAX_TTL`]).
+    pub fn tool(ttl: Duration) -> SessionGrant {
+        SessionGrant {
+            ttl: ttl.min(SessionGrant::MAX_TTL),
+            exact_arguments: false,
+        }
+    }
+
+    /// Grants only calls with exactly the approved arguments (redacted values included).
+    pub fn exact_arguments(mut self) -> SessionGrant {
+        self.exact_arguments = true;
+        self
+    }
+
+    /// How long the grant lives.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Whether the grant covers only the approved arguments.
+    pub fn is_exact(&self) -> bool {
+        self.exact_arguments
+    }
 }
 
 /// Decides the calls that need an approval.
@@ -44,6 +98,53 @@ pub enum Approval {
 pub trait Approver: Send + Sync + 'static {
     /// Approves or rejects one call.
     fn approve(&self, request: &ApprovalRequest<'_>) -> Approval;
+
+    /// Who answers, for the audit log (`by` of the records of the calls it decides).
+    fn name(&self) -> &str {
+        "approver"
+    }
+}
+
+/// An async approver's answer to come.
+pub type ApprovalFuture<'a> = Pin<Box<dyn Future<Output = Approval> + Send + 'a>>;
+
+/// Decides the calls that need an approval, taking its time: a human in another program, a chat
+/// message.
+///
+/// An async tool awaits it inside its own future, on whatever executor polls the tool: no thread waits
+/// for it. A sync tool cannot wait without blocking its thread, so under a gate whose approver is async
+/// a sync tool's call that needs an approval is refused with `APPROVAL_REQUIRED`, its message saying
+/// why; it is never run, and never blocks. A future that panics has refused, as a sync approver that
+/// panics has; a future dropped before it answers (the call cancelled) runs nothing.
+///
+/// ```
+/// # extern crate toolgate_runtime as toolgate;
+/// use toolgate::approval::{ApprovalFuture, AsyncApprover};
+/// use toolgate::{Approval, ApprovalRequest};
+///
+/// struct Console;
+///
+/// impl AsyncApprover for Console {
+///     fn approve<'a>(&'a self, request: &'a ApprovalRequest<'a>) -> ApprovalFuture<'a> {
+///         Box::pin(async move {
+///             // ask a human here, awaiting their answer
+///             if request.tool.id.ends_with(".drop_table") {
+///                 Approval::Reject("never on Fridays".into())
+///             } else {
+///                 Approval::Approve
+///             }
+///         })
+///     }
+/// }
+/// ```
+pub trait AsyncApprover: Send + Sync + 'static {
+    /// Approves or rejects one call.
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest<'a>) -> ApprovalFuture<'a>;
+
+    /// Who answers, for the audit log.
+    fn name(&self) -> &str {
+        "approver"
+    }
 }
 
 impl<F> Approver for F
@@ -70,7 +171,34 @@ impl fmt::Display for Approval {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Approval::Approve => f.write_str("approved"),
+            Approval::ApproveForSession(grant) => {
+                write!(f, "approved for the session ({} s", grant.ttl.as_secs())?;
+                f.write_str(if grant.exact_arguments { ", these arguments)" } else { ")" })
+            }
             Approval::Reject(reason) => write!(f, "rejected: {reason}"),
+            Approval::Stop(reason) => write!(f, "rejected, and the gate stopped: {reason}"),
         }
     }
+}
+
+/// A gate's approver, sync or async.
+pub(crate) enum AnyApprover {
+    Sync(Box<dyn Approver>),
+    Async(Box<dyn AsyncApprover>),
+}
+
+/// A session grant, as [`Gate::grants`](crate::Gate::grants) lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Grant {
+    /// The granted tool's id.
+    pub tool: &'static str,
+    /// The highest risk it covers: the risk of the approved call.
+    pub risk: crate::policy::Risk,
+    /// Whether it covers only the approved arguments.
+    pub exact_arguments: bool,
+    /// Who granted it.
+    pub by: String,
+    /// How long it still lives.
+    pub expires_in: Duration,
 }

@@ -1,99 +1,99 @@
-//! Two-step approvals: a refused call leaves a request token; an operator approves the token out of band;
-//! the same call, with the same arguments, then runs once.
+//! Two-step approvals in memory: a refused call leaves a request token; an operator approves the token
+//! out of band; the same call, with the same arguments, then runs once.
 //!
 //! An approval is bound to the tool, the digest of the arguments, the call's effective risk and the
 //! policy version; it is single-use and expires. Times come from a monotonic clock, so a wall clock set
-//! back cannot revive an expired approval.
+//! back cannot revive an expired approval. The store lives in one process: to answer from another, use a
+//! shared store (feature `postgres`).
 
 use std::collections::HashMap;
-use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::approval::store::{
+    Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
+};
 use crate::policy::DenialCode;
-use crate::policy::POLICY_VERSION;
-use crate::policy::Risk;
 
 /// How long an approval request stays valid, unless the gate is built with another duration.
 pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(10 * 60);
 
-/// Pending and granted requests kept at most; past it, new requests are refused without a token.
+/// The longest a request may live: a day. A longer time to live is refused when the gate is built.
+pub const MAX_APPROVAL_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Pending and answered requests kept at most per agent; past it, new requests are refused without a
+/// token.
 const MAX_REQUESTS: usize = 10_000;
 
-/// What an approval is bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Binding {
-    pub(crate) tool: &'static str,
-    /// The digest of the arguments with the real values of redacted ones: never written anywhere.
-    pub(crate) arguments_digest: String,
-    /// The digest the audit log shows for these arguments (redacted ones as `"[REDACTED]"`), which
-    /// `approval_granted` records carry instead.
-    pub(crate) shown_digest: String,
-    pub(crate) risk: Risk,
-    pub(crate) policy_version: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Pending,
-    Approved,
+    Answered(Answer),
     Used,
 }
 
 #[derive(Debug)]
 struct Request {
     binding: Binding,
+    agent: Option<String>,
     state: State,
     expires: Instant,
 }
 
-/// What the store says of a call that needs an approval.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Lookup {
-    /// An approval for exactly this call: it is now used.
-    Approved,
-    /// Refused with this code; where there is a token, an operator can approve it for this call.
-    Refused(DenialCode, Option<Arc<str>>),
-}
-
+/// The default [`ApprovalStore`]: requests in this process's memory, gone when it exits.
 #[derive(Debug)]
-pub(crate) struct ApprovalStore {
+pub struct MemoryStore {
     ttl: Duration,
-    requests: HashMap<Arc<str>, Request>,
+    requests: Mutex<HashMap<Arc<str>, Request>>,
 }
 
-impl ApprovalStore {
-    pub(crate) fn new(ttl: Duration) -> ApprovalStore {
-        ApprovalStore {
+impl MemoryStore {
+    /// A store whose requests expire `ttl` after they are made; `None` when `ttl` is longer than
+    /// [`MAX_APPROVAL_TTL`] or zero.
+    pub fn new(ttl: Duration) -> Option<MemoryStore> {
+        (!ttl.is_zero() && ttl <= MAX_APPROVAL_TTL).then(|| MemoryStore {
             ttl,
-            requests: HashMap::new(),
-        }
+            requests: Mutex::new(HashMap::new()),
+        })
     }
 
-    /// Decides a call against the approvals given so far, asking for one where there is none.
-    pub(crate) fn lookup(&mut self, binding: Binding, now: Instant) -> Lookup {
+    /// How long a request lives.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Request>> {
+        // Every update leaves the map consistent, so a panic elsewhere does not poison the data.
+        self.requests.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Decides a call against the answers given so far, asking for one where there is none.
+    pub(crate) fn lookup(&self, call: &ApprovalCall, now: Instant) -> Consumed {
+        let mut requests = self.lock();
+        let binding = &call.binding;
         let mut expired = false;
         let mut used = false;
         let mut other_arguments = false;
-        let mut approved_token = None;
-        for (token, request) in &self.requests {
-            let same_call = request.binding == binding;
+        let mut answered = None;
+        for (token, request) in requests.iter() {
             if request.binding.tool != binding.tool {
                 continue;
             }
-            match (same_call, request.state, now >= request.expires) {
-                (true, State::Approved, false) => approved_token = Some(token.clone()),
-                (true, State::Approved, true) => expired = true,
+            let same_call = request.binding == *binding;
+            match (same_call, &request.state, now >= request.expires) {
+                (true, State::Answered(_), false) => answered = Some(token.clone()),
+                (true, State::Answered(_), true) => expired = true,
                 (true, State::Used, _) => used = true,
-                (false, State::Approved, false) => other_arguments = true,
+                (false, State::Answered(Answer::Approve { .. }), false) => other_arguments = true,
                 _ => {}
             }
         }
-        if let Some(token) = approved_token {
-            if let Some(request) = self.requests.get_mut(&token) {
-                request.state = State::Used;
+        if let Some(token) = answered {
+            if let Some(request) = requests.get_mut(&token) {
+                if let State::Answered(answer) = std::mem::replace(&mut request.state, State::Used) {
+                    return Consumed::Answered(answer);
+                }
             }
-            return Lookup::Approved;
         }
         let code = if expired {
             DenialCode::ApprovalExpired
@@ -104,199 +104,245 @@ impl ApprovalStore {
         } else {
             DenialCode::ApprovalRequired
         };
-        self.prune(now);
-        let token = self.ask(binding, now);
-        Lookup::Refused(code, token)
+        let ttl = self.ttl;
+        // Requests well past their expiry are forgotten; a used or expired one is kept one more period
+        // so that a retry is told it was reused or expired, not asked again at once.
+        requests.retain(|_, r| now < r.expires + ttl);
+        let token = ask(&mut requests, call, now + ttl, now);
+        Consumed::Pending { code, token }
     }
 
-    /// Leaves a pending request for this call (one per call: asking twice gives the same token).
-    fn ask(&mut self, binding: Binding, now: Instant) -> Option<Arc<str>> {
-        let pending = self
-            .requests
-            .iter()
-            .find(|(_, r)| r.state == State::Pending && r.binding == binding && now < r.expires);
-        if let Some((token, _)) = pending {
-            return Some(token.clone());
-        }
-        if self.requests.len() >= MAX_REQUESTS {
-            return None;
-        }
-        let token: Arc<str> = new_token()?.into();
-        self.requests.insert(
-            token.clone(),
-            Request {
-                binding,
-                state: State::Pending,
-                expires: now + self.ttl,
-            },
-        );
-        Some(token)
-    }
-
-    /// Approves a pending request; it then lets its call run once until it expires.
-    pub(crate) fn approve(&mut self, token: &str, now: Instant) -> Result<Binding, ApproveError> {
-        let request = self
-            .requests
-            .get_mut(token)
-            .ok_or(ApproveError::UnknownToken)?;
+    /// Answers a pending request; an approval then lets its call run once until it expires.
+    pub(crate) fn answer_at(
+        &self,
+        token: &str,
+        answer: Answer,
+        now: Instant,
+    ) -> Result<Binding, ApproveError> {
+        let mut requests = self.lock();
+        let request = requests.get_mut(token).ok_or(ApproveError::UnknownToken)?;
         if now >= request.expires {
             return Err(ApproveError::Expired);
         }
         match request.state {
             State::Pending => {
-                request.state = State::Approved;
+                request.state = State::Answered(answer);
                 Ok(request.binding.clone())
             }
-            State::Approved => Err(ApproveError::AlreadyApproved),
+            State::Answered(_) => Err(ApproveError::AlreadyApproved),
             State::Used => Err(ApproveError::AlreadyUsed),
         }
     }
 
-    /// Forgets requests well past their expiry; a used or expired one is kept one more period so that a
-    /// retry is told it was reused or expired, not asked again at once.
-    fn prune(&mut self, now: Instant) {
+    #[cfg(test)]
+    fn prune(&self, now: Instant) {
         let ttl = self.ttl;
-        self.requests.retain(|_, r| now < r.expires + ttl);
+        self.lock().retain(|_, r| now < r.expires + ttl);
     }
 }
 
-pub(crate) fn binding(
-    tool: &'static str,
-    arguments_digest: String,
-    shown_digest: String,
-    risk: Risk,
-) -> Binding {
-    Binding {
-        tool,
-        arguments_digest,
-        shown_digest,
-        risk,
-        policy_version: POLICY_VERSION,
+/// Leaves a pending request for this call (one per call: asking twice gives the same token), unless the
+/// agent holds as many requests as it may.
+fn ask(
+    requests: &mut HashMap<Arc<str>, Request>,
+    call: &ApprovalCall,
+    expires: Instant,
+    now: Instant,
+) -> Option<String> {
+    let pending = requests.iter().find(|(_, r)| {
+        r.state == State::Pending && r.binding == call.binding && r.agent == call.agent && now < r.expires
+    });
+    if let Some((token, _)) = pending {
+        return Some(token.to_string());
+    }
+    let held = requests.values().filter(|r| r.agent == call.agent).count();
+    if held >= MAX_REQUESTS {
+        return None;
+    }
+    let token = new_token()?;
+    requests.insert(
+        Arc::from(token.as_str()),
+        Request {
+            binding: call.binding.clone(),
+            agent: call.agent.clone(),
+            state: State::Pending,
+            expires,
+        },
+    );
+    Some(token)
+}
+
+impl ApprovalStore for MemoryStore {
+    fn consume<'a>(&'a self, call: &'a ApprovalCall) -> StoreFuture<'a, Result<Consumed, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.lookup(call, Instant::now()))))
+    }
+
+    fn answer<'a>(
+        &'a self,
+        token: &'a str,
+        answer: Answer,
+    ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
+        Box::pin(std::future::ready(self.answer_at(token, answer, Instant::now())))
     }
 }
 
 /// 128 random bits from the operating system, as hex; `None` if it has none to give (then no token is
 /// issued, and the call stays refused).
-fn new_token() -> Option<String> {
+pub(crate) fn new_token() -> Option<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).ok()?;
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// [`Gate::approve`](crate::Gate::approve) could not approve a token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ApproveError {
-    /// No request has this token (never issued, or forgotten long after it expired).
-    UnknownToken,
-    /// The request expired before it was approved.
-    Expired,
-    /// The request was approved already.
-    AlreadyApproved,
-    /// The approval was used already: it ran its call once.
-    AlreadyUsed,
-    /// The gate does not take two-step approvals.
-    NotEnabled,
-}
-
-impl fmt::Display for ApproveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ApproveError::UnknownToken => "no approval request has this token",
-            ApproveError::Expired => "the approval request expired",
-            ApproveError::AlreadyApproved => "the request is approved already",
-            ApproveError::AlreadyUsed => "the approval was used already",
-            ApproveError::NotEnabled => "this gate does not take two-step approvals",
-        })
-    }
-}
-
-impl std::error::Error for ApproveError {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{Mode, Risk};
 
-    fn call(digest: &str) -> Binding {
-        binding(
-            "users.delete",
-            digest.to_owned(),
-            format!("shown {digest}"),
-            Risk::HighWrite,
-        )
+    fn call(digest: &str) -> ApprovalCall {
+        ApprovalCall {
+            binding: Binding::new(
+                "users.delete",
+                digest,
+                format!("shown {digest}"),
+                Risk::HighWrite,
+            ),
+            agent: None,
+            mode: Mode::FullAuto,
+            manifest: String::new(),
+            arguments: None,
+        }
     }
 
-    fn token(lookup: Lookup) -> Arc<str> {
-        match lookup {
-            Lookup::Refused(DenialCode::ApprovalRequired, Some(token)) => token,
+    fn approve() -> Answer {
+        Answer::Approve {
+            by: "ops".into(),
+            for_session: false,
+        }
+    }
+
+    fn store(ttl: Duration) -> MemoryStore {
+        MemoryStore::new(ttl).unwrap()
+    }
+
+    fn token(consumed: Consumed) -> String {
+        match consumed {
+            Consumed::Pending {
+                code: DenialCode::ApprovalRequired,
+                token: Some(token),
+            } => token,
             other => panic!("expected a new request, got {other:?}"),
         }
+    }
+
+    fn pending(code: DenialCode) -> impl Fn(&Consumed) -> bool {
+        move |consumed| matches!(consumed, Consumed::Pending { code: c, token: Some(_) } if *c == code)
     }
 
     #[test]
     fn approve_then_run_once() {
         let t0 = Instant::now();
-        let mut store = ApprovalStore::new(Duration::from_secs(60));
-        let token = token(store.lookup(call("a"), t0));
+        let store = store(Duration::from_secs(60));
+        let token = token(store.lookup(&call("a"), t0));
         assert_eq!(token.len(), 32);
         // Asking again before approval gives the same pending token.
         assert_eq!(
-            store.lookup(call("a"), t0),
-            Lookup::Refused(DenialCode::ApprovalRequired, Some(token.clone()))
+            store.lookup(&call("a"), t0),
+            Consumed::Pending {
+                code: DenialCode::ApprovalRequired,
+                token: Some(token.clone())
+            }
         );
-        assert_eq!(store.approve(&token, t0), Ok(call("a")));
+        assert_eq!(store.answer_at(&token, approve(), t0), Ok(call("a").binding));
         assert_eq!(
-            store.approve(&token, t0),
+            store.answer_at(&token, approve(), t0),
             Err(ApproveError::AlreadyApproved)
         );
-        assert!(matches!(
-            store.lookup(call("b"), t0),
-            Lookup::Refused(DenialCode::ApprovalMismatch, Some(_))
-        ));
-        assert_eq!(store.lookup(call("a"), t0), Lookup::Approved);
-        assert!(matches!(
-            store.lookup(call("a"), t0),
-            Lookup::Refused(DenialCode::ApprovalReused, Some(_))
-        ));
-        assert_eq!(store.approve(&token, t0), Err(ApproveError::AlreadyUsed));
-        assert_eq!(store.approve("nope", t0), Err(ApproveError::UnknownToken));
+        assert!(pending(DenialCode::ApprovalMismatch)(&store.lookup(&call("b"), t0)));
+        assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(approve()));
+        assert!(pending(DenialCode::ApprovalReused)(&store.lookup(&call("a"), t0)));
+        assert_eq!(
+            store.answer_at(&token, approve(), t0),
+            Err(ApproveError::AlreadyUsed)
+        );
+        assert_eq!(
+            store.answer_at("nope", approve(), t0),
+            Err(ApproveError::UnknownToken)
+        );
+    }
+
+    #[test]
+    fn a_rejection_is_read_once_by_its_call() {
+        let t0 = Instant::now();
+        let store = store(Duration::from_secs(60));
+        let token = token(store.lookup(&call("a"), t0));
+        let reject = Answer::Reject {
+            by: "ops".into(),
+            reason: "not today".into(),
+            stop: false,
+        };
+        store.answer_at(&token, reject.clone(), t0).unwrap();
+        // A rejection of one call says nothing of another: no mismatch.
+        assert!(pending(DenialCode::ApprovalRequired)(&store.lookup(&call("b"), t0)));
+        assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(reject));
+        assert!(pending(DenialCode::ApprovalReused)(&store.lookup(&call("a"), t0)));
     }
 
     #[test]
     fn bound_to_risk_and_expiry() {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(60);
-        let mut store = ApprovalStore::new(ttl);
-        let token = token(store.lookup(call("a"), t0));
-        store.approve(&token, t0).unwrap();
+        let store = store(ttl);
+        let token = token(store.lookup(&call("a"), t0));
+        store.answer_at(&token, approve(), t0).unwrap();
         let mut higher = call("a");
-        higher.risk = Risk::LowWrite;
-        assert!(matches!(
-            store.lookup(higher, t0),
-            Lookup::Refused(DenialCode::ApprovalMismatch, _)
-        ));
-        assert!(matches!(
-            store.lookup(call("a"), t0 + ttl),
-            Lookup::Refused(DenialCode::ApprovalExpired, Some(_))
-        ));
-        let late = token_of_new(&mut store, t0);
-        assert_eq!(store.approve(&late, t0 + ttl), Err(ApproveError::Expired));
-    }
-
-    fn token_of_new(store: &mut ApprovalStore, now: Instant) -> Arc<str> {
-        match store.lookup(call("fresh"), now) {
-            Lookup::Refused(DenialCode::ApprovalMismatch, Some(token)) => token,
+        higher.binding.risk = Risk::LowWrite;
+        assert!(pending(DenialCode::ApprovalMismatch)(&store.lookup(&higher, t0)));
+        assert!(pending(DenialCode::ApprovalExpired)(&store.lookup(&call("a"), t0 + ttl)));
+        let late = match store.lookup(&call("fresh"), t0) {
+            Consumed::Pending {
+                code: DenialCode::ApprovalMismatch,
+                token: Some(token),
+            } => token,
             other => panic!("expected a mismatch with a new token, got {other:?}"),
-        }
+        };
+        assert_eq!(
+            store.answer_at(&late, approve(), t0 + ttl),
+            Err(ApproveError::Expired)
+        );
     }
 
     #[test]
-    fn tokens_are_distinct() {
+    fn tokens_are_distinct_and_requests_bounded_per_agent() {
         let t0 = Instant::now();
-        let mut store = ApprovalStore::new(Duration::from_secs(60));
-        let a = token(store.lookup(call("a"), t0));
-        let b = token(store.lookup(call("b"), t0));
+        let store = store(Duration::from_secs(60));
+        let a = token(store.lookup(&call("a"), t0));
+        let b = token(store.lookup(&call("b"), t0));
         assert_ne!(a, b);
+        let mut other_agent = call("a");
+        other_agent.agent = Some("other".into());
+        assert_ne!(token(store.lookup(&other_agent, t0)), a, "one request per agent and call");
+        for i in 0..MAX_REQUESTS {
+            let _ = store.lookup(&call(&format!("n{i}")), t0);
+        }
+        assert!(matches!(
+            store.lookup(&call("one too many"), t0),
+            Consumed::Pending { token: None, .. }
+        ));
+        let mut third = call("c");
+        third.agent = Some("third".into());
+        assert!(
+            matches!(store.lookup(&third, t0), Consumed::Pending { token: Some(_), .. }),
+            "another agent still asks"
+        );
+    }
+
+    #[test]
+    fn a_time_to_live_must_fit() {
+        assert!(MemoryStore::new(Duration::ZERO).is_none());
+        assert!(MemoryStore::new(Duration::MAX).is_none());
+        assert!(MemoryStore::new(MAX_APPROVAL_TTL + Duration::from_nanos(1)).is_none());
+        assert_eq!(MemoryStore::new(MAX_APPROVAL_TTL).unwrap().ttl(), MAX_APPROVAL_TTL);
     }
 
     // The boundaries, to the instant: a request lives until `expires`, excluded, and is forgotten one
@@ -305,27 +351,43 @@ mod tests {
     fn a_pending_request_ends_at_its_expiry_exactly() {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(60);
-        let mut store = ApprovalStore::new(ttl);
-        let first = token(store.lookup(call("a"), t0));
+        let store = store(ttl);
+        let first = token(store.lookup(&call("a"), t0));
         let just_before = t0 + ttl - Duration::from_nanos(1);
-        assert_eq!(token(store.lookup(call("a"), just_before)), first);
-        let at_expiry = token(store.lookup(call("a"), t0 + ttl));
+        assert_eq!(token(store.lookup(&call("a"), just_before)), first);
+        let at_expiry = token(store.lookup(&call("a"), t0 + ttl));
         assert_ne!(
             at_expiry, first,
             "an expired request is not handed out again"
         );
-        assert_eq!(store.approve(&first, t0 + ttl), Err(ApproveError::Expired));
+        assert_eq!(
+            store.answer_at(&first, approve(), t0 + ttl),
+            Err(ApproveError::Expired)
+        );
     }
 
     #[test]
     fn a_request_is_forgotten_one_time_to_live_after_its_expiry_exactly() {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(60);
-        let mut store = ApprovalStore::new(ttl);
-        let first = token(store.lookup(call("a"), t0));
+        let store = store(ttl);
+        let first = token(store.lookup(&call("a"), t0));
         store.prune(t0 + ttl + ttl - Duration::from_nanos(1));
-        assert_eq!(store.approve(&first, t0), Ok(call("a")), "still known");
+        assert_eq!(
+            store.answer_at(&first, approve(), t0),
+            Ok(call("a").binding),
+            "still known"
+        );
+        let second = match store.lookup(&call("b"), t0) {
+            Consumed::Pending {
+                token: Some(token), ..
+            } => token,
+            other => panic!("expected a request, got {other:?}"),
+        };
         store.prune(t0 + ttl + ttl);
-        assert_eq!(store.approve(&first, t0), Err(ApproveError::UnknownToken));
+        assert_eq!(
+            store.answer_at(&second, approve(), t0),
+            Err(ApproveError::UnknownToken)
+        );
     }
 }

@@ -33,6 +33,7 @@ impl AuditRecord {
             agent: None,
             arguments: None,
             arguments_digest: None,
+            by: None,
             call: 0,
             code: None,
             decision: None,

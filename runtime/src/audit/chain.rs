@@ -417,6 +417,7 @@ mod tests {
             agent,
             arguments,
             arguments_digest,
+            by,
             call: _,
             code,
             decision,
@@ -437,6 +438,7 @@ mod tests {
         *agent = Some("a".into());
         *arguments = Some("{}".into());
         *arguments_digest = Some("d".into());
+        *by = Some("b".into());
         *code = Some("c".into());
         *decision = Some(Decision::Approved);
         *declared_risk = Some(Risk::HighWrite);
@@ -451,7 +453,7 @@ mod tests {
             .expect("AuditRecord's fields must be declared in sorted order");
         let parsed: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&out).unwrap();
-        assert_eq!(parsed.len(), 22);
+        assert_eq!(parsed.len(), 23);
         assert_eq!(serde_json::to_vec(&parsed).unwrap(), out);
     }
 

@@ -135,7 +135,10 @@ impl PromotionReport {
             (Stage::Enter, decision) => {
                 let row = self.row(record);
                 row.allowed += 1;
-                row.approved += u64::from(decision == Some(Decision::Approved));
+                row.approved += u64::from(matches!(
+                    decision,
+                    Some(Decision::Approved | Decision::Granted)
+                ));
                 return;
             }
             (Stage::Refused, _) => record.code.as_deref().unwrap_or("UNKNOWN"),

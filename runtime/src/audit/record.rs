@@ -21,6 +21,11 @@ pub enum Stage {
     ModeLowered,
     /// An operator approved a pending two-step approval.
     ApprovalGranted,
+    /// An approver granted a tool (or one call of it) for the rest of the gate's session; `by` says who,
+    /// `message` the scope and time to live.
+    SessionGranted,
+    /// Session grants were revoked; `message` says how many.
+    GrantRevoked,
 }
 
 /// The decision about a call.
@@ -31,6 +36,8 @@ pub enum Decision {
     Allowed,
     /// Allowed after an approval.
     Approved,
+    /// Allowed by a session grant, without asking again.
+    Granted,
     /// Refused.
     Refused,
 }
@@ -69,6 +76,9 @@ pub struct AuditRecord {
     /// sha256 (hex) of the call's canonical JSON arguments, where they are known and serializable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_digest: Option<String>,
+    /// Who approved or rejected the call, granted or revoked a session grant, or lowered the mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
     /// Pairs an `enter` record with its `exit` record: unique per call within a gate.
     pub call: u64,
     /// The refusal code, for refused calls (and `exit` records of outcome `refused`).

@@ -40,6 +40,7 @@ impl AuditSink for TracingSink {
             call = r.call,
             gate = r.gate,
             agent = r.agent.as_deref(),
+            by = r.by.as_deref(),
             arguments_digest = r.arguments_digest.as_deref(),
             output_digest = r.output_digest.as_deref(),
             arguments = r.arguments.as_deref(),
@@ -60,6 +61,8 @@ fn stage_name(stage: Stage) -> &'static str {
         Stage::Refused => "refused",
         Stage::ModeLowered => "mode_lowered",
         Stage::ApprovalGranted => "approval_granted",
+        Stage::SessionGranted => "session_granted",
+        Stage::GrantRevoked => "grant_revoked",
     }
 }
 
@@ -67,6 +70,7 @@ fn decision_name(decision: Decision) -> &'static str {
     match decision {
         Decision::Allowed => "allowed",
         Decision::Approved => "approved",
+        Decision::Granted => "granted",
         Decision::Refused => "refused",
     }
 }
@@ -195,10 +199,17 @@ mod tests {
             Stage::Refused,
             Stage::ModeLowered,
             Stage::ApprovalGranted,
+            Stage::SessionGranted,
+            Stage::GrantRevoked,
         ] {
             assert_eq!(json(stage), format!("\"{}\"", stage_name(stage)));
         }
-        for decision in [Decision::Allowed, Decision::Approved, Decision::Refused] {
+        for decision in [
+            Decision::Allowed,
+            Decision::Approved,
+            Decision::Granted,
+            Decision::Refused,
+        ] {
             assert_eq!(json(decision), format!("\"{}\"", decision_name(decision)));
         }
         for outcome in [

@@ -319,6 +319,32 @@ pub fn decide(
     deciding::decide_by_name(entry, outright, gate_parameter, &call)
 }
 
+/// [`decide`] for an async tool: the decision may wait for an async approver or a store
+/// ([`resume`]).
+#[doc(hidden)]
+#[inline]
+pub fn decide_async(
+    entry: &'static ToolEntry,
+    outright: bool,
+    gate_parameter: Option<&Gate>,
+    escalated: Option<Risk>,
+    arguments: &[ArgRef<'_>],
+    record_arguments: bool,
+) -> deciding::DecidingByName {
+    let call = CallInfo {
+        escalated,
+        arguments,
+        record_arguments,
+    };
+    deciding::decide_by_name_async(entry, outright, gate_parameter, &call)
+}
+
+/// Waits for a decision [`decide_async`] left waiting.
+#[doc(hidden)]
+pub async fn resume(waiting: deciding::Waiting) -> Result<Decided, Denied> {
+    waiting.resume_handed().await
+}
+
 /// Enters `gate` for a sync call by name, until the guard is dropped.
 #[doc(hidden)]
 #[inline]

@@ -12,14 +12,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use crate::approval::two_step::{self, Lookup};
-use crate::approval::{Approval, ApprovalRequest};
+use crate::approval::store::{Answer, ApprovalCall, Binding, Consumed, StoreError};
+use crate::approval::{AnyApprover, Approval, ApprovalRequest, DEFAULT_SESSION_TTL, SessionGrant};
 use crate::audit::{AuditRecord, Decision, Stage};
 use crate::gate::ambient::STACK;
 use crate::gate::call::{ArgRef, Arguments, CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Exit, Permit, close_refused};
-use crate::gate::{Gate, lock};
+use crate::gate::wait::{block_on, catch_unwind_future};
+use crate::gate::{Gate, grants};
 use crate::policy::{self, DenialCode, Facts, Mode, Risk, Verdict};
 use crate::registry::ToolEntry;
 
@@ -88,7 +89,7 @@ impl Gate {
             allowed_modes: manifest.allowed_modes,
             mode,
             deny_listed: rule.is_some(),
-            can_approve: self.inner.approver.is_some() || self.inner.two_step.is_some(),
+            can_approve: self.inner.approver.is_some() || self.inner.store.is_some(),
         })
     }
 
@@ -116,19 +117,32 @@ impl Gate {
         Err(self.refusal(entry, now, code).with_risk(risk.get()))
     }
 
-    /// Decides one call in full: policy, then approval; records a refusal where the gate audits.
-    #[cold]
-    pub(crate) fn decide(
+    /// Decides one call in full against this gate, up to what it must wait for: policy, a session
+    /// grant, then an approver or the store. `Waits::Blocking` (a sync tool) never returns
+    /// [`Step::Ask`]: it waits for the store on this thread, and refuses a call its async approver
+    /// would have to answer.
+    fn decide_step<A: ArgumentSource>(
         &self,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,
-        arguments: &mut LazyArguments<'_>,
-    ) -> Result<(Mode, Decision), Denied> {
-        let result = match self.verdict_at(entry, risk) {
-            (mode, Verdict::Allow) => Ok((mode, Decision::Allowed)),
-            (mode, Verdict::Refuse(code)) => Err(self.refusal(entry, mode, code)),
-            (mode, Verdict::NeedsApproval) => self.approval(entry, mode, risk, arguments),
-        };
+        arguments: &mut A,
+        waits: Waits,
+    ) -> Step {
+        match self.verdict_at(entry, risk) {
+            (mode, Verdict::Allow) => Step::Done(Ok(Allowed::by_policy(mode))),
+            (mode, Verdict::Refuse(code)) => Step::Done(Err(self.refusal(entry, mode, code))),
+            (mode, Verdict::NeedsApproval) => self.approval(entry, mode, risk, arguments, waits),
+        }
+    }
+
+    /// A decision's end in this gate: a refusal is judged at the call's risk and recorded.
+    fn settle<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        arguments: &mut A,
+        result: Result<Allowed, Denied>,
+    ) -> Result<Allowed, Denied> {
         result.map_err(|denied| {
             let denied = denied.with_risk(risk.get());
             self.record_refusal(entry, &denied, arguments);
@@ -136,53 +150,256 @@ impl Gate {
         })
     }
 
-    fn approval(
+    fn approval<A: ArgumentSource>(
         &self,
         entry: &'static ToolEntry,
         mode: Mode,
         risk: EffectiveRisk,
-        arguments: &mut LazyArguments<'_>,
-    ) -> Result<(Mode, Decision), Denied> {
+        arguments: &mut A,
+        waits: Waits,
+    ) -> Step {
         let manifest = &entry.manifest;
         let refused = |code| refuse(entry, code, risk.get(), Some(mode));
-        if let Some(approver) = self.inner.approver.as_deref() {
-            let written = arguments.get();
-            let request = ApprovalRequest {
-                tool: manifest,
+        if let Some(by) = self.granted(entry, risk, arguments) {
+            return Step::Done(Ok(Allowed {
                 mode,
-                risk: risk.get(),
-                arguments: written.map(|a| a.json.as_str()),
-                arguments_digest: written.map(|a| a.digest.as_str()),
-            };
-            let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
-                .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
-            return match answer {
-                Approval::Reject(reason) if reason.trim().is_empty() => {
-                    Err(refused(DenialCode::ApprovalRejected))
-                }
-                Approval::Reject(reason) => {
-                    Err(refused(DenialCode::ApprovalRejected).with_detail(reason.into()))
-                }
-                // A mode lowered while the approver thought is caught by the re-check before the body.
-                Approval::Approve => Ok((mode, Decision::Approved)),
-            };
+                decision: Decision::Granted,
+                by: Some(by),
+            }));
         }
-        let Some(store) = &self.inner.two_step else {
-            return Err(refused(DenialCode::ApprovalRequired));
+        match (&self.inner.approver, waits) {
+            (Some(AnyApprover::Sync(approver)), _) => {
+                let written = arguments.get();
+                let request = ApprovalRequest {
+                    tool: manifest,
+                    mode,
+                    risk: risk.get(),
+                    arguments: written.map(|a| a.json.as_str()),
+                    arguments_digest: written.map(|a| a.digest.as_str()),
+                };
+                let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
+                    .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
+                return Step::Done(self.answered(
+                    entry,
+                    mode,
+                    risk,
+                    answer,
+                    approver.name(),
+                    arguments,
+                ));
+            }
+            (Some(AnyApprover::Async(_)), Waits::Async) => return Step::Ask(mode, Ask::Approver),
+            (Some(AnyApprover::Async(_)), Waits::Blocking) => {
+                return Step::Done(Err(refused(DenialCode::ApprovalRequired).with_detail(
+                    "the gate's approver is async, and a sync tool cannot wait for it without \
+                     blocking its thread: make the tool `async`, or give the gate a sync approver"
+                        .into(),
+                )));
+            }
+            (None, _) => {}
+        }
+        let Some(store) = &self.inner.store else {
+            return Step::Done(Err(refused(DenialCode::ApprovalRequired)));
         };
         let Some((digest, shown)) = arguments.binding() else {
-            return Err(refused(DenialCode::ApprovalRequired).with_detail(
+            return Step::Done(Err(refused(DenialCode::ApprovalRequired).with_detail(
                 "a two-step approval is bound to the call's arguments (and a method's receiver), \
                  and this tool's are not serializable"
                     .into(),
-            ));
+            )));
         };
-        let binding = two_step::binding(manifest.id, digest, shown, risk.get());
-        match lock(store).lookup(binding, Instant::now()) {
-            Lookup::Approved => Ok((mode, Decision::Approved)),
-            Lookup::Refused(code, Some(token)) => Err(refused(code).with_approval_token(token)),
-            Lookup::Refused(code, None) => Err(refused(code)),
+        let call = ApprovalCall {
+            binding: Binding::new(manifest.id, digest, shown, risk.get()),
+            agent: self.inner.agent.as_deref().map(str::to_owned),
+            mode,
+            manifest: serde_json::to_string(manifest).unwrap_or_default(),
+            arguments: arguments.get().map(|a| a.json.clone()),
+        };
+        match waits {
+            Waits::Async => Step::Ask(mode, Ask::Store(call)),
+            Waits::Blocking => {
+                let consumed = block_on(store.consume(&call));
+                Step::Done(self.consumed(entry, mode, risk, consumed, arguments))
+            }
         }
+    }
+
+    /// Waits for what [`Gate::decide_step`] asked for.
+    async fn ask<A: ArgumentSource + Send>(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        ask: Ask,
+        arguments: &mut A,
+    ) -> Result<Allowed, Denied> {
+        let refused = |code| refuse(entry, code, risk.get(), Some(mode));
+        match (ask, &self.inner.approver, &self.inner.store) {
+            (Ask::Approver, Some(AnyApprover::Async(approver)), _) => {
+                let (json, digest) = arguments
+                    .get()
+                    .map(|a| (a.json.clone(), a.digest.clone()))
+                    .unzip();
+                let request = ApprovalRequest {
+                    tool: &entry.manifest,
+                    mode,
+                    risk: risk.get(),
+                    arguments: json.as_deref(),
+                    arguments_digest: digest.as_deref(),
+                };
+                let answer = catch_unwind_future(approver.approve(&request))
+                    .await
+                    .unwrap_or_else(|()| Approval::Reject("the approver panicked".to_owned()));
+                self.answered(entry, mode, risk, answer, approver.name(), arguments)
+            }
+            (Ask::Store(call), _, Some(store)) => {
+                let consumed = store.consume(&call).await;
+                self.consumed(entry, mode, risk, consumed, arguments)
+            }
+            // The gate's approver and store are fixed when it is built: this cannot happen, and would
+            // refuse.
+            _ => Err(refused(DenialCode::ApprovalRequired)),
+        }
+    }
+
+    /// Who granted this call for the session, if a live grant covers it.
+    fn granted<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        arguments: &mut A,
+    ) -> Option<String> {
+        let mut grants = grants::lock(&self.inner.grants);
+        if grants.is_empty() {
+            return None;
+        }
+        let binding = arguments.binding().map(|(digest, _)| digest);
+        grants.covering(entry.manifest.id, risk.get(), binding.as_deref(), Instant::now())
+    }
+
+    /// An approver's answer, carried out.
+    fn answered<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        answer: Approval,
+        by: &str,
+        arguments: &mut A,
+    ) -> Result<Allowed, Denied> {
+        let approved = Ok(Allowed {
+            mode,
+            decision: Decision::Approved,
+            by: Some(by.to_owned()),
+        });
+        match answer {
+            Approval::Approve => approved,
+            Approval::ApproveForSession(grant) => {
+                self.grant(entry, risk, grant, by, arguments);
+                approved
+            }
+            Approval::Reject(reason) => Err(self.rejected(entry, mode, risk, by, &reason, false)),
+            Approval::Stop(reason) => Err(self.rejected(entry, mode, risk, by, &reason, true)),
+        }
+    }
+
+    /// A store's answer, carried out.
+    fn consumed<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        consumed: Result<Consumed, StoreError>,
+        arguments: &mut A,
+    ) -> Result<Allowed, Denied> {
+        let refused = |code| refuse(entry, code, risk.get(), Some(mode));
+        match consumed {
+            Ok(Consumed::Answered(Answer::Approve { by, for_session })) => {
+                if for_session {
+                    let grant = SessionGrant::tool(DEFAULT_SESSION_TTL).exact_arguments();
+                    self.grant(entry, risk, grant, &by, arguments);
+                }
+                Ok(Allowed {
+                    mode,
+                    decision: Decision::Approved,
+                    by: Some(by),
+                })
+            }
+            Ok(Consumed::Answered(Answer::Reject { by, reason, stop })) => {
+                Err(self.rejected(entry, mode, risk, &by, &reason, stop))
+            }
+            Ok(Consumed::Pending {
+                code,
+                token: Some(token),
+            }) => Err(refused(code).with_approval_token(token.into())),
+            Ok(Consumed::Pending { code, token: None }) => Err(refused(code)),
+            Err(error) => {
+                Err(refused(DenialCode::ApprovalStoreUnavailable).with_detail(error.to_string().into()))
+            }
+        }
+    }
+
+    /// A rejection, with the reason the agent reads; `stop` lowers the gate to SHADOW first.
+    fn rejected(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        by: &str,
+        reason: &str,
+        stop: bool,
+    ) -> Denied {
+        let reason = reason.trim();
+        if stop {
+            let why = if reason.is_empty() { "no reason given" } else { reason };
+            // Lowering to SHADOW is always allowed: it is the lowest mode.
+            let _ = self.lower_by(Mode::Shadow, &format!("{by}, rejecting `{}`: {why}", entry.manifest.id));
+        }
+        let denied = refuse(entry, DenialCode::ApprovalRejected, risk.get(), Some(mode)).with_by(by);
+        match (reason.is_empty(), stop) {
+            (true, false) => denied,
+            (false, false) => denied.with_detail(reason.into()),
+            (true, true) => denied.with_detail("the gate is stopped (SHADOW)".into()),
+            (false, true) => denied.with_detail(format!("{reason}; the gate is stopped (SHADOW)").into()),
+        }
+    }
+
+    /// Makes a session grant and records it.
+    fn grant<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        grant: SessionGrant,
+        by: &str,
+        arguments: &mut A,
+    ) {
+        let binding = arguments.binding();
+        let now = Instant::now();
+        let made = grants::lock(&self.inner.grants).grant(
+            entry.manifest.id,
+            risk.get(),
+            grant,
+            binding.as_ref().map(|(digest, _)| digest.clone()),
+            by,
+            now,
+        );
+        if !made || self.inner.audit.is_none() {
+            return;
+        }
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let scope = if grant.is_exact() { "these arguments" } else { "every call" };
+        let record = AuditRecord {
+            arguments_digest: grant.is_exact().then(|| binding.map(|(_, shown)| shown)).flatten(),
+            by: Some(by.to_owned()),
+            effective_risk: Some(risk.get()),
+            message: Some(format!(
+                "granted for the session, {scope} at {} or lower, for {} s",
+                risk.get(),
+                grant.ttl().as_secs()
+            )),
+            ..self.record(Stage::SessionGranted, Cow::Borrowed(entry.manifest.id), self.mode(), call)
+        };
+        self.write_after_the_fact(&record);
     }
 
     /// Records a call by name that stopped at the door, before any decision: an unknown id, a tool with
@@ -210,11 +427,11 @@ impl Gate {
         self.write_after_the_fact(&record);
     }
 
-    pub(crate) fn record_refusal(
+    pub(crate) fn record_refusal<A: ArgumentSource>(
         &self,
         entry: &'static ToolEntry,
         denied: &Denied,
-        arguments: &mut LazyArguments<'_>,
+        arguments: &mut A,
     ) {
         if self.inner.audit.is_none() {
             return;
@@ -224,6 +441,7 @@ impl Gate {
         let record = AuditRecord {
             arguments: arguments.recorded(),
             arguments_digest: arguments.get().map(|a| a.digest.clone()),
+            by: denied.by().map(str::to_owned),
             code: Some(Cow::Borrowed(denied.code().as_str())),
             decision: Some(Decision::Refused),
             declared_risk: Some(entry.manifest.risk_level),
@@ -235,14 +453,14 @@ impl Gate {
     }
 
     /// Writes the `enter` record of an allowed call; the body may run only if this succeeds.
-    pub(crate) fn record_enter(
+    pub(crate) fn record_enter<A: ArgumentSource>(
         &self,
         entry: &'static ToolEntry,
-        mode: Mode,
-        decision: Decision,
+        allowed: &Allowed,
         risk: EffectiveRisk,
-        arguments: &mut LazyArguments<'_>,
+        arguments: &mut A,
     ) -> Result<Option<crate::gate::permit::Exit>, Denied> {
+        let (mode, decision) = (allowed.mode, allowed.decision);
         let Some(sink) = &self.inner.audit else {
             return Ok(None);
         };
@@ -251,6 +469,7 @@ impl Gate {
         let record = AuditRecord {
             arguments: arguments.recorded(),
             arguments_digest: arguments.get().map(|a| a.digest.clone()),
+            by: allowed.by.clone(),
             decision: Some(decision),
             declared_risk: Some(manifest.risk_level),
             effective_risk: Some(risk.get()),
@@ -274,10 +493,69 @@ impl Gate {
     }
 }
 
+/// What one gate decided of a call it allows.
+#[derive(Debug, Clone)]
+pub(crate) struct Allowed {
+    mode: Mode,
+    decision: Decision,
+    /// Who approved it, or granted it for the session.
+    by: Option<String>,
+}
+
+impl Allowed {
+    fn by_policy(mode: Mode) -> Allowed {
+        Allowed {
+            mode,
+            decision: Decision::Allowed,
+            by: None,
+        }
+    }
+}
+
+/// Whether a decision may wait for an async approver or store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waits {
+    /// A sync tool: it may block its own thread on the store, and cannot wait for an async approver.
+    Blocking,
+    /// An async tool: the decision stops and is awaited.
+    Async,
+}
+
+/// A gate's decision so far.
+enum Step {
+    Done(Result<Allowed, Denied>),
+    /// It waits for this, in this mode.
+    Ask(Mode, Ask),
+}
+
+/// What an async decision waits for.
+enum Ask {
+    /// The gate's async approver.
+    Approver,
+    /// The gate's store, about this call.
+    Store(ApprovalCall),
+}
+
+/// A call's arguments as a decision reads them: borrowed from the call and written at the first need
+/// ([`LazyArguments`]), or written out ([`WrittenArguments`]), which an async decision holds while it
+/// waits, since the call's own references to its arguments cannot cross threads.
+pub(crate) trait ArgumentSource {
+    /// The arguments as the log writes them; `None` where one is bound by a pattern.
+    fn get(&mut self) -> Option<&Arguments>;
+
+    /// The digest a two-step approval is bound to, and the digest the log shows.
+    fn binding(&mut self) -> Option<(String, String)>;
+
+    /// The arguments a record carries: written out (redacted ones redacted) for a tool that records
+    /// its arguments, the digest alone otherwise.
+    fn recorded(&mut self) -> Option<String>;
+}
+
 /// A call's arguments, written once at the first need.
 pub(crate) struct LazyArguments<'a> {
     call: &'a CallInfo<'a>,
     written: Option<Option<Arguments>>,
+    bound: Option<Option<String>>,
 }
 
 impl<'a> LazyArguments<'a> {
@@ -285,27 +563,63 @@ impl<'a> LazyArguments<'a> {
         LazyArguments {
             call,
             written: None,
+            bound: None,
         }
     }
 
-    /// The digest a two-step approval is bound to, and the digest the log shows.
-    pub(crate) fn binding(&mut self) -> Option<(String, String)> {
-        let call = self.call;
-        let arguments = self.get()?;
-        Some((call.binding(arguments)?, arguments.digest.clone()))
+    /// Everything a decision may still need, written out.
+    fn write_out(mut self) -> WrittenArguments {
+        let bound = self.binding().map(|(digest, _)| digest);
+        WrittenArguments {
+            written: self.get().cloned(),
+            bound,
+            record: self.call.record_arguments,
+        }
     }
+}
 
-    pub(crate) fn get(&mut self) -> Option<&Arguments> {
+impl ArgumentSource for LazyArguments<'_> {
+    fn get(&mut self) -> Option<&Arguments> {
         self.written
             .get_or_insert_with(|| self.call.arguments())
             .as_ref()
     }
 
-    /// The arguments a record carries: written out (redacted ones redacted) for a tool that records its
-    /// arguments, the digest alone otherwise.
-    pub(crate) fn recorded(&mut self) -> Option<String> {
+    fn binding(&mut self) -> Option<(String, String)> {
+        if self.bound.is_none() {
+            let call = self.call;
+            let bound = self.get().and_then(|arguments| call.binding(arguments));
+            self.bound = Some(bound);
+        }
+        let digest = self.bound.clone().flatten()?;
+        Some((digest, self.get()?.digest.clone()))
+    }
+
+    fn recorded(&mut self) -> Option<String> {
         let record = self.call.record_arguments;
         self.get().filter(|_| record).map(|a| a.json.clone())
+    }
+}
+
+/// [`LazyArguments`] written out.
+pub(crate) struct WrittenArguments {
+    written: Option<Arguments>,
+    bound: Option<String>,
+    record: bool,
+}
+
+impl ArgumentSource for WrittenArguments {
+    fn get(&mut self) -> Option<&Arguments> {
+        self.written.as_ref()
+    }
+
+    fn binding(&mut self) -> Option<(String, String)> {
+        Some((self.bound.clone()?, self.written.as_ref()?.digest.clone()))
+    }
+
+    fn recorded(&mut self) -> Option<String> {
+        let record = self.record;
+        self.written.as_ref().filter(|_| record).map(|a| a.json.clone())
     }
 }
 
@@ -429,10 +743,20 @@ fn decide_all(
 ) -> Result<Permit, Denied> {
     let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
     let mut arguments = LazyArguments::new(call);
-    let mut decisions = Vec::with_capacity(gates.len());
+    let mut allowed = Vec::with_capacity(gates.len());
     for (i, gate) in gates.iter().enumerate() {
-        match gate.decide(entry, risk, &mut arguments) {
-            Ok(decision) => decisions.push(decision),
+        let result = match gate.decide_step(entry, risk, &mut arguments, Waits::Blocking) {
+            Step::Done(result) => result,
+            // A blocking decision waits where it must: it never stops to ask.
+            Step::Ask(mode, _) => Err(refuse(
+                entry,
+                DenialCode::ApprovalRequired,
+                risk.get(),
+                Some(mode),
+            )),
+        };
+        match gate.settle(entry, risk, &mut arguments, result) {
+            Ok(decision) => allowed.push(decision),
             // The refusing gate recorded its refusal; the ones that allowed before it record it too.
             Err(denied) => {
                 return Err(abandon(
@@ -445,11 +769,22 @@ fn decide_all(
             }
         }
     }
+    enter_all(entry, gates, &allowed, risk, &mut arguments)
+}
+
+/// Writes the `enter` record of every gate that allowed the call, then re-checks every gate's mode.
+fn enter_all<A: ArgumentSource>(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    allowed: &[Allowed],
+    risk: EffectiveRisk,
+    arguments: &mut A,
+) -> Result<Permit, Denied> {
     // The exits owed so far are held in the permit: if a later gate's sink or an argument's `Serialize`
     // panics, they are written as the permit unwinds.
     let mut permit = Permit::unaudited();
-    for (i, (gate, &(mode, decision))) in gates.iter().zip(&decisions).enumerate() {
-        match gate.record_enter(entry, mode, decision, risk, &mut arguments) {
+    for (i, (gate, decision)) in gates.iter().zip(allowed).enumerate() {
+        match gate.record_enter(entry, decision, risk, arguments) {
             Ok(Some(exit)) => permit.push(exit),
             Ok(None) => {}
             // The failing gate's sink is what failed: every other gate records the refusal.
@@ -461,17 +796,142 @@ fn decide_all(
                     .map(|(_, g)| g.clone())
                     .collect();
                 let exits = permit.take_exits();
-                return Err(abandon(entry, &others, exits, denied, &mut arguments));
+                return Err(abandon(entry, &others, exits, denied, arguments));
             }
         }
     }
-    for (gate, &(mode, _)) in gates.iter().zip(&decisions) {
-        if let Err(denied) = gate.recheck(entry, mode, risk) {
+    for (gate, decision) in gates.iter().zip(allowed) {
+        if let Err(denied) = gate.recheck(entry, decision.mode, risk) {
             let exits = permit.take_exits();
-            return Err(abandon(entry, gates, exits, denied, &mut arguments));
+            return Err(abandon(entry, gates, exits, denied, arguments));
         }
     }
     Ok(permit)
+}
+
+/// An async call's decision: made now, or waiting for an approver or a store.
+#[doc(hidden)]
+pub enum Entering {
+    /// Decided.
+    Done(Result<Permit, Denied>),
+    /// Waiting: await [`Waiting::resume`].
+    Waiting(Waiting),
+}
+
+/// A decision that waits for an async approver or a store, holding everything it needs (the call's
+/// arguments written out), so that the future awaiting it stays `Send`.
+#[doc(hidden)]
+pub struct Waiting(Box<Suspended>);
+
+struct Suspended {
+    entry: &'static ToolEntry,
+    gates: Vec<Gate>,
+    /// The gate that asks, and what.
+    next: usize,
+    mode: Mode,
+    ask: Ask,
+    risk: EffectiveRisk,
+    allowed: Vec<Allowed>,
+    arguments: WrittenArguments,
+}
+
+/// [`decide_all`] for an async tool: it stops where a gate must wait.
+#[cold]
+fn decide_all_async(entry: &'static ToolEntry, gates: Vec<Gate>, call: &CallInfo<'_>) -> Entering {
+    let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
+    let mut arguments = LazyArguments::new(call);
+    let mut allowed = Vec::with_capacity(gates.len());
+    for i in 0..gates.len() {
+        let gate = &gates[i];
+        let result = match gate.decide_step(entry, risk, &mut arguments, Waits::Async) {
+            Step::Done(result) => result,
+            Step::Ask(mode, ask) => {
+                return Entering::Waiting(Waiting(Box::new(Suspended {
+                    entry,
+                    next: i,
+                    mode,
+                    ask,
+                    risk,
+                    allowed,
+                    arguments: arguments.write_out(),
+                    gates,
+                })));
+            }
+        };
+        match gate.settle(entry, risk, &mut arguments, result) {
+            Ok(decision) => allowed.push(decision),
+            Err(denied) => {
+                let denied = abandon(entry, &gates[..i], Vec::new(), denied, &mut arguments);
+                return Entering::Done(Err(denied));
+            }
+        }
+    }
+    Entering::Done(enter_all(entry, &gates, &allowed, risk, &mut arguments))
+}
+
+impl Waiting {
+    /// Waits for what the decision waits for, then decides the rest of it.
+    pub async fn resume(self) -> Result<Permit, Denied> {
+        let Suspended {
+            entry,
+            gates,
+            next,
+            mode,
+            ask,
+            risk,
+            mut allowed,
+            mut arguments,
+        } = *self.0;
+        let mut asked = Some((mode, ask));
+        for (i, gate) in gates.iter().enumerate().skip(next) {
+            let step = match asked.take() {
+                Some((mode, ask)) => Step::Ask(mode, ask),
+                None => gate.decide_step(entry, risk, &mut arguments, Waits::Async),
+            };
+            let result = match step {
+                Step::Done(result) => result,
+                Step::Ask(mode, ask) => gate.ask(entry, mode, risk, ask, &mut arguments).await,
+            };
+            match gate.settle(entry, risk, &mut arguments, result) {
+                Ok(decision) => allowed.push(decision),
+                Err(denied) => {
+                    return Err(abandon(entry, &gates[..i], Vec::new(), denied, &mut arguments));
+                }
+            }
+        }
+        enter_all(entry, &gates, &allowed, risk, &mut arguments)
+    }
+
+    /// [`Waiting::resume`] for a call by name: the decision, to hand over to the tool's check.
+    pub(crate) async fn resume_handed(self) -> Result<Decided, Denied> {
+        let entry = self.0.entry;
+        let permit = self.resume().await?;
+        Ok(Decided(Some(Box::new(Handed {
+            entry,
+            permit,
+            stack: stack_shape(),
+        }))))
+    }
+}
+
+/// [`check_not_allowed`] for an async tool.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_not_allowed_async(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Entering {
+    if call.escalated.is_none()
+        && let Some((mode, code)) = lone_refusal(entry, explicit)
+    {
+        let manifest = &entry.manifest;
+        return Entering::Done(Err(refuse(entry, code, manifest.risk_level, Some(mode))));
+    }
+    match gates_around(entry, explicit) {
+        Ok(gates) => decide_all_async(entry, gates, call),
+        Err(denied) => Entering::Done(Err(denied)),
+    }
 }
 
 /// Records a refusal in the log of each of `gates`: an `exit` of outcome `refused` where the gate wrote
@@ -482,7 +942,7 @@ fn abandon(
     gates: &[Gate],
     exits: Vec<Exit>,
     denied: Denied,
-    arguments: &mut LazyArguments<'_>,
+    arguments: &mut impl ArgumentSource,
 ) -> Denied {
     for gate in gates {
         if !exits.iter().any(|exit| exit.gate.id() == gate.id()) {
@@ -727,6 +1187,58 @@ pub(crate) fn decide_by_name(
         return Ok(Decided(None));
     }
     decide_by_name_slow(entry, gate_parameter, call)
+}
+
+/// An async call by name's decision: made now, or waiting for an approver or a store.
+#[doc(hidden)]
+pub enum DecidingByName {
+    /// Decided.
+    Done(Result<Decided, Denied>),
+    /// Waiting: await [`Waiting::resume_handed`] through `by_name::resume`.
+    Waiting(Waiting),
+}
+
+/// [`decide_by_name`] for an async tool, which may wait for an async approver or a store.
+#[inline]
+pub(crate) fn decide_by_name_async(
+    entry: &'static ToolEntry,
+    outright: bool,
+    gate_parameter: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> DecidingByName {
+    if call.escalated.is_none() && outright {
+        return DecidingByName::Done(Ok(Decided(None)));
+    }
+    let entering = match call.escalated {
+        None => check_not_allowed_async(entry, gate_parameter, call),
+        Some(_) => match gates_around(entry, gate_parameter) {
+            Ok(gates) => decide_all_async(entry, gates, call),
+            Err(denied) => Entering::Done(Err(denied)),
+        },
+    };
+    match entering {
+        Entering::Done(Ok(permit)) => DecidingByName::Done(Ok(Decided(Some(Box::new(Handed {
+            entry,
+            permit,
+            stack: stack_shape(),
+        }))))),
+        Entering::Done(Err(denied)) => DecidingByName::Done(Err(denied)),
+        Entering::Waiting(waiting) => DecidingByName::Waiting(waiting),
+    }
+}
+
+/// [`check_escalated`] for an async tool.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_escalated_async(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Entering {
+    match gates_around(entry, explicit) {
+        Ok(gates) => decide_all_async(entry, gates, call),
+        Err(denied) => Entering::Done(Err(denied)),
+    }
 }
 
 /// Decides as the tool's own check would: with its `&Gate` parameter, if it has one, first.

@@ -22,6 +22,8 @@ pub struct Denied {
     mode: Option<Mode>,
     detail: Option<Arc<str>>,
     approval_token: Option<Arc<str>>,
+    /// Who rejected the call, for the audit record.
+    by: Option<Arc<str>>,
 }
 
 impl Denied {
@@ -38,7 +40,17 @@ impl Denied {
             mode,
             detail: None,
             approval_token: None,
+            by: None,
         }
+    }
+
+    pub(crate) fn with_by(mut self, by: &str) -> Denied {
+        self.by = Some(by.into());
+        self
+    }
+
+    pub(crate) fn by(&self) -> Option<&str> {
+        self.by.as_deref()
     }
 
     pub(crate) fn with_approval_token(mut self, token: Arc<str>) -> Denied {
@@ -191,6 +203,11 @@ impl fmt::Display for Denied {
             DenialCode::ApprovalRejected => write!(
                 f,
                 "tool `{id}` ({risk}) was not approved in mode {mode}: {detail}"
+            ),
+            DenialCode::ApprovalStoreUnavailable => write!(
+                f,
+                "tool `{id}` ({risk}) did not run: it needs an approval in mode {mode}, and the \
+                 approval store failed ({detail}); retry when it is back"
             ),
             DenialCode::UnregisteredTool => write!(
                 f,

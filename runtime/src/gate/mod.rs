@@ -9,16 +9,19 @@ pub(crate) mod call;
 pub(crate) mod decide;
 pub(crate) mod denied;
 pub(crate) mod denylist;
+pub(crate) mod grants;
 pub(crate) mod permit;
+pub(crate) mod wait;
 
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::approval::Approver;
-use crate::approval::two_step::{ApprovalStore, ApproveError, DEFAULT_APPROVAL_TTL};
+use crate::approval::store::{Answer, ApprovalStore, ApproveError};
+use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL, MemoryStore};
+use crate::approval::{AnyApprover, Approver, AsyncApprover};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::policy::Mode;
@@ -57,8 +60,9 @@ pub(super) struct Inner {
     /// Per registry slot, the index of the first deny rule matching the tool.
     pub(super) deny_rule_of: Box<[Option<u32>]>,
     pub(super) deny_rules: Box<[Arc<str>]>,
-    pub(super) approver: Option<Box<dyn Approver>>,
-    pub(super) two_step: Option<Mutex<ApprovalStore>>,
+    pub(super) approver: Option<AnyApprover>,
+    pub(super) store: Option<Arc<dyn ApprovalStore>>,
+    pub(super) grants: Mutex<grants::Grants>,
     pub(super) audit: Option<Arc<dyn AuditSink>>,
     pub(super) agent: Option<Arc<str>>,
     pub(super) calls: AtomicU64,
@@ -85,7 +89,7 @@ impl Gate {
             mode: Mode::Shadow,
             deny: Vec::new(),
             approver: None,
-            two_step: None,
+            store: StoreChoice::None,
             audit: None,
             agent: None,
         }
@@ -127,6 +131,7 @@ impl Gate {
         if self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
             let record = AuditRecord {
+                by: Some(who.to_owned()),
                 message: Some(format!("mode lowered from {before} to {to} by {who}")),
                 ..self.record(Stage::ModeLowered, Cow::Borrowed(""), to, call)
             };
@@ -137,24 +142,42 @@ impl Gate {
 
     /// Approves a two-step approval request: the call that was refused with this token (same tool, same
     /// arguments, same risk) may then run once, until the request expires.
+    ///
+    /// With a store shared between processes (feature `postgres`), this waits for the store.
     pub fn approve(&self, token: &str) -> Result<(), ApproveError> {
-        let store = self
-            .inner
-            .two_step
-            .as_ref()
-            .ok_or(ApproveError::NotEnabled)?;
-        let binding = lock(store).approve(token, Instant::now())?;
+        self.answer(
+            token,
+            Answer::Approve {
+                by: "operator".to_owned(),
+                for_session: false,
+            },
+        )
+    }
+
+    /// Answers a two-step approval request: approve it (once, or for the session of the gate that runs
+    /// the call), or reject it with a reason the agent reads when it calls again. `answer.by()` is
+    /// recorded as who answered.
+    pub fn answer(&self, token: &str, answer: Answer) -> Result<(), ApproveError> {
+        let store = self.inner.store.as_ref().ok_or(ApproveError::NotEnabled)?;
+        let by = answer.by().to_owned();
+        let approved = matches!(answer, Answer::Approve { .. });
+        let binding = wait::block_on(store.answer(token, answer))?;
         if self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
             // The digest the log shows for these arguments: the binding's own covers the real values
             // of redacted arguments, and a digest of a short secret gives the secret away.
             let record = AuditRecord {
                 arguments_digest: Some(binding.shown_digest),
+                by: Some(by),
                 effective_risk: Some(binding.risk),
-                decision: Some(Decision::Approved),
+                decision: Some(if approved {
+                    Decision::Approved
+                } else {
+                    Decision::Refused
+                }),
                 ..self.record(
                     Stage::ApprovalGranted,
-                    Cow::Borrowed(binding.tool),
+                    Cow::Owned(binding.tool),
                     self.mode(),
                     call,
                 )
@@ -162,6 +185,33 @@ impl Gate {
             self.write_after_the_fact(&record);
         }
         Ok(())
+    }
+
+    /// The live session grants of this gate (and its clones), oldest first.
+    pub fn grants(&self) -> Vec<crate::approval::Grant> {
+        grants::lock(&self.inner.grants).live(std::time::Instant::now())
+    }
+
+    /// Revokes the session grants of the tool with this id (every grant where `tool` is `None`); the
+    /// next call of it asks again. Returns how many were revoked; recorded (`grant_revoked`) when any
+    /// were.
+    pub fn revoke_grants(&self, tool: Option<&str>, by: &str) -> usize {
+        let revoked = grants::lock(&self.inner.grants).revoke(tool);
+        if revoked > 0 && self.inner.audit.is_some() {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let record = AuditRecord {
+                by: Some(by.to_owned()),
+                message: Some(format!("{revoked} session grant(s) revoked")),
+                ..self.record(
+                    Stage::GrantRevoked,
+                    Cow::Owned(tool.unwrap_or_default().to_owned()),
+                    self.mode(),
+                    call,
+                )
+            };
+            self.write_after_the_fact(&record);
+        }
+        revoked
     }
 
     /// The agent label the gate was built with.
@@ -211,13 +261,6 @@ impl Gate {
     }
 }
 
-pub(super) fn lock(store: &Mutex<ApprovalStore>) -> std::sync::MutexGuard<'_, ApprovalStore> {
-    // A panic while holding the lock leaves the store consistent (every update is one assignment).
-    store
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 // A panic anywhere (a tool body, an approver, a sink) leaves a gate consistent: its state is atomics and a
 // store whose poisoned lock is recovered, each update being a single assignment.
 impl std::panic::UnwindSafe for Gate {}
@@ -230,7 +273,7 @@ impl fmt::Debug for Gate {
             .field("mode", &self.mode())
             .field("deny_rules", &self.inner.deny_rules)
             .field("approver", &self.inner.approver.is_some())
-            .field("two_step", &self.inner.two_step.is_some())
+            .field("store", &self.inner.store.is_some())
             .field("audit", &self.inner.audit.is_some())
             .field("agent", &self.inner.agent)
             .finish()
@@ -242,8 +285,8 @@ impl fmt::Debug for Gate {
 pub struct GateBuilder {
     mode: Mode,
     deny: Vec<String>,
-    approver: Option<Box<dyn Approver>>,
-    two_step: Option<Duration>,
+    approver: Option<AnyApprover>,
+    store: StoreChoice,
     audit: Option<Arc<dyn AuditSink>>,
     agent: Option<Arc<str>>,
 }
@@ -262,9 +305,17 @@ impl GateBuilder {
         self
     }
 
-    /// The approver of the calls whose risk needs one. Without one, those calls are refused.
+    /// The approver of the calls whose risk needs one. Without one, those calls are refused (or wait for
+    /// a two-step approval, where the gate takes them). Replaces an async approver given before.
     pub fn approver(mut self, approver: impl Approver) -> Self {
-        self.approver = Some(Box::new(approver));
+        self.approver = Some(AnyApprover::Sync(Box::new(approver)));
+        self
+    }
+
+    /// An approver that takes its time: async tools await it, and a sync tool's call that needs it is
+    /// refused with `APPROVAL_REQUIRED` (see [`AsyncApprover`]). Replaces a sync approver given before.
+    pub fn async_approver(mut self, approver: impl AsyncApprover) -> Self {
+        self.approver = Some(AnyApprover::Async(Box::new(approver)));
         self
     }
 
@@ -276,9 +327,25 @@ impl GateBuilder {
         self.approval_ttl(DEFAULT_APPROVAL_TTL)
     }
 
-    /// [`GateBuilder::two_step_approvals`] with another expiry.
+    /// [`GateBuilder::two_step_approvals`] with another expiry, at most
+    /// [`MAX_APPROVAL_TTL`](crate::approval::two_step::MAX_APPROVAL_TTL) (a day) and not zero: another
+    /// fails the build with [`GateError::ApprovalTtl`].
     pub fn approval_ttl(mut self, ttl: Duration) -> Self {
-        self.two_step = Some(ttl);
+        self.store = StoreChoice::Memory(ttl);
+        self
+    }
+
+    /// Takes two-step approvals through `store`, which may be shared with other gates and other
+    /// processes (feature `postgres`: `toolgate::postgres::PostgresStore`), where no approver is set.
+    /// A store that fails or does not answer in time refuses the call with
+    /// `APPROVAL_STORE_UNAVAILABLE`.
+    pub fn approval_store(self, store: impl ApprovalStore) -> Self {
+        self.approval_store_shared(Arc::new(store))
+    }
+
+    /// [`GateBuilder::approval_store`] with a store kept by the caller too.
+    pub fn approval_store_shared(mut self, store: Arc<dyn ApprovalStore>) -> Self {
+        self.store = StoreChoice::Shared(store);
         self
     }
 
@@ -324,7 +391,15 @@ impl GateBuilder {
         if !errors.is_empty() {
             return Err(GateError::DenyRules(errors));
         }
-        let can_approve = self.approver.is_some() || self.two_step.is_some();
+        let store: Option<Arc<dyn ApprovalStore>> = match self.store {
+            StoreChoice::None => None,
+            StoreChoice::Memory(ttl) => match MemoryStore::new(ttl) {
+                Some(store) => Some(Arc::new(store)),
+                None => return Err(GateError::ApprovalTtl(ttl)),
+            },
+            StoreChoice::Shared(store) => Some(store),
+        };
+        let can_approve = self.approver.is_some() || store.is_some();
         let deny_rule_of: Box<[Option<u32>]> = registry
             .entries
             .iter()
@@ -367,12 +442,30 @@ impl GateBuilder {
                 deny_rule_of,
                 deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
                 approver: self.approver,
-                two_step: self.two_step.map(|ttl| Mutex::new(ApprovalStore::new(ttl))),
+                store,
+                grants: Mutex::new(grants::Grants::default()),
                 audit: self.audit,
                 agent: self.agent,
                 calls: AtomicU64::new(1),
             }),
         })
+    }
+}
+
+/// Where a gate keeps two-step approvals.
+enum StoreChoice {
+    None,
+    Memory(Duration),
+    Shared(Arc<dyn ApprovalStore>),
+}
+
+impl fmt::Debug for StoreChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreChoice::None => f.write_str("None"),
+            StoreChoice::Memory(ttl) => write!(f, "Memory({ttl:?})"),
+            StoreChoice::Shared(_) => f.write_str("Shared"),
+        }
     }
 }
 
@@ -386,7 +479,7 @@ impl fmt::Debug for GateBuilder {
             .field("mode", &self.mode)
             .field("deny", &self.deny)
             .field("approver", &self.approver.is_some())
-            .field("two_step", &self.two_step)
+            .field("store", &self.store)
             .field("audit", &self.audit.is_some())
             .field("agent", &self.agent)
             .finish()
@@ -403,6 +496,9 @@ pub enum GateError {
     DenyRules(Vec<DenyRuleError>),
     /// `TOOLGATE_MODE` does not name a mode.
     Mode(crate::policy::ModeEnvError),
+    /// The two-step approvals' time to live is zero or longer than
+    /// [`MAX_APPROVAL_TTL`](crate::approval::two_step::MAX_APPROVAL_TTL).
+    ApprovalTtl(Duration),
 }
 
 impl fmt::Display for GateError {
@@ -420,6 +516,13 @@ impl fmt::Display for GateError {
                 Ok(())
             }
             GateError::Mode(error) => write!(f, "cannot build the gate: {error}"),
+            GateError::ApprovalTtl(ttl) => write!(
+                f,
+                "cannot build the gate: an approval's time to live must be more than zero and at \
+                 most {} s, not {} s",
+                MAX_APPROVAL_TTL.as_secs(),
+                ttl.as_secs_f64()
+            ),
         }
     }
 }
@@ -430,6 +533,7 @@ impl std::error::Error for GateError {
             GateError::Registry(error) => Some(error),
             GateError::DenyRules(errors) => errors.first().map(|e| e as _),
             GateError::Mode(error) => Some(error),
+            GateError::ApprovalTtl(_) => None,
         }
     }
 }

@@ -1,0 +1,212 @@
+//! Where two-step approvals live between the refusal that asks for one and the retry that uses it: a
+//! trait, so that an approval given in one process can be used in another.
+//!
+//! The gate asks the store one question per call that needs an approval ([`ApprovalStore::consume`]):
+//! is there an answer for exactly this call? The answer is used up by the asking (an approval runs its
+//! call once); where there is none, the store keeps a pending request for an operator and hands back its
+//! token. Operators answer through [`ApprovalStore::answer`] (with the token) or through the store's own
+//! channel (the `toolgate approvals` command, by request id).
+//!
+//! A store fails closed: an error, or no answer within its timeout, refuses the call with
+//! `APPROVAL_STORE_UNAVAILABLE` and the body does not run.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::policy::{DenialCode, Mode, Risk};
+
+/// A store's answer to come: a boxed future, so that the trait stays object-safe.
+///
+/// It must complete without a particular executor: a sync tool's call waits for it by parking its
+/// thread, and an async tool's call awaits it on whatever executor polls the tool. A store that needs a
+/// runtime of its own (a database client) runs it on its own thread.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What an approval is bound to: it is used only by a call with all of these the same.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Binding {
+    /// The tool's id.
+    pub tool: String,
+    /// SHA-256 of the arguments with the real values of redacted ones and each argument's type. Never
+    /// written to an audit log or shown: a digest of a short secret gives the secret away.
+    pub arguments_digest: String,
+    /// The digest the audit log shows for these arguments (redacted ones as `"[REDACTED]"`).
+    pub shown_digest: String,
+    /// The risk the call is judged at (escalation included).
+    pub risk: Risk,
+    /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that asked.
+    pub policy_version: u32,
+}
+
+impl Binding {
+    /// A binding under the current policy version.
+    pub fn new(
+        tool: impl Into<String>,
+        arguments_digest: impl Into<String>,
+        shown_digest: impl Into<String>,
+        risk: Risk,
+    ) -> Binding {
+        Binding {
+            tool: tool.into(),
+            arguments_digest: arguments_digest.into(),
+            shown_digest: shown_digest.into(),
+            risk,
+            policy_version: crate::policy::POLICY_VERSION,
+        }
+    }
+}
+
+/// A call that needs an approval, as the gate hands it to the store: the binding, and what an operator
+/// is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalCall {
+    /// What an approval of this call is bound to.
+    pub binding: Binding,
+    /// The gate's agent label; a store bounds its pending requests per agent.
+    pub agent: Option<String>,
+    /// The gate's mode when it asked.
+    pub mode: Mode,
+    /// The tool's manifest as canonical JSON, so that an operator in another program sees what the tool
+    /// declares without having it linked.
+    pub manifest: String,
+    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
+    pub arguments: Option<String>,
+}
+
+/// How an operator answered a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Answer {
+    /// Run the call once; with `for_session`, the gate that uses it also grants the tool, with these
+    /// arguments, for the rest of its session (see [`SessionGrant`](crate::approval::SessionGrant)).
+    Approve {
+        /// Who approved.
+        by: String,
+        /// Grant the same call for the session of the gate that runs it.
+        for_session: bool,
+    },
+    /// Refuse the call with a reason that the agent reads; with `stop`, the gate that reads it lowers
+    /// itself to SHADOW.
+    Reject {
+        /// Who rejected.
+        by: String,
+        /// Why, for the agent.
+        reason: String,
+        /// Lower the gate to SHADOW as well.
+        stop: bool,
+    },
+}
+
+impl Answer {
+    /// Who answered.
+    pub fn by(&self) -> &str {
+        match self {
+            Answer::Approve { by, .. } | Answer::Reject { by, .. } => by,
+        }
+    }
+}
+
+/// What a store says of a call that needs an approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Consumed {
+    /// An operator answered exactly this call; the answer is now used and answers no other call.
+    Answered(Answer),
+    /// No answer for this call: refused with `code` (`APPROVAL_REQUIRED`, or `APPROVAL_EXPIRED`,
+    /// `APPROVAL_REUSED`, `APPROVAL_MISMATCH` where an answer for it, or for the tool with other
+    /// arguments, exists but cannot be used). Where there is a `token`, a pending request for this call
+    /// waits for an operator; `None` when the store holds as many pending requests for the agent as it
+    /// may.
+    Pending {
+        /// Why the call is refused now.
+        code: DenialCode,
+        /// The pending request's token: whoever holds it can approve the call.
+        token: Option<String>,
+    },
+}
+
+/// A store could not answer; the call is refused with `APPROVAL_STORE_UNAVAILABLE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached, or its connection failed.
+    Unavailable(String),
+    /// No answer within the store's timeout.
+    Timeout,
+    /// The store answered something it should not have (a row of an unknown shape, a broken invariant).
+    Unexpected(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(why) => write!(f, "the approval store is unavailable: {why}"),
+            StoreError::Timeout => f.write_str("the approval store did not answer in time"),
+            StoreError::Unexpected(what) => {
+                write!(f, "the approval store answered unexpectedly: {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// [`Gate::approve`](crate::Gate::approve) or a store's operator channel could not answer a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApproveError {
+    /// No request has this token or id (never issued, or forgotten long after it expired).
+    UnknownToken,
+    /// The request expired before it was answered.
+    Expired,
+    /// The request was answered already.
+    AlreadyApproved,
+    /// The answer was used already: it decided its call once.
+    AlreadyUsed,
+    /// The gate does not take two-step approvals.
+    NotEnabled,
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl fmt::Display for ApproveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApproveError::UnknownToken => f.write_str("no approval request has this token"),
+            ApproveError::Expired => f.write_str("the approval request expired"),
+            ApproveError::AlreadyApproved => f.write_str("the request is answered already"),
+            ApproveError::AlreadyUsed => f.write_str("the answer was used already"),
+            ApproveError::NotEnabled => f.write_str("this gate does not take two-step approvals"),
+            ApproveError::Store(error) => fmt::Display::fmt(error, f),
+        }
+    }
+}
+
+impl std::error::Error for ApproveError {}
+
+/// Keeps two-step approval requests and their answers.
+///
+/// Implementations guarantee, whatever number of gates and processes share them:
+///
+/// - an answer is used at most once, atomically: of many calls racing for one approval, one runs;
+/// - an answer is used only by a call whose [`Binding`] is equal, field by field, to the request's;
+/// - a request expires by the store's own clock, and an expired request answers nothing;
+/// - the token is a secret: a store that persists requests keeps only a hash of it.
+///
+/// [`MemoryStore`](crate::approval::two_step::MemoryStore) is the default; `PostgresStore` (feature
+/// `postgres`) shares requests between processes.
+pub trait ApprovalStore: Send + Sync + 'static {
+    /// Uses the answer to exactly this call, if there is one; otherwise keeps a pending request for it
+    /// (one per call: asking twice gives the same token) and says why the call waits.
+    fn consume<'a>(&'a self, call: &'a ApprovalCall) -> StoreFuture<'a, Result<Consumed, StoreError>>;
+
+    /// Answers the pending request with this token. Returns the request's binding.
+    fn answer<'a>(
+        &'a self,
+        token: &'a str,
+        answer: Answer,
+    ) -> StoreFuture<'a, Result<Binding, ApproveError>>;
+}

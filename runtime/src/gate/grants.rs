@@ -1,0 +1,163 @@
+//! Session grants: an approver's "yes, for the rest of this session", kept by the gate (and so shared by
+//! its clones, and gone with it), bounded in number and in time.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use crate::approval::{Grant, SessionGrant};
+use crate::policy::Risk;
+
+/// Grants kept at most; a grant past it is not made (the call it came with still runs once).
+const MAX_GRANTS: usize = 1_000;
+
+#[derive(Debug)]
+struct Held {
+    tool: &'static str,
+    risk: Risk,
+    /// The approval binding digest of the granted arguments, for an exact grant.
+    arguments: Option<String>,
+    by: String,
+    expires: Instant,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Grants {
+    held: Vec<Held>,
+}
+
+pub(crate) fn lock(grants: &Mutex<Grants>) -> MutexGuard<'_, Grants> {
+    // Every update is one push or one retain: a panic elsewhere leaves the list consistent.
+    grants.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Grants {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Who granted this call, if a live grant covers it. `arguments` is the call's binding digest
+    /// (`None` where it has none: then only a grant of the whole tool covers it).
+    pub(crate) fn covering(
+        &mut self,
+        tool: &str,
+        risk: Risk,
+        arguments: Option<&str>,
+        now: Instant,
+    ) -> Option<String> {
+        if self.held.is_empty() {
+            return None;
+        }
+        self.held.retain(|g| now < g.expires);
+        self.held
+            .iter()
+            .find(|g| {
+                g.tool == tool
+                    && risk <= g.risk
+                    && g.arguments.as_deref().is_none_or(|a| Some(a) == arguments)
+            })
+            .map(|g| g.by.clone())
+    }
+
+    /// Makes a grant; `false` when it cannot be made (an exact grant of arguments that have no binding,
+    /// or too many grants).
+    pub(crate) fn grant(
+        &mut self,
+        tool: &'static str,
+        risk: Risk,
+        grant: SessionGrant,
+        arguments: Option<String>,
+        by: &str,
+        now: Instant,
+    ) -> bool {
+        self.held.retain(|g| now < g.expires);
+        if self.held.len() >= MAX_GRANTS || (grant.is_exact() && arguments.is_none()) {
+            return false;
+        }
+        let ttl = grant.ttl().min(SessionGrant::MAX_TTL);
+        let Some(expires) = now.checked_add(ttl) else {
+            return false;
+        };
+        self.held.push(Held {
+            tool,
+            risk,
+            arguments: if grant.is_exact() { arguments } else { None },
+            by: by.to_owned(),
+            expires,
+        });
+        true
+    }
+
+    pub(crate) fn live(&mut self, now: Instant) -> Vec<Grant> {
+        self.held.retain(|g| now < g.expires);
+        self.held
+            .iter()
+            .map(|g| Grant {
+                tool: g.tool,
+                risk: g.risk,
+                exact_arguments: g.arguments.is_some(),
+                by: g.by.clone(),
+                expires_in: g.expires.saturating_duration_since(now),
+            })
+            .collect()
+    }
+
+    pub(crate) fn revoke(&mut self, tool: Option<&str>) -> usize {
+        let before = self.held.len();
+        self.held.retain(|g| tool.is_some_and(|t| t != g.tool));
+        before - self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_grant_covers_its_tool_its_risk_and_below_until_it_expires() {
+        let t0 = Instant::now();
+        let mut grants = Grants::default();
+        assert!(grants.grant("a.x", Risk::LowWrite, SessionGrant::tool(MINUTE), None, "ops", t0));
+        for risk in Risk::ALL {
+            let covered = grants.covering("a.x", risk, None, t0).is_some();
+            assert_eq!(covered, risk <= Risk::LowWrite, "{risk}");
+        }
+        assert_eq!(grants.covering("a.y", Risk::ReadOnly, None, t0), None);
+        let just_before = t0 + MINUTE - Duration::from_nanos(1);
+        assert_eq!(grants.covering("a.x", Risk::LowWrite, None, just_before).as_deref(), Some("ops"));
+        assert_eq!(grants.covering("a.x", Risk::LowWrite, None, t0 + MINUTE), None);
+        assert!(grants.live(t0 + MINUTE).is_empty(), "an expired grant is forgotten");
+    }
+
+    #[test]
+    fn an_exact_grant_covers_only_its_arguments() {
+        let t0 = Instant::now();
+        let mut grants = Grants::default();
+        let exact = SessionGrant::tool(MINUTE).exact_arguments();
+        assert!(!grants.grant("a.x", Risk::HighWrite, exact, None, "ops", t0), "nothing to bind to");
+        assert!(grants.grant("a.x", Risk::HighWrite, exact, Some("d1".into()), "ops", t0));
+        assert!(grants.covering("a.x", Risk::HighWrite, Some("d1"), t0).is_some());
+        assert!(grants.covering("a.x", Risk::HighWrite, Some("d2"), t0).is_none());
+        assert!(grants.covering("a.x", Risk::HighWrite, None, t0).is_none());
+    }
+
+    #[test]
+    fn revoking_and_bounds() {
+        let t0 = Instant::now();
+        let mut grants = Grants::default();
+        let grant = SessionGrant::tool(Duration::MAX);
+        assert_eq!(grant.ttl(), SessionGrant::MAX_TTL, "cut to a day");
+        for i in 0..MAX_GRANTS {
+            let tool = if i % 2 == 0 { "a.x" } else { "a.y" };
+            assert!(grants.grant(tool, Risk::HighWrite, grant, None, "ops", t0));
+        }
+        assert!(!grants.grant("a.z", Risk::HighWrite, grant, None, "ops", t0), "bounded");
+        assert_eq!(grants.revoke(Some("a.x")), MAX_GRANTS / 2);
+        assert!(grants.covering("a.x", Risk::ReadOnly, None, t0).is_none());
+        assert!(grants.covering("a.y", Risk::ReadOnly, None, t0).is_some());
+        assert_eq!(grants.revoke(None), MAX_GRANTS / 2);
+        assert!(grants.live(t0).is_empty());
+    }
+}
