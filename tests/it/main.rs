@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod approvals;
 mod attacks;
 mod attacks_by_name;
 mod audit_cli;

@@ -88,12 +88,11 @@ impl MemoryStore {
                 _ => {}
             }
         }
-        if let Some(token) = answered {
-            if let Some(request) = requests.get_mut(&token) {
-                if let State::Answered(answer) = std::mem::replace(&mut request.state, State::Used) {
-                    return Consumed::Answered(answer);
-                }
-            }
+        if let Some(token) = answered
+            && let Some(request) = requests.get_mut(&token)
+            && let State::Answered(answer) = std::mem::replace(&mut request.state, State::Used)
+        {
+            return Consumed::Answered(answer);
         }
         let code = if expired {
             DenialCode::ApprovalExpired
@@ -150,7 +149,10 @@ fn ask(
     now: Instant,
 ) -> Option<String> {
     let pending = requests.iter().find(|(_, r)| {
-        r.state == State::Pending && r.binding == call.binding && r.agent == call.agent && now < r.expires
+        r.state == State::Pending
+            && r.binding == call.binding
+            && r.agent == call.agent
+            && now < r.expires
     });
     if let Some((token, _)) = pending {
         return Some(token.to_string());
@@ -173,7 +175,10 @@ fn ask(
 }
 
 impl ApprovalStore for MemoryStore {
-    fn consume<'a>(&'a self, call: &'a ApprovalCall) -> StoreFuture<'a, Result<Consumed, StoreError>> {
+    fn consume<'a>(
+        &'a self,
+        call: &'a ApprovalCall,
+    ) -> StoreFuture<'a, Result<Consumed, StoreError>> {
         Box::pin(std::future::ready(Ok(self.lookup(call, Instant::now()))))
     }
 
@@ -182,7 +187,11 @@ impl ApprovalStore for MemoryStore {
         token: &'a str,
         answer: Answer,
     ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
-        Box::pin(std::future::ready(self.answer_at(token, answer, Instant::now())))
+        Box::pin(std::future::ready(self.answer_at(
+            token,
+            answer,
+            Instant::now(),
+        )))
     }
 }
 
@@ -253,14 +262,21 @@ mod tests {
                 token: Some(token.clone())
             }
         );
-        assert_eq!(store.answer_at(&token, approve(), t0), Ok(call("a").binding));
+        assert_eq!(
+            store.answer_at(&token, approve(), t0),
+            Ok(call("a").binding)
+        );
         assert_eq!(
             store.answer_at(&token, approve(), t0),
             Err(ApproveError::AlreadyApproved)
         );
-        assert!(pending(DenialCode::ApprovalMismatch)(&store.lookup(&call("b"), t0)));
+        assert!(pending(DenialCode::ApprovalMismatch)(
+            &store.lookup(&call("b"), t0)
+        ));
         assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(approve()));
-        assert!(pending(DenialCode::ApprovalReused)(&store.lookup(&call("a"), t0)));
+        assert!(pending(DenialCode::ApprovalReused)(
+            &store.lookup(&call("a"), t0)
+        ));
         assert_eq!(
             store.answer_at(&token, approve(), t0),
             Err(ApproveError::AlreadyUsed)
@@ -283,9 +299,13 @@ mod tests {
         };
         store.answer_at(&token, reject.clone(), t0).unwrap();
         // A rejection of one call says nothing of another: no mismatch.
-        assert!(pending(DenialCode::ApprovalRequired)(&store.lookup(&call("b"), t0)));
+        assert!(pending(DenialCode::ApprovalRequired)(
+            &store.lookup(&call("b"), t0)
+        ));
         assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(reject));
-        assert!(pending(DenialCode::ApprovalReused)(&store.lookup(&call("a"), t0)));
+        assert!(pending(DenialCode::ApprovalReused)(
+            &store.lookup(&call("a"), t0)
+        ));
     }
 
     #[test]
@@ -297,8 +317,12 @@ mod tests {
         store.answer_at(&token, approve(), t0).unwrap();
         let mut higher = call("a");
         higher.binding.risk = Risk::LowWrite;
-        assert!(pending(DenialCode::ApprovalMismatch)(&store.lookup(&higher, t0)));
-        assert!(pending(DenialCode::ApprovalExpired)(&store.lookup(&call("a"), t0 + ttl)));
+        assert!(pending(DenialCode::ApprovalMismatch)(
+            &store.lookup(&higher, t0)
+        ));
+        assert!(pending(DenialCode::ApprovalExpired)(
+            &store.lookup(&call("a"), t0 + ttl)
+        ));
         let late = match store.lookup(&call("fresh"), t0) {
             Consumed::Pending {
                 code: DenialCode::ApprovalMismatch,
@@ -321,7 +345,11 @@ mod tests {
         assert_ne!(a, b);
         let mut other_agent = call("a");
         other_agent.agent = Some("other".into());
-        assert_ne!(token(store.lookup(&other_agent, t0)), a, "one request per agent and call");
+        assert_ne!(
+            token(store.lookup(&other_agent, t0)),
+            a,
+            "one request per agent and call"
+        );
         for i in 0..MAX_REQUESTS {
             let _ = store.lookup(&call(&format!("n{i}")), t0);
         }
@@ -332,7 +360,10 @@ mod tests {
         let mut third = call("c");
         third.agent = Some("third".into());
         assert!(
-            matches!(store.lookup(&third, t0), Consumed::Pending { token: Some(_), .. }),
+            matches!(
+                store.lookup(&third, t0),
+                Consumed::Pending { token: Some(_), .. }
+            ),
             "another agent still asks"
         );
     }
@@ -342,7 +373,10 @@ mod tests {
         assert!(MemoryStore::new(Duration::ZERO).is_none());
         assert!(MemoryStore::new(Duration::MAX).is_none());
         assert!(MemoryStore::new(MAX_APPROVAL_TTL + Duration::from_nanos(1)).is_none());
-        assert_eq!(MemoryStore::new(MAX_APPROVAL_TTL).unwrap().ttl(), MAX_APPROVAL_TTL);
+        assert_eq!(
+            MemoryStore::new(MAX_APPROVAL_TTL).unwrap().ttl(),
+            MAX_APPROVAL_TTL
+        );
     }
 
     // The boundaries, to the instant: a request lives until `expires`, excluded, and is forgotten one
