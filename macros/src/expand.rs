@@ -614,7 +614,12 @@ fn callable_items(
         let #decided = match #step {
             ::toolgate::__private::DecidingByName::Done(decided) => decided,
             ::toolgate::__private::DecidingByName::Waiting(waiting) => {
-                ::toolgate::__private::resume(waiting).await
+                let decided = ::toolgate::__private::resume(waiting).await;
+                #[allow(unused_imports)]
+                use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
+                ::toolgate::__private::confirm_handed(
+                    decided, #escalated, &[#(#arg_refs)*], #record_arguments,
+                )
             }
         };
         let #decided = match #decided {
@@ -770,9 +775,28 @@ fn gated_body(
     // Named with the return type's span, so that an error type without `From<Denied>` is reported there.
     let denied = Ident::new("toolgate_denied", ret_span);
     let convert = quote_spanned!(ret_span=> ::core::convert::From::from(#denied));
+    // A `&Gate` written as `&Gate` is the call's gate; one written otherwise (a renamed import, a type
+    // alias) is found by its type: each reference parameter is asked whether it is a `Gate`, which
+    // costs nothing for one that is not (the answer is a constant `None`).
+    let probes: Vec<TokenStream> = tool
+        .arguments()
+        .filter_map(|param| {
+            let Type::Reference(reference) = param.ty else {
+                return None;
+            };
+            let name = param.name?;
+            (reference.mutability.is_none())
+                .then(|| quote!(.or((&&::toolgate::__private::GateProbe(#name)).__toolgate_gate())))
+        })
+        .collect();
     let gate_arg = match gate {
         Some(gate) => quote!(::core::option::Option::Some(#gate)),
-        None => quote!(::core::option::Option::None),
+        None if probes.is_empty() => quote!(::core::option::Option::None),
+        None => quote!({
+            #[allow(unused_imports)]
+            use ::toolgate::__private::{IsGate as _, NotGate as _};
+            ::core::option::Option::None #(#probes)*
+        }),
     };
     let record_arguments = call.record_arguments;
     let decided = Ident::new("toolgate_decided", Span::mixed_site());
@@ -803,11 +827,21 @@ fn gated_body(
                     &#entry, #gate_arg, &[#(#args)*], #record_arguments
                 )),
             };
+            let escalated_arg = match escalate {
+                Some(_) => quote!(::core::option::Option::Some(#info)),
+                None => quote!(::core::option::Option::None),
+            };
+            // After a wait, the arguments must still be those the approval saw.
             quote! {{
                 let #step = #start;
                 match #step {
                     ::toolgate::__private::Entering::Done(decided) => decided,
-                    ::toolgate::__private::Entering::Waiting(waiting) => waiting.resume().await,
+                    ::toolgate::__private::Entering::Waiting(waiting) => {
+                        let decided = waiting.resume().await;
+                        ::toolgate::__private::confirm(
+                            &#entry, decided, #escalated_arg, &[#(#args)*], #record_arguments
+                        )
+                    }
                 }
             }}
         }

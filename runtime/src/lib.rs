@@ -53,14 +53,14 @@ pub mod __private {
     pub use crate::by_name::params::{JsonArguments, Param};
     pub use crate::by_name::{
         CallError, CallFuture, Callable, Output, OutputWithSchema, OutputWithoutSchema, Receiver,
-        decide, decide_async, enter_gate, finish_sync, hand_async, hand_over, instance, invoke_async,
-        precheck, resume, schema_of,
+        confirm_handed, decide, decide_async, enter_gate, finish_sync, hand_async, hand_over,
+        instance, invoke_async, precheck, resume, schema_of,
+    };
+    pub use crate::gate::call::{
+        Arg, ArgRef, CallInfo, Classify, GateProbe, IsGate, NotGate, OpaqueArg, OpaqueOutput,
+        OutputOf, SerializableArg, SerializableOutput, classify,
     };
     pub use crate::gate::decide::{DecidingByName, Entering};
-    pub use crate::gate::call::{
-        Arg, ArgRef, CallInfo, Classify, OpaqueArg, OpaqueOutput, OutputOf, SerializableArg,
-        SerializableOutput, classify,
-    };
     pub use crate::gate::permit::Permit;
     pub use crate::policy::Risk;
     pub use crate::policy::{Mode, ModeSet};
@@ -113,6 +113,24 @@ pub mod __private {
             record_arguments,
         };
         crate::gate::decide::check_not_allowed_async(entry, gate, &call)
+    }
+
+    /// The last step before an async tool's body, after a decision that waited: the call must still
+    /// have the arguments its approval saw.
+    #[inline]
+    pub fn confirm(
+        entry: &'static ToolEntry,
+        permit: Result<Permit, Denied>,
+        escalated: Option<Risk>,
+        arguments: &[ArgRef<'_>],
+        record_arguments: bool,
+    ) -> Result<Permit, Denied> {
+        let call = CallInfo {
+            escalated,
+            arguments,
+            record_arguments,
+        };
+        crate::gate::decide::confirm(entry, permit, &call)
     }
 
     /// [`enter_escalated`] for an async tool.

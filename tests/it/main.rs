@@ -8,6 +8,7 @@ mod common;
 mod approvals;
 mod attacks;
 mod attacks_by_name;
+mod attacks_stateful;
 mod audit_cli;
 mod audit_gate;
 mod audit_log;

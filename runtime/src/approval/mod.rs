@@ -173,7 +173,11 @@ impl fmt::Display for Approval {
             Approval::Approve => f.write_str("approved"),
             Approval::ApproveForSession(grant) => {
                 write!(f, "approved for the session ({} s", grant.ttl.as_secs())?;
-                f.write_str(if grant.exact_arguments { ", these arguments)" } else { ")" })
+                f.write_str(if grant.exact_arguments {
+                    ", these arguments)"
+                } else {
+                    ")"
+                })
             }
             Approval::Reject(reason) => write!(f, "rejected: {reason}"),
             Approval::Stop(reason) => write!(f, "rejected, and the gate stopped: {reason}"),

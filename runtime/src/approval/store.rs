@@ -201,7 +201,10 @@ impl std::error::Error for ApproveError {}
 pub trait ApprovalStore: Send + Sync + 'static {
     /// Uses the answer to exactly this call, if there is one; otherwise keeps a pending request for it
     /// (one per call: asking twice gives the same token) and says why the call waits.
-    fn consume<'a>(&'a self, call: &'a ApprovalCall) -> StoreFuture<'a, Result<Consumed, StoreError>>;
+    fn consume<'a>(
+        &'a self,
+        call: &'a ApprovalCall,
+    ) -> StoreFuture<'a, Result<Consumed, StoreError>>;
 
     /// Answers the pending request with this token. Returns the request's binding.
     fn answer<'a>(

@@ -345,6 +345,22 @@ pub async fn resume(waiting: deciding::Waiting) -> Result<Decided, Denied> {
     waiting.resume_handed().await
 }
 
+/// After [`resume`]: the call must still have the arguments its approval saw.
+#[doc(hidden)]
+pub fn confirm_handed(
+    decided: Result<Decided, Denied>,
+    escalated: Option<Risk>,
+    arguments: &[ArgRef<'_>],
+    record_arguments: bool,
+) -> Result<Decided, Denied> {
+    let call = CallInfo {
+        escalated,
+        arguments,
+        record_arguments,
+    };
+    deciding::confirm_handed(decided, &call)
+}
+
 /// Enters `gate` for a sync call by name, until the guard is dropped.
 #[doc(hidden)]
 #[inline]

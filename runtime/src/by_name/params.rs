@@ -117,12 +117,13 @@ impl<'a> JsonArguments<'a> {
     }
 
     /// [`take`](JsonArguments::take) for a parameter the tool redacts: a value that does not parse is
-    /// refused without the parser's message, which may quote it.
+    /// refused at the parameter itself, without the parser's message or the path inside the value,
+    /// either of which may quote it (a map's key, an unknown field's name).
     pub fn take_redacted<T: DeserializeOwned>(&self, name: &'static str) -> Result<T, CallError> {
         self.take(name).map_err(|error| match error {
             CallError::InvalidParams { path, .. } if within(&path, name) => {
                 CallError::InvalidParams {
-                    path,
+                    path: name.to_owned(),
                     message: "not a valid value for this parameter (its value is redacted)"
                         .to_owned(),
                 }

@@ -50,6 +50,16 @@ pub(crate) struct Arguments {
     /// (`Some(None)` when one is not serializable): what a two-step approval is bound to. Never written
     /// or shown.
     unredacted: Option<Option<String>>,
+    /// An argument is not serializable: its JSON is a placeholder, the same for every value, so the
+    /// digest tells no two calls apart and is shown to no one.
+    opaque: bool,
+}
+
+impl Arguments {
+    /// The digest approvers and the audit log see: `None` where an argument is not serializable.
+    pub(crate) fn shown_digest(&self) -> Option<&str> {
+        (!self.opaque).then_some(self.digest.as_str())
+    }
 }
 
 impl CallInfo<'_> {
@@ -63,10 +73,15 @@ impl CallInfo<'_> {
             .arguments
             .iter()
             .any(|arg| matches!(arg.value, ArgValue::Redacted(_) | ArgValue::Opaque));
+        let opaque = self
+            .arguments
+            .iter()
+            .any(|arg| matches!(arg.value, ArgValue::Opaque));
         Some(Arguments {
             json,
             digest,
             unredacted: redacts.then(|| self.write(true)),
+            opaque,
         })
     }
 
@@ -225,6 +240,37 @@ impl<'a, T> OpaqueArg<'a> for Arg<'a, T> {
             name,
             value: ArgValue::Redacted(None),
         }
+    }
+}
+
+/// Wraps a reference parameter so that generated code can ask whether it is a `&Gate` written another
+/// way (a renamed import, a type alias), which then decides the call as a `&Gate` parameter does.
+#[doc(hidden)]
+pub struct GateProbe<'a, T: ?Sized>(pub &'a T);
+
+/// Picked for `(&&GateProbe(x))` when `x: &Gate`.
+#[doc(hidden)]
+pub trait IsGate<'a> {
+    fn __toolgate_gate(&self) -> Option<&'a crate::gate::Gate>;
+}
+
+impl<'a> IsGate<'a> for &GateProbe<'a, crate::gate::Gate> {
+    #[inline]
+    fn __toolgate_gate(&self) -> Option<&'a crate::gate::Gate> {
+        Some(self.0)
+    }
+}
+
+/// Picked for `(&&GateProbe(x))` otherwise.
+#[doc(hidden)]
+pub trait NotGate<'a> {
+    fn __toolgate_gate(&self) -> Option<&'a crate::gate::Gate>;
+}
+
+impl<'a, T: ?Sized> NotGate<'a> for GateProbe<'a, T> {
+    #[inline]
+    fn __toolgate_gate(&self) -> Option<&'a crate::gate::Gate> {
+        None
     }
 }
 

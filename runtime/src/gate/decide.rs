@@ -18,7 +18,7 @@ use crate::audit::{AuditRecord, Decision, Stage};
 use crate::gate::ambient::STACK;
 use crate::gate::call::{ArgRef, Arguments, CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
-use crate::gate::permit::{Exit, Permit, close_refused};
+use crate::gate::permit::{Exit, Permit, Seen, close_refused};
 use crate::gate::wait::{block_on, catch_unwind_future};
 use crate::gate::{Gate, grants};
 use crate::policy::{self, DenialCode, Facts, Mode, Risk, Verdict};
@@ -175,7 +175,7 @@ impl Gate {
                     mode,
                     risk: risk.get(),
                     arguments: written.map(|a| a.json.as_str()),
-                    arguments_digest: written.map(|a| a.digest.as_str()),
+                    arguments_digest: written.and_then(Arguments::shown_digest),
                 };
                 let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
                     .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
@@ -238,8 +238,9 @@ impl Gate {
             (Ask::Approver, Some(AnyApprover::Async(approver)), _) => {
                 let (json, digest) = arguments
                     .get()
-                    .map(|a| (a.json.clone(), a.digest.clone()))
+                    .map(|a| (a.json.clone(), a.shown_digest().map(str::to_owned)))
                     .unzip();
+                let digest = digest.flatten();
                 let request = ApprovalRequest {
                     tool: &entry.manifest,
                     mode,
@@ -273,8 +274,8 @@ impl Gate {
         if grants.is_empty() {
             return None;
         }
-        let binding = arguments.binding().map(|(digest, _)| digest);
-        grants.covering(entry.manifest.id, risk.get(), binding.as_deref(), Instant::now())
+        let binding = || arguments.binding().map(|(digest, _)| digest);
+        grants.covering_with(entry.manifest.id, risk.get(), binding, Instant::now())
     }
 
     /// An approver's answer, carried out.
@@ -334,7 +335,8 @@ impl Gate {
             }) => Err(refused(code).with_approval_token(token.into())),
             Ok(Consumed::Pending { code, token: None }) => Err(refused(code)),
             Err(error) => {
-                Err(refused(DenialCode::ApprovalStoreUnavailable).with_detail(error.to_string().into()))
+                Err(refused(DenialCode::ApprovalStoreUnavailable)
+                    .with_detail(error.to_string().into()))
             }
         }
     }
@@ -351,16 +353,26 @@ impl Gate {
     ) -> Denied {
         let reason = reason.trim();
         if stop {
-            let why = if reason.is_empty() { "no reason given" } else { reason };
+            let why = if reason.is_empty() {
+                "no reason given"
+            } else {
+                reason
+            };
             // Lowering to SHADOW is always allowed: it is the lowest mode.
-            let _ = self.lower_by(Mode::Shadow, &format!("{by}, rejecting `{}`: {why}", entry.manifest.id));
+            let _ = self.lower_by(
+                Mode::Shadow,
+                &format!("{by}, rejecting `{}`: {why}", entry.manifest.id),
+            );
         }
-        let denied = refuse(entry, DenialCode::ApprovalRejected, risk.get(), Some(mode)).with_by(by);
+        let denied =
+            refuse(entry, DenialCode::ApprovalRejected, risk.get(), Some(mode)).with_by(by);
         match (reason.is_empty(), stop) {
             (true, false) => denied,
             (false, false) => denied.with_detail(reason.into()),
             (true, true) => denied.with_detail("the gate is stopped (SHADOW)".into()),
-            (false, true) => denied.with_detail(format!("{reason}; the gate is stopped (SHADOW)").into()),
+            (false, true) => {
+                denied.with_detail(format!("{reason}; the gate is stopped (SHADOW)").into())
+            }
         }
     }
 
@@ -387,9 +399,16 @@ impl Gate {
             return;
         }
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let scope = if grant.is_exact() { "these arguments" } else { "every call" };
+        let scope = if grant.is_exact() {
+            "these arguments"
+        } else {
+            "every call"
+        };
         let record = AuditRecord {
-            arguments_digest: grant.is_exact().then(|| binding.map(|(_, shown)| shown)).flatten(),
+            arguments_digest: grant
+                .is_exact()
+                .then(|| binding.map(|(_, shown)| shown))
+                .flatten(),
             by: Some(by.to_owned()),
             effective_risk: Some(risk.get()),
             message: Some(format!(
@@ -397,7 +416,12 @@ impl Gate {
                 risk.get(),
                 grant.ttl().as_secs()
             )),
-            ..self.record(Stage::SessionGranted, Cow::Borrowed(entry.manifest.id), self.mode(), call)
+            ..self.record(
+                Stage::SessionGranted,
+                Cow::Borrowed(entry.manifest.id),
+                self.mode(),
+                call,
+            )
         };
         self.write_after_the_fact(&record);
     }
@@ -440,7 +464,10 @@ impl Gate {
         let mode = denied.mode().unwrap_or_else(|| self.mode());
         let record = AuditRecord {
             arguments: arguments.recorded(),
-            arguments_digest: arguments.get().map(|a| a.digest.clone()),
+            arguments_digest: arguments
+                .get()
+                .and_then(Arguments::shown_digest)
+                .map(str::to_owned),
             by: denied.by().map(str::to_owned),
             code: Some(Cow::Borrowed(denied.code().as_str())),
             decision: Some(Decision::Refused),
@@ -468,7 +495,10 @@ impl Gate {
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let record = AuditRecord {
             arguments: arguments.recorded(),
-            arguments_digest: arguments.get().map(|a| a.digest.clone()),
+            arguments_digest: arguments
+                .get()
+                .and_then(Arguments::shown_digest)
+                .map(str::to_owned),
             by: allowed.by.clone(),
             decision: Some(decision),
             declared_risk: Some(manifest.risk_level),
@@ -549,6 +579,11 @@ pub(crate) trait ArgumentSource {
     /// The arguments a record carries: written out (redacted ones redacted) for a tool that records
     /// its arguments, the digest alone otherwise.
     fn recorded(&mut self) -> Option<String>;
+
+    /// Whether the call still has the arguments its approval was given for: written again and compared
+    /// now, where the call's arguments are at hand; otherwise kept in `permit`, for [`confirm`] to
+    /// compare once the call has them back.
+    fn unchanged(&mut self, permit: &mut Permit) -> bool;
 }
 
 /// A call's arguments, written once at the first need.
@@ -599,6 +634,31 @@ impl ArgumentSource for LazyArguments<'_> {
         let record = self.call.record_arguments;
         self.get().filter(|_| record).map(|a| a.json.clone())
     }
+
+    fn unchanged(&mut self, _permit: &mut Permit) -> bool {
+        let call = self.call;
+        let bound = self.bound.clone().flatten();
+        let Some(seen) = self.get() else {
+            return true;
+        };
+        let seen = Seen {
+            json: seen.json.clone(),
+            binding: bound,
+        };
+        still_seen(call, &seen)
+    }
+}
+
+/// Whether `call` writes the arguments an approval saw (and, where it was bound, binds the same).
+fn still_seen(call: &CallInfo<'_>, seen: &Seen) -> bool {
+    let Some(now) = call.arguments() else {
+        return false;
+    };
+    now.json == seen.json
+        && seen
+            .binding
+            .as_ref()
+            .is_none_or(|binding| call.binding(&now).as_ref() == Some(binding))
 }
 
 /// [`LazyArguments`] written out.
@@ -619,7 +679,20 @@ impl ArgumentSource for WrittenArguments {
 
     fn recorded(&mut self) -> Option<String> {
         let record = self.record;
-        self.written.as_ref().filter(|_| record).map(|a| a.json.clone())
+        self.written
+            .as_ref()
+            .filter(|_| record)
+            .map(|a| a.json.clone())
+    }
+
+    fn unchanged(&mut self, permit: &mut Permit) -> bool {
+        if let Some(written) = &self.written {
+            permit.set_seen(Seen {
+                json: written.json.clone(),
+                binding: self.bound.clone(),
+            });
+        }
+        true
     }
 }
 
@@ -806,7 +879,76 @@ fn enter_all<A: ArgumentSource>(
             return Err(abandon(entry, gates, exits, denied, arguments));
         }
     }
+    // An approval is for the arguments it saw. A receiver behind a lock, or an argument with interior
+    // mutability, may have changed while the approver thought or a record was written: written again
+    // last, they must be the same.
+    let approved = allowed
+        .iter()
+        .any(|a| matches!(a.decision, Decision::Approved | Decision::Granted));
+    if approved && !arguments.unchanged(&mut permit) {
+        let denied = changed(entry, risk, allowed);
+        let exits = permit.take_exits();
+        return Err(abandon(entry, gates, exits, denied, arguments));
+    }
     Ok(permit)
+}
+
+#[cold]
+fn changed(entry: &'static ToolEntry, risk: EffectiveRisk, allowed: &[Allowed]) -> Denied {
+    let mode = allowed.first().map(|a| a.mode);
+    refuse(entry, DenialCode::ApprovalMismatch, risk.get(), mode).with_detail(
+        "the call's arguments (or its receiver) changed after they were approved".into(),
+    )
+}
+
+/// Compares the arguments an approval saw, kept in `permit` by a decision that waited, with the call's
+/// arguments now: the last step before an async tool's body.
+#[inline]
+pub(crate) fn confirm(
+    entry: &'static ToolEntry,
+    permit: Result<Permit, Denied>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    match permit {
+        Ok(permit) if permit.needs_confirmation() => confirm_slow(entry, permit, call),
+        other => other,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn confirm_slow(
+    entry: &'static ToolEntry,
+    mut permit: Permit,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    let Some(seen) = permit.take_seen() else {
+        return Ok(permit);
+    };
+    if still_seen(call, &seen) {
+        return Ok(permit);
+    }
+    let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
+    let denied = refuse(entry, DenialCode::ApprovalMismatch, risk.get(), None).with_detail(
+        "the call's arguments (or its receiver) changed after they were approved".into(),
+    );
+    close_refused(permit.take_exits(), &denied);
+    Err(denied)
+}
+
+/// [`confirm`] for an async call by name, whose permit is handed over.
+pub(crate) fn confirm_handed(
+    result: Result<Decided, Denied>,
+    call: &CallInfo<'_>,
+) -> Result<Decided, Denied> {
+    match result {
+        Ok(Decided(Some(mut handed))) if handed.permit.needs_confirmation() => {
+            let permit = std::mem::replace(&mut handed.permit, Permit::unaudited());
+            handed.permit = confirm_slow(handed.entry, permit, call)?;
+            Ok(Decided(Some(handed)))
+        }
+        other => other,
+    }
 }
 
 /// An async call's decision: made now, or waiting for an approver or a store.
@@ -895,7 +1037,13 @@ impl Waiting {
             match gate.settle(entry, risk, &mut arguments, result) {
                 Ok(decision) => allowed.push(decision),
                 Err(denied) => {
-                    return Err(abandon(entry, &gates[..i], Vec::new(), denied, &mut arguments));
+                    return Err(abandon(
+                        entry,
+                        &gates[..i],
+                        Vec::new(),
+                        denied,
+                        &mut arguments,
+                    ));
                 }
             }
         }
@@ -1183,7 +1331,7 @@ pub(crate) fn decide_by_name(
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
-    if call.escalated.is_none() && outright {
+    if call.escalated.is_none() && outright && still_outright(entry) {
         return Ok(Decided(None));
     }
     decide_by_name_slow(entry, gate_parameter, call)
@@ -1206,7 +1354,7 @@ pub(crate) fn decide_by_name_async(
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> DecidingByName {
-    if call.escalated.is_none() && outright {
+    if call.escalated.is_none() && outright && still_outright(entry) {
         return DecidingByName::Done(Ok(Decided(None)));
     }
     let entering = match call.escalated {
@@ -1239,6 +1387,23 @@ pub(crate) fn check_escalated_async(
         Ok(gates) => decide_all_async(entry, gates, call),
         Err(denied) => Entering::Done(Err(denied)),
     }
+}
+
+/// Whether the gate the call by name was made through (the innermost entered) still allows it outright:
+/// an async call's decision runs at its first poll, and the gate may have been lowered since the
+/// [`precheck`]; then the call is decided in full, so that its refusal is the gate's, not the tool's
+/// error.
+#[inline]
+fn still_outright(entry: &'static ToolEntry) -> bool {
+    STACK
+        .try_with(|stack| {
+            stack.try_borrow().is_ok_and(|stack| {
+                stack
+                    .last()
+                    .is_some_and(|gate| gate.allows_unaudited(entry))
+            })
+        })
+        .unwrap_or(false)
 }
 
 /// Decides as the tool's own check would: with its `&Gate` parameter, if it has one, first.

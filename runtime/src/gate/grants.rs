@@ -35,8 +35,37 @@ impl Grants {
         self.held.is_empty()
     }
 
-    /// Who granted this call, if a live grant covers it. `arguments` is the call's binding digest
-    /// (`None` where it has none: then only a grant of the whole tool covers it).
+    /// Who granted this call, if a live grant covers it. `arguments` gives the call's binding digest
+    /// (`None` where it has none: then only a grant of the whole tool covers it); it is asked only when
+    /// an exact grant of the tool is live, since writing the arguments costs more than the rest.
+    pub(crate) fn covering_with(
+        &mut self,
+        tool: &str,
+        risk: Risk,
+        arguments: impl FnOnce() -> Option<String>,
+        now: Instant,
+    ) -> Option<String> {
+        if self.held.is_empty() {
+            return None;
+        }
+        self.held.retain(|g| now < g.expires);
+        let mine = |g: &&Held| g.tool == tool && risk <= g.risk;
+        if let Some(whole) = self
+            .held
+            .iter()
+            .filter(mine)
+            .find(|g| g.arguments.is_none())
+        {
+            return Some(whole.by.clone());
+        }
+        if !self.held.iter().filter(mine).any(|g| g.arguments.is_some()) {
+            return None;
+        }
+        let arguments = arguments();
+        self.covering(tool, risk, arguments.as_deref(), now)
+    }
+
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn covering(
         &mut self,
         tool: &str,
@@ -44,9 +73,6 @@ impl Grants {
         arguments: Option<&str>,
         now: Instant,
     ) -> Option<String> {
-        if self.held.is_empty() {
-            return None;
-        }
         self.held.retain(|g| now < g.expires);
         self.held
             .iter()
@@ -119,16 +145,34 @@ mod tests {
     fn a_grant_covers_its_tool_its_risk_and_below_until_it_expires() {
         let t0 = Instant::now();
         let mut grants = Grants::default();
-        assert!(grants.grant("a.x", Risk::LowWrite, SessionGrant::tool(MINUTE), None, "ops", t0));
+        assert!(grants.grant(
+            "a.x",
+            Risk::LowWrite,
+            SessionGrant::tool(MINUTE),
+            None,
+            "ops",
+            t0
+        ));
         for risk in Risk::ALL {
             let covered = grants.covering("a.x", risk, None, t0).is_some();
             assert_eq!(covered, risk <= Risk::LowWrite, "{risk}");
         }
         assert_eq!(grants.covering("a.y", Risk::ReadOnly, None, t0), None);
         let just_before = t0 + MINUTE - Duration::from_nanos(1);
-        assert_eq!(grants.covering("a.x", Risk::LowWrite, None, just_before).as_deref(), Some("ops"));
-        assert_eq!(grants.covering("a.x", Risk::LowWrite, None, t0 + MINUTE), None);
-        assert!(grants.live(t0 + MINUTE).is_empty(), "an expired grant is forgotten");
+        assert_eq!(
+            grants
+                .covering("a.x", Risk::LowWrite, None, just_before)
+                .as_deref(),
+            Some("ops")
+        );
+        assert_eq!(
+            grants.covering("a.x", Risk::LowWrite, None, t0 + MINUTE),
+            None
+        );
+        assert!(
+            grants.live(t0 + MINUTE).is_empty(),
+            "an expired grant is forgotten"
+        );
     }
 
     #[test]
@@ -136,10 +180,21 @@ mod tests {
         let t0 = Instant::now();
         let mut grants = Grants::default();
         let exact = SessionGrant::tool(MINUTE).exact_arguments();
-        assert!(!grants.grant("a.x", Risk::HighWrite, exact, None, "ops", t0), "nothing to bind to");
+        assert!(
+            !grants.grant("a.x", Risk::HighWrite, exact, None, "ops", t0),
+            "nothing to bind to"
+        );
         assert!(grants.grant("a.x", Risk::HighWrite, exact, Some("d1".into()), "ops", t0));
-        assert!(grants.covering("a.x", Risk::HighWrite, Some("d1"), t0).is_some());
-        assert!(grants.covering("a.x", Risk::HighWrite, Some("d2"), t0).is_none());
+        assert!(
+            grants
+                .covering("a.x", Risk::HighWrite, Some("d1"), t0)
+                .is_some()
+        );
+        assert!(
+            grants
+                .covering("a.x", Risk::HighWrite, Some("d2"), t0)
+                .is_none()
+        );
         assert!(grants.covering("a.x", Risk::HighWrite, None, t0).is_none());
     }
 
@@ -153,7 +208,10 @@ mod tests {
             let tool = if i % 2 == 0 { "a.x" } else { "a.y" };
             assert!(grants.grant(tool, Risk::HighWrite, grant, None, "ops", t0));
         }
-        assert!(!grants.grant("a.z", Risk::HighWrite, grant, None, "ops", t0), "bounded");
+        assert!(
+            !grants.grant("a.z", Risk::HighWrite, grant, None, "ops", t0),
+            "bounded"
+        );
         assert_eq!(grants.revoke(Some("a.x")), MAX_GRANTS / 2);
         assert!(grants.covering("a.x", Risk::ReadOnly, None, t0).is_none());
         assert!(grants.covering("a.y", Risk::ReadOnly, None, t0).is_some());

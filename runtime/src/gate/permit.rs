@@ -22,9 +22,17 @@ pub struct Permit {
     exits: Option<Box<Exits>>,
 }
 
-/// The exits of one call, behind one thin pointer so that an unaudited permit is a single word.
+/// The exits of one call, behind one thin pointer so that an unaudited permit is a single word; and,
+/// for an approved call whose decision waited, the arguments the approval saw.
 #[derive(Debug)]
-struct Exits(Vec<Exit>);
+struct Exits(Vec<Exit>, Option<Seen>);
+
+/// The arguments an approval was given for: the call must still have them when its body starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) json: String,
+    pub(crate) binding: Option<String>,
+}
 
 /// What an audited gate needs to write the `exit` record of a call.
 #[derive(Debug)]
@@ -54,9 +62,27 @@ impl Permit {
     /// then on, it is written however the call ends, a panic of another gate's sink included.
     pub(crate) fn push(&mut self, exit: Exit) {
         self.exits
-            .get_or_insert_with(|| Box::new(Exits(Vec::new())))
+            .get_or_insert_with(|| Box::new(Exits(Vec::new(), None)))
             .0
             .push(exit);
+    }
+
+    /// Keeps what an approval saw, to compare with the arguments once the call has them back.
+    pub(crate) fn set_seen(&mut self, seen: Seen) {
+        self.exits
+            .get_or_insert_with(|| Box::new(Exits(Vec::new(), None)))
+            .1 = Some(seen);
+    }
+
+    /// What an approval saw, taken out to be compared.
+    pub(crate) fn take_seen(&mut self) -> Option<Seen> {
+        self.exits.as_mut().and_then(|exits| exits.1.take())
+    }
+
+    /// Whether an approval's arguments must be compared with the call's before the body runs.
+    #[inline]
+    pub fn needs_confirmation(&self) -> bool {
+        self.exits.as_ref().is_some_and(|exits| exits.1.is_some())
     }
 
     /// The exits owed, taken out to be closed otherwise (the call was refused after its `enter`).

@@ -24,7 +24,10 @@ impl Wake for Unpark {
 /// ready at once (the in-memory store's) costs one poll and no allocation.
 pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
-    if let Poll::Ready(output) = future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    if let Poll::Ready(output) = future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
         return output;
     }
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
