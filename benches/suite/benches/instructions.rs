@@ -8,6 +8,10 @@
 use std::hint::black_box;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use toolgate::approval::SessionGrant;
+use toolgate::{Approval, ApprovalRequest, Gate, Mode};
 
 use toolgate::audit::{AuditSink, JsonlSink};
 use toolgate_benches::by_name::CallByName;
@@ -28,6 +32,14 @@ const VARIANTS: &[(&str, &str)] = &[
     (
         "allowed_run_each",
         "gate.run(|| add(i, 2)): a gate entered around each call",
+    ),
+    (
+        "full_allowed",
+        "add(i, 2) in FULL_AUTO, under a gate with an approver: needs no approval",
+    ),
+    (
+        "granted",
+        "delete(i, 2) in FULL_AUTO, HIGH_WRITE, run by a session grant of the tool",
     ),
     (
         "async_direct",
@@ -114,6 +126,22 @@ fn run(variant: &str, n: u64) -> bool {
                 let _ = black_box(delete(black_box(i), black_box(2)));
             }
         }),
+        "full_allowed" | "granted" => {
+            let gate = granting_gate();
+            gate.run(|| {
+                // The first call is approved and grants the tool, outside the count.
+                let _ = black_box(delete(0, 2)).expect("approved");
+                if variant == "granted" {
+                    for i in 0..n {
+                        let _ = black_box(delete(black_box(i), black_box(2)));
+                    }
+                } else {
+                    for i in 0..n {
+                        let _ = black_box(add(black_box(i), black_box(2)));
+                    }
+                }
+            })
+        }
         "allowed_run_each" => {
             for i in 0..n {
                 let _ = black_box(gate.run(|| add(black_box(i), black_box(2))));
@@ -169,6 +197,17 @@ fn run(variant: &str, n: u64) -> bool {
         _ => return false,
     }
     true
+}
+
+/// A FULL_AUTO gate whose approver grants each tool it is asked about for the session.
+fn granting_gate() -> Gate {
+    Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| {
+            Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(3600)))
+        })
+        .build()
+        .expect("the benchmarks' tools have distinct ids")
 }
 
 fn tmp() -> &'static Path {

@@ -160,11 +160,12 @@ impl Gate {
     ) -> Step {
         let manifest = &entry.manifest;
         let refused = |code| refuse(entry, code, risk.get(), Some(mode));
-        if let Some(by) = self.granted(entry, risk, arguments) {
+        if let Some((by, exact)) = self.granted(entry, risk, arguments) {
             return Step::Done(Ok(Allowed {
                 mode,
                 decision: Decision::Granted,
                 by: Some(by),
+                confirm: exact,
             }));
         }
         match (&self.inner.approver, waits) {
@@ -177,16 +178,12 @@ impl Gate {
                     arguments: written.map(|a| a.json.as_str()),
                     arguments_digest: written.and_then(Arguments::shown_digest),
                 };
-                let answer = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)))
-                    .unwrap_or_else(|_| Approval::Reject("the approver panicked".to_owned()));
-                return Step::Done(self.answered(
-                    entry,
-                    mode,
-                    risk,
-                    answer,
-                    approver.name(),
-                    arguments,
-                ));
+                // An approver that panics, in its answer or its name, has rejected.
+                let answered = catch_unwind(AssertUnwindSafe(|| {
+                    (approver.approve(&request), approver.name().to_owned())
+                }));
+                let (answer, by) = answered.unwrap_or_else(|_| panicked());
+                return Step::Done(self.answered(entry, mode, risk, answer, &by, arguments));
             }
             (Some(AnyApprover::Async(_)), Waits::Async) => return Step::Ask(mode, Ask::Approver),
             (Some(AnyApprover::Async(_)), Waits::Blocking) => {
@@ -218,7 +215,8 @@ impl Gate {
         match waits {
             Waits::Async => Step::Ask(mode, Ask::Store(call)),
             Waits::Blocking => {
-                let consumed = block_on(store.consume(&call));
+                let consumed = catch_unwind(AssertUnwindSafe(|| block_on(store.consume(&call))))
+                    .unwrap_or_else(|_| Err(store_panicked()));
                 Step::Done(self.consumed(entry, mode, risk, consumed, arguments))
             }
         }
@@ -248,13 +246,27 @@ impl Gate {
                     arguments: json.as_deref(),
                     arguments_digest: digest.as_deref(),
                 };
-                let answer = catch_unwind_future(approver.approve(&request))
-                    .await
-                    .unwrap_or_else(|()| Approval::Reject("the approver panicked".to_owned()));
-                self.answered(entry, mode, risk, answer, approver.name(), arguments)
+                // Panics while making the future, polling it or naming the approver are all its
+                // rejection.
+                let asking = catch_unwind(AssertUnwindSafe(|| approver.approve(&request)));
+                let answer = match asking {
+                    Ok(future) => catch_unwind_future(future).await.ok(),
+                    Err(_) => None,
+                };
+                let by = catch_unwind(AssertUnwindSafe(|| approver.name().to_owned())).ok();
+                let (answer, by) = match (answer, by) {
+                    (Some(answer), Some(by)) => (answer, by),
+                    _ => panicked(),
+                };
+                self.answered(entry, mode, risk, answer, &by, arguments)
             }
             (Ask::Store(call), _, Some(store)) => {
-                let consumed = store.consume(&call).await;
+                let consumed = match catch_unwind(AssertUnwindSafe(|| store.consume(&call))) {
+                    Ok(future) => catch_unwind_future(future)
+                        .await
+                        .unwrap_or_else(|()| Err(store_panicked())),
+                    Err(_) => Err(store_panicked()),
+                };
                 self.consumed(entry, mode, risk, consumed, arguments)
             }
             // The gate's approver and store are fixed when it is built: this cannot happen, and would
@@ -263,13 +275,14 @@ impl Gate {
         }
     }
 
-    /// Who granted this call for the session, if a live grant covers it.
+    /// Who granted this call for the session, if a live grant covers it, and whether the grant is of
+    /// its exact arguments.
     fn granted<A: ArgumentSource>(
         &self,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,
         arguments: &mut A,
-    ) -> Option<String> {
+    ) -> Option<(String, bool)> {
         let mut grants = grants::lock(&self.inner.grants);
         if grants.is_empty() {
             return None;
@@ -292,6 +305,7 @@ impl Gate {
             mode,
             decision: Decision::Approved,
             by: Some(by.to_owned()),
+            confirm: true,
         });
         match answer {
             Approval::Approve => approved,
@@ -324,10 +338,20 @@ impl Gate {
                     mode,
                     decision: Decision::Approved,
                     by: Some(by),
+                    confirm: true,
                 })
             }
             Ok(Consumed::Answered(Answer::Reject { by, reason, stop })) => {
                 Err(self.rejected(entry, mode, risk, &by, &reason, stop))
+            }
+            // A store refuses only as a store may: any other code would blame a deny rule, the mode
+            // or the audit for what the store said.
+            Ok(Consumed::Pending { code, .. }) if !is_store_code(code) => {
+                Err(refused(DenialCode::ApprovalStoreUnavailable).with_detail(
+                    StoreError::Unexpected(format!("it refused with {code}, not an approval code"))
+                        .to_string()
+                        .into(),
+                ))
             }
             Ok(Consumed::Pending {
                 code,
@@ -530,6 +554,9 @@ pub(crate) struct Allowed {
     decision: Decision,
     /// Who approved it, or granted it for the session.
     by: Option<String>,
+    /// An approval (or a grant of exact arguments) was given for the arguments as they were written:
+    /// they must still be so when the body starts.
+    confirm: bool,
 }
 
 impl Allowed {
@@ -538,6 +565,7 @@ impl Allowed {
             mode,
             decision: Decision::Allowed,
             by: None,
+            confirm: false,
         }
     }
 }
@@ -882,9 +910,7 @@ fn enter_all<A: ArgumentSource>(
     // An approval is for the arguments it saw. A receiver behind a lock, or an argument with interior
     // mutability, may have changed while the approver thought or a record was written: written again
     // last, they must be the same.
-    let approved = allowed
-        .iter()
-        .any(|a| matches!(a.decision, Decision::Approved | Decision::Granted));
+    let approved = allowed.iter().any(|a| a.confirm);
     if approved && !arguments.unchanged(&mut permit) {
         let denied = changed(entry, risk, allowed);
         let exits = permit.take_exits();
@@ -1099,6 +1125,30 @@ fn abandon(
     }
     close_refused(exits, &denied);
     denied
+}
+
+/// The codes a store may refuse with.
+fn is_store_code(code: DenialCode) -> bool {
+    matches!(
+        code,
+        DenialCode::ApprovalRequired
+            | DenialCode::ApprovalExpired
+            | DenialCode::ApprovalReused
+            | DenialCode::ApprovalMismatch
+    )
+}
+
+#[cold]
+fn panicked() -> (Approval, String) {
+    (
+        Approval::Reject("the approver panicked".to_owned()),
+        "approver".to_owned(),
+    )
+}
+
+#[cold]
+fn store_panicked() -> StoreError {
+    StoreError::Unexpected("the store panicked".to_owned())
 }
 
 /// Every refusal of every call is made here.

@@ -20,6 +20,12 @@ pub struct Denied {
     tool: &'static ToolManifest,
     risk: Risk,
     mode: Option<Mode>,
+    /// What only some refusals carry, behind one pointer so that a refusal stays small to return.
+    extra: Option<Box<Extra>>,
+}
+
+#[derive(Clone, Default)]
+struct Extra {
     detail: Option<Arc<str>>,
     approval_token: Option<Arc<str>>,
     /// Who rejected the call, for the audit record.
@@ -38,23 +44,25 @@ impl Denied {
             tool,
             risk,
             mode,
-            detail: None,
-            approval_token: None,
-            by: None,
+            extra: None,
         }
     }
 
+    fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
     pub(crate) fn with_by(mut self, by: &str) -> Denied {
-        self.by = Some(by.into());
+        self.extra().by = Some(by.into());
         self
     }
 
     pub(crate) fn by(&self) -> Option<&str> {
-        self.by.as_deref()
+        self.extra.as_ref()?.by.as_deref()
     }
 
     pub(crate) fn with_approval_token(mut self, token: Arc<str>) -> Denied {
-        self.approval_token = Some(token);
+        self.extra().approval_token = Some(token);
         self
     }
 
@@ -64,7 +72,7 @@ impl Denied {
     }
 
     pub(crate) fn with_detail(mut self, detail: Arc<str>) -> Denied {
-        self.detail = Some(detail);
+        self.extra().detail = Some(detail);
         self
     }
 
@@ -90,7 +98,7 @@ impl Denied {
 
     /// The matching deny rule, or the approver's reason, where the code has one.
     pub fn detail(&self) -> Option<&str> {
-        self.detail.as_deref()
+        self.extra.as_ref()?.detail.as_deref()
     }
 
     /// The token an operator passes to [`Gate::approve`](crate::Gate::approve) to let this exact call run
@@ -99,7 +107,7 @@ impl Denied {
     /// It is for the operator only: it is not part of the message nor of the JSON, so an error that
     /// reaches the agent does not carry it.
     pub fn approval_token(&self) -> Option<&str> {
-        self.approval_token.as_deref()
+        self.extra.as_ref()?.approval_token.as_deref()
     }
 
     /// The human-readable message: the tool, its risk, the mode and what would be needed.
@@ -112,7 +120,7 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (id, risk) = (self.tool.id, self.risk);
         let mode = self.mode.map_or("none", Mode::as_str);
-        let detail = self.detail.as_deref().unwrap_or("no reason given");
+        let detail = self.detail().unwrap_or("no reason given");
         match self.code {
             DenialCode::NoGate => write!(
                 f,
@@ -166,13 +174,13 @@ impl fmt::Display for Denied {
                     "tool `{id}` ({risk}) is above the ceiling of mode {mode} ({ceiling}); it needs {needed}"
                 )
             }
-            DenialCode::ApprovalRequired if self.approval_token.is_some() => write!(
+            DenialCode::ApprovalRequired if self.approval_token().is_some() => write!(
                 f,
                 "tool `{id}` ({risk}) needs an approval in mode {mode}: the call is pending until an \
                  operator approves it with its token, which the application holds (it is not in this \
                  message); then the same call, with the same arguments, runs once"
             ),
-            DenialCode::ApprovalRequired => match &self.detail {
+            DenialCode::ApprovalRequired => match self.detail() {
                 Some(why) => write!(
                     f,
                     "tool `{id}` ({risk}) needs an approval in mode {mode}: {why}"

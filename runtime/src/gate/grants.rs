@@ -35,7 +35,8 @@ impl Grants {
         self.held.is_empty()
     }
 
-    /// Who granted this call, if a live grant covers it. `arguments` gives the call's binding digest
+    /// Who granted this call, if a live grant covers it, and whether the grant is of its exact
+    /// arguments. `arguments` gives the call's binding digest
     /// (`None` where it has none: then only a grant of the whole tool covers it); it is asked only when
     /// an exact grant of the tool is live, since writing the arguments costs more than the rest.
     pub(crate) fn covering_with(
@@ -44,7 +45,7 @@ impl Grants {
         risk: Risk,
         arguments: impl FnOnce() -> Option<String>,
         now: Instant,
-    ) -> Option<String> {
+    ) -> Option<(String, bool)> {
         if self.held.is_empty() {
             return None;
         }
@@ -56,13 +57,14 @@ impl Grants {
             .filter(mine)
             .find(|g| g.arguments.is_none())
         {
-            return Some(whole.by.clone());
+            return Some((whole.by.clone(), false));
         }
         if !self.held.iter().filter(mine).any(|g| g.arguments.is_some()) {
             return None;
         }
         let arguments = arguments();
         self.covering(tool, risk, arguments.as_deref(), now)
+            .map(|by| (by, true))
     }
 
     #[cfg_attr(not(test), allow(dead_code))]

@@ -94,7 +94,7 @@ impl Permit {
     /// a gate audits the call.
     #[inline]
     pub fn finish<T, E>(
-        mut self,
+        self,
         result: Result<T, E>,
         output_digest: fn(&T) -> Option<String>,
     ) -> Result<T, E> {
@@ -103,6 +103,16 @@ impl Permit {
             std::mem::forget(self);
             return result;
         }
+        self.finish_audited(result, output_digest)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn finish_audited<T, E>(
+        mut self,
+        result: Result<T, E>,
+        output_digest: fn(&T) -> Option<String>,
+    ) -> Result<T, E> {
         let (outcome, digest) = match &result {
             Ok(value) => (Outcome::Ok, output_digest(value)),
             Err(_) => (Outcome::Error, None),
