@@ -42,6 +42,10 @@ const VARIANTS: &[(&str, &str)] = &[
         "delete(i, 2) in FULL_AUTO, HIGH_WRITE, run by a session grant of the tool",
     ),
     (
+        "two_step",
+        "delete(i, 2) in FULL_AUTO with two-step approvals in memory: refused with a token, approved, run",
+    ),
+    (
         "async_direct",
         "add_async_direct(i, 2).await, in one async block",
     ),
@@ -139,6 +143,23 @@ fn run(variant: &str, n: u64) -> bool {
                     for i in 0..n {
                         let _ = black_box(add(black_box(i), black_box(2)));
                     }
+                }
+            })
+        }
+        "two_step" => {
+            let gate = Gate::builder()
+                .mode(Mode::FullAuto)
+                .two_step_approvals()
+                .build()
+                .expect("the benchmarks' tools have distinct ids");
+            gate.run(|| {
+                for i in 0..n {
+                    let token = match delete(black_box(i), black_box(2)) {
+                        Err(denied) => denied.approval_token().map(str::to_owned),
+                        Ok(_) => None,
+                    };
+                    gate.approve(&token.expect("a token")).expect("approved");
+                    black_box(delete(black_box(i), black_box(2))).expect("runs once");
                 }
             })
         }
