@@ -680,3 +680,52 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     );
     assert_eq!(gate.mode(), Mode::Shadow);
 }
+
+// A gate that keeps no record lets a granted call run from its inlined check: the same rules hold there
+// (the tool only, its time to live, revocation, the mode).
+#[test]
+fn a_grant_in_a_gate_without_records_holds_its_limits_in_the_inlined_check() {
+    let _serial = serial();
+    let (asked, approver) = scripted(vec![
+        Approval::ApproveForSession(SessionGrant::tool(Duration::from_millis(300))),
+        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
+        Approval::Approve,
+        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
+    ]);
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(approver)
+        .build()
+        .unwrap();
+    let before = WIRED.load(Ordering::SeqCst);
+    for cents in 0..5 {
+        gate.run(|| wire_sync("a".into(), cents)).unwrap();
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "granted after the first");
+    assert_eq!(WIRED.load(Ordering::SeqCst) - before, 5);
+    // Another tool is not granted.
+    gate.run(|| purge("x".into())).unwrap();
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    // Past its time to live, the first grant asks again (and is answered with a plain approval).
+    std::thread::sleep(Duration::from_millis(400));
+    gate.run(|| wire_sync("a".into(), 9)).unwrap();
+    assert_eq!(asked.load(Ordering::SeqCst), 3);
+    // Revoked: asks again (and is granted again).
+    assert_eq!(gate.revoke_grants(Some("appr.purge"), "ops"), 1);
+    gate.run(|| purge("y".into())).unwrap();
+    assert_eq!(asked.load(Ordering::SeqCst), 4);
+    gate.run(|| purge("z".into())).unwrap();
+    assert_eq!(asked.load(Ordering::SeqCst), 4);
+    // Lowered: the grant lifts no mode.
+    gate.lower(Mode::PartialAuto).unwrap();
+    assert_eq!(
+        gate.run(|| purge("z".into())).unwrap_err().code(),
+        DenialCode::ModeNotAllowed
+    );
+    // And a grant dies with its gate: a new gate with no approver refuses.
+    let fresh = Gate::new(Mode::FullAuto).unwrap();
+    assert_eq!(
+        fresh.run(|| purge("z".into())).unwrap_err().code(),
+        DenialCode::ApprovalRequired
+    );
+}

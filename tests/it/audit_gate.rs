@@ -237,6 +237,8 @@ fn a_refusal_is_recorded_with_what_the_agent_would_have_done() {
 
 #[test]
 fn recorded_arguments_leave_redacted_ones_out() {
+    // `TRANSFERS` counts the runs of every test here that calls `transfer`.
+    let _serial = crate::common::serial();
     let sink = Recorder::default();
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
@@ -257,6 +259,8 @@ fn recorded_arguments_leave_redacted_ones_out() {
 
 #[test]
 fn the_approver_sees_the_arguments_as_the_log_records_them() {
+    // `TRANSFERS` counts the runs of every test here that calls `transfer`.
+    let _serial = crate::common::serial();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen_by_approver = seen.clone();
     let sink = toolgate::audit::MemorySink::new();
@@ -307,6 +311,8 @@ fn the_approver_sees_the_arguments_as_the_log_records_them() {
 
 #[test]
 fn two_step_approval_runs_the_same_call_once() {
+    // `TRANSFERS` counts the runs of every test here that calls `transfer`.
+    let _serial = crate::common::serial();
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .two_step_approvals()
@@ -343,6 +349,8 @@ fn two_step_approval_runs_the_same_call_once() {
 
 #[test]
 fn two_step_approvals_expire() {
+    // `TRANSFERS` counts the runs of every test here that calls `transfer`.
+    let _serial = crate::common::serial();
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .approval_ttl(Duration::from_millis(30))

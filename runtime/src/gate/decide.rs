@@ -31,7 +31,27 @@ impl Gate {
         let inner = &*self.inner;
         let mode = inner.mode.load(Ordering::Acquire) & 3;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        matches!(inner.allowed_outright.get(slot), Some(bits) if bits >> mode & 1 == 1)
+        match inner.allowed_outright.get(slot) {
+            Some(bits) if bits >> mode & 1 == 1 => true,
+            Some(_) => {
+                matches!(inner.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
+                    && self.granted_outright(slot, mode)
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a live grant of the whole tool lets a call that needs an approval in `mode` run
+    /// outright (a gate that keeps no record only; see `Inner::granted_until`).
+    #[cold]
+    #[inline(never)]
+    fn granted_outright(&self, slot: usize, mode: u8) -> bool {
+        let inner = &*self.inner;
+        let needs_approval = matches!(inner.verdicts.get(slot), Some(row) if row[mode as usize] == Verdict::NeedsApproval);
+        let Some(until) = inner.granted_until.get(slot) else {
+            return false;
+        };
+        needs_approval && since(inner.epoch, Instant::now()) < until.load(Ordering::Acquire)
     }
 
     #[inline]
@@ -419,7 +439,20 @@ impl Gate {
             by,
             now,
         );
-        if !made || self.inner.audit.is_none() {
+        if !made {
+            return;
+        }
+        if self.inner.audit.is_none() {
+            // A grant of the whole tool at its declared risk or above: the inlined check may use it.
+            let slot = entry.slot.load(Ordering::Relaxed) as usize;
+            let whole = !grant.is_exact() && risk.get() >= entry.manifest.risk_level;
+            if let (true, Some(until), Some(end)) = (
+                whole,
+                self.inner.granted_until.get(slot),
+                now.checked_add(grant.ttl()),
+            ) {
+                until.fetch_max(since(self.inner.epoch, end), Ordering::AcqRel);
+            }
             return;
         }
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
@@ -1125,6 +1158,13 @@ fn abandon(
     }
     close_refused(exits, &denied);
     denied
+}
+
+/// Nanoseconds from `epoch` to `at`, at least 1 (0 means no grant).
+fn since(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// The codes a store may refuse with.

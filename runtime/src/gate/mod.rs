@@ -63,6 +63,11 @@ pub(super) struct Inner {
     pub(super) approver: Option<AnyApprover>,
     pub(super) store: Option<Arc<dyn ApprovalStore>>,
     pub(super) grants: Mutex<grants::Grants>,
+    /// Per registry slot, where the gate keeps no record: the end of a live grant of the whole tool at
+    /// its declared risk or above, in nanoseconds after `epoch` (0: none), so that the inlined check
+    /// lets a granted call run as it lets an allowed one. The grant list stays the authority.
+    pub(super) granted_until: Box<[AtomicU64]>,
+    pub(super) epoch: std::time::Instant,
     pub(super) audit: Option<Arc<dyn AuditSink>>,
     pub(super) agent: Option<Arc<str>>,
     pub(super) calls: AtomicU64,
@@ -196,6 +201,21 @@ impl Gate {
     /// next call of it asks again. Returns how many were revoked; recorded (`grant_revoked`) when any
     /// were.
     pub fn revoke_grants(&self, tool: Option<&str>, by: &str) -> usize {
+        // The inlined check's copy first: from here on, every call asks the list, then the list.
+        match tool.map(|id| registry().entry(id)) {
+            None => {
+                for until in &self.inner.granted_until {
+                    until.store(0, Ordering::Release);
+                }
+            }
+            Some(Some(entry)) => {
+                let slot = entry.slot.load(Ordering::Relaxed) as usize;
+                if let Some(until) = self.inner.granted_until.get(slot) {
+                    until.store(0, Ordering::Release);
+                }
+            }
+            Some(None) => {}
+        }
         let revoked = grants::lock(&self.inner.grants).revoke(tool);
         if revoked > 0 && self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
@@ -444,6 +464,8 @@ impl GateBuilder {
                 approver: self.approver,
                 store,
                 grants: Mutex::new(grants::Grants::default()),
+                granted_until: registry.entries.iter().map(|_| AtomicU64::new(0)).collect(),
+                epoch: std::time::Instant::now(),
                 audit: self.audit,
                 agent: self.agent,
                 calls: AtomicU64::new(1),
