@@ -430,16 +430,11 @@ fn atk2_an_approved_call_cancelled_in_its_body_is_closed_as_cancelled_and_names_
     assert_eq!(exits[0].outcome, Some(Outcome::Cancelled));
 }
 
+type AnswerSlot = Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Approval>>>>;
+
 /// An async approver that answers what the test sends it, one call at a time.
-fn answered_by_channel(
-    name: &'static str,
-) -> (
-    Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Approval>>>>,
-    Arc<AtomicUsize>,
-    impl AsyncApprover,
-) {
-    let slot: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Approval>>>> =
-        Arc::new(Mutex::new(None));
+fn answered_by_channel(name: &'static str) -> (AnswerSlot, Arc<AtomicUsize>, impl AsyncApprover) {
+    let slot: AnswerSlot = Arc::new(Mutex::new(None));
     let asked = Arc::new(AtomicUsize::new(0));
     let (s, a) = (slot.clone(), asked.clone());
     let approver = async_fn(name, move |_| {

@@ -72,8 +72,10 @@ struct HookSink {
     records: Arc<Mutex<Vec<AuditRecord>>>,
     on_enter: Arc<Mutex<Option<(&'static str, Hook)>>>,
     /// Checked on every `enter` record, before it is acknowledged.
-    check: Arc<Mutex<Option<Box<dyn Fn(&AuditRecord) + Send>>>>,
+    check: Arc<Mutex<Option<Check>>>,
 }
+
+type Check = Box<dyn Fn(&AuditRecord) + Send>;
 
 impl HookSink {
     fn records(&self) -> Vec<AuditRecord> {
@@ -435,6 +437,7 @@ impl Vault {
 
     /// A gate parameter with a named lifetime.
     #[tool(risk = "HIGH_WRITE")]
+    #[allow(clippy::needless_lifetimes)] // the spelling under attack
     pub fn gp_life<'g>(&self, g: &'g Gate) -> Result<(), Denied> {
         let _ = g;
         self.note("gp_life");
@@ -1605,11 +1608,11 @@ fn s27_an_approver_calling_the_method_on_another_receiver() {
     let (s, p) = (Arc::clone(&slot), Arc::clone(&production));
     let depth = Arc::new(AtomicUsize::new(0));
     let (gate, asked) = approving(&sink, move |r| {
-        if depth.fetch_add(1, SeqCst) == 0 {
-            if let Some(g) = lock(&s).clone() {
-                let _ = g.run(|| p.wipe());
-                let _ = call_now(&g, &shared(&p), "atk_vault.wipe", json!({}));
-            }
+        if depth.fetch_add(1, SeqCst) == 0
+            && let Some(g) = lock(&s).clone()
+        {
+            let _ = g.run(|| p.wipe());
+            let _ = call_now(&g, &shared(&p), "atk_vault.wipe", json!({}));
         }
         depth.fetch_sub(1, SeqCst);
         r.arguments.is_some_and(|a| a.contains("\"staging\""))
