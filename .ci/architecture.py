@@ -26,9 +26,10 @@ RANKS = {
     "report": 4,
     "mcp": 5,
     "cli": 5,
+    "postgres": 5,
 }
 # Crates that only the top of the runtime may import, and where.
-TRANSPORTS = {"rmcp": "mcp", "clap": "cli"}
+TRANSPORTS = {"rmcp": "mcp", "clap": "cli", "tokio_postgres": "postgres", "tokio": "postgres"}
 
 problems = []
 

@@ -177,6 +177,7 @@
 //! | `clap` | `Mode`, `Risk` and `report::Format` as `clap::ValueEnum`, and the `--list-tools` flag (`cli`) |
 //! | `cli` | the `toolgate` command: `toolgate audit verify FILE`, `toolgate audit promotion FILE` |
 //! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
+//! | `postgres` | `postgres`: an approval store shared by processes, on PostgreSQL ([tokio-postgres](https://crates.io/crates/tokio-postgres)); with `cli`, `toolgate approvals` |
 //!
 //! Nothing is on by default: the attribute, the gate, call by name, the audit log and the reports need
 //! no feature.
@@ -235,6 +236,8 @@ pub use toolgate_runtime::audit;
 pub use toolgate_runtime::cli;
 #[cfg(feature = "mcp")]
 pub use toolgate_runtime::mcp;
+#[cfg(feature = "postgres")]
+pub use toolgate_runtime::postgres;
 pub use toolgate_runtime::{lockfile, report};
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
@@ -244,6 +247,6 @@ pub mod __private {
 }
 
 /// Every Rust block of README.md, compiled (and run, where it can be) by `cargo test`.
-#[cfg(all(doctest, feature = "mcp", feature = "clap"))]
+#[cfg(all(doctest, feature = "mcp", feature = "clap", feature = "postgres"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -8,7 +8,8 @@
 #![warn(missing_docs)]
 
 // Imports point down: `policy` (its own crate) < `canonical` < `registry` < `approval`, `audit` < `gate`
-// < `by_name` < `report` < `mcp`, `cli`. ARCHITECTURE.md states the rules and how to check them.
+// < `by_name` < `report` < `mcp`, `cli`, `postgres`. ARCHITECTURE.md states the rules and how to check
+// them.
 pub mod approval;
 pub mod audit;
 mod by_name;
@@ -18,6 +19,8 @@ pub mod cli;
 mod gate;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod registry;
 pub mod report;
 

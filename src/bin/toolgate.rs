@@ -1,4 +1,5 @@
-//! The `toolgate` command: checks audit logs and reports on them.
+//! The `toolgate` command: checks audit logs and reports on them; with the `postgres` feature, answers
+//! two-step approval requests kept in PostgreSQL.
 
 #![forbid(unsafe_code)]
 
@@ -29,6 +30,17 @@ Exit status: as for `toolgate audit verify`:
   3   the file could not be read
   64  the command line is invalid";
 
+#[cfg(feature = "postgres")]
+const APPROVALS_EXIT_STATUS: &str = "\
+The store is the PostgreSQL database that the gates' `PostgresStore` connects to: --store URL, or the
+environment variable TOOLGATE_STORE.
+
+Exit status:
+  0   done
+  1   no such request, or it cannot be answered: expired, answered already, or its answer used
+  3   the store could not be reached, failed, or did not answer in time
+  64  the command line is invalid (no store, no --by and no USER)";
+
 /// Checks toolgate audit logs and reports on them.
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, after_help = VERIFY_EXIT_STATUS)]
@@ -42,6 +54,10 @@ enum Command {
     /// Hash-chained JSONL audit logs, as written by `JsonlSink`.
     #[command(subcommand)]
     Audit(Audit),
+    /// Two-step approval requests kept in PostgreSQL: list them, show one, approve or reject it.
+    #[cfg(feature = "postgres")]
+    #[command(after_help = APPROVALS_EXIT_STATUS)]
+    Approvals(approvals::Approvals),
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,6 +102,8 @@ fn main() -> ExitCode {
             verify(&file, expect_last.as_deref())
         }
         Command::Audit(Audit::Promotion { file }) => promotion(&file),
+        #[cfg(feature = "postgres")]
+        Command::Approvals(command) => approvals::run(command),
     };
     ExitCode::from(status)
 }
@@ -146,4 +164,321 @@ fn io_error(file: &Path, e: &io::Error) -> u8 {
 /// Prints to stdout, ignoring a closed pipe (`toolgate audit promotion log | head`).
 fn print(text: &str) {
     let _ = io::stdout().lock().write_all(text.as_bytes());
+}
+
+#[cfg(feature = "postgres")]
+mod approvals {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::thread::{self, Thread};
+    use std::time::Duration;
+
+    use clap::{Args, Subcommand};
+    use toolgate::approval::store::{Answer, ApproveError, StoreError};
+    use toolgate::postgres::{PostgresStore, RequestState, StoredRequest};
+
+    use super::{APPROVALS_EXIT_STATUS, print};
+
+    const DONE: u8 = 0;
+    const REFUSED: u8 = 1;
+    const UNAVAILABLE: u8 = 3;
+    const USAGE: u8 = super::USAGE;
+
+    #[derive(Debug, Args)]
+    pub(super) struct Approvals {
+        /// The store: a PostgreSQL URL (postgres://user@host/database) or key-value string.
+        #[arg(
+            long,
+            env = "TOOLGATE_STORE",
+            value_name = "URL",
+            global = true,
+            hide_env_values = true
+        )]
+        store: Option<String>,
+        /// The schema of the store's tables, as the gates' store names it.
+        #[arg(
+            long,
+            env = "TOOLGATE_STORE_SCHEMA",
+            default_value = "toolgate",
+            global = true
+        )]
+        schema: String,
+        #[command(subcommand)]
+        command: Action,
+    }
+
+    #[derive(Debug, Subcommand)]
+    enum Action {
+        /// Lists the requests waiting for an answer, oldest first.
+        #[command(after_help = APPROVALS_EXIT_STATUS)]
+        List,
+        /// Shows one request: the tool's manifest, the mode, the risk, the arguments (redacted ones as
+        /// "[REDACTED]") and where it stands.
+        #[command(after_help = APPROVALS_EXIT_STATUS)]
+        Show {
+            /// The request's id, as `list` shows it.
+            id: i64,
+        },
+        /// Approves a request: the same call, with the same arguments, then runs once.
+        #[command(after_help = APPROVALS_EXIT_STATUS)]
+        Approve {
+            /// The request's id, as `list` shows it.
+            id: i64,
+            /// Also grant the same call for the rest of the session of the gate that runs it.
+            #[arg(long)]
+            for_session: bool,
+            /// Who approves, for the audit log.
+            #[arg(long, env = "USER", value_name = "NAME")]
+            by: Option<String>,
+        },
+        /// Rejects a request, with a reason the agent reads when it makes the call again.
+        #[command(after_help = APPROVALS_EXIT_STATUS)]
+        Reject {
+            /// The request's id, as `list` shows it.
+            id: i64,
+            /// Why, for the agent.
+            #[arg(long, value_name = "TEXT")]
+            reason: String,
+            /// Also stop the agent: the gate that reads the rejection lowers itself to SHADOW.
+            #[arg(long)]
+            stop: bool,
+            /// Who rejects, for the audit log.
+            #[arg(long, env = "USER", value_name = "NAME")]
+            by: Option<String>,
+        },
+    }
+
+    pub(super) fn run(approvals: Approvals) -> u8 {
+        let Some(url) = approvals.store.filter(|url| !url.is_empty()) else {
+            eprintln!("toolgate: which store? give --store URL or set TOOLGATE_STORE");
+            return USAGE;
+        };
+        let answer = match &approvals.command {
+            Action::List | Action::Show { .. } => None,
+            Action::Approve {
+                id,
+                for_session,
+                by,
+            } => {
+                let Some(by) = who(by) else { return USAGE };
+                Some((
+                    *id,
+                    Answer::Approve {
+                        by,
+                        for_session: *for_session,
+                    },
+                ))
+            }
+            Action::Reject {
+                id,
+                reason,
+                stop,
+                by,
+            } => {
+                let Some(by) = who(by) else { return USAGE };
+                Some((
+                    *id,
+                    Answer::Reject {
+                        by,
+                        reason: reason.clone(),
+                        stop: *stop,
+                    },
+                ))
+            }
+        };
+        let store = match PostgresStore::builder()
+            .schema(&approvals.schema)
+            .connect(&url)
+        {
+            Ok(store) => store,
+            Err(e) => return unavailable(&e),
+        };
+        match (approvals.command, answer) {
+            (Action::List, _) => match block_on(store.list()) {
+                Ok(requests) => {
+                    print(&table(&requests));
+                    DONE
+                }
+                Err(e) => unavailable(&e),
+            },
+            (Action::Show { id }, _) => match block_on(store.show(id)) {
+                Ok(Some(request)) => {
+                    print(&details(&request));
+                    DONE
+                }
+                Ok(None) => {
+                    eprintln!("toolgate: no request {id}");
+                    REFUSED
+                }
+                Err(e) => unavailable(&e),
+            },
+            (_, Some((id, answer))) => {
+                let approved = matches!(answer, Answer::Approve { .. });
+                match block_on(store.answer_id(id, answer)) {
+                    Ok(request) => {
+                        let verb = if approved { "approved" } else { "rejected" };
+                        print(&format!(
+                            "{verb} request {id}: {} ({}) with arguments {}\n",
+                            request.binding.tool,
+                            request.binding.risk,
+                            request.arguments.as_deref().unwrap_or("(not shown)")
+                        ));
+                        DONE
+                    }
+                    Err(ApproveError::Store(e)) => unavailable(&e),
+                    Err(ApproveError::UnknownToken) => {
+                        eprintln!("toolgate: no request {id}");
+                        REFUSED
+                    }
+                    Err(e) => {
+                        eprintln!("toolgate: request {id} cannot be answered: {e}");
+                        REFUSED
+                    }
+                }
+            }
+            // Only `approve` and `reject` carry an answer.
+            (_, None) => USAGE,
+        }
+    }
+
+    fn who(by: &Option<String>) -> Option<String> {
+        let by = by.as_deref().map(str::trim).filter(|by| !by.is_empty());
+        if by.is_none() {
+            eprintln!("toolgate: who answers? give --by NAME (USER is not set)");
+        }
+        by.map(str::to_owned)
+    }
+
+    fn unavailable(error: &StoreError) -> u8 {
+        eprintln!("toolgate: {error}");
+        UNAVAILABLE
+    }
+
+    fn table(requests: &[StoredRequest]) -> String {
+        if requests.is_empty() {
+            return "no request waits for an answer\n".to_owned();
+        }
+        let rows: Vec<[String; 7]> = requests
+            .iter()
+            .map(|r| {
+                [
+                    r.id.to_string(),
+                    age(r.age),
+                    r.binding.tool.clone(),
+                    r.binding.risk.to_string(),
+                    r.mode.to_string(),
+                    r.agent.clone().unwrap_or_else(|| "-".into()),
+                    r.arguments.clone().unwrap_or_else(|| "(not shown)".into()),
+                ]
+            })
+            .collect();
+        let header = ["ID", "AGE", "TOOL", "RISK", "MODE", "AGENT", "ARGUMENTS"];
+        let mut widths = header.map(str::len);
+        for row in &rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let mut line = |cells: &[&str]| {
+            let last = cells.len() - 1;
+            for (i, cell) in cells.iter().enumerate() {
+                if i == last {
+                    out.push_str(cell);
+                } else {
+                    out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+                }
+            }
+            out.push('\n');
+        };
+        line(&header);
+        for row in &rows {
+            line(&row.each_ref().map(String::as_str));
+        }
+        out
+    }
+
+    fn details(r: &StoredRequest) -> String {
+        let state = match &r.state {
+            RequestState::Pending if r.expired => "expired, never answered".to_owned(),
+            RequestState::Pending => format!("pending, expires in {}", age(r.expires_in)),
+            RequestState::Answered(answer) => format!("{}, not used yet", answered(answer)),
+            RequestState::Used(answer) => format!("{}, used by its call", answered(answer)),
+            _ => "unknown".to_owned(),
+        };
+        let manifest = r.manifest.as_deref().unwrap_or("(none)");
+        format!(
+            "request   {}\n\
+             tool      {}\n\
+             risk      {} (effective, policy version {})\n\
+             mode      {}\n\
+             agent     {}\n\
+             arguments {}\n\
+             made      {} ({} ago)\n\
+             state     {state}\n\
+             manifest  {manifest}\n",
+            r.id,
+            r.binding.tool,
+            r.binding.risk,
+            r.binding.policy_version,
+            r.mode,
+            r.agent.as_deref().unwrap_or("-"),
+            r.arguments.as_deref().unwrap_or("(not shown)"),
+            r.created_at,
+            age(r.age),
+        )
+    }
+
+    fn answered(answer: &Answer) -> String {
+        match answer {
+            Answer::Approve {
+                by,
+                for_session: true,
+            } => format!("approved for the session by {by}"),
+            Answer::Approve { by, .. } => format!("approved by {by}"),
+            Answer::Reject {
+                by,
+                reason,
+                stop: true,
+            } => {
+                format!("rejected by {by}, and the agent stopped: {reason}")
+            }
+            Answer::Reject { by, reason, .. } => format!("rejected by {by}: {reason}"),
+            _ => "answered".to_owned(),
+        }
+    }
+
+    /// `42s`, `3m12s`, `2h05m`, `1d03h`.
+    fn age(duration: Duration) -> String {
+        let s = duration.as_secs();
+        match s {
+            0..60 => format!("{s}s"),
+            60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+            3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+            _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+        }
+    }
+
+    struct Unpark(Thread);
+
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+
+    /// Waits for one of the store's futures, which complete on the store's own thread.
+    fn block_on<F: Future>(future: F) -> F::Output {
+        let mut future = pin!(future);
+        let waker = Waker::from(Arc::new(Unpark(thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            thread::park();
+        }
+    }
 }

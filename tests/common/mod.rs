@@ -4,6 +4,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 /// A directory under Cargo's scratch space, named for the test binary, the calling file and the process,
 /// removed when dropped.
 pub struct Scratch(PathBuf);

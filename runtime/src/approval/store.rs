@@ -200,7 +200,8 @@ impl std::error::Error for ApproveError {}
 /// `postgres`) shares requests between processes.
 pub trait ApprovalStore: Send + Sync + 'static {
     /// Uses the answer to exactly this call, if there is one; otherwise keeps a pending request for it
-    /// (one per call: asking twice gives the same token) and says why the call waits.
+    /// (one per call: asking twice gives the same token, or, for a store that keeps only hashes of
+    /// tokens, another token that answers the same request) and says why the call waits.
     fn consume<'a>(
         &'a self,
         call: &'a ApprovalCall,

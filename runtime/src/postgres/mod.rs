@@ -1,0 +1,422 @@
+//! Two-step approvals kept in PostgreSQL (feature `postgres`): a request made by an agent in one
+//! process is answered by an operator in another (the `toolgate approvals` command, by request id), and
+//! the call runs once, in whichever process makes it again.
+//!
+//! ```no_run
+//! # extern crate toolgate_runtime as toolgate;
+//! use std::time::Duration;
+//! use toolgate::postgres::PostgresStore;
+//! use toolgate::{Gate, Mode};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PostgresStore::builder()
+//!     .timeout(Duration::from_secs(2))
+//!     .ttl(Duration::from_secs(10 * 60))
+//!     .connect("postgres://toolgate@db.internal/approvals")?;
+//! let gate = Gate::builder().mode(Mode::FullAuto).approval_store(store).build()?;
+//! # drop(gate);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What it guarantees
+//!
+//! - **Used once.** Consuming an answer is one statement, timed by the database's clock:
+//!
+//!   ```sql
+//!   UPDATE toolgate.approvals SET consumed_at = now()
+//!   WHERE id = (SELECT id FROM toolgate.approvals
+//!               WHERE tool = $1 AND arguments_digest = $2 AND shown_digest = $3 AND risk = $4
+//!                 AND policy_version = $5 AND answered_at IS NOT NULL AND consumed_at IS NULL
+//!                 AND expires_at > now()
+//!               ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+//!     AND consumed_at IS NULL
+//!   RETURNING answer, answered_by, reason, for_session, stop
+//!   ```
+//!
+//!   Of calls racing for one answer, in any number of processes, one locks the row and the others skip
+//!   it; one that reads the row after the winner committed re-checks `consumed_at` on the new version
+//!   (READ COMMITTED), so it finds the answer used. `SKIP LOCKED` rather than a plain row lock, because a
+//!   waiter's re-check under `LIMIT 1` would give up on the row without looking for another answer to
+//!   the same call, and because no call should queue behind another's commit.
+//! - **Bound to the call.** Only a call whose tool, both argument digests, risk and policy version are
+//!   equal to the request's uses its answer; agents are not part of the binding (an operator answers
+//!   the call, wherever it is made).
+//! - **Tokens are secrets.** The table holds the SHA-256 of each token, never the token.
+//! - **Fails closed.** Every operation has the store's timeout (2 seconds by default); an error or a
+//!   timeout refuses the call with `APPROVAL_STORE_UNAVAILABLE`. A broken connection is opened again by
+//!   the next operation. An answer is used at most once, not exactly once: a call whose consuming
+//!   statement committed but whose reply was lost (the timeout, the connection cut, the call
+//!   cancelled) is refused, and its answer stays used.
+//!
+//! # When there is no answer
+//!
+//! A second transaction, under an advisory lock per agent, takes an answer given in between, or works
+//! out why the call waits (`APPROVAL_EXPIRED`, `APPROVAL_REUSED` — also for an answer being used by a
+//! call racing this one —, `APPROVAL_MISMATCH`, else `APPROVAL_REQUIRED`) and keeps one pending request
+//! per call and agent. Since only hashes are kept, asking again for a pending call cannot hand back the
+//! token given before: it issues a new token and adds its hash to the same request. Every token handed
+//! out for a request answers it (the newest 16), the operator sees one request per call, and the bound
+//! on pending requests per agent (10,000 by default; past it, calls are refused without a token)
+//! counts calls, not retries. Requests are deleted one time-to-live after they expired.
+//!
+//! # The schema
+//!
+//! Created, or migrated, when the store connects, in one transaction under an advisory lock
+//! (`schema_version` holds the last migration applied; a schema newer than this crate is refused). In
+//! schema `toolgate` unless [`PostgresStoreBuilder::schema`] names another:
+//!
+//! ```sql
+//! CREATE TABLE toolgate.schema_version (
+//!     version    integer PRIMARY KEY,
+//!     applied_at timestamptz NOT NULL DEFAULT now()
+//! );
+//! CREATE TABLE toolgate.approvals (
+//!     id               bigserial PRIMARY KEY,      -- the request id operators use
+//!     token_sha256     text[] NOT NULL,            -- hex SHA-256 of each token handed out
+//!     tool             text NOT NULL,              -- the binding: tool, digests, risk, policy version
+//!     arguments_digest text NOT NULL,
+//!     shown_digest     text NOT NULL,
+//!     risk             text NOT NULL,              -- 'HIGH_WRITE', ...
+//!     policy_version   integer NOT NULL,
+//!     agent            text,                       -- the gate's agent label
+//!     mode             text NOT NULL,              -- the gate's mode when it asked
+//!     manifest         jsonb,                      -- the tool's manifest
+//!     arguments        text,                       -- as the audit log writes them, redacted
+//!     created_at       timestamptz NOT NULL DEFAULT now(),
+//!     expires_at       timestamptz NOT NULL,
+//!     answered_at      timestamptz,
+//!     answer           text CHECK (answer IN ('approve', 'reject')),
+//!     answered_by      text,
+//!     reason           text,
+//!     for_session      boolean NOT NULL DEFAULT false,
+//!     stop             boolean NOT NULL DEFAULT false,
+//!     consumed_at      timestamptz,
+//!     CHECK ((answer IS NULL) = (answered_at IS NULL)),
+//!     CHECK (consumed_at IS NULL OR answered_at IS NOT NULL)
+//! );
+//! CREATE INDEX approvals_call ON toolgate.approvals (tool, arguments_digest);
+//! CREATE INDEX approvals_token ON toolgate.approvals USING gin (token_sha256);
+//! CREATE INDEX approvals_pending ON toolgate.approvals ((coalesce(agent, ''))) WHERE answered_at IS NULL;
+//! CREATE INDEX approvals_expires ON toolgate.approvals (expires_at);
+//! ```
+//!
+//! The role the store connects as needs `CREATE` on the database the first time (or an existing
+//! schema), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on `approvals`.
+//!
+//! # The connection
+//!
+//! The store runs a current-thread tokio runtime on a thread of its own, with one connection to the
+//! server: its futures complete on any executor, or none (a sync tool's thread waits for them), and
+//! operations from one process go through that connection one after another. The connection is not
+//! encrypted (tokio-postgres with `NoTls`): connect over loopback, a Unix socket (`host=/run/postgresql`)
+//! or a network you trust.
+
+mod worker;
+
+mod sql;
+
+use std::fmt;
+use std::str::FromStr;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::approval::store::{
+    Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
+};
+use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
+use crate::policy::Mode;
+use worker::{Job, Target};
+
+/// How long an operation may take, unless the builder sets another.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Pending requests an agent may hold, unless the builder sets another.
+pub const DEFAULT_MAX_PENDING: usize = 10_000;
+
+/// The schema the store's tables live in, unless the builder names another.
+pub const DEFAULT_SCHEMA: &str = "toolgate";
+
+#[derive(Debug, Clone)]
+struct Settings {
+    timeout: Duration,
+    ttl: Duration,
+    max_pending: usize,
+    schema: String,
+}
+
+impl Settings {
+    fn quoted_schema(&self) -> String {
+        // Checked to be lowercase letters, digits and `_`: quoting is for keywords (`user`).
+        format!("\"{}\"", self.schema)
+    }
+}
+
+/// An [`ApprovalStore`] in PostgreSQL, shared by every gate and process that connects to it. See the
+/// [module](self) for what it guarantees and the SQL it keeps.
+pub struct PostgresStore {
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    settings: Settings,
+}
+
+/// Configures a [`PostgresStore`]: `PostgresStore::builder().ttl(..).connect(url)`.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PostgresStoreBuilder {
+    settings: Settings,
+}
+
+impl PostgresStoreBuilder {
+    /// How long each operation may take, connecting included (2 seconds unless set); past it, the
+    /// call that asked is refused with `APPROVAL_STORE_UNAVAILABLE`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = timeout;
+        self
+    }
+
+    /// How long a request lives, by the database's clock (10 minutes unless set); more than
+    /// [`MAX_APPROVAL_TTL`] (a day) or zero fails [`PostgresStoreBuilder::connect`].
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.settings.ttl = ttl;
+        self
+    }
+
+    /// Pending requests one agent may hold (10,000 unless set); past it, its calls are refused without
+    /// a token until requests are answered or expire.
+    pub fn max_pending_per_agent(mut self, max: usize) -> Self {
+        self.settings.max_pending = max;
+        self
+    }
+
+    /// The schema of the store's tables (`toolgate` unless set): lowercase letters, digits and `_`,
+    /// at most 63, starting with a letter or `_`.
+    pub fn schema(mut self, schema: &str) -> Self {
+        schema.clone_into(&mut self.settings.schema);
+        self
+    }
+
+    /// Connects to the server at `url` (`postgres://user:password@host:port/database`, or key-value
+    /// pairs such as `host=/run/postgresql dbname=approvals`), creating or migrating the schema, within
+    /// the timeout. It blocks the calling thread until then.
+    pub fn connect(self, url: &str) -> Result<PostgresStore, StoreError> {
+        let settings = self.settings;
+        let invalid = |why: String| Err(StoreError::Unavailable(format!("not configured: {why}")));
+        if settings.ttl.is_zero() || settings.ttl > MAX_APPROVAL_TTL {
+            return invalid(format!(
+                "the time to live must be more than zero and at most a day, not {:?}",
+                settings.ttl
+            ));
+        }
+        if settings.timeout.is_zero() {
+            return invalid("the timeout must be more than zero".into());
+        }
+        if settings.max_pending == 0 {
+            return invalid("an agent must be allowed a pending request at least".into());
+        }
+        if !valid_schema(&settings.schema) {
+            return invalid(format!(
+                "the schema name {:?} is not lowercase letters, digits and `_`",
+                settings.schema
+            ));
+        }
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
+        config.connect_timeout(settings.timeout);
+        if config.get_application_name().is_none() {
+            config.application_name("toolgate");
+        }
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        let thread = worker::run(settings.clone(), config, receiver).map_err(|e| {
+            StoreError::Unavailable(format!("cannot start the store's thread: {e}"))
+        })?;
+        let store = PostgresStore {
+            jobs: Some(jobs),
+            thread: Some(thread),
+            settings,
+        };
+        let (reply, connected) = std::sync::mpsc::channel();
+        store.send(Job::Connect(reply))?;
+        match connected.recv() {
+            Ok(result) => result.map(|()| store),
+            Err(_) => Err(thread_gone()),
+        }
+    }
+}
+
+fn valid_schema(schema: &str) -> bool {
+    let mut chars = schema.chars();
+    schema.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn thread_gone() -> StoreError {
+    StoreError::Unavailable("the store's thread stopped".into())
+}
+
+impl PostgresStore {
+    /// A builder with the defaults: timeout 2 s, requests living 10 minutes, 10,000 pending requests
+    /// per agent, schema `toolgate`.
+    pub fn builder() -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            settings: Settings {
+                timeout: DEFAULT_TIMEOUT,
+                ttl: DEFAULT_APPROVAL_TTL,
+                max_pending: DEFAULT_MAX_PENDING,
+                schema: DEFAULT_SCHEMA.to_owned(),
+            },
+        }
+    }
+
+    /// Connects with the defaults; see [`PostgresStoreBuilder::connect`].
+    pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::builder().connect(url)
+    }
+
+    /// How long a request lives.
+    pub fn ttl(&self) -> Duration {
+        self.settings.ttl
+    }
+
+    /// The requests waiting for an operator and not expired, oldest first.
+    pub fn list(&self) -> StoreFuture<'_, Result<Vec<StoredRequest>, StoreError>> {
+        let (reply, answered) = oneshot::channel();
+        let sent = self.send(Job::List(reply));
+        Box::pin(async move {
+            sent?;
+            answered.await.unwrap_or_else(|_| Err(thread_gone()))
+        })
+    }
+
+    /// The request with this id, in whatever state (`None` if there is none, or it was forgotten long
+    /// after it expired).
+    pub fn show(&self, id: i64) -> StoreFuture<'_, Result<Option<StoredRequest>, StoreError>> {
+        let (reply, answered) = oneshot::channel();
+        let sent = self.send(Job::Show(id, reply));
+        Box::pin(async move {
+            sent?;
+            answered.await.unwrap_or_else(|_| Err(thread_gone()))
+        })
+    }
+
+    /// Answers the pending request with this id, as [`ApprovalStore::answer`] does by token: the
+    /// operator's channel. Returns the request as answered.
+    pub fn answer_id(
+        &self,
+        id: i64,
+        answer: Answer,
+    ) -> StoreFuture<'_, Result<StoredRequest, ApproveError>> {
+        self.answer_target(Target::Id(id), answer)
+    }
+
+    fn answer_target(
+        &self,
+        target: Target,
+        answer: Answer,
+    ) -> StoreFuture<'_, Result<StoredRequest, ApproveError>> {
+        let (reply, answered) = oneshot::channel();
+        let sent = self.send(Job::Answer(target, answer, reply));
+        Box::pin(async move {
+            sent.map_err(ApproveError::Store)?;
+            answered
+                .await
+                .unwrap_or_else(|_| Err(ApproveError::Store(thread_gone())))
+        })
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs
+            .as_ref()
+            .and_then(|jobs| jobs.send(job).ok())
+            .ok_or_else(thread_gone)
+    }
+}
+
+impl ApprovalStore for PostgresStore {
+    fn consume<'a>(
+        &'a self,
+        call: &'a ApprovalCall,
+    ) -> StoreFuture<'a, Result<Consumed, StoreError>> {
+        let (reply, answered) = oneshot::channel();
+        let sent = self.send(Job::Consume(Box::new(call.clone()), reply));
+        Box::pin(async move {
+            sent?;
+            answered.await.unwrap_or_else(|_| Err(thread_gone()))
+        })
+    }
+
+    fn answer<'a>(
+        &'a self,
+        token: &'a str,
+        answer: Answer,
+    ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
+        let answered = self.answer_target(Target::Token(token.to_owned()), answer);
+        Box::pin(async move { answered.await.map(|request| request.binding) })
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop; its runtime then drops the connection.
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("timeout", &self.settings.timeout)
+            .field("ttl", &self.settings.ttl)
+            .field("max_pending", &self.settings.max_pending)
+            .field("schema", &self.settings.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request as the store keeps it, for an operator.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StoredRequest {
+    /// The request's id, for [`PostgresStore::answer_id`] and `toolgate approvals`.
+    pub id: i64,
+    /// What an answer is bound to.
+    pub binding: Binding,
+    /// The agent label of the gate that asked.
+    pub agent: Option<String>,
+    /// The gate's mode when it asked.
+    pub mode: Mode,
+    /// The tool's manifest, as JSON.
+    pub manifest: Option<String>,
+    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
+    pub arguments: Option<String>,
+    /// When it was made, by the database's clock, as `YYYY-MM-DDTHH:MM:SSZ`.
+    pub created_at: String,
+    /// How long ago it was made.
+    pub age: Duration,
+    /// How long it has left (zero once expired).
+    pub expires_in: Duration,
+    /// Whether it has expired: an expired request answers no call.
+    pub expired: bool,
+    /// Pending, answered, or answered and used.
+    pub state: RequestState,
+}
+
+/// Where a request stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestState {
+    /// Waiting for an operator.
+    Pending,
+    /// Answered; the answer waits for its call.
+    Answered(Answer),
+    /// Answered, and the answer decided its call.
+    Used(Answer),
+}

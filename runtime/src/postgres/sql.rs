@@ -1,0 +1,163 @@
+//! The schema, its migrations and every statement the store sends, written once with the schema's name
+//! in place of `{s}`.
+
+/// The migrations, in order: `schema_version` holds the number of the last one applied.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: the requests, their answers and their use.
+    "CREATE TABLE {s}.approvals (
+        id               bigserial PRIMARY KEY,
+        token_sha256     text[] NOT NULL,
+        tool             text NOT NULL,
+        arguments_digest text NOT NULL,
+        shown_digest     text NOT NULL,
+        risk             text NOT NULL,
+        policy_version   integer NOT NULL,
+        agent            text,
+        mode             text NOT NULL,
+        manifest         jsonb,
+        arguments        text,
+        created_at       timestamptz NOT NULL DEFAULT now(),
+        expires_at       timestamptz NOT NULL,
+        answered_at      timestamptz,
+        answer           text CHECK (answer IN ('approve', 'reject')),
+        answered_by      text,
+        reason           text,
+        for_session      boolean NOT NULL DEFAULT false,
+        stop             boolean NOT NULL DEFAULT false,
+        consumed_at      timestamptz,
+        CHECK ((answer IS NULL) = (answered_at IS NULL)),
+        CHECK (consumed_at IS NULL OR answered_at IS NOT NULL)
+    );
+    CREATE INDEX approvals_call ON {s}.approvals (tool, arguments_digest);
+    CREATE INDEX approvals_token ON {s}.approvals USING gin (token_sha256);
+    CREATE INDEX approvals_pending ON {s}.approvals ((coalesce(agent, ''))) WHERE answered_at IS NULL;
+    CREATE INDEX approvals_expires ON {s}.approvals (expires_at);",
+];
+
+/// Creates the schema and the version table if missing, under a lock that makes concurrent first
+/// connections wait for each other.
+pub(super) const PREPARE_SCHEMA: &str = "
+    CREATE SCHEMA IF NOT EXISTS {s};
+    CREATE TABLE IF NOT EXISTS {s}.schema_version (
+        version    integer PRIMARY KEY,
+        applied_at timestamptz NOT NULL DEFAULT now()
+    );";
+
+pub(super) const SCHEMA_VERSION: &str = "SELECT coalesce(max(version), 0) FROM {s}.schema_version";
+
+pub(super) const RECORD_VERSION: &str = "INSERT INTO {s}.schema_version (version) VALUES ($1)";
+
+/// The binding's five fields, as `$1` to `$5`.
+const SAME_BINDING: &str = "tool = $1 AND arguments_digest = $2 AND shown_digest = $3 AND risk = $4
+    AND policy_version = $5";
+
+/// Uses the oldest live answer to exactly this call, in one statement. Of concurrent statements, one
+/// locks the row; the others skip it (and find another answer, or none), and one that reads it after
+/// the winner committed re-checks `consumed_at` on the new row version (READ COMMITTED), so no answer is
+/// used twice.
+pub(super) fn consume() -> String {
+    format!(
+        "UPDATE {{s}}.approvals SET consumed_at = now()
+         WHERE id = (
+             SELECT id FROM {{s}}.approvals
+             WHERE {SAME_BINDING} AND answered_at IS NOT NULL AND consumed_at IS NULL
+               AND expires_at > now()
+             ORDER BY id
+             LIMIT 1
+             FOR UPDATE SKIP LOCKED)
+           AND consumed_at IS NULL
+         RETURNING answer, answered_by, reason, for_session, stop"
+    )
+}
+
+/// Why a call found no answer: `expired`, `used` (or being used by a call racing this one), and
+/// `mismatch` (a live approval of the tool for another binding).
+pub(super) fn why_waiting() -> String {
+    format!(
+        "SELECT
+             coalesce(bool_or(same AND answered_at IS NOT NULL AND consumed_at IS NULL
+                 AND expires_at <= now()), false),
+             coalesce(bool_or(same AND (consumed_at IS NOT NULL
+                 OR (answered_at IS NOT NULL AND expires_at > now()))), false),
+             coalesce(bool_or(NOT same AND answer = 'approve' AND consumed_at IS NULL
+                 AND expires_at > now()), false)
+         FROM (SELECT *, ({SAME_BINDING}) AS same FROM {{s}}.approvals WHERE tool = $1) AS requests"
+    )
+}
+
+/// Serializes the requests of one agent (`$1`) across processes, until the transaction ends.
+pub(super) const LOCK_AGENT: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// The live pending request for exactly this call by this agent (`$6`, `''` for none).
+pub(super) fn find_pending() -> String {
+    format!(
+        "SELECT id FROM {{s}}.approvals
+         WHERE {SAME_BINDING} AND coalesce(agent, '') = $6 AND answered_at IS NULL
+           AND expires_at > now()
+         ORDER BY id
+         LIMIT 1"
+    )
+}
+
+/// Adds a token's hash (`$2`) to a pending request, keeping the newest `$3`.
+pub(super) const ADD_TOKEN: &str = "UPDATE {s}.approvals
+    SET token_sha256 = (token_sha256 || $2::text)[greatest(1, cardinality(token_sha256) + 2 - $3::integer):]
+    WHERE id = $1";
+
+/// How many live pending requests the agent (`$1`) holds, counted up to `$2`.
+pub(super) const COUNT_PENDING: &str = "SELECT count(*) FROM (
+        SELECT 1 FROM {s}.approvals
+        WHERE coalesce(agent, '') = $1 AND answered_at IS NULL AND expires_at > now()
+        LIMIT $2) AS held";
+
+pub(super) const INSERT: &str = "INSERT INTO {s}.approvals (token_sha256, tool, arguments_digest,
+        shown_digest, risk, policy_version, agent, mode, manifest, arguments, expires_at)
+    VALUES (ARRAY[$1::text], $2, $3, $4, $5, $6, $7, $8, $9::text::jsonb, $10,
+        now() + $11::bigint * interval '1 millisecond')
+    RETURNING id";
+
+/// Forgets requests one time-to-live (`$1`, milliseconds) after they expired.
+pub(super) const PRUNE: &str =
+    "DELETE FROM {s}.approvals WHERE expires_at < now() - $1::bigint * interval '1 millisecond'";
+
+/// A request as operators see it; [`super::request_of`] reads it by position.
+const REQUEST: &str = "id, tool, arguments_digest, shown_digest, risk, policy_version, agent, mode,
+    manifest::text, arguments,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
+    extract(epoch FROM now() - created_at)::float8,
+    extract(epoch FROM expires_at - now())::float8,
+    answer, answered_by, reason, for_session, stop, consumed_at IS NOT NULL";
+
+/// Answers the live pending request that `$1` names: `token_sha256 @> ARRAY[$1]` or `id = $1`.
+pub(super) fn answer(target: &str) -> String {
+    format!(
+        "UPDATE {{s}}.approvals
+         SET answered_at = now(), answer = $2, answered_by = $3, reason = $4, for_session = $5,
+             stop = $6
+         WHERE {target} AND answered_at IS NULL AND expires_at > now()
+         RETURNING {REQUEST}"
+    )
+}
+
+/// Why a request could not be answered: expired, answered, used.
+pub(super) fn why_not_answered(target: &str) -> String {
+    format!(
+        "SELECT expires_at <= now(), answered_at IS NOT NULL, consumed_at IS NOT NULL
+         FROM {{s}}.approvals WHERE {target} ORDER BY id DESC LIMIT 1"
+    )
+}
+
+pub(super) const BY_TOKEN: &str = "token_sha256 @> ARRAY[$1::text]";
+pub(super) const BY_ID: &str = "id = $1::bigint";
+
+pub(super) fn list() -> String {
+    format!(
+        "SELECT {REQUEST} FROM {{s}}.approvals
+         WHERE answered_at IS NULL AND expires_at > now()
+         ORDER BY id"
+    )
+}
+
+pub(super) fn show() -> String {
+    format!("SELECT {REQUEST} FROM {{s}}.approvals WHERE id = $1")
+}

@@ -1,0 +1,575 @@
+//! The store's own thread: a current-thread tokio runtime holding one connection, which it opens again
+//! when it breaks. Callers send it jobs over a channel and wait on a oneshot reply, which completes on
+//! any executor or none.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row, Statement};
+
+use super::sql;
+use super::{RequestState, Settings, StoredRequest};
+use crate::approval::store::{Answer, ApprovalCall, ApproveError, Binding, Consumed, StoreError};
+use crate::approval::two_step::new_token;
+use crate::policy::{DenialCode, Mode, Risk};
+
+/// Hashes of a pending request's tokens kept at most: asking again for the same pending call adds one,
+/// and the oldest stops answering past this many.
+const TOKENS_PER_REQUEST: i32 = 16;
+
+/// How often a store forgets requests long expired.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Which request an operator answers.
+#[derive(Debug)]
+pub(super) enum Target {
+    Token(String),
+    Id(i64),
+}
+
+/// What a caller asks the store's thread.
+pub(super) enum Job {
+    Connect(std::sync::mpsc::Sender<Result<(), StoreError>>),
+    Consume(
+        Box<ApprovalCall>,
+        oneshot::Sender<Result<Consumed, StoreError>>,
+    ),
+    Answer(
+        Target,
+        Answer,
+        oneshot::Sender<Result<StoredRequest, ApproveError>>,
+    ),
+    List(oneshot::Sender<Result<Vec<StoredRequest>, StoreError>>),
+    Show(
+        i64,
+        oneshot::Sender<Result<Option<StoredRequest>, StoreError>>,
+    ),
+}
+
+/// A failure inside the thread, before it is told to a caller.
+enum Failure {
+    Store(StoreError),
+    Approve(ApproveError),
+}
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(error: tokio_postgres::Error) -> Self {
+        Failure::Store(store_error(&error))
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        Failure::Store(error)
+    }
+}
+
+fn store_error(error: &tokio_postgres::Error) -> StoreError {
+    match error.as_db_error() {
+        // Connection exceptions, operator intervention (a shutdown), insufficient resources and
+        // transactions rolled back by the server: the store is unavailable for now.
+        Some(db)
+            if ["08", "57", "53", "40"]
+                .iter()
+                .any(|class| db.code().code().starts_with(class)) =>
+        {
+            StoreError::Unavailable(format!("{} ({})", db.message(), db.code().code()))
+        }
+        // Any other error of the server: a statement of ours it refused, or a schema not ours.
+        Some(db) => StoreError::Unexpected(format!("{} ({})", db.message(), db.code().code())),
+        None => StoreError::Unavailable(error.to_string()),
+    }
+}
+
+/// A column of a row; a type that does not match is the store answering unexpectedly.
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, at: usize) -> Result<T, Failure> {
+    row.try_get(at)
+        .map_err(|error| unexpected(format!("column {at}: {error}")))
+}
+
+impl Failure {
+    fn into_store(self) -> StoreError {
+        match self {
+            Failure::Store(error) => error,
+            Failure::Approve(ApproveError::Store(error)) => error,
+            Failure::Approve(other) => StoreError::Unexpected(other.to_string()),
+        }
+    }
+
+    fn into_approve(self) -> ApproveError {
+        match self {
+            Failure::Store(error) => ApproveError::Store(error),
+            Failure::Approve(error) => error,
+        }
+    }
+}
+
+struct Prepared {
+    consume: Statement,
+    why_waiting: Statement,
+    lock_agent: Statement,
+    find_pending: Statement,
+    add_token: Statement,
+    count_pending: Statement,
+    insert: Statement,
+    prune: Statement,
+}
+
+struct Conn {
+    client: Client,
+    statements: Prepared,
+}
+
+struct Worker {
+    settings: Settings,
+    config: tokio_postgres::Config,
+    conn: Mutex<Option<Conn>>,
+    /// Set when an operation was cut short by the timeout: the connection's state is then unknown, and
+    /// the next operation opens another.
+    broken: Cell<bool>,
+    last_prune: Cell<Option<Instant>>,
+}
+
+/// Runs the store's thread until every sender of `jobs` is gone.
+pub(super) fn run(
+    settings: Settings,
+    config: tokio_postgres::Config,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("toolgate-postgres".into())
+        .spawn(move || {
+            let worker = Rc::new(Worker {
+                settings,
+                config,
+                conn: Mutex::new(None),
+                broken: Cell::new(false),
+                last_prune: Cell::new(None),
+            });
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                while let Some(job) = jobs.recv().await {
+                    tokio::task::spawn_local(Rc::clone(&worker).handle(job));
+                }
+            });
+        })
+}
+
+impl Worker {
+    async fn handle(self: Rc<Self>, job: Job) {
+        match job {
+            Job::Connect(reply) => {
+                let done = self
+                    .with_conn(async |_| Ok(()))
+                    .await
+                    .map_err(Failure::into_store);
+                let _ = reply.send(done);
+            }
+            Job::Consume(call, reply) => {
+                let done = self
+                    .with_conn(async |conn| self.consume(conn, &call).await)
+                    .await
+                    .map_err(Failure::into_store);
+                let _ = reply.send(done);
+            }
+            Job::Answer(target, answer, reply) => {
+                let done = self
+                    .with_conn(async |conn| self.answer_request(conn, &target, &answer).await)
+                    .await
+                    .map_err(Failure::into_approve);
+                let _ = reply.send(done);
+            }
+            Job::List(reply) => {
+                let done = self
+                    .with_conn(async |conn| {
+                        let rows = conn.client.query(&self.sql(&sql::list()), &[]).await?;
+                        rows.iter().map(request_of).collect()
+                    })
+                    .await
+                    .map_err(Failure::into_store);
+                let _ = reply.send(done);
+            }
+            Job::Show(id, reply) => {
+                let done = self
+                    .with_conn(async |conn| {
+                        let row = conn
+                            .client
+                            .query_opt(&self.sql(&sql::show()), &[&id])
+                            .await?;
+                        row.as_ref().map(request_of).transpose()
+                    })
+                    .await
+                    .map_err(Failure::into_store);
+                let _ = reply.send(done);
+            }
+        }
+    }
+
+    fn sql(&self, text: &str) -> String {
+        text.replace("{s}", &self.settings.quoted_schema())
+    }
+
+    /// Runs `op` on the connection, opened (and the schema migrated) where needed, all within the
+    /// store's timeout. A connection that failed or was cut short is dropped, and the next operation
+    /// opens another.
+    async fn with_conn<T>(
+        &self,
+        op: impl AsyncFnOnce(&mut Conn) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let work = async {
+            let mut guard = self.conn.lock().await;
+            let stale = self.broken.replace(false)
+                || guard.as_ref().is_none_or(|conn| conn.client.is_closed());
+            if stale {
+                *guard = None;
+                *guard = Some(self.open().await?);
+            }
+            let Some(conn) = guard.as_mut() else {
+                return Err(Failure::Store(StoreError::Unexpected(
+                    "no connection after opening one".into(),
+                )));
+            };
+            let done = op(conn).await;
+            if let Err(Failure::Store(StoreError::Unavailable(_))) = &done {
+                *guard = None;
+            }
+            done
+        };
+        match tokio::time::timeout(self.settings.timeout, work).await {
+            Ok(done) => done,
+            Err(_) => {
+                self.broken.set(true);
+                Err(Failure::Store(StoreError::Timeout))
+            }
+        }
+    }
+
+    async fn open(&self) -> Result<Conn, Failure> {
+        let (mut client, connection) = self.config.connect(NoTls).await?;
+        tokio::task::spawn_local(async move {
+            // The connection ends with an error when the server goes away; the client then reports
+            // itself closed, which is all the store needs to know.
+            let _ = connection.await;
+        });
+        self.migrate(&mut client).await?;
+        let prepare = async |text: &str| client.prepare(&self.sql(text)).await;
+        let statements = Prepared {
+            consume: prepare(&sql::consume()).await?,
+            why_waiting: prepare(&sql::why_waiting()).await?,
+            lock_agent: prepare(sql::LOCK_AGENT).await?,
+            find_pending: prepare(&sql::find_pending()).await?,
+            add_token: prepare(sql::ADD_TOKEN).await?,
+            count_pending: prepare(sql::COUNT_PENDING).await?,
+            insert: prepare(sql::INSERT).await?,
+            prune: prepare(sql::PRUNE).await?,
+        };
+        Ok(Conn { client, statements })
+    }
+
+    /// Creates the schema, or brings it to this version, in one transaction under an advisory lock, so
+    /// that processes connecting at once migrate it once.
+    async fn migrate(&self, client: &mut Client) -> Result<(), Failure> {
+        let transaction = client.transaction().await?;
+        let key = lock_key(&self.settings.schema, "migrate");
+        transaction.execute(sql::LOCK_AGENT, &[&key]).await?;
+        transaction
+            .batch_execute(&self.sql(sql::PREPARE_SCHEMA))
+            .await?;
+        let version = transaction
+            .query_one(&self.sql(sql::SCHEMA_VERSION), &[])
+            .await?;
+        let version: i32 = get(&version, 0)?;
+        let known = sql::MIGRATIONS.len() as i32;
+        if version > known {
+            return Err(Failure::Store(StoreError::Unexpected(format!(
+                "the schema `{}` is at version {version}, newer than this toolgate knows ({known})",
+                self.settings.schema
+            ))));
+        }
+        for (number, migration) in (1i32..).zip(sql::MIGRATIONS).skip(version as usize) {
+            transaction.batch_execute(&self.sql(migration)).await?;
+            transaction
+                .execute(&self.sql(sql::RECORD_VERSION), &[&number])
+                .await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn consume(&self, conn: &mut Conn, call: &ApprovalCall) -> Result<Consumed, Failure> {
+        let binding = &call.binding;
+        let risk = binding.risk.as_str();
+        let version = policy_version(binding)?;
+        let key: [&(dyn ToSql + Sync); 5] = [
+            &binding.tool,
+            &binding.arguments_digest,
+            &binding.shown_digest,
+            &risk,
+            &version,
+        ];
+        if let Some(row) = conn
+            .client
+            .query_opt(&conn.statements.consume, &key)
+            .await?
+        {
+            return Ok(Consumed::Answered(answer_of(&row)?));
+        }
+        let prune = self
+            .last_prune
+            .get()
+            .is_none_or(|last| last.elapsed() >= PRUNE_EVERY);
+        let agent = call.agent.as_deref().unwrap_or("");
+        let statements = &conn.statements;
+        let transaction = conn.client.transaction().await?;
+        transaction
+            .execute(
+                &statements.lock_agent,
+                &[&lock_key(&self.settings.schema, agent)],
+            )
+            .await?;
+        // An operator may have answered since the statement above: take the answer now.
+        if let Some(row) = transaction.query_opt(&statements.consume, &key).await? {
+            transaction.commit().await?;
+            return Ok(Consumed::Answered(answer_of(&row)?));
+        }
+        let why = transaction.query_one(&statements.why_waiting, &key).await?;
+        let code = if get(&why, 0)? {
+            DenialCode::ApprovalExpired
+        } else if get(&why, 1)? {
+            DenialCode::ApprovalReused
+        } else if get(&why, 2)? {
+            DenialCode::ApprovalMismatch
+        } else {
+            DenialCode::ApprovalRequired
+        };
+        if prune {
+            transaction
+                .execute(&statements.prune, &[&millis(self.settings.ttl)])
+                .await?;
+        }
+        let Some(token) = new_token() else {
+            transaction.commit().await?;
+            return Ok(Consumed::Pending { code, token: None });
+        };
+        let hash = sha256_hex(&token);
+        let pending_key: [&(dyn ToSql + Sync); 6] =
+            [key[0], key[1], key[2], key[3], key[4], &agent];
+        let pending = transaction
+            .query_opt(&statements.find_pending, &pending_key)
+            .await?;
+        let token = match pending {
+            Some(row) => {
+                let id: i64 = get(&row, 0)?;
+                transaction
+                    .execute(&statements.add_token, &[&id, &hash, &TOKENS_PER_REQUEST])
+                    .await?;
+                Some(token)
+            }
+            None => {
+                let held = transaction
+                    .query_one(
+                        &statements.count_pending,
+                        &[&agent, &(self.settings.max_pending as i64)],
+                    )
+                    .await?;
+                let held: i64 = get(&held, 0)?;
+                if held >= self.settings.max_pending as i64 {
+                    None
+                } else {
+                    let manifest = serde_json::from_str::<serde_json::Value>(&call.manifest)
+                        .is_ok()
+                        .then_some(call.manifest.as_str());
+                    transaction
+                        .query_one(
+                            &statements.insert,
+                            &[
+                                &hash,
+                                &binding.tool,
+                                &binding.arguments_digest,
+                                &binding.shown_digest,
+                                &risk,
+                                &version,
+                                &call.agent,
+                                &call.mode.as_str(),
+                                &manifest,
+                                &call.arguments,
+                                &millis(self.settings.ttl),
+                            ],
+                        )
+                        .await?;
+                    Some(token)
+                }
+            }
+        };
+        transaction.commit().await?;
+        if prune {
+            self.last_prune.set(Some(Instant::now()));
+        }
+        Ok(Consumed::Pending { code, token })
+    }
+}
+
+impl Worker {
+    async fn answer_request(
+        &self,
+        conn: &mut Conn,
+        target: &Target,
+        answer: &Answer,
+    ) -> Result<StoredRequest, Failure> {
+        let (word, by, reason, for_session, stop) = match answer {
+            Answer::Approve { by, for_session } => ("approve", by, None, *for_session, false),
+            Answer::Reject { by, reason, stop } => ("reject", by, Some(reason), false, *stop),
+        };
+        let hash;
+        let (condition, target): (&str, &(dyn ToSql + Sync)) = match target {
+            Target::Token(token) => {
+                hash = sha256_hex(token);
+                (sql::BY_TOKEN, &hash)
+            }
+            Target::Id(id) => (sql::BY_ID, id),
+        };
+        let row = conn
+            .client
+            .query_opt(
+                &self.sql(&sql::answer(condition)),
+                &[target, &word, by, &reason, &for_session, &stop],
+            )
+            .await?;
+        if let Some(row) = row {
+            return request_of(&row);
+        }
+        let why = conn
+            .client
+            .query_opt(&self.sql(&sql::why_not_answered(condition)), &[target])
+            .await?;
+        let Some(why) = why else {
+            return Err(Failure::Approve(ApproveError::UnknownToken));
+        };
+        let (expired, answered, used): (bool, bool, bool) =
+            (get(&why, 0)?, get(&why, 1)?, get(&why, 2)?);
+        Err(Failure::Approve(if expired {
+            ApproveError::Expired
+        } else if used {
+            ApproveError::AlreadyUsed
+        } else if answered {
+            ApproveError::AlreadyApproved
+        } else {
+            // Answerable a moment ago: another operator's answer and this one crossed.
+            ApproveError::AlreadyApproved
+        }))
+    }
+}
+
+fn policy_version(binding: &Binding) -> Result<i32, Failure> {
+    i32::try_from(binding.policy_version).map_err(|_| {
+        Failure::Store(StoreError::Unexpected(format!(
+            "policy version {} does not fit the store",
+            binding.policy_version
+        )))
+    })
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(super) fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// An advisory lock's key: the schema and what is locked in it, hashed to 64 bits.
+fn lock_key(schema: &str, what: &str) -> i64 {
+    let digest = Sha256::new()
+        .chain_update(schema.as_bytes())
+        .chain_update([0])
+        .chain_update(what.as_bytes())
+        .finalize();
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(bytes)
+}
+
+fn unexpected(what: impl Into<String>) -> Failure {
+    Failure::Store(StoreError::Unexpected(what.into()))
+}
+
+fn answer_of(row: &Row) -> Result<Answer, Failure> {
+    answer_of_at(row, 0)
+}
+
+/// Reads a row of [`sql::REQUEST`]'s columns.
+fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
+    let risk: String = get(row, 4)?;
+    let risk: Risk = risk
+        .parse()
+        .map_err(|_| unexpected(format!("a request of risk {risk:?}")))?;
+    let mode: String = get(row, 7)?;
+    let mode: Mode = mode
+        .parse()
+        .map_err(|_| unexpected(format!("a request of mode {mode:?}")))?;
+    let policy_version: i32 = get(row, 5)?;
+    let mut binding = Binding::new(
+        get::<String>(row, 1)?,
+        get::<String>(row, 2)?,
+        get::<String>(row, 3)?,
+        risk,
+    );
+    binding.policy_version = u32::try_from(policy_version)
+        .map_err(|_| unexpected(format!("policy version {policy_version}")))?;
+    let age: f64 = get(row, 11)?;
+    let left: f64 = get(row, 12)?;
+    let answered: Option<String> = get(row, 13)?;
+    let used: bool = get(row, 18)?;
+    let state = match answered {
+        None => RequestState::Pending,
+        Some(_) => {
+            let answer = answer_of_at(row, 13)?;
+            if used {
+                RequestState::Used(answer)
+            } else {
+                RequestState::Answered(answer)
+            }
+        }
+    };
+    Ok(StoredRequest {
+        id: get(row, 0)?,
+        binding,
+        agent: get(row, 6)?,
+        mode,
+        manifest: get(row, 8)?,
+        arguments: get(row, 9)?,
+        created_at: get(row, 10)?,
+        age: Duration::try_from_secs_f64(age.max(0.0)).unwrap_or_default(),
+        expires_in: Duration::try_from_secs_f64(left.max(0.0)).unwrap_or_default(),
+        expired: left <= 0.0,
+        state,
+    })
+}
+
+fn answer_of_at(row: &Row, at: usize) -> Result<Answer, Failure> {
+    let word: Option<String> = get(row, at)?;
+    let by: Option<String> = get(row, at + 1)?;
+    let reason: Option<String> = get(row, at + 2)?;
+    let for_session: bool = get(row, at + 3)?;
+    let stop: bool = get(row, at + 4)?;
+    let by = by.unwrap_or_default();
+    match word.as_deref() {
+        Some("approve") => Ok(Answer::Approve { by, for_session }),
+        Some("reject") => Ok(Answer::Reject {
+            by,
+            reason: reason.unwrap_or_default(),
+            stop,
+        }),
+        other => Err(unexpected(format!("an answer of {other:?}"))),
+    }
+}

@@ -1,0 +1,386 @@
+//! A PostgreSQL server for the tests of the `postgres` feature: the one `TOOLGATE_TEST_POSTGRES` names
+//! (`postgres://user@host:port/db`), or a throwaway cluster of Debian's `postgresql` binaries, made in
+//! a temporary directory, listening on 127.0.0.1 at a free port, and removed when the test binary ends,
+//! whether its tests pass, fail or it is killed (a watchdog process removes what a dead binary left).
+//!
+//! PostgreSQL will not run as root: as root, the cluster runs as the `postgres` user (or `nobody`).
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Names the server to test against, instead of a throwaway cluster.
+pub const SERVER_ENV: &str = "TOOLGATE_TEST_POSTGRES";
+
+const PREFIX: &str = "toolgate-pg-";
+
+/// A throwaway cluster: stopped and removed when dropped.
+pub struct Cluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+    run_as: Option<String>,
+    options: Vec<String>,
+    watchdog: Option<Child>,
+}
+
+impl Cluster {
+    /// A new cluster, started; `options` are server settings (`fsync=off`).
+    pub fn new(options: &[&str]) -> Cluster {
+        remove_leftovers();
+        let bin = binaries().or_else(install).unwrap_or_else(|| {
+            panic!(
+                "no PostgreSQL binaries in /usr/lib/postgresql/*/bin: `apt-get install postgresql`, \
+                 or name a server in {SERVER_ENV}"
+            )
+        });
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "{PREFIX}{}-{}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("sock")).expect("the cluster's directory");
+        fs::write(dir.join("owner"), std::process::id().to_string()).expect("the owner file");
+        let run_as = if is_root() {
+            let user = ["postgres", "nobody"]
+                .into_iter()
+                .find(|user| status(Command::new("id").arg("-u").arg(user)))
+                .expect("a user to run PostgreSQL as: postgres or nobody");
+            assert!(
+                status(Command::new("chown").arg("-R").arg(user).arg(&dir)),
+                "chown of the cluster's directory"
+            );
+            Some(user.to_owned())
+        } else {
+            None
+        };
+        let mut cluster = Cluster {
+            dir,
+            bin,
+            port: 0,
+            run_as,
+            options: options.iter().map(|o| (*o).to_owned()).collect(),
+            watchdog: None,
+        };
+        cluster.watchdog = cluster.spawn_watchdog();
+        let data = cluster.data();
+        let initdb = cluster
+            .command("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "toolgate",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .output()
+            .expect("initdb runs");
+        assert!(
+            initdb.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&initdb.stderr)
+        );
+        let mut tries = 0;
+        loop {
+            cluster.port = free_port();
+            if cluster.try_start() {
+                break;
+            }
+            tries += 1;
+            assert!(tries < 3, "PostgreSQL did not start: {}", cluster.log());
+        }
+        cluster
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        match &self.run_as {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(path);
+                command
+            }
+            None => Command::new(path),
+        }
+    }
+
+    fn try_start(&self) -> bool {
+        let mut options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {}",
+            self.port,
+            self.dir.join("sock").display()
+        );
+        for option in &self.options {
+            options.push_str(" -c ");
+            options.push_str(option);
+        }
+        self.command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.join("log"))
+            .args(["-w", "-t", "30", "-o", &options, "start"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts the cluster again after [`Cluster::stop`], on the same port.
+    pub fn start(&self) {
+        assert!(
+            self.try_start(),
+            "PostgreSQL did not restart: {}",
+            self.log()
+        );
+    }
+
+    /// Stops the cluster (`pg_ctl stop -m fast`: connections are cut, what was committed stays).
+    pub fn stop(&self) {
+        let stopped = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-m", "fast", "stop"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(stopped, "PostgreSQL did not stop: {}", self.log());
+    }
+
+    /// The URL of `database` on this cluster.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://toolgate@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// A new empty database, and its URL.
+    pub fn database(&self, name: &str) -> String {
+        create_database(&self.url("postgres"), name)
+    }
+
+    /// A shell that outlives this process by as long as it takes to stop the cluster and remove its
+    /// directory, should the process die without dropping it.
+    fn spawn_watchdog(&self) -> Option<Child> {
+        let stop = match &self.run_as {
+            Some(user) => format!("runuser -u {user} -- "),
+            None => String::new(),
+        };
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             {stop}'{pg_ctl}' -D '{data}' -m immediate stop >/dev/null 2>&1; rm -rf '{dir}'",
+            pid = std::process::id(),
+            pg_ctl = self.bin.join("pg_ctl").display(),
+            data = self.data().display(),
+            dir = self.dir.display(),
+        );
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-m", "immediate", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A new empty database for one test, on the server of [`SERVER_ENV`] or on this binary's cluster,
+/// and its URL.
+pub fn database(name: &str) -> String {
+    static SHARED: OnceLock<Cluster> = OnceLock::new();
+    match std::env::var(SERVER_ENV) {
+        Ok(url) if !url.is_empty() => create_database(&url, name),
+        _ => SHARED
+            .get_or_init(|| Cluster::new(&["fsync=off"]))
+            .database(name),
+    }
+}
+
+/// Creates (or empties) database `name` on the server of `url`, and returns the URL that names it.
+fn create_database(url: &str, name: &str) -> String {
+    let name = format!("t_{}_{}", name, std::process::id());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+        tokio::spawn(connection);
+        for statement in [
+            format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            format!("CREATE DATABASE {name}"),
+        ] {
+            client
+                .batch_execute(&statement)
+                .await
+                .expect("a database for the test");
+        }
+    });
+    with_database(url, &name)
+}
+
+/// `url` with its database replaced by `database`.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (address, query) = url.split_once('?').unwrap_or((url, ""));
+    let scheme_end = address.find("://").map_or(0, |i| i + 3);
+    let base = match address[scheme_end..].find('/') {
+        Some(slash) => &address[..scheme_end + slash],
+        None => address,
+    };
+    if query.is_empty() {
+        format!("{base}/{database}")
+    } else {
+        format!("{base}/{database}?{query}")
+    }
+}
+
+/// Runs `sql` on the database of `url`, returning each row's columns as text (`None` for NULL).
+pub fn query(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+        tokio::spawn(connection);
+        let mut rows = Vec::new();
+        for message in client.simple_query(sql).await.expect("the query runs") {
+            if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+                rows.push(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_owned))
+                        .collect(),
+                );
+            }
+        }
+        rows
+    })
+}
+
+fn binaries() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
+        .filter(|bin| bin.join("initdb").is_file() && bin.join("pg_ctl").is_file())
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+/// Installs Debian's `postgresql` package where the tests run as root with apt-get at hand (a fresh
+/// machine, CI), once per process; `None` where that is not possible or fails.
+fn install() -> Option<PathBuf> {
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(bin) = binaries() {
+        return Some(bin);
+    }
+    if !is_root() || !status(Command::new("apt-get").arg("--version")) {
+        return None;
+    }
+    eprintln!("installing Debian's postgresql package for the approval store's tests");
+    let apt = |args: &[&str]| {
+        status(
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    };
+    let _ = apt(&["update", "-qq"]);
+    apt(&["install", "-y", "-qq", "postgresql"])
+        .then(binaries)
+        .flatten()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+fn status(command: &mut Command) -> bool {
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
+}
+
+/// Stops and removes the clusters of test binaries that died without their watchdog.
+fn remove_leftovers() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let is_ours = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(PREFIX));
+        if !is_ours {
+            continue;
+        }
+        let owner = fs::read_to_string(dir.join("owner")).unwrap_or_default();
+        let alive = !owner.trim().is_empty() && Path::new("/proc").join(owner.trim()).exists();
+        if alive {
+            continue;
+        }
+        if let Some(pid) = fs::read_to_string(dir.join("data/postmaster.pid"))
+            .ok()
+            .and_then(|text| text.lines().next().map(str::to_owned))
+        {
+            let _ = Command::new("kill").args(["-QUIT", pid.trim()]).status();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
