@@ -369,8 +369,10 @@ mod approvals {
                     r.binding.tool.clone(),
                     r.binding.risk.to_string(),
                     r.mode.to_string(),
-                    r.agent.clone().unwrap_or_else(|| "-".into()),
-                    r.arguments.clone().unwrap_or_else(|| "(not shown)".into()),
+                    r.agent.as_deref().map_or_else(|| "-".into(), shown),
+                    r.arguments
+                        .as_deref()
+                        .map_or_else(|| "(not shown)".into(), shown),
                 ]
             })
             .collect();
@@ -408,7 +410,7 @@ mod approvals {
             RequestState::Used(answer) => format!("{}, used by its call", answered(answer)),
             _ => "unknown".to_owned(),
         };
-        let manifest = r.manifest.as_deref().unwrap_or("(none)");
+        let manifest = r.manifest.as_deref().map_or_else(|| "(none)".into(), shown);
         format!(
             "request   {}\n\
              tool      {}\n\
@@ -424,11 +426,29 @@ mod approvals {
             r.binding.risk,
             r.binding.policy_version,
             r.mode,
-            r.agent.as_deref().unwrap_or("-"),
-            r.arguments.as_deref().unwrap_or("(not shown)"),
+            r.agent.as_deref().map_or_else(|| "-".into(), shown),
+            r.arguments
+                .as_deref()
+                .map_or_else(|| "(not shown)".into(), shown),
             r.created_at,
             age(r.age),
         )
+    }
+
+    /// Text from the store as the operator may read it safely: control characters and the characters
+    /// that reorder text on a terminal (bidirectional overrides and isolates, "Trojan Source") are
+    /// written as `\u{..}` escapes, so that what is shown is what would be approved.
+    fn shown(text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        for c in text.chars() {
+            let reorders = matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+            if c.is_control() || reorders {
+                out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+            } else {
+                out.push(c);
+            }
+        }
+        out
     }
 
     fn answered(answer: &Answer) -> String {
@@ -436,16 +456,19 @@ mod approvals {
             Answer::Approve {
                 by,
                 for_session: true,
-            } => format!("approved for the session by {by}"),
-            Answer::Approve { by, .. } => format!("approved by {by}"),
+            } => format!("approved for the session by {}", shown(by)),
+            Answer::Approve { by, .. } => format!("approved by {}", shown(by)),
             Answer::Reject {
                 by,
                 reason,
                 stop: true,
             } => {
+                let (by, reason) = (shown(by), shown(reason));
                 format!("rejected by {by}, and the agent stopped: {reason}")
             }
-            Answer::Reject { by, reason, .. } => format!("rejected by {by}: {reason}"),
+            Answer::Reject { by, reason, .. } => {
+                format!("rejected by {}: {}", shown(by), shown(reason))
+            }
             _ => "answered".to_owned(),
         }
     }
@@ -479,6 +502,25 @@ mod approvals {
                 return output;
             }
             thread::park();
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::shown;
+
+        #[test]
+        fn what_could_reorder_or_hide_text_is_escaped() {
+            // "approve `rm -rf /`" shown backwards by a right-to-left override.
+            assert_eq!(shown("a\u{202E}b"), "a\\u{202e}b");
+            assert_eq!(shown("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
+            assert_eq!(shown("esc\u{1b}[2J"), "esc\\u{001b}[2J");
+            assert_eq!(shown("line\nbreak"), "line\\u{000a}break");
+            assert_eq!(
+                shown(r#"{"path":"/tmp/é"}"#),
+                r#"{"path":"/tmp/é"}"#,
+                "the rest is as given"
+            );
         }
     }
 }

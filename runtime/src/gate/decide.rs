@@ -349,6 +349,15 @@ impl Gate {
     ) -> Result<Allowed, Denied> {
         let refused = |code| refuse(entry, code, risk.get(), Some(mode));
         match consumed {
+            // An answer is somebody's: one that names no one breaks the store's invariant, and would
+            // leave an approval in the log that no one gave.
+            Ok(Consumed::Answered(answer)) if answer.by().trim().is_empty() => {
+                Err(refused(DenialCode::ApprovalStoreUnavailable).with_detail(
+                    StoreError::Unexpected("an answer that names no one who gave it".to_owned())
+                        .to_string()
+                        .into(),
+                ))
+            }
             Ok(Consumed::Answered(Answer::Approve { by, for_session })) => {
                 if for_session {
                     let grant = SessionGrant::tool(DEFAULT_SESSION_TTL).exact_arguments();

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::approval::store::{Answer, ApprovalStore, ApproveError};
+use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL, MemoryStore};
 use crate::approval::{AnyApprover, Approver, AsyncApprover};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
@@ -165,6 +165,12 @@ impl Gate {
     pub fn answer(&self, token: &str, answer: Answer) -> Result<(), ApproveError> {
         let store = self.inner.store.as_ref().ok_or(ApproveError::NotEnabled)?;
         let by = answer.by().to_owned();
+        if by.trim().is_empty() {
+            // The store would keep an answer that no one gave, and the call would be refused.
+            return Err(ApproveError::Store(StoreError::Unexpected(
+                "an answer must name who gives it".to_owned(),
+            )));
+        }
         let approved = matches!(answer, Answer::Approve { .. });
         let binding = wait::block_on(store.answer(token, answer))?;
         if self.inner.audit.is_some() {
