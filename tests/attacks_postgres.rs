@@ -965,33 +965,6 @@ fn a9_tampered_rows_refuse_the_call_and_never_panic() {
             gate.run(|| pay(note.clone()))
         }));
         let result = result.unwrap_or_else(|_| panic!("{case}: the call panicked"));
-        if *case == "by-null" {
-            if let Ok(id) = query(
-                &url,
-                &format!(
-                    "SELECT id FROM toolgate.approvals WHERE arguments = '{{\"note\":\"{note}\"}}'"
-                ),
-            )[0][0]
-                .clone()
-                .unwrap()
-                .parse::<i64>()
-            {
-                eprintln!(
-                    "(informational) by-null: show = {:?}",
-                    wait(store.show(id)).map(|r| r.map(|r| r.state))
-                );
-                let last = tamper_sink
-                    .records()
-                    .into_iter()
-                    .rev()
-                    .find(|r| r.stage == Stage::Enter);
-                eprintln!(
-                    "(informational) by-null: enter record decision {:?} by {:?}",
-                    last.as_ref().and_then(|r| r.decision),
-                    last.and_then(|r| r.by)
-                );
-            }
-        }
         match result {
             Ok(()) => got_through.push(format!("{case}: ran")),
             Err(denied) => assert!(
