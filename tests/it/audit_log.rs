@@ -719,3 +719,50 @@ fn jsonl_throughput_with_default_durability() {
     );
     assert!(report.is_intact() && report.records == N, "{report}");
 }
+
+// Two sinks writing one file would fork its chain, which `verify` could only report as tampering: the
+// second is refused while the first lives, in this process or in another one.
+#[test]
+fn a_log_has_one_writer_in_this_process_or_another() {
+    let dir = Scratch::new("one-writer");
+    let path = dir.path("audit.jsonl");
+    let first = JsonlSink::open(&path).unwrap();
+    first.record(&record(1)).unwrap();
+    let second = JsonlSink::open(&path).unwrap_err();
+    assert_eq!(second.kind(), io::ErrorKind::WouldBlock);
+    assert!(second.to_string().contains("another sink"), "{second}");
+    assert!(second.to_string().contains("audit.jsonl"), "{second}");
+    drop(first);
+    // Free again once the writer is gone: the chain goes on.
+    let again = JsonlSink::open(&path).unwrap();
+    again.record(&record(2)).unwrap();
+    drop(again);
+    assert!(verify_file(&path).unwrap().is_intact());
+
+    // Another process holds the log (flock(1), the same kind of lock): refused, file untouched.
+    let before = fs::read(&path).unwrap();
+    // `--no-fork`: the process that holds the lock is the one killed below.
+    let mut holder = std::process::Command::new("flock")
+        .args(["--exclusive", "--no-fork"])
+        .arg(&path)
+        .args(["sleep", "30"])
+        .spawn()
+        .expect("flock(1), from util-linux");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let refused = loop {
+        match JsonlSink::open(&path) {
+            Err(error) => break error,
+            // flock(1) has not taken the lock yet.
+            Ok(sink) if std::time::Instant::now() < deadline => {
+                drop(sink);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Ok(_) => panic!("the other process never held the lock"),
+        }
+    };
+    assert_eq!(refused.kind(), io::ErrorKind::WouldBlock);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(fs::read(&path).unwrap(), before);
+    JsonlSink::open(&path).expect("free once the other process is gone");
+}

@@ -189,6 +189,21 @@ impl JsonlSinkBuilder {
             .open(&path)
             .map_err(context)?;
         let regular = file.metadata().map_err(context)?.is_file();
+        // One writer per log: a second sink (in this process or another) would fork the chain, which
+        // `verify` could only report as tampering. The lock lives as long as the file handle.
+        if regular {
+            file.try_lock().map_err(|error| match error {
+                std::fs::TryLockError::WouldBlock => io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "audit log {}: another sink, in this process or another, writes it; a log has \
+                         one writer, so that it has one chain",
+                        path.display()
+                    ),
+                ),
+                std::fs::TryLockError::Error(e) => context(e),
+            })?;
+        }
         let mut state = State {
             file,
             regular,
