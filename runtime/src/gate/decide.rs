@@ -898,21 +898,29 @@ fn decide_all(
                 Some(mode),
             )),
         };
-        match gate.settle(entry, risk, &mut arguments, result) {
-            Ok(decision) => allowed.push(decision),
-            // The refusing gate recorded its refusal; the ones that allowed before it record it too.
-            Err(denied) => {
-                return Err(abandon(
-                    entry,
-                    &gates[..i],
-                    Vec::new(),
-                    denied,
-                    &mut arguments,
-                ));
-            }
-        }
+        settled(entry, gates, i, risk, &mut arguments, result, &mut allowed)?;
     }
     enter_all(entry, gates, &allowed, risk, &mut arguments)
+}
+
+/// Settles the decision of `gates[i]`: kept where it allows; a refusal, which that gate recorded, is
+/// recorded by the gates that allowed before it too.
+fn settled<A: ArgumentSource>(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    i: usize,
+    risk: EffectiveRisk,
+    arguments: &mut A,
+    result: Result<Allowed, Denied>,
+    allowed: &mut Vec<Allowed>,
+) -> Result<(), Denied> {
+    match gates[i].settle(entry, risk, arguments, result) {
+        Ok(decision) => {
+            allowed.push(decision);
+            Ok(())
+        }
+        Err(denied) => Err(abandon(entry, &gates[..i], Vec::new(), denied, arguments)),
+    }
 }
 
 /// Writes the `enter` record of every gate that allowed the call, then re-checks every gate's mode.
@@ -1068,12 +1076,8 @@ fn decide_all_async(entry: &'static ToolEntry, gates: Vec<Gate>, call: &CallInfo
                 })));
             }
         };
-        match gate.settle(entry, risk, &mut arguments, result) {
-            Ok(decision) => allowed.push(decision),
-            Err(denied) => {
-                let denied = abandon(entry, &gates[..i], Vec::new(), denied, &mut arguments);
-                return Entering::Done(Err(denied));
-            }
+        if let Err(denied) = settled(entry, &gates, i, risk, &mut arguments, result, &mut allowed) {
+            return Entering::Done(Err(denied));
         }
     }
     Entering::Done(enter_all(entry, &gates, &allowed, risk, &mut arguments))
@@ -1102,18 +1106,7 @@ impl Waiting {
                 Step::Done(result) => result,
                 Step::Ask(mode, ask) => gate.ask(entry, mode, risk, ask, &mut arguments).await,
             };
-            match gate.settle(entry, risk, &mut arguments, result) {
-                Ok(decision) => allowed.push(decision),
-                Err(denied) => {
-                    return Err(abandon(
-                        entry,
-                        &gates[..i],
-                        Vec::new(),
-                        denied,
-                        &mut arguments,
-                    ));
-                }
-            }
+            settled(entry, &gates, i, risk, &mut arguments, result, &mut allowed)?;
         }
         enter_all(entry, &gates, &allowed, risk, &mut arguments)
     }
@@ -1458,10 +1451,7 @@ pub(crate) fn decide_by_name_async(
     }
     let entering = match call.escalated {
         None => check_not_allowed_async(entry, gate_parameter, call),
-        Some(_) => match gates_around(entry, gate_parameter) {
-            Ok(gates) => decide_all_async(entry, gates, call),
-            Err(denied) => Entering::Done(Err(denied)),
-        },
+        Some(_) => check_escalated_async(entry, gate_parameter, call),
     };
     match entering {
         Entering::Done(Ok(permit)) => DecidingByName::Done(Ok(Decided(Some(Box::new(Handed {
