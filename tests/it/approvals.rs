@@ -626,6 +626,11 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
         },
     )
     .unwrap();
+    let answered = records(&sink, Stage::ApprovalRejected);
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].by.as_deref(), Some("bob"));
+    assert_eq!(answered[0].message.as_deref(), Some("wrong account"));
+    assert!(records(&sink, Stage::ApprovalGranted).is_empty());
     let rejected = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
     assert_eq!(rejected.code(), DenialCode::ApprovalRejected);
     assert_eq!(rejected.detail(), Some("wrong account"));

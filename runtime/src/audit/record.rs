@@ -21,6 +21,8 @@ pub enum Stage {
     ModeLowered,
     /// An operator approved a pending two-step approval.
     ApprovalGranted,
+    /// An operator rejected a pending two-step approval; `message` holds the reason.
+    ApprovalRejected,
     /// An approver granted a tool (or one call of it) for the rest of the gate's session; `by` says who,
     /// `message` the scope and time to live.
     SessionGranted,

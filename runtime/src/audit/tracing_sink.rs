@@ -61,6 +61,7 @@ fn stage_name(stage: Stage) -> &'static str {
         Stage::Refused => "refused",
         Stage::ModeLowered => "mode_lowered",
         Stage::ApprovalGranted => "approval_granted",
+        Stage::ApprovalRejected => "approval_rejected",
         Stage::SessionGranted => "session_granted",
         Stage::GrantRevoked => "grant_revoked",
     }
@@ -199,6 +200,7 @@ mod tests {
             Stage::Refused,
             Stage::ModeLowered,
             Stage::ApprovalGranted,
+            Stage::ApprovalRejected,
             Stage::SessionGranted,
             Stage::GrantRevoked,
         ] {

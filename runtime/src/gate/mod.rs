@@ -171,7 +171,14 @@ impl Gate {
                 "an answer must name who gives it".to_owned(),
             )));
         }
-        let approved = matches!(answer, Answer::Approve { .. });
+        let (stage, decision, reason) = match &answer {
+            Answer::Reject { reason, .. } => (
+                Stage::ApprovalRejected,
+                Decision::Refused,
+                Some(reason.clone()),
+            ),
+            _ => (Stage::ApprovalGranted, Decision::Approved, None),
+        };
         let binding = wait::block_on(store.answer(token, answer))?;
         if self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
@@ -181,17 +188,9 @@ impl Gate {
                 arguments_digest: Some(binding.shown_digest),
                 by: Some(by),
                 effective_risk: Some(binding.risk),
-                decision: Some(if approved {
-                    Decision::Approved
-                } else {
-                    Decision::Refused
-                }),
-                ..self.record(
-                    Stage::ApprovalGranted,
-                    Cow::Owned(binding.tool),
-                    self.mode(),
-                    call,
-                )
+                decision: Some(decision),
+                message: reason,
+                ..self.record(stage, Cow::Owned(binding.tool), self.mode(), call)
             };
             self.write_after_the_fact(&record);
         }
