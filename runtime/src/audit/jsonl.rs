@@ -103,7 +103,9 @@ impl Durability {
 /// short by a crash) unless [`recover_torn_tail`](JsonlSinkBuilder::recover_torn_tail) is set. A path that
 /// is not a regular file (a FIFO, a device) is not read: its chain starts at `seq` 1.
 ///
-/// Only one sink, in one process, may append to a file at a time: nothing locks it.
+/// Only one sink, in one process, appends to a file at a time: the sink holds an exclusive OS lock
+/// (`flock`) on it while it lives, and opening the file again meanwhile, in this process or another, fails
+/// with [`io::ErrorKind::WouldBlock`] instead of forking its chain.
 ///
 /// Records are numbered and chained under one lock, in the order threads take it. When a write fails (a
 /// full disk, an I/O error) [`record`](AuditSink::record) returns the error, the partial line is cut off
