@@ -766,3 +766,50 @@ fn a_log_has_one_writer_in_this_process_or_another() {
     assert_eq!(fs::read(&path).unwrap(), before);
     JsonlSink::open(&path).expect("free once the other process is gone");
 }
+
+// Group commit: threads recording at once with `FsyncEach` share their fsyncs, and every record is in the
+// chain, in one order, each acknowledged only after an fsync that covers it.
+#[test]
+fn fsync_each_shares_fsyncs_between_threads_and_keeps_one_chain() {
+    let dir = Scratch::new("group-commit");
+    let path = dir.path("audit.jsonl");
+    let sink = Arc::new(
+        JsonlSink::builder(&path)
+            .durability(Durability::FsyncEach)
+            .open()
+            .unwrap(),
+    );
+    // One thread alone: one fsync per record.
+    for i in 1..=5 {
+        sink.record(&record(i)).unwrap();
+    }
+    assert_eq!(sink.group_syncs(), 5);
+    let (threads, each) = (8u64, 50u64);
+    let barrier = Arc::new(std::sync::Barrier::new(threads as usize));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (sink, barrier) = (sink.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for i in 0..each {
+                    sink.record(&record(1_000 * (t + 1) + i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let total = 5 + threads * each;
+    assert_eq!(sink.last_seq(), total);
+    let syncs = sink.group_syncs();
+    // Eight threads that record at once meet fsyncs in flight: fewer fsyncs than records.
+    assert!(
+        syncs < total,
+        "{syncs} fsyncs for {total} records: none shared"
+    );
+    drop(sink);
+    let report = verify_file(&path).unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    assert_eq!(report.records, total);
+}

@@ -27,6 +27,7 @@ fn main() {
 
     let durabilities = [
         ("Flush (default)", Durability::Flush),
+        ("FsyncEach", Durability::FsyncEach),
         ("FsyncEvery(100)", Durability::FsyncEvery(100)),
         ("FsyncEvery(1000)", Durability::FsyncEvery(1000)),
         // For reference, not a goal: batches of about 64 KiB per write, so this is the cost of encoding

@@ -3,7 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::audit::chain::{Encoder, HashHex, parse_hash};
 use crate::audit::record::AuditRecord;
@@ -23,7 +23,9 @@ pub enum Durability {
     #[default]
     Flush,
     /// As [`Flush`](Durability::Flush), then `fsync` (`sync_data`) before returning: an acknowledged
-    /// record survives a power loss. Much slower.
+    /// record survives a power loss. Much slower for one thread; threads recording at once share their
+    /// `fsync`s (group commit, as a database's log does): a record waits for the first `fsync` that
+    /// starts after it is written, and one `fsync` covers every record written before it.
     FsyncEach,
     /// As [`Flush`](Durability::Flush), with an `fsync` every `n` records (0 counts as 1): a power loss
     /// loses at most the last `n - 1` acknowledged records.
@@ -116,6 +118,26 @@ pub struct JsonlSink {
     path: PathBuf,
     durability: Durability,
     state: Mutex<State>,
+    /// The group commit of [`Durability::FsyncEach`]: `fsync`s run outside `state`'s lock, on a handle
+    /// of their own, so that records are written while one is in flight.
+    sync: Mutex<GroupSync>,
+    synced: Condvar,
+    sync_file: File,
+}
+
+/// Where the group commit stands.
+#[derive(Debug, Default)]
+struct GroupSync {
+    /// The highest `seq` written to the file (set under `state`'s lock, after the write).
+    written: u64,
+    /// The highest `seq` an `fsync` has covered.
+    synced: u64,
+    /// A thread is running an `fsync`.
+    syncing: bool,
+    /// How many `fsync`s the group commit ran.
+    count: u64,
+    /// An `fsync` failed: nothing after the last good one can be trusted to be on disk.
+    failed: Option<String>,
 }
 
 #[derive(Debug)]
@@ -224,10 +246,19 @@ impl JsonlSinkBuilder {
         if !existed && durability.syncs() {
             sync_parent_dir(&path).map_err(context)?;
         }
+        let sync_file = state.file.try_clone().map_err(context)?;
+        let sync = GroupSync {
+            written: state.seq,
+            synced: state.seq,
+            ..GroupSync::default()
+        };
         Ok(JsonlSink {
             path,
             durability,
             state: Mutex::new(state),
+            sync: Mutex::new(sync),
+            synced: Condvar::new(),
+            sync_file,
         })
     }
 }
@@ -366,6 +397,40 @@ impl JsonlSink {
 
 impl AuditSink for JsonlSink {
     fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        if self.durability == Durability::FsyncEach {
+            let seq = self.write_record(record)?;
+            return self.wait_synced(seq);
+        }
+        self.write_record(record).map(drop)
+    }
+
+    /// Writes any buffered records and `fsync`s the file.
+    fn flush(&self) -> Result<(), AuditError> {
+        let mut state = self.lock()?;
+        if let Some(failed) = &state.failed {
+            return Err(AuditError::new(format!(
+                "audit log {} is unusable: {failed}; reopen it",
+                self.path.display()
+            )));
+        }
+        state.write_pending(&self.path)?;
+        state.sync(&self.path)
+    }
+}
+
+impl JsonlSink {
+    /// Encodes, chains and writes one record (or buffers it), and syncs where the durability says so,
+    /// except [`Durability::FsyncEach`], whose `fsync` is the group commit's. Returns its `seq`.
+    fn write_record(&self, record: &AuditRecord) -> Result<u64, AuditError> {
+        if self.durability == Durability::FsyncEach {
+            let sync = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(failed) = &sync.failed {
+                return Err(AuditError::new(format!(
+                    "audit log {} is unusable: {failed}; reopen it",
+                    self.path.display()
+                )));
+            }
+        }
         let mut guard = self.lock()?;
         let state = &mut *guard;
         if let Some(failed) = &state.failed {
@@ -397,23 +462,67 @@ impl AuditSink for JsonlSink {
         state.last_hash = hash;
         state.unsynced = state.unsynced.saturating_add(1);
         match self.durability {
-            Durability::FsyncEach => state.sync(&self.path),
-            Durability::FsyncEvery(n) if state.unsynced >= n.max(1) => state.sync(&self.path),
-            _ => Ok(()),
+            Durability::FsyncEach => {
+                // Still under `state`'s lock: `written` grows in the file's order.
+                let mut sync = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
+                sync.written = seq;
+                Ok(seq)
+            }
+            Durability::FsyncEvery(n) if state.unsynced >= n.max(1) => {
+                state.sync(&self.path).map(|()| seq)
+            }
+            _ => Ok(seq),
         }
     }
 
-    /// Writes any buffered records and `fsync`s the file.
-    fn flush(&self) -> Result<(), AuditError> {
-        let mut state = self.lock()?;
-        if let Some(failed) = &state.failed {
-            return Err(AuditError::new(format!(
-                "audit log {} is unusable: {failed}; reopen it",
-                self.path.display()
-            )));
+    /// Waits until an `fsync` that started after record `seq` was written has succeeded, running one
+    /// where none is in flight: the records written meanwhile by other threads share it.
+    fn wait_synced(&self, seq: u64) -> Result<(), AuditError> {
+        let mut sync = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(failed) = &sync.failed {
+                return Err(AuditError::new(format!(
+                    "audit log {} is unusable: {failed}; reopen it",
+                    self.path.display()
+                )));
+            }
+            if sync.synced >= seq {
+                return Ok(());
+            }
+            if sync.syncing {
+                sync = self
+                    .synced
+                    .wait(sync)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            // Every record up to `written` is in the file before this `fsync` starts.
+            let target = sync.written;
+            sync.syncing = true;
+            drop(sync);
+            let result = self.sync_file.sync_data();
+            sync = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
+            sync.syncing = false;
+            sync.count += 1;
+            match result {
+                Ok(()) => sync.synced = sync.synced.max(target),
+                Err(e) => {
+                    // After a failed fsync the kernel may have dropped the dirty pages: nothing
+                    // written since the last good one can be trusted to be on disk.
+                    sync.failed = Some(format!("fsync failed ({e})"));
+                }
+            }
+            self.synced.notify_all();
         }
-        state.write_pending(&self.path)?;
-        state.sync(&self.path)
+    }
+
+    /// How many `fsync`s the group commit of [`Durability::FsyncEach`] has run: fewer than the records
+    /// when threads shared them.
+    pub fn group_syncs(&self) -> u64 {
+        self.sync
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .count
     }
 }
 
