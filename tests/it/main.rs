@@ -8,6 +8,7 @@ mod common;
 mod approvals;
 mod attacks;
 mod attacks_approvals;
+mod attacks_audit_writer;
 mod attacks_by_name;
 mod attacks_stateful;
 mod audit_cli;

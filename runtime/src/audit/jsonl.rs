@@ -105,9 +105,11 @@ impl Durability {
 /// short by a crash) unless [`recover_torn_tail`](JsonlSinkBuilder::recover_torn_tail) is set. A path that
 /// is not a regular file (a FIFO, a device) is not read: its chain starts at `seq` 1.
 ///
-/// Only one sink, in one process, appends to a file at a time: the sink holds an exclusive OS lock
-/// (`flock`) on it while it lives, and opening the file again meanwhile, in this process or another, fails
-/// with [`io::ErrorKind::WouldBlock`] instead of forking its chain.
+/// Only one sink, in one process, appends to a file (or a FIFO) at a time: the sink holds an exclusive OS
+/// lock (`flock`) on it while it lives, and opening it again meanwhile, in this process or another, fails
+/// with [`io::ErrorKind::WouldBlock`] instead of forking its chain. A device is not locked. The lock is on
+/// the file, not its name: a log deleted or renamed while a sink holds it keeps receiving that sink's
+/// records, and a new sink may open a new file at the old name.
 ///
 /// Records are numbered and chained under one lock, in the order threads take it. When a write fails (a
 /// full disk, an I/O error) [`record`](AuditSink::record) returns the error, the partial line is cut off
@@ -214,8 +216,9 @@ impl JsonlSinkBuilder {
             .map_err(context)?;
         let regular = file.metadata().map_err(context)?.is_file();
         // One writer per log: a second sink (in this process or another) would fork the chain, which
-        // `verify` could only report as tampering. The lock lives as long as the file handle.
-        if regular {
+        // `verify` could only report as tampering. The lock lives as long as the file handle. A FIFO is
+        // locked too (its reader would get two chains); a device is not (it keeps no chain).
+        if regular || is_fifo(&file) {
             file.try_lock().map_err(|error| match error {
                 std::fs::TryLockError::WouldBlock => io::Error::new(
                     io::ErrorKind::WouldBlock,
@@ -540,6 +543,17 @@ impl Drop for JsonlSink {
             let _ = state.sync(&self.path);
         }
     }
+}
+
+#[cfg(unix)]
+fn is_fifo(file: &File) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    file.metadata().is_ok_and(|m| m.file_type().is_fifo())
+}
+
+#[cfg(not(unix))]
+fn is_fifo(_file: &File) -> bool {
+    false
 }
 
 #[cfg(unix)]
