@@ -21,7 +21,7 @@ use crate::common::Scratch;
 use toolgate::audit::{AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file};
 use toolgate::{DenialCode, Denied, Gate, Mode, tool};
 
-const CHILD_ENV: &str = "TOOLGATE_AW5_CHILD";
+use crate::faults::CHILD_ENV;
 
 fn record(call: u64) -> AuditRecord {
     let mut record = AuditRecord::new(Stage::Enter, "aw5.t", Mode::Shadow, 1);
@@ -753,57 +753,10 @@ fn a13_a_full_file_system_under_group_commit_leaves_a_verifiable_log() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
-    let scratch = Scratch::new("a13");
-    let mount_point = scratch.path("mnt");
-    fs::create_dir(&mount_point).unwrap();
-    let root = fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    let mut args: Vec<String> = vec!["--mount".into(), "--propagation=private".into()];
-    if !root {
-        args.insert(0, "--map-root-user".into());
-    }
-    let script = r#"mount -t tmpfs -o size=128k toolgate-aw5 "$TOOLGATE_AW5_CHILD" || exit 97
-exec "$@""#;
-    let exe = std::env::current_exe().unwrap();
-    let output = Command::new("unshare")
-        .args(&args)
-        .args(["--", "sh", "-c", script, "sh"])
-        .arg(exe)
-        .args([
-            "attacks_audit_writer::child_fills_a_tmpfs_with_group_commit",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, &mount_point)
-        .output();
-    let output = match output {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipped: cannot run unshare: {e}");
-            return;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !stdout.contains("running 1 test") {
-        eprintln!(
-            "skipped: no small tmpfs ({}): {}",
-            output.status,
-            stderr.trim()
-        );
-        return;
-    }
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "the child failed ({}):\n{stdout}\n{stderr}",
-        output.status
+    crate::faults::in_a_small_file_system(
+        "128k",
+        "attacks_audit_writer::child_fills_a_tmpfs_with_group_commit",
     );
-    for line in stdout.lines().filter(|l| l.contains("acknowledged")) {
-        eprintln!("child: {line}");
-    }
 }
 
 #[test]

@@ -26,7 +26,7 @@ use toolgate::audit::{
 };
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 
-const CHILD_ENV: &str = "TOOLGATE_FAULT_CHILD";
+pub(crate) const CHILD_ENV: &str = "TOOLGATE_FAULT_CHILD";
 
 static APPENDS: AtomicUsize = AtomicUsize::new(0);
 static READS: AtomicUsize = AtomicUsize::new(0);
@@ -84,7 +84,7 @@ fn child_command(program: &str, leading: &[&str], test: &str, path: &Path) -> Co
     command
         .args(leading)
         .arg(exe)
-        .arg(format!("faults::{test}"))
+        .arg(test)
         .args(["--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, path);
     command
@@ -133,18 +133,19 @@ fn a_full_device_refuses_every_allowed_call_and_no_body_runs() {
 #[test]
 fn a_full_file_system_refuses_the_call_and_leaves_a_verifiable_log() {
     let _serial = serial();
-    in_a_small_file_system("64k", "child_fills_a_file_system");
+    in_a_small_file_system("64k", "faults::child_fills_a_file_system");
 }
 
 #[test]
 fn a_buffered_log_on_a_full_file_system_refuses_every_call_after_a_failed_write() {
     let _serial = serial();
-    in_a_small_file_system("256k", "child_fills_a_file_system_through_a_buffer");
+    in_a_small_file_system("256k", "faults::child_fills_a_file_system_through_a_buffer");
 }
 
-/// Runs the child test `test` with a tmpfs of `size` mounted at its working path, in a private mount
-/// namespace: the small file system exists for the child only and goes with it.
-fn in_a_small_file_system(size: &str, test: &str) {
+/// Runs the child test `test` (its path in this binary, `faults::child_…`) with a tmpfs of `size` mounted
+/// at its working path (`CHILD_ENV`), in a private mount namespace: the small file system exists for the
+/// child only and goes with it.
+pub(crate) fn in_a_small_file_system(size: &str, test: &str) {
     let scratch = Scratch::new(test);
     let mount_point = scratch.path("mnt");
     fs::create_dir(&mount_point).unwrap();
@@ -427,7 +428,7 @@ exec "$@""#;
     let output = child_command(
         "unshare",
         &leading,
-        "child_opens_a_log_on_a_read_only_file_system",
+        "faults::child_opens_a_log_on_a_read_only_file_system",
         &read_only,
     )
     .output();
