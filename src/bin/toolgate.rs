@@ -41,6 +41,17 @@ Exit status:
   3   the store could not be reached, failed, or did not answer in time
   64  the command line is invalid (no store, no --by and no USER)";
 
+#[cfg(feature = "postgres")]
+const FLEET_EXIT_STATUS: &str = "\
+The fleet lives in the PostgreSQL database its gates join: --store URL, or the environment variable
+TOOLGATE_STORE; the fleet's name: --fleet NAME, or TOOLGATE_FLEET.
+
+Exit status:
+  0   done
+  1   refused: `lower` to a mode above the fleet's, `raise` to one below it, or no such fleet
+  3   the database could not be reached, failed, or did not answer in time
+  64  the command line is invalid (no store, no fleet, no --by and no USER)";
+
 /// Checks toolgate audit logs and reports on them.
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, after_help = VERIFY_EXIT_STATUS)]
@@ -58,6 +69,11 @@ enum Command {
     #[cfg(feature = "postgres")]
     #[command(after_help = APPROVALS_EXIT_STATUS)]
     Approvals(approvals::Approvals),
+    /// Fleets of gates joined through PostgreSQL: lower every process at once, raise for new gates,
+    /// list who is joined.
+    #[cfg(feature = "postgres")]
+    #[command(after_help = FLEET_EXIT_STATUS)]
+    Fleet(fleet::FleetCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,8 +81,12 @@ enum Audit {
     /// Verifies a log's hash chain and prints what it found.
     #[command(after_help = VERIFY_EXIT_STATUS)]
     Verify {
-        /// The JSONL audit log.
+        /// The JSONL audit log, or (feature `postgres`) the PostgreSQL database of a `PostgresSink`
+        /// (postgres://user@host/database): every writer's chain is verified.
         file: PathBuf,
+        /// The schema of the audit table, for a PostgreSQL trail.
+        #[arg(long, default_value = "toolgate", value_name = "SCHEMA")]
+        schema: String,
         /// The hash the log must end at, known from elsewhere (the last record's hash an earlier
         /// verification printed): without it, a log whose last records were removed verifies as intact.
         #[arg(long, value_name = "HASH")]
@@ -76,8 +96,11 @@ enum Audit {
     /// what was refused and why, and what would have run with more autonomy.
     #[command(after_help = PROMOTION_EXIT_STATUS)]
     Promotion {
-        /// The JSONL audit log.
+        /// The JSONL audit log, or (feature `postgres`) the PostgreSQL database of a `PostgresSink`.
         file: PathBuf,
+        /// The schema of the audit table, for a PostgreSQL trail.
+        #[arg(long, default_value = "toolgate", value_name = "SCHEMA")]
+        schema: String,
     },
 }
 
@@ -98,14 +121,278 @@ fn main() -> ExitCode {
         }
     };
     let status = match cli.command {
-        Command::Audit(Audit::Verify { file, expect_last }) => {
-            verify(&file, expect_last.as_deref())
-        }
-        Command::Audit(Audit::Promotion { file }) => promotion(&file),
+        Command::Audit(Audit::Verify {
+            file,
+            schema,
+            expect_last,
+        }) => match database(&file) {
+            Some(url) => trail::verify(url, &schema, expect_last.is_some()),
+            None => verify(&file, expect_last.as_deref()),
+        },
+        Command::Audit(Audit::Promotion { file, schema }) => match database(&file) {
+            Some(url) => trail::promotion(url, &schema),
+            None => promotion(&file),
+        },
         #[cfg(feature = "postgres")]
         Command::Approvals(command) => approvals::run(command),
+        #[cfg(feature = "postgres")]
+        Command::Fleet(command) => fleet::run(command),
     };
     ExitCode::from(status)
+}
+
+/// `toolgate fleet`: the kill switch of every process joined to a fleet.
+#[cfg(feature = "postgres")]
+mod fleet {
+    use std::time::Duration;
+
+    use clap::{Args, Subcommand};
+    use toolgate::Mode;
+    use toolgate::approval::store::StoreError;
+    use toolgate::postgres::fleet::{self, FleetStatus};
+
+    use super::approvals::{age, shown};
+    use super::{FLEET_EXIT_STATUS, USAGE, print};
+
+    const DONE: u8 = 0;
+    const REFUSED: u8 = 1;
+    const UNAVAILABLE: u8 = 3;
+
+    #[derive(Debug, Args)]
+    pub(super) struct FleetCommand {
+        /// The database the fleet's gates join: a PostgreSQL URL or key-value string.
+        #[arg(
+            long,
+            env = "TOOLGATE_STORE",
+            value_name = "URL",
+            global = true,
+            hide_env_values = true
+        )]
+        store: Option<String>,
+        /// The schema of its tables.
+        #[arg(
+            long,
+            env = "TOOLGATE_STORE_SCHEMA",
+            default_value = "toolgate",
+            global = true
+        )]
+        schema: String,
+        /// The fleet.
+        #[arg(long, env = "TOOLGATE_FLEET", value_name = "NAME", global = true)]
+        fleet: Option<String>,
+        #[command(subcommand)]
+        action: Action,
+    }
+
+    #[derive(Debug, Subcommand)]
+    enum Action {
+        /// Lowers the fleet: every joined gate, in every process, refuses above the new mode within
+        /// a second, and stays there.
+        #[command(after_help = FLEET_EXIT_STATUS)]
+        Lower {
+            /// The new mode.
+            #[arg(long, value_name = "MODE")]
+            to: Mode,
+            /// Who lowers it, for the audit records.
+            #[arg(long, env = "USER", value_name = "NAME")]
+            by: Option<String>,
+            /// Why, for the audit records.
+            #[arg(long, value_name = "TEXT")]
+            reason: String,
+        },
+        /// Raises the fleet, for the gates that join from now on; running gates keep their mode.
+        #[command(after_help = FLEET_EXIT_STATUS)]
+        Raise {
+            /// The new mode.
+            #[arg(long, value_name = "MODE")]
+            to: Mode,
+            /// Who raises it.
+            #[arg(long, env = "USER", value_name = "NAME")]
+            by: Option<String>,
+            /// Why.
+            #[arg(long, value_name = "TEXT")]
+            reason: String,
+        },
+        /// Shows the fleet's mode and every joined gate: its process, mode and last contact.
+        #[command(after_help = FLEET_EXIT_STATUS)]
+        Status,
+    }
+
+    pub(super) fn run(command: FleetCommand) -> u8 {
+        let Some(url) = command.store.filter(|url| !url.is_empty()) else {
+            eprintln!("toolgate: which database? give --store URL or set TOOLGATE_STORE");
+            return USAGE;
+        };
+        let Some(name) = command.fleet.filter(|name| !name.is_empty()) else {
+            eprintln!("toolgate: which fleet? give --fleet NAME or set TOOLGATE_FLEET");
+            return USAGE;
+        };
+        let schema = &command.schema;
+        let (to, by, reason, lowering) = match command.action {
+            Action::Status => {
+                return match fleet::status(&url, schema, &name) {
+                    Ok(status) => {
+                        print(&table(&status));
+                        DONE
+                    }
+                    Err(error) => failed(&error),
+                };
+            }
+            Action::Lower { to, by, reason } => (to, by, reason, true),
+            Action::Raise { to, by, reason } => (to, by, reason, false),
+        };
+        let Some(by) = by.as_deref().map(str::trim).filter(|by| !by.is_empty()) else {
+            eprintln!("toolgate: who changes the fleet? give --by NAME (USER is not set)");
+            return USAGE;
+        };
+        let changed = if lowering {
+            fleet::lower(&url, schema, &name, to, by, &reason)
+        } else {
+            fleet::raise(&url, schema, &name, to, by, &reason)
+        };
+        match changed {
+            Ok(change) if lowering => {
+                print(&format!(
+                    "fleet {}: {} -> {}; every joined gate refuses above {} within a second\n",
+                    shown(&name),
+                    change.from,
+                    change.to,
+                    change.to
+                ));
+                DONE
+            }
+            Ok(change) => {
+                print(&format!(
+                    "fleet {}: {} -> {} for gates that join from now on; running gates keep their \
+                     mode\n",
+                    shown(&name),
+                    change.from,
+                    change.to
+                ));
+                DONE
+            }
+            Err(error) => failed(&error),
+        }
+    }
+
+    fn failed(error: &StoreError) -> u8 {
+        eprintln!("toolgate: {error}");
+        match error {
+            StoreError::Unexpected(_) => REFUSED,
+            _ => UNAVAILABLE,
+        }
+    }
+
+    fn table(status: &FleetStatus) -> String {
+        let mut out = format!(
+            "fleet {}: {} (set by {} {} ago: {})\n",
+            shown(&status.name),
+            status.mode,
+            shown(&status.changed_by),
+            age(Duration::from_secs_f64(status.changed_secs_ago.max(0.0))),
+            shown(&status.reason)
+        );
+        if status.members.is_empty() {
+            out.push_str("no gate is joined\n");
+            return out;
+        }
+        out.push_str("MEMBER\tGATE\tAGENT\tMODE\tLAST CONTACT\n");
+        for member in &status.members {
+            let mode = if member.partitioned {
+                format!("{} (lost the fleet)", member.mode)
+            } else {
+                member.mode.to_string()
+            };
+            out.push_str(&format!(
+                "{}\t{}\t{}\t{}\t{} ago\n",
+                shown(&member.member),
+                member.gate,
+                shown(member.agent.as_deref().unwrap_or("-")),
+                mode,
+                age(Duration::from_millis(member.last_contact_ms))
+            ));
+        }
+        out
+    }
+}
+
+/// The PostgreSQL URL a `FILE` argument names instead of a file.
+fn database(file: &Path) -> Option<&str> {
+    let text = file.to_str()?;
+    (text.starts_with("postgres://") || text.starts_with("postgresql://")).then_some(text)
+}
+
+/// Audit trails kept in PostgreSQL by `PostgresSink`.
+#[cfg(feature = "postgres")]
+mod trail {
+    use toolgate::postgres::{read_trail, verify_trail};
+
+    use super::{BROKEN, INTACT, IO_ERROR, USAGE, print};
+
+    pub(super) fn verify(url: &str, schema: &str, expect_last: bool) -> u8 {
+        if expect_last {
+            eprintln!(
+                "toolgate: --expect-last names one chain's end; a PostgreSQL trail has one chain per \
+                 writer"
+            );
+            return USAGE;
+        }
+        match verify_trail(url, schema) {
+            Ok(report) => {
+                print(&report.to_string());
+                if report.is_intact() { INTACT } else { BROKEN }
+            }
+            Err(error) => {
+                eprintln!("toolgate: cannot read the audit trail: {error}");
+                IO_ERROR
+            }
+        }
+    }
+
+    pub(super) fn promotion(url: &str, schema: &str) -> u8 {
+        let verified = match verify_trail(url, schema) {
+            Ok(report) => report,
+            Err(error) => {
+                eprintln!("toolgate: cannot read the audit trail: {error}");
+                return IO_ERROR;
+            }
+        };
+        let records = match read_trail(url, schema) {
+            Ok(records) => records,
+            Err(error) => {
+                eprintln!("toolgate: cannot read the audit trail: {error}");
+                return IO_ERROR;
+            }
+        };
+        print(&toolgate::audit::PromotionReport::from_records(records).to_markdown());
+        if verified.is_intact() {
+            INTACT
+        } else {
+            eprintln!(
+                "toolgate: warning: the audit trail is not intact; the report may not show what \
+                 happened:\n{verified}"
+            );
+            BROKEN
+        }
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+mod trail {
+    use super::USAGE;
+
+    pub(super) fn verify(_url: &str, _schema: &str, _expect_last: bool) -> u8 {
+        unsupported()
+    }
+
+    pub(super) fn promotion(_url: &str, _schema: &str) -> u8 {
+        unsupported()
+    }
+
+    fn unsupported() -> u8 {
+        eprintln!("toolgate: this toolgate was built without the `postgres` feature");
+        USAGE
+    }
 }
 
 fn verify(file: &Path, expect_last: Option<&str>) -> u8 {
@@ -438,7 +725,7 @@ mod approvals {
     /// Text from the store as the operator may read it safely: control characters and the characters
     /// that reorder text on a terminal (bidirectional overrides and isolates, "Trojan Source") are
     /// written as `\u{..}` escapes, so that what is shown is what would be approved.
-    fn shown(text: &str) -> String {
+    pub(super) fn shown(text: &str) -> String {
         let mut out = String::with_capacity(text.len());
         for c in text.chars() {
             let reorders = matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
@@ -474,7 +761,7 @@ mod approvals {
     }
 
     /// `42s`, `3m12s`, `2h05m`, `1d03h`.
-    fn age(duration: Duration) -> String {
+    pub(super) fn age(duration: Duration) -> String {
         let s = duration.as_secs();
         match s {
             0..60 => format!("{s}s"),

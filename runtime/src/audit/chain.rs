@@ -89,6 +89,29 @@ impl Encoder {
     ) -> Result<HashHex, EncodeError> {
         self.fields.clear();
         serde_json::to_writer(&mut self.fields, fields).map_err(EncodeError::Json)?;
+        self.encode_fields(seq, prev_hash, out)
+    }
+
+    /// [`encode`](Encoder::encode) of fields already serialized (compact JSON, as `serde_json` writes
+    /// them), such as a record serialized on another thread.
+    pub(crate) fn encode_json(
+        &mut self,
+        json: &[u8],
+        seq: u64,
+        prev_hash: &HashHex,
+        out: &mut Vec<u8>,
+    ) -> Result<HashHex, EncodeError> {
+        self.fields.clear();
+        self.fields.extend_from_slice(json);
+        self.encode_fields(seq, prev_hash, out)
+    }
+
+    fn encode_fields(
+        &mut self,
+        seq: u64,
+        prev_hash: &HashHex,
+        out: &mut Vec<u8>,
+    ) -> Result<HashHex, EncodeError> {
         split_members(&self.fields, &mut self.members).ok_or(EncodeError::NotAnObject)?;
         check_order(&self.fields, &self.members)?;
 

@@ -28,6 +28,11 @@ pub enum Stage {
     SessionGranted,
     /// Session grants were revoked; `message` says how many.
     GrantRevoked,
+    /// The gate lost contact with its fleet for longer than the grace period: it acts as SHADOW until
+    /// contact is back. `message` says since when and why.
+    FleetLost,
+    /// The gate is in contact with its fleet again, and acts in the mode of this record.
+    FleetRejoined,
 }
 
 /// The decision about a call.

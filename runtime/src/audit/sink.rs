@@ -1,8 +1,14 @@
 //! Where audit records go.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 
 use crate::audit::record::AuditRecord;
+
+/// What [`AuditSink::record_async`] hands back: resolves once the record is as durable as the sink
+/// promises.
+pub type AuditFuture = Pin<Box<dyn Future<Output = Result<(), AuditError>> + Send + 'static>>;
 
 /// Receives every audit record of a gate.
 ///
@@ -16,6 +22,19 @@ pub trait AuditSink: Send + Sync + 'static {
     /// Makes everything recorded so far durable.
     fn flush(&self) -> Result<(), AuditError> {
         Ok(())
+    }
+
+    /// For a sink whose `record` waits on something slow, such as a database's commit: takes the
+    /// record now (queues it, in order) and returns a future that resolves once it is durable, which an
+    /// async tool's decision awaits instead of blocking its executor's thread. The body still runs
+    /// only after the future resolved `Ok`.
+    ///
+    /// `None`, the default: the sink did not take the record, and the decision calls
+    /// [`record`](AuditSink::record). A sink that returns `Some` must not also expect `record` for the
+    /// same record.
+    fn record_async(&self, record: &AuditRecord) -> Option<AuditFuture> {
+        let _ = record;
+        None
     }
 }
 

@@ -64,6 +64,8 @@ fn stage_name(stage: Stage) -> &'static str {
         Stage::ApprovalRejected => "approval_rejected",
         Stage::SessionGranted => "session_granted",
         Stage::GrantRevoked => "grant_revoked",
+        Stage::FleetLost => "fleet_lost",
+        Stage::FleetRejoined => "fleet_rejoined",
     }
 }
 
@@ -203,6 +205,8 @@ mod tests {
             Stage::ApprovalRejected,
             Stage::SessionGranted,
             Stage::GrantRevoked,
+            Stage::FleetLost,
+            Stage::FleetRejoined,
         ] {
             assert_eq!(json(stage), format!("\"{}\"", stage_name(stage)));
         }

@@ -216,7 +216,7 @@ pub fn verify_bytes(bytes: &[u8]) -> VerifyReport {
 }
 
 /// Verifies one line at a time, each with its newline if it has one.
-struct Verifier {
+pub(crate) struct Verifier {
     report: VerifyReport,
     last_hash: HashHex,
     offset: u64,
@@ -227,7 +227,7 @@ struct Verifier {
 }
 
 impl Verifier {
-    fn new() -> Verifier {
+    pub(crate) fn new() -> Verifier {
         Verifier {
             report: VerifyReport {
                 records: 0,
@@ -247,7 +247,7 @@ impl Verifier {
         }
     }
 
-    fn line(&mut self, with_newline: &[u8]) {
+    pub(crate) fn line(&mut self, with_newline: &[u8]) {
         let start = self.offset;
         self.offset += with_newline.len() as u64;
         self.report.lines += 1;
@@ -337,7 +337,7 @@ impl Verifier {
         Ok((seq, hash))
     }
 
-    fn finish(mut self) -> VerifyReport {
+    pub(crate) fn finish(mut self) -> VerifyReport {
         if let Some(failure) = self.unterminated_failure.take() {
             // A write cut short leaves a prefix of a line, which is never complete JSON; a final line
             // that parses but does not verify was not left by a crash.

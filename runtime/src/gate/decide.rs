@@ -545,18 +545,17 @@ impl Gate {
         self.write_after_the_fact(&record);
     }
 
-    /// Writes the `enter` record of an allowed call; the body may run only if this succeeds.
-    pub(crate) fn record_enter<A: ArgumentSource>(
+    /// The `enter` record of an allowed call, and the `exit` it will owe; `None` for a gate that keeps no
+    /// record.
+    fn enter_record<A: ArgumentSource>(
         &self,
         entry: &'static ToolEntry,
         allowed: &Allowed,
         risk: EffectiveRisk,
         arguments: &mut A,
-    ) -> Result<Option<crate::gate::permit::Exit>, Denied> {
+    ) -> Option<(AuditRecord, crate::gate::permit::Exit)> {
+        self.inner.audit.as_ref()?;
         let (mode, decision) = (allowed.mode, allowed.decision);
-        let Some(sink) = &self.inner.audit else {
-            return Ok(None);
-        };
         let manifest = &entry.manifest;
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let record = AuditRecord {
@@ -571,22 +570,29 @@ impl Gate {
             effective_risk: Some(risk.get()),
             ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
         };
-        match sink.record(&record) {
-            Ok(()) => Ok(Some(crate::gate::permit::Exit {
-                gate: self.clone(),
-                tool: manifest,
-                call,
-                started: Instant::now(),
-                risk: risk.get(),
-                mode,
-                arguments_digest: record.arguments_digest,
-            })),
-            Err(error) => Err(
-                refuse(entry, DenialCode::AuditUnavailable, risk.get(), Some(mode))
-                    .with_detail(error.to_string().into()),
-            ),
-        }
+        let exit = crate::gate::permit::Exit {
+            gate: self.clone(),
+            tool: manifest,
+            call,
+            started: Instant::now(),
+            risk: risk.get(),
+            mode,
+            arguments_digest: record.arguments_digest.clone(),
+        };
+        Some((record, exit))
     }
+}
+
+/// The refusal of a call whose `enter` record its gate's sink could not write.
+#[cold]
+fn audit_unavailable(
+    entry: &'static ToolEntry,
+    risk: EffectiveRisk,
+    mode: Mode,
+    error: &crate::audit::AuditError,
+) -> Denied {
+    refuse(entry, DenialCode::AuditUnavailable, risk.get(), Some(mode))
+        .with_detail(error.to_string().into())
 }
 
 /// What one gate decided of a call it allows.
@@ -934,23 +940,92 @@ fn enter_all<A: ArgumentSource>(
     // The exits owed so far are held in the permit: if a later gate's sink or an argument's `Serialize`
     // panics, they are written as the permit unwinds.
     let mut permit = Permit::unaudited();
-    for (i, (gate, decision)) in gates.iter().zip(allowed).enumerate() {
-        match gate.record_enter(entry, decision, risk, arguments) {
-            Ok(Some(exit)) => permit.push(exit),
-            Ok(None) => {}
-            // The failing gate's sink is what failed: every other gate records the refusal.
-            Err(denied) => {
-                let others: Vec<Gate> = gates
-                    .iter()
-                    .enumerate()
-                    .filter(|&(j, _)| j != i)
-                    .map(|(_, g)| g.clone())
-                    .collect();
-                let exits = permit.take_exits();
-                return Err(abandon(entry, &others, exits, denied, arguments));
+    match enter_from(
+        entry,
+        gates,
+        allowed,
+        risk,
+        arguments,
+        &mut permit,
+        0,
+        Waits::Blocking,
+    )? {
+        None => entered(entry, gates, allowed, risk, arguments, permit),
+        Some(_) => unreachable!("a blocking decision is handed no record to await"),
+    }
+}
+
+/// Writes the `enter` records of `gates[from..]`, pushing the `exit` each owes into `permit`. Stops at a
+/// gate whose sink handed back a future to await (async decisions only): `Some` of that gate and the
+/// future, its `exit` already in `permit`.
+#[allow(clippy::too_many_arguments)]
+fn enter_from<A: ArgumentSource>(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    allowed: &[Allowed],
+    risk: EffectiveRisk,
+    arguments: &mut A,
+    permit: &mut Permit,
+    from: usize,
+    waits: Waits,
+) -> Result<Option<(usize, crate::audit::AuditFuture)>, Denied> {
+    for (i, (gate, decision)) in gates.iter().zip(allowed).enumerate().skip(from) {
+        let (Some(sink), Some((record, exit))) = (
+            gate.inner.audit.as_ref(),
+            gate.enter_record(entry, decision, risk, arguments),
+        ) else {
+            continue;
+        };
+        if waits == Waits::Async
+            && let Some(written) = sink.record_async(&record)
+        {
+            permit.push(exit);
+            return Ok(Some((i, written)));
+        }
+        match sink.record(&record) {
+            Ok(()) => permit.push(exit),
+            Err(error) => {
+                let denied = audit_unavailable(entry, risk, decision.mode, &error);
+                return Err(enter_failed(entry, gates, i, permit, denied, arguments));
             }
         }
     }
+    Ok(None)
+}
+
+/// A gate's sink failed to write the `enter` record: every other gate records the refusal (an `exit`
+/// where it wrote its `enter`).
+#[cold]
+fn enter_failed(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    failed: usize,
+    permit: &mut Permit,
+    denied: Denied,
+    arguments: &mut impl ArgumentSource,
+) -> Denied {
+    let failed_id = gates[failed].id();
+    let others: Vec<Gate> = gates
+        .iter()
+        .enumerate()
+        .filter(|&(j, _)| j != failed)
+        .map(|(_, g)| g.clone())
+        .collect();
+    let mut exits = permit.take_exits();
+    // The failing gate's `enter` was not written: it owes no `exit`.
+    exits.retain(|exit| exit.gate.id() != failed_id);
+    abandon(entry, &others, exits, denied, arguments)
+}
+
+/// The `enter` records written: re-checks every gate's mode, then the arguments an approval saw.
+fn entered<A: ArgumentSource>(
+    entry: &'static ToolEntry,
+    gates: &[Gate],
+    allowed: &[Allowed],
+    risk: EffectiveRisk,
+    arguments: &mut A,
+    mut permit: Permit,
+) -> Result<Permit, Denied> {
     for (gate, decision) in gates.iter().zip(allowed) {
         if let Err(denied) = gate.recheck(entry, decision.mode, risk) {
             let exits = permit.take_exits();
@@ -1044,13 +1119,23 @@ pub struct Waiting(Box<Suspended>);
 struct Suspended {
     entry: &'static ToolEntry,
     gates: Vec<Gate>,
-    /// The gate that asks, and what.
-    next: usize,
-    mode: Mode,
-    ask: Ask,
     risk: EffectiveRisk,
     allowed: Vec<Allowed>,
     arguments: WrittenArguments,
+    at: Suspension,
+}
+
+/// Where a decision waits.
+enum Suspension {
+    /// `gates[next]` asks, in `mode`.
+    Ask { next: usize, mode: Mode, ask: Ask },
+    /// Every gate allowed; the sink of `gates[next]` is writing its `enter` record (the `exit` it owes
+    /// is in `permit` already, with those of the gates before it).
+    Enter {
+        next: usize,
+        permit: Permit,
+        written: crate::audit::AuditFuture,
+    },
 }
 
 /// [`decide_all`] for an async tool: it stops where a gate must wait.
@@ -1066,12 +1151,10 @@ fn decide_all_async(entry: &'static ToolEntry, gates: Vec<Gate>, call: &CallInfo
             Step::Ask(mode, ask) => {
                 return Entering::Waiting(Waiting(Box::new(Suspended {
                     entry,
-                    next: i,
-                    mode,
-                    ask,
                     risk,
                     allowed,
                     arguments: arguments.write_out(),
+                    at: Suspension::Ask { next: i, mode, ask },
                     gates,
                 })));
             }
@@ -1080,7 +1163,40 @@ fn decide_all_async(entry: &'static ToolEntry, gates: Vec<Gate>, call: &CallInfo
             return Entering::Done(Err(denied));
         }
     }
-    Entering::Done(enter_all(entry, &gates, &allowed, risk, &mut arguments))
+    let mut permit = Permit::unaudited();
+    let pending = enter_from(
+        entry,
+        &gates,
+        &allowed,
+        risk,
+        &mut arguments,
+        &mut permit,
+        0,
+        Waits::Async,
+    );
+    match pending {
+        Err(denied) => Entering::Done(Err(denied)),
+        Ok(None) => Entering::Done(entered(
+            entry,
+            &gates,
+            &allowed,
+            risk,
+            &mut arguments,
+            permit,
+        )),
+        Ok(Some((next, written))) => Entering::Waiting(Waiting(Box::new(Suspended {
+            entry,
+            risk,
+            allowed,
+            arguments: arguments.write_out(),
+            at: Suspension::Enter {
+                next,
+                permit,
+                written,
+            },
+            gates,
+        }))),
+    }
 }
 
 impl Waiting {
@@ -1089,26 +1205,67 @@ impl Waiting {
         let Suspended {
             entry,
             gates,
-            next,
-            mode,
-            ask,
             risk,
             mut allowed,
             mut arguments,
+            at,
         } = *self.0;
-        let mut asked = Some((mode, ask));
-        for (i, gate) in gates.iter().enumerate().skip(next) {
-            let step = match asked.take() {
-                Some((mode, ask)) => Step::Ask(mode, ask),
-                None => gate.decide_step(entry, risk, &mut arguments, Waits::Async),
-            };
-            let result = match step {
-                Step::Done(result) => result,
-                Step::Ask(mode, ask) => gate.ask(entry, mode, risk, ask, &mut arguments).await,
-            };
-            settled(entry, &gates, i, risk, &mut arguments, result, &mut allowed)?;
+        let (mut permit, mut writing) = match at {
+            Suspension::Ask { next, mode, ask } => {
+                let mut asked = Some((mode, ask));
+                for (i, gate) in gates.iter().enumerate().skip(next) {
+                    let step = match asked.take() {
+                        Some((mode, ask)) => Step::Ask(mode, ask),
+                        None => gate.decide_step(entry, risk, &mut arguments, Waits::Async),
+                    };
+                    let result = match step {
+                        Step::Done(result) => result,
+                        Step::Ask(mode, ask) => {
+                            gate.ask(entry, mode, risk, ask, &mut arguments).await
+                        }
+                    };
+                    settled(entry, &gates, i, risk, &mut arguments, result, &mut allowed)?;
+                }
+                (Permit::unaudited(), None)
+            }
+            Suspension::Enter {
+                next,
+                permit,
+                written,
+            } => (permit, Some((next, written))),
+        };
+        let mut from = 0;
+        loop {
+            if let Some((i, written)) = writing.take() {
+                if let Err(error) = written.await {
+                    let denied = audit_unavailable(entry, risk, allowed[i].mode, &error);
+                    return Err(enter_failed(
+                        entry,
+                        &gates,
+                        i,
+                        &mut permit,
+                        denied,
+                        &mut arguments,
+                    ));
+                }
+                from = i + 1;
+            }
+            let pending = enter_from(
+                entry,
+                &gates,
+                &allowed,
+                risk,
+                &mut arguments,
+                &mut permit,
+                from,
+                Waits::Async,
+            )?;
+            match pending {
+                None => break,
+                Some(next) => writing = Some(next),
+            }
         }
-        enter_all(entry, &gates, &allowed, risk, &mut arguments)
+        entered(entry, &gates, &allowed, risk, &mut arguments, permit)
     }
 
     /// [`Waiting::resume`] for a call by name: the decision, to hand over to the tool's check.

@@ -16,7 +16,7 @@ pub(crate) mod wait;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
@@ -52,7 +52,10 @@ pub struct Gate {
 
 pub(super) struct Inner {
     pub(super) id: u64,
+    /// The mode every decision reads: [`ModeParts::effective`], stored by whoever changes a part, under
+    /// `modes`' lock.
     pub(super) mode: AtomicU8,
+    modes: Mutex<ModeParts>,
     /// Per registry slot, the verdict in each mode (indexed by `Mode as usize`).
     pub(super) verdicts: Box<[[Verdict; 4]]>,
     /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write.
@@ -126,13 +129,19 @@ impl Gate {
 
     /// [`Gate::lower`], naming who lowers it and why for the audit log (`mode_lowered` record).
     pub fn lower_by(&self, to: Mode, who: &str) -> Result<(), RaiseRefused> {
-        let before = Mode::from_index(self.inner.mode.fetch_min(to as u8, Ordering::AcqRel));
-        if to > before {
-            return Err(RaiseRefused {
-                current: before,
-                requested: to,
-            });
-        }
+        let before = {
+            let mut parts = self.modes();
+            let before = parts.own.min(parts.fleet);
+            if to > before {
+                return Err(RaiseRefused {
+                    current: parts.effective(),
+                    requested: to,
+                });
+            }
+            parts.own = to;
+            self.store_mode(&parts);
+            before
+        };
         if self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
             let record = AuditRecord {
@@ -143,6 +152,81 @@ impl Gate {
             self.write_after_the_fact(&record);
         }
         Ok(())
+    }
+
+    fn modes(&self) -> std::sync::MutexGuard<'_, ModeParts> {
+        // Every update of the parts is a single assignment: a panic cannot leave them half-changed.
+        self.inner
+            .modes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn store_mode(&self, parts: &ModeParts) {
+        self.inner
+            .mode
+            .store(parts.effective() as u8, Ordering::Release);
+    }
+
+    /// Holds the gate under its fleet's mode: the effective mode is the lower of the gate's own and
+    /// the fleet's, and a fleet's mode only ever lowers a running gate. Records `mode_lowered` when the
+    /// effective mode went down.
+    pub(crate) fn hold_under(&self, fleet: Mode, who: &str, why: &str) {
+        let (before, after) = {
+            let mut parts = self.modes();
+            let before = parts.effective();
+            parts.fleet = parts.fleet.min(fleet);
+            self.store_mode(&parts);
+            (before, parts.effective())
+        };
+        if after < before && self.inner.audit.is_some() {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let record = AuditRecord {
+                by: Some(who.to_owned()),
+                message: Some(format!(
+                    "mode lowered from {before} to {after} by {who}: {why}"
+                )),
+                ..self.record(Stage::ModeLowered, Cow::Borrowed(""), after, call)
+            };
+            self.write_after_the_fact(&record);
+        }
+    }
+
+    /// Marks the gate cut off from its fleet (it acts as SHADOW) or back in contact (it acts as its own
+    /// and the fleet's mode allow again); records `fleet_lost` or `fleet_rejoined` when that changed.
+    pub(crate) fn set_partitioned(&self, partitioned: bool, why: &str) {
+        let changed = {
+            let mut parts = self.modes();
+            let changed = parts.partitioned != partitioned;
+            parts.partitioned = partitioned;
+            self.store_mode(&parts);
+            changed.then(|| parts.effective())
+        };
+        if let Some(mode) = changed
+            && self.inner.audit.is_some()
+        {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let stage = if partitioned {
+                Stage::FleetLost
+            } else {
+                Stage::FleetRejoined
+            };
+            let record = AuditRecord {
+                message: Some(why.to_owned()),
+                ..self.record(stage, Cow::Borrowed(""), mode, call)
+            };
+            self.write_after_the_fact(&record);
+        }
+    }
+
+    /// Whether the gate acts as SHADOW because it lost its fleet.
+    pub(crate) fn partitioned(&self) -> bool {
+        self.modes().partitioned
+    }
+
+    /// A reference that does not keep the gate alive.
+    pub(crate) fn downgrade(&self) -> WeakGate {
+        WeakGate(Arc::downgrade(&self.inner))
     }
 
     /// Approves a two-step approval request: the call that was refused with this token (same tool, same
@@ -462,6 +546,11 @@ impl GateBuilder {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 mode: AtomicU8::new(self.mode as u8),
+                modes: Mutex::new(ModeParts {
+                    own: self.mode,
+                    fleet: Mode::FullAuto,
+                    partitioned: false,
+                }),
                 verdicts,
                 allowed_outright,
                 deny_rule_of,
@@ -476,6 +565,37 @@ impl GateBuilder {
                 calls: AtomicU64::new(1),
             }),
         })
+    }
+}
+
+/// What a gate's mode is made of.
+#[derive(Debug)]
+struct ModeParts {
+    /// The gate's own mode: where it started, lowered by [`Gate::lower`].
+    own: Mode,
+    /// The lowest mode its fleet has held it under (FULL_AUTO without a fleet).
+    fleet: Mode,
+    /// Cut off from its fleet for longer than the grace period.
+    partitioned: bool,
+}
+
+impl ModeParts {
+    fn effective(&self) -> Mode {
+        if self.partitioned {
+            Mode::Shadow
+        } else {
+            self.own.min(self.fleet)
+        }
+    }
+}
+
+/// A [`Gate`] that may have been dropped.
+#[derive(Clone)]
+pub(crate) struct WeakGate(Weak<Inner>);
+
+impl WeakGate {
+    pub(crate) fn upgrade(&self) -> Option<Gate> {
+        self.0.upgrade().map(|inner| Gate { inner })
     }
 }
 

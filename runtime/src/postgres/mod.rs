@@ -112,9 +112,16 @@
 //! encrypted (tokio-postgres with `NoTls`): connect over loopback, a Unix socket (`host=/run/postgresql`)
 //! or a network you trust.
 
+mod audit;
+pub mod fleet;
+mod schema;
+mod sql;
+mod trail;
 mod worker;
 
-mod sql;
+pub use audit::{PostgresSink, PostgresSinkBuilder};
+pub use fleet::{Fleet, FleetBuilder, JoinError};
+pub use trail::{Interrupted, TrailReport, WriterReport, read_trail, verify_trail};
 
 use std::fmt;
 use std::str::FromStr;
@@ -128,6 +135,7 @@ use crate::approval::store::{
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
 use crate::policy::Mode;
+use schema::valid_schema;
 use worker::{Job, Target};
 
 /// How long an operation may take, unless the builder sets another.
@@ -145,13 +153,6 @@ struct Settings {
     ttl: Duration,
     max_pending: usize,
     schema: String,
-}
-
-impl Settings {
-    fn quoted_schema(&self) -> String {
-        // Checked to be lowercase letters, digits and `_`: quoting is for keywords (`user`).
-        format!("\"{}\"", self.schema)
-    }
 }
 
 /// An [`ApprovalStore`] in PostgreSQL, shared by every gate and process that connects to it. See the
@@ -244,15 +245,6 @@ impl PostgresStoreBuilder {
             Err(_) => Err(thread_gone()),
         }
     }
-}
-
-fn valid_schema(schema: &str) -> bool {
-    let mut chars = schema.chars();
-    schema.len() <= 63
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 fn thread_gone() -> StoreError {

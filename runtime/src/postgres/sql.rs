@@ -32,6 +32,57 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_token ON {s}.approvals USING gin (token_sha256);
     CREATE INDEX approvals_pending ON {s}.approvals ((coalesce(agent, ''))) WHERE answered_at IS NULL;
     CREATE INDEX approvals_expires ON {s}.approvals (expires_at);",
+    // 2: the audit trail, one hash chain per writer, and the signed checkpoints of each chain.
+    "CREATE TABLE {s}.audit (
+        writer     text NOT NULL,
+        seq        bigint NOT NULL CHECK (seq > 0),
+        prev_hash  text NOT NULL,
+        hash       text NOT NULL,
+        stage      text NOT NULL,
+        tool       text NOT NULL,
+        gate       bigint NOT NULL,
+        call       bigint NOT NULL,
+        line       text NOT NULL,
+        written_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (writer, seq)
+    );
+    CREATE TABLE {s}.audit_checkpoints (
+        writer     text NOT NULL,
+        seq        bigint NOT NULL CHECK (seq > 0),
+        head_seq   bigint NOT NULL,
+        checkpoint text NOT NULL,
+        written_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (writer, seq)
+    );",
+    // 3: fleets: the mode every joined gate is held under, its history, and who is joined.
+    "CREATE TABLE {s}.fleets (
+        name       text PRIMARY KEY,
+        mode       text NOT NULL CHECK (mode IN ('SHADOW', 'ADVISORY', 'PARTIAL_AUTO', 'FULL_AUTO')),
+        changed_at timestamptz NOT NULL DEFAULT now(),
+        changed_by text NOT NULL,
+        reason     text NOT NULL
+    );
+    CREATE TABLE {s}.fleet_changes (
+        id         bigserial PRIMARY KEY,
+        fleet      text NOT NULL,
+        mode       text NOT NULL,
+        changed_by text NOT NULL,
+        reason     text NOT NULL,
+        changed_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE {s}.fleet_members (
+        fleet        text NOT NULL,
+        member       text NOT NULL,
+        gate         bigint NOT NULL,
+        host         text NOT NULL,
+        pid          integer NOT NULL,
+        agent        text,
+        mode         text NOT NULL,
+        partitioned  boolean NOT NULL DEFAULT false,
+        joined_at    timestamptz NOT NULL DEFAULT now(),
+        last_contact timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (fleet, member, gate)
+    );",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
@@ -85,7 +136,8 @@ pub(super) fn why_waiting() -> String {
     )
 }
 
-/// Serializes the requests of one agent (`$1`) across processes, until the transaction ends.
+/// Serializes the requests of one agent (`$1`) across processes, until the transaction ends; also the
+/// migrations.
 pub(super) const LOCK_AGENT: &str = "SELECT pg_advisory_xact_lock($1)";
 
 /// The live pending request for exactly this call by this agent (`$6`, `''` for none).

@@ -11,6 +11,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Row, Statement};
 
+use super::schema::{self, lock_key, store_error};
 use super::sql;
 use super::{RequestState, Settings, StoredRequest};
 use crate::approval::store::{Answer, ApprovalCall, ApproveError, Binding, Consumed, StoreError};
@@ -65,23 +66,6 @@ impl From<tokio_postgres::Error> for Failure {
 impl From<StoreError> for Failure {
     fn from(error: StoreError) -> Self {
         Failure::Store(error)
-    }
-}
-
-fn store_error(error: &tokio_postgres::Error) -> StoreError {
-    match error.as_db_error() {
-        // Connection exceptions, operator intervention (a shutdown), insufficient resources and
-        // transactions rolled back by the server: the store is unavailable for now.
-        Some(db)
-            if ["08", "57", "53", "40"]
-                .iter()
-                .any(|class| db.code().code().starts_with(class)) =>
-        {
-            StoreError::Unavailable(format!("{} ({})", db.message(), db.code().code()))
-        }
-        // Any other error of the server: a statement of ours it refused, or a schema not ours.
-        Some(db) => StoreError::Unexpected(format!("{} ({})", db.message(), db.code().code())),
-        None => StoreError::Unavailable(error.to_string()),
     }
 }
 
@@ -213,7 +197,7 @@ impl Worker {
     }
 
     fn sql(&self, text: &str) -> String {
-        text.replace("{s}", &self.settings.quoted_schema())
+        schema::sql(text, &self.settings.schema)
     }
 
     /// Runs `op` on the connection, opened (and the schema migrated) where needed, all within the
@@ -273,34 +257,10 @@ impl Worker {
         Ok(Conn { client, statements })
     }
 
-    /// Creates the schema, or brings it to this version, in one transaction under an advisory lock, so
-    /// that processes connecting at once migrate it once.
     async fn migrate(&self, client: &mut Client) -> Result<(), Failure> {
-        let transaction = client.transaction().await?;
-        let key = lock_key(&self.settings.schema, "migrate");
-        transaction.execute(sql::LOCK_AGENT, &[&key]).await?;
-        transaction
-            .batch_execute(&self.sql(sql::PREPARE_SCHEMA))
-            .await?;
-        let version = transaction
-            .query_one(&self.sql(sql::SCHEMA_VERSION), &[])
-            .await?;
-        let version: i32 = get(&version, 0)?;
-        let known = sql::MIGRATIONS.len() as i32;
-        if version > known {
-            return Err(Failure::Store(StoreError::Unexpected(format!(
-                "the schema `{}` is at version {version}, newer than this toolgate knows ({known})",
-                self.settings.schema
-            ))));
-        }
-        for (number, migration) in (1i32..).zip(sql::MIGRATIONS).skip(version as usize) {
-            transaction.batch_execute(&self.sql(migration)).await?;
-            transaction
-                .execute(&self.sql(sql::RECORD_VERSION), &[&number])
-                .await?;
-        }
-        transaction.commit().await?;
-        Ok(())
+        schema::migrate(client, &self.settings.schema)
+            .await
+            .map_err(Failure::Store)
     }
 
     async fn consume(&self, conn: &mut Conn, call: &ApprovalCall) -> Result<Consumed, Failure> {
@@ -485,18 +445,6 @@ pub(super) fn sha256_hex(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// An advisory lock's key: the schema and what is locked in it, hashed to 64 bits.
-fn lock_key(schema: &str, what: &str) -> i64 {
-    let digest = Sha256::new()
-        .chain_update(schema.as_bytes())
-        .chain_update([0])
-        .chain_update(what.as_bytes())
-        .finalize();
-    let mut bytes = [0u8; 8];
-    bytes.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(bytes)
 }
 
 fn unexpected(what: impl Into<String>) -> Failure {

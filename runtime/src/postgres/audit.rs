@@ -1,0 +1,593 @@
+//! The audit trail in PostgreSQL: one table for every process, each writer its own hash chain, and a
+//! group commit that lets concurrent calls share one round trip and one WAL flush.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::mpsc as sync_mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::schema::{self, lock_key, store_error, valid_schema};
+use super::{DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
+use crate::approval::store::StoreError;
+use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
+use crate::audit::{AuditError, AuditFuture, AuditRecord, AuditSink, Stage};
+
+/// Records one group commit carries at the most.
+const MAX_GROUP: usize = 4096;
+
+/// An [`AuditSink`] that writes every record into one PostgreSQL table shared by every process, each
+/// writer (one sink: a process's gates) keeping its own hash chain there.
+///
+/// ```no_run
+/// # extern crate toolgate_runtime as toolgate;
+/// use toolgate::postgres::PostgresSink;
+/// use toolgate::{Gate, Mode};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let sink = PostgresSink::builder()
+///     .writer("payments-api-1")
+///     .connect("postgres://toolgate@db.internal/agents")?;
+/// let gate = Gate::builder().mode(Mode::PartialAuto).audit(sink).build()?;
+/// # drop(gate);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # What it guarantees
+///
+/// - **The body runs after its record is committed.** An `enter` record is committed (the server has
+///   flushed its WAL, with the default `synchronous_commit`) before [`record`](AuditSink::record)
+///   returns, and before the future of [`record_async`](AuditSink::record_async) resolves; otherwise
+///   the call is refused with `AUDIT_UNAVAILABLE`. Other records (exits, refusals, lowered modes:
+///   nothing waits on them) are queued and committed with the next group; [`flush`](AuditSink::flush)
+///   and dropping the sink wait for them.
+/// - **Group commit.** One thread per sink holds its connection. Records that arrive while a commit is
+///   in flight are chained and inserted together by the next one, in one statement: with `k` calls in
+///   flight, one round trip and one WAL flush carry up to `k` records.
+/// - **One chain per writer, one writer per name.** Each row carries `writer`, `seq` (from 1),
+///   `prev_hash` and `hash`, chained exactly as the lines of a [`JsonlSink`](crate::audit::JsonlSink)
+///   are, and `line`, the record's canonical line as that sink would write it. The sink holds a
+///   session advisory lock on its writer name while connected: a second sink with the same name, in
+///   any process, is refused instead of forking the chain.
+/// - **Fails closed, then continues.** A failed or timed-out commit refuses every call whose `enter`
+///   it carried; the connection is opened again by the next group, which reads the writer's last
+///   committed record from the table and chains on from it. A group that committed but whose reply
+///   was lost refuses its calls too (their bodies did not run): `verify` then reports those `enter`
+///   records as interrupted, not as tampering.
+///
+/// # The table
+///
+/// Created (with the approval store's and the fleet's tables) or migrated when the sink connects; in
+/// schema `toolgate` unless [`PostgresSinkBuilder::schema`] names another:
+///
+/// ```sql
+/// CREATE TABLE toolgate.audit (
+///     writer     text NOT NULL,               -- whose chain
+///     seq        bigint NOT NULL CHECK (seq > 0),
+///     prev_hash  text NOT NULL,
+///     hash       text NOT NULL,
+///     stage      text NOT NULL,               -- copies of the line's members, for queries
+///     tool       text NOT NULL,
+///     gate       bigint NOT NULL,
+///     call       bigint NOT NULL,
+///     line       text NOT NULL,               -- the canonical line: what is hashed and verified
+///     written_at timestamptz NOT NULL DEFAULT now(),
+///     PRIMARY KEY (writer, seq)
+/// );
+/// ```
+///
+/// Query the record's fields with `line::jsonb` (`SELECT line::jsonb ->> 'code' FROM toolgate.audit`).
+/// The role needs `SELECT` and `INSERT` on `audit`; it needs neither `UPDATE` nor `DELETE`, and
+/// should not have them. `toolgate audit verify postgres://…` checks every writer's chain.
+pub struct PostgresSink {
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    writer: String,
+}
+
+/// Configures a [`PostgresSink`]: `PostgresSink::builder().writer(..).connect(url)`.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PostgresSinkBuilder {
+    writer: Option<String>,
+    schema: String,
+    timeout: Duration,
+}
+
+impl PostgresSinkBuilder {
+    /// The name of this sink's chain. Unless set: the host name, the process id and a random suffix,
+    /// so that every process writes its own. A name given here continues its chain when a process
+    /// starts again with it; while one sink holds it, another is refused.
+    pub fn writer(mut self, name: impl Into<String>) -> Self {
+        self.writer = Some(name.into());
+        self
+    }
+
+    /// The schema of the tables (`toolgate` unless set): lowercase letters, digits and `_`.
+    pub fn schema(mut self, schema: &str) -> Self {
+        schema.clone_into(&mut self.schema);
+        self
+    }
+
+    /// How long a commit may take, connecting included (2 seconds unless set); past it, the calls it
+    /// carried are refused with `AUDIT_UNAVAILABLE`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Connects to the server at `url`, creating or migrating the schema and taking the writer's
+    /// name, within the timeout. It blocks the calling thread until then.
+    pub fn connect(self, url: &str) -> Result<PostgresSink, StoreError> {
+        let invalid = |why: String| Err(StoreError::Unavailable(format!("not configured: {why}")));
+        if !valid_schema(&self.schema) {
+            return invalid(format!(
+                "the schema name {:?} is not lowercase letters, digits and `_`",
+                self.schema
+            ));
+        }
+        if self.timeout.is_zero() {
+            return invalid("the timeout must be more than zero".into());
+        }
+        let writer = match self.writer {
+            Some(writer) if writer.trim().is_empty() || writer.chars().any(char::is_control) => {
+                return invalid(format!(
+                    "the writer name {writer:?} is empty or has control characters"
+                ));
+            }
+            Some(writer) => writer,
+            None => default_writer(),
+        };
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
+        config.connect_timeout(self.timeout);
+        if config.get_application_name().is_none() {
+            config.application_name("toolgate-audit");
+        }
+        let worker = Worker {
+            config,
+            schema: self.schema,
+            writer: writer.clone(),
+            timeout: self.timeout,
+            conn: None,
+            head: None,
+            encoder: Encoder::default(),
+        };
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        let thread = worker
+            .spawn(receiver)
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the sink's thread: {e}")))?;
+        let sink = PostgresSink {
+            jobs: Some(jobs),
+            thread: Some(thread),
+            writer,
+        };
+        let (reply, connected) = sync_mpsc::sync_channel(1);
+        sink.send(Job::Connect(reply))
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        match connected.recv() {
+            Ok(result) => result.map(|()| sink),
+            Err(_) => Err(StoreError::Unavailable("the sink's thread stopped".into())),
+        }
+    }
+}
+
+impl PostgresSink {
+    /// A builder with the defaults: a writer name of the host, the process and a random suffix;
+    /// schema `toolgate`; timeout 2 s.
+    pub fn builder() -> PostgresSinkBuilder {
+        PostgresSinkBuilder {
+            writer: None,
+            schema: DEFAULT_SCHEMA.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Connects with the defaults; see [`PostgresSinkBuilder::connect`].
+    pub fn connect(url: &str) -> Result<PostgresSink, StoreError> {
+        PostgresSink::builder().connect(url)
+    }
+
+    /// The name of this sink's chain.
+    pub fn writer(&self) -> &str {
+        &self.writer
+    }
+
+    fn send(&self, job: Job) -> Result<(), AuditError> {
+        self.jobs
+            .as_ref()
+            .and_then(|jobs| jobs.send(job).ok())
+            .ok_or_else(|| AuditError::new("the audit sink's thread stopped"))
+    }
+
+    fn queue(&self, record: &AuditRecord, reply: Reply) -> Result<(), AuditError> {
+        let fields = serde_json::to_vec(record)
+            .map_err(|e| AuditError::new(format!("serializing an audit record: {e}")))?;
+        self.send(Job::Record(Queued {
+            fields,
+            stage: record.stage,
+            tool: record.tool.to_string(),
+            gate: record.gate,
+            call: record.call,
+            reply,
+        }))
+    }
+}
+
+impl AuditSink for PostgresSink {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        if record.stage != Stage::Enter {
+            return self.queue(record, Reply::None);
+        }
+        let (reply, committed) = sync_mpsc::sync_channel(1);
+        self.queue(record, Reply::Blocking(reply))?;
+        committed
+            .recv()
+            .unwrap_or_else(|_| Err(AuditError::new("the audit sink's thread stopped")))
+    }
+
+    fn record_async(&self, record: &AuditRecord) -> Option<AuditFuture> {
+        if record.stage != Stage::Enter {
+            let queued = self.queue(record, Reply::None);
+            return Some(Box::pin(std::future::ready(queued)));
+        }
+        let (reply, committed) = oneshot::channel();
+        let queued = self.queue(record, Reply::Async(reply));
+        Some(Box::pin(async move {
+            queued?;
+            committed
+                .await
+                .unwrap_or_else(|_| Err(AuditError::new("the audit sink's thread stopped")))
+        }))
+    }
+
+    /// Waits until every record queued so far is committed.
+    fn flush(&self) -> Result<(), AuditError> {
+        let (reply, flushed) = sync_mpsc::sync_channel(1);
+        self.send(Job::Flush(reply))?;
+        flushed
+            .recv()
+            .unwrap_or_else(|_| Err(AuditError::new("the audit sink's thread stopped")))
+    }
+}
+
+impl Drop for PostgresSink {
+    fn drop(&mut self) {
+        // Closing the channel lets the thread commit what is queued, then end.
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl fmt::Debug for PostgresSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSink")
+            .field("writer", &self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who waits for a record's commit.
+enum Reply {
+    None,
+    Blocking(sync_mpsc::SyncSender<Result<(), AuditError>>),
+    Async(oneshot::Sender<Result<(), AuditError>>),
+}
+
+impl Reply {
+    fn send(self, result: Result<(), AuditError>) {
+        match self {
+            Reply::None => {
+                if let Err(error) = result {
+                    tracing::error!(target: "toolgate::audit", %error, "audit record lost");
+                }
+            }
+            Reply::Blocking(reply) => {
+                let _ = reply.send(result);
+            }
+            Reply::Async(reply) => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+struct Queued {
+    /// The record serialized: canonical JSON without the chain's members.
+    fields: Vec<u8>,
+    stage: Stage,
+    tool: String,
+    gate: u64,
+    call: u64,
+    reply: Reply,
+}
+
+enum Job {
+    Connect(sync_mpsc::SyncSender<Result<(), StoreError>>),
+    Record(Queued),
+    Flush(sync_mpsc::SyncSender<Result<(), AuditError>>),
+}
+
+struct Conn {
+    client: Client,
+    insert: Statement,
+}
+
+struct Worker {
+    config: tokio_postgres::Config,
+    schema: String,
+    writer: String,
+    timeout: Duration,
+    conn: Option<Conn>,
+    /// The writer's last committed record, as the table has it; `None` until read from it, and again
+    /// after any failure, whose commit may or may not have happened.
+    head: Option<(u64, HashHex)>,
+    encoder: Encoder,
+}
+
+/// One group, encoded.
+#[derive(Default)]
+struct Rows {
+    seqs: Vec<i64>,
+    prev_hashes: Vec<String>,
+    hashes: Vec<String>,
+    stages: Vec<String>,
+    tools: Vec<String>,
+    gates: Vec<i64>,
+    calls: Vec<i64>,
+    lines: Vec<String>,
+}
+
+impl Worker {
+    fn spawn(self, jobs: mpsc::UnboundedReceiver<Job>) -> std::io::Result<JoinHandle<()>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("toolgate-audit-postgres".into())
+            .spawn(move || runtime.block_on(self.run(jobs)))
+    }
+
+    async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
+        let mut group = Vec::new();
+        let mut flushes = Vec::new();
+        while let Some(first) = jobs.recv().await {
+            let mut next = Some(first);
+            while let Some(job) = next.take() {
+                match job {
+                    Job::Connect(reply) => {
+                        let connected = self.within_timeout(Worker::ready).await;
+                        let _ = reply.send(connected);
+                    }
+                    Job::Record(queued) => group.push(queued),
+                    Job::Flush(reply) => flushes.push(reply),
+                }
+                if group.len() < MAX_GROUP {
+                    next = jobs.try_recv().ok();
+                }
+            }
+            let committed = match group.is_empty() {
+                true => Ok(()),
+                false => self.commit_group(&group).await,
+            };
+            let result = || {
+                committed
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| AuditError::new(format!("audit trail in PostgreSQL: {e}")))
+            };
+            for queued in group.drain(..) {
+                queued.reply.send(result());
+            }
+            for reply in flushes.drain(..) {
+                let _ = reply.send(result());
+            }
+        }
+    }
+
+    async fn within_timeout<T>(
+        &mut self,
+        op: impl AsyncFnOnce(&mut Worker) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let timeout = self.timeout;
+        match tokio::time::timeout(timeout, op(self)).await {
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(error)) => {
+                self.forget();
+                Err(error)
+            }
+            Err(_) => {
+                self.forget();
+                Err(StoreError::Timeout)
+            }
+        }
+    }
+
+    /// After a failure, nothing is known of the connection or of what the table holds.
+    fn forget(&mut self) {
+        self.conn = None;
+        self.head = None;
+    }
+
+    /// Opens the connection where needed and reads the writer's head.
+    async fn ready(&mut self) -> Result<(), StoreError> {
+        if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+            self.conn = None;
+            self.head = None;
+            self.conn = Some(self.open().await?);
+        }
+        if self.head.is_none() {
+            let Some(conn) = &self.conn else {
+                return Err(StoreError::Unexpected(
+                    "no connection after opening one".into(),
+                ));
+            };
+            let row = conn
+                .client
+                .query_opt(
+                    &schema::sql(
+                        "SELECT seq, hash FROM {s}.audit WHERE writer = $1 ORDER BY seq DESC LIMIT 1",
+                        &self.schema,
+                    ),
+                    &[&self.writer],
+                )
+                .await
+                .map_err(|e| store_error(&e))?;
+            self.head = Some(match row {
+                None => (0, GENESIS),
+                Some(row) => {
+                    let seq: i64 = row.try_get(0).map_err(unexpected)?;
+                    let hash: String = row.try_get(1).map_err(unexpected)?;
+                    let hash = parse_hash(&hash).ok_or_else(|| {
+                        StoreError::Unexpected(format!(
+                            "the last record of writer {:?} has no valid hash: run `toolgate audit \
+                             verify`",
+                            self.writer
+                        ))
+                    })?;
+                    (u64::try_from(seq).map_err(unexpected)?, hash)
+                }
+            });
+        }
+        Ok(())
+    }
+
+    async fn open(&self) -> Result<Conn, StoreError> {
+        let (mut client, connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| store_error(&e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        schema::migrate(&mut client, &self.schema).await?;
+        let key = lock_key(&self.schema, &format!("audit writer {}", self.writer));
+        let locked: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await
+            .map_err(|e| store_error(&e))?
+            .try_get(0)
+            .map_err(unexpected)?;
+        if !locked {
+            return Err(StoreError::Unavailable(format!(
+                "another sink writes as writer {:?}; a writer has one chain, so one sink",
+                self.writer
+            )));
+        }
+        let insert = client
+            .prepare(&schema::sql(
+                "INSERT INTO {s}.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
+                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[],
+                     $6::text[], $7::bigint[], $8::bigint[], $9::text[])",
+                &self.schema,
+            ))
+            .await
+            .map_err(|e| store_error(&e))?;
+        Ok(Conn { client, insert })
+    }
+
+    /// Chains and inserts a group in one statement, one commit.
+    async fn commit_group(&mut self, group: &[Queued]) -> Result<(), StoreError> {
+        self.within_timeout(async |worker: &mut Worker| {
+            worker.ready().await?;
+            let rows = worker.encode(group)?;
+            let Some(conn) = &worker.conn else {
+                return Err(StoreError::Unexpected("no connection".into()));
+            };
+            conn.client
+                .execute(
+                    &conn.insert,
+                    &[
+                        &worker.writer,
+                        &rows.seqs,
+                        &rows.prev_hashes,
+                        &rows.hashes,
+                        &rows.stages,
+                        &rows.tools,
+                        &rows.gates,
+                        &rows.calls,
+                        &rows.lines,
+                    ],
+                )
+                .await
+                .map_err(|e| store_error(&e))?;
+            let last = rows.hashes.last().and_then(|h| parse_hash(h));
+            if let (Some(seq), Some(hash)) = (rows.seqs.last(), last) {
+                worker.head = Some((*seq as u64, hash));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    fn encode(&mut self, group: &[Queued]) -> Result<Rows, StoreError> {
+        let (mut seq, mut prev) = self.head.unwrap_or((0, GENESIS));
+        let mut rows = Rows::default();
+        let mut line = Vec::with_capacity(1024);
+        for queued in group {
+            seq += 1;
+            line.clear();
+            let hash = self
+                .encoder
+                .encode_json(&queued.fields, seq, &prev, &mut line)
+                .map_err(|e| StoreError::Unexpected(format!("encoding an audit record: {e}")))?;
+            rows.seqs.push(i64::try_from(seq).map_err(unexpected)?);
+            rows.prev_hashes.push(hex(&prev));
+            rows.hashes.push(hex(&hash));
+            rows.stages.push(stage_name(queued.stage));
+            rows.tools.push(queued.tool.clone());
+            rows.gates.push(queued.gate as i64);
+            rows.calls.push(queued.call as i64);
+            rows.lines
+                .push(String::from_utf8(line.clone()).map_err(unexpected)?);
+            prev = hash;
+        }
+        Ok(rows)
+    }
+}
+
+fn hex(hash: &HashHex) -> String {
+    String::from_utf8_lossy(hash).into_owned()
+}
+
+fn stage_name(stage: Stage) -> String {
+    match serde_json::to_value(stage) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => format!("{stage:?}"),
+    }
+}
+
+fn unexpected(error: impl fmt::Display) -> StoreError {
+    StoreError::Unexpected(error.to_string())
+}
+
+/// `host/pid/random`: a name no other process takes.
+fn default_writer() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let mut random = [0u8; 4];
+    let suffix = match getrandom::fill(&mut random) {
+        Ok(()) => random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        Err(_) => format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ),
+    };
+    format!("{host}/{}/{suffix}", std::process::id())
+}

@@ -1,0 +1,856 @@
+//! Fleets: one kill switch for every process. A gate joined to a fleet runs at the lower of its own
+//! mode and the fleet's; `toolgate fleet lower` lowers every joined gate, in every process, within a
+//! second.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+use super::schema::{self, store_error, valid_schema};
+use super::{DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
+use crate::approval::store::StoreError;
+use crate::gate::{Gate, GateBuilder, GateError, WeakGate};
+use crate::policy::Mode;
+
+/// How long a gate may lose its fleet before it acts as SHADOW, unless the builder sets a shorter one.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+/// How often a joined process reads its fleet's mode when no notification came, unless set.
+pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
+
+/// A process's membership of a fleet: the gates it [joins](Fleet::join) run at the lower of their own
+/// mode and the fleet's, and go down with it.
+///
+/// ```no_run
+/// # extern crate toolgate_runtime as toolgate;
+/// use toolgate::postgres::Fleet;
+/// use toolgate::{Gate, Mode};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let fleet = Fleet::connect("postgres://toolgate@db.internal/agents", "payments")?;
+/// let gate = fleet.join(Gate::builder().mode(Mode::FullAuto))?;
+/// // An on-call engineer, anywhere: toolgate fleet lower payments --to SHADOW --by ana --reason "incident 42"
+/// # drop(gate);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # What it guarantees
+///
+/// - **Down within a second.** Lowering the fleet (`toolgate fleet lower`, or [`lower`]) commits the
+///   new mode and notifies every joined process (`LISTEN`/`NOTIFY`); each also reads the mode every
+///   [poll interval](FleetBuilder::poll_interval) (half a second) in case a notification is lost. A
+///   gate held lower refuses, from its next decision on, what its new mode does not allow: the mode is
+///   read again as the last step before a body runs.
+/// - **Never up.** A running gate's mode is never raised by its fleet: raising the fleet's mode
+///   ([`raise`]) applies to gates that join after it.
+/// - **Lost means SHADOW.** A process that has not read its fleet's mode for longer than the
+///   [grace period](FleetBuilder::grace) (30 seconds, which can be shortened, not turned off) holds
+///   every joined gate at SHADOW until it reads it again. Both changes are audit records
+///   (`fleet_lost`, `fleet_rejoined`), as is every lowering (`mode_lowered`, by whom and why).
+/// - **Seen.** Each joined gate is a row of `fleet_members`, its mode and last contact refreshed at
+///   every read: `toolgate fleet status` lists them.
+///
+/// # The tables
+///
+/// Created with the others of the schema (`toolgate` unless [`FleetBuilder::schema`] names another):
+///
+/// ```sql
+/// CREATE TABLE toolgate.fleets (
+///     name       text PRIMARY KEY,
+///     mode       text NOT NULL CHECK (mode IN ('SHADOW', 'ADVISORY', 'PARTIAL_AUTO', 'FULL_AUTO')),
+///     changed_at timestamptz NOT NULL DEFAULT now(),
+///     changed_by text NOT NULL,
+///     reason     text NOT NULL
+/// );
+/// CREATE TABLE toolgate.fleet_changes (          -- every lowering and raising, for the record
+///     id bigserial PRIMARY KEY, fleet text NOT NULL, mode text NOT NULL,
+///     changed_by text NOT NULL, reason text NOT NULL, changed_at timestamptz NOT NULL DEFAULT now()
+/// );
+/// CREATE TABLE toolgate.fleet_members (
+///     fleet text NOT NULL, member text NOT NULL, gate bigint NOT NULL,
+///     host text NOT NULL, pid integer NOT NULL, agent text, mode text NOT NULL,
+///     partitioned boolean NOT NULL DEFAULT false,
+///     joined_at timestamptz NOT NULL DEFAULT now(), last_contact timestamptz NOT NULL DEFAULT now(),
+///     PRIMARY KEY (fleet, member, gate)
+/// );
+/// ```
+///
+/// A fleet that has no row yet is created at FULL_AUTO: it holds no gate lower than its own mode until
+/// it is lowered. Notifications go on the channel `<schema>_fleet`, with the fleet's name as payload.
+pub struct Fleet {
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    settings: Arc<Settings>,
+}
+
+#[derive(Debug, Clone)]
+struct Settings {
+    name: String,
+    schema: String,
+    timeout: Duration,
+    grace: Duration,
+    poll: Duration,
+    member: String,
+}
+
+/// Configures a [`Fleet`]: `Fleet::builder().grace(..).connect(url, name)`.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct FleetBuilder {
+    schema: String,
+    timeout: Duration,
+    grace: Duration,
+    poll: Duration,
+}
+
+impl FleetBuilder {
+    /// How long the process may lose the fleet before its gates act as SHADOW: at most (and unless
+    /// set) [`DEFAULT_GRACE`], 30 seconds; not zero.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How often the fleet's mode is read when no notification came ([`DEFAULT_POLL`] unless set): at
+    /// least 10 ms, and shorter than the grace period.
+    pub fn poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// The schema of the tables (`toolgate` unless set).
+    pub fn schema(mut self, schema: &str) -> Self {
+        schema.clone_into(&mut self.schema);
+        self
+    }
+
+    /// How long connecting and each statement may take (2 seconds unless set).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Connects to the server at `url` and follows the fleet `name` (created at FULL_AUTO if it has no
+    /// row), within the timeout. It blocks the calling thread until then.
+    pub fn connect(self, url: &str, name: &str) -> Result<Fleet, StoreError> {
+        let invalid = |why: String| Err(StoreError::Unavailable(format!("not configured: {why}")));
+        if !valid_schema(&self.schema) {
+            return invalid(format!(
+                "the schema name {:?} is not lowercase letters, digits and `_`",
+                self.schema
+            ));
+        }
+        if self.grace.is_zero() || self.grace > DEFAULT_GRACE {
+            return invalid(format!(
+                "the grace period must be more than zero and at most {} s, not {:?}",
+                DEFAULT_GRACE.as_secs(),
+                self.grace
+            ));
+        }
+        if self.poll < Duration::from_millis(10) || self.poll >= self.grace {
+            return invalid(format!(
+                "the poll interval must be at least 10 ms and shorter than the grace period, not {:?}",
+                self.poll
+            ));
+        }
+        if self.timeout.is_zero() {
+            return invalid("the timeout must be more than zero".into());
+        }
+        valid_name(name).map_err(StoreError::Unavailable)?;
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
+        config.connect_timeout(self.timeout);
+        if config.get_application_name().is_none() {
+            config.application_name("toolgate-fleet");
+        }
+        let settings = Arc::new(Settings {
+            name: name.to_owned(),
+            schema: self.schema,
+            timeout: self.timeout,
+            grace: self.grace,
+            poll: self.poll,
+            member: member_name(),
+        });
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        let worker = Worker {
+            settings: Arc::clone(&settings),
+            config,
+            conn: None,
+            gates: Vec::new(),
+            last_contact: Instant::now(),
+            lost_since: None,
+        };
+        let thread = worker.spawn(receiver).map_err(|e| {
+            StoreError::Unavailable(format!("cannot start the fleet's thread: {e}"))
+        })?;
+        let fleet = Fleet {
+            jobs: Some(jobs),
+            thread: Some(thread),
+            settings,
+        };
+        let (reply, read) = std::sync::mpsc::sync_channel(1);
+        fleet.send(Job::Read(reply))?;
+        read.recv()
+            .unwrap_or_else(|_| Err(thread_gone()))
+            .map(|_| fleet)
+    }
+}
+
+/// A gate could not join its fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JoinError {
+    /// The gate could not be built.
+    Gate(GateError),
+    /// The fleet's mode could not be read: a gate that does not know it is not started.
+    Fleet(StoreError),
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Gate(error) => error.fmt(f),
+            JoinError::Fleet(error) => write!(f, "cannot join the fleet: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JoinError::Gate(error) => Some(error),
+            JoinError::Fleet(error) => Some(error),
+        }
+    }
+}
+
+impl Fleet {
+    /// A builder with the defaults: grace 30 s, poll 500 ms, schema `toolgate`, timeout 2 s.
+    pub fn builder() -> FleetBuilder {
+        FleetBuilder {
+            schema: DEFAULT_SCHEMA.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            grace: DEFAULT_GRACE,
+            poll: DEFAULT_POLL,
+        }
+    }
+
+    /// Connects with the defaults; see [`FleetBuilder::connect`].
+    pub fn connect(url: &str, name: &str) -> Result<Fleet, StoreError> {
+        Fleet::builder().connect(url, name)
+    }
+
+    /// The fleet's name.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// This process's name in `fleet_members`: host and process id.
+    pub fn member(&self) -> &str {
+        &self.settings.member
+    }
+
+    /// Builds a gate held under the fleet's mode, read now: the gate runs at the lower of its own and
+    /// the fleet's, from its first decision on, and goes down whenever the fleet does.
+    pub fn join(&self, builder: GateBuilder) -> Result<Gate, JoinError> {
+        let gate = builder.build().map_err(JoinError::Gate)?;
+        let (reply, joined) = std::sync::mpsc::sync_channel(1);
+        self.send(Job::Join(gate.clone(), reply))
+            .map_err(JoinError::Fleet)?;
+        joined
+            .recv()
+            .unwrap_or_else(|_| Err(thread_gone()))
+            .map_err(JoinError::Fleet)?;
+        Ok(gate)
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs
+            .as_ref()
+            .and_then(|jobs| jobs.send(job).ok())
+            .ok_or_else(thread_gone)
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // The thread removes this process's rows from `fleet_members`, then ends.
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet")
+            .field("name", &self.settings.name)
+            .field("member", &self.settings.member)
+            .field("grace", &self.settings.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+fn thread_gone() -> StoreError {
+    StoreError::Unavailable("the fleet's thread stopped".into())
+}
+
+fn valid_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        return Err(format!(
+            "not configured: the fleet name {name:?} is empty, longer than 200 bytes or has control \
+             characters"
+        ));
+    }
+    Ok(())
+}
+
+fn member_name() -> String {
+    format!("{}/{}", host_name(), std::process::id())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned())
+}
+
+fn channel(schema: &str) -> String {
+    format!("{schema}_fleet")
+}
+
+enum Job {
+    Read(std::sync::mpsc::SyncSender<Result<Mode, StoreError>>),
+    Join(Gate, std::sync::mpsc::SyncSender<Result<(), StoreError>>),
+}
+
+struct Conn {
+    client: Client,
+    notified: mpsc::UnboundedReceiver<()>,
+}
+
+struct Worker {
+    settings: Arc<Settings>,
+    config: tokio_postgres::Config,
+    conn: Option<Conn>,
+    gates: Vec<WeakGate>,
+    /// The last time the fleet's mode was read.
+    last_contact: Instant,
+    /// Since when reads fail, and why.
+    lost_since: Option<(Instant, String)>,
+}
+
+impl Worker {
+    fn spawn(self, jobs: mpsc::UnboundedReceiver<Job>) -> std::io::Result<JoinHandle<()>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("toolgate-fleet".into())
+            .spawn(move || runtime.block_on(self.run(jobs)))
+    }
+
+    async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
+        let poll = self.settings.poll;
+        let mut next_read = tokio::time::Instant::now() + poll;
+        loop {
+            let notified = async {
+                match self.conn.as_mut() {
+                    Some(conn) => conn.notified.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                job = jobs.recv() => match job {
+                    Some(Job::Read(reply)) => {
+                        let _ = reply.send(self.refresh().await);
+                    }
+                    Some(Job::Join(gate, reply)) => {
+                        let _ = reply.send(self.join(gate).await);
+                    }
+                    None => break,
+                },
+                signal = notified => {
+                    if signal.is_none() {
+                        // The connection ended: the next read opens another.
+                        self.conn = None;
+                    }
+                    let _ = self.refresh().await;
+                    next_read = tokio::time::Instant::now() + poll;
+                }
+                () = tokio::time::sleep_until(next_read) => {
+                    let _ = self.refresh().await;
+                    next_read = tokio::time::Instant::now() + poll;
+                }
+            }
+        }
+        self.leave().await;
+    }
+
+    fn sql(&self, text: &str) -> String {
+        schema::sql(text, &self.settings.schema)
+    }
+
+    /// Runs `op` within the timeout on the connection, opened where needed; a failure drops it.
+    async fn with_conn<T>(
+        &mut self,
+        op: impl AsyncFnOnce(&Client, &Settings) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let settings = Arc::clone(&self.settings);
+        let work = async {
+            if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+                self.conn = None;
+                self.conn = Some(self.open().await?);
+            }
+            let Some(conn) = &self.conn else {
+                return Err(StoreError::Unexpected(
+                    "no connection after opening one".into(),
+                ));
+            };
+            op(&conn.client, &settings).await
+        };
+        let done = match tokio::time::timeout(settings.timeout, work).await {
+            Ok(done) => done,
+            Err(_) => Err(StoreError::Timeout),
+        };
+        if done.is_err() {
+            self.conn = None;
+        }
+        done
+    }
+
+    async fn open(&self) -> Result<Conn, StoreError> {
+        let (mut client, mut connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| store_error(&e))?;
+        let (tell, notified) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            // Drives the connection; its notifications are all about this fleet's row.
+            while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                match message {
+                    Ok(AsyncMessage::Notification(_)) => {
+                        if tell.send(()).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        });
+        schema::migrate(&mut client, &self.settings.schema).await?;
+        client
+            .batch_execute(&format!("LISTEN \"{}\"", channel(&self.settings.schema)))
+            .await
+            .map_err(|e| store_error(&e))?;
+        Ok(Conn { client, notified })
+    }
+
+    /// Reads the fleet's mode, holds every joined gate under it, and refreshes their rows; past the
+    /// grace period without a read, holds them at SHADOW.
+    async fn refresh(&mut self) -> Result<Mode, StoreError> {
+        self.gates.retain(|gate| gate.upgrade().is_some());
+        let read = self
+            .with_conn(async |client, settings| read_mode(client, settings).await)
+            .await;
+        match read {
+            Ok((mode, by, reason)) => {
+                self.last_contact = Instant::now();
+                let gates: Vec<Gate> = self.gates.iter().filter_map(WeakGate::upgrade).collect();
+                let why = format!("fleet {}: {reason}", self.settings.name);
+                for gate in &gates {
+                    gate.hold_under(mode, &by, &why);
+                }
+                if let Some((since, _)) = self.lost_since.take() {
+                    let back = format!(
+                        "fleet {} reached again after {:.1} s; its mode is {mode}",
+                        self.settings.name,
+                        since.elapsed().as_secs_f64()
+                    );
+                    for gate in &gates {
+                        gate.set_partitioned(false, &back);
+                    }
+                }
+                let _ = self.heartbeat(&gates).await;
+                Ok(mode)
+            }
+            Err(error) => {
+                let since = self
+                    .lost_since
+                    .get_or_insert_with(|| (Instant::now(), error.to_string()))
+                    .clone();
+                if self.last_contact.elapsed() > self.settings.grace {
+                    let why = format!(
+                        "fleet {} not reached for {:.1} s (grace {} s): {}",
+                        self.settings.name,
+                        self.last_contact.elapsed().as_secs_f64(),
+                        self.settings.grace.as_secs_f64(),
+                        since.1
+                    );
+                    for gate in self.gates.iter().filter_map(WeakGate::upgrade) {
+                        gate.set_partitioned(true, &why);
+                    }
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn join(&mut self, gate: Gate) -> Result<(), StoreError> {
+        let (mode, by, reason) = self
+            .with_conn(async |client, settings| read_mode(client, settings).await)
+            .await?;
+        gate.hold_under(
+            mode,
+            &by,
+            &format!("fleet {}: {reason}", self.settings.name),
+        );
+        self.gates.push(gate.downgrade());
+        self.heartbeat(std::slice::from_ref(&gate)).await
+    }
+
+    /// Writes every joined gate's mode and the time of contact into `fleet_members`.
+    async fn heartbeat(&mut self, gates: &[Gate]) -> Result<(), StoreError> {
+        if gates.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = gates.iter().map(|g| g.id() as i64).collect();
+        let agents: Vec<Option<String>> =
+            gates.iter().map(|g| g.agent().map(str::to_owned)).collect();
+        let modes: Vec<String> = gates.iter().map(|g| g.mode().as_str().to_owned()).collect();
+        let partitioned: Vec<bool> = gates.iter().map(Gate::partitioned).collect();
+        let pid = std::process::id() as i32;
+        let host = host_name();
+        let statement = self.sql(
+            "INSERT INTO {s}.fleet_members (fleet, member, gate, host, pid, agent, mode, partitioned)
+             SELECT $1, $2, gate, $3, $4, agent, mode, partitioned
+             FROM unnest($5::bigint[], $6::text[], $7::text[], $8::boolean[])
+                 AS joined (gate, agent, mode, partitioned)
+             ON CONFLICT (fleet, member, gate) DO UPDATE SET mode = EXCLUDED.mode,
+                 partitioned = EXCLUDED.partitioned, agent = EXCLUDED.agent, last_contact = now()",
+        );
+        self.with_conn(async |client, settings| {
+            client
+                .execute(
+                    &statement,
+                    &[
+                        &settings.name,
+                        &settings.member,
+                        &host,
+                        &pid,
+                        &ids,
+                        &agents,
+                        &modes,
+                        &partitioned,
+                    ],
+                )
+                .await
+                .map_err(|e| store_error(&e))
+                .map(drop)
+        })
+        .await
+    }
+
+    async fn leave(&mut self) {
+        let statement = self.sql("DELETE FROM {s}.fleet_members WHERE fleet = $1 AND member = $2");
+        let _ = self
+            .with_conn(async |client, settings| {
+                client
+                    .execute(&statement, &[&settings.name, &settings.member])
+                    .await
+                    .map_err(|e| store_error(&e))
+                    .map(drop)
+            })
+            .await;
+    }
+}
+
+/// The fleet's mode, who set it and why; creates the fleet's row at FULL_AUTO where it has none.
+async fn read_mode(
+    client: &Client,
+    settings: &Settings,
+) -> Result<(Mode, String, String), StoreError> {
+    let statement = schema::sql(
+        "WITH created AS (
+             INSERT INTO {s}.fleets (name, mode, changed_by, reason)
+             VALUES ($1, 'FULL_AUTO', 'toolgate', 'created by the first gate to join')
+             ON CONFLICT (name) DO NOTHING
+             RETURNING mode, changed_by, reason)
+         SELECT mode, changed_by, reason FROM created
+         UNION ALL SELECT mode, changed_by, reason FROM {s}.fleets WHERE name = $1
+         LIMIT 1",
+        &settings.schema,
+    );
+    let row = client
+        .query_one(&statement, &[&settings.name])
+        .await
+        .map_err(|e| store_error(&e))?;
+    let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+    let mode: String = row.try_get(0).map_err(column)?;
+    let mode = Mode::from_str(&mode)
+        .map_err(|_| StoreError::Unexpected(format!("the fleet's mode {mode:?} is no mode")))?;
+    Ok((
+        mode,
+        row.try_get(1).map_err(column)?,
+        row.try_get(2).map_err(column)?,
+    ))
+}
+
+/// A fleet's state, for operators: its mode, who set it, and the processes joined to it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct FleetStatus {
+    /// The fleet's name.
+    pub name: String,
+    /// Its mode: the highest a gate joining now may run at.
+    pub mode: Mode,
+    /// Who set it last, and why.
+    pub changed_by: String,
+    /// See `changed_by`.
+    pub reason: String,
+    /// Seconds since it was set.
+    pub changed_secs_ago: f64,
+    /// Every joined gate, by process.
+    pub members: Vec<FleetMember>,
+}
+
+/// A gate joined to a fleet, as its process last reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FleetMember {
+    /// The process: host and process id.
+    pub member: String,
+    /// The gate's id in that process.
+    pub gate: u64,
+    /// The gate's agent label.
+    pub agent: Option<String>,
+    /// The mode the gate acts in.
+    pub mode: Mode,
+    /// Whether it acts as SHADOW because it lost the fleet.
+    pub partitioned: bool,
+    /// Milliseconds since its process last read the fleet's mode.
+    pub last_contact_ms: u64,
+}
+
+/// What [`lower`] and [`raise`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModeChange {
+    /// The fleet's mode before.
+    pub from: Mode,
+    /// Its mode now.
+    pub to: Mode,
+}
+
+/// Lowers the fleet `name` to `to` and notifies every joined process: each holds its gates under it
+/// within a second. Asking for a mode above the fleet's is refused (use [`raise`]); asking for the
+/// same mode records the change and notifies again.
+pub fn lower(
+    url: &str,
+    schema: &str,
+    name: &str,
+    to: Mode,
+    by: &str,
+    reason: &str,
+) -> Result<ModeChange, StoreError> {
+    change(url, schema, name, to, by, reason, Direction::Lower)
+}
+
+/// Raises the fleet `name` to `to`, for the gates that join from now on: a running gate is never
+/// raised. Asking for a mode below the fleet's is refused (use [`lower`]).
+pub fn raise(
+    url: &str,
+    schema: &str,
+    name: &str,
+    to: Mode,
+    by: &str,
+    reason: &str,
+) -> Result<ModeChange, StoreError> {
+    change(url, schema, name, to, by, reason, Direction::Raise)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Lower,
+    Raise,
+}
+
+fn change(
+    url: &str,
+    schema_name: &str,
+    name: &str,
+    to: Mode,
+    by: &str,
+    reason: &str,
+    direction: Direction,
+) -> Result<ModeChange, StoreError> {
+    valid_name(name).map_err(StoreError::Unavailable)?;
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        return Err(StoreError::Unavailable(
+            "not configured: a change of a fleet's mode names who makes it and why".into(),
+        ));
+    }
+    with_client(url, schema_name, async |client| {
+        let transaction = client.transaction().await.map_err(|e| store_error(&e))?;
+        let current = transaction
+            .query_opt(
+                &schema::sql(
+                    "SELECT mode FROM {s}.fleets WHERE name = $1 FOR UPDATE",
+                    schema_name,
+                ),
+                &[&name],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+        let from = match current {
+            Some(row) => {
+                let mode: String = row
+                    .try_get(0)
+                    .map_err(|e| StoreError::Unexpected(e.to_string()))?;
+                Mode::from_str(&mode).map_err(|_| {
+                    StoreError::Unexpected(format!("the fleet's mode {mode:?} is no mode"))
+                })?
+            }
+            None => Mode::FullAuto,
+        };
+        match direction {
+            Direction::Lower if to > from => {
+                return Err(StoreError::Unexpected(format!(
+                    "fleet {name} is at {from}: lowering it to {to} would raise it (use raise)"
+                )));
+            }
+            Direction::Raise if to < from => {
+                return Err(StoreError::Unexpected(format!(
+                    "fleet {name} is at {from}: raising it to {to} would lower it (use lower)"
+                )));
+            }
+            _ => {}
+        }
+        let statements = [
+            "INSERT INTO {s}.fleets (name, mode, changed_by, reason) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (name) DO UPDATE SET mode = EXCLUDED.mode, changed_at = now(),
+                 changed_by = EXCLUDED.changed_by, reason = EXCLUDED.reason",
+            "INSERT INTO {s}.fleet_changes (fleet, mode, changed_by, reason) VALUES ($1, $2, $3, $4)",
+        ];
+        for statement in statements {
+            transaction
+                .execute(
+                    &schema::sql(statement, schema_name),
+                    &[&name, &to.as_str(), &by, &reason],
+                )
+                .await
+                .map_err(|e| store_error(&e))?;
+        }
+        transaction
+            .execute("SELECT pg_notify($1, $2)", &[&channel(schema_name), &name])
+            .await
+            .map_err(|e| store_error(&e))?;
+        transaction.commit().await.map_err(|e| store_error(&e))?;
+        Ok(ModeChange { from, to })
+    })
+}
+
+/// The fleet `name`: its mode and its joined gates, most recently heard from first.
+pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, StoreError> {
+    with_client(url, schema_name, async |client| {
+        let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+        let fleet = client
+            .query_opt(
+                &schema::sql(
+                    "SELECT mode, changed_by, reason,
+                         extract(epoch FROM now() - changed_at)::float8
+                     FROM {s}.fleets WHERE name = $1",
+                    schema_name,
+                ),
+                &[&name],
+            )
+            .await
+            .map_err(|e| store_error(&e))?
+            .ok_or_else(|| StoreError::Unexpected(format!("there is no fleet {name:?}")))?;
+        let rows = client
+            .query(
+                &schema::sql(
+                    "SELECT member, gate, agent, mode, partitioned,
+                         (extract(epoch FROM now() - last_contact) * 1000)::bigint
+                     FROM {s}.fleet_members WHERE fleet = $1
+                     ORDER BY last_contact DESC, member, gate",
+                    schema_name,
+                ),
+                &[&name],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+        let mode_of = |text: String| {
+            Mode::from_str(&text)
+                .map_err(|_| StoreError::Unexpected(format!("{text:?} is no mode")))
+        };
+        let members = rows
+            .iter()
+            .map(|row| {
+                let gate: i64 = row.try_get(1).map_err(column)?;
+                let ms: i64 = row.try_get(5).map_err(column)?;
+                Ok(FleetMember {
+                    member: row.try_get(0).map_err(column)?,
+                    gate: gate as u64,
+                    agent: row.try_get(2).map_err(column)?,
+                    mode: mode_of(row.try_get(3).map_err(column)?)?,
+                    partitioned: row.try_get(4).map_err(column)?,
+                    last_contact_ms: ms.max(0) as u64,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(FleetStatus {
+            name: name.to_owned(),
+            mode: mode_of(fleet.try_get(0).map_err(column)?)?,
+            changed_by: fleet.try_get(1).map_err(column)?,
+            reason: fleet.try_get(2).map_err(column)?,
+            changed_secs_ago: fleet.try_get(3).map_err(column)?,
+            members,
+        })
+    })
+}
+
+/// Runs `op` on a connection of its own, the schema migrated, on a runtime of its own.
+fn with_client<T>(
+    url: &str,
+    schema_name: &str,
+    op: impl AsyncFnOnce(&mut Client) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    if !valid_schema(schema_name) {
+        return Err(StoreError::Unavailable(format!(
+            "not configured: the schema name {schema_name:?} is not lowercase letters, digits and `_`"
+        )));
+    }
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
+    config.connect_timeout(DEFAULT_TIMEOUT);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
+    let work = async {
+        let (mut client, connection) = config.connect(NoTls).await.map_err(|e| store_error(&e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        schema::migrate(&mut client, schema_name).await?;
+        op(&mut client).await
+    };
+    runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), work)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    })
+}

@@ -1,0 +1,246 @@
+//! Reading the audit trail back: every writer's chain verified, the calls a writer left interrupted,
+//! and the records for reports.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use tokio_postgres::NoTls;
+
+use super::schema::{self, store_error, valid_schema};
+use crate::approval::store::StoreError;
+use crate::audit::verify::Verifier;
+use crate::audit::{AuditRecord, Stage, VerifyReport};
+
+/// What [`verify_trail`] found in the audit table: one report per writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrailReport {
+    /// Every writer's chain, by name.
+    pub writers: Vec<WriterReport>,
+}
+
+/// One writer's chain in the audit table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriterReport {
+    /// The writer's name.
+    pub writer: String,
+    /// Its chain, verified as a JSONL log is, line by line in `seq` order.
+    pub chain: VerifyReport,
+    /// The first row whose `seq`, `prev_hash` or `hash` column differs from its line: the row was
+    /// edited. Its `seq` column.
+    pub columns_differ: Option<i64>,
+    /// Calls whose `enter` was committed with no `exit` after it: the writer stopped (was killed, lost
+    /// its server) while the call ran, or the last group's reply was lost. Not tampering.
+    pub interrupted: Vec<Interrupted>,
+}
+
+/// A call left without its `exit` record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Interrupted {
+    /// The `seq` of its `enter` record.
+    pub seq: u64,
+    /// The tool.
+    pub tool: String,
+    /// The gate and call numbers that pair its records.
+    pub gate: u64,
+    /// See `gate`.
+    pub call: u64,
+}
+
+impl WriterReport {
+    /// Whether the chain verified to its end, with every row's columns matching its line.
+    pub fn is_intact(&self) -> bool {
+        self.chain.is_intact() && self.columns_differ.is_none()
+    }
+}
+
+impl TrailReport {
+    /// Whether every writer's chain is intact.
+    pub fn is_intact(&self) -> bool {
+        self.writers.iter().all(WriterReport::is_intact)
+    }
+
+    /// The writer with this name.
+    pub fn writer(&self, name: &str) -> Option<&WriterReport> {
+        self.writers.iter().find(|w| w.writer == name)
+    }
+}
+
+impl fmt::Display for TrailReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let broken = self.writers.iter().filter(|w| !w.is_intact()).count();
+        let status = if broken == 0 { "INTACT" } else { "BROKEN" };
+        writeln!(
+            f,
+            "{status}: {} writer(s), {broken} broken",
+            self.writers.len()
+        )?;
+        for writer in &self.writers {
+            writeln!(f, "\nwriter {}:", writer.writer)?;
+            for line in writer.chain.to_string().lines() {
+                writeln!(f, "  {line}")?;
+            }
+            if let Some(seq) = writer.columns_differ {
+                writeln!(
+                    f,
+                    "  the row at seq {seq} has columns that differ from its line: it was edited"
+                )?;
+            }
+            for call in &writer.interrupted {
+                writeln!(
+                    f,
+                    "  interrupted: call {} of gate {} ({}), entered at seq {}, has no exit",
+                    call.call, call.gate, call.tool, call.seq
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Verifies every writer's chain in the audit table at `url` (schema `schema`); `Err` only when the
+/// table cannot be read.
+pub fn verify_trail(url: &str, schema: &str) -> Result<TrailReport, StoreError> {
+    let rows = read(url, schema)?;
+    let mut writers: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    for row in rows {
+        writers.entry(row.writer.clone()).or_default().push(row);
+    }
+    let writers = writers
+        .into_iter()
+        .map(|(writer, rows)| verify_writer(writer, &rows))
+        .collect();
+    Ok(TrailReport { writers })
+}
+
+/// The records of the audit table at `url`, writer by writer, each in `seq` order: for reports such
+/// as [`PromotionReport`](crate::audit::PromotionReport). Verify the trail first: this reads what is
+/// there.
+pub fn read_trail(url: &str, schema: &str) -> Result<Vec<AuditRecord>, StoreError> {
+    read(url, schema)?
+        .iter()
+        .map(|row| {
+            serde_json::from_str(&row.line).map_err(|e| {
+                StoreError::Unexpected(format!(
+                    "writer {:?}, seq {}: not an audit record: {e}",
+                    row.writer, row.seq
+                ))
+            })
+        })
+        .collect()
+}
+
+struct Row {
+    writer: String,
+    seq: i64,
+    prev_hash: String,
+    hash: String,
+    line: String,
+}
+
+fn verify_writer(writer: String, rows: &[Row]) -> WriterReport {
+    let mut verifier = Verifier::new();
+    let mut columns_differ = None;
+    let mut open: BTreeMap<(u64, u64), Interrupted> = BTreeMap::new();
+    let mut line = Vec::new();
+    for row in rows {
+        line.clear();
+        line.extend_from_slice(row.line.as_bytes());
+        line.push(b'\n');
+        verifier.line(&line);
+        let Ok(members) = serde_json::from_str::<Members>(&row.line) else {
+            continue;
+        };
+        if columns_differ.is_none()
+            && (Some(row.seq) != i64::try_from(members.seq).ok()
+                || row.prev_hash != members.prev_hash
+                || row.hash != members.hash)
+        {
+            columns_differ = Some(row.seq);
+        }
+        match members.stage {
+            Stage::Enter => {
+                open.insert(
+                    (members.gate, members.call),
+                    Interrupted {
+                        seq: members.seq,
+                        tool: members.tool,
+                        gate: members.gate,
+                        call: members.call,
+                    },
+                );
+            }
+            Stage::Exit => {
+                open.remove(&(members.gate, members.call));
+            }
+            _ => {}
+        }
+    }
+    let mut interrupted: Vec<Interrupted> = open.into_values().collect();
+    interrupted.sort_by_key(|call| call.seq);
+    WriterReport {
+        writer,
+        chain: verifier.finish(),
+        columns_differ,
+        interrupted,
+    }
+}
+
+/// The members of a line that pair calls and check the columns.
+#[derive(serde::Deserialize)]
+struct Members {
+    seq: u64,
+    prev_hash: String,
+    hash: String,
+    stage: Stage,
+    tool: String,
+    gate: u64,
+    call: u64,
+}
+
+fn read(url: &str, schema: &str) -> Result<Vec<Row>, StoreError> {
+    if !valid_schema(schema) {
+        return Err(StoreError::Unavailable(format!(
+            "not configured: the schema name {schema:?} is not lowercase letters, digits and `_`"
+        )));
+    }
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
+    config.connect_timeout(Duration::from_secs(10));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
+    runtime.block_on(async {
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| store_error(&e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let rows = client
+            .query(
+                &schema::sql(
+                    "SELECT writer, seq, prev_hash, hash, line FROM {s}.audit ORDER BY writer, seq",
+                    schema,
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+        rows.iter()
+            .map(|row| {
+                let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+                Ok(Row {
+                    writer: row.try_get(0).map_err(column)?,
+                    seq: row.try_get(1).map_err(column)?,
+                    prev_hash: row.try_get(2).map_err(column)?,
+                    hash: row.try_get(3).map_err(column)?,
+                    line: row.try_get(4).map_err(column)?,
+                })
+            })
+            .collect()
+    })
+}
