@@ -194,17 +194,19 @@ impl Gate {
 
     /// Marks the gate cut off from its fleet (it acts as SHADOW) or back in contact (it acts as its own
     /// and the fleet's mode allow again); records `fleet_lost` or `fleet_rejoined` when that changed.
+    ///
+    /// The record is written after the mode goes down and before it goes up, under the parts' lock, so
+    /// that in the log every call between the two records was decided as SHADOW.
     pub(crate) fn set_partitioned(&self, partitioned: bool, why: &str) {
-        let changed = {
-            let mut parts = self.modes();
-            let changed = parts.partitioned != partitioned;
-            parts.partitioned = partitioned;
+        let mut parts = self.modes();
+        if parts.partitioned == partitioned {
+            return;
+        }
+        parts.partitioned = partitioned;
+        if partitioned {
             self.store_mode(&parts);
-            changed.then(|| parts.effective())
-        };
-        if let Some(mode) = changed
-            && self.inner.audit.is_some()
-        {
+        }
+        if self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
             let stage = if partitioned {
                 Stage::FleetLost
@@ -213,9 +215,12 @@ impl Gate {
             };
             let record = AuditRecord {
                 message: Some(why.to_owned()),
-                ..self.record(stage, Cow::Borrowed(""), mode, call)
+                ..self.record(stage, Cow::Borrowed(""), parts.effective(), call)
             };
             self.write_after_the_fact(&record);
+        }
+        if !partitioned {
+            self.store_mode(&parts);
         }
     }
 

@@ -1,0 +1,775 @@
+//! A fleet of processes against a real PostgreSQL server (a throwaway cluster per test): the audit trail
+//! in one table written by several processes at once, a writer killed with SIGKILL mid-call, the server
+//! stopped in the middle of a run, `toolgate fleet lower` reaching every busy process, and a partition
+//! longer than the grace period. The processes are this test binary, executed again in a child role.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::postgres::{Cluster, query};
+use toolgate::audit::{AuditRecord, JsonlSink, Stage};
+use toolgate::postgres::fleet::{self, Fleet};
+use toolgate::postgres::{PostgresSink, verify_trail};
+use toolgate::{DenialCode, Denied, Gate, Mode, tool};
+
+const ROLE: &str = "TOOLGATE_FLEET_CHILD";
+const URL: &str = "TOOLGATE_FLEET_URL";
+const THREADS: &str = "TOOLGATE_FLEET_THREADS";
+const CALLS: &str = "TOOLGATE_FLEET_CALLS";
+const HANG_AFTER: &str = "TOOLGATE_FLEET_HANG_AFTER";
+const FLEET: &str = "TOOLGATE_FLEET_NAME";
+const GRACE_MS: &str = "TOOLGATE_FLEET_GRACE_MS";
+const STOP_FILE: &str = "TOOLGATE_FLEET_STOP";
+const AUDIT_FILE: &str = "TOOLGATE_FLEET_AUDIT";
+
+static WORKED: AtomicU64 = AtomicU64::new(0);
+
+/// Change something small: one unit of work of a writer.
+#[tool(risk = "LOW_WRITE", domain = "fleet")]
+fn work(n: u64) -> Result<u64, Denied> {
+    WORKED.fetch_add(1, Ordering::Relaxed);
+    Ok(n)
+}
+
+/// Hang inside the body, after telling the parent, until the process is killed.
+#[tool(risk = "LOW_WRITE", domain = "fleet")]
+fn hang() -> Result<(), Denied> {
+    println!("hanging");
+    std::thread::sleep(Duration::from_secs(3600));
+    Ok(())
+}
+
+static COUNTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Count a number, recording its arguments, so that the log shows which bodies ran.
+#[tool(risk = "LOW_WRITE", domain = "fleet", record_arguments)]
+fn count(n: u64) -> Result<(), Denied> {
+    COUNTED.lock().unwrap().push(n);
+    Ok(())
+}
+
+/// Count asynchronously.
+#[tool(risk = "LOW_WRITE", domain = "fleet")]
+async fn count_async(n: u64) -> Result<u64, Denied> {
+    tokio::task::yield_now().await;
+    Ok(n)
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set for a child"))
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).map_or(default, |v| v.parse().expect("a number"))
+}
+
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The child's part, when the parent executes this binary again with [`ROLE`] set to run only this
+/// test; without it, there is nothing to do.
+#[test]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    match role.as_str() {
+        "writer" => writer(),
+        "member" => member(),
+        other => panic!("no child role {other}"),
+    }
+}
+
+/// A process writing into the audit table: `THREADS` threads, `CALLS` calls each.
+fn writer() {
+    let sink = PostgresSink::connect(&env(URL)).expect("the sink connects");
+    println!("writer {}", sink.writer());
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink)
+        .build()
+        .expect("a gate");
+    let threads = env_u64(THREADS, 8);
+    let calls = env_u64(CALLS, 100);
+    let hang_after = std::env::var(HANG_AFTER)
+        .ok()
+        .map(|v| v.parse::<u64>().unwrap());
+    let ran = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (gate, ran) = (&gate, &ran);
+            scope.spawn(move || {
+                for i in 0..calls {
+                    if t == 0 && Some(i) == hang_after {
+                        let _ = gate.run(hang);
+                    }
+                    if gate.run(|| work(i)).is_ok() {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    println!("done {}", ran.load(Ordering::Relaxed));
+}
+
+/// A process joined to a fleet: `THREADS` threads call `work` until the stop file exists; a monitor
+/// prints every change of the gate's mode with its time. Prints, at the end, the calls that ran after
+/// the gate was first seen refusing (there must be none) and after it went down.
+fn member() {
+    let grace = Duration::from_millis(env_u64(GRACE_MS, 30_000));
+    let fleet = Fleet::builder()
+        .grace(grace)
+        .poll_interval(Duration::from_millis(100).min(grace / 2))
+        .connect(&env(URL), &env(FLEET))
+        .expect("the fleet");
+    let mut builder = Gate::builder().mode(Mode::PartialAuto).agent("member");
+    if let Ok(path) = std::env::var(AUDIT_FILE) {
+        builder = builder.audit(JsonlSink::open(path).expect("the audit log"));
+    }
+    let gate = fleet.join(builder).expect("joined");
+    let stop_file = PathBuf::from(env(STOP_FILE));
+    println!("ready {}", gate.mode());
+    let stopped = AtomicBool::new(false);
+    // The time each thread first saw a refusal; a call started after it must not run.
+    let first_refusal = AtomicU64::new(u64::MAX);
+    let ran_after_refusal = AtomicU64::new(0);
+    let threads = env_u64(THREADS, 4);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let (gate, stopped, first_refusal, ran_after_refusal) =
+                (&gate, &stopped, &first_refusal, &ran_after_refusal);
+            scope.spawn(move || {
+                let mut i = 0;
+                while !stopped.load(Ordering::Relaxed) {
+                    let started = now_nanos();
+                    match gate.run(|| work(i)) {
+                        Ok(_) if started > first_refusal.load(Ordering::SeqCst) => {
+                            ran_after_refusal.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(denied) if denied.code() == "MODE_NOT_ALLOWED" => {
+                            first_refusal.fetch_min(now_nanos(), Ordering::SeqCst);
+                        }
+                        Err(denied) => panic!("unexpected refusal: {denied}"),
+                    }
+                    i += 1;
+                }
+            });
+        }
+        let mut seen = gate.mode();
+        while !stop_file.exists() {
+            let mode = gate.mode();
+            if mode != seen {
+                println!("mode {mode} {}", now_nanos());
+                seen = mode;
+            }
+            // Once back from a partition the first refusal is history: runs are expected again.
+            if mode == Mode::PartialAuto {
+                first_refusal.store(u64::MAX, Ordering::SeqCst);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stopped.store(true, Ordering::Relaxed);
+    });
+    println!(
+        "result ran_after_refusal={}",
+        ran_after_refusal.load(Ordering::Relaxed)
+    );
+    drop(gate);
+    drop(fleet);
+}
+
+struct Proc {
+    child: Child,
+    lines: std::io::Lines<BufReader<ChildStdout>>,
+}
+
+impl Proc {
+    fn spawn(role: &str, url: &str, vars: &[(&str, String)]) -> Proc {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args([
+                "--exact",
+                "child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, role)
+            .env(URL, url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("a child process");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Proc { child, lines }
+    }
+
+    /// The rest of the next line that has `prefix`.
+    fn expect(&mut self, prefix: &str) -> String {
+        for line in self.lines.by_ref() {
+            let line = line.expect("a line from the child");
+            // The harness's own `test child_process ... ` may stand before the first line printed.
+            if let Some(at) = line.find(prefix) {
+                return line[at + prefix.len()..].trim().to_owned();
+            }
+        }
+        panic!("the child ended before printing {prefix:?}");
+    }
+
+    fn wait(mut self) {
+        for line in self.lines.by_ref() {
+            drop(line);
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the child failed: {status}");
+    }
+}
+
+fn toolgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .env_remove("TOOLGATE_STORE")
+        .env_remove("TOOLGATE_FLEET")
+        .output()
+        .expect("the toolgate command runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn count_stage(url: &str, writer: &str, stage: &str) -> u64 {
+    query(
+        url,
+        &format!(
+            "SELECT count(*) FROM toolgate.audit WHERE writer = '{writer}' AND stage = '{stage}'"
+        ),
+    )[0][0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn four_processes_write_one_trail_each_chain_verifies() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let url = cluster.database("trail");
+    let threads = 8;
+    let calls = env_u64("TOOLGATE_PG_CALLS", 10_000);
+    let started = Instant::now();
+    let procs: Vec<Proc> = (0..4)
+        .map(|_| {
+            Proc::spawn(
+                "writer",
+                &url,
+                &[(THREADS, threads.to_string()), (CALLS, calls.to_string())],
+            )
+        })
+        .collect();
+    let mut writers = Vec::new();
+    for mut proc in procs {
+        writers.push(proc.expect("writer "));
+        assert_eq!(proc.expect("done "), (threads * calls).to_string());
+        proc.wait();
+    }
+    let took = started.elapsed();
+    let report = verify_trail(&url, "toolgate").expect("the trail reads");
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.writers.len(), 4);
+    for writer in &writers {
+        let chain = &report.writer(writer).expect("its chain").chain;
+        assert_eq!(chain.records, 2 * threads * calls, "{writer}");
+        assert_eq!(count_stage(&url, writer, "enter"), threads * calls);
+        assert_eq!(count_stage(&url, writer, "exit"), threads * calls);
+        assert!(report.writer(writer).unwrap().interrupted.is_empty());
+    }
+    eprintln!(
+        "4 processes x {threads} threads x {calls} calls: {} records in {:.1} s",
+        8 * threads * calls,
+        took.as_secs_f64()
+    );
+    let verified = toolgate(&["audit", "verify", &url]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
+    assert!(text(&verified).starts_with("INTACT: 4 writer(s), 0 broken"));
+
+    // A record changed in place, its hashes recomputed in its own row: the next row's prev_hash breaks.
+    let writer = &writers[1];
+    query(
+        &url,
+        &format!(
+            "UPDATE toolgate.audit SET line = replace(line, '\"tool\":\"fleet.work\"', '\"tool\":\"fleet.wore\"')
+             WHERE writer = '{writer}' AND seq = 10"
+        ),
+    );
+    let tampered = toolgate(&["audit", "verify", &url]);
+    assert_eq!(tampered.status.code(), Some(1), "{}", text(&tampered));
+    assert!(
+        text(&tampered).contains("BROKEN: 4 writer(s), 1 broken"),
+        "{}",
+        text(&tampered)
+    );
+    assert!(text(&tampered).contains("seq 10"), "{}", text(&tampered));
+}
+
+#[test]
+fn a_writer_killed_mid_call_is_interrupted_not_tampered() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let url = cluster.database("killed");
+    // One thread: when it hangs, no other call of its process is in flight.
+    let mut doomed = Proc::spawn(
+        "writer",
+        &url,
+        &[
+            (THREADS, "1".into()),
+            (CALLS, "300".into()),
+            (HANG_AFTER, "100".into()),
+        ],
+    );
+    let other = Proc::spawn(
+        "writer",
+        &url,
+        &[(THREADS, "4".into()), (CALLS, "300".into())],
+    );
+    let doomed_name = doomed.expect("writer ");
+    doomed.expect("hanging");
+    // SIGKILL: no destructor, no flush, no exit record.
+    doomed.child.kill().unwrap();
+    doomed.child.wait().unwrap();
+    let mut other = other;
+    let other_name = other.expect("writer ");
+    other.expect("done ");
+    other.wait();
+
+    let report = verify_trail(&url, "toolgate").expect("the trail reads");
+    assert!(report.is_intact(), "{report}");
+    let doomed_report = report.writer(&doomed_name).unwrap();
+    assert_eq!(doomed_report.interrupted.len(), 1, "{report}");
+    assert_eq!(doomed_report.interrupted[0].tool, "fleet.hang");
+    let other_report = report.writer(&other_name).unwrap();
+    assert!(other_report.interrupted.is_empty(), "{report}");
+    assert_eq!(other_report.chain.records, 2 * 4 * 300);
+
+    let verified = toolgate(&["audit", "verify", &url]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
+    assert!(
+        text(&verified).contains("interrupted: call") && text(&verified).contains("fleet.hang"),
+        "{}",
+        text(&verified)
+    );
+    let promotion = toolgate(&["audit", "promotion", &url]);
+    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
+    assert!(
+        text(&promotion).contains("PARTIAL_AUTO"),
+        "{}",
+        text(&promotion)
+    );
+}
+
+#[test]
+fn a_stopped_server_refuses_calls_and_the_chain_continues_after_it() {
+    let cluster = Cluster::new(&[]);
+    let url = cluster.database("stopped");
+    let sink = PostgresSink::builder()
+        .writer("stopped-run")
+        .timeout(Duration::from_secs(1))
+        .connect(&url)
+        .expect("the sink");
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink)
+        .build()
+        .unwrap();
+    let mut results = Vec::new();
+    let mut n = 0;
+    let mut call = |results: &mut Vec<Result<(), Denied>>| {
+        results.push(gate.run(|| count(n)));
+        n += 1;
+    };
+    for _ in 0..50 {
+        call(&mut results);
+    }
+    cluster.stop();
+    for _ in 0..5 {
+        call(&mut results);
+    }
+    cluster.start();
+    // The first calls after the restart may still find the old connection broken.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        call(&mut results);
+        if results.last().unwrap().is_ok() || Instant::now() > deadline {
+            break;
+        }
+    }
+    for _ in 0..50 {
+        call(&mut results);
+    }
+    drop(gate);
+
+    let refused: Vec<&Denied> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(refused.len() >= 5, "the calls while stopped were refused");
+    assert!(
+        refused
+            .iter()
+            .all(|d| d.code() == DenialCode::AuditUnavailable.as_str()),
+        "{refused:?}"
+    );
+    assert!(results[..50].iter().all(Result::is_ok));
+    assert!(results[results.len() - 50..].iter().all(Result::is_ok));
+
+    let report = verify_trail(&url, "toolgate").expect("the trail reads");
+    assert!(report.is_intact(), "{report}");
+    let chain = &report.writer("stopped-run").unwrap().chain;
+    // Every body that ran has its enter record: none ran unaudited, none committed was lost.
+    let lines = query(
+        &url,
+        "SELECT line FROM toolgate.audit WHERE writer = 'stopped-run' AND stage = 'enter'",
+    );
+    let entered: Vec<u64> = lines
+        .iter()
+        .map(|row| {
+            let record: AuditRecord = serde_json::from_str(row[0].as_deref().unwrap()).unwrap();
+            let arguments: serde_json::Value =
+                serde_json::from_str(record.arguments.as_deref().unwrap()).unwrap();
+            arguments["n"].as_u64().unwrap()
+        })
+        .collect();
+    let counted = COUNTED.lock().unwrap().clone();
+    assert_eq!(counted.len(), results.iter().filter(|r| r.is_ok()).count());
+    for n in &counted {
+        assert!(entered.contains(n), "call {n} ran without its enter record");
+    }
+    assert!(chain.records >= 2 * counted.len() as u64);
+}
+
+#[test]
+fn async_calls_share_commits_on_a_small_runtime() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let url = cluster.database("grouped");
+    let sink = PostgresSink::builder()
+        .writer("async")
+        .connect(&url)
+        .expect("the sink");
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink)
+        .build()
+        .unwrap();
+    let commits = || -> u64 {
+        query(
+            &url,
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+        )[0][0]
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = commits();
+    let calls = 256u64;
+    let results = runtime.block_on(async {
+        let tasks: Vec<_> = (0..calls)
+            .map(|n| {
+                let gate = gate.clone();
+                tokio::spawn(async move { gate.scope(count_async(n)).await })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        results
+    });
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    drop(gate);
+    // Statistics reach pg_stat_database a little after the commits.
+    std::thread::sleep(Duration::from_millis(1500));
+    let used = commits() - before;
+    let report = verify_trail(&url, "toolgate").unwrap();
+    assert_eq!(report.writer("async").unwrap().chain.records, 2 * calls);
+    assert!(
+        used < calls,
+        "{calls} enter records were committed in {used} transactions: no group commit"
+    );
+}
+
+#[test]
+fn fleet_lower_reaches_every_busy_process_and_never_raises_a_running_gate() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let url = cluster.database("fleet");
+    let scratch = common::Scratch::new("fleet-lower");
+    let stop = scratch.path("stop");
+    let mut procs: Vec<Proc> = (0..4)
+        .map(|_| {
+            Proc::spawn(
+                "member",
+                &url,
+                &[
+                    (FLEET, "payments".into()),
+                    (STOP_FILE, stop.display().to_string()),
+                ],
+            )
+        })
+        .collect();
+    for proc in &mut procs {
+        assert_eq!(proc.expect("ready"), "PARTIAL_AUTO");
+    }
+    let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", "payments"]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    assert_eq!(
+        text(&status).matches("PARTIAL_AUTO").count(),
+        4,
+        "{}",
+        text(&status)
+    );
+
+    std::thread::sleep(Duration::from_millis(300));
+    let lowered_at = now_nanos();
+    let lowered = toolgate(&[
+        "fleet",
+        "lower",
+        "--store",
+        &url,
+        "--fleet",
+        "payments",
+        "--to",
+        "SHADOW",
+        "--by",
+        "ana",
+        "--reason",
+        "incident 42",
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    let mut slowest = 0u64;
+    for proc in &mut procs {
+        let line = proc.expect("mode ");
+        let (mode, at) = line.split_once(' ').unwrap();
+        assert_eq!(mode, "SHADOW");
+        slowest = slowest.max(at.parse::<u64>().unwrap().saturating_sub(lowered_at));
+    }
+    eprintln!(
+        "fleet lower: the last of 4 busy processes refused {:.1} ms after the command started",
+        slowest as f64 / 1e6
+    );
+
+    // A raise through `lower` is refused and changes nothing.
+    let raise = toolgate(&[
+        "fleet",
+        "lower",
+        "--store",
+        &url,
+        "--fleet",
+        "payments",
+        "--to",
+        "PARTIAL_AUTO",
+        "--by",
+        "ana",
+        "--reason",
+        "r",
+    ]);
+    assert_eq!(raise.status.code(), Some(1), "{}", text(&raise));
+    assert!(text(&raise).contains("use raise"), "{}", text(&raise));
+
+    // Raising the fleet does not raise a running gate; a gate joined after it starts under it.
+    let raised = toolgate(&[
+        "fleet",
+        "raise",
+        "--store",
+        &url,
+        "--fleet",
+        "payments",
+        "--to",
+        "FULL_AUTO",
+        "--by",
+        "ana",
+        "--reason",
+        "resolved",
+    ]);
+    assert_eq!(raised.status.code(), Some(0), "{}", text(&raised));
+    let fleet = Fleet::connect(&url, "payments").unwrap();
+    let fresh = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    assert_eq!(fresh.mode(), Mode::PartialAuto);
+    std::thread::sleep(Duration::from_millis(500));
+    let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", "payments"]);
+    let shown = text(&status);
+    assert!(
+        shown.starts_with("fleet payments: FULL_AUTO (set by ana"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("\tSHADOW\t").count(), 4, "{shown}");
+    assert_eq!(shown.matches("\tPARTIAL_AUTO\t").count(), 1, "{shown}");
+
+    std::fs::write(&stop, "").unwrap();
+    for mut proc in procs {
+        assert_eq!(proc.expect("result "), "ran_after_refusal=0");
+        proc.wait();
+    }
+    // Every lowering is in the fleet's history.
+    let changes = query(
+        &url,
+        "SELECT mode, changed_by, reason FROM toolgate.fleet_changes ORDER BY id",
+    );
+    assert_eq!(
+        changes,
+        [
+            ["SHADOW", "ana", "incident 42"]
+                .map(|v| Some(v.to_owned()))
+                .to_vec(),
+            ["FULL_AUTO", "ana", "resolved"]
+                .map(|v| Some(v.to_owned()))
+                .to_vec(),
+        ]
+    );
+    drop(fresh);
+    drop(fleet);
+    // Processes that left are gone from the members.
+    let left = query(&url, "SELECT count(*) FROM toolgate.fleet_members");
+    assert_eq!(left[0][0].as_deref(), Some("0"));
+}
+
+#[test]
+fn a_partition_longer_than_the_grace_period_holds_every_process_at_shadow() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let url = cluster.database("partition");
+    let scratch = common::Scratch::new("fleet-partition");
+    let stop = scratch.path("stop");
+    let logs: Vec<PathBuf> = (0..2)
+        .map(|i| scratch.path(&format!("audit-{i}.jsonl")))
+        .collect();
+    let mut procs: Vec<Proc> = logs
+        .iter()
+        .map(|log| {
+            Proc::spawn(
+                "member",
+                &url,
+                &[
+                    (FLEET, "ops".into()),
+                    (GRACE_MS, "1000".into()),
+                    (THREADS, "2".into()),
+                    (STOP_FILE, stop.display().to_string()),
+                    (AUDIT_FILE, log.display().to_string()),
+                ],
+            )
+        })
+        .collect();
+    for proc in &mut procs {
+        assert_eq!(proc.expect("ready"), "PARTIAL_AUTO");
+    }
+    cluster.stop();
+    for proc in &mut procs {
+        assert!(proc.expect("mode ").starts_with("SHADOW "));
+    }
+    cluster.start();
+    for proc in &mut procs {
+        assert!(proc.expect("mode ").starts_with("PARTIAL_AUTO "));
+    }
+    std::fs::write(&stop, "").unwrap();
+    for mut proc in procs {
+        // Calls run again once the fleet is back: what ran while it was lost is read from the log.
+        proc.expect("result ");
+        proc.wait();
+    }
+    for log in &logs {
+        let text = std::fs::read_to_string(log).unwrap();
+        let records: Vec<AuditRecord> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let lost = records
+            .iter()
+            .position(|r| r.stage == Stage::FleetLost)
+            .expect("the partition is audited");
+        assert_eq!(records[lost].mode, Mode::Shadow);
+        assert!(
+            records[lost]
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("not reached"),
+            "{:?}",
+            records[lost]
+        );
+        let back = records
+            .iter()
+            .position(|r| r.stage == Stage::FleetRejoined)
+            .expect("the return is audited");
+        assert!(back > lost);
+        assert_eq!(records[back].mode, Mode::PartialAuto);
+        // While cut off, no body ran: a call entered as the fleet was lost was refused at its last
+        // re-check, before its body (its exit says so).
+        for enter in records[lost..back]
+            .iter()
+            .filter(|r| r.stage == Stage::Enter)
+        {
+            let exit = records
+                .iter()
+                .find(|r| r.stage == Stage::Exit && r.gate == enter.gate && r.call == enter.call)
+                .expect("every enter has its exit");
+            assert_eq!(
+                exit.outcome,
+                Some(toolgate::audit::Outcome::Refused),
+                "a call ran while the fleet was lost: {enter:?}"
+            );
+        }
+        assert!(toolgate::audit::verify_file(log).unwrap().is_intact());
+    }
+}
+
+#[test]
+fn fleet_settings_and_changes_are_checked() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let url = cluster.database("settings");
+    for grace in [Duration::ZERO, Duration::from_secs(31)] {
+        let refused = Fleet::builder()
+            .grace(grace)
+            .connect(&url, "f")
+            .unwrap_err();
+        assert!(refused.to_string().contains("grace period"), "{refused}");
+    }
+    assert!(Fleet::connect(&url, " ").is_err());
+    assert!(fleet::lower(&url, "toolgate", "f", Mode::Shadow, "", "why").is_err());
+    assert!(fleet::lower(&url, "toolgate", "f", Mode::Shadow, "ana", " ").is_err());
+    let unknown = toolgate(&["fleet", "status", "--store", &url, "--fleet", "nope"]);
+    assert_eq!(unknown.status.code(), Some(1), "{}", text(&unknown));
+    let no_fleet = toolgate(&["fleet", "status", "--store", &url]);
+    assert_eq!(no_fleet.status.code(), Some(64), "{}", text(&no_fleet));
+    // A second sink with the same writer name is refused: one chain, one writer.
+    let first = PostgresSink::builder().writer("w").connect(&url).unwrap();
+    let second = PostgresSink::builder()
+        .writer("w")
+        .connect(&url)
+        .unwrap_err();
+    assert!(
+        second.to_string().contains("another sink writes"),
+        "{second}"
+    );
+    drop(first);
+    let again = PostgresSink::builder().writer("w").connect(&url);
+    assert!(
+        again.is_ok(),
+        "the name is free again once its sink is dropped"
+    );
+}
