@@ -62,15 +62,23 @@ impl Sidecar {
         self.entries.last().and_then(|entry| entry.as_ref().ok())
     }
 
-    /// Checks the entries against a log's chain: `writer` is the hash of its first record, `hash_at`
-    /// the hashes of the records that verified.
+    /// Checks the entries against a log's chain: `writer` is the hash of its first record (`None` when
+    /// no record verified: a log cut to nothing is then reported as cut, the writer its first
+    /// checkpoint names), `hash_at` the hashes of the records that verified.
     pub(crate) fn verify(
         &self,
         key: &PublicKey,
-        writer: &str,
+        writer: Option<&str>,
         chain_last_seq: u64,
         mut hash_at: impl FnMut(u64) -> Option<String>,
     ) -> CheckpointReport {
+        let named = || {
+            self.entries
+                .iter()
+                .find_map(|entry| entry.as_ref().ok())
+                .map_or("", |c| c.writer.as_str())
+        };
+        let writer = writer.unwrap_or_else(named);
         let mut verifier = SeriesVerifier::new(key, writer, chain_last_seq);
         for entry in &self.entries {
             match entry {
@@ -102,8 +110,8 @@ pub fn verify_signed_file(
     let sidecar = Sidecar::parse(&bytes);
     let (report, kept) = verify_reader_keeping(File::open(log)?, sidecar.heads())?;
     let text = |hash: &[u8; 64]| String::from_utf8_lossy(hash).into_owned();
-    let writer = kept.get(&1).map(text).unwrap_or_default();
-    let checked = sidecar.verify(key, &writer, report.last_seq, |seq| {
+    let writer = kept.get(&1).map(text);
+    let checked = sidecar.verify(key, writer.as_deref(), report.last_seq, |seq| {
         kept.get(&seq).map(text)
     });
     Ok((report, checked))
