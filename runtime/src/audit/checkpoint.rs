@@ -546,6 +546,8 @@ impl fmt::Display for CheckpointReport {
             } else {
                 "LOG CUT SHORT"
             }
+        } else if self.checkpoints == 0 {
+            "NO CHECKPOINT"
         } else {
             "SIGNED"
         };
@@ -921,6 +923,12 @@ MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
             (3, 9, 0)
         );
         assert!(report.to_string().contains("is final"), "{report}");
+
+        let report = check(&key.public_key(), &[], 4);
+        assert!(report.is_intact());
+        let text = report.to_string();
+        assert!(text.starts_with("NO CHECKPOINT: 0 of 0"), "{text}");
+        assert!(text.contains("not covered: 4 records"), "{text}");
 
         let report = check(&key.public_key(), &checkpoints[..2], 11);
         assert!(report.is_intact());
