@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
 use ed25519_dalek::pkcs8::spki::der::zeroize::Zeroizing;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::pkcs8::{
+    DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey, KeypairBytes,
+};
 use ed25519_dalek::{Signature, Signer};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -72,10 +74,14 @@ impl SigningKey {
     /// overwrite an existing file.
     pub fn write_pem_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
         let path = path.as_ref();
-        let pem = self
-            .0
-            .to_pkcs8_pem(LineEnding::LF)
-            .map_err(|e| io::Error::other(format!("encoding the private key: {e}")))?;
+        // The private key alone (PKCS#8 v1), as OpenSSL writes it: OpenSSL 3 refuses the v2 form with
+        // the public key beside it that ed25519-dalek 2 writes.
+        let pem = KeypairBytes {
+            secret_key: self.0.to_bytes(),
+            public_key: None,
+        }
+        .to_pkcs8_pem(LineEnding::LF)
+        .map_err(|e| io::Error::other(format!("encoding the private key: {e}")))?;
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
@@ -841,6 +847,18 @@ MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
             SigningKey::from_pkcs8_pem(&pem).unwrap().public_key(),
             public
         );
+        let path = std::env::temp_dir().join(format!("toolgate-key-{}", std::process::id()));
+        let _ = fs::remove_file(&path);
+        key.write_pem_file(&path).unwrap();
+        let written = fs::read_to_string(&path);
+        let again = key.write_pem_file(&path).unwrap_err();
+        fs::remove_file(&path).unwrap();
+        assert_eq!(
+            written.unwrap(),
+            RFC_PRIVATE,
+            "the form OpenSSL reads and writes"
+        );
+        assert_eq!(again.kind(), io::ErrorKind::AlreadyExists);
         let err = SigningKey::from_pkcs8_pem(RFC_PUBLIC).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(PublicKey::from_public_key_pem(RFC_PRIVATE).is_err());
