@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use crate::common::Scratch;
 use toolgate::Mode;
 use toolgate::audit::{
-    AuditRecord, AuditSink, Checkpoint, Checkpoints, JsonlSink, PublicKey, SigningKey, Stage,
-    checkpoints_path, verify_signed_file,
+    AuditRecord, AuditSink, Checkpoint, Checkpoints, Durability, JsonlSink, PublicKey, SigningKey,
+    Stage, checkpoints_path, verify_signed_file,
 };
 
 /// A key made once per test: generating one is cheap, and each test owns its keys.
@@ -269,6 +269,64 @@ fn open_refuses_checkpoints_that_do_not_match_the_log() {
     assert!(fs::read(&sidecar).unwrap().starts_with(&kept));
     let (_, signed) = verify_signed_file(&log, &sidecar, &key.public_key()).unwrap();
     assert!(signed.is_intact(), "{signed}");
+}
+
+#[test]
+fn threads_recording_at_once_get_checkpoints_over_whole_records_only() {
+    let dir = Scratch::new("threads");
+    let log = dir.path("audit.jsonl");
+    let key = key();
+    for durability in [
+        Durability::FsyncEach,
+        Durability::Buffered,
+        Durability::Flush,
+    ] {
+        let _ = fs::remove_file(&log);
+        let _ = fs::remove_file(checkpoints_path(&log));
+        let sink = JsonlSink::builder(&log)
+            .durability(durability)
+            .checkpoints(Checkpoints::new(same_key(&key)).every_records(7))
+            .open()
+            .unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let sink = &sink;
+                scope.spawn(move || {
+                    for i in 0..40 {
+                        sink.record(&record(t * 1_000 + i)).unwrap();
+                    }
+                });
+            }
+        });
+        drop(sink);
+        let (chain, signed) =
+            verify_signed_file(&log, checkpoints_path(&log), &key.public_key()).unwrap();
+        assert!(
+            chain.is_intact() && chain.records == 160,
+            "{durability:?}: {chain}"
+        );
+        assert!(signed.is_intact(), "{durability:?}: {signed}");
+        assert_eq!(signed.covered_through, 160);
+        let series = checkpoints(&log);
+        // Buffered records stay in memory (160 small ones are under its 64 KiB) until the sink is
+        // dropped: no checkpoint names them before they are written, so one final one covers them all.
+        let expected = if durability == Durability::Buffered {
+            1..=1
+        } else {
+            2..=usize::MAX
+        };
+        assert!(
+            expected.contains(&series.len()),
+            "{durability:?}: {}",
+            series.len()
+        );
+        assert!(
+            series
+                .windows(2)
+                .all(|w| w[1].head_seq > w[0].head_seq || w[1].is_final),
+            "{durability:?}"
+        );
+    }
 }
 
 #[test]
