@@ -223,6 +223,12 @@ fn a_reopened_log_continues_the_series_and_verifies() {
     // Reopened and closed with no new record: the last checkpoint already is final over the head.
     drop(write(&log, &key, 4, []));
     assert_eq!(checkpoints(&log).len(), 4);
+    // Fewer records than make one due: closing covers them.
+    drop(write(&log, &key, 4, 10..=11));
+    let last = checkpoints(&log).pop().unwrap();
+    assert_eq!((last.seq, last.head_seq, last.is_final), (5, 11, true));
+    let (_, signed) = verify_signed_file(&log, checkpoints_path(&log), &key.public_key()).unwrap();
+    assert!(signed.is_intact() && signed.uncovered() == 0, "{signed}");
 }
 
 #[test]

@@ -48,11 +48,9 @@ pub struct PublicKey(ed25519_dalek::VerifyingKey);
 impl SigningKey {
     /// A new random key, from the operating system's random source.
     pub fn generate() -> io::Result<SigningKey> {
-        let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| io::Error::other(e.to_string()))?;
-        let key = ed25519_dalek::SigningKey::from_bytes(&secret);
-        secret.fill(0);
-        Ok(SigningKey(key))
+        let mut secret = Zeroizing::new([0u8; 32]);
+        getrandom::fill(&mut *secret).map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(SigningKey(ed25519_dalek::SigningKey::from_bytes(&secret)))
     }
 
     /// Parses a PKCS#8 PEM private key; an error of kind [`InvalidData`](io::ErrorKind::InvalidData)

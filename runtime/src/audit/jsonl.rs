@@ -220,7 +220,7 @@ struct Signing {
     len: u64,
     /// Made when the log's first record, whose hash names the writer, is known.
     checkpointer: Option<Checkpointer>,
-    /// The last checkpoint written is final and covers the last record.
+    /// The last checkpoint written is final (it covers the last record if no record came since).
     closed: bool,
 }
 
@@ -509,7 +509,7 @@ impl State {
         };
         let since = self.seq - checkpointer.last_head_seq();
         let wanted = if close {
-            !signing.closed
+            since > 0 || !signing.closed
         } else {
             since > 0 && (now || checkpointer.due(since, std::time::Instant::now()))
         };
