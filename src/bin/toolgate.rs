@@ -18,6 +18,7 @@ Exit status:
   0   the log is intact
   1   the hash chain is broken: a record was changed, deleted, inserted or reordered
   2   only the last line is torn (a write cut short by a crash); every record before it is intact
+      (with --public-key: of the log or of its checkpoint file)
   3   the file could not be read
   4   the chain is intact but does not end at the --expect-last hash: records were cut from its end
   5   with --public-key: a checkpoint is forged or changed (or the key is not the writer's), names
@@ -231,6 +232,8 @@ fn signed_status(signed: &CheckpointReport, chain: u8) -> u8 {
         REWRITTEN
     } else if signed.log_cut_short() {
         CUT_BEFORE_CHECKPOINT
+    } else if chain == INTACT && signed.torn_tail {
+        TORN
     } else {
         chain
     }

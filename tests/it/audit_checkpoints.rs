@@ -733,6 +733,29 @@ mod cli {
     }
 
     #[test]
+    fn a_checkpoint_line_cut_short_exits_2_not_as_tampering() {
+        let dir = Scratch::new("cli-torn");
+        let (log, public) = signed_log(&dir, "audit.jsonl");
+        let sidecar = checkpoints_path(&log);
+        let bytes = fs::read(&sidecar).unwrap();
+        fs::write(&sidecar, &bytes[..bytes.len() - 40]).unwrap();
+        let (code, stdout, _) = verify(&log, &public);
+        assert_eq!(code, 2, "{stdout}");
+        assert!(
+            stdout.contains("SIGNED: 3 of 3 checkpoints verify"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("torn tail: an incomplete checkpoint"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("is not final"),
+            "the final one is what was torn: {stdout}"
+        );
+    }
+
+    #[test]
     fn verify_without_a_public_key_says_the_checkpoints_were_not_checked() {
         let dir = Scratch::new("cli-unchecked");
         let (log, _) = signed_log(&dir, "audit.jsonl");

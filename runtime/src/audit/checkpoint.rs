@@ -408,6 +408,10 @@ pub struct CheckpointReport {
     pub covered_through: u64,
     /// The last checkpoint given, if it verified.
     pub last: Option<Checkpoint>,
+    /// After the checkpoints, the store held an incomplete one (a JSONL line without its newline: a
+    /// write cut short by a crash), left out. The records are synced before a checkpoint is written, so
+    /// a crash there loses no record; it may hide a `final` checkpoint, as cutting the file there would.
+    pub torn_tail: bool,
 }
 
 /// One problem with one checkpoint.
@@ -595,6 +599,12 @@ impl fmt::Display for CheckpointReport {
             None if self.checkpoints == 0 => writeln!(f, "there is no checkpoint")?,
             None => {}
         }
+        if self.torn_tail {
+            writeln!(
+                f,
+                "torn tail: an incomplete checkpoint follows the last one (a write cut short), ignored"
+            )?;
+        }
         Ok(())
     }
 }
@@ -641,6 +651,7 @@ impl<'k> SeriesVerifier<'k> {
                 chain_last_seq,
                 covered_through: 0,
                 last: None,
+                torn_tail: false,
             },
             expected_seq: 1,
             prev: FIRST_PREV.to_owned(),
