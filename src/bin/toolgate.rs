@@ -19,7 +19,7 @@ Exit status:
   1   the hash chain is broken: a record was changed, deleted, inserted or reordered
   2   only the last line is torn (a write cut short by a crash); every record before it is intact
       (with --public-key: of the log or of its checkpoint file)
-  3   the file could not be read
+  3   the file could not be read (with --public-key: or the key, or the checkpoint file)
   4   the chain is intact but does not end at the --expect-last hash: records were cut from its end
   5   with --public-key: a checkpoint is forged or changed (or the key is not the writer's), names
       another log's writer, or its series has one deleted, inserted or moved
