@@ -30,6 +30,8 @@ RANKS = {
 }
 # Crates that only the top of the runtime may import, and where.
 TRANSPORTS = {"rmcp": "mcp", "clap": "cli", "tokio_postgres": "postgres", "tokio": "postgres"}
+# Crates that one module alone may import: the rest of the runtime sees them through its types.
+SOLE_IMPORTERS = {"ed25519_dalek": "audit::checkpoint"}
 
 problems = []
 
@@ -84,6 +86,9 @@ def runtime_graph():
                 targets.add(f"{here}::{child}" if here else child)
         for crate_name, home in TRANSPORTS.items():
             if re.search(rf"\b{crate_name}::", code) and here.split("::")[0] != home and here != "":
+                problems.append(f"runtime `{here}` uses `{crate_name}`: only `{home}` may")
+        for crate_name, home in SOLE_IMPORTERS.items():
+            if re.search(rf"\b{crate_name}::", code) and here != home:
                 problems.append(f"runtime `{here}` uses `{crate_name}`: only `{home}` may")
         edges[here] = targets
     return edges

@@ -175,7 +175,8 @@
 //! | feature | what it adds |
 //! | --- | --- |
 //! | `clap` | `Mode`, `Risk` and `report::Format` as `clap::ValueEnum`, and the `--list-tools` flag (`cli`) |
-//! | `cli` | the `toolgate` command: `toolgate audit verify FILE`, `toolgate audit promotion FILE` |
+//! | `checkpoints` | signed checkpoints of the audit log: `audit::Checkpoints` for `JsonlSinkBuilder::checkpoints`, `audit::verify_signed_file`, Ed25519 keys from PEM files ([ed25519-dalek](https://crates.io/crates/ed25519-dalek)) |
+//! | `cli` | the `toolgate` command: `toolgate audit verify FILE [--public-key PUB]`, `toolgate audit promotion FILE`, `toolgate audit keygen --out KEY`; enables `checkpoints` |
 //! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
 //! | `postgres` | `postgres`: an approval store shared by processes, on PostgreSQL ([tokio-postgres](https://crates.io/crates/tokio-postgres)); with `cli`, `toolgate approvals` |
 //!
@@ -247,6 +248,12 @@ pub mod __private {
 }
 
 /// Every Rust block of README.md, compiled (and run, where it can be) by `cargo test`.
-#[cfg(all(doctest, feature = "mcp", feature = "clap", feature = "postgres"))]
+#[cfg(all(
+    doctest,
+    feature = "mcp",
+    feature = "clap",
+    feature = "postgres",
+    feature = "checkpoints"
+))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::postgres::{Cluster, query};
-use toolgate::audit::{AuditRecord, JsonlSink, Stage};
+use toolgate::audit::{AuditRecord, Checkpoints, JsonlSink, SigningKey, Stage};
 use toolgate::postgres::fleet::{self, Fleet};
 use toolgate::postgres::{PostgresSink, verify_trail};
 use toolgate::{DenialCode, Denied, Gate, Mode, tool};
@@ -235,6 +235,16 @@ impl Proc {
         }
         let status = self.child.wait().unwrap();
         assert!(status.success(), "the child failed: {status}");
+    }
+}
+
+impl Drop for Proc {
+    /// A test that fails leaves no child running: members only stop when told.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -771,5 +781,190 @@ fn fleet_settings_and_changes_are_checked() {
     assert!(
         again.is_ok(),
         "the name is free again once its sink is dropped"
+    );
+}
+
+/// Two writers with signed checkpoints (every 10 records, and final), in a database of their own; the
+/// public key's file.
+fn signed_trail(cluster: &Cluster, name: &str, scratch: &common::Scratch) -> (String, PathBuf) {
+    let url = cluster.database(name);
+    let key = SigningKey::generate().unwrap();
+    let public = scratch.path(&format!("{name}.pub"));
+    std::fs::write(&public, key.public_key().to_public_key_pem()).unwrap();
+    let checkpoints = Checkpoints::new(key).every_records(10);
+    for writer in ["a", "b"] {
+        let sink = PostgresSink::builder()
+            .writer(writer)
+            .checkpoints(checkpoints.clone())
+            .connect(&url)
+            .unwrap();
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .audit(sink)
+            .build()
+            .unwrap();
+        for n in 0..50 {
+            gate.run(|| work(n)).unwrap();
+        }
+    }
+    (url, public)
+}
+
+fn verify_signed(url: &str, public: &std::path::Path) -> (Option<i32>, String) {
+    let output = toolgate(&[
+        "audit",
+        "verify",
+        url,
+        "--public-key",
+        public.to_str().unwrap(),
+    ]);
+    (output.status.code(), text(&output))
+}
+
+/// What an attacker without the key does to writer `a`'s chain: changes record `seq`'s `call` and
+/// recomputes every hash from it on with the public format (`sha256(prev_hash ‖ line without hash)`),
+/// columns included.
+fn rewrite_with_recomputed_hashes(url: &str, seq: u64) {
+    use sha2::{Digest, Sha256};
+    let rows = query(
+        url,
+        "SELECT seq, line FROM toolgate.audit WHERE writer = 'a' ORDER BY seq",
+    );
+    let mut prev = "0".repeat(64);
+    for row in rows {
+        let at: u64 = row[0].as_deref().unwrap().parse().unwrap();
+        let mut fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(row[1].as_deref().unwrap()).unwrap();
+        if at == seq {
+            fields.insert("call".into(), 999_999.into());
+        }
+        fields.remove("hash");
+        fields.insert("prev_hash".into(), prev.clone().into());
+        let body = serde_json::to_string(&fields).unwrap();
+        let hash: String = Sha256::new()
+            .chain_update(prev.as_bytes())
+            .chain_update(body.as_bytes())
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        fields.insert("hash".into(), hash.clone().into());
+        let line = serde_json::to_string(&fields).unwrap().replace('\'', "''");
+        query(
+            url,
+            &format!(
+                "UPDATE toolgate.audit SET line = '{line}', prev_hash = '{prev}', hash = '{hash}'
+                 WHERE writer = 'a' AND seq = {at}"
+            ),
+        );
+        prev = hash;
+    }
+}
+
+#[test]
+fn a_signed_trail_shows_a_rewrite_a_cut_and_a_swapped_checkpoint() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let scratch = common::Scratch::new("signed-trail");
+
+    let (url, public) = signed_trail(&cluster, "signed", &scratch);
+    let (code, shown) = verify_signed(&url, &public);
+    assert_eq!(code, Some(0), "{shown}");
+    // 100 records each: a checkpoint once 10 more are committed, and a final one over the last.
+    let checkpoints = query(
+        &url,
+        "SELECT writer, count(*), count(*) FILTER (WHERE checkpoint LIKE '%\"final\":true%'),
+             max(head_seq)
+         FROM toolgate.audit_checkpoints GROUP BY writer ORDER BY writer",
+    );
+    for (row, writer) in checkpoints.iter().zip(["a", "b"]) {
+        let row: Vec<&str> = row.iter().map(|v| v.as_deref().unwrap()).collect();
+        assert_eq!(row[0], writer);
+        assert!(row[1].parse::<u32>().unwrap() >= 9, "{row:?}");
+        assert_eq!(row[2..], ["1", "100"], "{row:?}");
+    }
+
+    // A record changed, every hash after it recomputed: the chain verifies, the checkpoints do not.
+    rewrite_with_recomputed_hashes(&url, 25);
+    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
+    let (code, shown) = verify_signed(&url, &public);
+    assert_eq!(code, Some(6), "a rewritten chain: {shown}");
+
+    // Records cut from the end, before the last checkpoint.
+    let (url, public) = signed_trail(&cluster, "cut", &scratch);
+    query(
+        &url,
+        "DELETE FROM toolgate.audit WHERE writer = 'a' AND seq > 55",
+    );
+    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
+    let (code, shown) = verify_signed(&url, &public);
+    assert_eq!(code, Some(7), "a chain cut short: {shown}");
+
+    // A checkpoint of writer b put in the place of writer a's: signed, but not a's.
+    let (url, public) = signed_trail(&cluster, "swapped", &scratch);
+    query(
+        &url,
+        "UPDATE toolgate.audit_checkpoints SET checkpoint =
+             (SELECT checkpoint FROM toolgate.audit_checkpoints WHERE writer = 'b' AND seq = 3)
+         WHERE writer = 'a' AND seq = 3",
+    );
+    let (code, shown) = verify_signed(&url, &public);
+    assert_eq!(code, Some(5), "a swapped checkpoint: {shown}");
+    assert!(shown.contains("names another writer (b)"), "{shown}");
+
+    // A writer whose records are gone but whose checkpoints remain.
+    let (url, public) = signed_trail(&cluster, "gone", &scratch);
+    query(&url, "DELETE FROM toolgate.audit WHERE writer = 'b'");
+    let (code, shown) = verify_signed(&url, &public);
+    assert_eq!(code, Some(7), "a writer deleted whole: {shown}");
+
+    // Another key's signatures.
+    let (url, _) = signed_trail(&cluster, "otherkey", &scratch);
+    let (code, shown) = verify_signed(&url, &public);
+    assert_eq!(code, Some(5), "the wrong key: {shown}");
+}
+
+#[test]
+fn a_signed_sink_continues_its_series_and_refuses_a_forged_one() {
+    let cluster = Cluster::new(&["fsync=off"]);
+    let url = cluster.database("continued");
+    let scratch = common::Scratch::new("signed-continued");
+    let key = SigningKey::generate().unwrap();
+    let public = scratch.path("key.pub");
+    std::fs::write(&public, key.public_key().to_public_key_pem()).unwrap();
+    let checkpoints = Checkpoints::new(key).every_records(7);
+    for round in 0..3 {
+        let sink = PostgresSink::builder()
+            .writer("w")
+            .checkpoints(checkpoints.clone())
+            .connect(&url)
+            .unwrap();
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .audit(sink)
+            .build()
+            .unwrap();
+        for n in 0..20 {
+            gate.run(|| work(round * 100 + n)).unwrap();
+        }
+    }
+    let (code, shown) = verify_signed(&url, &public);
+    assert_eq!(code, Some(0), "three sinks, one series: {shown}");
+
+    // The last checkpoint forged (its head changed): a new sink refuses to continue the series.
+    query(
+        &url,
+        "UPDATE toolgate.audit_checkpoints SET checkpoint = replace(checkpoint, '\"final\":true', '\"final\":false')
+         WHERE writer = 'w' AND seq = (SELECT max(seq) FROM toolgate.audit_checkpoints)",
+    );
+    let refused = PostgresSink::builder()
+        .writer("w")
+        .checkpoints(checkpoints)
+        .connect(&url)
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("last checkpoint of writer \"w\""),
+        "{refused}"
     );
 }

@@ -8,15 +8,38 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use toolgate::audit::{PromotionReport, VerifyReport, verify_file};
+use toolgate::audit::{
+    CheckpointReport, PromotionReport, PublicKey, SigningKey, VerifyReport, checkpoints_path,
+    verify_file, verify_signed_file,
+};
 
 const VERIFY_EXIT_STATUS: &str = "\
 Exit status:
   0   the log is intact
   1   the hash chain is broken: a record was changed, deleted, inserted or reordered
   2   only the last line is torn (a write cut short by a crash); every record before it is intact
-  3   the file could not be read
+      (with --public-key: of the log or of its checkpoint file)
+  3   the file could not be read (with --public-key: or the key, or the checkpoint file)
   4   the chain is intact but does not end at the --expect-last hash: records were cut from its end
+  5   with --public-key: a checkpoint is forged or changed (or the key is not the writer's), names
+      another log's writer, or its series has one deleted, inserted or moved
+  6   with --public-key: the log was rewritten: a signed checkpoint names a record the log does not
+      have, even where every hash after the change was recomputed
+  7   with --public-key: the log was cut short: a signed checkpoint covers records past its end
+  64  the command line is invalid
+
+When several apply, the first of 3, 5, 1, 6, 7, 4, 2 is the status. Records after the last checkpoint
+are not covered by any signature: the report says how many, and whether the last checkpoint is final
+(written when the writer shut down) or not (still running, crashed, or its tail cut off with the log's).";
+
+const KEYGEN_EXIT_STATUS: &str = "\
+Writes the private key to KEY (PKCS#8 PEM, readable by its owner only) and the public key to KEY.pub
+(SPKI PEM); refuses to overwrite either. `openssl genpkey -algorithm ed25519 -out KEY` and `openssl pkey
+-in KEY -pubout -out KEY.pub` make the same files.
+
+Exit status:
+  0   written
+  3   a file could not be written, or exists already
   64  the command line is invalid";
 
 const PROMOTION_EXIT_STATUS: &str = "\
@@ -91,6 +114,20 @@ enum Audit {
         /// verification printed): without it, a log whose last records were removed verifies as intact.
         #[arg(long, value_name = "HASH")]
         expect_last: Option<String>,
+        /// The public key (SPKI PEM) of the checkpoints' signing key: checks the log against its
+        /// signed checkpoints, which shows a rewritten log or one cut short.
+        #[arg(long, value_name = "PUB")]
+        public_key: Option<PathBuf>,
+        /// The checkpoint file; FILE.checkpoints by default.
+        #[arg(long, value_name = "SIDECAR", requires = "public_key")]
+        checkpoints: Option<PathBuf>,
+    },
+    /// Makes an Ed25519 key pair to sign a log's checkpoints.
+    #[command(after_help = KEYGEN_EXIT_STATUS)]
+    Keygen {
+        /// Where to write the private key; the public key goes to the same path with `.pub` appended.
+        #[arg(long, value_name = "KEY")]
+        out: PathBuf,
     },
     /// Prints a Markdown report of the decisions in a log, per mode and risk level: what was allowed,
     /// what was refused and why, and what would have run with more autonomy.
@@ -109,6 +146,9 @@ const BROKEN: u8 = 1;
 const TORN: u8 = 2;
 const IO_ERROR: u8 = 3;
 const CUT: u8 = 4;
+const CHECKPOINTS_TAMPERED: u8 = 5;
+const REWRITTEN: u8 = 6;
+const CUT_BEFORE_CHECKPOINT: u8 = 7;
 const USAGE: u8 = 64;
 
 fn main() -> ExitCode {
@@ -125,10 +165,19 @@ fn main() -> ExitCode {
             file,
             schema,
             expect_last,
-        }) => match database(&file) {
-            Some(url) => trail::verify(url, &schema, expect_last.is_some()),
-            None => verify(&file, expect_last.as_deref()),
+            public_key,
+            checkpoints,
+        }) => match (database(&file), public_key) {
+            (Some(url), public_key) => {
+                trail::verify(url, &schema, expect_last.is_some(), public_key.as_deref())
+            }
+            (None, Some(public_key)) => {
+                let checkpoints = checkpoints.unwrap_or_else(|| checkpoints_path(&file));
+                verify_signed(&file, &checkpoints, &public_key, expect_last.as_deref())
+            }
+            (None, None) => verify(&file, expect_last.as_deref()),
         },
+        Command::Audit(Audit::Keygen { out }) => keygen(&out),
         Command::Audit(Audit::Promotion { file, schema }) => match database(&file) {
             Some(url) => trail::promotion(url, &schema),
             None => promotion(&file),
@@ -325,28 +374,72 @@ fn database(file: &Path) -> Option<&str> {
 /// Audit trails kept in PostgreSQL by `PostgresSink`.
 #[cfg(feature = "postgres")]
 mod trail {
-    use toolgate::postgres::{read_trail, verify_trail};
+    use toolgate::audit::PublicKey;
+    use toolgate::postgres::{read_trail, verify_signed_trail, verify_trail};
 
-    use super::{BROKEN, INTACT, IO_ERROR, USAGE, print};
+    use super::{
+        BROKEN, CHECKPOINTS_TAMPERED, CUT_BEFORE_CHECKPOINT, INTACT, IO_ERROR, REWRITTEN, TORN,
+        USAGE, print, signed_status, status,
+    };
 
-    pub(super) fn verify(url: &str, schema: &str, expect_last: bool) -> u8 {
+    pub(super) fn verify(
+        url: &str,
+        schema: &str,
+        expect_last: bool,
+        public_key: Option<&std::path::Path>,
+    ) -> u8 {
         if expect_last {
             eprintln!(
                 "toolgate: --expect-last names one chain's end; a PostgreSQL trail has one chain per \
-                 writer"
+                 writer: sign checkpoints and give --public-key"
             );
             return USAGE;
         }
-        match verify_trail(url, schema) {
-            Ok(report) => {
-                print(&report.to_string());
-                if report.is_intact() { INTACT } else { BROKEN }
+        let key = match public_key.map(PublicKey::read_pem_file).transpose() {
+            Ok(key) => key,
+            Err(e) => {
+                eprintln!("toolgate: cannot read the public key: {e}");
+                return IO_ERROR;
             }
+        };
+        let verified = match &key {
+            Some(key) => verify_signed_trail(url, schema, key),
+            None => verify_trail(url, schema),
+        };
+        let report = match verified {
+            Ok(report) => report,
             Err(error) => {
                 eprintln!("toolgate: cannot read the audit trail: {error}");
-                IO_ERROR
+                return IO_ERROR;
             }
-        }
+        };
+        print(&report.to_string());
+        // The most serious finding of any writer, in the order of the exit status list.
+        let codes: Vec<u8> = report
+            .writers
+            .iter()
+            .map(|writer| {
+                let chain = if writer.chain.broken.is_some() || writer.columns_differ.is_some() {
+                    BROKEN
+                } else {
+                    status(&writer.chain)
+                };
+                match &writer.checkpoints {
+                    Some(signed) => signed_status(signed, chain),
+                    None => chain,
+                }
+            })
+            .collect();
+        [
+            CHECKPOINTS_TAMPERED,
+            BROKEN,
+            REWRITTEN,
+            CUT_BEFORE_CHECKPOINT,
+            TORN,
+        ]
+        .into_iter()
+        .find(|code| codes.contains(code))
+        .unwrap_or(INTACT)
     }
 
     pub(super) fn promotion(url: &str, schema: &str) -> u8 {
@@ -381,7 +474,12 @@ mod trail {
 mod trail {
     use super::USAGE;
 
-    pub(super) fn verify(_url: &str, _schema: &str, _expect_last: bool) -> u8 {
+    pub(super) fn verify(
+        _url: &str,
+        _schema: &str,
+        _expect_last: bool,
+        _public_key: Option<&std::path::Path>,
+    ) -> u8 {
         unsupported()
     }
 
@@ -400,6 +498,20 @@ fn verify(file: &Path, expect_last: Option<&str>) -> u8 {
         Ok(report) => report,
         Err(e) => return io_error(file, &e),
     };
+    let code = print_verified(&report, expect_last);
+    let sidecar = checkpoints_path(file);
+    if sidecar.is_file() {
+        print(&format!(
+            "note: {} holds signed checkpoints of this log, not checked: give --public-key PUB to \
+             check them\n",
+            sidecar.display()
+        ));
+    }
+    code
+}
+
+/// Prints the chain's report, or the cut the expected last hash shows; returns the status.
+fn print_verified(report: &VerifyReport, expect_last: Option<&str>) -> u8 {
     match expect_last {
         Some(hash) if report.is_intact() && !report.ends_at(hash) => {
             print(&format!(
@@ -411,9 +523,97 @@ fn verify(file: &Path, expect_last: Option<&str>) -> u8 {
         }
         _ => {
             print(&report.to_string());
-            status(&report)
+            status(report)
         }
     }
+}
+
+fn verify_signed(
+    file: &Path,
+    checkpoints: &Path,
+    public_key: &Path,
+    expect_last: Option<&str>,
+) -> u8 {
+    let key = match PublicKey::read_pem_file(public_key) {
+        Ok(key) => key,
+        Err(e) => {
+            eprintln!("toolgate: cannot read the public key: {e}");
+            return IO_ERROR;
+        }
+    };
+    let (report, signed) = match verify_signed_file(file, checkpoints, &key) {
+        Ok(reports) => reports,
+        Err(e) => return io_error(file, &e),
+    };
+    let chain = print_verified(&report, expect_last);
+    print(&signed.to_string());
+    if !report.is_intact() {
+        print(&format!(
+            "the checkpoints were checked against the {} records that verify\n",
+            report.records
+        ));
+    }
+    signed_status(&signed, chain)
+}
+
+/// The status of a log checked against its checkpoints, from its chain's `chain` status: see
+/// `VERIFY_EXIT_STATUS` for the order.
+fn signed_status(signed: &CheckpointReport, chain: u8) -> u8 {
+    if signed.checkpoints_tampered() {
+        CHECKPOINTS_TAMPERED
+    } else if chain == BROKEN {
+        BROKEN
+    } else if signed.log_rewritten() {
+        REWRITTEN
+    } else if signed.log_cut_short() {
+        CUT_BEFORE_CHECKPOINT
+    } else if chain == INTACT && signed.torn_tail {
+        TORN
+    } else {
+        chain
+    }
+}
+
+fn keygen(out: &Path) -> u8 {
+    let public_path = public_key_path(out);
+    for path in [out, public_path.as_path()] {
+        if path.exists() {
+            eprintln!(
+                "toolgate: {} exists already; not overwritten",
+                path.display()
+            );
+            return IO_ERROR;
+        }
+    }
+    let written = SigningKey::generate().and_then(|key| {
+        key.write_pem_file(out)?;
+        let public = key.public_key();
+        std::fs::write(&public_path, public.to_public_key_pem())
+            .map(|()| public)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", public_path.display())))
+    });
+    match written {
+        Ok(public) => {
+            print(&format!(
+                "private key: {} (keep it secret, readable by the writer only)\npublic key: {} ({})\n",
+                out.display(),
+                public_path.display(),
+                public.to_hex()
+            ));
+            INTACT
+        }
+        Err(e) => {
+            eprintln!("toolgate: cannot write the key: {e}");
+            IO_ERROR
+        }
+    }
+}
+
+/// `KEY.pub` beside `KEY`.
+fn public_key_path(key: &Path) -> PathBuf {
+    let mut name = key.as_os_str().to_owned();
+    name.push(".pub");
+    PathBuf::from(name)
 }
 
 fn promotion(file: &Path) -> u8 {

@@ -369,7 +369,14 @@ fn remove_leftovers() {
         if !is_ours {
             continue;
         }
-        let owner = fs::read_to_string(dir.join("owner")).unwrap_or_default();
+        // The name holds the owner's pid too: a cluster another thread is making has no owner file yet.
+        let named = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n[PREFIX.len()..].split('-').next())
+            .unwrap_or_default()
+            .to_owned();
+        let owner = fs::read_to_string(dir.join("owner")).unwrap_or(named);
         let alive = !owner.trim().is_empty() && Path::new("/proc").join(owner.trim()).exists();
         if alive {
             continue;

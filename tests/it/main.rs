@@ -11,6 +11,7 @@ mod attacks_approvals;
 mod attacks_audit_writer;
 mod attacks_by_name;
 mod attacks_stateful;
+mod audit_checkpoints;
 mod audit_cli;
 mod audit_gate;
 mod audit_log;

@@ -1,14 +1,19 @@
 //! The append-only, hash-chained JSONL audit log.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::audit::chain::{Encoder, HashHex, parse_hash};
+#[cfg(feature = "checkpoints")]
+use crate::audit::checkpoint::{Checkpointer, Checkpoints};
 use crate::audit::record::AuditRecord;
+#[cfg(feature = "checkpoints")]
+use crate::audit::sidecar::{Sidecar, checkpoints_path};
 use crate::audit::sink::{AuditError, AuditSink};
-use crate::audit::verify::verify_reader;
+use crate::audit::verify::verify_reader_keeping;
 
 /// Pending bytes a [`Durability::Buffered`] sink holds before it writes them.
 const BUFFERED_LIMIT: usize = 64 * 1024;
@@ -98,6 +103,45 @@ impl Durability {
 /// end; the chain shows such changes only to someone who kept a later hash. Copy
 /// [`last_hash`](JsonlSink::last_hash) somewhere the writer of the file cannot change to keep that proof.
 ///
+/// # Checkpoints
+///
+/// With the `checkpoints` feature and [`JsonlSinkBuilder::checkpoints`], the sink also signs the
+/// chain's head with an Ed25519 key, so that whoever holds the public key alone can tell the log that
+/// was written from a rewritten or shortened one
+/// ([`verify_signed_file`](crate::audit::verify_signed_file), `toolgate audit verify FILE
+/// --public-key PUB`).
+///
+/// The checkpoints go to a file beside the log, its path with `.checkpoints` appended
+/// ([`checkpoints_path`]): UTF-8, one [`Checkpoint`](crate::audit::Checkpoint) per line, each line its
+/// canonical JSON (as above) ending in `\n`. The checkpoints of a log are one series: `seq` 1, 2, …,
+/// each naming the previous one's hash in `prev`. Their `writer` is the hash of the log's first record,
+/// fixed for the file's life: a log opened again continues the same series.
+///
+/// A checkpoint is written:
+///
+/// - when a record is written and the policy says one is due: [`Checkpoints::every_records`] records
+///   since the last, or [`Checkpoints::every_interval`] since the last (the time is looked at when a
+///   record is written: an idle log gets its next checkpoint with its next record, or when it closes);
+/// - by [`flush`](AuditSink::flush), over every record written;
+/// - by [`close`](JsonlSink::close) and when the sink is dropped, as `final`.
+///
+/// A checkpoint covers only records in the file, never one still buffered, and the log is `fsync`ed
+/// before the checkpoint is written, whatever the durability: a crash never leaves a checkpoint naming
+/// a record that is lost. The checkpoint file is `fsync`ed after it when the durability syncs the log
+/// ([`FsyncEach`](Durability::FsyncEach), [`FsyncEvery`](Durability::FsyncEvery)); otherwise a crash
+/// of the machine may lose the last checkpoint, never a record it names. A record that makes a
+/// checkpoint due is acknowledged after the checkpoint is written; if the checkpoint cannot be
+/// written, that record's call is refused (the record stays in the log) and the sink refuses every
+/// record until it is opened again.
+///
+/// Opening a log with checkpoints reads the checkpoint file back and checks it against the log with
+/// the key's public key; a checkpoint that does not verify, names another writer, or names a record the
+/// log does not have (a log rewritten or cut short) is refused with
+/// [`InvalidData`](io::ErrorKind::InvalidData), as a broken chain is, and so is a log that has records
+/// but no checkpoint file (create it empty to sign such a log as it stands). A torn last checkpoint line
+/// is cut off with [`recover_torn_tail`](JsonlSinkBuilder::recover_torn_tail), refused without. The
+/// log must be a regular file.
+///
 /// # Opening and failures
 ///
 /// [`open`](JsonlSink::open) creates the file, or verifies an existing one and continues its chain after
@@ -161,6 +205,23 @@ struct State {
     /// Why the sink refuses every record, after a failure it could not undo.
     failed: Option<String>,
     encoder: EncoderDebug,
+    #[cfg(feature = "checkpoints")]
+    signing: Option<Signing>,
+}
+
+/// The checkpoints of a log with [`JsonlSinkBuilder::checkpoints`].
+#[cfg(feature = "checkpoints")]
+#[derive(Debug)]
+struct Signing {
+    policy: Checkpoints,
+    file: File,
+    path: PathBuf,
+    /// The length of the checkpoint file up to its last whole checkpoint.
+    len: u64,
+    /// Made when the log's first record, whose hash names the writer, is known.
+    checkpointer: Option<Checkpointer>,
+    /// The last checkpoint written is final (it covers the last record if no record came since).
+    closed: bool,
 }
 
 /// The encoder, with a `Debug` that does not dump its buffers.
@@ -180,9 +241,20 @@ pub struct JsonlSinkBuilder {
     path: PathBuf,
     durability: Durability,
     recover_torn_tail: bool,
+    #[cfg(feature = "checkpoints")]
+    checkpoints: Option<Checkpoints>,
 }
 
 impl JsonlSinkBuilder {
+    /// Signs checkpoints of the log into the file beside it ([`checkpoints_path`], `FILE.checkpoints`):
+    /// see "Checkpoints" on [`JsonlSink`]. A policy of zero records or zero time is refused by
+    /// [`open`](JsonlSinkBuilder::open) with [`InvalidInput`](io::ErrorKind::InvalidInput).
+    #[cfg(feature = "checkpoints")]
+    pub fn checkpoints(mut self, checkpoints: Checkpoints) -> JsonlSinkBuilder {
+        self.checkpoints = Some(checkpoints);
+        self
+    }
+
     /// When records reach the OS and the disk; [`Durability::Flush`] by default.
     pub fn durability(mut self, durability: Durability) -> JsonlSinkBuilder {
         self.durability = durability;
@@ -204,7 +276,13 @@ impl JsonlSinkBuilder {
             path,
             durability,
             recover_torn_tail,
+            #[cfg(feature = "checkpoints")]
+            checkpoints,
         } = self;
+        #[cfg(feature = "checkpoints")]
+        if let Some(policy) = &checkpoints {
+            policy.check()?;
+        }
         let context =
             |e: io::Error| io::Error::new(e.kind(), format!("audit log {}: {e}", path.display()));
         let existed = path.exists();
@@ -242,9 +320,30 @@ impl JsonlSinkBuilder {
             write_failed: false,
             failed: None,
             encoder: EncoderDebug::default(),
+            #[cfg(feature = "checkpoints")]
+            signing: None,
         };
+        #[cfg(feature = "checkpoints")]
+        if let Some(policy) = checkpoints {
+            if !regular {
+                return Err(context(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "checkpoints need a regular file, read back when it is opened again",
+                )));
+            }
+            state
+                .resume_signed(&path, recover_torn_tail, policy, durability)
+                .map_err(context)?;
+        } else if regular {
+            state
+                .resume(&path, recover_torn_tail, BTreeSet::new())
+                .map_err(context)?;
+        }
+        #[cfg(not(feature = "checkpoints"))]
         if regular {
-            state.resume(&path, recover_torn_tail).map_err(context)?;
+            state
+                .resume(&path, recover_torn_tail, BTreeSet::new())
+                .map_err(context)?;
         }
         if !existed && durability.syncs() {
             sync_parent_dir(&path).map_err(context)?;
@@ -267,10 +366,16 @@ impl JsonlSinkBuilder {
 }
 
 impl State {
-    /// Verifies the existing content and takes up its chain.
-    fn resume(&mut self, path: &Path, recover_torn_tail: bool) -> io::Result<()> {
+    /// Verifies the existing content and takes up its chain; returns the hashes of the records
+    /// numbered `wanted`.
+    fn resume(
+        &mut self,
+        path: &Path,
+        recover_torn_tail: bool,
+        wanted: BTreeSet<u64>,
+    ) -> io::Result<BTreeMap<u64, HashHex>> {
         self.file.seek(SeekFrom::Start(0))?;
-        let report = verify_reader(&self.file)?;
+        let (report, kept) = verify_reader_keeping(&self.file, wanted)?;
         let refuse = |what: String| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -300,7 +405,154 @@ impl State {
             self.file.write_all(b"\n")?;
             self.written_len += 1;
         }
+        Ok(kept)
+    }
+
+    /// As [`resume`](State::resume), then reads the checkpoint file back, checks it against the log
+    /// with the key's own public key, and continues its series.
+    #[cfg(feature = "checkpoints")]
+    fn resume_signed(
+        &mut self,
+        path: &Path,
+        recover_torn_tail: bool,
+        policy: Checkpoints,
+        durability: Durability,
+    ) -> io::Result<()> {
+        let sidecar_path = checkpoints_path(path);
+        let refuse = |what: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "checkpoints {}: {what}; refusing to append to the log (see `toolgate audit \
+                     verify {} --public-key PUB`)",
+                    sidecar_path.display(),
+                    path.display()
+                ),
+            )
+        };
+        let (existed, bytes) = match std::fs::read(&sidecar_path) {
+            Ok(bytes) => (true, bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (false, Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut sidecar = Sidecar::parse(&bytes);
+        let kept = self.resume(path, recover_torn_tail, sidecar.heads())?;
+        if !existed && self.seq > 0 {
+            // Signing a log found without its checkpoints would sign whatever someone left there.
+            return Err(refuse(format!(
+                "missing, and the log holds {} records; create it empty to sign the log as it now \
+                 stands",
+                self.seq
+            )));
+        }
+        let cut_torn = std::mem::take(&mut sidecar.torn);
+        if cut_torn && !recover_torn_tail {
+            return Err(refuse(
+                "torn tail: its last line is incomplete (left by a crash; open with \
+                 `recover_torn_tail(true)` to cut it off)"
+                    .into(),
+            ));
+        }
+        let text = |hash: &HashHex| String::from_utf8_lossy(hash).into_owned();
+        let writer = kept.get(&1).map(text);
+        let report = sidecar.verify(&policy.public_key(), writer.as_deref(), self.seq, |seq| {
+            kept.get(&seq).map(text)
+        });
+        if !report.is_intact() {
+            let problems: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+            return Err(refuse(format!(
+                "they do not match the log or this key: {}",
+                problems.join("; ")
+            )));
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&sidecar_path)?;
+        if cut_torn {
+            file.set_len(sidecar.whole_len)?;
+        }
+        if !existed && durability.syncs() {
+            sync_parent_dir(&sidecar_path)?;
+        }
+        let last = sidecar.last();
+        self.signing = Some(Signing {
+            checkpointer: writer.map(|writer| Checkpointer::new(&policy, writer, last)),
+            closed: last.is_some_and(|c| c.is_final && c.head_seq == self.seq),
+            policy,
+            file,
+            path: sidecar_path,
+            len: sidecar.whole_len,
+        });
         Ok(())
+    }
+
+    /// Writes a checkpoint over the records written so far if one is due, or if `close` (then a final
+    /// one) or `now` ask for it. Only records in the file are covered, and they are synced to disk
+    /// first: a checkpoint never names a record a crash could still take away.
+    #[cfg(feature = "checkpoints")]
+    fn checkpoint(
+        &mut self,
+        log_path: &Path,
+        durability: Durability,
+        close: bool,
+        now: bool,
+    ) -> Result<(), AuditError> {
+        let Some(signing) = &mut self.signing else {
+            return Ok(());
+        };
+        if self.seq == 0 || !self.pending.is_empty() {
+            return Ok(());
+        }
+        let Some(checkpointer) = &mut signing.checkpointer else {
+            return Ok(());
+        };
+        let since = self.seq - checkpointer.last_head_seq();
+        let wanted = if close {
+            since > 0 || !signing.closed
+        } else {
+            since > 0 && (now || checkpointer.due(since, std::time::Instant::now()))
+        };
+        if !wanted {
+            return Ok(());
+        }
+        if let Err(e) = self.file.sync_data() {
+            self.failed = Some(format!("fsync before a checkpoint failed ({e})"));
+            return Err(AuditError::io(
+                format!("syncing audit log {}", log_path.display()),
+                e,
+            ));
+        }
+        self.unsynced = 0;
+        let head = String::from_utf8_lossy(&self.last_hash).into_owned();
+        let mut line = checkpointer
+            .sign(self.seq, &head, self.seq, close)
+            .to_canonical_json();
+        line.push('\n');
+        let written = signing.file.write_all(line.as_bytes()).and_then(|()| {
+            if durability.syncs() {
+                signing.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        match written {
+            Ok(()) => {
+                signing.len += line.len() as u64;
+                signing.closed = close;
+                Ok(())
+            }
+            Err(e) => {
+                // The checkpoint is signed and counted: the series cannot go on without it, so the sink
+                // stops until the log is opened again and its checkpoints read back.
+                let _ = signing.file.set_len(signing.len);
+                self.failed = Some(format!("writing a checkpoint failed ({e})"));
+                Err(AuditError::io(
+                    format!("writing checkpoints {}", signing.path.display()),
+                    e,
+                ))
+            }
+        }
     }
 
     /// Writes the pending bytes; on failure cuts the file back to its last whole record.
@@ -359,6 +611,8 @@ impl JsonlSink {
             path: path.as_ref().to_path_buf(),
             durability: Durability::default(),
             recover_torn_tail: false,
+            #[cfg(feature = "checkpoints")]
+            checkpoints: None,
         }
     }
 
@@ -407,7 +661,8 @@ impl AuditSink for JsonlSink {
         self.write_record(record).map(drop)
     }
 
-    /// Writes any buffered records and `fsync`s the file.
+    /// Writes any buffered records and `fsync`s the file; with checkpoints, then writes one over every
+    /// record (unless the last one already covers them).
     fn flush(&self) -> Result<(), AuditError> {
         let mut state = self.lock()?;
         if let Some(failed) = &state.failed {
@@ -417,7 +672,10 @@ impl AuditSink for JsonlSink {
             )));
         }
         state.write_pending(&self.path)?;
-        state.sync(&self.path)
+        state.sync(&self.path)?;
+        #[cfg(feature = "checkpoints")]
+        state.checkpoint(&self.path, self.durability, false, true)?;
+        Ok(())
     }
 }
 
@@ -464,6 +722,16 @@ impl JsonlSink {
         state.seq = seq;
         state.last_hash = hash;
         state.unsynced = state.unsynced.saturating_add(1);
+        #[cfg(feature = "checkpoints")]
+        if let Some(signing) = state.signing.as_mut().filter(|_| seq == 1) {
+            // The log's first record names its writer for the file's life.
+            let writer = String::from_utf8_lossy(&hash);
+            signing.checkpointer = Some(Checkpointer::new(&signing.policy, writer, None));
+        }
+        // Before the record is acknowledged: a due checkpoint is never skipped by a caller that stops
+        // after this record.
+        #[cfg(feature = "checkpoints")]
+        state.checkpoint(&self.path, self.durability, false, false)?;
         match self.durability {
             Durability::FsyncEach => {
                 // Still under `state`'s lock: `written` grows in the file's order.
@@ -519,6 +787,24 @@ impl JsonlSink {
         }
     }
 
+    /// Writes any buffered records, `fsync`s the file and, with checkpoints, writes the final one;
+    /// returns what went wrong, which dropping the sink cannot. Dropping the sink does the same
+    /// silently.
+    pub fn close(self) -> Result<(), AuditError> {
+        let mut state = self.lock()?;
+        if let Some(failed) = &state.failed {
+            return Err(AuditError::new(format!(
+                "audit log {} is unusable: {failed}; reopen it",
+                self.path.display()
+            )));
+        }
+        state.write_pending(&self.path)?;
+        state.sync(&self.path)?;
+        #[cfg(feature = "checkpoints")]
+        state.checkpoint(&self.path, self.durability, true, false)?;
+        Ok(())
+    }
+
     /// How many `fsync`s the group commit of [`Durability::FsyncEach`] has run: fewer than the records
     /// when threads shared them.
     pub fn group_syncs(&self) -> u64 {
@@ -537,10 +823,14 @@ impl Drop for JsonlSink {
         if state.failed.is_some() {
             return;
         }
-        // Errors cannot be reported from here; call `flush` first to see them.
+        // Errors cannot be reported from here; call `flush` (or `close`) first to see them.
         if state.write_pending(&self.path).is_ok() && state.unsynced > 0 && self.durability.syncs()
         {
             let _ = state.sync(&self.path);
+        }
+        #[cfg(feature = "checkpoints")]
+        if state.failed.is_none() {
+            let _ = state.checkpoint(&self.path, self.durability, true, false);
         }
     }
 }

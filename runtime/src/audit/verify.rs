@@ -1,5 +1,6 @@
 //! Checking a hash-chained JSONL audit log.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -194,13 +195,24 @@ pub fn verify_file(path: impl AsRef<Path>) -> io::Result<VerifyReport> {
 
 /// Verifies a log read from `reader` to its end; `Err` only if reading fails.
 pub fn verify_reader(reader: impl Read) -> io::Result<VerifyReport> {
+    verify_reader_keeping(reader, BTreeSet::new()).map(|(report, _)| report)
+}
+
+/// Verifies a log read from `reader`, and keeps the hashes of its records numbered `wanted` among those
+/// that verify.
+pub(crate) fn verify_reader_keeping(
+    reader: impl Read,
+    wanted: BTreeSet<u64>,
+) -> io::Result<(VerifyReport, BTreeMap<u64, HashHex>)> {
     let mut reader = BufReader::with_capacity(1 << 16, reader);
     let mut verifier = Verifier::new();
+    verifier.wanted = wanted;
     let mut line = Vec::new();
     loop {
         line.clear();
         if reader.read_until(b'\n', &mut line)? == 0 {
-            return Ok(verifier.finish());
+            let kept = std::mem::take(&mut verifier.kept);
+            return Ok((verifier.finish(), kept));
         }
         verifier.line(&line);
     }
@@ -224,6 +236,9 @@ pub(crate) struct Verifier {
     canonical: Vec<u8>,
     /// The last line had no newline and did not verify: it is torn if it is not JSON, else broken.
     unterminated_failure: Option<BrokenRecord>,
+    /// The records whose hashes to keep, by `seq`, and those kept.
+    wanted: BTreeSet<u64>,
+    kept: BTreeMap<u64, HashHex>,
 }
 
 impl Verifier {
@@ -244,6 +259,8 @@ impl Verifier {
             encoder: Encoder::default(),
             canonical: Vec::new(),
             unterminated_failure: None,
+            wanted: BTreeSet::new(),
+            kept: BTreeMap::new(),
         }
     }
 
@@ -266,6 +283,9 @@ impl Verifier {
                 self.report.intact_len = self.offset;
                 self.report.final_newline_missing = !terminated;
                 self.last_hash = hash;
+                if self.wanted.contains(&seq) {
+                    self.kept.insert(seq, hash);
+                }
             }
             Err((seq, reason)) => {
                 let broken = BrokenRecord {

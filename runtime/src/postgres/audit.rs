@@ -14,6 +14,7 @@ use super::schema::{self, lock_key, store_error, valid_schema};
 use super::{DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
 use crate::approval::store::StoreError;
 use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
+use crate::audit::checkpoint::{Checkpoint, Checkpointer, Checkpoints};
 use crate::audit::{AuditError, AuditFuture, AuditRecord, AuditSink, Stage};
 
 /// Records one group commit carries at the most.
@@ -96,6 +97,7 @@ pub struct PostgresSinkBuilder {
     writer: Option<String>,
     schema: String,
     timeout: Duration,
+    checkpoints: Option<Checkpoints>,
 }
 
 impl PostgresSinkBuilder {
@@ -120,6 +122,16 @@ impl PostgresSinkBuilder {
         self
     }
 
+    /// Signs a checkpoint of the writer's chain every N records or T seconds, and a final one when the
+    /// sink is dropped, into `audit_checkpoints` (see [`Checkpoints`]): `toolgate audit verify
+    /// postgres://… --public-key FILE` then shows a rewritten chain, one cut short before its last
+    /// checkpoint, and a checkpoint copied from another writer. A checkpoint is written after the
+    /// records it covers are committed.
+    pub fn checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+        self.checkpoints = Some(checkpoints);
+        self
+    }
+
     /// Connects to the server at `url`, creating or migrating the schema and taking the writer's
     /// name, within the timeout. It blocks the calling thread until then.
     pub fn connect(self, url: &str) -> Result<PostgresSink, StoreError> {
@@ -132,6 +144,11 @@ impl PostgresSinkBuilder {
         }
         if self.timeout.is_zero() {
             return invalid("the timeout must be more than zero".into());
+        }
+        if let Some(checkpoints) = &self.checkpoints
+            && let Err(error) = checkpoints.check()
+        {
+            return invalid(error.to_string());
         }
         let writer = match self.writer {
             Some(writer) if writer.trim().is_empty() || writer.chars().any(char::is_control) => {
@@ -156,6 +173,8 @@ impl PostgresSinkBuilder {
             conn: None,
             head: None,
             encoder: Encoder::default(),
+            policy: self.checkpoints,
+            signer: None,
         };
         let (jobs, receiver) = mpsc::unbounded_channel();
         let thread = worker
@@ -184,6 +203,7 @@ impl PostgresSink {
             writer: None,
             schema: DEFAULT_SCHEMA.to_owned(),
             timeout: DEFAULT_TIMEOUT,
+            checkpoints: None,
         }
     }
 
@@ -317,6 +337,7 @@ enum Job {
 struct Conn {
     client: Client,
     insert: Statement,
+    insert_checkpoint: Statement,
 }
 
 struct Worker {
@@ -329,6 +350,10 @@ struct Worker {
     /// after any failure, whose commit may or may not have happened.
     head: Option<(u64, HashHex)>,
     encoder: Encoder,
+    policy: Option<Checkpoints>,
+    /// The writer's checkpoint series, continued from the table's last checkpoint; read again with the
+    /// head.
+    signer: Option<Checkpointer>,
 }
 
 /// One group, encoded.
@@ -357,7 +382,19 @@ impl Worker {
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
         let mut group = Vec::new();
         let mut flushes = Vec::new();
-        while let Some(first) = jobs.recv().await {
+        loop {
+            // Idle, a checkpoint falls due by time alone.
+            let first = match self.policy.as_ref().map(Checkpoints::interval) {
+                Some(interval) => match tokio::time::timeout(interval, jobs.recv()).await {
+                    Ok(job) => job,
+                    Err(_) => {
+                        self.checkpoint_if_due(false).await;
+                        continue;
+                    }
+                },
+                None => jobs.recv().await,
+            };
+            let Some(first) = first else { break };
             let mut next = Some(first);
             while let Some(job) = next.take() {
                 match job {
@@ -388,6 +425,70 @@ impl Worker {
             for reply in flushes.drain(..) {
                 let _ = reply.send(result());
             }
+            if committed.is_ok() {
+                self.checkpoint_if_due(false).await;
+            }
+        }
+        self.checkpoint_if_due(true).await;
+        if let Some(conn) = &self.conn {
+            // Frees the writer's name at once, rather than when the server sees the session end.
+            let _ = conn
+                .client
+                .execute("SELECT pg_advisory_unlock($1)", &[&self.lock_key()])
+                .await;
+        }
+    }
+
+    fn lock_key(&self) -> i64 {
+        lock_key(&self.schema, &format!("audit writer {}", self.writer))
+    }
+
+    /// Signs and stores a checkpoint over the committed head when one is due (or, `at_end`, a final
+    /// one over every record). A failure is reported through `tracing` and forgets the series: it is
+    /// read again from the table with the head.
+    async fn checkpoint_if_due(&mut self, at_end: bool) {
+        if self.policy.is_none() {
+            return;
+        }
+        if at_end && self.within_timeout(Worker::ready).await.is_err() {
+            tracing::error!(target: "toolgate::audit", writer = %self.writer, "final checkpoint not written");
+            return;
+        }
+        let (Some((head_seq, head_hash)), Some(signer)) = (self.head, self.signer.as_mut()) else {
+            return;
+        };
+        let since = head_seq.saturating_sub(signer.last_head_seq());
+        let due = if at_end {
+            head_seq > 0
+        } else {
+            signer.due(since, std::time::Instant::now())
+        };
+        if !due {
+            return;
+        }
+        let checkpoint = signer.sign(head_seq, &hex(&head_hash), head_seq, at_end);
+        let stored = self
+            .within_timeout(async |worker: &mut Worker| {
+                let Some(conn) = &worker.conn else {
+                    return Err(StoreError::Unexpected("no connection".into()));
+                };
+                conn.client
+                    .execute(
+                        &conn.insert_checkpoint,
+                        &[
+                            &worker.writer,
+                            &(checkpoint.seq as i64),
+                            &(checkpoint.head_seq as i64),
+                            &checkpoint.to_canonical_json(),
+                        ],
+                    )
+                    .await
+                    .map_err(|e| store_error(&e))
+                    .map(drop)
+            })
+            .await;
+        if let Err(error) = stored {
+            tracing::error!(target: "toolgate::audit", %error, writer = %self.writer, "checkpoint not written");
         }
     }
 
@@ -413,6 +514,7 @@ impl Worker {
     fn forget(&mut self) {
         self.conn = None;
         self.head = None;
+        self.signer = None;
     }
 
     /// Opens the connection where needed and reads the writer's head.
@@ -455,7 +557,61 @@ impl Worker {
                 }
             });
         }
+        if let (Some(policy), None) = (&self.policy, &self.signer) {
+            let last = self.last_checkpoint(policy).await?;
+            self.signer = Some(Checkpointer::new(
+                policy,
+                self.writer.clone(),
+                last.as_ref(),
+            ));
+        }
         Ok(())
+    }
+
+    /// The writer's last checkpoint, checked before its series is continued: signed by this sink's
+    /// key, for this writer, over a record the table holds with that hash.
+    async fn last_checkpoint(
+        &self,
+        policy: &Checkpoints,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        let Some(conn) = &self.conn else {
+            return Err(StoreError::Unexpected("no connection".into()));
+        };
+        let row = conn
+            .client
+            .query_opt(
+                &schema::sql(
+                    "SELECT c.checkpoint, a.hash FROM {s}.audit_checkpoints c
+                     LEFT JOIN {s}.audit a ON a.writer = c.writer AND a.seq = c.head_seq
+                     WHERE c.writer = $1 ORDER BY c.seq DESC LIMIT 1",
+                    &self.schema,
+                ),
+                &[&self.writer],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+        let Some(row) = row else { return Ok(None) };
+        let text: String = row.try_get(0).map_err(unexpected)?;
+        let hash: Option<String> = row.try_get(1).map_err(unexpected)?;
+        let refuse = |why: &str| {
+            StoreError::Unexpected(format!(
+                "the last checkpoint of writer {:?} {why}; refusing to continue its chain (see \
+                 `toolgate audit verify`)",
+                self.writer
+            ))
+        };
+        let checkpoint =
+            Checkpoint::from_canonical_json(text.as_bytes()).map_err(|e| refuse(&e))?;
+        if !checkpoint.signature_verifies(&policy.public_key()) {
+            return Err(refuse("is not signed by this sink's key"));
+        }
+        if checkpoint.writer != self.writer {
+            return Err(refuse("names another writer"));
+        }
+        if hash.as_deref() != Some(checkpoint.head_hash.as_str()) {
+            return Err(refuse("does not match the chain"));
+        }
+        Ok(Some(checkpoint))
     }
 
     async fn open(&self) -> Result<Conn, StoreError> {
@@ -468,13 +624,24 @@ impl Worker {
             let _ = connection.await;
         });
         schema::migrate(&mut client, &self.schema).await?;
-        let key = lock_key(&self.schema, &format!("audit writer {}", self.writer));
-        let locked: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-            .await
-            .map_err(|e| store_error(&e))?
-            .try_get(0)
-            .map_err(unexpected)?;
+        // The lock of a sink that just ended (or a process just killed) is released when the server
+        // notices its session is gone: a new sink of the same writer waits a little for it.
+        let key = self.lock_key();
+        let mut locked = false;
+        for attempt in 0..20 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            locked = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+                .map_err(|e| store_error(&e))?
+                .try_get(0)
+                .map_err(unexpected)?;
+            if locked {
+                break;
+            }
+        }
         if !locked {
             return Err(StoreError::Unavailable(format!(
                 "another sink writes as writer {:?}; a writer has one chain, so one sink",
@@ -490,7 +657,19 @@ impl Worker {
             ))
             .await
             .map_err(|e| store_error(&e))?;
-        Ok(Conn { client, insert })
+        let insert_checkpoint = client
+            .prepare(&schema::sql(
+                "INSERT INTO {s}.audit_checkpoints (writer, seq, head_seq, checkpoint)
+                 VALUES ($1, $2, $3, $4)",
+                &self.schema,
+            ))
+            .await
+            .map_err(|e| store_error(&e))?;
+        Ok(Conn {
+            client,
+            insert,
+            insert_checkpoint,
+        })
     }
 
     /// Chains and inserts a group in one statement, one commit.

@@ -121,7 +121,9 @@ mod worker;
 
 pub use audit::{PostgresSink, PostgresSinkBuilder};
 pub use fleet::{Fleet, FleetBuilder, JoinError};
-pub use trail::{Interrupted, TrailReport, WriterReport, read_trail, verify_trail};
+pub use trail::{
+    Interrupted, TrailReport, WriterReport, read_trail, verify_signed_trail, verify_trail,
+};
 
 use std::fmt;
 use std::str::FromStr;

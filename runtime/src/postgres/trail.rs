@@ -10,8 +10,9 @@ use tokio_postgres::NoTls;
 
 use super::schema::{self, store_error, valid_schema};
 use crate::approval::store::StoreError;
+use crate::audit::checkpoint::{Checkpoint, SeriesVerifier};
 use crate::audit::verify::Verifier;
-use crate::audit::{AuditRecord, Stage, VerifyReport};
+use crate::audit::{AuditRecord, CheckpointReport, PublicKey, Stage, VerifyReport};
 
 /// What [`verify_trail`] found in the audit table: one report per writer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,8 @@ pub struct WriterReport {
     /// Calls whose `enter` was committed with no `exit` after it: the writer stopped (was killed, lost
     /// its server) while the call ran, or the last group's reply was lost. Not tampering.
     pub interrupted: Vec<Interrupted>,
+    /// Its signed checkpoints checked against the chain, by [`verify_signed_trail`].
+    pub checkpoints: Option<CheckpointReport>,
 }
 
 /// A call left without its `exit` record.
@@ -52,9 +55,15 @@ pub struct Interrupted {
 }
 
 impl WriterReport {
-    /// Whether the chain verified to its end, with every row's columns matching its line.
+    /// Whether the chain verified to its end, with every row's columns matching its line, and its
+    /// checkpoints, where they were checked, verified against it.
     pub fn is_intact(&self) -> bool {
-        self.chain.is_intact() && self.columns_differ.is_none()
+        self.chain.is_intact()
+            && self.columns_differ.is_none()
+            && self
+                .checkpoints
+                .as_ref()
+                .is_none_or(CheckpointReport::is_intact)
     }
 }
 
@@ -90,6 +99,11 @@ impl fmt::Display for TrailReport {
                     "  the row at seq {seq} has columns that differ from its line: it was edited"
                 )?;
             }
+            if let Some(checkpoints) = &writer.checkpoints {
+                for line in checkpoints.to_string().lines() {
+                    writeln!(f, "  {line}")?;
+                }
+            }
             for call in &writer.interrupted {
                 writeln!(
                     f,
@@ -105,23 +119,48 @@ impl fmt::Display for TrailReport {
 /// Verifies every writer's chain in the audit table at `url` (schema `schema`); `Err` only when the
 /// table cannot be read.
 pub fn verify_trail(url: &str, schema: &str) -> Result<TrailReport, StoreError> {
-    let rows = read(url, schema)?;
-    let mut writers: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    let (rows, _) = read(url, schema, false)?;
+    Ok(report(rows, Vec::new(), None))
+}
+
+/// [`verify_trail`], and every writer's signed checkpoints (`audit_checkpoints`) checked against its
+/// chain with the public key alone: a chain rewritten with recomputed hashes, a chain cut short before
+/// its last checkpoint, a checkpoint copied from another writer, or a writer whose records are gone
+/// but whose checkpoints remain, each shows.
+pub fn verify_signed_trail(
+    url: &str,
+    schema: &str,
+    key: &PublicKey,
+) -> Result<TrailReport, StoreError> {
+    let (rows, checkpoints) = read(url, schema, true)?;
+    Ok(report(rows, checkpoints, Some(key)))
+}
+
+fn report(rows: Vec<Row>, checkpoints: Vec<CheckpointRow>, key: Option<&PublicKey>) -> TrailReport {
+    let mut writers: BTreeMap<String, (Vec<Row>, Vec<CheckpointRow>)> = BTreeMap::new();
     for row in rows {
-        writers.entry(row.writer.clone()).or_default().push(row);
+        writers.entry(row.writer.clone()).or_default().0.push(row);
+    }
+    for checkpoint in checkpoints {
+        writers
+            .entry(checkpoint.writer.clone())
+            .or_default()
+            .1
+            .push(checkpoint);
     }
     let writers = writers
         .into_iter()
-        .map(|(writer, rows)| verify_writer(writer, &rows))
+        .map(|(writer, (rows, checkpoints))| verify_writer(writer, &rows, &checkpoints, key))
         .collect();
-    Ok(TrailReport { writers })
+    TrailReport { writers }
 }
 
 /// The records of the audit table at `url`, writer by writer, each in `seq` order: for reports such
 /// as [`PromotionReport`](crate::audit::PromotionReport). Verify the trail first: this reads what is
 /// there.
 pub fn read_trail(url: &str, schema: &str) -> Result<Vec<AuditRecord>, StoreError> {
-    read(url, schema)?
+    read(url, schema, false)?
+        .0
         .iter()
         .map(|row| {
             serde_json::from_str(&row.line).map_err(|e| {
@@ -134,6 +173,11 @@ pub fn read_trail(url: &str, schema: &str) -> Result<Vec<AuditRecord>, StoreErro
         .collect()
 }
 
+struct CheckpointRow {
+    writer: String,
+    text: String,
+}
+
 struct Row {
     writer: String,
     seq: i64,
@@ -142,8 +186,14 @@ struct Row {
     line: String,
 }
 
-fn verify_writer(writer: String, rows: &[Row]) -> WriterReport {
+fn verify_writer(
+    writer: String,
+    rows: &[Row],
+    checkpoints: &[CheckpointRow],
+    key: Option<&PublicKey>,
+) -> WriterReport {
     let mut verifier = Verifier::new();
+    let mut hashes = Vec::with_capacity(rows.len());
     let mut columns_differ = None;
     let mut open: BTreeMap<(u64, u64), Interrupted> = BTreeMap::new();
     let mut line = Vec::new();
@@ -153,8 +203,10 @@ fn verify_writer(writer: String, rows: &[Row]) -> WriterReport {
         line.push(b'\n');
         verifier.line(&line);
         let Ok(members) = serde_json::from_str::<Members>(&row.line) else {
+            hashes.push(String::new());
             continue;
         };
+        hashes.push(members.hash.clone());
         if columns_differ.is_none()
             && (Some(row.seq) != i64::try_from(members.seq).ok()
                 || row.prev_hash != members.prev_hash
@@ -182,11 +234,28 @@ fn verify_writer(writer: String, rows: &[Row]) -> WriterReport {
     }
     let mut interrupted: Vec<Interrupted> = open.into_values().collect();
     interrupted.sort_by_key(|call| call.seq);
+    let chain = verifier.finish();
+    let checkpoints = key.map(|key| {
+        let mut series = SeriesVerifier::new(key, &writer, chain.last_seq);
+        // Records `1..=last_seq` verified, in order from the first row.
+        let mut hash_at = |seq: u64| {
+            let at = usize::try_from(seq.checked_sub(1)?).ok()?;
+            hashes.get(at).cloned()
+        };
+        for row in checkpoints {
+            match Checkpoint::from_canonical_json(row.text.as_bytes()) {
+                Ok(checkpoint) => series.checkpoint(&checkpoint, &mut hash_at),
+                Err(error) => series.unreadable(error),
+            }
+        }
+        series.finish()
+    });
     WriterReport {
         writer,
-        chain: verifier.finish(),
+        chain,
         columns_differ,
         interrupted,
+        checkpoints,
     }
 }
 
@@ -202,7 +271,11 @@ struct Members {
     call: u64,
 }
 
-fn read(url: &str, schema: &str) -> Result<Vec<Row>, StoreError> {
+fn read(
+    url: &str,
+    schema: &str,
+    with_checkpoints: bool,
+) -> Result<(Vec<Row>, Vec<CheckpointRow>), StoreError> {
     if !valid_schema(schema) {
         return Err(StoreError::Unavailable(format!(
             "not configured: the schema name {schema:?} is not lowercase letters, digits and `_`"
@@ -220,6 +293,12 @@ fn read(url: &str, schema: &str) -> Result<Vec<Row>, StoreError> {
         tokio::spawn(async move {
             let _ = connection.await;
         });
+        let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+        // One snapshot for both tables: a checkpoint is never read without the records it covers.
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(|e| store_error(&e))?;
         let rows = client
             .query(
                 &schema::sql(
@@ -230,9 +309,9 @@ fn read(url: &str, schema: &str) -> Result<Vec<Row>, StoreError> {
             )
             .await
             .map_err(|e| store_error(&e))?;
-        rows.iter()
+        let rows = rows
+            .iter()
             .map(|row| {
-                let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
                 Ok(Row {
                     writer: row.try_get(0).map_err(column)?,
                     seq: row.try_get(1).map_err(column)?,
@@ -241,6 +320,30 @@ fn read(url: &str, schema: &str) -> Result<Vec<Row>, StoreError> {
                     line: row.try_get(4).map_err(column)?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<Row>, StoreError>>()?;
+        let mut checkpoints = Vec::new();
+        if with_checkpoints {
+            let stored = client
+                .query(
+                    &schema::sql(
+                        "SELECT writer, checkpoint FROM {s}.audit_checkpoints ORDER BY writer, seq",
+                        schema,
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(|e| store_error(&e))?;
+            for row in &stored {
+                checkpoints.push(CheckpointRow {
+                    writer: row.try_get(0).map_err(column)?,
+                    text: row.try_get(1).map_err(column)?,
+                });
+            }
+        }
+        client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|e| store_error(&e))?;
+        Ok((rows, checkpoints))
     })
 }
