@@ -1,4 +1,4 @@
-//! Records per second of the hash-chained JSONL audit sink, on 1 and 4 threads, with the default
+//! Records per second of the hash-chained JSONL audit sink, on 1, 4 and 8 threads, with the default
 //! durability (`Flush`: each record reaches the OS before the call's body runs) and with fsync batching
 //! (`FsyncEvery(n)`), through `AuditSink::record` directly and through real gated calls.
 //!
@@ -10,8 +10,9 @@
 //! is what one idle core would do.
 //!
 //! `cargo bench -p toolgate-benches --bench audit`; `AUDIT_SECONDS` sets the length of one run (1 by
-//! default) and `AUDIT_RUNS` the runs per configuration (3 by default, the median is printed). The logs
-//! are written under cargo's target `tmp` folder.
+//! default), `AUDIT_RUNS` the runs per configuration (3 by default, the median is printed) and
+//! `AUDIT_DURABILITIES` which rows to run (a comma-separated list of names such as `FsyncEach`; all
+//! by default). The logs are written under cargo's target `tmp` folder.
 
 use std::path::Path;
 use std::time::Duration;
@@ -43,9 +44,14 @@ fn main() {
         "{:<18} {:<24} {:>7} {:>12} {:>17} {:>18}",
         "durability", "through", "threads", "records/s", "µs/record (wall)", "records/CPU-second"
     );
-    for (name, durability) in durabilities {
+    let only: Option<String> = std::env::var("AUDIT_DURABILITIES").ok();
+    let chosen = |name: &str| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|o| name.starts_with(o.trim())))
+    };
+    for (name, durability) in durabilities.into_iter().filter(|(name, _)| chosen(name)) {
         for through in [Through::Record, Through::GatedCalls] {
-            for threads in [1, 4] {
+            for threads in [1, 4, 8] {
                 let mut results: Vec<Run> = (0..runs)
                     .map(|_| {
                         let result = run(&path, durability, threads, through, duration)
