@@ -1510,3 +1510,217 @@ fn f26_a_killed_writer_is_interrupted_and_its_name_continues() {
     let cli = toolgate(&["audit", "verify", &url]);
     assert_eq!(cli.status.code(), Some(0), "{}", text(&cli));
 }
+
+// ---------------------------------------------------------------------------------------------------
+// More outages, and names as SQL
+// ---------------------------------------------------------------------------------------------------
+
+/// f27: an audited gate lowered by the application (`lower_by`) while its sink's link is a black
+/// hole; the link heals. Guarantee: every lowering is an audit record (`mode_lowered`, by whom): a
+/// lowering cannot be hidden by the outage it happened in.
+#[test]
+fn f27_a_lowering_during_an_outage_is_not_lost_from_the_trail() {
+    let url = database("f27");
+    let proxy = Proxy::new(&url);
+    let gate = audited_gate(&proxy.url(&url), "f27", Duration::from_millis(500));
+    gate.run(|| mark("f27-warm".into())).unwrap();
+    proxy.cut();
+    gate.lower_by(Mode::Advisory, "ana").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    proxy.heal();
+    gate.lower_by(Mode::Shadow, "bob").unwrap();
+    // A flush: dropping the sink waits for what is queued.
+    drop(gate);
+    let lowered: Vec<Mode> = records(&url, "f27")
+        .iter()
+        .filter(|r| r.stage == Stage::ModeLowered)
+        .map(|r| r.mode)
+        .collect();
+    assert!(
+        lowered.len() == 2,
+        "mode_lowered records in the trail: {lowered:?} (two lowerings were made)"
+    );
+    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
+}
+
+/// f28: four threads call through one sink (group commit) while its link is cut for a second and
+/// healed. Guarantee: no body runs whose `enter` is not committed, every refusal is
+/// `AUDIT_UNAVAILABLE`, and the chain verifies.
+#[test]
+fn f28_group_commit_under_a_black_hole_runs_no_body_unaudited() {
+    let url = database("f28");
+    let proxy = Proxy::new(&url);
+    let gate = audited_gate(&proxy.url(&url), "f28", Duration::from_millis(400));
+    let stop = Arc::new(AtomicBool::new(false));
+    let codes = Arc::new(Mutex::new(HashSet::new()));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (gate, stop, codes) = (gate.clone(), stop.clone(), codes.clone());
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Err(d) = gate.run(|| mark(format!("f28-{t}-{i}"))) {
+                        codes.lock().unwrap().insert(d.code().as_str());
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    proxy.cut();
+    std::thread::sleep(Duration::from_millis(1000));
+    proxy.heal();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    drop(gate);
+    let codes = codes.lock().unwrap().clone();
+    assert!(
+        codes
+            .iter()
+            .all(|c| *c == DenialCode::AuditUnavailable.as_str()),
+        "{codes:?}"
+    );
+    assert!(!codes.is_empty(), "the cut refused nothing");
+    let report = verify_trail(&url, "toolgate").unwrap();
+    assert!(report.is_intact(), "{report}");
+    let entered: HashSet<String> = records(&url, "f28")
+        .iter()
+        .filter(|r| r.stage == Stage::Enter)
+        .filter_map(tag_of)
+        .collect();
+    let ran_tags: Vec<String> = RAN
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| t.starts_with("f28-"))
+        .cloned()
+        .collect();
+    assert!(ran_tags.len() > 10);
+    let unaudited: Vec<&String> = ran_tags.iter().filter(|t| !entered.contains(*t)).collect();
+    assert!(unaudited.is_empty(), "bodies ran unaudited: {unaudited:?}");
+}
+
+/// f29: a signed sink (a checkpoint every 3 records) whose commits time out behind a black hole, then
+/// continue. Guarantee: a checkpoint is written only over committed records, so no outage makes an
+/// intact trail look rewritten or cut: `verify --public-key` exits 0 after a clean shutdown.
+#[test]
+fn f29_signed_sink_through_an_outage_still_verifies_with_its_key() {
+    let url = database("f29");
+    let scratch = common::Scratch::new("f29");
+    let proxy = Proxy::new(&url);
+    let key = SigningKey::generate().unwrap();
+    let file = scratch.path("f29.pub");
+    std::fs::write(&file, key.public_key().to_public_key_pem()).unwrap();
+    let sink = PostgresSink::builder()
+        .writer("f29")
+        .timeout(Duration::from_millis(400))
+        .checkpoints(Checkpoints::new(key).every_records(3))
+        .connect(&proxy.url(&url))
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink)
+        .build()
+        .unwrap();
+    for i in 0..10 {
+        gate.run(|| mark(format!("f29-a{i}"))).unwrap();
+    }
+    proxy.cut();
+    for i in 0..3 {
+        let _ = gate.run(|| mark(format!("f29-b{i}")));
+    }
+    proxy.heal();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut oks = 0;
+    let mut i = 0;
+    while oks < 10 && Instant::now() < deadline {
+        if gate.run(|| mark(format!("f29-c{i}"))).is_ok() {
+            oks += 1;
+        }
+        i += 1;
+    }
+    assert_eq!(oks, 10);
+    drop(gate);
+    let (code, shown) = verify_cli(&url, &file);
+    assert_eq!(code, Some(0), "{shown}");
+}
+
+/// f30: names as SQL: a writer name, a fleet name and a schema given to the public functions, each
+/// holding a quote and a statement. Guarantee asked: names are data (bound or refused), never SQL: the
+/// tables survive, the trail verifies, lowering the oddly named fleet lowers exactly it.
+#[test]
+fn f30_names_with_quotes_are_not_sql() {
+    let url = database("f30");
+    let evil = "x'); DROP TABLE toolgate.fleets; --";
+    let gate = audited_gate(&url, evil, Duration::from_secs(2));
+    gate.run(|| mark("f30-0".into())).unwrap();
+    drop(gate);
+    let fleet = member_fleet(&url, evil, 1000);
+    let joined = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    fleet::lower(&url, "toolgate", evil, Mode::Shadow, "ana'--", "x'; --").unwrap();
+    assert!(eventually(Duration::from_millis(1500), || joined.mode()
+        == Mode::Shadow));
+    for schema in [
+        "toolgate.audit; DROP TABLE toolgate.fleets; --",
+        "toolgate\"; DROP TABLE toolgate.fleets; --",
+    ] {
+        assert!(verify_trail(&url, schema).is_err(), "{schema}");
+        assert!(fleet::status(&url, schema, evil).is_err(), "{schema}");
+        assert!(fleet::lower(&url, schema, evil, Mode::Shadow, "a", "b").is_err());
+    }
+    let tables = query(
+        &url,
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'toolgate'
+         AND table_name IN ('fleets', 'audit', 'fleet_changes', 'fleet_members')",
+    );
+    assert_eq!(tables[0][0].as_deref(), Some("4"));
+    let report = verify_trail(&url, "toolgate").unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert!(report.writer(evil).is_some(), "{report}");
+    drop(joined);
+    drop(fleet);
+}
+
+/// f31: f13 with a longer outage: the link stays cut for 2 s after the gate went to SHADOW, longer
+/// than the sink's timeout (500 ms), so the group carrying `fleet_lost` times out rather than failing
+/// on a closed connection. Guarantee: the partition is audited (`fleet_lost`, then `fleet_rejoined`)
+/// whatever the outage looks like; it cannot be hidden.
+#[test]
+fn f31_a_long_partition_is_not_hidden_when_the_sink_shares_the_lost_server() {
+    let url = database("f31");
+    let proxy = Proxy::new(&url);
+    let via = proxy.url(&url);
+    let fleet = member_fleet(&via, "f31", 400);
+    let gate = fleet
+        .join(Gate::builder().mode(Mode::PartialAuto).audit(sink(
+            &via,
+            "f31",
+            Duration::from_millis(500),
+        )))
+        .unwrap();
+    gate.run(|| mark("f31-before".into())).unwrap();
+    proxy.cut();
+    assert!(eventually(Duration::from_secs(4), || gate.mode() == Mode::Shadow));
+    std::thread::sleep(Duration::from_secs(2));
+    proxy.heal();
+    assert!(
+        eventually(Duration::from_secs(8), || gate.mode() == Mode::PartialAuto),
+        "never rejoined"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate.run(|| mark("f31-after".into())).is_err() && Instant::now() < deadline {}
+    drop(gate);
+    drop(fleet);
+    let stages: Vec<Stage> = records(&url, "f31").iter().map(|r| r.stage).collect();
+    let lost = stages.iter().position(|s| *s == Stage::FleetLost);
+    let back = stages.iter().position(|s| *s == Stage::FleetRejoined);
+    assert!(
+        lost.is_some() && back.is_some() && lost < back,
+        "the partition is missing from the trail: {stages:?}"
+    );
+    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
+}
