@@ -74,6 +74,9 @@ pub(super) struct Inner {
     pub(super) audit: Option<Arc<dyn AuditSink>>,
     pub(super) agent: Option<Arc<str>>,
     pub(super) calls: AtomicU64,
+    /// What must live as long as the gate: the memberships of fleets it joined, so that the fleet's
+    /// hold on it ends with the gate, never before.
+    kept: Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl Gate {
@@ -227,6 +230,15 @@ impl Gate {
     /// Whether the gate acts as SHADOW because it lost its fleet.
     pub(crate) fn partitioned(&self) -> bool {
         self.modes().partitioned
+    }
+
+    /// Keeps `what` alive as long as the gate (or a clone) lives.
+    pub(crate) fn keep_alive(&self, what: Arc<dyn std::any::Any + Send + Sync>) {
+        self.inner
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(what);
     }
 
     /// A reference that does not keep the gate alive.
@@ -568,6 +580,7 @@ impl GateBuilder {
                 audit: self.audit,
                 agent: self.agent,
                 calls: AtomicU64::new(1),
+                kept: Mutex::new(Vec::new()),
             }),
         })
     }

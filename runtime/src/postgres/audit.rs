@@ -20,6 +20,10 @@ use crate::audit::{AuditError, AuditFuture, AuditRecord, AuditSink, Stage};
 /// Records one group commit carries at the most.
 const MAX_GROUP: usize = 4096;
 
+/// Records that no call waits on, kept for the server while it cannot be reached; past this many, new
+/// ones are lost (and said so through `tracing`).
+const MAX_UNSENT: usize = 100_000;
+
 /// An [`AuditSink`] that writes every record into one PostgreSQL table shared by every process, each
 /// writer (one sink: a process's gates) keeping its own hash chain there.
 ///
@@ -174,6 +178,8 @@ impl PostgresSinkBuilder {
             head: None,
             encoder: Encoder::default(),
             policy: self.checkpoints,
+            unsent: Vec::new(),
+            failed_head: None,
             signer: None,
         };
         let (jobs, receiver) = mpsc::unbounded_channel();
@@ -351,6 +357,10 @@ struct Worker {
     head: Option<(u64, HashHex)>,
     encoder: Encoder,
     policy: Option<Checkpoints>,
+    /// Records of failed groups that no call waits on, in order, to be sent again.
+    unsent: Vec<Queued>,
+    /// The head a failed group would have left: if the table has it, the group committed.
+    failed_head: Option<(u64, HashHex)>,
     /// The writer's checkpoint series, continued from the table's last checkpoint; read again with the
     /// head.
     signer: Option<Checkpointer>,
@@ -388,10 +398,23 @@ impl Worker {
                 Some(interval) => match tokio::time::timeout(interval, jobs.recv()).await {
                     Ok(job) => job,
                     Err(_) => {
+                        if !self.unsent.is_empty() {
+                            let _ = self.commit_group(&[]).await;
+                        }
                         self.checkpoint_if_due(false).await;
                         continue;
                     }
                 },
+                None if !self.unsent.is_empty() => {
+                    // Records wait for the server: try again every so often, new records or not.
+                    match tokio::time::timeout(self.timeout, jobs.recv()).await {
+                        Ok(job) => job,
+                        Err(_) => {
+                            let _ = self.commit_group(&[]).await;
+                            continue;
+                        }
+                    }
+                }
                 None => jobs.recv().await,
             };
             let Some(first) = first else { break };
@@ -409,7 +432,7 @@ impl Worker {
                     next = jobs.try_recv().ok();
                 }
             }
-            let committed = match group.is_empty() {
+            let committed = match group.is_empty() && self.unsent.is_empty() {
                 true => Ok(()),
                 false => self.commit_group(&group).await,
             };
@@ -420,7 +443,10 @@ impl Worker {
                     .map_err(|e| AuditError::new(format!("audit trail in PostgreSQL: {e}")))
             };
             for queued in group.drain(..) {
-                queued.reply.send(result());
+                match queued.reply {
+                    Reply::None if committed.is_err() => self.keep_unsent(queued),
+                    _ => queued.reply.send(result()),
+                }
             }
             for reply in flushes.drain(..) {
                 let _ = reply.send(result());
@@ -428,6 +454,14 @@ impl Worker {
             if committed.is_ok() {
                 self.checkpoint_if_due(false).await;
             }
+        }
+        if !self.unsent.is_empty() && self.commit_group(&[]).await.is_err() {
+            tracing::error!(
+                target: "toolgate::audit",
+                writer = %self.writer,
+                "{} audit records lost: the server could not be reached before the sink closed",
+                self.unsent.len()
+            );
         }
         self.checkpoint_if_due(true).await;
         if let Some(conn) = &self.conn {
@@ -676,7 +710,24 @@ impl Worker {
     async fn commit_group(&mut self, group: &[Queued]) -> Result<(), StoreError> {
         self.within_timeout(async |worker: &mut Worker| {
             worker.ready().await?;
-            let rows = worker.encode(group)?;
+            // A group whose commit timed out or lost its reply may have committed after all: the head
+            // the table has now tells. Its records that no call waited on are sent again otherwise.
+            if let Some(failed) = worker.failed_head.take()
+                && worker.head == Some(failed)
+            {
+                worker.unsent.clear();
+            }
+            let unsent = std::mem::take(&mut worker.unsent);
+            let encoded = encode(&mut worker.encoder, worker.head, unsent.iter().chain(group));
+            worker.unsent = unsent;
+            let rows = encoded?;
+            let last = rows.hashes.last().and_then(|h| parse_hash(h));
+            let attempted = rows
+                .seqs
+                .last()
+                .zip(last)
+                .map(|(seq, hash)| (*seq as u64, hash));
+            worker.failed_head = attempted;
             let Some(conn) = &worker.conn else {
                 return Err(StoreError::Unexpected("no connection".into()));
             };
@@ -697,39 +748,59 @@ impl Worker {
                 )
                 .await
                 .map_err(|e| store_error(&e))?;
-            let last = rows.hashes.last().and_then(|h| parse_hash(h));
-            if let (Some(seq), Some(hash)) = (rows.seqs.last(), last) {
-                worker.head = Some((*seq as u64, hash));
+            worker.failed_head = None;
+            worker.unsent.clear();
+            if attempted.is_some() {
+                worker.head = attempted;
             }
             Ok(())
         })
         .await
     }
 
-    fn encode(&mut self, group: &[Queued]) -> Result<Rows, StoreError> {
-        let (mut seq, mut prev) = self.head.unwrap_or((0, GENESIS));
-        let mut rows = Rows::default();
-        let mut line = Vec::with_capacity(1024);
-        for queued in group {
-            seq += 1;
-            line.clear();
-            let hash = self
-                .encoder
-                .encode_json(&queued.fields, seq, &prev, &mut line)
-                .map_err(|e| StoreError::Unexpected(format!("encoding an audit record: {e}")))?;
-            rows.seqs.push(i64::try_from(seq).map_err(unexpected)?);
-            rows.prev_hashes.push(hex(&prev));
-            rows.hashes.push(hex(&hash));
-            rows.stages.push(stage_name(queued.stage));
-            rows.tools.push(queued.tool.clone());
-            rows.gates.push(queued.gate as i64);
-            rows.calls.push(queued.call as i64);
-            rows.lines
-                .push(String::from_utf8(line.clone()).map_err(unexpected)?);
-            prev = hash;
+    /// Keeps the records of a failed group that no call waits on (exits, refusals, lowered modes), to
+    /// send again with the next group unless the failed one turns out to have committed.
+    fn keep_unsent(&mut self, queued: Queued) {
+        if self.unsent.len() < MAX_UNSENT {
+            self.unsent.push(queued);
+        } else {
+            tracing::error!(
+                target: "toolgate::audit",
+                writer = %self.writer,
+                tool = %queued.tool,
+                "audit record lost: {MAX_UNSENT} records already wait for the server"
+            );
         }
-        Ok(rows)
     }
+}
+
+/// Chains records onto `head`, as rows of one statement.
+fn encode<'a>(
+    encoder: &mut Encoder,
+    head: Option<(u64, HashHex)>,
+    group: impl Iterator<Item = &'a Queued>,
+) -> Result<Rows, StoreError> {
+    let (mut seq, mut prev) = head.unwrap_or((0, GENESIS));
+    let mut rows = Rows::default();
+    let mut line = Vec::with_capacity(1024);
+    for queued in group {
+        seq += 1;
+        line.clear();
+        let hash = encoder
+            .encode_json(&queued.fields, seq, &prev, &mut line)
+            .map_err(|e| StoreError::Unexpected(format!("encoding an audit record: {e}")))?;
+        rows.seqs.push(i64::try_from(seq).map_err(unexpected)?);
+        rows.prev_hashes.push(hex(&prev));
+        rows.hashes.push(hex(&hash));
+        rows.stages.push(stage_name(queued.stage));
+        rows.tools.push(queued.tool.clone());
+        rows.gates.push(queued.gate as i64);
+        rows.calls.push(queued.call as i64);
+        rows.lines
+            .push(String::from_utf8(line.clone()).map_err(unexpected)?);
+        prev = hash;
+    }
+    Ok(rows)
 }
 
 fn hex(hash: &HashHex) -> String {

@@ -84,6 +84,13 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 /// A fleet that has no row yet is created at FULL_AUTO: it holds no gate lower than its own mode until
 /// it is lowered. Notifications go on the channel `<schema>_fleet`, with the fleet's name as payload.
 pub struct Fleet {
+    membership: Arc<Membership>,
+}
+
+/// The process's link to its fleet: its thread, which holds every joined gate under the fleet's mode.
+/// A joined gate keeps it alive, so that dropping the [`Fleet`] handle never frees a gate from its
+/// fleet; the thread ends with the last of the handle and the gates.
+struct Membership {
     jobs: Option<mpsc::UnboundedSender<Job>>,
     thread: Option<JoinHandle<()>>,
     settings: Arc<Settings>,
@@ -190,9 +197,11 @@ impl FleetBuilder {
             StoreError::Unavailable(format!("cannot start the fleet's thread: {e}"))
         })?;
         let fleet = Fleet {
-            jobs: Some(jobs),
-            thread: Some(thread),
-            settings,
+            membership: Arc::new(Membership {
+                jobs: Some(jobs),
+                thread: Some(thread),
+                settings,
+            }),
         };
         let (reply, read) = std::sync::mpsc::sync_channel(1);
         fleet.send(Job::Read(reply))?;
@@ -248,18 +257,20 @@ impl Fleet {
 
     /// The fleet's name.
     pub fn name(&self) -> &str {
-        &self.settings.name
+        &self.membership.settings.name
     }
 
     /// This process's name in `fleet_members`: host and process id.
     pub fn member(&self) -> &str {
-        &self.settings.member
+        &self.membership.settings.member
     }
 
     /// Builds a gate held under the fleet's mode, read now: the gate runs at the lower of its own and
-    /// the fleet's, from its first decision on, and goes down whenever the fleet does.
+    /// the fleet's, from its first decision on, and goes down whenever the fleet does. The gate keeps
+    /// the process's membership alive: dropping this handle does not free it from the fleet.
     pub fn join(&self, builder: GateBuilder) -> Result<Gate, JoinError> {
         let gate = builder.build().map_err(JoinError::Gate)?;
+        gate.keep_alive(Arc::clone(&self.membership) as Arc<dyn std::any::Any + Send + Sync>);
         let (reply, joined) = std::sync::mpsc::sync_channel(1);
         self.send(Job::Join(gate.clone(), reply))
             .map_err(JoinError::Fleet)?;
@@ -271,18 +282,22 @@ impl Fleet {
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
-        self.jobs
+        self.membership
+            .jobs
             .as_ref()
             .and_then(|jobs| jobs.send(job).ok())
             .ok_or_else(thread_gone)
     }
 }
 
-impl Drop for Fleet {
+impl Drop for Membership {
     fn drop(&mut self) {
-        // The thread removes this process's rows from `fleet_members`, then ends.
+        // The thread removes this process's rows from `fleet_members`, then ends. The last gate may be
+        // dropped on that very thread (it upgrades its references to them): it is not waited for there.
         self.jobs = None;
-        if let Some(thread) = self.thread.take() {
+        if let Some(thread) = self.thread.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
             let _ = thread.join();
         }
     }
@@ -290,10 +305,11 @@ impl Drop for Fleet {
 
 impl fmt::Debug for Fleet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let settings = &self.membership.settings;
         f.debug_struct("Fleet")
-            .field("name", &self.settings.name)
-            .field("member", &self.settings.member)
-            .field("grace", &self.settings.grace)
+            .field("name", &settings.name)
+            .field("member", &settings.member)
+            .field("grace", &settings.grace)
             .finish_non_exhaustive()
     }
 }

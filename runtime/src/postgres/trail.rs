@@ -30,8 +30,8 @@ pub struct WriterReport {
     pub writer: String,
     /// Its chain, verified as a JSONL log is, line by line in `seq` order.
     pub chain: VerifyReport,
-    /// The first row whose `seq`, `prev_hash` or `hash` column differs from its line: the row was
-    /// edited. Its `seq` column.
+    /// The first row whose columns (`seq`, `prev_hash`, `hash`, `stage`, `tool`, `gate`, `call`)
+    /// differ from its line: the row was edited. Its `seq` column.
     pub columns_differ: Option<i64>,
     /// Calls whose `enter` was committed with no `exit` after it: the writer stopped (was killed, lost
     /// its server) while the call ran, or the last group's reply was lost. Not tampering.
@@ -89,7 +89,7 @@ impl fmt::Display for TrailReport {
             self.writers.len()
         )?;
         for writer in &self.writers {
-            writeln!(f, "\nwriter {}:", writer.writer)?;
+            writeln!(f, "\nwriter {}:", Shown(&writer.writer))?;
             for line in writer.chain.to_string().lines() {
                 writeln!(f, "  {line}")?;
             }
@@ -108,8 +108,29 @@ impl fmt::Display for TrailReport {
                 writeln!(
                     f,
                     "  interrupted: call {} of gate {} ({}), entered at seq {}, has no exit",
-                    call.call, call.gate, call.tool, call.seq
+                    call.call,
+                    call.gate,
+                    Shown(&call.tool),
+                    call.seq
                 )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Text from the table, as a report prints it: a name holding a line break or a control or
+/// text-reordering character could otherwise forge a line of the report.
+struct Shown<'a>(&'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            let reorders = matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+            if c.is_control() || reorders {
+                write!(f, "\\u{{{:04x}}}", u32::from(c))?;
+            } else {
+                f.write_fmt(format_args!("{c}"))?;
             }
         }
         Ok(())
@@ -175,6 +196,8 @@ pub fn read_trail(url: &str, schema: &str) -> Result<Vec<AuditRecord>, StoreErro
 
 struct CheckpointRow {
     writer: String,
+    seq: i64,
+    head_seq: i64,
     text: String,
 }
 
@@ -183,6 +206,10 @@ struct Row {
     seq: i64,
     prev_hash: String,
     hash: String,
+    stage: String,
+    tool: String,
+    gate: i64,
+    call: i64,
     line: String,
 }
 
@@ -207,11 +234,14 @@ fn verify_writer(
             continue;
         };
         hashes.push(members.hash.clone());
-        if columns_differ.is_none()
-            && (Some(row.seq) != i64::try_from(members.seq).ok()
-                || row.prev_hash != members.prev_hash
-                || row.hash != members.hash)
-        {
+        let same = Some(row.seq) == i64::try_from(members.seq).ok()
+            && row.prev_hash == members.prev_hash
+            && row.hash == members.hash
+            && serde_json::to_value(members.stage).ok() == Some(row.stage.as_str().into())
+            && row.tool == members.tool
+            && Some(row.gate) == i64::try_from(members.gate).ok()
+            && Some(row.call) == i64::try_from(members.call).ok();
+        if columns_differ.is_none() && !same {
             columns_differ = Some(row.seq);
         }
         match members.stage {
@@ -244,6 +274,16 @@ fn verify_writer(
         };
         for row in checkpoints {
             match Checkpoint::from_canonical_json(row.text.as_bytes()) {
+                Ok(checkpoint)
+                    if Some(row.seq) != i64::try_from(checkpoint.seq).ok()
+                        || Some(row.head_seq) != i64::try_from(checkpoint.head_seq).ok() =>
+                {
+                    series.unreadable(format!(
+                        "the row's seq {} and head_seq {} are not the signed checkpoint's ({} and {}): \
+                         the row was edited",
+                        row.seq, row.head_seq, checkpoint.seq, checkpoint.head_seq
+                    ));
+                }
                 Ok(checkpoint) => series.checkpoint(&checkpoint, &mut hash_at),
                 Err(error) => series.unreadable(error),
             }
@@ -302,7 +342,8 @@ fn read(
         let rows = client
             .query(
                 &schema::sql(
-                    "SELECT writer, seq, prev_hash, hash, line FROM {s}.audit ORDER BY writer, seq",
+                    "SELECT writer, seq, prev_hash, hash, stage, tool, gate, call, line
+                     FROM {s}.audit ORDER BY writer, seq",
                     schema,
                 ),
                 &[],
@@ -317,7 +358,11 @@ fn read(
                     seq: row.try_get(1).map_err(column)?,
                     prev_hash: row.try_get(2).map_err(column)?,
                     hash: row.try_get(3).map_err(column)?,
-                    line: row.try_get(4).map_err(column)?,
+                    stage: row.try_get(4).map_err(column)?,
+                    tool: row.try_get(5).map_err(column)?,
+                    gate: row.try_get(6).map_err(column)?,
+                    call: row.try_get(7).map_err(column)?,
+                    line: row.try_get(8).map_err(column)?,
                 })
             })
             .collect::<Result<Vec<Row>, StoreError>>()?;
@@ -326,7 +371,8 @@ fn read(
             let stored = client
                 .query(
                     &schema::sql(
-                        "SELECT writer, checkpoint FROM {s}.audit_checkpoints ORDER BY writer, seq",
+                        "SELECT writer, seq, head_seq, checkpoint FROM {s}.audit_checkpoints
+                         ORDER BY writer, seq",
                         schema,
                     ),
                     &[],
@@ -336,7 +382,9 @@ fn read(
             for row in &stored {
                 checkpoints.push(CheckpointRow {
                     writer: row.try_get(0).map_err(column)?,
-                    text: row.try_get(1).map_err(column)?,
+                    seq: row.try_get(1).map_err(column)?,
+                    head_seq: row.try_get(2).map_err(column)?,
+                    text: row.try_get(3).map_err(column)?,
                 });
             }
         }
