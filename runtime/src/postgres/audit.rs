@@ -62,7 +62,10 @@ const MAX_UNSENT: usize = 100_000;
 ///   it carried; the connection is opened again by the next group, which reads the writer's last
 ///   committed record from the table and chains on from it. A group that committed but whose reply
 ///   was lost refuses its calls too (their bodies did not run): `verify` then reports those `enter`
-///   records as interrupted, not as tampering.
+///   records as interrupted, not as tampering. The records of a failed group that no call waits on
+///   (exits, refusals, lowered modes, a lost fleet) are kept, in order, and sent again with the next
+///   group, unless the table shows that the failed group committed after all; at most 100,000 wait
+///   so, and the rest are lost (said through `tracing`).
 ///
 /// # The table
 ///
