@@ -238,7 +238,7 @@ pub use toolgate_runtime::cli;
 pub use toolgate_runtime::mcp;
 #[cfg(feature = "postgres")]
 pub use toolgate_runtime::postgres;
-pub use toolgate_runtime::{lockfile, report};
+pub use toolgate_runtime::{lockfile, provider, report};
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
 #[doc(hidden)]

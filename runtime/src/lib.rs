@@ -27,6 +27,7 @@ pub mod report;
 pub use approval::store::ApproveError;
 pub use approval::two_step::DEFAULT_APPROVAL_TTL;
 pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver};
+pub use by_name::provider;
 pub use by_name::{CallError, CallFuture, Instances};
 pub use gate::ambient::Scoped;
 pub use gate::denied::Denied;

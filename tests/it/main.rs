@@ -26,6 +26,7 @@ mod mcp_defs;
 mod mcp_e2e;
 mod mutants;
 mod policy;
+mod provider_defs;
 mod regressions;
 mod return_types;
 mod stateful;
