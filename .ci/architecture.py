@@ -27,9 +27,19 @@ RANKS = {
     "mcp": 5,
     "cli": 5,
     "postgres": 5,
+    "rig": 5,
 }
 # Crates that only the top of the runtime may import, and where.
-TRANSPORTS = {"rmcp": "mcp", "clap": "cli", "tokio_postgres": "postgres", "tokio": "postgres"}
+TRANSPORTS = {
+    "rmcp": "mcp",
+    "clap": "cli",
+    "tokio_postgres": "postgres",
+    "tokio": "postgres",
+    "rig_core": "rig",
+}
+# Crates no module of the runtime imports: its spans go out through `tracing`, and the application's
+# subscriber exports them (to OpenTelemetry, with the versions it chooses).
+NOWHERE = ("opentelemetry", "opentelemetry_sdk", "tracing_opentelemetry")
 
 problems = []
 
@@ -85,6 +95,9 @@ def runtime_graph():
         for crate_name, home in TRANSPORTS.items():
             if re.search(rf"\b{crate_name}::", code) and here.split("::")[0] != home and here != "":
                 problems.append(f"runtime `{here}` uses `{crate_name}`: only `{home}` may")
+        for crate_name in NOWHERE:
+            if re.search(rf"\b{crate_name}::", code):
+                problems.append(f"runtime `{here or 'lib'}` uses `{crate_name}`: no module of the runtime may")
         edges[here] = targets
     return edges
 

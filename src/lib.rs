@@ -238,6 +238,8 @@ pub use toolgate_runtime::cli;
 pub use toolgate_runtime::mcp;
 #[cfg(feature = "postgres")]
 pub use toolgate_runtime::postgres;
+#[cfg(feature = "rig")]
+pub use toolgate_runtime::rig;
 pub use toolgate_runtime::{lockfile, provider, report};
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.

@@ -29,5 +29,6 @@ mod policy;
 mod provider_defs;
 mod regressions;
 mod return_types;
+mod rig;
 mod stateful;
 mod strict;
