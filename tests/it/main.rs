@@ -25,6 +25,7 @@ mod manifest;
 mod mcp_defs;
 mod mcp_e2e;
 mod mutants;
+mod otel;
 mod policy;
 mod provider_defs;
 mod regressions;
