@@ -113,6 +113,7 @@ const OPENAI_NAME: fn(&str) -> bool = |name| {
 /// - "additionalProperties: false must always be set in objects";
 /// - "Root objects must not be anyOf"; definitions (`$defs`) and `$ref`, recursion included;
 /// - at most 5000 object properties in all, at most 10 levels of nesting.
+///
 /// A `$ref` stands alone: the API refuses other keywords beside it.
 const STRICT_KEYWORDS: &[&str] = &[
     "type",
@@ -406,15 +407,15 @@ fn gemini_walk(schema: &Value, at: &str, problems: &mut Vec<String>) {
     {
         problems.push(format!("{at}: format `{format}` on {kind:?}"));
     }
-    if let Some(values) = node.get("enum") {
-        if kind != Some("STRING")
+    if let Some(values) = node.get("enum")
+        && (kind != Some("STRING")
             || !values
                 .as_array()
-                .is_some_and(|v| v.iter().all(Value::is_string))
-        {
-            problems.push(format!("{at}: enum {values} on {kind:?}"));
-        }
+                .is_some_and(|v| v.iter().all(Value::is_string)))
+    {
+        problems.push(format!("{at}: enum {values} on {kind:?}"));
     }
+
     if kind == Some("OBJECT") {
         let properties = node.get("properties").map(keys).unwrap_or_default();
         if properties.is_empty() {

@@ -11,9 +11,9 @@ use rig_core::message::{ToolCall, ToolFunction, ToolName};
 use rig_core::test_utils::{MockCompletionModel, MockTurn};
 use rig_core::tool::{DynamicTool, ToolErrorKind, ToolExecutionError, ToolOutput};
 use serde_json::{Value, json};
-use toolgate::audit::{MemorySink, Stage};
+use toolgate::audit::{AuditError, AuditRecord, AuditSink, MemorySink, Stage};
 use toolgate::rig::RigTools;
-use toolgate::{Approval, Denied, Gate, Mode, tool};
+use toolgate::{Approval, Denied, Gate, Mode, Risk, tool};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static DELETES: AtomicUsize = AtomicUsize::new(0);
@@ -46,6 +46,32 @@ fn rename(id: u64, title: String) -> Result<String, Denied> {
 fn archive(id: u64) -> Result<String, Denied> {
     ARCHIVES.fetch_add(1, Ordering::SeqCst);
     Ok(format!("note {id} archived"))
+}
+
+fn classify(command: &str) -> Risk {
+    if command.contains("sudo") {
+        Risk::HighWrite
+    } else {
+        Risk::ReadOnly
+    }
+}
+
+static SHELLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Run a command on the notes server.
+#[tool(risk = "LOW_WRITE", domain = "rigdesk", escalate = classify, callable)]
+fn shell(command: String) -> Result<String, Denied> {
+    SHELLS.fetch_add(1, Ordering::SeqCst);
+    Ok(command)
+}
+
+/// An audit log that cannot be written.
+struct Unwritable;
+
+impl AuditSink for Unwritable {
+    fn record(&self, _: &AuditRecord) -> Result<(), AuditError> {
+        Err(AuditError::new("the audit disk is gone"))
+    }
 }
 
 /// Count the notes.
@@ -146,7 +172,8 @@ async fn a_rig_agent_calls_an_allowed_and_a_refused_tool_through_the_gate() {
             "rigdesk-delete",
             "rigdesk-read",
             "rigdesk-rename",
-            "rigdesk-save"
+            "rigdesk-save",
+            "rigdesk-shell"
         ]
     );
     let read_definition = requests[0]
@@ -290,6 +317,34 @@ async fn every_refusal_reaches_rig_as_a_refusal_with_its_code_and_the_body_does_
     let waiting = refusal(run(&desk(&two_step), "rigdesk.archive", json!({"id": 1})).await);
     assert_eq!(waiting.code(), Some("APPROVAL_REQUIRED"));
 
+    let escalated = refusal(
+        run(
+            &desk(&partial),
+            "rigdesk.shell",
+            json!({"command": "sudo rm -r /"}),
+        )
+        .await,
+    );
+    assert!(escalated.is_refusal());
+    assert_eq!(escalated.code(), Some("ABOVE_CEILING"));
+    assert_eq!(SHELLS.load(Ordering::SeqCst), 0, "an escalated shell ran");
+
+    let unaudited = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(Unwritable)
+        .build()
+        .unwrap();
+    let unwritten = refusal(
+        run(
+            &desk(&unaudited),
+            "rigdesk.rename",
+            json!({"id": 1, "title": "x"}),
+        )
+        .await,
+    );
+    assert!(unwritten.is_refusal());
+    assert_eq!(unwritten.code(), Some("AUDIT_UNAVAILABLE"));
+
     assert_eq!(RENAMES.load(Ordering::SeqCst), 0, "a refused rename ran");
     assert_eq!(ARCHIVES.load(Ordering::SeqCst), 0, "a refused archive ran");
 
@@ -366,7 +421,7 @@ fn which_tools_an_agent_is_given() {
         .approver(toolgate::AllowAllApprover)
         .build()
         .unwrap();
-    assert_eq!(names(&desk(&full).allowed_now().tools()).len(), 6);
+    assert_eq!(names(&desk(&full).allowed_now().tools()).len(), 7);
     assert!(desk(&shadow).tool("rigdesk.nothing").is_none());
     assert!(desk(&shadow).tool("pdefs.lookup").is_none(), "filtered out");
     assert!(desk(&shadow).allowed_now().tool("rigdesk.delete").is_none());
