@@ -168,7 +168,9 @@
 //! the same gate. [`GateBuilder::audit`] records every decision ([`audit`]); [`GateBuilder::approver`]
 //! and [`GateBuilder::two_step_approvals`] decide the calls that need an approval; `escalate = path`
 //! raises a call's risk from its arguments. [`report`] and [`lockfile`] make the manifests reviewable.
-//! The README walks through each.
+//! [`provider`] renders the tools' definitions for model APIs (OpenAI, Anthropic, Gemini), `rig` hands
+//! them to a rig agent (feature `rig`), and [`audit::TracingSink`] traces each call as an OpenTelemetry
+//! GenAI `execute_tool` span. The README walks through each.
 //!
 //! # Feature flags
 //!
@@ -178,9 +180,10 @@
 //! | `cli` | the `toolgate` command: `toolgate audit verify FILE`, `toolgate audit promotion FILE` |
 //! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
 //! | `postgres` | `postgres`: an approval store shared by processes, on PostgreSQL ([tokio-postgres](https://crates.io/crates/tokio-postgres)); with `cli`, `toolgate approvals` |
+//! | `rig` | `rig`: callable tools as [rig](https://crates.io/crates/rig-core) tools (rig-core 0.44), every call through the gate |
 //!
-//! Nothing is on by default: the attribute, the gate, call by name, the audit log and the reports need
-//! no feature.
+//! Nothing is on by default: the attribute, the gate, call by name, the audit log, the reports, tool
+//! definitions for model APIs ([`provider`]) and the tracing sink's OpenTelemetry spans need no feature.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -249,6 +252,12 @@ pub mod __private {
 }
 
 /// Every Rust block of README.md, compiled (and run, where it can be) by `cargo test`.
-#[cfg(all(doctest, feature = "mcp", feature = "clap", feature = "postgres"))]
+#[cfg(all(
+    doctest,
+    feature = "mcp",
+    feature = "clap",
+    feature = "postgres",
+    feature = "rig"
+))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
