@@ -27,11 +27,21 @@ RANKS = {
     "mcp": 5,
     "cli": 5,
     "postgres": 5,
+    "rig": 5,
 }
 # Crates that only the top of the runtime may import, and where.
-TRANSPORTS = {"rmcp": "mcp", "clap": "cli", "tokio_postgres": "postgres", "tokio": "postgres"}
+TRANSPORTS = {
+    "rmcp": "mcp",
+    "clap": "cli",
+    "tokio_postgres": "postgres",
+    "tokio": "postgres",
+    "rig_core": "rig",
+}
 # Crates that one module alone may import: the rest of the runtime sees them through its types.
 SOLE_IMPORTERS = {"ed25519_dalek": "audit::checkpoint"}
+# Crates no module of the runtime imports: its spans go out through `tracing`, and the application's
+# subscriber exports them (to OpenTelemetry, with the versions it chooses).
+NOWHERE = ("opentelemetry", "opentelemetry_sdk", "tracing_opentelemetry")
 
 problems = []
 
@@ -90,6 +100,9 @@ def runtime_graph():
         for crate_name, home in SOLE_IMPORTERS.items():
             if re.search(rf"\b{crate_name}::", code) and here != home:
                 problems.append(f"runtime `{here}` uses `{crate_name}`: only `{home}` may")
+        for crate_name in NOWHERE:
+            if re.search(rf"\b{crate_name}::", code):
+                problems.append(f"runtime `{here or 'lib'}` uses `{crate_name}`: no module of the runtime may")
         edges[here] = targets
     return edges
 

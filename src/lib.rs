@@ -168,7 +168,9 @@
 //! the same gate. [`GateBuilder::audit`] records every decision ([`audit`]); [`GateBuilder::approver`]
 //! and [`GateBuilder::two_step_approvals`] decide the calls that need an approval; `escalate = path`
 //! raises a call's risk from its arguments. [`report`] and [`lockfile`] make the manifests reviewable.
-//! The README walks through each.
+//! [`provider`] renders the tools' definitions for model APIs (OpenAI, Anthropic, Gemini), `rig` hands
+//! them to a rig agent (feature `rig`), and [`audit::TracingSink`] traces each call as an OpenTelemetry
+//! GenAI `execute_tool` span. The README walks through each.
 //!
 //! # Feature flags
 //!
@@ -179,9 +181,10 @@
 //! | `cli` | the `toolgate` command: `toolgate audit verify FILE [--public-key PUB]`, `toolgate audit promotion FILE`, `toolgate audit keygen --out KEY`; enables `checkpoints` |
 //! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
 //! | `postgres` | `postgres`, on PostgreSQL ([tokio-postgres](https://crates.io/crates/tokio-postgres)): an approval store shared by processes, one audit trail for every process (`PostgresSink`, signed checkpoints), fleets (`Fleet`: one kill switch for every process); with `cli`, `toolgate approvals`, `toolgate fleet`, `toolgate audit verify postgres://…` |
+//! | `rig` | `rig`: callable tools as [rig](https://crates.io/crates/rig-core) tools (rig-core 0.44), every call through the gate |
 //!
-//! Nothing is on by default: the attribute, the gate, call by name, the audit log and the reports need
-//! no feature.
+//! Nothing is on by default: the attribute, the gate, call by name, the audit log, the reports, tool
+//! definitions for model APIs ([`provider`]) and the tracing sink's OpenTelemetry spans need no feature.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -239,7 +242,9 @@ pub use toolgate_runtime::cli;
 pub use toolgate_runtime::mcp;
 #[cfg(feature = "postgres")]
 pub use toolgate_runtime::postgres;
-pub use toolgate_runtime::{lockfile, report};
+#[cfg(feature = "rig")]
+pub use toolgate_runtime::rig;
+pub use toolgate_runtime::{lockfile, provider, report};
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
 #[doc(hidden)]
@@ -253,7 +258,8 @@ pub mod __private {
     feature = "mcp",
     feature = "clap",
     feature = "postgres",
-    feature = "checkpoints"
+    feature = "checkpoints",
+    feature = "rig"
 ))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -757,15 +757,16 @@ fn f09_insert_only_attacker_appends_after_the_final_checkpoint_and_forges_a_writ
     let scratch = common::Scratch::new("f09");
     let (url, file, public) = signed("f09", &scratch);
     let append = |writer: &str, seq: u64, prev: &str| -> String {
-        let mut fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
-            query(
-                &url,
-                "SELECT line FROM toolgate.audit WHERE writer = 'a' AND seq = 1",
-            )[0][0]
-                .as_deref()
-                .unwrap(),
-        )
-        .unwrap();
+        let mut fields: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_json::from_str(
+                query(
+                    &url,
+                    "SELECT line FROM toolgate.audit WHERE writer = 'a' AND seq = 1",
+                )[0][0]
+                    .as_deref()
+                    .unwrap(),
+            )
+            .unwrap();
         fields.remove("hash");
         fields.insert("seq".into(), seq.into());
         fields.insert("prev_hash".into(), prev.into());

@@ -833,7 +833,7 @@ fn rewrite_with_recomputed_hashes(url: &str, seq: u64) {
     let mut prev = "0".repeat(64);
     for row in rows {
         let at: u64 = row[0].as_deref().unwrap().parse().unwrap();
-        let mut fields: serde_json::Map<String, serde_json::Value> =
+        let mut fields: std::collections::BTreeMap<String, serde_json::Value> =
             serde_json::from_str(row[1].as_deref().unwrap()).unwrap();
         if at == seq {
             fields.insert("call".into(), 999_999.into());

@@ -8,7 +8,7 @@
 #![warn(missing_docs)]
 
 // Imports point down: `policy` (its own crate) < `canonical` < `registry` < `approval`, `audit` < `gate`
-// < `by_name` < `report` < `mcp`, `cli`, `postgres`. ARCHITECTURE.md states the rules and how to check
+// < `by_name` < `report` < `mcp`, `cli`, `postgres`, `rig`. ARCHITECTURE.md states the rules and how to check
 // them.
 pub mod approval;
 pub mod audit;
@@ -23,10 +23,13 @@ pub mod mcp;
 pub mod postgres;
 mod registry;
 pub mod report;
+#[cfg(feature = "rig")]
+pub mod rig;
 
 pub use approval::store::ApproveError;
 pub use approval::two_step::DEFAULT_APPROVAL_TTL;
 pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver};
+pub use by_name::provider;
 pub use by_name::{CallError, CallFuture, Instances};
 pub use gate::ambient::Scoped;
 pub use gate::denied::Denied;

@@ -440,7 +440,14 @@ fn a8_a_fifo_is_opened_without_hanging_and_held_by_one_sink() {
         eprintln!("skipped: mkfifo failed: {status:?}");
         return;
     }
-    // A reader that drains the FIFO (it opens once a writer does).
+    // Held open for writing until the sinks are done, so that the reader's open never waits for a
+    // writer: a sink may open, write and close before the reader thread gets to its open.
+    let keep_open = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    // A reader that drains the FIFO.
     let reader = {
         let fifo = fifo.clone();
         thread::spawn(move || {
@@ -475,6 +482,7 @@ fn a8_a_fifo_is_opened_without_hanging_and_held_by_one_sink() {
     let (first, second) = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("opening a FIFO as the log hung");
+    drop(keep_open);
     assert_eq!(first, Ok(0), "a FIFO's chain starts at seq 1");
     let out = reader.join().unwrap();
     let report = toolgate::audit::verify_bytes(&out);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::common::Scratch;
@@ -79,7 +79,8 @@ fn rewrite_with_recomputed_hashes(log: &Path, seq: u64, call: u64) {
     let mut prev = "0".repeat(64);
     let mut out = Vec::new();
     for line in lines(log) {
-        let mut fields: Map<String, Value> = serde_json::from_str(&line).unwrap();
+        let mut fields: std::collections::BTreeMap<String, Value> =
+            serde_json::from_str(&line).unwrap();
         if fields["seq"] == seq {
             fields.insert("call".into(), call.into());
         }
@@ -397,12 +398,14 @@ fn apply(log: &Path, mutation: &Mutation, n: usize) -> bool {
     let sidecar = checkpoints_path(log);
     let mut series = lines(&sidecar);
     let c = series.len();
-    let mut edit_checkpoint = |at: usize, change: &dyn Fn(&mut Map<String, Value>)| {
-        let mut fields: Map<String, Value> = serde_json::from_str(&series[at]).unwrap();
-        change(&mut fields);
-        series[at] = serde_json::to_string(&fields).unwrap();
-        write_lines(&sidecar, &series);
-    };
+    let mut edit_checkpoint =
+        |at: usize, change: &dyn Fn(&mut std::collections::BTreeMap<String, Value>)| {
+            let mut fields: std::collections::BTreeMap<String, Value> =
+                serde_json::from_str(&series[at]).unwrap();
+            change(&mut fields);
+            series[at] = serde_json::to_string(&fields).unwrap();
+            write_lines(&sidecar, &series);
+        };
     match *mutation {
         Mutation::Rewrite(i) => rewrite_with_recomputed_hashes(log, (i % n) as u64 + 1, 1 << 40),
         Mutation::Edit(i) => {

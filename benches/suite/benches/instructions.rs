@@ -13,7 +13,7 @@ use std::time::Duration;
 use toolgate::approval::SessionGrant;
 use toolgate::{Approval, ApprovalRequest, Gate, Mode};
 
-use toolgate::audit::{AuditSink, JsonlSink};
+use toolgate::audit::{AuditSink, JsonlSink, TracingSink};
 use toolgate_benches::by_name::CallByName;
 use toolgate_benches::gate_tools::{add, add_async, add_async_direct, add_direct, delete, gate};
 use toolgate_benches::{audit, ready};
@@ -84,6 +84,14 @@ const VARIANTS: &[(&str, &str)] = &[
     (
         "audit_record",
         "JsonlSink::record of one enter record (Durability::Flush)",
+    ),
+    (
+        "traced",
+        "add(i, 2) under a gate auditing to TracingSink, no subscriber: 2 records",
+    ),
+    (
+        "traced_subscribed",
+        "add(i, 2) under a gate auditing to TracingSink, a subscriber taking everything: 2 records",
     ),
 ];
 
@@ -215,9 +223,56 @@ fn run(variant: &str, n: u64) -> bool {
                 sink.record(black_box(&record)).expect("record");
             }
         }
+        "traced" | "traced_subscribed" => {
+            let traced = Gate::builder()
+                .mode(Mode::PartialAuto)
+                .audit(TracingSink::new())
+                .build()
+                .expect("the benchmarks' tools have distinct ids");
+            let calls = || {
+                traced.run(|| {
+                    let _ = add(1, 2);
+                    for i in 0..n {
+                        let _ = black_box(add(black_box(i), black_box(2)));
+                    }
+                })
+            };
+            if variant == "traced" {
+                calls();
+            } else {
+                tracing::subscriber::with_default(TakesAll::default(), calls);
+            }
+        }
         _ => return false,
     }
     true
+}
+
+/// A subscriber that is interested in every span and event and keeps nothing: what the sink itself
+/// costs once something listens, without an exporter's work.
+#[derive(Default)]
+struct TakesAll {
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl tracing::Subscriber for TakesAll {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        black_box(span);
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::span::Id::from_u64(id + 1)
+    }
+    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        black_box(values);
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        black_box(event);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// A FULL_AUTO gate whose approver grants each tool it is asked about for the session.

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
 
@@ -308,7 +308,10 @@ impl Verifier {
         if line.is_empty() {
             return Err((None, BreakReason::EmptyLine));
         }
-        let mut fields: Map<String, Value> = match serde_json::from_slice(line) {
+        // A `BTreeMap`, not serde_json's `Map`: the fields must come back out sorted, and `Map` keeps
+        // them in the line's order, its `remove` reordering them, when a crate in the build enables
+        // serde_json's `preserve_order` (rig-core does).
+        let mut fields: BTreeMap<String, Value> = match serde_json::from_slice(line) {
             Ok(fields) => fields,
             Err(e) if e.is_data() => return Err((None, BreakReason::NotAnObject)),
             Err(e) => return Err((None, BreakReason::NotJson(e.to_string()))),
@@ -320,7 +323,7 @@ impl Verifier {
                 .ok_or((None, BreakReason::InvalidField("seq")))?,
         };
         let hash_field =
-            |fields: &mut Map<String, Value>, name: &'static str| match fields.remove(name) {
+            |fields: &mut BTreeMap<String, Value>, name: &'static str| match fields.remove(name) {
                 None => Err((Some(seq), BreakReason::MissingField(name))),
                 Some(Value::String(text)) => {
                     parse_hash(&text).ok_or((Some(seq), BreakReason::InvalidField(name)))

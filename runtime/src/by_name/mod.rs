@@ -9,6 +9,7 @@
 pub(crate) mod error;
 pub(crate) mod instances;
 pub(crate) mod params;
+pub mod provider;
 mod strict;
 
 pub use error::CallError;
