@@ -577,7 +577,8 @@ impl Gate {
             started: Instant::now(),
             risk: risk.get(),
             mode,
-            arguments_digest: record.arguments_digest.clone(),
+            // Moved in from the record once it is written.
+            arguments_digest: None,
         };
         Some((record, exit))
     }
@@ -970,7 +971,7 @@ fn enter_from<A: ArgumentSource>(
     waits: Waits,
 ) -> Result<Option<(usize, crate::audit::AuditFuture)>, Denied> {
     for (i, (gate, decision)) in gates.iter().zip(allowed).enumerate().skip(from) {
-        let (Some(sink), Some((record, exit))) = (
+        let (Some(sink), Some((record, mut exit))) = (
             gate.inner.audit.as_ref(),
             gate.enter_record(entry, decision, risk, arguments),
         ) else {
@@ -979,11 +980,15 @@ fn enter_from<A: ArgumentSource>(
         if waits == Waits::Async
             && let Some(written) = sink.record_async(&record)
         {
+            exit.arguments_digest = record.arguments_digest;
             permit.push(exit);
             return Ok(Some((i, written)));
         }
         match sink.record(&record) {
-            Ok(()) => permit.push(exit),
+            Ok(()) => {
+                exit.arguments_digest = record.arguments_digest;
+                permit.push(exit);
+            }
             Err(error) => {
                 let denied = audit_unavailable(entry, risk, decision.mode, &error);
                 return Err(enter_failed(entry, gates, i, permit, denied, arguments));

@@ -15,8 +15,10 @@ pub(crate) mod wait;
 
 use std::borrow::Cow;
 use std::fmt;
+#[cfg(feature = "postgres")]
+use std::sync::Weak;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
@@ -76,6 +78,7 @@ pub(super) struct Inner {
     pub(super) calls: AtomicU64,
     /// What must live as long as the gate: the memberships of fleets it joined, so that the fleet's
     /// hold on it ends with the gate, never before.
+    #[cfg(feature = "postgres")]
     kept: Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
@@ -171,6 +174,7 @@ impl Gate {
             .store(parts.effective() as u8, Ordering::Release);
     }
 
+    #[cfg(feature = "postgres")]
     /// Holds the gate under its fleet's mode: the effective mode is the lower of the gate's own and
     /// the fleet's, and a fleet's mode only ever lowers a running gate. Records `mode_lowered` when the
     /// effective mode went down.
@@ -195,6 +199,7 @@ impl Gate {
         }
     }
 
+    #[cfg(feature = "postgres")]
     /// Marks the gate cut off from its fleet (it acts as SHADOW) or back in contact (it acts as its own
     /// and the fleet's mode allow again); records `fleet_lost` or `fleet_rejoined` when that changed.
     ///
@@ -227,11 +232,13 @@ impl Gate {
         }
     }
 
+    #[cfg(feature = "postgres")]
     /// Whether the gate acts as SHADOW because it lost its fleet.
     pub(crate) fn partitioned(&self) -> bool {
         self.modes().partitioned
     }
 
+    #[cfg(feature = "postgres")]
     /// Keeps `what` alive as long as the gate (or a clone) lives.
     pub(crate) fn keep_alive(&self, what: Arc<dyn std::any::Any + Send + Sync>) {
         self.inner
@@ -241,6 +248,7 @@ impl Gate {
             .push(what);
     }
 
+    #[cfg(feature = "postgres")]
     /// A reference that does not keep the gate alive.
     pub(crate) fn downgrade(&self) -> WeakGate {
         WeakGate(Arc::downgrade(&self.inner))
@@ -580,6 +588,7 @@ impl GateBuilder {
                 audit: self.audit,
                 agent: self.agent,
                 calls: AtomicU64::new(1),
+                #[cfg(feature = "postgres")]
                 kept: Mutex::new(Vec::new()),
             }),
         })
@@ -608,9 +617,11 @@ impl ModeParts {
 }
 
 /// A [`Gate`] that may have been dropped.
+#[cfg(feature = "postgres")]
 #[derive(Clone)]
 pub(crate) struct WeakGate(Weak<Inner>);
 
+#[cfg(feature = "postgres")]
 impl WeakGate {
     pub(crate) fn upgrade(&self) -> Option<Gate> {
         self.0.upgrade().map(|inner| Gate { inner })
