@@ -705,7 +705,7 @@ impl JsonlSink {
         let hash = state
             .encoder
             .0
-            .encode(record, seq, &state.last_hash, &mut state.pending)
+            .encode_record(record, seq, &state.last_hash, &mut state.pending)
             .map_err(|e| AuditError::new(format!("encoding an audit record: {e}")))?;
         state.pending.push(b'\n');
 
