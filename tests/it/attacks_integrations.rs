@@ -136,6 +136,14 @@ fn send(to: String, headers: std::collections::HashMap<String, u32>) -> Result<S
     Ok(format!("sent to {to}"))
 }
 
+/// Panic in the body.
+#[tool(risk = "READ_ONLY", domain = "iatk", callable)]
+async fn boom(id: u64) -> Result<String, Denied> {
+    note("boom", id);
+    tokio::task::yield_now().await;
+    panic!("boom {id}");
+}
+
 /// Wait forever (for cancellation).
 #[tool(risk = "READ_ONLY", domain = "iatk", callable)]
 async fn hang(id: u64) -> Result<String, Denied> {
@@ -1391,4 +1399,191 @@ fn i19_a_map_key_is_argument_data_and_never_reaches_a_span() {
             );
         }
     }
+}
+
+/// Tries: a body that panics, reached through rig: its `exit` missing, its span left open, the panic
+/// taking the audit with it. Guarantee 8: the `exit` record is written however the body ends, panics
+/// included (`panic`), and it closes the call's span with `error.type` = `panic`.
+#[test]
+fn i20_a_panicking_body_through_rig_closes_its_span() {
+    let memory = MemorySink::new();
+    let gate = Gate::builder()
+        .mode(Mode::Shadow)
+        .audit(Tee(vec![
+            Arc::new(TracingSink::new()),
+            Arc::new(memory.clone()),
+        ]))
+        .build()
+        .unwrap();
+    let spans = exported(|| {
+        runtime().block_on(async {
+            let tools = iatk(&gate);
+            let future =
+                std::panic::AssertUnwindSafe(run(&tools, "iatk.boom", json!({"id": 2001})));
+            let caught = futures_catch(future).await;
+            // Either rig turned the panic into an error, or it reached us: never a success.
+            assert!(
+                !matches!(caught, Some(Ok(_))),
+                "a panic reported as a success"
+            );
+        });
+    });
+    assert_eq!(ran("boom", 2001), 1);
+    let records = memory.records();
+    every_enter_has_its_exit(&records);
+    assert!(
+        records
+            .iter()
+            .any(|r| r.stage == Stage::Exit && r.outcome == Some(Outcome::Panic)),
+        "{records:#?}"
+    );
+    let boom = tool_spans(&spans, "iatk.boom");
+    assert_eq!(boom.len(), 1, "the panicked call's span is still open");
+    assert_eq!(
+        attributes(boom[0]).get("error.type").map(String::as_str),
+        Some("panic")
+    );
+}
+
+/// Polls `future` to its end, catching a panic (`None`).
+async fn futures_catch<F: std::future::Future>(
+    future: std::panic::AssertUnwindSafe<F>,
+) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future.0);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(output)) => std::task::Poll::Ready(Some(output)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(_) => std::task::Poll::Ready(None),
+        }
+    })
+    .await
+}
+
+/// Tries: an approver asked about a rig call of a tool with a redacted parameter: the real value in
+/// `request.arguments`. Guarantee: the approver sees the arguments as the audit log writes them, a
+/// redacted one as `"[REDACTED]"`; the redacted value is never seen by an approver.
+#[tokio::test]
+async fn i21_an_approver_of_a_rig_call_never_sees_a_redacted_value() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(move |request: &ApprovalRequest<'_>| {
+            log.lock().unwrap().push(format!("{:?}", request.arguments));
+            Approval::Approve
+        })
+        .build()
+        .unwrap();
+    let done = run(
+        &iatk(&gate),
+        "iatk.vault",
+        json!({"user": "ann", "pin": 613_613}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.as_text(), Some("ann opened the vault"));
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        !seen[0].contains("613613"),
+        "the approver saw the pin: {}",
+        seen[0]
+    );
+    assert!(seen[0].contains("[REDACTED]"), "{}", seen[0]);
+}
+
+/// Tries: a two-step approval's token in the spans and events the tracing sink emits for the
+/// refused call (a refusal's message is `otel.status_description`): whoever reads the traces could
+/// then approve. Guarantee 7 and the README: the token is for the operator, not in the message or
+/// JSON of the refusal.
+#[test]
+fn i22_a_two_step_token_is_not_in_a_span() {
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .audit(TracingSink::new())
+        .build()
+        .unwrap();
+    let mut token = None;
+    let spans = exported(|| {
+        runtime().block_on(async {
+            let error = registry()
+                .call(&gate, "iatk.wipe", json!({"id": 2201}))
+                .await
+                .unwrap_err();
+            token = error
+                .denied()
+                .and_then(Denied::approval_token)
+                .map(str::to_owned);
+            let _ = run(&iatk(&gate), "iatk.wipe", json!({"id": 2201})).await;
+        });
+    });
+    let token = token.expect("a token");
+    assert!(!spans.is_empty());
+    for span in &spans {
+        let shown = everything(span);
+        assert!(!shown.contains(&token), "a span holds the token: {shown}");
+    }
+    assert_eq!(ran("wipe", 2201), 0);
+}
+
+/// Tries: two `#[toolset]` types of one name, declared in two blocks of one function (so
+/// `std::any::type_name` gives both the same name), one instance given to rig and to
+/// `definitions_with`: the other type's HIGH_WRITE method offered on it, or run on an instance of
+/// the wrong type. Guarantee: a method runs on the instance of its own type; without it,
+/// `NO_INSTANCE` and not listed.
+#[tokio::test]
+async fn i23_two_toolset_types_of_one_name_are_not_confused() {
+    let first = {
+        pub struct Twin(u64);
+        #[toolset(domain = "iatkt")]
+        impl Twin {
+            /// Read the first twin.
+            #[tool(risk = "READ_ONLY", callable)]
+            pub fn read_first(&self) -> Result<u64, Denied> {
+                note("read_first", self.0);
+                Ok(self.0)
+            }
+        }
+        Twin(2301)
+    };
+    {
+        pub struct Twin(String);
+        #[toolset(domain = "iatkt")]
+        impl Twin {
+            /// Write with the second twin.
+            #[tool(risk = "READ_ONLY", callable)]
+            pub fn write_second(&self) -> Result<String, Denied> {
+                note("write_second", self.0.len() as u64);
+                Ok(self.0.clone())
+            }
+        }
+        let _ = Twin(String::new());
+    }
+    let gate = full_allow();
+    let tools = RigTools::new(gate.clone()).instance(first);
+    let names = rig_names(&tools);
+    assert!(names.contains("iatkt-read_first"), "{names:?}");
+    if let Some(second) = tools.tool("iatkt.write_second") {
+        let result = second.execute(json!({})).await;
+        assert!(
+            result.is_err(),
+            "the second twin's method ran on the first twin's instance"
+        );
+    }
+    assert!(
+        !names.contains("iatkt-write_second"),
+        "offered without its instance: {names:?}"
+    );
+    let read = run(&tools, "iatkt.read_first", json!({})).await.unwrap();
+    assert_eq!(read.as_json(), Some(&json!(2301)));
+    assert_eq!(
+        RAN.lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, _)| *t == "write_second")
+            .count(),
+        0
+    );
 }
