@@ -10,6 +10,8 @@ mod attacks;
 mod attacks_approvals;
 mod attacks_audit_writer;
 mod attacks_by_name;
+#[cfg(feature = "rig")]
+mod attacks_integrations;
 mod attacks_stateful;
 mod audit_checkpoints;
 mod audit_cli;
