@@ -1,4 +1,6 @@
-//! A fleet of processes against a real PostgreSQL server (a throwaway cluster per test): the audit trail
+//! A fleet of processes against a real PostgreSQL server (a throwaway cluster, shared by the tests that
+//! do not stop it, or the server `TOOLGATE_TEST_POSTGRES` names; the tests that stop the server have a
+//! cluster of their own): the audit trail
 //! in one table written by several processes at once, a writer killed with SIGKILL mid-call, the server
 //! stopped in the middle of a run, `toolgate fleet lower` reaching every busy process, and a partition
 //! longer than the grace period. The processes are this test binary, executed again in a child role.
@@ -12,7 +14,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::postgres::{Cluster, query};
+use common::postgres::{Cluster, database, query};
 use toolgate::audit::{AuditRecord, Checkpoints, JsonlSink, SigningKey, Stage};
 use toolgate::postgres::fleet::{self, Fleet};
 use toolgate::postgres::{PostgresSink, verify_trail};
@@ -280,8 +282,7 @@ fn count_stage(url: &str, writer: &str, stage: &str) -> u64 {
 
 #[test]
 fn four_processes_write_one_trail_each_chain_verifies() {
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("trail");
+    let url = database("trail");
     let threads = 8;
     let calls = env_u64("TOOLGATE_PG_CALLS", 10_000);
     let started = Instant::now();
@@ -341,8 +342,7 @@ fn four_processes_write_one_trail_each_chain_verifies() {
 
 #[test]
 fn a_writer_killed_mid_call_is_interrupted_not_tampered() {
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("killed");
+    let url = database("killed");
     // One thread: when it hangs, no other call of its process is in flight.
     let mut doomed = Proc::spawn(
         "writer",
@@ -472,8 +472,7 @@ fn a_stopped_server_refuses_calls_and_the_chain_continues_after_it() {
 
 #[test]
 fn async_calls_share_commits_on_a_small_runtime() {
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("grouped");
+    let url = database("grouped");
     let sink = PostgresSink::builder()
         .writer("async")
         .connect(&url)
@@ -528,8 +527,7 @@ fn async_calls_share_commits_on_a_small_runtime() {
 
 #[test]
 fn fleet_lower_reaches_every_busy_process_and_never_raises_a_running_gate() {
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("fleet");
+    let url = database("fleet");
     let scratch = common::Scratch::new("fleet-lower");
     let stop = scratch.path("stop");
     let mut procs: Vec<Proc> = (0..4)
@@ -750,8 +748,7 @@ fn a_partition_longer_than_the_grace_period_holds_every_process_at_shadow() {
 
 #[test]
 fn fleet_settings_and_changes_are_checked() {
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("settings");
+    let url = database("settings");
     for grace in [Duration::ZERO, Duration::from_secs(31)] {
         let refused = Fleet::builder()
             .grace(grace)
@@ -786,8 +783,8 @@ fn fleet_settings_and_changes_are_checked() {
 
 /// Two writers with signed checkpoints (every 10 records, and final), in a database of their own; the
 /// public key's file.
-fn signed_trail(cluster: &Cluster, name: &str, scratch: &common::Scratch) -> (String, PathBuf) {
-    let url = cluster.database(name);
+fn signed_trail(name: &str, scratch: &common::Scratch) -> (String, PathBuf) {
+    let url = database(name);
     let key = SigningKey::generate().unwrap();
     let public = scratch.path(&format!("{name}.pub"));
     std::fs::write(&public, key.public_key().to_public_key_pem()).unwrap();
@@ -849,11 +846,13 @@ fn rewrite_with_recomputed_hashes(url: &str, seq: u64) {
             .map(|b| format!("{b:02x}"))
             .collect();
         fields.insert("hash".into(), hash.clone().into());
+        let call = &fields["call"];
         let line = serde_json::to_string(&fields).unwrap().replace('\'', "''");
         query(
             url,
             &format!(
-                "UPDATE toolgate.audit SET line = '{line}', prev_hash = '{prev}', hash = '{hash}'
+                "UPDATE toolgate.audit SET line = '{line}', prev_hash = '{prev}', hash = '{hash}',
+                     call = {call}
                  WHERE writer = 'a' AND seq = {at}"
             ),
         );
@@ -863,10 +862,9 @@ fn rewrite_with_recomputed_hashes(url: &str, seq: u64) {
 
 #[test]
 fn a_signed_trail_shows_a_rewrite_a_cut_and_a_swapped_checkpoint() {
-    let cluster = Cluster::new(&["fsync=off"]);
     let scratch = common::Scratch::new("signed-trail");
 
-    let (url, public) = signed_trail(&cluster, "signed", &scratch);
+    let (url, public) = signed_trail("signed", &scratch);
     let (code, shown) = verify_signed(&url, &public);
     assert_eq!(code, Some(0), "{shown}");
     // 100 records each: a checkpoint once 10 more are committed, and a final one over the last.
@@ -890,7 +888,7 @@ fn a_signed_trail_shows_a_rewrite_a_cut_and_a_swapped_checkpoint() {
     assert_eq!(code, Some(6), "a rewritten chain: {shown}");
 
     // Records cut from the end, before the last checkpoint.
-    let (url, public) = signed_trail(&cluster, "cut", &scratch);
+    let (url, public) = signed_trail("cut", &scratch);
     query(
         &url,
         "DELETE FROM toolgate.audit WHERE writer = 'a' AND seq > 55",
@@ -900,7 +898,7 @@ fn a_signed_trail_shows_a_rewrite_a_cut_and_a_swapped_checkpoint() {
     assert_eq!(code, Some(7), "a chain cut short: {shown}");
 
     // A checkpoint of writer b put in the place of writer a's: signed, but not a's.
-    let (url, public) = signed_trail(&cluster, "swapped", &scratch);
+    let (url, public) = signed_trail("swapped", &scratch);
     query(
         &url,
         "UPDATE toolgate.audit_checkpoints SET checkpoint =
@@ -912,21 +910,20 @@ fn a_signed_trail_shows_a_rewrite_a_cut_and_a_swapped_checkpoint() {
     assert!(shown.contains("names another writer (b)"), "{shown}");
 
     // A writer whose records are gone but whose checkpoints remain.
-    let (url, public) = signed_trail(&cluster, "gone", &scratch);
+    let (url, public) = signed_trail("gone", &scratch);
     query(&url, "DELETE FROM toolgate.audit WHERE writer = 'b'");
     let (code, shown) = verify_signed(&url, &public);
     assert_eq!(code, Some(7), "a writer deleted whole: {shown}");
 
     // Another key's signatures.
-    let (url, _) = signed_trail(&cluster, "otherkey", &scratch);
+    let (url, _) = signed_trail("otherkey", &scratch);
     let (code, shown) = verify_signed(&url, &public);
     assert_eq!(code, Some(5), "the wrong key: {shown}");
 }
 
 #[test]
 fn a_signed_sink_continues_its_series_and_refuses_a_forged_one() {
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("continued");
+    let url = database("continued");
     let scratch = common::Scratch::new("signed-continued");
     let key = SigningKey::generate().unwrap();
     let public = scratch.path("key.pub");
