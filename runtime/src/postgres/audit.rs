@@ -2,7 +2,6 @@
 //! group commit that lets concurrent calls share one round trip and one WAL flush.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::mpsc as sync_mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -166,12 +165,7 @@ impl PostgresSinkBuilder {
             Some(writer) => writer,
             None => default_writer(),
         };
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
-        config.connect_timeout(self.timeout);
-        if config.get_application_name().is_none() {
-            config.application_name("toolgate-audit");
-        }
+        let config = schema::config(url, self.timeout, "toolgate-audit")?;
         let worker = Worker {
             config,
             schema: self.schema,

@@ -20,6 +20,9 @@ use crate::policy::Mode;
 /// How long a gate may lose its fleet before it acts as SHADOW, unless the builder sets a shorter one.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
+/// How long an operator's command (`lower`, `raise`, `status`) may take, connecting included.
+const OPERATOR_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often a joined process reads its fleet's mode when no notification came, unless set.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 
@@ -170,12 +173,7 @@ impl FleetBuilder {
             return invalid("the timeout must be more than zero".into());
         }
         valid_name(name).map_err(StoreError::Unavailable)?;
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
-        config.connect_timeout(self.timeout);
-        if config.get_application_name().is_none() {
-            config.application_name("toolgate-fleet");
-        }
+        let config = schema::config(url, self.timeout, "toolgate-fleet")?;
         let settings = Arc::new(Settings {
             name: name.to_owned(),
             schema: self.schema,
@@ -718,7 +716,7 @@ fn change(
             "not configured: a change of a fleet's mode names who makes it and why".into(),
         ));
     }
-    with_client(url, schema_name, async |client| {
+    schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
         let transaction = client.transaction().await.map_err(|e| store_error(&e))?;
         let current = transaction
             .query_opt(
@@ -780,7 +778,7 @@ fn change(
 
 /// The fleet `name`: its mode and its joined gates, most recently heard from first.
 pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, StoreError> {
-    with_client(url, schema_name, async |client| {
+    schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
         let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
         let fleet = client
             .query_opt(
@@ -835,38 +833,5 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
             changed_secs_ago: fleet.try_get(3).map_err(column)?,
             members,
         })
-    })
-}
-
-/// Runs `op` on a connection of its own, the schema migrated, on a runtime of its own.
-fn with_client<T>(
-    url: &str,
-    schema_name: &str,
-    op: impl AsyncFnOnce(&mut Client) -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
-    if !valid_schema(schema_name) {
-        return Err(StoreError::Unavailable(format!(
-            "not configured: the schema name {schema_name:?} is not lowercase letters, digits and `_`"
-        )));
-    }
-    let mut config = tokio_postgres::Config::from_str(url)
-        .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
-    config.connect_timeout(DEFAULT_TIMEOUT);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
-    let work = async {
-        let (mut client, connection) = config.connect(NoTls).await.map_err(|e| store_error(&e))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        schema::migrate(&mut client, schema_name).await?;
-        op(&mut client).await
-    };
-    runtime.block_on(async {
-        tokio::time::timeout(Duration::from_secs(10), work)
-            .await
-            .unwrap_or(Err(StoreError::Timeout))
     })
 }

@@ -126,7 +126,6 @@ pub use trail::{
 };
 
 use std::fmt;
-use std::str::FromStr;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -225,12 +224,7 @@ impl PostgresStoreBuilder {
                 settings.schema
             ));
         }
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
-        config.connect_timeout(settings.timeout);
-        if config.get_application_name().is_none() {
-            config.application_name("toolgate");
-        }
+        let config = schema::config(url, settings.timeout, "toolgate")?;
         let (jobs, receiver) = mpsc::unbounded_channel();
         let thread = worker::run(settings.clone(), config, receiver).map_err(|e| {
             StoreError::Unavailable(format!("cannot start the store's thread: {e}"))

@@ -1,8 +1,11 @@
 //! What every PostgreSQL part shares: the schema's migrations, run once by whichever part connects
 //! first, the errors of the server as the parts report them, and advisory lock keys.
 
+use std::str::FromStr;
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Config, NoTls};
 
 use super::sql;
 use crate::approval::store::StoreError;
@@ -93,4 +96,57 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Sto
             .map_err(error)?;
     }
     transaction.commit().await.map_err(error)
+}
+
+/// The client's configuration of `url`, connecting within `timeout`, named `application` to the server
+/// unless the URL names one.
+pub(super) fn config(
+    url: &str,
+    timeout: Duration,
+    application: &str,
+) -> Result<Config, StoreError> {
+    let mut config = Config::from_str(url)
+        .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
+    config.connect_timeout(timeout);
+    if config.get_application_name().is_none() {
+        config.application_name(application);
+    }
+    Ok(config)
+}
+
+/// Runs `op` on a connection of its own to `url`, on a runtime of its own, all within `timeout`: the
+/// operators' commands (`toolgate fleet`, `toolgate audit verify`). With `migrate`, the schema is
+/// created or migrated first; a reader (an auditor's role may only `SELECT`) changes nothing.
+pub(super) fn one_shot<T>(
+    url: &str,
+    schema: &str,
+    timeout: Duration,
+    migrate: bool,
+    op: impl AsyncFnOnce(&mut Client) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    if !valid_schema(schema) {
+        return Err(StoreError::Unavailable(format!(
+            "not configured: the schema name {schema:?} is not lowercase letters, digits and `_`"
+        )));
+    }
+    let config = config(url, timeout, "toolgate")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
+    let work = async {
+        let (mut client, connection) = config.connect(NoTls).await.map_err(|e| store_error(&e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        if migrate {
+            self::migrate(&mut client, schema).await?;
+        }
+        op(&mut client).await
+    };
+    runtime.block_on(async {
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    })
 }

@@ -3,12 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-use tokio_postgres::NoTls;
-
-use super::schema::{self, store_error, valid_schema};
+use super::schema::{self, store_error};
 use crate::approval::store::StoreError;
 use crate::audit::checkpoint::{Checkpoint, SeriesVerifier};
 use crate::audit::verify::Verifier;
@@ -316,82 +313,73 @@ fn read(
     schema: &str,
     with_checkpoints: bool,
 ) -> Result<(Vec<Row>, Vec<CheckpointRow>), StoreError> {
-    if !valid_schema(schema) {
-        return Err(StoreError::Unavailable(format!(
-            "not configured: the schema name {schema:?} is not lowercase letters, digits and `_`"
-        )));
-    }
-    let mut config = tokio_postgres::Config::from_str(url)
-        .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
-    config.connect_timeout(Duration::from_secs(10));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
-    runtime.block_on(async {
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| store_error(&e))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
-        // One snapshot for both tables: a checkpoint is never read without the records it covers.
-        client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-            .map_err(|e| store_error(&e))?;
-        let rows = client
-            .query(
-                &schema::sql(
-                    "SELECT writer, seq, prev_hash, hash, stage, tool, gate, call, line
-                     FROM {s}.audit ORDER BY writer, seq",
-                    schema,
-                ),
-                &[],
-            )
-            .await
-            .map_err(|e| store_error(&e))?;
-        let rows = rows
-            .iter()
-            .map(|row| {
-                Ok(Row {
-                    writer: row.try_get(0).map_err(column)?,
-                    seq: row.try_get(1).map_err(column)?,
-                    prev_hash: row.try_get(2).map_err(column)?,
-                    hash: row.try_get(3).map_err(column)?,
-                    stage: row.try_get(4).map_err(column)?,
-                    tool: row.try_get(5).map_err(column)?,
-                    gate: row.try_get(6).map_err(column)?,
-                    call: row.try_get(7).map_err(column)?,
-                    line: row.try_get(8).map_err(column)?,
-                })
-            })
-            .collect::<Result<Vec<Row>, StoreError>>()?;
-        let mut checkpoints = Vec::new();
-        if with_checkpoints {
-            let stored = client
+    // Reading a large trail takes its time: a minute, rather than an operation's seconds.
+    schema::one_shot(
+        url,
+        schema,
+        Duration::from_secs(60),
+        false,
+        async |client| {
+            let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+            // One snapshot for both tables: a checkpoint is never read without the records it covers.
+            client
+                .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .await
+                .map_err(|e| store_error(&e))?;
+            let rows = client
                 .query(
                     &schema::sql(
-                        "SELECT writer, seq, head_seq, checkpoint FROM {s}.audit_checkpoints
-                         ORDER BY writer, seq",
+                        "SELECT writer, seq, prev_hash, hash, stage, tool, gate, call, line
+                     FROM {s}.audit ORDER BY writer, seq",
                         schema,
                     ),
                     &[],
                 )
                 .await
                 .map_err(|e| store_error(&e))?;
-            for row in &stored {
-                checkpoints.push(CheckpointRow {
-                    writer: row.try_get(0).map_err(column)?,
-                    seq: row.try_get(1).map_err(column)?,
-                    head_seq: row.try_get(2).map_err(column)?,
-                    text: row.try_get(3).map_err(column)?,
-                });
+            let rows = rows
+                .iter()
+                .map(|row| {
+                    Ok(Row {
+                        writer: row.try_get(0).map_err(column)?,
+                        seq: row.try_get(1).map_err(column)?,
+                        prev_hash: row.try_get(2).map_err(column)?,
+                        hash: row.try_get(3).map_err(column)?,
+                        stage: row.try_get(4).map_err(column)?,
+                        tool: row.try_get(5).map_err(column)?,
+                        gate: row.try_get(6).map_err(column)?,
+                        call: row.try_get(7).map_err(column)?,
+                        line: row.try_get(8).map_err(column)?,
+                    })
+                })
+                .collect::<Result<Vec<Row>, StoreError>>()?;
+            let mut checkpoints = Vec::new();
+            if with_checkpoints {
+                let stored = client
+                    .query(
+                        &schema::sql(
+                            "SELECT writer, seq, head_seq, checkpoint FROM {s}.audit_checkpoints
+                         ORDER BY writer, seq",
+                            schema,
+                        ),
+                        &[],
+                    )
+                    .await
+                    .map_err(|e| store_error(&e))?;
+                for row in &stored {
+                    checkpoints.push(CheckpointRow {
+                        writer: row.try_get(0).map_err(column)?,
+                        seq: row.try_get(1).map_err(column)?,
+                        head_seq: row.try_get(2).map_err(column)?,
+                        text: row.try_get(3).map_err(column)?,
+                    });
+                }
             }
-        }
-        client
-            .batch_execute("COMMIT")
-            .await
-            .map_err(|e| store_error(&e))?;
-        Ok((rows, checkpoints))
-    })
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| store_error(&e))?;
+            Ok((rows, checkpoints))
+        },
+    )
 }
