@@ -177,6 +177,7 @@ impl PostgresSinkBuilder {
             policy: self.checkpoints,
             unsent: Vec::new(),
             failed_head: None,
+            failed_covers: 0,
             signer: None,
         };
         let (jobs, receiver) = mpsc::unbounded_channel();
@@ -358,6 +359,8 @@ struct Worker {
     unsent: Vec<Queued>,
     /// The head a failed group would have left: if the table has it, the group committed.
     failed_head: Option<(u64, HashHex)>,
+    /// How many of `unsent`, from the first, that failed group carried.
+    failed_covers: usize,
     /// The writer's checkpoint series, continued from the table's last checkpoint; read again with the
     /// head.
     signer: Option<Checkpointer>,
@@ -712,10 +715,17 @@ impl Worker {
             if let Some(failed) = worker.failed_head.take()
                 && worker.head == Some(failed)
             {
-                worker.unsent.clear();
+                // Only what that group carried: records kept since it failed were not in it.
+                let covered = worker.failed_covers.min(worker.unsent.len());
+                worker.unsent.drain(..covered);
             }
             let unsent = std::mem::take(&mut worker.unsent);
             let encoded = encode(&mut worker.encoder, worker.head, unsent.iter().chain(group));
+            let kept_from_group = group
+                .iter()
+                .filter(|queued| matches!(queued.reply, Reply::None))
+                .count();
+            worker.failed_covers = unsent.len() + kept_from_group;
             worker.unsent = unsent;
             let rows = encoded?;
             let last = rows.hashes.last().and_then(|h| parse_hash(h));
