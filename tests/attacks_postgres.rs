@@ -1110,7 +1110,10 @@ fn a10_dropped_or_altered_tables_refuse_the_call() {
     // A schema newer than this crate is refused at connect, by the store and by the command.
     let url = database("atk3_newer");
     drop(connect(&url));
-    query(&url, "INSERT INTO toolgate.schema_version (version) VALUES (99)");
+    query(
+        &url,
+        "INSERT INTO toolgate.schema_version (version) VALUES (99)",
+    );
     assert!(
         PostgresStore::connect(&url).is_err(),
         "a newer schema was accepted"
