@@ -209,23 +209,8 @@ mod fleet {
 
     #[derive(Debug, Args)]
     pub(super) struct FleetCommand {
-        /// The database the fleet's gates join: a PostgreSQL URL or key-value string.
-        #[arg(
-            long,
-            env = "TOOLGATE_STORE",
-            value_name = "URL",
-            global = true,
-            hide_env_values = true
-        )]
-        store: Option<String>,
-        /// The schema of its tables.
-        #[arg(
-            long,
-            env = "TOOLGATE_STORE_SCHEMA",
-            default_value = "toolgate",
-            global = true
-        )]
-        schema: String,
+        #[command(flatten)]
+        database: super::approvals::Database,
         /// The fleet.
         #[arg(long, env = "TOOLGATE_FLEET", value_name = "NAME", global = true)]
         fleet: Option<String>,
@@ -268,7 +253,7 @@ mod fleet {
     }
 
     pub(super) fn run(command: FleetCommand) -> u8 {
-        let Some(url) = command.store.filter(|url| !url.is_empty()) else {
+        let Some(url) = command.database.store.filter(|url| !url.is_empty()) else {
             eprintln!("toolgate: which database? give --store URL or set TOOLGATE_STORE");
             return USAGE;
         };
@@ -276,7 +261,7 @@ mod fleet {
             eprintln!("toolgate: which fleet? give --fleet NAME or set TOOLGATE_FLEET");
             return USAGE;
         };
-        let schema = &command.schema;
+        let schema = &command.database.schema;
         let (to, by, reason, lowering) = match command.action {
             Action::Status => {
                 return match fleet::status(&url, schema, &name) {
@@ -673,9 +658,10 @@ mod approvals {
     const UNAVAILABLE: u8 = 3;
     const USAGE: u8 = super::USAGE;
 
+    /// Where the gates' tables are: the store, the audit trail and fleets share one database.
     #[derive(Debug, Args)]
-    pub(super) struct Approvals {
-        /// The store: a PostgreSQL URL (postgres://user@host/database) or key-value string.
+    pub(super) struct Database {
+        /// The database: a PostgreSQL URL (postgres://user@host/database) or key-value string.
         #[arg(
             long,
             env = "TOOLGATE_STORE",
@@ -683,15 +669,21 @@ mod approvals {
             global = true,
             hide_env_values = true
         )]
-        store: Option<String>,
-        /// The schema of the store's tables, as the gates' store names it.
+        pub(super) store: Option<String>,
+        /// The schema of the tables, as the gates name it.
         #[arg(
             long,
             env = "TOOLGATE_STORE_SCHEMA",
             default_value = "toolgate",
             global = true
         )]
-        schema: String,
+        pub(super) schema: String,
+    }
+
+    #[derive(Debug, Args)]
+    pub(super) struct Approvals {
+        #[command(flatten)]
+        database: Database,
         #[command(subcommand)]
         command: Action,
     }
@@ -738,7 +730,7 @@ mod approvals {
     }
 
     pub(super) fn run(approvals: Approvals) -> u8 {
-        let Some(url) = approvals.store.filter(|url| !url.is_empty()) else {
+        let Some(url) = approvals.database.store.filter(|url| !url.is_empty()) else {
             eprintln!("toolgate: which store? give --store URL or set TOOLGATE_STORE");
             return USAGE;
         };
@@ -776,7 +768,7 @@ mod approvals {
             }
         };
         let store = match PostgresStore::builder()
-            .schema(&approvals.schema)
+            .schema(&approvals.database.schema)
             .connect(&url)
         {
             Ok(store) => store,
