@@ -440,23 +440,21 @@ fn a8_a_fifo_is_opened_without_hanging_and_held_by_one_sink() {
         eprintln!("skipped: mkfifo failed: {status:?}");
         return;
     }
-    // Held open for writing until the sinks are done, so that the reader's open never waits for a
-    // writer: a sink may open, write and close before the reader thread gets to its open.
+    // Held open for writing until the sinks are done, so that the reader's open below does not wait
+    // for a writer, and the pipe's contents outlive the sinks closing it.
     let keep_open = fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&fifo)
         .unwrap();
-    // A reader that drains the FIFO.
-    let reader = {
-        let fifo = fifo.clone();
-        thread::spawn(move || {
-            let mut f = fs::File::open(&fifo).unwrap();
-            let mut out = Vec::new();
-            io::Read::read_to_end(&mut f, &mut out).unwrap();
-            out
-        })
-    };
+    // The reader's end is opened here, not in its thread: a thread that got to its open only after
+    // every writer had closed would wait for a writer forever, and the records would be gone.
+    let mut reading = fs::File::open(&fifo).unwrap();
+    let reader = thread::spawn(move || {
+        let mut out = Vec::new();
+        io::Read::read_to_end(&mut reading, &mut out).unwrap();
+        out
+    });
     let (tx, rx) = mpsc::channel();
     {
         let fifo = fifo.clone();
