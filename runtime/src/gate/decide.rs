@@ -382,10 +382,24 @@ impl Gate {
                         .into(),
                 ))
             }
+            // A request filed for the call is pending, whichever of the two codes the store used.
+            Ok(Consumed::Pending {
+                code: DenialCode::ApprovalRequired | DenialCode::ApprovalPending,
+                token: Some(token),
+            }) => Err(refused(DenialCode::ApprovalPending).with_approval_token(token.into())),
             Ok(Consumed::Pending {
                 code,
                 token: Some(token),
             }) => Err(refused(code).with_approval_token(token.into())),
+            // Nothing was filed, so nothing is pending: the store is full.
+            Ok(Consumed::Pending {
+                code: DenialCode::ApprovalRequired | DenialCode::ApprovalPending,
+                token: None,
+            }) => Err(refused(DenialCode::ApprovalRequired).with_detail(
+                "the approval store holds as many pending requests for this agent as it may, and \
+                 filed none for this call"
+                    .into(),
+            )),
             Ok(Consumed::Pending { code, token: None }) => Err(refused(code)),
             Err(error) => {
                 Err(refused(DenialCode::ApprovalStoreUnavailable)
@@ -1336,6 +1350,7 @@ fn is_store_code(code: DenialCode) -> bool {
     matches!(
         code,
         DenialCode::ApprovalRequired
+            | DenialCode::ApprovalPending
             | DenialCode::ApprovalExpired
             | DenialCode::ApprovalReused
             | DenialCode::ApprovalMismatch

@@ -454,7 +454,7 @@ impl GateBuilder {
     }
 
     /// Takes two-step approvals where no approver is set: a call that needs an approval is refused with
-    /// `APPROVAL_REQUIRED` and a token ([`Denied::approval_token`](crate::Denied::approval_token)); after [`Gate::approve`] with that
+    /// `APPROVAL_PENDING` and a token ([`Denied::approval_token`](crate::Denied::approval_token)); after [`Gate::approve`] with that
     /// token, the same call with the same arguments runs once. Requests expire after
     /// [`DEFAULT_APPROVAL_TTL`](crate::DEFAULT_APPROVAL_TTL) (10 minutes).
     pub fn two_step_approvals(self) -> Self {
