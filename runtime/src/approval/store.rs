@@ -67,6 +67,10 @@ pub struct ApprovalCall {
     pub binding: Binding,
     /// The gate's agent label; a store bounds its pending requests per agent.
     pub agent: Option<String>,
+    /// Who the agent acts for, as the gate names it
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), for an operator to see. It is not
+    /// part of the binding: an operator answers the call.
+    pub principal: Option<String>,
     /// The gate's mode when it asked.
     pub mode: Mode,
     /// The tool's manifest as canonical JSON, so that an operator in another program sees what the tool

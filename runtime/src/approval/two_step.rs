@@ -221,6 +221,7 @@ mod tests {
                 Risk::HighWrite,
             ),
             agent: None,
+            principal: None,
             mode: Mode::FullAuto,
             manifest: String::new(),
             arguments: None,

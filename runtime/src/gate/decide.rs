@@ -197,6 +197,7 @@ impl Gate {
                     risk: risk.get(),
                     arguments: written.map(|a| a.json.as_str()),
                     arguments_digest: written.and_then(Arguments::shown_digest),
+                    principal: self.principal(),
                 };
                 // An approver that panics, in its answer or its name, has rejected.
                 let answered = catch_unwind(AssertUnwindSafe(|| {
@@ -228,6 +229,7 @@ impl Gate {
         let call = ApprovalCall {
             binding: Binding::new(manifest.id, digest, shown, risk.get()),
             agent: self.inner.agent.as_deref().map(str::to_owned),
+            principal: self.principal().map(str::to_owned),
             mode,
             manifest: serde_json::to_string(manifest).unwrap_or_default(),
             arguments: arguments.get().map(|a| a.json.clone()),
@@ -265,6 +267,7 @@ impl Gate {
                     risk: risk.get(),
                     arguments: json.as_deref(),
                     arguments_digest: digest.as_deref(),
+                    principal: self.principal(),
                 };
                 // Panics while making the future, polling it or naming the approver are all its
                 // rejection.
