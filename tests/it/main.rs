@@ -30,6 +30,7 @@ mod mcp_e2e;
 mod mutants;
 mod otel;
 mod policy;
+mod principal;
 mod provider_defs;
 mod regressions;
 mod return_types;
