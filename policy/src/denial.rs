@@ -33,11 +33,17 @@ pub enum DenialCode {
     /// `APPROVAL_STORE_UNAVAILABLE`: the approval store could not be reached, did not answer in time, or
     /// answered something unexpected; the call did not run.
     ApprovalStoreUnavailable,
+    /// `BUDGET_EXHAUSTED`: the call is over one of the gate's budgets (calls per tool, risk level or
+    /// agent over a sliding window); the refusal says when a call may be retried.
+    BudgetExhausted,
+    /// `BUDGET_STORE_UNAVAILABLE`: the budget store could not be reached, did not answer in time, or
+    /// answered something unexpected; the call did not run and took no unit of any budget.
+    BudgetStoreUnavailable,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 12] = [
+    pub const ALL: [DenialCode; 14] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -50,6 +56,8 @@ impl DenialCode {
         DenialCode::ApprovalMismatch,
         DenialCode::ApprovalReused,
         DenialCode::ApprovalStoreUnavailable,
+        DenialCode::BudgetExhausted,
+        DenialCode::BudgetStoreUnavailable,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -67,6 +75,8 @@ impl DenialCode {
             DenialCode::ApprovalMismatch => "APPROVAL_MISMATCH",
             DenialCode::ApprovalReused => "APPROVAL_REUSED",
             DenialCode::ApprovalStoreUnavailable => "APPROVAL_STORE_UNAVAILABLE",
+            DenialCode::BudgetExhausted => "BUDGET_EXHAUSTED",
+            DenialCode::BudgetStoreUnavailable => "BUDGET_STORE_UNAVAILABLE",
         }
     }
 }

@@ -18,6 +18,7 @@ mod audit_cli;
 mod audit_gate;
 mod audit_log;
 mod by_name;
+mod budgets;
 mod bypass;
 mod cli_example;
 mod devops_desk;
