@@ -135,6 +135,7 @@ use crate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
+use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore};
 use crate::policy::Mode;
 use schema::valid_schema;
 use worker::{Job, Target};
@@ -345,6 +346,18 @@ impl ApprovalStore for PostgresStore {
     ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
         let answered = self.answer_target(Target::Token(token.to_owned()), answer);
         Box::pin(async move { answered.await.map(|request| request.binding) })
+    }
+}
+
+/// Budgets shared by every process connected to the store: see the [module](self) for the SQL.
+impl BudgetStore for PostgresStore {
+    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture {
+        let (reply, answered) = oneshot::channel();
+        let sent = self.send(Job::Take(charges.to_vec(), reply));
+        Box::pin(async move {
+            sent?;
+            answered.await.unwrap_or_else(|_| Err(thread_gone()))
+        })
     }
 }
 

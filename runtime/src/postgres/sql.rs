@@ -83,6 +83,49 @@ pub(super) const MIGRATIONS: &[&str] = &[
         last_contact timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (fleet, member, gate)
     );",
+    // 4: budgets, a sliding window each: the instants of the calls it counted, and the one function
+    // that takes a call's units, all or none.
+    "CREATE TABLE {s}.budgets (
+        key  text PRIMARY KEY,
+        uses timestamptz[] NOT NULL
+    );
+    CREATE FUNCTION {s}.budget_take(keys text[], limits integer[], windows_us bigint[])
+    RETURNS bigint[] LANGUAGE plpgsql AS $$
+    DECLARE
+        now_at  timestamptz := clock_timestamp();
+        live    timestamptz[];
+        worst   integer := 0;
+        wait_us bigint := -1;
+        this_us bigint;
+    BEGIN
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budgets (key, uses) VALUES (keys[i], '{}') ON CONFLICT (key) DO NOTHING;
+            PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
+            SELECT coalesce(array_agg(u ORDER BY u), '{}') INTO live
+                FROM {s}.budgets AS b, unnest(b.uses) AS u
+                WHERE b.key = keys[i] AND u > now_at - windows_us[i] * interval '1 microsecond';
+            IF cardinality(live) >= limits[i] THEN
+                this_us := ceil(extract(epoch FROM live[cardinality(live) - limits[i] + 1]
+                    + windows_us[i] * interval '1 microsecond' - now_at) * 1000000)::bigint;
+                IF this_us > wait_us THEN
+                    worst := i;
+                    wait_us := this_us;
+                END IF;
+            END IF;
+        END LOOP;
+        IF wait_us >= 0 THEN
+            RETURN ARRAY[worst - 1, greatest(wait_us, 0)];
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            UPDATE {s}.budgets
+                SET uses = array(SELECT u FROM unnest(uses) AS u
+                                 WHERE u > now_at - windows_us[i] * interval '1 microsecond'
+                                 ORDER BY u) || now_at
+                WHERE key = keys[i];
+        END LOOP;
+        RETURN ARRAY[-1, 0];
+    END
+    $$;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
@@ -213,3 +256,11 @@ pub(super) fn list() -> String {
 pub(super) fn show() -> String {
     format!("SELECT {REQUEST} FROM {{s}}.approvals WHERE id = $1")
 }
+
+/// Takes a call's units of its budgets (`$1` keys, sorted, `$2` limits, `$3` windows in microseconds),
+/// all or none, in one statement: `{-1, 0}` taken, else the 0-based index of the budget to wait
+/// longest for and how long, in microseconds. Each budget's row is locked in key order, so that
+/// statements of any number of processes serialize on the budgets they share and never deadlock, and
+/// each read after its lock sees the rows as the last statement committed them.
+pub(super) const BUDGET_TAKE: &str =
+    "SELECT {s}.budget_take($1::text[], $2::integer[], $3::bigint[])";
