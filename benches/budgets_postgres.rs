@@ -14,8 +14,8 @@ mod postgres;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolgate::gate::budget::{BudgetStore, MAX_BUDGET_WINDOW, MemoryBudgets};
 use toolgate::gate::BudgetScope;
+use toolgate::gate::budget::{BudgetStore, MAX_BUDGET_WINDOW, MemoryBudgets};
 use toolgate::postgres::PostgresStore;
 use toolgate::{Denied, Gate, Mode, tool};
 

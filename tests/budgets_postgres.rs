@@ -155,11 +155,7 @@ impl Racer {
                 }
             }
         });
-        let mut racer = Racer {
-            child,
-            stdin,
-            said,
-        };
+        let mut racer = Racer { child, stdin, said };
         assert_eq!(racer.said(), "ready");
         racer
     }
@@ -217,11 +213,22 @@ fn four_processes_together_never_exceed_a_budget() {
     }
     let ran: u64 = racers
         .iter_mut()
-        .map(|racer| racer.said().split_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .map(|racer| {
+            racer
+                .said()
+                .split_once(' ')
+                .unwrap()
+                .1
+                .parse::<u64>()
+                .unwrap()
+        })
         .sum();
     assert_eq!(ran, 50, "160 calls on a budget of 50");
     let kept = query(&url, "SELECT count(*) FROM toolgate.budgets");
-    assert_eq!(kept[0][0].as_deref(), Some((rounds + 1).to_string().as_str()));
+    assert_eq!(
+        kept[0][0].as_deref(),
+        Some((rounds + 1).to_string().as_str())
+    );
 }
 
 #[test]
@@ -279,9 +286,17 @@ fn a_stopped_server_refuses_the_calls_a_budget_covers() {
     let sends = SENDS.load(Ordering::SeqCst);
     for _ in 0..3 {
         let denied = gate.run(|| send(2)).unwrap_err();
-        assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable, "{denied}");
+        assert_eq!(
+            denied.code(),
+            DenialCode::BudgetStoreUnavailable,
+            "{denied}"
+        );
         let denied = wait(gate.scope(send_async(3))).unwrap_err();
-        assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable, "{denied}");
+        assert_eq!(
+            denied.code(),
+            DenialCode::BudgetStoreUnavailable,
+            "{denied}"
+        );
     }
     assert_eq!(SENDS.load(Ordering::SeqCst), sends, "no body ran");
     // What no budget covers does not need the server.

@@ -90,8 +90,14 @@ fn the_call_after_the_budget_is_refused_with_when_to_retry() {
     }
     let denied = gate.run(|| read(3)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::BudgetExhausted);
-    assert_eq!(READS.load(Ordering::SeqCst) - before, 3, "the 4th body did not run");
-    let retry = denied.retry_after().expect("a budget refusal says when to retry");
+    assert_eq!(
+        READS.load(Ordering::SeqCst) - before,
+        3,
+        "the 4th body did not run"
+    );
+    let retry = denied
+        .retry_after()
+        .expect("a budget refusal says when to retry");
     assert!(retry > Duration::ZERO && retry <= HOUR, "{retry:?}");
     let text = denied.to_string();
     assert!(
@@ -104,12 +110,20 @@ fn the_call_after_the_budget_is_refused_with_when_to_retry() {
     let value = serde_json::to_value(&denied).unwrap();
     assert_eq!(value["code"], "BUDGET_EXHAUSTED");
     let millis = value["retry_after_ms"].as_u64().unwrap();
-    assert!(millis >= retry.as_millis() as u64 && millis <= 3_600_000, "{value}");
+    assert!(
+        millis >= retry.as_millis() as u64 && millis <= 3_600_000,
+        "{value}"
+    );
     // Every other refusal has no retry time, in the JSON as in the API.
     let other = Gate::new(Mode::Shadow).unwrap().run(|| note("x".into()));
     let other = other.unwrap_err();
     assert_eq!(other.retry_after(), None);
-    assert!(serde_json::to_value(&other).unwrap().get("retry_after_ms").is_none());
+    assert!(
+        serde_json::to_value(&other)
+            .unwrap()
+            .get("retry_after_ms")
+            .is_none()
+    );
 }
 
 #[test]
@@ -163,7 +177,12 @@ fn a_risk_budget_counts_the_calls_of_that_risk() {
     gate.run(|| note("b".into())).unwrap();
     let denied = gate.run(|| note("c".into())).unwrap_err();
     assert_eq!(denied.code(), DenialCode::BudgetExhausted);
-    assert!(denied.to_string().contains("2 calls of LOW_WRITE per 3600 s"), "{denied}");
+    assert!(
+        denied
+            .to_string()
+            .contains("2 calls of LOW_WRITE per 3600 s"),
+        "{denied}"
+    );
     for n in 0..10 {
         gate.run(|| read(n)).unwrap();
     }
@@ -220,7 +239,11 @@ fn no_approver_is_asked_about_a_call_over_its_budget() {
     assert_eq!(code(refused), DenialCode::BudgetExhausted);
     let by_name = rt.block_on(toolgate::registry().call(&gate, "budget.wire", json!({"cents": 5})));
     assert_eq!(by_name.unwrap_err().code(), "BUDGET_EXHAUSTED");
-    assert_eq!(asked.load(Ordering::SeqCst), 2, "the approver was not bothered");
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "the approver was not bothered"
+    );
 }
 
 // A unit is spent once the budget let the call through: a rejected approval keeps it, so an agent
@@ -256,7 +279,10 @@ fn a_refused_call_takes_nothing_of_any_budget() {
     gate.run(|| note("one".into())).unwrap();
     // Refused by the note's budget: the agent's budget is not charged either.
     for _ in 0..10 {
-        assert_eq!(code(gate.run(|| note("two".into()))), DenialCode::BudgetExhausted);
+        assert_eq!(
+            code(gate.run(|| note("two".into()))),
+            DenialCode::BudgetExhausted
+        );
     }
     gate.run(|| read(1)).unwrap();
     gate.run(|| read(2)).unwrap();
@@ -276,7 +302,10 @@ fn clones_and_nested_scopes_share_one_budget_and_other_gates_do_not() {
     std::thread::spawn(move || clone.run(|| read(2)).unwrap())
         .join()
         .unwrap();
-    assert_eq!(code(gate.clone().run(|| read(3))), DenialCode::BudgetExhausted);
+    assert_eq!(
+        code(gate.clone().run(|| read(3))),
+        DenialCode::BudgetExhausted
+    );
     let other = Gate::builder()
         .mode(Mode::PartialAuto)
         .budget(BudgetScope::tool("budget.read"), 2, HOUR)
@@ -310,7 +339,10 @@ fn direct_by_name_and_async_calls_all_count() {
         assert_eq!(refused.code(), "BUDGET_EXHAUSTED");
         // What an MCP client or a model reads of a refusal by name: its code, then its message.
         let shown = format!("{}: {refused}", refused.code());
-        assert!(shown.starts_with("BUDGET_EXHAUSTED: tool `budget.read"), "{shown}");
+        assert!(
+            shown.starts_with("BUDGET_EXHAUSTED: tool `budget.read"),
+            "{shown}"
+        );
         assert!(shown.contains("; retry in "), "{shown}");
         assert!(refused.denied().unwrap().retry_after().is_some());
     }
@@ -332,15 +364,25 @@ fn a_budget_that_cannot_be_kept_fails_the_build() {
     ) else {
         panic!("not a budget error")
     };
-    assert!(matches!(errors[0], BudgetError::ZeroLimit(BudgetScope::Agent)));
-    assert!(matches!(errors[1], BudgetError::Window(BudgetScope::Risk(Risk::ReadOnly), _)));
+    assert!(matches!(
+        errors[0],
+        BudgetError::ZeroLimit(BudgetScope::Agent)
+    ));
+    assert!(matches!(
+        errors[1],
+        BudgetError::Window(BudgetScope::Risk(Risk::ReadOnly), _)
+    ));
     assert!(matches!(errors[2], BudgetError::Pattern(_)));
     assert!(matches!(errors[3], BudgetError::Pattern(_)));
     assert!(matches!(errors[4], BudgetError::TooManyCalls(_, 100_001)));
     assert_eq!(errors.len(), 5);
     let long = Duration::from_secs(32 * 24 * 3600);
     let error = built(Gate::builder().budget(BudgetScope::Agent, 1, long));
-    assert!(error.to_string().starts_with("cannot build the gate: the budget of agent"));
+    assert!(
+        error
+            .to_string()
+            .starts_with("cannot build the gate: the budget of agent")
+    );
 }
 
 /// A budget store that answers from another thread after a moment, or fails.
@@ -423,7 +465,10 @@ fn a_failing_store_refuses_and_no_body_runs() {
     let before = READS.load(Ordering::SeqCst);
     let denied = gate.run(|| read(1)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
-    assert!(denied.to_string().contains("connection refused"), "{denied}");
+    assert!(
+        denied.to_string().contains("connection refused"),
+        "{denied}"
+    );
     assert_eq!(denied.retry_after(), None);
     let refused = runtime().block_on(gate.scope(read_async(2)));
     assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
@@ -445,7 +490,11 @@ fn a_session_grant_does_not_let_a_counted_tool_skip_its_budget() {
         .unwrap();
     gate.run(|| wire(1)).unwrap();
     gate.run(|| wire(2)).unwrap();
-    assert_eq!(asked.load(Ordering::SeqCst), 1, "the second call ran on the grant");
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        1,
+        "the second call ran on the grant"
+    );
     assert_eq!(code(gate.run(|| wire(3))), DenialCode::BudgetExhausted);
 }
 

@@ -162,7 +162,10 @@ fn run(variant: &str, n: u64) -> bool {
                 )
                 .build()
                 .expect("the benchmarks' tools have distinct ids");
-            assert!(n < u64::from(budget::MAX_BUDGET_CALLS), "N is within the budget");
+            assert!(
+                n < u64::from(budget::MAX_BUDGET_CALLS),
+                "N is within the budget"
+            );
             budgeted.run(|| {
                 for i in 0..n {
                     let _ = black_box(add(black_box(i), black_box(2))).expect("within budget");

@@ -227,7 +227,9 @@ impl Longest for Option<(usize, Duration)> {
 
 impl BudgetStore for MemoryBudgets {
     fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture {
-        Box::pin(std::future::ready(Ok(self.take_at(charges, Instant::now()))))
+        Box::pin(std::future::ready(
+            Ok(self.take_at(charges, Instant::now())),
+        ))
     }
 }
 

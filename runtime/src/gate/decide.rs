@@ -237,9 +237,7 @@ impl Gate {
                     StoreError::Timeout => "no answer in time".to_owned(),
                     StoreError::Unexpected(what) => format!("an unexpected answer: {what}"),
                 };
-                Charge::Refused(
-                    refused(DenialCode::BudgetStoreUnavailable).with_detail(why.into()),
-                )
+                Charge::Refused(refused(DenialCode::BudgetStoreUnavailable).with_detail(why.into()))
             }
         }
     }
@@ -1621,8 +1619,8 @@ mod tests {
                     .build()
                     .unwrap();
                 for entry in TOOLS {
-                    let expected = fast_allows(entry, Some(&plain))
-                        && !entry.manifest.id.starts_with(covered);
+                    let expected =
+                        fast_allows(entry, Some(&plain)) && !entry.manifest.id.starts_with(covered);
                     assert_eq!(
                         fast_allows(entry, Some(&gate)),
                         expected,

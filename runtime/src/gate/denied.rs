@@ -233,7 +233,10 @@ impl fmt::Display for Denied {
                  approval store failed ({detail}); retry when it is back"
             ),
             DenialCode::BudgetExhausted => {
-                write!(f, "tool `{id}` ({risk}) is over the gate's budget of {detail}")?;
+                write!(
+                    f,
+                    "tool `{id}` ({risk}) is over the gate's budget of {detail}"
+                )?;
                 match self.retry_after() {
                     Some(after) => write!(f, "; retry in {} s", Seconds(after)),
                     None => Ok(()),

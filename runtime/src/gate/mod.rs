@@ -614,9 +614,8 @@ impl GateBuilder {
                 let counted = budgets
                     .as_ref()
                     .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
-                let outright = |mode: usize| {
-                    row[mode] == Verdict::Allow && self.audit.is_none() && !counted
-                };
+                let outright =
+                    |mode: usize| row[mode] == Verdict::Allow && self.audit.is_none() && !counted;
                 (0..4).fold(0u8, |bits, mode| bits | u8::from(outright(mode)) << mode)
             })
             .collect();

@@ -102,7 +102,30 @@
 //! ```
 //!
 //! The role the store connects as needs `CREATE` on the database the first time (or an existing
-//! schema), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on `approvals`.
+//! schema), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on `approvals`, and for budgets `SELECT`,
+//! `INSERT` and `UPDATE` on `budgets` and `EXECUTE` on `budget_take`.
+//!
+//! # Budgets
+//!
+//! The store is a [`BudgetStore`] too (`Gate::builder().budget_store_shared(store)`): every process
+//! connected to it counts the same budgets. A budget is a row, its key and the instants (by the
+//! database's clock) of the calls in its window, at most its limit:
+//!
+//! ```sql
+//! CREATE TABLE toolgate.budgets (
+//!     key  text PRIMARY KEY,          -- agent label, scope, limit and window
+//!     uses timestamptz[] NOT NULL     -- the calls counted, oldest first
+//! );
+//! ```
+//!
+//! A call's check is one statement, `SELECT toolgate.budget_take(keys, limits, windows_us)`, a
+//! PL/pgSQL function of migration 4 that, for each of the call's budgets in key order, makes its row if
+//! missing and locks it (`FOR UPDATE`), counts the uses inside the window (after the lock, so it reads
+//! what the last check committed); then either records the call in every budget, or records nothing
+//! and answers which budget is out and for how long. Locking in key order serializes the checks that
+//! share a budget, in any number of processes, and never deadlocks. An error or a timeout refuses the
+//! call with `BUDGET_STORE_UNAVAILABLE`; a check that committed but whose answer was lost is refused
+//! and keeps its unit.
 //!
 //! # The connection
 //!

@@ -45,7 +45,10 @@ pub(super) enum Job {
         Answer,
         oneshot::Sender<Result<StoredRequest, ApproveError>>,
     ),
-    Take(Vec<BudgetCharge>, oneshot::Sender<Result<Taken, StoreError>>),
+    Take(
+        Vec<BudgetCharge>,
+        oneshot::Sender<Result<Taken, StoreError>>,
+    ),
     List(oneshot::Sender<Result<Vec<StoredRequest>, StoreError>>),
     Show(
         i64,
