@@ -25,12 +25,26 @@ fn send(round: u64) -> Result<u64, Denied> {
     Ok(round)
 }
 
-fn measure(store: Arc<dyn BudgetStore>, rounds: u64) -> Vec<Duration> {
+/// The budgets measured: a small one whose window holds a few calls at a time, and one that counts
+/// every call of the run (its window keeps them all: a sliding window's cost grows with what it holds).
+#[derive(Clone, Copy)]
+enum Size {
+    Small,
+    Whole,
+}
+
+fn measure(store: Arc<dyn BudgetStore>, rounds: u64, size: Size) -> Vec<Duration> {
     let warm = rounds / 10;
-    let limit = u32::try_from(rounds + warm).expect("rounds fit a budget");
+    let (limit, window) = match size {
+        Size::Small => (10, Duration::from_micros(1)),
+        Size::Whole => (
+            u32::try_from(rounds + warm).expect("rounds fit a budget"),
+            MAX_BUDGET_WINDOW,
+        ),
+    };
     let gate = Gate::builder()
         .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("bench.send"), limit, MAX_BUDGET_WINDOW)
+        .budget(BudgetScope::tool("bench.send"), limit, window)
         .budget_store_shared(store)
         .build()
         .expect("a gate");
@@ -56,7 +70,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn report(label: &str, mut times: Vec<Duration>) {
     times.sort();
     println!(
-        "{label:<40} n={:<6} p50 {:>8.4} ms   p99 {:>8.4} ms   max {:>8.4} ms",
+        "{label:<60} n={:<6} p50 {:>8.4} ms   p99 {:>8.4} ms   max {:>8.4} ms",
         times.len(),
         percentile(&times, 0.50).as_secs_f64() * 1e3,
         percentile(&times, 0.99).as_secs_f64() * 1e3,
@@ -73,13 +87,20 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(2_000);
-    report(
-        "budget check, in memory",
-        measure(Arc::new(MemoryBudgets::new()), rounds),
-    );
+    let sizes = [
+        (Size::Small, "10 calls per µs"),
+        (Size::Whole, "every call of the run"),
+    ];
+    for (size, what) in sizes {
+        let store = Arc::new(MemoryBudgets::new());
+        report(&format!("in memory, {what}"), measure(store, rounds, size));
+    }
     if let Ok(url) = std::env::var(postgres::SERVER_ENV) {
-        let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
-        report("budget check, the given server", measure(store, rounds));
+        for (size, what) in sizes {
+            let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
+            let database = format!("the given server, {what}");
+            report(&database, measure(store, rounds, size));
+        }
         return;
     }
     for (label, options) in [
@@ -90,8 +111,10 @@ fn main() {
         ),
     ] {
         let cluster = postgres::Cluster::new(options);
-        let url = cluster.database("bench");
-        let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
-        report(label, measure(store, rounds));
+        for (i, (size, what)) in sizes.into_iter().enumerate() {
+            let url = cluster.database(&format!("bench{i}"));
+            let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
+            report(&format!("{label}, {what}"), measure(store, rounds, size));
+        }
     }
 }

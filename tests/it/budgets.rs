@@ -344,7 +344,18 @@ fn direct_by_name_and_async_calls_all_count() {
             "{shown}"
         );
         assert!(shown.contains("; retry in "), "{shown}");
-        assert!(refused.denied().unwrap().retry_after().is_some());
+        let retry = refused.denied().unwrap().retry_after().unwrap();
+        // The MCP result's structured content.
+        let value = serde_json::to_value(&refused).unwrap();
+        assert_eq!(value["code"], "BUDGET_EXHAUSTED");
+        assert_eq!(value["message"], refused.to_string());
+        assert!(value["retry_after_ms"].as_u64().unwrap() >= retry.as_millis() as u64);
+        #[cfg(feature = "mcp")]
+        {
+            let result = toolgate::mcp::tool_result(Err(refused));
+            assert_eq!(result.is_error, Some(true));
+            assert_eq!(result.structured_content, Some(value));
+        }
     }
     assert_eq!(code(gate.run(|| read(6))), DenialCode::BudgetExhausted);
     let refused = rt.block_on(gate.scope(read_async(7)));

@@ -936,6 +936,11 @@ fn denial_codes_have_their_stable_names() {
         (DenialCode::ApprovalRequired, "APPROVAL_REQUIRED"),
         (DenialCode::ApprovalRejected, "APPROVAL_REJECTED"),
         (DenialCode::UnregisteredTool, "UNREGISTERED_TOOL"),
+        (DenialCode::BudgetExhausted, "BUDGET_EXHAUSTED"),
+        (
+            DenialCode::BudgetStoreUnavailable,
+            "BUDGET_STORE_UNAVAILABLE",
+        ),
     ];
     for (code, name) in names {
         assert!(DenialCode::ALL.contains(&code), "{name}");

@@ -303,7 +303,7 @@ impl From<Denied> for std::io::Error {
 }
 
 /// Whole milliseconds, rounded up: a call retried after them is not early.
-fn ceil_millis(after: Duration) -> u64 {
+pub(crate) fn ceil_millis(after: Duration) -> u64 {
     u64::try_from(after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
