@@ -83,30 +83,41 @@ pub(super) const MIGRATIONS: &[&str] = &[
         last_contact timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (fleet, member, gate)
     );",
-    // 4: budgets, a sliding window each: the instants of the calls it counted, and the one function
-    // that takes a call's units, all or none.
+    // 4: budgets, a sliding window each: a row per budget holding how many calls its window holds,
+    // a row per call it counted, and the one function that takes a call's units, all or none.
     "CREATE TABLE {s}.budgets (
         key  text PRIMARY KEY,
-        uses timestamptz[] NOT NULL
+        held integer NOT NULL CHECK (held >= 0)
     );
+    CREATE TABLE {s}.budget_uses (
+        key     text NOT NULL,
+        used_at timestamptz NOT NULL
+    );
+    CREATE INDEX budget_uses_key ON {s}.budget_uses (key, used_at);
     CREATE FUNCTION {s}.budget_take(keys text[], limits integer[], windows_us bigint[])
     RETURNS bigint[] LANGUAGE plpgsql AS $$
     DECLARE
         now_at  timestamptz := clock_timestamp();
-        live    timestamptz[];
+        live    integer;
+        oldest  timestamptz;
         worst   integer := 0;
         wait_us bigint := -1;
         this_us bigint;
     BEGIN
         FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
-            INSERT INTO {s}.budgets (key, uses) VALUES (keys[i], '{}') ON CONFLICT (key) DO NOTHING;
+            INSERT INTO {s}.budgets (key, held) VALUES (keys[i], 0) ON CONFLICT (key) DO NOTHING;
             PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
-            SELECT coalesce(array_agg(u ORDER BY u), '{}') INTO live
-                FROM {s}.budgets AS b, unnest(b.uses) AS u
-                WHERE b.key = keys[i] AND u > now_at - windows_us[i] * interval '1 microsecond';
-            IF cardinality(live) >= limits[i] THEN
-                this_us := ceil(extract(epoch FROM live[cardinality(live) - limits[i] + 1]
-                    + windows_us[i] * interval '1 microsecond' - now_at) * 1000000)::bigint;
+            WITH gone AS (
+                DELETE FROM {s}.budget_uses
+                WHERE key = keys[i] AND used_at <= now_at - windows_us[i] * interval '1 microsecond'
+                RETURNING 1)
+            UPDATE {s}.budgets SET held = held - (SELECT count(*) FROM gone)
+                WHERE key = keys[i] RETURNING held INTO live;
+            IF live >= limits[i] THEN
+                SELECT used_at INTO oldest FROM {s}.budget_uses WHERE key = keys[i]
+                    ORDER BY used_at OFFSET live - limits[i] LIMIT 1;
+                this_us := ceil(extract(epoch FROM oldest + windows_us[i] * interval '1 microsecond'
+                    - now_at) * 1000000)::bigint;
                 IF this_us > wait_us THEN
                     worst := i;
                     wait_us := this_us;
@@ -117,11 +128,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
             RETURN ARRAY[worst - 1, greatest(wait_us, 0)];
         END IF;
         FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
-            UPDATE {s}.budgets
-                SET uses = array(SELECT u FROM unnest(uses) AS u
-                                 WHERE u > now_at - windows_us[i] * interval '1 microsecond'
-                                 ORDER BY u) || now_at
-                WHERE key = keys[i];
+            INSERT INTO {s}.budget_uses (key, used_at) VALUES (keys[i], now_at);
+            UPDATE {s}.budgets SET held = held + 1 WHERE key = keys[i];
         END LOOP;
         RETURN ARRAY[-1, 0];
     END
