@@ -1,9 +1,9 @@
 //! Budgets: at most so many calls over a sliding window, per tool (an id or a glob), per risk level
 //! or per agent, checked after the policy's mode checks and before any approval is asked for.
 //!
-//! A gate's budgets are fixed when it is built ([`Budgets::build`]). Each has a key that names what it
-//! counts (the gate's agent label, the scope, the limit and the window), so that gates and processes
-//! configured alike share it through a shared [`BudgetStore`]. A call is charged to every budget that
+//! A gate's budgets are fixed when it is built ([`GateBuilder::budget`](crate::GateBuilder::budget)).
+//! Each has a key that names what it counts (the gate's agent label, the scope, the limit and the
+//! window), so that gates and processes configured alike share it through a shared [`BudgetStore`]. A call is charged to every budget that
 //! covers it at once: it takes a unit of each only if each has one left, so a refused call takes
 //! nothing.
 //!
@@ -515,7 +515,10 @@ mod tests {
         let t0 = Instant::now();
         let short = charge("a", 1, Duration::from_secs(5));
         let long = charge("b", 3, Duration::from_secs(50));
-        assert_eq!(store.take_at(&[short.clone()], t0), Taken::Taken);
+        assert_eq!(
+            store.take_at(std::slice::from_ref(&short), t0),
+            Taken::Taken
+        );
         // `a` is out: `b` is not charged.
         let both = [short.clone(), long.clone()];
         assert!(matches!(
@@ -523,7 +526,7 @@ mod tests {
             Taken::Exhausted { charge: 0, .. }
         ));
         for _ in 0..3 {
-            assert_eq!(store.take_at(&[long.clone()], t0), Taken::Taken);
+            assert_eq!(store.take_at(std::slice::from_ref(&long), t0), Taken::Taken);
         }
         assert_eq!(
             store.take_at(&both, t0 + Duration::from_secs(1)),
