@@ -528,3 +528,36 @@ fn a_budget_refusal_is_in_the_audit_log_with_its_retry_time() {
         .expect("a refused record");
     assert!(refused.message.as_deref().unwrap().contains("retry in"));
 }
+
+/// A budget store that panics, when asked or when its answer is awaited.
+struct Panicking {
+    in_take: bool,
+}
+
+impl BudgetStore for Panicking {
+    fn take(&self, _: &[BudgetCharge]) -> BudgetFuture {
+        assert!(!self.in_take, "the store panics when asked");
+        Box::pin(async { panic!("the store panics when awaited") })
+    }
+}
+
+#[test]
+fn a_store_that_panics_refuses_and_the_gate_still_works() {
+    let _serial = serial();
+    for in_take in [true, false] {
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .budget(BudgetScope::tool("budget.read*"), 5, HOUR)
+            .budget_store(Panicking { in_take })
+            .build()
+            .unwrap();
+        let before = READS.load(Ordering::SeqCst);
+        let denied = gate.run(|| read(1)).unwrap_err();
+        assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
+        assert!(denied.to_string().contains("the store panicked"), "{denied}");
+        let refused = runtime().block_on(gate.scope(read_async(2)));
+        assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
+        assert_eq!(READS.load(Ordering::SeqCst), before);
+        gate.run(look).unwrap();
+    }
+}
