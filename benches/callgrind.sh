@@ -61,7 +61,8 @@ if [ "$#" -gt 0 ]; then
 fi
 
 variants=(direct allowed refused allowed_run_each async_direct async_allowed async_direct_each
-  async_scope_each floor toolgate toolgate_audit rmcp_stored rmcp_rebuilt audit_record)
+  async_scope_each budget_other budget_memory floor toolgate toolgate_audit rmcp_stored rmcp_rebuilt
+  audit_record)
 declare -A ir
 for variant in "${variants[@]}"; do
   ir[$variant]=$(per_call "$variant")
@@ -99,6 +100,8 @@ echo
 echo "| figure | value |"
 echo "| --- | ---: |"
 echo "| async allowed call, more than the direct async call | $(diff "${ir[async_allowed]}" "${ir[async_direct]}") |"
+echo "| allowed call under a budget of another tool, more than the direct call | $(diff "${ir[budget_other]}" "${ir[direct]}") |"
+echo "| allowed call counted by a budget in memory, more than the direct call | $(diff "${ir[budget_memory]}" "${ir[direct]}") |"
 echo "| gate.run around each call, more than the direct call | $(diff "${ir[allowed_run_each]}" "${ir[direct]}") |"
 echo "| gate.scope around each async call, more than the direct async call | $(diff "${ir[async_scope_each]}" "${ir[async_direct_each]}") |"
 echo "| toolgate / rmcp rebuilt router | $(ratio "${ir[toolgate]}" "${ir[rmcp_rebuilt]}")x |"

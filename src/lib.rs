@@ -209,10 +209,11 @@ pub use toolgate_runtime::__private::serde;
 /// The policy: risk levels, modes, refusal codes and the table between them (the `toolgate-policy` crate).
 pub use toolgate_runtime::policy;
 
-/// The gate: building one, entering it around calls, lowering its mode, and its refusals.
+/// The gate: building one, entering it around calls, lowering its mode, its budgets, and its refusals.
 pub mod gate {
     pub use toolgate_runtime::{
-        Denied, DenyRuleError, Gate, GateBuilder, GateError, RaiseRefused, Scoped,
+        BudgetScope, Denied, DenyRuleError, Gate, GateBuilder, GateError, RaiseRefused, Scoped,
+        budget,
     };
 }
 

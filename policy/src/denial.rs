@@ -39,11 +39,17 @@ pub enum DenialCode {
     /// it that waits for an operator; the refusal carries the request's token. Once it is approved, the
     /// same call with the same arguments runs once.
     ApprovalPending,
+    /// `BUDGET_EXHAUSTED`: the call is over one of the gate's budgets (calls per tool, risk level or
+    /// agent over a sliding window); the refusal says when a call may be retried.
+    BudgetExhausted,
+    /// `BUDGET_STORE_UNAVAILABLE`: the budget store could not be reached, did not answer in time, or
+    /// answered something unexpected; the call did not run and took no unit of any budget.
+    BudgetStoreUnavailable,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 13] = [
+    pub const ALL: [DenialCode; 15] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -57,6 +63,8 @@ impl DenialCode {
         DenialCode::ApprovalReused,
         DenialCode::ApprovalStoreUnavailable,
         DenialCode::ApprovalPending,
+        DenialCode::BudgetExhausted,
+        DenialCode::BudgetStoreUnavailable,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -75,6 +83,8 @@ impl DenialCode {
             DenialCode::ApprovalReused => "APPROVAL_REUSED",
             DenialCode::ApprovalStoreUnavailable => "APPROVAL_STORE_UNAVAILABLE",
             DenialCode::ApprovalPending => "APPROVAL_PENDING",
+            DenialCode::BudgetExhausted => "BUDGET_EXHAUSTED",
+            DenialCode::BudgetStoreUnavailable => "BUDGET_STORE_UNAVAILABLE",
         }
     }
 }

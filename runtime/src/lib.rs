@@ -32,6 +32,8 @@ pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver};
 pub use by_name::provider;
 pub use by_name::{CallError, CallFuture, Instances};
 pub use gate::ambient::Scoped;
+pub use gate::budget;
+pub use gate::budget::BudgetScope;
 pub use gate::denied::Denied;
 pub use gate::denylist::DenyRuleError;
 pub use gate::{Gate, GateBuilder, GateError, RaiseRefused};

@@ -945,6 +945,11 @@ fn denial_codes_have_their_stable_names() {
             "APPROVAL_STORE_UNAVAILABLE",
         ),
         (DenialCode::ApprovalPending, "APPROVAL_PENDING"),
+        (DenialCode::BudgetExhausted, "BUDGET_EXHAUSTED"),
+        (
+            DenialCode::BudgetStoreUnavailable,
+            "BUDGET_STORE_UNAVAILABLE",
+        ),
     ];
     assert_eq!(
         names.len(),

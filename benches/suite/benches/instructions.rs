@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use toolgate::approval::SessionGrant;
+use toolgate::gate::{BudgetScope, budget};
 use toolgate::{Approval, ApprovalRequest, Gate, Mode};
 
 use toolgate::audit::{AuditSink, JsonlSink, TracingSink};
@@ -32,6 +33,14 @@ const VARIANTS: &[(&str, &str)] = &[
     (
         "allowed_run_each",
         "gate.run(|| add(i, 2)): a gate entered around each call",
+    ),
+    (
+        "budget_other",
+        "add(i, 2) under a gate with a budget of another tool: the inlined check, as `allowed`",
+    ),
+    (
+        "budget_memory",
+        "add(i, 2) under a gate whose budget (in memory) covers it: the full decision and a unit taken",
     ),
     (
         "full_allowed",
@@ -138,6 +147,31 @@ fn run(variant: &str, n: u64) -> bool {
                 let _ = black_box(delete(black_box(i), black_box(2)));
             }
         }),
+        "budget_other" | "budget_memory" => {
+            let counted = if variant == "budget_memory" {
+                "gate.add"
+            } else {
+                "gate.delete"
+            };
+            let budgeted = Gate::builder()
+                .mode(toolgate_benches::gate_tools::MODE)
+                .budget(
+                    BudgetScope::tool(counted),
+                    budget::MAX_BUDGET_CALLS,
+                    budget::MAX_BUDGET_WINDOW,
+                )
+                .build()
+                .expect("the benchmarks' tools have distinct ids");
+            assert!(
+                n < u64::from(budget::MAX_BUDGET_CALLS),
+                "N is within the budget"
+            );
+            budgeted.run(|| {
+                for i in 0..n {
+                    let _ = black_box(add(black_box(i), black_box(2))).expect("within budget");
+                }
+            })
+        }
         "full_allowed" | "granted" => {
             let gate = granting_gate();
             gate.run(|| {

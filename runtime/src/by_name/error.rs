@@ -5,7 +5,7 @@ use std::fmt;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use crate::gate::denied::Denied;
+use crate::gate::denied::{Denied, ceil_millis};
 use crate::policy::suggest::did_you_mean;
 
 /// Why a call by name did not return the tool's result.
@@ -116,17 +116,23 @@ impl fmt::Display for CallError {
 impl std::error::Error for CallError {}
 
 impl Serialize for CallError {
-    /// `{"code", "message"}`, with `path` for `INVALID_PARAMS`.
+    /// `{"code", "message"}`, with `path` for `INVALID_PARAMS` and `retry_after_ms` for a refusal
+    /// that says when to retry (`BUDGET_EXHAUSTED`).
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let path = match self {
             CallError::InvalidParams { path, .. } => Some(path),
             _ => None,
         };
-        let mut s = serializer.serialize_struct("CallError", 2 + usize::from(path.is_some()))?;
+        let retry = self.denied().and_then(Denied::retry_after);
+        let fields = 2 + usize::from(path.is_some()) + usize::from(retry.is_some());
+        let mut s = serializer.serialize_struct("CallError", fields)?;
         s.serialize_field("code", self.code())?;
         s.serialize_field("message", &self.to_string())?;
         if let Some(path) = path {
             s.serialize_field("path", path)?;
+        }
+        if let Some(after) = retry {
+            s.serialize_field("retry_after_ms", &ceil_millis(after))?;
         }
         s.end()
     }

@@ -10,12 +10,14 @@
 use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use crate::approval::store::{Answer, ApprovalCall, Binding, Consumed, StoreError};
 use crate::approval::{AnyApprover, Approval, ApprovalRequest, DEFAULT_SESSION_TTL, SessionGrant};
 use crate::audit::{AuditRecord, Decision, Stage};
 use crate::gate::ambient::STACK;
+use crate::gate::budget::{BudgetCharge, BudgetFuture, Taken};
 use crate::gate::call::{ArgRef, Arguments, CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Exit, Permit, Seen, close_refused};
@@ -137,9 +139,9 @@ impl Gate {
         Err(self.refusal(entry, now, code).with_risk(risk.get()))
     }
 
-    /// Decides one call in full against this gate, up to what it must wait for: policy, a session
-    /// grant, then an approver or the store. `Waits::Blocking` (a sync tool) never returns
-    /// [`Step::Ask`]: it waits for the store on this thread, and refuses a call its async approver
+    /// Decides one call in full against this gate, up to what it must wait for: policy, the budgets,
+    /// a session grant, then an approver or the store. `Waits::Blocking` (a sync tool) never returns
+    /// [`Step::Ask`]: it waits for the stores on this thread, and refuses a call its async approver
     /// would have to answer.
     fn decide_step<A: ArgumentSource>(
         &self,
@@ -149,9 +151,94 @@ impl Gate {
         waits: Waits,
     ) -> Step {
         match self.verdict_at(entry, risk) {
-            (mode, Verdict::Allow) => Step::Done(Ok(Allowed::by_policy(mode))),
+            (mode, Verdict::Allow) => match self.charge(entry, mode, risk, waits) {
+                Charge::Taken => Step::Done(Ok(Allowed::by_policy(mode))),
+                Charge::Refused(denied) => Step::Done(Err(denied)),
+                Charge::Waiting(wait) => Step::Ask(mode, Ask::Budget(wait, false)),
+            },
             (mode, Verdict::Refuse(code)) => Step::Done(Err(self.refusal(entry, mode, code))),
-            (mode, Verdict::NeedsApproval) => self.approval(entry, mode, risk, arguments, waits),
+            // Budgets come before the approval: no approver is asked about a call they refuse.
+            (mode, Verdict::NeedsApproval) => match self.charge(entry, mode, risk, waits) {
+                Charge::Taken => self.approval(entry, mode, risk, arguments, waits),
+                Charge::Refused(denied) => Step::Done(Err(denied)),
+                Charge::Waiting(wait) => Step::Ask(mode, Ask::Budget(wait, true)),
+            },
+        }
+    }
+
+    /// Takes a unit of every budget covering the call, or refuses it. An async tool's call waits for
+    /// a store that does not answer at once ([`Charge::Waiting`]); a sync tool's parks its thread.
+    fn charge(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        waits: Waits,
+    ) -> Charge {
+        let Some(budgets) = &self.inner.budgets else {
+            return Charge::Taken;
+        };
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let charges = budgets.charges(slot, risk.get());
+        if charges.is_empty() {
+            return Charge::Taken;
+        }
+        let Ok(mut future) = catch_unwind(AssertUnwindSafe(|| budgets.store.take(&charges))) else {
+            return self.taken(entry, mode, risk, &charges, Err(store_panicked()));
+        };
+        let polled = match waits {
+            Waits::Blocking => catch_unwind(AssertUnwindSafe(|| block_on(future.as_mut()))),
+            Waits::Async => {
+                let once = catch_unwind(AssertUnwindSafe(|| {
+                    future
+                        .as_mut()
+                        .poll(&mut Context::from_waker(Waker::noop()))
+                }));
+                match once {
+                    Ok(Poll::Ready(taken)) => Ok(taken),
+                    Ok(Poll::Pending) => {
+                        return Charge::Waiting(Box::new(BudgetWait { future, charges }));
+                    }
+                    Err(panic) => Err(panic),
+                }
+            }
+        };
+        let taken = polled.unwrap_or_else(|_| Err(store_panicked()));
+        self.taken(entry, mode, risk, &charges, taken)
+    }
+
+    /// A budget store's answer, carried out.
+    fn taken(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        charges: &[BudgetCharge],
+        taken: Result<Taken, StoreError>,
+    ) -> Charge {
+        let refused = |code| refuse(entry, code, risk.get(), Some(mode));
+        let label = |charge: usize| match (&self.inner.budgets, charges.get(charge)) {
+            (Some(budgets), Some(charge)) => budgets.label(&charge.key),
+            _ => "a budget".into(),
+        };
+        match taken {
+            Ok(Taken::Taken) => Charge::Taken,
+            Ok(Taken::Exhausted {
+                charge,
+                retry_after,
+            }) => Charge::Refused(
+                refused(DenialCode::BudgetExhausted)
+                    .with_detail(label(charge))
+                    .with_retry_after(retry_after),
+            ),
+            Err(error) => {
+                let why = match error {
+                    StoreError::Unavailable(why) => format!("unavailable: {why}"),
+                    StoreError::Timeout => "no answer in time".to_owned(),
+                    StoreError::Unexpected(what) => format!("an unexpected answer: {what}"),
+                };
+                Charge::Refused(refused(DenialCode::BudgetStoreUnavailable).with_detail(why.into()))
+            }
         }
     }
 
@@ -244,8 +331,38 @@ impl Gate {
         }
     }
 
-    /// Waits for what [`Gate::decide_step`] asked for.
+    /// Waits for what [`Gate::decide_step`] asked for: the budget store, then what the approval asks
+    /// for; or an approver or the approval store.
     async fn ask<A: ArgumentSource + Send>(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        ask: Ask,
+        arguments: &mut A,
+    ) -> Result<Allowed, Denied> {
+        let (wait, then_approval) = match ask {
+            Ask::Budget(wait, then_approval) => (wait, then_approval),
+            other => return self.ask_approval(entry, mode, risk, other, arguments).await,
+        };
+        let BudgetWait { future, charges } = *wait;
+        let taken = catch_unwind_future(future)
+            .await
+            .unwrap_or_else(|()| Err(store_panicked()));
+        if let Charge::Refused(denied) = self.taken(entry, mode, risk, &charges, taken) {
+            return Err(denied);
+        }
+        if !then_approval {
+            return Ok(Allowed::by_policy(mode));
+        }
+        match self.approval(entry, mode, risk, arguments, Waits::Async) {
+            Step::Done(result) => result,
+            Step::Ask(mode, ask) => self.ask_approval(entry, mode, risk, ask, arguments).await,
+        }
+    }
+
+    /// Waits for an approver or the approval store.
+    async fn ask_approval<A: ArgumentSource + Send>(
         &self,
         entry: &'static ToolEntry,
         mode: Mode,
@@ -469,9 +586,15 @@ impl Gate {
             return;
         }
         if self.inner.audit.is_none() {
-            // A grant of the whole tool at its declared risk or above: the inlined check may use it.
+            // A grant of the whole tool at its declared risk or above: the inlined check may use it,
+            // unless a budget counts the tool's calls.
             let slot = entry.slot.load(Ordering::Relaxed) as usize;
-            let whole = !grant.is_exact() && risk.get() >= entry.manifest.risk_level;
+            let counted = self
+                .inner
+                .budgets
+                .as_ref()
+                .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
+            let whole = !grant.is_exact() && risk.get() >= entry.manifest.risk_level && !counted;
             if let (true, Some(until), Some(end)) = (
                 whole,
                 self.inner.granted_until.get(slot),
@@ -652,8 +775,25 @@ enum Step {
     Ask(Mode, Ask),
 }
 
+/// What the budgets said of a call.
+enum Charge {
+    /// Every budget covering it had a unit, now taken (or none covers it).
+    Taken,
+    Refused(Denied),
+    /// An async call waits for the budget store.
+    Waiting(Box<BudgetWait>),
+}
+
+/// A budget store's answer awaited, and what was asked.
+struct BudgetWait {
+    future: BudgetFuture,
+    charges: Vec<BudgetCharge>,
+}
+
 /// What an async decision waits for.
 enum Ask {
+    /// The budget store; then, with `true`, the approval.
+    Budget(Box<BudgetWait>, bool),
     /// The gate's async approver.
     Approver,
     /// The gate's store, about this call.
@@ -1472,6 +1612,39 @@ mod tests {
                     if outright {
                         assert!(full.is_ok(), "{case}: the full check disagrees");
                     }
+                }
+            }
+        }
+    }
+
+    // A budget takes the tools it covers off the inlined check, and only those: every other allowed
+    // call stays one bit test.
+    #[test]
+    fn the_inlined_check_leaves_out_exactly_the_tools_a_budget_covers() {
+        use crate::gate::budget::BudgetScope;
+        let hour = std::time::Duration::from_secs(3600);
+        for mode in Mode::ALL {
+            let plain = Gate::new(mode).unwrap();
+            let budgeted = [
+                (BudgetScope::tool("scope_test.read_*"), "scope_test.read_"),
+                (BudgetScope::Risk(Risk::LowWrite), "scope_test.low_"),
+                (BudgetScope::Agent, "scope_test."),
+            ];
+            for (scope, covered) in budgeted {
+                let gate = Gate::builder()
+                    .mode(mode)
+                    .budget(scope.clone(), 5, hour)
+                    .build()
+                    .unwrap();
+                for entry in TOOLS {
+                    let expected =
+                        fast_allows(entry, Some(&plain)) && !entry.manifest.id.starts_with(covered);
+                    assert_eq!(
+                        fast_allows(entry, Some(&gate)),
+                        expected,
+                        "{} in {mode} under a budget of {scope}",
+                        entry.manifest.id
+                    );
                 }
             }
         }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
@@ -13,7 +14,8 @@ use crate::registry::ToolManifest;
 ///
 /// Tools return it through their own error type (`E: From<Denied>`). Building one does not allocate: the
 /// message is written when it is displayed or serialized. It serializes as
-/// `{"code", "message", "tool", "risk_level", "mode"}`.
+/// `{"code", "message", "tool", "risk_level", "mode"}`, and `"retry_after_ms"` where the refusal says
+/// when the call may be retried ([`Denied::retry_after`]).
 #[derive(Clone)]
 pub struct Denied {
     code: DenialCode,
@@ -30,6 +32,7 @@ struct Extra {
     approval_token: Option<Arc<str>>,
     /// Who rejected the call, for the audit record.
     by: Option<Arc<str>>,
+    retry_after: Option<Duration>,
 }
 
 impl Denied {
@@ -63,6 +66,11 @@ impl Denied {
 
     pub(crate) fn with_approval_token(mut self, token: Arc<str>) -> Denied {
         self.extra().approval_token = Some(token);
+        self
+    }
+
+    pub(crate) fn with_retry_after(mut self, after: Duration) -> Denied {
+        self.extra().retry_after = Some(after);
         self
     }
 
@@ -108,6 +116,13 @@ impl Denied {
     /// reaches the agent does not carry it.
     pub fn approval_token(&self) -> Option<&str> {
         self.extra.as_ref()?.approval_token.as_deref()
+    }
+
+    /// How long from the refusal until the same call may be allowed again, where that is known: a call
+    /// over a budget (`BUDGET_EXHAUSTED`) may be retried once the oldest call counted in the window is
+    /// older than the window. `None` for every other refusal.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.extra.as_ref()?.retry_after
     }
 
     /// The human-readable message: the tool, its risk, the mode and what would be needed.
@@ -217,6 +232,21 @@ impl fmt::Display for Denied {
                 "tool `{id}` ({risk}) did not run: it needs an approval in mode {mode}, and the \
                  approval store failed ({detail}); retry when it is back"
             ),
+            DenialCode::BudgetExhausted => {
+                write!(
+                    f,
+                    "tool `{id}` ({risk}) is over the gate's budget of {detail}"
+                )?;
+                match self.retry_after() {
+                    Some(after) => write!(f, "; retry in {} s", Seconds(after)),
+                    None => Ok(()),
+                }
+            }
+            DenialCode::BudgetStoreUnavailable => write!(
+                f,
+                "tool `{id}` ({risk}) did not run: it is counted by a budget, and the budget store \
+                 failed ({detail}); retry when it is back"
+            ),
             DenialCode::UnregisteredTool => write!(
                 f,
                 "tool `{id}` ({risk}) is not in the registry the gate was built from"
@@ -250,12 +280,16 @@ impl std::error::Error for Denied {}
 
 impl Serialize for Denied {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Denied", 5)?;
+        let retry = self.retry_after();
+        let mut s = serializer.serialize_struct("Denied", 5 + usize::from(retry.is_some()))?;
         s.serialize_field("code", &self.code)?;
         s.serialize_field("message", &self.to_string())?;
         s.serialize_field("tool", self.tool.id)?;
         s.serialize_field("risk_level", &self.risk)?;
         s.serialize_field("mode", &self.mode)?;
+        if let Some(after) = retry {
+            s.serialize_field("retry_after_ms", &ceil_millis(after))?;
+        }
         s.end()
     }
 }
@@ -265,6 +299,21 @@ impl Serialize for Denied {
 impl From<Denied> for std::io::Error {
     fn from(denied: Denied) -> Self {
         std::io::Error::new(std::io::ErrorKind::PermissionDenied, denied)
+    }
+}
+
+/// Whole milliseconds, rounded up: a call retried after them is not early.
+pub(crate) fn ceil_millis(after: Duration) -> u64 {
+    u64::try_from(after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// A duration as seconds with three decimals, rounded up like [`ceil_millis`].
+struct Seconds(Duration);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = ceil_millis(self.0);
+        write!(f, "{}.{:03}", millis / 1000, millis % 1000)
     }
 }
 

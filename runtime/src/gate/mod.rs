@@ -5,6 +5,7 @@
 //! hashing, no lock. Only a call that needs an approval, or is refused, leaves that path.
 
 pub(crate) mod ambient;
+pub mod budget;
 pub(crate) mod call;
 pub(crate) mod decide;
 pub(crate) mod denied;
@@ -25,6 +26,7 @@ use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL, MemoryStore};
 use crate::approval::{AnyApprover, Approver, AsyncApprover};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
+use crate::gate::budget::{BudgetError, BudgetScope, BudgetSpec, BudgetStore, Budgets};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::policy::Mode;
 use crate::policy::{self, Facts, Verdict};
@@ -76,6 +78,8 @@ pub(super) struct Inner {
     pub(super) audit: Option<Arc<dyn AuditSink>>,
     pub(super) agent: Option<Arc<str>>,
     pub(super) principal: Option<Arc<str>>,
+    /// The gate's budgets (`None`: none), checked after the mode checks and before any approval.
+    pub(super) budgets: Option<Budgets>,
     pub(super) calls: AtomicU64,
     /// What must live as long as the gate: the memberships of fleets it joined, so that the fleet's
     /// hold on it ends with the gate, never before.
@@ -108,6 +112,8 @@ impl Gate {
             audit: None,
             agent: None,
             principal: None,
+            budgets: Vec::new(),
+            budget_store: None,
         }
     }
 
@@ -437,6 +443,8 @@ pub struct GateBuilder {
     audit: Option<Arc<dyn AuditSink>>,
     agent: Option<Arc<str>>,
     principal: Option<Arc<str>>,
+    budgets: Vec<BudgetSpec>,
+    budget_store: Option<Arc<dyn BudgetStore>>,
 }
 
 impl GateBuilder {
@@ -527,9 +535,44 @@ impl GateBuilder {
         self
     }
 
+    /// Allows at most `calls` calls in any `window` (a sliding window) of what `scope` names: the
+    /// calls of a tool or of the tools a glob matches (`BudgetScope::tool("users.*")`), of a risk level
+    /// (`Risk::HighWrite`), or of the agent (`BudgetScope::Agent`).
+    ///
+    /// A call over a budget is refused with `BUDGET_EXHAUSTED` and the time after which it may be
+    /// retried ([`Denied::retry_after`](crate::Denied::retry_after)), after the policy's mode checks and
+    /// before any approver is asked. A refused call takes no unit; an allowed one takes a unit of every
+    /// budget covering it, and keeps it even when refused later (by an approver, a failing audit sink).
+    /// Budgets count in memory, shared by the gate's clones, unless [`GateBuilder::budget_store`] says
+    /// otherwise. `calls` must be 1 to [`MAX_BUDGET_CALLS`](budget::MAX_BUDGET_CALLS) and `window`
+    /// more than zero and at most [`MAX_BUDGET_WINDOW`](budget::MAX_BUDGET_WINDOW): another fails
+    /// `build()` with [`GateError::Budgets`], as does a tool pattern that matches no linked tool.
+    pub fn budget(mut self, scope: impl Into<BudgetScope>, calls: u32, window: Duration) -> Self {
+        self.budgets.push(BudgetSpec {
+            scope: scope.into(),
+            limit: calls,
+            window,
+        });
+        self
+    }
+
+    /// Counts the gate's budgets in `store`, which may be shared with other gates and processes
+    /// (feature `postgres`: `toolgate::postgres::PostgresStore`). A store that fails or does not answer
+    /// in time refuses the calls a budget covers with `BUDGET_STORE_UNAVAILABLE`.
+    pub fn budget_store(self, store: impl BudgetStore) -> Self {
+        self.budget_store_shared(Arc::new(store))
+    }
+
+    /// [`GateBuilder::budget_store`] with a store kept by the caller too.
+    pub fn budget_store_shared(mut self, store: Arc<dyn BudgetStore>) -> Self {
+        self.budget_store = Some(store);
+        self
+    }
+
     /// Builds the gate and works out every tool's verdict in every mode.
     ///
-    /// Fails when linked tools share an id, or when a deny rule is not valid or matches no linked tool.
+    /// Fails when linked tools share an id, when a deny rule is not valid or matches no linked tool,
+    /// or when a budget is not valid.
     pub fn build(self) -> Result<Gate, GateError> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let registry = registry();
@@ -558,6 +601,8 @@ impl GateBuilder {
             },
             StoreChoice::Shared(store) => Some(store),
         };
+        let budgets = Budgets::build(self.budgets, self.budget_store, self.agent.as_deref())
+            .map_err(GateError::Budgets)?;
         let can_approve = self.approver.is_some() || store.is_some();
         let deny_rule_of: Box<[Option<u32>]> = registry
             .entries
@@ -587,8 +632,15 @@ impl GateBuilder {
         let verdicts: Box<[[Verdict; 4]]> = verdicts;
         let allowed_outright = verdicts
             .iter()
-            .map(|row| {
-                let outright = |mode: usize| row[mode] == Verdict::Allow && self.audit.is_none();
+            .zip(&registry.entries)
+            .enumerate()
+            .map(|(slot, (row, entry))| {
+                // A call a budget covers is counted: it takes the full decision.
+                let counted = budgets
+                    .as_ref()
+                    .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
+                let outright =
+                    |mode: usize| row[mode] == Verdict::Allow && self.audit.is_none() && !counted;
                 (0..4).fold(0u8, |bits, mode| bits | u8::from(outright(mode)) << mode)
             })
             .collect();
@@ -613,6 +665,7 @@ impl GateBuilder {
                 audit: self.audit,
                 agent: self.agent,
                 principal: self.principal,
+                budgets,
                 calls: AtomicU64::new(1),
                 #[cfg(feature = "postgres")]
                 kept: Mutex::new(Vec::new()),
@@ -685,6 +738,8 @@ impl fmt::Debug for GateBuilder {
             .field("audit", &self.audit.is_some())
             .field("agent", &self.agent)
             .field("principal", &self.principal)
+            .field("budgets", &self.budgets)
+            .field("budget_store", &self.budget_store.is_some())
             .finish()
     }
 }
@@ -702,6 +757,8 @@ pub enum GateError {
     /// The two-step approvals' time to live is zero or longer than
     /// [`MAX_APPROVAL_TTL`](crate::approval::two_step::MAX_APPROVAL_TTL).
     ApprovalTtl(Duration),
+    /// Budgets that are not valid.
+    Budgets(Vec<BudgetError>),
 }
 
 impl fmt::Display for GateError {
@@ -719,6 +776,16 @@ impl fmt::Display for GateError {
                 Ok(())
             }
             GateError::Mode(error) => write!(f, "cannot build the gate: {error}"),
+            GateError::Budgets(errors) => {
+                f.write_str("cannot build the gate: ")?;
+                for (i, error) in errors.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{error}")?;
+                }
+                Ok(())
+            }
             GateError::ApprovalTtl(ttl) => write!(
                 f,
                 "cannot build the gate: an approval's time to live must be more than zero and at \
@@ -736,6 +803,7 @@ impl std::error::Error for GateError {
             GateError::Registry(error) => Some(error),
             GateError::DenyRules(errors) => errors.first().map(|e| e as _),
             GateError::Mode(error) => Some(error),
+            GateError::Budgets(errors) => errors.first().map(|e| e as _),
             GateError::ApprovalTtl(_) => None,
         }
     }

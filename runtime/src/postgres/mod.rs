@@ -102,7 +102,35 @@
 //! ```
 //!
 //! The role the store connects as needs `CREATE` on the database the first time (or an existing
-//! schema), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on `approvals`.
+//! schema), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on `approvals`, and for budgets `SELECT`,
+//! `INSERT`, `UPDATE` on `budgets`, `DELETE` too on `budget_uses`, and `EXECUTE` on `budget_take`.
+//!
+//! # Budgets
+//!
+//! The store is a [`BudgetStore`] too (`Gate::builder().budget_store_shared(store)`): every process
+//! connected to it counts the same budgets, by the database's clock:
+//!
+//! ```sql
+//! CREATE TABLE toolgate.budgets (
+//!     key  text PRIMARY KEY,              -- agent label, scope, limit and window
+//!     held integer NOT NULL               -- how many rows of budget_uses the window holds
+//! );
+//! CREATE TABLE toolgate.budget_uses (
+//!     key     text NOT NULL,
+//!     used_at timestamptz NOT NULL        -- a call counted
+//! );
+//! CREATE INDEX budget_uses_key ON toolgate.budget_uses (key, used_at);
+//! ```
+//!
+//! A call's check is one statement, `SELECT toolgate.budget_take(keys, limits, windows_us)`, a
+//! PL/pgSQL function of migration 4 that, for each of the call's budgets in key order, makes its row if
+//! missing and locks it (`FOR UPDATE`), deletes the uses that left the window and counts what it holds
+//! (after the lock, so it reads what the last check committed); then either records the call in every
+//! budget, or records nothing and answers which budget is out and for how long (from its oldest use
+//! that must leave, found by the index). A check costs what it deletes, not what the window holds.
+//! Locking in key order serializes the checks that share a budget, in any number of processes, and
+//! never deadlocks. An error or a timeout refuses the call with `BUDGET_STORE_UNAVAILABLE`; a check
+//! that committed but whose answer was lost is refused and keeps its unit.
 //!
 //! # The connection
 //!
@@ -135,6 +163,7 @@ use crate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
+use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore};
 use crate::policy::Mode;
 use schema::valid_schema;
 use worker::{Job, Target};
@@ -345,6 +374,18 @@ impl ApprovalStore for PostgresStore {
     ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
         let answered = self.answer_target(Target::Token(token.to_owned()), answer);
         Box::pin(async move { answered.await.map(|request| request.binding) })
+    }
+}
+
+/// Budgets shared by every process connected to the store: see the [module](self) for the SQL.
+impl BudgetStore for PostgresStore {
+    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture {
+        let (reply, answered) = oneshot::channel();
+        let sent = self.send(Job::Take(charges.to_vec(), reply));
+        Box::pin(async move {
+            sent?;
+            answered.await.unwrap_or_else(|_| Err(thread_gone()))
+        })
     }
 }
 

@@ -83,6 +83,57 @@ pub(super) const MIGRATIONS: &[&str] = &[
         last_contact timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (fleet, member, gate)
     );",
+    // 4: budgets, a sliding window each: a row per budget holding how many calls its window holds,
+    // a row per call it counted, and the one function that takes a call's units, all or none.
+    "CREATE TABLE {s}.budgets (
+        key  text PRIMARY KEY,
+        held integer NOT NULL CHECK (held >= 0)
+    );
+    CREATE TABLE {s}.budget_uses (
+        key     text NOT NULL,
+        used_at timestamptz NOT NULL
+    );
+    CREATE INDEX budget_uses_key ON {s}.budget_uses (key, used_at);
+    CREATE FUNCTION {s}.budget_take(keys text[], limits integer[], windows_us bigint[])
+    RETURNS bigint[] LANGUAGE plpgsql AS $$
+    DECLARE
+        now_at  timestamptz := clock_timestamp();
+        live    integer;
+        oldest  timestamptz;
+        worst   integer := 0;
+        wait_us bigint := -1;
+        this_us bigint;
+    BEGIN
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budgets (key, held) VALUES (keys[i], 0) ON CONFLICT (key) DO NOTHING;
+            PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
+            WITH gone AS (
+                DELETE FROM {s}.budget_uses
+                WHERE key = keys[i] AND used_at <= now_at - windows_us[i] * interval '1 microsecond'
+                RETURNING 1)
+            UPDATE {s}.budgets SET held = held - (SELECT count(*) FROM gone)
+                WHERE key = keys[i] RETURNING held INTO live;
+            IF live >= limits[i] THEN
+                SELECT used_at INTO oldest FROM {s}.budget_uses WHERE key = keys[i]
+                    ORDER BY used_at OFFSET live - limits[i] LIMIT 1;
+                this_us := ceil(extract(epoch FROM oldest + windows_us[i] * interval '1 microsecond'
+                    - now_at) * 1000000)::bigint;
+                IF this_us > wait_us THEN
+                    worst := i;
+                    wait_us := this_us;
+                END IF;
+            END IF;
+        END LOOP;
+        IF wait_us >= 0 THEN
+            RETURN ARRAY[worst - 1, greatest(wait_us, 0)];
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budget_uses (key, used_at) VALUES (keys[i], now_at);
+            UPDATE {s}.budgets SET held = held + 1 WHERE key = keys[i];
+        END LOOP;
+        RETURN ARRAY[-1, 0];
+    END
+    $$;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
@@ -213,3 +264,11 @@ pub(super) fn list() -> String {
 pub(super) fn show() -> String {
     format!("SELECT {REQUEST} FROM {{s}}.approvals WHERE id = $1")
 }
+
+/// Takes a call's units of its budgets (`$1` keys, sorted, `$2` limits, `$3` windows in microseconds),
+/// all or none, in one statement: `{-1, 0}` taken, else the 0-based index of the budget to wait
+/// longest for and how long, in microseconds. Each budget's row is locked in key order, so that
+/// statements of any number of processes serialize on the budgets they share and never deadlock, and
+/// each read after its lock sees the rows as the last statement committed them.
+pub(super) const BUDGET_TAKE: &str =
+    "SELECT {s}.budget_take($1::text[], $2::integer[], $3::bigint[])";

@@ -16,6 +16,7 @@ use super::sql;
 use super::{RequestState, Settings, StoredRequest};
 use crate::approval::store::{Answer, ApprovalCall, ApproveError, Binding, Consumed, StoreError};
 use crate::approval::two_step::new_token;
+use crate::gate::budget::{BudgetCharge, Taken};
 use crate::policy::{DenialCode, Mode, Risk};
 
 /// Hashes of a pending request's tokens kept at most: asking again for the same pending call adds one,
@@ -43,6 +44,10 @@ pub(super) enum Job {
         Target,
         Answer,
         oneshot::Sender<Result<StoredRequest, ApproveError>>,
+    ),
+    Take(
+        Vec<BudgetCharge>,
+        oneshot::Sender<Result<Taken, StoreError>>,
     ),
     List(oneshot::Sender<Result<Vec<StoredRequest>, StoreError>>),
     Show(
@@ -101,6 +106,7 @@ struct Prepared {
     count_pending: Statement,
     insert: Statement,
     prune: Statement,
+    budget_take: Statement,
 }
 
 struct Conn {
@@ -168,6 +174,13 @@ impl Worker {
                     .with_conn(async |conn| self.answer_request(conn, &target, &answer).await)
                     .await
                     .map_err(Failure::into_approve);
+                let _ = reply.send(done);
+            }
+            Job::Take(charges, reply) => {
+                let done = self
+                    .with_conn(async |conn| take(conn, &charges).await)
+                    .await
+                    .map_err(Failure::into_store);
                 let _ = reply.send(done);
             }
             Job::List(reply) => {
@@ -253,6 +266,7 @@ impl Worker {
             count_pending: prepare(sql::COUNT_PENDING).await?,
             insert: prepare(sql::INSERT).await?,
             prune: prepare(sql::PRUNE).await?,
+            budget_take: prepare(sql::BUDGET_TAKE).await?,
         };
         Ok(Conn { client, statements })
     }
@@ -428,6 +442,35 @@ impl Worker {
             // Answerable a moment ago: another operator's answer and this one crossed.
             ApproveError::AlreadyApproved
         }))
+    }
+}
+
+/// Takes a call's units of its budgets, in one statement ([`sql::BUDGET_TAKE`]).
+async fn take(conn: &mut Conn, charges: &[BudgetCharge]) -> Result<Taken, Failure> {
+    let keys: Vec<&str> = charges.iter().map(|c| &*c.key).collect();
+    let limits = charges
+        .iter()
+        .map(|c| i32::try_from(c.limit))
+        .collect::<Result<Vec<i32>, _>>()
+        .map_err(|_| unexpected("a budget's limit does not fit the store"))?;
+    let windows: Vec<i64> = charges
+        .iter()
+        .map(|c| i64::try_from(c.window.as_micros()).unwrap_or(i64::MAX))
+        .collect();
+    let row = conn
+        .client
+        .query_one(&conn.statements.budget_take, &[&keys, &limits, &windows])
+        .await?;
+    let answer: Vec<i64> = get(&row, 0)?;
+    match answer[..] {
+        [-1, 0] => Ok(Taken::Taken),
+        [charge, wait_us] if charge >= 0 && (charge as usize) < charges.len() && wait_us >= 0 => {
+            Ok(Taken::Exhausted {
+                charge: charge as usize,
+                retry_after: Duration::from_micros(wait_us as u64),
+            })
+        }
+        _ => Err(unexpected(format!("a budget answer of {answer:?}"))),
     }
 }
 

@@ -1,0 +1,633 @@
+//! Budgets: at most so many calls over a sliding window, per tool (an id or a glob), per risk level
+//! or per agent, checked after the policy's mode checks and before any approval is asked for.
+//!
+//! A gate's budgets are fixed when it is built ([`GateBuilder::budget`](crate::GateBuilder::budget)).
+//! Each has a key that names what it counts (the gate's agent label, the scope, the limit and the
+//! window), so that gates and processes configured alike share it through a shared [`BudgetStore`]. A call is charged to every budget that
+//! covers it at once: it takes a unit of each only if each has one left, so a refused call takes
+//! nothing.
+//!
+//! The window slides: a call allowed at `t` counts until `t + window`, and at no instant have more
+//! than `limit` calls been allowed in the window before it. A fixed window (a counter reset every
+//! hour) would let `2 × limit` calls through across a boundary. The price is one instant kept per
+//! allowed call, at most `limit` per budget ([`MAX_BUDGET_CALLS`]).
+//!
+//! A unit, once taken, is spent: a call refused after the budget check (an approver's rejection, an
+//! audit sink that fails, a gate lowered meanwhile) does not give it back. The budget bounds how often
+//! the agent reaches the approver and the tool's door, and giving units back across processes would
+//! reopen a window to a call racing the refusal.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::approval::store::{StoreError, StoreFuture};
+use crate::gate::denylist::{DenyRule, DenyRuleError};
+use crate::policy::Risk;
+use crate::registry::registry;
+
+/// The most calls a budget may count: a sliding window keeps one instant per call it counts.
+pub const MAX_BUDGET_CALLS: u32 = 100_000;
+
+/// The longest window of a budget.
+pub const MAX_BUDGET_WINDOW: Duration = Duration::from_secs(31 * 24 * 3600);
+
+/// What a budget counts: the calls of some tools, of a risk level, or all of the agent's calls.
+///
+/// `Risk` converts into a scope: `Gate::builder().budget(Risk::HighWrite, 10, hour)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BudgetScope {
+    /// The calls of the tools whose id matches: an id or a glob, as a deny rule (`users.*`, `*.delete`).
+    /// Every matching tool draws on one budget.
+    Tool(String),
+    /// The calls judged at exactly this risk (escalation included).
+    Risk(Risk),
+    /// Every call of the gate's agent (its agent label).
+    Agent,
+}
+
+impl BudgetScope {
+    /// The calls of the tools whose id matches `pattern` (an id or a glob).
+    pub fn tool(pattern: impl Into<String>) -> BudgetScope {
+        BudgetScope::Tool(pattern.into())
+    }
+}
+
+impl From<Risk> for BudgetScope {
+    fn from(risk: Risk) -> BudgetScope {
+        BudgetScope::Risk(risk)
+    }
+}
+
+impl fmt::Display for BudgetScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BudgetScope::Tool(pattern) => write!(f, "tool:{pattern}"),
+            BudgetScope::Risk(risk) => write!(f, "risk:{risk}"),
+            BudgetScope::Agent => f.write_str("agent"),
+        }
+    }
+}
+
+/// One unit asked of one budget, as the gate hands it to a [`BudgetStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BudgetCharge {
+    /// What the budget counts: the gate's agent label, the scope, the limit and the window. Budgets
+    /// with equal keys are one budget, in one store.
+    pub key: Arc<str>,
+    /// At most this many calls in any window.
+    pub limit: u32,
+    /// The window's length.
+    pub window: Duration,
+}
+
+/// What a store says of a call's charges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Taken {
+    /// Each budget had a unit left; one was taken of each.
+    Taken,
+    /// A budget has none left; nothing was taken of any.
+    Exhausted {
+        /// The index, in the charges, of the budget that is out (the one to wait longest for where
+        /// several are).
+        charge: usize,
+        /// How long until it has a unit again.
+        retry_after: Duration,
+    },
+}
+
+/// A budget store's answer to come, independent of the store's borrow: the gate may hold it across an
+/// await of an async tool.
+pub type BudgetFuture = StoreFuture<'static, Result<Taken, StoreError>>;
+
+/// Counts the calls of budgets, in memory or shared by several processes.
+///
+/// Implementations guarantee, whatever number of gates and processes share them, for every budget
+/// key: in any window of its length, at most `limit` calls are taken; a call's charges are taken all
+/// or none, atomically. A store that fails refuses the call with `BUDGET_STORE_UNAVAILABLE`.
+///
+/// [`MemoryBudgets`] is the default (one per gate and its clones); `PostgresStore` (feature
+/// `postgres`) shares budgets between processes.
+pub trait BudgetStore: Send + Sync + 'static {
+    /// Takes one unit of each budget in `charges` (sorted by key, each key once), or none when one is
+    /// exhausted. The store works from the call on: the future only brings the answer, and a store
+    /// may have taken the units even when it is dropped unanswered.
+    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture;
+}
+
+/// Budgets in this process's memory, by [`Instant`]s: shared by the gates given the same store (and by
+/// a gate's clones), not by other processes.
+#[derive(Default)]
+pub struct MemoryBudgets {
+    uses: Mutex<HashMap<Arc<str>, VecDeque<Instant>, BuildHasherDefault<KeyHasher>>>,
+}
+
+/// Hashes budget keys a word at a time. The keys are the application's own configuration, never the
+/// agent's input, so the map needs no defence against chosen collisions, and SipHash was a fifth of a
+/// counted call's instructions.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let mut eight = [0u8; 8];
+            eight.copy_from_slice(word);
+            self.add(u64::from_le_bytes(eight));
+        }
+        let mut rest = [0u8; 8];
+        rest[..words.remainder().len()].copy_from_slice(words.remainder());
+        self.add(u64::from_le_bytes(rest));
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl KeyHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl MemoryBudgets {
+    /// An empty store.
+    pub fn new() -> MemoryBudgets {
+        MemoryBudgets::default()
+    }
+
+    /// [`BudgetStore::take`] at the instant `now`.
+    pub(crate) fn take_at(&self, charges: &[BudgetCharge], now: Instant) -> Taken {
+        // Each update below is complete before the next: a poisoned lock holds consistent logs.
+        let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut exhausted: Option<(usize, Duration)> = None;
+        for (i, charge) in charges.iter().enumerate() {
+            let Some(log) = uses.get_mut(&charge.key) else {
+                if charge.limit == 0 {
+                    exhausted = exhausted.max_by_retry(i, charge.window);
+                }
+                continue;
+            };
+            if let Some(start) = now.checked_sub(charge.window) {
+                while log.front().is_some_and(|&at| at <= start) {
+                    log.pop_front();
+                }
+            }
+            let limit = charge.limit as usize;
+            if log.len() >= limit {
+                // The call that must leave the window for one more to fit.
+                let retry = match log.len().checked_sub(limit).and_then(|i| log.get(i)) {
+                    Some(&at) => (at + charge.window).saturating_duration_since(now),
+                    None => charge.window,
+                };
+                exhausted = exhausted.max_by_retry(i, retry);
+            }
+        }
+        if let Some((charge, retry_after)) = exhausted {
+            return Taken::Exhausted {
+                charge,
+                retry_after,
+            };
+        }
+        for charge in charges {
+            match uses.get_mut(&charge.key) {
+                Some(log) => log.push_back(now),
+                None => {
+                    uses.insert(charge.key.clone(), VecDeque::from([now]));
+                }
+            }
+        }
+        Taken::Taken
+    }
+}
+
+trait Longest {
+    fn max_by_retry(self, charge: usize, retry: Duration) -> Self;
+}
+
+impl Longest for Option<(usize, Duration)> {
+    fn max_by_retry(self, charge: usize, retry: Duration) -> Self {
+        match self {
+            Some((_, longest)) if longest >= retry => self,
+            _ => Some((charge, retry)),
+        }
+    }
+}
+
+impl BudgetStore for MemoryBudgets {
+    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture {
+        Box::pin(std::future::ready(
+            Ok(self.take_at(charges, Instant::now())),
+        ))
+    }
+}
+
+impl fmt::Debug for MemoryBudgets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys = self.uses.lock().map_or(0, |uses| uses.len());
+        f.debug_struct("MemoryBudgets")
+            .field("keys", &keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A budget as [`GateBuilder::budget`](crate::GateBuilder::budget) received it.
+#[derive(Debug, Clone)]
+pub(crate) struct BudgetSpec {
+    pub(crate) scope: BudgetScope,
+    pub(crate) limit: u32,
+    pub(crate) window: Duration,
+}
+
+/// A budget that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BudgetError {
+    /// A limit of no call: that is a deny rule (`Gate::builder().deny(..)`).
+    ZeroLimit(BudgetScope),
+    /// More calls than [`MAX_BUDGET_CALLS`].
+    TooManyCalls(BudgetScope, u32),
+    /// A window of zero, or longer than [`MAX_BUDGET_WINDOW`].
+    Window(BudgetScope, Duration),
+    /// A tool pattern that is not valid or matches no linked tool.
+    Pattern(DenyRuleError),
+}
+
+impl fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BudgetError::ZeroLimit(scope) => write!(
+                f,
+                "the budget of {scope} allows no call: refuse the tools with a deny rule instead"
+            ),
+            BudgetError::TooManyCalls(scope, limit) => write!(
+                f,
+                "the budget of {scope} counts {limit} calls, more than {MAX_BUDGET_CALLS}"
+            ),
+            BudgetError::Window(scope, window) => write!(
+                f,
+                "the budget of {scope} has a window of {} s: it must be more than zero and at most \
+                 {} s",
+                window.as_secs_f64(),
+                MAX_BUDGET_WINDOW.as_secs()
+            ),
+            BudgetError::Pattern(error) => write!(f, "a budget's tool pattern: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for BudgetError {}
+
+/// One budget of a gate.
+#[derive(Debug)]
+struct Budget {
+    charge: BudgetCharge,
+    /// What a refusal names: "10 calls of HIGH_WRITE per 3600 s".
+    label: Arc<str>,
+}
+
+/// A gate's budgets, and which calls each covers.
+pub(crate) struct Budgets {
+    /// Sorted by key, each key once: the charges of a call, taken in index order, are sorted too.
+    list: Box<[Budget]>,
+    /// Per registry slot, the tool and agent budgets that cover it (indices into `list`, ascending).
+    by_slot: Box<[Box<[u32]>]>,
+    /// Per risk level, the budgets of that level.
+    by_risk: [Box<[u32]>; 4],
+    pub(crate) store: Arc<dyn BudgetStore>,
+}
+
+impl Budgets {
+    /// A gate's budgets, from the builder's specs. `agent` is the gate's agent label, part of every key.
+    pub(crate) fn build(
+        specs: Vec<BudgetSpec>,
+        store: Option<Arc<dyn BudgetStore>>,
+        agent: Option<&str>,
+    ) -> Result<Option<Budgets>, Vec<BudgetError>> {
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        let entries = &registry().entries;
+        let mut errors = Vec::new();
+        let mut built: Vec<(Budget, Option<DenyRule>, Option<Risk>)> = Vec::new();
+        for spec in specs {
+            let scope = spec.scope.clone();
+            if spec.limit == 0 {
+                errors.push(BudgetError::ZeroLimit(scope));
+                continue;
+            }
+            if spec.limit > MAX_BUDGET_CALLS {
+                errors.push(BudgetError::TooManyCalls(scope, spec.limit));
+                continue;
+            }
+            if spec.window.is_zero() || spec.window > MAX_BUDGET_WINDOW {
+                errors.push(BudgetError::Window(scope, spec.window));
+                continue;
+            }
+            let (rule, risk, what) = match &spec.scope {
+                BudgetScope::Tool(pattern) => match DenyRule::parse(pattern) {
+                    Ok(rule) if entries.iter().any(|e| rule.matches(e.manifest.id)) => {
+                        (Some(rule), None, format!("`{pattern}`"))
+                    }
+                    Ok(_) => {
+                        errors.push(BudgetError::Pattern(DenyRuleError::MatchesNothing {
+                            pattern: pattern.clone(),
+                        }));
+                        continue;
+                    }
+                    Err(error) => {
+                        errors.push(BudgetError::Pattern(error));
+                        continue;
+                    }
+                },
+                BudgetScope::Risk(risk) => (None, Some(*risk), format!("{risk}")),
+                BudgetScope::Agent => (None, None, "any tool".to_owned()),
+            };
+            let window = window_text(spec.window);
+            let label = match agent {
+                Some(agent) => format!(
+                    "{} calls of {what} per {window} for agent `{agent}`",
+                    spec.limit
+                ),
+                None => format!("{} calls of {what} per {window}", spec.limit),
+            };
+            // Fields apart by a separator that no label, id or risk holds.
+            let key = format!(
+                "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+                agent.unwrap_or(""),
+                spec.scope,
+                spec.limit,
+                spec.window.as_nanos()
+            );
+            let charge = BudgetCharge {
+                key: key.into(),
+                limit: spec.limit,
+                window: spec.window,
+            };
+            let label = label.into();
+            built.push((Budget { charge, label }, rule, risk));
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        built.sort_by(|a, b| a.0.charge.key.cmp(&b.0.charge.key));
+        built.dedup_by(|a, b| a.0.charge.key == b.0.charge.key);
+        let by_slot = entries
+            .iter()
+            .map(|entry| {
+                (0u32..)
+                    .zip(&built)
+                    .filter(|(_, (budget, rule, risk))| match (rule, risk) {
+                        (Some(rule), _) => rule.matches(entry.manifest.id),
+                        (None, None) => {
+                            debug_assert!(budget.charge.key.contains("\u{1f}agent\u{1f}"));
+                            true
+                        }
+                        (None, Some(_)) => false,
+                    })
+                    .map(|(i, _)| i)
+                    .collect()
+            })
+            .collect();
+        let by_risk = Risk::ALL.map(|level| {
+            (0u32..)
+                .zip(&built)
+                .filter(|(_, (_, _, risk))| *risk == Some(level))
+                .map(|(i, _)| i)
+                .collect()
+        });
+        Ok(Some(Budgets {
+            list: built.into_iter().map(|(budget, _, _)| budget).collect(),
+            by_slot,
+            by_risk,
+            store: store.unwrap_or_else(|| Arc::new(MemoryBudgets::new())),
+        }))
+    }
+
+    /// Whether a budget covers some call of the tool in `slot` at its declared risk: such calls leave
+    /// the inlined check.
+    pub(crate) fn covers(&self, slot: usize, declared: Risk) -> bool {
+        self.by_slot.get(slot).is_none_or(|b| !b.is_empty())
+            || !self.by_risk[declared as usize].is_empty()
+    }
+
+    /// The charges of a call of the tool in `slot` judged at `risk`, sorted by key; empty where no
+    /// budget covers it.
+    pub(crate) fn charges(&self, slot: usize, risk: Risk) -> Vec<BudgetCharge> {
+        let tool = self.by_slot.get(slot).map_or(&[][..], |b| &b[..]);
+        let level = &self.by_risk[risk as usize][..];
+        let mut charges = Vec::with_capacity(tool.len() + level.len());
+        let (mut i, mut j) = (0, 0);
+        while i < tool.len() || j < level.len() {
+            let next = match (tool.get(i), level.get(j)) {
+                (Some(&a), Some(&b)) if a <= b => {
+                    i += 1;
+                    a
+                }
+                (_, Some(&b)) => {
+                    j += 1;
+                    b
+                }
+                (Some(&a), None) => {
+                    i += 1;
+                    a
+                }
+                (None, None) => break,
+            };
+            charges.push(self.list[next as usize].charge.clone());
+        }
+        charges
+    }
+
+    /// What a refusal names of the budget with this key.
+    pub(crate) fn label(&self, key: &str) -> Arc<str> {
+        self.list
+            .iter()
+            .find(|budget| &*budget.charge.key == key)
+            .map_or_else(|| Arc::from("a budget"), |budget| budget.label.clone())
+    }
+}
+
+fn window_text(window: Duration) -> String {
+    if window.subsec_nanos() == 0 {
+        format!("{} s", window.as_secs())
+    } else {
+        format!("{} s", window.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn charge(key: &str, limit: u32, window: Duration) -> BudgetCharge {
+        BudgetCharge {
+            key: key.into(),
+            limit,
+            window,
+        }
+    }
+
+    // The edge of the sliding window: a call allowed at `t` still counts at `t + window - 1 ns` and
+    // no longer at `t + window`; the refusal says exactly how long is left.
+    #[test]
+    fn a_call_counts_until_its_window_has_passed_and_not_an_instant_longer() {
+        let store = MemoryBudgets::new();
+        let window = Duration::from_secs(60);
+        let one = [charge("k", 2, window)];
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(10);
+        assert_eq!(store.take_at(&one, t0), Taken::Taken);
+        assert_eq!(store.take_at(&one, t1), Taken::Taken);
+        let just_before = t0 + window - Duration::from_nanos(1);
+        assert_eq!(
+            store.take_at(&one, just_before),
+            Taken::Exhausted {
+                charge: 0,
+                retry_after: Duration::from_nanos(1)
+            }
+        );
+        assert_eq!(store.take_at(&one, t0 + window), Taken::Taken);
+        // Now t1 is the oldest in the window, and two are in it.
+        assert_eq!(
+            store.take_at(&one, t0 + window),
+            Taken::Exhausted {
+                charge: 0,
+                retry_after: Duration::from_secs(10)
+            }
+        );
+    }
+
+    #[test]
+    fn charges_are_taken_all_or_none_and_the_longest_wait_is_told() {
+        let store = MemoryBudgets::new();
+        let t0 = Instant::now();
+        let short = charge("a", 1, Duration::from_secs(5));
+        let long = charge("b", 3, Duration::from_secs(50));
+        assert_eq!(
+            store.take_at(std::slice::from_ref(&short), t0),
+            Taken::Taken
+        );
+        // `a` is out: `b` is not charged.
+        let both = [short.clone(), long.clone()];
+        assert!(matches!(
+            store.take_at(&both, t0),
+            Taken::Exhausted { charge: 0, .. }
+        ));
+        for _ in 0..3 {
+            assert_eq!(store.take_at(std::slice::from_ref(&long), t0), Taken::Taken);
+        }
+        assert_eq!(
+            store.take_at(&both, t0 + Duration::from_secs(1)),
+            Taken::Exhausted {
+                charge: 1,
+                retry_after: Duration::from_secs(49)
+            }
+        );
+    }
+
+    // Every sequence of up to 6 calls at instants 0..4 s, against every limit of 1..=3 and window of
+    // 1..=3 s: the store agrees with counting the allowed calls in the window by hand.
+    #[test]
+    fn the_store_agrees_with_counting_by_hand_on_every_short_schedule() {
+        let t0 = Instant::now();
+        for limit in 1..=3u32 {
+            for window_s in 1..=3u64 {
+                let window = Duration::from_secs(window_s);
+                for length in 0..=6u32 {
+                    for schedule in 0..5u32.pow(length) {
+                        let store = MemoryBudgets::new();
+                        let one = [charge("k", limit, window)];
+                        let mut allowed: Vec<u64> = Vec::new();
+                        let mut at = 0;
+                        let mut code = schedule;
+                        for _ in 0..length {
+                            at += u64::from(code % 5) * 1000 / 2;
+                            code /= 5;
+                            let in_window = allowed
+                                .iter()
+                                .filter(|&&t| t + window_s * 1000 > at)
+                                .count();
+                            let expected = in_window < limit as usize;
+                            let got = store.take_at(&one, t0 + Duration::from_millis(at));
+                            assert_eq!(
+                                got == Taken::Taken,
+                                expected,
+                                "limit {limit}, window {window_s} s, schedule {schedule}/{length}"
+                            );
+                            if expected {
+                                allowed.push(at);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        // The invariant, over random schedules of calls charged to one or two budgets: in no window
+        // of a budget's length were more than its limit allowed, and a call was refused only when a
+        // budget it is charged to was full.
+        #[test]
+        fn never_more_than_the_limit_in_any_window(
+            limits in (1u32..6, 1u32..6),
+            windows in (1u64..2000, 1u64..2000),
+            calls in proptest::collection::vec((0u64..700, 0u8..3), 1..120),
+        ) {
+            let store = MemoryBudgets::new();
+            let t0 = Instant::now();
+            let budgets = [
+                charge("a", limits.0, Duration::from_millis(windows.0)),
+                charge("b", limits.1, Duration::from_millis(windows.1)),
+            ];
+            let mut allowed: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+            let mut at = 0u64;
+            for (gap, which) in calls {
+                at += gap;
+                let charged: &[usize] = match which {
+                    0 => &[0],
+                    1 => &[1],
+                    _ => &[0, 1],
+                };
+                let charges: Vec<BudgetCharge> =
+                    charged.iter().map(|&b| budgets[b].clone()).collect();
+                let full = |b: usize| {
+                    let window = budgets[b].window.as_millis() as u64;
+                    allowed[b].iter().filter(|&&t| t + window > at).count()
+                        >= budgets[b].limit as usize
+                };
+                let any_full = charged.iter().any(|&b| full(b));
+                let taken = store.take_at(&charges, t0 + Duration::from_millis(at));
+                proptest::prop_assert_eq!(taken == Taken::Taken, !any_full);
+                if let Taken::Exhausted { charge, retry_after } = taken {
+                    proptest::prop_assert!(full(charged[charge]));
+                    proptest::prop_assert!(retry_after <= budgets[charged[charge]].window);
+                } else {
+                    for &b in charged {
+                        allowed[b].push(at);
+                    }
+                }
+            }
+            for b in 0..2 {
+                let window = budgets[b].window.as_millis() as u64;
+                for &end in &allowed[b] {
+                    let in_window =
+                        allowed[b].iter().filter(|&&t| t <= end && t + window > end).count();
+                    proptest::prop_assert!(in_window <= budgets[b].limit as usize);
+                }
+            }
+        }
+    }
+}
