@@ -138,14 +138,16 @@
 //! Give your own tools names that no toolgate tool has: the delegation above sends a name to toolgate
 //! first. [`ToolgateServer::only`] narrows the tools it serves, e.g. to one domain.
 
+mod approvals;
 mod definition;
 mod server;
 
 /// The `rmcp` crate this module is built on, for naming its types with the version toolgate uses.
 pub use rmcp;
 
+pub use approvals::{APPROVAL_INPUT, Approvals, DEFAULT_STATE_TTL, InBand, KeyTooShort};
 pub use definition::{
     META_ALLOWED_MODES, META_RISK_LEVEL, Visibility, annotations, definition, disabled_prefix,
     listed, meta,
 };
-pub use server::{ToolgateServer, tool_result, unknown_tool};
+pub use server::{DEFAULT_MODE_POLL, PendingApproval, ToolgateServer, tool_result, unknown_tool};

@@ -2,22 +2,51 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use super::approvals::{Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
+use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
+use crate::policy::{Mode, Risk};
 use crate::registry::ToolManifest;
 use crate::registry::{Tool, manifests, registry};
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
+type OnPending = Arc<dyn Fn(&PendingApproval) + Send + Sync>;
+
+/// How often a connection's watcher reads the gate's mode by default, for `list_changed`.
+pub const DEFAULT_MODE_POLL: Duration = Duration::from_millis(100);
+
+/// A call refused out of band because it waits for an operator's approval, as
+/// [`ToolgateServer::on_pending`] hands it over.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PendingApproval {
+    /// The tool's id.
+    pub tool: &'static str,
+    /// The risk the call is judged at.
+    pub risk: Risk,
+    /// The gate's mode when it refused.
+    pub mode: Option<Mode>,
+    /// The refusal's code: `APPROVAL_PENDING` (or `APPROVAL_REQUIRED` from a gate that predates it).
+    pub code: &'static str,
+    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
+    pub arguments: String,
+    /// The token that approves this exact call once ([`Gate::approve`](crate::Gate::approve),
+    /// [`Gate::answer`](crate::Gate::answer)). A secret for the operator: never send it to the agent.
+    pub token: String,
+}
 
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
 ///
@@ -40,6 +69,23 @@ pub struct ToolgateServer {
     filter: Option<Filter>,
     implementation: Implementation,
     instructions: Option<String>,
+    approvals: Approvals,
+    on_pending: Option<OnPending>,
+    mode_poll: Duration,
+    session: Arc<str>,
+}
+
+/// A random id of one connection, to which in-band request states are bound.
+fn session_id() -> Arc<str> {
+    let mut bytes = [0_u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        panic!("the operating system's random number generator failed");
+    }
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .into()
 }
 
 impl fmt::Debug for ToolgateServer {
@@ -50,6 +96,8 @@ impl fmt::Debug for ToolgateServer {
             .field("visibility", &self.visibility)
             .field("filtered", &self.filter.is_some())
             .field("implementation", &self.implementation.name)
+            .field("approvals", &self.approvals)
+            .field("mode_poll", &self.mode_poll)
             .finish_non_exhaustive()
     }
 }
@@ -65,6 +113,52 @@ impl ToolgateServer {
             filter: None,
             implementation: Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
             instructions: None,
+            approvals: Approvals::OutOfBand,
+            on_pending: None,
+            mode_poll: DEFAULT_MODE_POLL,
+            session: session_id(),
+        }
+    }
+
+    /// How a call that needs an approval is answered: [`Approvals::OutOfBand`] (the default) or
+    /// [`Approvals::InBand`]. Either needs a gate that takes two-step approvals
+    /// ([`GateBuilder::two_step_approvals`](crate::gate::GateBuilder::two_step_approvals) or an
+    /// approval store); a gate with an approver asks its approver instead.
+    #[must_use]
+    pub fn approvals(mut self, approvals: Approvals) -> ToolgateServer {
+        self.approvals = approvals;
+        self
+    }
+
+    /// Calls `notify` with every call refused because it waits for an operator (out of band, or in
+    /// band for a client that cannot answer a form): the operator channel of an application whose
+    /// approvals live in memory. It runs on the call's task: hand the request on, do not wait there.
+    #[must_use]
+    pub fn on_pending(
+        mut self,
+        notify: impl Fn(&PendingApproval) + Send + Sync + 'static,
+    ) -> ToolgateServer {
+        self.on_pending = Some(Arc::new(notify));
+        self
+    }
+
+    /// How often each connection reads the gate's mode to tell its client that the tool list changed
+    /// (`notifications/tools/list_changed`): the latency between a lowering and the notification.
+    /// 100 ms by default; at least 10 ms.
+    #[must_use]
+    pub fn mode_poll(mut self, every: Duration) -> ToolgateServer {
+        self.mode_poll = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// This server for another connection: the same gate, tools and settings, and a session of its
+    /// own, to which its in-band approval forms are bound. A transport that serves several
+    /// connections (streamable HTTP) makes one per connection.
+    #[must_use]
+    pub fn connection(&self) -> ToolgateServer {
+        ToolgateServer {
+            session: session_id(),
+            ..self.clone()
         }
     }
 
@@ -166,13 +260,95 @@ impl ToolgateServer {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, ErrorData> {
-        if !self.serves(name) {
+        let mut request = CallToolRequestParams::new(name.to_owned());
+        request.arguments = arguments;
+        match self.respond(request, false).await? {
+            CallToolResponse::Complete(result) => Ok(result),
+            _ => unreachable!("a call without in-band approvals completes"),
+        }
+    }
+
+    /// Answers one `tools/call`: its request state first (in band), then the gate.
+    async fn respond(
+        &self,
+        request: CallToolRequestParams,
+        in_band_client: bool,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = &*request.name;
+        let Some(tool) = self.served(name) else {
             crate::by_name::record_unknown(&self.gate, name);
             return Err(unknown_tool(name));
+        };
+        let in_band = match &self.approvals {
+            Approvals::InBand(in_band) if in_band_client => Some(in_band),
+            _ => None,
+        };
+        let arguments = request.arguments.unwrap_or_default();
+        if let Some(sealed) = request.request_state.as_deref() {
+            let Some(in_band) = in_band else {
+                return Ok(self.state_refused(tool, StateRefused::Invalid).into());
+            };
+            let (token, answer) = match in_band.answer(
+                &self.session,
+                name,
+                &arguments,
+                sealed,
+                request.input_responses.as_ref(),
+            ) {
+                Ok(answered) => answered,
+                Err(refused) => return Ok(self.state_refused(tool, refused).into()),
+            };
+            match self.gate.answer(&token, answer) {
+                Ok(()) => {}
+                Err(ApproveError::Expired) => {
+                    return Ok(self.state_refused(tool, StateRefused::Expired).into());
+                }
+                Err(ApproveError::AlreadyApproved | ApproveError::AlreadyUsed) => {
+                    return Ok(self.state_refused(tool, StateRefused::Reused).into());
+                }
+                Err(ApproveError::UnknownToken | ApproveError::NotEnabled) => {
+                    return Ok(self.state_refused(tool, StateRefused::Invalid).into());
+                }
+                Err(ApproveError::Store(error)) => {
+                    return Ok(refusal("APPROVAL_STORE_UNAVAILABLE", &error.to_string()).into());
+                }
+            }
+            // The answer is in the store; the gate now decides the call with it, bound to exactly
+            // these arguments, and an approval runs it once.
+            let result = self.call_registry(name, arguments).await?;
+            return Ok(tool_result(result).into());
         }
-        let arguments = Value::Object(arguments.unwrap_or_default());
+        let result = self.call_registry(name, arguments.clone()).await?;
+        if let Err(error) = &result
+            && let Some(denied) = error.denied()
+            && let Some(token) = denied.approval_token()
+        {
+            if let Some(in_band) = in_band {
+                return Ok(in_band
+                    .ask(&self.session, tool, &arguments, denied, token)
+                    .into());
+            }
+            if let Some(notify) = &self.on_pending {
+                notify(&PendingApproval {
+                    tool: tool.manifest().id,
+                    risk: denied.risk(),
+                    mode: denied.mode(),
+                    code: denied.code().as_str(),
+                    arguments: shown_arguments(tool, &arguments),
+                    token: token.to_owned(),
+                });
+            }
+        }
+        Ok(tool_result(result).into())
+    }
+
+    async fn call_registry(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+    ) -> Result<Result<Value, CallError>, ErrorData> {
         match registry()
-            .call_with(&self.gate, &self.instances, name, arguments)
+            .call_with(&self.gate, &self.instances, name, Value::Object(arguments))
             .await
         {
             Err(
@@ -180,9 +356,30 @@ impl ToolgateServer {
                 | CallError::NotCallable { .. }
                 | CallError::NoInstance { .. },
             ) => Err(unknown_tool(name)),
-            result => Ok(tool_result(result)),
+            result => Ok(result),
         }
     }
+
+    /// A retry refused for its request state: recorded, and answered as a refusal with its code.
+    fn state_refused(&self, tool: Tool, refused: StateRefused) -> CallToolResult {
+        let manifest = tool.manifest();
+        let message = refused.message(manifest.id);
+        self.gate.record_probe(
+            std::borrow::Cow::Borrowed(manifest.id),
+            Some(manifest.risk_level),
+            refused.code(),
+            message.clone(),
+        );
+        refusal(refused.code(), &message)
+    }
+}
+
+/// A refusal of the server's own, shaped as the gate's are: `isError`, `"<CODE>: <message>"`, and
+/// `{"code", "message"}`.
+fn refusal(code: &str, message: &str) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(format!("{code}: {message}"))]);
+    result.structured_content = Some(json!({ "code": code, "message": message }));
+    result
 }
 
 /// The protocol error of a call of a name that is no tool: JSON-RPC `-32602` (invalid params), as the
@@ -216,8 +413,11 @@ pub fn tool_result(result: Result<Value, CallError>) -> CallToolResult {
 
 impl ServerHandler for ToolgateServer {
     fn get_info(&self) -> ServerConfig {
-        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(self.implementation.clone());
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        let config = ServerConfig::new(capabilities).with_server_info(self.implementation.clone());
         match &self.instructions {
             Some(instructions) => config.with_instructions(instructions.clone()),
             None => config,
@@ -235,11 +435,45 @@ impl ServerHandler for ToolgateServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(&request.name, request.arguments)
-            .await
-            .map(CallToolResponse::from)
+        let in_band_client = context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        // A client's `notifications/cancelled` cancels `ct`; dropping the call's future then stops an
+        // async body at its next await, and the gate's permit records the exit as `cancelled`.
+        tokio::select! {
+            biased;
+            () = context.ct.cancelled() => Err(ErrorData::internal_error(
+                "the client cancelled the call",
+                Some(json!({ "code": "CANCELLED" })),
+            )),
+            response = self.respond(request, in_band_client) => response,
+        }
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // The gate has no change subscription: each connection reads its mode every `mode_poll` and
+        // tells its client when it moved (it only ever goes down), so that the client lists again.
+        let gate = self.gate.clone();
+        let peer = context.peer;
+        let every = self.mode_poll;
+        tokio::spawn(async move {
+            let mut seen = gate.mode();
+            loop {
+                tokio::time::sleep(every).await;
+                if peer.is_transport_closed() {
+                    break;
+                }
+                let now = gate.mode();
+                if now != seen {
+                    seen = now;
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
