@@ -291,3 +291,30 @@ fn the_python_sdk_lists_and_calls_the_example_server() {
         output.describe()
     );
 }
+
+/// `tests/mcp/flows.py`: approvals in band (the SDK's `Client` answers the elicitation form; the
+/// refused retries, a replayed, forged or other connection's state and changed arguments, are sent by
+/// hand through its session) and out of band (the example's operator channel approves), the tool list
+/// that follows the gate's mode (`list_changed`), and a cancelled call.
+#[test]
+fn the_python_sdk_answers_approvals_follows_list_changes_and_cancels() {
+    let server = server_binary();
+    let python = python_with_mcp();
+    let flows = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("mcp")
+        .join("flows.py");
+    let mut command = python.command();
+    command.arg(&flows).arg(&server).env_remove("TOOLGATE_MODE");
+    let output = run(&mut command, CLIENT_TIMEOUT);
+    assert!(
+        output.success(),
+        "tests/mcp/flows.py failed: {}",
+        output.describe()
+    );
+    assert!(
+        output.stdout.contains("checks passed"),
+        "flows.py did not report its checks: {}",
+        output.describe()
+    );
+}
