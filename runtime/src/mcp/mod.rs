@@ -140,6 +140,8 @@
 
 mod approvals;
 mod definition;
+#[cfg(feature = "mcp-http")]
+pub mod http;
 mod server;
 
 /// The `rmcp` crate this module is built on, for naming its types with the version toolgate uses.

@@ -239,10 +239,37 @@ impl ToolgateServer {
 
     /// The tools `tools/list` shows now, sorted by name.
     pub fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.tools_for(&self.gate)
+    }
+
+    /// The tools `tools/list` shows now to a caller whose gate is `gate`.
+    fn tools_for(&self, gate: &Gate) -> Vec<rmcp::model::Tool> {
         manifests()
             .filter_map(|manifest| self.served(manifest.id))
-            .filter_map(|tool| definition::listed(&self.gate, tool, self.visibility))
+            .filter_map(|tool| definition::listed(gate, tool, self.visibility))
             .collect()
+    }
+
+    /// Who makes a request: the gate that decides it and the session an in-band state is bound to.
+    /// Over HTTP, the principal its bearer token maps to (and its gate), for the lifetime of the
+    /// principal: the 2026-07-28 protocol has no sessions, and any process behind the address may
+    /// answer a retry. Elsewhere, this server's gate and connection.
+    fn caller(&self, extensions: &rmcp::model::Extensions) -> Caller {
+        #[cfg(feature = "mcp-http")]
+        if let Some(principal) = extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<super::http::Principal>())
+        {
+            return Caller {
+                gate: principal.gate().clone(),
+                session: format!("principal\n{}", principal.name()).into(),
+            };
+        }
+        let _ = extensions;
+        Caller {
+            gate: self.gate.clone(),
+            session: format!("connection\n{}", self.session).into(),
+        }
     }
 
     /// The definition of the tool `name` if this server serves it, whether or not the current mode
@@ -262,7 +289,8 @@ impl ToolgateServer {
     ) -> Result<CallToolResult, ErrorData> {
         let mut request = CallToolRequestParams::new(name.to_owned());
         request.arguments = arguments;
-        match self.respond(request, false).await? {
+        let caller = self.caller(&rmcp::model::Extensions::new());
+        match self.respond(request, false, &caller).await? {
             CallToolResponse::Complete(result) => Ok(result),
             _ => unreachable!("a call without in-band approvals completes"),
         }
@@ -273,10 +301,12 @@ impl ToolgateServer {
         &self,
         request: CallToolRequestParams,
         in_band_client: bool,
+        caller: &Caller,
     ) -> Result<CallToolResponse, ErrorData> {
+        let gate = &caller.gate;
         let name = &*request.name;
         let Some(tool) = self.served(name) else {
-            crate::by_name::record_unknown(&self.gate, name);
+            crate::by_name::record_unknown(gate, name);
             return Err(unknown_tool(name));
         };
         let in_band = match &self.approvals {
@@ -286,28 +316,28 @@ impl ToolgateServer {
         let arguments = request.arguments.unwrap_or_default();
         if let Some(sealed) = request.request_state.as_deref() {
             let Some(in_band) = in_band else {
-                return Ok(self.state_refused(tool, StateRefused::Invalid).into());
+                return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
             };
             let (token, answer) = match in_band.answer(
-                &self.session,
+                &caller.session,
                 name,
                 &arguments,
                 sealed,
                 request.input_responses.as_ref(),
             ) {
                 Ok(answered) => answered,
-                Err(refused) => return Ok(self.state_refused(tool, refused).into()),
+                Err(refused) => return Ok(state_refused(gate, tool, refused).into()),
             };
-            match self.gate.answer(&token, answer) {
+            match gate.answer(&token, answer) {
                 Ok(()) => {}
                 Err(ApproveError::Expired) => {
-                    return Ok(self.state_refused(tool, StateRefused::Expired).into());
+                    return Ok(state_refused(gate, tool, StateRefused::Expired).into());
                 }
                 Err(ApproveError::AlreadyApproved | ApproveError::AlreadyUsed) => {
-                    return Ok(self.state_refused(tool, StateRefused::Reused).into());
+                    return Ok(state_refused(gate, tool, StateRefused::Reused).into());
                 }
                 Err(ApproveError::UnknownToken | ApproveError::NotEnabled) => {
-                    return Ok(self.state_refused(tool, StateRefused::Invalid).into());
+                    return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
                 }
                 Err(ApproveError::Store(error)) => {
                     return Ok(refusal("APPROVAL_STORE_UNAVAILABLE", &error.to_string()).into());
@@ -315,17 +345,17 @@ impl ToolgateServer {
             }
             // The answer is in the store; the gate now decides the call with it, bound to exactly
             // these arguments, and an approval runs it once.
-            let result = self.call_registry(name, arguments).await?;
+            let result = self.call_registry(gate, name, arguments).await?;
             return Ok(tool_result(result).into());
         }
-        let result = self.call_registry(name, arguments.clone()).await?;
+        let result = self.call_registry(gate, name, arguments.clone()).await?;
         if let Err(error) = &result
             && let Some(denied) = error.denied()
             && let Some(token) = denied.approval_token()
         {
             if let Some(in_band) = in_band {
                 return Ok(in_band
-                    .ask(&self.session, tool, &arguments, denied, token)
+                    .ask(&caller.session, tool, &arguments, denied, token)
                     .into());
             }
             if let Some(notify) = &self.on_pending {
@@ -344,11 +374,12 @@ impl ToolgateServer {
 
     async fn call_registry(
         &self,
+        gate: &Gate,
         name: &str,
         arguments: JsonObject,
     ) -> Result<Result<Value, CallError>, ErrorData> {
         match registry()
-            .call_with(&self.gate, &self.instances, name, Value::Object(arguments))
+            .call_with(gate, &self.instances, name, Value::Object(arguments))
             .await
         {
             Err(
@@ -359,19 +390,25 @@ impl ToolgateServer {
             result => Ok(result),
         }
     }
+}
 
-    /// A retry refused for its request state: recorded, and answered as a refusal with its code.
-    fn state_refused(&self, tool: Tool, refused: StateRefused) -> CallToolResult {
-        let manifest = tool.manifest();
-        let message = refused.message(manifest.id);
-        self.gate.record_probe(
-            std::borrow::Cow::Borrowed(manifest.id),
-            Some(manifest.risk_level),
-            refused.code(),
-            message.clone(),
-        );
-        refusal(refused.code(), &message)
-    }
+/// The gate and the session of one request.
+struct Caller {
+    gate: Gate,
+    session: Arc<str>,
+}
+
+/// A retry refused for its request state: recorded, and answered as a refusal with its code.
+fn state_refused(gate: &Gate, tool: Tool, refused: StateRefused) -> CallToolResult {
+    let manifest = tool.manifest();
+    let message = refused.message(manifest.id);
+    gate.record_probe(
+        std::borrow::Cow::Borrowed(manifest.id),
+        Some(manifest.risk_level),
+        refused.code(),
+        message.clone(),
+    );
+    refusal(refused.code(), &message)
 }
 
 /// A refusal of the server's own, shaped as the gate's are: `isError`, `"<CODE>: <message>"`, and
@@ -427,9 +464,12 @@ impl ServerHandler for ToolgateServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        let caller = self.caller(&context.extensions);
+        Ok(ListToolsResult::with_all_items(
+            self.tools_for(&caller.gate),
+        ))
     }
 
     async fn call_tool(
@@ -440,6 +480,7 @@ impl ServerHandler for ToolgateServer {
         let in_band_client = context
             .protocol_version()
             .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        let caller = self.caller(&context.extensions);
         // A client's `notifications/cancelled` cancels `ct`; dropping the call's future then stops an
         // async body at its next await, and the gate's permit records the exit as `cancelled`.
         tokio::select! {
@@ -448,14 +489,14 @@ impl ServerHandler for ToolgateServer {
                 "the client cancelled the call",
                 Some(json!({ "code": "CANCELLED" })),
             )),
-            response = self.respond(request, in_band_client) => response,
+            response = self.respond(request, in_band_client, &caller) => response,
         }
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // The gate has no change subscription: each connection reads its mode every `mode_poll` and
         // tells its client when it moved (it only ever goes down), so that the client lists again.
-        let gate = self.gate.clone();
+        let gate = self.caller(&context.extensions).gate;
         let peer = context.peer;
         let every = self.mode_poll;
         tokio::spawn(async move {
