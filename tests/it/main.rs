@@ -27,6 +27,7 @@ mod gate;
 mod manifest;
 mod mcp_defs;
 mod mcp_e2e;
+mod mcp_http;
 mod mutants;
 mod otel;
 mod policy;
