@@ -12,6 +12,9 @@
 //! an operator: without an approver, the gate refuses them all). Stdout carries the protocol, so the
 //! server logs to stderr.
 //!
+//! `--max-message BYTES` (4 MiB by default) is the largest message it reads: a larger one is answered
+//! with an `Invalid Request` error (`MESSAGE_TOO_LARGE`).
+//!
 //! `--approvals out-of-band` refuses a call that needs an approval with `APPROVAL_PENDING` and keeps it
 //! for an operator; `--approvals in-band` asks the client's user with an elicitation form instead (a
 //! client of the 2026-07-28 protocol; older ones get the out-of-band refusal). `--operator ADDRESS`
@@ -59,6 +62,9 @@ struct Args {
     /// Open the operator channel on this TCP address (of this machine).
     #[arg(long, value_name = "ADDRESS")]
     operator: Option<String>,
+    /// The largest message the server reads; a larger one is answered with an error.
+    #[arg(long, value_name = "BYTES", default_value_t = toolgate::mcp::stdio::DEFAULT_MAX_MESSAGE)]
+    max_message: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -420,7 +426,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         server.gate().mode(),
         listed.join(", ")
     );
-    let running = server.serve(rmcp::transport::stdio()).await?;
+    let running = server
+        .serve(toolgate::mcp::stdio::stdio_limited(args.max_message))
+        .await?;
     let reason = running.waiting().await?;
     eprintln!("ticket-desk: stopped ({reason:?})");
     Ok(())

@@ -16,7 +16,8 @@ Usage: python flows.py PATH_TO_MCP_SERVER
   next `tools/list` is narrower.
 - Cancellation: a call of the slow `tickets.await_reply` cancelled by the client (the SDK sends
   `notifications/cancelled` when the task awaiting the call is cancelled) leaves an exit record with
-  outcome `cancelled`, and the server answers the next call.
+  outcome `cancelled`, and the server answers the next call. A message over the server's size limit
+  (`--max-message`) is answered with an `Invalid Request` error, not silence.
 
 Every wait is bounded. Exits 0 when every check passes, 1 on the first failure.
 """
@@ -35,6 +36,8 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ToolsListChanged
 
 SESSION_TIMEOUT_S = 60
 WAIT_TIMEOUT_S = 30
@@ -323,13 +326,38 @@ async def scenario_list_changed(binary: str, tmp: str) -> None:
                 operator.close()
 
 
+async def scenario_list_changed_listen(binary: str, tmp: str) -> None:
+    """A client of the 2026-07-28 protocol hears of the change on its `subscriptions/listen` stream."""
+    label = "list_changed (listen)"
+    errlog = os.path.join(tmp, "listen.err")
+    args = ("--mode", "FULL_AUTO", "--operator", "127.0.0.1:0")
+    with open(errlog, "w") as err, anyio.fail_after(SESSION_TIMEOUT_S):
+        async with Client(stdio_client(params(binary, *args), errlog=err), mode="auto") as client:
+            check(client.protocol_version == "2026-07-28", f"{label}: the modern protocol", client.protocol_version)
+            async with client.listen(tools_list_changed=True) as subscription:
+                check(wire(subscription.honored).get("toolsListChanged") is True, f"{label}: honored", wire(subscription.honored))
+                before = {t.name for t in (await client.list_tools()).tools}
+                check("tickets.label" in before, f"{label}: FULL_AUTO lists label", sorted(before))
+                operator = await operator_of(errlog)
+                try:
+                    check(operator.say("lower SHADOW").startswith("ok"), f"{label}: lowered")
+                finally:
+                    operator.close()
+                with anyio.fail_after(WAIT_TIMEOUT_S):
+                    event = await subscription.__anext__()
+                check(isinstance(event, ToolsListChanged), f"{label}: a tools event", repr(event))
+                after = {t.name for t in (await client.list_tools()).tools}
+                check(after < before and "tickets.label" not in after, f"{label}: narrower", sorted(after))
+
+
 async def scenario_cancel(binary: str, tmp: str) -> None:
     label = "cancel"
     audit = os.path.join(tmp, "cancel.jsonl")
     errlog = os.path.join(tmp, "cancel.err")
     tool = "tickets.await_reply"
     with open(errlog, "w") as err, anyio.fail_after(SESSION_TIMEOUT_S):
-        async with Client(stdio_client(params(binary, "--audit-log", audit), errlog=err), mode="legacy") as client:
+        args = ("--audit-log", audit, "--max-message", "16384")
+        async with Client(stdio_client(params(binary, *args), errlog=err), mode="legacy") as client:
             async with anyio.create_task_group() as tg:
 
                 async def slow_call() -> None:
@@ -346,6 +374,16 @@ async def scenario_cancel(binary: str, tmp: str) -> None:
             record = await wait_for("the cancelled call's exit record", exit_record)
             check(record.get("outcome") == "cancelled", f"{label}: the exit record says cancelled", record)
             check("stopped waiting" not in read(errlog), f"{label}: the body did not finish", read(errlog))
+
+            # A message over the server's limit is answered with an error, and the next one is served.
+            try:
+                result = await client.call_tool("tickets.search", {"query": "x" * 20000})
+            except MCPError as error:
+                check(error.code == -32600, f"{label}: an oversized message is an Invalid Request", repr(error))
+                data = error.error.data
+                check(isinstance(data, dict) and data.get("code") == "MESSAGE_TOO_LARGE", f"{label}: it says why", repr(error))
+            else:
+                check(False, f"{label}: an oversized message is not served", wire(result))
             found = wire(await client.call_tool("tickets.search", {"query": "login"}))
             check(not found.get("isError"), f"{label}: the server answers the next call", found)
 
@@ -355,6 +393,7 @@ async def main(binary: str) -> None:
         await scenario_in_band(binary, tmp)
         await scenario_out_of_band(binary, tmp)
         await scenario_list_changed(binary, tmp)
+        await scenario_list_changed_listen(binary, tmp)
         await scenario_cancel(binary, tmp)
 
 

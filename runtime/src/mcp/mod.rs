@@ -143,6 +143,7 @@ mod definition;
 #[cfg(feature = "mcp-http")]
 pub mod http;
 mod server;
+pub mod stdio;
 
 /// The `rmcp` crate this module is built on, for naming its types with the version toolgate uses.
 pub use rmcp;

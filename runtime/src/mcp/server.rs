@@ -4,12 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
@@ -490,6 +491,60 @@ impl ServerHandler for ToolgateServer {
                 Some(json!({ "code": "CANCELLED" })),
             )),
             response = self.respond(request, in_band_client, &caller) => response,
+        }
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        if request.method == super::stdio::OVERSIZED_METHOD {
+            let limit = request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("limit"))
+                .cloned();
+            return Err(ErrorData::invalid_request(
+                "the message is larger than this server's limit; it was dropped unread",
+                Some(json!({ "code": "MESSAGE_TOO_LARGE", "limit": limit })),
+            ));
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // A client of the 2026-07-28 protocol hears of list changes on its `subscriptions/listen`
+        // stream, watched as a session's connection is (`on_initialized`).
+        if context.accepted().tools_list_changed != Some(true) {
+            context.cancelled().await;
+            return Ok(());
+        }
+        let gate = self.caller(&context.request_context().extensions).gate;
+        let mut seen = gate.mode();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                () = tokio::time::sleep(self.mode_poll) => {}
+            }
+            let now = gate.mode();
+            if now != seen {
+                seen = now;
+                if context.sink().notify_tool_list_changed().await.is_err() {
+                    return Ok(());
+                }
+            }
         }
     }
 
