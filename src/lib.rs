@@ -65,6 +65,7 @@
 //! 3. the mode's **ceiling** (`ABOVE_CEILING`);
 //! 4. an **approval** where the risk needs one: a live session grant, else the gate's approver (sync
 //!    [`Approver`] or async), else the two-step store (`APPROVAL_REQUIRED` with nothing to ask,
+//!    `APPROVAL_PENDING` with the token of the request the store filed for an operator,
 //!    `APPROVAL_REJECTED` when it says no or panics, `APPROVAL_STORE_UNAVAILABLE` when the store fails);
 //! 5. then the body runs.
 //!

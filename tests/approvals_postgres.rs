@@ -82,7 +82,7 @@ fn code<T>(result: Result<T, Denied>) -> DenialCode {
 
 fn token<T: std::fmt::Debug>(result: Result<T, Denied>) -> String {
     let denied = result.expect_err("the call needs an approval");
-    assert_eq!(denied.code(), DenialCode::ApprovalRequired, "{denied}");
+    assert_eq!(denied.code(), DenialCode::ApprovalPending, "{denied}");
     denied
         .approval_token()
         .expect("a token for the operator")
@@ -369,7 +369,7 @@ fn approved_through_the_command_runs_once_here_and_nothing_else_does() {
     // Another tool with the same arguments is not either.
     assert_eq!(
         code(gate.run(|| refund("acme".into(), 500))),
-        DenialCode::ApprovalRequired
+        DenialCode::ApprovalPending
     );
     assert_eq!(WIRES.load(Ordering::SeqCst), before);
     gate.run(call).expect("the approved call runs");
@@ -390,7 +390,7 @@ fn approved_through_the_command_runs_once_here_and_nothing_else_does() {
     gate.approve(&refund_token).unwrap();
     assert_eq!(
         code(gate.run(|| wire("acme".into(), 700, "1".into()))),
-        DenialCode::ApprovalRequired
+        DenialCode::ApprovalPending
     );
     assert_eq!(WIRES.load(Ordering::SeqCst), before + 1);
     gate.run(|| refund("acme".into(), 700)).unwrap();
@@ -584,7 +584,7 @@ fn an_answer_is_bound_to_each_field_of_the_binding() {
             ),
         );
         let expected = if column == "tool" {
-            DenialCode::ApprovalRequired
+            DenialCode::ApprovalPending
         } else {
             DenialCode::ApprovalMismatch
         };

@@ -10,8 +10,8 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::postgres::{Cluster, database, query};
@@ -192,9 +192,13 @@ fn member() {
     drop(fleet);
 }
 
+/// How long a child may take to print the next line a test waits for: a child that hangs fails the test
+/// instead of holding the run (and its audit log growing) until the CI's limit.
+const LINE_TIMEOUT: Duration = Duration::from_secs(120);
+
 struct Proc {
     child: Child,
-    lines: std::io::Lines<BufReader<ChildStdout>>,
+    lines: mpsc::Receiver<String>,
 }
 
 impl Proc {
@@ -215,25 +219,47 @@ impl Proc {
             command.env(name, value);
         }
         let mut child = command.spawn().expect("a child process");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         Proc { child, lines }
     }
 
     /// The rest of the next line that has `prefix`.
     fn expect(&mut self, prefix: &str) -> String {
-        for line in self.lines.by_ref() {
-            let line = line.expect("a line from the child");
+        loop {
+            let line = match self.lines.recv_timeout(LINE_TIMEOUT) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the child printed no {prefix:?} within {LINE_TIMEOUT:?}")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("the child ended before printing {prefix:?}")
+                }
+            };
             // The harness's own `test child_process ... ` may stand before the first line printed.
             if let Some(at) = line.find(prefix) {
                 return line[at + prefix.len()..].trim().to_owned();
             }
         }
-        panic!("the child ended before printing {prefix:?}");
     }
 
     fn wait(mut self) {
-        for line in self.lines.by_ref() {
-            drop(line);
+        loop {
+            match self.lines.recv_timeout(LINE_TIMEOUT) {
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the child did not end within {LINE_TIMEOUT:?}")
+                }
+            }
         }
         let status = self.child.wait().unwrap();
         assert!(status.success(), "the child failed: {status}");

@@ -208,7 +208,7 @@ impl Model {
         }
         let token = token.unwrap_or_else(|| panic!("{code}: a two-step refusal carries a token"));
         if self.expire_at_once {
-            assert_eq!(code, "APPROVAL_REQUIRED");
+            assert_eq!(code, "APPROVAL_PENDING");
             assert!(
                 self.tokens.iter().all(|t| t.value != token),
                 "a fresh token"
@@ -238,7 +238,7 @@ impl Model {
         let expected = match (reused, other) {
             (true, _) => "APPROVAL_REUSED",
             (false, true) => "APPROVAL_MISMATCH",
-            (false, false) => "APPROVAL_REQUIRED",
+            (false, false) => "APPROVAL_PENDING",
         };
         assert_eq!(code, expected, "{key:?}");
         match self

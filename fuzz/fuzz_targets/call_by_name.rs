@@ -326,7 +326,7 @@ impl GateModel {
     fn table_refusal(&self, spec: &Spec) -> Option<&'static str> {
         match self.refusal(spec, spec.risk) {
             Some("APPROVAL_REJECTED") => None,
-            Some("APPROVAL_REQUIRED") if self.approver != ApproverKind::None => None,
+            Some("APPROVAL_PENDING") => None,
             other => other,
         }
     }
@@ -343,7 +343,8 @@ impl GateModel {
             match self.approver {
                 ApproverKind::AllowAll => None,
                 ApproverKind::Reject => Some("APPROVAL_REJECTED"),
-                ApproverKind::None | ApproverKind::TwoStep => Some("APPROVAL_REQUIRED"),
+                ApproverKind::None => Some("APPROVAL_REQUIRED"),
+                ApproverKind::TwoStep => Some("APPROVAL_PENDING"),
             }
         } else {
             None
@@ -404,7 +405,7 @@ impl Model {
             .flatten()
             .find_map(|g| Some((g, g.refusal(spec, risk)?)));
         if let Some((gate, code)) = first_refusal {
-            self.token = code == "APPROVAL_REQUIRED" && gate.approver == ApproverKind::TwoStep;
+            self.token = code == "APPROVAL_PENDING";
             return Expect::Err(code);
         }
         if gates

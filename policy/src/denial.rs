@@ -16,7 +16,9 @@ pub enum DenialCode {
     ModeNotAllowed,
     /// `ABOVE_CEILING`: the call's risk is above the current mode's ceiling.
     AboveCeiling,
-    /// `APPROVAL_REQUIRED`: the call needs an approval and the gate has no approver.
+    /// `APPROVAL_REQUIRED`: the call needs an approval and the gate has no way to get one: no approver
+    /// and no store, a sync tool under an async approver, arguments a two-step approval cannot bind, or
+    /// a store that holds as many pending requests as it may.
     ApprovalRequired,
     /// `APPROVAL_REJECTED`: the approver rejected the call, or failed to answer.
     ApprovalRejected,
@@ -33,11 +35,15 @@ pub enum DenialCode {
     /// `APPROVAL_STORE_UNAVAILABLE`: the approval store could not be reached, did not answer in time, or
     /// answered something unexpected; the call did not run.
     ApprovalStoreUnavailable,
+    /// `APPROVAL_PENDING`: the call needs an approval, and the gate's approval store filed a request for
+    /// it that waits for an operator; the refusal carries the request's token. Once it is approved, the
+    /// same call with the same arguments runs once.
+    ApprovalPending,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 12] = [
+    pub const ALL: [DenialCode; 13] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -50,6 +56,7 @@ impl DenialCode {
         DenialCode::ApprovalMismatch,
         DenialCode::ApprovalReused,
         DenialCode::ApprovalStoreUnavailable,
+        DenialCode::ApprovalPending,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -67,6 +74,7 @@ impl DenialCode {
             DenialCode::ApprovalMismatch => "APPROVAL_MISMATCH",
             DenialCode::ApprovalReused => "APPROVAL_REUSED",
             DenialCode::ApprovalStoreUnavailable => "APPROVAL_STORE_UNAVAILABLE",
+            DenialCode::ApprovalPending => "APPROVAL_PENDING",
         }
     }
 }

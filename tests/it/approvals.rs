@@ -666,7 +666,7 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     assert!(gate.grants()[0].exact_arguments);
     assert_eq!(
         gate.run(|| wire_sync("a".into(), 2)).unwrap_err().code(),
-        DenialCode::ApprovalRequired
+        DenialCode::ApprovalPending
     );
     // And reject-and-stop through the store stops the gate.
     let asked = gate.run(|| purge("p".into())).unwrap_err();

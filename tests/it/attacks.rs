@@ -1223,7 +1223,7 @@ fn two_step() -> Gate {
 }
 fn token_of(r: Result<(), Denied>) -> String {
     let d = r.expect_err("the first call must be refused");
-    assert_eq!(d.code().as_str(), "APPROVAL_REQUIRED", "{d:?}");
+    assert_eq!(d.code().as_str(), "APPROVAL_PENDING", "{d:?}");
     d.approval_token().expect("a token").to_string()
 }
 

@@ -321,8 +321,9 @@ impl Drop for DropFlag {
     }
 }
 
-const APPROVAL_CODES: [DenialCode; 5] = [
+const APPROVAL_CODES: [DenialCode; 6] = [
     DenialCode::ApprovalRequired,
+    DenialCode::ApprovalPending,
     DenialCode::ApprovalExpired,
     DenialCode::ApprovalReused,
     DenialCode::ApprovalMismatch,
@@ -1717,7 +1718,7 @@ fn atk2_a_store_that_panics_runs_nothing_and_leaves_the_gate_working() {
     }
     // The gate still decides: the next call is asked for, with the store's token.
     let next = gate.run(|| sync_wire("b".into(), 2)).unwrap_err();
-    assert_eq!(next.code(), DenialCode::ApprovalRequired);
+    assert_eq!(next.code(), DenialCode::ApprovalPending);
     assert_eq!(next.approval_token(), Some("tok-after"));
     assert_eq!(gate.run(read_sync).unwrap(), 7);
     assert_paired(&sink.records());

@@ -718,7 +718,7 @@ async fn i08_two_step_approvals_through_rig() {
         .unwrap();
     let tools = iatk(&gate);
     let first = refusal(run(&tools, "iatk.wipe", json!({"id": 801})).await);
-    assert_eq!(first.code(), Some("APPROVAL_REQUIRED"));
+    assert_eq!(first.code(), Some("APPROVAL_PENDING"));
     // The operator's token: from the rig error if it carries the call's error, else asked again.
     let token = match first.downcast_ref::<CallError>() {
         Some(error) => error
@@ -760,7 +760,7 @@ async fn i08_two_step_approvals_through_rig() {
     assert_eq!(done.as_text(), Some("entry 801 wiped"));
     let again = refusal(run(&tools, "iatk.wipe", json!({"id": 801})).await);
     assert!(
-        matches!(again.code(), Some("APPROVAL_REUSED" | "APPROVAL_REQUIRED")),
+        matches!(again.code(), Some("APPROVAL_REUSED" | "APPROVAL_PENDING")),
         "{:?}",
         again.code()
     );

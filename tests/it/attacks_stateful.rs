@@ -793,7 +793,7 @@ fn s04_a_two_step_approval_by_name_runs_only_on_its_receiver() {
         .build()
         .unwrap();
     let first = call_now(&gate, &shared(&staging), "atk_vault.wipe", json!({})).unwrap_err();
-    assert_eq!(first.code(), "APPROVAL_REQUIRED");
+    assert_eq!(first.code(), "APPROVAL_PENDING");
     let token = token_of(&first);
     let shown = format!(
         "{first} {} {}",

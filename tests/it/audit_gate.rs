@@ -321,7 +321,7 @@ fn two_step_approval_runs_the_same_call_once() {
     let runs = || TRANSFERS.load(Ordering::SeqCst);
     let start = runs();
     let first = gate.run(|| transfer(1, 2, 900, "a".into())).unwrap_err();
-    assert_eq!(first.code(), "APPROVAL_REQUIRED");
+    assert_eq!(first.code(), "APPROVAL_PENDING");
     let token = first.approval_token().unwrap().to_owned();
     // The token is for the operator: neither the message nor the JSON the agent sees carries it.
     assert!(!first.to_string().contains(&token));

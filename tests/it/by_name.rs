@@ -1039,7 +1039,7 @@ fn a_two_step_approval_runs_the_same_call_by_name_once() {
         .unwrap();
     let (result, ran) = runs(&DELETES, || call(&gate, "users.delete", json!({"id": 5})));
     let error = result.unwrap_err();
-    assert_eq!(error.code(), "APPROVAL_REQUIRED");
+    assert_eq!(error.code(), "APPROVAL_PENDING");
     assert_eq!(ran, 0);
     let token = error
         .denied()
@@ -1102,7 +1102,7 @@ async fn a_two_step_approval_runs_an_async_call_by_name() {
         .call(&gate, "store.purge", json!({"before": 100}))
         .await
         .unwrap_err();
-    assert_eq!(error.code(), "APPROVAL_REQUIRED");
+    assert_eq!(error.code(), "APPROVAL_PENDING");
     gate.approve(error.denied().unwrap().approval_token().unwrap())
         .unwrap();
     let result = registry()
@@ -1265,7 +1265,7 @@ fn a_two_step_approval_runs_a_tool_with_a_gate_parameter_by_name() {
         .build()
         .unwrap();
     let error = call(&gate, "ops.wipe", json!({"disk": "sdb"})).unwrap_err();
-    assert_eq!(error.code(), "APPROVAL_REQUIRED");
+    assert_eq!(error.code(), "APPROVAL_PENDING");
     gate.approve(error.denied().unwrap().approval_token().unwrap())
         .unwrap();
     let (result, ran) = runs(&WIPES, || call(&gate, "ops.wipe", json!({"disk": "sdb"})));

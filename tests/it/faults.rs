@@ -820,7 +820,7 @@ fn an_expired_two_step_approval_stays_expired() {
 
     // The next call asks anew, with a new token: the expired one is not reused.
     let fresh = gate.run(|| settle(3, 300)).unwrap_err();
-    assert_eq!(fresh.code(), DenialCode::ApprovalRequired);
+    assert_eq!(fresh.code(), DenialCode::ApprovalPending);
     let fresh = token_of(fresh);
     assert_ne!(fresh, late);
     gate.approve(&fresh).unwrap();

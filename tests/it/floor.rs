@@ -936,7 +936,21 @@ fn denial_codes_have_their_stable_names() {
         (DenialCode::ApprovalRequired, "APPROVAL_REQUIRED"),
         (DenialCode::ApprovalRejected, "APPROVAL_REJECTED"),
         (DenialCode::UnregisteredTool, "UNREGISTERED_TOOL"),
+        (DenialCode::AuditUnavailable, "AUDIT_UNAVAILABLE"),
+        (DenialCode::ApprovalExpired, "APPROVAL_EXPIRED"),
+        (DenialCode::ApprovalMismatch, "APPROVAL_MISMATCH"),
+        (DenialCode::ApprovalReused, "APPROVAL_REUSED"),
+        (
+            DenialCode::ApprovalStoreUnavailable,
+            "APPROVAL_STORE_UNAVAILABLE",
+        ),
+        (DenialCode::ApprovalPending, "APPROVAL_PENDING"),
     ];
+    assert_eq!(
+        names.len(),
+        DenialCode::ALL.len(),
+        "a code without its name here"
+    );
     for (code, name) in names {
         assert!(DenialCode::ALL.contains(&code), "{name}");
         assert_eq!(code.as_str(), name);
@@ -962,6 +976,11 @@ fn refusals() -> Vec<(&'static str, Denied)> {
         .approver(rejecting("not during the freeze"))
         .build()
         .unwrap();
+    let two_step = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
     let denying = Gate::builder()
         .mode(Mode::FullAuto)
         .deny("accounts.del*")
@@ -984,6 +1003,10 @@ fn refusals() -> Vec<(&'static str, Denied)> {
         (
             "APPROVAL_REJECTED",
             full_auto_rejecting.run(|| users::delete(1)).unwrap_err(),
+        ),
+        (
+            "APPROVAL_PENDING",
+            two_step.run(|| users::delete(1)).unwrap_err(),
         ),
     ]
 }
@@ -1027,6 +1050,18 @@ fn each_refusal_has_its_code_and_a_message_naming_tool_risk_and_mode() {
     assert!(message("APPROVAL_REQUIRED").contains("FULL_AUTO"));
     assert!(message("APPROVAL_REJECTED").contains("FULL_AUTO"));
     assert!(message("APPROVAL_REJECTED").contains("not during the freeze"));
+    assert!(message("APPROVAL_PENDING").contains("pending until an operator approves it"));
+    assert!(message("APPROVAL_REQUIRED").contains("the gate has no approver"));
+    let pending = refusals
+        .iter()
+        .find(|(c, _)| *c == "APPROVAL_PENDING")
+        .unwrap();
+    assert!(pending.1.approval_token().is_some());
+    let required = refusals
+        .iter()
+        .find(|(c, _)| *c == "APPROVAL_REQUIRED")
+        .unwrap();
+    assert!(required.1.approval_token().is_none());
 }
 
 #[test]

@@ -812,7 +812,7 @@ fn a_two_step_approval_runs_when_the_gate_is_present_twice() {
         .unwrap();
 
     let asked = gate.run(|| probe::pay(&gate, 500)).unwrap_err();
-    assert_eq!(asked.code(), DenialCode::ApprovalRequired);
+    assert_eq!(asked.code(), DenialCode::ApprovalPending);
     gate.approve(asked.approval_token().expect("a token to approve"))
         .unwrap();
     let as_parameter_and_ambient = gate.run(|| probe::pay(&gate, 500)).map_err(|d| d.code());

@@ -31,6 +31,7 @@ mod mcp_http;
 mod mutants;
 mod otel;
 mod policy;
+mod principal;
 mod provider_defs;
 mod regressions;
 mod return_types;

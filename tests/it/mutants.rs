@@ -274,7 +274,7 @@ fn an_expired_request_is_forgotten_one_time_to_live_later() {
     gate.run(|| pay(9)).unwrap_err();
     assert_eq!(gate.approve(&token), Err(ApproveError::UnknownToken));
     let fresh = gate.run(|| pay(9)).unwrap_err();
-    assert_eq!(fresh.code(), DenialCode::ApprovalRequired);
+    assert_eq!(fresh.code(), DenialCode::ApprovalPending);
     assert_ne!(fresh.approval_token(), Some(token.as_str()));
     assert_eq!(PAYMENTS.load(Ordering::SeqCst), before);
 }

@@ -218,7 +218,7 @@ fn the_audit_log_holds_no_digest_of_a_redacted_argument() {
     let first = gate
         .run(|| unlock("front".into(), "4711".into()))
         .unwrap_err();
-    assert_eq!(first.code().as_str(), "APPROVAL_REQUIRED");
+    assert_eq!(first.code().as_str(), "APPROVAL_PENDING");
     let token = first.approval_token().unwrap().to_owned();
     gate.approve(&token).unwrap();
     gate.run(|| unlock("front".into(), "4711".into())).unwrap();
@@ -297,7 +297,7 @@ fn the_kill_switch_pulled_while_an_approved_call_is_decided_refuses_it() {
     });
     let before = count(&SPRUNG);
     let first = gate.run(|| spring(Trap(7))).unwrap_err();
-    assert_eq!(first.code().as_str(), "APPROVAL_REQUIRED");
+    assert_eq!(first.code().as_str(), "APPROVAL_PENDING");
     gate.approve(first.approval_token().unwrap()).unwrap();
 
     TRAP_ARMED.store(true, Ordering::SeqCst);
@@ -494,7 +494,7 @@ fn a_two_step_approval_for_one_receiver_does_not_run_another() {
         .unwrap();
     DROPPED.lock().unwrap().clear();
     let first = gate.run(|| staging.drop_table("users".into())).unwrap_err();
-    assert_eq!(first.code().as_str(), "APPROVAL_REQUIRED");
+    assert_eq!(first.code().as_str(), "APPROVAL_PENDING");
     gate.approve(first.approval_token().unwrap()).unwrap();
 
     let other = gate.run(|| production.drop_table("users".into()));
@@ -673,7 +673,7 @@ fn a_two_step_approval_runs_the_same_map_argument_built_again() {
 
         let before = count(&TALLIES);
         let first = gate.run(|| tally(approved)).unwrap_err();
-        assert_eq!(first.code().as_str(), "APPROVAL_REQUIRED", "round {round}");
+        assert_eq!(first.code().as_str(), "APPROVAL_PENDING", "round {round}");
         gate.approve(first.approval_token().unwrap()).unwrap();
         let sum = (0..30).map(|i| round * 100 + i).sum::<u32>();
         match gate.run(|| tally(retried)) {

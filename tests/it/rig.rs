@@ -315,7 +315,7 @@ async fn every_refusal_reaches_rig_as_a_refusal_with_its_code_and_the_body_does_
         .build()
         .unwrap();
     let waiting = refusal(run(&desk(&two_step), "rigdesk.archive", json!({"id": 1})).await);
-    assert_eq!(waiting.code(), Some("APPROVAL_REQUIRED"));
+    assert_eq!(waiting.code(), Some("APPROVAL_PENDING"));
 
     let escalated = refusal(
         run(

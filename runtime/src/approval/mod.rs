@@ -30,6 +30,9 @@ pub struct ApprovalRequest<'a> {
     pub arguments: Option<&'a str>,
     /// The SHA-256 of [`arguments`](ApprovalRequest::arguments), as the audit log records it.
     pub arguments_digest: Option<&'a str>,
+    /// Who the agent acts for, as the gate names it
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)).
+    pub principal: Option<&'a str>,
 }
 
 /// An approver's answer.

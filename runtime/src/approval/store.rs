@@ -67,6 +67,10 @@ pub struct ApprovalCall {
     pub binding: Binding,
     /// The gate's agent label; a store bounds its pending requests per agent.
     pub agent: Option<String>,
+    /// Who the agent acts for, as the gate names it
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), for an operator to see. It is not
+    /// part of the binding: an operator answers the call.
+    pub principal: Option<String>,
     /// The gate's mode when it asked.
     pub mode: Mode,
     /// The tool's manifest as canonical JSON, so that an operator in another program sees what the tool
@@ -115,11 +119,13 @@ impl Answer {
 pub enum Consumed {
     /// An operator answered exactly this call; the answer is now used and answers no other call.
     Answered(Answer),
-    /// No answer for this call: refused with `code` (`APPROVAL_REQUIRED`, or `APPROVAL_EXPIRED`,
-    /// `APPROVAL_REUSED`, `APPROVAL_MISMATCH` where an answer for it, or for the tool with other
-    /// arguments, exists but cannot be used). Where there is a `token`, a pending request for this call
-    /// waits for an operator; `None` when the store holds as many pending requests for the agent as it
-    /// may.
+    /// No answer for this call: refused with `code` (`APPROVAL_PENDING` where the store filed a request
+    /// for it, or `APPROVAL_EXPIRED`, `APPROVAL_REUSED`, `APPROVAL_MISMATCH` where an answer for it, or
+    /// for the tool with other arguments, exists but cannot be used). Where there is a `token`, a
+    /// pending request for this call waits for an operator; `None` when the store holds as many pending
+    /// requests for the agent as it may, and the gate refuses `APPROVAL_REQUIRED`. A store written
+    /// before `APPROVAL_PENDING` existed may answer `APPROVAL_REQUIRED` with a token: the gate reads it
+    /// as pending.
     Pending {
         /// Why the call is refused now.
         code: DenialCode,

@@ -108,6 +108,10 @@ impl MemoryStore {
         // so that a retry is told it was reused or expired, not asked again at once.
         requests.retain(|_, r| now < r.expires + ttl);
         let token = ask(&mut requests, call, now + ttl, now);
+        let code = match (code, &token) {
+            (DenialCode::ApprovalRequired, Some(_)) => DenialCode::ApprovalPending,
+            _ => code,
+        };
         Consumed::Pending { code, token }
     }
 
@@ -217,6 +221,7 @@ mod tests {
                 Risk::HighWrite,
             ),
             agent: None,
+            principal: None,
             mode: Mode::FullAuto,
             manifest: String::new(),
             arguments: None,
@@ -237,7 +242,7 @@ mod tests {
     fn token(consumed: Consumed) -> String {
         match consumed {
             Consumed::Pending {
-                code: DenialCode::ApprovalRequired,
+                code: DenialCode::ApprovalPending,
                 token: Some(token),
             } => token,
             other => panic!("expected a new request, got {other:?}"),
@@ -258,7 +263,7 @@ mod tests {
         assert_eq!(
             store.lookup(&call("a"), t0),
             Consumed::Pending {
-                code: DenialCode::ApprovalRequired,
+                code: DenialCode::ApprovalPending,
                 token: Some(token.clone())
             }
         );
@@ -299,7 +304,7 @@ mod tests {
         };
         store.answer_at(&token, reject.clone(), t0).unwrap();
         // A rejection of one call says nothing of another: no mismatch.
-        assert!(pending(DenialCode::ApprovalRequired)(
+        assert!(pending(DenialCode::ApprovalPending)(
             &store.lookup(&call("b"), t0)
         ));
         assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(reject));

@@ -47,6 +47,7 @@ impl AuditRecord {
             outcome: None,
             output_digest: None,
             policy_version: POLICY_VERSION,
+            principal: None,
             stage,
             timestamp: now_rfc3339(),
             tool: tool.into(),

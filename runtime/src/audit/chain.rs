@@ -96,9 +96,11 @@ impl Encoder {
 
     /// [`encode`](Encoder::encode) of an [`AuditRecord`], the sink's every line, without scanning the
     /// record's members: its fields are declared in sorted order and hold no object, so the chain's
-    /// members go before `manifest_digest` (`hash`) and before `stage` (`prev_hash`, `seq`), which every
-    /// record has after `call` and `gate`. `,"stage":` cannot stand inside a string value, whose quotes
-    /// are escaped. Gives the same bytes as `encode` (tested), and falls back to it otherwise.
+    /// members go before `manifest_digest` (`hash`), before `principal` where there is one, else before
+    /// `stage` (`prev_hash`), and before `stage` (`seq`); every record has `manifest_digest` and
+    /// `stage` after `call` and `gate`. `,"stage":` and `,"principal":` cannot stand inside a string
+    /// value, whose quotes are escaped. Gives the same bytes as `encode` (tested), and falls back to it
+    /// otherwise.
     pub(crate) fn encode_record(
         &mut self,
         record: &AuditRecord,
@@ -128,14 +130,21 @@ impl Encoder {
         if digest_at >= stage_at {
             return self.encode_fields(seq, prev_hash, out);
         }
+        // `prev_hash` < `principal` < `seq`: the principal, where there is one, stands between them.
+        let prev_at = match text[digest_at..stage_at].find(",\"principal\":") {
+            Some(at) => digest_at + at,
+            None => stage_at,
+        };
         let mut seq_buf = [0u8; 20];
         let seq_text = format_u64(seq, &mut seq_buf);
         // What is hashed: the line without its `hash` member.
         let base = out.len();
-        out.extend_from_slice(&fields[..stage_at]);
+        out.extend_from_slice(&fields[..prev_at]);
         out.extend_from_slice(b",\"prev_hash\":\"");
         out.extend_from_slice(prev_hash);
-        out.extend_from_slice(b"\",\"seq\":");
+        out.extend_from_slice(b"\"");
+        out.extend_from_slice(&fields[prev_at..stage_at]);
+        out.extend_from_slice(b",\"seq\":");
         out.extend_from_slice(seq_text);
         out.extend_from_slice(&fields[stage_at..]);
         let hash = chain_hash(prev_hash, &[&out[base..]]);
@@ -514,6 +523,7 @@ mod tests {
             outcome,
             output_digest,
             policy_version: _,
+            principal,
             stage: _,
             timestamp: _,
             tool: _,
@@ -530,13 +540,14 @@ mod tests {
         *message = Some("m".into());
         *outcome = Some(Outcome::Ok);
         *output_digest = Some("o".into());
+        *principal = Some("p".into());
         let mut out = Vec::new();
         Encoder::default()
             .encode(&record, 1, &GENESIS, &mut out)
             .expect("AuditRecord's fields must be declared in sorted order");
         let parsed: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&out).unwrap();
-        assert_eq!(parsed.len(), 23);
+        assert_eq!(parsed.len(), 24);
         assert_eq!(serde_json::to_vec(&parsed).unwrap(), out);
     }
 
@@ -551,6 +562,8 @@ mod tests {
             ",\"manifest_digest\":\"x\",\"stage\":1",
             "\\\",\"stage\":",
             "é\u{0}\n\"}{",
+            ",\"principal\":\"x\"",
+            "\\\",\"principal\":",
         ];
         let mut fast = Encoder::default();
         let mut slow = Encoder::default();
@@ -568,6 +581,10 @@ mod tests {
                 record.arguments = Some((*text).to_owned());
                 record.message = Some((*text).to_owned());
                 record.by = Some((*text).to_owned());
+                // Every other record names a principal, which sorts between `prev_hash` and `seq`.
+                if i % 2 == 0 {
+                    record.principal = Some((*text).to_owned().into());
+                }
                 record.decision = Some(Decision::Allowed);
                 record.declared_risk = Some(Risk::LowWrite);
                 let (mut a, mut b) = (b"kept".to_vec(), b"kept".to_vec());

@@ -120,6 +120,10 @@ pub struct AuditRecord {
     pub output_digest: Option<String>,
     /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that decided.
     pub policy_version: u32,
+    /// Who the agent acts for, as the application identified its caller
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)); absent where the gate names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<Cow<'static, str>>,
     /// What this record reports.
     pub stage: Stage,
     /// UTC time of the record, RFC 3339 with microseconds (`2026-11-22T03:11:01.123456Z`).

@@ -197,6 +197,7 @@ impl Gate {
                     risk: risk.get(),
                     arguments: written.map(|a| a.json.as_str()),
                     arguments_digest: written.and_then(Arguments::shown_digest),
+                    principal: self.principal(),
                 };
                 // An approver that panics, in its answer or its name, has rejected.
                 let answered = catch_unwind(AssertUnwindSafe(|| {
@@ -228,6 +229,7 @@ impl Gate {
         let call = ApprovalCall {
             binding: Binding::new(manifest.id, digest, shown, risk.get()),
             agent: self.inner.agent.as_deref().map(str::to_owned),
+            principal: self.principal().map(str::to_owned),
             mode,
             manifest: serde_json::to_string(manifest).unwrap_or_default(),
             arguments: arguments.get().map(|a| a.json.clone()),
@@ -265,6 +267,7 @@ impl Gate {
                     risk: risk.get(),
                     arguments: json.as_deref(),
                     arguments_digest: digest.as_deref(),
+                    principal: self.principal(),
                 };
                 // Panics while making the future, polling it or naming the approver are all its
                 // rejection.
@@ -382,10 +385,24 @@ impl Gate {
                         .into(),
                 ))
             }
+            // A request filed for the call is pending, whichever of the two codes the store used.
+            Ok(Consumed::Pending {
+                code: DenialCode::ApprovalRequired | DenialCode::ApprovalPending,
+                token: Some(token),
+            }) => Err(refused(DenialCode::ApprovalPending).with_approval_token(token.into())),
             Ok(Consumed::Pending {
                 code,
                 token: Some(token),
             }) => Err(refused(code).with_approval_token(token.into())),
+            // Nothing was filed, so nothing is pending: the store is full.
+            Ok(Consumed::Pending {
+                code: DenialCode::ApprovalRequired | DenialCode::ApprovalPending,
+                token: None,
+            }) => Err(refused(DenialCode::ApprovalRequired).with_detail(
+                "the approval store holds as many pending requests for this agent as it may, and \
+                 filed none for this call"
+                    .into(),
+            )),
             Ok(Consumed::Pending { code, token: None }) => Err(refused(code)),
             Err(error) => {
                 Err(refused(DenialCode::ApprovalStoreUnavailable)
@@ -1336,6 +1353,7 @@ fn is_store_code(code: DenialCode) -> bool {
     matches!(
         code,
         DenialCode::ApprovalRequired
+            | DenialCode::ApprovalPending
             | DenialCode::ApprovalExpired
             | DenialCode::ApprovalReused
             | DenialCode::ApprovalMismatch

@@ -174,7 +174,7 @@ impl fmt::Display for Denied {
                     "tool `{id}` ({risk}) is above the ceiling of mode {mode} ({ceiling}); it needs {needed}"
                 )
             }
-            DenialCode::ApprovalRequired if self.approval_token().is_some() => write!(
+            DenialCode::ApprovalPending => write!(
                 f,
                 "tool `{id}` ({risk}) needs an approval in mode {mode}: the call is pending until an \
                  operator approves it with its token, which the application holds (it is not in this \
@@ -338,7 +338,7 @@ mod tests {
     fn a_pending_two_step_approval_says_what_the_operator_does_and_claims_nothing_else() {
         let tool = manifest(Risk::HighWrite, &[Mode::FullAuto]);
         let denied = Denied::new(
-            DenialCode::ApprovalRequired,
+            DenialCode::ApprovalPending,
             tool,
             Risk::HighWrite,
             Some(Mode::FullAuto),

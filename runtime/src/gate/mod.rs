@@ -75,6 +75,7 @@ pub(super) struct Inner {
     pub(super) epoch: std::time::Instant,
     pub(super) audit: Option<Arc<dyn AuditSink>>,
     pub(super) agent: Option<Arc<str>>,
+    pub(super) principal: Option<Arc<str>>,
     pub(super) calls: AtomicU64,
     /// What must live as long as the gate: the memberships of fleets it joined, so that the fleet's
     /// hold on it ends with the gate, never before.
@@ -106,6 +107,7 @@ impl Gate {
             store: StoreChoice::None,
             audit: None,
             agent: None,
+            principal: None,
         }
     }
 
@@ -353,6 +355,11 @@ impl Gate {
         self.inner.agent.as_deref()
     }
 
+    /// Who the agent acts for, as the gate was built with ([`GateBuilder::principal`]).
+    pub fn principal(&self) -> Option<&str> {
+        self.inner.principal.as_deref()
+    }
+
     /// What this gate would decide for the tool with `manifest`'s id in the current mode, before any
     /// approver is asked; `None` when no such tool is linked.
     pub fn verdict(&self, manifest: &ToolManifest) -> Option<Verdict> {
@@ -380,6 +387,11 @@ impl Gate {
                 .map(|a| Cow::Owned(a.to_owned())),
             call,
             manifest_digest: Cow::Borrowed(crate::registry::digest::manifest_digest()),
+            principal: self
+                .inner
+                .principal
+                .as_deref()
+                .map(|p| Cow::Owned(p.to_owned())),
             ..AuditRecord::new(stage, tool, mode, self.inner.id)
         }
     }
@@ -410,6 +422,7 @@ impl fmt::Debug for Gate {
             .field("store", &self.inner.store.is_some())
             .field("audit", &self.inner.audit.is_some())
             .field("agent", &self.inner.agent)
+            .field("principal", &self.inner.principal)
             .finish()
     }
 }
@@ -423,6 +436,7 @@ pub struct GateBuilder {
     store: StoreChoice,
     audit: Option<Arc<dyn AuditSink>>,
     agent: Option<Arc<str>>,
+    principal: Option<Arc<str>>,
 }
 
 impl GateBuilder {
@@ -454,7 +468,7 @@ impl GateBuilder {
     }
 
     /// Takes two-step approvals where no approver is set: a call that needs an approval is refused with
-    /// `APPROVAL_REQUIRED` and a token ([`Denied::approval_token`](crate::Denied::approval_token)); after [`Gate::approve`] with that
+    /// `APPROVAL_PENDING` and a token ([`Denied::approval_token`](crate::Denied::approval_token)); after [`Gate::approve`] with that
     /// token, the same call with the same arguments runs once. Requests expire after
     /// [`DEFAULT_APPROVAL_TTL`](crate::DEFAULT_APPROVAL_TTL) (10 minutes).
     pub fn two_step_approvals(self) -> Self {
@@ -499,6 +513,17 @@ impl GateBuilder {
     /// A label for the agent this gate decides for, written into every audit record.
     pub fn agent(mut self, label: impl Into<String>) -> Self {
         self.agent = Some(label.into().into());
+        self
+    }
+
+    /// Who the agent acts for: the caller's identity as the application established it (a bearer
+    /// token mapped to a user or a service, say), so that one gate is built per principal. Approvers
+    /// see it ([`ApprovalRequest::principal`](crate::ApprovalRequest::principal)), stores get it with
+    /// the call ([`ApprovalCall::principal`](crate::approval::store::ApprovalCall::principal)), and
+    /// every audit record of the gate names it (`principal`). The gate does not check it: it is what
+    /// the application says.
+    pub fn principal(mut self, name: impl Into<String>) -> Self {
+        self.principal = Some(name.into().into());
         self
     }
 
@@ -587,6 +612,7 @@ impl GateBuilder {
                 epoch: std::time::Instant::now(),
                 audit: self.audit,
                 agent: self.agent,
+                principal: self.principal,
                 calls: AtomicU64::new(1),
                 #[cfg(feature = "postgres")]
                 kept: Mutex::new(Vec::new()),
@@ -658,6 +684,7 @@ impl fmt::Debug for GateBuilder {
             .field("store", &self.store)
             .field("audit", &self.audit.is_some())
             .field("agent", &self.agent)
+            .field("principal", &self.principal)
             .finish()
     }
 }

@@ -53,7 +53,7 @@
 //!
 //! A second transaction, under an advisory lock per agent, takes an answer given in between, or works
 //! out why the call waits (`APPROVAL_EXPIRED`, `APPROVAL_REUSED` — also for an answer being used by a
-//! call racing this one —, `APPROVAL_MISMATCH`, else `APPROVAL_REQUIRED`) and keeps one pending request
+//! call racing this one —, `APPROVAL_MISMATCH`, else `APPROVAL_PENDING`) and keeps one pending request
 //! per call and agent. Since only hashes are kept, asking again for a pending call cannot hand back the
 //! token given before: it issues a new token and adds its hash to the same request. Every token handed
 //! out for a request answers it (the newest 16), the operator sees one request per call, and the bound

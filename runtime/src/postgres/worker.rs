@@ -372,6 +372,10 @@ impl Worker {
         if prune {
             self.last_prune.set(Some(Instant::now()));
         }
+        let code = match (code, &token) {
+            (DenialCode::ApprovalRequired, Some(_)) => DenialCode::ApprovalPending,
+            _ => code,
+        };
         Ok(Consumed::Pending { code, token })
     }
 }
