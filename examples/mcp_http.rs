@@ -8,7 +8,7 @@
 //! `principals.txt` maps bearer tokens to principals and their modes, one a line (`#` starts a
 //! comment): `TOKEN NAME MODE`, e.g. `s3cr3t-alice alice FULL_AUTO`. A request without a token the
 //! file names is answered `401 Unauthorized`. Each principal's calls go through its own gate (its mode,
-//! its name as the gate's agent label, which every audit record carries), and `tools/list` shows it
+//! and its name as the gate's principal, which approvers and every audit record see), and `tools/list` shows it
 //! what that gate allows: it may differ per principal, never per connection.
 //!
 //! - `--listen ADDRESS` (default `127.0.0.1:8080`): the endpoint is `http://ADDRESS/mcp`; the address
@@ -150,7 +150,8 @@ impl Shared {
     fn gate(&self, name: &str, mode: Mode) -> Result<Gate, Box<dyn std::error::Error>> {
         let mut builder = Gate::builder()
             .mode(mode)
-            .agent(name)
+            .agent("team-notes")
+            .principal(name)
             .approval_store_shared(Arc::clone(&self.store));
         if let Some(audit) = &self.audit {
             builder = builder.audit_shared(Arc::clone(audit));

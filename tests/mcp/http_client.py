@@ -102,13 +102,13 @@ async def main(url: str, audit_log: str) -> None:
     with open(audit_log, encoding="utf-8") as log:
         records = [json.loads(line) for line in log if line.strip()]
     check(len(records) >= 8, "the audit log has the calls", len(records))
-    check(all(r.get("agent") in ("alice", "bob") for r in records), "every record names its principal", records)
-    bobs = [r for r in records if r["agent"] == "bob"]
+    check(all(r.get("principal") in ("alice", "bob") and r.get("agent") == "team-notes" for r in records), "every record names its principal", records)
+    bobs = [r for r in records if r["principal"] == "bob"]
     check(bobs and all(r.get("code") == "MODE_NOT_ALLOWED" for r in bobs if r["stage"] == "refused"), "bob's refusals are his", bobs)
     purge = [r for r in records if r["tool"] == "notes.purge" and r["stage"] == "exit"]
-    check(len(purge) == 1 and purge[0]["agent"] == "alice" and purge[0].get("outcome") == "ok", "alice's purge ran once", purge)
+    check(len(purge) == 1 and purge[0]["principal"] == "alice" and purge[0].get("outcome") == "ok", "alice's purge ran once", purge)
     granted = [r for r in records if r["stage"] == "approval_granted"]
-    check(len(granted) == 1 and granted[0].get("by") == "mcp-client" and granted[0]["agent"] == "alice", "approved in band", granted)
+    check(len(granted) == 1 and granted[0].get("by") == "mcp-client" and granted[0]["principal"] == "alice", "approved in band", granted)
 
 
 if __name__ == "__main__":

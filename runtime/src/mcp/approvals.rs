@@ -34,7 +34,7 @@ pub const DEFAULT_STATE_TTL: Duration = Duration::from_secs(10 * 60);
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub enum Approvals {
-    /// The call is refused (`APPROVAL_PENDING` or `APPROVAL_REQUIRED`, the text the agent reads), and
+    /// The call is refused (`APPROVAL_PENDING`, with the text the agent reads), and
     /// the pending request waits in the gate's approval store for an operator: `toolgate approvals
     /// approve` with the PostgreSQL store, [`Gate::approve`](crate::Gate::approve) with the token that
     /// [`ToolgateServer::on_pending`](super::ToolgateServer::on_pending) hands over. The agent calls

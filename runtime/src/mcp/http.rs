@@ -44,8 +44,9 @@ impl Principal {
 /// The bearer tokens a server accepts, each mapped by the application to a principal and its gate.
 ///
 /// Tokens are kept as their SHA-256, and looked up by it: neither a token nor a prefix of one is
-/// compared byte by byte. Give each principal a gate of its own (its mode, deny list and agent label);
-/// the gates may share one audit sink and one approval store.
+/// compared byte by byte. Give each principal a gate of its own (its mode, its deny list, and
+/// [`GateBuilder::principal`](crate::gate::GateBuilder::principal) with its name, which approvers and
+/// the audit log see); the gates may share one audit sink and one approval store.
 #[derive(Default)]
 pub struct Principals {
     by_token: HashMap<String, Principal>,

@@ -80,8 +80,8 @@
 //! A call that needs an approval, under a gate with two-step approvals, is answered as
 //! [`ToolgateServer::approvals`] says:
 //!
-//! - [`Approvals::OutOfBand`] (the default): refused (`APPROVAL_PENDING`, or `APPROVAL_REQUIRED` from a
-//!   gate before that code), the pending request kept in the gate's approval store for an operator;
+//! - [`Approvals::OutOfBand`] (the default): refused (`APPROVAL_PENDING`), the pending request kept in
+//!   the gate's approval store for an operator;
 //!   [`ToolgateServer::on_pending`] hands each one (with its token) to the application's operator
 //!   channel. The agent's next identical call runs once it is approved.
 //! - [`Approvals::InBand`]: an `InputRequired` result (protocol 2026-07-28) whose elicitation form

@@ -40,7 +40,7 @@ pub struct PendingApproval {
     pub risk: Risk,
     /// The gate's mode when it refused.
     pub mode: Option<Mode>,
-    /// The refusal's code: `APPROVAL_PENDING` (or `APPROVAL_REQUIRED` from a gate that predates it).
+    /// The refusal's code: `APPROVAL_PENDING`.
     pub code: &'static str,
     /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
     pub arguments: String,
