@@ -83,7 +83,10 @@
 //! - [`Approvals::OutOfBand`] (the default): refused (`APPROVAL_PENDING`), the pending request kept in
 //!   the gate's approval store for an operator;
 //!   [`ToolgateServer::on_pending`] hands each one (with its token) to the application's operator
-//!   channel. The agent's next identical call runs once it is approved.
+//!   channel. The agent's next identical call runs once it is approved. For a client that declares
+//!   the Tasks extension, the call becomes a task instead (`tasks/get`, `tasks/cancel`): the server
+//!   tries the call again, 250 ms after and then at most every 5 s, and the task completes with its
+//!   result once the operator has decided.
 //! - [`Approvals::InBand`]: an `InputRequired` result (protocol 2026-07-28) whose elicitation form
 //!   ([`APPROVAL_INPUT`]) shows the tool, its risk, the mode and the arguments as the audit log writes
 //!   them, asking approve or reject and a reason. The retry carries the answer and the request state,
@@ -185,6 +188,7 @@ mod definition;
 pub mod http;
 mod server;
 pub mod stdio;
+mod tasks;
 
 /// The `rmcp` crate this module is built on, for naming its types with the version toolgate uses.
 pub use rmcp;

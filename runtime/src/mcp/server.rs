@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CustomRequest, CustomResult, GetTaskParams, GetTaskResult, Implementation, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -16,10 +16,11 @@ use serde_json::{Value, json};
 
 use super::approvals::{Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
+use super::tasks::{TASK_POLL_FIRST, TASK_POLL_MAX, Tasks};
 use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
-use crate::policy::{Mode, Risk};
+use crate::policy::{DenialCode, Mode, Risk};
 use crate::registry::ToolManifest;
 use crate::registry::{Tool, manifests, registry};
 
@@ -74,6 +75,7 @@ pub struct ToolgateServer {
     on_pending: Option<OnPending>,
     mode_poll: Duration,
     session: Arc<str>,
+    tasks: Tasks,
 }
 
 /// A random id of one connection, to which in-band request states are bound.
@@ -118,6 +120,7 @@ impl ToolgateServer {
             on_pending: None,
             mode_poll: DEFAULT_MODE_POLL,
             session: session_id(),
+            tasks: Tasks::default(),
         }
     }
 
@@ -291,7 +294,7 @@ impl ToolgateServer {
         let mut request = CallToolRequestParams::new(name.to_owned());
         request.arguments = arguments;
         let caller = self.caller(&rmcp::model::Extensions::new());
-        match self.respond(request, false, &caller).await? {
+        match self.respond(request, Client::default(), &caller).await? {
             CallToolResponse::Complete(result) => Ok(result),
             _ => unreachable!("a call without in-band approvals completes"),
         }
@@ -301,7 +304,7 @@ impl ToolgateServer {
     async fn respond(
         &self,
         request: CallToolRequestParams,
-        in_band_client: bool,
+        client: Client,
         caller: &Caller,
     ) -> Result<CallToolResponse, ErrorData> {
         let gate = &caller.gate;
@@ -311,7 +314,7 @@ impl ToolgateServer {
             return Err(unknown_tool(name));
         };
         let in_band = match &self.approvals {
-            Approvals::InBand(in_band) if in_band_client => Some(in_band),
+            Approvals::InBand(in_band) if client.answers_forms => Some(in_band),
             _ => None,
         };
         let arguments = request.arguments.unwrap_or_default();
@@ -369,8 +372,57 @@ impl ToolgateServer {
                     token: token.to_owned(),
                 });
             }
+            if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
+                return Ok(self
+                    .wait_as_task(gate, tool, arguments, &caller.session)
+                    .into());
+            }
         }
         Ok(tool_result(result).into())
+    }
+
+    /// Makes a call that waits for an operator a task: the call is tried again, every 250 ms at first
+    /// and at most every 5 s (each try a `refused` record while it waits), until the operator has
+    /// decided; the task then completes with the call's result.
+    fn wait_as_task(
+        &self,
+        gate: &Gate,
+        tool: Tool,
+        arguments: JsonObject,
+        owner: &Arc<str>,
+    ) -> rmcp::model::CreateTaskResult {
+        let id = tool.manifest().id;
+        let created = self
+            .tasks
+            .create(owner, format!("`{id}` waits for an operator's approval"));
+        let task_id = created.task.task_id.clone();
+        let (server, gate, tasks) = (self.clone(), gate.clone(), self.tasks.clone());
+        let runner = tokio::spawn(async move {
+            let mut wait = TASK_POLL_FIRST;
+            loop {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(TASK_POLL_MAX);
+                let result = match server.call_registry(&gate, id, arguments.clone()).await {
+                    Ok(result) => result,
+                    Err(error) => {
+                        tasks.complete(&task_id, refusal("UNKNOWN_TOOL", &error.message));
+                        return;
+                    }
+                };
+                let waits = result
+                    .as_ref()
+                    .err()
+                    .and_then(CallError::denied)
+                    .is_some_and(|d| d.code() == DenialCode::ApprovalPending);
+                if !waits {
+                    tasks.complete(&task_id, tool_result(result));
+                    return;
+                }
+            }
+        });
+        self.tasks
+            .attach(&created.task.task_id, runner.abort_handle());
+        created
     }
 
     async fn call_registry(
@@ -393,10 +445,26 @@ impl ToolgateServer {
     }
 }
 
+/// What the client of a request can take besides a plain result.
+#[derive(Debug, Clone, Copy, Default)]
+struct Client {
+    /// It speaks 2026-07-28, so it can answer an `InputRequired` form.
+    answers_forms: bool,
+    /// It declared the Tasks extension, so a call may become a task.
+    takes_tasks: bool,
+}
+
 /// The gate and the session of one request.
 struct Caller {
     gate: Gate,
     session: Arc<str>,
+}
+
+fn unknown_task(id: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("no task {id} of this caller"),
+        Some(json!({ "code": "UNKNOWN_TASK" })),
+    )
 }
 
 /// A retry refused for its request state: recorded, and answered as a refusal with its code.
@@ -454,6 +522,7 @@ impl ServerHandler for ToolgateServer {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         let config = ServerConfig::new(capabilities).with_server_info(self.implementation.clone());
         match &self.instructions {
@@ -478,9 +547,14 @@ impl ServerHandler for ToolgateServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let in_band_client = context
-            .protocol_version()
-            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        let client = Client {
+            answers_forms: context
+                .protocol_version()
+                .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()),
+            takes_tasks: context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks()),
+        };
         let caller = self.caller(&context.extensions);
         // A client's `notifications/cancelled` cancels `ct`; dropping the call's future then stops an
         // async body at its next await, and the gate's permit records the exit as `cancelled`.
@@ -490,7 +564,31 @@ impl ServerHandler for ToolgateServer {
                 "the client cancelled the call",
                 Some(json!({ "code": "CANCELLED" })),
             )),
-            response = self.respond(request, in_band_client, &caller) => response,
+            response = self.respond(request, client, &caller) => response,
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let caller = self.caller(&context.extensions);
+        self.tasks
+            .get(&caller.session, &request.task_id)
+            .ok_or_else(|| unknown_task(&request.task_id))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = self.caller(&context.extensions);
+        if self.tasks.cancel(&caller.session, &request.task_id) {
+            Ok(())
+        } else {
+            Err(unknown_task(&request.task_id))
         }
     }
 
