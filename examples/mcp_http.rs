@@ -93,6 +93,17 @@ fn add(text: String) -> Result<String, Denied> {
     Ok(format!("note {} added", notes.len()))
 }
 
+/// Delete one note for good, by its number.
+#[tool(risk = "HIGH_WRITE", domain = "notes", modes = [FULL_AUTO], callable)]
+fn remove(number: usize) -> Result<String, Denied> {
+    let mut notes = notes();
+    if number == 0 || number > notes.len() {
+        return Ok(format!("there is no note {number}"));
+    }
+    notes.remove(number - 1);
+    Ok(format!("note {number} removed"))
+}
+
 /// Delete every note for good.
 #[tool(risk = "HIGH_WRITE", domain = "notes", modes = [FULL_AUTO], callable)]
 fn purge() -> Result<String, Denied> {

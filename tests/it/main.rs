@@ -28,6 +28,7 @@ mod manifest;
 mod mcp_defs;
 mod mcp_e2e;
 mod mcp_http;
+mod mcp_postgres;
 mod mcp_tasks;
 mod mutants;
 mod otel;

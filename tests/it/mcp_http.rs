@@ -15,7 +15,7 @@ use super::mcp_e2e::{CLIENT_TIMEOUT, example_binary, python_with_mcp, run};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The example server, killed when the test ends however it ends.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     stderr: PathBuf,
 }
@@ -28,8 +28,20 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// Starts the example `binary` with `args`, its stderr into `stderr`.
+    pub(crate) fn start(binary: &Path, args: &[&std::ffi::OsStr], stderr: PathBuf) -> Server {
+        let child = Command::new(binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr).expect("the server's stderr"))
+            .spawn()
+            .expect("start the example");
+        Server { child, stderr }
+    }
+
     /// The URL the server prints once it listens; panics if it does not within `START_TIMEOUT`.
-    fn url(&mut self) -> String {
+    pub(crate) fn url(&mut self) -> String {
         let started = Instant::now();
         loop {
             let printed = fs::read_to_string(&self.stderr).unwrap_or_default();
@@ -51,7 +63,7 @@ impl Server {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("toolgate-mcp-http-{name}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).expect("a scratch folder");
@@ -71,18 +83,17 @@ fn two_principals_over_streamable_http_see_and_do_different_things() {
     .expect("write the principals");
     let audit = dir.join("audit.jsonl");
     let stderr = dir.join("server.err");
-    let child = Command::new(&binary)
-        .arg("--principals")
-        .arg(&principals)
-        .args(["--listen", "127.0.0.1:0", "--approvals", "in-band"])
-        .arg("--audit-log")
-        .arg(&audit)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&stderr).expect("the server's stderr"))
-        .spawn()
-        .expect("start the example");
-    let mut server = Server { child, stderr };
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--principals".as_ref(),
+        principals.as_os_str(),
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--approvals".as_ref(),
+        "in-band".as_ref(),
+        "--audit-log".as_ref(),
+        audit.as_os_str(),
+    ];
+    let mut server = Server::start(&binary, &args, stderr);
     let url = server.url();
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

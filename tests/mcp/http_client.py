@@ -67,7 +67,7 @@ async def main(url: str, audit_log: str) -> None:
     with anyio.fail_after(SESSION_TIMEOUT_S):
         async def alice(client: Client) -> None:
             names = sorted(t.name for t in (await client.list_tools()).tools)
-            check(names == ["notes.add", "notes.list", "notes.purge"], "alice lists what FULL_AUTO allows", names)
+            check(names == ["notes.add", "notes.list", "notes.purge", "notes.remove"], "alice lists what FULL_AUTO allows", names)
             added = wire(await client.call_tool("notes.add", {"text": "standup at 10"}))
             check(added["content"][0]["text"] == "note 1 added", "alice adds a note", added)
             purged = wire(await client.call_tool("notes.purge", {}))
