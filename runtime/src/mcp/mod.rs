@@ -16,7 +16,7 @@
 //! use toolgate::mcp::rmcp::{RoleServer, ServiceExt};
 //! use toolgate::mcp::{ToolgateServer, Visibility};
 //!
-//! // Call it as `serve(rmcp::transport::stdio())` from `#[tokio::main]`.
+//! // Call it as `serve(toolgate::mcp::stdio::stdio())` from `#[tokio::main]`.
 //! async fn serve<T, E, A>(transport: T) -> Result<(), Box<dyn std::error::Error>>
 //! where
 //!     T: IntoTransport<RoleServer, E, A>,
@@ -97,7 +97,8 @@
 //!   reason is the tool result. A retry with other arguments is `APPROVAL_MISMATCH`, a replay
 //!   `APPROVAL_REUSED`, a forged state `APPROVAL_STATE_INVALID`, a late one `APPROVAL_EXPIRED`, each a
 //!   refusal the log records; the body does not run. In band trusts the client's user interface:
-//!   whoever controls the client approves.
+//!   whoever controls the client approves. The answer reaches the store on the call's thread (for the
+//!   PostgreSQL store, a wait of at most its timeout).
 //!
 //! # The tool list follows the mode
 //!
