@@ -5,7 +5,7 @@ Usage: python http_client.py URL AUDIT_LOG
 The server (started by the Rust test) knows two bearer tokens: `alice-token` (principal alice,
 FULL_AUTO, in-band approvals) and `bob-token` (principal bob, SHADOW). Checks that each principal
 lists and may call what its own gate allows, that a request without a known token is refused with
-401 and reaches no tool, that alice's HIGH_WRITE call is approved through the SDK's elicitation
+401 and reaches no tool, that a body over the transport's limit is answered 413, that alice's HIGH_WRITE call is approved through the SDK's elicitation
 callback and runs once, and that every audit record names the principal that made the call.
 Exits 0 when every check passes, 1 on the first failure.
 """
@@ -98,6 +98,14 @@ async def main(url: str, audit_log: str) -> None:
                 response = await http.post(url, json=request, headers={**headers, "Accept": "application/json, text/event-stream"})
                 check(response.status_code == 401, f"{headers or 'no token'} is refused with 401", response.status_code)
                 check("notes." not in response.text, "a refused request learns no tool", response.text)
+            # A body over rmcp's limit (4 MiB by default) is answered 413, not left without an answer.
+            big = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "notes.add", "arguments": {"text": "x" * (5 * 1024 * 1024)}}}
+            response = await http.post(
+                url,
+                json=big,
+                headers={"Authorization": "Bearer alice-token", "Accept": "application/json, text/event-stream"},
+            )
+            check(response.status_code == 413, "an oversized body is refused with 413", response.status_code)
 
     with open(audit_log, encoding="utf-8") as log:
         records = [json.loads(line) for line in log if line.strip()]

@@ -344,7 +344,15 @@ impl ToolgateServer {
                     return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
                 }
                 Err(ApproveError::Store(error)) => {
-                    return Ok(refusal("APPROVAL_STORE_UNAVAILABLE", &error.to_string()).into());
+                    let (code, message) = ("APPROVAL_STORE_UNAVAILABLE", error.to_string());
+                    let manifest = tool.manifest();
+                    gate.record_probe(
+                        std::borrow::Cow::Borrowed(manifest.id),
+                        Some(manifest.risk_level),
+                        code,
+                        message.clone(),
+                    );
+                    return Ok(refusal(code, &message).into());
                 }
             }
             // The answer is in the store; the gate now decides the call with it, bound to exactly
