@@ -268,6 +268,15 @@ async def scenario_out_of_band(binary: str, tmp: str) -> None:
         async with Client(stdio_client(params(binary, *args), errlog=err), mode="auto", elicitation_callback=approve_form) as client:
             first = wire(await client.call_tool(REFUND, arguments))
             check(first.get("isError") is True, f"{label}: the first call is refused", first)
+            # A server that takes no in-band answers takes no request state either.
+            stated = await client.session.call_tool(
+                REFUND,
+                arguments,
+                request_state="rs1.AAAAAAAAAAA.AAAA",
+                input_responses={APPROVAL: {"action": "accept", "content": {"decision": "approve"}}},
+                allow_input_required=True,
+            )
+            refused_with(stated, "APPROVAL_STATE_INVALID", f"{label}: a request state out of band")
             code = first.get("structuredContent", {}).get("code")
             check(code == "APPROVAL_PENDING", f"{label}: refused as pending", first)
             check(ok_runs(audit, REFUND) == 0, f"{label}: nothing ran", records(audit))

@@ -385,6 +385,79 @@ mod tests {
         assert!(matches!(read_answer(None), Answer::Reject { .. }));
     }
 
+    fn sealed(
+        in_band: &InBand,
+        session: &str,
+        tool: &str,
+        arguments: &Map<String, Value>,
+    ) -> String {
+        let state = State {
+            token: "token".to_owned(),
+            tool: tool.to_owned(),
+            arguments: arguments_digest(arguments),
+        };
+        in_band
+            .codec
+            .seal_json_with(
+                &state,
+                &SealOptions::new()
+                    .associated_data(&InBand::associated_data(session))
+                    .ttl(in_band.ttl),
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn a_state_opens_only_for_its_session_tool_and_arguments_in_time() {
+        let in_band = InBand::new(vec![1; 32]).unwrap();
+        let arguments = json!({"id": 7, "cents": 100}).as_object().unwrap().clone();
+        let state = sealed(&in_band, "one", "t.refund", &arguments);
+        let yes = json!({"action": "accept", "content": {"decision": "approve"}});
+        let responses = InputResponses::from([(APPROVAL_INPUT.to_owned(), yes)]);
+        let (token, answer) = in_band
+            .answer("one", "t.refund", &arguments, &state, Some(&responses))
+            .unwrap();
+        assert_eq!(token, "token");
+        assert!(matches!(answer, Answer::Approve { .. }));
+
+        let refused = |session, tool, arguments: &Map<String, Value>, state: &str| {
+            in_band
+                .answer(session, tool, arguments, state, Some(&responses))
+                .unwrap_err()
+        };
+        assert_eq!(
+            refused("two", "t.refund", &arguments, &state),
+            StateRefused::Invalid
+        );
+        assert_eq!(
+            refused("one", "t.other", &arguments, &state),
+            StateRefused::Mismatch
+        );
+        let more = json!({"id": 7, "cents": 101}).as_object().unwrap().clone();
+        assert_eq!(
+            refused("one", "t.refund", &more, &state),
+            StateRefused::Mismatch
+        );
+        let other_key = InBand::new(vec![2; 32]).unwrap();
+        let forged = sealed(&other_key, "one", "t.refund", &arguments);
+        assert_eq!(
+            refused("one", "t.refund", &arguments, &forged),
+            StateRefused::Invalid
+        );
+
+        let short = InBand::new(vec![1; 32])
+            .unwrap()
+            .ttl(Duration::from_millis(1));
+        let late = sealed(&short, "one", "t.refund", &arguments);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            short
+                .answer("one", "t.refund", &arguments, &late, Some(&responses))
+                .unwrap_err(),
+            StateRefused::Expired
+        );
+    }
+
     #[test]
     fn a_short_key_is_refused() {
         assert_eq!(
