@@ -11,19 +11,31 @@
 //! refuses instead of hiding them; `--approve-all` approves every HIGH_WRITE call (a demo stand-in for
 //! an operator: without an approver, the gate refuses them all). Stdout carries the protocol, so the
 //! server logs to stderr.
+//!
+//! `--max-message BYTES` (4 MiB by default) is the largest message it reads: a larger one is answered
+//! with an `Invalid Request` error (`MESSAGE_TOO_LARGE`).
+//!
+//! `--approvals out-of-band` refuses a call that needs an approval with `APPROVAL_PENDING` and keeps it
+//! for an operator; `--approvals in-band` asks the client's user with an elicitation form instead (a
+//! client of the 2026-07-28 protocol; older ones get the out-of-band refusal). `--operator ADDRESS`
+//! opens the operator channel on a TCP address of this machine (e.g. `127.0.0.1:0`; the address
+//! taken is printed on stderr as `operator channel on ADDRESS`), one command a line, answered with a
+//! line: `list` (the pending requests: `ID TOOL ARGUMENTS`, then `.`), `approve ID`, `reject ID
+//! REASON`, `lower MODE`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use rmcp::ServiceExt;
-use toolgate::mcp::{ToolgateServer, Visibility};
+use toolgate::approval::store::Answer;
+use toolgate::mcp::{Approvals, InBand, PendingApproval, ToolgateServer, Visibility};
 use toolgate::schemars::JsonSchema;
 use toolgate::serde::Serialize;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, tool, toolset};
@@ -41,8 +53,24 @@ struct Args {
     #[arg(long)]
     show_disabled: bool,
     /// Approve every call that needs an approval. For demos only.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "approvals")]
     approve_all: bool,
+    /// Ask for approvals in two steps: an operator answers (out-of-band), or the client's user does
+    /// (in-band).
+    #[arg(long, value_enum)]
+    approvals: Option<ApprovalsArg>,
+    /// Open the operator channel on this TCP address (of this machine).
+    #[arg(long, value_name = "ADDRESS")]
+    operator: Option<String>,
+    /// The largest message the server reads; a larger one is answered with an error.
+    #[arg(long, value_name = "BYTES", default_value_t = toolgate::mcp::stdio::DEFAULT_MAX_MESSAGE)]
+    max_message: usize,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ApprovalsArg {
+    OutOfBand,
+    InBand,
 }
 
 /// Why a desk tool did not do what it was asked.
@@ -179,6 +207,18 @@ impl Desk {
         Ok(ticket.clone())
     }
 
+    /// Wait for the customer's reply to a ticket, at most `seconds`; answers whether one came.
+    #[tool(risk = "READ_ONLY", callable)]
+    pub async fn await_reply(&self, id: u64, seconds: u64) -> Result<String, DeskError> {
+        if !self.tickets().iter().any(|t| t.id == id) {
+            return Err(DeskError::NoSuchTicket(id));
+        }
+        eprintln!("ticket-desk: waiting for a reply to ticket {id}");
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        eprintln!("ticket-desk: stopped waiting for a reply to ticket {id}");
+        Ok(format!("no reply to ticket {id} within {seconds} s"))
+    }
+
     /// Delete a ticket and its history for good.
     #[tool(risk = "HIGH_WRITE", modes = [FULL_AUTO], callable)]
     pub fn delete(&self, id: u64) -> Result<String, DeskError> {
@@ -224,6 +264,31 @@ fn fetch(url: String) -> Result<String, DeskError> {
     Ok(body.chars().take(4096).collect())
 }
 
+/// How many refunds the desk has made, for the refund's number.
+static REFUNDS: Mutex<u64> = Mutex::new(0);
+
+/// Refund an amount to the customer of a ticket, on the card they paid with.
+#[tool(
+    risk = "HIGH_WRITE",
+    domain = "tickets",
+    modes = [FULL_AUTO],
+    redact = [card],
+    callable
+)]
+fn refund(id: u64, cents: u64, card: String) -> Result<String, DeskError> {
+    let _ = card;
+    let mut refunds = REFUNDS.lock().unwrap_or_else(|p| p.into_inner());
+    *refunds += 1;
+    eprintln!(
+        "ticket-desk: refund {} of {cents} cents on ticket {id}",
+        *refunds
+    );
+    Ok(format!(
+        "refund {} of {cents} cents on ticket {id}",
+        *refunds
+    ))
+}
+
 fn gate(args: &Args) -> Result<Gate, Box<dyn std::error::Error>> {
     let mode = match args.mode {
         Some(mode) => mode,
@@ -236,7 +301,83 @@ fn gate(args: &Args) -> Result<Gate, Box<dyn std::error::Error>> {
     if args.approve_all {
         builder = builder.approver(AllowAllApprover);
     }
+    if args.approvals.is_some() {
+        builder = builder.two_step_approvals();
+    }
     Ok(builder.build()?)
+}
+
+/// The requests waiting for the operator, by a number the operator types; the tokens stay here.
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    requests: BTreeMap<u64, PendingApproval>,
+}
+
+/// Serves the operator channel: one command a line, one answer a line.
+fn operator_channel(listener: TcpListener, gate: Gate, pending: Arc<Mutex<Pending>>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let (gate, pending) = (gate.clone(), Arc::clone(&pending));
+        std::thread::spawn(move || {
+            let Ok(mut out) = stream.try_clone() else {
+                return;
+            };
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { return };
+                let answer = operate(&gate, &pending, line.trim());
+                if writeln!(out, "{answer}").is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+fn operate(gate: &Gate, pending: &Mutex<Pending>, line: &str) -> String {
+    let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+    let (command, rest) = line.split_once(' ').unwrap_or((line, ""));
+    match command {
+        "list" => {
+            let mut lines: Vec<String> = pending
+                .requests
+                .iter()
+                .map(|(id, p)| format!("{id} {} {}", p.tool, p.arguments))
+                .collect();
+            lines.push(".".to_owned());
+            lines.join("\n")
+        }
+        "approve" | "reject" => {
+            let (id, reason) = rest.split_once(' ').unwrap_or((rest, ""));
+            let Some(request) = id.parse().ok().and_then(|id| pending.requests.remove(&id)) else {
+                return format!("error: no pending request {id}");
+            };
+            let answer = if command == "approve" {
+                Answer::Approve {
+                    by: "operator".to_owned(),
+                    for_session: false,
+                }
+            } else {
+                Answer::Reject {
+                    by: "operator".to_owned(),
+                    reason: reason.to_owned(),
+                    stop: false,
+                }
+            };
+            match gate.answer(&request.token, answer) {
+                Ok(()) => format!("ok: {command}d {id} ({})", request.tool),
+                Err(error) => format!("error: {error}"),
+            }
+        }
+        "lower" => match rest.parse::<Mode>() {
+            Ok(mode) => match gate.lower_by(mode, "operator") {
+                Ok(()) => format!("ok: lowered to {}", gate.mode()),
+                Err(error) => format!("error: {error}"),
+            },
+            Err(error) => format!("error: {error}"),
+        },
+        _ => format!("error: unknown command `{command}`"),
+    }
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -246,7 +387,31 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Visibility::Hide
     };
+    let pending = Arc::new(Mutex::new(Pending::default()));
+    if let Some(address) = &args.operator {
+        let listener = TcpListener::bind(address)?;
+        eprintln!(
+            "ticket-desk: operator channel on {}",
+            listener.local_addr()?
+        );
+        let (gate, pending) = (gate.clone(), Arc::clone(&pending));
+        std::thread::spawn(move || operator_channel(listener, gate, pending));
+    }
+    let approvals = match args.approvals {
+        // The example's key lives as long as the process; a deployment gives every process the same
+        // key (`InBand::new`).
+        Some(ApprovalsArg::InBand) => Approvals::InBand(InBand::process_key()),
+        _ => Approvals::OutOfBand,
+    };
     let server = ToolgateServer::new(gate)
+        .approvals(approvals)
+        .on_pending(move |request| {
+            eprintln!("ticket-desk: {} waits for an operator", request.tool);
+            let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.next += 1;
+            let id = pending.next;
+            pending.requests.insert(id, request.clone());
+        })
         .instance(Desk::seeded()) // the desk's tools run on it
         .visibility(visibility)
         .only(|m| matches!(m.domain, Some("tickets" | "web")))
@@ -261,7 +426,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         server.gate().mode(),
         listed.join(", ")
     );
-    let running = server.serve(rmcp::transport::stdio()).await?;
+    let running = server
+        .serve(toolgate::mcp::stdio::stdio_limited(args.max_message))
+        .await?;
     let reason = running.waiting().await?;
     eprintln!("ticket-desk: stopped ({reason:?})");
     Ok(())

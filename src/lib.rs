@@ -181,6 +181,7 @@
 //! | `checkpoints` | signed checkpoints of the audit log: `audit::Checkpoints` for `JsonlSinkBuilder::checkpoints`, `audit::verify_signed_file`, Ed25519 keys from PEM files ([ed25519-dalek](https://crates.io/crates/ed25519-dalek)) |
 //! | `cli` | the `toolgate` command: `toolgate audit verify FILE [--public-key PUB]`, `toolgate audit promotion FILE`, `toolgate audit keygen --out KEY`; enables `checkpoints` |
 //! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
+//! | `mcp-http` | `mcp::http`: the MCP server over rmcp's streamable HTTP transport, each bearer token mapped to a principal and its gate |
 //! | `postgres` | `postgres`, on PostgreSQL ([tokio-postgres](https://crates.io/crates/tokio-postgres)): an approval store shared by processes, one audit trail for every process (`PostgresSink`, signed checkpoints), fleets (`Fleet`: one kill switch for every process); with `cli`, `toolgate approvals`, `toolgate fleet`, `toolgate audit verify postgres://…` |
 //! | `rig` | `rig`: callable tools as [rig](https://crates.io/crates/rig-core) tools (rig-core 0.44), every call through the gate |
 //!

@@ -13,24 +13,24 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 const BUILD_TIMEOUT: Duration = Duration::from_secs(1200);
 
 /// What a finished (or killed) process printed.
-struct Output {
+pub(crate) struct Output {
     status: Option<ExitStatus>,
-    stdout: String,
+    pub(crate) stdout: String,
     stderr: String,
     elapsed: Duration,
 }
 
 impl Output {
-    fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.status.is_some_and(|s| s.success())
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let status = match self.status {
             Some(status) => status.to_string(),
             None => "killed after the time limit".to_owned(),
@@ -43,7 +43,7 @@ impl Output {
 }
 
 /// Runs `command` to its end or until `limit`, then kills it; collects what it printed.
-fn run(command: &mut Command, limit: Duration) -> Output {
+pub(crate) fn run(command: &mut Command, limit: Duration) -> Output {
     let started = Instant::now();
     let mut child: Child = command
         .stdin(Stdio::null())
@@ -90,10 +90,15 @@ fn profile_dir() -> PathBuf {
 
 /// The example server, as `cargo test` builds it; built here when it is missing.
 fn server_binary() -> PathBuf {
+    example_binary("mcp_server", "mcp,clap")
+}
+
+/// The example `name`, as `cargo test` builds it; built here with `features` when it is missing.
+pub(crate) fn example_binary(name: &str, features: &str) -> PathBuf {
     let profile = profile_dir();
     let binary = profile
         .join("examples")
-        .join(format!("mcp_server{}", std::env::consts::EXE_SUFFIX));
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     if binary.is_file() {
         return binary;
     }
@@ -102,9 +107,9 @@ fn server_binary() -> PathBuf {
     build.current_dir(env!("CARGO_MANIFEST_DIR")).args([
         "build",
         "--example",
-        "mcp_server",
+        name,
         "--features",
-        "mcp,clap",
+        features,
     ]);
     match profile.file_name().and_then(OsStr::to_str) {
         Some("debug") | None => {}
@@ -133,13 +138,13 @@ fn server_binary() -> PathBuf {
 }
 
 /// An interpreter and the `PYTHONPATH` it needs (if any) to `import mcp`.
-struct Python {
+pub(crate) struct Python {
     program: PathBuf,
     path: Option<PathBuf>,
 }
 
 impl Python {
-    fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
         if let Some(path) = &self.path {
             command.env("PYTHONPATH", path);
@@ -164,7 +169,7 @@ fn venv_python(venv: &Path) -> PathBuf {
 
 /// A Python that can `import mcp`: `TOOLGATE_MCP_PYTHON`, else `python3` if it can, else one that
 /// this test provisions under `target/` (once; later runs reuse it).
-fn python_with_mcp() -> Python {
+pub(crate) fn python_with_mcp() -> Python {
     if let Some(program) = std::env::var_os("TOOLGATE_MCP_PYTHON") {
         let python = Python {
             program: program.into(),
@@ -288,6 +293,33 @@ fn the_python_sdk_lists_and_calls_the_example_server() {
     assert!(
         output.stdout.contains("checks passed"),
         "client.py did not report its checks: {}",
+        output.describe()
+    );
+}
+
+/// `tests/mcp/flows.py`: approvals in band (the SDK's `Client` answers the elicitation form; the
+/// refused retries, a replayed, forged or other connection's state and changed arguments, are sent by
+/// hand through its session) and out of band (the example's operator channel approves), the tool list
+/// that follows the gate's mode (`list_changed`), and a cancelled call.
+#[test]
+fn the_python_sdk_answers_approvals_follows_list_changes_and_cancels() {
+    let server = server_binary();
+    let python = python_with_mcp();
+    let flows = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("mcp")
+        .join("flows.py");
+    let mut command = python.command();
+    command.arg(&flows).arg(&server).env_remove("TOOLGATE_MODE");
+    let output = run(&mut command, CLIENT_TIMEOUT);
+    assert!(
+        output.success(),
+        "tests/mcp/flows.py failed: {}",
+        output.describe()
+    );
+    assert!(
+        output.stdout.contains("checks passed"),
+        "flows.py did not report its checks: {}",
         output.describe()
     );
 }

@@ -72,6 +72,28 @@ TOOLS: dict[str, dict[str, Any]] = {
         },
         "output_schema": False,
     },
+    "tickets.await_reply": {
+        "risk": "READ_ONLY",
+        "modes": ALL_MODES,
+        "annotations": {
+            "readOnlyHint": True,
+            "destructiveHint": False,
+            "idempotentHint": False,
+            "openWorldHint": False,
+        },
+        "output_schema": False,
+    },
+    "tickets.refund": {
+        "risk": "HIGH_WRITE",
+        "modes": ["FULL_AUTO"],
+        "annotations": {
+            "readOnlyHint": False,
+            "destructiveHint": True,
+            "idempotentHint": False,
+            "openWorldHint": False,
+        },
+        "output_schema": False,
+    },
     "web.fetch": {
         "risk": "READ_ONLY",
         "modes": ALL_MODES,
@@ -85,7 +107,7 @@ TOOLS: dict[str, dict[str, Any]] = {
     },
 }
 
-READS = ["tickets.draft_reply", "tickets.search", "web.fetch"]
+READS = ["tickets.await_reply", "tickets.draft_reply", "tickets.search", "web.fetch"]
 
 checks = 0
 
@@ -209,7 +231,7 @@ def visible_in(mode: str, approver: bool) -> list[str]:
     if mode in ("PARTIAL_AUTO", "FULL_AUTO"):
         names.append("tickets.label")
     if mode == "FULL_AUTO" and approver:
-        names.append("tickets.delete")
+        names += ["tickets.delete", "tickets.refund"]
     return names
 
 
@@ -307,7 +329,7 @@ async def scenario_marked(binary: str) -> None:
         for name, tool in tools.items():
             marked = tool["description"].startswith("[DISABLED in SHADOW mode] ")
             check(
-                marked == (name in ("tickets.label", "tickets.delete")),
+                marked == (name in ("tickets.label", "tickets.delete", "tickets.refund")),
                 f"{label}: {name} marked disabled iff the mode refuses it",
                 tool["description"],
             )

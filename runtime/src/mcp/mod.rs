@@ -16,7 +16,7 @@
 //! use toolgate::mcp::rmcp::{RoleServer, ServiceExt};
 //! use toolgate::mcp::{ToolgateServer, Visibility};
 //!
-//! // Call it as `serve(rmcp::transport::stdio())` from `#[tokio::main]`.
+//! // Call it as `serve(toolgate::mcp::stdio::stdio())` from `#[tokio::main]`.
 //! async fn serve<T, E, A>(transport: T) -> Result<(), Box<dyn std::error::Error>>
 //! where
 //!     T: IntoTransport<RoleServer, E, A>,
@@ -74,6 +74,51 @@
 //! `{"code", "message"}`. Only a name that is no tool of the server is a JSON-RPC error (`-32602`).
 //!
 //! A sync tool runs on the thread that polls the call: keep sync tools quick, or make them `async`.
+//!
+//! # Approvals
+//!
+//! A call that needs an approval, under a gate with two-step approvals, is answered as
+//! [`ToolgateServer::approvals`] says:
+//!
+//! - [`Approvals::OutOfBand`] (the default): refused (`APPROVAL_PENDING`), the pending request kept in
+//!   the gate's approval store for an operator;
+//!   [`ToolgateServer::on_pending`] hands each one (with its token) to the application's operator
+//!   channel. The agent's next identical call runs once it is approved. For a client that declares
+//!   the Tasks extension, the call becomes a task instead (`tasks/get`, `tasks/cancel`): the server
+//!   tries the call again, 250 ms after and then at most every 5 s, and the task completes with its
+//!   result once the operator has decided.
+//! - [`Approvals::InBand`]: an `InputRequired` result (protocol 2026-07-28) whose elicitation form
+//!   ([`APPROVAL_INPUT`]) shows the tool, its risk, the mode and the arguments as the audit log writes
+//!   them, asking approve or reject and a reason. The retry carries the answer and the request state,
+//!   sealed with rmcp's HMAC `RequestStateCodec`, bound to the connection (over HTTP, the principal)
+//!   and carrying the tool, the arguments' SHA-256 and the pending request's token. The server answers
+//!   the gate's request with it ([`Gate::answer`](crate::Gate::answer), by `mcp-client`) and has the
+//!   gate decide the retry, which binds the approval to the exact call: it runs once, and a rejection's
+//!   reason is the tool result. A retry with other arguments is `APPROVAL_MISMATCH`, a replay
+//!   `APPROVAL_REUSED`, a forged state `APPROVAL_STATE_INVALID`, a late one `APPROVAL_EXPIRED`, each a
+//!   refusal the log records; the body does not run. In band trusts the client's user interface:
+//!   whoever controls the client approves. The answer reaches the store on the call's thread (for the
+//!   PostgreSQL store, a wait of at most its timeout).
+//!
+//! # The tool list follows the mode
+//!
+//! The server advertises `tools.listChanged`. Each connection (`on_initialized`), and each
+//! `subscriptions/listen` stream of a 2026-07-28 client, reads the caller's gate's mode every
+//! [`DEFAULT_MODE_POLL`] ([`ToolgateServer::mode_poll`]) and sends `notifications/tools/list_changed`
+//! when it moved: the gate has no change subscription, so the polling period is the latency.
+//!
+//! # Cancellation and limits
+//!
+//! A client's `notifications/cancelled` drops the call's future: an async tool stops at its next
+//! `.await`, and the gate's permit writes the `exit` record with outcome `cancelled`. [`stdio::stdio`]
+//! answers a message over its size limit with an `Invalid Request` error where rmcp's own stdio
+//! transport drops it without an answer.
+//!
+//! # Over HTTP
+//!
+//! With the feature `mcp-http`, [`http::HttpService`] serves the server over rmcp's streamable HTTP
+//! transport to the principals its bearer tokens name ([`http::Principals`]), each deciding and
+//! listing through its own gate.
 //!
 //! # Next to an existing rmcp server
 //!
@@ -138,14 +183,20 @@
 //! Give your own tools names that no toolgate tool has: the delegation above sends a name to toolgate
 //! first. [`ToolgateServer::only`] narrows the tools it serves, e.g. to one domain.
 
+mod approvals;
 mod definition;
+#[cfg(feature = "mcp-http")]
+pub mod http;
 mod server;
+pub mod stdio;
+mod tasks;
 
 /// The `rmcp` crate this module is built on, for naming its types with the version toolgate uses.
 pub use rmcp;
 
+pub use approvals::{APPROVAL_INPUT, Approvals, DEFAULT_STATE_TTL, InBand, KeyTooShort};
 pub use definition::{
     META_ALLOWED_MODES, META_RISK_LEVEL, Visibility, annotations, definition, disabled_prefix,
     listed, meta,
 };
-pub use server::{ToolgateServer, tool_result, unknown_tool};
+pub use server::{DEFAULT_MODE_POLL, PendingApproval, ToolgateServer, tool_result, unknown_tool};

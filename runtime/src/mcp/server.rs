@@ -2,22 +2,53 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CustomRequest, CustomResult, GetTaskParams, GetTaskResult, Implementation, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use super::approvals::{Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
+use super::tasks::{TASK_POLL_FIRST, TASK_POLL_MAX, Tasks};
+use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
+use crate::policy::{DenialCode, Mode, Risk};
 use crate::registry::ToolManifest;
 use crate::registry::{Tool, manifests, registry};
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
+type OnPending = Arc<dyn Fn(&PendingApproval) + Send + Sync>;
+
+/// How often a connection's watcher reads the gate's mode by default, for `list_changed`.
+pub const DEFAULT_MODE_POLL: Duration = Duration::from_millis(100);
+
+/// A call refused out of band because it waits for an operator's approval, as
+/// [`ToolgateServer::on_pending`] hands it over.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PendingApproval {
+    /// The tool's id.
+    pub tool: &'static str,
+    /// The risk the call is judged at.
+    pub risk: Risk,
+    /// The gate's mode when it refused.
+    pub mode: Option<Mode>,
+    /// The refusal's code: `APPROVAL_PENDING`.
+    pub code: &'static str,
+    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
+    pub arguments: String,
+    /// The token that approves this exact call once ([`Gate::approve`](crate::Gate::approve),
+    /// [`Gate::answer`](crate::Gate::answer)). A secret for the operator: never send it to the agent.
+    pub token: String,
+}
 
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
 ///
@@ -40,6 +71,24 @@ pub struct ToolgateServer {
     filter: Option<Filter>,
     implementation: Implementation,
     instructions: Option<String>,
+    approvals: Approvals,
+    on_pending: Option<OnPending>,
+    mode_poll: Duration,
+    session: Arc<str>,
+    tasks: Tasks,
+}
+
+/// A random id of one connection, to which in-band request states are bound.
+fn session_id() -> Arc<str> {
+    let mut bytes = [0_u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        panic!("the operating system's random number generator failed");
+    }
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .into()
 }
 
 impl fmt::Debug for ToolgateServer {
@@ -50,6 +99,8 @@ impl fmt::Debug for ToolgateServer {
             .field("visibility", &self.visibility)
             .field("filtered", &self.filter.is_some())
             .field("implementation", &self.implementation.name)
+            .field("approvals", &self.approvals)
+            .field("mode_poll", &self.mode_poll)
             .finish_non_exhaustive()
     }
 }
@@ -65,6 +116,53 @@ impl ToolgateServer {
             filter: None,
             implementation: Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
             instructions: None,
+            approvals: Approvals::OutOfBand,
+            on_pending: None,
+            mode_poll: DEFAULT_MODE_POLL,
+            session: session_id(),
+            tasks: Tasks::default(),
+        }
+    }
+
+    /// How a call that needs an approval is answered: [`Approvals::OutOfBand`] (the default) or
+    /// [`Approvals::InBand`]. Either needs a gate that takes two-step approvals
+    /// ([`GateBuilder::two_step_approvals`](crate::gate::GateBuilder::two_step_approvals) or an
+    /// approval store); a gate with an approver asks its approver instead.
+    #[must_use]
+    pub fn approvals(mut self, approvals: Approvals) -> ToolgateServer {
+        self.approvals = approvals;
+        self
+    }
+
+    /// Calls `notify` with every call refused because it waits for an operator (out of band, or in
+    /// band for a client that cannot answer a form): the operator channel of an application whose
+    /// approvals live in memory. It runs on the call's task: hand the request on, do not wait there.
+    #[must_use]
+    pub fn on_pending(
+        mut self,
+        notify: impl Fn(&PendingApproval) + Send + Sync + 'static,
+    ) -> ToolgateServer {
+        self.on_pending = Some(Arc::new(notify));
+        self
+    }
+
+    /// How often each connection reads the gate's mode to tell its client that the tool list changed
+    /// (`notifications/tools/list_changed`): the latency between a lowering and the notification.
+    /// 100 ms by default; at least 10 ms.
+    #[must_use]
+    pub fn mode_poll(mut self, every: Duration) -> ToolgateServer {
+        self.mode_poll = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// This server for another connection: the same gate, tools and settings, and a session of its
+    /// own, to which its in-band approval forms are bound. A transport that serves several
+    /// connections (streamable HTTP) makes one per connection.
+    #[must_use]
+    pub fn connection(&self) -> ToolgateServer {
+        ToolgateServer {
+            session: session_id(),
+            ..self.clone()
         }
     }
 
@@ -145,10 +243,37 @@ impl ToolgateServer {
 
     /// The tools `tools/list` shows now, sorted by name.
     pub fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.tools_for(&self.gate)
+    }
+
+    /// The tools `tools/list` shows now to a caller whose gate is `gate`.
+    fn tools_for(&self, gate: &Gate) -> Vec<rmcp::model::Tool> {
         manifests()
             .filter_map(|manifest| self.served(manifest.id))
-            .filter_map(|tool| definition::listed(&self.gate, tool, self.visibility))
+            .filter_map(|tool| definition::listed(gate, tool, self.visibility))
             .collect()
+    }
+
+    /// Who makes a request: the gate that decides it and the session an in-band state is bound to.
+    /// Over HTTP, the principal its bearer token maps to (and its gate), for the lifetime of the
+    /// principal: the 2026-07-28 protocol has no sessions, and any process behind the address may
+    /// answer a retry. Elsewhere, this server's gate and connection.
+    fn caller(&self, extensions: &rmcp::model::Extensions) -> Caller {
+        #[cfg(feature = "mcp-http")]
+        if let Some(principal) = extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<super::http::Principal>())
+        {
+            return Caller {
+                gate: principal.gate().clone(),
+                session: format!("principal\n{}", principal.name()).into(),
+            };
+        }
+        let _ = extensions;
+        Caller {
+            gate: self.gate.clone(),
+            session: format!("connection\n{}", self.session).into(),
+        }
     }
 
     /// The definition of the tool `name` if this server serves it, whether or not the current mode
@@ -166,13 +291,156 @@ impl ToolgateServer {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, ErrorData> {
-        if !self.serves(name) {
-            crate::by_name::record_unknown(&self.gate, name);
-            return Err(unknown_tool(name));
+        let mut request = CallToolRequestParams::new(name.to_owned());
+        request.arguments = arguments;
+        let caller = self.caller(&rmcp::model::Extensions::new());
+        match self.respond(request, Client::default(), &caller).await? {
+            CallToolResponse::Complete(result) => Ok(result),
+            _ => unreachable!("a call without in-band approvals completes"),
         }
-        let arguments = Value::Object(arguments.unwrap_or_default());
+    }
+
+    /// Answers one `tools/call`: its request state first (in band), then the gate.
+    async fn respond(
+        &self,
+        request: CallToolRequestParams,
+        client: Client,
+        caller: &Caller,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let gate = &caller.gate;
+        let name = &*request.name;
+        let Some(tool) = self.served(name) else {
+            crate::by_name::record_unknown(gate, name);
+            return Err(unknown_tool(name));
+        };
+        let in_band = match &self.approvals {
+            Approvals::InBand(in_band) if client.answers_forms => Some(in_band),
+            _ => None,
+        };
+        let arguments = request.arguments.unwrap_or_default();
+        if let Some(sealed) = request.request_state.as_deref() {
+            let Some(in_band) = in_band else {
+                return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
+            };
+            let (token, answer) = match in_band.answer(
+                &caller.session,
+                name,
+                &arguments,
+                sealed,
+                request.input_responses.as_ref(),
+            ) {
+                Ok(answered) => answered,
+                Err(refused) => return Ok(state_refused(gate, tool, refused).into()),
+            };
+            match gate.answer(&token, answer) {
+                Ok(()) => {}
+                Err(ApproveError::Expired) => {
+                    return Ok(state_refused(gate, tool, StateRefused::Expired).into());
+                }
+                Err(ApproveError::AlreadyApproved | ApproveError::AlreadyUsed) => {
+                    return Ok(state_refused(gate, tool, StateRefused::Reused).into());
+                }
+                Err(ApproveError::UnknownToken | ApproveError::NotEnabled) => {
+                    return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
+                }
+                Err(ApproveError::Store(error)) => {
+                    let (code, message) = ("APPROVAL_STORE_UNAVAILABLE", error.to_string());
+                    let manifest = tool.manifest();
+                    gate.record_probe(
+                        std::borrow::Cow::Borrowed(manifest.id),
+                        Some(manifest.risk_level),
+                        code,
+                        message.clone(),
+                    );
+                    return Ok(refusal(code, &message).into());
+                }
+            }
+            // The answer is in the store; the gate now decides the call with it, bound to exactly
+            // these arguments, and an approval runs it once.
+            let result = self.call_registry(gate, name, arguments).await?;
+            return Ok(tool_result(result).into());
+        }
+        let result = self.call_registry(gate, name, arguments.clone()).await?;
+        if let Err(error) = &result
+            && let Some(denied) = error.denied()
+            && let Some(token) = denied.approval_token()
+        {
+            if let Some(in_band) = in_band {
+                return Ok(in_band
+                    .ask(&caller.session, tool, &arguments, denied, token)
+                    .into());
+            }
+            if let Some(notify) = &self.on_pending {
+                notify(&PendingApproval {
+                    tool: tool.manifest().id,
+                    risk: denied.risk(),
+                    mode: denied.mode(),
+                    code: denied.code().as_str(),
+                    arguments: shown_arguments(tool, &arguments),
+                    token: token.to_owned(),
+                });
+            }
+            if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
+                return Ok(self
+                    .wait_as_task(gate, tool, arguments, &caller.session)
+                    .into());
+            }
+        }
+        Ok(tool_result(result).into())
+    }
+
+    /// Makes a call that waits for an operator a task: the call is tried again, every 250 ms at first
+    /// and at most every 5 s (each try a `refused` record while it waits), until the operator has
+    /// decided; the task then completes with the call's result.
+    fn wait_as_task(
+        &self,
+        gate: &Gate,
+        tool: Tool,
+        arguments: JsonObject,
+        owner: &Arc<str>,
+    ) -> rmcp::model::CreateTaskResult {
+        let id = tool.manifest().id;
+        let created = self
+            .tasks
+            .create(owner, format!("`{id}` waits for an operator's approval"));
+        let task_id = created.task.task_id.clone();
+        let (server, gate, tasks) = (self.clone(), gate.clone(), self.tasks.clone());
+        let runner = tokio::spawn(async move {
+            let mut wait = TASK_POLL_FIRST;
+            loop {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(TASK_POLL_MAX);
+                let result = match server.call_registry(&gate, id, arguments.clone()).await {
+                    Ok(result) => result,
+                    Err(error) => {
+                        tasks.complete(&task_id, refusal("UNKNOWN_TOOL", &error.message));
+                        return;
+                    }
+                };
+                let waits = result
+                    .as_ref()
+                    .err()
+                    .and_then(CallError::denied)
+                    .is_some_and(|d| d.code() == DenialCode::ApprovalPending);
+                if !waits {
+                    tasks.complete(&task_id, tool_result(result));
+                    return;
+                }
+            }
+        });
+        self.tasks
+            .attach(&created.task.task_id, runner.abort_handle());
+        created
+    }
+
+    async fn call_registry(
+        &self,
+        gate: &Gate,
+        name: &str,
+        arguments: JsonObject,
+    ) -> Result<Result<Value, CallError>, ErrorData> {
         match registry()
-            .call_with(&self.gate, &self.instances, name, arguments)
+            .call_with(gate, &self.instances, name, Value::Object(arguments))
             .await
         {
             Err(
@@ -180,9 +448,52 @@ impl ToolgateServer {
                 | CallError::NotCallable { .. }
                 | CallError::NoInstance { .. },
             ) => Err(unknown_tool(name)),
-            result => Ok(tool_result(result)),
+            result => Ok(result),
         }
     }
+}
+
+/// What the client of a request can take besides a plain result.
+#[derive(Debug, Clone, Copy, Default)]
+struct Client {
+    /// It speaks 2026-07-28, so it can answer an `InputRequired` form.
+    answers_forms: bool,
+    /// It declared the Tasks extension, so a call may become a task.
+    takes_tasks: bool,
+}
+
+/// The gate and the session of one request.
+struct Caller {
+    gate: Gate,
+    session: Arc<str>,
+}
+
+fn unknown_task(id: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("no task {id} of this caller"),
+        Some(json!({ "code": "UNKNOWN_TASK" })),
+    )
+}
+
+/// A retry refused for its request state: recorded, and answered as a refusal with its code.
+fn state_refused(gate: &Gate, tool: Tool, refused: StateRefused) -> CallToolResult {
+    let manifest = tool.manifest();
+    let message = refused.message(manifest.id);
+    gate.record_probe(
+        std::borrow::Cow::Borrowed(manifest.id),
+        Some(manifest.risk_level),
+        refused.code(),
+        message.clone(),
+    );
+    refusal(refused.code(), &message)
+}
+
+/// A refusal of the server's own, shaped as the gate's are: `isError`, `"<CODE>: <message>"`, and
+/// `{"code", "message"}`.
+fn refusal(code: &str, message: &str) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(format!("{code}: {message}"))]);
+    result.structured_content = Some(json!({ "code": code, "message": message }));
+    result
 }
 
 /// The protocol error of a call of a name that is no tool: JSON-RPC `-32602` (invalid params), as the
@@ -216,8 +527,12 @@ pub fn tool_result(result: Result<Value, CallError>) -> CallToolResult {
 
 impl ServerHandler for ToolgateServer {
     fn get_info(&self) -> ServerConfig {
-        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(self.implementation.clone());
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_tasks()
+            .build();
+        let config = ServerConfig::new(capabilities).with_server_info(self.implementation.clone());
         match &self.instructions {
             Some(instructions) => config.with_instructions(instructions.clone()),
             None => config,
@@ -227,19 +542,140 @@ impl ServerHandler for ToolgateServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        let caller = self.caller(&context.extensions);
+        Ok(ListToolsResult::with_all_items(
+            self.tools_for(&caller.gate),
+        ))
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(&request.name, request.arguments)
-            .await
-            .map(CallToolResponse::from)
+        let client = Client {
+            answers_forms: context
+                .protocol_version()
+                .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()),
+            takes_tasks: context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks()),
+        };
+        let caller = self.caller(&context.extensions);
+        // A client's `notifications/cancelled` cancels `ct`; dropping the call's future then stops an
+        // async body at its next await, and the gate's permit records the exit as `cancelled`.
+        tokio::select! {
+            biased;
+            () = context.ct.cancelled() => Err(ErrorData::internal_error(
+                "the client cancelled the call",
+                Some(json!({ "code": "CANCELLED" })),
+            )),
+            response = self.respond(request, client, &caller) => response,
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let caller = self.caller(&context.extensions);
+        self.tasks
+            .get(&caller.session, &request.task_id)
+            .ok_or_else(|| unknown_task(&request.task_id))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = self.caller(&context.extensions);
+        if self.tasks.cancel(&caller.session, &request.task_id) {
+            Ok(())
+        } else {
+            Err(unknown_task(&request.task_id))
+        }
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        if request.method == super::stdio::OVERSIZED_METHOD {
+            let limit = request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("limit"))
+                .cloned();
+            return Err(ErrorData::invalid_request(
+                "the message is larger than this server's limit; it was dropped unread",
+                Some(json!({ "code": "MESSAGE_TOO_LARGE", "limit": limit })),
+            ));
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // A client of the 2026-07-28 protocol hears of list changes on its `subscriptions/listen`
+        // stream, watched as a session's connection is (`on_initialized`).
+        if context.accepted().tools_list_changed != Some(true) {
+            context.cancelled().await;
+            return Ok(());
+        }
+        let gate = self.caller(&context.request_context().extensions).gate;
+        let mut seen = gate.mode();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                () = tokio::time::sleep(self.mode_poll) => {}
+            }
+            let now = gate.mode();
+            if now != seen {
+                seen = now;
+                if context.sink().notify_tool_list_changed().await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // The gate has no change subscription: each connection reads its mode every `mode_poll` and
+        // tells its client when it moved (it only ever goes down), so that the client lists again.
+        let gate = self.caller(&context.extensions).gate;
+        let peer = context.peer;
+        let every = self.mode_poll;
+        tokio::spawn(async move {
+            let mut seen = gate.mode();
+            loop {
+                tokio::time::sleep(every).await;
+                if peer.is_transport_closed() {
+                    break;
+                }
+                let now = gate.mode();
+                if now != seen {
+                    seen = now;
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {

@@ -1,0 +1,82 @@
+//! Two processes of the `mcp_http` example share approvals and the fleet's mode in PostgreSQL
+//! (`tests/mcp/http_fleet.py`, the official MCP Python SDK's HTTP client): an in-band form sealed by
+//! one is answered at the other, an out-of-band request is approved with `toolgate approvals approve`
+//! and runs once in the other process, and `toolgate fleet lower` narrows what both list.
+
+#![cfg(all(
+    feature = "mcp-http",
+    feature = "postgres",
+    feature = "cli",
+    feature = "clap"
+))]
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+
+use super::common::postgres::database;
+use super::mcp_e2e::{CLIENT_TIMEOUT, example_binary, python_with_mcp, run};
+use super::mcp_http::{Server, scratch};
+
+#[test]
+fn two_processes_behind_one_address_share_approvals_and_the_fleet() {
+    let binary = example_binary("mcp_http", "mcp-http,clap,postgres");
+    let python = python_with_mcp();
+    let url = database("mcp_http");
+    let dir = scratch("fleet");
+    let principals = dir.join("principals.txt");
+    fs::write(&principals, "alice-token alice FULL_AUTO\n").expect("the principals");
+    let key = dir.join("state.key");
+    fs::write(&key, b"a key of this test, 32 bytes or more, shared").expect("the key");
+
+    let start = |name: &str| {
+        let audit = dir.join(format!("{name}.jsonl"));
+        let args: Vec<&OsStr> = vec![
+            "--principals".as_ref(),
+            principals.as_os_str(),
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--approvals".as_ref(),
+            "in-band".as_ref(),
+            "--state-key-file".as_ref(),
+            key.as_os_str(),
+            "--store".as_ref(),
+            url.as_ref(),
+            "--fleet".as_ref(),
+            "notes".as_ref(),
+            "--audit-log".as_ref(),
+            audit.as_os_str(),
+        ];
+        let server = Server::start(&binary, &args, dir.join(format!("{name}.err")));
+        (server, audit)
+    };
+    let (mut a, audit_a) = start("a");
+    let (mut b, audit_b) = start("b");
+    let (url_a, url_b) = (a.url(), b.url());
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("mcp")
+        .join("http_fleet.py");
+    let mut command = python.command();
+    command
+        .arg(&script)
+        .args([&url_a, &url_b])
+        .arg(env!("CARGO_BIN_EXE_toolgate"))
+        .args([url.as_str(), "notes"])
+        .arg(&audit_a)
+        .arg(&audit_b);
+    let output = run(&mut command, CLIENT_TIMEOUT);
+    drop((a, b));
+    assert!(
+        output.success(),
+        "tests/mcp/http_fleet.py failed: {}",
+        output.describe()
+    );
+    assert!(
+        output.stdout.contains("checks passed"),
+        "http_fleet.py did not report its checks: {}",
+        output.describe()
+    );
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,214 @@
+//! Out-of-band approvals as tasks (the MCP Tasks extension), with rmcp's own client: the official
+//! Python SDK has no client side of the Tasks extension. The `mcp_server` example refuses a call that
+//! waits for an operator with a task; the operator approves on the example's operator channel; the
+//! task completes with the call's result, the body having run once. A task can be cancelled.
+
+#![cfg(feature = "mcp")]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
+    GetTaskParams, Implementation, TaskPayload, TaskStatus,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use super::mcp_e2e::example_binary;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A client that declares the Tasks extension.
+struct TaskClient;
+
+impl ClientHandler for TaskClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::builder().enable_tasks().build(),
+            Implementation::new("toolgate-tasks-test", "0"),
+        )
+    }
+}
+
+async fn connect(
+    binary: &Path,
+    args: &[&str],
+    stderr: &Path,
+) -> RunningService<RoleClient, TaskClient> {
+    let log = fs::File::create(stderr).expect("the server's stderr");
+    let transport =
+        TokioChildProcess::builder(tokio::process::Command::new(binary).configure(|cmd| {
+            cmd.args(args).env_remove("TOOLGATE_MODE");
+        }))
+        .stderr(log)
+        .spawn()
+        .expect("the server starts")
+        .0;
+    TaskClient
+        .serve(transport)
+        .await
+        .expect("the client connects")
+}
+
+fn refund(id: u64, cents: u64) -> CallToolRequestParams {
+    let Value::Object(arguments) = json!({"id": id, "cents": cents, "card": "4242"}) else {
+        unreachable!("an object")
+    };
+    CallToolRequestParams::new("tickets.refund").with_arguments(arguments)
+}
+
+/// Polls `found` every 50 ms until it gives something; panics after `WAIT`.
+async fn wait_for<T>(what: &str, mut found: impl AsyncFnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = found().await {
+            return value;
+        }
+        assert!(started.elapsed() < WAIT, "waited {WAIT:?} for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The example's operator channel: one command, one line back (`list` until `.`).
+fn operate(address: &str, command: &str) -> Vec<String> {
+    let stream = TcpStream::connect(address).expect("the operator channel");
+    stream.set_read_timeout(Some(WAIT)).expect("a read timeout");
+    let mut writer = stream.try_clone().expect("a second handle");
+    writeln!(writer, "{command}").expect("send the command");
+    let mut lines = Vec::new();
+    for line in BufReader::new(stream).lines() {
+        let line = line.expect("an answer");
+        if command != "list" || line == "." {
+            if command != "list" {
+                lines.push(line);
+            }
+            break;
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+fn ok_runs(audit: &Path, tool: &str) -> usize {
+    fs::read_to_string(audit)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|r| r["tool"] == tool && r["stage"] == "exit" && r["outcome"] == "ok")
+        .count()
+}
+
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-mcp-tasks-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("a scratch folder");
+    dir
+}
+
+#[test]
+fn a_call_waiting_for_an_operator_becomes_a_task_that_completes_once_approved() {
+    let binary = example_binary("mcp_server", "mcp,clap");
+    let dir = scratch();
+    let audit = dir.join("audit.jsonl");
+    let stderr = dir.join("server.err");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let audit_arg = audit.to_str().expect("a UTF-8 path");
+        let args = [
+            "--mode",
+            "FULL_AUTO",
+            "--approvals",
+            "out-of-band",
+            "--operator",
+            "127.0.0.1:0",
+            "--audit-log",
+            audit_arg,
+        ];
+        let client = connect(&binary, &args, &stderr).await;
+
+        let CallToolResponse::Task(created) = client
+            .call_tool_once(refund(101, 300))
+            .await
+            .expect("a call")
+        else {
+            panic!("a call that waits for an operator is a task for a client of tasks");
+        };
+        assert_eq!(created.task.status, TaskStatus::Working);
+        let id = created.task.task_id.clone();
+        let polled = client
+            .get_task(GetTaskParams::new(&id))
+            .await
+            .expect("tasks/get");
+        assert_eq!(
+            polled.task.status(),
+            TaskStatus::Working,
+            "no operator has decided yet"
+        );
+        assert_eq!(ok_runs(&audit, "tickets.refund"), 0);
+
+        let address = wait_for("the operator channel", async || {
+            fs::read_to_string(&stderr).ok().and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("ticket-desk: operator channel on "))
+                    .map(str::to_owned)
+            })
+        })
+        .await;
+        let pending = operate(&address, "list");
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert!(pending[0].contains("tickets.refund"), "{pending:?}");
+        let request = pending[0].split(' ').next().expect("an id").to_owned();
+        let approved = operate(&address, &format!("approve {request}"));
+        assert!(approved[0].starts_with("ok"), "{approved:?}");
+
+        let done = wait_for("the task to complete", async || {
+            let task = client
+                .get_task(GetTaskParams::new(&id))
+                .await
+                .expect("tasks/get");
+            task.task.status().is_terminal().then_some(task)
+        })
+        .await;
+        let TaskPayload::Completed { result } = &done.task.payload else {
+            panic!("the task completed: {done:?}");
+        };
+        assert_eq!(result["isError"], false, "{result:?}");
+        assert_eq!(
+            result["content"][0]["text"],
+            "refund 1 of 300 cents on ticket 101"
+        );
+        assert_eq!(ok_runs(&audit, "tickets.refund"), 1, "the body ran once");
+
+        // A task can be cancelled: its call is no longer tried.
+        let CallToolResponse::Task(second) =
+            client.call_tool_once(refund(102, 5)).await.expect("a call")
+        else {
+            panic!("a task");
+        };
+        let second_id = second.task.task_id.clone();
+        client
+            .cancel_task(CancelTaskParams::new(&second_id))
+            .await
+            .expect("tasks/cancel");
+        let cancelled = client
+            .get_task(GetTaskParams::new(&second_id))
+            .await
+            .expect("tasks/get");
+        assert_eq!(cancelled.task.status(), TaskStatus::Cancelled);
+
+        let unknown = client.get_task(GetTaskParams::new("no-such-task")).await;
+        assert!(unknown.is_err(), "an unknown task is an error: {unknown:?}");
+        let _ = client.cancel().await;
+    });
+    let _ = fs::remove_dir_all(&dir);
+}
