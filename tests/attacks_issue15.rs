@@ -1,0 +1,921 @@
+//! Attacks from outside on issue 15: budgets, two-step approvals (APPROVAL_PENDING), the principal, and
+//! approvals over MCP. Safe Rust and the public API only. Each test asserts the documented guarantee:
+//! it passes when the attack fails, and fails when the attack gets through.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use toolgate::approval::SessionGrant;
+use toolgate::audit::{AuditRecord, AuditSink, Stage};
+use toolgate::gate::BudgetScope;
+use toolgate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore};
+use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+// ---------------------------------------------------------------------------------------------------
+// Tools: one per attack, so that tests running in parallel never share a body counter.
+// ---------------------------------------------------------------------------------------------------
+
+macro_rules! counter {
+    ($name:ident) => {
+        static $name: AtomicUsize = AtomicUsize::new(0);
+    };
+}
+
+counter!(B01);
+/// b01.
+#[tool(risk = "LOW_WRITE", domain = "b01")]
+fn b01_send(to: String) -> Result<(), Denied> {
+    let _ = to;
+    B01.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B02);
+/// b02.
+#[tool(risk = "LOW_WRITE", domain = "b02")]
+fn b02_send(to: String) -> Result<(), Denied> {
+    let _ = to;
+    B02.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B03);
+/// b03.
+#[tool(risk = "LOW_WRITE", domain = "b03", callable)]
+fn b03_send(to: String) -> Result<String, Denied> {
+    B03.fetch_add(1, Ordering::SeqCst);
+    Ok(to)
+}
+/// b03, async.
+#[tool(risk = "LOW_WRITE", domain = "b03", callable)]
+async fn b03_send_async(to: String) -> Result<String, Denied> {
+    tokio::task::yield_now().await;
+    B03.fetch_add(1, Ordering::SeqCst);
+    Ok(to)
+}
+
+counter!(B04);
+/// b04: a tool with the gate of the call as a parameter.
+#[tool(risk = "LOW_WRITE", domain = "b04", callable)]
+fn b04_with_gate(gate: &Gate, n: u64) -> Result<u64, Denied> {
+    let _ = gate;
+    B04.fetch_add(1, Ordering::SeqCst);
+    Ok(n)
+}
+
+counter!(B05);
+/// b05.
+#[tool(risk = "LOW_WRITE", domain = "b05")]
+fn b05_hit(n: u64) -> Result<(), Denied> {
+    let _ = n;
+    B05.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B06);
+/// b06: limited.
+#[tool(risk = "LOW_WRITE", domain = "b06")]
+fn b06_limited() -> Result<(), Denied> {
+    B06.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+/// b06: another tool, counted only by the agent budget.
+#[tool(risk = "READ_ONLY", domain = "b06x")]
+fn b06_other() -> Result<(), Denied> {
+    B06.fetch_add(100, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B07);
+/// b07: allowed only in FULL_AUTO.
+#[tool(risk = "LOW_WRITE", domain = "b07", modes = [FULL_AUTO])]
+fn b07_full_only() -> Result<(), Denied> {
+    B07.fetch_add(1000, Ordering::SeqCst);
+    Ok(())
+}
+/// b07: allowed in PARTIAL_AUTO.
+#[tool(risk = "LOW_WRITE", domain = "b07x")]
+fn b07_ok() -> Result<(), Denied> {
+    B07.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B08);
+/// b08.
+#[tool(risk = "HIGH_WRITE", domain = "b08")]
+fn b08_wire(cents: u64) -> Result<(), Denied> {
+    let _ = cents;
+    B08.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B09);
+fn b09_classify(command: &str) -> Risk {
+    if command.contains("sudo") {
+        Risk::HighWrite
+    } else {
+        Risk::LowWrite
+    }
+}
+/// b09: escalated by its command.
+#[tool(risk = "LOW_WRITE", domain = "b09", escalate = b09_classify)]
+fn b09_shell(command: String) -> Result<(), Denied> {
+    let _ = command;
+    B09.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B10);
+/// b10.
+#[tool(risk = "HIGH_WRITE", domain = "b10")]
+fn b10_wire(cents: u64) -> Result<(), Denied> {
+    let _ = cents;
+    B10.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B11);
+/// b11.
+#[tool(risk = "LOW_WRITE", domain = "b11")]
+fn b11_hit() -> Result<(), Denied> {
+    B11.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+static B12_TIMES: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+/// b12.
+#[tool(risk = "LOW_WRITE", domain = "b12")]
+fn b12_hit() -> Result<(), Denied> {
+    B12_TIMES.lock().unwrap().push(Instant::now());
+    Ok(())
+}
+
+counter!(B13);
+/// b13.
+#[tool(risk = "HIGH_WRITE", domain = "b13")]
+fn b13_wire(cents: u64) -> Result<(), Denied> {
+    let _ = cents;
+    B13.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B14);
+/// b14.
+#[tool(risk = "HIGH_WRITE", domain = "b14")]
+fn b14_wire(cents: u64) -> Result<(), Denied> {
+    let _ = cents;
+    B14.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B15);
+/// b15.
+#[tool(risk = "HIGH_WRITE", domain = "b15", callable)]
+fn b15_wire(cents: u64) -> Result<u64, Denied> {
+    B15.fetch_add(1, Ordering::SeqCst);
+    Ok(cents)
+}
+
+counter!(B16);
+/// b16.
+#[tool(risk = "HIGH_WRITE", domain = "b16")]
+fn b16_wire(cents: u64) -> Result<(), Denied> {
+    let _ = cents;
+    B16.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B17);
+/// b17.
+#[tool(risk = "HIGH_WRITE", domain = "b17")]
+fn b17_wire(cents: u64) -> Result<(), Denied> {
+    let _ = cents;
+    B17.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+/// b17, low.
+#[tool(risk = "LOW_WRITE", domain = "b17x")]
+fn b17_low() -> Result<(), Denied> {
+    Ok(())
+}
+
+counter!(B18);
+/// b18: async, counted.
+#[tool(risk = "LOW_WRITE", domain = "b18")]
+async fn b18_async(n: u64) -> Result<(), Denied> {
+    tokio::task::yield_now().await;
+    let _ = n;
+    B18.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+counter!(B19);
+/// b19.
+#[tool(risk = "LOW_WRITE", domain = "b19")]
+fn b19_hit() -> Result<(), Denied> {
+    B19.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------------
+
+/// Keeps every record, as JSON.
+#[derive(Default)]
+struct Memory(Mutex<Vec<serde_json::Value>>);
+
+impl AuditSink for Memory {
+    fn record(&self, record: &AuditRecord) -> Result<(), toolgate::audit::AuditError> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(record).expect("a record serializes"));
+        Ok(())
+    }
+}
+
+impl Memory {
+    fn records(&self) -> Vec<serde_json::Value> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn counting_approver(
+    asked: Arc<AtomicUsize>,
+    answer: fn() -> Approval,
+) -> impl Fn(&ApprovalRequest<'_>) -> Approval + Send + Sync + 'static {
+    move |_request: &ApprovalRequest<'_>| {
+        asked.fetch_add(1, Ordering::SeqCst);
+        answer()
+    }
+}
+
+fn code(result: Result<(), Denied>) -> String {
+    match result {
+        Ok(()) => "OK".to_owned(),
+        Err(denied) => denied.code().to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Budgets
+// ---------------------------------------------------------------------------------------------------
+
+/// Clones of a gate share its budget: N calls spread over the gate and its clones, then refused.
+#[test]
+fn b01_clones_share_the_budget() {
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b01.*"), 3, HOUR)
+        .build()
+        .unwrap();
+    let mut codes = Vec::new();
+    for i in 0..10 {
+        let g = gate.clone();
+        let g2 = g.clone();
+        codes.push(code(g2.run(|| b01_send(format!("{i}")))));
+    }
+    assert_eq!(B01.load(Ordering::SeqCst), 3, "codes {codes:?}");
+    assert_eq!(codes.iter().filter(|c| *c == "BUDGET_EXHAUSTED").count(), 7);
+}
+
+/// A gate entered inside a budgeted gate (a nested ambient gate without budgets) cannot run more than
+/// the outer gate's budget allows.
+#[test]
+fn b02_nested_gate_without_budget_is_still_counted_by_the_outer_one() {
+    let outer = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b02.*"), 2, HOUR)
+        .build()
+        .unwrap();
+    let inner = Gate::builder().mode(Mode::FullAuto).build().unwrap();
+    let mut codes = Vec::new();
+    for i in 0..6 {
+        codes.push(outer.run(|| inner.run(|| code(b02_send(format!("{i}"))))));
+    }
+    // The same gate entered twice counts each call once, not twice (so it may not starve either).
+    assert!(
+        B02.load(Ordering::SeqCst) <= 2,
+        "ran {} times: {codes:?}",
+        B02.load(Ordering::SeqCst)
+    );
+    assert_eq!(B02.load(Ordering::SeqCst), 2, "{codes:?}");
+}
+
+/// Direct, by-name and async calls all count, once each, against one budget.
+#[test]
+fn b03_direct_by_name_and_async_share_one_budget() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b03.*"), 4, HOUR)
+        .build()
+        .unwrap();
+    let mut codes = Vec::new();
+    for i in 0..4 {
+        // direct sync
+        codes.push(
+            gate.run(|| b03_send(format!("d{i}")))
+                .map(|_| ())
+                .map_err(|d| d.code().to_string()),
+        );
+        // by name, sync
+        let r = toolgate::registry()
+            .call(
+                &gate,
+                "b03.b03_send",
+                serde_json::json!({"to": format!("n{i}")}),
+            )
+            .now()
+            .expect("a sync tool is ready at once");
+        codes.push(r.map(|_| ()).map_err(|e| e.code().to_owned()));
+        // by name, async
+        let r = rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                toolgate::registry().call(
+                    &gate,
+                    "b03.b03_send_async",
+                    serde_json::json!({"to": "a"}),
+                ),
+            )
+            .await
+            .expect("bounded")
+        });
+        codes.push(r.map(|_| ()).map_err(|e| e.code().to_owned()));
+        // direct async, in a scope
+        let r = rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                gate.scope(b03_send_async("s".into())),
+            )
+            .await
+            .expect("bounded")
+        });
+        codes.push(r.map(|_| ()).map_err(|d| d.code().to_string()));
+    }
+    assert_eq!(B03.load(Ordering::SeqCst), 4, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| c.is_ok()).count(), 4, "{codes:?}");
+}
+
+/// A tool with a `&Gate` parameter: decided once (one unit), direct and by name; and called with the
+/// budgeted gate as its argument while an unbudgeted gate is ambient, still counted.
+#[test]
+fn b04_gate_parameter_counts_once_and_cannot_dodge() {
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b04.*"), 4, HOUR)
+        .build()
+        .unwrap();
+    let free = Gate::builder().mode(Mode::FullAuto).build().unwrap();
+    let mut codes = Vec::new();
+    for i in 0..2 {
+        codes.push(code(b04_with_gate(&gate, i).map(|_| ())));
+    }
+    for i in 0..2 {
+        let r = toolgate::registry()
+            .call(&gate, "b04.b04_with_gate", serde_json::json!({"n": i}))
+            .now()
+            .expect("ready");
+        codes.push(match r {
+            Ok(_) => "OK".into(),
+            Err(e) => e.code().to_owned(),
+        });
+    }
+    // Four units are gone: every further call of the budgeted gate is refused, whichever gate is ambient.
+    for i in 0..3 {
+        codes.push(free.run(|| code(b04_with_gate(&gate, 10 + i).map(|_| ()))));
+        codes.push(gate.run(|| code(b04_with_gate(&free, 20 + i).map(|_| ()))));
+    }
+    assert_eq!(
+        &codes[..4],
+        &["OK", "OK", "OK", "OK"],
+        "each call counted once: {codes:?}"
+    );
+    assert_eq!(B04.load(Ordering::SeqCst), 4, "{codes:?}");
+}
+
+/// Many threads racing on one budget (and clones of the gate): never more than N bodies.
+#[test]
+fn b05_many_threads_never_exceed_the_budget() {
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b05.*"), 25, HOUR)
+        .budget(BudgetScope::Agent, 1000, HOUR)
+        .build()
+        .unwrap();
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let gate = gate.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut ok = 0;
+                for i in 0..60 {
+                    if gate.run(|| b05_hit(t * 1000 + i)).is_ok() {
+                        ok += 1;
+                    }
+                }
+                ok
+            })
+        })
+        .collect();
+    let ok: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(B05.load(Ordering::SeqCst), 25);
+    assert_eq!(ok, 25);
+}
+
+/// Several budgets on one call: a call refused by one takes nothing of the others.
+#[test]
+fn b06_all_or_none_across_budgets() {
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .agent("b06-agent")
+        .budget(BudgetScope::tool("b06.*"), 1, HOUR)
+        .budget(BudgetScope::Agent, 3, HOUR)
+        .build()
+        .unwrap();
+    let mut codes = vec![code(gate.run(b06_limited))];
+    for _ in 0..20 {
+        codes.push(code(gate.run(b06_limited))); // refused by the tool budget: no agent unit taken
+    }
+    codes.push(code(gate.run(b06_other)));
+    codes.push(code(gate.run(b06_other)));
+    codes.push(code(gate.run(b06_other))); // the agent's 4th: refused
+    assert_eq!(codes[0], "OK");
+    assert!(
+        codes[1..21].iter().all(|c| c == "BUDGET_EXHAUSTED"),
+        "{codes:?}"
+    );
+    assert_eq!(&codes[21..], &["OK", "OK", "BUDGET_EXHAUSTED"], "{codes:?}");
+    assert_eq!(B06.load(Ordering::SeqCst), 201);
+}
+
+/// A call the mode refuses takes no unit of the agent budget.
+#[test]
+fn b07_mode_refusals_take_no_unit() {
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::Agent, 2, HOUR)
+        .build()
+        .unwrap();
+    let mut codes = Vec::new();
+    for _ in 0..5 {
+        codes.push(code(gate.run(b07_full_only)));
+    }
+    codes.push(code(gate.run(b07_ok)));
+    codes.push(code(gate.run(b07_ok)));
+    codes.push(code(gate.run(b07_ok)));
+    assert_eq!(&codes[5..], &["OK", "OK", "BUDGET_EXHAUSTED"], "{codes:?}");
+    assert_eq!(B07.load(Ordering::SeqCst), 2);
+}
+
+/// No approver is asked about a call the budget refuses; a rejected call keeps its unit, so an agent
+/// cannot ask again and again.
+#[test]
+fn b08_approver_not_asked_past_the_budget() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(counting_approver(asked.clone(), || {
+            Approval::Reject("no".into())
+        }))
+        .budget(Risk::HighWrite, 2, HOUR)
+        .build()
+        .unwrap();
+    let codes: Vec<_> = (0..6).map(|i| code(gate.run(|| b08_wire(i)))).collect();
+    assert_eq!(
+        codes,
+        [
+            "APPROVAL_REJECTED",
+            "APPROVAL_REJECTED",
+            "BUDGET_EXHAUSTED",
+            "BUDGET_EXHAUSTED",
+            "BUDGET_EXHAUSTED",
+            "BUDGET_EXHAUSTED"
+        ]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    assert_eq!(B08.load(Ordering::SeqCst), 0);
+}
+
+/// An escalated call counts at its escalated risk; the approver is not asked past it.
+#[test]
+fn b09_escalated_risk_is_counted() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(counting_approver(asked.clone(), || Approval::Approve))
+        .budget(Risk::HighWrite, 1, HOUR)
+        .build()
+        .unwrap();
+    let codes: Vec<_> = (0..4)
+        .map(|i| code(gate.run(|| b09_shell(format!("sudo rm {i}")))))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "OK",
+            "BUDGET_EXHAUSTED",
+            "BUDGET_EXHAUSTED",
+            "BUDGET_EXHAUSTED"
+        ]
+    );
+    // Not escalated: LOW_WRITE, not covered by the HIGH_WRITE budget.
+    assert_eq!(code(gate.run(|| b09_shell("ls".into()))), "OK");
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert_eq!(B09.load(Ordering::SeqCst), 2);
+}
+
+/// A session grant's shortcut does not skip the budget.
+#[test]
+fn b10_session_grant_does_not_skip_the_budget() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(counting_approver(asked.clone(), || {
+            Approval::ApproveForSession(SessionGrant::tool(HOUR))
+        }))
+        .budget(BudgetScope::tool("b10.*"), 2, HOUR)
+        .build()
+        .unwrap();
+    let clone = gate.clone();
+    let codes: Vec<_> = (0..6)
+        .map(|i| {
+            let g = if i % 2 == 0 { &gate } else { &clone };
+            code(g.run(|| b10_wire(i)))
+        })
+        .collect();
+    assert_eq!(B10.load(Ordering::SeqCst), 2, "{codes:?}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+}
+
+/// A store that fails, or panics, refuses the call: the body does not run.
+#[test]
+fn b11_failing_store_refuses() {
+    struct Failing;
+    impl BudgetStore for Failing {
+        fn take(&self, _charges: &[BudgetCharge]) -> BudgetFuture {
+            Box::pin(async {
+                Err(toolgate::approval::store::StoreError::Unavailable(
+                    "down".into(),
+                ))
+            })
+        }
+    }
+    struct Panicking;
+    impl BudgetStore for Panicking {
+        fn take(&self, _charges: &[BudgetCharge]) -> BudgetFuture {
+            panic!("store panics")
+        }
+    }
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b11.*"), 5, HOUR)
+        .budget_store(Failing)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(code(gate.run(b11_hit)), "BUDGET_STORE_UNAVAILABLE");
+    }
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b11.*"), 5, HOUR)
+        .budget_store(Panicking)
+        .build()
+        .unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.run(b11_hit)));
+    assert!(
+        !matches!(r, Ok(Ok(()))),
+        "a panicking store let the call through"
+    );
+    assert_eq!(B11.load(Ordering::SeqCst), 0);
+}
+
+/// The window slides: in no window of its length do more than N calls run, and `retry_after` is when
+/// the call may run again.
+#[test]
+fn b12_sliding_window_edges() {
+    let window = Duration::from_millis(200);
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b12.*"), 3, window)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut retry_checked = 0;
+    while start.elapsed() < Duration::from_millis(1200) {
+        match gate.run(b12_hit) {
+            Ok(()) => {}
+            Err(denied) => {
+                assert_eq!(denied.code(), "BUDGET_EXHAUSTED");
+                let retry = denied.retry_after().expect("a retry_after");
+                assert!(retry <= window, "{retry:?}");
+                if retry_checked < 3 && retry > Duration::from_millis(20) {
+                    // just before: still refused
+                    std::thread::sleep(retry - Duration::from_millis(10));
+                    assert_eq!(code(gate.run(b12_hit)), "BUDGET_EXHAUSTED");
+                    std::thread::sleep(Duration::from_millis(15));
+                    assert_eq!(code(gate.run(b12_hit)), "OK", "after retry_after");
+                    retry_checked += 1;
+                }
+            }
+        }
+    }
+    let times = B12_TIMES.lock().unwrap().clone();
+    assert!(times.len() >= 6, "{}", times.len());
+    for w in times.windows(4) {
+        // Body instants follow their checks by microseconds; allow 1 ms of slack.
+        assert!(
+            w[3] - w[0] + Duration::from_millis(1) >= window,
+            "4 calls within {:?} of a {window:?} window of 3",
+            w[3] - w[0]
+        );
+    }
+}
+
+/// An async tool over the budget: each call counts once, and a cancelled (dropped) call does not give
+/// its unit back or run its body.
+#[test]
+fn b18_async_calls_and_cancellation() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b18.*"), 5, HOUR)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for i in 0..40 {
+            let g = gate.clone();
+            handles.push(tokio::spawn(
+                async move { g.scope(b18_async(i)).await.is_ok() },
+            ));
+        }
+        let mut ok = 0;
+        for h in handles {
+            if tokio::time::timeout(Duration::from_secs(10), h)
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                ok += 1;
+            }
+        }
+        assert_eq!(ok, 5);
+    });
+    assert_eq!(B18.load(Ordering::SeqCst), 5);
+}
+
+/// Two gates given one store share the budget (budget keys match); one gate of another agent label
+/// does not draw on it, but neither exceeds its own.
+#[test]
+fn b19_shared_store_between_gates() {
+    let store: Arc<dyn BudgetStore> = Arc::new(toolgate::gate::budget::MemoryBudgets::new());
+    let a = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .agent("b19")
+        .budget(BudgetScope::tool("b19.*"), 3, HOUR)
+        .budget_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let b = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .agent("b19")
+        .budget(BudgetScope::tool("b19.*"), 3, HOUR)
+        .budget_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let mut codes = Vec::new();
+    for i in 0..8 {
+        let g = if i % 2 == 0 { &a } else { &b };
+        codes.push(code(g.run(b19_hit)));
+    }
+    assert_eq!(B19.load(Ordering::SeqCst), 3, "{codes:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Two-step approvals
+// ---------------------------------------------------------------------------------------------------
+
+/// An approved pending request runs exactly the approved call, once: not other arguments, not twice,
+/// not through another gate, not after the gate was lowered, not in racing threads.
+#[test]
+fn b13_pending_approval_other_arguments_twice_other_gate() {
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    let other = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    let refused = gate.run(|| b13_wire(100)).unwrap_err();
+    assert_eq!(refused.code(), "APPROVAL_PENDING");
+    let token = refused.approval_token().expect("a token").to_owned();
+    assert!(
+        !refused.to_string().contains(&token),
+        "the token leaks into the message"
+    );
+    let json = serde_json::to_string(&refused).unwrap_or_default();
+    assert!(!json.contains(&token), "the token leaks into the JSON");
+    // another gate knows nothing of it
+    assert!(
+        other.approve(&token).is_err(),
+        "another gate approved a foreign token"
+    );
+    assert_ne!(code(other.run(|| b13_wire(100))), "OK");
+    gate.approve(&token).unwrap();
+    // other arguments
+    assert_ne!(code(gate.run(|| b13_wire(101))), "OK");
+    assert_ne!(code(other.run(|| b13_wire(100))), "OK");
+    assert_eq!(B13.load(Ordering::SeqCst), 0);
+    // racing threads with the approved call: one runs
+    let barrier = Arc::new(std::sync::Barrier::new(6));
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let g = gate.clone();
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                code(g.run(|| b13_wire(100)))
+            })
+        })
+        .collect();
+    let codes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(B13.load(Ordering::SeqCst), 1, "{codes:?}");
+    assert_ne!(code(gate.run(|| b13_wire(100))), "OK");
+    assert_eq!(B13.load(Ordering::SeqCst), 1);
+    // approving twice does not make a second run
+    let _ = gate.approve(&token);
+    assert_ne!(code(gate.run(|| b13_wire(100))), "OK");
+    assert_eq!(B13.load(Ordering::SeqCst), 1);
+}
+
+/// An approved request, then the gate is lowered: the call does not run.
+#[test]
+fn b14_pending_approval_after_lowering() {
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    let refused = gate.run(|| b14_wire(7)).unwrap_err();
+    let token = refused.approval_token().unwrap().to_owned();
+    gate.approve(&token).unwrap();
+    gate.lower(Mode::PartialAuto).unwrap();
+    assert_ne!(code(gate.run(|| b14_wire(7))), "OK");
+    assert_eq!(B14.load(Ordering::SeqCst), 0);
+}
+
+/// An approval given for a direct call is used once whether the retry is direct or by name.
+#[test]
+fn b15_pending_approval_by_name_and_direct_once() {
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    let err = toolgate::registry()
+        .call(&gate, "b15.b15_wire", serde_json::json!({"cents": 5}))
+        .now()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), "APPROVAL_PENDING");
+    let token = err.denied().unwrap().approval_token().unwrap().to_owned();
+    assert!(!serde_json::to_string(&err).unwrap().contains(&token));
+    gate.approve(&token).unwrap();
+    // by name with a different JSON spelling of the same value: allowed to run (same canonical JSON)
+    let r1 = toolgate::registry()
+        .call(&gate, "b15.b15_wire", serde_json::json!({"cents": 5}))
+        .now()
+        .unwrap();
+    let r2 = gate.run(|| b15_wire(5));
+    let r3 = toolgate::registry()
+        .call(&gate, "b15.b15_wire", serde_json::json!({"cents": 5}))
+        .now()
+        .unwrap();
+    assert_eq!(B15.load(Ordering::SeqCst), 1, "{r1:?} {r2:?} {r3:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The principal
+// ---------------------------------------------------------------------------------------------------
+
+/// Every record of a gate names its principal; the approver sees it.
+#[test]
+fn b16_every_record_names_the_principal() {
+    let sink = Arc::new(Memory::default());
+    let seen = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
+    let seen2 = seen.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .principal("alice@example.com")
+        .audit_shared(sink.clone())
+        .approver(move |r: &ApprovalRequest<'_>| {
+            seen2.lock().unwrap().push(r.principal.map(str::to_owned));
+            if r.arguments.is_some_and(|a| a.contains("13")) {
+                Approval::Reject("no".into())
+            } else {
+                Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
+            }
+        })
+        .budget(BudgetScope::tool("b16.*"), 3, HOUR)
+        .build()
+        .unwrap();
+    let clone = gate.clone();
+    let _ = gate.run(|| b16_wire(1));
+    let _ = clone.run(|| b16_wire(1));
+    let _ = gate.run(|| b16_wire(13));
+    let _ = gate.run(|| b16_wire(2));
+    let _ = gate.run(|| b16_wire(3)); // over budget
+    gate.revoke_grants(None, "ops");
+    gate.lower_by(Mode::Shadow, "ops").unwrap();
+    let _ = gate.run(|| b16_wire(4));
+    let records = sink.records();
+    assert!(records.len() >= 8, "{records:#?}");
+    let bad: Vec<_> = records
+        .iter()
+        .filter(|r| r.get("principal").and_then(|p| p.as_str()) != Some("alice@example.com"))
+        .collect();
+    assert!(bad.is_empty(), "records without the principal: {bad:#?}");
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .all(|p| p.as_deref() == Some("alice@example.com"))
+    );
+    assert!(!seen.lock().unwrap().is_empty());
+}
+
+/// A two-step answer's records (approval_granted, approval_rejected) name the principal too.
+#[test]
+fn b17_two_step_records_name_the_principal() {
+    let sink = Arc::new(Memory::default());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .principal("bob")
+        .agent("b17")
+        .audit_shared(sink.clone())
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    let t1 = gate
+        .run(|| b17_wire(1))
+        .unwrap_err()
+        .approval_token()
+        .unwrap()
+        .to_owned();
+    let t2 = gate
+        .run(|| b17_wire(2))
+        .unwrap_err()
+        .approval_token()
+        .unwrap()
+        .to_owned();
+    gate.answer(
+        &t1,
+        toolgate::approval::store::Answer::Approve {
+            by: "op".into(),
+            for_session: true,
+        },
+    )
+    .unwrap();
+    gate.answer(
+        &t2,
+        toolgate::approval::store::Answer::Reject {
+            by: "op".into(),
+            reason: "no".into(),
+            stop: false,
+        },
+    )
+    .unwrap();
+    let _ = gate.run(|| b17_wire(1));
+    let _ = gate.run(|| b17_wire(2));
+    let _ = gate.run(b17_low);
+    let records = sink.records();
+    let stages: Vec<_> = records.iter().map(|r| r["stage"].clone()).collect();
+    let bad: Vec<_> = records
+        .iter()
+        .filter(|r| r.get("principal").and_then(|p| p.as_str()) != Some("bob"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "records without the principal: {bad:#?} (stages {stages:?})"
+    );
+    assert_eq!(B17.load(Ordering::SeqCst), 1);
+    let _ = Stage::Enter;
+}
