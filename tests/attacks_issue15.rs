@@ -919,3 +919,693 @@ fn b17_two_step_records_name_the_principal() {
     assert_eq!(B17.load(Ordering::SeqCst), 1);
     let _ = Stage::Enter;
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Approvals over MCP (in band), driven with rmcp's own client over an in-process duplex
+// ---------------------------------------------------------------------------------------------------
+
+mod mcp {
+    use super::*;
+    use serde_json::{Value, json};
+    use toolgate::mcp::rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
+    use toolgate::mcp::rmcp::service::{
+        ClientLifecycleMode, RoleClient, RunningService, serve_client_with_lifecycle,
+    };
+    use toolgate::mcp::rmcp::{ClientHandler, ServiceExt};
+    use toolgate::mcp::{APPROVAL_INPUT, Approvals, InBand, ToolgateServer};
+
+    const KEY: &[u8] = b"0123456789abcdef0123456789abcdef-attack15";
+    const T: Duration = Duration::from_secs(10);
+
+    counter!(M01);
+    /// m01: slow, async.
+    #[tool(risk = "HIGH_WRITE", domain = "m01", callable)]
+    pub async fn m01_wire(cents: u64) -> Result<u64, Denied> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        M01.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    counter!(M02);
+    /// m02.
+    #[tool(risk = "HIGH_WRITE", domain = "m02", callable)]
+    pub fn m02_wire(cents: u64) -> Result<u64, Denied> {
+        M02.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+    /// m02, another tool with the same parameters.
+    #[tool(risk = "HIGH_WRITE", domain = "m02", callable)]
+    pub fn m02_wire_other(cents: u64) -> Result<u64, Denied> {
+        M02.fetch_add(1000, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    counter!(M03);
+    /// m03.
+    #[tool(risk = "HIGH_WRITE", domain = "m03", callable)]
+    pub fn m03_wire(cents: u64) -> Result<u64, Denied> {
+        M03.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    counter!(M04);
+    /// m04.
+    #[tool(risk = "HIGH_WRITE", domain = "m04", callable)]
+    pub fn m04_wire(cents: u64) -> Result<u64, Denied> {
+        M04.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    counter!(M05);
+    /// m05: waits long once started.
+    #[tool(risk = "HIGH_WRITE", domain = "m05", callable)]
+    pub async fn m05_slow(cents: u64) -> Result<u64, Denied> {
+        M05.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        M05.fetch_add(1000, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    counter!(M06);
+    /// m06.
+    #[tool(risk = "HIGH_WRITE", domain = "m06", callable)]
+    pub fn m06_wire(cents: u64) -> Result<u64, Denied> {
+        M06.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    counter!(M07);
+    /// m07.
+    #[tool(risk = "HIGH_WRITE", domain = "m07", callable)]
+    pub fn m07_wire(cents: u64) -> Result<u64, Denied> {
+        M07.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    /// m09: lowered out of the list.
+    #[tool(risk = "LOW_WRITE", domain = "m09", callable)]
+    pub fn m09_low() -> Result<(), Denied> {
+        Ok(())
+    }
+
+    fn gate(sink: Arc<Memory>) -> Gate {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .two_step_approvals()
+            .principal("carol")
+            .audit_shared(sink)
+            .build()
+            .unwrap()
+    }
+
+    fn in_band(gate: Gate) -> ToolgateServer {
+        ToolgateServer::new(gate).approvals(Approvals::InBand(InBand::new(KEY).unwrap()))
+    }
+
+    type Client = RunningService<RoleClient, ()>;
+
+    async fn connect(server: ToolgateServer) -> Client {
+        let (c, s) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve(tokio::io::split(s)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        tokio::time::timeout(
+            T,
+            serve_client_with_lifecycle(
+                (),
+                tokio::io::split(c),
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                },
+            ),
+        )
+        .await
+        .expect("connect in time")
+        .expect("connects")
+    }
+
+    fn answer(decision: &str) -> toolgate::mcp::rmcp::model::InputResponses {
+        let mut m = std::collections::BTreeMap::new();
+        m.insert(
+            APPROVAL_INPUT.to_owned(),
+            json!({"action": "accept", "content": {"decision": decision, "reason": "attack"}}),
+        );
+        m
+    }
+
+    async fn call(
+        client: &Client,
+        name: &str,
+        arguments: Value,
+        state: Option<&str>,
+        decision: Option<&str>,
+    ) -> CallToolResponse {
+        let Value::Object(arguments) = arguments else {
+            panic!()
+        };
+        let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+        if let Some(state) = state {
+            params = params.with_request_state(state.to_owned());
+        }
+        if let Some(decision) = decision {
+            params = params.with_input_responses(answer(decision));
+        }
+        tokio::time::timeout(T, client.call_tool_once(params))
+            .await
+            .expect("answered in time")
+            .expect("a tool response")
+    }
+
+    /// The request state of an `InputRequired` answer.
+    fn state_of(response: &CallToolResponse) -> String {
+        match response {
+            CallToolResponse::InputRequired(input) => input.request_state.clone().expect("a state"),
+            other => panic!("not InputRequired: {other:?}"),
+        }
+    }
+
+    /// The code of a result: `OK`, a refusal's code, or `INPUT_REQUIRED`.
+    fn code_of(response: &CallToolResponse) -> String {
+        match response {
+            CallToolResponse::Complete(result) if result.is_error != Some(true) => "OK".into(),
+            CallToolResponse::Complete(result) => result
+                .structured_content
+                .as_ref()
+                .and_then(|c| c.get("code"))
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned(),
+            CallToolResponse::InputRequired(_) => "INPUT_REQUIRED".into(),
+            _ => "TASK".into(),
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Four retries racing with one approved state, on one connection: the body runs once.
+    #[test]
+    fn b20_racing_retries_with_one_state_run_once() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let client = Arc::new(connect(in_band(gate(sink.clone()))).await);
+            let first = call(&client, "m01.m01_wire", json!({"cents": 1}), None, None).await;
+            let state = state_of(&first);
+            let mut tasks = Vec::new();
+            for _ in 0..4 {
+                let client = client.clone();
+                let state = state.clone();
+                tasks.push(tokio::spawn(async move {
+                    code_of(
+                        &call(
+                            &client,
+                            "m01.m01_wire",
+                            json!({"cents": 1}),
+                            Some(&state),
+                            Some("approve"),
+                        )
+                        .await,
+                    )
+                }));
+            }
+            let mut codes = Vec::new();
+            for t in tasks {
+                codes.push(tokio::time::timeout(T, t).await.unwrap().unwrap());
+            }
+            assert_eq!(M01.load(Ordering::SeqCst), 1, "{codes:?}");
+            assert_eq!(codes.iter().filter(|c| *c == "OK").count(), 1, "{codes:?}");
+        });
+    }
+
+    /// A state used on another connection of the same server, with other arguments, or for another
+    /// tool: nothing runs; the genuine retry runs once.
+    #[test]
+    fn b21_state_other_connection_arguments_tool() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let server = in_band(gate(sink.clone()));
+            let other_connection = server.connection();
+            let a = connect(server).await;
+            let b = connect(other_connection).await;
+            let state = state_of(&call(&a, "m02.m02_wire", json!({"cents": 2}), None, None).await);
+            let codes = vec![
+                code_of(
+                    &call(
+                        &b,
+                        "m02.m02_wire",
+                        json!({"cents": 2}),
+                        Some(&state),
+                        Some("approve"),
+                    )
+                    .await,
+                ),
+                code_of(
+                    &call(
+                        &a,
+                        "m02.m02_wire",
+                        json!({"cents": 3}),
+                        Some(&state),
+                        Some("approve"),
+                    )
+                    .await,
+                ),
+                code_of(
+                    &call(
+                        &a,
+                        "m02.m02_wire_other",
+                        json!({"cents": 2}),
+                        Some(&state),
+                        Some("approve"),
+                    )
+                    .await,
+                ),
+            ];
+            assert_eq!(M02.load(Ordering::SeqCst), 0, "{codes:?}");
+            assert!(codes.iter().all(|c| c != "OK"), "{codes:?}");
+            let genuine = code_of(
+                &call(
+                    &a,
+                    "m02.m02_wire",
+                    json!({"cents": 2}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            assert_eq!(genuine, "OK");
+            let replay_b = code_of(
+                &call(
+                    &b,
+                    "m02.m02_wire",
+                    json!({"cents": 2}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            let replay_a = code_of(
+                &call(
+                    &a,
+                    "m02.m02_wire",
+                    json!({"cents": 2}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            let plain = code_of(&call(&a, "m02.m02_wire", json!({"cents": 2}), None, None).await);
+            assert_eq!(
+                M02.load(Ordering::SeqCst),
+                1,
+                "{replay_b} {replay_a} {plain}"
+            );
+            // Every record names the principal.
+            let bad: Vec<_> = sink
+                .records()
+                .into_iter()
+                .filter(|r| r.get("principal").and_then(Value::as_str) != Some("carol"))
+                .collect();
+            assert!(bad.is_empty(), "records without the principal: {bad:#?}");
+        });
+    }
+
+    /// The form answered approve after the gate was lowered: the call does not run.
+    #[test]
+    fn b22_answer_after_lowering() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let g = gate(sink.clone());
+            let client = connect(in_band(g.clone())).await;
+            let state =
+                state_of(&call(&client, "m03.m03_wire", json!({"cents": 3}), None, None).await);
+            g.lower(Mode::PartialAuto).unwrap();
+            let c = code_of(
+                &call(
+                    &client,
+                    "m03.m03_wire",
+                    json!({"cents": 3}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            assert_eq!(M03.load(Ordering::SeqCst), 0, "{c}");
+        });
+    }
+
+    /// A rejected state answered again with approve, and a declined one: nothing runs.
+    #[test]
+    fn b23_reject_then_approve_with_the_same_state() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let client = connect(in_band(gate(sink.clone()))).await;
+            let state =
+                state_of(&call(&client, "m04.m04_wire", json!({"cents": 4}), None, None).await);
+            let r1 = code_of(
+                &call(
+                    &client,
+                    "m04.m04_wire",
+                    json!({"cents": 4}),
+                    Some(&state),
+                    Some("reject"),
+                )
+                .await,
+            );
+            let r2 = code_of(
+                &call(
+                    &client,
+                    "m04.m04_wire",
+                    json!({"cents": 4}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            // A state with no answer at all, then with an answer of another shape.
+            let s2 =
+                state_of(&call(&client, "m04.m04_wire", json!({"cents": 5}), None, None).await);
+            let r3 = code_of(
+                &call(
+                    &client,
+                    "m04.m04_wire",
+                    json!({"cents": 5}),
+                    Some(&s2),
+                    None,
+                )
+                .await,
+            );
+            let mut weird = std::collections::BTreeMap::new();
+            weird.insert(
+                APPROVAL_INPUT.to_owned(),
+                json!({"action": "accept", "content": {"decision": ["approve"]}}),
+            );
+            let Value::Object(args) = json!({"cents": 5}) else {
+                panic!()
+            };
+            let params = CallToolRequestParams::new("m04.m04_wire")
+                .with_arguments(args)
+                .with_request_state(s2.clone())
+                .with_input_responses(weird);
+            let r4 = code_of(
+                &tokio::time::timeout(T, client.call_tool_once(params))
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+            let r5 = code_of(
+                &call(
+                    &client,
+                    "m04.m04_wire",
+                    json!({"cents": 5}),
+                    Some(&s2),
+                    Some("Approve"),
+                )
+                .await,
+            );
+            assert_eq!(r1, "APPROVAL_REJECTED");
+            assert_eq!(M04.load(Ordering::SeqCst), 0, "{r1} {r2} {r3} {r4} {r5}");
+        });
+    }
+
+    /// A cancelled retry: its exit record says `cancelled`, and neither a replay of its state nor a plain
+    /// call runs the body again.
+    #[test]
+    fn b24_cancelled_retry_runs_once_and_says_cancelled() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let client = connect(in_band(gate(sink.clone()))).await;
+            let state =
+                state_of(&call(&client, "m05.m05_slow", json!({"cents": 5}), None, None).await);
+            let Value::Object(args) = json!({"cents": 5}) else {
+                panic!()
+            };
+            let params = CallToolRequestParams::new("m05.m05_slow")
+                .with_arguments(args)
+                .with_request_state(state.clone())
+                .with_input_responses(answer("approve"));
+            let started = Instant::now();
+            {
+                let fut = client.call_tool_once(params);
+                tokio::pin!(fut);
+                loop {
+                    tokio::select! {
+                        r = &mut fut => panic!("the slow call finished: {r:?}"),
+                        _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                    }
+                    if M05.load(Ordering::SeqCst) >= 1 {
+                        break;
+                    }
+                    assert!(started.elapsed() < T, "the body never started");
+                }
+            } // dropped: rmcp sends notifications/cancelled
+            let deadline = Instant::now() + T;
+            let exit = loop {
+                let exits: Vec<_> = sink
+                    .records()
+                    .into_iter()
+                    .filter(|r| r["stage"] == "exit" && r["tool"] == "m05.m05_slow")
+                    .collect();
+                if let Some(e) = exits.last() {
+                    break e.clone();
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no exit record: {:#?}",
+                    sink.records()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            assert_eq!(exit["outcome"], "cancelled", "{exit:#}");
+            let replay = code_of(
+                &call(
+                    &client,
+                    "m05.m05_slow",
+                    json!({"cents": 5}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            let plain =
+                code_of(&call(&client, "m05.m05_slow", json!({"cents": 5}), None, None).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(M05.load(Ordering::SeqCst), 1, "{replay} {plain}");
+        });
+    }
+
+    /// A state sealed by one server's key opens at no server with another gate, even with the same key
+    /// and agent label.
+    #[test]
+    fn b25_state_of_another_gate_same_key() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let a = connect(in_band(gate(sink.clone()))).await;
+            let b = connect(in_band(gate(sink.clone()))).await;
+            let state = state_of(&call(&a, "m06.m06_wire", json!({"cents": 6}), None, None).await);
+            let c = code_of(
+                &call(
+                    &b,
+                    "m06.m06_wire",
+                    json!({"cents": 6}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            assert_eq!(M06.load(Ordering::SeqCst), 0, "{c}");
+            assert_eq!(c, "APPROVAL_STATE_INVALID");
+        });
+    }
+
+    /// Out of band: the pending token goes to `on_pending` and never to the agent.
+    #[test]
+    fn b26_out_of_band_token_never_reaches_the_client() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
+            let t2 = tokens.clone();
+            let g = gate(sink.clone());
+            let server = ToolgateServer::new(g.clone())
+                .on_pending(move |p| t2.lock().unwrap().push(p.token.clone()));
+            let client = connect(server).await;
+            let r = call(&client, "m07.m07_wire", json!({"cents": 7}), None, None).await;
+            let text = format!("{r:?}");
+            let token = tokens
+                .lock()
+                .unwrap()
+                .first()
+                .cloned()
+                .expect("on_pending was called");
+            assert!(
+                !text.contains(&token),
+                "the token reached the client: {text}"
+            );
+            assert_eq!(code_of(&r), "APPROVAL_PENDING");
+            g.approve(&token).unwrap();
+            let codes = [
+                code_of(&call(&client, "m07.m07_wire", json!({"cents": 8}), None, None).await),
+                code_of(&call(&client, "m07.m07_wire", json!({"cents": 7}), None, None).await),
+                code_of(&call(&client, "m07.m07_wire", json!({"cents": 7}), None, None).await),
+            ];
+            assert_eq!(M07.load(Ordering::SeqCst), 1, "{codes:?}");
+        });
+    }
+
+    struct Notified(tokio::sync::mpsc::UnboundedSender<()>);
+    impl ClientHandler for Notified {
+        async fn on_tool_list_changed(
+            &self,
+            _context: toolgate::mcp::rmcp::service::NotificationContext<RoleClient>,
+        ) {
+            let _ = self.0.send(());
+        }
+    }
+
+    /// `list_changed` is sent to a client of the initialize handshake after `lower`, and the next list
+    /// is narrower.
+    #[test]
+    fn b27_list_changed_after_lower() {
+        rt().block_on(async {
+            let g = Gate::builder().mode(Mode::PartialAuto).build().unwrap();
+            let server = ToolgateServer::new(g.clone()).mode_poll(Duration::from_millis(20));
+            let (c, s) = tokio::io::duplex(1 << 20);
+            tokio::spawn(async move {
+                if let Ok(running) = server.serve(tokio::io::split(s)).await {
+                    let _ = running.waiting().await;
+                }
+            });
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let client = tokio::time::timeout(T, Notified(tx).serve(tokio::io::split(c)))
+                .await
+                .unwrap()
+                .unwrap();
+            let before = tokio::time::timeout(T, client.list_all_tools())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(before.iter().any(|t| t.name == "m09.m09_low"));
+            g.lower(Mode::Shadow).unwrap();
+            let got = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await;
+            assert!(
+                matches!(got, Ok(Some(()))),
+                "no list_changed within 3 s of lower"
+            );
+            let after = tokio::time::timeout(T, client.list_all_tools())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(!after.iter().any(|t| t.name == "m09.m09_low"));
+        });
+    }
+
+    /// Sends `line` (over a 4 KiB limit) after the handshake and returns what the server answers within
+    /// 3 s (`None`: silence).
+    async fn oversized(line: String) -> Option<Value> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let g = Gate::builder().mode(Mode::PartialAuto).build().unwrap();
+        let server = ToolgateServer::new(g);
+        let (c, s) = tokio::io::duplex(1 << 22);
+        let (sr, sw) = tokio::io::split(s);
+        let reader = toolgate::mcp::stdio::LimitedLines::new(sr, 4096);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve((reader, sw)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let (cr, mut cw) = tokio::io::split(c);
+        let mut lines = BufReader::new(cr).lines();
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}});
+        cw.write_all(format!("{init}\n").as_bytes()).await.unwrap();
+        let first = tokio::time::timeout(T, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(first.contains("\"id\":1"), "{first}");
+        cw.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .await
+            .unwrap();
+        cw.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(3), lines.next_line()).await {
+            Ok(Ok(Some(l))) => serde_json::from_str(&l).ok(),
+            _ => None,
+        }
+    }
+
+    fn pad() -> String {
+        "A".repeat(10_000)
+    }
+
+    fn answered_under(got: &Option<Value>, id: Value) -> bool {
+        got.as_ref()
+            .is_some_and(|v| v["id"] == id && v["error"]["code"] == -32600)
+    }
+
+    /// An oversized message with its id first is answered with an error under its id.
+    #[test]
+    fn b28_oversized_message_answered_under_its_id() {
+        let pad = pad();
+        let got = rt().block_on(oversized(format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{{\"name\":\"x\",\"arguments\":{{\"pad\":\"{pad}\"}}}}}}"
+        )));
+        assert!(answered_under(&got, json!(7)), "{got:#?}");
+    }
+
+    /// An oversized message whose params hold an `id` key before the top-level id (all within the
+    /// first KiB): the error must go to the request's own id, not to the nested one.
+    #[test]
+    fn b29_oversized_message_nested_id_before_the_real_one() {
+        let pad = pad();
+        let got = rt().block_on(oversized(format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{{\"id\":99,\"name\":\"x\"}},\"id\":8,\"pad\":\"{pad}\"}}"
+        )));
+        assert!(
+            answered_under(&got, json!(8)),
+            "the oversized request 8 was answered as: {got:#?}"
+        );
+    }
+
+    /// A string id.
+    #[test]
+    fn b30_oversized_message_string_id() {
+        let pad = pad();
+        let got = rt().block_on(oversized(format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":\"s-9\",\"method\":\"tools/call\",\"params\":{{\"pad\":\"{pad}\"}}}}"
+        )));
+        assert!(answered_under(&got, json!("s-9")), "{got:#?}");
+    }
+
+    /// An `"id":` inside a string value before the real id.
+    #[test]
+    fn b31_oversized_message_id_inside_a_string_before_the_real_one() {
+        let pad = pad();
+        let got = rt().block_on(oversized(format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"x \\\"id\\\":98\",\"id\":10,\"pad\":\"{pad}\"}}"
+        )));
+        assert!(
+            answered_under(&got, json!(10)),
+            "the oversized request 10 was answered as: {got:#?}"
+        );
+    }
+
+    /// The id after whitespace and an escaped key (`"\u0069d"` is `"id"` to a JSON parser).
+    #[test]
+    fn b32_oversized_message_escaped_id_key() {
+        let pad = pad();
+        let got = rt().block_on(oversized(format!(
+            "{{ \"jsonrpc\" : \"2.0\" , \"\\u0069d\" : 11 , \"method\":\"tools/call\",\"pad\":\"{pad}\"}}"
+        )));
+        assert!(
+            answered_under(&got, json!(11)),
+            "the oversized request 11 was answered as: {got:#?}"
+        );
+    }
+}
