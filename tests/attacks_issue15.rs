@@ -1608,4 +1608,185 @@ mod mcp {
             "the oversized request 11 was answered as: {got:#?}"
         );
     }
+
+    counter!(H01);
+    /// h01: allowed in PARTIAL_AUTO, refused in SHADOW.
+    #[tool(risk = "LOW_WRITE", domain = "h01", callable)]
+    pub fn h01_low(n: u64) -> Result<u64, Denied> {
+        H01.fetch_add(1, Ordering::SeqCst);
+        Ok(n)
+    }
+
+    /// Serves an `HttpService` on a loopback port; returns the address.
+    async fn serve_http(service: toolgate::mcp::http::HttpService) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(service.clone());
+                tokio::spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// One POST: the status, the session id header, and the JSON-RPC messages of the body (JSON or SSE).
+    async fn post(
+        addr: std::net::SocketAddr,
+        token: Option<&str>,
+        session: Option<&str>,
+        body: Value,
+    ) -> (u16, Option<String>, Vec<Value>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = body.to_string();
+        let mut request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n",
+            addr.port(),
+            body.len()
+        );
+        if let Some(token) = token {
+            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        if let Some(session) = session {
+            request.push_str(&format!(
+                "Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-06-18\r\n"
+            ));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 8192];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
+            }
+            let text = String::from_utf8_lossy(&raw);
+            if text.contains("\"result\"") || text.contains("\"error\"") {
+                // one JSON-RPC answer per POST: enough
+                if text.matches("\n\n").count() >= 2 || !text.contains("event-stream") {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if let Ok(Ok(n)) =
+                        tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await
+                    {
+                        raw.extend_from_slice(&buf[..n]);
+                    }
+                    break;
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&raw).to_string();
+        let status: u16 = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let session = text
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:"))
+            .map(|l| l.split_once(':').unwrap().1.trim().to_owned());
+        let mut messages = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            let candidate = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
+            if candidate.starts_with('{') {
+                if let Ok(v) = serde_json::from_str::<Value>(candidate) {
+                    messages.push(v);
+                }
+            }
+        }
+        (status, session, messages)
+    }
+
+    /// A session opened by one principal, then used with another principal's token: the call is
+    /// decided by the second principal's gate (or refused), never by the first's; a session used with
+    /// no or an unknown token is 401; records name the principal whose gate decided.
+    #[test]
+    fn b33_http_session_changes_principal() {
+        use toolgate::mcp::http::{HttpService, Principals};
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let alice = Gate::builder()
+                .mode(Mode::PartialAuto)
+                .principal("alice")
+                .audit_shared(sink.clone())
+                .build()
+                .unwrap();
+            let bob = Gate::builder()
+                .mode(Mode::Shadow)
+                .principal("bob")
+                .audit_shared(sink.clone())
+                .build()
+                .unwrap();
+            let server = ToolgateServer::new(bob.clone()).only(|m| m.domain == Some("h01"));
+            let principals = Principals::new()
+                .bearer("alice-token-0123456789", "alice", alice.clone())
+                .bearer("bob-token-0123456789", "bob", bob.clone());
+            let config = toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
+            let addr = serve_http(HttpService::new(server, principals, config)).await;
+            let alice_t = Some("alice-token-0123456789");
+            let bob_t = Some("bob-token-0123456789");
+
+            let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}});
+            let (status, session, msgs) = post(addr, alice_t, None, init).await;
+            assert_eq!(status, 200, "{msgs:?}");
+            let session = session.expect("a legacy session id");
+            let (st, _, _) = post(
+                addr,
+                alice_t,
+                Some(&session),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await;
+            assert!(st == 202 || st == 200, "{st}");
+            // alice may call it
+            let call = |id: u64, n: u64| {
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "h01.h01_low", "arguments": {"n": n}}})
+            };
+            let (st, _, msgs) = post(addr, alice_t, Some(&session), call(2, 1)).await;
+            assert_eq!(st, 200, "{msgs:?}");
+            assert_eq!(H01.load(Ordering::SeqCst), 1, "alice's call ran: {msgs:?}");
+            // bob on alice's session: his gate is SHADOW, so nothing runs
+            let (st_b, _, msgs_b) = post(addr, bob_t, Some(&session), call(3, 2)).await;
+            let (st_l, _, list_b) = post(
+                addr,
+                bob_t,
+                Some(&session),
+                json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+            )
+            .await;
+            // no token, unknown token, on alice's session: 401
+            let (st_none, _, _) = post(addr, None, Some(&session), call(5, 3)).await;
+            let (st_bad, _, _) = post(addr, Some("mallory"), Some(&session), call(6, 4)).await;
+            assert_eq!(st_none, 401);
+            assert_eq!(st_bad, 401);
+            assert_eq!(
+                H01.load(Ordering::SeqCst),
+                1,
+                "bob's call on alice's session ran under alice's gate: status {st_b} {msgs_b:?}"
+            );
+            let listed = list_b.iter().any(|m| m.to_string().contains("h01.h01_low"));
+            assert!(!listed, "bob's tools/list on alice's session shows alice's tools: {st_l} {list_b:?}");
+            // records: each names the principal whose gate made them; none lacks one
+            let records = sink.records();
+            let bad: Vec<_> = records
+                .iter()
+                .filter(|r| !matches!(r.get("principal").and_then(Value::as_str), Some("alice" | "bob")))
+                .collect();
+            assert!(bad.is_empty(), "records without a principal: {bad:#?}");
+        });
+    }
 }
