@@ -1789,4 +1789,167 @@ mod mcp {
             assert!(bad.is_empty(), "records without a principal: {bad:#?}");
         });
     }
+
+    counter!(M10);
+    /// m10.
+    #[tool(risk = "HIGH_WRITE", domain = "m10", callable)]
+    pub fn m10_wire(cents: u64) -> Result<u64, Denied> {
+        M10.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    /// In band under a budget: a call the budget refuses gets no form (no approver is asked), and a
+    /// form answered after the budget ran out does not run the call past it.
+    #[test]
+    fn b34_in_band_form_not_shown_past_the_budget() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let g = Gate::builder()
+                .mode(Mode::FullAuto)
+                .two_step_approvals()
+                .audit_shared(sink.clone())
+                .budget(BudgetScope::tool("m10.*"), 2, HOUR)
+                .build()
+                .unwrap();
+            let client = connect(in_band(g)).await;
+            let s1 = call(&client, "m10.m10_wire", json!({"cents": 1}), None, None).await;
+            let s2 = call(&client, "m10.m10_wire", json!({"cents": 2}), None, None).await;
+            let third = call(&client, "m10.m10_wire", json!({"cents": 3}), None, None).await;
+            assert_eq!(code_of(&s1), "INPUT_REQUIRED");
+            assert_eq!(code_of(&s2), "INPUT_REQUIRED");
+            assert_eq!(code_of(&third), "BUDGET_EXHAUSTED", "{third:?}");
+            let r1 = code_of(
+                &call(
+                    &client,
+                    "m10.m10_wire",
+                    json!({"cents": 1}),
+                    Some(&state_of(&s1)),
+                    Some("approve"),
+                )
+                .await,
+            );
+            let r2 = code_of(
+                &call(
+                    &client,
+                    "m10.m10_wire",
+                    json!({"cents": 2}),
+                    Some(&state_of(&s2)),
+                    Some("approve"),
+                )
+                .await,
+            );
+            // Two units were taken by the two forms: no call may run past the budget of 2 in the hour.
+            assert!(M10.load(Ordering::SeqCst) <= 2, "{r1} {r2}");
+            let allowed = sink
+                .records()
+                .iter()
+                .filter(|r| r["stage"] == "enter")
+                .count();
+            assert!(allowed <= 2, "{r1} {r2}: {allowed} calls entered");
+        });
+    }
+
+    counter!(H02);
+    /// h02.
+    #[tool(risk = "HIGH_WRITE", domain = "h02", callable)]
+    pub fn h02_wire(cents: u64) -> Result<u64, Denied> {
+        H02.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    /// Over HTTP with the 2026-07-28 protocol (no session): an in-band state sealed for alice, retried
+    /// with bob's token, does not run (bound to the principal), and alice's own retry runs once.
+    #[test]
+    fn b35_http_in_band_state_of_another_principal() {
+        use toolgate::mcp::http::{HttpService, Principals};
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let mk = |p: &str| {
+                Gate::builder()
+                    .mode(Mode::FullAuto)
+                    .two_step_approvals()
+                    .principal(p)
+                    .audit_shared(sink.clone())
+                    .build()
+                    .unwrap()
+            };
+            let (alice, bob) = (mk("alice"), mk("bob"));
+            let server = in_band(bob.clone()).only(|m| m.domain == Some("h02"));
+            let principals = Principals::new()
+                .bearer("alice-token-0123456789", "alice", alice.clone())
+                .bearer("bob-token-0123456789", "bob", bob.clone());
+            let config = toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
+            let addr = serve_http(HttpService::new(server, principals, config)).await;
+            let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}});
+            let call = |id: u64, state: Option<&str>| {
+                let mut params = json!({"name": "h02.h02_wire", "arguments": {"cents": 9}, "_meta": meta.clone()});
+                if let Some(state) = state {
+                    params["requestState"] = json!(state);
+                    params["inputResponses"] = json!({APPROVAL_INPUT: {"action": "accept", "content": {"decision": "approve"}}});
+                }
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+            };
+            let post2 = |token: &'static str, body: Value| async move {
+                post2(addr, token, body).await
+            };
+            let (st, msgs) = post2("alice-token-0123456789", call(1, None)).await;
+            let state = msgs
+                .iter()
+                .find_map(|m| m["result"]["requestState"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| panic!("no request state: {st} {msgs:#?}"));
+            let (st_b, by_bob) = post2("bob-token-0123456789", call(2, Some(&state))).await;
+            assert_eq!(H02.load(Ordering::SeqCst), 0, "bob ran alice's approval: {st_b} {by_bob:#?}");
+            let (_, by_alice) = post2("alice-token-0123456789", call(3, Some(&state))).await;
+            let (_, again) = post2("alice-token-0123456789", call(4, Some(&state))).await;
+            assert_eq!(H02.load(Ordering::SeqCst), 1, "{by_alice:#?} {again:#?}");
+        });
+    }
+
+    /// A POST in the 2026-07-28 protocol (no session).
+    async fn post2(addr: std::net::SocketAddr, token: &str, body: Value) -> (u16, Vec<Value>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = body.to_string();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: h02.h02_wire\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}",
+            addr.port(),
+            body.len()
+        );
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 8192];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
+            }
+            let text = String::from_utf8_lossy(&raw);
+            if text.contains("\"jsonrpc\"") && (text.ends_with("\n\n") || text.ends_with('}')) {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&raw).to_string();
+        let status: u16 = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let mut messages = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            let candidate = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
+            if candidate.starts_with('{') {
+                if let Ok(v) = serde_json::from_str::<Value>(candidate) {
+                    messages.push(v);
+                }
+            }
+        }
+        if messages.is_empty() {
+            messages.push(json!({"raw": text}));
+        }
+        (status, messages)
+    }
 }
