@@ -1909,10 +1909,16 @@ mod mcp {
 
     /// A POST in the 2026-07-28 protocol (no session).
     async fn post2(addr: std::net::SocketAddr, token: &str, body: Value) -> (u16, Vec<Value>) {
+        let method = body["method"].as_str().unwrap_or("").to_owned();
+        let name = body["params"]["name"]
+            .as_str()
+            .or(body["params"]["taskId"].as_str())
+            .map(|n| format!("Mcp-Name: {n}\r\n"))
+            .unwrap_or_default();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let body = body.to_string();
         let request = format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: h02.h02_wire\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n{name}Authorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}",
             addr.port(),
             body.len()
         );
@@ -1951,5 +1957,78 @@ mod mcp {
             messages.push(json!({"raw": text}));
         }
         (status, messages)
+    }
+
+    counter!(H03);
+    /// h03.
+    #[tool(risk = "HIGH_WRITE", domain = "h03", callable)]
+    pub fn h03_wire(cents: u64) -> Result<u64, Denied> {
+        H03.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    /// Tasks over HTTP: alice's task (a call waiting for an operator) is answered to alice only: bob's
+    /// `tasks/get` and `tasks/cancel` of its id reach nothing; after the operator approves, it runs once.
+    #[test]
+    fn b36_http_task_of_another_principal() {
+        use toolgate::mcp::http::{HttpService, Principals};
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let mk = |p: &str| {
+                Gate::builder()
+                    .mode(Mode::FullAuto)
+                    .two_step_approvals()
+                    .principal(p)
+                    .audit_shared(sink.clone())
+                    .build()
+                    .unwrap()
+            };
+            let (alice, bob) = (mk("alice"), mk("bob"));
+            let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
+            let t2 = tokens.clone();
+            let server = ToolgateServer::new(bob.clone())
+                .only(|m| m.domain == Some("h03"))
+                .on_pending(move |p| t2.lock().unwrap().push(p.token.clone()));
+            let principals = Principals::new()
+                .bearer("alice-token-0123456789", "alice", alice.clone())
+                .bearer("bob-token-0123456789", "bob", bob.clone());
+            let config = toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
+            let addr = serve_http(HttpService::new(server, principals, config)).await;
+            let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+            const A: &str = "alice-token-0123456789";
+            const B: &str = "bob-token-0123456789";
+            let body = |id: u64, method: &str, params: Value| {
+                let mut params = params;
+                params["_meta"] = meta.clone();
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+            };
+            let (st, msgs) = post2(addr, A, body(1, "tools/call", json!({"name": "h03.h03_wire", "arguments": {"cents": 3}}))).await;
+            let task = msgs
+                .iter()
+                .find_map(|m| m["result"]["taskId"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| panic!("no task: {st} {msgs:#?}"));
+            let (_, get_b) = post2(addr, B, body(2, "tasks/get", json!({"taskId": task}))).await;
+            let (_, cancel_b) = post2(addr, B, body(3, "tasks/cancel", json!({"taskId": task}))).await;
+            let leaked = |msgs: &Vec<Value>| msgs.iter().any(|m| m.get("result").is_some_and(|r| r.get("status").is_some()));
+            assert!(!leaked(&get_b), "bob read alice's task: {get_b:#?}");
+            let header_error = |msgs: &Vec<Value>| msgs.iter().any(|m| m["error"]["code"] == -32020);
+            assert!(!header_error(&get_b) && !header_error(&cancel_b), "{get_b:#?} {cancel_b:#?}");
+            assert!(!leaked(&cancel_b), "bob cancelled alice's task: {cancel_b:#?}");
+            let token = tokens.lock().unwrap().first().cloned().expect("on_pending");
+            alice.approve(&token).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let done = loop {
+                let (_, get_a) = post2(addr, A, body(4, "tasks/get", json!({"taskId": task}))).await;
+                let status = get_a.iter().find_map(|m| m["result"]["status"].as_str().map(str::to_owned));
+                if status.as_deref().is_some_and(|s| s != "working" && s != "input_required") {
+                    break get_a;
+                }
+                assert!(Instant::now() < deadline, "the task never completed: {get_a:#?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            assert_eq!(H03.load(Ordering::SeqCst), 1, "{done:#?}");
+        });
     }
 }
