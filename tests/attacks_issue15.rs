@@ -616,14 +616,23 @@ fn b12_sliding_window_edges() {
         match gate.run(b12_hit) {
             Ok(()) => {}
             Err(denied) => {
+                let t0 = Instant::now();
                 assert_eq!(denied.code(), "BUDGET_EXHAUSTED");
                 let retry = denied.retry_after().expect("a retry_after");
                 assert!(retry <= window, "{retry:?}");
-                if retry_checked < 3 && retry > Duration::from_millis(20) {
-                    // just before: still refused
-                    std::thread::sleep(retry - Duration::from_millis(10));
-                    assert_eq!(code(gate.run(b12_hit)), "BUDGET_EXHAUSTED");
-                    std::thread::sleep(Duration::from_millis(15));
+                if retry_checked < 3 && retry > Duration::from_millis(30) {
+                    // Just before: still refused (asserted only when the call surely came early).
+                    std::thread::sleep(retry - Duration::from_millis(15));
+                    let early = code(gate.run(b12_hit));
+                    let after = t0.elapsed();
+                    if after + Duration::from_millis(5) < retry {
+                        assert_eq!(
+                            early, "BUDGET_EXHAUSTED",
+                            "{after:?} after a refusal saying {retry:?}"
+                        );
+                    }
+                    let rest = retry.saturating_sub(t0.elapsed());
+                    std::thread::sleep(rest + Duration::from_millis(5));
                     assert_eq!(code(gate.run(b12_hit)), "OK", "after retry_after");
                     retry_checked += 1;
                 }
@@ -704,6 +713,82 @@ fn b19_shared_store_between_gates() {
         codes.push(code(g.run(b19_hit)));
     }
     assert_eq!(B19.load(Ordering::SeqCst), 3, "{codes:?}");
+}
+
+counter!(B37);
+/// b37.
+#[tool(risk = "LOW_WRITE", domain = "b37")]
+fn b37_hit() -> Result<(), Denied> {
+    B37.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Two budgets of one scope with different limits: the smaller holds; the same budget given twice
+/// counts once per call.
+#[test]
+fn b37_two_budgets_of_one_scope() {
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b37.*"), 5, HOUR)
+        .budget(BudgetScope::tool("b37.b37_hit"), 2, HOUR)
+        .budget(BudgetScope::tool("b37.b37_hit"), 2, HOUR)
+        .build()
+        .unwrap();
+    let codes: Vec<_> = (0..6).map(|_| code(gate.run(b37_hit))).collect();
+    assert_eq!(B37.load(Ordering::SeqCst), 2, "{codes:?}");
+}
+
+counter!(B38);
+/// b38: a read, allowed in SHADOW (the inlined path where nothing is recorded).
+#[tool(risk = "READ_ONLY", domain = "b38")]
+fn b38_read() -> Result<(), Denied> {
+    B38.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// A per-risk budget on READ_ONLY: the inlined path of an allowed call without records does not
+/// skip it, from many threads.
+#[test]
+fn b38_read_only_budget_on_the_inlined_path() {
+    let gate = Gate::builder()
+        .mode(Mode::Shadow)
+        .budget(Risk::ReadOnly, 7, HOUR)
+        .build()
+        .unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let g = gate.clone();
+            std::thread::spawn(move || (0..50).filter(|_| g.run(b38_read).is_ok()).count())
+        })
+        .collect();
+    let ok: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(B38.load(Ordering::SeqCst), 7);
+    assert_eq!(ok, 7);
+}
+
+counter!(B39);
+fn b39_lower(_cents: &u64) -> Risk {
+    Risk::ReadOnly
+}
+/// b39: a classifier that answers lower than the declared risk.
+#[tool(risk = "HIGH_WRITE", domain = "b39", escalate = b39_lower)]
+fn b39_wire(cents: u64) -> Result<(), Denied> {
+    let _ = cents;
+    B39.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// A classifier cannot move a call out of its declared risk's budget by answering lower.
+#[test]
+fn b39_classifier_cannot_lower_the_counted_risk() {
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .budget(Risk::HighWrite, 1, HOUR)
+        .build()
+        .unwrap();
+    let codes: Vec<_> = (0..4).map(|i| code(gate.run(|| b39_wire(i)))).collect();
+    assert_eq!(B39.load(Ordering::SeqCst), 1, "{codes:?}");
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -2029,6 +2114,68 @@ mod mcp {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             };
             assert_eq!(H03.load(Ordering::SeqCst), 1, "{done:#?}");
+        });
+    }
+
+    counter!(M11);
+    /// m11.
+    #[tool(risk = "HIGH_WRITE", domain = "m11", callable)]
+    pub fn m11_wire(cents: u64) -> Result<u64, Denied> {
+        M11.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    /// A state answered after its time to live: refused (`APPROVAL_EXPIRED`), nothing runs.
+    #[test]
+    fn b40_in_band_state_answered_late() {
+        rt().block_on(async {
+            let sink = Arc::new(Memory::default());
+            let server = ToolgateServer::new(gate(sink.clone())).approvals(Approvals::InBand(
+                InBand::new(KEY).unwrap().ttl(Duration::from_millis(300)),
+            ));
+            let client = connect(server).await;
+            let state =
+                state_of(&call(&client, "m11.m11_wire", json!({"cents": 1}), None, None).await);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let c = code_of(
+                &call(
+                    &client,
+                    "m11.m11_wire",
+                    json!({"cents": 1}),
+                    Some(&state),
+                    Some("approve"),
+                )
+                .await,
+            );
+            assert_eq!(M11.load(Ordering::SeqCst), 0, "{c}");
+            assert_eq!(c, "APPROVAL_EXPIRED");
+        });
+    }
+
+    /// `tools/list` over HTTP without a session (2026-07-28) shows each principal its own gate's tools.
+    #[test]
+    fn b41_http_tools_list_per_principal() {
+        use toolgate::mcp::http::{HttpService, Principals};
+        rt().block_on(async {
+            let alice = Gate::builder().mode(Mode::PartialAuto).principal("alice").build().unwrap();
+            let bob = Gate::builder().mode(Mode::Shadow).principal("bob").build().unwrap();
+            let server = ToolgateServer::new(alice.clone()).only(|m| m.domain == Some("h01"));
+            let principals = Principals::new()
+                .bearer("alice-token-0123456789", "alice", alice.clone())
+                .bearer("bob-token-0123456789", "bob", bob.clone());
+            let config = toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
+            let addr = serve_http(HttpService::new(server, principals, config)).await;
+            let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}});
+            let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}});
+            let (_, a) = post2(addr, "alice-token-0123456789", list.clone()).await;
+            let (_, b) = post2(addr, "bob-token-0123456789", list.clone()).await;
+            let (st, _) = post2(addr, "nobody", list.clone()).await;
+            let shows = |m: &Vec<Value>| m.iter().any(|v| v.to_string().contains("h01.h01_low"));
+            assert!(shows(&a), "alice: {a:#?}");
+            assert!(!shows(&b), "bob sees what alice's gate allows: {b:#?}");
+            assert_eq!(st, 401);
         });
     }
 }
