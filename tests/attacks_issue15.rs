@@ -1,6 +1,7 @@
 //! Attacks from outside on issue 15: budgets, two-step approvals (APPROVAL_PENDING), the principal, and
 //! approvals over MCP. Safe Rust and the public API only. Each test asserts the documented guarantee:
-//! it passes when the attack fails, and fails when the attack gets through.
+//! it passes when the attack fails, and fails when the attack gets through. At commit time two got
+//! through, both in the stdio size limit: `b29` and `b32` (see their comments); the rest hold.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -789,6 +790,59 @@ fn b39_classifier_cannot_lower_the_counted_risk() {
         .unwrap();
     let codes: Vec<_> = (0..4).map(|i| code(gate.run(|| b39_wire(i)))).collect();
     assert_eq!(B39.load(Ordering::SeqCst), 1, "{codes:?}");
+}
+
+counter!(B42);
+/// b42.
+#[tool(risk = "LOW_WRITE", domain = "b42", callable)]
+fn b42_hit(n: u64) -> Result<u64, Denied> {
+    B42.fetch_add(1, Ordering::SeqCst);
+    Ok(n)
+}
+
+/// A call by name through an unbudgeted gate, made while a budgeted gate is entered around it: the
+/// outer gate's budget still bounds it ("a gate entered inside this one still cannot run more than this
+/// one allows"), and so does a direct call in a nested scope of an async future.
+#[test]
+fn b42_by_name_through_an_inner_gate_inside_a_budgeted_one() {
+    let outer = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .budget(BudgetScope::tool("b42.*"), 1, HOUR)
+        .build()
+        .unwrap();
+    let free = Gate::builder().mode(Mode::FullAuto).build().unwrap();
+    let codes: Vec<String> = outer.run(|| {
+        (0..3)
+            .map(|i| {
+                match toolgate::registry()
+                    .call(&free, "b42.b42_hit", serde_json::json!({"n": i}))
+                    .now()
+                    .expect("ready")
+                {
+                    Ok(_) => "OK".to_owned(),
+                    Err(e) => e.code().to_owned(),
+                }
+            })
+            .collect()
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let nested: Vec<String> = rt.block_on(outer.scope(async {
+        let mut out = Vec::new();
+        for i in 0..3 {
+            out.push(code(
+                free.scope(async { b42_hit(10 + i) }).await.map(|_| ()),
+            ));
+        }
+        out
+    }));
+    assert!(
+        B42.load(Ordering::SeqCst) <= 1,
+        "{} calls ran past the outer gate's budget of 1: by name {codes:?}, nested {nested:?}",
+        B42.load(Ordering::SeqCst)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1646,6 +1700,10 @@ mod mcp {
 
     /// An oversized message whose params hold an `id` key before the top-level id (all within the
     /// first KiB): the error must go to the request's own id, not to the nested one.
+    ///
+    /// GOT THROUGH (at commit time): the error is sent under `"id": 99`, the key nested in `params`,
+    /// so request 8 is never answered (the client waits, as with rmcp's own reader), and a client
+    /// with a request 99 in flight would see that one fail instead.
     #[test]
     fn b29_oversized_message_nested_id_before_the_real_one() {
         let pad = pad();
@@ -1682,6 +1740,9 @@ mod mcp {
     }
 
     /// The id after whitespace and an escaped key (`"\u0069d"` is `"id"` to a JSON parser).
+    ///
+    /// GOT THROUGH (at commit time, an edge): answered by an error without an id, so request 11,
+    /// whose id is in the first KiB, is never answered.
     #[test]
     fn b32_oversized_message_escaped_id_key() {
         let pad = pad();
