@@ -300,13 +300,23 @@ fn audited_gate(url: &str, writer: &str, timeout: Duration) -> Gate {
         .unwrap()
 }
 
+/// A fleet with short timeouts, so that outages show quickly. Its first connection is retried: on a
+/// loaded machine it may take longer than the timeout, and no attack here is about connecting.
 fn member_fleet(url: &str, name: &str, grace_ms: u64) -> Fleet {
-    Fleet::builder()
-        .grace(Duration::from_millis(grace_ms))
-        .poll_interval(Duration::from_millis(50))
-        .timeout(Duration::from_millis(400))
-        .connect(url, name)
-        .expect("the fleet")
+    let connect = || {
+        Fleet::builder()
+            .grace(Duration::from_millis(grace_ms))
+            .poll_interval(Duration::from_millis(50))
+            .timeout(Duration::from_millis(400))
+            .connect(url, name)
+    };
+    for _ in 0..9 {
+        if let Ok(fleet) = connect() {
+            return fleet;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    connect().expect("the fleet")
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -554,7 +554,10 @@ fn a_store_that_panics_refuses_and_the_gate_still_works() {
         let before = READS.load(Ordering::SeqCst);
         let denied = gate.run(|| read(1)).unwrap_err();
         assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
-        assert!(denied.to_string().contains("the store panicked"), "{denied}");
+        assert!(
+            denied.to_string().contains("the store panicked"),
+            "{denied}"
+        );
         let refused = runtime().block_on(gate.scope(read_async(2)));
         assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
         assert_eq!(READS.load(Ordering::SeqCst), before);

@@ -3,9 +3,10 @@
 //!
 //! rmcp's line transport drops a line longer than its limit (16 MiB) and logs it, so the client waits
 //! for an answer that never comes. [`LimitedLines`] reads the lines first: a line over the limit is
-//! replaced, before rmcp sees it, by a small request of the method [`OVERSIZED_METHOD`] under the id
-//! found at the start of the dropped line, which the server answers with an `Invalid Request` error
-//! naming the limit. A dropped line whose start holds no id becomes `{}`, which rmcp answers with an
+//! replaced, before rmcp sees it, by a small request of the method [`OVERSIZED_METHOD`] under the
+//! dropped message's id (the `id` member of its top-level object, wherever it stands in the line; the
+//! rest of the line is scanned, not kept), which the server answers with an `Invalid Request` error
+//! naming the limit. A dropped line with no such id becomes `{}`, which rmcp answers with an
 //! `Invalid Request` error of no id.
 
 use std::collections::VecDeque;
@@ -22,8 +23,8 @@ pub const OVERSIZED_METHOD: &str = "toolgate/message_too_large";
 /// The default limit of one incoming message on stdio: 4 MiB.
 pub const DEFAULT_MAX_MESSAGE: usize = 4 * 1024 * 1024;
 
-/// How much of a dropped line's start is searched for its id.
-const ID_WINDOW: usize = 1024;
+/// The longest id (or key) the scan of a dropped line keeps; a longer one is not taken for an id.
+const TOKEN_LIMIT: usize = 256;
 
 /// A reader of newline-delimited JSON-RPC messages that replaces each line longer than its limit by a
 /// request the server answers with an error (see the module's documentation).
@@ -32,8 +33,8 @@ pub struct LimitedLines<R> {
     inner: R,
     max: usize,
     line: Vec<u8>,
-    /// The first bytes of a line over the limit, while the rest of it is skipped.
-    dropped: Option<Vec<u8>>,
+    /// The scan for the id of a line over the limit, while the rest of it is skipped.
+    dropped: Option<IdScan>,
     ready: VecDeque<u8>,
     eof: bool,
 }
@@ -43,7 +44,7 @@ impl<R> LimitedLines<R> {
     pub fn new(inner: R, max: usize) -> LimitedLines<R> {
         LimitedLines {
             inner,
-            max: max.max(ID_WINDOW),
+            max: max.max(1024),
             line: Vec::new(),
             dropped: None,
             ready: VecDeque::new(),
@@ -54,13 +55,13 @@ impl<R> LimitedLines<R> {
     fn take(&mut self, bytes: &[u8]) {
         for &byte in bytes {
             match (&mut self.dropped, byte) {
-                (Some(start), b'\n') => {
-                    let replacement = replacement(start, self.max);
+                (Some(scan), b'\n') => {
+                    let replacement = replacement(scan.id.as_deref(), self.max);
                     self.ready.extend(replacement.as_bytes());
                     self.ready.push_back(b'\n');
                     self.dropped = None;
                 }
-                (Some(_), _) => {}
+                (Some(scan), byte) => scan.push(byte),
                 (None, b'\n') => {
                     self.ready.extend(self.line.drain(..));
                     self.ready.push_back(b'\n');
@@ -68,8 +69,10 @@ impl<R> LimitedLines<R> {
                 (None, byte) => {
                     self.line.push(byte);
                     if self.line.len() > self.max {
-                        self.line.truncate(ID_WINDOW);
-                        self.dropped = Some(std::mem::take(&mut self.line));
+                        let mut scan = IdScan::default();
+                        self.line.drain(..).for_each(|byte| scan.push(byte));
+                        self.line.shrink_to(self.max.min(64 * 1024));
+                        self.dropped = Some(scan);
                     }
                 }
             }
@@ -77,9 +80,9 @@ impl<R> LimitedLines<R> {
     }
 }
 
-/// The line that stands for a dropped one: a request under its id, or `{}` when none is found.
-fn replacement(start: &[u8], max: usize) -> String {
-    match id_of(start) {
+/// The line that stands for a dropped one: a request under its id, or `{}` when it has none.
+fn replacement(id: Option<&str>, max: usize) -> String {
+    match id {
         Some(id) => format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"{OVERSIZED_METHOD}","params":{{"limit":{max}}}}}"#
         ),
@@ -87,22 +90,130 @@ fn replacement(start: &[u8], max: usize) -> String {
     }
 }
 
-/// The JSON-RPC id at the start of a message: the value of its first `"id"` key, a number or a string
-/// without escapes.
-fn id_of(start: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(start);
-    let at = text.find("\"id\"")?;
-    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    if let Some(string) = rest.strip_prefix('"') {
-        let end = string.find('"')?;
-        let id = &string[..end];
-        return (!id.contains('\\')).then(|| format!("\"{id}\""));
+/// Finds the `id` member of a top-level JSON object as its bytes stream by, wherever it stands: keys
+/// are compared decoded (`"\u0069d"` is `id`), members of nested values are skipped. Only a number or
+/// a string is an id, as JSON-RPC has them; the first `id` member decides.
+#[derive(Debug, Default)]
+struct IdScan {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// Whether the next string at depth 1 is a key (after `{` or `,`), not a value.
+    expect_key: bool,
+    /// The last key at depth 1 was `id`, and its value has not ended yet.
+    in_id: bool,
+    /// The string or scalar at depth 1 being read, while it may be a key or an id.
+    token: Vec<u8>,
+    overlong: bool,
+    id: Option<String>,
+    decided: bool,
+}
+
+impl IdScan {
+    fn push(&mut self, byte: u8) {
+        if self.decided {
+            return;
+        }
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if byte == b'\\' {
+                self.escaped = true;
+            } else if byte == b'"' {
+                self.in_string = false;
+            }
+            self.keep(byte);
+            if !self.in_string {
+                self.end_string();
+            }
+            return;
+        }
+        match byte {
+            b'"' => {
+                self.in_string = true;
+                self.start_token();
+                self.keep(byte);
+            }
+            b'{' | b'[' => {
+                if self.depth == 1 && self.in_id {
+                    // An object or an array is no id, and the first `id` member decides.
+                    self.decided = true;
+                }
+                self.depth += 1;
+                self.expect_key = byte == b'{' && self.depth == 1;
+            }
+            b'}' | b']' => {
+                self.end_scalar();
+                self.depth = self.depth.saturating_sub(1);
+                if self.depth == 0 {
+                    self.decided = true;
+                }
+            }
+            b':' if self.depth == 1 => self.expect_key = false,
+            b',' if self.depth == 1 => {
+                self.end_scalar();
+                self.expect_key = true;
+            }
+            b' ' | b'\t' | b'\r' => self.end_scalar(),
+            _ if self.depth == 1 && self.in_id => self.keep(byte),
+            _ => {}
+        }
     }
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-        .unwrap_or(rest.len());
-    let id = &rest[..end];
-    (!id.is_empty() && end < rest.len()).then(|| id.to_owned())
+
+    fn start_token(&mut self) {
+        self.token.clear();
+        self.overlong = false;
+    }
+
+    fn keep(&mut self, byte: u8) {
+        if self.depth != 1 {
+            return;
+        }
+        if self.token.len() < TOKEN_LIMIT {
+            self.token.push(byte);
+        } else {
+            self.overlong = true;
+        }
+    }
+
+    fn end_string(&mut self) {
+        if self.depth != 1 || self.overlong {
+            if self.depth == 1 && self.in_id {
+                self.decided = true;
+            }
+            return;
+        }
+        if self.expect_key {
+            self.in_id = serde_json::from_slice::<String>(&self.token).is_ok_and(|key| key == "id");
+        } else if self.in_id {
+            if serde_json::from_slice::<String>(&self.token).is_ok() {
+                self.id = String::from_utf8(self.token.clone()).ok();
+            }
+            self.decided = true;
+        }
+        self.token.clear();
+    }
+
+    fn end_scalar(&mut self) {
+        if self.depth != 1 || !self.in_id || self.in_string {
+            return;
+        }
+        if self.token.is_empty() {
+            return;
+        }
+        if !self.overlong && serde_json::from_slice::<serde_json::Number>(&self.token).is_ok() {
+            self.id = String::from_utf8(self.token.clone()).ok();
+        }
+        self.decided = true;
+    }
+}
+
+#[cfg(test)]
+fn id_of(line: &[u8]) -> Option<String> {
+    let mut scan = IdScan::default();
+    line.iter().for_each(|&byte| scan.push(byte));
+    scan.end_scalar();
+    scan.id
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for LimitedLines<R> {
@@ -200,7 +311,39 @@ mod tests {
         let input = format!("{{\"x\":\"{}\"}}\n", "y".repeat(5000));
         assert_eq!(through(input.as_bytes(), 2048), "{}\n");
         let cut = format!("{{\"id\":{}", "9".repeat(5000));
-        assert_eq!(id_of(&cut.as_bytes()[..ID_WINDOW]), None);
-        assert_eq!(id_of(br#"{"id":"a\"b"}"#), None);
+        assert_eq!(id_of(cut.as_bytes()), None);
+        assert_eq!(id_of(br#"{"id":{"a":1},"x":2}"#), None);
+        assert_eq!(id_of(br#"{"id":[1],"x":2}"#), None);
+        assert_eq!(id_of(br#"{"id":true}"#), None);
+        assert_eq!(id_of(br#"[{"id":1}]"#), None);
+    }
+
+    #[test]
+    fn the_id_is_the_top_level_member_wherever_it_stands() {
+        assert_eq!(id_of(br#"{"id":"a\"b"}"#).as_deref(), Some(r#""a\"b""#));
+        assert_eq!(
+            id_of(br#"{"jsonrpc":"2.0","method":"m","params":{"id":99,"name":"x"},"id":8}"#)
+                .as_deref(),
+            Some("8")
+        );
+        assert_eq!(
+            id_of(br#"{"note":"\"id\":98","id":7}"#).as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            id_of(br#"{ "jsonrpc" : "2.0" , "\u0069d" : 11 , "pad": 1}"#).as_deref(),
+            Some("11")
+        );
+        assert_eq!(id_of(br#"{"id":-3.5e2}"#).as_deref(), Some("-3.5e2"));
+        // After a padding far beyond any fixed window.
+        let long = "p".repeat(100_000);
+        let input = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{{\"a\":\"{long}\",\"id\":1}},\"id\":\"late\"}}\n"
+        );
+        let out = through(input.as_bytes(), 2048);
+        assert!(
+            out.starts_with(r#"{"jsonrpc":"2.0","id":"late","method""#),
+            "{out}"
+        );
     }
 }
