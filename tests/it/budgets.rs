@@ -381,7 +381,7 @@ fn a_budget_that_cannot_be_kept_fails_the_build() {
     ));
     assert!(matches!(
         errors[1],
-        BudgetError::Window(BudgetScope::Risk(Risk::ReadOnly), _)
+        BudgetError::Window(BudgetScope::RiskLevel(Risk::ReadOnly), _)
     ));
     assert!(matches!(errors[2], BudgetError::Pattern(_)));
     assert!(matches!(errors[3], BudgetError::Pattern(_)));
@@ -554,7 +554,10 @@ fn a_store_that_panics_refuses_and_the_gate_still_works() {
         let before = READS.load(Ordering::SeqCst);
         let denied = gate.run(|| read(1)).unwrap_err();
         assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
-        assert!(denied.to_string().contains("the store panicked"), "{denied}");
+        assert!(
+            denied.to_string().contains("the store panicked"),
+            "{denied}"
+        );
         let refused = runtime().block_on(gate.scope(read_async(2)));
         assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
         assert_eq!(READS.load(Ordering::SeqCst), before);
