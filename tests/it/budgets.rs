@@ -381,7 +381,7 @@ fn a_budget_that_cannot_be_kept_fails_the_build() {
     ));
     assert!(matches!(
         errors[1],
-        BudgetError::Window(BudgetScope::Risk(Risk::ReadOnly), _)
+        BudgetError::Window(BudgetScope::RiskLevel(Risk::ReadOnly), _)
     ));
     assert!(matches!(errors[2], BudgetError::Pattern(_)));
     assert!(matches!(errors[3], BudgetError::Pattern(_)));
@@ -563,4 +563,31 @@ fn a_store_that_panics_refuses_and_the_gate_still_works() {
         assert_eq!(READS.load(Ordering::SeqCst), before);
         gate.run(look).unwrap();
     }
+}
+
+/// A sink that cannot write: every allowed call is refused `AUDIT_UNAVAILABLE`.
+struct BrokenSink;
+
+impl toolgate::audit::AuditSink for BrokenSink {
+    fn record(&self, _: &toolgate::audit::AuditRecord) -> Result<(), toolgate::audit::AuditError> {
+        Err(toolgate::audit::AuditError::new("the audit disk is full"))
+    }
+}
+
+// The audit comes after the budget: a call refused for its record has passed its budget and keeps its
+// unit, as a rejected one does.
+#[test]
+fn a_call_refused_for_its_audit_record_keeps_its_unit() {
+    let _serial = serial();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(BrokenSink)
+        .budget(BudgetScope::tool("budget.read"), 2, HOUR)
+        .build()
+        .unwrap();
+    let before = READS.load(Ordering::SeqCst);
+    assert_eq!(code(gate.run(|| read(1))), DenialCode::AuditUnavailable);
+    assert_eq!(code(gate.run(|| read(2))), DenialCode::AuditUnavailable);
+    assert_eq!(code(gate.run(|| read(3))), DenialCode::BudgetExhausted);
+    assert_eq!(READS.load(Ordering::SeqCst), before);
 }

@@ -43,8 +43,9 @@ pub enum BudgetScope {
     /// The calls of the tools whose id matches: an id or a glob, as a deny rule (`users.*`, `*.delete`).
     /// Every matching tool draws on one budget.
     Tool(String),
-    /// The calls judged at exactly this risk (escalation included).
-    Risk(Risk),
+    /// The calls judged at exactly this risk (escalation included). Not named `Risk`: a second public
+    /// item of that name would make the compiler spell `toolgate::Risk` in full in users' errors.
+    RiskLevel(Risk),
     /// Every call of the gate's agent (its agent label).
     Agent,
 }
@@ -58,7 +59,7 @@ impl BudgetScope {
 
 impl From<Risk> for BudgetScope {
     fn from(risk: Risk) -> BudgetScope {
-        BudgetScope::Risk(risk)
+        BudgetScope::RiskLevel(risk)
     }
 }
 
@@ -66,7 +67,7 @@ impl fmt::Display for BudgetScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BudgetScope::Tool(pattern) => write!(f, "tool:{pattern}"),
-            BudgetScope::Risk(risk) => write!(f, "risk:{risk}"),
+            BudgetScope::RiskLevel(risk) => write!(f, "risk:{risk}"),
             BudgetScope::Agent => f.write_str("agent"),
         }
     }
@@ -351,7 +352,7 @@ impl Budgets {
                         continue;
                     }
                 },
-                BudgetScope::Risk(risk) => (None, Some(*risk), format!("{risk}")),
+                BudgetScope::RiskLevel(risk) => (None, Some(*risk), format!("{risk}")),
                 BudgetScope::Agent => (None, None, "any tool".to_owned()),
             };
             let window = window_text(spec.window);

@@ -1627,7 +1627,7 @@ mod tests {
             let plain = Gate::new(mode).unwrap();
             let budgeted = [
                 (BudgetScope::tool("scope_test.read_*"), "scope_test.read_"),
-                (BudgetScope::Risk(Risk::LowWrite), "scope_test.low_"),
+                (BudgetScope::RiskLevel(Risk::LowWrite), "scope_test.low_"),
                 (BudgetScope::Agent, "scope_test."),
             ];
             for (scope, covered) in budgeted {
