@@ -212,7 +212,8 @@ pub use toolgate_runtime::policy;
 /// The gate: building one, entering it around calls, lowering its mode, and its refusals.
 pub mod gate {
     pub use toolgate_runtime::{
-        Denied, DenyRuleError, Gate, GateBuilder, GateError, RaiseRefused, Scoped,
+        Denied, DenyRuleError, Gate, GateBuilder, GateError, RaiseRefused, Scoped, Taint,
+        TaintPolicy,
     };
 }
 
@@ -224,6 +225,7 @@ pub mod approval {
     };
     pub use toolgate_runtime::{
         AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,
+        Taint,
     };
 }
 

@@ -39,11 +39,14 @@ pub enum DenialCode {
     /// it that waits for an operator; the refusal carries the request's token. Once it is approved, the
     /// same call with the same arguments runs once.
     ApprovalPending,
+    /// `TAINTED_SESSION`: a tool whose output is untrusted ran earlier in the gate's session, and the
+    /// gate refuses every call that writes from then on (`TaintPolicy::Refuse`).
+    TaintedSession,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 13] = [
+    pub const ALL: [DenialCode; 14] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -57,6 +60,7 @@ impl DenialCode {
         DenialCode::ApprovalReused,
         DenialCode::ApprovalStoreUnavailable,
         DenialCode::ApprovalPending,
+        DenialCode::TaintedSession,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -75,6 +79,7 @@ impl DenialCode {
             DenialCode::ApprovalReused => "APPROVAL_REUSED",
             DenialCode::ApprovalStoreUnavailable => "APPROVAL_STORE_UNAVAILABLE",
             DenialCode::ApprovalPending => "APPROVAL_PENDING",
+            DenialCode::TaintedSession => "TAINTED_SESSION",
         }
     }
 }

@@ -945,6 +945,7 @@ fn denial_codes_have_their_stable_names() {
             "APPROVAL_STORE_UNAVAILABLE",
         ),
         (DenialCode::ApprovalPending, "APPROVAL_PENDING"),
+        (DenialCode::TaintedSession, "TAINTED_SESSION"),
     ];
     assert_eq!(
         names.len(),

@@ -37,3 +37,4 @@ mod return_types;
 mod rig;
 mod stateful;
 mod strict;
+mod taint;

@@ -32,7 +32,7 @@ impl Gate {
         let mode = inner.mode.load(Ordering::Acquire) & 3;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         match inner.allowed_outright.get(slot) {
-            Some(bits) if bits >> mode & 1 == 1 => true,
+            Some(bits) if bits.load(Ordering::Relaxed) >> mode & 1 == 1 => true,
             Some(_) => {
                 matches!(inner.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
                     && self.granted_outright(slot, mode)
@@ -47,7 +47,7 @@ impl Gate {
     #[inline(never)]
     fn granted_outright(&self, slot: usize, mode: u8) -> bool {
         let inner = &*self.inner;
-        let needs_approval = matches!(inner.verdicts.get(slot), Some(row) if row[mode as usize] == Verdict::NeedsApproval);
+        let needs_approval = matches!(self.verdict_table().get(slot), Some(row) if row[mode as usize] == Verdict::NeedsApproval);
         let Some(until) = inner.granted_until.get(slot) else {
             return false;
         };
@@ -59,7 +59,7 @@ impl Gate {
         let inner = &*self.inner;
         let mode = Mode::from_index(inner.mode.load(Ordering::Acquire));
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let verdict = match inner.verdicts.get(slot) {
+        let verdict = match self.verdict_table().get(slot) {
             Some(row) => row[mode as usize],
             None => Verdict::Refuse(DenialCode::UnregisteredTool),
         };
@@ -96,7 +96,7 @@ impl Gate {
         let manifest = &entry.manifest;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         if risk.get() == manifest.risk_level {
-            return match self.inner.verdicts.get(slot) {
+            return match self.verdict_table().get(slot) {
                 Some(row) => row[mode as usize],
                 None => Verdict::Refuse(DenialCode::UnregisteredTool),
             };
@@ -104,13 +104,18 @@ impl Gate {
         let Some(rule) = self.inner.deny_rule_of.get(slot) else {
             return Verdict::Refuse(DenialCode::UnregisteredTool);
         };
-        policy::decide(Facts {
+        let facts = Facts {
             risk: risk.get(),
             allowed_modes: manifest.allowed_modes,
             mode,
             deny_listed: rule.is_some(),
             can_approve: self.inner.approver.is_some() || self.inner.store.is_some(),
-        })
+        };
+        if self.tainted() {
+            policy::decide_tainted(facts, self.inner.taint_policy)
+        } else {
+            policy::decide(facts)
+        }
     }
 
     /// The last word before a body runs: the gate's mode now, against a call it decided in `decided`.
@@ -150,7 +155,10 @@ impl Gate {
     ) -> Step {
         match self.verdict_at(entry, risk) {
             (mode, Verdict::Allow) => Step::Done(Ok(Allowed::by_policy(mode))),
-            (mode, Verdict::Refuse(code)) => Step::Done(Err(self.refusal(entry, mode, code))),
+            (mode, Verdict::Refuse(code)) => {
+                let denied = self.refusal(entry, mode, code);
+                Step::Done(Err(self.with_taint(denied, risk.get())))
+            }
             (mode, Verdict::NeedsApproval) => self.approval(entry, mode, risk, arguments, waits),
         }
     }
@@ -198,6 +206,7 @@ impl Gate {
                     arguments: written.map(|a| a.json.as_str()),
                     arguments_digest: written.and_then(Arguments::shown_digest),
                     principal: self.principal(),
+                    taint: self.taint_of(risk.get()),
                 };
                 // An approver that panics, in its answer or its name, has rejected.
                 let answered = catch_unwind(AssertUnwindSafe(|| {
@@ -268,6 +277,7 @@ impl Gate {
                     arguments: json.as_deref(),
                     arguments_digest: digest.as_deref(),
                     principal: self.principal(),
+                    taint: self.taint_of(risk.get()),
                 };
                 // Panics while making the future, polling it or naming the approver are all its
                 // rejection.
@@ -585,6 +595,10 @@ impl Gate {
             decision: Some(decision),
             declared_risk: Some(manifest.risk_level),
             effective_risk: Some(risk.get()),
+            // An approval the latch asked for says so.
+            message: (decision != Decision::Allowed)
+                .then(|| self.taint_of(risk.get()).map(ToString::to_string))
+                .flatten(),
             ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
         };
         let exit = crate::gate::permit::Exit {
@@ -836,7 +850,13 @@ fn lone_refusal(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Option<(M
             match (explicit, stack.as_slice()) {
                 (None, [gate]) | (Some(gate), []) if !gate.audits() => {
                     match gate.table_verdict(entry) {
-                        (_, Verdict::Refuse(DenialCode::DenyListed)) => None,
+                        (
+                            _,
+                            Verdict::Refuse(DenialCode::DenyListed | DenialCode::TaintedSession),
+                        ) => None,
+                        (_, Verdict::Refuse(DenialCode::ApprovalRequired)) if gate.tainted() => {
+                            None
+                        }
                         (mode, Verdict::Refuse(code)) => Some((mode, code)),
                         _ => None,
                     }
@@ -1062,6 +1082,11 @@ fn entered<A: ArgumentSource>(
         let denied = changed(entry, risk, allowed);
         let exits = permit.take_exits();
         return Err(abandon(entry, gates, exits, denied, arguments));
+    }
+    if entry.manifest.untrusted_output {
+        for gate in gates {
+            gate.close_latch(entry);
+        }
     }
     Ok(permit)
 }
@@ -1559,6 +1584,7 @@ fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), D
             };
             let mut arguments = LazyArguments::new(&call);
             let denied = gate.refusal(entry, mode, code);
+            let denied = gate.with_taint(denied, entry.manifest.risk_level);
             gate.record_refusal(entry, &denied, &mut arguments);
             return Err(abandon(
                 entry,

@@ -11,6 +11,7 @@ pub(crate) mod denied;
 pub(crate) mod denylist;
 pub(crate) mod grants;
 pub(crate) mod permit;
+pub(crate) mod taint;
 pub(crate) mod wait;
 
 use std::borrow::Cow;
@@ -18,16 +19,16 @@ use std::fmt;
 #[cfg(feature = "postgres")]
 use std::sync::Weak;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL, MemoryStore};
-use crate::approval::{AnyApprover, Approver, AsyncApprover};
+use crate::approval::{AnyApprover, Approver, AsyncApprover, Taint};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::policy::Mode;
-use crate::policy::{self, Facts, Verdict};
+use crate::policy::{self, Facts, TaintPolicy, Verdict};
 use crate::registry::ToolManifest;
 use crate::registry::{RegistryError, registry};
 
@@ -60,8 +61,15 @@ pub(super) struct Inner {
     modes: Mutex<ModeParts>,
     /// Per registry slot, the verdict in each mode (indexed by `Mode as usize`).
     pub(super) verdicts: Box<[[Verdict; 4]]>,
+    /// [`Inner::verdicts`] once the session is tainted ([`policy::decide_tainted`]).
+    pub(super) tainted_verdicts: Box<[[Verdict; 4]]>,
     /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write.
-    pub(super) allowed_outright: Box<[u8]>,
+    /// A tool with untrusted output has none until the latch is closed, since its call must close it;
+    /// closing the latch rewrites every slot from `tainted_verdicts`.
+    pub(super) allowed_outright: Box<[AtomicU8]>,
+    pub(super) taint_policy: TaintPolicy,
+    /// What closed the taint latch; empty while the session is clean. Set once.
+    pub(super) taint: OnceLock<Taint>,
     /// Per registry slot, the index of the first deny rule matching the tool.
     pub(super) deny_rule_of: Box<[Option<u32>]>,
     pub(super) deny_rules: Box<[Arc<str>]>,
@@ -108,6 +116,7 @@ impl Gate {
             audit: None,
             agent: None,
             principal: None,
+            taint_policy: TaintPolicy::default(),
         }
     }
 
@@ -423,6 +432,7 @@ impl fmt::Debug for Gate {
             .field("audit", &self.inner.audit.is_some())
             .field("agent", &self.inner.agent)
             .field("principal", &self.inner.principal)
+            .field("taint", &self.inner.taint.get())
             .finish()
     }
 }
@@ -437,6 +447,7 @@ pub struct GateBuilder {
     audit: Option<Arc<dyn AuditSink>>,
     agent: Option<Arc<str>>,
     principal: Option<Arc<str>>,
+    taint_policy: TaintPolicy,
 }
 
 impl GateBuilder {
@@ -527,6 +538,15 @@ impl GateBuilder {
         self
     }
 
+    /// What the gate does with a call that writes once a tool with untrusted output
+    /// (`#[tool(untrusted_output)]`) has run in its session: ask for an approval
+    /// ([`TaintPolicy::RequireApproval`], the default) or refuse it with `TAINTED_SESSION`
+    /// ([`TaintPolicy::Refuse`]). See [`Gate::taint`].
+    pub fn taint_policy(mut self, policy: TaintPolicy) -> Self {
+        self.taint_policy = policy;
+        self
+    }
+
     /// Builds the gate and works out every tool's verdict in every mode.
     ///
     /// Fails when linked tools share an id, or when a deny rule is not valid or matches no linked tool.
@@ -585,11 +605,30 @@ impl GateBuilder {
             })
             .collect();
         let verdicts: Box<[[Verdict; 4]]> = verdicts;
+        let tainted_verdicts = registry
+            .entries
+            .iter()
+            .zip(&deny_rule_of)
+            .map(|(entry, rule)| {
+                Mode::ALL.map(|mode| {
+                    let manifest = &entry.manifest;
+                    let facts = Facts {
+                        risk: manifest.risk_level,
+                        allowed_modes: manifest.allowed_modes,
+                        mode,
+                        deny_listed: rule.is_some(),
+                        can_approve,
+                    };
+                    policy::decide_tainted(facts, self.taint_policy)
+                })
+            })
+            .collect();
         let allowed_outright = verdicts
             .iter()
-            .map(|row| {
-                let outright = |mode: usize| row[mode] == Verdict::Allow && self.audit.is_none();
-                (0..4).fold(0u8, |bits, mode| bits | u8::from(outright(mode)) << mode)
+            .zip(registry.entries.iter())
+            .map(|(row, entry)| {
+                let latches = entry.manifest.untrusted_output;
+                AtomicU8::new(outright_bits(row, self.audit.is_some() || latches))
             })
             .collect();
         Ok(Gate {
@@ -602,7 +641,10 @@ impl GateBuilder {
                     partitioned: false,
                 }),
                 verdicts,
+                tainted_verdicts,
                 allowed_outright,
+                taint_policy: self.taint_policy,
+                taint: OnceLock::new(),
                 deny_rule_of,
                 deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
                 approver: self.approver,
@@ -619,6 +661,12 @@ impl GateBuilder {
             }),
         })
     }
+}
+
+/// Bit `mode` set where `row` allows the call outright: allowed, and nothing to do beside running it.
+pub(super) fn outright_bits(row: &[Verdict; 4], keeps_records: bool) -> u8 {
+    let outright = |mode: usize| row[mode] == Verdict::Allow && !keeps_records;
+    (0..4).fold(0u8, |bits, mode| bits | u8::from(outright(mode)) << mode)
 }
 
 /// What a gate's mode is made of.
@@ -685,6 +733,7 @@ impl fmt::Debug for GateBuilder {
             .field("audit", &self.audit.is_some())
             .field("agent", &self.agent)
             .field("principal", &self.principal)
+            .field("taint_policy", &self.taint_policy)
             .finish()
     }
 }
