@@ -29,10 +29,11 @@ impl Gate {
     #[inline]
     pub(crate) fn allows_unaudited(&self, entry: &'static ToolEntry) -> bool {
         let inner = &*self.inner;
-        let mode = inner.mode.load(Ordering::Acquire) & 3;
+        // The mode, and whether the session is tainted: the bit of the table in force.
+        let mode = inner.mode.load(Ordering::Acquire) & 7;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         match inner.allowed_outright.get(slot) {
-            Some(bits) if bits.load(Ordering::Relaxed) >> mode & 1 == 1 => true,
+            Some(bits) if bits >> mode & 1 == 1 => true,
             Some(_) => {
                 matches!(inner.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
                     && self.granted_outright(slot, mode)
@@ -41,13 +42,13 @@ impl Gate {
         }
     }
 
-    /// Whether a live grant of the whole tool lets a call that needs an approval in `mode` run
-    /// outright (a gate that keeps no record only; see `Inner::granted_until`).
+    /// Whether a live grant of the whole tool lets a call that needs an approval in `mode` (with the
+    /// taint bit) run outright (a gate that keeps no record only; see `Inner::granted_until`).
     #[cold]
     #[inline(never)]
     fn granted_outright(&self, slot: usize, mode: u8) -> bool {
         let inner = &*self.inner;
-        let needs_approval = matches!(self.verdict_table().get(slot), Some(row) if row[mode as usize] == Verdict::NeedsApproval);
+        let needs_approval = matches!(inner.verdicts.get(slot), Some(row) if row[usize::from(mode & 7)] == Verdict::NeedsApproval);
         let Some(until) = inner.granted_until.get(slot) else {
             return false;
         };
@@ -57,13 +58,14 @@ impl Gate {
     #[inline]
     pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
         let inner = &*self.inner;
-        let mode = Mode::from_index(inner.mode.load(Ordering::Acquire));
+        // The mode, with the taint bit: the column of the session as it stands.
+        let raw = inner.mode.load(Ordering::Acquire) & 7;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let verdict = match self.verdict_table().get(slot) {
-            Some(row) => row[mode as usize],
+        let verdict = match inner.verdicts.get(slot) {
+            Some(row) => row[usize::from(raw)],
             None => Verdict::Refuse(DenialCode::UnregisteredTool),
         };
-        (mode, verdict)
+        (Mode::from_index(raw), verdict)
     }
 
     #[cold]
@@ -96,8 +98,9 @@ impl Gate {
         let manifest = &entry.manifest;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         if risk.get() == manifest.risk_level {
-            return match self.verdict_table().get(slot) {
-                Some(row) => row[mode as usize],
+            let column = mode as usize + if self.tainted() { 4 } else { 0 };
+            return match self.inner.verdicts.get(slot) {
+                Some(row) => row[column],
                 None => Verdict::Refuse(DenialCode::UnregisteredTool),
             };
         }
@@ -849,15 +852,21 @@ fn lone_refusal(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Option<(M
             let stack = stack.try_borrow().ok()?;
             match (explicit, stack.as_slice()) {
                 (None, [gate]) | (Some(gate), []) if !gate.audits() => {
+                    // A deny rule is told its rule, and the latch its cause: on the full path.
                     match gate.table_verdict(entry) {
                         (
-                            _,
-                            Verdict::Refuse(DenialCode::DenyListed | DenialCode::TaintedSession),
-                        ) => None,
-                        (_, Verdict::Refuse(DenialCode::ApprovalRequired)) if gate.tainted() => {
-                            None
+                            mode,
+                            Verdict::Refuse(
+                                code @ (DenialCode::ModeNotAllowed
+                                | DenialCode::AboveCeiling
+                                | DenialCode::UnregisteredTool),
+                            ),
+                        ) => Some((mode, code)),
+                        (mode, Verdict::Refuse(DenialCode::ApprovalRequired))
+                            if !gate.tainted() =>
+                        {
+                            Some((mode, DenialCode::ApprovalRequired))
                         }
-                        (mode, Verdict::Refuse(code)) => Some((mode, code)),
                         _ => None,
                     }
                 }

@@ -55,18 +55,18 @@ pub struct Gate {
 
 pub(super) struct Inner {
     pub(super) id: u64,
-    /// The mode every decision reads: [`ModeParts::effective`], stored by whoever changes a part, under
-    /// `modes`' lock.
+    /// The mode every decision reads: [`ModeParts::effective`] in bits 0-1, and [`TAINTED`] once the
+    /// session is tainted, stored by whoever changes a part, under `modes`' lock.
     pub(super) mode: AtomicU8,
     modes: Mutex<ModeParts>,
     /// Per registry slot, the verdict in each mode (indexed by `Mode as usize`).
-    pub(super) verdicts: Box<[[Verdict; 4]]>,
-    /// [`Inner::verdicts`] once the session is tainted ([`policy::decide_tainted`]).
-    pub(super) tainted_verdicts: Box<[[Verdict; 4]]>,
-    /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write.
-    /// A tool with untrusted output has none until the latch is closed, since its call must close it;
-    /// closing the latch rewrites every slot from `tainted_verdicts`.
-    pub(super) allowed_outright: Box<[AtomicU8]>,
+    /// Then, at `TAINTED | mode`, the verdict once the session is tainted ([`policy::decide_tainted`]):
+    /// the mode's atomic, with its taint bit, indexes the row.
+    pub(super) verdicts: Box<[[Verdict; 8]]>,
+    /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write;
+    /// bits 4-7 say the same of a tainted session, so that the inlined check reads `mode | TAINTED`'s
+    /// bit. A tool with untrusted output has none of bits 0-3, since its call must close the latch.
+    pub(super) allowed_outright: Box<[u8]>,
     pub(super) taint_policy: TaintPolicy,
     /// What closed the taint latch; empty while the session is clean. Set once.
     pub(super) taint: OnceLock<Taint>,
@@ -180,9 +180,10 @@ impl Gate {
     }
 
     fn store_mode(&self, parts: &ModeParts) {
+        let tainted = if parts.tainted { TAINTED } else { 0 };
         self.inner
             .mode
-            .store(parts.effective() as u8, Ordering::Release);
+            .store(parts.effective() as u8 | tainted, Ordering::Release);
     }
 
     #[cfg(feature = "postgres")]
@@ -369,8 +370,9 @@ impl Gate {
         self.inner.principal.as_deref()
     }
 
-    /// What this gate would decide for the tool with `manifest`'s id in the current mode, before any
-    /// approver is asked; `None` when no such tool is linked.
+    /// What this gate would decide for the tool with `manifest`'s id in the current mode and session
+    /// (a tainted session's verdict once the latch is closed), before any approver is asked; `None`
+    /// when no such tool is linked.
     pub fn verdict(&self, manifest: &ToolManifest) -> Option<Verdict> {
         let entry = registry().entry(manifest.id)?;
         Some(self.table_verdict(entry).1)
@@ -587,50 +589,30 @@ impl GateBuilder {
                 u32::try_from(position).ok()
             })
             .collect();
-        let verdicts = registry
-            .entries
-            .iter()
-            .zip(&deny_rule_of)
-            .map(|(entry, rule)| {
-                Mode::ALL.map(|mode| {
-                    let manifest = &entry.manifest;
-                    policy::decide(Facts {
-                        risk: manifest.risk_level,
-                        allowed_modes: manifest.allowed_modes,
-                        mode,
-                        deny_listed: rule.is_some(),
-                        can_approve,
-                    })
-                })
-            })
-            .collect();
-        let verdicts: Box<[[Verdict; 4]]> = verdicts;
-        let tainted_verdicts = registry
-            .entries
-            .iter()
-            .zip(&deny_rule_of)
-            .map(|(entry, rule)| {
-                Mode::ALL.map(|mode| {
-                    let manifest = &entry.manifest;
-                    let facts = Facts {
-                        risk: manifest.risk_level,
-                        allowed_modes: manifest.allowed_modes,
-                        mode,
-                        deny_listed: rule.is_some(),
-                        can_approve,
-                    };
-                    policy::decide_tainted(facts, self.taint_policy)
-                })
-            })
-            .collect();
-        let allowed_outright = verdicts
-            .iter()
-            .zip(registry.entries.iter())
-            .map(|(row, entry)| {
-                let latches = entry.manifest.untrusted_output;
-                AtomicU8::new(outright_bits(row, self.audit.is_some() || latches))
-            })
-            .collect();
+        let keeps_records = self.audit.is_some();
+        let mut allowed_outright = Vec::with_capacity(registry.entries.len());
+        let mut verdicts = Vec::with_capacity(registry.entries.len());
+        for (entry, rule) in registry.entries.iter().zip(&deny_rule_of) {
+            let manifest = &entry.manifest;
+            let facts = |mode| Facts {
+                risk: manifest.risk_level,
+                allowed_modes: manifest.allowed_modes,
+                mode,
+                deny_listed: rule.is_some(),
+                can_approve,
+            };
+            let clean = Mode::ALL.map(|mode| policy::decide(facts(mode)));
+            let tainted =
+                Mode::ALL.map(|mode| policy::decide_tainted(facts(mode), self.taint_policy));
+            allowed_outright.push(
+                outright_bits(&clean, keeps_records || manifest.untrusted_output)
+                    | outright_bits(&tainted, keeps_records) << TAINTED,
+            );
+            let mut row = [Verdict::Allow; 8];
+            row[..4].copy_from_slice(&clean);
+            row[4..].copy_from_slice(&tainted);
+            verdicts.push(row);
+        }
         Ok(Gate {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -639,10 +621,10 @@ impl GateBuilder {
                     own: self.mode,
                     fleet: Mode::FullAuto,
                     partitioned: false,
+                    tainted: false,
                 }),
-                verdicts,
-                tainted_verdicts,
-                allowed_outright,
+                verdicts: verdicts.into(),
+                allowed_outright: allowed_outright.into(),
                 taint_policy: self.taint_policy,
                 taint: OnceLock::new(),
                 deny_rule_of,
@@ -663,6 +645,10 @@ impl GateBuilder {
     }
 }
 
+/// The bit of [`Inner::mode`] set once the session is tainted; as a shift, where the tainted session's
+/// bits of [`Inner::allowed_outright`] start.
+pub(super) const TAINTED: u8 = 4;
+
 /// Bit `mode` set where `row` allows the call outright: allowed, and nothing to do beside running it.
 pub(super) fn outright_bits(row: &[Verdict; 4], keeps_records: bool) -> u8 {
     let outright = |mode: usize| row[mode] == Verdict::Allow && !keeps_records;
@@ -678,6 +664,8 @@ struct ModeParts {
     fleet: Mode,
     /// Cut off from its fleet for longer than the grace period.
     partitioned: bool,
+    /// The taint latch is closed: see [`Gate::taint`].
+    tainted: bool,
 }
 
 impl ModeParts {

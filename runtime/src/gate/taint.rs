@@ -2,10 +2,11 @@
 //! that writes needs an approval or is refused, through the gate and its clones, for the rest of the
 //! session. The session is the gate: a new gate starts clean.
 //!
-//! A clean gate decides from [`Inner::verdicts`](super::Inner), a tainted one from `tainted_verdicts`
-//! ([`policy::decide_tainted`]). The inlined check reads neither: closing the latch rewrites its bits
-//! from the tainted table, so a tainted session costs an allowed call nothing more, and a tool with
-//! untrusted output keeps off that check until the latch is closed, since its own call closes it.
+//! Each row of the gate's table holds a clean session's verdicts and a tainted one's
+//! ([`policy::decide_tainted`]); closing the latch sets a bit beside the mode, in the one atomic every
+//! decision reads already, and that bit selects the tainted session's column (and, in the inlined
+//! check, its bits): a tainted session costs a call nothing more. A tool with untrusted output keeps
+//! off that check until the latch is closed, since its own call closes it.
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
@@ -14,8 +15,8 @@ use crate::approval::Taint;
 use crate::audit::time::now_rfc3339;
 use crate::audit::{AuditRecord, Stage};
 use crate::gate::denied::Denied;
-use crate::gate::{Gate, grants, outright_bits};
-use crate::policy::{self, DenialCode, Risk, TaintPolicy, Verdict};
+use crate::gate::{Gate, TAINTED, grants};
+use crate::policy::{self, DenialCode, Risk, TaintPolicy};
 use crate::registry::ToolEntry;
 
 impl Gate {
@@ -34,17 +35,7 @@ impl Gate {
     }
 
     pub(crate) fn tainted(&self) -> bool {
-        self.inner.taint.get().is_some()
-    }
-
-    /// Each tool's verdict in each mode, as the session stands.
-    #[inline]
-    pub(crate) fn verdict_table(&self) -> &[[Verdict; 4]] {
-        if self.tainted() {
-            &self.inner.tainted_verdicts
-        } else {
-            &self.inner.verdicts
-        }
+        self.inner.mode.load(Ordering::Acquire) & TAINTED != 0
     }
 
     /// What tainted the session, where the latch holds a call at `risk`.
@@ -76,21 +67,25 @@ impl Gate {
             return;
         }
         let inner = &*self.inner;
-        // The inlined check's copy first, by whoever gets here: a call that finds the latch closed,
-        // after `taint` is set below, finds these bits rewritten too.
-        let keeps_records = inner.audit.is_some();
-        for (bits, row) in inner.allowed_outright.iter().zip(&inner.tainted_verdicts) {
-            bits.store(outright_bits(row, keeps_records), Ordering::Release);
+        let won = inner
+            .taint
+            .set(Taint {
+                tool: entry.manifest.id,
+                at: now_rfc3339(),
+            })
+            .is_ok();
+        // By every call that gets here, winner or not: a call that finds the bit set finds the taint
+        // that the winner set before it.
+        {
+            let mut parts = self.modes();
+            parts.tainted = true;
+            self.store_mode(&parts);
         }
         // Grants were given for calls decided before the agent read untrusted input.
         for until in &inner.granted_until {
             until.store(0, Ordering::Release);
         }
-        let taint = Taint {
-            tool: entry.manifest.id,
-            at: now_rfc3339(),
-        };
-        if inner.taint.set(taint).is_err() {
+        if !won {
             return;
         }
         let revoked = grants::lock(&inner.grants).revoke(None);
