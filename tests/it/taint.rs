@@ -284,6 +284,42 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
 }
 
 #[test]
+fn a_gate_lowered_while_the_approver_of_a_tainted_write_thinks_refuses_it_naming_the_cause() {
+    let _serial = serial();
+    let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver({
+            let slot = slot.clone();
+            move |_: &ApprovalRequest<'_>| {
+                if let Some(gate) = slot.lock().unwrap().as_ref() {
+                    gate.lower(Mode::PartialAuto).unwrap();
+                }
+                Approval::Approve
+            }
+        })
+        .build()
+        .unwrap();
+    *slot.lock().unwrap() = Some(gate.clone());
+    gate.run(|| read_web("https://example.com".into())).unwrap();
+    let before = posts();
+    // Approved in FULL_AUTO; the re-check before the body finds PARTIAL_AUTO, where the tainted write
+    // still needs an approval: it does not run at the old mode.
+    let denied = gate.run(|| post("late".into())).unwrap_err();
+    assert_eq!(denied.code(), DenialCode::ApprovalRequired);
+    assert_eq!(denied.mode(), Some(Mode::PartialAuto));
+    assert!(
+        denied
+            .message()
+            .contains("the session is tainted: `taint.read_web`"),
+        "{}",
+        denied.message()
+    );
+    assert_eq!(posts(), before);
+    slot.lock().unwrap().take();
+}
+
+#[test]
 fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
     let _serial = serial();
     let gate = Gate::builder()

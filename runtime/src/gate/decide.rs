@@ -142,7 +142,8 @@ impl Gate {
             Verdict::Refuse(code) => code,
             Verdict::NeedsApproval => DenialCode::ApprovalRequired,
         };
-        Err(self.refusal(entry, now, code).with_risk(risk.get()))
+        let denied = self.refusal(entry, now, code);
+        Err(self.with_taint(denied, risk.get()).with_risk(risk.get()))
     }
 
     /// Decides one call in full against this gate, up to what it must wait for: policy, a session
