@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use serde_json::json;
+use toolgate::approval::store::{
+    Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
+};
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::policy::{self, Facts, ModeSet, TaintPolicy, Verdict};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool};
@@ -281,6 +284,64 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
         gate.run(|| post("reply".into())).unwrap_err().code(),
         DenialCode::ApprovalReused
     );
+}
+
+/// A store that keeps the calls it is handed and files each as pending.
+#[derive(Default)]
+struct Keeping(Mutex<Vec<ApprovalCall>>);
+
+impl ApprovalStore for Keeping {
+    fn consume<'a>(
+        &'a self,
+        call: &'a ApprovalCall,
+    ) -> StoreFuture<'a, Result<Consumed, StoreError>> {
+        self.0.lock().unwrap().push(call.clone());
+        Box::pin(std::future::ready(Ok(Consumed::Pending {
+            code: DenialCode::ApprovalPending,
+            token: Some("tok".to_owned()),
+        })))
+    }
+
+    fn answer<'a>(
+        &'a self,
+        _token: &'a str,
+        _answer: Answer,
+    ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
+        Box::pin(std::future::ready(Err(ApproveError::UnknownToken)))
+    }
+}
+
+#[test]
+fn an_approval_store_is_handed_what_tainted_the_session_with_the_call() {
+    let _serial = serial();
+    let store = Arc::new(Keeping::default());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approval_store_shared(store.clone())
+        .build()
+        .unwrap();
+    assert_eq!(
+        gate.run(|| delete(9)).unwrap_err().code(),
+        DenialCode::ApprovalPending
+    );
+    gate.run(|| read_web("https://example.com".into())).unwrap();
+    assert_eq!(
+        gate.run(|| post("x".into())).unwrap_err().code(),
+        DenialCode::ApprovalPending
+    );
+    let calls = store.0.lock().unwrap();
+    let seen: Vec<(&str, Option<&str>)> = calls
+        .iter()
+        .map(|c| (c.binding.tool.as_str(), c.taint.as_ref().map(|t| t.tool)))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("taint.delete", None),
+            ("taint.post", Some("taint.read_web"))
+        ]
+    );
+    assert_eq!(calls[1].taint, gate.taint());
 }
 
 #[test]

@@ -243,12 +243,13 @@ impl Gate {
             binding: Binding::new(manifest.id, digest, shown, risk.get()),
             agent: self.inner.agent.as_deref().map(str::to_owned),
             principal: self.principal().map(str::to_owned),
+            taint: self.taint_of(risk.get()).cloned(),
             mode,
             manifest: serde_json::to_string(manifest).unwrap_or_default(),
             arguments: arguments.get().map(|a| a.json.clone()),
         };
         match waits {
-            Waits::Async => Step::Ask(mode, Ask::Store(call)),
+            Waits::Async => Step::Ask(mode, Ask::Store(Box::new(call))),
             Waits::Blocking => {
                 let consumed = catch_unwind(AssertUnwindSafe(|| block_on(store.consume(&call))))
                     .unwrap_or_else(|_| Err(store_panicked()));
@@ -675,7 +676,7 @@ enum Ask {
     /// The gate's async approver.
     Approver,
     /// The gate's store, about this call.
-    Store(ApprovalCall),
+    Store(Box<ApprovalCall>),
 }
 
 /// A call's arguments as a decision reads them: borrowed from the call and written at the first need
