@@ -63,11 +63,14 @@
 //! 1. the gate's **deny list** (`DENY_LISTED`), in every mode; no approval lifts it;
 //! 2. the tool's **allowed modes** (`MODE_NOT_ALLOWED`);
 //! 3. the mode's **ceiling** (`ABOVE_CEILING`);
-//! 4. an **approval** where the risk needs one: a live session grant, else the gate's approver (sync
+//! 4. the **taint latch**: once a tool declared `untrusted_output` has run in the gate's session, a call
+//!    that writes needs an approval, or is refused `TAINTED_SESSION`
+//!    ([`GateBuilder::taint_policy`], [`policy::decide_tainted`]);
+//! 5. an **approval** where the risk (or the latch) needs one: a live session grant, else the gate's approver (sync
 //!    [`Approver`] or async), else the two-step store (`APPROVAL_REQUIRED` with nothing to ask,
 //!    `APPROVAL_PENDING` with the token of the request the store filed for an operator,
 //!    `APPROVAL_REJECTED` when it says no or panics, `APPROVAL_STORE_UNAVAILABLE` when the store fails);
-//! 5. then the body runs.
+//! 6. then the body runs.
 //!
 //! A call with no gate at all is refused with `NO_GATE`. Every refusal is a [`Denied`], with a stable
 //! [`code`](Denied::code) and a message that names the tool, its risk, the mode and what would be needed.
@@ -214,7 +217,7 @@ pub use toolgate_runtime::policy;
 pub mod gate {
     pub use toolgate_runtime::{
         BudgetScope, Denied, DenyRuleError, Gate, GateBuilder, GateError, RaiseRefused, Scoped,
-        budget,
+        Taint, TaintPolicy, budget,
     };
 }
 
@@ -226,6 +229,7 @@ pub mod approval {
     };
     pub use toolgate_runtime::{
         AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,
+        Taint,
     };
 }
 

@@ -1847,10 +1847,10 @@ mod mcp {
         for line in text.lines() {
             let line = line.trim();
             let candidate = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
-            if candidate.starts_with('{') {
-                if let Ok(v) = serde_json::from_str::<Value>(candidate) {
-                    messages.push(v);
-                }
+            if candidate.starts_with('{')
+                && let Ok(v) = serde_json::from_str::<Value>(candidate)
+            {
+                messages.push(v);
             }
         }
         (status, session, messages)
@@ -2093,10 +2093,10 @@ mod mcp {
         for line in text.lines() {
             let line = line.trim();
             let candidate = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
-            if candidate.starts_with('{') {
-                if let Ok(v) = serde_json::from_str::<Value>(candidate) {
-                    messages.push(v);
-                }
+            if candidate.starts_with('{')
+                && let Ok(v) = serde_json::from_str::<Value>(candidate)
+            {
+                messages.push(v);
             }
         }
         if messages.is_empty() {

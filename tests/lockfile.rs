@@ -538,3 +538,40 @@ fn a_lockfile_of_before_these_keys_lists_what_they_add() {
         "{error}"
     );
 }
+
+#[test]
+fn untrusted_output_is_locked_and_dropping_it_is_a_widening() {
+    let dir = TempDir::new("untrusted");
+    let path = dir.file();
+    let mut value: serde_json::Value = serde_json::from_str(EXPECTED).unwrap();
+    let get_user = value
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|entry| entry["id"] == "users.get_user")
+        .unwrap();
+    get_user["untrusted_output"] = serde_json::Value::Bool(true);
+    std::fs::write(&path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    // The tool no longer declares it: the taint latch no longer closes after it.
+    let error = lockfile::check_with(&path, toolgate::manifests(), Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        ["  widened            users.get_user: untrusted_output true -> false"]
+    );
+
+    // The other way: declaring it is a change, and the lockfile writes it beside `open_world`.
+    std::fs::write(&path, EXPECTED).unwrap();
+    let mut declared = base();
+    tool_mut(&mut declared, "users.get_user").untrusted_output = true;
+    let error = lockfile::check_with(&path, &declared, Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        ["  changed            users.get_user: untrusted_output false -> true"]
+    );
+    lockfile::check_with(&path, &declared, Update::Overwrite).unwrap();
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(written.matches("\"untrusted_output\": true").count(), 1);
+    assert!(
+        written.contains("\"open_world\": false,\n    \"untrusted_output\": true,\n    \"source\"")
+    );
+}

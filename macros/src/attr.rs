@@ -154,6 +154,7 @@ tool_keys! {
     record_arguments: bool = |arg, _| flag(arg),
     redact: Vec<Ident> = |arg, _| names(arg, "redact = [password, token]"),
     callable: bool = |arg, _| flag(arg),
+    untrusted_output: bool = |arg, _| flag(arg),
 }
 
 pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolArgs {

@@ -207,6 +207,20 @@ pub(crate) fn expand_fn(
              tools by: add a doc comment (`/// Deletes a user account.`) or `description = \"...\"`",
         ));
     }
+    let untrusted = args
+        .untrusted_output
+        .as_ref()
+        .filter(|u| u.value)
+        .map(|u| u.span);
+    if let (Some(span), Some(ok)) = (untrusted, tool.ok_type())
+        && matches!(ok, syn::Type::Tuple(unit) if unit.elems.is_empty())
+    {
+        own.push(syn::Error::new(
+            span,
+            "`untrusted_output` on a tool that returns `()`: the agent reads nothing from it to \
+             distrust; return what the tool read, or remove `untrusted_output`",
+        ));
+    }
     let spec = valid::validate(args, &sig.ident, context.domain, attr_span, &mut own);
     let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
         errors.push_all(own);
@@ -984,6 +998,7 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
     let idempotent = spec.idempotent;
     let open_world = spec.open_world;
     let line = quote_spanned!(name.span()=> ::core::line!());
+    let untrusted_output = spec.untrusted_output.then(|| quote!(.__untrusted_output()));
     quote! {
         ::toolgate::__private::ToolManifest::__new(
             #id,
@@ -1000,6 +1015,7 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
                 ::core::module_path!(),
             ),
         )
+        #untrusted_output
     }
 }
 

@@ -22,6 +22,7 @@ pub(crate) struct ToolSpec {
     pub(crate) modes: ModeSet,
     pub(crate) idempotent: bool,
     pub(crate) open_world: bool,
+    pub(crate) untrusted_output: bool,
 }
 
 const RISK_NAMES: &[&str] = &Risk::NAMES;
@@ -87,6 +88,7 @@ pub(crate) fn validate(
         modes: modes?,
         idempotent: args.idempotent.is_some_and(|f| f.value),
         open_world: args.open_world.is_some_and(|f| f.value),
+        untrusted_output: args.untrusted_output.is_some_and(|f| f.value),
     })
 }
 

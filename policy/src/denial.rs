@@ -45,11 +45,14 @@ pub enum DenialCode {
     /// `BUDGET_STORE_UNAVAILABLE`: the budget store could not be reached, did not answer in time, or
     /// answered something unexpected; the call did not run and took no unit of any budget.
     BudgetStoreUnavailable,
+    /// `TAINTED_SESSION`: a tool whose output is untrusted ran earlier in the gate's session, and the
+    /// gate refuses every call that writes from then on (`TaintPolicy::Refuse`).
+    TaintedSession,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 15] = [
+    pub const ALL: [DenialCode; 16] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -65,6 +68,7 @@ impl DenialCode {
         DenialCode::ApprovalPending,
         DenialCode::BudgetExhausted,
         DenialCode::BudgetStoreUnavailable,
+        DenialCode::TaintedSession,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -85,6 +89,7 @@ impl DenialCode {
             DenialCode::ApprovalPending => "APPROVAL_PENDING",
             DenialCode::BudgetExhausted => "BUDGET_EXHAUSTED",
             DenialCode::BudgetStoreUnavailable => "BUDGET_STORE_UNAVAILABLE",
+            DenialCode::TaintedSession => "TAINTED_SESSION",
         }
     }
 }

@@ -40,6 +40,6 @@ pub use denial::DenialCode;
 pub use mode::{MODE_ENV_VAR, Mode, ModeEnvError, ModeSet};
 pub use risk::{ParseError, Risk};
 pub use table::{
-    Facts, POLICY_VERSION, Verdict, admits, ceiling, decide, lowest_mode_admitting,
-    modes_admitting, requires_approval,
+    Facts, POLICY_VERSION, TaintPolicy, Verdict, admits, ceiling, decide, decide_tainted, latched,
+    lowest_mode_admitting, modes_admitting, requires_approval,
 };

@@ -67,6 +67,40 @@ pub enum Verdict {
     Refuse(DenialCode),
 }
 
+/// What a gate does with a call that writes once its session is tainted: once a tool whose output is
+/// untrusted (a web page, an e-mail, a user's file) has run, what the agent does next may be steered by
+/// that input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TaintPolicy {
+    /// Every call that writes needs an approval (`NeedsApproval`, or `APPROVAL_REQUIRED` where the gate
+    /// has no way to approve).
+    #[default]
+    RequireApproval,
+    /// Every call that writes is refused with `TAINTED_SESSION`.
+    Refuse,
+}
+
+/// Whether the taint latch holds a call of `risk`: every risk that writes (LOW_WRITE and above).
+pub const fn latched(risk: Risk) -> bool {
+    risk.is_write()
+}
+
+/// Decides a call in a tainted session: as [`decide`], then, for a call that writes and that [`decide`]
+/// does not refuse, what `taint` says: an approval where the gate can approve, else
+/// `APPROVAL_REQUIRED`; or `TAINTED_SESSION`. The latch comes after the ceiling and before the approval,
+/// so a tainted session never allows what a clean one refuses, and never lets a write run unasked.
+pub const fn decide_tainted(facts: Facts, taint: TaintPolicy) -> Verdict {
+    let clean = decide(facts);
+    if matches!(clean, Verdict::Refuse(_)) || !latched(facts.risk) {
+        return clean;
+    }
+    match taint {
+        TaintPolicy::Refuse => Verdict::Refuse(DenialCode::TaintedSession),
+        TaintPolicy::RequireApproval if facts.can_approve => Verdict::NeedsApproval,
+        TaintPolicy::RequireApproval => Verdict::Refuse(DenialCode::ApprovalRequired),
+    }
+}
+
 /// Everything the policy reads of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Facts {

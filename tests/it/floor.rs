@@ -950,6 +950,7 @@ fn denial_codes_have_their_stable_names() {
             DenialCode::BudgetStoreUnavailable,
             "BUDGET_STORE_UNAVAILABLE",
         ),
+        (DenialCode::TaintedSession, "TAINTED_SESSION"),
     ];
     assert_eq!(
         names.len(),

@@ -41,3 +41,4 @@ mod return_types;
 mod rig;
 mod stateful;
 mod strict;
+mod taint;

@@ -189,22 +189,23 @@ fn a_manifest_serializes_with_exactly_its_keys() {
             .map(String::as_str)
             .collect();
         keys.sort_unstable();
-        assert_eq!(
-            keys,
-            [
-                "allowed_modes",
-                "description",
-                "domain",
-                "id",
-                "idempotent",
-                "open_world",
-                "risk_level",
-                "side_effects",
-                "source"
-            ],
-            "{}",
-            manifest.id
-        );
+        // `untrusted_output` only where it is true, so that other manifests serialize as before.
+        let mut expected = vec![
+            "allowed_modes",
+            "description",
+            "domain",
+            "id",
+            "idempotent",
+            "open_world",
+            "risk_level",
+            "side_effects",
+            "source",
+        ];
+        if manifest.untrusted_output {
+            expected.push("untrusted_output");
+            assert_eq!(json["untrusted_output"], true, "{}", manifest.id);
+        }
+        assert_eq!(keys, expected, "{}", manifest.id);
         let mut source: Vec<&str> = json["source"]
             .as_object()
             .unwrap()

@@ -33,6 +33,31 @@ pub struct ApprovalRequest<'a> {
     /// Who the agent acts for, as the gate names it
     /// ([`GateBuilder::principal`](crate::GateBuilder::principal)).
     pub principal: Option<&'a str>,
+    /// What tainted the gate's session, for a call that writes in a tainted session: the approval is
+    /// asked for (also) because the agent has read untrusted output since. `None` in a clean session.
+    pub taint: Option<&'a Taint>,
+}
+
+/// What closed a gate's taint latch: the first tool with untrusted output (`#[tool(untrusted_output)]`)
+/// that ran in the gate's session, and when. From then on every call that writes, through the gate or
+/// a clone, needs an approval or is refused ([`TaintPolicy`](crate::policy::TaintPolicy)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Taint {
+    /// The id of the tool whose output tainted the session.
+    pub tool: &'static str,
+    /// When its call was allowed: UTC, RFC 3339 with microseconds, as audit records write time.
+    pub at: String,
+}
+
+impl fmt::Display for Taint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the session is tainted: `{}`, whose output is untrusted, ran at {}",
+            self.tool, self.at
+        )
+    }
 }
 
 /// An approver's answer.

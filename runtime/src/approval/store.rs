@@ -71,6 +71,9 @@ pub struct ApprovalCall {
     /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), for an operator to see. It is not
     /// part of the binding: an operator answers the call.
     pub principal: Option<String>,
+    /// What tainted the gate's session, for a call that writes after untrusted input
+    /// ([`Taint`](crate::approval::Taint)), for an operator to see. Not part of the binding.
+    pub taint: Option<crate::approval::Taint>,
     /// The gate's mode when it asked.
     pub mode: Mode,
     /// The tool's manifest as canonical JSON, so that an operator in another program sees what the tool

@@ -222,6 +222,7 @@ mod tests {
             ),
             agent: None,
             principal: None,
+            taint: None,
             mode: Mode::FullAuto,
             manifest: String::new(),
             arguments: None,

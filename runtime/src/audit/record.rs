@@ -33,6 +33,9 @@ pub enum Stage {
     FleetLost,
     /// The gate is in contact with its fleet again, and acts in the mode of this record.
     FleetRejoined,
+    /// The gate's taint latch closed: `tool`, whose output is untrusted, was allowed to run, and from
+    /// now on every call that writes needs an approval or is refused; `message` says which.
+    SessionTainted,
 }
 
 /// The decision about a call.

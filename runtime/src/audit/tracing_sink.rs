@@ -133,7 +133,8 @@ impl AuditSink for TracingSink {
             | Stage::SessionGranted
             | Stage::GrantRevoked
             | Stage::FleetLost
-            | Stage::FleetRejoined => event(r),
+            | Stage::FleetRejoined
+            | Stage::SessionTainted => event(r),
         }
         Ok(())
     }
@@ -215,6 +216,7 @@ fn stage_name(stage: Stage) -> &'static str {
         Stage::GrantRevoked => "grant_revoked",
         Stage::FleetLost => "fleet_lost",
         Stage::FleetRejoined => "fleet_rejoined",
+        Stage::SessionTainted => "session_tainted",
     }
 }
 

@@ -31,7 +31,8 @@ impl Gate {
     #[inline]
     pub(crate) fn allows_unaudited(&self, entry: &'static ToolEntry) -> bool {
         let inner = &*self.inner;
-        let mode = inner.mode.load(Ordering::Acquire) & 3;
+        // The mode, and whether the session is tainted: the bit of the table in force.
+        let mode = inner.mode.load(Ordering::Acquire) & 7;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         match inner.allowed_outright.get(slot) {
             Some(bits) if bits >> mode & 1 == 1 => true,
@@ -43,13 +44,13 @@ impl Gate {
         }
     }
 
-    /// Whether a live grant of the whole tool lets a call that needs an approval in `mode` run
-    /// outright (a gate that keeps no record only; see `Inner::granted_until`).
+    /// Whether a live grant of the whole tool lets a call that needs an approval in `mode` (with the
+    /// taint bit) run outright (a gate that keeps no record only; see `Inner::granted_until`).
     #[cold]
     #[inline(never)]
     fn granted_outright(&self, slot: usize, mode: u8) -> bool {
         let inner = &*self.inner;
-        let needs_approval = matches!(inner.verdicts.get(slot), Some(row) if row[mode as usize] == Verdict::NeedsApproval);
+        let needs_approval = matches!(inner.verdicts.get(slot), Some(row) if row[usize::from(mode & 7)] == Verdict::NeedsApproval);
         let Some(until) = inner.granted_until.get(slot) else {
             return false;
         };
@@ -59,13 +60,14 @@ impl Gate {
     #[inline]
     pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
         let inner = &*self.inner;
-        let mode = Mode::from_index(inner.mode.load(Ordering::Acquire));
+        // The mode, with the taint bit: the column of the session as it stands.
+        let raw = inner.mode.load(Ordering::Acquire) & 7;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         let verdict = match inner.verdicts.get(slot) {
-            Some(row) => row[mode as usize],
+            Some(row) => row[usize::from(raw)],
             None => Verdict::Refuse(DenialCode::UnregisteredTool),
         };
-        (mode, verdict)
+        (Mode::from_index(raw), verdict)
     }
 
     #[cold]
@@ -98,21 +100,27 @@ impl Gate {
         let manifest = &entry.manifest;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         if risk.get() == manifest.risk_level {
+            let column = mode as usize + if self.tainted() { 4 } else { 0 };
             return match self.inner.verdicts.get(slot) {
-                Some(row) => row[mode as usize],
+                Some(row) => row[column],
                 None => Verdict::Refuse(DenialCode::UnregisteredTool),
             };
         }
         let Some(rule) = self.inner.deny_rule_of.get(slot) else {
             return Verdict::Refuse(DenialCode::UnregisteredTool);
         };
-        policy::decide(Facts {
+        let facts = Facts {
             risk: risk.get(),
             allowed_modes: manifest.allowed_modes,
             mode,
             deny_listed: rule.is_some(),
             can_approve: self.inner.approver.is_some() || self.inner.store.is_some(),
-        })
+        };
+        if self.tainted() {
+            policy::decide_tainted(facts, self.inner.taint_policy)
+        } else {
+            policy::decide(facts)
+        }
     }
 
     /// The last word before a body runs: the gate's mode now, against a call it decided in `decided`.
@@ -136,7 +144,8 @@ impl Gate {
             Verdict::Refuse(code) => code,
             Verdict::NeedsApproval => DenialCode::ApprovalRequired,
         };
-        Err(self.refusal(entry, now, code).with_risk(risk.get()))
+        let denied = self.refusal(entry, now, code);
+        Err(self.with_taint(denied, risk.get()).with_risk(risk.get()))
     }
 
     /// Decides one call in full against this gate, up to what it must wait for: policy, the budgets,
@@ -156,7 +165,10 @@ impl Gate {
                 Charge::Refused(denied) => Step::Done(Err(denied)),
                 Charge::Waiting(wait) => Step::Ask(mode, Ask::Budget(wait, false)),
             },
-            (mode, Verdict::Refuse(code)) => Step::Done(Err(self.refusal(entry, mode, code))),
+            (mode, Verdict::Refuse(code)) => {
+                let denied = self.refusal(entry, mode, code);
+                Step::Done(Err(self.with_taint(denied, risk.get())))
+            }
             // Budgets come before the approval: no approver is asked about a call they refuse.
             (mode, Verdict::NeedsApproval) => match self.charge(entry, mode, risk, waits) {
                 Charge::Taken => self.approval(entry, mode, risk, arguments, waits),
@@ -285,6 +297,7 @@ impl Gate {
                     arguments: written.map(|a| a.json.as_str()),
                     arguments_digest: written.and_then(Arguments::shown_digest),
                     principal: self.principal(),
+                    taint: self.taint_of(risk.get()),
                 };
                 // An approver that panics, in its answer or its name, has rejected.
                 let answered = catch_unwind(AssertUnwindSafe(|| {
@@ -317,12 +330,13 @@ impl Gate {
             binding: Binding::new(manifest.id, digest, shown, risk.get()),
             agent: self.inner.agent.as_deref().map(str::to_owned),
             principal: self.principal().map(str::to_owned),
+            taint: self.taint_of(risk.get()).cloned(),
             mode,
             manifest: serde_json::to_string(manifest).unwrap_or_default(),
             arguments: arguments.get().map(|a| a.json.clone()),
         };
         match waits {
-            Waits::Async => Step::Ask(mode, Ask::Store(call)),
+            Waits::Async => Step::Ask(mode, Ask::Store(Box::new(call))),
             Waits::Blocking => {
                 let consumed = catch_unwind(AssertUnwindSafe(|| block_on(store.consume(&call))))
                     .unwrap_or_else(|_| Err(store_panicked()));
@@ -385,6 +399,7 @@ impl Gate {
                     arguments: json.as_deref(),
                     arguments_digest: digest.as_deref(),
                     principal: self.principal(),
+                    taint: self.taint_of(risk.get()),
                 };
                 // Panics while making the future, polling it or naming the approver are all its
                 // rejection.
@@ -708,6 +723,10 @@ impl Gate {
             decision: Some(decision),
             declared_risk: Some(manifest.risk_level),
             effective_risk: Some(risk.get()),
+            // An approval the latch asked for says so.
+            message: (decision != Decision::Allowed)
+                .then(|| self.taint_of(risk.get()).map(ToString::to_string))
+                .flatten(),
             ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
         };
         let exit = crate::gate::permit::Exit {
@@ -797,7 +816,7 @@ enum Ask {
     /// The gate's async approver.
     Approver,
     /// The gate's store, about this call.
-    Store(ApprovalCall),
+    Store(Box<ApprovalCall>),
 }
 
 /// A call's arguments as a decision reads them: borrowed from the call and written at the first need
@@ -975,9 +994,21 @@ fn lone_refusal(entry: &'static ToolEntry, explicit: Option<&Gate>) -> Option<(M
             let stack = stack.try_borrow().ok()?;
             match (explicit, stack.as_slice()) {
                 (None, [gate]) | (Some(gate), []) if !gate.audits() => {
+                    // A deny rule is told its rule, and the latch its cause: on the full path.
                     match gate.table_verdict(entry) {
-                        (_, Verdict::Refuse(DenialCode::DenyListed)) => None,
-                        (mode, Verdict::Refuse(code)) => Some((mode, code)),
+                        (
+                            mode,
+                            Verdict::Refuse(
+                                code @ (DenialCode::ModeNotAllowed
+                                | DenialCode::AboveCeiling
+                                | DenialCode::UnregisteredTool),
+                            ),
+                        ) => Some((mode, code)),
+                        (mode, Verdict::Refuse(DenialCode::ApprovalRequired))
+                            if !gate.tainted() =>
+                        {
+                            Some((mode, DenialCode::ApprovalRequired))
+                        }
                         _ => None,
                     }
                 }
@@ -1202,6 +1233,11 @@ fn entered<A: ArgumentSource>(
         let denied = changed(entry, risk, allowed);
         let exits = permit.take_exits();
         return Err(abandon(entry, gates, exits, denied, arguments));
+    }
+    if entry.manifest.untrusted_output {
+        for gate in gates {
+            gate.close_latch(entry);
+        }
     }
     Ok(permit)
 }
@@ -1732,6 +1768,7 @@ fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), D
             };
             let mut arguments = LazyArguments::new(&call);
             let denied = gate.refusal(entry, mode, code);
+            let denied = gate.with_taint(denied, entry.manifest.risk_level);
             gate.record_refusal(entry, &denied, &mut arguments);
             return Err(abandon(
                 entry,

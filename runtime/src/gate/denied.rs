@@ -247,6 +247,11 @@ impl fmt::Display for Denied {
                 "tool `{id}` ({risk}) did not run: it is counted by a budget, and the budget store \
                  failed ({detail}); retry when it is back"
             ),
+            DenialCode::TaintedSession => write!(
+                f,
+                "tool `{id}` ({risk}) is refused in mode {mode}: {detail}; this gate refuses every \
+                 call that writes for the rest of its session"
+            ),
             DenialCode::UnregisteredTool => write!(
                 f,
                 "tool `{id}` ({risk}) is not in the registry the gate was built from"

@@ -12,6 +12,7 @@ pub(crate) mod denied;
 pub(crate) mod denylist;
 pub(crate) mod grants;
 pub(crate) mod permit;
+pub(crate) mod taint;
 pub(crate) mod wait;
 
 use std::borrow::Cow;
@@ -19,17 +20,17 @@ use std::fmt;
 #[cfg(feature = "postgres")]
 use std::sync::Weak;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL, MemoryStore};
-use crate::approval::{AnyApprover, Approver, AsyncApprover};
+use crate::approval::{AnyApprover, Approver, AsyncApprover, Taint};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::gate::budget::{BudgetError, BudgetScope, BudgetSpec, BudgetStore, Budgets};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::policy::Mode;
-use crate::policy::{self, Facts, Verdict};
+use crate::policy::{self, Facts, TaintPolicy, Verdict};
 use crate::registry::ToolManifest;
 use crate::registry::{RegistryError, registry};
 
@@ -56,14 +57,21 @@ pub struct Gate {
 
 pub(super) struct Inner {
     pub(super) id: u64,
-    /// The mode every decision reads: [`ModeParts::effective`], stored by whoever changes a part, under
-    /// `modes`' lock.
+    /// The mode every decision reads: [`ModeParts::effective`] in bits 0-1, and [`TAINTED`] once the
+    /// session is tainted, stored by whoever changes a part, under `modes`' lock.
     pub(super) mode: AtomicU8,
     modes: Mutex<ModeParts>,
     /// Per registry slot, the verdict in each mode (indexed by `Mode as usize`).
-    pub(super) verdicts: Box<[[Verdict; 4]]>,
-    /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write.
+    /// Then, at `TAINTED | mode`, the verdict once the session is tainted ([`policy::decide_tainted`]):
+    /// the mode's atomic, with its taint bit, indexes the row.
+    pub(super) verdicts: Box<[[Verdict; 8]]>,
+    /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write;
+    /// bits 4-7 say the same of a tainted session, so that the inlined check reads `mode | TAINTED`'s
+    /// bit. A tool with untrusted output has none of bits 0-3, since its call must close the latch.
     pub(super) allowed_outright: Box<[u8]>,
+    pub(super) taint_policy: TaintPolicy,
+    /// What closed the taint latch; empty while the session is clean. Set once.
+    pub(super) taint: OnceLock<Taint>,
     /// Per registry slot, the index of the first deny rule matching the tool.
     pub(super) deny_rule_of: Box<[Option<u32>]>,
     pub(super) deny_rules: Box<[Arc<str>]>,
@@ -114,6 +122,7 @@ impl Gate {
             principal: None,
             budgets: Vec::new(),
             budget_store: None,
+            taint_policy: TaintPolicy::default(),
         }
     }
 
@@ -177,9 +186,10 @@ impl Gate {
     }
 
     fn store_mode(&self, parts: &ModeParts) {
+        let tainted = if parts.tainted { TAINTED } else { 0 };
         self.inner
             .mode
-            .store(parts.effective() as u8, Ordering::Release);
+            .store(parts.effective() as u8 | tainted, Ordering::Release);
     }
 
     #[cfg(feature = "postgres")]
@@ -366,8 +376,9 @@ impl Gate {
         self.inner.principal.as_deref()
     }
 
-    /// What this gate would decide for the tool with `manifest`'s id in the current mode, before any
-    /// approver is asked; `None` when no such tool is linked.
+    /// What this gate would decide for the tool with `manifest`'s id in the current mode and session
+    /// (a tainted session's verdict once the latch is closed), before any approver is asked; `None`
+    /// when no such tool is linked.
     pub fn verdict(&self, manifest: &ToolManifest) -> Option<Verdict> {
         let entry = registry().entry(manifest.id)?;
         Some(self.table_verdict(entry).1)
@@ -429,6 +440,7 @@ impl fmt::Debug for Gate {
             .field("audit", &self.inner.audit.is_some())
             .field("agent", &self.inner.agent)
             .field("principal", &self.inner.principal)
+            .field("taint", &self.inner.taint.get())
             .finish()
     }
 }
@@ -445,6 +457,7 @@ pub struct GateBuilder {
     principal: Option<Arc<str>>,
     budgets: Vec<BudgetSpec>,
     budget_store: Option<Arc<dyn BudgetStore>>,
+    taint_policy: TaintPolicy,
 }
 
 impl GateBuilder {
@@ -569,6 +582,15 @@ impl GateBuilder {
         self
     }
 
+    /// What the gate does with a call that writes once a tool with untrusted output
+    /// (`#[tool(untrusted_output)]`) has run in its session: ask for an approval
+    /// ([`TaintPolicy::RequireApproval`], the default) or refuse it with `TAINTED_SESSION`
+    /// ([`TaintPolicy::Refuse`]). See [`Gate::taint`].
+    pub fn taint_policy(mut self, policy: TaintPolicy) -> Self {
+        self.taint_policy = policy;
+        self
+    }
+
     /// Builds the gate and works out every tool's verdict in every mode.
     ///
     /// Fails when linked tools share an id, when a deny rule is not valid or matches no linked tool,
@@ -612,38 +634,36 @@ impl GateBuilder {
                 u32::try_from(position).ok()
             })
             .collect();
-        let verdicts = registry
-            .entries
-            .iter()
-            .zip(&deny_rule_of)
-            .map(|(entry, rule)| {
-                Mode::ALL.map(|mode| {
-                    let manifest = &entry.manifest;
-                    policy::decide(Facts {
-                        risk: manifest.risk_level,
-                        allowed_modes: manifest.allowed_modes,
-                        mode,
-                        deny_listed: rule.is_some(),
-                        can_approve,
-                    })
-                })
-            })
-            .collect();
-        let verdicts: Box<[[Verdict; 4]]> = verdicts;
-        let allowed_outright = verdicts
-            .iter()
-            .zip(&registry.entries)
-            .enumerate()
-            .map(|(slot, (row, entry))| {
-                // A call a budget covers is counted: it takes the full decision.
-                let counted = budgets
-                    .as_ref()
-                    .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
-                let outright =
-                    |mode: usize| row[mode] == Verdict::Allow && self.audit.is_none() && !counted;
-                (0..4).fold(0u8, |bits, mode| bits | u8::from(outright(mode)) << mode)
-            })
-            .collect();
+        let keeps_records = self.audit.is_some();
+        let mut allowed_outright = Vec::with_capacity(registry.entries.len());
+        let mut verdicts = Vec::with_capacity(registry.entries.len());
+        for (slot, (entry, rule)) in registry.entries.iter().zip(&deny_rule_of).enumerate() {
+            let manifest = &entry.manifest;
+            // A call a budget covers is counted: it takes the full decision.
+            let counted = budgets
+                .as_ref()
+                .is_some_and(|b| b.covers(slot, manifest.risk_level));
+            let facts = |mode| Facts {
+                risk: manifest.risk_level,
+                allowed_modes: manifest.allowed_modes,
+                mode,
+                deny_listed: rule.is_some(),
+                can_approve,
+            };
+            let clean = Mode::ALL.map(|mode| policy::decide(facts(mode)));
+            let tainted =
+                Mode::ALL.map(|mode| policy::decide_tainted(facts(mode), self.taint_policy));
+            allowed_outright.push(
+                outright_bits(
+                    &clean,
+                    keeps_records || counted || manifest.untrusted_output,
+                ) | outright_bits(&tainted, keeps_records || counted) << TAINTED,
+            );
+            let mut row = [Verdict::Allow; 8];
+            row[..4].copy_from_slice(&clean);
+            row[4..].copy_from_slice(&tainted);
+            verdicts.push(row);
+        }
         Ok(Gate {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -652,9 +672,12 @@ impl GateBuilder {
                     own: self.mode,
                     fleet: Mode::FullAuto,
                     partitioned: false,
+                    tainted: false,
                 }),
-                verdicts,
-                allowed_outright,
+                verdicts: verdicts.into(),
+                allowed_outright: allowed_outright.into(),
+                taint_policy: self.taint_policy,
+                taint: OnceLock::new(),
                 deny_rule_of,
                 deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
                 approver: self.approver,
@@ -674,6 +697,16 @@ impl GateBuilder {
     }
 }
 
+/// The bit of [`Inner::mode`] set once the session is tainted; as a shift, where the tainted session's
+/// bits of [`Inner::allowed_outright`] start.
+pub(super) const TAINTED: u8 = 4;
+
+/// Bit `mode` set where `row` allows the call outright: allowed, and nothing to do beside running it.
+pub(super) fn outright_bits(row: &[Verdict; 4], keeps_records: bool) -> u8 {
+    let outright = |mode: usize| row[mode] == Verdict::Allow && !keeps_records;
+    (0..4).fold(0u8, |bits, mode| bits | u8::from(outright(mode)) << mode)
+}
+
 /// What a gate's mode is made of.
 #[derive(Debug)]
 struct ModeParts {
@@ -683,6 +716,8 @@ struct ModeParts {
     fleet: Mode,
     /// Cut off from its fleet for longer than the grace period.
     partitioned: bool,
+    /// The taint latch is closed: see [`Gate::taint`].
+    tainted: bool,
 }
 
 impl ModeParts {
@@ -740,6 +775,7 @@ impl fmt::Debug for GateBuilder {
             .field("principal", &self.principal)
             .field("budgets", &self.budgets)
             .field("budget_store", &self.budget_store.is_some())
+            .field("taint_policy", &self.taint_policy)
             .finish()
     }
 }

@@ -13,7 +13,8 @@
 //! The test fails while the linked tools differ from the file, with a list of the differences that puts
 //! first what widens an agent's power: **risk escalations** (a tool whose `risk_level` went up),
 //! **newly allowed modes**, and **widenings** (a tool became `callable`, lost or changed its `escalate`
-//! function, stopped redacting a parameter, or started recording its arguments); then new tools, removed
+//! function, stopped redacting a parameter, started recording its arguments, or stopped declaring its
+//! output untrusted); then new tools, removed
 //! tools, and every other changed field, each line naming the tool and the old and new values. It also
 //! fails when there is no tool to lock: a test binary that does not link the tools' crate would
 //! otherwise lock `[]` and pass from then on. To accept the changes, run the tests once with
@@ -218,6 +219,9 @@ struct Entry {
     allowed_modes: ModeSet,
     idempotent: bool,
     open_world: bool,
+    /// Absent where false, as in the manifest, so that lockfiles written before it still match.
+    #[serde(default, skip_serializing_if = "is_false")]
+    untrusted_output: bool,
     source: EntrySource,
     /// Whether it can be called by name (and over MCP). Absent in a lockfile written before it was
     /// locked: read as `false`, so that the check lists it.
@@ -254,6 +258,7 @@ impl From<&ToolManifest> for Entry {
             allowed_modes: m.allowed_modes,
             idempotent: m.idempotent,
             open_world: m.open_world,
+            untrusted_output: m.untrusted_output,
             source: EntrySource {
                 module_path: m.source.module_path.to_owned(),
             },
@@ -369,6 +374,10 @@ impl fmt::Display for Change {
     }
 }
 
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
 fn modes(set: ModeSet) -> String {
     let names: Vec<&str> = set.iter().map(|m| m.as_str()).collect();
     format!("[{}]", names.join(", "))
@@ -445,6 +454,20 @@ fn compare(old: &Entry, new: &Entry, out: &mut Vec<Change>) {
         push(
             ChangeKind::Changed,
             format!("open_world {} -> {}", old.open_world, new.open_world),
+        );
+    }
+    // A tool that stops declaring its output untrusted no longer closes the taint latch.
+    if old.untrusted_output != new.untrusted_output {
+        push(
+            if old.untrusted_output {
+                ChangeKind::Widened
+            } else {
+                ChangeKind::Changed
+            },
+            format!(
+                "untrusted_output {} -> {}",
+                old.untrusted_output, new.untrusted_output
+            ),
         );
     }
     if old.domain != new.domain {

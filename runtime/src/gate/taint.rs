@@ -1,0 +1,122 @@
+//! The taint latch: once a tool whose output is untrusted has run in a gate's session, every later call
+//! that writes needs an approval or is refused, through the gate and its clones, for the rest of the
+//! session. The session is the gate: a new gate starts clean.
+//!
+//! Each row of the gate's table holds a clean session's verdicts and a tainted one's
+//! ([`policy::decide_tainted`]); closing the latch sets a bit beside the mode, in the one atomic every
+//! decision reads already, and that bit selects the tainted session's column (and, in the inlined
+//! check, its bits): a tainted session costs a call nothing more. A tool with untrusted output keeps
+//! off that check until the latch is closed, since its own call closes it.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+
+use crate::approval::Taint;
+use crate::audit::time::now_rfc3339;
+use crate::audit::{AuditRecord, Stage};
+use crate::gate::denied::Denied;
+use crate::gate::{Gate, TAINTED, grants};
+use crate::policy::{self, DenialCode, Risk, TaintPolicy};
+use crate::registry::ToolEntry;
+
+impl Gate {
+    /// What tainted this gate's session, if anything has: the first tool with untrusted output
+    /// (`#[tool(untrusted_output)]`) that this gate, or a clone of it, allowed to run, and when. From then
+    /// on, every call that writes (LOW_WRITE and above, at its effective risk) needs an approval or is
+    /// refused with `TAINTED_SESSION`, as [`GateBuilder::taint_policy`](crate::GateBuilder::taint_policy)
+    /// chose, until the gate is dropped: the latch never opens again.
+    pub fn taint(&self) -> Option<Taint> {
+        self.inner.taint.get().cloned()
+    }
+
+    /// What the gate does with a call that writes once its session is tainted.
+    pub fn taint_policy(&self) -> TaintPolicy {
+        self.inner.taint_policy
+    }
+
+    pub(crate) fn tainted(&self) -> bool {
+        self.inner.mode.load(Ordering::Acquire) & TAINTED != 0
+    }
+
+    /// What tainted the session, where the latch holds a call at `risk`.
+    pub(crate) fn taint_of(&self, risk: Risk) -> Option<&Taint> {
+        self.inner.taint.get().filter(|_| policy::latched(risk))
+    }
+
+    /// A refusal that the latch caused, told so: `TAINTED_SESSION`, and `APPROVAL_REQUIRED` for a call
+    /// that needs an approval only because the session is tainted.
+    #[cold]
+    pub(crate) fn with_taint(&self, denied: Denied, risk: Risk) -> Denied {
+        let caused = match denied.code() {
+            DenialCode::TaintedSession => true,
+            DenialCode::ApprovalRequired => !policy::requires_approval(risk),
+            _ => false,
+        };
+        match self.taint_of(risk) {
+            Some(taint) if caused => denied.with_detail(taint.to_string().into()),
+            _ => denied,
+        }
+    }
+
+    /// Closes the latch: `entry`, whose output is untrusted, was allowed to run. Only the first call
+    /// closes it; every later one finds it closed.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn close_latch(&self, entry: &'static ToolEntry) {
+        if self.tainted() {
+            return;
+        }
+        let inner = &*self.inner;
+        let won = inner
+            .taint
+            .set(Taint {
+                tool: entry.manifest.id,
+                at: now_rfc3339(),
+            })
+            .is_ok();
+        // By every call that gets here, winner or not: a call that finds the bit set finds the taint
+        // that the winner set before it.
+        {
+            let mut parts = self.modes();
+            parts.tainted = true;
+            self.store_mode(&parts);
+        }
+        // Grants were given for calls decided before the agent read untrusted input.
+        for until in &inner.granted_until {
+            until.store(0, Ordering::Release);
+        }
+        if !won {
+            return;
+        }
+        let revoked = grants::lock(&inner.grants).revoke(None);
+        if inner.audit.is_none() {
+            return;
+        }
+        let Some(taint) = inner.taint.get() else {
+            return;
+        };
+        let then = match inner.taint_policy {
+            TaintPolicy::RequireApproval => "needs an approval",
+            TaintPolicy::Refuse => "is refused (TAINTED_SESSION)",
+        };
+        let grants = match revoked {
+            0 => String::new(),
+            n => format!("; {n} session grant(s) revoked"),
+        };
+        let call = inner.calls.fetch_add(1, Ordering::Relaxed);
+        let record = AuditRecord {
+            declared_risk: Some(entry.manifest.risk_level),
+            message: Some(format!(
+                "{taint}: from now on every call that writes {then}{grants}"
+            )),
+            timestamp: taint.at.clone(),
+            ..self.record(
+                Stage::SessionTainted,
+                Cow::Borrowed(entry.manifest.id),
+                self.mode(),
+                call,
+            )
+        };
+        self.write_after_the_fact(&record);
+    }
+}
