@@ -725,3 +725,67 @@ proptest! {
         }
     }
 }
+
+/// A sink that refuses the `session_tainted` record while `refuse` is set, and keeps the rest.
+#[derive(Default)]
+struct RefusesTheTaint {
+    refuse: std::sync::atomic::AtomicBool,
+    kept: Mutex<Vec<toolgate::audit::AuditRecord>>,
+}
+
+impl toolgate::audit::AuditSink for RefusesTheTaint {
+    fn record(
+        &self,
+        record: &toolgate::audit::AuditRecord,
+    ) -> Result<(), toolgate::audit::AuditError> {
+        if record.stage == Stage::SessionTainted && self.refuse.load(Ordering::SeqCst) {
+            return Err(toolgate::audit::AuditError::new("the disk is full"));
+        }
+        self.kept.lock().unwrap().push(record.clone());
+        Ok(())
+    }
+}
+
+#[test]
+fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_logs_it() {
+    let _serial = serial();
+    let sink = Arc::new(RefusesTheTaint::default());
+    sink.refuse.store(true, Ordering::SeqCst);
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .taint_policy(TaintPolicy::Refuse)
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let reads = READS.load(Ordering::SeqCst);
+    let refused = gate
+        .run(|| read_web("https://example.com".into()))
+        .unwrap_err();
+    assert_eq!(refused.code(), DenialCode::AuditUnavailable);
+    assert!(refused.to_string().contains("session_tainted"), "{refused}");
+    assert_eq!(
+        READS.load(Ordering::SeqCst),
+        reads,
+        "the untrusted body ran"
+    );
+    // The latch is closed all the same: the gate fails closed.
+    assert!(gate.taint().is_some());
+    let posts_before = posts();
+    assert_eq!(
+        gate.run(|| post("x".into())).unwrap_err().code(),
+        DenialCode::TaintedSession
+    );
+    assert_eq!(posts(), posts_before);
+    // Once the log takes the record, untrusted calls run again, and it is written once.
+    sink.refuse.store(false, Ordering::SeqCst);
+    gate.run(|| read_web("https://example.com".into())).unwrap();
+    gate.run(|| read_web("https://example.org".into())).unwrap();
+    assert_eq!(READS.load(Ordering::SeqCst), reads + 2);
+    let kept = sink.kept.lock().unwrap();
+    let tainted: Vec<_> = kept
+        .iter()
+        .filter(|r| r.stage == Stage::SessionTainted)
+        .collect();
+    assert_eq!(tainted.len(), 1, "{kept:#?}");
+    assert_eq!(tainted[0].tool, "taint.read_web");
+}

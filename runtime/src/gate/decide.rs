@@ -1236,7 +1236,17 @@ fn entered<A: ArgumentSource>(
     }
     if entry.manifest.untrusted_output {
         for gate in gates {
-            gate.close_latch(entry);
+            if !gate.close_latch(entry) {
+                let denied = refuse(
+                    entry,
+                    DenialCode::AuditUnavailable,
+                    risk.get(),
+                    Some(gate.mode()),
+                )
+                .with_detail("its `session_tainted` record: its output taints the session".into());
+                let exits = permit.take_exits();
+                return Err(abandon(entry, gates, exits, denied, arguments));
+            }
         }
     }
     Ok(permit)

@@ -72,6 +72,9 @@ pub(super) struct Inner {
     pub(super) taint_policy: TaintPolicy,
     /// What closed the taint latch; empty while the session is clean. Set once.
     pub(super) taint: OnceLock<Taint>,
+    /// Whether the `session_tainted` record is in the log; held while it is written, so that no
+    /// untrusted call runs before the log says why the session is tainted.
+    pub(super) taint_recorded: Mutex<bool>,
     /// Per registry slot, the index of the first deny rule matching the tool.
     pub(super) deny_rule_of: Box<[Option<u32>]>,
     pub(super) deny_rules: Box<[Arc<str>]>,
@@ -678,6 +681,7 @@ impl GateBuilder {
                 allowed_outright: allowed_outright.into(),
                 taint_policy: self.taint_policy,
                 taint: OnceLock::new(),
+                taint_recorded: Mutex::new(false),
                 deny_rule_of,
                 deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
                 approver: self.approver,

@@ -9,6 +9,8 @@
 //! off that check until the latch is closed, since its own call closes it.
 
 use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 
 use crate::approval::Taint;
@@ -17,7 +19,7 @@ use crate::audit::{AuditRecord, Stage};
 use crate::gate::denied::Denied;
 use crate::gate::{Gate, TAINTED, grants};
 use crate::policy::{self, DenialCode, Risk, TaintPolicy};
-use crate::registry::ToolEntry;
+use crate::registry::{ToolEntry, registry};
 
 impl Gate {
     /// What tainted this gate's session, if anything has: the first tool with untrusted output
@@ -59,41 +61,49 @@ impl Gate {
     }
 
     /// Closes the latch: `entry`, whose output is untrusted, was allowed to run. Only the first call
-    /// closes it; every later one finds it closed.
+    /// closes it; every later one finds it closed. Returns whether the log holds the `session_tainted`
+    /// record (or the gate keeps none): a call for which it does not must not run, since nothing in
+    /// the log would say why the session is tainted. A later untrusted call tries the record again.
     #[cold]
     #[inline(never)]
-    pub(crate) fn close_latch(&self, entry: &'static ToolEntry) {
-        if self.tainted() {
-            return;
-        }
+    pub(crate) fn close_latch(&self, entry: &'static ToolEntry) -> bool {
         let inner = &*self.inner;
-        let won = inner
-            .taint
-            .set(Taint {
-                tool: entry.manifest.id,
-                at: now_rfc3339(),
-            })
-            .is_ok();
-        // By every call that gets here, winner or not: a call that finds the bit set finds the taint
-        // that the winner set before it.
-        {
-            let mut parts = self.modes();
-            parts.tainted = true;
-            self.store_mode(&parts);
+        let mut revoked = 0;
+        if !self.tainted() {
+            let won = inner
+                .taint
+                .set(Taint {
+                    tool: entry.manifest.id,
+                    at: now_rfc3339(),
+                })
+                .is_ok();
+            // By every call that gets here, winner or not: a call that finds the bit set finds the
+            // taint that the winner set before it.
+            {
+                let mut parts = self.modes();
+                parts.tainted = true;
+                self.store_mode(&parts);
+            }
+            // Grants were given for calls decided before the agent read untrusted input.
+            for until in &inner.granted_until {
+                until.store(0, Ordering::Release);
+            }
+            if won {
+                revoked = grants::lock(&inner.grants).revoke(None);
+            }
         }
-        // Grants were given for calls decided before the agent read untrusted input.
-        for until in &inner.granted_until {
-            until.store(0, Ordering::Release);
-        }
-        if !won {
-            return;
-        }
-        let revoked = grants::lock(&inner.grants).revoke(None);
-        if inner.audit.is_none() {
-            return;
+        let Some(sink) = &inner.audit else {
+            return true;
+        };
+        let mut recorded = inner
+            .taint_recorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *recorded {
+            return true;
         }
         let Some(taint) = inner.taint.get() else {
-            return;
+            return false;
         };
         let then = match inner.taint_policy {
             TaintPolicy::RequireApproval => "needs an approval",
@@ -104,19 +114,36 @@ impl Gate {
             n => format!("; {n} session grant(s) revoked"),
         };
         let call = inner.calls.fetch_add(1, Ordering::Relaxed);
+        // The record names the tool that closed the latch, which a racing call may not be.
+        let declared_risk = match taint.tool == entry.manifest.id {
+            true => Some(entry.manifest.risk_level),
+            false => registry()
+                .get(taint.tool)
+                .map(|tool| tool.manifest().risk_level),
+        };
         let record = AuditRecord {
-            declared_risk: Some(entry.manifest.risk_level),
+            declared_risk,
             message: Some(format!(
                 "{taint}: from now on every call that writes {then}{grants}"
             )),
             timestamp: taint.at.clone(),
             ..self.record(
                 Stage::SessionTainted,
-                Cow::Borrowed(entry.manifest.id),
+                Cow::Borrowed(taint.tool),
                 self.mode(),
                 call,
             )
         };
-        self.write_after_the_fact(&record);
+        match catch_unwind(AssertUnwindSafe(|| sink.record(&record))) {
+            Ok(Ok(())) => {
+                *recorded = true;
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::error!(target: "toolgate::audit", %error, tool = %record.tool, "the session_tainted record could not be written");
+                false
+            }
+            Err(_) => false,
+        }
     }
 }
