@@ -64,6 +64,12 @@ async fn close(account: String) -> Result<(), Denied> {
     Ok(())
 }
 
+/// Read a customer's message: what it says is the customer's, not the operator's.
+#[tool(risk = "READ_ONLY", domain = "bank", untrusted_output)]
+fn read_message(id: u64) -> Result<String, Denied> {
+    Ok(format!("message {id}: please refund me twice"))
+}
+
 fn gate(store: PostgresStore, agent: &str) -> Gate {
     Gate::builder()
         .mode(Mode::FullAuto)
@@ -727,7 +733,7 @@ fn the_table_keeps_token_hashes_only() {
     );
     assert_eq!(
         versions,
-        [["1"], ["2"], ["3"], ["4"]].map(|v| vec![Some(v[0].to_owned())])
+        [["1"], ["2"], ["3"], ["4"], ["5"]].map(|v| vec![Some(v[0].to_owned())])
     );
 }
 
@@ -737,4 +743,57 @@ fn common_sha256(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[test]
+fn the_operator_sees_the_principal_and_what_tainted_the_session() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let _serial = common::serial();
+    let url = database("operator_sees");
+    let store = std::sync::Arc::new(PostgresStore::connect(&url).unwrap());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("desk")
+        .principal("carol@example.com")
+        .approval_store_shared(store.clone())
+        .build()
+        .unwrap();
+    // A clean session first: its request names the principal and no taint.
+    token(gate.run(|| refund("clean".into(), 1)));
+    gate.run(|| read_message(7)).unwrap();
+    let taint = gate.taint().expect("the latch closed");
+    token(gate.run(|| refund("acme".into(), 2)));
+
+    let requests = wait(store.list()).unwrap();
+    let clean = requests
+        .iter()
+        .find(|r| r.arguments.as_deref() == Some(r#"{"account":"clean","cents":1}"#))
+        .expect("the clean request");
+    assert_eq!(clean.principal.as_deref(), Some("carol@example.com"));
+    assert_eq!(clean.tainted, None);
+    let tainted = requests
+        .iter()
+        .find(|r| r.arguments.as_deref() == Some(r#"{"account":"acme","cents":2}"#))
+        .expect("the tainted request");
+    assert_eq!(tainted.principal.as_deref(), Some("carol@example.com"));
+    assert_eq!(
+        tainted.tainted,
+        Some(("bank.read_message".to_owned(), taint.at.clone()))
+    );
+
+    let show = cli(&url, &["show", &tainted.id.to_string()]);
+    assert_eq!(show.status.code(), Some(0), "{show:?}");
+    let shown = stdout(&show);
+    assert!(shown.contains("principal carol@example.com"), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "tainted   yes: `bank.read_message`, whose output is untrusted, ran at {}",
+            taint.at
+        )),
+        "{shown}"
+    );
+    let clean_shown = stdout(&cli(&url, &["show", &clean.id.to_string()]));
+    assert!(clean_shown.contains("tainted   no"), "{clean_shown}");
 }

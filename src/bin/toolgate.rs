@@ -896,6 +896,8 @@ mod approvals {
              risk      {} (effective, policy version {})\n\
              mode      {}\n\
              agent     {}\n\
+             principal {}\n\
+             tainted   {}\n\
              arguments {}\n\
              made      {} ({} ago)\n\
              state     {state}\n\
@@ -906,6 +908,15 @@ mod approvals {
             r.binding.policy_version,
             r.mode,
             r.agent.as_deref().map_or_else(|| "-".into(), shown),
+            r.principal.as_deref().map_or_else(|| "-".into(), shown),
+            r.tainted.as_ref().map_or_else(
+                || "no".into(),
+                |(tool, at)| format!(
+                    "yes: `{}`, whose output is untrusted, ran at {}",
+                    shown(tool),
+                    shown(at)
+                )
+            ),
             r.arguments
                 .as_deref()
                 .map_or_else(|| "(not shown)".into(), shown),

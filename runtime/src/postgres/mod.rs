@@ -92,6 +92,9 @@
 //!     for_session      boolean NOT NULL DEFAULT false,
 //!     stop             boolean NOT NULL DEFAULT false,
 //!     consumed_at      timestamptz,
+//!     principal        text,                       -- who the agent acts for (the gate's principal)
+//!     tainted_by       text,                       -- what tainted the gate's session: the tool,
+//!     tainted_at       text,                       -- and when it ran (RFC 3339)
 //!     CHECK ((answer IS NULL) = (answered_at IS NULL)),
 //!     CHECK (consumed_at IS NULL OR answered_at IS NOT NULL)
 //! );
@@ -436,6 +439,11 @@ pub struct StoredRequest {
     pub expired: bool,
     /// Pending, answered, or answered and used.
     pub state: RequestState,
+    /// Who the agent acted for (the gate's principal), if the gate named one.
+    pub principal: Option<String>,
+    /// What tainted the asking gate's session, if anything: the id of the tool whose output is
+    /// untrusted, and when it ran (RFC 3339, as audit records write time).
+    pub tainted: Option<(String, String)>,
 }
 
 /// Where a request stands.

@@ -134,6 +134,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
         RETURN ARRAY[-1, 0];
     END
     $$;",
+    // 5: what an operator is shown beside the call: who the agent acts for, and what tainted its
+    // session (the tool whose output is untrusted, and when it ran).
+    "ALTER TABLE {s}.approvals
+        ADD COLUMN principal  text,
+        ADD COLUMN tainted_by text,
+        ADD COLUMN tainted_at text;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
@@ -214,9 +220,10 @@ pub(super) const COUNT_PENDING: &str = "SELECT count(*) FROM (
         LIMIT $2) AS held";
 
 pub(super) const INSERT: &str = "INSERT INTO {s}.approvals (token_sha256, tool, arguments_digest,
-        shown_digest, risk, policy_version, agent, mode, manifest, arguments, expires_at)
+        shown_digest, risk, policy_version, agent, mode, manifest, arguments, expires_at, principal,
+        tainted_by, tainted_at)
     VALUES (ARRAY[$1::text], $2, $3, $4, $5, $6, $7, $8, $9::text::jsonb, $10,
-        now() + $11::bigint * interval '1 millisecond')
+        now() + $11::bigint * interval '1 millisecond', $12, $13, $14)
     RETURNING id";
 
 /// Forgets requests one time-to-live (`$1`, milliseconds) after they expired.
@@ -229,7 +236,8 @@ const REQUEST: &str = "id, tool, arguments_digest, shown_digest, risk, policy_ve
     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
     extract(epoch FROM now() - created_at)::float8,
     extract(epoch FROM expires_at - now())::float8,
-    answer, answered_by, reason, for_session, stop, consumed_at IS NOT NULL";
+    answer, answered_by, reason, for_session, stop, consumed_at IS NOT NULL,
+    principal, tainted_by, tainted_at";
 
 /// Answers the live pending request that `$1` names: `token_sha256 @> ARRAY[$1]` or `id = $1`.
 pub(super) fn answer(target: &str) -> String {

@@ -375,6 +375,9 @@ impl Worker {
                                 &manifest,
                                 &call.arguments,
                                 &millis(self.settings.ttl),
+                                &call.principal,
+                                &call.taint.as_ref().map(|taint| taint.tool),
+                                &call.taint.as_ref().map(|taint| taint.at.as_str()),
                             ],
                         )
                         .await?;
@@ -548,6 +551,14 @@ fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
         expires_in: Duration::try_from_secs_f64(left.max(0.0)).unwrap_or_default(),
         expired: left <= 0.0,
         state,
+        principal: get(row, 19)?,
+        tainted: match (
+            get::<Option<String>>(row, 20)?,
+            get::<Option<String>>(row, 21)?,
+        ) {
+            (Some(tool), Some(at)) => Some((tool, at)),
+            _ => None,
+        },
     })
 }
 
