@@ -1785,6 +1785,26 @@ mod mcp {
         addr
     }
 
+    /// The status of an HTTP answer and the JSON-RPC messages of its body (JSON or SSE `data:` lines).
+    fn answer_of(text: &str) -> (u16, Vec<Value>) {
+        let status: u16 = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let mut messages = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            let candidate = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
+            if candidate.starts_with('{')
+                && let Ok(v) = serde_json::from_str::<Value>(candidate)
+            {
+                messages.push(v);
+            }
+        }
+        (status, messages)
+    }
+
     /// One POST: the status, the session id header, and the JSON-RPC messages of the body (JSON or SSE).
     async fn post(
         addr: std::net::SocketAddr,
@@ -1834,25 +1854,11 @@ mod mcp {
             }
         }
         let text = String::from_utf8_lossy(&raw).to_string();
-        let status: u16 = text
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
         let session = text
             .lines()
             .find(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:"))
             .map(|l| l.split_once(':').unwrap().1.trim().to_owned());
-        let mut messages = Vec::new();
-        for line in text.lines() {
-            let line = line.trim();
-            let candidate = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
-            if candidate.starts_with('{')
-                && let Ok(v) = serde_json::from_str::<Value>(candidate)
-            {
-                messages.push(v);
-            }
-        }
+        let (status, messages) = answer_of(&text);
         (status, session, messages)
     }
 
@@ -2084,21 +2090,7 @@ mod mcp {
             }
         }
         let text = String::from_utf8_lossy(&raw).to_string();
-        let status: u16 = text
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let mut messages = Vec::new();
-        for line in text.lines() {
-            let line = line.trim();
-            let candidate = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
-            if candidate.starts_with('{')
-                && let Ok(v) = serde_json::from_str::<Value>(candidate)
-            {
-                messages.push(v);
-            }
-        }
+        let (status, mut messages) = answer_of(&text);
         if messages.is_empty() {
             messages.push(json!({"raw": text}));
         }
