@@ -564,7 +564,12 @@ fn b10_session_grant_does_not_skip_the_budget() {
 fn b11_failing_store_refuses() {
     struct Failing;
     impl BudgetStore for Failing {
-        fn take(&self, _charges: &[BudgetCharge]) -> BudgetFuture {
+        fn release(&self, _: &[BudgetCharge], _: toolgate::gate::budget::Reservation) {}
+        fn take(
+            &self,
+            _charges: &[BudgetCharge],
+            _: toolgate::gate::budget::Reservation,
+        ) -> BudgetFuture {
             Box::pin(async {
                 Err(toolgate::approval::store::StoreError::Unavailable(
                     "down".into(),
@@ -574,7 +579,12 @@ fn b11_failing_store_refuses() {
     }
     struct Panicking;
     impl BudgetStore for Panicking {
-        fn take(&self, _charges: &[BudgetCharge]) -> BudgetFuture {
+        fn release(&self, _: &[BudgetCharge], _: toolgate::gate::budget::Reservation) {}
+        fn take(
+            &self,
+            _charges: &[BudgetCharge],
+            _: toolgate::gate::budget::Reservation,
+        ) -> BudgetFuture {
             panic!("store panics")
         }
     }

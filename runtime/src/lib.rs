@@ -103,7 +103,7 @@ pub mod __private {
             arguments,
             record_arguments,
         };
-        crate::gate::decide::check_not_allowed(entry, gate, &call)
+        crate::gate::decide::check(entry, gate, &call)
     }
 
     /// [`enter`] for an async tool: the decision may wait for an async approver or a store
@@ -120,7 +120,7 @@ pub mod __private {
             arguments,
             record_arguments,
         };
-        crate::gate::decide::check_not_allowed_async(entry, gate, &call)
+        crate::gate::decide::check_async(entry, gate, &call)
     }
 
     /// The last step before an async tool's body, after a decision that waited: the call must still
@@ -155,7 +155,7 @@ pub mod __private {
             arguments,
             record_arguments,
         };
-        crate::gate::decide::check_escalated_async(entry, gate, &call)
+        crate::gate::decide::check_async(entry, gate, &call)
     }
 
     /// [`enter`] for a tool with `escalate`, whose risk depends on its arguments.
@@ -172,6 +172,6 @@ pub mod __private {
             arguments,
             record_arguments,
         };
-        crate::gate::decide::check_escalated(entry, gate, &call)
+        crate::gate::decide::check(entry, gate, &call)
     }
 }

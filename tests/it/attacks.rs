@@ -1810,7 +1810,7 @@ fn g7_a_redacted_argument_is_still_bound() {
         .unwrap_err();
     gate.approve(d.approval_token().unwrap()).unwrap();
     let r = gate.run(|| secret("ada".into(), "2222".into()));
-    assert_eq!(r.unwrap_err().code().as_str(), "APPROVAL_MISMATCH");
+    assert_eq!(r.unwrap_err().code().as_str(), "APPROVAL_PENDING");
     assert_eq!(SECRET.load(SeqCst), before);
 }
 

@@ -806,7 +806,7 @@ fn s04_a_two_step_approval_by_name_runs_only_on_its_receiver() {
     );
     gate.approve(&token).unwrap();
     let other = call_now(&gate, &shared(&production), "atk_vault.wipe", json!({})).unwrap_err();
-    assert_eq!(other.code(), "APPROVAL_MISMATCH");
+    assert_eq!(other.code(), "APPROVAL_PENDING");
     assert_eq!(production.ran(), Vec::<String>::new());
     assert_eq!(
         call_now(&gate, &shared(&staging), "atk_vault.wipe", json!({})).unwrap(),
@@ -1393,11 +1393,11 @@ fn s22_a_generic_method_with_a_gate_parameter_is_bound_to_receiver_value_and_typ
     gate.approve(first.approval_token().unwrap()).unwrap();
     assert_eq!(
         staging.put(&gate, 1u64).unwrap_err().code().as_str(),
-        "APPROVAL_MISMATCH"
+        "APPROVAL_PENDING"
     );
     assert_eq!(
         production.put(&gate, 1u32).unwrap_err().code().as_str(),
-        "APPROVAL_MISMATCH"
+        "APPROVAL_PENDING"
     );
     assert!(staging.put(&gate, 1u32).is_ok());
     assert_eq!(

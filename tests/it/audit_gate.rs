@@ -334,7 +334,7 @@ fn two_step_approval_runs_the_same_call_once() {
         Err(toolgate::approval::ApproveError::AlreadyApproved)
     );
     let other = gate.run(|| transfer(1, 2, 901, "a".into())).unwrap_err();
-    assert_eq!(other.code(), "APPROVAL_MISMATCH");
+    assert_eq!(other.code(), "APPROVAL_PENDING");
     assert_eq!(runs(), start);
     assert_eq!(gate.run(|| transfer(1, 2, 900, "a".into())).unwrap(), 900);
     assert_eq!(runs(), start + 1);

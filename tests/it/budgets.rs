@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolgate::approval::store::StoreError;
-use toolgate::gate::budget::{BudgetCharge, BudgetError, BudgetFuture, BudgetStore, Taken};
+use toolgate::gate::budget::{
+    BudgetCharge, BudgetError, BudgetFuture, BudgetStore, Reservation, Taken,
+};
 use toolgate::gate::{BudgetScope, GateError};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool};
 
@@ -246,21 +248,107 @@ fn no_approver_is_asked_about_a_call_over_its_budget() {
     );
 }
 
-// A unit is spent once the budget let the call through: a rejected approval keeps it, so an agent
-// cannot keep asking an approver past its budget.
+// A budget counts the calls that ran: a rejected call gives its unit back, so a rejection does not
+// spend a budget an operator's later approval needs.
 #[test]
-fn a_call_rejected_after_the_budget_keeps_its_unit() {
+fn a_call_rejected_after_the_budget_gives_its_unit_back() {
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
+    let answers = Arc::new(AtomicUsize::new(0));
+    let seen = answers.clone();
+    let counted = asked.clone();
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
-        .approver(counting_approver(&asked, Approval::Reject("no".into())))
+        .approver(move |_: &ApprovalRequest<'_>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            match seen.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Approval::Reject("not yet".into()),
+                _ => Approval::Approve,
+            }
+        })
         .budget(Risk::HighWrite, 1, HOUR)
         .build()
         .unwrap();
+    let before = WIRES.load(Ordering::SeqCst);
     assert_eq!(code(gate.run(|| wire(1))), DenialCode::ApprovalRejected);
+    assert_eq!(code(gate.run(|| wire(1))), DenialCode::ApprovalRejected);
+    assert_eq!(gate.run(|| wire(1)).unwrap(), 1);
     assert_eq!(code(gate.run(|| wire(1))), DenialCode::BudgetExhausted);
-    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert_eq!(asked.load(Ordering::SeqCst), 3);
+    assert_eq!(WIRES.load(Ordering::SeqCst), before + 1);
+}
+
+// Budget of 3 an hour, two-step approvals, an agent that asks three times while its request is
+// pending: the pending refusals keep no unit, so once the operator approves, the call runs, and the
+// budget still counts three calls that run.
+#[test]
+fn calls_waiting_for_an_operator_keep_no_unit() {
+    let _serial = serial();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .budget(BudgetScope::tool("budget.wire"), 3, HOUR)
+        .build()
+        .unwrap();
+    let before = WIRES.load(Ordering::SeqCst);
+    let mut token = None;
+    for _ in 0..3 {
+        let denied = gate.run(|| wire(7)).unwrap_err();
+        assert_eq!(denied.code(), DenialCode::ApprovalPending);
+        token = denied.approval_token().map(str::to_owned);
+    }
+    gate.approve(&token.unwrap()).unwrap();
+    assert_eq!(gate.run(|| wire(7)).unwrap(), 7);
+    for cents in [8, 9] {
+        let token = gate.run(|| wire(cents)).unwrap_err();
+        gate.approve(token.approval_token().unwrap()).unwrap();
+        assert_eq!(gate.run(|| wire(cents)).unwrap(), cents);
+    }
+    // Three ran: the fourth is over the budget, before any request is filed.
+    let over = gate.run(|| wire(10)).unwrap_err();
+    assert_eq!(over.code(), DenialCode::BudgetExhausted);
+    assert!(over.approval_token().is_none());
+    assert_eq!(WIRES.load(Ordering::SeqCst), before + 3);
+}
+
+/// An async approver that never answers in time.
+struct NeverAnswers;
+
+impl toolgate::approval::AsyncApprover for NeverAnswers {
+    fn approve<'a>(&'a self, _: &'a ApprovalRequest<'a>) -> toolgate::approval::ApprovalFuture<'a> {
+        Box::pin(std::future::pending())
+    }
+}
+
+// An async call whose decision is dropped while its approver thinks gives its unit back: a gate
+// sharing the store finds the budget whole.
+#[test]
+fn a_decision_dropped_while_it_waits_gives_its_unit_back() {
+    let _serial = serial();
+    let store: Arc<dyn BudgetStore> = Arc::new(toolgate::gate::budget::MemoryBudgets::new());
+    let waiting = Gate::builder()
+        .mode(Mode::FullAuto)
+        .async_approver(NeverAnswers)
+        .budget(Risk::HighWrite, 1, HOUR)
+        .budget_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let rt = runtime();
+    for _ in 0..3 {
+        let waited = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(20), waiting.scope(wire_async(1))).await
+        });
+        assert!(waited.is_err(), "the approver never answers");
+    }
+    let quick = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .budget(Risk::HighWrite, 1, HOUR)
+        .budget_store_shared(store)
+        .build()
+        .unwrap();
+    assert_eq!(quick.run(|| wire(2)).unwrap(), 2);
+    assert_eq!(code(quick.run(|| wire(3))), DenialCode::BudgetExhausted);
 }
 
 #[test]
@@ -403,7 +491,11 @@ struct Remote {
 }
 
 impl BudgetStore for Remote {
-    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture {
+    fn release(&self, _: &[BudgetCharge], _: Reservation) {
+        self.takes.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn take(&self, charges: &[BudgetCharge], _: Reservation) -> BudgetFuture {
         self.takes.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let fails = self.fails;
@@ -535,7 +627,11 @@ struct Panicking {
 }
 
 impl BudgetStore for Panicking {
-    fn take(&self, _: &[BudgetCharge]) -> BudgetFuture {
+    fn release(&self, _: &[BudgetCharge], _: Reservation) {
+        panic!("the store panics when giving units back");
+    }
+
+    fn take(&self, _: &[BudgetCharge], _: Reservation) -> BudgetFuture {
         assert!(!self.in_take, "the store panics when asked");
         Box::pin(async { panic!("the store panics when awaited") })
     }
@@ -574,10 +670,9 @@ impl toolgate::audit::AuditSink for BrokenSink {
     }
 }
 
-// The audit comes after the budget: a call refused for its record has passed its budget and keeps its
-// unit, as a rejected one does.
+// The audit comes after the budget: a call refused for its record did not run, and gives its unit back.
 #[test]
-fn a_call_refused_for_its_audit_record_keeps_its_unit() {
+fn a_call_refused_for_its_audit_record_gives_its_unit_back() {
     let _serial = serial();
     let gate = Gate::builder()
         .mode(Mode::PartialAuto)
@@ -586,8 +681,8 @@ fn a_call_refused_for_its_audit_record_keeps_its_unit() {
         .build()
         .unwrap();
     let before = READS.load(Ordering::SeqCst);
-    assert_eq!(code(gate.run(|| read(1))), DenialCode::AuditUnavailable);
-    assert_eq!(code(gate.run(|| read(2))), DenialCode::AuditUnavailable);
-    assert_eq!(code(gate.run(|| read(3))), DenialCode::BudgetExhausted);
+    for i in 0..5 {
+        assert_eq!(code(gate.run(|| read(i))), DenialCode::AuditUnavailable);
+    }
     assert_eq!(READS.load(Ordering::SeqCst), before);
 }

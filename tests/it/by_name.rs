@@ -1054,7 +1054,7 @@ fn a_two_step_approval_runs_the_same_call_by_name_once() {
     gate.approve(&token).unwrap();
     // Other arguments are not approved by it.
     let (result, ran) = runs(&DELETES, || call(&gate, "users.delete", json!({"id": 6})));
-    assert_eq!(result.unwrap_err().code(), "APPROVAL_MISMATCH");
+    assert_eq!(result.unwrap_err().code(), "APPROVAL_PENDING");
     assert_eq!(ran, 0);
     // The same call runs, once.
     let (result, ran) = runs(&DELETES, || call(&gate, "users.delete", json!({"id": 5})));

@@ -503,7 +503,7 @@ fn a_two_step_approval_for_one_receiver_does_not_run_another() {
         [],
         "the approval for staging must not drop production's table"
     );
-    assert_eq!(refusal_code(other), "APPROVAL_MISMATCH");
+    assert_eq!(refusal_code(other), "APPROVAL_PENDING");
 
     gate.run(|| staging.drop_table("users".into())).unwrap();
     assert_eq!(dropped(), [("staging".to_owned(), "users".to_owned())]);
@@ -1006,7 +1006,7 @@ fn a_generic_tool_is_bound_to_its_arguments_value_nested_maps_included() {
     let first = gate.run(|| put(settings())).unwrap_err();
     gate.approve(first.approval_token().unwrap()).unwrap();
     let other = gate.run(|| put(1u8)).unwrap_err();
-    assert_eq!(other.code().as_str(), "APPROVAL_MISMATCH");
+    assert_eq!(other.code().as_str(), "APPROVAL_PENDING");
     assert!(PUT.lock().unwrap().is_empty());
     // Built again: new hashers, another iteration order, the same value.
     gate.run(|| put(settings())).unwrap();

@@ -551,12 +551,169 @@ fn closing_the_latch_revokes_the_session_grants_given_before_it() {
     assert!(gate.grants().is_empty());
     gate.run(|| delete(3)).unwrap();
     gate.run(|| delete(4)).unwrap();
-    // Asked again once, seeing the taint; the grant it gives now holds for the tainted session.
+    // Asked at each call, seeing the taint: a grant is never made in a tainted session.
     assert_eq!(
         tainted_by_read_web(&asked),
-        ["taint.delete", "taint.delete after taint.read_web"]
+        [
+            "taint.delete",
+            "taint.delete after taint.read_web",
+            "taint.delete after taint.read_web"
+        ]
     );
+    assert!(gate.grants().is_empty());
 }
+
+// The latch closes while a clean session's approver thinks (here the approver itself reads the
+// untrusted tool): its "yes for the session" was given for a clean session. The call is refused at
+// the commit point, no grant is made, and every later write asks again, by every path, the inlined
+// check included.
+#[test]
+fn a_grant_answered_after_the_latch_closed_is_never_made() {
+    let _serial = serial();
+    for audited in [false, true] {
+        let gate_slot: Arc<Mutex<Option<Gate>>> = Arc::default();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let approver = {
+            let (gate_slot, asked) = (gate_slot.clone(), asked.clone());
+            move |request: &ApprovalRequest<'_>| {
+                if asked.fetch_add(1, Ordering::SeqCst) == 0 {
+                    assert!(request.taint.is_none(), "asked in a clean session");
+                    let gate = gate_slot.lock().unwrap().clone().unwrap();
+                    // Another thread reads untrusted input meanwhile.
+                    std::thread::spawn(move || gate.run(|| read_web("https://evil".into())))
+                        .join()
+                        .unwrap()
+                        .unwrap();
+                }
+                Approval::ApproveForSession(toolgate::approval::SessionGrant::tool(
+                    std::time::Duration::from_secs(3600),
+                ))
+            }
+        };
+        let builder = Gate::builder().mode(Mode::FullAuto).approver(approver);
+        let gate = if audited {
+            builder.audit(MemorySink::new()).build().unwrap()
+        } else {
+            builder.build().unwrap()
+        };
+        *gate_slot.lock().unwrap() = Some(gate.clone());
+        let before = DELETES.load(Ordering::SeqCst);
+        let denied = gate.run(|| delete(1)).unwrap_err();
+        assert_eq!(
+            denied.code(),
+            DenialCode::ApprovalRequired,
+            "audited: {audited}"
+        );
+        assert!(denied.to_string().contains("tainted"), "{denied}");
+        assert!(gate.taint().is_some());
+        assert!(gate.grants().is_empty(), "no grant in a tainted session");
+        assert_eq!(DELETES.load(Ordering::SeqCst), before);
+        // Every later write asks again (and the approver, asked with the taint, may allow it once).
+        gate.run(|| delete(2)).unwrap();
+        gate.run(|| delete(3)).unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 3);
+        assert!(gate.grants().is_empty());
+        gate_slot.lock().unwrap().take();
+    }
+}
+
+// An operator's "for the session" answer used in a tainted session runs that call only.
+#[test]
+fn an_operators_session_answer_in_a_tainted_session_runs_one_call() {
+    let _serial = serial();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    gate.run(|| read_web("https://evil".into())).unwrap();
+    let denied = gate.run(|| post("x".into())).unwrap_err();
+    assert_eq!(denied.code(), DenialCode::ApprovalPending);
+    assert!(denied.to_string().contains("tainted"), "{denied}");
+    gate.answer(
+        denied.approval_token().unwrap(),
+        Answer::Approve {
+            by: "ops".into(),
+            for_session: true,
+        },
+    )
+    .unwrap();
+    let before = POSTS.load(Ordering::SeqCst);
+    gate.run(|| post("x".into())).unwrap();
+    // Used: the same call again is told so, and files a request of its own.
+    for _ in 0..5 {
+        let again = gate.run(|| post("x".into())).unwrap_err();
+        assert_eq!(again.code(), DenialCode::ApprovalReused);
+        assert!(again.approval_token().is_some());
+    }
+    assert_eq!(POSTS.load(Ordering::SeqCst), before + 1);
+    assert!(gate.grants().is_empty());
+}
+
+/// A budget store whose answer comes from another thread after a while.
+struct SlowBudgets(std::time::Duration);
+
+impl toolgate::gate::budget::BudgetStore for SlowBudgets {
+    fn take(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) -> toolgate::gate::budget::BudgetFuture {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let wait = self.0;
+        std::thread::spawn(move || {
+            std::thread::sleep(wait);
+            let _ = tx.send(Ok(toolgate::gate::budget::Taken::Taken));
+        });
+        Box::pin(async move { rx.await.unwrap() })
+    }
+
+    fn release(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) {
+    }
+}
+
+// A write whose decision waits (a slow budget store) while the latch closes is refused at the commit
+// point: the latch is read again there, as the mode is.
+#[test]
+fn a_write_whose_decision_waited_is_refused_once_the_latch_closed() {
+    let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for policy in [TaintPolicy::Refuse, TaintPolicy::RequireApproval] {
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .taint_policy(policy)
+            .budget_store(SlowBudgets(std::time::Duration::from_millis(300)))
+            .budget(
+                toolgate::gate::BudgetScope::tool("taint.post_async"),
+                100,
+                HOUR,
+            )
+            .build()
+            .unwrap();
+        let before = POSTS.load(Ordering::SeqCst);
+        let waiting = runtime.spawn(gate.scope(post_async("x".into())));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        gate.run(|| read_web("https://evil".into())).unwrap();
+        let denied = runtime.block_on(waiting).unwrap().unwrap_err();
+        let expected = match policy {
+            TaintPolicy::Refuse => DenialCode::TaintedSession,
+            _ => DenialCode::ApprovalRequired,
+        };
+        assert_eq!(denied.code(), expected, "{policy:?}");
+        assert!(denied.to_string().contains("tainted"), "{denied}");
+        assert_eq!(POSTS.load(Ordering::SeqCst), before);
+    }
+}
+
+const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 #[test]
 fn the_audit_log_shows_what_tainted_the_session_and_when() {

@@ -38,6 +38,11 @@ pub struct Binding {
     pub risk: Risk,
     /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that asked.
     pub policy_version: u32,
+    /// Who the agent acts for ([`GateBuilder::principal`](crate::GateBuilder::principal)): an answer
+    /// to one principal's call never runs another's.
+    pub principal: Option<String>,
+    /// The gate's agent label: an answer to one agent's call never runs another's.
+    pub agent: Option<String>,
 }
 
 impl Binding {
@@ -54,7 +59,16 @@ impl Binding {
             shown_digest: shown_digest.into(),
             risk,
             policy_version: crate::policy::POLICY_VERSION,
+            principal: None,
+            agent: None,
         }
+    }
+
+    /// The binding of a call made for `principal` by `agent`: only their own call uses its answer.
+    pub fn made_by(mut self, principal: Option<String>, agent: Option<String>) -> Binding {
+        self.principal = principal;
+        self.agent = agent;
+        self
     }
 }
 
@@ -65,11 +79,12 @@ impl Binding {
 pub struct ApprovalCall {
     /// What an approval of this call is bound to.
     pub binding: Binding,
-    /// The gate's agent label; a store bounds its pending requests per agent.
+    /// The gate's agent label; a store bounds its pending requests per agent. The binding holds it
+    /// too.
     pub agent: Option<String>,
     /// Who the agent acts for, as the gate names it
-    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), for an operator to see. It is not
-    /// part of the binding: an operator answers the call.
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), for an operator to see. The binding
+    /// holds it too: an answer is used by the call of the principal it was asked for, never another's.
     pub principal: Option<String>,
     /// What tainted the gate's session, for a call that writes after untrusted input
     /// ([`Taint`](crate::approval::Taint)), for an operator to see. Not part of the binding.
@@ -122,9 +137,10 @@ impl Answer {
 pub enum Consumed {
     /// An operator answered exactly this call; the answer is now used and answers no other call.
     Answered(Answer),
-    /// No answer for this call: refused with `code` (`APPROVAL_PENDING` where the store filed a request
-    /// for it, or `APPROVAL_EXPIRED`, `APPROVAL_REUSED`, `APPROVAL_MISMATCH` where an answer for it, or
-    /// for the tool with other arguments, exists but cannot be used). Where there is a `token`, a
+    /// No answer for this call: refused with `code` (`APPROVAL_PENDING` where a request for it is
+    /// pending, or `APPROVAL_EXPIRED`, `APPROVAL_REUSED` where an answer for it exists but cannot be
+    /// used, and `APPROVAL_MISMATCH` where the only live approval is for the tool with other
+    /// arguments and no request for this call could be filed). Where there is a `token`, a
     /// pending request for this call waits for an operator; `None` when the store holds as many pending
     /// requests for the agent as it may, and the gate refuses `APPROVAL_REQUIRED`. A store written
     /// before `APPROVAL_PENDING` existed may answer `APPROVAL_REQUIRED` with a token: the gate reads it
@@ -201,7 +217,8 @@ impl std::error::Error for ApproveError {}
 /// Implementations guarantee, whatever number of gates and processes share them:
 ///
 /// - an answer is used at most once, atomically: of many calls racing for one approval, one runs;
-/// - an answer is used only by a call whose [`Binding`] is equal, field by field, to the request's;
+/// - an answer is used only by a call whose [`Binding`] is equal, field by field, to the request's
+///   (its principal and agent included: one principal's answer never runs another's call);
 /// - a request expires by the store's own clock, and an expired request answers nothing;
 /// - the token is a secret: a store that persists requests keeps only a hash of it.
 ///

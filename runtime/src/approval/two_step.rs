@@ -108,11 +108,10 @@ impl MemoryStore {
         // so that a retry is told it was reused or expired, not asked again at once.
         requests.retain(|_, r| now < r.expires + ttl);
         let token = ask(&mut requests, call, now + ttl, now);
-        let code = match (code, &token) {
-            (DenialCode::ApprovalRequired, Some(_)) => DenialCode::ApprovalPending,
-            _ => code,
-        };
-        Consumed::Pending { code, token }
+        Consumed::Pending {
+            code: pending_code(code, token.is_some()),
+            token,
+        }
     }
 
     /// Answers a pending request; an approval then lets its call run once until it expires.
@@ -141,6 +140,17 @@ impl MemoryStore {
     fn prune(&self, now: Instant) {
         let ttl = self.ttl;
         self.lock().retain(|_, r| now < r.expires + ttl);
+    }
+}
+
+/// What a store answers a call with no usable answer: a request filed for it (`filed`) is pending,
+/// whatever another call's approval of the tool says; an expired or used answer of its own is told.
+pub(crate) fn pending_code(code: DenialCode, filed: bool) -> DenialCode {
+    match (code, filed) {
+        (DenialCode::ApprovalRequired | DenialCode::ApprovalMismatch, true) => {
+            DenialCode::ApprovalPending
+        }
+        _ => code,
     }
 }
 

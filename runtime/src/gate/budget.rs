@@ -12,15 +12,17 @@
 //! hour) would let `2 × limit` calls through across a boundary. The price is one instant kept per
 //! allowed call, at most `limit` per budget ([`MAX_BUDGET_CALLS`]).
 //!
-//! A unit, once taken, is spent: a call refused after the budget check (an approver's rejection, an
-//! audit sink that fails, a gate lowered meanwhile) does not give it back. The budget bounds how often
-//! the agent reaches the approver and the tool's door, and giving units back across processes would
-//! reopen a window to a call racing the refusal.
+//! A unit is reserved when the budget is checked, and kept only by a call that runs: a call refused at
+//! any later step (an approval still pending, a rejection, an audit sink that fails, a gate lowered
+//! meanwhile, a decision dropped unfinished) gives it back ([`BudgetStore::release`]). So a budget counts
+//! the calls that ran, and "at most `limit` in any window" still holds across processes: a reserved unit
+//! counts from the check on, and is given back only once the call can no longer run.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::approval::store::{StoreError, StoreFuture};
@@ -115,17 +117,57 @@ pub type BudgetFuture = StoreFuture<'static, Result<Taken, StoreError>>;
 /// [`MemoryBudgets`] is the default (one per gate and its clones); `PostgresStore` (feature
 /// `postgres`) shares budgets between processes.
 pub trait BudgetStore: Send + Sync + 'static {
-    /// Takes one unit of each budget in `charges` (sorted by key, each key once), or none when one is
-    /// exhausted. The store works from the call on: the future only brings the answer, and a store
-    /// may have taken the units even when it is dropped unanswered.
-    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture;
+    /// Takes one unit of each budget in `charges` (sorted by key, each key once) under `reservation`,
+    /// or none when one is exhausted. The store works from the call on: the future only brings the
+    /// answer, and a store may have taken the units even when it is dropped unanswered.
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture;
+
+    /// Gives back the units that `reservation` took of `charges`: its call was refused after its
+    /// budget check and did not run. Nothing where it took none. The gate does not wait for it: the
+    /// store works from the call on, and a release that fails leaves the units counted (the budget
+    /// errs towards fewer calls, never more).
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation);
 }
+
+/// Names the units one call took of its budgets, so that a call refused after its budget check gives
+/// back exactly its own: unique across processes (64 random bits of the process, then a counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reservation(u128);
+
+impl Reservation {
+    /// A reservation no other call of any process has.
+    pub(crate) fn next() -> Reservation {
+        static PROCESS: OnceLock<u64> = OnceLock::new();
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let process = *PROCESS.get_or_init(|| {
+            let mut bytes = [0u8; 8];
+            if getrandom::fill(&mut bytes).is_err() {
+                // No randomness: the clock and the process id still tell processes apart.
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                bytes = (nanos ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+            }
+            u64::from_le_bytes(bytes)
+        });
+        let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+        Reservation(u128::from(process) << 64 | u128::from(count))
+    }
+
+    /// The reservation as 16 bytes, big-endian: how a shared store keeps it.
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+}
+
+/// The calls one budget counts: when each was taken, and under which reservation.
+type Uses = VecDeque<(Instant, Reservation)>;
 
 /// Budgets in this process's memory, by [`Instant`]s: shared by the gates given the same store (and by
 /// a gate's clones), not by other processes.
 #[derive(Default)]
 pub struct MemoryBudgets {
-    uses: Mutex<HashMap<Arc<str>, VecDeque<Instant>, BuildHasherDefault<KeyHasher>>>,
+    uses: Mutex<HashMap<Arc<str>, Uses, BuildHasherDefault<KeyHasher>>>,
 }
 
 /// Hashes budget keys a word at a time. The keys are the application's own configuration, never the
@@ -169,7 +211,12 @@ impl MemoryBudgets {
     }
 
     /// [`BudgetStore::take`] at the instant `now`.
-    pub(crate) fn take_at(&self, charges: &[BudgetCharge], now: Instant) -> Taken {
+    pub(crate) fn take_at(
+        &self,
+        charges: &[BudgetCharge],
+        reservation: Reservation,
+        now: Instant,
+    ) -> Taken {
         // Each update below is complete before the next: a poisoned lock holds consistent logs.
         let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
         let mut exhausted: Option<(usize, Duration)> = None;
@@ -181,7 +228,7 @@ impl MemoryBudgets {
                 continue;
             };
             if let Some(start) = now.checked_sub(charge.window) {
-                while log.front().is_some_and(|&at| at <= start) {
+                while log.front().is_some_and(|&(at, _)| at <= start) {
                     log.pop_front();
                 }
             }
@@ -189,7 +236,7 @@ impl MemoryBudgets {
             if log.len() >= limit {
                 // The call that must leave the window for one more to fit.
                 let retry = match log.len().checked_sub(limit).and_then(|i| log.get(i)) {
-                    Some(&at) => (at + charge.window).saturating_duration_since(now),
+                    Some(&(at, _)) => (at + charge.window).saturating_duration_since(now),
                     None => charge.window,
                 };
                 exhausted = exhausted.max_by_retry(i, retry);
@@ -203,13 +250,26 @@ impl MemoryBudgets {
         }
         for charge in charges {
             match uses.get_mut(&charge.key) {
-                Some(log) => log.push_back(now),
+                Some(log) => log.push_back((now, reservation)),
                 None => {
-                    uses.insert(charge.key.clone(), VecDeque::from([now]));
+                    uses.insert(charge.key.clone(), VecDeque::from([(now, reservation)]));
                 }
             }
         }
         Taken::Taken
+    }
+
+    /// [`BudgetStore::release`].
+    pub(crate) fn release_now(&self, charges: &[BudgetCharge], reservation: Reservation) {
+        let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+        for charge in charges {
+            if let Some(log) = uses.get_mut(&charge.key)
+                // The newest first: a call is released soon after it was taken.
+                && let Some(at) = log.iter().rposition(|&(_, r)| r == reservation)
+            {
+                log.remove(at);
+            }
+        }
     }
 }
 
@@ -227,10 +287,16 @@ impl Longest for Option<(usize, Duration)> {
 }
 
 impl BudgetStore for MemoryBudgets {
-    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture {
-        Box::pin(std::future::ready(
-            Ok(self.take_at(charges, Instant::now())),
-        ))
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        Box::pin(std::future::ready(Ok(self.take_at(
+            charges,
+            reservation,
+            Instant::now(),
+        ))))
+    }
+
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) {
+        self.release_now(charges, reservation);
     }
 }
 
@@ -489,20 +555,23 @@ mod tests {
         let one = [charge("k", 2, window)];
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_secs(10);
-        assert_eq!(store.take_at(&one, t0), Taken::Taken);
-        assert_eq!(store.take_at(&one, t1), Taken::Taken);
+        assert_eq!(store.take_at(&one, Reservation::next(), t0), Taken::Taken);
+        assert_eq!(store.take_at(&one, Reservation::next(), t1), Taken::Taken);
         let just_before = t0 + window - Duration::from_nanos(1);
         assert_eq!(
-            store.take_at(&one, just_before),
+            store.take_at(&one, Reservation::next(), just_before),
             Taken::Exhausted {
                 charge: 0,
                 retry_after: Duration::from_nanos(1)
             }
         );
-        assert_eq!(store.take_at(&one, t0 + window), Taken::Taken);
+        assert_eq!(
+            store.take_at(&one, Reservation::next(), t0 + window),
+            Taken::Taken
+        );
         // Now t1 is the oldest in the window, and two are in it.
         assert_eq!(
-            store.take_at(&one, t0 + window),
+            store.take_at(&one, Reservation::next(), t0 + window),
             Taken::Exhausted {
                 charge: 0,
                 retry_after: Duration::from_secs(10)
@@ -517,20 +586,23 @@ mod tests {
         let short = charge("a", 1, Duration::from_secs(5));
         let long = charge("b", 3, Duration::from_secs(50));
         assert_eq!(
-            store.take_at(std::slice::from_ref(&short), t0),
+            store.take_at(std::slice::from_ref(&short), Reservation::next(), t0),
             Taken::Taken
         );
         // `a` is out: `b` is not charged.
         let both = [short.clone(), long.clone()];
         assert!(matches!(
-            store.take_at(&both, t0),
+            store.take_at(&both, Reservation::next(), t0),
             Taken::Exhausted { charge: 0, .. }
         ));
         for _ in 0..3 {
-            assert_eq!(store.take_at(std::slice::from_ref(&long), t0), Taken::Taken);
+            assert_eq!(
+                store.take_at(std::slice::from_ref(&long), Reservation::next(), t0),
+                Taken::Taken
+            );
         }
         assert_eq!(
-            store.take_at(&both, t0 + Duration::from_secs(1)),
+            store.take_at(&both, Reservation::next(), t0 + Duration::from_secs(1)),
             Taken::Exhausted {
                 charge: 1,
                 retry_after: Duration::from_secs(49)
@@ -561,7 +633,11 @@ mod tests {
                                 .filter(|&&t| t + window_s * 1000 > at)
                                 .count();
                             let expected = in_window < limit as usize;
-                            let got = store.take_at(&one, t0 + Duration::from_millis(at));
+                            let got = store.take_at(
+                                &one,
+                                Reservation::next(),
+                                t0 + Duration::from_millis(at),
+                            );
                             assert_eq!(
                                 got == Taken::Taken,
                                 expected,
@@ -610,7 +686,7 @@ mod tests {
                         >= budgets[b].limit as usize
                 };
                 let any_full = charged.iter().any(|&b| full(b));
-                let taken = store.take_at(&charges, t0 + Duration::from_millis(at));
+                let taken = store.take_at(&charges, Reservation::next(), t0 + Duration::from_millis(at));
                 proptest::prop_assert_eq!(taken == Taken::Taken, !any_full);
                 if let Taken::Exhausted { charge, retry_after } = taken {
                     proptest::prop_assert!(full(charged[charge]));

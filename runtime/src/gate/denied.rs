@@ -189,12 +189,17 @@ impl fmt::Display for Denied {
                     "tool `{id}` ({risk}) is above the ceiling of mode {mode} ({ceiling}); it needs {needed}"
                 )
             }
-            DenialCode::ApprovalPending => write!(
-                f,
-                "tool `{id}` ({risk}) needs an approval in mode {mode}: the call is pending until an \
-                 operator approves it with its token, which the application holds (it is not in this \
-                 message); then the same call, with the same arguments, runs once"
-            ),
+            DenialCode::ApprovalPending => {
+                write!(f, "tool `{id}` ({risk}) needs an approval in mode {mode}")?;
+                if let Some(why) = self.detail() {
+                    write!(f, " ({why})")?;
+                }
+                f.write_str(
+                    ": the call is pending until an operator approves it with its token, which the \
+                     application holds (it is not in this message); then the same call, with the \
+                     same arguments, runs once",
+                )
+            }
             DenialCode::ApprovalRequired => match self.detail() {
                 Some(why) => write!(
                     f,

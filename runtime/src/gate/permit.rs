@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
+use crate::gate::decide::Reserved;
 use crate::policy::Mode;
 use crate::policy::Risk;
 use crate::registry::ToolManifest;
@@ -23,9 +24,10 @@ pub struct Permit {
 }
 
 /// The exits of one call, behind one thin pointer so that an unaudited permit is a single word; and,
-/// for an approved call whose decision waited, the arguments the approval saw.
-#[derive(Debug)]
-struct Exits(Vec<Exit>, Option<Seen>);
+/// for an approved call whose decision waited, the arguments the approval saw and the budget units
+/// kept only if they are still the same.
+#[derive(Debug, Default)]
+struct Exits(Vec<Exit>, Option<Seen>, Vec<Reserved>);
 
 /// The arguments an approval was given for: the call must still have them when its body starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,17 +63,33 @@ impl Permit {
     /// Adds the `exit` an allowed call owes the gate that wrote its `enter`. Held in the permit from
     /// then on, it is written however the call ends, a panic of another gate's sink included.
     pub(crate) fn push(&mut self, exit: Exit) {
-        self.exits
-            .get_or_insert_with(|| Box::new(Exits(Vec::new(), None)))
-            .0
-            .push(exit);
+        self.exits.get_or_insert_with(Box::default).0.push(exit);
     }
 
     /// Keeps what an approval saw, to compare with the arguments once the call has them back.
     pub(crate) fn set_seen(&mut self, seen: Seen) {
-        self.exits
-            .get_or_insert_with(|| Box::new(Exits(Vec::new(), None)))
-            .1 = Some(seen);
+        self.exits.get_or_insert_with(Box::default).1 = Some(seen);
+    }
+
+    /// Holds budget units until the arguments are compared ([`Permit::commit_held`]).
+    pub(crate) fn hold(&mut self, reserved: Reserved) {
+        self.exits.get_or_insert_with(Box::default).2.push(reserved);
+    }
+
+    /// The arguments are the same: the held units are kept.
+    pub(crate) fn commit_held(&mut self) {
+        if let Some(exits) = &mut self.exits {
+            for reserved in exits.2.drain(..) {
+                reserved.commit();
+            }
+        }
+    }
+
+    /// The call is refused: the held units are given back.
+    pub(crate) fn release_held(&mut self) {
+        if let Some(exits) = &mut self.exits {
+            exits.2.clear();
+        }
     }
 
     /// What an approval saw, taken out to be compared.

@@ -84,12 +84,16 @@ impl Gate {
                 parts.tainted = true;
                 self.store_mode(&parts);
             }
-            // Grants were given for calls decided before the agent read untrusted input.
+            // Grants were given for calls decided before the agent read untrusted input. Under the
+            // grants' lock, after the bit is set: a grant made at a commit point checks the bit under
+            // the same lock, so it is either refused there or revoked here.
+            let mut grants = grants::lock(&inner.grants);
             for until in &inner.granted_until {
                 until.store(0, Ordering::Release);
             }
+            let gone = grants.revoke(None);
             if won {
-                revoked = grants::lock(&inner.grants).revoke(None);
+                revoked = gone;
             }
         }
         let Some(sink) = &inner.audit else {

@@ -106,7 +106,8 @@
 //!
 //! The role the store connects as needs `CREATE` on the database the first time (or an existing
 //! schema), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on `approvals`, and for budgets `SELECT`,
-//! `INSERT`, `UPDATE` on `budgets`, `DELETE` too on `budget_uses`, and `EXECUTE` on `budget_take`.
+//! `INSERT`, `UPDATE` on `budgets`, `DELETE` too on `budget_uses`, and `EXECUTE` on `budget_take` and
+//! `budget_release`.
 //!
 //! # Budgets
 //!
@@ -166,7 +167,7 @@ use crate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
-use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore};
+use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, Reservation};
 use crate::policy::Mode;
 use schema::valid_schema;
 use worker::{Job, Target};
@@ -382,13 +383,18 @@ impl ApprovalStore for PostgresStore {
 
 /// Budgets shared by every process connected to the store: see the [module](self) for the SQL.
 impl BudgetStore for PostgresStore {
-    fn take(&self, charges: &[BudgetCharge]) -> BudgetFuture {
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
         let (reply, answered) = oneshot::channel();
-        let sent = self.send(Job::Take(charges.to_vec(), reply));
+        let sent = self.send(Job::Take(charges.to_vec(), reservation, reply));
         Box::pin(async move {
             sent?;
             answered.await.unwrap_or_else(|_| Err(thread_gone()))
         })
+    }
+
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) {
+        // The thread works from the call on; a release it cannot send leaves the units counted.
+        let _ = self.send(Job::Release(charges.to_vec(), reservation));
     }
 }
 

@@ -140,6 +140,69 @@ pub(super) const MIGRATIONS: &[&str] = &[
         ADD COLUMN principal  text,
         ADD COLUMN tainted_by text,
         ADD COLUMN tainted_at text;",
+    // 6: a call's units are reserved under its reservation, and given back when the call is refused
+    // after its budget check: budget_release deletes exactly that call's uses, locking in key order as
+    // budget_take does.
+    "ALTER TABLE {s}.budget_uses ADD COLUMN reservation bytea;
+    CREATE INDEX budget_uses_reservation ON {s}.budget_uses (reservation)
+        WHERE reservation IS NOT NULL;
+    CREATE FUNCTION {s}.budget_take(keys text[], limits integer[], windows_us bigint[],
+        r bytea)
+    RETURNS bigint[] LANGUAGE plpgsql AS $$
+    DECLARE
+        now_at  timestamptz := clock_timestamp();
+        live    integer;
+        oldest  timestamptz;
+        worst   integer := 0;
+        wait_us bigint := -1;
+        this_us bigint;
+    BEGIN
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budgets (key, held) VALUES (keys[i], 0) ON CONFLICT (key) DO NOTHING;
+            PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
+            WITH gone AS (
+                DELETE FROM {s}.budget_uses
+                WHERE key = keys[i] AND used_at <= now_at - windows_us[i] * interval '1 microsecond'
+                RETURNING 1)
+            UPDATE {s}.budgets SET held = held - (SELECT count(*) FROM gone)
+                WHERE key = keys[i] RETURNING held INTO live;
+            IF live >= limits[i] THEN
+                SELECT used_at INTO oldest FROM {s}.budget_uses WHERE key = keys[i]
+                    ORDER BY used_at OFFSET live - limits[i] LIMIT 1;
+                this_us := ceil(extract(epoch FROM oldest + windows_us[i] * interval '1 microsecond'
+                    - now_at) * 1000000)::bigint;
+                IF this_us > wait_us THEN
+                    worst := i;
+                    wait_us := this_us;
+                END IF;
+            END IF;
+        END LOOP;
+        IF wait_us >= 0 THEN
+            RETURN ARRAY[worst - 1, greatest(wait_us, 0)];
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budget_uses (key, used_at, reservation) VALUES (keys[i], now_at, r);
+            UPDATE {s}.budgets SET held = held + 1 WHERE key = keys[i];
+        END LOOP;
+        RETURN ARRAY[-1, 0];
+    END
+    $$;
+    CREATE FUNCTION {s}.budget_release(keys text[], r bytea)
+    RETURNS integer LANGUAGE plpgsql AS $$
+    DECLARE
+        gone  integer;
+        total integer := 0;
+    BEGIN
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
+            DELETE FROM {s}.budget_uses WHERE key = keys[i] AND reservation = r;
+            GET DIAGNOSTICS gone = ROW_COUNT;
+            UPDATE {s}.budgets SET held = held - gone WHERE key = keys[i];
+            total := total + gone;
+        END LOOP;
+        RETURN total;
+    END
+    $$;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
@@ -157,7 +220,7 @@ pub(super) const RECORD_VERSION: &str = "INSERT INTO {s}.schema_version (version
 
 /// The binding's five fields, as `$1` to `$5`.
 const SAME_BINDING: &str = "tool = $1 AND arguments_digest = $2 AND shown_digest = $3 AND risk = $4
-    AND policy_version = $5";
+    AND policy_version = $5 AND coalesce(principal, '') = $6 AND coalesce(agent, '') = $7";
 
 /// Uses the oldest live answer to exactly this call, in one statement. Of concurrent statements, one
 /// locks the row; the others skip it (and find another answer, or none), and one that reads it after
@@ -197,11 +260,11 @@ pub(super) fn why_waiting() -> String {
 /// migrations.
 pub(super) const LOCK_AGENT: &str = "SELECT pg_advisory_xact_lock($1)";
 
-/// The live pending request for exactly this call by this agent (`$6`, `''` for none).
+/// The live pending request for exactly this call (its principal and agent included).
 pub(super) fn find_pending() -> String {
     format!(
         "SELECT id FROM {{s}}.approvals
-         WHERE {SAME_BINDING} AND coalesce(agent, '') = $6 AND answered_at IS NULL
+         WHERE {SAME_BINDING} AND answered_at IS NULL
            AND expires_at > now()
          ORDER BY id
          LIMIT 1"
@@ -279,4 +342,8 @@ pub(super) fn show() -> String {
 /// statements of any number of processes serialize on the budgets they share and never deadlock, and
 /// each read after its lock sees the rows as the last statement committed them.
 pub(super) const BUDGET_TAKE: &str =
-    "SELECT {s}.budget_take($1::text[], $2::integer[], $3::bigint[])";
+    "SELECT {s}.budget_take($1::text[], $2::integer[], $3::bigint[], $4::bytea)";
+
+/// Gives back the units one reservation (`$2`) took of its budgets (`$1` keys, sorted): the call was
+/// refused after its budget check.
+pub(super) const BUDGET_RELEASE: &str = "SELECT {s}.budget_release($1::text[], $2::bytea)";

@@ -16,7 +16,7 @@ use super::sql;
 use super::{RequestState, Settings, StoredRequest};
 use crate::approval::store::{Answer, ApprovalCall, ApproveError, Binding, Consumed, StoreError};
 use crate::approval::two_step::new_token;
-use crate::gate::budget::{BudgetCharge, Taken};
+use crate::gate::budget::{BudgetCharge, Reservation, Taken};
 use crate::policy::{DenialCode, Mode, Risk};
 
 /// Hashes of a pending request's tokens kept at most: asking again for the same pending call adds one,
@@ -47,8 +47,10 @@ pub(super) enum Job {
     ),
     Take(
         Vec<BudgetCharge>,
+        Reservation,
         oneshot::Sender<Result<Taken, StoreError>>,
     ),
+    Release(Vec<BudgetCharge>, Reservation),
     List(oneshot::Sender<Result<Vec<StoredRequest>, StoreError>>),
     Show(
         i64,
@@ -107,6 +109,7 @@ struct Prepared {
     insert: Statement,
     prune: Statement,
     budget_take: Statement,
+    budget_release: Statement,
 }
 
 struct Conn {
@@ -176,12 +179,22 @@ impl Worker {
                     .map_err(Failure::into_approve);
                 let _ = reply.send(done);
             }
-            Job::Take(charges, reply) => {
+            Job::Take(charges, reservation, reply) => {
                 let done = self
-                    .with_conn(async |conn| take(conn, &charges).await)
+                    .with_conn(async |conn| take(conn, &charges, reservation).await)
                     .await
                     .map_err(Failure::into_store);
                 let _ = reply.send(done);
+            }
+            Job::Release(charges, reservation) => {
+                // No one waits for it: a release that fails leaves the units counted, and says so.
+                let done = self
+                    .with_conn(async |conn| release(conn, &charges, reservation).await)
+                    .await
+                    .map_err(Failure::into_store);
+                if let Err(error) = done {
+                    tracing::warn!(target: "toolgate::budget", %error, "a refused call's budget units were not given back");
+                }
             }
             Job::List(reply) => {
                 let done = self
@@ -267,6 +280,7 @@ impl Worker {
             insert: prepare(sql::INSERT).await?,
             prune: prepare(sql::PRUNE).await?,
             budget_take: prepare(sql::BUDGET_TAKE).await?,
+            budget_release: prepare(sql::BUDGET_RELEASE).await?,
         };
         Ok(Conn { client, statements })
     }
@@ -281,12 +295,16 @@ impl Worker {
         let binding = &call.binding;
         let risk = binding.risk.as_str();
         let version = policy_version(binding)?;
-        let key: [&(dyn ToSql + Sync); 5] = [
+        let principal = binding.principal.as_deref().unwrap_or("");
+        let agent = binding.agent.as_deref().unwrap_or("");
+        let key: [&(dyn ToSql + Sync); 7] = [
             &binding.tool,
             &binding.arguments_digest,
             &binding.shown_digest,
             &risk,
             &version,
+            &principal,
+            &agent,
         ];
         if let Some(row) = conn
             .client
@@ -299,7 +317,6 @@ impl Worker {
             .last_prune
             .get()
             .is_none_or(|last| last.elapsed() >= PRUNE_EVERY);
-        let agent = call.agent.as_deref().unwrap_or("");
         let statements = &conn.statements;
         let transaction = conn.client.transaction().await?;
         transaction
@@ -333,10 +350,8 @@ impl Worker {
             return Ok(Consumed::Pending { code, token: None });
         };
         let hash = sha256_hex(&token);
-        let pending_key: [&(dyn ToSql + Sync); 6] =
-            [key[0], key[1], key[2], key[3], key[4], &agent];
         let pending = transaction
-            .query_opt(&statements.find_pending, &pending_key)
+            .query_opt(&statements.find_pending, &key)
             .await?;
         let token = match pending {
             Some(row) => {
@@ -389,11 +404,10 @@ impl Worker {
         if prune {
             self.last_prune.set(Some(Instant::now()));
         }
-        let code = match (code, &token) {
-            (DenialCode::ApprovalRequired, Some(_)) => DenialCode::ApprovalPending,
-            _ => code,
-        };
-        Ok(Consumed::Pending { code, token })
+        Ok(Consumed::Pending {
+            code: crate::approval::two_step::pending_code(code, token.is_some()),
+            token,
+        })
     }
 }
 
@@ -449,7 +463,11 @@ impl Worker {
 }
 
 /// Takes a call's units of its budgets, in one statement ([`sql::BUDGET_TAKE`]).
-async fn take(conn: &mut Conn, charges: &[BudgetCharge]) -> Result<Taken, Failure> {
+async fn take(
+    conn: &mut Conn,
+    charges: &[BudgetCharge],
+    reservation: Reservation,
+) -> Result<Taken, Failure> {
     let keys: Vec<&str> = charges.iter().map(|c| &*c.key).collect();
     let limits = charges
         .iter()
@@ -462,7 +480,10 @@ async fn take(conn: &mut Conn, charges: &[BudgetCharge]) -> Result<Taken, Failur
         .collect();
     let row = conn
         .client
-        .query_one(&conn.statements.budget_take, &[&keys, &limits, &windows])
+        .query_one(
+            &conn.statements.budget_take,
+            &[&keys, &limits, &windows, &&reservation.to_bytes()[..]],
+        )
         .await?;
     let answer: Vec<i64> = get(&row, 0)?;
     match answer[..] {
@@ -475,6 +496,22 @@ async fn take(conn: &mut Conn, charges: &[BudgetCharge]) -> Result<Taken, Failur
         }
         _ => Err(unexpected(format!("a budget answer of {answer:?}"))),
     }
+}
+
+/// Gives back the units a refused call's reservation took ([`sql::BUDGET_RELEASE`]).
+async fn release(
+    conn: &mut Conn,
+    charges: &[BudgetCharge],
+    reservation: Reservation,
+) -> Result<(), Failure> {
+    let keys: Vec<&str> = charges.iter().map(|c| &*c.key).collect();
+    conn.client
+        .execute(
+            &conn.statements.budget_release,
+            &[&keys, &&reservation.to_bytes()[..]],
+        )
+        .await?;
+    Ok(())
 }
 
 fn policy_version(binding: &Binding) -> Result<i32, Failure> {
@@ -524,6 +561,7 @@ fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
     );
     binding.policy_version = u32::try_from(policy_version)
         .map_err(|_| unexpected(format!("policy version {policy_version}")))?;
+    let binding = binding.made_by(get(row, 19)?, get(row, 6)?);
     let age: f64 = get(row, 11)?;
     let left: f64 = get(row, 12)?;
     let answered: Option<String> = get(row, 13)?;

@@ -1,0 +1,144 @@
+//! Budgets in a decision: a unit of every budget covering the call is reserved after the table's
+//! checks, before any approver is asked; the commit point keeps it, and any refusal gives it back.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use super::{Wait, refuse, store_panicked};
+use crate::approval::store::StoreError;
+use crate::gate::Gate;
+use crate::gate::budget::{BudgetCharge, BudgetStore, Reservation, Taken};
+use crate::gate::call::EffectiveRisk;
+use crate::gate::denied::Denied;
+use crate::policy::{DenialCode, Mode};
+use crate::registry::ToolEntry;
+
+/// Units of a call's budgets taken under one reservation: given back when dropped, unless committed
+/// (the call runs). A decision dropped unfinished, a refusal at any later step and an unwind all give
+/// them back.
+pub(crate) struct Reserved {
+    store: Arc<dyn BudgetStore>,
+    charges: Vec<BudgetCharge>,
+    id: Reservation,
+    armed: bool,
+}
+
+impl Reserved {
+    /// The call runs: its units stay counted.
+    pub(crate) fn commit(mut self) {
+        self.armed = false;
+    }
+}
+
+impl std::fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reserved")
+            .field("charges", &self.charges.len())
+            .field("armed", &self.armed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.armed {
+            // A store that panics in its release has kept the units: the budget errs towards fewer
+            // calls.
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                self.store.release(&self.charges, self.id);
+            }));
+        }
+    }
+}
+
+/// What the budgets say of a call, in one gate.
+pub(super) enum Reserve {
+    /// No budget covers it.
+    Free,
+    Refused(Denied),
+    /// The store has not answered yet: the reservation (given back if the decision ends unfinished)
+    /// and the answer to wait for.
+    Waiting(Reserved, Wait),
+}
+
+impl Gate {
+    /// Reserves a unit of every budget covering the call, or refuses it.
+    pub(super) fn reserve(&self, entry: &'static ToolEntry, risk: EffectiveRisk) -> Reserve {
+        let Some(budgets) = &self.inner.budgets else {
+            return Reserve::Free;
+        };
+        let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let charges = budgets.charges(slot, risk.get());
+        if charges.is_empty() {
+            return Reserve::Free;
+        }
+        let reserved = Reserved {
+            store: budgets.store.clone(),
+            id: Reservation::next(),
+            charges,
+            armed: true,
+        };
+        match catch_unwind(AssertUnwindSafe(|| {
+            reserved.store.take(&reserved.charges, reserved.id)
+        })) {
+            Ok(future) => Reserve::Waiting(reserved, Wait::Budget(future)),
+            Err(_) => Reserve::Refused(self.unavailable(entry, risk, store_panicked())),
+        }
+    }
+
+    /// A budget store's answer for `reserved`, carried out: the units kept until the commit point, or
+    /// the refusal (nothing was taken).
+    pub(super) fn taken(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        reserved: Reserved,
+        taken: Result<Taken, StoreError>,
+    ) -> Result<Option<Reserved>, Denied> {
+        let mode = self.mode();
+        match taken {
+            Ok(Taken::Taken) => Ok(Some(reserved)),
+            Ok(Taken::Exhausted {
+                charge,
+                retry_after,
+            }) => {
+                let label = match (&self.inner.budgets, reserved.charges.get(charge)) {
+                    (Some(budgets), Some(charge)) => budgets.label(&charge.key),
+                    _ => "a budget".into(),
+                };
+                // Nothing was taken: nothing to give back.
+                let mut reserved = reserved;
+                reserved.armed = false;
+                Err(
+                    refuse(entry, DenialCode::BudgetExhausted, risk.get(), Some(mode))
+                        .with_detail(label)
+                        .with_retry_after(retry_after),
+                )
+            }
+            // The store may have taken the units before it failed: the reservation gives them back.
+            Err(error) => Err(self.unavailable(entry, risk, error)),
+        }
+    }
+
+    #[cold]
+    fn unavailable(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        error: StoreError,
+    ) -> Denied {
+        let why = match error {
+            StoreError::Unavailable(why) => format!("unavailable: {why}"),
+            StoreError::Timeout => "no answer in time".to_owned(),
+            StoreError::Unexpected(what) => format!("an unexpected answer: {what}"),
+        };
+        let mode: Mode = self.mode();
+        refuse(
+            entry,
+            DenialCode::BudgetStoreUnavailable,
+            risk.get(),
+            Some(mode),
+        )
+        .with_detail(why.into())
+    }
+}

@@ -1,0 +1,264 @@
+//! The commit point: the last step before a body runs.
+//!
+//! A decision can wait (for a budget store, an approver, the approval store, a sink): meanwhile a gate
+//! can be lowered, its session tainted, a grant revoked, a receiver changed. So everything that can
+//! change is read again here, for every gate that decided the call, and only then is what the
+//! decision reserved made real: the budget units kept, the session grants an answer gave made (in a
+//! clean session only). Any refusal here gives everything back. Between this point and the body there is
+//! no user code and no I/O.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::arguments::{ArgumentSource, still_seen};
+use super::{Decision, refuse};
+use crate::approval::SessionGrant;
+use crate::audit::{AuditRecord, Decision as Decided, Stage};
+use crate::gate::call::{CallInfo, EffectiveRisk};
+use crate::gate::denied::Denied;
+use crate::gate::permit::{Permit, close_refused};
+use crate::gate::{Gate, TAINTED, grants};
+use crate::policy::{DenialCode, Mode, Verdict};
+use crate::registry::ToolEntry;
+
+impl<A: ArgumentSource> Decision<A> {
+    /// Reads again what may have changed while the call was decided, then commits the call.
+    pub(super) fn commit(&mut self) -> Result<Permit, Denied> {
+        let (entry, risk) = (self.entry, self.risk);
+        for i in 0..self.gates.len() {
+            if let Err(denied) = self.still_allowed(i) {
+                return Err(self.fail(denied));
+            }
+        }
+        // An approval is for the arguments it saw. A receiver behind a lock, or an argument with
+        // interior mutability, may have changed while the approver thought or a record was written:
+        // written again last, they must be the same.
+        let approved = self
+            .held
+            .iter()
+            .any(|h| h.allowed.as_ref().is_some_and(|a| a.confirm));
+        if approved && !self.arguments.unchanged(&mut self.permit) {
+            let mode = self
+                .held
+                .first()
+                .and_then(|h| h.allowed.as_ref())
+                .map(|a| a.mode);
+            return Err(self.fail(changed(entry, risk, mode)));
+        }
+        if entry.manifest.untrusted_output {
+            for i in 0..self.gates.len() {
+                if !self.gates[i].close_latch(entry) {
+                    let mode = self.gates[i].mode();
+                    let denied =
+                        refuse(entry, DenialCode::AuditUnavailable, risk.get(), Some(mode))
+                            .with_detail(
+                                "its `session_tainted` record: its output taints the session"
+                                    .into(),
+                            );
+                    return Err(self.fail(denied));
+                }
+            }
+        }
+        for (gate, held) in self.gates.iter().zip(&mut self.held) {
+            if let Some(allowed) = &mut held.allowed
+                && let Some(grant) = allowed.grant.take()
+            {
+                let by = allowed.by.clone().unwrap_or_default();
+                gate.grant(entry, risk, grant, &by, &mut self.arguments);
+            }
+        }
+        let mut permit = std::mem::replace(&mut self.permit, Permit::unaudited());
+        let confirming = permit.needs_confirmation();
+        for held in &mut self.held {
+            if let Some(reserved) = held.reserved.take() {
+                // An async call compares its arguments once more after this: its units are kept then.
+                if confirming {
+                    permit.hold(reserved);
+                } else {
+                    reserved.commit();
+                }
+            }
+        }
+        Ok(permit)
+    }
+
+    /// Whether `gates[i]` still allows the call: its mode and session as they are now, and the grant
+    /// that allowed it still live.
+    fn still_allowed(&mut self, i: usize) -> Result<(), Denied> {
+        let (entry, risk) = (self.entry, self.risk);
+        let gate = &self.gates[i];
+        let held = &self.held[i];
+        let now = gate.state();
+        // The mode only goes down and the latch only closes: an unchanged state is the decision
+        // itself; a changed one lets the call run only if it is allowed there outright, since an
+        // approval was given for the state it was asked in.
+        if now != held.state {
+            let code = match gate.verdict_in(entry, risk, now) {
+                Verdict::Allow => None,
+                Verdict::Refuse(code) => Some(code),
+                Verdict::NeedsApproval => Some(DenialCode::ApprovalRequired),
+            };
+            if let Some(code) = code {
+                let denied = gate.table_refusal(entry, risk, now, code);
+                // Tainted while it was decided: the approval or the verdict it had was for a clean
+                // session.
+                return Err(match gate.taint_of(risk.get()) {
+                    Some(taint)
+                        if (now ^ held.state) & TAINTED != 0 && denied.detail().is_none() =>
+                    {
+                        denied.with_detail(
+                            format!("{taint}, while the call was being decided").into(),
+                        )
+                    }
+                    _ => denied,
+                });
+            }
+        }
+        let granted = held
+            .allowed
+            .as_ref()
+            .is_some_and(|a| a.decision == Decided::Granted);
+        if granted && gate.granted(entry, risk, &mut self.arguments).is_none() {
+            let mode = Mode::from_index(now);
+            return Err(
+                refuse(entry, DenialCode::ApprovalRequired, risk.get(), Some(mode)).with_detail(
+                    "the session grant that allowed it was revoked or expired while it was decided"
+                        .into(),
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Gate {
+    /// Makes a session grant and records it: at the commit point, and only while the session is clean.
+    /// The check and the grant are made under the grants' lock, which the latch takes to revoke them
+    /// after it closes: a grant racing the latch is either refused here or revoked there.
+    fn grant<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        grant: SessionGrant,
+        by: &str,
+        arguments: &mut A,
+    ) {
+        let binding = arguments.binding();
+        let now = Instant::now();
+        {
+            let mut held = grants::lock(&self.inner.grants);
+            if self.tainted() {
+                return;
+            }
+            let made = held.grant(
+                entry.manifest.id,
+                risk.get(),
+                grant,
+                binding.as_ref().map(|(digest, _)| digest.clone()),
+                by,
+                now,
+            );
+            if !made {
+                return;
+            }
+            if self.inner.audit.is_none() {
+                // A grant of the whole tool at its declared risk or above: the inlined check may use
+                // it, unless a budget counts the tool's calls.
+                let slot = entry.slot.load(Ordering::Relaxed) as usize;
+                let counted = self
+                    .inner
+                    .budgets
+                    .as_ref()
+                    .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
+                let whole =
+                    !grant.is_exact() && risk.get() >= entry.manifest.risk_level && !counted;
+                if let (true, Some(until), Some(end)) = (
+                    whole,
+                    self.inner.granted_until.get(slot),
+                    now.checked_add(grant.ttl()),
+                ) {
+                    until.fetch_max(since(self.inner.epoch, end), Ordering::AcqRel);
+                }
+                return;
+            }
+        }
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let scope = if grant.is_exact() {
+            "these arguments"
+        } else {
+            "every call"
+        };
+        let record = AuditRecord {
+            arguments_digest: grant
+                .is_exact()
+                .then(|| binding.map(|(_, shown)| shown))
+                .flatten(),
+            by: Some(by.to_owned()),
+            effective_risk: Some(risk.get()),
+            message: Some(format!(
+                "granted for the session, {scope} at {} or lower, for {} s",
+                risk.get(),
+                grant.ttl().as_secs()
+            )),
+            ..self.record(
+                Stage::SessionGranted,
+                Cow::Borrowed(entry.manifest.id),
+                self.mode(),
+                call,
+            )
+        };
+        self.write_after_the_fact(&record);
+    }
+}
+
+#[cold]
+fn changed(entry: &'static ToolEntry, risk: EffectiveRisk, mode: Option<Mode>) -> Denied {
+    refuse(entry, DenialCode::ApprovalMismatch, risk.get(), mode).with_detail(
+        "the call's arguments (or its receiver) changed after they were approved".into(),
+    )
+}
+
+/// Compares the arguments an approval saw, kept in `permit` by a decision that waited, with the call's
+/// arguments now: the last step before an async tool's body. The budget units the permit holds are
+/// kept if they are the same, given back if not.
+#[inline]
+pub(crate) fn confirm(
+    entry: &'static ToolEntry,
+    permit: Result<Permit, Denied>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    match permit {
+        Ok(permit) if permit.needs_confirmation() => confirm_slow(entry, permit, call),
+        other => other,
+    }
+}
+
+#[cold]
+#[inline(never)]
+pub(super) fn confirm_slow(
+    entry: &'static ToolEntry,
+    mut permit: Permit,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    let Some(seen) = permit.take_seen() else {
+        return Ok(permit);
+    };
+    if still_seen(call, &seen) {
+        permit.commit_held();
+        return Ok(permit);
+    }
+    let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
+    let denied = changed(entry, risk, None);
+    // Dropping the held units gives them back.
+    permit.release_held();
+    close_refused(permit.take_exits(), &denied);
+    Err(denied)
+}
+
+/// Nanoseconds from `epoch` to `at`, at least 1 (0 means no grant).
+pub(super) fn since(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}

@@ -1,0 +1,90 @@
+//! Running the decision: a sync call parks its thread on what the decision waits for; an async call's
+//! decision stops there, holding everything it needs (the call's arguments written out, so that the
+//! tool's future stays `Send`), and is awaited.
+
+use super::arguments::{LazyArguments, WrittenArguments};
+use super::hand_off::{Decided, Handed, stack_shape};
+use super::{Decision, Next, Wait, Waits};
+use crate::gate::Gate;
+use crate::gate::call::CallInfo;
+use crate::gate::denied::Denied;
+use crate::gate::permit::Permit;
+use crate::gate::wait::block_on;
+use crate::registry::ToolEntry;
+
+/// Decides a sync call, parking the thread where the decision waits (a budget store, the approval
+/// store); it never waits for an async approver.
+pub(super) fn decide_blocking(
+    entry: &'static ToolEntry,
+    gates: Vec<Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    let mut decision = Decision::new(
+        entry,
+        gates,
+        call,
+        LazyArguments::new(call),
+        Waits::Blocking,
+    );
+    loop {
+        match decision.advance() {
+            Next::Done(result) => return result,
+            Next::Wait(wait) => {
+                let answered = block_on(wait);
+                decision.resume(answered);
+            }
+        }
+    }
+}
+
+/// Decides an async call up to where it must wait.
+pub(super) fn decide_async(
+    entry: &'static ToolEntry,
+    gates: Vec<Gate>,
+    call: &CallInfo<'_>,
+) -> Entering {
+    let mut decision = Decision::new(entry, gates, call, LazyArguments::new(call), Waits::Async);
+    match decision.advance() {
+        Next::Done(result) => Entering::Done(result),
+        Next::Wait(wait) => Entering::Waiting(Waiting(Box::new((decision.write_out(), wait)))),
+    }
+}
+
+/// An async call's decision: made now, or waiting for an approver or a store.
+#[doc(hidden)]
+pub enum Entering {
+    /// Decided.
+    Done(Result<Permit, Denied>),
+    /// Waiting: await [`Waiting::resume`].
+    Waiting(Waiting),
+}
+
+/// A decision that waits, and what it waits for.
+#[doc(hidden)]
+pub struct Waiting(Box<(Decision<WrittenArguments>, Wait)>);
+
+impl Waiting {
+    /// Waits for what the decision waits for, then decides the rest of it.
+    pub async fn resume(self) -> Result<Permit, Denied> {
+        let (mut decision, mut wait) = *self.0;
+        loop {
+            let answered = (&mut wait).await;
+            decision.resume(answered);
+            match decision.advance() {
+                Next::Done(result) => return result,
+                Next::Wait(next) => wait = next,
+            }
+        }
+    }
+
+    /// [`Waiting::resume`] for a call by name: the decision, to hand over to the tool's check.
+    pub(crate) async fn resume_handed(self) -> Result<Decided, Denied> {
+        let entry = self.0.0.entry;
+        let permit = self.resume().await?;
+        Ok(Decided(Some(Box::new(Handed {
+            entry,
+            permit,
+            stack: stack_shape(),
+        }))))
+    }
+}

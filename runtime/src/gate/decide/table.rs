@@ -1,0 +1,187 @@
+//! The table: each gate's verdict for a tool in its mode and session, worked out when the gate was
+//! built, and the inlined check that reads it.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::refuse;
+use crate::gate::ambient::STACK;
+use crate::gate::call::EffectiveRisk;
+use crate::gate::denied::Denied;
+use crate::gate::{Gate, TAINTED};
+use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
+use crate::registry::ToolEntry;
+
+impl Gate {
+    /// The gate's mode and, in [`TAINTED`], whether its session is tainted: the state a decision is
+    /// made in, and read again at the commit point.
+    #[inline]
+    pub(crate) fn state(&self) -> u8 {
+        self.inner.mode.load(Ordering::Acquire) & 7
+    }
+
+    /// Whether the table allows `entry` outright in the current mode, with no record to write.
+    #[inline]
+    pub(crate) fn allows_unaudited(&self, entry: &'static ToolEntry) -> bool {
+        let inner = &*self.inner;
+        let state = self.state();
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        match inner.allowed_outright.get(slot) {
+            Some(bits) if bits >> state & 1 == 1 => true,
+            Some(_) => {
+                matches!(inner.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
+                    && self.granted_outright(slot, state)
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a live grant of the whole tool lets a call that needs an approval in `state` run
+    /// outright (a gate that keeps no record only; see `Inner::granted_until`). Never in a tainted
+    /// session: the latch revokes every grant, and a grant racing it must not outlive it here.
+    #[cold]
+    #[inline(never)]
+    fn granted_outright(&self, slot: usize, state: u8) -> bool {
+        let inner = &*self.inner;
+        if state & TAINTED != 0 {
+            return false;
+        }
+        let needs_approval = matches!(inner.verdicts.get(slot), Some(row) if row[usize::from(state)] == Verdict::NeedsApproval);
+        let Some(until) = inner.granted_until.get(slot) else {
+            return false;
+        };
+        needs_approval
+            && super::commit::since(inner.epoch, Instant::now()) < until.load(Ordering::Acquire)
+    }
+
+    /// The verdict at the tool's declared risk in the current state.
+    #[inline]
+    pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
+        let state = self.state();
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let verdict = match self.inner.verdicts.get(slot) {
+            Some(row) => row[usize::from(state)],
+            None => Verdict::Refuse(DenialCode::UnregisteredTool),
+        };
+        (Mode::from_index(state), verdict)
+    }
+
+    /// A refusal by this gate's table, a deny-listed tool told its rule.
+    #[cold]
+    pub(crate) fn refusal(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        code: DenialCode,
+    ) -> Denied {
+        let denied = refuse(entry, code, entry.manifest.risk_level, Some(mode));
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        // Deny trumps every other verdict, so a tool with a rule is refused DENY_LISTED: the rule is
+        // the detail.
+        match self.inner.deny_rule_of.get(slot).copied().flatten() {
+            Some(rule) => denied.with_detail(self.inner.deny_rules[rule as usize].clone()),
+            None => denied,
+        }
+    }
+
+    /// The verdict for a call judged at `risk` in `state` (a mode and the taint bit): the precomputed
+    /// one at the declared risk, else worked out now.
+    pub(crate) fn verdict_in(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        state: u8,
+    ) -> Verdict {
+        let manifest = &entry.manifest;
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        if risk.get() == manifest.risk_level {
+            return match self.inner.verdicts.get(slot) {
+                Some(row) => row[usize::from(state & 7)],
+                None => Verdict::Refuse(DenialCode::UnregisteredTool),
+            };
+        }
+        let Some(rule) = self.inner.deny_rule_of.get(slot) else {
+            return Verdict::Refuse(DenialCode::UnregisteredTool);
+        };
+        let facts = Facts {
+            risk: risk.get(),
+            allowed_modes: manifest.allowed_modes,
+            mode: Mode::from_index(state),
+            deny_listed: rule.is_some(),
+            can_approve: self.inner.approver.is_some() || self.inner.store.is_some(),
+        };
+        if state & TAINTED != 0 {
+            policy::decide_tainted(facts, self.inner.taint_policy)
+        } else {
+            policy::decide(facts)
+        }
+    }
+
+    /// A refusal the table gives in `state`, told what caused it.
+    #[cold]
+    pub(crate) fn table_refusal(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        state: u8,
+        code: DenialCode,
+    ) -> Denied {
+        let denied = self.refusal(entry, Mode::from_index(state), code);
+        self.with_taint(denied, risk.get()).with_risk(risk.get())
+    }
+}
+
+/// Whether a call of `entry` runs outright: one gate (the tool's `&Gate` argument, or the one ambient
+/// gate), which keeps no record and whose table allows the call in the current mode. Generated code asks
+/// this first, inlined; everything else (refusals, escalation, approvals, audit records, nested gates)
+/// goes through [`check`](super::check).
+#[inline]
+pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) -> bool {
+    STACK
+        .try_with(|stack| {
+            let Ok(stack) = stack.try_borrow() else {
+                return false;
+            };
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) => gate.allows_unaudited(entry),
+                _ => false,
+            }
+        })
+        .unwrap_or(false)
+}
+
+/// The refusal of a lone gate that keeps no record, from its table, when nothing else is to be asked,
+/// written or told (a deny-listed call is told its rule, and the latch its cause, on the full path).
+#[inline]
+pub(super) fn lone_refusal(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+) -> Option<(Mode, DenialCode)> {
+    STACK
+        .try_with(|stack| {
+            let stack = stack.try_borrow().ok()?;
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) if !gate.audits() => {
+                    match gate.table_verdict(entry) {
+                        (
+                            mode,
+                            Verdict::Refuse(
+                                code @ (DenialCode::ModeNotAllowed
+                                | DenialCode::AboveCeiling
+                                | DenialCode::UnregisteredTool),
+                            ),
+                        ) => Some((mode, code)),
+                        (mode, Verdict::Refuse(DenialCode::ApprovalRequired))
+                            if !gate.tainted() =>
+                        {
+                            Some((mode, DenialCode::ApprovalRequired))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
