@@ -145,7 +145,8 @@ fn racer_child() {
     }
     let url = std::env::var(CHILD_URL).expect("the database's URL");
     let store = PostgresStore::connect(&url).expect("the store");
-    let gate = gate(store, &format!("racer-{}", std::process::id()));
+    // Every racer is the same agent as the one that asked: an answer runs only its own agent's call.
+    let gate = gate(store, "racer");
     let mut out = std::io::stdout().lock();
     writeln!(out, "@ready").unwrap();
     out.flush().unwrap();
@@ -221,7 +222,7 @@ fn four_processes_race_for_one_approval_and_one_runs_each_round() {
     let url = database("race");
     let runs = scratch_file("race-runs");
     // Only the racers run `transfer`'s body: they find the runs file in their environment.
-    let operator = gate(PostgresStore::connect(&url).unwrap(), "operator");
+    let operator = gate(PostgresStore::connect(&url).unwrap(), "racer");
     let mut racers: Vec<Racer> = (0..RACERS).map(|_| Racer::spawn(&url, &runs)).collect();
     let rounds = rounds();
     for round in 0..rounds {
@@ -363,14 +364,14 @@ fn approved_through_the_command_runs_once_here_and_nothing_else_does() {
     assert_eq!(approved.status.code(), Some(0), "{approved:?}");
     assert!(stdout(&approved).contains("approved request"));
 
-    // Another argument, a redacted one included, is not this approval's call.
+    // Another argument, a redacted one included, is not this approval's call: it waits for its own.
     assert_eq!(
         code(gate.run(|| wire("acme".into(), 501, "4321".into()))),
-        DenialCode::ApprovalMismatch
+        DenialCode::ApprovalPending
     );
     assert_eq!(
         code(gate.run(|| wire("acme".into(), 500, "0000".into()))),
-        DenialCode::ApprovalMismatch
+        DenialCode::ApprovalPending
     );
     // Another tool with the same arguments is not either.
     assert_eq!(
@@ -582,6 +583,8 @@ fn an_answer_is_bound_to_each_field_of_the_binding() {
         ("risk", "'LOW_WRITE'"),
         ("policy_version", "policy_version + 1"),
         ("tool", "'bank.other'"),
+        ("principal", "'mallory'"),
+        ("agent", "'another-agent'"),
     ] {
         query(
             &url,
@@ -589,12 +592,17 @@ fn an_answer_is_bound_to_each_field_of_the_binding() {
                 "UPDATE toolgate.approvals SET {column} = {changed} WHERE answered_at IS NOT NULL;"
             ),
         );
-        let expected = if column == "tool" {
-            DenialCode::ApprovalPending
-        } else {
-            DenialCode::ApprovalMismatch
-        };
-        assert_eq!(code(gate.run(call)), expected, "with another {column}");
+        // Not this call's answer: the call files a request of its own.
+        assert_eq!(
+            code(gate.run(call)),
+            DenialCode::ApprovalPending,
+            "with another {column}"
+        );
+        assert_eq!(
+            REFUNDS.load(Ordering::SeqCst),
+            refunds,
+            "with another {column}"
+        );
         query(
             &url,
             &format!(
@@ -733,7 +741,7 @@ fn the_table_keeps_token_hashes_only() {
     );
     assert_eq!(
         versions,
-        [["1"], ["2"], ["3"], ["4"], ["5"]].map(|v| vec![Some(v[0].to_owned())])
+        [["1"], ["2"], ["3"], ["4"], ["5"], ["6"]].map(|v| vec![Some(v[0].to_owned())])
     );
 }
 
@@ -796,4 +804,45 @@ fn the_operator_sees_the_principal_and_what_tainted_the_session() {
     );
     let clean_shown = stdout(&cli(&url, &["show", &clean.id.to_string()]));
     assert!(clean_shown.contains("tainted   no"), "{clean_shown}");
+}
+
+// Gates of two principals (and of two agents) share one store: an answer to one's call never runs
+// another's identical call, which files a request of its own; the answer still runs its own call.
+#[test]
+fn an_answer_runs_only_the_call_of_the_principal_and_agent_it_was_given_for() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let _serial = common::serial();
+    let url = database("approvals_principals");
+    let gate_of = |principal: &str, agent: &str| {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .approval_store(PostgresStore::connect(&url).unwrap())
+            .principal(principal)
+            .agent(agent)
+            .build()
+            .unwrap()
+    };
+    let bob = gate_of("bob", "desk");
+    let others = [gate_of("alice", "desk"), gate_of("bob", "other-desk")];
+    let before = REFUNDS.load(Ordering::SeqCst);
+    let bobs = token(bob.run(|| refund("acme".into(), 500)));
+    bob.answer(&bobs, approve("ops")).unwrap();
+    for other in &others {
+        let theirs = other.run(|| refund("acme".into(), 500));
+        assert_eq!(code(theirs), DenialCode::ApprovalPending);
+    }
+    assert_eq!(REFUNDS.load(Ordering::SeqCst), before);
+    bob.run(|| refund("acme".into(), 500)).unwrap();
+    assert_eq!(REFUNDS.load(Ordering::SeqCst), before + 1);
+    let rows = query(
+        &url,
+        "SELECT principal, agent FROM toolgate.approvals ORDER BY id",
+    );
+    assert_eq!(
+        rows.len(),
+        3,
+        "one request per principal and agent: {rows:?}"
+    );
 }

@@ -41,6 +41,16 @@ async fn send_async(round: u64) -> Result<u64, Denied> {
     Ok(round)
 }
 
+static WIPES: AtomicUsize = AtomicUsize::new(0);
+
+/// Wipe a mailbox.
+#[tool(risk = "HIGH_WRITE", domain = "mail", modes = [FULL_AUTO])]
+fn wipe(mailbox: String) -> Result<(), Denied> {
+    let _ = mailbox;
+    WIPES.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
 /// Read the inbox: no budget covers it.
 #[tool(risk = "READ_ONLY", domain = "mail")]
 fn inbox() -> Result<(), Denied> {
@@ -307,4 +317,53 @@ fn a_stopped_server_refuses_the_calls_a_budget_covers() {
     assert_eq!(held, [[Some("2".to_owned())]]);
     let uses = query(&url, "SELECT count(*) FROM toolgate.budget_uses");
     assert_eq!(uses, [[Some("2".to_owned())]]);
+}
+
+/// How many uses the budgets hold, once the store's thread has carried out what it was sent.
+fn uses_settle_at(url: &str, expected: &str) {
+    for _ in 0..100 {
+        let rows = query(url, "SELECT count(*) FROM toolgate.budget_uses");
+        if rows[0][0].as_deref() == Some(expected) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the budgets never held {expected} uses");
+}
+
+// A budget counts the calls that run, in PostgreSQL too: an agent that asks three times while its
+// request is pending, and a call refused after its budget check, give their units back; the approved
+// call runs, and the budget is then spent.
+#[test]
+fn refused_calls_give_their_units_back_to_the_shared_budget() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let _serial = common::serial();
+    let url = database("budget_release");
+    let store = Arc::new(PostgresStore::connect(&url).unwrap());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approval_store_shared(store.clone())
+        .budget(BudgetScope::tool("mail.wipe"), 1, HOUR)
+        .budget_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let before = WIPES.load(Ordering::SeqCst);
+    let mut token = None;
+    for _ in 0..3 {
+        let denied = gate.run(|| wipe("ops".into())).unwrap_err();
+        assert_eq!(denied.code(), DenialCode::ApprovalPending);
+        token = denied.approval_token().map(str::to_owned);
+    }
+    uses_settle_at(&url, "0");
+    gate.approve(&token.unwrap()).unwrap();
+    gate.run(|| wipe("ops".into())).unwrap();
+    assert_eq!(WIPES.load(Ordering::SeqCst), before + 1);
+    uses_settle_at(&url, "1");
+    let over = gate.run(|| wipe("sales".into())).unwrap_err();
+    assert_eq!(over.code(), DenialCode::BudgetExhausted);
+    assert!(over.approval_token().is_none());
+    let held = query(&url, "SELECT held FROM toolgate.budgets");
+    assert_eq!(held, [[Some("1".to_owned())]]);
 }

@@ -734,3 +734,99 @@ fn a_grant_in_a_gate_without_records_holds_its_limits_in_the_inlined_check() {
         DenialCode::ApprovalRequired
     );
 }
+
+// Nested gates: every gate's checks that ask no one (table, deny list, mode, budget) come before any
+// gate's approver is asked, so an outer gate's approver (and its operator) is never asked about a call
+// an inner gate refuses anyway.
+#[test]
+fn no_approver_is_asked_about_a_call_another_gate_refuses_on_its_own() {
+    let _serial = serial();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let outer = {
+        let asked = asked.clone();
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .approver(move |_: &ApprovalRequest<'_>| {
+                asked.fetch_add(1, Ordering::SeqCst);
+                Approval::Approve
+            })
+            .build()
+            .unwrap()
+    };
+    let store_outer = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    let hour = Duration::from_secs(3600);
+    let spent = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .budget(toolgate::gate::BudgetScope::tool("appr.purge"), 1, hour)
+        .build()
+        .unwrap();
+    spent.run(|| purge("first".into())).unwrap();
+    let inners = [
+        (
+            Gate::builder()
+                .mode(Mode::FullAuto)
+                .deny("appr.purge")
+                .build()
+                .unwrap(),
+            DenialCode::DenyListed,
+        ),
+        (
+            Gate::new(Mode::PartialAuto).unwrap(),
+            DenialCode::ModeNotAllowed,
+        ),
+        (spent, DenialCode::BudgetExhausted),
+    ];
+    let before = PURGES.load(Ordering::SeqCst);
+    for (inner, code) in inners {
+        let denied = outer.run(|| inner.run(|| purge("x".into()))).unwrap_err();
+        assert_eq!(denied.code(), code);
+        let denied = store_outer
+            .run(|| inner.run(|| purge("x".into())))
+            .unwrap_err();
+        assert_eq!(denied.code(), code);
+        assert!(denied.approval_token().is_none(), "no request was filed");
+    }
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "the outer approver was never asked"
+    );
+    assert_eq!(PURGES.load(Ordering::SeqCst), before);
+}
+
+// One store shared by gates of two principals: Bob's answer to his call never runs Alice's identical
+// call, which files (and waits on) a request of her own.
+#[test]
+fn an_answer_runs_only_the_call_of_the_principal_it_was_given_for() {
+    let _serial = serial();
+    let store: Arc<dyn ApprovalStore> =
+        Arc::new(toolgate::approval::two_step::MemoryStore::new(Duration::from_secs(60)).unwrap());
+    let gate_of = |principal: &str, agent: &str| {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .approval_store_shared(store.clone())
+            .principal(principal)
+            .agent(agent)
+            .build()
+            .unwrap()
+    };
+    let bob = gate_of("bob", "desk");
+    let alice = gate_of("alice", "desk");
+    let alice_other_agent = gate_of("bob", "other-desk");
+    let before = PURGES.load(Ordering::SeqCst);
+    let bobs = bob.run(|| purge("db".into())).unwrap_err();
+    bob.approve(bobs.approval_token().unwrap()).unwrap();
+    for other in [&alice, &alice_other_agent] {
+        let theirs = other.run(|| purge("db".into())).unwrap_err();
+        assert_eq!(theirs.code(), DenialCode::ApprovalPending);
+        assert_ne!(theirs.approval_token(), bobs.approval_token());
+    }
+    assert_eq!(PURGES.load(Ordering::SeqCst), before);
+    bob.run(|| purge("db".into())).unwrap();
+    assert_eq!(PURGES.load(Ordering::SeqCst), before + 1);
+}
