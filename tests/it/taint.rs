@@ -68,6 +68,12 @@ fn delete(id: u64) -> Result<u64, Denied> {
     Ok(id)
 }
 
+#[tool(risk = "HIGH_WRITE", domain = "taint", modes = [FULL_AUTO])]
+async fn delete_async(id: u64) -> Result<u64, Denied> {
+    DELETES.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
 fn classify(sql: &str) -> Risk {
     if sql.starts_with("SELECT") {
         Risk::ReadOnly
@@ -945,4 +951,100 @@ fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_l
         .collect();
     assert_eq!(tainted.len(), 1, "{kept:#?}");
     assert_eq!(tainted[0].tool, "taint.read_web");
+}
+
+// A latched call that was rejected, or left pending, is refused with its cause: the refusal and its
+// `refused` record name what tainted the session.
+#[test]
+fn the_refusals_of_latched_calls_name_the_taint_in_their_records() {
+    let _serial = serial();
+    let sink = MemorySink::new();
+    let rejecting = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("not after that page".into()))
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let pending = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .two_step_approvals()
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    for gate in [&rejecting, &pending] {
+        gate.run(|| read_web("https://evil".into())).unwrap();
+        let denied = gate.run(|| post("x".into())).unwrap_err();
+        assert!(denied.to_string().contains("taint.read_web"), "{denied}");
+    }
+    let refused: Vec<String> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.stage == Stage::Refused && &*r.tool == "taint.post")
+        .map(|r| r.message.unwrap_or_default())
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    for message in refused {
+        assert!(
+            message.contains("tainted") && message.contains("taint.read_web"),
+            "{message}"
+        );
+    }
+}
+
+/// An async approver that reads untrusted input through the gate while it thinks, then grants.
+struct ReadsThenGrants(Gate);
+
+impl toolgate::approval::AsyncApprover for ReadsThenGrants {
+    fn approve<'a>(&'a self, _: &'a ApprovalRequest<'a>) -> toolgate::approval::ApprovalFuture<'a> {
+        Box::pin(async move {
+            if self.0.taint().is_none() {
+                self.0
+                    .scope(read_web_async("https://evil".into()))
+                    .await
+                    .unwrap();
+            }
+            Approval::ApproveForSession(toolgate::approval::SessionGrant::tool(HOUR))
+        })
+    }
+}
+
+// The same with an async approver on the executor thread of the call: the grant is never made, and
+// the call whose approval was asked in a clean session does not run.
+#[test]
+fn an_async_grant_answered_after_the_latch_closed_is_never_made() {
+    let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .async_approver(Late(slot.clone()))
+        .build()
+        .unwrap();
+    *slot.lock().unwrap() = Some(gate.clone());
+    let before = DELETES.load(Ordering::SeqCst);
+    let denied = runtime.block_on(gate.scope(delete_async(1))).unwrap_err();
+    assert_eq!(denied.code(), DenialCode::ApprovalRequired);
+    assert!(gate.taint().is_some());
+    assert!(gate.grants().is_empty());
+    assert_eq!(DELETES.load(Ordering::SeqCst), before);
+    // Asked again, in the tainted session: it runs that call, and grants nothing.
+    runtime.block_on(gate.scope(delete_async(2))).unwrap();
+    assert!(gate.grants().is_empty());
+    slot.lock().unwrap().take();
+}
+
+/// [`ReadsThenGrants`] for a gate built after its approver.
+struct Late(Arc<Mutex<Option<Gate>>>);
+
+impl toolgate::approval::AsyncApprover for Late {
+    fn approve<'a>(
+        &'a self,
+        request: &'a ApprovalRequest<'a>,
+    ) -> toolgate::approval::ApprovalFuture<'a> {
+        let gate = self.0.lock().unwrap().clone().unwrap();
+        Box::pin(async move { ReadsThenGrants(gate).approve(request).await })
+    }
 }
