@@ -21,6 +21,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -157,6 +158,72 @@ impl Reservation {
     /// The reservation as 16 bytes, big-endian: how a shared store keeps it.
     pub fn to_bytes(self) -> [u8; 16] {
         self.0.to_be_bytes()
+    }
+}
+
+/// Units of a call's budgets taken under one reservation: given back when dropped, unless committed
+/// (the call runs). A decision dropped unfinished, a refusal at any later step and an unwind all give
+/// them back.
+pub(crate) struct Reserved {
+    store: Arc<dyn BudgetStore>,
+    charges: Vec<BudgetCharge>,
+    id: Reservation,
+    armed: bool,
+}
+
+impl Reserved {
+    /// Units about to be asked for under `id`: given back when dropped, unless committed.
+    pub(crate) fn new(
+        store: Arc<dyn BudgetStore>,
+        charges: Vec<BudgetCharge>,
+        id: Reservation,
+    ) -> Reserved {
+        Reserved {
+            store,
+            charges,
+            id,
+            armed: true,
+        }
+    }
+
+    /// Asks the store for the units.
+    pub(crate) fn take(&self) -> BudgetFuture {
+        self.store.take(&self.charges, self.id)
+    }
+
+    pub(crate) fn charges(&self) -> &[BudgetCharge] {
+        &self.charges
+    }
+
+    /// The call runs: its units stay counted.
+    pub(crate) fn commit(mut self) {
+        self.armed = false;
+    }
+
+    /// Nothing was taken: nothing to give back.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl std::fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reserved")
+            .field("charges", &self.charges.len())
+            .field("armed", &self.armed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.armed {
+            // A store that panics in its release has kept the units: the budget errs towards fewer
+            // calls.
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                self.store.release(&self.charges, self.id);
+            }));
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
-use crate::gate::decide::Reserved;
+use crate::gate::budget::Reserved;
 use crate::policy::Mode;
 use crate::policy::Risk;
 use crate::registry::ToolManifest;

@@ -2,54 +2,15 @@
 //! checks, before any approver is asked; the commit point keeps it, and any refusal gives it back.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
 use super::{Wait, refuse, store_panicked};
 use crate::approval::store::StoreError;
 use crate::gate::Gate;
-use crate::gate::budget::{BudgetCharge, BudgetStore, Reservation, Taken};
+use crate::gate::budget::{Reservation, Reserved, Taken};
 use crate::gate::call::EffectiveRisk;
 use crate::gate::denied::Denied;
 use crate::policy::{DenialCode, Mode};
 use crate::registry::ToolEntry;
-
-/// Units of a call's budgets taken under one reservation: given back when dropped, unless committed
-/// (the call runs). A decision dropped unfinished, a refusal at any later step and an unwind all give
-/// them back.
-pub(crate) struct Reserved {
-    store: Arc<dyn BudgetStore>,
-    charges: Vec<BudgetCharge>,
-    id: Reservation,
-    armed: bool,
-}
-
-impl Reserved {
-    /// The call runs: its units stay counted.
-    pub(crate) fn commit(mut self) {
-        self.armed = false;
-    }
-}
-
-impl std::fmt::Debug for Reserved {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reserved")
-            .field("charges", &self.charges.len())
-            .field("armed", &self.armed)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        if self.armed {
-            // A store that panics in its release has kept the units: the budget errs towards fewer
-            // calls.
-            let _ = catch_unwind(AssertUnwindSafe(|| {
-                self.store.release(&self.charges, self.id);
-            }));
-        }
-    }
-}
 
 /// What the budgets say of a call, in one gate.
 pub(super) enum Reserve {
@@ -72,15 +33,8 @@ impl Gate {
         if charges.is_empty() {
             return Reserve::Free;
         }
-        let reserved = Reserved {
-            store: budgets.store.clone(),
-            id: Reservation::next(),
-            charges,
-            armed: true,
-        };
-        match catch_unwind(AssertUnwindSafe(|| {
-            reserved.store.take(&reserved.charges, reserved.id)
-        })) {
+        let reserved = Reserved::new(budgets.store.clone(), charges, Reservation::next());
+        match catch_unwind(AssertUnwindSafe(|| reserved.take())) {
             Ok(future) => Reserve::Waiting(reserved, Wait::Budget(future)),
             Err(_) => Reserve::Refused(self.unavailable(entry, risk, store_panicked())),
         }
@@ -102,13 +56,12 @@ impl Gate {
                 charge,
                 retry_after,
             }) => {
-                let label = match (&self.inner.budgets, reserved.charges.get(charge)) {
+                let label = match (&self.inner.budgets, reserved.charges().get(charge)) {
                     (Some(budgets), Some(charge)) => budgets.label(&charge.key),
                     _ => "a budget".into(),
                 };
                 // Nothing was taken: nothing to give back.
-                let mut reserved = reserved;
-                reserved.armed = false;
+                reserved.disarm();
                 Err(
                     refuse(entry, DenialCode::BudgetExhausted, risk.get(), Some(mode))
                         .with_detail(label)

@@ -104,15 +104,15 @@ fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), D
 /// the check of the same tool under the same gates: a nested call of the tool from its own body, under
 /// another gate, decides on its own.
 #[derive(Debug)]
-pub struct Decided(pub(super) Option<Box<Handed>>);
+pub struct Decided(Option<Box<Handed>>);
 
 /// A decision to hand over.
 #[derive(Debug)]
-pub(super) struct Handed {
-    pub(super) entry: &'static ToolEntry,
-    pub(super) permit: Permit,
+struct Handed {
+    entry: &'static ToolEntry,
+    permit: Permit,
     /// The ambient gates when it was decided: how many, and the innermost one's id.
-    pub(super) stack: (usize, u64),
+    stack: (usize, u64),
 }
 
 /// Decides a call by name in full, inside the gate it is made through (the caller has entered it):
@@ -199,7 +199,7 @@ fn decide_by_name_slow(
 }
 
 /// How many gates are entered on this thread, and the innermost one's id.
-pub(super) fn stack_shape() -> (usize, u64) {
+fn stack_shape() -> (usize, u64) {
     STACK
         .try_with(|stack| {
             stack
@@ -324,5 +324,18 @@ pub(crate) fn confirm_handed(
             Ok(Decided(Some(handed)))
         }
         other => other,
+    }
+}
+
+impl Waiting {
+    /// [`Waiting::resume`] for a call by name: the decision, to hand over to the tool's check.
+    pub(crate) async fn resume_handed(self) -> Result<Decided, Denied> {
+        let entry = self.entry();
+        let permit = self.resume().await?;
+        Ok(Decided(Some(Box::new(Handed {
+            entry,
+            permit,
+            stack: stack_shape(),
+        }))))
     }
 }

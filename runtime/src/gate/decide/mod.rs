@@ -40,7 +40,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 pub(crate) use arguments::{ArgumentSource, LazyArguments};
-pub(crate) use budgets::Reserved;
 pub(crate) use commit::confirm;
 pub use hand_off::{Decided, DecidingByName, HandOver};
 pub(crate) use hand_off::{
@@ -59,7 +58,7 @@ use crate::approval::store::{Consumed, StoreError};
 use crate::audit::{AuditError, AuditFuture, Decision as Decided_};
 use crate::gate::Gate;
 use crate::gate::ambient::STACK;
-use crate::gate::budget::{BudgetFuture, Taken};
+use crate::gate::budget::{BudgetFuture, Reserved, Taken};
 use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;

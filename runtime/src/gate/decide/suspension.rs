@@ -3,7 +3,6 @@
 //! tool's future stays `Send`), and is awaited.
 
 use super::arguments::{LazyArguments, WrittenArguments};
-use super::hand_off::{Decided, Handed, stack_shape};
 use super::{Decision, Next, Wait, Waits};
 use crate::gate::Gate;
 use crate::gate::call::CallInfo;
@@ -64,6 +63,13 @@ pub enum Entering {
 pub struct Waiting(Box<(Decision<WrittenArguments>, Wait)>);
 
 impl Waiting {
+    /// The tool the decision is for.
+    pub(super) fn entry(&self) -> &'static ToolEntry {
+        self.0.0.entry
+    }
+}
+
+impl Waiting {
     /// Waits for what the decision waits for, then decides the rest of it.
     pub async fn resume(self) -> Result<Permit, Denied> {
         let (mut decision, mut wait) = *self.0;
@@ -75,16 +81,5 @@ impl Waiting {
                 Next::Wait(next) => wait = next,
             }
         }
-    }
-
-    /// [`Waiting::resume`] for a call by name: the decision, to hand over to the tool's check.
-    pub(crate) async fn resume_handed(self) -> Result<Decided, Denied> {
-        let entry = self.0.0.entry;
-        let permit = self.resume().await?;
-        Ok(Decided(Some(Box::new(Handed {
-            entry,
-            permit,
-            stack: stack_shape(),
-        }))))
     }
 }
