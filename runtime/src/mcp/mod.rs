@@ -86,7 +86,13 @@
 //!   channel. The agent's next identical call runs once it is approved. For a client that declares
 //!   the Tasks extension, the call becomes a task instead (`tasks/get`, `tasks/cancel`): the server
 //!   tries the call again, 250 ms after and then at most every 5 s, and the task completes with its
-//!   result once the operator has decided.
+//!   result once the operator has decided. A task waits for the one request the operator was handed:
+//!   when it expires unanswered, or the task's deadline passes
+//!   ([`ToolgateServer::task_deadline`], an hour by default), the task fails (`status: failed`, a
+//!   JSON-RPC error `-32001` whose data's `code` is `APPROVAL_EXPIRED`), and the agent may call again
+//!   to ask again. A caller (over HTTP a principal, elsewhere a connection) has at most
+//!   [`ToolgateServer::max_tasks`] tasks waiting ([`DEFAULT_MAX_TASKS`], 16); past it a call is
+//!   refused `TOO_MANY_TASKS`. An ended task can be read for 10 minutes (its `ttlMs` says until when).
 //! - [`Approvals::InBand`]: an `InputRequired` result (protocol 2026-07-28) whose elicitation form
 //!   ([`APPROVAL_INPUT`]) shows the tool, its risk, the mode and the arguments as the audit log writes
 //!   them, asking approve or reject and a reason. The retry carries the answer and the request state,
@@ -200,3 +206,4 @@ pub use definition::{
     listed, meta,
 };
 pub use server::{DEFAULT_MODE_POLL, PendingApproval, ToolgateServer, tool_result, unknown_tool};
+pub use tasks::{DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE};

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 
 use super::approvals::{Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
-use super::tasks::{TASK_POLL_FIRST, TASK_POLL_MAX, Tasks};
+use super::tasks::{
+    DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE, TASK_POLL_FIRST, TASK_POLL_MAX, Tasks, TooManyTasks,
+};
 use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
@@ -76,6 +78,8 @@ pub struct ToolgateServer {
     mode_poll: Duration,
     session: Arc<str>,
     tasks: Tasks,
+    max_tasks: usize,
+    task_deadline: Duration,
 }
 
 /// A random id of one connection, to which in-band request states are bound.
@@ -121,6 +125,8 @@ impl ToolgateServer {
             mode_poll: DEFAULT_MODE_POLL,
             session: session_id(),
             tasks: Tasks::default(),
+            max_tasks: DEFAULT_MAX_TASKS,
+            task_deadline: DEFAULT_TASK_DEADLINE,
         }
     }
 
@@ -143,6 +149,26 @@ impl ToolgateServer {
         notify: impl Fn(&PendingApproval) + Send + Sync + 'static,
     ) -> ToolgateServer {
         self.on_pending = Some(Arc::new(notify));
+        self
+    }
+
+    /// How many tasks one caller (over HTTP a principal, elsewhere a connection) may have waiting for
+    /// an operator at once: [`DEFAULT_MAX_TASKS`](super::DEFAULT_MAX_TASKS) by default, at least 1.
+    /// Past it, a call that would become a task is answered `TOO_MANY_TASKS` (its approval request
+    /// stays pending, and was handed to [`on_pending`](ToolgateServer::on_pending)).
+    #[must_use]
+    pub fn max_tasks(mut self, limit: usize) -> ToolgateServer {
+        self.max_tasks = limit.max(1);
+        self
+    }
+
+    /// How long a task waits for an operator at most: [`DEFAULT_TASK_DEADLINE`](super::DEFAULT_TASK_DEADLINE)
+    /// (an hour) by default. A task still waiting then fails with `APPROVAL_EXPIRED`; its approval
+    /// request stays pending in the store until it expires, and the agent's next identical call waits
+    /// for it again.
+    #[must_use]
+    pub fn task_deadline(mut self, deadline: Duration) -> ToolgateServer {
+        self.task_deadline = deadline;
         self
     }
 
@@ -381,9 +407,12 @@ impl ToolgateServer {
                 });
             }
             if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
-                return Ok(self
-                    .wait_as_task(gate, tool, arguments, &caller.session)
-                    .into());
+                return Ok(
+                    match self.wait_as_task(gate, tool, arguments, token, &caller.session) {
+                        Ok(created) => created.into(),
+                        Err(too_many) => refusal("TOO_MANY_TASKS", &too_many.to_string()).into(),
+                    },
+                );
             }
         }
         Ok(tool_result(result).into())
@@ -391,24 +420,43 @@ impl ToolgateServer {
 
     /// Makes a call that waits for an operator a task: the call is tried again, every 250 ms at first
     /// and at most every 5 s (each try a `refused` record while it waits), until the operator has
-    /// decided; the task then completes with the call's result.
+    /// decided on the request `token` names; the task then completes with the call's result. It fails
+    /// with `APPROVAL_EXPIRED` when that request expired unanswered (a try is then asked for a new
+    /// one, which no operator was told of), or when the task's deadline has passed.
     fn wait_as_task(
         &self,
         gate: &Gate,
         tool: Tool,
         arguments: JsonObject,
+        token: &str,
         owner: &Arc<str>,
-    ) -> rmcp::model::CreateTaskResult {
+    ) -> Result<rmcp::model::CreateTaskResult, TooManyTasks> {
         let id = tool.manifest().id;
-        let created = self
-            .tasks
-            .create(owner, format!("`{id}` waits for an operator's approval"));
+        let created = self.tasks.create(
+            owner,
+            format!("`{id}` waits for an operator's approval"),
+            self.max_tasks,
+            self.task_deadline,
+        )?;
         let task_id = created.task.task_id.clone();
         let (server, gate, tasks) = (self.clone(), gate.clone(), self.tasks.clone());
+        let (token, deadline) = (token.to_owned(), self.task_deadline);
         let runner = tokio::spawn(async move {
+            let ends = tokio::time::Instant::now() + deadline;
             let mut wait = TASK_POLL_FIRST;
             loop {
-                tokio::time::sleep(wait).await;
+                let now = tokio::time::Instant::now();
+                if now >= ends {
+                    let message = format!(
+                        "no operator decided on this call of `{id}` within the task's deadline of \
+                         {deadline:?}; its approval request stays pending until it expires: call \
+                         again to wait for it again"
+                    );
+                    tasks.fail(&task_id, task_error("APPROVAL_EXPIRED", &message));
+                    return;
+                }
+                // The last try is at the deadline.
+                tokio::time::sleep(wait.min(ends - now)).await;
                 wait = (wait * 2).min(TASK_POLL_MAX);
                 let result = match server.call_registry(&gate, id, arguments.clone()).await {
                     Ok(result) => result,
@@ -417,20 +465,33 @@ impl ToolgateServer {
                         return;
                     }
                 };
-                let waits = result
+                let pending = result
                     .as_ref()
                     .err()
                     .and_then(CallError::denied)
-                    .is_some_and(|d| d.code() == DenialCode::ApprovalPending);
-                if !waits {
-                    tasks.complete(&task_id, tool_result(result));
-                    return;
+                    .filter(|d| d.code() == DenialCode::ApprovalPending);
+                match pending.and_then(|d| d.approval_token()) {
+                    // Still the request the operator was told of.
+                    Some(now_pending) if now_pending == token => {}
+                    // That request expired unanswered, and this try was asked for a new one.
+                    Some(_) => {
+                        let message = format!(
+                            "the approval request of this call of `{id}` expired before an \
+                             operator decided on it; call again to ask again"
+                        );
+                        tasks.fail(&task_id, task_error("APPROVAL_EXPIRED", &message));
+                        return;
+                    }
+                    None => {
+                        tasks.complete(&task_id, tool_result(result));
+                        return;
+                    }
                 }
             }
         });
         self.tasks
             .attach(&created.task.task_id, runner.abort_handle());
-        created
+        Ok(created)
     }
 
     async fn call_registry(
@@ -473,6 +534,20 @@ fn unknown_task(id: &str) -> ErrorData {
         format!("no task {id} of this caller"),
         Some(json!({ "code": "UNKNOWN_TASK" })),
     )
+}
+
+/// The JSON-RPC error of a task that ended without its call's result: `-32001` (the request timed
+/// out), the text `"<CODE>: <message>"`, and `{"code", "message"}` as its data.
+fn task_error(code: &str, message: &str) -> JsonObject {
+    let error = ErrorData::new(
+        rmcp::model::ErrorCode(-32001),
+        format!("{code}: {message}"),
+        Some(json!({ "code": code, "message": message })),
+    );
+    match serde_json::to_value(error) {
+        Ok(Value::Object(object)) => object,
+        _ => JsonObject::new(),
+    }
 }
 
 /// A retry refused for its request state: recorded, and answered as a refusal with its code.
