@@ -14,11 +14,12 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use super::approvals::{Approvals, StateRefused, shown_arguments};
+use super::approvals::{About, Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
 use super::tasks::{
     DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE, TASK_POLL_FIRST, TASK_POLL_MAX, Tasks, TooManyTasks,
 };
+use crate::approval::Taint;
 use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
@@ -45,11 +46,19 @@ pub struct PendingApproval {
     pub mode: Option<Mode>,
     /// The refusal's code: `APPROVAL_PENDING`.
     pub code: &'static str,
-    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
+    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`). The agent wrote
+    /// them: a channel that shows them to a person should make invisible and bidi characters visible,
+    /// as the in-band form does.
     pub arguments: String,
     /// The token that approves this exact call once ([`Gate::approve`](crate::Gate::approve),
     /// [`Gate::answer`](crate::Gate::answer)). A secret for the operator: never send it to the agent.
     pub token: String,
+    /// Who the agent acts for, as the caller's gate names it
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)).
+    pub principal: Option<String>,
+    /// What tainted the caller's session, if anything has ([`Gate::taint`](crate::Gate::taint)): the
+    /// agent has read untrusted output, and the arguments may come from it. Show it to the operator.
+    pub taint: Option<Taint>,
 }
 
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
@@ -391,9 +400,15 @@ impl ToolgateServer {
             && let Some(denied) = error.denied()
             && let Some(token) = denied.approval_token()
         {
+            // The latch never opens again: what tainted the session before the decision still does.
+            let taint = gate.taint();
             if let Some(in_band) = in_band {
+                let about = About {
+                    principal: gate.principal(),
+                    taint: taint.as_ref(),
+                };
                 return Ok(in_band
-                    .ask(&caller.session, tool, &arguments, denied, token)
+                    .ask(&caller.session, tool, &arguments, denied, token, &about)
                     .into());
             }
             if let Some(notify) = &self.on_pending {
@@ -404,6 +419,8 @@ impl ToolgateServer {
                     code: denied.code().as_str(),
                     arguments: shown_arguments(tool, &arguments),
                     token: token.to_owned(),
+                    principal: gate.principal().map(str::to_owned),
+                    taint,
                 });
             }
             if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
