@@ -93,7 +93,8 @@
 //!   JSON-RPC error `-32001` whose data's `code` is `APPROVAL_EXPIRED`), and the agent may call again
 //!   to ask again. A caller (over HTTP a principal, elsewhere a connection) has at most
 //!   [`ToolgateServer::max_tasks`] tasks waiting ([`DEFAULT_MAX_TASKS`], 16); past it a call is
-//!   refused `TOO_MANY_TASKS`. An ended task can be read for 10 minutes (its `ttlMs` says until when).
+//!   refused `TOO_MANY_TASKS`. An ended task can be read for 10 minutes (its `ttlMs` says until when;
+//!   the 64 latest of a caller).
 //! - [`Approvals::InBand`]: an `InputRequired` result (protocol 2026-07-28) whose elicitation form
 //!   ([`APPROVAL_INPUT`]) shows the tool, its risk, the mode, the principal, whether the session is
 //!   tainted and by which tool (a warning first, [`Gate::taint`](crate::Gate::taint)) and the

@@ -31,6 +31,9 @@ pub const DEFAULT_TASK_DEADLINE: Duration = Duration::from_secs(60 * 60);
 /// How long an ended task can still be read (`tasks/get`) before it is forgotten.
 const ENDED_KEPT: Duration = Duration::from_secs(10 * 60);
 
+/// How many ended tasks of one caller are kept at most (the latest to end), however quickly they end.
+const ENDED_KEPT_PER_CALLER: usize = 64;
+
 struct Entry {
     /// Whose task it is: only the same caller may read or cancel it.
     owner: Arc<str>,
@@ -91,6 +94,17 @@ impl Tasks {
         let mut entries = self.lock();
         let now = Instant::now();
         entries.retain(|_, e| e.ended.is_none_or(|ended| now < ended + ENDED_KEPT));
+        let mut ended: Vec<(Instant, String)> = entries
+            .iter()
+            .filter(|(_, e)| e.owner == *owner)
+            .filter_map(|(id, e)| Some((e.ended?, id.clone())))
+            .collect();
+        if ended.len() >= ENDED_KEPT_PER_CALLER {
+            ended.sort_unstable();
+            for (_, id) in &ended[..=ended.len() - ENDED_KEPT_PER_CALLER] {
+                entries.remove(id);
+            }
+        }
         let working = entries
             .values()
             .filter(|e| e.ended.is_none() && e.owner == *owner)
@@ -227,5 +241,35 @@ mod tests {
         let failed = tasks.get(&alice, &second).expect("alice's task");
         assert_eq!(failed.task.status(), TaskStatus::Failed);
         assert!(failed.task.task.ttl_ms.is_some());
+    }
+
+    #[test]
+    fn a_caller_keeps_only_its_latest_ended_tasks() {
+        let tasks = Tasks::default();
+        let alice: Arc<str> = "principal\nalice".into();
+        let ids: Vec<String> = (0..ENDED_KEPT_PER_CALLER + 10)
+            .map(|_| {
+                let id = tasks
+                    .create(&alice, String::new(), 1, Duration::from_secs(1))
+                    .expect("room")
+                    .task
+                    .task_id;
+                assert!(tasks.cancel(&alice, &id));
+                id
+            })
+            .collect();
+        let kept = ids
+            .iter()
+            .filter(|id| tasks.get(&alice, id).is_some())
+            .count();
+        assert_eq!(kept, ENDED_KEPT_PER_CALLER);
+        assert!(
+            tasks.get(&alice, ids.last().unwrap()).is_some(),
+            "the latest is kept"
+        );
+        assert!(
+            tasks.get(&alice, &ids[0]).is_none(),
+            "the oldest is forgotten"
+        );
     }
 }
