@@ -212,3 +212,256 @@ fn a_call_waiting_for_an_operator_becomes_a_task_that_completes_once_approved() 
     });
     let _ = fs::remove_dir_all(&dir);
 }
+
+static EXPIRING_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static BOUNDED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Wire money; its approval is never answered.
+#[toolgate::tool(risk = "HIGH_WRITE", domain = "taskexpiry", callable)]
+fn wire(cents: u64) -> Result<u64, toolgate::Denied> {
+    EXPIRING_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(cents)
+}
+
+/// Wire money, called many times over.
+#[toolgate::tool(risk = "HIGH_WRITE", domain = "taskbound", callable)]
+fn wire_again(cents: u64) -> Result<u64, toolgate::Denied> {
+    BOUNDED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(cents)
+}
+
+/// A client of tasks connected to `server` over an in-process pipe.
+async fn connect_in_process(
+    server: toolgate::mcp::ToolgateServer,
+) -> RunningService<RoleClient, TaskClient> {
+    let (client, served) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(tokio::io::split(served)).await {
+            let _ = running.waiting().await;
+        }
+    });
+    TaskClient
+        .serve(tokio::io::split(client))
+        .await
+        .expect("the client connects")
+}
+
+fn wire_call(tool: &str, cents: u64) -> CallToolRequestParams {
+    let Value::Object(arguments) = json!({"cents": cents}) else {
+        unreachable!("an object")
+    };
+    CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments)
+}
+
+/// A task waits for the one approval request its call filed and the operator was told of: when that
+/// request expires unanswered, the task fails with `APPROVAL_EXPIRED` instead of waiting on a new
+/// request that no operator hears of; the body never runs.
+#[test]
+fn a_task_whose_approval_request_expires_fails() {
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let gate = toolgate::Gate::builder()
+            .mode(toolgate::Mode::FullAuto)
+            .approval_ttl(Duration::from_millis(700))
+            .build()
+            .expect("a gate");
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let heard = Arc::clone(&told);
+        let server = toolgate::mcp::ToolgateServer::new(gate.clone())
+            .only(|m| m.domain == Some("taskexpiry"))
+            .on_pending(move |pending| heard.lock().unwrap().push(pending.token.clone()));
+        let client = connect_in_process(server).await;
+        let CallToolResponse::Task(created) = client
+            .call_tool_once(wire_call("taskexpiry.wire", 500))
+            .await
+            .expect("a call")
+        else {
+            panic!("a call that waits for an operator is a task");
+        };
+        let id = created.task.task_id.clone();
+        let started = Instant::now();
+        let ended = loop {
+            let task = client
+                .get_task(GetTaskParams::new(&id))
+                .await
+                .expect("tasks/get");
+            if task.task.status().is_terminal() {
+                break task;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "the task still waits {:?} after its request expired: {task:?}",
+                started.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let TaskPayload::Failed { error } = &ended.task.payload else {
+            panic!("the task failed: {ended:?}");
+        };
+        assert_eq!(error["data"]["code"], "APPROVAL_EXPIRED", "{error:?}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("APPROVAL_EXPIRED: ")),
+            "{error:?}"
+        );
+        let told = told.lock().unwrap().clone();
+        assert_eq!(
+            told.len(),
+            1,
+            "the operator was told of one request: {told:?}"
+        );
+        assert!(gate.approve(&told[0]).is_err(), "its request expired");
+        assert_eq!(EXPIRING_RUNS.load(Ordering::SeqCst), 0, "the body ran");
+        let _ = client.cancel().await;
+    });
+}
+
+/// Calls that wait for an operator open at most `DEFAULT_MAX_TASKS` tasks per caller (here a
+/// connection) at once; past it a call is answered `TOO_MANY_TASKS`, and a task cancelled makes room.
+#[test]
+fn the_tasks_of_one_caller_are_bounded() {
+    use std::sync::atomic::Ordering;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let gate = toolgate::Gate::builder()
+            .mode(toolgate::Mode::FullAuto)
+            .two_step_approvals()
+            .build()
+            .expect("a gate");
+        let server =
+            toolgate::mcp::ToolgateServer::new(gate).only(|m| m.domain == Some("taskbound"));
+        let client = connect_in_process(server).await;
+        let mut tasks = Vec::new();
+        let mut refused = Vec::new();
+        for _ in 0..300 {
+            match client
+                .call_tool_once(wire_call("taskbound.wire_again", 7))
+                .await
+                .expect("a call")
+            {
+                CallToolResponse::Task(created) => tasks.push(created.task.task_id),
+                CallToolResponse::Complete(result) => refused.push(result),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(toolgate::mcp::DEFAULT_MAX_TASKS, 16);
+        assert_eq!(tasks.len(), 16, "16 tasks at most: {} opened", tasks.len());
+        assert_eq!(refused.len(), 300 - 16);
+        for result in &refused {
+            assert_eq!(result.is_error, Some(true), "{result:?}");
+            let code = result.structured_content.as_ref().map(|c| &c["code"]);
+            assert_eq!(code, Some(&json!("TOO_MANY_TASKS")), "{result:?}");
+        }
+        client
+            .cancel_task(CancelTaskParams::new(&tasks[0]))
+            .await
+            .expect("tasks/cancel");
+        let again = client
+            .call_tool_once(wire_call("taskbound.wire_again", 7))
+            .await
+            .expect("a call");
+        assert!(
+            matches!(again, CallToolResponse::Task(_)),
+            "a cancelled task makes room: {again:?}"
+        );
+        assert_eq!(BOUNDED_RUNS.load(Ordering::SeqCst), 0);
+        let _ = client.cancel().await;
+    });
+}
+
+static LATE_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Wire money; its operator decides after the task's deadline.
+#[toolgate::tool(risk = "HIGH_WRITE", domain = "taskdeadline", callable)]
+fn wire_late(cents: u64) -> Result<u64, toolgate::Denied> {
+    LATE_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(cents)
+}
+
+/// A task waits no longer than its deadline, even while its request is still pending: it fails with
+/// `APPROVAL_EXPIRED`, the request stays for the operator, and the agent's next identical call runs
+/// once it is approved.
+#[test]
+fn a_task_waits_no_longer_than_its_deadline() {
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let gate = toolgate::Gate::builder()
+            .mode(toolgate::Mode::FullAuto)
+            .two_step_approvals()
+            .build()
+            .expect("a gate");
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let heard = Arc::clone(&told);
+        let server = toolgate::mcp::ToolgateServer::new(gate.clone())
+            .only(|m| m.domain == Some("taskdeadline"))
+            .task_deadline(Duration::from_millis(600))
+            .on_pending(move |pending| heard.lock().unwrap().push(pending.token.clone()));
+        let client = connect_in_process(server).await;
+        let CallToolResponse::Task(created) = client
+            .call_tool_once(wire_call("taskdeadline.wire_late", 9))
+            .await
+            .expect("a call")
+        else {
+            panic!("a call that waits for an operator is a task");
+        };
+        let id = created.task.task_id.clone();
+        assert!(created.task.ttl_ms.is_some(), "{created:?}");
+        let started = Instant::now();
+        let ended = loop {
+            let task = client
+                .get_task(GetTaskParams::new(&id))
+                .await
+                .expect("tasks/get");
+            if task.task.status().is_terminal() {
+                break task;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "{task:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(started.elapsed() >= Duration::from_millis(500), "{ended:?}");
+        let TaskPayload::Failed { error } = &ended.task.payload else {
+            panic!("the task failed: {ended:?}");
+        };
+        assert_eq!(error["data"]["code"], "APPROVAL_EXPIRED", "{error:?}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("deadline")),
+            "{error:?}"
+        );
+        assert_eq!(LATE_RUNS.load(Ordering::SeqCst), 0);
+
+        let token = told.lock().unwrap().first().cloned().expect("on_pending");
+        gate.approve(&token).expect("the request is still pending");
+        let CallToolResponse::Complete(result) = client
+            .call_tool_once(wire_call("taskdeadline.wire_late", 9))
+            .await
+            .expect("a call")
+        else {
+            panic!("an approved call runs at once");
+        };
+        assert_eq!(result.is_error, Some(false), "{result:?}");
+        assert_eq!(LATE_RUNS.load(Ordering::SeqCst), 1);
+        let _ = client.cancel().await;
+    });
+}

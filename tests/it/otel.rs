@@ -252,3 +252,53 @@ fn an_async_call_closes_its_span_where_it_ends() {
     assert_eq!(attributes(total)["toolgate.outcome"], "ok");
     assert_eq!(total.events.len(), 2, "enter and exit");
 }
+
+#[test]
+fn spans_and_events_name_the_principal_a_call_is_made_for() {
+    let sink = TracingSink::new();
+    let gate_for = |principal: &str| {
+        Gate::builder()
+            .mode(Mode::PartialAuto)
+            .agent("billing-assistant")
+            .principal(principal)
+            .audit(sink.clone())
+            .build()
+            .unwrap()
+    };
+    let (alice, bob) = (gate_for("alice"), gate_for("bob"));
+    let spans = exported(|| {
+        assert_eq!(alice.run(|| invoice(1)).unwrap(), "invoice 1: 40 EUR");
+        let refused = registry()
+            .call(&bob, "oteldesk.wipe", json!({}))
+            .now()
+            .unwrap();
+        assert_eq!(refused.unwrap_err().code(), "MODE_NOT_ALLOWED");
+    });
+    let invoice = span(&spans, "execute_tool oteldesk.invoice");
+    let wipe = span(&spans, "execute_tool oteldesk.wipe");
+    for (span, principal) in [(invoice, "alice"), (wipe, "bob")] {
+        let a = attributes(span);
+        assert_eq!(
+            a.get("toolgate.principal").map(String::as_str),
+            Some(principal),
+            "{} in {a:#?}",
+            span.name
+        );
+        assert_eq!(a["gen_ai.agent.name"], "billing-assistant");
+        assert!(!span.events.is_empty());
+        for event in span.events.iter() {
+            let fields: BTreeMap<String, String> = event
+                .attributes
+                .iter()
+                .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                .collect();
+            assert_eq!(
+                fields.get("principal").map(String::as_str),
+                Some(principal),
+                "an event of {}: {fields:#?}",
+                span.name
+            );
+            assert_eq!(fields["agent"], "billing-assistant");
+        }
+    }
+}

@@ -20,7 +20,7 @@ use crate::audit::sink::{AuditError, AuditSink};
 /// Field names are the record's, except `message`, which becomes `detail` (`message` is the event's own
 /// message in `tracing`). Absent fields are absent from the event. The fields are `stage`, `tool`,
 /// `mode`, `decision`, `code`, `declared_risk`, `effective_risk`, `outcome`, `duration_us`, `call`,
-/// `gate`, `agent`, `by`, `arguments_digest`, `output_digest`, `arguments`, `detail`,
+/// `gate`, `agent`, `principal`, `by`, `arguments_digest`, `output_digest`, `arguments`, `detail`,
 /// `manifest_digest`, `policy_version` and `timestamp`; enums carry the same text as in the JSON log.
 /// A call's events are emitted inside its span.
 ///
@@ -40,6 +40,7 @@ use crate::audit::sink::{AuditError, AuditSink};
 /// | `gen_ai.tool.call.id` | `<gate>:<call>`, the call's id in the audit log |
 /// | `gen_ai.tool.type` | `function` |
 /// | `gen_ai.agent.name` | the gate's agent label, where it has one |
+/// | `toolgate.principal` | who the agent acts for ([`GateBuilder::principal`](crate::GateBuilder::principal)), where the gate names one |
 /// | `gen_ai.tool.call.arguments` | the arguments, only for a tool declared `record_arguments` (redacted ones as `"[REDACTED]"`) |
 /// | `error.type`, `otel.status_code` = `error`, `otel.status_description` | a refusal's code and message; for a body that failed, its outcome (`error`, `panic`, `cancelled`) |
 /// | `toolgate.decision`, `toolgate.mode`, `toolgate.declared_risk`, `toolgate.effective_risk` | the decision, the mode it was made in, the risks |
@@ -154,6 +155,7 @@ fn call_span(r: &AuditRecord) -> Span {
         gen_ai.tool.call.id = format!("{}:{}", r.gate, r.call),
         gen_ai.tool.type = "function",
         gen_ai.agent.name = r.agent.as_deref(),
+        toolgate.principal = r.principal.as_deref(),
         gen_ai.tool.call.arguments = r.arguments.as_deref(),
         error.type = Empty,
         toolgate.decision = r.decision.map(decision_name),
@@ -192,6 +194,7 @@ fn event(r: &AuditRecord) {
         call = r.call,
         gate = r.gate,
         agent = r.agent.as_deref(),
+        principal = r.principal.as_deref(),
         by = r.by.as_deref(),
         arguments_digest = r.arguments_digest.as_deref(),
         output_digest = r.output_digest.as_deref(),

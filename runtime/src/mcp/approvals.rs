@@ -2,7 +2,8 @@
 //! operator) or in band (an elicitation form the client's user answers, bound to the call by an HMAC
 //! request state).
 
-use std::fmt;
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use rmcp::model::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::approval::Taint;
 use crate::approval::store::Answer;
 use crate::canonical;
 use crate::gate::denied::Denied;
@@ -142,6 +144,7 @@ impl InBand {
         arguments: &Map<String, Value>,
         denied: &Denied,
         token: &str,
+        about: &About<'_>,
     ) -> InputRequiredResult {
         let state = State {
             token: token.to_owned(),
@@ -158,7 +161,10 @@ impl InBand {
             )
             .unwrap_or_else(|_| unreachable!("a state of strings serializes"));
         let mut requests = InputRequests::new();
-        requests.insert(APPROVAL_INPUT.to_owned(), form(tool, arguments, denied));
+        requests.insert(
+            APPROVAL_INPUT.to_owned(),
+            form(tool, arguments, denied, about),
+        );
         InputRequiredResult::new(Some(requests), Some(sealed))
     }
 
@@ -265,16 +271,53 @@ pub(crate) fn shown_arguments(tool: Tool, arguments: &Map<String, Value>) -> Str
     canonical::to_string(&Value::Object(shown))
 }
 
-fn form(tool: Tool, arguments: &Map<String, Value>, denied: &Denied) -> InputRequest {
+/// What the form tells of the caller besides the call: who the agent acts for and what tainted its
+/// session.
+pub(crate) struct About<'a> {
+    pub(crate) principal: Option<&'a str>,
+    pub(crate) taint: Option<&'a Taint>,
+}
+
+fn form(
+    tool: Tool,
+    arguments: &Map<String, Value>,
+    denied: &Denied,
+    about: &About<'_>,
+) -> InputRequest {
     let manifest = tool.manifest();
     let mode = denied.mode().map_or("none", |mode| mode.as_str());
-    let message = format!(
-        "Approve this call?\n\ntool: {id}\nrisk: {risk}\nmode: {mode}\narguments: {arguments}\n\n{description}",
+    let mut message = String::from("Approve this call?\n\n");
+    if let Some(taint) = about.taint {
+        // First, where it cannot be missed: the agent has read untrusted output, and the arguments
+        // below may be written from it.
+        let _ = write!(
+            message,
+            "WARNING: {taint}; the agent has read its output since, and these arguments may come \
+             from it.\n\n"
+        );
+    }
+    let _ = write!(
+        message,
+        "tool: {id}\nrisk: {risk}\nmode: {mode}\n",
         id = manifest.id,
         risk = denied.risk(),
+    );
+    if let Some(principal) = about.principal {
+        let _ = writeln!(message, "principal: {principal}");
+    }
+    let session = if about.taint.is_some() {
+        "TAINTED"
+    } else {
+        "clean"
+    };
+    let _ = write!(
+        message,
+        "session: {session}\narguments: {arguments}\n\n{description}",
         arguments = shown_arguments(tool, arguments),
         description = manifest.description,
     );
+    // The arguments are the agent's text: what the user reads must be what the call carries.
+    let message = visible(&message);
     let request = json!({
         "method": "elicitation/create",
         "params": {
@@ -300,6 +343,61 @@ fn form(tool: Tool, arguments: &Map<String, Value>, denied: &Denied) -> InputReq
     });
     serde_json::from_value(request)
         .unwrap_or_else(|e| unreachable!("the approval form is an elicitation request: {e}"))
+}
+
+/// `text` with every character a reader cannot see, or that reorders what they see (controls other
+/// than the line feed, whitespace other than the space, zero-width and joining characters, bidi
+/// embeddings, overrides and isolates, invisible operators, tags, variation selectors, fillers),
+/// written as `\u{XXXX}`.
+pub(crate) fn visible(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hidden(c) {
+            let _ = write!(shown, "\\u{{{:04X}}}", u32::from(c));
+        } else {
+            shown.push(c);
+        }
+    }
+    Cow::Owned(shown)
+}
+
+fn hidden(c: char) -> bool {
+    if c == '\n' || c == ' ' {
+        return false;
+    }
+    c.is_control()
+        || c.is_whitespace()
+        || matches!(
+            u32::from(c),
+            0x00AD
+                | 0x034F
+                | 0x0600..=0x0605
+                | 0x061C
+                | 0x06DD
+                | 0x070F
+                | 0x0890..=0x0891
+                | 0x08E2
+                | 0x115F..=0x1160
+                | 0x17B4..=0x17B5
+                | 0x180B..=0x180F
+                | 0x200B..=0x200F
+                | 0x202A..=0x202E
+                | 0x2060..=0x206F
+                | 0x3164
+                | 0xFE00..=0xFE0F
+                | 0xFEFF
+                | 0xFFA0
+                | 0xFFF0..=0xFFFB
+                | 0x110BD
+                | 0x110CD
+                | 0x13430..=0x1343F
+                | 0x1BCA0..=0x1BCA3
+                | 0x1D173..=0x1D17A
+                | 0xE0000..=0xE0FFF
+        )
 }
 
 /// Who answers in band, in the audit log.
@@ -455,6 +553,18 @@ mod tests {
                 .answer("one", "t.refund", &arguments, &late, Some(&responses))
                 .unwrap_err(),
             StateRefused::Expired
+        );
+    }
+
+    #[test]
+    fn hidden_characters_are_shown_as_escapes() {
+        assert!(matches!(
+            visible("plain\nlines, é and 漢字"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            visible("a\u{202E}b\u{200B}c\u{2066}d\u{E0041}e\tf\u{FEFF}\u{00A0}g\u{1B}"),
+            "a\\u{202E}b\\u{200B}c\\u{2066}d\\u{E0041}e\\u{0009}f\\u{FEFF}\\u{00A0}g\\u{001B}"
         );
     }
 

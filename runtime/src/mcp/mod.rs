@@ -82,14 +82,24 @@
 //!
 //! - [`Approvals::OutOfBand`] (the default): refused (`APPROVAL_PENDING`), the pending request kept in
 //!   the gate's approval store for an operator;
-//!   [`ToolgateServer::on_pending`] hands each one (with its token) to the application's operator
+//!   [`ToolgateServer::on_pending`] hands each one (with its token, the principal and what tainted the
+//!   session, if anything has) to the application's operator
 //!   channel. The agent's next identical call runs once it is approved. For a client that declares
 //!   the Tasks extension, the call becomes a task instead (`tasks/get`, `tasks/cancel`): the server
 //!   tries the call again, 250 ms after and then at most every 5 s, and the task completes with its
-//!   result once the operator has decided.
+//!   result once the operator has decided. A task waits for the one request the operator was handed:
+//!   when it expires unanswered, or the task's deadline passes
+//!   ([`ToolgateServer::task_deadline`], an hour by default), the task fails (`status: failed`, a
+//!   JSON-RPC error `-32001` whose data's `code` is `APPROVAL_EXPIRED`), and the agent may call again
+//!   to ask again. A caller (over HTTP a principal, elsewhere a connection) has at most
+//!   [`ToolgateServer::max_tasks`] tasks waiting ([`DEFAULT_MAX_TASKS`], 16); past it a call is
+//!   refused `TOO_MANY_TASKS`. An ended task can be read for 10 minutes (its `ttlMs` says until when;
+//!   the 64 latest of a caller).
 //! - [`Approvals::InBand`]: an `InputRequired` result (protocol 2026-07-28) whose elicitation form
-//!   ([`APPROVAL_INPUT`]) shows the tool, its risk, the mode and the arguments as the audit log writes
-//!   them, asking approve or reject and a reason. The retry carries the answer and the request state,
+//!   ([`APPROVAL_INPUT`]) shows the tool, its risk, the mode, the principal, whether the session is
+//!   tainted and by which tool (a warning first, [`Gate::taint`](crate::Gate::taint)) and the
+//!   arguments as the audit log writes them, every invisible or reordering character (bidi controls,
+//!   zero-width characters, tags, ...) written as `\u{XXXX}`, asking approve or reject and a reason. The retry carries the answer and the request state,
 //!   sealed with rmcp's HMAC `RequestStateCodec`, bound to the connection (over HTTP, the principal)
 //!   and carrying the tool, the arguments' SHA-256 and the pending request's token. The server answers
 //!   the gate's request with it ([`Gate::answer`](crate::Gate::answer), by `mcp-client`) and has the
@@ -200,3 +210,4 @@ pub use definition::{
     listed, meta,
 };
 pub use server::{DEFAULT_MODE_POLL, PendingApproval, ToolgateServer, tool_result, unknown_tool};
+pub use tasks::{DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE};

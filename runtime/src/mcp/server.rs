@@ -14,9 +14,12 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use super::approvals::{Approvals, StateRefused, shown_arguments};
+use super::approvals::{About, Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
-use super::tasks::{TASK_POLL_FIRST, TASK_POLL_MAX, Tasks};
+use super::tasks::{
+    DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE, TASK_POLL_FIRST, TASK_POLL_MAX, Tasks, TooManyTasks,
+};
+use crate::approval::Taint;
 use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
@@ -43,11 +46,19 @@ pub struct PendingApproval {
     pub mode: Option<Mode>,
     /// The refusal's code: `APPROVAL_PENDING`.
     pub code: &'static str,
-    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
+    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`). The agent wrote
+    /// them: a channel that shows them to a person should make invisible and bidi characters visible,
+    /// as the in-band form does.
     pub arguments: String,
     /// The token that approves this exact call once ([`Gate::approve`](crate::Gate::approve),
     /// [`Gate::answer`](crate::Gate::answer)). A secret for the operator: never send it to the agent.
     pub token: String,
+    /// Who the agent acts for, as the caller's gate names it
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)).
+    pub principal: Option<String>,
+    /// What tainted the caller's session, if anything has ([`Gate::taint`](crate::Gate::taint)): the
+    /// agent has read untrusted output, and the arguments may come from it. Show it to the operator.
+    pub taint: Option<Taint>,
 }
 
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
@@ -76,6 +87,8 @@ pub struct ToolgateServer {
     mode_poll: Duration,
     session: Arc<str>,
     tasks: Tasks,
+    max_tasks: usize,
+    task_deadline: Duration,
 }
 
 /// A random id of one connection, to which in-band request states are bound.
@@ -121,6 +134,8 @@ impl ToolgateServer {
             mode_poll: DEFAULT_MODE_POLL,
             session: session_id(),
             tasks: Tasks::default(),
+            max_tasks: DEFAULT_MAX_TASKS,
+            task_deadline: DEFAULT_TASK_DEADLINE,
         }
     }
 
@@ -143,6 +158,26 @@ impl ToolgateServer {
         notify: impl Fn(&PendingApproval) + Send + Sync + 'static,
     ) -> ToolgateServer {
         self.on_pending = Some(Arc::new(notify));
+        self
+    }
+
+    /// How many tasks one caller (over HTTP a principal, elsewhere a connection) may have waiting for
+    /// an operator at once: [`DEFAULT_MAX_TASKS`](super::DEFAULT_MAX_TASKS) by default, at least 1.
+    /// Past it, a call that would become a task is answered `TOO_MANY_TASKS` (its approval request
+    /// stays pending, and was handed to [`on_pending`](ToolgateServer::on_pending)).
+    #[must_use]
+    pub fn max_tasks(mut self, limit: usize) -> ToolgateServer {
+        self.max_tasks = limit.max(1);
+        self
+    }
+
+    /// How long a task waits for an operator at most: [`DEFAULT_TASK_DEADLINE`](super::DEFAULT_TASK_DEADLINE)
+    /// (an hour) by default. A task still waiting then fails with `APPROVAL_EXPIRED`; its approval
+    /// request stays pending in the store until it expires, and the agent's next identical call waits
+    /// for it again.
+    #[must_use]
+    pub fn task_deadline(mut self, deadline: Duration) -> ToolgateServer {
+        self.task_deadline = deadline;
         self
     }
 
@@ -365,9 +400,15 @@ impl ToolgateServer {
             && let Some(denied) = error.denied()
             && let Some(token) = denied.approval_token()
         {
+            // The latch never opens again: what tainted the session before the decision still does.
+            let taint = gate.taint();
             if let Some(in_band) = in_band {
+                let about = About {
+                    principal: gate.principal(),
+                    taint: taint.as_ref(),
+                };
                 return Ok(in_band
-                    .ask(&caller.session, tool, &arguments, denied, token)
+                    .ask(&caller.session, tool, &arguments, denied, token, &about)
                     .into());
             }
             if let Some(notify) = &self.on_pending {
@@ -378,12 +419,17 @@ impl ToolgateServer {
                     code: denied.code().as_str(),
                     arguments: shown_arguments(tool, &arguments),
                     token: token.to_owned(),
+                    principal: gate.principal().map(str::to_owned),
+                    taint,
                 });
             }
             if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
-                return Ok(self
-                    .wait_as_task(gate, tool, arguments, &caller.session)
-                    .into());
+                return Ok(
+                    match self.wait_as_task(gate, tool, arguments, token, &caller.session) {
+                        Ok(created) => created.into(),
+                        Err(too_many) => refusal("TOO_MANY_TASKS", &too_many.to_string()).into(),
+                    },
+                );
             }
         }
         Ok(tool_result(result).into())
@@ -391,24 +437,43 @@ impl ToolgateServer {
 
     /// Makes a call that waits for an operator a task: the call is tried again, every 250 ms at first
     /// and at most every 5 s (each try a `refused` record while it waits), until the operator has
-    /// decided; the task then completes with the call's result.
+    /// decided on the request `token` names; the task then completes with the call's result. It fails
+    /// with `APPROVAL_EXPIRED` when that request expired unanswered (a try is then asked for a new
+    /// one, which no operator was told of), or when the task's deadline has passed.
     fn wait_as_task(
         &self,
         gate: &Gate,
         tool: Tool,
         arguments: JsonObject,
+        token: &str,
         owner: &Arc<str>,
-    ) -> rmcp::model::CreateTaskResult {
+    ) -> Result<rmcp::model::CreateTaskResult, TooManyTasks> {
         let id = tool.manifest().id;
-        let created = self
-            .tasks
-            .create(owner, format!("`{id}` waits for an operator's approval"));
+        let created = self.tasks.create(
+            owner,
+            format!("`{id}` waits for an operator's approval"),
+            self.max_tasks,
+            self.task_deadline,
+        )?;
         let task_id = created.task.task_id.clone();
         let (server, gate, tasks) = (self.clone(), gate.clone(), self.tasks.clone());
+        let (token, deadline) = (token.to_owned(), self.task_deadline);
         let runner = tokio::spawn(async move {
+            let ends = tokio::time::Instant::now() + deadline;
             let mut wait = TASK_POLL_FIRST;
             loop {
-                tokio::time::sleep(wait).await;
+                let now = tokio::time::Instant::now();
+                if now >= ends {
+                    let message = format!(
+                        "no operator decided on this call of `{id}` within the task's deadline of \
+                         {deadline:?}; its approval request stays pending until it expires: call \
+                         again to wait for it again"
+                    );
+                    tasks.fail(&task_id, task_error("APPROVAL_EXPIRED", &message));
+                    return;
+                }
+                // The last try is at the deadline.
+                tokio::time::sleep(wait.min(ends - now)).await;
                 wait = (wait * 2).min(TASK_POLL_MAX);
                 let result = match server.call_registry(&gate, id, arguments.clone()).await {
                     Ok(result) => result,
@@ -417,20 +482,33 @@ impl ToolgateServer {
                         return;
                     }
                 };
-                let waits = result
+                let pending = result
                     .as_ref()
                     .err()
                     .and_then(CallError::denied)
-                    .is_some_and(|d| d.code() == DenialCode::ApprovalPending);
-                if !waits {
-                    tasks.complete(&task_id, tool_result(result));
-                    return;
+                    .filter(|d| d.code() == DenialCode::ApprovalPending);
+                match pending.and_then(|d| d.approval_token()) {
+                    // Still the request the operator was told of.
+                    Some(now_pending) if now_pending == token => {}
+                    // That request expired unanswered, and this try was asked for a new one.
+                    Some(_) => {
+                        let message = format!(
+                            "the approval request of this call of `{id}` expired before an \
+                             operator decided on it; call again to ask again"
+                        );
+                        tasks.fail(&task_id, task_error("APPROVAL_EXPIRED", &message));
+                        return;
+                    }
+                    None => {
+                        tasks.complete(&task_id, tool_result(result));
+                        return;
+                    }
                 }
             }
         });
         self.tasks
             .attach(&created.task.task_id, runner.abort_handle());
-        created
+        Ok(created)
     }
 
     async fn call_registry(
@@ -473,6 +551,20 @@ fn unknown_task(id: &str) -> ErrorData {
         format!("no task {id} of this caller"),
         Some(json!({ "code": "UNKNOWN_TASK" })),
     )
+}
+
+/// The JSON-RPC error of a task that ended without its call's result: `-32001` (the request timed
+/// out), the text `"<CODE>: <message>"`, and `{"code", "message"}` as its data.
+fn task_error(code: &str, message: &str) -> JsonObject {
+    let error = ErrorData::new(
+        rmcp::model::ErrorCode(-32001),
+        format!("{code}: {message}"),
+        Some(json!({ "code": code, "message": message })),
+    );
+    match serde_json::to_value(error) {
+        Ok(Value::Object(object)) => object,
+        _ => JsonObject::new(),
+    }
 }
 
 /// A retry refused for its request state: recorded, and answered as a refusal with its code.
