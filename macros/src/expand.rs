@@ -821,30 +821,22 @@ fn gated_body(
     // The arguments, for the gate to look at when it needs to: a reference to each.
     let by_name = |ident: &Ident| quote_spanned!(ident.span()=> &#ident);
     let args = argument_refs(call, by_name, call.receiver.as_ref());
-    let enter = match (&call.escalate, sig.asyncness.is_some()) {
-        (Some(_), false) => quote!(::toolgate::__private::enter_escalated(
-            &#entry, #gate_arg, #info, &[#(#args)*], #record_arguments
+    let escalated_arg = match &call.escalate {
+        Some(_) => quote!(::core::option::Option::Some(#info)),
+        None => quote!(::core::option::Option::None),
+    };
+    let enter = match sig.asyncness.is_some() {
+        false => quote!(::toolgate::__private::enter(
+            &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments
         )),
-        (None, false) => {
-            quote!(::toolgate::__private::enter(&#entry, #gate_arg, &[#(#args)*], #record_arguments))
-        }
         // An async tool's decision may wait (an async approver, a store): it is awaited here, inside
         // the tool's own future. The references to the arguments end with the `let`, before the
         // await, so the future stays `Send`.
-        (escalate, true) => {
+        true => {
             let step = Ident::new("toolgate_step", Span::mixed_site());
-            let start = match escalate {
-                Some(_) => quote!(::toolgate::__private::enter_escalated_async(
-                    &#entry, #gate_arg, #info, &[#(#args)*], #record_arguments
-                )),
-                None => quote!(::toolgate::__private::enter_async(
-                    &#entry, #gate_arg, &[#(#args)*], #record_arguments
-                )),
-            };
-            let escalated_arg = match escalate {
-                Some(_) => quote!(::core::option::Option::Some(#info)),
-                None => quote!(::core::option::Option::None),
-            };
+            let start = quote!(::toolgate::__private::enter_async(
+                &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments
+            ));
             // After a wait, the arguments must still be those the approval saw.
             quote! {{
                 let #step = #start;

@@ -90,16 +90,18 @@ pub mod __private {
         crate::gate::decide::handed(entry)
     }
 
-    /// Decides a call of a tool against the ambient gates, and its `&Gate` argument if it has one.
+    /// Decides a call of a tool against the ambient gates, and its `&Gate` argument if it has one;
+    /// `escalated` is the risk its arguments raised it to (`#[tool(escalate = ..)]`).
     #[inline]
     pub fn enter(
         entry: &'static ToolEntry,
         gate: Option<&Gate>,
+        escalated: Option<Risk>,
         arguments: &[ArgRef<'_>],
         record_arguments: bool,
     ) -> Result<Permit, Denied> {
         let call = CallInfo {
-            escalated: None,
+            escalated,
             arguments,
             record_arguments,
         };
@@ -112,11 +114,12 @@ pub mod __private {
     pub fn enter_async(
         entry: &'static ToolEntry,
         gate: Option<&Gate>,
+        escalated: Option<Risk>,
         arguments: &[ArgRef<'_>],
         record_arguments: bool,
     ) -> Entering {
         let call = CallInfo {
-            escalated: None,
+            escalated,
             arguments,
             record_arguments,
         };
@@ -139,39 +142,5 @@ pub mod __private {
             record_arguments,
         };
         crate::gate::decide::confirm(entry, permit, &call)
-    }
-
-    /// [`enter_escalated`] for an async tool.
-    #[inline]
-    pub fn enter_escalated_async(
-        entry: &'static ToolEntry,
-        gate: Option<&Gate>,
-        escalated: Risk,
-        arguments: &[ArgRef<'_>],
-        record_arguments: bool,
-    ) -> Entering {
-        let call = CallInfo {
-            escalated: Some(escalated),
-            arguments,
-            record_arguments,
-        };
-        crate::gate::decide::check_async(entry, gate, &call)
-    }
-
-    /// [`enter`] for a tool with `escalate`, whose risk depends on its arguments.
-    #[inline]
-    pub fn enter_escalated(
-        entry: &'static ToolEntry,
-        gate: Option<&Gate>,
-        escalated: Risk,
-        arguments: &[ArgRef<'_>],
-        record_arguments: bool,
-    ) -> Result<Permit, Denied> {
-        let call = CallInfo {
-            escalated: Some(escalated),
-            arguments,
-            record_arguments,
-        };
-        crate::gate::decide::check(entry, gate, &call)
     }
 }
