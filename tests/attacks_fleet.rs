@@ -1735,3 +1735,63 @@ fn f31_a_long_partition_is_not_hidden_when_the_sink_shares_the_lost_server() {
     );
     assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Fleet names, frozen servers and forged trail rows
+// ---------------------------------------------------------------------------------------------------
+
+/// f32: `toolgate fleet lower` given a misspelt fleet (`paymnets`) while the real one (`payments`) has
+/// a FULL_AUTO member. Guarantee: an unknown fleet is an error (exit 1) that names the fleets there
+/// are; no fleet is created by `lower` or `raise`, and the real fleet and its gate keep their mode.
+#[test]
+fn f32_lowering_a_misspelt_fleet_is_an_error_and_creates_nothing() {
+    let url = database("f32");
+    let fleet = member_fleet(&url, "payments", 5000);
+    let gate = fleet.join(Gate::builder().mode(Mode::FullAuto)).unwrap();
+    let typo = toolgate(&[
+        "fleet", "lower", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by", "ana",
+        "--reason", "incident",
+    ]);
+    assert_eq!(typo.status.code(), Some(1), "{}", text(&typo));
+    assert!(
+        text(&typo).contains("paymnets") && text(&typo).contains("\"payments\""),
+        "the error names neither the unknown fleet nor the fleets there are: {}",
+        text(&typo)
+    );
+    assert!(
+        !text(&typo).contains("every joined gate refuses"),
+        "{}",
+        text(&typo)
+    );
+    let raise = toolgate(&[
+        "fleet", "raise", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by", "ana",
+        "--reason", "r",
+    ]);
+    assert_eq!(raise.status.code(), Some(1), "{}", text(&raise));
+    assert!(fleet::lower(&url, "toolgate", "paymnets", Mode::Shadow, "ana", "x").is_err());
+    let fleets = query(&url, "SELECT name FROM toolgate.fleets ORDER BY name");
+    assert_eq!(
+        fleets,
+        vec![vec![Some("payments".to_owned())]],
+        "a fleet was created"
+    );
+    assert_eq!(
+        query(&url, "SELECT count(*) FROM toolgate.fleet_changes")[0][0].as_deref(),
+        Some("0"),
+        "a change was recorded for no fleet"
+    );
+    assert_eq!(
+        fleet::status(&url, "toolgate", "payments").unwrap().mode,
+        Mode::FullAuto
+    );
+    assert_eq!(gate.mode(), Mode::FullAuto);
+    // The real name still lowers the real fleet.
+    let lowered = toolgate(&[
+        "fleet", "lower", "--store", &url, "--fleet", "payments", "--to", "SHADOW", "--by", "ana",
+        "--reason", "incident",
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    assert!(eventually(Duration::from_secs(3), || gate.mode() == Mode::Shadow));
+    drop(gate);
+    drop(fleet);
+}

@@ -84,8 +84,9 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 /// );
 /// ```
 ///
-/// A fleet that has no row yet is created at FULL_AUTO: it holds no gate lower than its own mode until
-/// it is lowered. Notifications go on the channel `<schema>_fleet`, with the fleet's name as payload.
+/// A fleet that has no row yet is created at FULL_AUTO by the first gate that joins it: it holds no
+/// gate lower than its own mode until it is lowered. [`lower`] and [`raise`] never create one: an
+/// unknown (say, misspelt) fleet is an error that names the fleets there are. Notifications go on the channel `<schema>_fleet`, with the fleet's name as payload.
 pub struct Fleet {
     membership: Arc<Membership>,
 }
@@ -670,7 +671,8 @@ pub struct ModeChange {
 
 /// Lowers the fleet `name` to `to` and notifies every joined process: each holds its gates under it
 /// within a second. Asking for a mode above the fleet's is refused (use [`raise`]); asking for the
-/// same mode records the change and notifies again.
+/// same mode records the change and notifies again. A fleet no gate has joined yet does not exist: it
+/// is an error (naming the fleets there are), and nothing is created.
 pub fn lower(
     url: &str,
     schema: &str,
@@ -683,7 +685,8 @@ pub fn lower(
 }
 
 /// Raises the fleet `name` to `to`, for the gates that join from now on: a running gate is never
-/// raised. Asking for a mode below the fleet's is refused (use [`lower`]).
+/// raised. Asking for a mode below the fleet's is refused (use [`lower`]); so is a fleet no gate has
+/// joined yet.
 pub fn raise(
     url: &str,
     schema: &str,
@@ -737,7 +740,7 @@ fn change(
                     StoreError::Unexpected(format!("the fleet's mode {mode:?} is no mode"))
                 })?
             }
-            None => Mode::FullAuto,
+            None => return Err(unknown_fleet(&transaction, schema_name, name).await),
         };
         match direction {
             Direction::Lower if to > from => {
@@ -776,6 +779,83 @@ fn change(
     })
 }
 
+/// The error for a fleet that has no row: it names the fleets there are, the closest first.
+async fn unknown_fleet(
+    client: &impl tokio_postgres::GenericClient,
+    schema_name: &str,
+    name: &str,
+) -> StoreError {
+    let names = match client
+        .query(
+            &schema::sql("SELECT name FROM {s}.fleets ORDER BY name", schema_name),
+            &[],
+        )
+        .await
+    {
+        Ok(rows) => rows
+            .iter()
+            .filter_map(|row| row.try_get::<_, String>(0).ok())
+            .collect::<Vec<String>>(),
+        Err(error) => return store_error(&error),
+    };
+    StoreError::Unexpected(no_such_fleet(name, &names))
+}
+
+/// `there is no fleet "paymnets" (did you mean "payments"?); the fleets are: "payments", "ops"`: the
+/// fleets sorted by their distance to `name`, at most 20 of them.
+fn no_such_fleet(name: &str, names: &[String]) -> String {
+    let mut text = format!(
+        "there is no fleet {name:?}: a fleet is created by the first gate that joins it, never by \
+         `lower` or `raise`"
+    );
+    if names.is_empty() {
+        text.push_str("; there is no fleet yet");
+        return text;
+    }
+    let mut near: Vec<(usize, &String)> = names.iter().map(|n| (distance(name, n), n)).collect();
+    near.sort();
+    if let Some((d, closest)) = near.first()
+        && *d <= name.chars().count().max(3) / 3
+    {
+        text.push_str(&format!(" (did you mean {closest:?}?)"));
+    }
+    let shown: Vec<String> = near
+        .iter()
+        .take(20)
+        .map(|(_, n)| format!("{n:?}"))
+        .collect();
+    text.push_str(&format!("; the fleets are: {}", shown.join(", ")));
+    if near.len() > shown.len() {
+        text.push_str(&format!(" and {} more", near.len() - shown.len()));
+    }
+    text
+}
+
+/// The edit distance between two names, counting a swap of two neighbouring characters as one edit.
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
 /// The fleet `name`: its mode and its joined gates, most recently heard from first.
 pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, StoreError> {
     schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
@@ -791,8 +871,10 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
                 &[&name],
             )
             .await
-            .map_err(|e| store_error(&e))?
-            .ok_or_else(|| StoreError::Unexpected(format!("there is no fleet {name:?}")))?;
+            .map_err(|e| store_error(&e))?;
+        let Some(fleet) = fleet else {
+            return Err(unknown_fleet(&*client, schema_name, name).await);
+        };
         let rows = client
             .query(
                 &schema::sql(
