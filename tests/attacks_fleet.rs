@@ -1795,3 +1795,127 @@ fn f32_lowering_a_misspelt_fleet_is_an_error_and_creates_nothing() {
     drop(gate);
     drop(fleet);
 }
+
+static STAMPS: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+
+/// Records when its body ran.
+#[tool(risk = "LOW_WRITE", domain = "fa")]
+fn stamp() -> Result<(), Denied> {
+    STAMPS.lock().unwrap().push(Instant::now());
+    Ok(())
+}
+
+/// Processes stopped with SIGSTOP (a server frozen, not gone), continued when dropped.
+struct Frozen(Vec<u32>);
+
+impl Frozen {
+    /// Stops the postmaster, then every process it started (its backends and helpers).
+    fn postmaster(pid: u32) -> Frozen {
+        let mut frozen = Frozen(Vec::new());
+        frozen.stop(pid);
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // `pid (comm) state ppid ...`: the parent comes after the last `)`.
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<u32>().ok());
+            if parent == Some(pid) {
+                frozen.stop(child);
+            }
+        }
+        frozen
+    }
+
+    fn stop(&mut self, pid: u32) {
+        let done = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(done.success(), "SIGSTOP {pid}");
+        self.0.push(pid);
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for pid in self.0.iter().rev() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// f33: the fleet's server frozen (SIGSTOP on the postmaster and its backends: connections stay open,
+/// nothing answers) while a thread keeps calling through a joined gate; grace 1 s, statement timeout
+/// 5 s. Guarantee: once the grace period has passed without a read, the gate is SHADOW: no body runs
+/// later than the freeze plus the grace (plus a slack of 700 ms, generous for a loaded 2-core machine,
+/// far below the 4 s by which a read bounded only by the timeout would overrun). The bound is checked
+/// on the times the bodies record, and the gate comes back once the server runs again.
+#[test]
+fn f33_a_frozen_server_holds_the_gate_at_shadow_once_the_grace_has_passed() {
+    let cluster = common::postgres::Cluster::new(&["fsync=off"]);
+    let url = cluster.database("f33");
+    let grace = Duration::from_secs(1);
+    let fleet = Fleet::builder()
+        .grace(grace)
+        .poll_interval(Duration::from_millis(100))
+        .timeout(Duration::from_secs(5))
+        .connect(&url, "f33")
+        .unwrap();
+    let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let caller = {
+        let (gate, stop) = (gate.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = gate.run(stamp);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || STAMPS
+        .lock()
+        .unwrap()
+        .len()
+        > 20));
+    // The last read that can succeed is before this instant.
+    let frozen_at = Instant::now();
+    let frozen = Frozen::postmaster(cluster.postmaster_pid());
+    let shadow = eventually(Duration::from_secs(8), || gate.mode() == Mode::Shadow);
+    std::thread::sleep(Duration::from_secs(1));
+    let thawed_at = Instant::now();
+    drop(frozen);
+    let slack = Duration::from_millis(700);
+    let late: Vec<Duration> = STAMPS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|at| **at > frozen_at + grace + slack && **at < thawed_at)
+        .map(|at| at.duration_since(frozen_at))
+        .collect();
+    assert!(
+        shadow,
+        "the gate never went to SHADOW while its server was frozen"
+    );
+    assert!(
+        late.is_empty(),
+        "{} bodies ran after the grace period ({grace:?} + {slack:?} slack) with the server frozen, \
+         from {:?} to {:?} after the freeze",
+        late.len(),
+        late.first(),
+        late.last()
+    );
+    assert!(
+        eventually(Duration::from_secs(15), || gate.mode() == Mode::PartialAuto),
+        "the gate never came back"
+    );
+    stop.store(true, Ordering::SeqCst);
+    caller.join().unwrap();
+    drop(gate);
+    drop(fleet);
+}

@@ -416,12 +416,22 @@ impl Worker {
         schema::sql(text, &self.settings.schema)
     }
 
-    /// Runs `op` within the timeout on the connection, opened where needed; a failure drops it.
+    /// Runs `op` on the connection, opened where needed, within the timeout and, until the grace
+    /// period has passed, within what is left of it: a server that stops answering (frozen, or behind
+    /// a link that drops packets) never holds the gates above SHADOW past the grace period. A failure
+    /// drops the connection, and past the grace period holds every joined gate at SHADOW.
     async fn with_conn<T>(
         &mut self,
         op: impl AsyncFnOnce(&Client, &Settings) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let settings = Arc::clone(&self.settings);
+        let left = (self.last_contact + settings.grace).saturating_duration_since(Instant::now());
+        let limit = if left.is_zero() {
+            // Already lost: a read may take the whole timeout to come back.
+            settings.timeout
+        } else {
+            settings.timeout.min(left)
+        };
         let work = async {
             if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
                 self.conn = None;
@@ -434,14 +444,36 @@ impl Worker {
             };
             op(&conn.client, &settings).await
         };
-        let done = match tokio::time::timeout(settings.timeout, work).await {
+        let done = match tokio::time::timeout(limit, work).await {
             Ok(done) => done,
             Err(_) => Err(StoreError::Timeout),
         };
-        if done.is_err() {
+        if let Err(error) = &done {
             self.conn = None;
+            self.lost(error);
         }
         done
+    }
+
+    /// After a failed read or write: past the grace period since the last read, every joined gate is
+    /// held at SHADOW (again: the edge is recorded once, by the gate).
+    fn lost(&mut self, error: &StoreError) {
+        let since = self
+            .lost_since
+            .get_or_insert_with(|| (Instant::now(), error.to_string()))
+            .clone();
+        if self.last_contact.elapsed() >= self.settings.grace {
+            let why = format!(
+                "fleet {} not reached for {:.1} s (grace {} s): {}",
+                self.settings.name,
+                self.last_contact.elapsed().as_secs_f64(),
+                self.settings.grace.as_secs_f64(),
+                since.1
+            );
+            for gate in self.gates.iter().filter_map(WeakGate::upgrade) {
+                gate.set_partitioned(true, &why);
+            }
+        }
     }
 
     async fn open(&self) -> Result<Conn, StoreError> {
@@ -501,25 +533,8 @@ impl Worker {
                 let _ = self.heartbeat(&gates).await;
                 Ok(mode)
             }
-            Err(error) => {
-                let since = self
-                    .lost_since
-                    .get_or_insert_with(|| (Instant::now(), error.to_string()))
-                    .clone();
-                if self.last_contact.elapsed() > self.settings.grace {
-                    let why = format!(
-                        "fleet {} not reached for {:.1} s (grace {} s): {}",
-                        self.settings.name,
-                        self.last_contact.elapsed().as_secs_f64(),
-                        self.settings.grace.as_secs_f64(),
-                        since.1
-                    );
-                    for gate in self.gates.iter().filter_map(WeakGate::upgrade) {
-                        gate.set_partitioned(true, &why);
-                    }
-                }
-                Err(error)
-            }
+            // `with_conn` has held the gates at SHADOW if the grace period has passed.
+            Err(error) => Err(error),
         }
     }
 
