@@ -284,12 +284,23 @@ impl Proxy {
     }
 }
 
+/// A sink with a short timeout. Its first connection is retried, as [`member_fleet`]'s is: creating
+/// the schema on a loaded machine may take longer than the timeout, and no attack here is about
+/// connecting.
 fn sink(url: &str, writer: &str, timeout: Duration) -> PostgresSink {
-    PostgresSink::builder()
-        .writer(writer)
-        .timeout(timeout)
-        .connect(url)
-        .expect("the sink connects")
+    let connect = || {
+        PostgresSink::builder()
+            .writer(writer)
+            .timeout(timeout)
+            .connect(url)
+    };
+    for _ in 0..9 {
+        if let Ok(sink) = connect() {
+            return sink;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    connect().expect("the sink connects")
 }
 
 fn audited_gate(url: &str, writer: &str, timeout: Duration) -> Gate {
@@ -1918,4 +1929,282 @@ fn f33_a_frozen_server_holds_the_gate_at_shadow_once_the_grace_has_passed() {
     caller.join().unwrap();
     drop(gate);
     drop(fleet);
+}
+
+/// Runs `sql` on `url`, the server's error as text rather than a panic.
+fn try_query(url: &str, sql: &str) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        client.batch_execute(sql).await.map_err(|e| {
+            e.as_db_error()
+                .map_or(e.to_string(), |db| db.message().to_owned())
+        })
+    })
+}
+
+/// A second role for the trail, with the rights a sink's role has and no more: `SELECT` and `INSERT`
+/// on the audit tables, and what a sink's connection needs to check the schema (its version, and the
+/// rights to run its `CREATE ... IF NOT EXISTS`, which give none on the trail's tables). Its URL.
+fn trail_role(url: &str, name: &str) -> String {
+    let role = format!("{name}_{}", std::process::id());
+    let database = url.rsplit('/').next().unwrap();
+    query(
+        url,
+        &format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT CREATE ON DATABASE {database} TO {role};
+             GRANT USAGE, CREATE ON SCHEMA toolgate TO {role};
+             GRANT SELECT ON toolgate.schema_version TO {role};
+             GRANT SELECT, INSERT ON toolgate.audit, toolgate.audit_checkpoints TO {role};"
+        ),
+    );
+    url.replacen("toolgate@", &format!("{role}@"), 1)
+}
+
+/// Appends to `writer`'s chain, through `via`, a correctly hashed `enter` and `exit` of a
+/// `fa.wire_money` call approved by `cfo` (copies of the writer's last two rows, edited and chained).
+fn forge_wire_money(read: &str, via: &str, writer: &str) -> Result<(), String> {
+    use sha2::{Digest, Sha256};
+    let rows = query(
+        read,
+        &format!(
+            "SELECT seq, hash, line FROM toolgate.audit WHERE writer = '{writer}'
+             ORDER BY seq DESC LIMIT 2"
+        ),
+    );
+    let mut seq: u64 = rows[0][0].as_deref().unwrap().parse().unwrap();
+    let mut prev = rows[0][1].clone().unwrap();
+    let mut sql = String::new();
+    for (row, stage) in rows.iter().rev().zip(["enter", "exit"]) {
+        let mut fields: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_json::from_str(row[2].as_deref().unwrap()).unwrap();
+        seq += 1;
+        fields.remove("hash");
+        fields.insert("seq".into(), seq.into());
+        fields.insert("prev_hash".into(), prev.clone().into());
+        fields.insert("stage".into(), stage.into());
+        fields.insert("tool".into(), "fa.wire_money".into());
+        fields.insert("by".into(), "cfo".into());
+        fields.insert("call".into(), 999_999.into());
+        fields.insert(
+            "arguments".into(),
+            r#"{"amount":950000,"to":"attacker"}"#.into(),
+        );
+        let body = serde_json::to_string(&fields).unwrap();
+        let hash: String = Sha256::new()
+            .chain_update(prev.as_bytes())
+            .chain_update(body.as_bytes())
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        fields.insert("hash".into(), hash.clone().into());
+        let line = serde_json::to_string(&fields).unwrap().replace('\'', "''");
+        let gate = fields["gate"].as_u64().unwrap();
+        sql.push_str(&format!(
+            "INSERT INTO toolgate.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
+             VALUES ('{writer}', {seq}, '{prev}', '{hash}', '{stage}', 'fa.wire_money', {gate}, 999999,
+                 '{line}');"
+        ));
+        prev = hash;
+    }
+    try_query(via, &sql)
+}
+
+/// The key's file and the checkpoints that sign with it.
+fn trail_key(scratch: &common::Scratch, name: &str) -> (std::path::PathBuf, Checkpoints) {
+    let key = SigningKey::generate().unwrap();
+    let file = scratch.path(&format!("{name}.pub"));
+    std::fs::write(&file, key.public_key().to_public_key_pem()).unwrap();
+    (file, Checkpoints::new(key).every_records(2))
+}
+
+/// The highest record of `writer` that one of its checkpoints covers.
+fn signed_through(url: &str, writer: &str) -> u64 {
+    query(
+        url,
+        &format!(
+            "SELECT coalesce(max(head_seq), 0) FROM toolgate.audit_checkpoints WHERE writer = '{writer}'"
+        ),
+    )[0][0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn last_seq(url: &str, writer: &str) -> u64 {
+    query(
+        url,
+        &format!("SELECT coalesce(max(seq), 0) FROM toolgate.audit WHERE writer = '{writer}'"),
+    )[0][0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// f34: a live signed writer (`payments-1`); a second role with only `SELECT` and `INSERT` appends a
+/// correctly hashed `enter` and `exit` of a `wire_money` approved by `cfo` to its chain, so that the
+/// writer's next commit fails and it reloads its chain from the table. Guarantee: the server refuses
+/// rows under a writer name bound to another role; and rows that get there anyway (written by the
+/// writer's own role) are never adopted: the writer refuses every call rather than chain on them or
+/// sign them, and no checkpoint covers them, so `verify --public-key` vouches only for its own rows.
+#[test]
+fn f34_forged_rows_appended_to_a_live_writer_are_never_signed() {
+    let scratch = common::Scratch::new("f34");
+    let url = database("f34");
+    let (key_file, checkpoints) = trail_key(&scratch, "f34");
+    let sink = PostgresSink::builder()
+        .writer("payments-1")
+        .checkpoints(checkpoints)
+        .timeout(Duration::from_secs(2))
+        .connect(&url)
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink)
+        .build()
+        .unwrap();
+    for n in 0..5 {
+        gate.run(|| mark(format!("f34-{n}"))).unwrap();
+    }
+    assert!(eventually(Duration::from_secs(5), || {
+        records(&url, "payments-1")
+            .iter()
+            .filter(|r| r.stage == Stage::Exit)
+            .count()
+            == 5
+    }));
+    let honest = last_seq(&url, "payments-1");
+    let mallory = trail_role(&url, "f34_mallory");
+    let by_other_role = forge_wire_money(&url, &mallory, "payments-1");
+    assert!(
+        by_other_role.is_err(),
+        "a role with INSERT wrote rows under another role's writer name"
+    );
+    assert_eq!(last_seq(&url, "payments-1"), honest);
+    // The same rows written by the writer's own role (another process that shares it).
+    forge_wire_money(&url, &url, "payments-1").unwrap();
+    let mut refused = Vec::new();
+    for n in 0..5 {
+        let result = gate.run(|| mark(format!("f34-after-{n}")));
+        refused.push((code(&result), ran(&format!("f34-after-{n}"))));
+    }
+    let last_error = gate.run(|| mark("f34-last".into())).unwrap_err();
+    drop(gate);
+    assert!(
+        refused
+            .iter()
+            .all(|(code, ran)| *code == Some("AUDIT_UNAVAILABLE") && !ran),
+        "the writer went on after rows it did not write: {refused:?}"
+    );
+    assert!(
+        last_error.to_string().contains("did not write"),
+        "the refusal does not say why: {last_error}"
+    );
+    assert_eq!(last_seq(&url, "payments-1"), honest + 2);
+    let signed = signed_through(&url, "payments-1");
+    assert!(
+        signed > 0 && signed <= honest,
+        "a checkpoint signed rows the writer did not write: through {signed}, its own end at {honest}"
+    );
+    let (_, shown) = verify_cli(&url, &key_file);
+    let uncovered = honest + 2 - signed;
+    assert!(
+        shown.contains(&format!("not covered: {uncovered} records")),
+        "{shown}"
+    );
+}
+
+/// f35: a signed writer (`ledger`) stops cleanly (final checkpoint). A sink without the key, on a
+/// second role with only `SELECT` and `INSERT`, writes under its name; then the owner starts again
+/// with its key. Guarantee: a writer name is bound to its role and its key at first use: a sink
+/// without the key (on any role) or with another key is refused; rows appended after the owner's last
+/// checkpoint anyway (by its own role, in SQL) are not adopted: the owner, restarted with its key,
+/// refuses to continue the chain, and no checkpoint covers them.
+#[test]
+fn f35_a_keyless_sink_cannot_write_as_a_stopped_signed_writer_nor_be_signed_for() {
+    let scratch = common::Scratch::new("f35");
+    let url = database("f35");
+    let (key_file, checkpoints) = trail_key(&scratch, "f35");
+    let owner = |url: &str| {
+        PostgresSink::builder()
+            .writer("ledger")
+            .checkpoints(checkpoints.clone())
+            .connect(url)
+    };
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(owner(&url).unwrap())
+        .build()
+        .unwrap();
+    for n in 0..5 {
+        gate.run(|| mark(format!("f35-{n}"))).unwrap();
+    }
+    drop(gate);
+    let honest = last_seq(&url, "ledger");
+    assert_eq!(signed_through(&url, "ledger"), honest);
+    let mallory = trail_role(&url, "f35_mallory");
+    let mut got_through = Vec::new();
+    let keyless = |via: &str| PostgresSink::builder().writer("ledger").connect(via);
+    if let Ok(sink) = keyless(&mallory) {
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .audit(sink)
+            .build()
+            .unwrap();
+        for n in 0..3 {
+            let _ = gate.run(|| mark(format!("f35-mallory-{n}")));
+        }
+        got_through.push("a keyless sink on another role took the writer's name");
+    }
+    if keyless(&url).is_ok() {
+        got_through.push("a keyless sink on the owner's role took the writer's name");
+    }
+    let (_, other_key) = trail_key(&scratch, "f35-other");
+    let other = PostgresSink::builder()
+        .writer("ledger")
+        .checkpoints(other_key)
+        .connect(&url);
+    if other.is_ok() {
+        got_through.push("a sink with another key took the writer's name");
+    }
+    drop(other);
+    if last_seq(&url, "ledger") == honest {
+        // Rows under its name anyway, from its own role.
+        forge_wire_money(&url, &url, "ledger").unwrap();
+    }
+    match owner(&url) {
+        Ok(sink) => {
+            let gate = Gate::builder()
+                .mode(Mode::PartialAuto)
+                .audit(sink)
+                .build()
+                .unwrap();
+            for n in 0..2 {
+                let _ = gate.run(|| mark(format!("f35-owner-{n}")));
+            }
+            got_through.push("the owner continued a chain with rows it did not write");
+        }
+        Err(error) => assert!(
+            error
+                .to_string()
+                .contains("not covered by its last checkpoint"),
+            "{error}"
+        ),
+    }
+    if signed_through(&url, "ledger") != honest {
+        got_through.push("a checkpoint signed rows the owner did not write");
+    }
+    let (_, shown) = verify_cli(&url, &key_file);
+    assert!(got_through.is_empty(), "{got_through:#?}\n{shown}");
+    assert!(shown.contains("not covered: 2 records"), "{shown}");
 }
