@@ -104,6 +104,9 @@ const MAX_ATTEMPTS: usize = 1024;
 /// );
 /// ```
 ///
+/// Beside it, `audit_checkpoints` holds the signed checkpoints, and `audit_writers` (`writer` as
+/// primary key, `role`, `public_key`, `bound_at`) the binding of each writer name to its role and key.
+///
 /// Query the record's fields with `line::jsonb` (`SELECT line::jsonb ->> 'code' FROM toolgate.audit`).
 /// The role needs `SELECT` and `INSERT` on `audit` (and `audit_checkpoints`, to sign); it needs
 /// neither `UPDATE` nor `DELETE`, and should not have them, nor any right on `audit_writers` (the

@@ -54,7 +54,9 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 ///   ([`raise`]) applies to gates that join after it.
 /// - **Lost means SHADOW.** A process that has not read its fleet's mode for longer than the
 ///   [grace period](FleetBuilder::grace) (30 seconds, which can be shortened, not turned off) holds
-///   every joined gate at SHADOW until it reads it again. Both changes are audit records
+///   every joined gate at SHADOW until it reads it again. Every statement (connecting included) is
+///   bounded by what is left of the grace period: a server that stops answering, frozen or behind a
+///   link that drops packets, holds no gate above SHADOW past it. Both changes are audit records
 ///   (`fleet_lost`, `fleet_rejoined`), as is every lowering (`mode_lowered`, by whom and why).
 /// - **Seen.** Each joined gate is a row of `fleet_members`, its mode and last contact refreshed at
 ///   every read: `toolgate fleet status` lists them.
@@ -141,7 +143,8 @@ impl FleetBuilder {
         self
     }
 
-    /// How long connecting and each statement may take (2 seconds unless set).
+    /// How long connecting and each statement may take (2 seconds unless set); until the grace period
+    /// has passed, no longer than what is left of it either.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
