@@ -741,7 +741,7 @@ fn the_table_keeps_token_hashes_only() {
     );
     assert_eq!(
         versions,
-        [["1"], ["2"], ["3"], ["4"], ["5"], ["6"]].map(|v| vec![Some(v[0].to_owned())])
+        [["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"]].map(|v| vec![Some(v[0].to_owned())])
     );
 }
 

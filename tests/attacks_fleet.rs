@@ -284,12 +284,23 @@ impl Proxy {
     }
 }
 
+/// A sink with a short timeout. Its first connection is retried, as [`member_fleet`]'s is: creating
+/// the schema on a loaded machine may take longer than the timeout, and no attack here is about
+/// connecting.
 fn sink(url: &str, writer: &str, timeout: Duration) -> PostgresSink {
-    PostgresSink::builder()
-        .writer(writer)
-        .timeout(timeout)
-        .connect(url)
-        .expect("the sink connects")
+    let connect = || {
+        PostgresSink::builder()
+            .writer(writer)
+            .timeout(timeout)
+            .connect(url)
+    };
+    for _ in 0..9 {
+        if let Ok(sink) = connect() {
+            return sink;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    connect().expect("the sink connects")
 }
 
 fn audited_gate(url: &str, writer: &str, timeout: Duration) -> Gate {
@@ -1626,12 +1637,22 @@ fn f29_signed_sink_through_an_outage_still_verifies_with_its_key() {
     let key = SigningKey::generate().unwrap();
     let file = scratch.path("f29.pub");
     std::fs::write(&file, key.public_key().to_public_key_pem()).unwrap();
-    let sink = PostgresSink::builder()
-        .writer("f29")
-        .timeout(Duration::from_millis(400))
-        .checkpoints(Checkpoints::new(key).every_records(3))
-        .connect(&proxy.url(&url))
-        .unwrap();
+    let checkpoints = Checkpoints::new(key).every_records(3);
+    // The first connection creates the schema: on a loaded machine it may take longer than 400 ms.
+    let connect = || {
+        PostgresSink::builder()
+            .writer("f29")
+            .timeout(Duration::from_millis(400))
+            .checkpoints(checkpoints.clone())
+            .connect(&proxy.url(&url))
+    };
+    let sink = (0..9)
+        .find_map(|_| {
+            connect()
+                .inspect_err(|_| std::thread::sleep(Duration::from_millis(200)))
+                .ok()
+        })
+        .unwrap_or_else(|| connect().unwrap());
     let gate = Gate::builder()
         .mode(Mode::PartialAuto)
         .audit(sink)
@@ -1734,4 +1755,502 @@ fn f31_a_long_partition_is_not_hidden_when_the_sink_shares_the_lost_server() {
         "the partition is missing from the trail: {stages:?}"
     );
     assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Fleet names, frozen servers and forged trail rows
+// ---------------------------------------------------------------------------------------------------
+
+/// f32: `toolgate fleet lower` given a misspelt fleet (`paymnets`) while the real one (`payments`) has
+/// a FULL_AUTO member. Guarantee: an unknown fleet is an error (exit 1) that names the fleets there
+/// are; no fleet is created by `lower` or `raise`, and the real fleet and its gate keep their mode.
+#[test]
+fn f32_lowering_a_misspelt_fleet_is_an_error_and_creates_nothing() {
+    let url = database("f32");
+    let fleet = member_fleet(&url, "payments", 5000);
+    let gate = fleet.join(Gate::builder().mode(Mode::FullAuto)).unwrap();
+    let typo = toolgate(&[
+        "fleet", "lower", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by", "ana",
+        "--reason", "incident",
+    ]);
+    assert_eq!(typo.status.code(), Some(1), "{}", text(&typo));
+    assert!(
+        text(&typo).contains("paymnets") && text(&typo).contains("\"payments\""),
+        "the error names neither the unknown fleet nor the fleets there are: {}",
+        text(&typo)
+    );
+    assert!(
+        !text(&typo).contains("every joined gate refuses"),
+        "{}",
+        text(&typo)
+    );
+    let raise = toolgate(&[
+        "fleet", "raise", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by", "ana",
+        "--reason", "r",
+    ]);
+    assert_eq!(raise.status.code(), Some(1), "{}", text(&raise));
+    assert!(fleet::lower(&url, "toolgate", "paymnets", Mode::Shadow, "ana", "x").is_err());
+    let fleets = query(&url, "SELECT name FROM toolgate.fleets ORDER BY name");
+    assert_eq!(
+        fleets,
+        vec![vec![Some("payments".to_owned())]],
+        "a fleet was created"
+    );
+    assert_eq!(
+        query(&url, "SELECT count(*) FROM toolgate.fleet_changes")[0][0].as_deref(),
+        Some("0"),
+        "a change was recorded for no fleet"
+    );
+    assert_eq!(
+        fleet::status(&url, "toolgate", "payments").unwrap().mode,
+        Mode::FullAuto
+    );
+    assert_eq!(gate.mode(), Mode::FullAuto);
+    // The real name still lowers the real fleet.
+    let lowered = toolgate(&[
+        "fleet", "lower", "--store", &url, "--fleet", "payments", "--to", "SHADOW", "--by", "ana",
+        "--reason", "incident",
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    assert!(eventually(Duration::from_secs(3), || gate.mode() == Mode::Shadow));
+    drop(gate);
+    drop(fleet);
+}
+
+static STAMPS: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+
+/// Records when its body ran.
+#[tool(risk = "LOW_WRITE", domain = "fa")]
+fn stamp() -> Result<(), Denied> {
+    STAMPS.lock().unwrap().push(Instant::now());
+    Ok(())
+}
+
+/// Processes stopped with SIGSTOP (a server frozen, not gone), continued when dropped.
+struct Frozen(Vec<u32>);
+
+impl Frozen {
+    /// Stops the postmaster, then every process it started (its backends and helpers).
+    fn postmaster(pid: u32) -> Frozen {
+        let mut frozen = Frozen(Vec::new());
+        frozen.stop(pid);
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // `pid (comm) state ppid ...`: the parent comes after the last `)`.
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<u32>().ok());
+            if parent == Some(pid) {
+                frozen.stop(child);
+            }
+        }
+        frozen
+    }
+
+    fn stop(&mut self, pid: u32) {
+        let done = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(done.success(), "SIGSTOP {pid}");
+        self.0.push(pid);
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for pid in self.0.iter().rev() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// f33: the fleet's server frozen (SIGSTOP on the postmaster and its backends: connections stay open,
+/// nothing answers) while a thread keeps calling through a joined gate; grace 1 s, statement timeout
+/// 5 s. Guarantee: once the grace period has passed without a read, the gate is SHADOW: no body runs
+/// later than the freeze plus the grace (plus a slack of 700 ms, generous for a loaded 2-core machine,
+/// far below the 4 s by which a read bounded only by the timeout would overrun). The bound is checked
+/// on the times the bodies record, and the gate comes back once the server runs again.
+#[test]
+fn f33_a_frozen_server_holds_the_gate_at_shadow_once_the_grace_has_passed() {
+    let cluster = common::postgres::Cluster::new(&["fsync=off"]);
+    let url = cluster.database("f33");
+    let grace = Duration::from_secs(1);
+    let fleet = Fleet::builder()
+        .grace(grace)
+        .poll_interval(Duration::from_millis(100))
+        .timeout(Duration::from_secs(5))
+        .connect(&url, "f33")
+        .unwrap();
+    let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let caller = {
+        let (gate, stop) = (gate.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = gate.run(stamp);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || STAMPS
+        .lock()
+        .unwrap()
+        .len()
+        > 20));
+    // The last read that can succeed is before this instant.
+    let frozen_at = Instant::now();
+    let frozen = Frozen::postmaster(cluster.postmaster_pid());
+    let shadow = eventually(Duration::from_secs(8), || gate.mode() == Mode::Shadow);
+    std::thread::sleep(Duration::from_secs(1));
+    let thawed_at = Instant::now();
+    drop(frozen);
+    let slack = Duration::from_millis(700);
+    let late: Vec<Duration> = STAMPS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|at| **at > frozen_at + grace + slack && **at < thawed_at)
+        .map(|at| at.duration_since(frozen_at))
+        .collect();
+    assert!(
+        shadow,
+        "the gate never went to SHADOW while its server was frozen"
+    );
+    assert!(
+        late.is_empty(),
+        "{} bodies ran after the grace period ({grace:?} + {slack:?} slack) with the server frozen, \
+         from {:?} to {:?} after the freeze",
+        late.len(),
+        late.first(),
+        late.last()
+    );
+    assert!(
+        eventually(Duration::from_secs(15), || gate.mode() == Mode::PartialAuto),
+        "the gate never came back"
+    );
+    stop.store(true, Ordering::SeqCst);
+    caller.join().unwrap();
+    drop(gate);
+    drop(fleet);
+}
+
+/// Runs `sql` on `url`, the server's error as text rather than a panic.
+fn try_query(url: &str, sql: &str) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        client.batch_execute(sql).await.map_err(|e| {
+            e.as_db_error()
+                .map_or(e.to_string(), |db| db.message().to_owned())
+        })
+    })
+}
+
+/// A second role for the trail, with the rights a sink's role has and no more: `SELECT` and `INSERT`
+/// on the audit tables, and what a sink's connection needs to check the schema (its version, and the
+/// rights to run its `CREATE ... IF NOT EXISTS`, which give none on the trail's tables). Its URL.
+fn trail_role(url: &str, name: &str) -> String {
+    let role = format!("{name}_{}", std::process::id());
+    let database = url.rsplit('/').next().unwrap();
+    query(
+        url,
+        &format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT CREATE ON DATABASE {database} TO {role};
+             GRANT USAGE, CREATE ON SCHEMA toolgate TO {role};
+             GRANT SELECT ON toolgate.schema_version TO {role};
+             GRANT SELECT, INSERT ON toolgate.audit, toolgate.audit_checkpoints TO {role};"
+        ),
+    );
+    url.replacen("toolgate@", &format!("{role}@"), 1)
+}
+
+/// Appends to `writer`'s chain, through `via`, a correctly hashed `enter` and `exit` of a
+/// `fa.wire_money` call approved by `cfo` (copies of the writer's last two rows, edited and chained).
+fn forge_wire_money(read: &str, via: &str, writer: &str) -> Result<(), String> {
+    use sha2::{Digest, Sha256};
+    let rows = query(
+        read,
+        &format!(
+            "SELECT seq, hash, line FROM toolgate.audit WHERE writer = '{writer}'
+             ORDER BY seq DESC LIMIT 2"
+        ),
+    );
+    let mut seq: u64 = rows[0][0].as_deref().unwrap().parse().unwrap();
+    let mut prev = rows[0][1].clone().unwrap();
+    let mut sql = String::new();
+    for (row, stage) in rows.iter().rev().zip(["enter", "exit"]) {
+        let mut fields: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_json::from_str(row[2].as_deref().unwrap()).unwrap();
+        seq += 1;
+        fields.remove("hash");
+        fields.insert("seq".into(), seq.into());
+        fields.insert("prev_hash".into(), prev.clone().into());
+        fields.insert("stage".into(), stage.into());
+        fields.insert("tool".into(), "fa.wire_money".into());
+        fields.insert("by".into(), "cfo".into());
+        fields.insert("call".into(), 999_999.into());
+        fields.insert(
+            "arguments".into(),
+            r#"{"amount":950000,"to":"attacker"}"#.into(),
+        );
+        let body = serde_json::to_string(&fields).unwrap();
+        let hash: String = Sha256::new()
+            .chain_update(prev.as_bytes())
+            .chain_update(body.as_bytes())
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        fields.insert("hash".into(), hash.clone().into());
+        let line = serde_json::to_string(&fields).unwrap().replace('\'', "''");
+        let gate = fields["gate"].as_u64().unwrap();
+        sql.push_str(&format!(
+            "INSERT INTO toolgate.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
+             VALUES ('{writer}', {seq}, '{prev}', '{hash}', '{stage}', 'fa.wire_money', {gate}, 999999,
+                 '{line}');"
+        ));
+        prev = hash;
+    }
+    try_query(via, &sql)
+}
+
+/// The key's file and the checkpoints that sign with it.
+fn trail_key(scratch: &common::Scratch, name: &str) -> (std::path::PathBuf, Checkpoints) {
+    let key = SigningKey::generate().unwrap();
+    let file = scratch.path(&format!("{name}.pub"));
+    std::fs::write(&file, key.public_key().to_public_key_pem()).unwrap();
+    (file, Checkpoints::new(key).every_records(2))
+}
+
+/// The highest record of `writer` that one of its checkpoints covers.
+fn signed_through(url: &str, writer: &str) -> u64 {
+    query(
+        url,
+        &format!(
+            "SELECT coalesce(max(head_seq), 0) FROM toolgate.audit_checkpoints WHERE writer = '{writer}'"
+        ),
+    )[0][0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn last_seq(url: &str, writer: &str) -> u64 {
+    query(
+        url,
+        &format!("SELECT coalesce(max(seq), 0) FROM toolgate.audit WHERE writer = '{writer}'"),
+    )[0][0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A live signed writer `name` (a checkpoint every 2 records) through a gate that has run 5 calls,
+/// their records all committed; the key's file.
+fn live_signed_writer(
+    scratch: &common::Scratch,
+    url: &str,
+    name: &str,
+) -> (Gate, std::path::PathBuf) {
+    let (key_file, checkpoints) = trail_key(scratch, name);
+    let sink = PostgresSink::builder()
+        .writer(name)
+        .checkpoints(checkpoints)
+        .timeout(Duration::from_secs(2))
+        .connect(url)
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink)
+        .build()
+        .unwrap();
+    for n in 0..5 {
+        gate.run(|| mark(format!("{name}-{n}"))).unwrap();
+    }
+    assert!(eventually(Duration::from_secs(5), || {
+        records(url, name)
+            .iter()
+            .filter(|r| r.stage == Stage::Exit)
+            .count()
+            == 5
+    }));
+    (gate, key_file)
+}
+
+/// f34: a live signed writer (`payments-1`); a second role with only `SELECT` and `INSERT` appends a
+/// correctly hashed `enter` and `exit` of a `wire_money` approved by `cfo` to its chain, so that the
+/// writer's next commit would fail and it would reload its chain from the table. Guarantee: a writer
+/// name belongs to the role that first used it: the server refuses the rows, and the writer goes on.
+#[test]
+fn f34_another_role_cannot_append_to_a_live_writers_chain() {
+    let scratch = common::Scratch::new("f34");
+    let url = database("f34");
+    let (gate, key_file) = live_signed_writer(&scratch, &url, "payments-1");
+    let honest = last_seq(&url, "payments-1");
+    let mallory = trail_role(&url, "f34_mallory");
+    let forged = forge_wire_money(&url, &mallory, "payments-1");
+    assert!(
+        forged.is_err(),
+        "a role with INSERT wrote rows under another role's writer name"
+    );
+    assert!(
+        forged
+            .as_ref()
+            .unwrap_err()
+            .contains("belongs to another role"),
+        "{forged:?}"
+    );
+    assert_eq!(last_seq(&url, "payments-1"), honest);
+    gate.run(|| mark("f34-after".into())).unwrap();
+    drop(gate);
+    let (code, shown) = verify_cli(&url, &key_file);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        !shown.contains("wire_money") && !shown.contains("not covered"),
+        "{shown}"
+    );
+}
+
+/// f36: f34's rows written by the writer's own role (another process that shares it), which the
+/// server cannot tell from the writer. The writer's next commit fails on them and it reloads its chain
+/// from the table. Guarantee: a writer never adopts rows it cannot account for: it refuses every call
+/// (`AUDIT_UNAVAILABLE`, saying why) rather than chain on them or sign them, so no checkpoint covers
+/// them and `verify --public-key` reports them as not covered, never as signed.
+#[test]
+fn f36_rows_a_live_writer_did_not_write_are_never_signed() {
+    let scratch = common::Scratch::new("f36");
+    let url = database("f36");
+    let (gate, key_file) = live_signed_writer(&scratch, &url, "payments-1");
+    let honest = last_seq(&url, "payments-1");
+    forge_wire_money(&url, &url, "payments-1").unwrap();
+    let mut refused = Vec::new();
+    for n in 0..5 {
+        let result = gate.run(|| mark(format!("f36-after-{n}")));
+        refused.push((code(&result), ran(&format!("f36-after-{n}"))));
+    }
+    let last_error = gate.run(|| mark("f36-last".into())).unwrap_err();
+    drop(gate);
+    let signed = signed_through(&url, "payments-1");
+    assert!(
+        signed > 0 && signed <= honest,
+        "a checkpoint signed rows the writer did not write: through {signed}, its own end at {honest}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|(code, ran)| *code == Some("AUDIT_UNAVAILABLE") && !ran),
+        "the writer went on after rows it did not write: {refused:?}"
+    );
+    assert!(
+        last_error.to_string().contains("did not write"),
+        "the refusal does not say why: {last_error}"
+    );
+    assert_eq!(last_seq(&url, "payments-1"), honest + 2);
+    let (_, shown) = verify_cli(&url, &key_file);
+    let uncovered = honest + 2 - signed;
+    assert!(
+        shown.contains(&format!("not covered: {uncovered} records")),
+        "{shown}"
+    );
+}
+
+/// f35: a signed writer (`ledger`) stops cleanly (final checkpoint). A sink without the key, on a
+/// second role with only `SELECT` and `INSERT`, writes under its name; then the owner starts again
+/// with its key. Guarantee: a writer name is bound to its role and its key at first use: a sink
+/// without the key (on any role) or with another key is refused; rows appended after the owner's last
+/// checkpoint anyway (by its own role, in SQL) are not adopted: the owner, restarted with its key,
+/// refuses to continue the chain, and no checkpoint covers them.
+#[test]
+fn f35_a_keyless_sink_cannot_write_as_a_stopped_signed_writer_nor_be_signed_for() {
+    let scratch = common::Scratch::new("f35");
+    let url = database("f35");
+    let (key_file, checkpoints) = trail_key(&scratch, "f35");
+    let owner = |url: &str| {
+        PostgresSink::builder()
+            .writer("ledger")
+            .checkpoints(checkpoints.clone())
+            .connect(url)
+    };
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(owner(&url).unwrap())
+        .build()
+        .unwrap();
+    for n in 0..5 {
+        gate.run(|| mark(format!("f35-{n}"))).unwrap();
+    }
+    drop(gate);
+    let honest = last_seq(&url, "ledger");
+    assert_eq!(signed_through(&url, "ledger"), honest);
+    let mallory = trail_role(&url, "f35_mallory");
+    let mut got_through = Vec::new();
+    let keyless = |via: &str| PostgresSink::builder().writer("ledger").connect(via);
+    if let Ok(sink) = keyless(&mallory) {
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .audit(sink)
+            .build()
+            .unwrap();
+        for n in 0..3 {
+            let _ = gate.run(|| mark(format!("f35-mallory-{n}")));
+        }
+        got_through.push("a keyless sink on another role took the writer's name");
+    }
+    if keyless(&url).is_ok() {
+        got_through.push("a keyless sink on the owner's role took the writer's name");
+    }
+    let (_, other_key) = trail_key(&scratch, "f35-other");
+    let other = PostgresSink::builder()
+        .writer("ledger")
+        .checkpoints(other_key)
+        .connect(&url);
+    if other.is_ok() {
+        got_through.push("a sink with another key took the writer's name");
+    }
+    drop(other);
+    if last_seq(&url, "ledger") == honest {
+        // Rows under its name anyway, from its own role.
+        forge_wire_money(&url, &url, "ledger").unwrap();
+    }
+    match owner(&url) {
+        Ok(sink) => {
+            let gate = Gate::builder()
+                .mode(Mode::PartialAuto)
+                .audit(sink)
+                .build()
+                .unwrap();
+            for n in 0..2 {
+                let _ = gate.run(|| mark(format!("f35-owner-{n}")));
+            }
+            got_through.push("the owner continued a chain with rows it did not write");
+        }
+        Err(error) => assert!(
+            error
+                .to_string()
+                .contains("not covered by its last checkpoint"),
+            "{error}"
+        ),
+    }
+    if signed_through(&url, "ledger") != honest {
+        got_through.push("a checkpoint signed rows the owner did not write");
+    }
+    let (_, shown) = verify_cli(&url, &key_file);
+    assert!(got_through.is_empty(), "{got_through:#?}\n{shown}");
+    assert!(shown.contains("not covered: 2 records"), "{shown}");
 }

@@ -166,6 +166,15 @@ impl Cluster {
         assert!(stopped, "PostgreSQL did not stop: {}", self.log());
     }
 
+    /// The process id of the cluster's postmaster, from its `postmaster.pid`.
+    pub fn postmaster_pid(&self) -> u32 {
+        let text = fs::read_to_string(self.data().join("postmaster.pid")).expect("postmaster.pid");
+        text.lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .expect("a pid in postmaster.pid")
+    }
+
     /// The URL of `database` on this cluster.
     pub fn url(&self, database: &str) -> String {
         format!("postgres://toolgate@127.0.0.1:{}/{database}", self.port)

@@ -23,6 +23,9 @@ const MAX_GROUP: usize = 4096;
 /// ones are lost (and said so through `tracing`).
 const MAX_UNSENT: usize = 100_000;
 
+/// Groups whose commit is in doubt that a sink remembers, to recognize one in the table later.
+const MAX_ATTEMPTS: usize = 1024;
+
 /// An [`AuditSink`] that writes every record into one PostgreSQL table shared by every process, each
 /// writer (one sink: a process's gates) keeping its own hash chain there.
 ///
@@ -57,9 +60,23 @@ const MAX_UNSENT: usize = 100_000;
 ///   are, and `line`, the record's canonical line as that sink would write it. The sink holds a
 ///   session advisory lock on its writer name while connected: a second sink with the same name, in
 ///   any process, is refused instead of forking the chain.
+/// - **A name is its first user's.** A writer name is bound, at its first use in the schema, to the
+///   database role that used it and to the public key of its [checkpoints](PostgresSinkBuilder::checkpoints)
+///   (none for a sink without them), in `audit_writers`. The server refuses rows and checkpoints under
+///   a name bound to another role; a sink with another key, or without the key of a name that has one,
+///   is refused when it connects. Give each writer (or each group of writers one party runs) a role of
+///   its own: names are bound to roles, and a role can only keep others off its names.
+/// - **Only its own rows.** The sink keeps the last record it wrote; after a failure it takes up its
+///   chain from the table only at that record or at the last record of a group whose commit it did not
+///   learn. Any other row (one another process wrote under its name) makes it refuse every call
+///   (`AUDIT_UNAVAILABLE`, saying so) rather than chain on it or sign it. A sink that signs
+///   checkpoints continues a chain when it starts only if the chain's last record is the head of the
+///   last checkpoint its key signed for the name: records after that (written by another process,
+///   or by one that crashed before its checkpoint) are refused, not vouched for; start under a new
+///   name. A sink without checkpoints takes up the chain as it finds it: nothing signs it.
 /// - **Fails closed, then continues.** A failed or timed-out commit refuses every call whose `enter`
 ///   it carried; the connection is opened again by the next group, which reads the writer's last
-///   committed record from the table and chains on from it. A group that committed but whose reply
+///   committed record from the table and chains on from it, if it is its own (below). A group that committed but whose reply
 ///   was lost refuses its calls too (their bodies did not run): `verify` then reports those `enter`
 ///   records as interrupted, not as tampering. The records of a failed group that no call waits on
 ///   (exits, refusals, lowered modes, a lost fleet) are kept, in order, and sent again with the next
@@ -87,9 +104,13 @@ const MAX_UNSENT: usize = 100_000;
 /// );
 /// ```
 ///
+/// Beside it, `audit_checkpoints` holds the signed checkpoints, and `audit_writers` (`writer` as
+/// primary key, `role`, `public_key`, `bound_at`) the binding of each writer name to its role and key.
+///
 /// Query the record's fields with `line::jsonb` (`SELECT line::jsonb ->> 'code' FROM toolgate.audit`).
-/// The role needs `SELECT` and `INSERT` on `audit`; it needs neither `UPDATE` nor `DELETE`, and
-/// should not have them. `toolgate audit verify postgres://…` checks every writer's chain.
+/// The role needs `SELECT` and `INSERT` on `audit` (and `audit_checkpoints`, to sign); it needs
+/// neither `UPDATE` nor `DELETE`, and should not have them, nor any right on `audit_writers` (the
+/// bindings of names, written by functions that run as the schema's owner). `toolgate audit verify postgres://…` checks every writer's chain.
 pub struct PostgresSink {
     jobs: Option<mpsc::UnboundedSender<Job>>,
     thread: Option<JoinHandle<()>>,
@@ -109,7 +130,9 @@ pub struct PostgresSinkBuilder {
 impl PostgresSinkBuilder {
     /// The name of this sink's chain. Unless set: the host name, the process id and a random suffix,
     /// so that every process writes its own. A name given here continues its chain when a process
-    /// starts again with it; while one sink holds it, another is refused.
+    /// starts again with it (on the same database role, with the same key or none, and, with a key,
+    /// when its last checkpoint covers the chain's last record); while one sink holds it, another is
+    /// refused.
     pub fn writer(mut self, name: impl Into<String>) -> Self {
         self.writer = Some(name.into());
         self
@@ -173,6 +196,8 @@ impl PostgresSinkBuilder {
             timeout: self.timeout,
             conn: None,
             head: None,
+            known: None,
+            attempts: Vec::new(),
             encoder: Encoder::default(),
             policy: self.checkpoints,
             unsent: Vec::new(),
@@ -353,6 +378,12 @@ struct Worker {
     /// The writer's last committed record, as the table has it; `None` until read from it, and again
     /// after any failure, whose commit may or may not have happened.
     head: Option<(u64, HashHex)>,
+    /// The last record this sink knows it wrote (or adopted when it connected): a row the table shows
+    /// after a failure is taken up only if it is this one or one of `attempts`.
+    known: Option<(u64, HashHex)>,
+    /// The last record of each group sent since `known` whose commit is not known to have happened or
+    /// not (a failure, a timeout, a lost reply).
+    attempts: Vec<(u64, HashHex)>,
     encoder: Encoder,
     policy: Option<Checkpoints>,
     /// Records of failed groups that no call waits on, in order, to be sent again.
@@ -575,7 +606,7 @@ impl Worker {
                 )
                 .await
                 .map_err(|e| store_error(&e))?;
-            self.head = Some(match row {
+            let last = match row {
                 None => (0, GENESIS),
                 Some(row) => {
                     let seq: i64 = row.try_get(0).map_err(unexpected)?;
@@ -589,7 +620,8 @@ impl Worker {
                     })?;
                     (u64::try_from(seq).map_err(unexpected)?, hash)
                 }
-            });
+            };
+            self.adopt(last).await?;
         }
         if let (Some(policy), None) = (&self.policy, &self.signer) {
             let last = self.last_checkpoint(policy).await?;
@@ -599,6 +631,54 @@ impl Worker {
                 last.as_ref(),
             ));
         }
+        Ok(())
+    }
+
+    /// Takes up the chain at `last`, the table's last row of the writer, if this sink can account for
+    /// it: after a failure, the last record it wrote or one of the groups whose commit it did not
+    /// learn; when it starts with a key, the head of its own last checkpoint (or an empty chain). A
+    /// keyless sink starting takes the chain as it finds it: nothing signs it. Anything else is a row
+    /// the sink did not write, after its own: it refuses to chain on it (and so to sign it), and every
+    /// call it would carry is refused, until an operator has looked (`toolgate audit verify`).
+    async fn adopt(&mut self, last: (u64, HashHex)) -> Result<(), StoreError> {
+        let accounted = match self.known {
+            Some(known) => known == last || self.attempts.contains(&last),
+            None => match &self.policy {
+                None => true,
+                Some(policy) => {
+                    let checkpoint = self.last_checkpoint(policy).await?;
+                    let covered = checkpoint.as_ref().map_or((0, Some(GENESIS)), |c| {
+                        (c.head_seq, parse_hash(&c.head_hash))
+                    });
+                    if covered != (last.0, Some(last.1)) {
+                        return Err(StoreError::Unexpected(format!(
+                            "writer {:?}: records {} to {} are not covered by its last checkpoint \
+                             signed with this sink's key: they may be rows the key's holder did not \
+                             write (or a crash lost the checkpoint over them), and continuing the \
+                             chain would sign them; refusing to continue it. See `toolgate audit \
+                             verify --public-key`, and start under a new writer name",
+                            self.writer,
+                            covered.0 + 1,
+                            last.0
+                        )));
+                    }
+                    true
+                }
+            },
+        };
+        if !accounted {
+            return Err(StoreError::Unexpected(format!(
+                "writer {:?}: the table's last record (seq {}) is one this sink did not write (its own \
+                 last is seq {}): another process wrote under its name; refusing to continue the chain \
+                 or sign it. See `toolgate audit verify`",
+                self.writer,
+                last.0,
+                self.known.map_or(0, |(seq, _)| seq)
+            )));
+        }
+        self.head = Some(last);
+        self.known = Some(last);
+        self.attempts.clear();
         Ok(())
     }
 
@@ -682,6 +762,19 @@ impl Worker {
                 self.writer
             )));
         }
+        // The name is bound to this role and this key (or to no key) at its first use; another role,
+        // another key, or no key for a name that has one is refused.
+        let key = self
+            .policy
+            .as_ref()
+            .map(|policy| policy.public_key().to_public_key_pem());
+        client
+            .execute(
+                &schema::sql("SELECT {s}.audit_bind($1, $2)", &self.schema),
+                &[&self.writer, &key],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
         let insert = client
             .prepare(&schema::sql(
                 "INSERT INTO {s}.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
@@ -735,6 +828,12 @@ impl Worker {
                 .zip(last)
                 .map(|(seq, hash)| (*seq as u64, hash));
             worker.failed_head = attempted;
+            if let Some(attempt) = attempted {
+                if worker.attempts.len() >= MAX_ATTEMPTS {
+                    worker.attempts.remove(0);
+                }
+                worker.attempts.push(attempt);
+            }
             let Some(conn) = &worker.conn else {
                 return Err(StoreError::Unexpected("no connection".into()));
             };
@@ -759,6 +858,8 @@ impl Worker {
             worker.unsent.clear();
             if attempted.is_some() {
                 worker.head = attempted;
+                worker.known = attempted;
+                worker.attempts.clear();
             }
             Ok(())
         })

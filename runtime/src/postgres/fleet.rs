@@ -54,7 +54,9 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 ///   ([`raise`]) applies to gates that join after it.
 /// - **Lost means SHADOW.** A process that has not read its fleet's mode for longer than the
 ///   [grace period](FleetBuilder::grace) (30 seconds, which can be shortened, not turned off) holds
-///   every joined gate at SHADOW until it reads it again. Both changes are audit records
+///   every joined gate at SHADOW until it reads it again. Every statement (connecting included) is
+///   bounded by what is left of the grace period: a server that stops answering, frozen or behind a
+///   link that drops packets, holds no gate above SHADOW past it. Both changes are audit records
 ///   (`fleet_lost`, `fleet_rejoined`), as is every lowering (`mode_lowered`, by whom and why).
 /// - **Seen.** Each joined gate is a row of `fleet_members`, its mode and last contact refreshed at
 ///   every read: `toolgate fleet status` lists them.
@@ -84,8 +86,9 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 /// );
 /// ```
 ///
-/// A fleet that has no row yet is created at FULL_AUTO: it holds no gate lower than its own mode until
-/// it is lowered. Notifications go on the channel `<schema>_fleet`, with the fleet's name as payload.
+/// A fleet that has no row yet is created at FULL_AUTO by the first gate that joins it: it holds no
+/// gate lower than its own mode until it is lowered. [`lower`] and [`raise`] never create one: an
+/// unknown (say, misspelt) fleet is an error that names the fleets there are. Notifications go on the channel `<schema>_fleet`, with the fleet's name as payload.
 pub struct Fleet {
     membership: Arc<Membership>,
 }
@@ -140,7 +143,8 @@ impl FleetBuilder {
         self
     }
 
-    /// How long connecting and each statement may take (2 seconds unless set).
+    /// How long connecting and each statement may take (2 seconds unless set); until the grace period
+    /// has passed, no longer than what is left of it either.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -415,12 +419,22 @@ impl Worker {
         schema::sql(text, &self.settings.schema)
     }
 
-    /// Runs `op` within the timeout on the connection, opened where needed; a failure drops it.
+    /// Runs `op` on the connection, opened where needed, within the timeout and, until the grace
+    /// period has passed, within what is left of it: a server that stops answering (frozen, or behind
+    /// a link that drops packets) never holds the gates above SHADOW past the grace period. A failure
+    /// drops the connection, and past the grace period holds every joined gate at SHADOW.
     async fn with_conn<T>(
         &mut self,
         op: impl AsyncFnOnce(&Client, &Settings) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let settings = Arc::clone(&self.settings);
+        let left = (self.last_contact + settings.grace).saturating_duration_since(Instant::now());
+        let limit = if left.is_zero() {
+            // Already lost: a read may take the whole timeout to come back.
+            settings.timeout
+        } else {
+            settings.timeout.min(left)
+        };
         let work = async {
             if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
                 self.conn = None;
@@ -433,14 +447,36 @@ impl Worker {
             };
             op(&conn.client, &settings).await
         };
-        let done = match tokio::time::timeout(settings.timeout, work).await {
+        let done = match tokio::time::timeout(limit, work).await {
             Ok(done) => done,
             Err(_) => Err(StoreError::Timeout),
         };
-        if done.is_err() {
+        if let Err(error) = &done {
             self.conn = None;
+            self.lost(error);
         }
         done
+    }
+
+    /// After a failed read or write: past the grace period since the last read, every joined gate is
+    /// held at SHADOW (again: the edge is recorded once, by the gate).
+    fn lost(&mut self, error: &StoreError) {
+        let since = self
+            .lost_since
+            .get_or_insert_with(|| (Instant::now(), error.to_string()))
+            .clone();
+        if self.last_contact.elapsed() >= self.settings.grace {
+            let why = format!(
+                "fleet {} not reached for {:.1} s (grace {} s): {}",
+                self.settings.name,
+                self.last_contact.elapsed().as_secs_f64(),
+                self.settings.grace.as_secs_f64(),
+                since.1
+            );
+            for gate in self.gates.iter().filter_map(WeakGate::upgrade) {
+                gate.set_partitioned(true, &why);
+            }
+        }
     }
 
     async fn open(&self) -> Result<Conn, StoreError> {
@@ -500,25 +536,8 @@ impl Worker {
                 let _ = self.heartbeat(&gates).await;
                 Ok(mode)
             }
-            Err(error) => {
-                let since = self
-                    .lost_since
-                    .get_or_insert_with(|| (Instant::now(), error.to_string()))
-                    .clone();
-                if self.last_contact.elapsed() > self.settings.grace {
-                    let why = format!(
-                        "fleet {} not reached for {:.1} s (grace {} s): {}",
-                        self.settings.name,
-                        self.last_contact.elapsed().as_secs_f64(),
-                        self.settings.grace.as_secs_f64(),
-                        since.1
-                    );
-                    for gate in self.gates.iter().filter_map(WeakGate::upgrade) {
-                        gate.set_partitioned(true, &why);
-                    }
-                }
-                Err(error)
-            }
+            // `with_conn` has held the gates at SHADOW if the grace period has passed.
+            Err(error) => Err(error),
         }
     }
 
@@ -670,7 +689,8 @@ pub struct ModeChange {
 
 /// Lowers the fleet `name` to `to` and notifies every joined process: each holds its gates under it
 /// within a second. Asking for a mode above the fleet's is refused (use [`raise`]); asking for the
-/// same mode records the change and notifies again.
+/// same mode records the change and notifies again. A fleet no gate has joined yet does not exist: it
+/// is an error (naming the fleets there are), and nothing is created.
 pub fn lower(
     url: &str,
     schema: &str,
@@ -683,7 +703,8 @@ pub fn lower(
 }
 
 /// Raises the fleet `name` to `to`, for the gates that join from now on: a running gate is never
-/// raised. Asking for a mode below the fleet's is refused (use [`lower`]).
+/// raised. Asking for a mode below the fleet's is refused (use [`lower`]); so is a fleet no gate has
+/// joined yet.
 pub fn raise(
     url: &str,
     schema: &str,
@@ -737,7 +758,7 @@ fn change(
                     StoreError::Unexpected(format!("the fleet's mode {mode:?} is no mode"))
                 })?
             }
-            None => Mode::FullAuto,
+            None => return Err(unknown_fleet(&transaction, schema_name, name).await),
         };
         match direction {
             Direction::Lower if to > from => {
@@ -776,6 +797,83 @@ fn change(
     })
 }
 
+/// The error for a fleet that has no row: it names the fleets there are, the closest first.
+async fn unknown_fleet(
+    client: &impl tokio_postgres::GenericClient,
+    schema_name: &str,
+    name: &str,
+) -> StoreError {
+    let names = match client
+        .query(
+            &schema::sql("SELECT name FROM {s}.fleets ORDER BY name", schema_name),
+            &[],
+        )
+        .await
+    {
+        Ok(rows) => rows
+            .iter()
+            .filter_map(|row| row.try_get::<_, String>(0).ok())
+            .collect::<Vec<String>>(),
+        Err(error) => return store_error(&error),
+    };
+    StoreError::Unexpected(no_such_fleet(name, &names))
+}
+
+/// `there is no fleet "paymnets" (did you mean "payments"?); the fleets are: "payments", "ops"`: the
+/// fleets sorted by their distance to `name`, at most 20 of them.
+fn no_such_fleet(name: &str, names: &[String]) -> String {
+    let mut text = format!(
+        "there is no fleet {name:?}: a fleet is created by the first gate that joins it, never by \
+         `lower` or `raise`"
+    );
+    if names.is_empty() {
+        text.push_str("; there is no fleet yet");
+        return text;
+    }
+    let mut near: Vec<(usize, &String)> = names.iter().map(|n| (distance(name, n), n)).collect();
+    near.sort();
+    if let Some((d, closest)) = near.first()
+        && *d <= name.chars().count().max(3) / 3
+    {
+        text.push_str(&format!(" (did you mean {closest:?}?)"));
+    }
+    let shown: Vec<String> = near
+        .iter()
+        .take(20)
+        .map(|(_, n)| format!("{n:?}"))
+        .collect();
+    text.push_str(&format!("; the fleets are: {}", shown.join(", ")));
+    if near.len() > shown.len() {
+        text.push_str(&format!(" and {} more", near.len() - shown.len()));
+    }
+    text
+}
+
+/// The edit distance between two names, counting a swap of two neighbouring characters as one edit.
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
 /// The fleet `name`: its mode and its joined gates, most recently heard from first.
 pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, StoreError> {
     schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
@@ -791,8 +889,10 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
                 &[&name],
             )
             .await
-            .map_err(|e| store_error(&e))?
-            .ok_or_else(|| StoreError::Unexpected(format!("there is no fleet {name:?}")))?;
+            .map_err(|e| store_error(&e))?;
+        let Some(fleet) = fleet else {
+            return Err(unknown_fleet(&*client, schema_name, name).await);
+        };
         let rows = client
             .query(
                 &schema::sql(

@@ -140,7 +140,68 @@ pub(super) const MIGRATIONS: &[&str] = &[
         ADD COLUMN principal  text,
         ADD COLUMN tainted_by text,
         ADD COLUMN tainted_at text;",
-    // 6: a call's units are reserved under its reservation, and given back when the call is refused
+    // 6: each writer name of the trail bound at its first use to the role that used it and the public
+    // key that signs its checkpoints (none for a writer without checkpoints): the server refuses rows
+    // and checkpoints under a name bound to another role, and a sink with another key, or without the
+    // name's key, is refused when it connects. The functions run as the schema's owner, so that the
+    // sinks' roles need no right on `audit_writers`.
+    "CREATE TABLE {s}.audit_writers (
+        writer     text PRIMARY KEY,
+        role       text NOT NULL,
+        public_key text,
+        bound_at   timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE FUNCTION {s}.audit_bind(writer_name text, writer_key text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    DECLARE
+        bound_role text;
+        bound_key  text;
+    BEGIN
+        INSERT INTO {s}.audit_writers (writer, role, public_key)
+            VALUES (writer_name, session_user, writer_key)
+            ON CONFLICT (writer) DO NOTHING;
+        SELECT role, public_key INTO bound_role, bound_key
+            FROM {s}.audit_writers WHERE writer = writer_name;
+        IF bound_role <> session_user THEN
+            RAISE EXCEPTION 'writer % belongs to role %: another role may not write as it',
+                quote_literal(writer_name), quote_ident(bound_role) USING ERRCODE = '42501';
+        ELSIF bound_key IS NULL AND writer_key IS NOT NULL THEN
+            RAISE EXCEPTION 'writer % was first used without a key: a sink that signs checkpoints takes a new writer name',
+                quote_literal(writer_name) USING ERRCODE = '42501';
+        ELSIF bound_key IS NOT NULL AND writer_key IS NULL THEN
+            RAISE EXCEPTION 'writer % signs its checkpoints with a key: a sink without that key may not write as it',
+                quote_literal(writer_name) USING ERRCODE = '42501';
+        ELSIF bound_key <> writer_key THEN
+            RAISE EXCEPTION 'writer % signs its checkpoints with another key',
+                quote_literal(writer_name) USING ERRCODE = '42501';
+        END IF;
+    END
+    $$;
+    CREATE FUNCTION {s}.audit_writer_bound() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    DECLARE
+        taken text;
+    BEGIN
+        INSERT INTO {s}.audit_writers (writer, role)
+            SELECT DISTINCT writer, session_user FROM new_rows
+            ON CONFLICT (writer) DO NOTHING;
+        SELECT n.writer INTO taken FROM new_rows n
+            JOIN {s}.audit_writers w ON w.writer = n.writer
+            WHERE w.role <> session_user LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'writer % belongs to another role: role % may not write as it',
+                quote_literal(taken), quote_ident(session_user) USING ERRCODE = '42501';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER audit_writer_bound AFTER INSERT ON {s}.audit
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.audit_writer_bound();
+    CREATE TRIGGER audit_checkpoint_writer_bound AFTER INSERT ON {s}.audit_checkpoints
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.audit_writer_bound();",
+    // 7: a call's units are reserved under its reservation, and given back when the call is refused
     // after its budget check: budget_release deletes exactly that call's uses, locking in key order as
     // budget_take does.
     "ALTER TABLE {s}.budget_uses ADD COLUMN reservation bytea;
