@@ -269,10 +269,11 @@ fn a1_one_approval_raced_by_threads_and_tasks_over_two_stores_runs_once() {
     let gates: Vec<Gate> = (0..4)
         .map(|i| {
             let store = if i % 2 == 0 { s1.clone() } else { s2.clone() };
-            gate_on(store, &format!("racer{i}"), None)
+            // One agent's gates: an answer runs only the call of the agent that asked.
+            gate_on(store, "racer", None)
         })
         .collect();
-    let operator = gate_on(s1.clone(), "operator", None);
+    let operator = gate_on(s1.clone(), "racer", None);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -417,16 +418,16 @@ fn a3_an_approval_runs_only_its_own_call_redacted_values_and_tool_included() {
     // Another PIN: same shown arguments, same shown digest, another real value.
     for pin in ["1112", "", "1111 ", "１１１１"] {
         let r = gate.run(|| wire("acme".into(), 500, pin.into()));
-        assert_eq!(code(r), DenialCode::ApprovalMismatch, "pin {pin:?}");
+        assert_eq!(code(r), DenialCode::ApprovalPending, "pin {pin:?}");
     }
     // Other visible arguments.
     assert_eq!(
         code(gate.run(|| wire("acme".into(), 501, "1111".into()))),
-        DenialCode::ApprovalMismatch
+        DenialCode::ApprovalPending
     );
     assert_eq!(
         code(gate.run(|| wire("ACME".into(), 500, "1111".into()))),
-        DenialCode::ApprovalMismatch
+        DenialCode::ApprovalPending
     );
     // The same function name and arguments in another domain, and another tool.
     assert!(
@@ -437,14 +438,11 @@ fn a3_an_approval_runs_only_its_own_call_redacted_values_and_tool_included() {
     assert_eq!(runs("other.wire", "acme/500/1111"), 0);
     assert_eq!(runs("wire", "acme/500/1111"), 0);
     assert_eq!(runs("wire", "acme/500/1112"), 0);
-    // The approved call runs once, wherever it is made (agents are not in the binding), and once only.
+    // The approved call runs once, and only for the agent that asked (the agent is in the binding).
     let first = other_gate.run(call);
+    assert_eq!(code(first), DenialCode::ApprovalPending);
     let second = gate.run(call);
-    assert_eq!(
-        usize::from(first.is_ok()) + usize::from(second.is_ok()),
-        1,
-        "{first:?} {second:?}"
-    );
+    assert!(second.is_ok(), "{second:?}");
     assert_eq!(runs("wire", "acme/500/1111"), 1);
     // If this gate ran it, its audit log names the operator.
     if second.is_ok() {

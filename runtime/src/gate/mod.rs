@@ -55,12 +55,31 @@ pub struct Gate {
     pub(super) inner: Arc<Inner>,
 }
 
+/// A gate's state, by concern: who it is and its mode here, the rest in a part each.
 pub(super) struct Inner {
     pub(super) id: u64,
     /// The mode every decision reads: [`ModeParts::effective`] in bits 0-1, and [`TAINTED`] once the
     /// session is tainted, stored by whoever changes a part, under `modes`' lock.
     pub(super) mode: AtomicU8,
     modes: Mutex<ModeParts>,
+    pub(super) table: Table,
+    pub(super) latch: Latch,
+    pub(super) approvals: Approvals,
+    pub(super) audit: Option<Arc<dyn AuditSink>>,
+    /// The number of the next call this gate records.
+    pub(super) calls: AtomicU64,
+    pub(super) agent: Option<Arc<str>>,
+    pub(super) principal: Option<Arc<str>>,
+    /// The gate's budgets (`None`: none), checked after every gate's table and before any approval.
+    pub(super) budgets: Option<Budgets>,
+    /// What must live as long as the gate: the memberships of fleets it joined, so that the fleet's
+    /// hold on it ends with the gate, never before.
+    #[cfg(feature = "postgres")]
+    kept: Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+/// What the gate's policy says of each tool, worked out when it was built.
+pub(super) struct Table {
     /// Per registry slot, the verdict in each mode (indexed by `Mode as usize`).
     /// Then, at `TAINTED | mode`, the verdict once the session is tainted ([`policy::decide_tainted`]):
     /// the mode's atomic, with its taint bit, indexes the row.
@@ -69,33 +88,32 @@ pub(super) struct Inner {
     /// bits 4-7 say the same of a tainted session, so that the inlined check reads `mode | TAINTED`'s
     /// bit. A tool with untrusted output has none of bits 0-3, since its call must close the latch.
     pub(super) allowed_outright: Box<[u8]>,
+    /// Per registry slot, the index of the first deny rule matching the tool.
+    pub(super) deny_rule_of: Box<[Option<u32>]>,
+    pub(super) deny_rules: Box<[Arc<str>]>,
+}
+
+/// The taint latch (its bit is [`TAINTED`] in [`Inner::mode`]).
+pub(super) struct Latch {
     pub(super) taint_policy: TaintPolicy,
     /// What closed the taint latch; empty while the session is clean. Set once.
     pub(super) taint: OnceLock<Taint>,
     /// Whether the `session_tainted` record is in the log; held while it is written, so that no
     /// untrusted call runs before the log says why the session is tainted.
     pub(super) taint_recorded: Mutex<bool>,
-    /// Per registry slot, the index of the first deny rule matching the tool.
-    pub(super) deny_rule_of: Box<[Option<u32>]>,
-    pub(super) deny_rules: Box<[Arc<str>]>,
+}
+
+/// Who approves, and what was granted for the session.
+pub(super) struct Approvals {
     pub(super) approver: Option<AnyApprover>,
     pub(super) store: Option<Arc<dyn ApprovalStore>>,
     pub(super) grants: Mutex<grants::Grants>,
     /// Per registry slot, where the gate keeps no record: the end of a live grant of the whole tool at
     /// its declared risk or above, in nanoseconds after `epoch` (0: none), so that the inlined check
-    /// lets a granted call run as it lets an allowed one. The grant list stays the authority.
+    /// lets a granted call run as it lets an allowed one. The grant list stays the authority, and the
+    /// taint latch clears these under its lock.
     pub(super) granted_until: Box<[AtomicU64]>,
     pub(super) epoch: std::time::Instant,
-    pub(super) audit: Option<Arc<dyn AuditSink>>,
-    pub(super) agent: Option<Arc<str>>,
-    pub(super) principal: Option<Arc<str>>,
-    /// The gate's budgets (`None`: none), checked after the mode checks and before any approval.
-    pub(super) budgets: Option<Budgets>,
-    pub(super) calls: AtomicU64,
-    /// What must live as long as the gate: the memberships of fleets it joined, so that the fleet's
-    /// hold on it ends with the gate, never before.
-    #[cfg(feature = "postgres")]
-    kept: Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl Gate {
@@ -141,7 +159,7 @@ impl Gate {
 
     /// The deny rules, as given.
     pub fn deny_rules(&self) -> impl Iterator<Item = &str> {
-        self.inner.deny_rules.iter().map(|r| &**r)
+        self.inner.table.deny_rules.iter().map(|r| &**r)
     }
 
     /// Lowers the mode, for every clone of this gate on every thread, from the next decision on.
@@ -293,7 +311,12 @@ impl Gate {
     /// the call), or reject it with a reason the agent reads when it calls again. `answer.by()` is
     /// recorded as who answered.
     pub fn answer(&self, token: &str, answer: Answer) -> Result<(), ApproveError> {
-        let store = self.inner.store.as_ref().ok_or(ApproveError::NotEnabled)?;
+        let store = self
+            .inner
+            .approvals
+            .store
+            .as_ref()
+            .ok_or(ApproveError::NotEnabled)?;
         let by = answer.by().to_owned();
         if by.trim().is_empty() {
             // The store would keep an answer that no one gave, and the call would be refused.
@@ -329,7 +352,7 @@ impl Gate {
 
     /// The live session grants of this gate (and its clones), oldest first.
     pub fn grants(&self) -> Vec<crate::approval::Grant> {
-        grants::lock(&self.inner.grants).live(std::time::Instant::now())
+        grants::lock(&self.inner.approvals.grants).live(std::time::Instant::now())
     }
 
     /// Revokes the session grants of the tool with this id (every grant where `tool` is `None`); the
@@ -339,19 +362,19 @@ impl Gate {
         // The inlined check's copy first: from here on, every call asks the list, then the list.
         match tool.map(|id| registry().entry(id)) {
             None => {
-                for until in &self.inner.granted_until {
+                for until in &self.inner.approvals.granted_until {
                     until.store(0, Ordering::Release);
                 }
             }
             Some(Some(entry)) => {
                 let slot = entry.slot.load(Ordering::Relaxed) as usize;
-                if let Some(until) = self.inner.granted_until.get(slot) {
+                if let Some(until) = self.inner.approvals.granted_until.get(slot) {
                     until.store(0, Ordering::Release);
                 }
             }
             Some(None) => {}
         }
-        let revoked = grants::lock(&self.inner.grants).revoke(tool);
+        let revoked = grants::lock(&self.inner.approvals.grants).revoke(tool);
         if revoked > 0 && self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
             let record = AuditRecord {
@@ -437,13 +460,13 @@ impl fmt::Debug for Gate {
         f.debug_struct("Gate")
             .field("id", &self.inner.id)
             .field("mode", &self.mode())
-            .field("deny_rules", &self.inner.deny_rules)
-            .field("approver", &self.inner.approver.is_some())
-            .field("store", &self.inner.store.is_some())
+            .field("deny_rules", &self.inner.table.deny_rules)
+            .field("approver", &self.inner.approvals.approver.is_some())
+            .field("store", &self.inner.approvals.store.is_some())
             .field("audit", &self.inner.audit.is_some())
             .field("agent", &self.inner.agent)
             .field("principal", &self.inner.principal)
-            .field("taint", &self.inner.taint.get())
+            .field("taint", &self.inner.latch.taint.get())
             .finish()
     }
 }
@@ -677,18 +700,24 @@ impl GateBuilder {
                     partitioned: false,
                     tainted: false,
                 }),
-                verdicts: verdicts.into(),
-                allowed_outright: allowed_outright.into(),
-                taint_policy: self.taint_policy,
-                taint: OnceLock::new(),
-                taint_recorded: Mutex::new(false),
-                deny_rule_of,
-                deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
-                approver: self.approver,
-                store,
-                grants: Mutex::new(grants::Grants::default()),
-                granted_until: registry.entries.iter().map(|_| AtomicU64::new(0)).collect(),
-                epoch: std::time::Instant::now(),
+                table: Table {
+                    verdicts: verdicts.into(),
+                    allowed_outright: allowed_outright.into(),
+                    deny_rule_of,
+                    deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
+                },
+                latch: Latch {
+                    taint_policy: self.taint_policy,
+                    taint: OnceLock::new(),
+                    taint_recorded: Mutex::new(false),
+                },
+                approvals: Approvals {
+                    approver: self.approver,
+                    store,
+                    grants: Mutex::new(grants::Grants::default()),
+                    granted_until: registry.entries.iter().map(|_| AtomicU64::new(0)).collect(),
+                    epoch: std::time::Instant::now(),
+                },
                 audit: self.audit,
                 agent: self.agent,
                 principal: self.principal,

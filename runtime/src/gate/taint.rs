@@ -28,12 +28,12 @@ impl Gate {
     /// refused with `TAINTED_SESSION`, as [`GateBuilder::taint_policy`](crate::GateBuilder::taint_policy)
     /// chose, until the gate is dropped: the latch never opens again.
     pub fn taint(&self) -> Option<Taint> {
-        self.inner.taint.get().cloned()
+        self.inner.latch.taint.get().cloned()
     }
 
     /// What the gate does with a call that writes once its session is tainted.
     pub fn taint_policy(&self) -> TaintPolicy {
-        self.inner.taint_policy
+        self.inner.latch.taint_policy
     }
 
     pub(crate) fn tainted(&self) -> bool {
@@ -42,7 +42,11 @@ impl Gate {
 
     /// What tainted the session, where the latch holds a call at `risk`.
     pub(crate) fn taint_of(&self, risk: Risk) -> Option<&Taint> {
-        self.inner.taint.get().filter(|_| policy::latched(risk))
+        self.inner
+            .latch
+            .taint
+            .get()
+            .filter(|_| policy::latched(risk))
     }
 
     /// A refusal that the latch caused, told so: `TAINTED_SESSION`, and `APPROVAL_REQUIRED` for a call
@@ -71,6 +75,7 @@ impl Gate {
         let mut revoked = 0;
         if !self.tainted() {
             let won = inner
+                .latch
                 .taint
                 .set(Taint {
                     tool: entry.manifest.id,
@@ -87,8 +92,8 @@ impl Gate {
             // Grants were given for calls decided before the agent read untrusted input. Under the
             // grants' lock, after the bit is set: a grant made at a commit point checks the bit under
             // the same lock, so it is either refused there or revoked here.
-            let mut grants = grants::lock(&inner.grants);
-            for until in &inner.granted_until {
+            let mut grants = grants::lock(&inner.approvals.grants);
+            for until in &inner.approvals.granted_until {
                 until.store(0, Ordering::Release);
             }
             let gone = grants.revoke(None);
@@ -100,16 +105,17 @@ impl Gate {
             return true;
         };
         let mut recorded = inner
+            .latch
             .taint_recorded
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if *recorded {
             return true;
         }
-        let Some(taint) = inner.taint.get() else {
+        let Some(taint) = inner.latch.taint.get() else {
             return false;
         };
-        let then = match inner.taint_policy {
+        let then = match inner.latch.taint_policy {
             TaintPolicy::RequireApproval => "needs an approval",
             TaintPolicy::Refuse => "is refused (TAINTED_SESSION)",
         };

@@ -44,7 +44,7 @@ impl Gate {
                 grant: None,
             }));
         }
-        match (&self.inner.approver, waits) {
+        match (&self.inner.approvals.approver, waits) {
             (Some(AnyApprover::Sync(approver)), _) => {
                 let written = arguments.get();
                 let request = ApprovalRequest {
@@ -75,7 +75,7 @@ impl Gate {
             }
             (None, _) => {}
         }
-        let Some(store) = &self.inner.store else {
+        let Some(store) = &self.inner.approvals.store else {
             return Approving::Done(Err(refused(DenialCode::ApprovalRequired)));
         };
         let Some((digest, shown)) = arguments.binding() else {
@@ -124,7 +124,7 @@ impl Gate {
         let digest = digest.flatten();
         let gate = self.clone();
         Wait::Answer(Box::pin(async move {
-            let Some(AnyApprover::Async(approver)) = &gate.inner.approver else {
+            let Some(AnyApprover::Async(approver)) = &gate.inner.approvals.approver else {
                 return Answered::Approver(None);
             };
             let request = ApprovalRequest {
@@ -155,7 +155,7 @@ impl Gate {
         risk: EffectiveRisk,
         arguments: &mut A,
     ) -> Option<(String, bool)> {
-        let mut grants = grants::lock(&self.inner.grants);
+        let mut grants = grants::lock(&self.inner.approvals.grants);
         if grants.is_empty() {
             return None;
         }

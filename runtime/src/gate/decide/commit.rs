@@ -147,7 +147,7 @@ impl Gate {
         let binding = arguments.binding();
         let now = Instant::now();
         {
-            let mut held = grants::lock(&self.inner.grants);
+            let mut held = grants::lock(&self.inner.approvals.grants);
             if self.tainted() {
                 return;
             }
@@ -175,10 +175,10 @@ impl Gate {
                     !grant.is_exact() && risk.get() >= entry.manifest.risk_level && !counted;
                 if let (true, Some(until), Some(end)) = (
                     whole,
-                    self.inner.granted_until.get(slot),
+                    self.inner.approvals.granted_until.get(slot),
                     now.checked_add(grant.ttl()),
                 ) {
-                    until.fetch_max(since(self.inner.epoch, end), Ordering::AcqRel);
+                    until.fetch_max(since(self.inner.approvals.epoch, end), Ordering::AcqRel);
                 }
                 return;
             }

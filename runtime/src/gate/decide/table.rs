@@ -26,10 +26,10 @@ impl Gate {
         let inner = &*self.inner;
         let state = self.state();
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        match inner.allowed_outright.get(slot) {
+        match inner.table.allowed_outright.get(slot) {
             Some(bits) if bits >> state & 1 == 1 => true,
             Some(_) => {
-                matches!(inner.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
+                matches!(inner.approvals.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
                     && self.granted_outright(slot, state)
             }
             None => false,
@@ -46,12 +46,13 @@ impl Gate {
         if state & TAINTED != 0 {
             return false;
         }
-        let needs_approval = matches!(inner.verdicts.get(slot), Some(row) if row[usize::from(state)] == Verdict::NeedsApproval);
-        let Some(until) = inner.granted_until.get(slot) else {
+        let needs_approval = matches!(inner.table.verdicts.get(slot), Some(row) if row[usize::from(state)] == Verdict::NeedsApproval);
+        let Some(until) = inner.approvals.granted_until.get(slot) else {
             return false;
         };
         needs_approval
-            && super::commit::since(inner.epoch, Instant::now()) < until.load(Ordering::Acquire)
+            && super::commit::since(inner.approvals.epoch, Instant::now())
+                < until.load(Ordering::Acquire)
     }
 
     /// The verdict at the tool's declared risk in the current state.
@@ -59,7 +60,7 @@ impl Gate {
     pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
         let state = self.state();
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let verdict = match self.inner.verdicts.get(slot) {
+        let verdict = match self.inner.table.verdicts.get(slot) {
             Some(row) => row[usize::from(state)],
             None => Verdict::Refuse(DenialCode::UnregisteredTool),
         };
@@ -78,8 +79,8 @@ impl Gate {
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         // Deny trumps every other verdict, so a tool with a rule is refused DENY_LISTED: the rule is
         // the detail.
-        match self.inner.deny_rule_of.get(slot).copied().flatten() {
-            Some(rule) => denied.with_detail(self.inner.deny_rules[rule as usize].clone()),
+        match self.inner.table.deny_rule_of.get(slot).copied().flatten() {
+            Some(rule) => denied.with_detail(self.inner.table.deny_rules[rule as usize].clone()),
             None => denied,
         }
     }
@@ -95,12 +96,12 @@ impl Gate {
         let manifest = &entry.manifest;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         if risk.get() == manifest.risk_level {
-            return match self.inner.verdicts.get(slot) {
+            return match self.inner.table.verdicts.get(slot) {
                 Some(row) => row[usize::from(state & 7)],
                 None => Verdict::Refuse(DenialCode::UnregisteredTool),
             };
         }
-        let Some(rule) = self.inner.deny_rule_of.get(slot) else {
+        let Some(rule) = self.inner.table.deny_rule_of.get(slot) else {
             return Verdict::Refuse(DenialCode::UnregisteredTool);
         };
         let facts = Facts {
@@ -108,10 +109,11 @@ impl Gate {
             allowed_modes: manifest.allowed_modes,
             mode: Mode::from_index(state),
             deny_listed: rule.is_some(),
-            can_approve: self.inner.approver.is_some() || self.inner.store.is_some(),
+            can_approve: self.inner.approvals.approver.is_some()
+                || self.inner.approvals.store.is_some(),
         };
         if state & TAINTED != 0 {
-            policy::decide_tainted(facts, self.inner.taint_policy)
+            policy::decide_tainted(facts, self.inner.latch.taint_policy)
         } else {
             policy::decide(facts)
         }
