@@ -20,7 +20,8 @@ Exit status:
   2   only the last line is torn (a write cut short by a crash); every record before it is intact
       (with --public-key: of the log or of its checkpoint file)
   3   the file could not be read (with --public-key: or the key, or the checkpoint file)
-  4   the chain is intact but does not end at the --expect-last hash: records were cut from its end
+  4   the chain's last complete record is not the --expect-last hash: records were cut from its end
+      (and a torn line after it does not hide that)
   5   with --public-key: a checkpoint is forged or changed (or the key is not the writer's), names
       another log's writer, or its series has one deleted, inserted or moved
   6   with --public-key: the log was rewritten: a signed checkpoint names a record the log does not
@@ -496,13 +497,22 @@ fn verify(file: &Path, expect_last: Option<&str>) -> u8 {
 }
 
 /// Prints the chain's report, or the cut the expected last hash shows; returns the status.
+///
+/// The expected hash is looked for at the last complete record, whatever follows it: bytes appended
+/// without a newline to a log cut short would otherwise hide the cut behind a torn tail.
 fn print_verified(report: &VerifyReport, expect_last: Option<&str>) -> u8 {
+    let ends_at =
+        |hash: &str| report.records > 0 && report.last_hash.eq_ignore_ascii_case(hash.trim());
     match expect_last {
-        Some(hash) if report.is_intact() && !report.ends_at(hash) => {
+        Some(hash) if report.broken.is_none() && !ends_at(hash) => {
+            let chain = if report.torn_tail.is_some() {
+                "the chain is intact up to a torn last line, but its last complete record has hash"
+            } else {
+                "the chain is intact but ends at hash"
+            };
             print(&format!(
-                "CUT: the chain is intact but ends at hash {}, not at the expected {hash}: records \
-                 were removed from its end\n{report}",
-                report.last_hash
+                "CUT: {chain} {}, not at the expected {}: records were removed from its end\n{report}",
+                report.last_hash, hash
             ));
             CUT
         }

@@ -218,3 +218,44 @@ fn a_log_cut_at_its_end_exits_4_against_the_expected_last_hash() {
     );
     assert!(stdout.contains("INTACT: 3 of 3 lines verify"), "{stdout}");
 }
+
+#[test]
+fn a_cut_log_with_a_torn_line_appended_exits_4_against_the_expected_last_hash() {
+    let dir = Scratch::new("cut-torn");
+    let (path, bytes) = write_log(&dir);
+    let (_, stdout, _) = verify(&path);
+    let hash_of = |stdout: &str, seq: u64| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("last intact record: seq {seq}, hash ")))
+            .unwrap()
+            .to_owned()
+    };
+    let last = hash_of(&stdout, 5);
+    let file = path.to_str().unwrap();
+    let expect = |hash: &str| toolgate(&["audit", "verify", file, "--expect-last", hash]);
+
+    // The last two records removed, and a few bytes without a newline after the rest: torn, but the
+    // expected hash is nowhere, so the cut wins.
+    let text = String::from_utf8(bytes).unwrap();
+    let kept: String = text.split_inclusive('\n').take(3).collect();
+    fs::write(&path, format!("{kept}{{\"agent")).unwrap();
+    assert_eq!(verify(&path).0, 2, "alone, only the torn tail shows");
+    let (code, stdout, stderr) = expect(&last);
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    assert!(stdout.starts_with("CUT: "), "{stdout}");
+    assert!(
+        stdout.contains(&format!("not at the expected {last}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("torn tail: line 4"), "{stdout}");
+
+    // The hash of the last complete record: only the tail is torn.
+    let third = hash_of(&verify(&path).1, 3);
+    let (code, stdout, _) = expect(&third);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(
+        stdout.starts_with("TORN TAIL: 3 of 4 lines verify"),
+        "{stdout}"
+    );
+}
