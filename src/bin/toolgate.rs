@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use toolgate::audit::{
-    CheckpointReport, PromotionReport, PublicKey, SigningKey, VerifyReport, checkpoints_path,
-    verify_file, verify_signed_file,
+    BreakReason, CheckpointReport, PromotionReport, PublicKey, SigningKey, VerifyReport,
+    checkpoints_path, verify_file, verify_signed_file,
 };
 
 const VERIFY_EXIT_STATUS: &str = "\
@@ -27,9 +27,11 @@ Exit status:
   6   with --public-key: the log was rewritten: a signed checkpoint names a record the log does not
       have, even where every hash after the change was recomputed
   7   with --public-key: the log was cut short: a signed checkpoint covers records past its end
+  8   a line is longer than any record a sink writes (16 MiB): it is not a record, and the log is not
+      read past it, so that a file of any size is read in bounded memory
   64  the command line is invalid
 
-When several apply, the first of 3, 5, 1, 6, 7, 4, 2 is the status. Records after the last checkpoint
+When several apply, the first of 3, 5, 1, 8, 6, 7, 4, 2 is the status. Records after the last checkpoint
 are not covered by any signature: the report says how many, and whether the last checkpoint is final
 (written when the writer shut down) or not (still running, crashed, or its tail cut off with the log's).";
 
@@ -52,6 +54,7 @@ Exit status: as for `toolgate audit verify`:
   1   the hash chain is broken: the report may not show what happened
   2   only the last line is torn (a write cut short by a crash)
   3   the file could not be read
+  8   a line is longer than any record a sink writes (16 MiB); it is skipped
   64  the command line is invalid";
 
 #[cfg(feature = "postgres")]
@@ -150,6 +153,7 @@ const CUT: u8 = 4;
 const CHECKPOINTS_TAMPERED: u8 = 5;
 const REWRITTEN: u8 = 6;
 const CUT_BEFORE_CHECKPOINT: u8 = 7;
+const TOO_LONG: u8 = 8;
 const USAGE: u8 = 64;
 
 fn main() -> ExitCode {
@@ -364,8 +368,8 @@ mod trail {
     use toolgate::postgres::{read_trail, verify_signed_trail, verify_trail};
 
     use super::{
-        BROKEN, CHECKPOINTS_TAMPERED, CUT_BEFORE_CHECKPOINT, INTACT, IO_ERROR, REWRITTEN, TORN,
-        USAGE, print, signed_status, status,
+        BROKEN, CHECKPOINTS_TAMPERED, CUT_BEFORE_CHECKPOINT, INTACT, IO_ERROR, REWRITTEN, TOO_LONG,
+        TORN, USAGE, print, signed_status, status,
     };
 
     pub(super) fn verify(
@@ -419,6 +423,7 @@ mod trail {
         [
             CHECKPOINTS_TAMPERED,
             BROKEN,
+            TOO_LONG,
             REWRITTEN,
             CUT_BEFORE_CHECKPOINT,
             TORN,
@@ -556,8 +561,8 @@ fn verify_signed(
 fn signed_status(signed: &CheckpointReport, chain: u8) -> u8 {
     if signed.checkpoints_tampered() {
         CHECKPOINTS_TAMPERED
-    } else if chain == BROKEN {
-        BROKEN
+    } else if chain == BROKEN || chain == TOO_LONG {
+        chain
     } else if signed.log_rewritten() {
         REWRITTEN
     } else if signed.log_cut_short() {
@@ -632,6 +637,7 @@ fn promotion(file: &Path) -> u8 {
 
 fn status(report: &VerifyReport) -> u8 {
     match (&report.broken, &report.torn_tail) {
+        (Some(broken), _) if broken.reason == BreakReason::TooLong => TOO_LONG,
         (Some(_), _) => BROKEN,
         (None, Some(_)) => TORN,
         (None, None) => INTACT,

@@ -259,3 +259,54 @@ fn a_cut_log_with_a_torn_line_appended_exits_4_against_the_expected_last_hash() 
         "{stdout}"
     );
 }
+
+#[test]
+fn a_log_followed_by_a_huge_sparse_hole_is_refused_within_bounded_memory() {
+    let dir = Scratch::new("sparse");
+    let (path, bytes) = write_log(&dir);
+    // Three GiB of zeros without a newline after the intact records, taking no disk space.
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(bytes.len() as u64 + (3 << 30)).unwrap();
+    drop(file);
+    for command in ["verify", "promotion"] {
+        // Under a 1.2 GB address-space limit: reading the hole as one line would abort.
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = Command::new("sh")
+            .args([
+                "-c",
+                "ulimit -v 1200000 && exec \"$0\" audit \"$1\" \"$2\"",
+                env!("CARGO_BIN_EXE_toolgate"),
+                command,
+                path.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr),
+        );
+        assert_eq!(status.code(), Some(8), "{command}: {stdout}{stderr}");
+        let report = if command == "verify" {
+            &stdout
+        } else {
+            &stderr
+        };
+        assert!(
+            report.contains("first broken record: line 6: longer than"),
+            "{command}: {stdout}{stderr}"
+        );
+        assert!(
+            report.contains("5 of 6 lines verify"),
+            "{command}: {report}"
+        );
+    }
+    let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        help.contains("8   a line is longer than any record"),
+        "{help}"
+    );
+}
