@@ -2018,3 +2018,117 @@ fn a19_an_approval_by_no_one_does_not_run_its_call() {
     );
     assert_eq!(runs("pay", "nobody"), 0);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// A20. What an agent or another writer of the database controls (arguments, the tool id, the agent
+// label, the principal, who answered and why) is shown escaped by every `toolgate approvals` command:
+// characters that reorder text, C1 controls and invisible characters would make a request look like
+// another (`alice\u{200b}` for `alice`).
+
+/// Characters that hide, fake or reorder text on a terminal.
+const HIDDEN: [char; 14] = [
+    '\u{202e}',
+    '\u{2066}',
+    '\u{1b}',
+    '\u{9b}',
+    '\u{200b}',
+    '\u{2060}',
+    '\u{feff}',
+    '\u{ad}',
+    '\u{e0041}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{180e}',
+    '\u{115f}',
+    '\u{fe0f}',
+];
+
+fn hidden_text() -> String {
+    HIDDEN.iter().map(|c| format!("x{c}")).collect()
+}
+
+#[track_caller]
+fn assert_shown_escaped(what: &str, output: &Output) {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for c in HIDDEN {
+        assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
+        let escape = format!("\\u{{{:04x}}}", u32::from(c));
+        assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
+    }
+}
+
+#[test]
+fn a20_every_approvals_command_shows_what_an_agent_wrote_escaped() {
+    let _serial = common::serial();
+    let url = database("atk3_hidden");
+    let store = Arc::new(connect(&url));
+    let hidden = hidden_text();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent(format!("ops{hidden}"))
+        .principal(format!("alice{hidden}"))
+        .approval_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let notes = [format!("approve{hidden}"), format!("reject{hidden}")];
+    let ids: Vec<String> = notes
+        .iter()
+        .map(|note| {
+            let t = token(gate.run(|| pay(note.clone())));
+            query(
+                &url,
+                &format!(
+                    "SELECT id FROM toolgate.approvals WHERE token_sha256 @> ARRAY['{}']",
+                    sha256_hex(&t)
+                ),
+            )[0][0]
+                .clone()
+                .unwrap()
+        })
+        .collect();
+    // Another writer of the table names the tool. (The arguments are JSON, in which C0 controls are
+    // escapes already; the tool id is text.)
+    let tool = format!("atk3_bank.pay{hidden}").replace('\'', "''");
+    exec_sql(
+        &url,
+        &format!("UPDATE toolgate.approvals SET tool = '{tool}'"),
+    )
+    .unwrap();
+    let listed = cli(&url, &["list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", out(&listed));
+    assert_shown_escaped("list", &listed);
+    let shown = cli(&url, &["show", &ids[1]]);
+    assert_eq!(shown.status.code(), Some(0), "{}", out(&shown));
+    assert_shown_escaped("show", &shown);
+
+    let approved = cli(&url, &["approve", &ids[0], "--by", &format!("bob{hidden}")]);
+    assert_eq!(approved.status.code(), Some(0), "{}", out(&approved));
+    assert_shown_escaped("approve", &approved);
+    let rejected = cli(
+        &url,
+        &[
+            "reject",
+            &ids[1],
+            "--by",
+            "bob",
+            "--reason",
+            &format!("no{hidden}"),
+        ],
+    );
+    assert_eq!(rejected.status.code(), Some(0), "{}", out(&rejected));
+    assert_shown_escaped("reject", &rejected);
+    // Who answered and why, as `show` tells them afterwards.
+    for (id, what) in [(&ids[0], "approved by"), (&ids[1], "rejected by bob: no")] {
+        let shown = cli(&url, &["show", id]);
+        assert!(
+            String::from_utf8_lossy(&shown.stdout).contains(what),
+            "{}",
+            out(&shown)
+        );
+        assert_shown_escaped("show after the answer", &shown);
+    }
+}

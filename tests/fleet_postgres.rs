@@ -995,3 +995,90 @@ fn a_signed_sink_continues_its_series_and_refuses_a_forged_one() {
         "{refused}"
     );
 }
+
+/// Characters that hide, fake or reorder text on a terminal.
+const HIDDEN: [char; 14] = [
+    '\u{202e}',
+    '\u{2066}',
+    '\u{1b}',
+    '\u{9b}',
+    '\u{200b}',
+    '\u{2060}',
+    '\u{feff}',
+    '\u{ad}',
+    '\u{e0041}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{180e}',
+    '\u{115f}',
+    '\u{fe0f}',
+];
+
+/// `x` and each of `chars`.
+fn hidden_text(chars: &[char]) -> String {
+    chars.iter().map(|c| format!("x{c}")).collect()
+}
+
+#[track_caller]
+fn assert_shown_escaped(what: &str, chars: &[char], output: &Output) {
+    let text = text(output);
+    for &c in chars {
+        assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
+        let escape = format!("\\u{{{:04x}}}", u32::from(c));
+        assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
+    }
+}
+
+#[test]
+fn fleet_and_trail_commands_show_names_escaped() {
+    let url = database("hidden");
+    let hidden = hidden_text(&HIDDEN);
+    // Names the API takes refuse control characters; the others hide as well.
+    let uncontrolled: Vec<char> = HIDDEN.into_iter().filter(|c| !c.is_control()).collect();
+    let name = format!("f{}", hidden_text(&uncontrolled));
+    let fleet = Fleet::connect(&url, &name).unwrap();
+    let gate = fleet
+        .join(
+            Gate::builder()
+                .mode(Mode::FullAuto)
+                .agent(format!("a{hidden}")),
+        )
+        .unwrap();
+    let by = format!("ana{hidden}");
+    let reason = format!("why{hidden}");
+    let lowered = toolgate(&[
+        "fleet", "lower", "--store", &url, "--fleet", &name, "--to", "ADVISORY", "--by", &by,
+        "--reason", &reason,
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    assert_shown_escaped("fleet lower", &uncontrolled, &lowered);
+    let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", &name]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    assert_shown_escaped("fleet status", &HIDDEN, &status);
+    drop(gate);
+    drop(fleet);
+
+    let sink = PostgresSink::builder()
+        .writer(format!("w{}", hidden_text(&uncontrolled)))
+        .connect(&url)
+        .unwrap();
+    let mut refused = AuditRecord::new(Stage::Refused, format!("t{hidden}"), Mode::Shadow, 1);
+    refused.decision = Some(toolgate::audit::Decision::Refused);
+    refused.code = Some("ABOVE_CEILING".into());
+    toolgate::audit::AuditSink::record(&sink, &refused).unwrap();
+    let mut entered = AuditRecord::new(Stage::Enter, format!("t{hidden}"), Mode::Shadow, 1);
+    entered.call = 2;
+    toolgate::audit::AuditSink::record(&sink, &entered).unwrap();
+    drop(sink);
+    let verified = toolgate(&["audit", "verify", &url]);
+    assert!(
+        text(&verified).contains("interrupted: call 2"),
+        "{}",
+        text(&verified)
+    );
+    assert_shown_escaped("audit verify", &HIDDEN, &verified);
+    let promotion = toolgate(&["audit", "promotion", &url]);
+    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
+    assert_shown_escaped("audit promotion", &HIDDEN, &promotion);
+}
+

@@ -205,7 +205,9 @@ mod fleet {
     use toolgate::approval::store::StoreError;
     use toolgate::postgres::fleet::{self, FleetStatus};
 
-    use super::approvals::{age, shown};
+    use super::approvals::age;
+    use toolgate::terminal::escaped;
+
     use super::{FLEET_EXIT_STATUS, USAGE, print};
 
     const DONE: u8 = 0;
@@ -293,7 +295,7 @@ mod fleet {
             Ok(change) if lowering => {
                 print(&format!(
                     "fleet {}: {} -> {}; every joined gate refuses above {} within a second\n",
-                    shown(&name),
+                    escaped(&name),
                     change.from,
                     change.to,
                     change.to
@@ -304,7 +306,7 @@ mod fleet {
                 print(&format!(
                     "fleet {}: {} -> {} for gates that join from now on; running gates keep their \
                      mode\n",
-                    shown(&name),
+                    escaped(&name),
                     change.from,
                     change.to
                 ));
@@ -315,7 +317,7 @@ mod fleet {
     }
 
     fn failed(error: &StoreError) -> u8 {
-        eprintln!("toolgate: {error}");
+        eprintln!("toolgate: {}", escaped(&error.to_string()));
         match error {
             StoreError::Unexpected(_) => REFUSED,
             _ => UNAVAILABLE,
@@ -325,11 +327,11 @@ mod fleet {
     fn table(status: &FleetStatus) -> String {
         let mut out = format!(
             "fleet {}: {} (set by {} {} ago: {})\n",
-            shown(&status.name),
+            escaped(&status.name),
             status.mode,
-            shown(&status.changed_by),
+            escaped(&status.changed_by),
             age(Duration::from_secs_f64(status.changed_secs_ago.max(0.0))),
-            shown(&status.reason)
+            escaped(&status.reason)
         );
         if status.members.is_empty() {
             out.push_str("no gate is joined\n");
@@ -344,9 +346,9 @@ mod fleet {
             };
             out.push_str(&format!(
                 "{}\t{}\t{}\t{}\t{} ago\n",
-                shown(&member.member),
+                escaped(&member.member),
                 member.gate,
-                shown(member.agent.as_deref().unwrap_or("-")),
+                escaped(member.agent.as_deref().unwrap_or("-")),
                 mode,
                 age(Duration::from_millis(member.last_contact_ms))
             ));
@@ -366,6 +368,7 @@ fn database(file: &Path) -> Option<&str> {
 mod trail {
     use toolgate::audit::PublicKey;
     use toolgate::postgres::{read_trail, verify_signed_trail, verify_trail};
+    use toolgate::terminal::escaped;
 
     use super::{
         BROKEN, CHECKPOINTS_TAMPERED, CUT_BEFORE_CHECKPOINT, INTACT, IO_ERROR, REWRITTEN, TOO_LONG,
@@ -399,7 +402,10 @@ mod trail {
         let report = match verified {
             Ok(report) => report,
             Err(error) => {
-                eprintln!("toolgate: cannot read the audit trail: {error}");
+                eprintln!(
+                    "toolgate: cannot read the audit trail: {}",
+                    escaped(&error.to_string())
+                );
                 return IO_ERROR;
             }
         };
@@ -437,14 +443,20 @@ mod trail {
         let verified = match verify_trail(url, schema) {
             Ok(report) => report,
             Err(error) => {
-                eprintln!("toolgate: cannot read the audit trail: {error}");
+                eprintln!(
+                    "toolgate: cannot read the audit trail: {}",
+                    escaped(&error.to_string())
+                );
                 return IO_ERROR;
             }
         };
         let records = match read_trail(url, schema) {
             Ok(records) => records,
             Err(error) => {
-                eprintln!("toolgate: cannot read the audit trail: {error}");
+                eprintln!(
+                    "toolgate: cannot read the audit trail: {}",
+                    escaped(&error.to_string())
+                );
                 return IO_ERROR;
             }
         };
@@ -667,6 +679,8 @@ mod approvals {
     use toolgate::approval::store::{Answer, ApproveError, StoreError};
     use toolgate::postgres::{PostgresStore, RequestState, StoredRequest};
 
+    use toolgate::terminal::escaped;
+
     use super::{APPROVALS_EXIT_STATUS, print};
 
     const DONE: u8 = 0;
@@ -816,9 +830,12 @@ mod approvals {
                         let verb = if approved { "approved" } else { "rejected" };
                         print(&format!(
                             "{verb} request {id}: {} ({}) with arguments {}\n",
-                            request.binding.tool,
+                            escaped(&request.binding.tool),
                             request.binding.risk,
-                            request.arguments.as_deref().unwrap_or("(not shown)")
+                            request
+                                .arguments
+                                .as_deref()
+                                .map_or("(not shown)".into(), escaped)
                         ));
                         DONE
                     }
@@ -847,7 +864,7 @@ mod approvals {
     }
 
     fn unavailable(error: &StoreError) -> u8 {
-        eprintln!("toolgate: {error}");
+        eprintln!("toolgate: {}", escaped(&error.to_string()));
         UNAVAILABLE
     }
 
@@ -861,13 +878,15 @@ mod approvals {
                 [
                     r.id.to_string(),
                     age(r.age),
-                    r.binding.tool.clone(),
+                    escaped(&r.binding.tool).into_owned(),
                     r.binding.risk.to_string(),
                     r.mode.to_string(),
-                    r.agent.as_deref().map_or_else(|| "-".into(), shown),
+                    r.agent
+                        .as_deref()
+                        .map_or_else(|| "-".into(), |t| escaped(t).into_owned()),
                     r.arguments
                         .as_deref()
-                        .map_or_else(|| "(not shown)".into(), shown),
+                        .map_or_else(|| "(not shown)".into(), |t| escaped(t).into_owned()),
                 ]
             })
             .collect();
@@ -905,7 +924,10 @@ mod approvals {
             RequestState::Used(answer) => format!("{}, used by its call", answered(answer)),
             _ => "unknown".to_owned(),
         };
-        let manifest = r.manifest.as_deref().map_or_else(|| "(none)".into(), shown);
+        let manifest = r
+            .manifest
+            .as_deref()
+            .map_or_else(|| "(none)".into(), |t| escaped(t).into_owned());
         format!(
             "request   {}\n\
              tool      {}\n\
@@ -919,42 +941,30 @@ mod approvals {
              state     {state}\n\
              manifest  {manifest}\n",
             r.id,
-            r.binding.tool,
+            escaped(&r.binding.tool),
             r.binding.risk,
             r.binding.policy_version,
             r.mode,
-            r.agent.as_deref().map_or_else(|| "-".into(), shown),
-            r.principal.as_deref().map_or_else(|| "-".into(), shown),
+            r.agent
+                .as_deref()
+                .map_or_else(|| "-".into(), |t| escaped(t).into_owned()),
+            r.principal
+                .as_deref()
+                .map_or_else(|| "-".into(), |t| escaped(t).into_owned()),
             r.tainted.as_ref().map_or_else(
                 || "no".into(),
                 |(tool, at)| format!(
                     "yes: `{}`, whose output is untrusted, ran at {}",
-                    shown(tool),
-                    shown(at)
+                    escaped(tool),
+                    escaped(at)
                 )
             ),
             r.arguments
                 .as_deref()
-                .map_or_else(|| "(not shown)".into(), shown),
+                .map_or_else(|| "(not shown)".into(), |t| escaped(t).into_owned()),
             r.created_at,
             age(r.age),
         )
-    }
-
-    /// Text from the store as the operator may read it safely: control characters and the characters
-    /// that reorder text on a terminal (bidirectional overrides and isolates, "Trojan Source") are
-    /// written as `\u{..}` escapes, so that what is shown is what would be approved.
-    pub(super) fn shown(text: &str) -> String {
-        let mut out = String::with_capacity(text.len());
-        for c in text.chars() {
-            let reorders = matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
-            if c.is_control() || reorders {
-                out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
-            } else {
-                out.push(c);
-            }
-        }
-        out
     }
 
     fn answered(answer: &Answer) -> String {
@@ -962,18 +972,18 @@ mod approvals {
             Answer::Approve {
                 by,
                 for_session: true,
-            } => format!("approved for the session by {}", shown(by)),
-            Answer::Approve { by, .. } => format!("approved by {}", shown(by)),
+            } => format!("approved for the session by {}", escaped(by)),
+            Answer::Approve { by, .. } => format!("approved by {}", escaped(by)),
             Answer::Reject {
                 by,
                 reason,
                 stop: true,
             } => {
-                let (by, reason) = (shown(by), shown(reason));
+                let (by, reason) = (escaped(by), escaped(reason));
                 format!("rejected by {by}, and the agent stopped: {reason}")
             }
             Answer::Reject { by, reason, .. } => {
-                format!("rejected by {}: {}", shown(by), shown(reason))
+                format!("rejected by {}: {}", escaped(by), escaped(reason))
             }
             _ => "answered".to_owned(),
         }
@@ -1008,25 +1018,6 @@ mod approvals {
                 return output;
             }
             thread::park();
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::shown;
-
-        #[test]
-        fn what_could_reorder_or_hide_text_is_escaped() {
-            // "approve `rm -rf /`" shown backwards by a right-to-left override.
-            assert_eq!(shown("a\u{202E}b"), "a\\u{202e}b");
-            assert_eq!(shown("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
-            assert_eq!(shown("esc\u{1b}[2J"), "esc\\u{001b}[2J");
-            assert_eq!(shown("line\nbreak"), "line\\u{000a}break");
-            assert_eq!(
-                shown(r#"{"path":"/tmp/é"}"#),
-                r#"{"path":"/tmp/é"}"#,
-                "the rest is as given"
-            );
         }
     }
 }

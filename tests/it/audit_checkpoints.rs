@@ -665,6 +665,24 @@ mod cli {
     }
 
     #[test]
+    fn what_a_checkpoint_file_says_is_shown_escaped() {
+        let dir = Scratch::new("cli-hidden");
+        let (log, public) = signed_log(&dir, "audit.jsonl");
+        let mut sidecar = fs::read_to_string(checkpoints_path(&log)).unwrap();
+        let hidden = crate::audit_cli::hidden_text();
+        sidecar.push_str(&format!(
+            "{{{}:1}}",
+            serde_json::to_string(&hidden).unwrap()
+        ));
+        sidecar.push('\n');
+        fs::write(checkpoints_path(&log), sidecar).unwrap();
+        let (code, stdout, stderr) = verify(&log, &public);
+        assert_eq!(code, 5, "{stdout}{stderr}");
+        assert!(stdout.contains("unreadable (unknown field"), "{stdout}");
+        crate::audit_cli::assert_shown_escaped(&stdout);
+    }
+
+    #[test]
     fn records_after_the_last_checkpoint_are_reported_as_not_covered() {
         let dir = Scratch::new("cli-uncovered");
         let key = key();

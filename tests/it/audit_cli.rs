@@ -260,6 +260,71 @@ fn a_cut_log_with_a_torn_line_appended_exits_4_against_the_expected_last_hash() 
     );
 }
 
+/// Characters that hide, fake or reorder text on a terminal: what a writer of a log, or of a database,
+/// may put in a tool id, a code or a name for an operator to misread.
+pub(crate) const HIDDEN: [char; 14] = [
+    '\u{202e}',
+    '\u{2066}',
+    '\u{1b}',
+    '\u{9b}',
+    '\u{200b}',
+    '\u{2060}',
+    '\u{feff}',
+    '\u{ad}',
+    '\u{e0041}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{180e}',
+    '\u{115f}',
+    '\u{fe0f}',
+];
+
+/// `x` and one of every [`HIDDEN`] character.
+pub(crate) fn hidden_text() -> String {
+    HIDDEN.iter().map(|c| format!("x{c}")).collect()
+}
+
+/// Every [`HIDDEN`] character is shown as its `\u{..}` escape, none raw.
+#[track_caller]
+pub(crate) fn assert_shown_escaped(output: &str) {
+    for c in HIDDEN {
+        assert!(!output.contains(c), "{c:?} printed raw: {output:?}");
+        let escape = format!("\\u{{{:04x}}}", u32::from(c));
+        assert!(output.contains(&escape), "no {escape}: {output:?}");
+    }
+}
+
+#[test]
+fn promotion_shows_what_the_log_says_escaped() {
+    let dir = Scratch::new("promotion-hidden");
+    let path = dir.path("audit.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    let hidden = hidden_text();
+    let mut cut = AuditRecord::new(
+        Stage::Refused,
+        format!("users.delete{hidden}"),
+        Mode::Shadow,
+        1,
+    );
+    cut.decision = Some(Decision::Refused);
+    cut.code = Some("ABOVE_CEILING".into());
+    cut.arguments_digest = Some(format!("d{hidden}"));
+    sink.record(&cut).unwrap();
+    let mut coded = AuditRecord::new(Stage::Refused, "users.get", Mode::Shadow, 2);
+    coded.decision = Some(Decision::Refused);
+    coded.code = Some(format!("DENIED{hidden}").into());
+    sink.record(&coded).unwrap();
+    drop(sink);
+    let (code, stdout, stderr) = toolgate(&["audit", "promotion", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout.matches(&"\\u{202e}".to_owned()).count(),
+        3,
+        "the tool, its digest and the code: {stdout}"
+    );
+    assert_shown_escaped(&stdout);
+}
+
 #[test]
 fn a_log_followed_by_a_huge_sparse_hole_is_refused_within_bounded_memory() {
     let dir = Scratch::new("sparse");

@@ -12,6 +12,7 @@ use crate::audit::verify::{Line, read_line};
 use crate::policy::DenialCode;
 use crate::policy::Mode;
 use crate::policy::Risk;
+use crate::terminal::escaped;
 
 /// Refusal codes that mean "only the mode stood in the way": with a mode that allows the tool, the
 /// call would have run (possibly after an approval).
@@ -325,9 +326,8 @@ fn skip_line(reader: &mut impl BufRead) -> io::Result<()> {
     }
 }
 
-/// Text made safe for a Markdown table cell.
+/// Text from the log made safe for a Markdown table cell: [`escaped`] (which leaves no line break),
+/// then Markdown's own escapes.
 fn cell(text: &str) -> String {
-    text.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
+    escaped(text).replace('\\', "\\\\").replace('|', "\\|")
 }

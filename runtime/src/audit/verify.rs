@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
+use crate::terminal::escaped;
 
 /// The longest line, newline excluded, that a [`JsonlSink`](crate::audit::JsonlSink) writes (a longer
 /// record is refused) and that [`verify_file`] and
@@ -124,7 +125,7 @@ impl VerifyReport {
 impl fmt::Display for BreakReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BreakReason::NotJson(detail) => write!(f, "not JSON ({detail})"),
+            BreakReason::NotJson(detail) => write!(f, "not JSON ({})", escaped(detail)),
             BreakReason::NotAnObject => f.write_str("not a JSON object"),
             BreakReason::EmptyLine => f.write_str("empty line"),
             BreakReason::MissingField(name) => write!(f, "no `{name}` member"),
