@@ -1082,3 +1082,142 @@ fn fleet_and_trail_commands_show_names_escaped() {
     assert_shown_escaped("audit promotion", &HIDDEN, &promotion);
 }
 
+#[test]
+fn roles_with_exactly_the_documented_grants_write_join_lower_and_audit() {
+    let url = database("roles");
+    let roles = common::postgres::documented_roles(&url);
+    // The gates' role: a sink and a fleet, each connecting as the role, no CREATE, no ownership.
+    let sink = PostgresSink::builder()
+        .writer("roles")
+        .connect(&roles.agent)
+        .expect("the sink connects as the gates' role");
+    let fleet = Fleet::connect(&roles.agent, "roles").expect("the fleet, as the gates' role");
+    let gate = fleet
+        .join(
+            Gate::builder()
+                .mode(Mode::FullAuto)
+                .agent("roles")
+                .audit(sink),
+        )
+        .expect("joined");
+    gate.run(|| count(7)).expect("runs, its records committed");
+    // The operators' role lowers the fleet and sees who is joined.
+    let lowered = toolgate(&[
+        "fleet",
+        "lower",
+        "--store",
+        &roles.operator,
+        "--fleet",
+        "roles",
+        "--to",
+        "SHADOW",
+        "--by",
+        "ana",
+        "--reason",
+        "drill",
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    let status = toolgate(&[
+        "fleet",
+        "status",
+        "--store",
+        &roles.operator,
+        "--fleet",
+        "roles",
+    ]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    assert!(text(&status).contains("SHADOW"), "{}", text(&status));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate.run(|| count(8)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the lowering never reached the gate"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(gate);
+    drop(fleet);
+    // The auditors' role verifies the trail and reports on it.
+    let verified = toolgate(&["audit", "verify", &roles.auditor]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
+    assert!(
+        text(&verified).contains("INTACT: 1 writer(s)"),
+        "{}",
+        text(&verified)
+    );
+    let promotion = toolgate(&["audit", "promotion", &roles.auditor]);
+    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
+    // Neither the auditors' role nor the operators' writes into the trail.
+    for role in [&roles.auditor, &roles.operator] {
+        let refused = match PostgresSink::builder().writer("forged").connect(role) {
+            Err(error) => error.to_string(),
+            Ok(sink) => toolgate::audit::AuditSink::record(
+                &sink,
+                &AuditRecord::new(Stage::Enter, "forged", Mode::FullAuto, 1),
+            )
+            .expect_err("a record written by a role that may not")
+            .to_string(),
+        };
+        assert!(refused.contains("permission denied"), "{role}: {refused}");
+    }
+    assert_eq!(
+        query(&url, "SELECT DISTINCT writer FROM toolgate.audit"),
+        vec![vec![Some("roles".to_owned())]]
+    );
+}
+
+#[test]
+fn fleet_and_trail_errors_name_what_failed() {
+    let url = common::postgres::empty_database("unmigrated");
+    let unreachable = "postgres://toolgate@127.0.0.1:1/nowhere";
+    for (args, named) in [
+        (
+            vec!["fleet", "status", "--store", unreachable, "--fleet", "f"],
+            "fleet",
+        ),
+        (
+            vec!["fleet", "status", "--store", &url, "--fleet", "f"],
+            "fleet",
+        ),
+        (
+            vec![
+                "fleet",
+                "lower",
+                "--store",
+                unreachable,
+                "--fleet",
+                "f",
+                "--to",
+                "SHADOW",
+                "--by",
+                "a",
+                "--reason",
+                "r",
+            ],
+            "fleet",
+        ),
+        (vec!["audit", "verify", unreachable], "audit trail"),
+        (vec!["audit", "promotion", unreachable], "audit trail"),
+    ] {
+        let output = toolgate(&args);
+        assert_eq!(output.status.code(), Some(3), "{args:?}: {}", text(&output));
+        let said = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(said.contains(named), "{args:?}: {said}");
+        assert!(!said.contains("approval store"), "{args:?}: {said}");
+    }
+    let fleet = Fleet::connect(unreachable, "f").unwrap_err().to_string();
+    assert!(
+        fleet.contains("fleet") && !fleet.contains("approval store"),
+        "{fleet}"
+    );
+    let sink = PostgresSink::connect(unreachable).unwrap_err().to_string();
+    assert!(
+        sink.contains("audit") && !sink.contains("approval store"),
+        "{sink}"
+    );
+    // A database without the schema: each says to migrate it.
+    let fleet = Fleet::connect(&url, "f").unwrap_err().to_string();
+    assert!(fleet.contains("toolgate migrate"), "{fleet}");
+    let sink = PostgresSink::connect(&url).unwrap_err().to_string();
+    assert!(sink.contains("toolgate migrate"), "{sink}");
+}

@@ -79,6 +79,20 @@ Exit status:
   3   the database could not be reached, failed, or did not answer in time
   64  the command line is invalid (no store, no fleet, no --by and no USER)";
 
+#[cfg(feature = "postgres")]
+const MIGRATE_EXIT_STATUS: &str = "\
+Makes the schema of the PostgreSQL tables (approvals, budgets, the audit trail, fleets) in the database
+of --store URL (or TOOLGATE_STORE), or brings it to this toolgate's version; run it as the schema's
+owner before the gates, operators and auditors connect, and after upgrading toolgate. They only check
+the schema's version, and need only the grants the docs of `toolgate::postgres` list. Running it again
+changes nothing.
+
+Exit status:
+  0   the schema is at this toolgate's version
+  1   refused: no privilege to create or change the schema, or it is newer than this toolgate
+  3   the database could not be reached, or did not answer in time
+  64  the command line is invalid (no store)";
+
 /// Checks toolgate audit logs and reports on them.
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, after_help = VERIFY_EXIT_STATUS)]
@@ -101,6 +115,11 @@ enum Command {
     #[cfg(feature = "postgres")]
     #[command(after_help = FLEET_EXIT_STATUS)]
     Fleet(fleet::FleetCommand),
+    /// Makes the schema of the PostgreSQL tables, or brings it to this toolgate's version: the owner's
+    /// step, before anyone else connects.
+    #[cfg(feature = "postgres")]
+    #[command(after_help = MIGRATE_EXIT_STATUS)]
+    Migrate(approvals::Database),
 }
 
 #[derive(Debug, Subcommand)]
@@ -191,6 +210,8 @@ fn main() -> ExitCode {
         Command::Approvals(command) => approvals::run(command),
         #[cfg(feature = "postgres")]
         Command::Fleet(command) => fleet::run(command),
+        #[cfg(feature = "postgres")]
+        Command::Migrate(database) => approvals::migrate(database),
     };
     ExitCode::from(status)
 }
@@ -276,7 +297,7 @@ mod fleet {
                         print(&table(&status));
                         DONE
                     }
-                    Err(error) => failed(&error),
+                    Err(error) => failed(&name, &error),
                 };
             }
             Action::Lower { to, by, reason } => (to, by, reason, true),
@@ -312,12 +333,16 @@ mod fleet {
                 ));
                 DONE
             }
-            Err(error) => failed(&error),
+            Err(error) => failed(&name, &error),
         }
     }
 
-    fn failed(error: &StoreError) -> u8 {
-        eprintln!("toolgate: {}", escaped(&error.to_string()));
+    fn failed(name: &str, error: &StoreError) -> u8 {
+        eprintln!(
+            "toolgate: the fleet `{}`: {}",
+            escaped(name),
+            escaped(&error.to_string())
+        );
         match error {
             StoreError::Unexpected(_) => REFUSED,
             _ => UNAVAILABLE,
@@ -855,6 +880,41 @@ mod approvals {
         }
     }
 
+    /// `toolgate migrate`.
+    pub(super) fn migrate(database: Database) -> u8 {
+        let Some(url) = database.store.filter(|url| !url.is_empty()) else {
+            eprintln!("toolgate: which database? give --store URL or set TOOLGATE_STORE");
+            return USAGE;
+        };
+        let schema = escaped(&database.schema).into_owned();
+        match toolgate::postgres::migrate(&url, &database.schema) {
+            Ok(done) if done.from == done.to => {
+                print(&format!(
+                    "schema `{schema}`: at version {} already\n",
+                    done.to
+                ));
+                DONE
+            }
+            Ok(done) => {
+                print(&format!(
+                    "schema `{schema}`: migrated from version {} to version {}\n",
+                    done.from, done.to
+                ));
+                DONE
+            }
+            Err(error) => {
+                eprintln!(
+                    "toolgate: cannot migrate the schema `{schema}`: {}",
+                    escaped(&error.to_string())
+                );
+                match error {
+                    StoreError::Unexpected(_) => REFUSED,
+                    _ => UNAVAILABLE,
+                }
+            }
+        }
+    }
+
     fn who(by: &Option<String>) -> Option<String> {
         let by = by.as_deref().map(str::trim).filter(|by| !by.is_empty());
         if by.is_none() {
@@ -864,7 +924,10 @@ mod approvals {
     }
 
     fn unavailable(error: &StoreError) -> u8 {
-        eprintln!("toolgate: {}", escaped(&error.to_string()));
+        eprintln!(
+            "toolgate: the approval store: {}",
+            escaped(&error.to_string())
+        );
         UNAVAILABLE
     }
 
