@@ -18,6 +18,7 @@ RUNTIME = ROOT / "runtime" / "src"
 # The runtime's parts, lowest first: a part may import only parts of a lower rank (and itself).
 RANKS = {
     "canonical": 0,
+    "terminal": 0,
     "registry": 1,
     "approval": 2,
     "audit": 2,

@@ -251,6 +251,7 @@ pub use toolgate_runtime::mcp;
 pub use toolgate_runtime::postgres;
 #[cfg(feature = "rig")]
 pub use toolgate_runtime::rig;
+pub use toolgate_runtime::terminal;
 pub use toolgate_runtime::{lockfile, provider, report};
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.

@@ -846,3 +846,128 @@ fn an_answer_runs_only_the_call_of_the_principal_and_agent_it_was_given_for() {
         "one request per principal and agent: {rows:?}"
     );
 }
+
+fn toolgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .env_remove("TOOLGATE_STORE")
+        .env_remove("TOOLGATE_STORE_SCHEMA")
+        .output()
+        .expect("the toolgate command runs")
+}
+
+fn all(output: &Output) -> String {
+    format!(
+        "status {:?}: {}{}",
+        output.status.code(),
+        stdout(output),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn a_database_without_the_schema_says_to_migrate_and_the_owner_migrates_it() {
+    let url = common::postgres::empty_database("unmigrated");
+    // Connecting makes nothing: it says what to run.
+    let refused = PostgresStore::connect(&url).unwrap_err().to_string();
+    assert!(refused.contains("toolgate migrate"), "{refused}");
+    assert!(!refused.contains("permission"), "{refused}");
+    let listed = cli(&url, &["list"]);
+    assert_eq!(listed.status.code(), Some(3), "{}", all(&listed));
+    assert!(
+        String::from_utf8_lossy(&listed.stderr).contains("toolgate migrate"),
+        "{}",
+        all(&listed)
+    );
+    assert!(
+        query(
+            &url,
+            "SELECT 1 FROM pg_namespace WHERE nspname = 'toolgate'"
+        )
+        .is_empty()
+    );
+
+    // The owner's step, from the command: made once, then already there.
+    let migrated = toolgate(&["migrate", "--store", &url]);
+    assert_eq!(migrated.status.code(), Some(0), "{}", all(&migrated));
+    assert!(
+        stdout(&migrated).contains("from version 0 to version 5"),
+        "{}",
+        all(&migrated)
+    );
+    let again = toolgate(&["migrate", "--store", &url]);
+    assert_eq!(again.status.code(), Some(0), "{}", all(&again));
+    assert!(
+        stdout(&again).contains("at version 5 already"),
+        "{}",
+        all(&again)
+    );
+    let store = PostgresStore::connect(&url).expect("a migrated schema");
+    drop(store);
+
+    // A builder asked to make it does, as the owner; another schema is left alone until then.
+    let refused = PostgresStore::builder()
+        .schema("other")
+        .connect(&url)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("toolgate migrate"),
+        "{refused}"
+    );
+    PostgresStore::builder()
+        .schema("other")
+        .migrate(true)
+        .connect(&url)
+        .expect("made by the builder");
+    let unreachable = toolgate(&["migrate", "--store", "postgres://toolgate@127.0.0.1:1/x"]);
+    assert_eq!(unreachable.status.code(), Some(3), "{}", all(&unreachable));
+    assert_eq!(toolgate(&["migrate"]).status.code(), Some(64));
+}
+
+#[test]
+fn roles_with_exactly_the_documented_grants_use_the_store_and_answer() {
+    let url = database("roles");
+    let roles = common::postgres::documented_roles(&url);
+    // The gates' role files requests, uses answers and counts budgets: no CREATE, no ownership.
+    let store = std::sync::Arc::new(
+        PostgresStore::connect(&roles.agent).expect("the agents' role connects"),
+    );
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("roles")
+        .approval_store_shared(store.clone())
+        .budget(
+            toolgate::gate::BudgetScope::tool("bank.read_message"),
+            2,
+            Duration::from_secs(3600),
+        )
+        .budget_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let _ = token(gate.run(|| wire("acct-1".into(), 100, "1234".into())));
+    let pending = wait(store.list()).unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let id = pending[0].id.to_string();
+    // The operators' role lists, shows and answers.
+    let listed = cli(&roles.operator, &["list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", all(&listed));
+    assert!(stdout(&listed).contains("bank.wire"), "{}", all(&listed));
+    let shown = cli(&roles.operator, &["show", &id]);
+    assert_eq!(shown.status.code(), Some(0), "{}", all(&shown));
+    let approved = cli(&roles.operator, &["approve", &id]);
+    assert_eq!(approved.status.code(), Some(0), "{}", all(&approved));
+    let before = WIRES.load(Ordering::SeqCst);
+    gate.run(|| wire("acct-1".into(), 100, "1234".into()))
+        .expect("the approved call runs");
+    assert_eq!(WIRES.load(Ordering::SeqCst), before + 1);
+    // A budget of two, counted in the database: the third call is refused.
+    for _ in 0..2 {
+        gate.run(|| read_message(1)).expect("within the budget");
+    }
+    assert_eq!(
+        code(gate.run(|| read_message(1))),
+        DenialCode::BudgetExhausted
+    );
+    let held = query(&url, "SELECT sum(held) FROM toolgate.budgets");
+    assert_eq!(held[0][0].as_deref(), Some("2"));
+}

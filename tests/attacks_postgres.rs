@@ -1077,7 +1077,7 @@ fn a10_dropped_or_altered_tables_refuse_the_call() {
         .unwrap_or_else(|_| panic!("{case}: the async call panicked"));
         assert!(async_result.is_err(), "{case}: the async call ran");
         if *case == "drop-schema" {
-            // Connecting creates the schema (documented): the command sees an empty, new one.
+            // Connecting does not make the schema again (only `toolgate migrate` does).
             assert_eq!(
                 code(gate.run(|| pay(note.clone()))),
                 DenialCode::ApprovalStoreUnavailable,
@@ -1087,13 +1087,15 @@ fn a10_dropped_or_altered_tables_refuse_the_call() {
         let listed = cli(&url, &["list"]);
         assert_ne!(listed.status.code(), Some(101), "{case}: {}", out(&listed));
         if *case == "drop-schema" {
-            eprintln!(
-                "(informational) drop-schema: the command exits {:?} and recreates the schema",
-                listed.status.code()
+            assert_eq!(listed.status.code(), Some(3), "{case}: {}", out(&listed));
+            assert!(
+                String::from_utf8_lossy(&listed.stderr).contains("toolgate migrate"),
+                "{case}: {}",
+                out(&listed)
             );
             assert!(
                 gate.run(|| pay(note.clone())).is_err(),
-                "{case}: ran after the schema was recreated"
+                "{case}: ran after the schema was dropped"
             );
         }
         if *case == "drop" {
@@ -1181,10 +1183,12 @@ fn a11_schema_names_cannot_inject_and_schemas_are_separate() {
         before,
         "rows changed"
     );
-    // A store in another schema of the same database holds none of these approvals.
+    // A store in another schema of the same database (made by its owner) holds none of these
+    // approvals.
     let other = Arc::new(
         PostgresStore::builder()
             .schema("atk3_s2")
+            .migrate(true)
             .connect(&url)
             .unwrap(),
     );
@@ -2015,4 +2019,118 @@ fn a19_an_approval_by_no_one_does_not_run_its_call() {
         "an approval by no one ran its call; the audit log says by = {by:?}"
     );
     assert_eq!(runs("pay", "nobody"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A20. What an agent or another writer of the database controls (arguments, the tool id, the agent
+// label, the principal, who answered and why) is shown escaped by every `toolgate approvals` command:
+// characters that reorder text, C1 controls and invisible characters would make a request look like
+// another (`alice\u{200b}` for `alice`).
+
+/// Characters that hide, fake or reorder text on a terminal.
+const HIDDEN: [char; 14] = [
+    '\u{202e}',
+    '\u{2066}',
+    '\u{1b}',
+    '\u{9b}',
+    '\u{200b}',
+    '\u{2060}',
+    '\u{feff}',
+    '\u{ad}',
+    '\u{e0041}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{180e}',
+    '\u{115f}',
+    '\u{fe0f}',
+];
+
+fn hidden_text() -> String {
+    HIDDEN.iter().map(|c| format!("x{c}")).collect()
+}
+
+#[track_caller]
+fn assert_shown_escaped(what: &str, output: &Output) {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for c in HIDDEN {
+        assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
+        let escape = format!("\\u{{{:04x}}}", u32::from(c));
+        assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
+    }
+}
+
+#[test]
+fn a20_every_approvals_command_shows_what_an_agent_wrote_escaped() {
+    let _serial = common::serial();
+    let url = database("atk3_hidden");
+    let store = Arc::new(connect(&url));
+    let hidden = hidden_text();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent(format!("ops{hidden}"))
+        .principal(format!("alice{hidden}"))
+        .approval_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let notes = [format!("approve{hidden}"), format!("reject{hidden}")];
+    let ids: Vec<String> = notes
+        .iter()
+        .map(|note| {
+            let t = token(gate.run(|| pay(note.clone())));
+            query(
+                &url,
+                &format!(
+                    "SELECT id FROM toolgate.approvals WHERE token_sha256 @> ARRAY['{}']",
+                    sha256_hex(&t)
+                ),
+            )[0][0]
+                .clone()
+                .unwrap()
+        })
+        .collect();
+    // Another writer of the table names the tool. (The arguments are JSON, in which C0 controls are
+    // escapes already; the tool id is text.)
+    let tool = format!("atk3_bank.pay{hidden}").replace('\'', "''");
+    exec_sql(
+        &url,
+        &format!("UPDATE toolgate.approvals SET tool = '{tool}'"),
+    )
+    .unwrap();
+    let listed = cli(&url, &["list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", out(&listed));
+    assert_shown_escaped("list", &listed);
+    let shown = cli(&url, &["show", &ids[1]]);
+    assert_eq!(shown.status.code(), Some(0), "{}", out(&shown));
+    assert_shown_escaped("show", &shown);
+
+    let approved = cli(&url, &["approve", &ids[0], "--by", &format!("bob{hidden}")]);
+    assert_eq!(approved.status.code(), Some(0), "{}", out(&approved));
+    assert_shown_escaped("approve", &approved);
+    let rejected = cli(
+        &url,
+        &[
+            "reject",
+            &ids[1],
+            "--by",
+            "bob",
+            "--reason",
+            &format!("no{hidden}"),
+        ],
+    );
+    assert_eq!(rejected.status.code(), Some(0), "{}", out(&rejected));
+    assert_shown_escaped("reject", &rejected);
+    // Who answered and why, as `show` tells them afterwards.
+    for (id, what) in [(&ids[0], "approved by"), (&ids[1], "rejected by bob: no")] {
+        let shown = cli(&url, &["show", id]);
+        assert!(
+            String::from_utf8_lossy(&shown.stdout).contains(what),
+            "{}",
+            out(&shown)
+        );
+        assert_shown_escaped("show after the answer", &shown);
+    }
 }

@@ -995,3 +995,229 @@ fn a_signed_sink_continues_its_series_and_refuses_a_forged_one() {
         "{refused}"
     );
 }
+
+/// Characters that hide, fake or reorder text on a terminal.
+const HIDDEN: [char; 14] = [
+    '\u{202e}',
+    '\u{2066}',
+    '\u{1b}',
+    '\u{9b}',
+    '\u{200b}',
+    '\u{2060}',
+    '\u{feff}',
+    '\u{ad}',
+    '\u{e0041}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{180e}',
+    '\u{115f}',
+    '\u{fe0f}',
+];
+
+/// `x` and each of `chars`.
+fn hidden_text(chars: &[char]) -> String {
+    chars.iter().map(|c| format!("x{c}")).collect()
+}
+
+#[track_caller]
+fn assert_shown_escaped(what: &str, chars: &[char], output: &Output) {
+    let text = text(output);
+    for &c in chars {
+        assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
+        let escape = format!("\\u{{{:04x}}}", u32::from(c));
+        assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
+    }
+}
+
+#[test]
+fn fleet_and_trail_commands_show_names_escaped() {
+    let url = database("hidden");
+    let hidden = hidden_text(&HIDDEN);
+    // Names the API takes refuse control characters; the others hide as well.
+    let uncontrolled: Vec<char> = HIDDEN.into_iter().filter(|c| !c.is_control()).collect();
+    let name = format!("f{}", hidden_text(&uncontrolled));
+    let fleet = Fleet::connect(&url, &name).unwrap();
+    let gate = fleet
+        .join(
+            Gate::builder()
+                .mode(Mode::FullAuto)
+                .agent(format!("a{hidden}")),
+        )
+        .unwrap();
+    let by = format!("ana{hidden}");
+    let reason = format!("why{hidden}");
+    let lowered = toolgate(&[
+        "fleet", "lower", "--store", &url, "--fleet", &name, "--to", "ADVISORY", "--by", &by,
+        "--reason", &reason,
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    assert_shown_escaped("fleet lower", &uncontrolled, &lowered);
+    let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", &name]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    assert_shown_escaped("fleet status", &HIDDEN, &status);
+    drop(gate);
+    drop(fleet);
+
+    let sink = PostgresSink::builder()
+        .writer(format!("w{}", hidden_text(&uncontrolled)))
+        .connect(&url)
+        .unwrap();
+    let mut refused = AuditRecord::new(Stage::Refused, format!("t{hidden}"), Mode::Shadow, 1);
+    refused.decision = Some(toolgate::audit::Decision::Refused);
+    refused.code = Some("ABOVE_CEILING".into());
+    toolgate::audit::AuditSink::record(&sink, &refused).unwrap();
+    let mut entered = AuditRecord::new(Stage::Enter, format!("t{hidden}"), Mode::Shadow, 1);
+    entered.call = 2;
+    toolgate::audit::AuditSink::record(&sink, &entered).unwrap();
+    drop(sink);
+    let verified = toolgate(&["audit", "verify", &url]);
+    assert!(
+        text(&verified).contains("interrupted: call 2"),
+        "{}",
+        text(&verified)
+    );
+    assert_shown_escaped("audit verify", &HIDDEN, &verified);
+    let promotion = toolgate(&["audit", "promotion", &url]);
+    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
+    assert_shown_escaped("audit promotion", &HIDDEN, &promotion);
+}
+
+#[test]
+fn roles_with_exactly_the_documented_grants_write_join_lower_and_audit() {
+    let url = database("roles");
+    let roles = common::postgres::documented_roles(&url);
+    // The gates' role: a sink and a fleet, each connecting as the role, no CREATE, no ownership.
+    let sink = PostgresSink::builder()
+        .writer("roles")
+        .connect(&roles.agent)
+        .expect("the sink connects as the gates' role");
+    let fleet = Fleet::connect(&roles.agent, "roles").expect("the fleet, as the gates' role");
+    let gate = fleet
+        .join(
+            Gate::builder()
+                .mode(Mode::FullAuto)
+                .agent("roles")
+                .audit(sink),
+        )
+        .expect("joined");
+    gate.run(|| count(7)).expect("runs, its records committed");
+    // The operators' role lowers the fleet and sees who is joined.
+    let lowered = toolgate(&[
+        "fleet",
+        "lower",
+        "--store",
+        &roles.operator,
+        "--fleet",
+        "roles",
+        "--to",
+        "SHADOW",
+        "--by",
+        "ana",
+        "--reason",
+        "drill",
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    let status = toolgate(&[
+        "fleet",
+        "status",
+        "--store",
+        &roles.operator,
+        "--fleet",
+        "roles",
+    ]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    assert!(text(&status).contains("SHADOW"), "{}", text(&status));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate.run(|| count(8)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the lowering never reached the gate"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(gate);
+    drop(fleet);
+    // The auditors' role verifies the trail and reports on it.
+    let verified = toolgate(&["audit", "verify", &roles.auditor]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
+    assert!(
+        text(&verified).contains("INTACT: 1 writer(s)"),
+        "{}",
+        text(&verified)
+    );
+    let promotion = toolgate(&["audit", "promotion", &roles.auditor]);
+    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
+    // Neither the auditors' role nor the operators' writes into the trail.
+    for role in [&roles.auditor, &roles.operator] {
+        let refused = match PostgresSink::builder().writer("forged").connect(role) {
+            Err(error) => error.to_string(),
+            Ok(sink) => toolgate::audit::AuditSink::record(
+                &sink,
+                &AuditRecord::new(Stage::Enter, "forged", Mode::FullAuto, 1),
+            )
+            .expect_err("a record written by a role that may not")
+            .to_string(),
+        };
+        assert!(refused.contains("permission denied"), "{role}: {refused}");
+    }
+    assert_eq!(
+        query(&url, "SELECT DISTINCT writer FROM toolgate.audit"),
+        vec![vec![Some("roles".to_owned())]]
+    );
+}
+
+#[test]
+fn fleet_and_trail_errors_name_what_failed() {
+    let url = common::postgres::empty_database("unmigrated");
+    let unreachable = "postgres://toolgate@127.0.0.1:1/nowhere";
+    for (args, named) in [
+        (
+            vec!["fleet", "status", "--store", unreachable, "--fleet", "f"],
+            "fleet",
+        ),
+        (
+            vec!["fleet", "status", "--store", &url, "--fleet", "f"],
+            "fleet",
+        ),
+        (
+            vec![
+                "fleet",
+                "lower",
+                "--store",
+                unreachable,
+                "--fleet",
+                "f",
+                "--to",
+                "SHADOW",
+                "--by",
+                "a",
+                "--reason",
+                "r",
+            ],
+            "fleet",
+        ),
+        (vec!["audit", "verify", unreachable], "audit trail"),
+        (vec!["audit", "promotion", unreachable], "audit trail"),
+    ] {
+        let output = toolgate(&args);
+        assert_eq!(output.status.code(), Some(3), "{args:?}: {}", text(&output));
+        let said = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(said.contains(named), "{args:?}: {said}");
+        assert!(!said.contains("approval store"), "{args:?}: {said}");
+    }
+    let fleet = Fleet::connect(unreachable, "f").unwrap_err().to_string();
+    assert!(
+        fleet.contains("fleet") && !fleet.contains("approval store"),
+        "{fleet}"
+    );
+    let sink = PostgresSink::connect(unreachable).unwrap_err().to_string();
+    assert!(
+        sink.contains("audit") && !sink.contains("approval store"),
+        "{sink}"
+    );
+    // A database without the schema: each says to migrate it.
+    let fleet = Fleet::connect(&url, "f").unwrap_err().to_string();
+    assert!(fleet.contains("toolgate migrate"), "{fleet}");
+    let sink = PostgresSink::connect(&url).unwrap_err().to_string();
+    assert!(sink.contains("toolgate migrate"), "{sink}");
+}

@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Imports point down: `policy` (its own crate) < `canonical` < `registry` < `approval`, `audit` < `gate`
+// Imports point down: `policy` (its own crate) < `canonical`, `terminal` < `registry` < `approval`, `audit` < `gate`
 // < `by_name` < `report` < `mcp`, `cli`, `postgres`, `rig`. ARCHITECTURE.md states the rules and how to check
 // them.
 pub mod approval;
@@ -25,6 +25,7 @@ mod registry;
 pub mod report;
 #[cfg(feature = "rig")]
 pub mod rig;
+pub mod terminal;
 
 pub use approval::store::ApproveError;
 pub use approval::two_step::DEFAULT_APPROVAL_TTL;

@@ -180,8 +180,15 @@ impl Cluster {
         format!("postgres://toolgate@127.0.0.1:{}/{database}", self.port)
     }
 
-    /// A new empty database, and its URL.
+    /// A new database with the schema `toolgate`, and its URL.
     pub fn database(&self, name: &str) -> String {
+        let url = self.empty_database(name);
+        migrate(&url);
+        url
+    }
+
+    /// A new empty database, and its URL.
+    pub fn empty_database(&self, name: &str) -> String {
         create_database(&self.url("postgres"), name)
     }
 
@@ -228,16 +235,101 @@ impl Drop for Cluster {
     }
 }
 
-/// A new empty database for one test, on the server of [`SERVER_ENV`] or on this binary's cluster,
-/// and its URL.
+/// A new database for one test, on the server of [`SERVER_ENV`] or on this binary's cluster, with the
+/// schema `toolgate` made by its owner (`toolgate::postgres::migrate`), and its URL.
 pub fn database(name: &str) -> String {
+    let url = empty_database(name);
+    migrate(&url);
+    url
+}
+
+/// [`database`] without the schema: a database nothing was made in yet.
+pub fn empty_database(name: &str) -> String {
     static SHARED: OnceLock<Cluster> = OnceLock::new();
     match std::env::var(SERVER_ENV) {
         Ok(url) if !url.is_empty() => create_database(&url, name),
         _ => SHARED
             .get_or_init(|| Cluster::new(&["fsync=off"]))
-            .database(name),
+            .empty_database(name),
     }
+}
+
+/// Makes the schema `toolgate` in the database of `url`, as its owner.
+pub fn migrate(url: &str) {
+    toolgate::postgres::migrate(url, "toolgate")
+        .unwrap_or_else(|e| panic!("cannot make the schema in {url}: {e}"));
+}
+
+/// The roles of the grants that the docs of `toolgate::postgres` give (section "Roles"), made in the
+/// database of `url` (whose schema exists) with exactly those grants, under names of this process; the
+/// URL of each. The server trusts local connections, so the roles need no password.
+pub struct Roles {
+    /// `toolgate_agent`: the gates' processes (store, budgets, sink, fleet).
+    pub agent: String,
+    /// `toolgate_operator`: `toolgate approvals` and `toolgate fleet`.
+    pub operator: String,
+    /// `toolgate_auditor`: `toolgate audit verify` and `promotion` of the trail.
+    pub auditor: String,
+}
+
+pub fn documented_roles(url: &str) -> Roles {
+    let docs = include_str!("../../runtime/src/postgres/mod.rs");
+    let section = docs
+        .split_once("//! # Roles")
+        .expect("a Roles section in the docs of toolgate::postgres")
+        .1;
+    let script: String = section
+        .split_once("//! ```sql\n")
+        .expect("a SQL block in the Roles section")
+        .1
+        .split_once("//! ```")
+        .expect("the SQL block ends")
+        .0
+        .lines()
+        .map(|line| line.strip_prefix("//!").unwrap_or(line).trim_start())
+        .filter(|line| !line.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
+    let suffix = format!("{database}_{}", std::process::id());
+    let names = ["agent", "operator", "auditor"].map(|r| (r, format!("toolgate_{r}_{suffix}")));
+    let mut sql = String::new();
+    for (_, name) in &names {
+        sql.push_str(&format!(
+            "DROP ROLE IF EXISTS {name}; CREATE ROLE {name} LOGIN;\n"
+        ));
+    }
+    let mut granted = script;
+    for (role, name) in &names {
+        granted = granted.replace(&format!("toolgate_{role}"), name);
+    }
+    assert!(granted.contains("GRANT"), "no grant in the docs: {granted}");
+    sql.push_str(&granted);
+    execute(url, &sql);
+    let as_role = |name: &str| url.replacen("://toolgate@", &format!("://{name}@"), 1);
+    Roles {
+        agent: as_role(&names[0].1),
+        operator: as_role(&names[1].1),
+        auditor: as_role(&names[2].1),
+    }
+}
+
+/// Runs the statements of `sql` on the database of `url`.
+pub fn execute(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+        tokio::spawn(connection);
+        client
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    });
 }
 
 /// Creates (or empties) database `name` on the server of `url`, and returns the URL that names it.

@@ -620,6 +620,69 @@ mod cli {
     }
 
     #[test]
+    fn a_log_rolled_back_with_its_checkpoints_and_torn_exits_4_against_the_expected_last_hash() {
+        let dir = Scratch::new("cli-rolled-back-torn");
+        let key_path = dir.path("key.pem");
+        let (code, _, stderr) = toolgate(&["audit", "keygen", "--out", key_path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{stderr}");
+        let key = SigningKey::read_pem_file(&key_path).unwrap();
+        let public = dir.path("key.pem.pub");
+        let log = dir.path("audit.jsonl");
+        // A copy of the log and its checkpoints as they stood after 6 records, both final.
+        drop(write(&log, &key, 3, 1..=6));
+        let old_log = fs::read(&log).unwrap();
+        let old_checkpoints = fs::read(checkpoints_path(&log)).unwrap();
+        drop(write(&log, &key, 3, 7..=10));
+        let (code, stdout, _) = verify(&log, &public);
+        assert_eq!(code, 0, "{stdout}");
+        let last = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("last intact record: seq 10, hash "))
+            .unwrap()
+            .to_owned();
+
+        // Both rolled back together, and a few bytes appended to the log without a newline.
+        let mut torn = old_log;
+        torn.extend_from_slice(b"{\"agent\":");
+        fs::write(&log, torn).unwrap();
+        fs::write(checkpoints_path(&log), old_checkpoints).unwrap();
+        let (code, stdout, _) = verify(&log, &public);
+        assert_eq!(
+            code, 2,
+            "without the expected hash, only the torn tail shows: {stdout}"
+        );
+        let mut args = vec![
+            "audit",
+            "verify",
+            log.to_str().unwrap(),
+            "--public-key",
+            public.to_str().unwrap(),
+        ];
+        args.extend(["--expect-last", &last]);
+        let (code, stdout, stderr) = toolgate(&args);
+        assert_eq!(code, 4, "{stdout}{stderr}");
+        assert!(stdout.starts_with("CUT: "), "{stdout}");
+    }
+
+    #[test]
+    fn what_a_checkpoint_file_says_is_shown_escaped() {
+        let dir = Scratch::new("cli-hidden");
+        let (log, public) = signed_log(&dir, "audit.jsonl");
+        let mut sidecar = fs::read_to_string(checkpoints_path(&log)).unwrap();
+        let hidden = crate::audit_cli::hidden_text();
+        sidecar.push_str(&format!(
+            "{{{}:1}}",
+            serde_json::to_string(&hidden).unwrap()
+        ));
+        sidecar.push('\n');
+        fs::write(checkpoints_path(&log), sidecar).unwrap();
+        let (code, stdout, stderr) = verify(&log, &public);
+        assert_eq!(code, 5, "{stdout}{stderr}");
+        assert!(stdout.contains("unreadable (unknown field"), "{stdout}");
+        crate::audit_cli::assert_shown_escaped(&stdout);
+    }
+
+    #[test]
     fn records_after_the_last_checkpoint_are_reported_as_not_covered() {
         let dir = Scratch::new("cli-uncovered");
         let key = key();

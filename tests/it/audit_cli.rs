@@ -218,3 +218,160 @@ fn a_log_cut_at_its_end_exits_4_against_the_expected_last_hash() {
     );
     assert!(stdout.contains("INTACT: 3 of 3 lines verify"), "{stdout}");
 }
+
+#[test]
+fn a_cut_log_with_a_torn_line_appended_exits_4_against_the_expected_last_hash() {
+    let dir = Scratch::new("cut-torn");
+    let (path, bytes) = write_log(&dir);
+    let (_, stdout, _) = verify(&path);
+    let hash_of = |stdout: &str, seq: u64| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("last intact record: seq {seq}, hash ")))
+            .unwrap()
+            .to_owned()
+    };
+    let last = hash_of(&stdout, 5);
+    let file = path.to_str().unwrap();
+    let expect = |hash: &str| toolgate(&["audit", "verify", file, "--expect-last", hash]);
+
+    // The last two records removed, and a few bytes without a newline after the rest: torn, but the
+    // expected hash is nowhere, so the cut wins.
+    let text = String::from_utf8(bytes).unwrap();
+    let kept: String = text.split_inclusive('\n').take(3).collect();
+    fs::write(&path, format!("{kept}{{\"agent")).unwrap();
+    assert_eq!(verify(&path).0, 2, "alone, only the torn tail shows");
+    let (code, stdout, stderr) = expect(&last);
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    assert!(stdout.starts_with("CUT: "), "{stdout}");
+    assert!(
+        stdout.contains(&format!("not at the expected {last}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("torn tail: line 4"), "{stdout}");
+
+    // The hash of the last complete record: only the tail is torn.
+    let third = hash_of(&verify(&path).1, 3);
+    let (code, stdout, _) = expect(&third);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(
+        stdout.starts_with("TORN TAIL: 3 of 4 lines verify"),
+        "{stdout}"
+    );
+}
+
+/// Characters that hide, fake or reorder text on a terminal: what a writer of a log, or of a database,
+/// may put in a tool id, a code or a name for an operator to misread.
+pub(crate) const HIDDEN: [char; 14] = [
+    '\u{202e}',
+    '\u{2066}',
+    '\u{1b}',
+    '\u{9b}',
+    '\u{200b}',
+    '\u{2060}',
+    '\u{feff}',
+    '\u{ad}',
+    '\u{e0041}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{180e}',
+    '\u{115f}',
+    '\u{fe0f}',
+];
+
+/// `x` and one of every [`HIDDEN`] character.
+pub(crate) fn hidden_text() -> String {
+    HIDDEN.iter().map(|c| format!("x{c}")).collect()
+}
+
+/// Every [`HIDDEN`] character is shown as its `\u{..}` escape, none raw.
+#[track_caller]
+pub(crate) fn assert_shown_escaped(output: &str) {
+    for c in HIDDEN {
+        assert!(!output.contains(c), "{c:?} printed raw: {output:?}");
+        let escape = format!("\\u{{{:04x}}}", u32::from(c));
+        assert!(output.contains(&escape), "no {escape}: {output:?}");
+    }
+}
+
+#[test]
+fn promotion_shows_what_the_log_says_escaped() {
+    let dir = Scratch::new("promotion-hidden");
+    let path = dir.path("audit.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    let hidden = hidden_text();
+    let mut cut = AuditRecord::new(
+        Stage::Refused,
+        format!("users.delete{hidden}"),
+        Mode::Shadow,
+        1,
+    );
+    cut.decision = Some(Decision::Refused);
+    cut.code = Some("ABOVE_CEILING".into());
+    cut.arguments_digest = Some(format!("d{hidden}"));
+    sink.record(&cut).unwrap();
+    let mut coded = AuditRecord::new(Stage::Refused, "users.get", Mode::Shadow, 2);
+    coded.decision = Some(Decision::Refused);
+    coded.code = Some(format!("DENIED{hidden}").into());
+    sink.record(&coded).unwrap();
+    drop(sink);
+    let (code, stdout, stderr) = toolgate(&["audit", "promotion", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout.matches(&"\\u{202e}".to_owned()).count(),
+        3,
+        "the tool, its digest and the code: {stdout}"
+    );
+    assert_shown_escaped(&stdout);
+}
+
+#[test]
+fn a_log_followed_by_a_huge_sparse_hole_is_refused_within_bounded_memory() {
+    let dir = Scratch::new("sparse");
+    let (path, bytes) = write_log(&dir);
+    // Three GiB of zeros without a newline after the intact records, taking no disk space.
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(bytes.len() as u64 + (3 << 30)).unwrap();
+    drop(file);
+    for command in ["verify", "promotion"] {
+        // Under a 1.2 GB address-space limit: reading the hole as one line would abort.
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = Command::new("sh")
+            .args([
+                "-c",
+                "ulimit -v 1200000 && exec \"$0\" audit \"$1\" \"$2\"",
+                env!("CARGO_BIN_EXE_toolgate"),
+                command,
+                path.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr),
+        );
+        assert_eq!(status.code(), Some(8), "{command}: {stdout}{stderr}");
+        let report = if command == "verify" {
+            &stdout
+        } else {
+            &stderr
+        };
+        assert!(
+            report.contains("first broken record: line 6: longer than"),
+            "{command}: {stdout}{stderr}"
+        );
+        assert!(
+            report.contains("5 of 6 lines verify"),
+            "{command}: {report}"
+        );
+    }
+    let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        help.contains("8   a line is longer than any record"),
+        "{help}"
+    );
+}

@@ -813,3 +813,22 @@ fn fsync_each_shares_fsyncs_between_threads_and_keeps_one_chain() {
     assert!(report.is_intact(), "{report:?}");
     assert_eq!(report.records, total);
 }
+
+#[test]
+fn a_record_longer_than_a_line_may_be_is_refused_and_the_chain_goes_on() {
+    let dir = Scratch::new("too-long");
+    let path = dir.path("audit.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    sink.record(&AuditRecord::new(Stage::Enter, "a", Mode::Shadow, 1))
+        .unwrap();
+    let mut huge = AuditRecord::new(Stage::Enter, "b", Mode::Shadow, 2);
+    huge.arguments = Some("x".repeat(toolgate::audit::MAX_RECORD_LEN));
+    let refused = sink.record(&huge).unwrap_err();
+    assert!(refused.to_string().contains("longer than"), "{refused}");
+    sink.record(&AuditRecord::new(Stage::Enter, "c", Mode::Shadow, 3))
+        .unwrap();
+    drop(sink);
+    let report = toolgate::audit::verify_file(&path).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.records, 2);
+}

@@ -153,7 +153,9 @@ pub enum Consumed {
     },
 }
 
-/// A store could not answer; the call is refused with `APPROVAL_STORE_UNAVAILABLE`.
+/// A store could not answer; the call is refused with `APPROVAL_STORE_UNAVAILABLE`. The PostgreSQL
+/// parts that are not approval stores (the audit sink, the fleet) report their errors with it too: its
+/// text names no part, and they say which failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -168,11 +170,9 @@ pub enum StoreError {
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreError::Unavailable(why) => write!(f, "the approval store is unavailable: {why}"),
-            StoreError::Timeout => f.write_str("the approval store did not answer in time"),
-            StoreError::Unexpected(what) => {
-                write!(f, "the approval store answered unexpectedly: {what}")
-            }
+            StoreError::Unavailable(why) => write!(f, "unavailable: {why}"),
+            StoreError::Timeout => f.write_str("no answer in time"),
+            StoreError::Unexpected(what) => write!(f, "an unexpected answer: {what}"),
         }
     }
 }
@@ -205,7 +205,15 @@ impl fmt::Display for ApproveError {
             ApproveError::AlreadyApproved => f.write_str("the request is answered already"),
             ApproveError::AlreadyUsed => f.write_str("the answer was used already"),
             ApproveError::NotEnabled => f.write_str("this gate does not take two-step approvals"),
-            ApproveError::Store(error) => fmt::Display::fmt(error, f),
+            ApproveError::Store(StoreError::Unavailable(why)) => {
+                write!(f, "the approval store is unavailable: {why}")
+            }
+            ApproveError::Store(StoreError::Timeout) => {
+                f.write_str("the approval store did not answer in time")
+            }
+            ApproveError::Store(StoreError::Unexpected(what)) => {
+                write!(f, "the approval store answered unexpectedly: {what}")
+            }
         }
     }
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::audit::time::now_rfc3339;
+use crate::terminal::escaped;
 
 /// The `prev` of a writer's first checkpoint.
 pub const FIRST_PREV: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -508,13 +509,14 @@ impl CheckpointReport {
 impl fmt::Display for ProblemKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ProblemKind::Unreadable(detail) => write!(f, "unreadable ({detail})"),
+            ProblemKind::Unreadable(detail) => write!(f, "unreadable ({})", escaped(detail)),
             ProblemKind::BadSignature => f.write_str(
                 "bad signature: forged or changed, or the public key is not the writer's",
             ),
             ProblemKind::OtherWriter { writer } => write!(
                 f,
-                "names another writer ({writer}): copied from another log's checkpoints"
+                "names another writer ({}): copied from another log's checkpoints",
+                escaped(writer)
             ),
             ProblemKind::BrokenSeries { expected_seq } => write!(
                 f,
@@ -571,7 +573,8 @@ impl fmt::Display for CheckpointReport {
             writeln!(
                 f,
                 "signed: records 1 to {} of writer {}",
-                self.covered_through, self.writer
+                self.covered_through,
+                escaped(&self.writer)
             )?;
         }
         let uncovered = self.uncovered();
@@ -588,13 +591,15 @@ impl fmt::Display for CheckpointReport {
             Some(last) if last.is_final => writeln!(
                 f,
                 "the last checkpoint (seq {}, {}) is final: its writer shut down cleanly",
-                last.seq, last.time
+                last.seq,
+                escaped(&last.time)
             )?,
             Some(last) => writeln!(
                 f,
                 "the last checkpoint (seq {}, {}) is not final: its writer is still running or \
                  crashed, or records and checkpoints after it were cut off",
-                last.seq, last.time
+                last.seq,
+                escaped(&last.time)
             )?,
             None if self.checkpoints == 0 => writeln!(f, "there is no checkpoint")?,
             None => {}

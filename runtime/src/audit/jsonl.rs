@@ -13,7 +13,7 @@ use crate::audit::record::AuditRecord;
 #[cfg(feature = "checkpoints")]
 use crate::audit::sidecar::{Sidecar, checkpoints_path};
 use crate::audit::sink::{AuditError, AuditSink};
-use crate::audit::verify::verify_reader_keeping;
+use crate::audit::verify::{MAX_RECORD_LEN, verify_reader_keeping};
 
 /// Pending bytes a [`Durability::Buffered`] sink holds before it writes them.
 const BUFFERED_LIMIT: usize = 64 * 1024;
@@ -66,7 +66,9 @@ impl Durability {
 ///
 /// # File format
 ///
-/// UTF-8 text, one record per line, each line ending in `\n`. A line is the canonical JSON of an object
+/// UTF-8 text, one record per line, each line ending in `\n` and at most
+/// [`MAX_RECORD_LEN`] bytes long without it: a longer record (arguments recorded in full, say) is
+/// refused, as a failed write is. A line is the canonical JSON of an object
 /// holding the [`AuditRecord`]'s fields and three members the sink adds:
 ///
 /// - `seq`: 1 on the first line of the file, then one more on each line;
@@ -430,12 +432,11 @@ impl State {
                 ),
             )
         };
-        let (existed, bytes) = match std::fs::read(&sidecar_path) {
-            Ok(bytes) => (true, bytes),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => (false, Vec::new()),
+        let (existed, mut sidecar) = match File::open(&sidecar_path) {
+            Ok(file) => (true, Sidecar::read(file)?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (false, Sidecar::read(io::empty())?),
             Err(e) => return Err(e),
         };
-        let mut sidecar = Sidecar::parse(&bytes);
         let kept = self.resume(path, recover_torn_tail, sidecar.heads())?;
         if !existed && self.seq > 0 {
             // Signing a log found without its checkpoints would sign whatever someone left there.
@@ -707,6 +708,14 @@ impl JsonlSink {
             .0
             .encode_record(record, seq, &state.last_hash, &mut state.pending)
             .map_err(|e| AuditError::new(format!("encoding an audit record: {e}")))?;
+        let len = state.pending.len() - start;
+        if len > MAX_RECORD_LEN {
+            state.pending.truncate(start);
+            return Err(AuditError::new(format!(
+                "an audit record of {len} bytes is longer than a log's lines may be \
+                 ({MAX_RECORD_LEN} bytes); not written"
+            )));
+        }
         state.pending.push(b'\n');
 
         let written = match self.durability {

@@ -29,5 +29,6 @@ pub use sidecar::{checkpoints_path, verify_signed_file};
 pub use sink::{AuditError, AuditFuture, AuditSink};
 pub use tracing_sink::TracingSink;
 pub use verify::{
-    BreakReason, BrokenRecord, TornTail, VerifyReport, verify_bytes, verify_file, verify_reader,
+    BreakReason, BrokenRecord, MAX_RECORD_LEN, TornTail, VerifyReport, verify_bytes, verify_file,
+    verify_reader,
 };

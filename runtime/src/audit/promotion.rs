@@ -8,9 +8,11 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use crate::audit::record::{AuditRecord, Decision, Outcome, Stage};
+use crate::audit::verify::{Line, read_line};
 use crate::policy::DenialCode;
 use crate::policy::Mode;
 use crate::policy::Risk;
+use crate::terminal::escaped;
 
 /// Refusal codes that mean "only the mode stood in the way": with a mode that allows the tool, the
 /// call would have run (possibly after an approval).
@@ -105,20 +107,24 @@ impl PromotionReport {
     }
 
     /// The report of a JSONL log read from `reader`. Lines that are not records are counted in
-    /// [`unreadable_lines`](PromotionReport::unreadable_lines) and skipped; the chain is not checked
-    /// (see [`verify_file`](crate::audit::verify_file)).
+    /// [`unreadable_lines`](PromotionReport::unreadable_lines) and skipped, lines longer than
+    /// [`MAX_RECORD_LEN`](crate::audit::MAX_RECORD_LEN) too, without holding them; the chain is not
+    /// checked (see [`verify_file`](crate::audit::verify_file)).
     pub fn read_log(reader: impl Read) -> io::Result<PromotionReport> {
         let mut report = PromotionReport::new();
         let mut reader = BufReader::with_capacity(1 << 16, reader);
         let mut line = Vec::new();
         loop {
-            line.clear();
-            if reader.read_until(b'\n', &mut line)? == 0 {
-                return Ok(report);
-            }
-            match serde_json::from_slice::<AuditRecord>(&line) {
-                Ok(record) => report.add(&record),
-                Err(_) => report.unreadable_lines += 1,
+            match read_line(&mut reader, &mut line)? {
+                Line::End => return Ok(report),
+                Line::TooLong => {
+                    report.unreadable_lines += 1;
+                    skip_line(&mut reader)?;
+                }
+                Line::Read => match serde_json::from_slice::<AuditRecord>(&line) {
+                    Ok(record) => report.add(&record),
+                    Err(_) => report.unreadable_lines += 1,
+                },
             }
         }
     }
@@ -300,9 +306,28 @@ impl fmt::Display for PromotionReport {
     }
 }
 
-/// Text made safe for a Markdown table cell.
+/// Reads past the rest of a line, through its newline, holding none of it.
+fn skip_line(reader: &mut impl BufRead) -> io::Result<()> {
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        match buffer.iter().position(|&b| b == b'\n') {
+            Some(newline) => {
+                reader.consume(newline + 1);
+                return Ok(());
+            }
+            None => {
+                let all = buffer.len();
+                reader.consume(all);
+            }
+        }
+    }
+}
+
+/// Text from the log made safe for a Markdown table cell: [`escaped`] (which leaves no line break),
+/// then Markdown's own escapes.
 fn cell(text: &str) -> String {
-    text.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
+    escaped(text).replace('\\', "\\\\").replace('|', "\\|")
 }

@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io;
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::audit::checkpoint::{Checkpoint, CheckpointReport, PublicKey, SeriesVerifier};
-use crate::audit::verify::{VerifyReport, verify_reader_keeping};
+use crate::audit::verify::{Line, MAX_RECORD_LEN, VerifyReport, read_line, verify_reader_keeping};
 
 /// The checkpoint file of the log at `log`: its path with `.checkpoints` appended
 /// (`audit.jsonl.checkpoints`).
@@ -28,22 +28,35 @@ pub(crate) struct Sidecar {
 }
 
 impl Sidecar {
-    pub(crate) fn parse(bytes: &[u8]) -> Sidecar {
+    /// Reads a checkpoint file, one line at a time: a line longer than [`MAX_RECORD_LEN`] is an
+    /// unreadable entry, and nothing after it is read.
+    pub(crate) fn read(reader: impl io::Read) -> io::Result<Sidecar> {
+        let mut reader = BufReader::with_capacity(1 << 16, reader);
         let mut sidecar = Sidecar {
             entries: Vec::new(),
             whole_len: 0,
             torn: false,
         };
-        for line in bytes.split_inclusive(|&b| b == b'\n') {
-            match line.strip_suffix(b"\n") {
-                Some(line) => {
-                    sidecar.whole_len += line.len() as u64 + 1;
-                    sidecar.entries.push(Checkpoint::from_canonical_json(line));
+        let mut line = Vec::new();
+        loop {
+            match read_line(&mut reader, &mut line)? {
+                Line::End => return Ok(sidecar),
+                Line::TooLong => {
+                    sidecar.entries.push(Err(format!(
+                        "longer than {MAX_RECORD_LEN} bytes: not a checkpoint, and the file is not \
+                         read past it"
+                    )));
+                    return Ok(sidecar);
                 }
-                None => sidecar.torn = true,
+                Line::Read => match line.strip_suffix(b"\n") {
+                    Some(line) => {
+                        sidecar.whole_len += line.len() as u64 + 1;
+                        sidecar.entries.push(Checkpoint::from_canonical_json(line));
+                    }
+                    None => sidecar.torn = true,
+                },
             }
         }
-        sidecar
     }
 
     /// The `seq`s of the records the entries name as heads, and 1, whose hash names the writer.
@@ -104,9 +117,9 @@ pub fn verify_signed_file(
     key: &PublicKey,
 ) -> io::Result<(VerifyReport, CheckpointReport)> {
     let checkpoints = checkpoints.as_ref();
-    let bytes = std::fs::read(checkpoints)
+    let sidecar = File::open(checkpoints)
+        .and_then(Sidecar::read)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", checkpoints.display())))?;
-    let sidecar = Sidecar::parse(&bytes);
     let (report, kept) = verify_reader_keeping(File::open(log)?, sidecar.heads())?;
     let text = |hash: &[u8; 64]| String::from_utf8_lossy(hash).into_owned();
     let writer = kept.get(&1).map(text);

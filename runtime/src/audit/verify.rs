@@ -9,6 +9,13 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
+use crate::terminal::escaped;
+
+/// The longest line, newline excluded, that a [`JsonlSink`](crate::audit::JsonlSink) writes (a longer
+/// record is refused) and that [`verify_file`] and
+/// [`PromotionReport::read_log`](crate::audit::PromotionReport::read_log) read: 16 MiB. Reading a log
+/// holds one line at a time, so this bounds the memory it takes, whatever the file holds.
+pub const MAX_RECORD_LEN: usize = 16 << 20;
 
 /// What [`verify_file`] found in a log written by [`JsonlSink`](crate::audit::JsonlSink).
 ///
@@ -74,6 +81,10 @@ pub enum BreakReason {
     /// The `prev_hash` is not the previous record's `hash`: a record before it was deleted, or records
     /// were reordered or inserted.
     PrevHashMismatch,
+    /// The line is longer than [`MAX_RECORD_LEN`], which no sink writes: it is not a record, and the
+    /// log is not read past it (a line of gigabytes, say a hole in a sparse file, would take as much
+    /// memory).
+    TooLong,
     /// The `seq` does not follow the previous record's.
     SeqGap {
         /// The `seq` that should follow.
@@ -114,7 +125,7 @@ impl VerifyReport {
 impl fmt::Display for BreakReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BreakReason::NotJson(detail) => write!(f, "not JSON ({detail})"),
+            BreakReason::NotJson(detail) => write!(f, "not JSON ({})", escaped(detail)),
             BreakReason::NotAnObject => f.write_str("not a JSON object"),
             BreakReason::EmptyLine => f.write_str("empty line"),
             BreakReason::MissingField(name) => write!(f, "no `{name}` member"),
@@ -127,6 +138,11 @@ impl fmt::Display for BreakReason {
             ),
             BreakReason::PrevHashMismatch => f.write_str(
                 "prev_hash mismatch: a record before it was deleted, or records were reordered or inserted",
+            ),
+            BreakReason::TooLong => write!(
+                f,
+                "longer than {MAX_RECORD_LEN} bytes, the longest record a sink writes: not a \
+                 record, and the log is not read past it"
             ),
             BreakReason::SeqGap { expected, found } => {
                 write!(f, "seq gap: expected seq {expected}, found {found}")
@@ -209,19 +225,53 @@ pub(crate) fn verify_reader_keeping(
     verifier.wanted = wanted;
     let mut line = Vec::new();
     loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
-            let kept = std::mem::take(&mut verifier.kept);
-            return Ok((verifier.finish(), kept));
+        match read_line(&mut reader, &mut line)? {
+            Line::End => break,
+            Line::TooLong => {
+                verifier.too_long();
+                break;
+            }
+            Line::Read => verifier.line(&line),
         }
-        verifier.line(&line);
     }
+    let kept = std::mem::take(&mut verifier.kept);
+    Ok((verifier.finish(), kept))
+}
+
+/// What [`read_line`] read.
+pub(crate) enum Line {
+    /// A line, with its newline if it has one.
+    Read,
+    /// More than [`MAX_RECORD_LEN`] bytes without a newline; those read are dropped.
+    TooLong,
+    /// Nothing: the end of the input.
+    End,
+}
+
+/// Reads the next line into `line` (cleared first), holding at most [`MAX_RECORD_LEN`] bytes and its
+/// newline.
+pub(crate) fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> io::Result<Line> {
+    const LIMIT: u64 = MAX_RECORD_LEN as u64 + 1;
+    line.clear();
+    if Read::take(&mut *reader, LIMIT).read_until(b'\n', line)? == 0 {
+        return Ok(Line::End);
+    }
+    if line.len() as u64 == LIMIT && line.last() != Some(&b'\n') {
+        line.clear();
+        line.shrink_to(1 << 16);
+        return Ok(Line::TooLong);
+    }
+    Ok(Line::Read)
 }
 
 /// Verifies a whole log held in memory. Never panics, whatever the bytes.
 pub fn verify_bytes(bytes: &[u8]) -> VerifyReport {
     let mut verifier = Verifier::new();
     for line in bytes.split_inclusive(|&b| b == b'\n') {
+        if line.strip_suffix(b"\n").unwrap_or(line).len() > MAX_RECORD_LEN {
+            verifier.too_long();
+            break;
+        }
         verifier.line(line);
     }
     verifier.finish()
@@ -300,6 +350,20 @@ impl Verifier {
                     self.unterminated_failure = Some(broken);
                 }
             }
+        }
+    }
+
+    /// The next line is longer than [`MAX_RECORD_LEN`]: it breaks the chain, and nothing after it is
+    /// read.
+    pub(crate) fn too_long(&mut self) {
+        self.report.lines += 1;
+        if self.report.broken.is_none() {
+            self.report.broken = Some(BrokenRecord {
+                line: self.report.lines,
+                offset: self.offset,
+                seq: None,
+                reason: BreakReason::TooLong,
+            });
         }
     }
 
@@ -435,6 +499,32 @@ mod tests {
         let broken = report.broken.unwrap();
         assert_eq!((broken.line, broken.seq), (3, Some(3)));
         assert_eq!(broken.reason, BreakReason::MissingField("hash"));
+    }
+
+    #[test]
+    fn a_line_longer_than_any_record_stops_the_reading_and_breaks_the_chain() {
+        let mut log = log_numbered(&[1, 2]);
+        let good = log.len() as u64;
+        log.resize(log.len() + MAX_RECORD_LEN + 1, b' ');
+        log.extend_from_slice(b"\n");
+        log.extend_from_slice(&log_numbered(&[3]));
+        let from_bytes = verify_bytes(&log);
+        assert_eq!(verify_reader(&log[..]).unwrap(), from_bytes);
+        assert_eq!((from_bytes.records, from_bytes.lines), (2, 3));
+        let broken = from_bytes.broken.unwrap();
+        assert_eq!((broken.line, broken.offset), (3, good));
+        assert_eq!(broken.reason, BreakReason::TooLong);
+        assert_eq!(
+            from_bytes.torn_tail, None,
+            "longer than any write cut short"
+        );
+
+        // A line of exactly the limit is read, and judged as a line.
+        let mut log = log_numbered(&[1]);
+        log.resize(log.len() + MAX_RECORD_LEN, b' ');
+        let report = verify_reader(&log[..]).unwrap();
+        assert_eq!(report, verify_bytes(&log));
+        assert_ne!(report.broken.map(|b| b.reason), Some(BreakReason::TooLong));
     }
 
     #[test]

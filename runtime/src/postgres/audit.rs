@@ -85,8 +85,9 @@ const MAX_ATTEMPTS: usize = 1024;
 ///
 /// # The table
 ///
-/// Created (with the approval store's and the fleet's tables) or migrated when the sink connects; in
-/// schema `toolgate` unless [`PostgresSinkBuilder::schema`] names another:
+/// Made with the approval store's and the fleet's tables by `toolgate migrate` (see
+/// [the schema](super#the-schema)); in schema `toolgate` unless [`PostgresSinkBuilder::schema`] names
+/// another:
 ///
 /// ```sql
 /// CREATE TABLE toolgate.audit (
@@ -108,9 +109,10 @@ const MAX_ATTEMPTS: usize = 1024;
 /// primary key, `role`, `public_key`, `bound_at`) the binding of each writer name to its role and key.
 ///
 /// Query the record's fields with `line::jsonb` (`SELECT line::jsonb ->> 'code' FROM toolgate.audit`).
-/// The role needs `SELECT` and `INSERT` on `audit` (and `audit_checkpoints`, to sign); it needs
-/// neither `UPDATE` nor `DELETE`, and should not have them, nor any right on `audit_writers` (the
-/// bindings of names, written by functions that run as the schema's owner). `toolgate audit verify postgres://…` checks every writer's chain.
+/// The role needs `SELECT` and `INSERT` on `audit` and `audit_checkpoints` ([Roles](super#roles));
+/// it needs neither `UPDATE` nor `DELETE`, and should not have them, nor any right on `audit_writers`
+/// (the bindings of names, written by functions that run as the schema's owner). `toolgate audit
+/// verify postgres://…` checks every writer's chain.
 pub struct PostgresSink {
     jobs: Option<mpsc::UnboundedSender<Job>>,
     thread: Option<JoinHandle<()>>,
@@ -125,6 +127,7 @@ pub struct PostgresSinkBuilder {
     schema: String,
     timeout: Duration,
     checkpoints: Option<Checkpoints>,
+    migrate: bool,
 }
 
 impl PostgresSinkBuilder {
@@ -161,9 +164,23 @@ impl PostgresSinkBuilder {
         self
     }
 
-    /// Connects to the server at `url`, creating or migrating the schema and taking the writer's
-    /// name, within the timeout. It blocks the calling thread until then.
+    /// Creates the schema, or brings it to this crate's version, when connecting, as
+    /// [`migrate`](super::migrate) does: for a role that may. Off unless set: the sink then only checks
+    /// the schema's version.
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// Connects to the server at `url`, checks the schema's version (or, with
+    /// [`migrate`](PostgresSinkBuilder::migrate), migrates it) and takes the writer's name, within the
+    /// timeout. It blocks the calling thread until then. Its errors name the audit trail.
     pub fn connect(self, url: &str) -> Result<PostgresSink, StoreError> {
+        self.connect_sink(url)
+            .map_err(|error| schema::naming(error, "the audit trail"))
+    }
+
+    fn connect_sink(self, url: &str) -> Result<PostgresSink, StoreError> {
         let invalid = |why: String| Err(StoreError::Unavailable(format!("not configured: {why}")));
         if !valid_schema(&self.schema) {
             return invalid(format!(
@@ -192,6 +209,7 @@ impl PostgresSinkBuilder {
         let worker = Worker {
             config,
             schema: self.schema,
+            migrate: self.migrate,
             writer: writer.clone(),
             timeout: self.timeout,
             conn: None,
@@ -233,6 +251,7 @@ impl PostgresSink {
             schema: DEFAULT_SCHEMA.to_owned(),
             timeout: DEFAULT_TIMEOUT,
             checkpoints: None,
+            migrate: false,
         }
     }
 
@@ -372,6 +391,7 @@ struct Conn {
 struct Worker {
     config: tokio_postgres::Config,
     schema: String,
+    migrate: bool,
     writer: String,
     timeout: Duration,
     conn: Option<Conn>,
@@ -737,7 +757,7 @@ impl Worker {
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        schema::migrate(&mut client, &self.schema).await?;
+        schema::check_or_migrate(&mut client, &self.schema, self.migrate).await?;
         // The lock of a sink that just ended (or a process just killed) is released when the server
         // notices its session is gone: a new sink of the same writer waits a little for it.
         let key = self.lock_key();

@@ -210,6 +210,7 @@ impl FleetBuilder {
         read.recv()
             .unwrap_or_else(|_| Err(thread_gone()))
             .map(|_| fleet)
+            .map_err(|error| schema::naming(error, "the fleet"))
     }
 }
 
@@ -500,7 +501,7 @@ impl Worker {
                 }
             }
         });
-        schema::migrate(&mut client, &self.settings.schema).await?;
+        schema::check_or_migrate(&mut client, &self.settings.schema, false).await?;
         client
             .batch_execute(&format!("LISTEN \"{}\"", channel(&self.settings.schema)))
             .await

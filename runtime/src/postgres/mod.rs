@@ -62,9 +62,13 @@
 //!
 //! # The schema
 //!
-//! Created, or migrated, when the store connects, in one transaction under an advisory lock
-//! (`schema_version` holds the last migration applied; a schema newer than this crate is refused). In
-//! schema `toolgate` unless [`PostgresStoreBuilder::schema`] names another:
+//! Made, or brought to this crate's version, by its owner: `toolgate migrate --store URL`, or
+//! [`migrate`], in one transaction under an advisory lock (`schema_version` holds the last migration
+//! applied). The store, the sink and the fleet only read `schema_version` when they connect: a
+//! database without the schema, or with an older one, is refused with a message that says to run
+//! `toolgate migrate`, and so is a newer one. [`PostgresStoreBuilder::migrate`] and
+//! [`PostgresSinkBuilder::migrate`] make it when connecting instead, for a role that may (a test, a
+//! single-user setup). In schema `toolgate` unless [`PostgresStoreBuilder::schema`] names another:
 //!
 //! ```sql
 //! CREATE TABLE toolgate.schema_version (
@@ -104,10 +108,39 @@
 //! CREATE INDEX approvals_expires ON toolgate.approvals (expires_at);
 //! ```
 //!
-//! The role the store connects as needs `CREATE` on the database the first time (or an existing
-//! schema), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on `approvals`, and for budgets `SELECT`,
-//! `INSERT`, `UPDATE` on `budgets`, `DELETE` too on `budget_uses`, and `EXECUTE` on `budget_take` and
-//! `budget_release`.
+//! # Roles
+//!
+//! Only the schema's owner, who migrates it, needs `CREATE` on the database. The others need these
+//! grants, given after `toolgate migrate` (and again after a migration that adds tables); the role
+//! names are examples:
+//!
+//! ```sql
+//! -- Every role: the schema, and its version, which every connection reads.
+//! GRANT USAGE ON SCHEMA toolgate TO toolgate_agent, toolgate_operator, toolgate_auditor;
+//! GRANT SELECT ON toolgate.schema_version TO toolgate_agent, toolgate_operator, toolgate_auditor;
+//! -- The gates' processes: PostgresStore (approvals, budgets), PostgresSink, Fleet.
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON toolgate.approvals TO toolgate_agent;
+//! GRANT USAGE ON SEQUENCE toolgate.approvals_id_seq TO toolgate_agent;
+//! GRANT SELECT, INSERT, UPDATE ON toolgate.budgets TO toolgate_agent;
+//! GRANT SELECT, INSERT, DELETE ON toolgate.budget_uses TO toolgate_agent;
+//! GRANT EXECUTE ON FUNCTION toolgate.budget_take(text[], integer[], bigint[], bytea),
+//!     toolgate.budget_release(text[], bytea) TO toolgate_agent;
+//! GRANT SELECT, INSERT ON toolgate.audit, toolgate.audit_checkpoints TO toolgate_agent;
+//! GRANT SELECT, INSERT ON toolgate.fleets TO toolgate_agent;
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON toolgate.fleet_members TO toolgate_agent;
+//! -- Operators: `toolgate approvals`, `toolgate fleet`.
+//! GRANT SELECT, UPDATE ON toolgate.approvals TO toolgate_operator;
+//! GRANT SELECT, INSERT, UPDATE ON toolgate.fleets TO toolgate_operator;
+//! GRANT INSERT ON toolgate.fleet_changes TO toolgate_operator;
+//! GRANT USAGE ON SEQUENCE toolgate.fleet_changes_id_seq TO toolgate_operator;
+//! GRANT SELECT ON toolgate.fleet_members TO toolgate_operator;
+//! -- Auditors: `toolgate audit verify` and `toolgate audit promotion` of the trail.
+//! GRANT SELECT ON toolgate.audit, toolgate.audit_checkpoints TO toolgate_auditor;
+//! ```
+//!
+//! No role but the owner has `UPDATE` or `DELETE` on the audit tables. Whoever can update `approvals`
+//! can answer a request, the gates' role included (SECURITY.md): give the sink, or the store, a role
+//! of its own where that matters.
 //!
 //! # Budgets
 //!
@@ -187,6 +220,7 @@ struct Settings {
     ttl: Duration,
     max_pending: usize,
     schema: String,
+    migrate: bool,
 }
 
 /// An [`ApprovalStore`] in PostgreSQL, shared by every gate and process that connects to it. See the
@@ -233,9 +267,20 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// Creates the schema, or brings it to this crate's version, when connecting (and connecting
+    /// again), as [`migrate`] does: for a role that may (one that owns the schema, or has `CREATE` on
+    /// the database before it exists). Off unless set: the store then only checks the schema's version
+    /// (see [Roles](self#roles)).
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.settings.migrate = migrate;
+        self
+    }
+
     /// Connects to the server at `url` (`postgres://user:password@host:port/database`, or key-value
-    /// pairs such as `host=/run/postgresql dbname=approvals`), creating or migrating the schema, within
-    /// the timeout. It blocks the calling thread until then.
+    /// pairs such as `host=/run/postgresql dbname=approvals`) and checks the schema's version (or,
+    /// with [`migrate`](PostgresStoreBuilder::migrate), migrates it), within the timeout. It blocks the
+    /// calling thread until then. A database whose schema is missing or at another version is refused,
+    /// with a message that says to run `toolgate migrate`.
     pub fn connect(self, url: &str) -> Result<PostgresStore, StoreError> {
         let settings = self.settings;
         let invalid = |why: String| Err(StoreError::Unavailable(format!("not configured: {why}")));
@@ -280,9 +325,34 @@ fn thread_gone() -> StoreError {
     StoreError::Unavailable("the store's thread stopped".into())
 }
 
+/// What [`migrate`] did: the schema's version before and after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Migrated {
+    /// The version found (0: no schema).
+    pub from: u32,
+    /// The version now: this crate's.
+    pub to: u32,
+}
+
+/// Creates the schema `schema` (`toolgate` unless the parts name another) in the database at `url`,
+/// or brings it to this crate's version, in one transaction under an advisory lock: the owner's step,
+/// before the gates, operators and auditors connect (`toolgate migrate --store URL` runs it), and
+/// after an upgrade of toolgate. The role needs `CREATE` on the database the first time, and to own
+/// the schema after; the others need only the grants of [Roles](self#roles). Running it again
+/// changes nothing. A schema newer than this crate is refused.
+pub fn migrate(url: &str, schema: &str) -> Result<Migrated, StoreError> {
+    let (from, to) = schema::migrate_url(url, schema)?;
+    let version = |v: i32| u32::try_from(v).unwrap_or(0);
+    Ok(Migrated {
+        from: version(from),
+        to: version(to),
+    })
+}
+
 impl PostgresStore {
     /// A builder with the defaults: timeout 2 s, requests living 10 minutes, 10,000 pending requests
-    /// per agent, schema `toolgate`.
+    /// per agent, schema `toolgate`, checked and not migrated.
     pub fn builder() -> PostgresStoreBuilder {
         PostgresStoreBuilder {
             settings: Settings {
@@ -290,6 +360,7 @@ impl PostgresStore {
                 ttl: DEFAULT_APPROVAL_TTL,
                 max_pending: DEFAULT_MAX_PENDING,
                 schema: DEFAULT_SCHEMA.to_owned(),
+                migrate: false,
             },
         }
     }
@@ -415,6 +486,7 @@ impl fmt::Debug for PostgresStore {
             .field("ttl", &self.settings.ttl)
             .field("max_pending", &self.settings.max_pending)
             .field("schema", &self.settings.schema)
+            .field("migrate", &self.settings.migrate)
             .finish_non_exhaustive()
     }
 }

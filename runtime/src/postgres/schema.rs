@@ -1,5 +1,6 @@
-//! What every PostgreSQL part shares: the schema's migrations, run once by whichever part connects
-//! first, the errors of the server as the parts report them, and advisory lock keys.
+//! What every PostgreSQL part shares: the schema's migrations, run by its owner, and the check of its
+//! version that every other connection makes; the errors of the server as the parts report them, and
+//! advisory lock keys.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -57,10 +58,66 @@ pub(super) fn lock_key(schema: &str, what: &str) -> i64 {
     i64::from_be_bytes(bytes)
 }
 
+/// How long `toolgate migrate` may take, connecting included.
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The schema's version this crate uses: the number of its migrations.
+pub(super) fn known_version() -> i32 {
+    sql::MIGRATIONS.len() as i32
+}
+
+/// Why a connection refuses a schema that is missing or older than this crate's.
+fn not_migrated(schema: &str, version: Option<i32>) -> StoreError {
+    let found = match version {
+        None => format!("the schema `{schema}` is not in this database"),
+        Some(version) => format!(
+            "the schema `{schema}` is at version {version}, and this toolgate uses version {}",
+            known_version()
+        ),
+    };
+    StoreError::Unavailable(format!(
+        "{found}: run `toolgate migrate --store URL --schema {schema}` as its owner first (or connect \
+         with `.migrate(true)` as a role that may create it)"
+    ))
+}
+
+fn newer(schema: &str, version: i32) -> StoreError {
+    StoreError::Unexpected(format!(
+        "the schema `{schema}` is at version {version}, newer than this toolgate knows ({})",
+        known_version()
+    ))
+}
+
+/// Checks that the schema is at this crate's version, changing nothing: what every connection does
+/// unless told to migrate. A role needs `USAGE` on the schema and `SELECT` on `schema_version`.
+pub(super) async fn check(client: &Client, schema: &str) -> Result<(), StoreError> {
+    let version = match client
+        .query_one(&self::sql(sql::SCHEMA_VERSION, schema), &[])
+        .await
+    {
+        Ok(row) => row
+            .try_get::<_, i32>(0)
+            .map_err(|e| StoreError::Unexpected(format!("schema_version: {e}")))?,
+        // No such schema, or no `schema_version` in it.
+        Err(e)
+            if e.as_db_error()
+                .is_some_and(|db| ["3F000", "42P01"].contains(&db.code().code())) =>
+        {
+            return Err(not_migrated(schema, None));
+        }
+        Err(e) => return Err(store_error(&e)),
+    };
+    match version.cmp(&known_version()) {
+        std::cmp::Ordering::Less => Err(not_migrated(schema, Some(version))),
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Greater => Err(newer(schema, version)),
+    }
+}
+
 /// Creates the schema, or brings it to this version, in one transaction under an advisory lock, so
-/// that processes connecting at once migrate it once. Every part (the approval store, the audit sink,
-/// the fleet) runs it, so each finds the tables of the others too.
-pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), StoreError> {
+/// that owners migrating at once migrate it once; returns the versions before and after. The role
+/// needs `CREATE` on the database the first time, and to own the schema after.
+pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(i32, i32), StoreError> {
     let error = |e: tokio_postgres::Error| store_error(&e);
     let transaction = client.transaction().await.map_err(error)?;
     let key = lock_key(schema, "migrate");
@@ -79,11 +136,9 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Sto
     let version: i32 = version
         .try_get(0)
         .map_err(|e| StoreError::Unexpected(format!("schema_version: {e}")))?;
-    let known = sql::MIGRATIONS.len() as i32;
+    let known = known_version();
     if version > known {
-        return Err(StoreError::Unexpected(format!(
-            "the schema `{schema}` is at version {version}, newer than this toolgate knows ({known})"
-        )));
+        return Err(newer(schema, version));
     }
     for (number, migration) in (1i32..).zip(sql::MIGRATIONS).skip(version as usize) {
         transaction
@@ -95,7 +150,38 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Sto
             .await
             .map_err(error)?;
     }
-    transaction.commit().await.map_err(error)
+    transaction.commit().await.map_err(error)?;
+    Ok((version, known.max(version)))
+}
+
+/// [`migrate`] on a connection of its own, for `toolgate migrate` and [`super::migrate`].
+pub(super) fn migrate_url(url: &str, schema: &str) -> Result<(i32, i32), StoreError> {
+    one_shot(url, schema, MIGRATE_TIMEOUT, false, async |client| {
+        migrate(client, schema).await
+    })
+}
+
+/// [`check`], or [`migrate`] where the part was told to (`.migrate(true)`).
+pub(super) async fn check_or_migrate(
+    client: &mut Client,
+    schema: &str,
+    migrating: bool,
+) -> Result<(), StoreError> {
+    if migrating {
+        migrate(client, schema).await.map(drop)
+    } else {
+        check(client, schema).await
+    }
+}
+
+/// `error`, saying which part failed (`the fleet`, `the audit trail`): a part's connection reports
+/// its errors so.
+pub(super) fn naming(error: StoreError, part: &str) -> StoreError {
+    match error {
+        StoreError::Unavailable(why) => StoreError::Unavailable(format!("{part}: {why}")),
+        StoreError::Timeout => StoreError::Unavailable(format!("{part}: no answer in time")),
+        StoreError::Unexpected(what) => StoreError::Unexpected(format!("{part}: {what}")),
+    }
 }
 
 /// The client's configuration of `url`, connecting within `timeout`, named `application` to the server
@@ -115,13 +201,13 @@ pub(super) fn config(
 }
 
 /// Runs `op` on a connection of its own to `url`, on a runtime of its own, all within `timeout`: the
-/// operators' commands (`toolgate fleet`, `toolgate audit verify`). With `migrate`, the schema is
-/// created or migrated first; a reader (an auditor's role may only `SELECT`) changes nothing.
+/// operators' commands (`toolgate fleet`, `toolgate audit verify`, `toolgate migrate`). With `check`,
+/// the schema's version is checked first ([`check`]); nothing is created or migrated.
 pub(super) fn one_shot<T>(
     url: &str,
     schema: &str,
     timeout: Duration,
-    migrate: bool,
+    check: bool,
     op: impl AsyncFnOnce(&mut Client) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     if !valid_schema(schema) {
@@ -139,8 +225,8 @@ pub(super) fn one_shot<T>(
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        if migrate {
-            self::migrate(&mut client, schema).await?;
+        if check {
+            self::check(&client, schema).await?;
         }
         op(&mut client).await
     };

@@ -116,21 +116,13 @@ impl fmt::Display for TrailReport {
     }
 }
 
-/// Text from the table, as a report prints it: a name holding a line break or a control or
-/// text-reordering character could otherwise forge a line of the report.
+/// Text from the table, as a report prints it ([`escaped`](crate::terminal::escaped)): a name holding
+/// a line break, or a character that hides or reorders text, could otherwise forge a line of the report.
 struct Shown<'a>(&'a str);
 
 impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in self.0.chars() {
-            let reorders = matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
-            if c.is_control() || reorders {
-                write!(f, "\\u{{{:04x}}}", u32::from(c))?;
-            } else {
-                f.write_fmt(format_args!("{c}"))?;
-            }
-        }
-        Ok(())
+        f.write_str(&crate::terminal::escaped(self.0))
     }
 }
 

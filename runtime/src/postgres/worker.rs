@@ -226,7 +226,7 @@ impl Worker {
         schema::sql(text, &self.settings.schema)
     }
 
-    /// Runs `op` on the connection, opened (and the schema migrated) where needed, all within the
+    /// Runs `op` on the connection, opened (and the schema checked) where needed, all within the
     /// store's timeout. A connection that failed or was cut short is dropped, and the next operation
     /// opens another.
     async fn with_conn<T>(
@@ -268,7 +268,7 @@ impl Worker {
             // itself closed, which is all the store needs to know.
             let _ = connection.await;
         });
-        self.migrate(&mut client).await?;
+        self.check_schema(&mut client).await?;
         let prepare = async |text: &str| client.prepare(&self.sql(text)).await;
         let statements = Prepared {
             consume: prepare(&sql::consume()).await?,
@@ -285,8 +285,9 @@ impl Worker {
         Ok(Conn { client, statements })
     }
 
-    async fn migrate(&self, client: &mut Client) -> Result<(), Failure> {
-        schema::migrate(client, &self.settings.schema)
+    /// Checks the schema's version, or migrates it where the builder said to.
+    async fn check_schema(&self, client: &mut Client) -> Result<(), Failure> {
+        schema::check_or_migrate(client, &self.settings.schema, self.settings.migrate)
             .await
             .map_err(Failure::Store)
     }
