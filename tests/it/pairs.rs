@@ -2334,3 +2334,673 @@ fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
     );
     assert_eq!(count(&WIRES), before);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// a grant is made only at its call's commit point
+// ---------------------------------------------------------------------------------------------------------
+
+/// two-step store × grants × latch (14). An operator answers a pending HIGH_WRITE call "for the
+/// session" in a clean session; its retry WAITS in the store (which holds the answer) while the latch
+/// closes. The call may run (an operator's answer runs exactly its call), but no grant may be made in
+/// the tainted session: the next call files a request of its own.
+#[test]
+fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
+    let _serial = serial();
+    let pause = Pause::new();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approval_store(HookStore {
+            inner: memory_store(),
+            pause: pause.clone(),
+        })
+        .build()
+        .unwrap();
+    let pending = gate.run(|| wire(1)).unwrap_err();
+    gate.answer(
+        pending.approval_token().unwrap(),
+        Answer::Approve {
+            by: "ops".into(),
+            for_session: true,
+        },
+    )
+    .unwrap();
+    pause.arm();
+    let caller = {
+        let gate = gate.clone();
+        spawn(move || gate.run(|| wire(1)).is_ok())
+    };
+    assert!(pause.reached(), "the retry waits in the store");
+    gate.run(|| fetch("https://evil".into())).unwrap();
+    pause.go();
+    let _ran = caller.join().unwrap();
+    assert!(
+        gate.grants().is_empty(),
+        "a grant made in a tainted session"
+    );
+    let before = count(&WIRES);
+    assert_eq!(
+        gate.run(|| wire(2)).unwrap_err().code(),
+        DenialCode::ApprovalPending
+    );
+    assert_eq!(count(&WIRES), before);
+}
+
+/// two-step store × latch × principals (14). A gate that refuses tainted writes never uses an operator's
+/// approval once tainted: neither its own (filed while clean) nor one filed by a clean gate of the same
+/// principal and agent sharing the store. It answers `TAINTED_SESSION`, and the approval is left for the
+/// clean gate's call.
+#[test]
+fn p42_a_tainted_refusing_gate_uses_no_stored_approval() {
+    let _serial = serial();
+    let store = memory_store();
+    let build = || {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .principal("alice")
+            .agent("desk")
+            .taint_policy(TaintPolicy::Refuse)
+            .approval_store_shared(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (clean, tainted) = (build(), build());
+    let own = tainted.run(|| wire(30)).unwrap_err();
+    tainted.approve(own.approval_token().unwrap()).unwrap();
+    let other = clean.run(|| wire(31)).unwrap_err();
+    clean.approve(other.approval_token().unwrap()).unwrap();
+    tainted.run(|| fetch("https://evil".into())).unwrap();
+    let before = count(&WIRES);
+    for cents in [30, 31] {
+        assert_eq!(
+            tainted.run(|| wire(cents)).unwrap_err().code(),
+            DenialCode::TaintedSession
+        );
+        assert_eq!(
+            by_name(&tainted, "pairs.wire", json!({"cents": cents}))
+                .unwrap_err()
+                .code(),
+            "TAINTED_SESSION"
+        );
+    }
+    assert_eq!(count(&WIRES), before);
+    assert_eq!(
+        clean.run(|| wire(31)).unwrap(),
+        31,
+        "the approval was left whole"
+    );
+}
+
+/// async approver × grants × lowering (4, 14). An async approver WAITS, then answers "for the session";
+/// the gate is lowered meanwhile. The call is refused at the lowered mode, and, never reaching its
+/// commit point, makes no grant.
+#[test]
+fn p43_an_async_grant_for_a_call_refused_by_a_lowering_is_never_made() {
+    let _serial = serial();
+    let pause = Pause::armed();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .async_approver(HoldingAsync {
+            pause: pause.clone(),
+            answer: answer(for_session()),
+            asked: Arc::default(),
+        })
+        .build()
+        .unwrap();
+    let rt = runtime();
+    let before = count(&WIRES);
+    let waiting = rt.spawn(gate.scope(wire_async(1)));
+    assert!(pause.reached());
+    gate.lower(Mode::PartialAuto).unwrap();
+    pause.go();
+    let refused = rt
+        .block_on(async { tokio::time::timeout(WAIT, waiting).await })
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused.code(), DenialCode::ModeNotAllowed);
+    assert_eq!(count(&WIRES), before);
+    assert!(gate.grants().is_empty(), "a grant for a refused call");
+}
+
+/// sink × grants (7). The approver answers "for the session", then the sink fails the call's `enter`
+/// record: the call is refused `AUDIT_UNAVAILABLE`, never reaches its commit point, and so makes no
+/// grant; the next call asks the approver again.
+#[test]
+fn p44_a_grant_whose_call_is_refused_for_its_enter_record_is_never_made() {
+    let _serial = serial();
+    let sink = HookSink::new(&Pause::new(), is(Stage::Enter, "pairs.wire"));
+    sink.fail.store(1, SeqCst);
+    let asked: Asked = Arc::default();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(holding_approver(
+            &Pause::new(),
+            &answer(for_session()),
+            &asked,
+        ))
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let before = count(&WIRES);
+    assert_eq!(
+        gate.run(|| wire(1)).unwrap_err().code(),
+        DenialCode::AuditUnavailable
+    );
+    assert!(
+        gate.grants().is_empty(),
+        "a grant for a call that never ran"
+    );
+    gate.run(|| wire(2)).unwrap();
+    assert_eq!(asked.lock().unwrap().len(), 2, "asked again");
+    assert_eq!(count(&WIRES), before + 1);
+}
+
+/// nested gates × grants (5, 7). The outer gate's approver answers "for the session"; the inner gate's
+/// approver rejects the same call. The call is refused, and the outer gate keeps no grant from it.
+#[test]
+fn p45_an_outer_grant_for_a_call_the_inner_gate_rejects_is_never_made() {
+    let _serial = serial();
+    let outer = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
+        .build()
+        .unwrap();
+    let inner = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("no".into()))
+        .build()
+        .unwrap();
+    let before = count(&WIRES);
+    for nesting in [0, 1] {
+        let refused = if nesting == 0 {
+            outer.run(|| inner.run(|| wire(1)))
+        } else {
+            inner.run(|| outer.run(|| wire(1)))
+        };
+        assert_eq!(refused.unwrap_err().code(), DenialCode::ApprovalRejected);
+        assert!(
+            outer.grants().is_empty(),
+            "nesting {nesting}: a grant for a refused call"
+        );
+    }
+    assert_eq!(count(&WIRES), before);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// user code of a sink deciding calls while the latch closes; an async sink and a dropped call
+// ---------------------------------------------------------------------------------------------------------
+
+/// A sink that, on the `session_tainted` record, has another thread post through the gate and waits
+/// (at most a second) for it: a write decided while the latch's record is written.
+struct Reentrant {
+    gate: Arc<Mutex<Option<Gate>>>,
+    post: Arc<Mutex<Option<std::thread::JoinHandle<Result<String, DenialCode>>>>>,
+}
+
+impl AuditSink for Reentrant {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        if record.stage == Stage::SessionTainted {
+            let gate = self.gate.lock().unwrap().clone();
+            if let Some(gate) = gate {
+                let (tx, rx) = mpsc::channel();
+                let handle = spawn(move || {
+                    let result = gate
+                        .run(|| post("while tainting".into()))
+                        .map_err(|d| d.code());
+                    let _ = tx.send(());
+                    result
+                });
+                let _ = rx.recv_timeout(Duration::from_secs(1));
+                *self.post.lock().unwrap() = Some(handle);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// sink × latch (14). While the sink writes `session_tainted` (the latch closing), a write is decided
+/// through the gate on another thread. The session is tainted from the moment the latch closed: that
+/// write, decided after, needs an approval (the gate has none) and does not run.
+#[test]
+fn p46_a_write_decided_while_the_taint_record_is_written_does_not_run_unasked() {
+    let _serial = serial();
+    let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
+    let post_handle: Arc<Mutex<Option<_>>> = Arc::default();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(Reentrant {
+            gate: slot.clone(),
+            post: post_handle.clone(),
+        })
+        .build()
+        .unwrap();
+    *slot.lock().unwrap() = Some(gate.clone());
+    let before = count(&POSTS);
+    gate.run(|| fetch("https://evil".into())).unwrap();
+    slot.lock().unwrap().take();
+    let handle = post_handle.lock().unwrap().take().expect("the sink posted");
+    let result = handle.join().unwrap();
+    assert_eq!(
+        result.unwrap_err(),
+        DenialCode::ApprovalRequired,
+        "a write ran unasked while the latch closed"
+    );
+    assert_eq!(count(&POSTS), before);
+}
+
+/// A sink that takes `enter` records of `pairs.wire_async` through `record_async` and never acknowledges
+/// them (a database commit that hangs); every other record goes through `record`.
+struct Hanging(MemorySink);
+
+impl AuditSink for Hanging {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        self.0.record(record)
+    }
+
+    fn record_async(&self, record: &AuditRecord) -> Option<toolgate::audit::AuditFuture> {
+        if record.stage == Stage::Enter && record.tool == "pairs.wire_async" {
+            self.0.record(record).ok()?;
+            Some(Box::pin(std::future::pending()))
+        } else {
+            None
+        }
+    }
+}
+
+/// async sink × budgets × cancellation (8, 13). An async call's `enter` commit never comes back; the
+/// caller drops the call. The body never ran, the unit of the shared budget goes back, and the `enter`
+/// the sink took gets its `exit`.
+#[test]
+fn p47_an_async_call_dropped_while_its_enter_commits_gives_its_unit_back_and_closes_its_enter() {
+    let _serial = serial();
+    let budgets = Arc::new(MemoryBudgets::new());
+    let sink = Arc::new(Hanging(MemorySink::new()));
+    let build = |sink: Option<Arc<Hanging>>| {
+        let builder = Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent("payer")
+            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(budgets.clone());
+        match sink {
+            Some(sink) => builder.audit_shared(sink),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let gate = build(Some(sink.clone()));
+    let rt = runtime();
+    let before = count(&WIRES);
+    let waited = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(200), gate.scope(wire_async(1))).await
+    });
+    assert!(waited.is_err(), "the commit never comes back");
+    assert_eq!(count(&WIRES), before);
+    build(None)
+        .run(|| wire(2))
+        .expect("the dropped call gave its unit back");
+    let records = sink.0.records();
+    assert!(
+        records
+            .iter()
+            .any(|r| r.stage == Stage::Enter && r.tool == "pairs.wire_async"),
+        "the sink took the enter"
+    );
+    assert_paired(&records);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// nested gates: no approver asked, no unit taken, for a call another gate refuses on its own
+// ---------------------------------------------------------------------------------------------------------
+
+/// nested gates × grants × deny (3, 5). The outer gate holds a grant of the tool; an inner gate denies
+/// it. Deny first: the call is refused `DENY_LISTED`, whichever gate is outside, and the outer
+/// approver is not asked again.
+#[test]
+fn p48_an_outer_grant_does_not_lift_an_inner_deny_rule() {
+    let _serial = serial();
+    let asked: Asked = Arc::default();
+    let outer = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(holding_approver(
+            &Pause::new(),
+            &answer(for_session()),
+            &asked,
+        ))
+        .build()
+        .unwrap();
+    let deny = Gate::builder()
+        .mode(Mode::FullAuto)
+        .deny("pairs.wire*")
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .build()
+        .unwrap();
+    outer.run(|| wire(1)).unwrap();
+    let before = count(&WIRES);
+    let rt = runtime();
+    for _ in 0..2 {
+        assert_eq!(
+            outer.run(|| deny.run(|| wire(2))).unwrap_err().code(),
+            DenialCode::DenyListed
+        );
+        assert_eq!(
+            deny.run(|| outer.run(|| wire(2))).unwrap_err().code(),
+            DenialCode::DenyListed
+        );
+        assert_eq!(
+            rt.block_on(outer.scope(deny.scope(wire_async(2))))
+                .unwrap_err()
+                .code(),
+            DenialCode::DenyListed
+        );
+    }
+    assert_eq!(count(&WIRES), before);
+    assert_eq!(asked.lock().unwrap().len(), 1);
+}
+
+/// nested gates × latch × budgets × approvers (13, 14). An inner gate that refuses tainted writes is
+/// tainted; the outer gate is clean, with a budget of one and an approver. The nested write is refused
+/// `TAINTED_SESSION` by the inner gate's table, before any budget or approver: the outer approver is
+/// never asked and the outer unit never taken. Likewise for an inner gate whose budget is spent.
+#[test]
+fn p49_a_nested_call_refused_by_one_gates_latch_or_budget_asks_and_charges_no_other() {
+    let _serial = serial();
+    let asked: Asked = Arc::default();
+    let outer = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(holding_approver(
+            &Pause::new(),
+            &answer(Approval::Approve),
+            &asked,
+        ))
+        .budget(Risk::HighWrite, 1, HOUR)
+        .build()
+        .unwrap();
+    let tainted = Gate::builder()
+        .mode(Mode::FullAuto)
+        .taint_policy(TaintPolicy::Refuse)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .build()
+        .unwrap();
+    tainted.run(|| fetch("https://evil".into())).unwrap();
+    let spent = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .budget(Risk::HighWrite, 1, HOUR)
+        .build()
+        .unwrap();
+    spent.run(|| wire(0)).unwrap();
+    let before = count(&WIRES);
+    for _ in 0..3 {
+        assert_eq!(
+            outer.run(|| tainted.run(|| wire(1))).unwrap_err().code(),
+            DenialCode::TaintedSession
+        );
+        assert_eq!(
+            tainted.run(|| outer.run(|| wire(1))).unwrap_err().code(),
+            DenialCode::TaintedSession
+        );
+        assert_eq!(
+            outer.run(|| spent.run(|| wire(1))).unwrap_err().code(),
+            DenialCode::BudgetExhausted
+        );
+    }
+    assert_eq!(count(&WIRES), before);
+    assert!(
+        asked.lock().unwrap().is_empty(),
+        "the outer approver was asked"
+    );
+    outer
+        .run(|| wire(2))
+        .expect("the outer unit was never taken");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// sinks × lowering, sinks × principals
+// ---------------------------------------------------------------------------------------------------------
+
+/// sink × lowering (4). A sink that fails every `mode_lowered` and `refused` record: the kill switch
+/// (`lower_by`) and an approver's `Stop` still lower the gate, and no write runs after them.
+#[test]
+fn p50_a_sink_that_cannot_record_the_lowering_does_not_keep_the_kill_switch_from_working() {
+    let _serial = serial();
+    let sink = HookSink::new(&Pause::new(), |r: &AuditRecord| {
+        matches!(r.stage, Stage::ModeLowered | Stage::Refused)
+    });
+    sink.fail.store(usize::MAX, SeqCst);
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|request: &ApprovalRequest<'_>| {
+            if request.tool.id == "pairs.shell" {
+                Approval::Stop("runaway".into())
+            } else {
+                Approval::Approve
+            }
+        })
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let stopped = gate.run(|| shell("sudo reboot".into())).unwrap_err();
+    assert_eq!(stopped.code(), DenialCode::ApprovalRejected);
+    assert_eq!(gate.mode(), Mode::Shadow, "the stop lowered the gate");
+    let before = (count(&WIRES), count(&POSTS));
+    assert!(gate.run(|| wire(1)).is_err());
+    assert!(gate.run(|| post("x".into())).is_err());
+    assert_eq!((count(&WIRES), count(&POSTS)), before);
+
+    let other = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let _ = other.lower_by(Mode::Shadow, "on-call");
+    assert_eq!(
+        other.mode(),
+        Mode::Shadow,
+        "the kill switch lowered the gate"
+    );
+    assert!(other.run(|| post("x".into())).is_err());
+    assert_eq!(count(&POSTS), before.1);
+}
+
+/// sink × principals, racing (15, 8). Alice's and Bob's gates share one JSONL log and run calls at
+/// once, approved, granted and refused: every record names the principal of the gate that wrote it,
+/// and the log verifies.
+#[test]
+fn p51_one_log_shared_by_two_principals_names_each_records_own() {
+    let _serial = serial();
+    let scratch = crate::common::Scratch::new("pairs-p51");
+    let path = scratch.path("audit.jsonl");
+    let sink: Arc<dyn AuditSink> = Arc::new(JsonlSink::open(&path).unwrap());
+    let build = |principal: &str| {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .principal(principal)
+            .agent("desk")
+            .approver(|r: &ApprovalRequest<'_>| {
+                if r.arguments.is_some_and(|a| a.contains("13")) {
+                    Approval::Reject("unlucky".into())
+                } else {
+                    Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
+                }
+            })
+            .audit_shared(sink.clone())
+            .build()
+            .unwrap()
+    };
+    let (alice, bob) = (build("alice"), build("bob"));
+    let owner = [(alice.id(), "alice"), (bob.id(), "bob")];
+    let workers: Vec<_> = [alice.clone(), bob.clone()]
+        .into_iter()
+        .map(|gate| {
+            spawn(move || {
+                for n in 0..40u64 {
+                    let _ = gate.run(|| wire(n % 15));
+                    let _ = gate.run(|| read(n));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    drop((alice, bob, sink));
+    let report = toolgate::audit::verify_file(&path).unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    for line in std::fs::read_to_string(&path).unwrap().lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        let gate = record["gate"].as_u64().unwrap();
+        let expected = owner.iter().find(|(id, _)| *id == gate).map(|(_, p)| *p);
+        assert_eq!(
+            record["principal"].as_str(),
+            expected,
+            "a record under another principal: {record}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// futures made before the latch closed; stores that answer what they should not
+// ---------------------------------------------------------------------------------------------------------
+
+/// latch × async (1, 14). Async writes are created (scoped, and by name) while the session is clean,
+/// then the latch closes, then they are first polled: an async tool decides at its first poll, so they
+/// are decided in the tainted session and, with no approver, do not run.
+#[test]
+fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decided_tainted() {
+    let _serial = serial();
+    let gate = Gate::new(Mode::PartialAuto).unwrap();
+    let rt = runtime();
+    let scoped = gate.scope(post_async("made while clean".into()));
+    let named = registry().call(
+        &gate,
+        "pairs.post_async",
+        json!({"text": "made while clean"}),
+    );
+    gate.run(|| fetch("https://evil".into())).unwrap();
+    let before = count(&POSTS);
+    assert_eq!(
+        rt.block_on(scoped).unwrap_err().code(),
+        DenialCode::ApprovalRequired
+    );
+    assert_eq!(rt.block_on(named).unwrap_err().code(), "APPROVAL_REQUIRED");
+    assert_eq!(count(&POSTS), before);
+}
+
+/// two-step store × budgets (7, 13). A store that answers a refusal code that is not an approval code
+/// (`BUDGET_EXHAUSTED`, `TAINTED_SESSION`, `DENY_LISTED`): the call is refused
+/// `APPROVAL_STORE_UNAVAILABLE`, it neither taints the gate nor lowers it, and its budget unit goes back.
+#[test]
+fn p53_a_store_answering_a_foreign_code_refuses_without_keeping_the_unit() {
+    let _serial = serial();
+    struct Foreign(DenialCode);
+    impl ApprovalStore for Foreign {
+        fn consume<'a>(
+            &'a self,
+            _: &'a ApprovalCall,
+        ) -> StoreFuture<'a, Result<Consumed, StoreError>> {
+            Box::pin(std::future::ready(Ok(Consumed::Pending {
+                code: self.0,
+                token: Some("t".into()),
+            })))
+        }
+        fn answer<'a>(
+            &'a self,
+            _: &'a str,
+            _: Answer,
+        ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
+            Box::pin(std::future::ready(Err(ApproveError::UnknownToken)))
+        }
+    }
+    for code in [
+        DenialCode::BudgetExhausted,
+        DenialCode::TaintedSession,
+        DenialCode::DenyListed,
+    ] {
+        let budgets = Arc::new(MemoryBudgets::new());
+        let gate = Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent("payer")
+            .approval_store(Foreign(code))
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(budgets.clone())
+            .build()
+            .unwrap();
+        let before = count(&WIRES);
+        let refused = gate.run(|| wire(1)).unwrap_err();
+        assert_eq!(
+            refused.code(),
+            DenialCode::ApprovalStoreUnavailable,
+            "{code:?}"
+        );
+        assert!(refused.retry_after().is_none(), "{code:?}");
+        assert!(
+            gate.taint().is_none(),
+            "{code:?}: the store tainted the gate"
+        );
+        assert_eq!(gate.mode(), Mode::FullAuto);
+        assert_eq!(count(&WIRES), before);
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent("payer")
+            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(budgets)
+            .build()
+            .unwrap()
+            .run(|| wire(2))
+            .unwrap_or_else(|d| panic!("{code:?}: the unit was kept: {d}"));
+    }
+}
+
+/// budget store × every path (2, 13). A budget store that answers what it should not (an exhausted
+/// charge that does not exist, a retry time of centuries): the call is refused, never run, nothing
+/// panics on the caller's thread, and the gate keeps working for what no budget covers.
+#[test]
+fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
+    let _serial = serial();
+    struct Nonsense;
+    impl BudgetStore for Nonsense {
+        fn take(&self, _: &[BudgetCharge], _: Reservation) -> BudgetFuture {
+            Box::pin(std::future::ready(Ok(
+                toolgate::gate::budget::Taken::Exhausted {
+                    charge: usize::MAX,
+                    retry_after: Duration::MAX,
+                },
+            )))
+        }
+        fn release(&self, _: &[BudgetCharge], _: Reservation) {}
+    }
+    let sink = Arc::new(MemorySink::new());
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit_shared(sink.clone())
+        .budget(BudgetScope::tool("pairs.post*"), 5, HOUR)
+        .budget_store(Nonsense)
+        .build()
+        .unwrap();
+    let before = count(&POSTS);
+    let rt = runtime();
+    let direct = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        gate.run(|| post("x".into()))
+            .map_err(|d| (d.code(), d.to_string()))
+    }));
+    let direct = direct.expect("no panic on the caller's thread");
+    let code = direct.unwrap_err().0;
+    assert!(
+        matches!(
+            code,
+            DenialCode::BudgetExhausted | DenialCode::BudgetStoreUnavailable
+        ),
+        "{code:?}"
+    );
+    let named = rt.block_on(registry().call(&gate, "pairs.post", json!({"text": "x"})));
+    assert!(named.is_err());
+    let scoped = rt.block_on(gate.scope(post_async("x".into())));
+    assert!(scoped.is_err());
+    assert_eq!(count(&POSTS), before);
+    gate.run(|| read(1)).unwrap();
+    let value = serde_json::to_value(sink.records()).unwrap();
+    assert!(value.is_array());
+}
