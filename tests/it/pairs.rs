@@ -403,7 +403,7 @@ struct HookBudgets {
 }
 
 impl HookBudgets {
-    fn new(inner: &Arc<MemoryBudgets>, pause: &Arc<Pause>) -> Arc<dyn BudgetStore> {
+    fn shared(inner: &Arc<MemoryBudgets>, pause: &Arc<Pause>) -> Arc<dyn BudgetStore> {
         Arc::new(HookBudgets {
             inner: inner.clone(),
             pause: pause.clone(),
@@ -837,7 +837,7 @@ fn p07_a_write_waiting_in_its_budget_store_when_the_latch_closes_is_asked_or_ref
                 &asked,
             ))
             .budget(BudgetScope::tool("pairs.post*"), 100, HOUR)
-            .budget_store_shared(HookBudgets::new(&budgets, &pause))
+            .budget_store_shared(HookBudgets::shared(&budgets, &pause))
             .build()
             .unwrap();
         let before = count(&POSTS);
@@ -889,7 +889,7 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
             .build()
             .unwrap()
     };
-    let gate = build(HookBudgets::new(&budgets, &pause));
+    let gate = build(HookBudgets::shared(&budgets, &pause));
     let before = count(&POSTS);
     pause.arm();
     let caller = {
@@ -1386,7 +1386,7 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
             .build()
             .unwrap()
     };
-    let gate = build(HookBudgets::new(&budgets, &pause));
+    let gate = build(HookBudgets::shared(&budgets, &pause));
     let before = count(&POSTS);
     pause.arm();
     let caller = {
@@ -2159,7 +2159,7 @@ fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing()
         .mode(Mode::FullAuto)
         .approver(holding_approver(&Pause::new(), &reply, &asked))
         .budget(BudgetScope::tool("pairs.wire"), 2, HOUR)
-        .budget_store_shared(HookBudgets::new(&budgets, &pause))
+        .budget_store_shared(HookBudgets::shared(&budgets, &pause))
         .build()
         .unwrap();
     gate.run(|| wire(1)).unwrap();
@@ -2532,9 +2532,11 @@ fn p45_an_outer_grant_for_a_call_the_inner_gate_rejects_is_never_made() {
 
 /// A sink that, on the `session_tainted` record, has another thread post through the gate and waits
 /// (at most a second) for it: a write decided while the latch's record is written.
+type PostHandle = Arc<Mutex<Option<std::thread::JoinHandle<Result<String, DenialCode>>>>>;
+
 struct Reentrant {
     gate: Arc<Mutex<Option<Gate>>>,
-    post: Arc<Mutex<Option<std::thread::JoinHandle<Result<String, DenialCode>>>>>,
+    post: PostHandle,
 }
 
 impl AuditSink for Reentrant {
@@ -2565,7 +2567,7 @@ impl AuditSink for Reentrant {
 fn p46_a_write_decided_while_the_taint_record_is_written_does_not_run_unasked() {
     let _serial = serial();
     let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
-    let post_handle: Arc<Mutex<Option<_>>> = Arc::default();
+    let post_handle: PostHandle = Arc::default();
     let gate = Gate::builder()
         .mode(Mode::PartialAuto)
         .audit(Reentrant {
@@ -3003,4 +3005,127 @@ fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
     gate.run(|| read(1)).unwrap();
     let value = serde_json::to_value(sink.records()).unwrap();
     assert!(value.is_array());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// grants answered in a window the latch, a cancellation or a principal's empty name reach
+// ---------------------------------------------------------------------------------------------------------
+
+/// grants × latch × sink (14). The clean session's approver answers "for the session" at once; the
+/// call then WAITS in its `enter` record, and the latch closes meanwhile. The answer was given in the
+/// clean session: the call is refused at its commit point, and no grant is made.
+#[test]
+fn p55_a_grant_answered_in_a_clean_session_whose_enter_waits_past_the_latch_is_never_made() {
+    let _serial = serial();
+    let pause = Pause::new();
+    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let before = count(&WIRES);
+    pause.arm();
+    let caller = {
+        let gate = gate.clone();
+        spawn(move || gate.run(|| wire(1)).map_err(|d| d.code()))
+    };
+    assert!(pause.reached(), "the approved call writes its enter");
+    gate.run(|| fetch("https://evil".into())).unwrap();
+    pause.go();
+    assert!(
+        caller.join().unwrap().is_err(),
+        "a clean approval ran a tainted write"
+    );
+    assert_eq!(count(&WIRES), before);
+    assert!(
+        gate.grants().is_empty(),
+        "a grant made in a tainted session"
+    );
+    assert_paired(&sink.records());
+}
+
+/// grants × async sink × cancellation (7). The approver answers "for the session"; the async call's
+/// `enter` commit never comes back and the caller drops the call. It never reached its commit point:
+/// no grant is made, and the next call asks again.
+#[test]
+fn p56_a_grant_for_an_async_call_dropped_before_its_commit_is_never_made() {
+    let _serial = serial();
+    let asked: Asked = Arc::default();
+    let sink = Arc::new(Hanging(MemorySink::new()));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(holding_approver(
+            &Pause::new(),
+            &answer(for_session()),
+            &asked,
+        ))
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let rt = runtime();
+    let before = count(&WIRES);
+    let waited = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(200), gate.scope(wire_async(1))).await
+    });
+    assert!(waited.is_err());
+    assert_eq!(count(&WIRES), before);
+    assert!(
+        gate.grants().is_empty(),
+        "a grant for a call that was dropped"
+    );
+    assert_paired(&sink.0.records());
+}
+
+/// store × principals and agents named empty (15). Gates with no principal, an empty principal, no
+/// agent and an empty agent share a store: none is another's maker, so an answer to one's call runs no
+/// other's.
+#[test]
+fn p57_no_principal_and_an_empty_principal_are_two_makers() {
+    let _serial = serial();
+    let store = memory_store();
+    let build = |principal: Option<&str>, agent: Option<&str>| {
+        let mut builder = Gate::builder()
+            .mode(Mode::FullAuto)
+            .approval_store_shared(store.clone());
+        if let Some(principal) = principal {
+            builder = builder.principal(principal);
+        }
+        if let Some(agent) = agent {
+            builder = builder.agent(agent);
+        }
+        builder.build().unwrap()
+    };
+    let makers = [
+        (None, None),
+        (Some(""), None),
+        (None, Some("")),
+        (Some(""), Some("")),
+    ];
+    for (i, &(principal, agent)) in makers.iter().enumerate() {
+        let maker = build(principal, agent);
+        let cents = 700 + i as u64;
+        let pending = maker.run(|| wire(cents)).unwrap_err();
+        let token = pending.approval_token().unwrap().to_owned();
+        maker.approve(&token).unwrap();
+        let before = count(&WIRES);
+        for (j, &(p, a)) in makers.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let other = build(p, a);
+            let refused = other.run(|| wire(cents)).unwrap_err();
+            assert_eq!(
+                refused.code(),
+                DenialCode::ApprovalPending,
+                "{:?} used {:?}'s answer",
+                (p, a),
+                (principal, agent)
+            );
+            assert_ne!(refused.approval_token(), Some(token.as_str()));
+        }
+        assert_eq!(count(&WIRES), before);
+        assert_eq!(maker.run(|| wire(cents)).unwrap(), cents);
+    }
 }
