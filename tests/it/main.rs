@@ -34,6 +34,7 @@ mod mcp_taint;
 mod mcp_tasks;
 mod mutants;
 mod otel;
+mod pairs;
 mod policy;
 mod principal;
 mod provider_defs;
