@@ -43,6 +43,10 @@ pub struct Binding {
     pub principal: Option<String>,
     /// The gate's agent label: an answer to one agent's call never runs another's.
     pub agent: Option<String>,
+    /// Whether the taint latch held the call when it was asked (its session was tainted and the call
+    /// writes): an answer given to a clean session's request never runs a call made once the session
+    /// is tainted, which asks again, showing the taint.
+    pub tainted: bool,
 }
 
 impl Binding {
@@ -61,6 +65,7 @@ impl Binding {
             policy_version: crate::policy::POLICY_VERSION,
             principal: None,
             agent: None,
+            tainted: false,
         }
     }
 
@@ -68,6 +73,12 @@ impl Binding {
     pub fn made_by(mut self, principal: Option<String>, agent: Option<String>) -> Binding {
         self.principal = principal;
         self.agent = agent;
+        self
+    }
+
+    /// The binding of a call the taint latch holds (`tainted`), or not.
+    pub fn tainted(mut self, tainted: bool) -> Binding {
+        self.tainted = tainted;
         self
     }
 }
@@ -87,7 +98,8 @@ pub struct ApprovalCall {
     /// holds it too: an answer is used by the call of the principal it was asked for, never another's.
     pub principal: Option<String>,
     /// What tainted the gate's session, for a call that writes after untrusted input
-    /// ([`Taint`](crate::approval::Taint)), for an operator to see. Not part of the binding.
+    /// ([`Taint`](crate::approval::Taint)), for an operator to see. The binding holds whether there is
+    /// one ([`Binding::tainted`]).
     pub taint: Option<crate::approval::Taint>,
     /// The gate's mode when it asked.
     pub mode: Mode,

@@ -164,8 +164,10 @@ impl<'a> JsonArguments<'a> {
             .object
             .keys()
             .find(|key| !params.iter().any(|param| param.name == key.as_str()))?;
+        // The caller's text, with invisible and reordering characters made visible.
+        let unknown = crate::terminal::escaped(unknown);
         Some(CallError::InvalidParams {
-            path: unknown.clone(),
+            path: unknown.to_string(),
             message: format!("unknown field `{unknown}`, {}", expected(params)),
         })
     }

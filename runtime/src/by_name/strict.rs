@@ -156,7 +156,9 @@ impl<'a> Walk<'a> {
         for (key, inner) in map {
             path.truncate(base);
             path.push('.');
-            path.push_str(key);
+            // A key is the caller's text: the path that reaches the log and the agent shows it with
+            // invisible and reordering characters made visible.
+            path.push_str(&crate::terminal::escaped(key));
             match properties.iter().find_map(|props| props.get(key)) {
                 Some(schema) => self.check(schema, inner, path)?,
                 None => match extra {

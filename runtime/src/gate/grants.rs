@@ -86,6 +86,21 @@ impl Grants {
             .map(|g| g.by.clone())
     }
 
+    /// Whether [`Grants::grant`] would make this grant now.
+    pub(crate) fn can_grant(
+        &mut self,
+        grant: &SessionGrant,
+        has_arguments: bool,
+        now: Instant,
+    ) -> bool {
+        self.held.retain(|g| now < g.expires);
+        self.held.len() < MAX_GRANTS
+            && (!grant.is_exact() || has_arguments)
+            && now
+                .checked_add(grant.ttl().min(SessionGrant::MAX_TTL))
+                .is_some()
+    }
+
     /// Makes a grant; `false` when it cannot be made (an exact grant of arguments that have no binding,
     /// or too many grants).
     pub(crate) fn grant(

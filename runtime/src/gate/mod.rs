@@ -580,8 +580,9 @@ impl GateBuilder {
     ///
     /// A call over a budget is refused with `BUDGET_EXHAUSTED` and the time after which it may be
     /// retried ([`Denied::retry_after`](crate::Denied::retry_after)), after the policy's mode checks and
-    /// before any approver is asked. A refused call takes no unit; an allowed one takes a unit of every
-    /// budget covering it, and keeps it even when refused later (by an approver, a failing audit sink).
+    /// before any approver is asked. A budget counts the calls that run: a unit of every budget covering
+    /// the call is reserved at the check and kept only when the body is about to run; a call refused
+    /// later (an approval pending or rejected, a failing audit sink, a lowered gate) gives it back.
     /// Budgets count in memory, shared by the gate's clones, unless [`GateBuilder::budget_store`] says
     /// otherwise. `calls` must be 1 to [`MAX_BUDGET_CALLS`](budget::MAX_BUDGET_CALLS) and `window`
     /// more than zero and at most [`MAX_BUDGET_WINDOW`](budget::MAX_BUDGET_WINDOW): another fails

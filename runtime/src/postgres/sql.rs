@@ -279,9 +279,10 @@ pub(super) const SCHEMA_VERSION: &str = "SELECT coalesce(max(version), 0) FROM {
 
 pub(super) const RECORD_VERSION: &str = "INSERT INTO {s}.schema_version (version) VALUES ($1)";
 
-/// The binding's five fields, as `$1` to `$5`.
+/// The binding's fields, as `$1` to `$8`.
 const SAME_BINDING: &str = "tool = $1 AND arguments_digest = $2 AND shown_digest = $3 AND risk = $4
-    AND policy_version = $5 AND coalesce(principal, '') = $6 AND coalesce(agent, '') = $7";
+    AND policy_version = $5 AND coalesce(principal, '') = $6 AND coalesce(agent, '') = $7
+    AND (tainted_by IS NOT NULL) = $8";
 
 /// Uses the oldest live answer to exactly this call, in one statement. Of concurrent statements, one
 /// locks the row; the others skip it (and find another answer, or none), and one that reads it after

@@ -298,7 +298,7 @@ impl Worker {
         let version = policy_version(binding)?;
         let principal = binding.principal.as_deref().unwrap_or("");
         let agent = binding.agent.as_deref().unwrap_or("");
-        let key: [&(dyn ToSql + Sync); 7] = [
+        let key: [&(dyn ToSql + Sync); 8] = [
             &binding.tool,
             &binding.arguments_digest,
             &binding.shown_digest,
@@ -306,6 +306,7 @@ impl Worker {
             &version,
             &principal,
             &agent,
+            &binding.tainted,
         ];
         if let Some(row) = conn
             .client
@@ -562,7 +563,9 @@ fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
     );
     binding.policy_version = u32::try_from(policy_version)
         .map_err(|_| unexpected(format!("policy version {policy_version}")))?;
-    let binding = binding.made_by(get(row, 19)?, get(row, 6)?);
+    let binding = binding
+        .made_by(get(row, 19)?, get(row, 6)?)
+        .tainted(get::<Option<String>>(row, 20)?.is_some());
     let age: f64 = get(row, 11)?;
     let left: f64 = get(row, 12)?;
     let answered: Option<String> = get(row, 13)?;

@@ -87,12 +87,14 @@ impl Gate {
         };
         let agent = self.inner.agent.as_deref().map(str::to_owned);
         let principal = self.principal().map(str::to_owned);
+        let taint = self.taint_of(risk.get()).cloned();
         let call = ApprovalCall {
             binding: Binding::new(manifest.id, digest, shown, risk.get())
-                .made_by(principal.clone(), agent.clone()),
+                .made_by(principal.clone(), agent.clone())
+                .tainted(taint.is_some()),
             agent,
             principal,
-            taint: self.taint_of(risk.get()).cloned(),
+            taint,
             mode,
             manifest: serde_json::to_string(manifest).unwrap_or_default(),
             arguments: arguments.get().map(|a| a.json.clone()),

@@ -8,6 +8,7 @@
 //! no user code and no I/O.
 
 use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -135,7 +136,9 @@ impl<A: ArgumentSource> Decision<A> {
 impl Gate {
     /// Makes a session grant and records it: at the commit point, and only while the session is clean.
     /// The check and the grant are made under the grants' lock, which the latch takes to revoke them
-    /// after it closes: a grant racing the latch is either refused here or revoked there.
+    /// after it closes: a grant racing the latch is either refused here or revoked there. A grant is
+    /// made only once its `session_granted` record is written: a sink that refuses the record leaves
+    /// the grant unmade (the call it came with, approved, still runs once).
     fn grant<A: ArgumentSource>(
         &self,
         entry: &'static ToolEntry,
@@ -145,70 +148,73 @@ impl Gate {
         arguments: &mut A,
     ) {
         let binding = arguments.binding();
+        let mut held = grants::lock(&self.inner.approvals.grants);
         let now = Instant::now();
-        {
-            let mut held = grants::lock(&self.inner.approvals.grants);
-            if self.tainted() {
-                return;
-            }
-            let made = held.grant(
-                entry.manifest.id,
-                risk.get(),
-                grant,
-                binding.as_ref().map(|(digest, _)| digest.clone()),
-                by,
-                now,
-            );
-            if !made {
-                return;
-            }
-            if self.inner.audit.is_none() {
-                // A grant of the whole tool at its declared risk or above: the inlined check may use
-                // it, unless a budget counts the tool's calls.
-                let slot = entry.slot.load(Ordering::Relaxed) as usize;
-                let counted = self
-                    .inner
-                    .budgets
-                    .as_ref()
-                    .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
-                let whole =
-                    !grant.is_exact() && risk.get() >= entry.manifest.risk_level && !counted;
-                if let (true, Some(until), Some(end)) = (
-                    whole,
-                    self.inner.approvals.granted_until.get(slot),
-                    now.checked_add(grant.ttl()),
-                ) {
-                    until.fetch_max(since(self.inner.approvals.epoch, end), Ordering::AcqRel);
+        if self.tainted() || !held.can_grant(&grant, binding.is_some(), now) {
+            return;
+        }
+        if let Some(sink) = &self.inner.audit {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let scope = if grant.is_exact() {
+                "these arguments"
+            } else {
+                "every call"
+            };
+            let record = AuditRecord {
+                arguments_digest: grant
+                    .is_exact()
+                    .then(|| binding.as_ref().map(|(_, shown)| shown.clone()))
+                    .flatten(),
+                by: Some(by.to_owned()),
+                effective_risk: Some(risk.get()),
+                message: Some(format!(
+                    "granted for the session, {scope} at {} or lower, for {} s",
+                    risk.get(),
+                    grant.ttl().as_secs()
+                )),
+                ..self.record(
+                    Stage::SessionGranted,
+                    Cow::Borrowed(entry.manifest.id),
+                    self.mode(),
+                    call,
+                )
+            };
+            match catch_unwind(AssertUnwindSafe(|| sink.record(&record))) {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::error!(target: "toolgate::audit", %error, tool = %record.tool, "the session_granted record could not be written: no grant made");
+                    return;
                 }
-                return;
+                Err(_) => return,
             }
         }
-        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let scope = if grant.is_exact() {
-            "these arguments"
-        } else {
-            "every call"
-        };
-        let record = AuditRecord {
-            arguments_digest: grant
-                .is_exact()
-                .then(|| binding.map(|(_, shown)| shown))
-                .flatten(),
-            by: Some(by.to_owned()),
-            effective_risk: Some(risk.get()),
-            message: Some(format!(
-                "granted for the session, {scope} at {} or lower, for {} s",
-                risk.get(),
-                grant.ttl().as_secs()
-            )),
-            ..self.record(
-                Stage::SessionGranted,
-                Cow::Borrowed(entry.manifest.id),
-                self.mode(),
-                call,
-            )
-        };
-        self.write_after_the_fact(&record);
+        let made = held.grant(
+            entry.manifest.id,
+            risk.get(),
+            grant,
+            binding.as_ref().map(|(digest, _)| digest.clone()),
+            by,
+            now,
+        );
+        if !made || self.inner.audit.is_some() {
+            return;
+        }
+        // A grant of the whole tool at its declared risk or above, in a gate that keeps no record: the
+        // inlined check may use it, unless a budget counts the tool's calls.
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let counted = self
+            .inner
+            .budgets
+            .as_ref()
+            .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
+        let whole = !grant.is_exact() && risk.get() >= entry.manifest.risk_level && !counted;
+        if let (true, Some(until), Some(end)) = (
+            whole,
+            self.inner.approvals.granted_until.get(slot),
+            now.checked_add(grant.ttl()),
+        ) {
+            until.fetch_max(since(self.inner.approvals.epoch, end), Ordering::AcqRel);
+        }
     }
 }
 
