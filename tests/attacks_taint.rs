@@ -347,7 +347,7 @@ fn t09_write(n: u64) -> Result<(), Denied> {
 }
 
 #[test]
-fn t09_two_step_approved_before_latch_runs_that_call_only() {
+fn t09_two_step_approved_before_latch_asks_again_showing_the_taint() {
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .two_step_approvals()
@@ -358,6 +358,11 @@ fn t09_two_step_approved_before_latch_runs_that_call_only() {
     gate.approve(err.approval_token().unwrap()).unwrap();
     gate.run(|| t09_fetch("x".into())).unwrap();
     assert_ne!(code(gate.run(|| t09_write(2))), "OK");
+    // The approval was given to a clean session: the tainted one asks again, saying why.
+    let again = gate.run(|| t09_write(1)).unwrap_err();
+    assert_eq!(again.code(), "APPROVAL_PENDING");
+    assert_eq!(T09.load(Ordering::SeqCst), 0);
+    gate.approve(again.approval_token().unwrap()).unwrap();
     assert_eq!(code(gate.run(|| t09_write(1))), "OK");
     assert_ne!(code(gate.run(|| t09_write(1))), "OK");
     assert_eq!(T09.load(Ordering::SeqCst), 1);

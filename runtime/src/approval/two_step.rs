@@ -76,15 +76,18 @@ impl MemoryStore {
         let mut other_arguments = false;
         let mut answered = None;
         for (token, request) in requests.iter() {
-            if request.binding.tool != binding.tool {
-                continue;
-            }
-            let same_call = request.binding == *binding;
+            // The arguments' digest first: it tells most requests apart with one comparison.
+            let same_call = request.binding.arguments_digest == binding.arguments_digest
+                && request.binding == *binding;
             match (same_call, &request.state, now >= request.expires) {
                 (true, State::Answered(_), false) => answered = Some(token.clone()),
                 (true, State::Answered(_), true) => expired = true,
                 (true, State::Used, _) => used = true,
-                (false, State::Answered(Answer::Approve { .. }), false) => other_arguments = true,
+                (false, State::Answered(Answer::Approve { .. }), false)
+                    if request.binding.tool == binding.tool =>
+                {
+                    other_arguments = true;
+                }
                 _ => {}
             }
         }
