@@ -157,6 +157,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
         bound_role text;
         bound_key  text;
     BEGIN
+        -- A role that may not write the trail may not take a writer's name either.
+        IF NOT has_table_privilege(session_user, '{s}.audit', 'INSERT') THEN
+            RAISE EXCEPTION 'permission denied: role % may not write the audit trail',
+                quote_ident(session_user) USING ERRCODE = '42501';
+        END IF;
         INSERT INTO {s}.audit_writers (writer, role, public_key)
             VALUES (writer_name, session_user, writer_key)
             ON CONFLICT (writer) DO NOTHING;
