@@ -27,6 +27,9 @@ pub struct ApprovalRequest<'a> {
     /// The call's arguments as the audit log writes them: a JSON object, keys sorted, a method's receiver
     /// as `self`, a redacted argument as `"[REDACTED]"`, one that is not serializable (a receiver
     /// holding a pool) as `"[NOT SERIALIZABLE]"`. `None` where an argument is bound by a pattern.
+    /// The agent wrote them: show them to a person through
+    /// [`terminal::escaped`](crate::terminal::escaped), which makes invisible and reordering
+    /// characters visible, so that a call for `"alice\u{200b}"` cannot pass for one for `"alice"`.
     pub arguments: Option<&'a str>,
     /// The SHA-256 of [`arguments`](ApprovalRequest::arguments), as the audit log records it.
     pub arguments_digest: Option<&'a str>,

@@ -47,8 +47,8 @@ pub struct PendingApproval {
     /// The refusal's code: `APPROVAL_PENDING`.
     pub code: &'static str,
     /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`). The agent wrote
-    /// them: a channel that shows them to a person should make invisible and bidi characters visible,
-    /// as the in-band form does.
+    /// them: a channel that shows them to a person makes invisible and bidi characters visible
+    /// ([`terminal::escaped`](crate::terminal::escaped)), as the in-band form does.
     pub arguments: String,
     /// The token that approves this exact call once ([`Gate::approve`](crate::Gate::approve),
     /// [`Gate::answer`](crate::Gate::answer)). A secret for the operator: never send it to the agent.
