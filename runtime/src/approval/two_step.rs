@@ -289,7 +289,8 @@ mod tests {
             store.answer_at(&token, approve(), t0),
             Err(ApproveError::AlreadyApproved)
         );
-        assert!(pending(DenialCode::ApprovalMismatch)(
+        // Another call files its own request, whatever the approval of this one.
+        assert!(pending(DenialCode::ApprovalPending)(
             &store.lookup(&call("b"), t0)
         ));
         assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(approve()));
@@ -336,7 +337,7 @@ mod tests {
         store.answer_at(&token, approve(), t0).unwrap();
         let mut higher = call("a");
         higher.binding.risk = Risk::LowWrite;
-        assert!(pending(DenialCode::ApprovalMismatch)(
+        assert!(pending(DenialCode::ApprovalPending)(
             &store.lookup(&higher, t0)
         ));
         assert!(pending(DenialCode::ApprovalExpired)(
@@ -344,10 +345,10 @@ mod tests {
         ));
         let late = match store.lookup(&call("fresh"), t0) {
             Consumed::Pending {
-                code: DenialCode::ApprovalMismatch,
+                code: DenialCode::ApprovalPending,
                 token: Some(token),
             } => token,
-            other => panic!("expected a mismatch with a new token, got {other:?}"),
+            other => panic!("expected a new pending request, got {other:?}"),
         };
         assert_eq!(
             store.answer_at(&late, approve(), t0 + ttl),
