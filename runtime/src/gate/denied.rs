@@ -136,6 +136,7 @@ impl fmt::Display for Denied {
         let (id, risk) = (self.tool.id, self.risk);
         let mode = self.mode.map_or("none", Mode::as_str);
         let detail = self.detail().unwrap_or("no reason given");
+        let subject = Subject(self);
         match self.code {
             DenialCode::NoGate => write!(
                 f,
@@ -190,7 +191,7 @@ impl fmt::Display for Denied {
                 )
             }
             DenialCode::ApprovalPending => {
-                write!(f, "tool `{id}` ({risk}) needs an approval in mode {mode}")?;
+                write!(f, "{subject} needs an approval in mode {mode}")?;
                 if let Some(why) = self.detail() {
                     write!(f, " ({why})")?;
                 }
@@ -201,40 +202,36 @@ impl fmt::Display for Denied {
                 )
             }
             DenialCode::ApprovalRequired => match self.detail() {
-                Some(why) => write!(
-                    f,
-                    "tool `{id}` ({risk}) needs an approval in mode {mode}: {why}"
-                ),
+                Some(why) => write!(f, "{subject} needs an approval in mode {mode}: {why}"),
                 None => write!(
                     f,
-                    "tool `{id}` ({risk}) needs an approval in mode {mode} and the gate has no approver"
+                    "{subject} needs an approval in mode {mode} and the gate has no approver"
                 ),
             },
             DenialCode::AuditUnavailable => write!(
                 f,
-                "tool `{id}` ({risk}) did not run: the audit log could not record the call ({detail})"
+                "{subject} did not run: the audit log could not record the call ({detail})"
             ),
             DenialCode::ApprovalExpired => write!(
                 f,
-                "tool `{id}` ({risk}): the approval of this call expired; ask for a new one"
+                "{subject}: the approval of this call expired; ask for a new one"
             ),
             DenialCode::ApprovalMismatch => write!(
                 f,
-                "tool `{id}` ({risk}): the pending approval is for other arguments; this call needs \
+                "{subject}: the pending approval is for other arguments; this call needs \
                  its own approval"
             ),
             DenialCode::ApprovalReused => write!(
                 f,
-                "tool `{id}` ({risk}): the approval of this call was already used; an approval runs a \
+                "{subject}: the approval of this call was already used; an approval runs a \
                  call once"
             ),
-            DenialCode::ApprovalRejected => write!(
-                f,
-                "tool `{id}` ({risk}) was not approved in mode {mode}: {detail}"
-            ),
+            DenialCode::ApprovalRejected => {
+                write!(f, "{subject} was not approved in mode {mode}: {detail}")
+            }
             DenialCode::ApprovalStoreUnavailable => write!(
                 f,
-                "tool `{id}` ({risk}) did not run: it needs an approval in mode {mode}, and the \
+                "{subject} did not run: it needs an approval in mode {mode}, and the \
                  approval store failed ({detail}); retry when it is back"
             ),
             DenialCode::BudgetExhausted => {
@@ -263,6 +260,24 @@ impl fmt::Display for Denied {
             ),
             // A code of a newer policy than this runtime knows.
             code => write!(f, "tool `{id}` ({risk}) was refused in mode {mode}: {code}"),
+        }
+    }
+}
+
+/// The tool and the risk a call is judged at, as an approval's message names them: where its arguments
+/// raised the risk, the declared one too, so that an operator and the agent read why it asks.
+struct Subject<'a>(&'a Denied);
+
+impl fmt::Display for Subject<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (id, risk, declared) = (self.0.tool.id, self.0.risk, self.0.tool.risk_level);
+        if risk == declared {
+            write!(f, "tool `{id}` ({risk})")
+        } else {
+            write!(
+                f,
+                "tool `{id}` (declared {declared}, raised to {risk} by its arguments)"
+            )
         }
     }
 }

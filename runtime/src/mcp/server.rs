@@ -42,6 +42,8 @@ pub struct PendingApproval {
     pub tool: &'static str,
     /// The risk the call is judged at.
     pub risk: Risk,
+    /// The risk the tool declares: lower than `risk` where the call's arguments raised it.
+    pub declared_risk: Risk,
     /// The gate's mode when it refused.
     pub mode: Option<Mode>,
     /// The refusal's code: `APPROVAL_PENDING`.
@@ -415,6 +417,7 @@ impl ToolgateServer {
                 notify(&PendingApproval {
                     tool: tool.manifest().id,
                     risk: denied.risk(),
+                    declared_risk: tool.manifest().risk_level,
                     mode: denied.mode(),
                     code: denied.code().as_str(),
                     arguments: shown_arguments(tool, &arguments),
