@@ -978,7 +978,7 @@ mod approvals {
         if requests.is_empty() {
             return "no request waits for an answer\n".to_owned();
         }
-        let rows: Vec<[String; 7]> = requests
+        let rows: Vec<[String; 8]> = requests
             .iter()
             .map(|r| {
                 [
@@ -990,13 +990,25 @@ mod approvals {
                     r.agent
                         .as_deref()
                         .map_or_else(|| "-".into(), |t| escaped(t).into_owned()),
+                    r.principal
+                        .as_deref()
+                        .map_or_else(|| "-".into(), |t| escaped(t).into_owned()),
                     r.arguments
                         .as_deref()
                         .map_or_else(|| "(not shown)".into(), |t| escaped(t).into_owned()),
                 ]
             })
             .collect();
-        let header = ["ID", "AGE", "TOOL", "RISK", "MODE", "AGENT", "ARGUMENTS"];
+        let header = [
+            "ID",
+            "AGE",
+            "TOOL",
+            "RISK",
+            "MODE",
+            "AGENT",
+            "PRINCIPAL",
+            "ARGUMENTS",
+        ];
         let mut widths = header.map(str::len);
         for row in &rows {
             for (width, cell) in widths.iter_mut().zip(row) {

@@ -30,6 +30,7 @@ pub struct Denied {
 struct Extra {
     detail: Option<Arc<str>>,
     approval_token: Option<Arc<str>>,
+    approval_request_id: Option<Arc<str>>,
     /// Who rejected the call, for the audit record.
     by: Option<Arc<str>>,
     retry_after: Option<Duration>,
@@ -66,6 +67,11 @@ impl Denied {
 
     pub(crate) fn with_approval_token(mut self, token: Arc<str>) -> Denied {
         self.extra().approval_token = Some(token);
+        self
+    }
+
+    pub(crate) fn with_approval_request_id(mut self, id: Arc<str>) -> Denied {
+        self.extra().approval_request_id = Some(id);
         self
     }
 
@@ -116,6 +122,16 @@ impl Denied {
     /// reaches the agent does not carry it.
     pub fn approval_token(&self) -> Option<&str> {
         self.extra.as_ref()?.approval_token.as_deref()
+    }
+
+    /// The id by which an operator answers the pending request of this call in the approval store's
+    /// own channel (`toolgate approvals approve ID` with `PostgresStore`), where the store names its
+    /// requests; `None` with the in-memory store, whose requests are answered by token.
+    ///
+    /// Unlike the token it is not a secret (answering by id takes the operator's access to the store):
+    /// the message names it, so that the agent can say which request waits.
+    pub fn approval_request_id(&self) -> Option<&str> {
+        self.extra.as_ref()?.approval_request_id.as_deref()
     }
 
     /// How long from the refusal until the same call may be allowed again, where that is known: a call
@@ -195,11 +211,18 @@ impl fmt::Display for Denied {
                 if let Some(why) = self.detail() {
                     write!(f, " ({why})")?;
                 }
-                f.write_str(
-                    ": the call is pending until an operator approves it with its token, which the \
-                     application holds (it is not in this message); then the same call, with the \
-                     same arguments, runs once",
-                )
+                match self.approval_request_id() {
+                    Some(request) => write!(
+                        f,
+                        ": the call is pending as request {request} until an operator approves it; \
+                         then the same call, with the same arguments, runs once"
+                    ),
+                    None => f.write_str(
+                        ": the call is pending until an operator approves it with its token, which \
+                         the application holds (it is not in this message); then the same call, \
+                         with the same arguments, runs once",
+                    ),
+                }
             }
             DenialCode::ApprovalRequired => match self.detail() {
                 Some(why) => write!(f, "{subject} needs an approval in mode {mode}: {why}"),

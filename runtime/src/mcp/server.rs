@@ -55,6 +55,10 @@ pub struct PendingApproval {
     /// The token that approves this exact call once ([`Gate::approve`](crate::Gate::approve),
     /// [`Gate::answer`](crate::Gate::answer)). A secret for the operator: never send it to the agent.
     pub token: String,
+    /// The request's id in the approval store, where the store names its requests (`toolgate
+    /// approvals approve ID` with `PostgresStore`); `None` with the in-memory store
+    /// ([`Denied::approval_request_id`](crate::Denied::approval_request_id)).
+    pub request_id: Option<String>,
     /// Who the agent acts for, as the caller's gate names it
     /// ([`GateBuilder::principal`](crate::GateBuilder::principal)).
     pub principal: Option<String>,
@@ -422,6 +426,7 @@ impl ToolgateServer {
                     code: denied.code().as_str(),
                     arguments: shown_arguments(tool, &arguments),
                     token: token.to_owned(),
+                    request_id: denied.approval_request_id().map(str::to_owned),
                     principal: gate.principal().map(str::to_owned),
                     taint,
                 });
