@@ -448,12 +448,7 @@ fn approved_through_the_command_runs_once_here_and_nothing_else_does() {
     assert_eq!(WIRES.load(Ordering::SeqCst), before + 1);
 
     // The command's own failures.
-    let no_one = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["approvals", "approve", &id.to_string(), "--store", &url])
-        .env_remove("USER")
-        .env_remove("TOOLGATE_STORE")
-        .output()
-        .unwrap();
+    let no_one = cli(&url, &["approve", &id.to_string(), "--by", " "]);
     assert_eq!(no_one.status.code(), Some(64), "{no_one:?}");
     let nowhere = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["approvals", "list"])
@@ -466,6 +461,129 @@ fn approved_through_the_command_runs_once_here_and_nothing_else_does() {
     assert_eq!(unreachable.status.code(), Some(3), "{unreachable:?}");
     let unknown = cli(&url, &["show", "999999"]);
     assert_eq!(unknown.status.code(), Some(1), "{unknown:?}");
+}
+
+/// A pending refusal carries the id operators answer by, and `list` shows whose call it is.
+#[test]
+fn the_refusal_names_the_request_the_operator_answers_by_id() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let _serial = common::serial();
+    let url = database("request_id");
+    let store = std::sync::Arc::new(PostgresStore::connect(&url).unwrap());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("desk")
+        .principal("ana\u{1b}[2J")
+        .approval_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let call = || wire("id".into(), 3, "1".into());
+    let denied = gate.run(call).unwrap_err();
+    assert_eq!(denied.code(), DenialCode::ApprovalPending);
+    let id = pending_id(
+        &store,
+        "bank.wire",
+        r#"{"account":"id","cents":3,"pin":"[REDACTED]"}"#,
+    );
+    assert_eq!(denied.approval_request_id(), Some(id.to_string().as_str()));
+    let message = denied.message();
+    assert!(
+        message.contains(&format!(
+            "pending as request {id} until an operator approves it"
+        )),
+        "{message}"
+    );
+    let token = denied.approval_token().unwrap();
+    assert!(!message.contains(token) && !serde_json::to_string(&denied).unwrap().contains(token));
+    // Asking again names the same request, with another token.
+    let again = gate.run(call).unwrap_err();
+    assert_eq!(again.approval_request_id(), Some(id.to_string().as_str()));
+    assert_ne!(again.approval_token(), Some(token));
+
+    let listed = stdout(&cli(&url, &["list"]));
+    let mut lines = listed.lines();
+    let header = lines.next().unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        [
+            "ID",
+            "AGE",
+            "TOOL",
+            "RISK",
+            "MODE",
+            "AGENT",
+            "PRINCIPAL",
+            "ARGUMENTS"
+        ],
+        "{listed}"
+    );
+    let row = lines.next().unwrap();
+    assert!(row.contains(r"desk   ana\u{001b}[2J  {"), "{listed}");
+    assert!(
+        !listed.contains('\u{1b}'),
+        "the principal is shown unescaped: {listed:?}"
+    );
+    assert!(cli(&url, &["approve", &id.to_string()]).status.success());
+    gate.run(call).expect("the approved call runs");
+}
+
+/// Without `--by`, the operator is USER, then LOGNAME, then the account the command runs as.
+#[test]
+fn without_by_the_environment_names_the_operator() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let _serial = common::serial();
+    let url = database("operator");
+    let store = std::sync::Arc::new(PostgresStore::connect(&url).unwrap());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("desk")
+        .approval_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let account = Command::new("id").arg("-un").output().unwrap();
+    let account = String::from_utf8_lossy(&account.stdout).trim().to_owned();
+    assert!(!account.is_empty());
+    let cases: [(Option<&str>, Option<&str>, &str); 4] = [
+        (Some("alice"), Some("bob"), "alice"),
+        (None, Some("bob"), "bob"),
+        (Some(" "), Some("bob"), "bob"),
+        (None, None, &account),
+    ];
+    for (i, (user, logname, expected)) in cases.into_iter().enumerate() {
+        let account = format!("op{i}");
+        token(gate.run(|| wire(account.clone(), 1, "1".into())));
+        let shown = format!(r#"{{"account":"{account}","cents":1,"pin":"[REDACTED]"}}"#);
+        let id = pending_id(&store, "bank.wire", &shown).to_string();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command
+            .args(["approvals", "approve", &id])
+            .env("TOOLGATE_STORE", &url);
+        for (var, value) in [("USER", user), ("LOGNAME", logname)] {
+            match value {
+                Some(value) => command.env(var, value),
+                None => command.env_remove(var),
+            };
+        }
+        let approved = command.output().unwrap();
+        assert_eq!(approved.status.code(), Some(0), "{approved:?}");
+        let shown = stdout(&cli(&url, &["show", &id]));
+        assert!(
+            shown.contains(&format!("approved by {expected}, not used yet")),
+            "USER={user:?} LOGNAME={logname:?}: {shown}"
+        );
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["approvals", "approve", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&help).contains("USER, then LOGNAME, then the name of the account"),
+        "{help:?}"
+    );
 }
 
 fn gate_with_ttl(url: &str, ttl: Duration) -> Gate {

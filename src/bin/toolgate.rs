@@ -57,6 +57,39 @@ Exit status: as for `toolgate audit verify`:
   8   a line is longer than any record a sink writes (16 MiB); it is skipped
   64  the command line is invalid";
 
+/// Who answers or changes something: `--by`, else where the environment names the operator (USER,
+/// then LOGNAME), else the name of the account the command runs as.
+#[cfg(feature = "postgres")]
+fn operator(by: Option<String>) -> Option<String> {
+    let named = |name: String| Some(name.trim().to_owned()).filter(|name| !name.is_empty());
+    // A `--by` that names no one is a mistake, not a question for the environment.
+    if let Some(by) = by {
+        return named(by);
+    }
+    None.or_else(|| std::env::var("USER").ok().and_then(named))
+        .or_else(|| std::env::var("LOGNAME").ok().and_then(named))
+        .or_else(|| account().and_then(named))
+}
+
+/// The name of the account the process runs as, from the password file.
+#[cfg(all(feature = "postgres", target_os = "linux"))]
+fn account() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").ok()?.uid().to_string();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)? == uid).then(|| name.to_owned())
+    })
+}
+
+/// The name of the account the process runs as, where the system names it in the environment.
+#[cfg(all(feature = "postgres", not(target_os = "linux")))]
+fn account() -> Option<String> {
+    std::env::var("USERNAME").ok()
+}
+
 #[cfg(feature = "postgres")]
 const APPROVALS_EXIT_STATUS: &str = "\
 The store is the PostgreSQL database that the gates' `PostgresStore` connects to: --store URL, or the
@@ -66,7 +99,7 @@ Exit status:
   0   done
   1   no such request, or it cannot be answered: expired, answered already, or its answer used
   3   the store could not be reached, failed, or did not answer in time
-  64  the command line is invalid (no store, no --by and no USER)";
+  64  the command line is invalid (no store, or no --by and no name for the operator)";
 
 #[cfg(feature = "postgres")]
 const FLEET_EXIT_STATUS: &str = "\
@@ -77,7 +110,7 @@ Exit status:
   0   done
   1   refused: `lower` to a mode above the fleet's, `raise` to one below it, or no such fleet
   3   the database could not be reached, failed, or did not answer in time
-  64  the command line is invalid (no store, no fleet, no --by and no USER)";
+  64  the command line is invalid (no store, no fleet, or no --by and no name for the operator)";
 
 #[cfg(feature = "postgres")]
 const MIGRATE_EXIT_STATUS: &str = "\
@@ -255,8 +288,9 @@ mod fleet {
             /// The new mode.
             #[arg(long, value_name = "MODE")]
             to: Mode,
-            /// Who lowers it, for the audit records.
-            #[arg(long, env = "USER", value_name = "NAME")]
+            /// Who lowers it, for the audit records [default: USER, then LOGNAME, then the name
+            /// of the account the command runs as]
+            #[arg(long, value_name = "NAME")]
             by: Option<String>,
             /// Why, for the audit records.
             #[arg(long, value_name = "TEXT")]
@@ -268,8 +302,9 @@ mod fleet {
             /// The new mode.
             #[arg(long, value_name = "MODE")]
             to: Mode,
-            /// Who raises it.
-            #[arg(long, env = "USER", value_name = "NAME")]
+            /// Who raises it [default: USER, then LOGNAME, then the name of the account the
+            /// command runs as]
+            #[arg(long, value_name = "NAME")]
             by: Option<String>,
             /// Why.
             #[arg(long, value_name = "TEXT")]
@@ -303,14 +338,17 @@ mod fleet {
             Action::Lower { to, by, reason } => (to, by, reason, true),
             Action::Raise { to, by, reason } => (to, by, reason, false),
         };
-        let Some(by) = by.as_deref().map(str::trim).filter(|by| !by.is_empty()) else {
-            eprintln!("toolgate: who changes the fleet? give --by NAME (USER is not set)");
+        let Some(by) = super::operator(by) else {
+            eprintln!(
+                "toolgate: who changes the fleet? give --by NAME (USER and LOGNAME are not set, \
+                 and the account has no name)"
+            );
             return USAGE;
         };
         let changed = if lowering {
-            fleet::lower(&url, schema, &name, to, by, &reason)
+            fleet::lower(&url, schema, &name, to, &by, &reason)
         } else {
-            fleet::raise(&url, schema, &name, to, by, &reason)
+            fleet::raise(&url, schema, &name, to, &by, &reason)
         };
         match changed {
             Ok(change) if lowering => {
@@ -763,8 +801,9 @@ mod approvals {
             /// Also grant the same call for the rest of the session of the gate that runs it.
             #[arg(long)]
             for_session: bool,
-            /// Who approves, for the audit log.
-            #[arg(long, env = "USER", value_name = "NAME")]
+            /// Who approves, for the audit log [default: USER, then LOGNAME, then the name of the
+            /// account the command runs as]
+            #[arg(long, value_name = "NAME")]
             by: Option<String>,
         },
         /// Rejects a request, with a reason the agent reads when it makes the call again.
@@ -778,8 +817,9 @@ mod approvals {
             /// Also stop the agent: the gate that reads the rejection lowers itself to SHADOW.
             #[arg(long)]
             stop: bool,
-            /// Who rejects, for the audit log.
-            #[arg(long, env = "USER", value_name = "NAME")]
+            /// Who rejects, for the audit log [default: USER, then LOGNAME, then the name of the
+            /// account the command runs as]
+            #[arg(long, value_name = "NAME")]
             by: Option<String>,
         },
     }
@@ -916,11 +956,14 @@ mod approvals {
     }
 
     fn who(by: &Option<String>) -> Option<String> {
-        let by = by.as_deref().map(str::trim).filter(|by| !by.is_empty());
+        let by = super::operator(by.clone());
         if by.is_none() {
-            eprintln!("toolgate: who answers? give --by NAME (USER is not set)");
+            eprintln!(
+                "toolgate: who answers? give --by NAME (USER and LOGNAME are not set, and the \
+                 account has no name)"
+            );
         }
-        by.map(str::to_owned)
+        by
     }
 
     fn unavailable(error: &StoreError) -> u8 {
@@ -935,7 +978,7 @@ mod approvals {
         if requests.is_empty() {
             return "no request waits for an answer\n".to_owned();
         }
-        let rows: Vec<[String; 7]> = requests
+        let rows: Vec<[String; 8]> = requests
             .iter()
             .map(|r| {
                 [
@@ -947,13 +990,25 @@ mod approvals {
                     r.agent
                         .as_deref()
                         .map_or_else(|| "-".into(), |t| escaped(t).into_owned()),
+                    r.principal
+                        .as_deref()
+                        .map_or_else(|| "-".into(), |t| escaped(t).into_owned()),
                     r.arguments
                         .as_deref()
                         .map_or_else(|| "(not shown)".into(), |t| escaped(t).into_owned()),
                 ]
             })
             .collect();
-        let header = ["ID", "AGE", "TOOL", "RISK", "MODE", "AGENT", "ARGUMENTS"];
+        let header = [
+            "ID",
+            "AGE",
+            "TOOL",
+            "RISK",
+            "MODE",
+            "AGENT",
+            "PRINCIPAL",
+            "ARGUMENTS",
+        ];
         let mut widths = header.map(str::len);
         for row in &rows {
             for (width, cell) in widths.iter_mut().zip(row) {

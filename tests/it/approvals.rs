@@ -53,6 +53,21 @@ async fn balance() -> Result<u64, Denied> {
     Ok(7)
 }
 
+fn by_sudo(command: &str) -> toolgate::Risk {
+    if command.starts_with("sudo ") {
+        toolgate::Risk::HighWrite
+    } else {
+        toolgate::Risk::LowWrite
+    }
+}
+
+/// Run a shell command, raised by `sudo`.
+#[tool(risk = "LOW_WRITE", side_effects, domain = "appr", escalate = by_sudo)]
+fn run_shell(command: String) -> Result<(), Denied> {
+    let _ = command;
+    Ok(())
+}
+
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
@@ -829,4 +844,59 @@ fn an_answer_runs_only_the_call_of_the_principal_it_was_given_for() {
     assert_eq!(PURGES.load(Ordering::SeqCst), before);
     bob.run(|| purge("db".into())).unwrap();
     assert_eq!(PURGES.load(Ordering::SeqCst), before + 1);
+}
+
+// An escalated call's approval says the risk it was declared at and that its arguments raised it, on
+// every path an approval refuses by.
+#[test]
+fn an_escalated_call_says_its_declared_risk_in_every_approval_message() {
+    let _serial = serial();
+    let raised =
+        "tool `appr.run_shell` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments)";
+    let two_step = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .build()
+        .unwrap();
+    let sudo = || run_shell("sudo reboot".into());
+    let pending = two_step.run(sudo).unwrap_err();
+    assert_eq!(pending.code(), DenialCode::ApprovalPending);
+    assert!(pending.message().starts_with(raised), "{pending}");
+    two_step.approve(pending.approval_token().unwrap()).unwrap();
+    two_step.run(sudo).unwrap();
+    let reused = two_step.run(sudo).unwrap_err();
+    assert_eq!(reused.code(), DenialCode::ApprovalReused);
+    assert!(reused.message().starts_with(raised), "{reused}");
+    let asked = two_step.run(|| run_shell("sudo halt".into())).unwrap_err();
+    two_step
+        .answer(
+            asked.approval_token().unwrap(),
+            Answer::Reject {
+                by: "bob".into(),
+                reason: "not now".into(),
+                stop: false,
+            },
+        )
+        .unwrap();
+    let rejected = two_step.run(|| run_shell("sudo halt".into())).unwrap_err();
+    assert_eq!(rejected.code(), DenialCode::ApprovalRejected);
+    assert_eq!(
+        rejected.message(),
+        format!("{raised} was not approved in mode FULL_AUTO: not now")
+    );
+    let no_approver = Gate::builder().mode(Mode::FullAuto).build().unwrap();
+    let required = no_approver.run(sudo).unwrap_err();
+    assert_eq!(required.code(), DenialCode::ApprovalRequired);
+    assert_eq!(
+        required.message(),
+        format!("{raised} needs an approval in mode FULL_AUTO and the gate has no approver")
+    );
+    // A call its arguments do not raise reads as ever.
+    no_approver.run(|| run_shell("uptime".into())).unwrap();
+    let high = no_approver.run(|| wire_sync("a".into(), 1)).unwrap_err();
+    assert!(
+        high.message()
+            .starts_with("tool `appr.wire_sync` (HIGH_WRITE) needs"),
+        "{high}"
+    );
 }

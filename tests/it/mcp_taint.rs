@@ -189,3 +189,54 @@ fn the_request_handed_to_on_pending_says_the_session_is_tainted() {
         let _ = client.cancel().await;
     });
 }
+
+// With the PostgreSQL store, `on_pending` hands over the request's id, by which `toolgate approvals`
+// answers it, and the agent's refusal names the id but never the token.
+#[cfg(feature = "postgres")]
+#[test]
+fn on_pending_hands_over_the_request_id_the_operator_answers_by() {
+    use toolgate::postgres::PostgresStore;
+    let url = super::common::postgres::database("mcp_request_id");
+    let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approval_store_shared(store.clone())
+        .principal("alice")
+        .build()
+        .expect("a gate");
+    runtime().block_on(async {
+        let pending = Arc::new(Mutex::new(Vec::<PendingApproval>::new()));
+        let heard = Arc::clone(&pending);
+        let server = ToolgateServer::new(gate.clone())
+            .only(|m| m.domain == Some("mcptaint"))
+            .on_pending(move |request| heard.lock().unwrap().push(request.clone()));
+        let client = connect(server, ProtocolVersion::V_2025_06_18).await;
+        let Value::Object(call) = json!({"to": "acct-9", "cents": 5}) else {
+            unreachable!("an object")
+        };
+        let refused = client
+            .call_tool_once(CallToolRequestParams::new("mcptaint.wire").with_arguments(call))
+            .await
+            .expect("a call");
+        let CallToolResponse::Complete(result) = &refused else {
+            panic!("{refused:?}");
+        };
+        let text = match result.content.first() {
+            Some(ContentBlock::Text(text)) => text.text.clone(),
+            other => panic!("{other:?}"),
+        };
+        let pending = pending.lock().unwrap().clone();
+        assert_eq!(pending.len(), 1, "{pending:#?}");
+        let listed = store.list().await.expect("the list");
+        assert_eq!(listed.len(), 1);
+        let id = listed[0].id.to_string();
+        assert_eq!(pending[0].request_id.as_deref(), Some(id.as_str()));
+        assert!(
+            text.starts_with("APPROVAL_PENDING: ")
+                && text.contains(&format!("pending as request {id} until an operator")),
+            "{text}"
+        );
+        assert!(!text.contains(&pending[0].token), "{text}");
+        let _ = client.cancel().await;
+    });
+}

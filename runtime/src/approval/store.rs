@@ -163,6 +163,42 @@ pub enum Consumed {
         /// The pending request's token: whoever holds it can approve the call.
         token: Option<String>,
     },
+    /// As [`Consumed::Pending`], from a store whose operators answer a request by an id of its own
+    /// (`toolgate approvals approve ID` with `PostgresStore`): the refusal carries the id
+    /// ([`Denied::approval_request_id`](crate::Denied::approval_request_id)), so that whoever tells
+    /// the operator can say which request to answer. The gate reads it as it reads `Pending`; a store
+    /// that has no ids answers `Pending`.
+    Filed(Filed),
+}
+
+/// A pending request as a store that names its requests says it ([`Consumed::Filed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Filed {
+    /// Why the call is refused now, as in [`Consumed::Pending`].
+    pub code: DenialCode,
+    /// The pending request's token, as in [`Consumed::Pending`]: a secret for the operator.
+    pub token: Option<String>,
+    /// The request's id in the store's operator channel. Not a secret: answering by id takes the
+    /// operator's access to the store, and the agent may read it to say which request waits.
+    pub request_id: Option<String>,
+}
+
+impl Filed {
+    /// The answer `Consumed::Pending { code, token }` gives, with no id yet.
+    pub fn new(code: DenialCode, token: Option<String>) -> Filed {
+        Filed {
+            code,
+            token,
+            request_id: None,
+        }
+    }
+
+    /// The pending request's id, as operators answer it.
+    pub fn request_id(mut self, id: impl Into<String>) -> Filed {
+        self.request_id = Some(id.into());
+        self
+    }
 }
 
 /// A store could not answer; the call is refused with `APPROVAL_STORE_UNAVAILABLE`. The PostgreSQL

@@ -30,6 +30,7 @@ pub struct Denied {
 struct Extra {
     detail: Option<Arc<str>>,
     approval_token: Option<Arc<str>>,
+    approval_request_id: Option<Arc<str>>,
     /// Who rejected the call, for the audit record.
     by: Option<Arc<str>>,
     retry_after: Option<Duration>,
@@ -66,6 +67,11 @@ impl Denied {
 
     pub(crate) fn with_approval_token(mut self, token: Arc<str>) -> Denied {
         self.extra().approval_token = Some(token);
+        self
+    }
+
+    pub(crate) fn with_approval_request_id(mut self, id: Arc<str>) -> Denied {
+        self.extra().approval_request_id = Some(id);
         self
     }
 
@@ -118,6 +124,16 @@ impl Denied {
         self.extra.as_ref()?.approval_token.as_deref()
     }
 
+    /// The id by which an operator answers the pending request of this call in the approval store's
+    /// own channel (`toolgate approvals approve ID` with `PostgresStore`), where the store names its
+    /// requests; `None` with the in-memory store, whose requests are answered by token.
+    ///
+    /// Unlike the token it is not a secret (answering by id takes the operator's access to the store):
+    /// the message names it, so that the agent can say which request waits.
+    pub fn approval_request_id(&self) -> Option<&str> {
+        self.extra.as_ref()?.approval_request_id.as_deref()
+    }
+
     /// How long from the refusal until the same call may be allowed again, where that is known: a call
     /// over a budget (`BUDGET_EXHAUSTED`) may be retried once the oldest call counted in the window is
     /// older than the window. `None` for every other refusal.
@@ -136,6 +152,7 @@ impl fmt::Display for Denied {
         let (id, risk) = (self.tool.id, self.risk);
         let mode = self.mode.map_or("none", Mode::as_str);
         let detail = self.detail().unwrap_or("no reason given");
+        let subject = Subject(self);
         match self.code {
             DenialCode::NoGate => write!(
                 f,
@@ -190,51 +207,54 @@ impl fmt::Display for Denied {
                 )
             }
             DenialCode::ApprovalPending => {
-                write!(f, "tool `{id}` ({risk}) needs an approval in mode {mode}")?;
+                write!(f, "{subject} needs an approval in mode {mode}")?;
                 if let Some(why) = self.detail() {
                     write!(f, " ({why})")?;
                 }
-                f.write_str(
-                    ": the call is pending until an operator approves it with its token, which the \
-                     application holds (it is not in this message); then the same call, with the \
-                     same arguments, runs once",
-                )
+                match self.approval_request_id() {
+                    Some(request) => write!(
+                        f,
+                        ": the call is pending as request {request} until an operator approves it; \
+                         then the same call, with the same arguments, runs once"
+                    ),
+                    None => f.write_str(
+                        ": the call is pending until an operator approves it with its token, which \
+                         the application holds (it is not in this message); then the same call, \
+                         with the same arguments, runs once",
+                    ),
+                }
             }
             DenialCode::ApprovalRequired => match self.detail() {
-                Some(why) => write!(
-                    f,
-                    "tool `{id}` ({risk}) needs an approval in mode {mode}: {why}"
-                ),
+                Some(why) => write!(f, "{subject} needs an approval in mode {mode}: {why}"),
                 None => write!(
                     f,
-                    "tool `{id}` ({risk}) needs an approval in mode {mode} and the gate has no approver"
+                    "{subject} needs an approval in mode {mode} and the gate has no approver"
                 ),
             },
             DenialCode::AuditUnavailable => write!(
                 f,
-                "tool `{id}` ({risk}) did not run: the audit log could not record the call ({detail})"
+                "{subject} did not run: the audit log could not record the call ({detail})"
             ),
             DenialCode::ApprovalExpired => write!(
                 f,
-                "tool `{id}` ({risk}): the approval of this call expired; ask for a new one"
+                "{subject}: the approval of this call expired; ask for a new one"
             ),
             DenialCode::ApprovalMismatch => write!(
                 f,
-                "tool `{id}` ({risk}): the pending approval is for other arguments; this call needs \
+                "{subject}: the pending approval is for other arguments; this call needs \
                  its own approval"
             ),
             DenialCode::ApprovalReused => write!(
                 f,
-                "tool `{id}` ({risk}): the approval of this call was already used; an approval runs a \
+                "{subject}: the approval of this call was already used; an approval runs a \
                  call once"
             ),
-            DenialCode::ApprovalRejected => write!(
-                f,
-                "tool `{id}` ({risk}) was not approved in mode {mode}: {detail}"
-            ),
+            DenialCode::ApprovalRejected => {
+                write!(f, "{subject} was not approved in mode {mode}: {detail}")
+            }
             DenialCode::ApprovalStoreUnavailable => write!(
                 f,
-                "tool `{id}` ({risk}) did not run: it needs an approval in mode {mode}, and the \
+                "{subject} did not run: it needs an approval in mode {mode}, and the \
                  approval store failed ({detail}); retry when it is back"
             ),
             DenialCode::BudgetExhausted => {
@@ -263,6 +283,24 @@ impl fmt::Display for Denied {
             ),
             // A code of a newer policy than this runtime knows.
             code => write!(f, "tool `{id}` ({risk}) was refused in mode {mode}: {code}"),
+        }
+    }
+}
+
+/// The tool and the risk a call is judged at, as an approval's message names them: where its arguments
+/// raised the risk, the declared one too, so that an operator and the agent read why it asks.
+struct Subject<'a>(&'a Denied);
+
+impl fmt::Display for Subject<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (id, risk, declared) = (self.0.tool.id, self.0.risk, self.0.tool.risk_level);
+        if risk == declared {
+            write!(f, "tool `{id}` ({risk})")
+        } else {
+            write!(
+                f,
+                "tool `{id}` (declared {declared}, raised to {risk} by its arguments)"
+            )
         }
     }
 }

@@ -298,10 +298,18 @@ fn form(
     }
     let _ = write!(
         message,
-        "tool: {id}\nrisk: {risk}\nmode: {mode}\n",
+        "tool: {id}\nrisk: {risk}",
         id = manifest.id,
         risk = denied.risk(),
     );
+    if denied.risk() != manifest.risk_level {
+        let _ = write!(
+            message,
+            " (declared {declared}, raised by its arguments)",
+            declared = manifest.risk_level
+        );
+    }
+    let _ = write!(message, "\nmode: {mode}\n");
     if let Some(principal) = about.principal {
         let _ = writeln!(message, "principal: {principal}");
     }

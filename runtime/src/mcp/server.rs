@@ -42,6 +42,8 @@ pub struct PendingApproval {
     pub tool: &'static str,
     /// The risk the call is judged at.
     pub risk: Risk,
+    /// The risk the tool declares: lower than `risk` where the call's arguments raised it.
+    pub declared_risk: Risk,
     /// The gate's mode when it refused.
     pub mode: Option<Mode>,
     /// The refusal's code: `APPROVAL_PENDING`.
@@ -53,6 +55,10 @@ pub struct PendingApproval {
     /// The token that approves this exact call once ([`Gate::approve`](crate::Gate::approve),
     /// [`Gate::answer`](crate::Gate::answer)). A secret for the operator: never send it to the agent.
     pub token: String,
+    /// The request's id in the approval store, where the store names its requests (`toolgate
+    /// approvals approve ID` with `PostgresStore`); `None` with the in-memory store
+    /// ([`Denied::approval_request_id`](crate::Denied::approval_request_id)).
+    pub request_id: Option<String>,
     /// Who the agent acts for, as the caller's gate names it
     /// ([`GateBuilder::principal`](crate::GateBuilder::principal)).
     pub principal: Option<String>,
@@ -415,10 +421,12 @@ impl ToolgateServer {
                 notify(&PendingApproval {
                     tool: tool.manifest().id,
                     risk: denied.risk(),
+                    declared_risk: tool.manifest().risk_level,
                     mode: denied.mode(),
                     code: denied.code().as_str(),
                     arguments: shown_arguments(tool, &arguments),
                     token: token.to_owned(),
+                    request_id: denied.approval_request_id().map(str::to_owned),
                     principal: gate.principal().map(str::to_owned),
                     taint,
                 });

@@ -14,7 +14,9 @@ use tokio_postgres::{Client, NoTls, Row, Statement};
 use super::schema::{self, lock_key, store_error};
 use super::sql;
 use super::{RequestState, Settings, StoredRequest};
-use crate::approval::store::{Answer, ApprovalCall, ApproveError, Binding, Consumed, StoreError};
+use crate::approval::store::{
+    Answer, ApprovalCall, ApproveError, Binding, Consumed, Filed, StoreError,
+};
 use crate::approval::two_step::new_token;
 use crate::gate::budget::{BudgetCharge, Reservation, Taken};
 use crate::policy::{DenialCode, Mode, Risk};
@@ -355,13 +357,13 @@ impl Worker {
         let pending = transaction
             .query_opt(&statements.find_pending, &key)
             .await?;
-        let token = match pending {
+        let filed = match pending {
             Some(row) => {
                 let id: i64 = get(&row, 0)?;
                 transaction
                     .execute(&statements.add_token, &[&id, &hash, &TOKENS_PER_REQUEST])
                     .await?;
-                Some(token)
+                Some((token, id))
             }
             None => {
                 let held = transaction
@@ -377,7 +379,7 @@ impl Worker {
                     let manifest = serde_json::from_str::<serde_json::Value>(&call.manifest)
                         .is_ok()
                         .then_some(call.manifest.as_str());
-                    transaction
+                    let row = transaction
                         .query_one(
                             &statements.insert,
                             &[
@@ -398,7 +400,8 @@ impl Worker {
                             ],
                         )
                         .await?;
-                    Some(token)
+                    let id: i64 = get(&row, 0)?;
+                    Some((token, id))
                 }
             }
         };
@@ -406,10 +409,11 @@ impl Worker {
         if prune {
             self.last_prune.set(Some(Instant::now()));
         }
-        Ok(Consumed::Pending {
-            code: crate::approval::two_step::pending_code(code, token.is_some()),
-            token,
-        })
+        let code = crate::approval::two_step::pending_code(code, filed.is_some());
+        Ok(Consumed::Filed(match filed {
+            Some((token, id)) => Filed::new(code, Some(token)).request_id(id.to_string()),
+            None => Filed::new(code, None),
+        }))
     }
 }
 

@@ -210,7 +210,7 @@ impl Gate {
             refused(DenialCode::ApprovalStoreUnavailable)
                 .with_detail(StoreError::Unexpected(what).to_string().into())
         };
-        let (code, token) = match consumed {
+        let (code, token, request) = match consumed {
             Err(error) => {
                 return Err(refused(DenialCode::ApprovalStoreUnavailable)
                     .with_detail(error.to_string().into()));
@@ -235,7 +235,8 @@ impl Gate {
             Ok(Consumed::Answered(Answer::Reject { by, reason, stop })) => {
                 return Err(self.rejected(entry, mode, risk, &by, &reason, stop));
             }
-            Ok(Consumed::Pending { code, token }) => (code, token),
+            Ok(Consumed::Pending { code, token }) => (code, token, None),
+            Ok(Consumed::Filed(filed)) => (filed.code, filed.token, filed.request_id),
         };
         // A store refuses only as a store may: any other code would blame a deny rule, the mode or the
         // audit for what the store said.
@@ -244,12 +245,20 @@ impl Gate {
                 "it refused with {code}, not an approval code"
             )));
         }
+        // A request's id names the request its token answers: without a token, there is none.
+        let filed = |denied: Denied, token: String| {
+            let denied = denied.with_approval_token(token.into());
+            match &request {
+                Some(id) => denied.with_approval_request_id(id.as_str().into()),
+                None => denied,
+            }
+        };
         let denied = match (code, token) {
             // A request filed for the call is pending, whichever of the two codes the store used.
             (DenialCode::ApprovalRequired | DenialCode::ApprovalPending, Some(token)) => {
-                refused(DenialCode::ApprovalPending).with_approval_token(token.into())
+                filed(refused(DenialCode::ApprovalPending), token)
             }
-            (code, Some(token)) => refused(code).with_approval_token(token.into()),
+            (code, Some(token)) => filed(refused(code), token),
             // Nothing was filed, so nothing is pending: the store is full.
             (DenialCode::ApprovalRequired | DenialCode::ApprovalPending, None) => {
                 refused(DenialCode::ApprovalRequired).with_detail(
