@@ -740,6 +740,40 @@ mod cli {
     }
 
     #[test]
+    fn a_log_whose_last_records_were_edited_says_edited_not_cut() {
+        let dir = Scratch::new("cli-edited-tail");
+        let (log, public) = signed_log(&dir, "audit.jsonl");
+        let mut records = lines(&log);
+        for line in &mut records[8..] {
+            let mut fields: Value = serde_json::from_str(line).unwrap();
+            fields["tool"] = "tools.innocent".into();
+            *line = serde_json::to_string(&fields).unwrap();
+        }
+        write_lines(&log, &records);
+        let (code, stdout, _) = verify(&log, &public);
+        assert_eq!(code, 1, "the chain is broken: {stdout}");
+        assert!(stdout.contains("LOG EDITED"), "{stdout}");
+        assert!(!stdout.contains("CUT SHORT"), "{stdout}");
+        assert!(
+            stdout.contains(
+                "covers records up to seq 10, but the log's chain breaks after seq 8: the last 2 \
+                 signed records do not match the checkpoint, so the log was edited there, not cut"
+            ),
+            "{stdout}"
+        );
+
+        // Cut instead: what was signed is gone, not changed.
+        let dir = Scratch::new("cli-cut-tail");
+        let (log, public) = signed_log(&dir, "audit.jsonl");
+        let records = lines(&log);
+        write_lines(&log, &records[..8]);
+        let (code, stdout, _) = verify(&log, &public);
+        assert_eq!(code, 7, "{stdout}");
+        assert!(stdout.contains("LOG CUT SHORT"), "{stdout}");
+        assert!(!stdout.contains("EDITED"), "{stdout}");
+    }
+
+    #[test]
     fn a_checkpoint_from_another_writer_exits_5() {
         let dir = Scratch::new("cli-replayed");
         let (log, public) = signed_log(&dir, "a.jsonl");
