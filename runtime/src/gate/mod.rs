@@ -825,7 +825,10 @@ impl fmt::Debug for GateBuilder {
 }
 
 /// A gate could not be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` form is its message, the sentence users read: `main` returning
+/// `Result<_, Box<dyn Error>>` prints an error with `Debug`. `{:#?}` shows its structure.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GateError {
     /// Linked tools share an id.
@@ -839,6 +842,21 @@ pub enum GateError {
     ApprovalTtl(Duration),
     /// Budgets that are not valid.
     Budgets(Vec<BudgetError>),
+}
+
+impl fmt::Debug for GateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return fmt::Display::fmt(self, f);
+        }
+        match self {
+            GateError::Registry(error) => f.debug_tuple("Registry").field(error).finish(),
+            GateError::DenyRules(errors) => f.debug_tuple("DenyRules").field(errors).finish(),
+            GateError::Mode(error) => f.debug_tuple("Mode").field(error).finish(),
+            GateError::ApprovalTtl(ttl) => f.debug_tuple("ApprovalTtl").field(ttl).finish(),
+            GateError::Budgets(errors) => f.debug_tuple("Budgets").field(errors).finish(),
+        }
+    }
 }
 
 impl fmt::Display for GateError {
