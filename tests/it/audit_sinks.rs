@@ -33,10 +33,12 @@ fn write_note(n: u32) -> Result<u32, Denied> {
     Ok(n)
 }
 
+static ASYNC_WRITES: AtomicUsize = AtomicUsize::new(0);
+
 /// Write a note, later.
 #[tool(risk = "LOW_WRITE", domain = "tee")]
 async fn write_note_async(n: u32) -> Result<u32, Denied> {
-    WRITES.fetch_add(1, Ordering::SeqCst);
+    ASYNC_WRITES.fetch_add(1, Ordering::SeqCst);
     Ok(n)
 }
 
@@ -187,7 +189,7 @@ fn an_async_sink_among_several_is_awaited_and_its_refusal_refuses_the_call() {
         })
         .build()
         .unwrap();
-    let before = WRITES.load(Ordering::SeqCst);
+    let before = ASYNC_WRITES.load(Ordering::SeqCst);
     let denied = runtime
         .block_on(gate.scope(write_note_async(2)))
         .unwrap_err();
@@ -197,7 +199,7 @@ fn an_async_sink_among_several_is_awaited_and_its_refusal_refuses_the_call() {
         "{denied}"
     );
     assert_eq!(
-        WRITES.load(Ordering::SeqCst),
+        ASYNC_WRITES.load(Ordering::SeqCst),
         before,
         "the body must not run"
     );
@@ -260,4 +262,48 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
         event.record(&mut fields);
         self.0.lock().unwrap().push(fields.0);
     }
+}
+
+static BURNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Burn a note.
+#[tool(risk = "LOW_WRITE", domain = "tee")]
+fn burn_note(n: u32) -> Result<u32, Denied> {
+    BURNS.fetch_add(1, Ordering::SeqCst);
+    Ok(n)
+}
+
+/// A sink whose `enter` panics.
+struct Panicking;
+
+impl AuditSink for Panicking {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        assert!(record.stage != Stage::Enter, "the sink's disk is on fire");
+        Ok(())
+    }
+}
+
+#[test]
+fn a_sink_that_panics_on_an_enter_leaves_the_sinks_before_it_closed() {
+    let first = MemorySink::new();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .audit(first.clone())
+        .audit(Panicking)
+        .build()
+        .unwrap();
+    let before = BURNS.load(Ordering::SeqCst);
+    let ran = std::panic::catch_unwind(|| gate.run(|| burn_note(9)));
+    assert_eq!(
+        BURNS.load(Ordering::SeqCst),
+        before,
+        "the body must not run"
+    );
+    let _ = ran;
+    let records = first.records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(
+        (records[0].stage, records[1].stage, records[1].outcome),
+        (Stage::Enter, Stage::Exit, Some(Outcome::Refused))
+    );
 }

@@ -1,6 +1,7 @@
 //! Several sinks behind one gate: what `GateBuilder::audit` builds when it is called more than once.
 
 use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
 use crate::audit::record::{AuditRecord, Outcome, Stage};
@@ -66,23 +67,47 @@ fn close(wrote: &[Arc<dyn AuditSink>], enter: &AuditRecord, error: &AuditError) 
 }
 
 impl AuditSink for Tee {
+    /// A sink that panics is treated as one that refused, for the sinks around it (those before it
+    /// close a deciding record, those after it still get any other record); the panic then goes on to
+    /// the gate, as it would from a sink alone.
     fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
         if decides(record) {
             for (i, sink) in self.sinks.iter().enumerate() {
-                if let Err(error) = sink.record(record) {
-                    close(&self.sinks[..i], record, &error);
-                    return Err(error);
+                match catch_unwind(AssertUnwindSafe(|| sink.record(record))) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        close(&self.sinks[..i], record, &error);
+                        return Err(error);
+                    }
+                    Err(panic) => {
+                        close(
+                            &self.sinks[..i],
+                            record,
+                            &AuditError::new("the sink panicked"),
+                        );
+                        resume_unwind(panic);
+                    }
                 }
             }
             return Ok(());
         }
         let mut first = Ok(());
+        let mut panicked = None;
         for sink in &self.sinks {
-            if let Err(error) = sink.record(record)
-                && first.is_ok()
-            {
-                first = Err(error);
+            match catch_unwind(AssertUnwindSafe(|| sink.record(record))) {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    if first.is_ok() {
+                        first = Err(error);
+                    }
+                }
+                Err(panic) => {
+                    panicked.get_or_insert(panic);
+                }
             }
+        }
+        if let Some(panic) = panicked {
+            resume_unwind(panic);
         }
         first
     }
