@@ -686,6 +686,10 @@ impl AuditSink for JsonlSink {
     /// record (unless the last one already covers them).
     fn flush(&self) -> Result<(), AuditError> {
         let mut state = self.lock()?;
+        if state.closed && state.failed.is_none() {
+            // Closing made everything durable, and nothing was taken since.
+            return Ok(());
+        }
         state.usable(&self.path)?;
         state.write_pending(&self.path)?;
         state.sync(&self.path)?;
@@ -818,7 +822,8 @@ impl JsonlSink {
     /// buffered records, `fsync`s the file and, with checkpoints, writes the final one. From then on
     /// the sink refuses every record ("audit log … is closed"), so a call made through a gate that
     /// still holds it is refused with `AUDIT_UNAVAILABLE` rather than run unlogged; dropping it
-    /// writes nothing more. Closing it again is an error, and so is closing a sink that failed.
+    /// writes nothing more, and `flush` has nothing left to do. Closing it again is an error, and so is
+    /// closing a sink that failed.
     pub fn close_shared(&self) -> Result<(), AuditError> {
         let mut state = self.lock()?;
         state.usable(&self.path)?;

@@ -814,7 +814,7 @@ impl fmt::Debug for GateBuilder {
             .field("deny", &self.deny)
             .field("approver", &self.approver.is_some())
             .field("store", &self.store)
-            .field("audit", &self.audit.len())
+            .field("audit", &!self.audit.is_empty())
             .field("agent", &self.agent)
             .field("principal", &self.principal)
             .field("budgets", &self.budgets)
