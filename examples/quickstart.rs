@@ -1,7 +1,9 @@
 //! A small tool suite for a support agent, and one agent plan run under each mode.
 //!
 //! `cargo run --example quickstart` prints the manifest table, then shows every call of the plan allowed
-//! or refused, with the refusal's code and reason.
+//! or refused, with the refusal's code and reason. With `TOOLGATE_MODE` set
+//! (`TOOLGATE_MODE=partial_auto cargo run --example quickstart`), it runs the plan in that mode alone;
+//! a value that is not a mode ends it with the message.
 
 use std::fmt;
 
@@ -103,6 +105,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
+
+    // A mode from the environment: `?` prints what is wrong with it, and the exit status is 1.
+    if std::env::var_os(toolgate::policy::MODE_ENV_VAR).is_some() {
+        let mode = Mode::from_env()?;
+        println!("\nMode {mode} (from {}):", toolgate::policy::MODE_ENV_VAR);
+        run_plan(&Gate::builder().mode(mode).approver(operator).build()?);
+        return Ok(());
+    }
 
     for mode in Mode::ALL {
         println!("\nMode {mode}:");

@@ -76,7 +76,15 @@ fn modes_come_from_the_environment() {
             text.contains("SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO"),
             "{text}"
         );
+        // What `main() -> Result<_, Box<dyn Error>>` prints: the sentence, not the structure.
+        assert_eq!(format!("{error:?}"), text);
+        assert_eq!(
+            format!("{:?}", Box::<dyn std::error::Error>::from(error.clone())),
+            text
+        );
+        assert!(format!("{error:#?}").starts_with("ModeEnvError {"));
         let source = std::error::Error::source(&error).expect("the parse error");
+        assert_eq!(format!("{source:?}"), source.to_string());
         assert_eq!(
             source.to_string(),
             value.parse::<Mode>().unwrap_err().to_string()
@@ -115,6 +123,8 @@ fn modes_come_from_the_environment() {
     assert!(Mode::from_env().is_err());
     match Gate::from_env() {
         Err(GateError::Mode(error)) => {
+            let gate_error = GateError::Mode(error.clone());
+            assert_eq!(format!("{gate_error:?}"), gate_error.to_string());
             assert!(error.to_string().contains(MODE_ENV_VAR), "{error}");
             assert!(error.to_string().contains("`full_autox`"), "{error}");
         }

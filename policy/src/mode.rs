@@ -111,7 +111,10 @@ impl<'de> serde::Deserialize<'de> for Mode {
 }
 
 /// `TOOLGATE_MODE` (or another variable) is set to something that is not a mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` form is its message, the sentence users read: `main` returning
+/// `Result<_, Box<dyn Error>>` prints an error with `Debug`. `{:#?}` shows its fields.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ModeEnvError {
     var: String,
     error: ParseError,
@@ -120,6 +123,19 @@ pub struct ModeEnvError {
 impl fmt::Display for ModeEnvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "environment variable {}: {}", self.var, self.error)
+    }
+}
+
+impl fmt::Debug for ModeEnvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            f.debug_struct("ModeEnvError")
+                .field("var", &self.var)
+                .field("error", &self.error)
+                .finish()
+        } else {
+            fmt::Display::fmt(self, f)
+        }
     }
 }
 

@@ -50,7 +50,10 @@ impl fmt::Display for Risk {
 }
 
 /// The error of parsing a [`Risk`] or a [`Mode`](crate::Mode) from text.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` form is its message, which `main` returning `Result<_, Box<dyn Error>>` prints;
+/// `{:#?}` shows its fields.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ParseError {
     pub(crate) kind: &'static str,
     pub(crate) input: String,
@@ -71,6 +74,20 @@ impl fmt::Display for ParseError {
             f.write_str(name)?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            f.debug_struct("ParseError")
+                .field("kind", &self.kind)
+                .field("input", &self.input)
+                .field("expected", &self.expected)
+                .finish()
+        } else {
+            fmt::Display::fmt(self, f)
+        }
     }
 }
 

@@ -26,7 +26,8 @@ Exit status:
       another log's writer, or its series has one deleted, inserted or moved
   6   with --public-key: the log was rewritten: a signed checkpoint names a record the log does not
       have, even where every hash after the change was recomputed
-  7   with --public-key: the log was cut short: a signed checkpoint covers records past its end
+  7   with --public-key: the log was cut short: a signed checkpoint covers records past the end of
+      an intact chain (past a break, they were edited: 1, reported as LOG EDITED)
   8   a line is longer than any record a sink writes (16 MiB): it is not a record, and the log is not
       read past it, so that a file of any size is read in bounded memory
   64  the command line is invalid

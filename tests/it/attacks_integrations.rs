@@ -1250,6 +1250,38 @@ fn i17_a_failed_enter_leaves_no_span_open() {
     }
 }
 
+/// i17 with the gate's own sinks (`.audit` given twice) rather than a hand-written tee: the failing
+/// sink's refusal closes, in the tracing sink, the span its `enter` opened.
+#[test]
+fn i17_a_failed_enter_in_a_gate_with_two_sinks_leaves_no_span_open() {
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(TracingSink::new())
+        .audit(Unwritable)
+        .build()
+        .unwrap();
+    let spans = exported(|| {
+        runtime().block_on(async {
+            let refused =
+                refusal(run(&iatk(&gate), "iatk.edit", json!({"id": 1702, "text": "x"})).await);
+            assert_eq!(refused.code(), Some("AUDIT_UNAVAILABLE"));
+        });
+    });
+    assert_eq!(ran("edit", 1702), 0, "the body ran without its enter");
+    let edit = tool_spans(&spans, "iatk.edit");
+    assert_eq!(
+        edit.len(),
+        1,
+        "the span opened at the enter record is closed"
+    );
+    let a = attributes(edit[0]);
+    assert_eq!(
+        a.get("error.type").map(String::as_str),
+        Some("AUDIT_UNAVAILABLE"),
+        "{a:#?}"
+    );
+}
+
 /// Tries: every refusal code a rig call can meet, with a tracing sink: `error.type` missing on one
 /// (a refusal at the door: `INVALID_PARAMS`; the gate's: `MODE_NOT_ALLOWED`, `DENY_LISTED`,
 /// `APPROVAL_REQUIRED` for a sync tool under an async approver, `APPROVAL_REJECTED`), or the span

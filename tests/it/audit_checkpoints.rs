@@ -740,6 +740,40 @@ mod cli {
     }
 
     #[test]
+    fn a_log_whose_last_records_were_edited_says_edited_not_cut() {
+        let dir = Scratch::new("cli-edited-tail");
+        let (log, public) = signed_log(&dir, "audit.jsonl");
+        let mut records = lines(&log);
+        for line in &mut records[8..] {
+            let mut fields: Value = serde_json::from_str(line).unwrap();
+            fields["tool"] = "tools.innocent".into();
+            *line = serde_json::to_string(&fields).unwrap();
+        }
+        write_lines(&log, &records);
+        let (code, stdout, _) = verify(&log, &public);
+        assert_eq!(code, 1, "the chain is broken: {stdout}");
+        assert!(stdout.contains("LOG EDITED"), "{stdout}");
+        assert!(!stdout.contains("CUT SHORT"), "{stdout}");
+        assert!(
+            stdout.contains(
+                "covers records up to seq 10, but the log's chain breaks after seq 8: the last 2 \
+                 signed records do not match the checkpoint, so the log was edited there, not cut"
+            ),
+            "{stdout}"
+        );
+
+        // Cut instead: what was signed is gone, not changed.
+        let dir = Scratch::new("cli-cut-tail");
+        let (log, public) = signed_log(&dir, "audit.jsonl");
+        let records = lines(&log);
+        write_lines(&log, &records[..8]);
+        let (code, stdout, _) = verify(&log, &public);
+        assert_eq!(code, 7, "{stdout}");
+        assert!(stdout.contains("LOG CUT SHORT"), "{stdout}");
+        assert!(!stdout.contains("EDITED"), "{stdout}");
+    }
+
+    #[test]
     fn a_checkpoint_from_another_writer_exits_5() {
         let dir = Scratch::new("cli-replayed");
         let (log, public) = signed_log(&dir, "a.jsonl");
@@ -843,4 +877,75 @@ mod cli {
         let (code, _, _) = toolgate(&["audit", "verify", "x", "--checkpoints", "y"]);
         assert_eq!(code, 64, "--checkpoints needs --public-key");
     }
+}
+
+static SIGNED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Restart a service.
+#[toolgate::tool(risk = "READ_ONLY", domain = "signed")]
+fn restart(service: String) -> Result<(), toolgate::Denied> {
+    let _ = service;
+    SIGNED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+#[test]
+fn a_sink_two_gates_share_is_closed_on_shutdown_with_its_final_checkpoint() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let dir = Scratch::new("shared-close");
+    let log = dir.path("audit.jsonl");
+    let key = key();
+    let sink = Arc::new(
+        JsonlSink::builder(&log)
+            .checkpoints(Checkpoints::new(same_key(&key)).every_records(3))
+            .open()
+            .unwrap(),
+    );
+    let gate = |principal: &str| {
+        toolgate::Gate::builder()
+            .mode(Mode::Shadow)
+            .principal(principal)
+            .audit_shared(sink.clone())
+            .build()
+            .unwrap()
+    };
+    let (alice, bob) = (gate("alice"), gate("bob"));
+    alice.run(|| restart("web".into())).unwrap();
+    bob.run(|| restart("db".into())).unwrap();
+
+    // Shutdown: both gates still hold the sink.
+    sink.close_shared().unwrap();
+    let (chain, signed) =
+        verify_signed_file(&log, checkpoints_path(&log), &key.public_key()).unwrap();
+    assert!(
+        chain.is_intact() && signed.is_intact(),
+        "{chain:?} {signed:?}"
+    );
+    assert_eq!(chain.records, 4);
+    let last = signed.last.unwrap();
+    assert!(last.is_final, "the final checkpoint is written at close");
+    assert_eq!(last.head_seq, 4);
+
+    // A call after the close is refused, never run unlogged.
+    let before = SIGNED_RUNS.load(Ordering::SeqCst);
+    let denied = alice.run(|| restart("web".into())).unwrap_err();
+    assert_eq!(denied.code(), "AUDIT_UNAVAILABLE");
+    assert!(denied.to_string().contains("is closed"), "{denied}");
+    assert_eq!(SIGNED_RUNS.load(Ordering::SeqCst), before);
+    let err = sink.record(&record(9)).unwrap_err();
+    assert!(err.to_string().contains("is closed"), "{err}");
+    assert!(sink.close_shared().is_err());
+    sink.flush().unwrap();
+
+    // Dropping the last references writes nothing more: the log still ends at its final checkpoint.
+    drop((alice, bob, sink));
+    assert_eq!(lines(&log).len(), 4);
+    let (chain, signed) =
+        verify_signed_file(&log, checkpoints_path(&log), &key.public_key()).unwrap();
+    assert!(
+        chain.is_intact() && signed.is_intact(),
+        "{chain:?} {signed:?}"
+    );
+    assert!(signed.last.unwrap().is_final);
 }

@@ -17,6 +17,7 @@ mod audit_checkpoints;
 mod audit_cli;
 mod audit_gate;
 mod audit_log;
+mod audit_sinks;
 mod budgets;
 mod by_name;
 mod bypass;

@@ -857,3 +857,37 @@ fn mode_sets_serialize_in_mode_order() {
     assert_eq!(ModeSet::EMPTY.to_string(), "none");
     assert_eq!(set.to_string(), "SHADOW, PARTIAL_AUTO, FULL_AUTO");
 }
+
+/// `main() -> Result<_, Box<dyn Error>>` prints its error with `Debug`: a mode in the environment that
+/// is not one reads as the sentence, not as the error's structure.
+#[test]
+fn an_invalid_mode_in_the_environment_ends_main_with_its_sentence() {
+    let quickstart = crate::common::example("quickstart", "examples/quickstart.rs", "");
+    let output = std::process::Command::new(quickstart)
+        .env("TOOLGATE_MODE", "full_autox")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        "Error: environment variable TOOLGATE_MODE: `full_autox` is not a mode; expected one of \
+         SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO"
+    );
+
+    let output = std::process::Command::new(crate::common::example(
+        "quickstart",
+        "examples/quickstart.rs",
+        "",
+    ))
+    .env("TOOLGATE_MODE", "partial-auto")
+    .output()
+    .unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("Mode PARTIAL_AUTO (from TOOLGATE_MODE):"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("Mode SHADOW:"), "{stdout}");
+}

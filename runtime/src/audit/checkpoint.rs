@@ -461,6 +461,17 @@ pub enum ProblemKind {
         /// The checkpoint's head.
         head_seq: u64,
     },
+    /// The log's chain breaks before the checkpoint's head: records it signed are still there but do
+    /// not verify, so they were edited (changed, deleted, inserted or reordered), not cut.
+    /// [`verify_signed_file`](crate::audit::verify_signed_file) reports this where the log's report
+    /// has a [`broken`](crate::audit::VerifyReport::broken) record, rather than
+    /// [`BeyondEnd`](ProblemKind::BeyondEnd).
+    EditedBefore {
+        /// The checkpoint's head.
+        head_seq: u64,
+        /// The `seq` of the last record that verifies, before the break.
+        verified_through: u64,
+    },
 }
 
 impl ProblemKind {
@@ -469,7 +480,9 @@ impl ProblemKind {
     pub fn is_in_checkpoints(&self) -> bool {
         !matches!(
             self,
-            ProblemKind::HeadMismatch { .. } | ProblemKind::BeyondEnd { .. }
+            ProblemKind::HeadMismatch { .. }
+                | ProblemKind::BeyondEnd { .. }
+                | ProblemKind::EditedBefore { .. }
         )
     }
 }
@@ -504,6 +517,14 @@ impl CheckpointReport {
             .iter()
             .any(|p| matches!(p.kind, ProblemKind::BeyondEnd { .. }))
     }
+
+    /// Whether a signed checkpoint covers records that are in the log but do not verify (its chain
+    /// breaks before them): the log was edited there, not cut.
+    pub fn log_edited(&self) -> bool {
+        self.problems
+            .iter()
+            .any(|p| matches!(p.kind, ProblemKind::EditedBefore { .. }))
+    }
 }
 
 impl fmt::Display for ProblemKind {
@@ -532,6 +553,16 @@ impl fmt::Display for ProblemKind {
                 f,
                 "covers records up to seq {head_seq}, past the log's end: the log was cut short"
             ),
+            ProblemKind::EditedBefore {
+                head_seq,
+                verified_through,
+            } => write!(
+                f,
+                "covers records up to seq {head_seq}, but the log's chain breaks after seq \
+                 {verified_through}: the last {} signed records do not match the checkpoint, so the \
+                 log was edited there, not cut",
+                head_seq.saturating_sub(*verified_through)
+            ),
         }
     }
 }
@@ -553,6 +584,8 @@ impl fmt::Display for CheckpointReport {
                 "CHECKPOINTS TAMPERED"
             } else if self.log_rewritten() {
                 "LOG REWRITTEN"
+            } else if self.log_edited() {
+                "LOG EDITED"
             } else {
                 "LOG CUT SHORT"
             }

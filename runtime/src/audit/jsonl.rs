@@ -206,6 +206,8 @@ struct State {
     write_failed: bool,
     /// Why the sink refuses every record, after a failure it could not undo.
     failed: Option<String>,
+    /// [`JsonlSink::close_shared`] closed the log: it takes no more records.
+    closed: bool,
     encoder: EncoderDebug,
     #[cfg(feature = "checkpoints")]
     signing: Option<Signing>,
@@ -321,6 +323,7 @@ impl JsonlSinkBuilder {
             unsynced: 0,
             write_failed: false,
             failed: None,
+            closed: false,
             encoder: EncoderDebug::default(),
             #[cfg(feature = "checkpoints")]
             signing: None,
@@ -556,6 +559,23 @@ impl State {
         }
     }
 
+    /// Refuses a record (or a flush) once the sink failed beyond repair or was closed.
+    fn usable(&self, path: &Path) -> Result<(), AuditError> {
+        if let Some(failed) = &self.failed {
+            return Err(AuditError::new(format!(
+                "audit log {} is unusable: {failed}; reopen it",
+                path.display()
+            )));
+        }
+        if self.closed {
+            return Err(AuditError::new(format!(
+                "audit log {} is closed: it takes no more records",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+
     /// Writes the pending bytes; on failure cuts the file back to its last whole record.
     fn write_pending(&mut self, path: &Path) -> Result<(), AuditError> {
         if self.pending.is_empty() {
@@ -666,12 +686,11 @@ impl AuditSink for JsonlSink {
     /// record (unless the last one already covers them).
     fn flush(&self) -> Result<(), AuditError> {
         let mut state = self.lock()?;
-        if let Some(failed) = &state.failed {
-            return Err(AuditError::new(format!(
-                "audit log {} is unusable: {failed}; reopen it",
-                self.path.display()
-            )));
+        if state.closed && state.failed.is_none() {
+            // Closing made everything durable, and nothing was taken since.
+            return Ok(());
         }
+        state.usable(&self.path)?;
         state.write_pending(&self.path)?;
         state.sync(&self.path)?;
         #[cfg(feature = "checkpoints")]
@@ -695,12 +714,7 @@ impl JsonlSink {
         }
         let mut guard = self.lock()?;
         let state = &mut *guard;
-        if let Some(failed) = &state.failed {
-            return Err(AuditError::new(format!(
-                "audit log {} is unusable: {failed}; reopen it",
-                self.path.display()
-            )));
-        }
+        state.usable(&self.path)?;
         let start = state.pending.len();
         let seq = state.seq + 1;
         let hash = state
@@ -798,19 +812,26 @@ impl JsonlSink {
 
     /// Writes any buffered records, `fsync`s the file and, with checkpoints, writes the final one;
     /// returns what went wrong, which dropping the sink cannot. Dropping the sink does the same
-    /// silently.
+    /// silently. For a sink shared between gates (an `Arc`), see [`JsonlSink::close_shared`].
     pub fn close(self) -> Result<(), AuditError> {
+        self.close_shared()
+    }
+
+    /// [`JsonlSink::close`] through a shared reference, for a sink that gates share (given with
+    /// [`GateBuilder::audit_shared`](crate::GateBuilder::audit_shared)) on shutdown: writes any
+    /// buffered records, `fsync`s the file and, with checkpoints, writes the final one. From then on
+    /// the sink refuses every record ("audit log … is closed"), so a call made through a gate that
+    /// still holds it is refused with `AUDIT_UNAVAILABLE` rather than run unlogged; dropping it
+    /// writes nothing more, and `flush` has nothing left to do. Closing it again is an error, and so is
+    /// closing a sink that failed.
+    pub fn close_shared(&self) -> Result<(), AuditError> {
         let mut state = self.lock()?;
-        if let Some(failed) = &state.failed {
-            return Err(AuditError::new(format!(
-                "audit log {} is unusable: {failed}; reopen it",
-                self.path.display()
-            )));
-        }
+        state.usable(&self.path)?;
         state.write_pending(&self.path)?;
         state.sync(&self.path)?;
         #[cfg(feature = "checkpoints")]
         state.checkpoint(&self.path, self.durability, true, false)?;
+        state.closed = true;
         Ok(())
     }
 
@@ -829,7 +850,7 @@ impl Drop for JsonlSink {
         let Ok(state) = self.state.get_mut() else {
             return;
         };
-        if state.failed.is_some() {
+        if state.failed.is_some() || state.closed {
             return;
         }
         // Errors cannot be reported from here; call `flush` (or `close`) first to see them.

@@ -11,6 +11,7 @@ mod record;
 #[cfg(feature = "checkpoints")]
 mod sidecar;
 mod sink;
+mod tee;
 pub(crate) mod time;
 mod tracing_sink;
 pub(crate) mod verify;
@@ -27,6 +28,7 @@ pub use record::{AuditRecord, Decision, Outcome, Stage};
 #[cfg(feature = "checkpoints")]
 pub use sidecar::{checkpoints_path, verify_signed_file};
 pub use sink::{AuditError, AuditFuture, AuditSink};
+pub(crate) use tee::Tee;
 pub use tracing_sink::TracingSink;
 pub use verify::{
     BreakReason, BrokenRecord, MAX_RECORD_LEN, TornTail, VerifyReport, verify_bytes, verify_file,

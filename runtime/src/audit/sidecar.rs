@@ -7,7 +7,9 @@ use std::fs::File;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
-use crate::audit::checkpoint::{Checkpoint, CheckpointReport, PublicKey, SeriesVerifier};
+use crate::audit::checkpoint::{
+    Checkpoint, CheckpointReport, ProblemKind, PublicKey, SeriesVerifier,
+};
 use crate::audit::verify::{Line, MAX_RECORD_LEN, VerifyReport, read_line, verify_reader_keeping};
 
 /// The checkpoint file of the log at `log`: its path with `.checkpoints` appended
@@ -110,7 +112,8 @@ impl Sidecar {
 /// checkpoint against it. `Err` only if either file cannot be read.
 ///
 /// The checkpoints are checked against the records that verify: when the chain is broken, a
-/// checkpoint past the break shows as past the log's end.
+/// checkpoint past the break is [`ProblemKind::EditedBefore`] (its records are there but were
+/// edited), and one past the end of an intact chain is [`ProblemKind::BeyondEnd`] (they were cut).
 pub fn verify_signed_file(
     log: impl AsRef<Path>,
     checkpoints: impl AsRef<Path>,
@@ -123,8 +126,18 @@ pub fn verify_signed_file(
     let (report, kept) = verify_reader_keeping(File::open(log)?, sidecar.heads())?;
     let text = |hash: &[u8; 64]| String::from_utf8_lossy(hash).into_owned();
     let writer = kept.get(&1).map(text);
-    let checked = sidecar.verify(key, writer.as_deref(), report.last_seq, |seq| {
+    let mut checked = sidecar.verify(key, writer.as_deref(), report.last_seq, |seq| {
         kept.get(&seq).map(text)
     });
+    if report.broken.is_some() {
+        for problem in &mut checked.problems {
+            if let ProblemKind::BeyondEnd { head_seq } = problem.kind {
+                problem.kind = ProblemKind::EditedBefore {
+                    head_seq,
+                    verified_through: report.last_seq,
+                };
+            }
+        }
+    }
     Ok((report, checked))
 }

@@ -51,7 +51,8 @@ use crate::audit::sink::{AuditError, AuditSink};
 /// approvals answered, grants) are events only.
 ///
 /// The sink never fails, and it does not know whether any subscriber keeps the event: pair it with a
-/// [`JsonlSink`](crate::audit::JsonlSink) where the record must not be lost. Clones share the spans of
+/// [`JsonlSink`](crate::audit::JsonlSink) where the record must not be lost, by giving the gate both
+/// (`.audit(jsonl).audit(TracingSink::new())`, see [`GateBuilder::audit`](crate::GateBuilder::audit)). Clones share the spans of
 /// calls under way.
 #[derive(Debug, Clone, Default)]
 pub struct TracingSink {

@@ -138,7 +138,7 @@ impl Gate {
             deny: Vec::new(),
             approver: None,
             store: StoreChoice::None,
-            audit: None,
+            audit: Vec::new(),
             agent: None,
             principal: None,
             budgets: Vec::new(),
@@ -478,7 +478,7 @@ pub struct GateBuilder {
     deny: Vec<String>,
     approver: Option<AnyApprover>,
     store: StoreChoice,
-    audit: Option<Arc<dyn AuditSink>>,
+    audit: Vec<Arc<dyn AuditSink>>,
     agent: Option<Arc<str>>,
     principal: Option<Arc<str>>,
     budgets: Vec<BudgetSpec>,
@@ -546,14 +546,21 @@ impl GateBuilder {
 
     /// Records every decision in `sink`. An allowed call runs only once its `enter` record is written:
     /// when the sink fails, the call is refused with `AUDIT_UNAVAILABLE`.
-    pub fn audit(mut self, sink: impl AuditSink) -> Self {
-        self.audit = Some(Arc::new(sink));
-        self
+    ///
+    /// Called again, it adds a sink (a [`JsonlSink`](crate::audit::JsonlSink) that keeps the record
+    /// and a [`TracingSink`](crate::audit::TracingSink) that ships it, say): each record goes to every
+    /// sink, in the order they were given. An `enter` that any sink refuses refuses the call, and is
+    /// not offered to the sinks after it; the sinks before it get its `exit` of outcome `refused`, so
+    /// that each sink still holds an `exit` for every `enter`. A `session_granted` record that any sink
+    /// refuses makes no grant.
+    pub fn audit(self, sink: impl AuditSink) -> Self {
+        self.audit_shared(Arc::new(sink))
     }
 
-    /// [`GateBuilder::audit`] with a sink shared with other gates or kept by the caller.
+    /// [`GateBuilder::audit`] with a sink shared with other gates or kept by the caller; called again,
+    /// it adds a sink too.
     pub fn audit_shared(mut self, sink: Arc<dyn AuditSink>) -> Self {
-        self.audit = Some(sink);
+        self.audit.push(sink);
         self
     }
 
@@ -622,7 +629,7 @@ impl GateBuilder {
     ///
     /// Fails when linked tools share an id, when a deny rule is not valid or matches no linked tool,
     /// or when a budget is not valid.
-    pub fn build(self) -> Result<Gate, GateError> {
+    pub fn build(mut self) -> Result<Gate, GateError> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let registry = registry();
         check_unique()?;
@@ -661,7 +668,7 @@ impl GateBuilder {
                 u32::try_from(position).ok()
             })
             .collect();
-        let keeps_records = self.audit.is_some();
+        let keeps_records = !self.audit.is_empty();
         let mut allowed_outright = Vec::with_capacity(registry.entries.len());
         let mut verdicts = Vec::with_capacity(registry.entries.len());
         for (slot, (entry, rule)) in registry.entries.iter().zip(&deny_rule_of).enumerate() {
@@ -719,7 +726,10 @@ impl GateBuilder {
                     granted_until: registry.entries.iter().map(|_| AtomicU64::new(0)).collect(),
                     epoch: std::time::Instant::now(),
                 },
-                audit: self.audit,
+                audit: match self.audit.len() {
+                    0 | 1 => self.audit.pop(),
+                    _ => Some(Arc::new(crate::audit::Tee::new(self.audit))),
+                },
                 agent: self.agent,
                 principal: self.principal,
                 budgets,
@@ -804,7 +814,7 @@ impl fmt::Debug for GateBuilder {
             .field("deny", &self.deny)
             .field("approver", &self.approver.is_some())
             .field("store", &self.store)
-            .field("audit", &self.audit.is_some())
+            .field("audit", &!self.audit.is_empty())
             .field("agent", &self.agent)
             .field("principal", &self.principal)
             .field("budgets", &self.budgets)
@@ -815,7 +825,10 @@ impl fmt::Debug for GateBuilder {
 }
 
 /// A gate could not be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` form is its message, the sentence users read: `main` returning
+/// `Result<_, Box<dyn Error>>` prints an error with `Debug`. `{:#?}` shows its structure.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GateError {
     /// Linked tools share an id.
@@ -829,6 +842,21 @@ pub enum GateError {
     ApprovalTtl(Duration),
     /// Budgets that are not valid.
     Budgets(Vec<BudgetError>),
+}
+
+impl fmt::Debug for GateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return fmt::Display::fmt(self, f);
+        }
+        match self {
+            GateError::Registry(error) => f.debug_tuple("Registry").field(error).finish(),
+            GateError::DenyRules(errors) => f.debug_tuple("DenyRules").field(errors).finish(),
+            GateError::Mode(error) => f.debug_tuple("Mode").field(error).finish(),
+            GateError::ApprovalTtl(ttl) => f.debug_tuple("ApprovalTtl").field(ttl).finish(),
+            GateError::Budgets(errors) => f.debug_tuple("Budgets").field(errors).finish(),
+        }
+    }
 }
 
 impl fmt::Display for GateError {
