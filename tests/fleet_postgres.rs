@@ -1221,3 +1221,33 @@ fn fleet_and_trail_errors_name_what_failed() {
     let sink = PostgresSink::connect(&url).unwrap_err().to_string();
     assert!(sink.contains("toolgate migrate"), "{sink}");
 }
+
+// The first processes to join a fleet race to create its row: every one of them joins, and reads the
+// fleet's mode, however their statements interleave.
+#[test]
+fn processes_joining_a_new_fleet_at_once_all_join() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let url = database("fleet_first_join");
+    for round in 0..30 {
+        let name = format!("first-{round}");
+        let barrier = std::sync::Barrier::new(16);
+        std::thread::scope(|scope| {
+            let joins: Vec<_> = (0..16)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        Fleet::builder().connect(&url, &name).map(drop)
+                    })
+                })
+                .collect();
+            for join in joins {
+                let joined = join.join().unwrap();
+                assert!(joined.is_ok(), "round {round}: {joined:?}");
+            }
+        });
+        let status = fleet::status(&url, "toolgate", &name).unwrap();
+        assert_eq!(status.mode, Mode::FullAuto);
+    }
+}

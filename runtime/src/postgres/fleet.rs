@@ -627,10 +627,25 @@ async fn read_mode(
          LIMIT 1",
         &settings.schema,
     );
-    let row = client
-        .query_one(&statement, &[&settings.name])
+    let row = match client
+        .query_opt(&statement, &[&settings.name])
         .await
-        .map_err(|e| store_error(&e))?;
+        .map_err(|e| store_error(&e))?
+    {
+        Some(row) => row,
+        // Another process created the row while this statement ran: its insert waited for that
+        // commit, but its snapshot is older. A new statement sees the row.
+        None => {
+            let again = schema::sql(
+                "SELECT mode, changed_by, reason FROM {s}.fleets WHERE name = $1",
+                &settings.schema,
+            );
+            client
+                .query_one(&again, &[&settings.name])
+                .await
+                .map_err(|e| store_error(&e))?
+        }
+    };
     let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
     let mode: String = row.try_get(0).map_err(column)?;
     let mode = Mode::from_str(&mode)
