@@ -402,6 +402,12 @@ fn said(messages: &[Value], id: u64) -> Said {
     }
 }
 
+/// A `tools/call` of `tool` with `arguments`, from a client that declares no capability and answers
+/// no form.
+fn plain(addr: SocketAddr, token: &str, tool: &str, arguments: Value) -> Said {
+    call(addr, token, tool, arguments, json!({}), None)
+}
+
 /// A `tools/call` of `tool` with `arguments`, with the client's `capabilities`, answering an in-band
 /// form with `answer` (`(state, decision)`).
 fn call(
@@ -877,14 +883,7 @@ fn x08_a_task_approved_after_another_process_spent_the_budget_does_not_exceed_it
     );
     let task = created.task.clone().expect("a task");
     let id = pending_id(&url, "px.wire", "alice");
-    let noted = call(
-        b.addr,
-        ALICE,
-        "px.note",
-        json!({"text": "x"}),
-        json!({}),
-        None,
-    );
+    let noted = plain(b.addr, ALICE, "px.note", json!({"text": "x"}));
     assert_eq!(noted.code, "OK", "the unit was free: {noted:?}");
     assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
     let (status, message) = poll_task(a.addr, &task, Duration::from_secs(6));
@@ -937,14 +936,7 @@ fn x10_asking_again_while_pending_spends_nothing_and_the_budget_holds_across_pro
     assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
     let approved = call(a.addr, ALICE, "px.wire", args, json!({}), None);
     assert_eq!(approved.code, "OK", "{approved:?}");
-    let noted = call(
-        b.addr,
-        BOB,
-        "px.note",
-        json!({"text": "y"}),
-        json!({}),
-        None,
-    );
+    let noted = plain(b.addr, BOB, "px.note", json!({"text": "y"}));
     assert_eq!(noted.code, "BUDGET_EXHAUSTED", "{noted:?}");
     assert_eq!(count(&runs, "wire") + count(&runs, "note"), 1);
 }
@@ -968,25 +960,11 @@ fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
             ("PX_BUDGET_TIMEOUT", "1500"),
         ],
     );
-    let warm = call(
-        a.addr,
-        ALICE,
-        "px.note",
-        json!({"text": "a"}),
-        json!({}),
-        None,
-    );
+    let warm = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     assert_eq!(warm.code, "OK", "{warm:?}");
     proxy.hold(true);
     let started = Instant::now();
-    let held = call(
-        a.addr,
-        ALICE,
-        "px.note",
-        json!({"text": "b"}),
-        json!({}),
-        None,
-    );
+    let held = plain(a.addr, ALICE, "px.note", json!({"text": "b"}));
     let took = started.elapsed();
     eprintln!("x11: the held call answered {} after {took:?}", held.code);
     // The proxy still holds: a query through it gets no answer while it does.
@@ -1005,14 +983,7 @@ fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
     assert_eq!(count(&runs, "note"), 1);
     let started = Instant::now();
     let after = loop {
-        let after = call(
-            a.addr,
-            ALICE,
-            "px.note",
-            json!({"text": "c"}),
-            json!({}),
-            None,
-        );
+        let after = plain(a.addr, ALICE, "px.note", json!({"text": "c"}));
         if after.code == "OK" || started.elapsed() > Duration::from_secs(10) {
             break after;
         }
@@ -1041,27 +1012,11 @@ fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
             ("PX_FLEET_URL", &url),
         ],
     );
-    let warm = call(
-        a.addr,
-        ALICE,
-        "px.note",
-        json!({"text": "a"}),
-        json!({}),
-        None,
-    );
+    let warm = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     assert_eq!(warm.code, "OK", "{warm:?}");
     proxy.hold(true);
     let addr = a.addr;
-    let waiting = thread::spawn(move || {
-        call(
-            addr,
-            ALICE,
-            "px.note",
-            json!({"text": "b"}),
-            json!({}),
-            None,
-        )
-    });
+    let waiting = thread::spawn(move || plain(addr, ALICE, "px.note", json!({"text": "b"})));
     thread::sleep(Duration::from_millis(300));
     lower(&url, "px", "ADVISORY");
     thread::sleep(Duration::from_millis(1500));
@@ -1322,14 +1277,7 @@ fn x20_an_in_band_answer_after_another_process_spent_the_budget_does_not_exceed_
     let args = json!({"cents": 2020});
     let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
     let state = asked.state.clone().expect("an in-band form");
-    let noted = call(
-        b.addr,
-        BOB,
-        "px.note",
-        json!({"text": "z"}),
-        json!({}),
-        None,
-    );
+    let noted = plain(b.addr, BOB, "px.note", json!({"text": "z"}));
     let answered = call(
         a.addr,
         ALICE,
@@ -1383,14 +1331,7 @@ fn x21_an_in_band_state_of_one_agent_runs_nothing_in_another() {
 /// Files a request whose arguments are the agent's hostile text, through HTTP, and returns its id.
 fn hostile_request(url: &str, runs: &Path) -> (Server, i64) {
     let a = start(runs, &[("PX_STORE", url)]);
-    let filed = call(
-        a.addr,
-        ALICE,
-        "px.send",
-        json!({"to": EVIL, "body": EVIL}),
-        json!({}),
-        None,
-    );
+    let filed = plain(a.addr, ALICE, "px.send", json!({"to": EVIL, "body": EVIL}));
     assert_eq!(filed.code, "APPROVAL_PENDING", "{filed:?}");
     let id = pending_id(url, "px.send", "alice");
     (a, id)
@@ -1648,14 +1589,7 @@ fn x30_a_cancelled_task_keeps_no_unit_of_the_shared_budget() {
         "params": {"taskId": task, "_meta": meta(tasks())}});
     let (_, cancelled, _) = post_raw(a.addr, ALICE, None, &cancel, Duration::from_secs(5));
     thread::sleep(Duration::from_millis(300));
-    let noted = call(
-        b.addr,
-        BOB,
-        "px.note",
-        json!({"text": "w"}),
-        json!({}),
-        None,
-    );
+    let noted = plain(b.addr, BOB, "px.note", json!({"text": "w"}));
     assert_eq!(
         noted.code, "OK",
         "the cancelled task kept the unit: {noted:?} {cancelled:?}"
@@ -1704,7 +1638,7 @@ fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
     );
     let task = created.task.clone().expect("a task");
     let id = pending_id(&url, "px.wire", "alice");
-    let read = call(a.addr, ALICE, "px.read_page", json!({}), json!({}), None);
+    let read = plain(a.addr, ALICE, "px.read_page", json!({}));
     assert_eq!(read.code, "OK", "{read:?}");
     let shown = cli(&["approvals", "show", &id.to_string(), "--store", &url]);
     let shown = String::from_utf8_lossy(&shown.stdout).to_string();
@@ -1732,24 +1666,10 @@ fn x33_calls_refused_by_a_fleet_lowering_take_no_unit_from_another_process() {
     thread::sleep(Duration::from_millis(1500));
     let mut refused = Vec::new();
     for _ in 0..3 {
-        refused.push(call(
-            a.addr,
-            ALICE,
-            "px.note",
-            json!({"text": "s"}),
-            json!({}),
-            None,
-        ));
+        refused.push(plain(a.addr, ALICE, "px.note", json!({"text": "s"})));
     }
     assert!(refused.iter().all(|r| r.code != "OK"), "{refused:#?}");
-    let noted = call(
-        b.addr,
-        BOB,
-        "px.note",
-        json!({"text": "t"}),
-        json!({}),
-        None,
-    );
+    let noted = plain(b.addr, BOB, "px.note", json!({"text": "t"}));
     assert_eq!(noted.code, "OK", "{noted:?} after {refused:#?}");
     assert_eq!(count(&runs, "note"), 1);
 }
@@ -1863,14 +1783,7 @@ fn x36_unanswered_in_band_forms_keep_no_unit_of_a_shared_budget() {
             .code,
         );
     }
-    let noted = call(
-        b.addr,
-        BOB,
-        "px.note",
-        json!({"text": "u"}),
-        json!({}),
-        None,
-    );
+    let noted = plain(b.addr, BOB, "px.note", json!({"text": "u"}));
     assert_eq!(noted.code, "OK", "forms kept units: {asked:?} {noted:?}");
 }
 
@@ -1919,43 +1832,15 @@ fn x38_a_session_grant_given_to_a_tainted_session_runs_one_call() {
     let url = database("x38");
     let runs = scratch("x38");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let read = call(a.addr, ALICE, "px.read_page", json!({}), json!({}), None);
+    let read = plain(a.addr, ALICE, "px.read_page", json!({}));
     assert_eq!(read.code, "OK", "{read:?}");
-    let _ = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1}),
-        json!({}),
-        None,
-    );
+    let _ = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     let id = pending_id(&url, "px.wire", "alice");
     assert_eq!(approve(&url, id, &["--for-session"]).status.code(), Some(0));
-    let first = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1}),
-        json!({}),
-        None,
-    );
+    let first = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(first.code, "OK", "{first:?}");
-    let second = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 2}),
-        json!({}),
-        None,
-    );
-    let same = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1}),
-        json!({}),
-        None,
-    );
+    let second = plain(a.addr, ALICE, "px.wire", json!({"cents": 2}));
+    let same = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(count(&runs, "wire"), 1, "{second:?} {same:?}");
 }
 
@@ -1969,47 +1854,19 @@ fn x39_a_session_grant_dies_when_the_latch_closes() {
     let url = database("x39");
     let runs = scratch("x39");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let _ = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1}),
-        json!({}),
-        None,
-    );
+    let _ = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     let id = pending_id(&url, "px.wire", "alice");
     assert_eq!(approve(&url, id, &["--for-session"]).status.code(), Some(0));
-    let first = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1}),
-        json!({}),
-        None,
-    );
+    let first = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(first.code, "OK", "{first:?}");
-    let covered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1}),
-        json!({}),
-        None,
-    );
+    let covered = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(
         covered.code, "OK",
         "the grant covers the same call: {covered:?}"
     );
-    let read = call(a.addr, ALICE, "px.read_page", json!({}), json!({}), None);
+    let read = plain(a.addr, ALICE, "px.read_page", json!({}));
     assert_eq!(read.code, "OK", "{read:?}");
-    let after = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1}),
-        json!({}),
-        None,
-    );
+    let after = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(count(&runs, "wire"), 2, "{after:?}");
 }
 
@@ -2094,21 +1951,7 @@ fn x42_a_fleet_lowering_reaches_every_principals_gate() {
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
     lower(&url, "px", "ADVISORY");
     thread::sleep(Duration::from_millis(1500));
-    let by_alice = call(
-        a.addr,
-        ALICE,
-        "px.note",
-        json!({"text": "a"}),
-        json!({}),
-        None,
-    );
-    let by_bob = call(
-        a.addr,
-        BOB,
-        "px.note",
-        json!({"text": "b"}),
-        json!({}),
-        None,
-    );
+    let by_alice = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
+    let by_bob = plain(a.addr, BOB, "px.note", json!({"text": "b"}));
     assert_eq!(count(&runs, "note"), 0, "{by_alice:?} {by_bob:?}");
 }
