@@ -59,6 +59,18 @@ pub(crate) struct Context<'a> {
     pub(crate) in_toolset: bool,
     /// What the function belongs to, which decides how the call-by-name adapter names it.
     pub(crate) owner: Owner<'a>,
+    /// A method of an rmcp `#[tool_router]` impl declared with `#[toolgate(..)]` beside rmcp's
+    /// `#[tool]`: rmcp's router serves it under its rmcp name.
+    pub(crate) in_place: Option<&'a InPlace>,
+}
+
+/// What rmcp's `#[tool]` says of a tool gated in place.
+pub(crate) struct InPlace {
+    /// The tool's name in rmcp: `name = ".."`, else the method's name. It is the tool's id.
+    pub(crate) name: String,
+    pub(crate) name_span: Span,
+    /// Where the declaration is written, for errors about what it cannot say.
+    pub(crate) attr_span: Span,
 }
 
 /// What a function belongs to, as far as the macro can see.
@@ -118,6 +130,7 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
                 domain,
                 in_toolset: member.is_some(),
                 owner,
+                in_place: None,
             };
             let expanded = expand_fn(
                 &f.attrs,
@@ -190,7 +203,14 @@ pub(crate) fn expand_fn(
 ) -> Expanded {
     let mut own = Errors::default();
     let args = attr::parse_tool_args(args, &mut own);
+    if let Some(in_place) = context.in_place {
+        in_place_keys(&args, in_place, context.owner, &mut own);
+    }
     if let Some(skip) = &args.skip {
+        if context.in_place.is_some() {
+            errors.push_all(own);
+            return Expanded::Failed;
+        }
         return skip_outcome(&args, skip.span, context, own, errors);
     }
     let callable = args.callable.as_ref().filter(|c| c.value).map(|c| c.span);
@@ -221,7 +241,10 @@ pub(crate) fn expand_fn(
              distrust; return what the tool read, or remove `untrusted_output`",
         ));
     }
-    let spec = valid::validate(args, &sig.ident, context.domain, attr_span, &mut own);
+    let spec = match context.in_place {
+        Some(in_place) => valid::validate_in_place(args, in_place, context.domain, &mut own),
+        None => valid::validate(args, &sig.ident, context.domain, attr_span, &mut own),
+    };
     let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
         errors.push_all(own);
         return Expanded::Failed;
@@ -236,6 +259,55 @@ pub(crate) fn expand_fn(
         id: spec.id,
         id_span: spec.id_span,
         callable,
+    }
+}
+
+/// What a declaration beside rmcp's `#[tool]` cannot say: rmcp names and routes the tool, and hands it
+/// its arguments through its extractors.
+fn in_place_keys(args: &ToolArgs, in_place: &InPlace, owner: Owner<'_>, errors: &mut Errors) {
+    if let Some(id) = &args.id {
+        errors.push(syn::Error::new(
+            id.span,
+            format!(
+                "the id of an rmcp tool gated in place is its name in rmcp, `{}`: rename it with \
+                 `name = \"...\"` in rmcp's #[tool]",
+                in_place.name
+            ),
+        ));
+    }
+    if let Some(callable) = args.callable.as_ref().filter(|c| c.value) {
+        errors.push(syn::Error::new(
+            callable.span,
+            "an rmcp tool is called by name through rmcp's router, which this declaration gates: \
+             remove `callable`",
+        ));
+    }
+    if let Some(escalate) = &args.escalate {
+        errors.push(syn::Error::new(
+            escalate.span,
+            "`escalate` reads a tool's typed arguments, which an rmcp tool gated in place receives \
+             through rmcp's extractors: declare the tool at the highest risk its arguments reach, \
+             or declare it as a toolgate `callable` tool",
+        ));
+    }
+    if let Some(skip) = &args.skip {
+        errors.push(syn::Error::new(
+            skip.span,
+            "an rmcp tool cannot skip its declaration: every tool rmcp serves is decided by a gate",
+        ));
+    }
+    match owner {
+        Owner::Impl(_) => {}
+        Owner::Free => errors.push(syn::Error::new(
+            in_place.attr_span,
+            "#[toolgate(..)] declares a method of an rmcp handler: put it on a method of the \
+             handler's #[tool_router] impl",
+        )),
+        Owner::GenericImpl(span) => errors.push(syn::Error::new(
+            span,
+            "an rmcp tool gated in place is registered under its handler's type, which a generic \
+             impl does not name: gate the tools of a non-generic impl",
+        )),
     }
 }
 
@@ -457,13 +529,21 @@ fn unowned(ty: &Type) -> Option<&'static str> {
     }
 }
 
+/// A method's receiver as the gate sees it: the value, and for a call by name the label of the
+/// registered instance it runs on, which stands for a value that cannot be written.
+#[derive(Clone, Copy)]
+struct Receiving<'a> {
+    value: &'a TokenStream,
+    label: Option<&'a TokenStream>,
+}
+
 /// The arguments as the gate sees them, sorted by name (a method's receiver as `self`): a reference to
 /// each value, named by `value`, marked for redaction where the tool says so. The same for a direct call
 /// (the parameters) and a call by name (the parsed values), so that both write the same JSON.
 fn argument_refs(
     call: &CallParts,
     value: impl Fn(&Ident) -> TokenStream,
-    receiver: Option<&TokenStream>,
+    receiver: Option<Receiving<'_>>,
 ) -> Vec<TokenStream> {
     let mut args: Vec<(String, TokenStream)> = call
         .named
@@ -480,8 +560,13 @@ fn argument_refs(
             (name, arg)
         })
         .collect();
-    if let Some(receiver) = receiver {
-        let arg = quote!((&&::toolgate::__private::Arg(#receiver)).__toolgate_arg("self"),);
+    if let Some(Receiving { value, label }) = receiver {
+        let arg = match label {
+            Some(label) => {
+                quote!((&&::toolgate::__private::Arg(#value)).__toolgate_receiver(#label),)
+            }
+            None => quote!((&&::toolgate::__private::Arg(#value)).__toolgate_arg("self"),),
+        };
         args.push(("self".to_owned(), arg));
     }
     args.sort_by(|a, b| a.0.cmp(&b.0));
@@ -543,12 +628,15 @@ fn callable_items(
         _ => None,
     };
     let receiver = self_type.as_ref().map(|_| quote!(&*#this));
+    let label = Ident::new("toolgate_instance_label", Span::mixed_site());
+    let label_ref = quote!(&*#label);
     let fetch_instance = self_type.as_ref().map(|ty| {
         quote! {
-            let #this = match ::toolgate::__private::instance::<#ty>(&__TOOLGATE_ENTRY, #instances) {
-                ::core::result::Result::Ok(instance) => instance,
-                ::core::result::Result::Err(answer) => return answer,
-            };
+            let (#this, #label) =
+                match ::toolgate::__private::instance::<#ty>(&__TOOLGATE_ENTRY, #instances) {
+                    ::core::result::Result::Ok(instance) => instance,
+                    ::core::result::Result::Err(answer) => return answer,
+                };
         }
     });
     let receiver_type = match &self_type {
@@ -591,7 +679,11 @@ fn callable_items(
         let local = local(name);
         quote!(&#local)
     };
-    let arg_refs = argument_refs(call, by_local, receiver.as_ref());
+    let receiving = receiver.as_ref().map(|value| Receiving {
+        value,
+        label: Some(&label_ref),
+    });
+    let arg_refs = argument_refs(call, by_local, receiving);
     let escalated = match escalation(call, tool, by_local) {
         Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
         None => quote!(::core::option::Option::None),
@@ -820,7 +912,11 @@ fn gated_body(
     };
     // The arguments, for the gate to look at when it needs to: a reference to each.
     let by_name = |ident: &Ident| quote_spanned!(ident.span()=> &#ident);
-    let args = argument_refs(call, by_name, call.receiver.as_ref());
+    let receiving = call
+        .receiver
+        .as_ref()
+        .map(|value| Receiving { value, label: None });
+    let args = argument_refs(call, by_name, receiving);
     let escalated_arg = match &call.escalate {
         Some(_) => quote!(::core::option::Option::Some(#info)),
         None => quote!(::core::option::Option::None),
@@ -860,7 +956,9 @@ fn gated_body(
     });
     // A call by name decided already hands its decision over: taken before anything else runs, the
     // `escalate` function included.
-    let handed = call.callable.as_ref().map(|_| {
+    // A tool gated in place is decided by the server before rmcp's router calls it.
+    let decided_elsewhere = call.callable.is_some() || context.in_place.is_some();
+    let handed = decided_elsewhere.then(|| {
         quote! {
             if let ::core::option::Option::Some(permit) = ::toolgate::__private::handed(&#entry) {
                 ::core::result::Result::Ok(permit)
@@ -874,6 +972,17 @@ fn gated_body(
             quote!(::core::option::Option::Some(&__TOOLGATE_CALLABLE)),
         ),
         None => (TokenStream::new(), quote!(::core::option::Option::None)),
+    };
+    let new_entry = match (context.in_place, context.owner) {
+        (Some(_), Owner::Impl(qualified)) => {
+            let owner = self_type(qualified);
+            quote!(::toolgate::__private::ToolEntry::__in_place(
+                #manifest, #behaviour, ::core::any::TypeId::of::<#owner>
+            ))
+        }
+        _ => quote!(::toolgate::__private::ToolEntry::__new(
+            #manifest, #callable_ref, #behaviour
+        )),
     };
     // The body's type is pinned to the declared return type, as it is in a plain function: otherwise
     // the first `return` in the body would decide it (`return Ok(Box::new(5))` for a `Box<dyn Trait>`).
@@ -909,8 +1018,7 @@ fn gated_body(
     quote! {
         #[allow(unused_mut)]
         let mut #permit = {
-            static #entry: ::toolgate::__private::ToolEntry =
-                ::toolgate::__private::ToolEntry::__new(#manifest, #callable_ref, #behaviour);
+            static #entry: ::toolgate::__private::ToolEntry = #new_entry;
             #callable_items
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)

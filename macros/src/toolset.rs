@@ -20,6 +20,7 @@ use std::collections::hash_map::Entry;
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
+use syn::parse::Parser as _;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
@@ -30,7 +31,7 @@ use syn::{
 
 use crate::attr::{self, ToolsetArgs};
 use crate::ctxt::Errors;
-use crate::expand::{self, Context, Expanded, Owner};
+use crate::expand::{self, Context, Expanded, InPlace, Owner};
 use crate::valid;
 
 pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
@@ -221,6 +222,7 @@ impl Set<'_> {
             domain: self.domain,
             in_toolset: true,
             owner,
+            in_place: None,
         };
         let outcome = member_fn(f.attrs, f.public, f.sig, f.block, context, self.errors);
         self.ids.record(outcome, self.errors);
@@ -314,6 +316,21 @@ fn member_fn(
     context: Context<'_>,
     errors: &mut Errors,
 ) -> Expanded {
+    if let Some(index) = attrs.iter().position(is_toolgate_attr) {
+        return in_place_member(attrs, index, sig, block, context, errors);
+    }
+    if let Some(rmcp) = attrs.iter().find(|a| is_rmcp_tool(a)) {
+        // Left in place for rmcp, which still serves the tool: the build fails on this error alone.
+        errors.push(syn::Error::new(
+            rmcp.path().span(),
+            format!(
+                "rmcp tool `{}` declares no risk, so no gate could decide its calls: add \
+                 #[toolgate(risk = \"...\")] beside rmcp's #[tool]",
+                rmcp_facts(rmcp, sig).0
+            ),
+        ));
+        return Expanded::Failed;
+    }
     let mut found = attrs
         .iter()
         .enumerate()
@@ -355,6 +372,176 @@ fn member_fn(
         }
     };
     expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
+}
+
+/// A method of an rmcp handler, declared `#[toolgate(..)]` beside rmcp's `#[tool]`: gated in place,
+/// with its rmcp name as its id. rmcp's attribute stays for rmcp's router.
+fn in_place_member(
+    attrs: &mut Vec<Attribute>,
+    index: usize,
+    sig: &Signature,
+    block: &mut Block,
+    context: Context<'_>,
+    errors: &mut Errors,
+) -> Expanded {
+    let declaration = attrs.remove(index);
+    if let Some(second) = attrs.iter().find(|a| is_toolgate_attr(a)) {
+        errors.push(syn::Error::new(
+            second.path().span(),
+            "#[toolgate] is given twice on this function",
+        ));
+        attrs.retain(|a| !is_toolgate_attr(a));
+        return Expanded::Failed;
+    }
+    let Meta::List(list) = &declaration.meta else {
+        errors.push(syn::Error::new(
+            declaration.path().span(),
+            "write the tool's declaration as #[toolgate(risk = \"...\", ...)]",
+        ));
+        return Expanded::Failed;
+    };
+    let attr_span = list.path.span();
+    let tools: Vec<&Attribute> = attrs.iter().filter(|a| is_any_tool_attr(a)).collect();
+    let rmcp = match tools.as_slice() {
+        [] => {
+            errors.push(syn::Error::new(
+                attr_span,
+                "#[toolgate(..)] declares the risk of an rmcp tool, beside rmcp's #[tool], which \
+                 this function lacks; a toolgate tool is declared with #[tool(risk = \"...\")]",
+            ));
+            return Expanded::Failed;
+        }
+        [rmcp] => *rmcp,
+        [_, second, ..] => {
+            errors.push(syn::Error::new(
+                second.path().span(),
+                "#[tool] is given twice on this function",
+            ));
+            return Expanded::Failed;
+        }
+    };
+    if declares_risk(rmcp) {
+        errors.push(syn::Error::new(
+            rmcp.path().span(),
+            "this function is declared twice: by this #[tool(risk = ..)] and by #[toolgate(..)]; \
+             an rmcp tool keeps rmcp's #[tool] and declares its risk with #[toolgate(..)] alone",
+        ));
+        return Expanded::Failed;
+    }
+    let (name, name_span, description) = rmcp_facts(rmcp, sig);
+    let in_place = InPlace {
+        name,
+        name_span,
+        attr_span,
+    };
+    let mut args = list.tokens.clone();
+    let described = Punctuated::<Meta, Token![,]>::parse_terminated
+        .parse2(args.clone())
+        .is_ok_and(|metas| metas.iter().any(|m| m.path().is_ident("description")));
+    if let (Some(description), false) = (description, described) {
+        args = quote!(#args, description = #description);
+    }
+    let context = Context {
+        domain: context.domain,
+        in_toolset: context.in_toolset,
+        owner: context.owner,
+        in_place: Some(&in_place),
+    };
+    expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
+}
+
+/// `#[toolgate(..)]`: the declaration of an rmcp tool gated in place.
+fn is_toolgate_attr(attr: &Attribute) -> bool {
+    attr.path().is_ident("toolgate")
+}
+
+/// Any attribute named `tool`, whatever its path: rmcp's router takes every one for its own.
+fn is_any_tool_attr(attr: &Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|segment| segment.ident == "tool")
+}
+
+/// Whether a `tool` attribute says `risk = ..`, as toolgate's does and rmcp's never does.
+fn declares_risk(attr: &Attribute) -> bool {
+    match &attr.meta {
+        Meta::List(list) => list
+            .tokens
+            .clone()
+            .into_iter()
+            .any(|tree| matches!(tree, proc_macro2::TokenTree::Ident(ident) if ident == "risk")),
+        _ => false,
+    }
+}
+
+/// rmcp's `#[tool]`, told from toolgate's: written `rmcp::tool`, or with a key only rmcp has and no
+/// `risk`.
+fn is_rmcp_tool(attr: &Attribute) -> bool {
+    if !is_any_tool_attr(attr) || declares_risk(attr) {
+        return false;
+    }
+    if attr
+        .path()
+        .segments
+        .first()
+        .is_some_and(|s| s.ident == "rmcp")
+    {
+        return true;
+    }
+    const RMCP_ONLY: &[&str] = &[
+        "name",
+        "title",
+        "input_schema",
+        "output_schema",
+        "annotations",
+        "icons",
+        "meta",
+        "execution",
+        "local",
+    ];
+    let Meta::List(list) = &attr.meta else {
+        return false;
+    };
+    let Ok(metas) = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(list.tokens.clone())
+    else {
+        // rmcp's `annotations(..)` and the like parse as metas; what does not is reported by the
+        // macro whose attribute it is.
+        return false;
+    };
+    metas
+        .iter()
+        .any(|meta| RMCP_ONLY.iter().any(|key| meta.path().is_ident(key)))
+}
+
+/// What rmcp's `#[tool]` names: the tool's name (`name = ".."`, else the method's), where it is
+/// written, and a literal `description`, if it gives one.
+fn rmcp_facts(attr: &Attribute, sig: &Signature) -> (String, Span, Option<syn::LitStr>) {
+    let mut name = (sig.ident.to_string(), sig.ident.span());
+    let mut description = None;
+    if let Meta::List(list) = &attr.meta
+        && let Ok(metas) =
+            Punctuated::<Meta, Token![,]>::parse_terminated.parse2(list.tokens.clone())
+    {
+        for meta in metas {
+            let Meta::NameValue(pair) = meta else {
+                continue;
+            };
+            let syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(text),
+                ..
+            }) = &pair.value
+            else {
+                continue;
+            };
+            if pair.path.is_ident("name") {
+                name = (text.value(), text.span());
+            } else if pair.path.is_ident("description") {
+                description = Some(text.clone());
+            }
+        }
+    }
+    (name.0, name.1, description)
 }
 
 /// Attributes the compiler itself reads, which are never `tool` under another name.

@@ -35,26 +35,7 @@ pub(crate) fn validate(
     attr_span: Span,
     errors: &mut Errors,
 ) -> Option<ToolSpec> {
-    let risk = match &args.risk {
-        None if args.risk_attempted => None,
-        None => {
-            errors.push(syn::Error::new(
-                attr_span,
-                format!(
-                    "#[tool] needs a risk: add `risk = \"...\"`, one of {}",
-                    RISK_NAMES.join(", ")
-                ),
-            ));
-            None
-        }
-        Some(risk) => parse_risk(risk, errors),
-    };
-
-    let domain = match &args.domain {
-        Some(domain) => check_dotted(domain, "domain", None, errors).then(|| domain.value.clone()),
-        None => inherited_domain.map(str::to_owned),
-    };
-
+    let domain = declared_domain(&args, inherited_domain, errors);
     let (id, id_span) = match &args.id {
         Some(id) => {
             let valid = check_dotted(id, "id", Some(MAX_ID_LEN), errors);
@@ -73,6 +54,83 @@ pub(crate) fn validate(
             let valid = check_derived_id(&derived_arg, errors);
             (valid.then_some(derived_arg.value), fn_name.span())
         }
+    };
+    finish(args, id, id_span, domain, (attr_span, "tool"), errors)
+}
+
+/// [`validate`] for a method of an rmcp handler, declared with `#[toolgate(..)]`: its id is its name
+/// in rmcp, which MCP clients call it by, so it follows MCP's rule for tool names rather than
+/// toolgate's dotted ids; the set's domain is its domain, not a prefix of its id.
+pub(crate) fn validate_in_place(
+    args: ToolArgs,
+    in_place: &crate::expand::InPlace,
+    inherited_domain: Option<&str>,
+    errors: &mut Errors,
+) -> Option<ToolSpec> {
+    let domain = declared_domain(&args, inherited_domain, errors);
+    let name = &in_place.name;
+    let valid = match mcp_name_problem(name) {
+        Some(problem) => {
+            errors.push(syn::Error::new(
+                in_place.name_span,
+                format!(
+                    "the rmcp tool name `{name}` cannot be a tool id: {problem}; an MCP tool name is \
+                     1 to {MAX_ID_LEN} of `A-Z a-z 0-9 _ - .`"
+                ),
+            ));
+            false
+        }
+        None => true,
+    };
+    let id = valid.then(|| name.clone());
+    let attribute = (in_place.attr_span, "toolgate");
+    finish(args, id, in_place.name_span, domain, attribute, errors)
+}
+
+fn mcp_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".to_owned());
+    }
+    if name.len() > MAX_ID_LEN {
+        return Some(format!("it is {} characters long", name.len()));
+    }
+    name.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .map(|c| format!("it has the character {c:?}"))
+}
+
+fn declared_domain(
+    args: &ToolArgs,
+    inherited_domain: Option<&str>,
+    errors: &mut Errors,
+) -> Option<String> {
+    match &args.domain {
+        Some(domain) => check_dotted(domain, "domain", None, errors).then(|| domain.value.clone()),
+        None => inherited_domain.map(str::to_owned),
+    }
+}
+
+fn finish(
+    args: ToolArgs,
+    id: Option<String>,
+    id_span: Span,
+    domain: Option<String>,
+    (attr_span, attribute): (Span, &str),
+    errors: &mut Errors,
+) -> Option<ToolSpec> {
+    let risk = match &args.risk {
+        None if args.risk_attempted => None,
+        None => {
+            errors.push(syn::Error::new(
+                attr_span,
+                format!(
+                    "#[{attribute}] needs a risk: add `risk = \"...\"`, one of {}",
+                    RISK_NAMES.join(", ")
+                ),
+            ));
+            None
+        }
+        Some(risk) => parse_risk(risk, errors),
     };
 
     let side_effects = risk.and_then(|risk| check_side_effects(risk, &args, errors));

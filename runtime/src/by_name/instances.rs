@@ -34,7 +34,21 @@ pub struct Instances {
 struct Held {
     type_id: TypeId,
     type_name: &'static str,
+    /// What the instance is, for approvals: a two-step approval of a call on it is bound to this label,
+    /// and operators read it among the call's arguments.
+    label: Arc<String>,
     value: Arc<dyn Any + Send + Sync>,
+}
+
+/// The label of an instance the application did not name: its type and a random registration id, so
+/// that an approval given for a call on it is never used for a call on another instance.
+pub(crate) fn registration_label(type_name: &str) -> String {
+    let mut bytes = [0_u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        panic!("the operating system's random number generator failed");
+    }
+    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{type_name} (instance {id})")
 }
 
 impl Instances {
@@ -58,11 +72,45 @@ impl Instances {
         self
     }
 
+    /// Adds `instance` under a name the application gives it, which operators read when they approve a
+    /// call on it (`"self": "prod-cloud (ops::Cloud)"`), and to which two-step approvals of calls on
+    /// it are bound.
+    ///
+    /// An unnamed instance is labelled with its type and a random id, so an approval is bound to that
+    /// registration in this process. Name it where approvals must carry over between processes that
+    /// hold the same instance (several replicas behind one PostgreSQL approval store): the name then
+    /// says that the instances are the same thing. Give two different instances two different names.
+    #[must_use]
+    pub fn with_named<T: Send + Sync + 'static>(
+        mut self,
+        name: impl Into<String>,
+        instance: T,
+    ) -> Instances {
+        let label = format!("{} ({})", name.into(), std::any::type_name::<T>());
+        self.put(Arc::new(instance), label);
+        self
+    }
+
     /// Adds an instance, returning the one it replaces.
     pub fn insert<T: Send + Sync + 'static>(&mut self, instance: Arc<T>) -> Option<Arc<T>> {
+        let label = registration_label(std::any::type_name::<T>());
+        self.put(instance, label)
+    }
+
+    /// The label of the instance of `T`: what operators read as the method's `self` when they approve
+    /// a call on it.
+    pub fn label<T: Send + Sync + 'static>(&self) -> Option<&str> {
+        self.by_type
+            .iter()
+            .find(|h| h.type_id == TypeId::of::<T>())
+            .map(|h| h.label.as_str())
+    }
+
+    fn put<T: Send + Sync + 'static>(&mut self, instance: Arc<T>, label: String) -> Option<Arc<T>> {
         let held = Held {
             type_id: TypeId::of::<T>(),
             type_name: std::any::type_name::<T>(),
+            label: Arc::new(label),
             value: instance,
         };
         match self.by_type.iter_mut().find(|h| h.type_id == held.type_id) {
@@ -84,6 +132,16 @@ impl Instances {
             .iter()
             .find(|h| h.type_id == TypeId::of::<T>())?;
         Arc::clone(&held.value).downcast::<T>().ok()
+    }
+
+    /// The instance of `T` and its label.
+    pub(crate) fn get_labelled<T: Send + Sync + 'static>(&self) -> Option<(Arc<T>, Arc<String>)> {
+        let held = self
+            .by_type
+            .iter()
+            .find(|h| h.type_id == TypeId::of::<T>())?;
+        let value = Arc::clone(&held.value).downcast::<T>().ok()?;
+        Some((value, Arc::clone(&held.label)))
     }
 
     /// Whether an instance of the type `type_id` is held.

@@ -286,14 +286,14 @@ pub fn precheck(
         .map_err(|denied| CallFuture::ready(Err(CallError::Denied(denied))))
 }
 
-/// The instance a method's call by name runs on, or the call's `NO_INSTANCE` answer.
+/// The instance a method's call by name runs on and its label, or the call's `NO_INSTANCE` answer.
 #[doc(hidden)]
 #[inline]
 pub fn instance<T: Send + Sync + 'static>(
     entry: &'static ToolEntry,
     instances: &Instances,
-) -> Result<Arc<T>, CallFuture> {
-    instances.get::<T>().ok_or_else(|| {
+) -> Result<(Arc<T>, Arc<String>), CallFuture> {
+    instances.get_labelled::<T>().ok_or_else(|| {
         CallFuture::ready(Err(CallError::NoInstance {
             id: entry.manifest.id,
             type_name: std::any::type_name::<T>(),

@@ -150,6 +150,17 @@ enum ArgValue<'a> {
     Unnamed,
 }
 
+impl<'a> ArgRef<'a> {
+    /// An argument the runtime itself hands to a decision: a call's JSON arguments, or the label of
+    /// the instance a method runs on.
+    pub(crate) fn json<T: Serialize>(name: &'static str, value: &'a T) -> ArgRef<'a> {
+        ArgRef {
+            name,
+            value: ArgValue::Json(value),
+        }
+    }
+}
+
 impl ArgRef<'_> {
     /// An argument bound by a pattern, which generated code cannot name: the arguments cannot be
     /// written.
@@ -201,6 +212,11 @@ pub trait SerializableArg<'a> {
     fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a>;
     /// An argument the tool's `redact` list names: recorded as `"[REDACTED]"`.
     fn __toolgate_redacted(&self, name: &'static str) -> ArgRef<'a>;
+    /// The receiver of a method called by name on a registered instance: its value, which is
+    /// serializable.
+    // A `String`, not a `str`: it is sized, so a reference to it is a `&dyn ToJson`.
+    #[allow(clippy::ptr_arg)]
+    fn __toolgate_receiver(&self, label: &'a String) -> ArgRef<'a>;
 }
 
 impl<'a, T: Serialize> SerializableArg<'a> for &Arg<'a, T> {
@@ -209,6 +225,10 @@ impl<'a, T: Serialize> SerializableArg<'a> for &Arg<'a, T> {
             name,
             value: ArgValue::Json(self.0),
         }
+    }
+
+    fn __toolgate_receiver(&self, _label: &'a String) -> ArgRef<'a> {
+        self.__toolgate_arg("self")
     }
 
     fn __toolgate_redacted(&self, name: &'static str) -> ArgRef<'a> {
@@ -225,6 +245,11 @@ pub trait OpaqueArg<'a> {
     fn __toolgate_arg(&self, name: &'static str) -> ArgRef<'a>;
     /// An argument the tool's `redact` list names: recorded as `"[REDACTED]"`.
     fn __toolgate_redacted(&self, name: &'static str) -> ArgRef<'a>;
+    /// The receiver of a method called by name on a registered instance: the registration's label,
+    /// which no other instance has, since the value itself cannot be written.
+    // A `String`, not a `str`: it is sized, so a reference to it is a `&dyn ToJson`.
+    #[allow(clippy::ptr_arg)]
+    fn __toolgate_receiver(&self, label: &'a String) -> ArgRef<'a>;
 }
 
 impl<'a, T> OpaqueArg<'a> for Arg<'a, T> {
@@ -240,6 +265,10 @@ impl<'a, T> OpaqueArg<'a> for Arg<'a, T> {
             name,
             value: ArgValue::Redacted(None),
         }
+    }
+
+    fn __toolgate_receiver(&self, label: &'a String) -> ArgRef<'a> {
+        ArgRef::json("self", label)
     }
 }
 

@@ -109,9 +109,38 @@ pub fn disabled_prefix(mode: Mode) -> String {
 ///
 /// A tool that needs an approval is listed as it is: the approval is asked for when it is called.
 pub fn listed(gate: &Gate, tool: Tool, visibility: Visibility) -> Option<rmcp::model::Tool> {
-    let mut definition = definition(tool)?;
+    shown(gate, tool.manifest(), definition(tool)?, visibility)
+}
+
+/// The definition a handler's tool gated in place is listed with: the handler's own, with the hints
+/// and `_meta` of its toolgate declaration, which is what the gate enforces.
+pub(crate) fn in_place(
+    manifest: &ToolManifest,
+    mut definition: rmcp::model::Tool,
+) -> rmcp::model::Tool {
+    let declared = annotations(manifest);
+    let mut merged = definition.annotations.take().unwrap_or_default();
+    merged.read_only_hint = declared.read_only_hint;
+    merged.destructive_hint = declared.destructive_hint;
+    merged.idempotent_hint = declared.idempotent_hint;
+    merged.open_world_hint = declared.open_world_hint;
+    definition.annotations = Some(merged);
+    let mut facts = definition.meta.take().unwrap_or_default();
+    facts.0.extend(meta(manifest).0);
+    definition.meta = Some(facts);
+    definition
+}
+
+/// `definition` as `tools/list` shows it under `gate` now: as it is where the gate would allow the call
+/// or ask for an approval; otherwise hidden, or marked with the [`disabled_prefix`].
+pub(crate) fn shown(
+    gate: &Gate,
+    manifest: &ToolManifest,
+    mut definition: rmcp::model::Tool,
+    visibility: Visibility,
+) -> Option<rmcp::model::Tool> {
     let mode = gate.mode();
-    match gate.verdict(tool.manifest())? {
+    match gate.verdict(manifest)? {
         Verdict::Allow | Verdict::NeedsApproval => Some(definition),
         Verdict::Refuse(_) => match visibility {
             Visibility::Hide => None,

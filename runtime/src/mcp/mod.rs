@@ -195,6 +195,7 @@
 
 mod approvals;
 mod definition;
+mod handler;
 #[cfg(feature = "mcp-http")]
 pub mod http;
 mod server;
@@ -209,5 +210,8 @@ pub use definition::{
     META_ALLOWED_MODES, META_RISK_LEVEL, Visibility, annotations, definition, disabled_prefix,
     listed, meta,
 };
-pub use server::{DEFAULT_MODE_POLL, PendingApproval, ToolgateServer, tool_result, unknown_tool};
+pub use handler::Undeclared;
+pub use server::{
+    DEFAULT_MODE_POLL, PendingApproval, REFUSED, ToolgateServer, tool_result, unknown_tool,
+};
 pub use tasks::{DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE};

@@ -4,11 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::SubscriptionFilter;
+#[allow(deprecated)]
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CustomRequest, CustomResult, GetTaskParams, GetTaskResult, Implementation, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, ContentBlock, CustomRequest, CustomResult, ErrorCode,
+    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
+    JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -16,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::approvals::{About, Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
+use super::handler::{DynHandler, Undeclared};
 use super::tasks::{
     DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE, TASK_POLL_FIRST, TASK_POLL_MAX, Tasks, TooManyTasks,
 };
@@ -23,9 +28,11 @@ use crate::approval::Taint;
 use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
+use crate::gate::call::{ArgRef, CallInfo};
+use crate::gate::decide::{self as deciding, Decided, DecidingByName};
+use crate::gate::denied::Denied;
 use crate::policy::{DenialCode, Mode, Risk};
-use crate::registry::ToolManifest;
-use crate::registry::{Tool, manifests, registry};
+use crate::registry::{Tool, ToolEntry, ToolManifest, manifests, registry};
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
 type OnPending = Arc<dyn Fn(&PendingApproval) + Send + Sync>;
@@ -65,6 +72,10 @@ pub struct PendingApproval {
     /// What tainted the caller's session, if anything has ([`Gate::taint`](crate::Gate::taint)): the
     /// agent has read untrusted output, and the arguments may come from it. Show it to the operator.
     pub taint: Option<Taint>,
+    /// What the call runs on, for a tool of the server's [`handler`](ToolgateServer::handler): its
+    /// label (the name given to [`handler_named`](ToolgateServer::handler_named), or its type and a
+    /// random id), to which the approval is bound. Show it to the operator.
+    pub instance: Option<String>,
 }
 
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
@@ -95,6 +106,29 @@ pub struct ToolgateServer {
     tasks: Tasks,
     max_tasks: usize,
     task_deadline: Duration,
+    handler: Option<Arc<dyn DynHandler>>,
+    /// What a call of the handler's tools runs on, as approvals bind it and operators read it.
+    handler_label: Arc<String>,
+    undeclared: Undeclared,
+    /// `server_info` was given: it names the server rather than the handler's own.
+    named: bool,
+}
+
+/// The JSON-RPC error code of a refusal that reaches a client as an error rather than a tool result:
+/// a tool of an rmcp handler gated in place, called through rmcp's router without this server
+/// ([`From<Denied> for ErrorData`](crate::Denied)). Its data is `{"code", "message"}`.
+pub const REFUSED: ErrorCode = ErrorCode(-32003);
+
+/// A tool of an rmcp handler returns `Result<CallToolResult, ErrorData>`: a refusal becomes an error
+/// with the code [`REFUSED`] and the data `{"code", "message"}`. Served by a [`ToolgateServer`], the
+/// call never reaches the tool: the server answers the refusal as a tool result (`isError: true`),
+/// as it answers every refusal.
+impl From<Denied> for rmcp::ErrorData {
+    fn from(denied: Denied) -> rmcp::ErrorData {
+        let message = denied.to_string();
+        let data = json!({ "code": denied.code().as_str(), "message": message });
+        rmcp::ErrorData::new(REFUSED, format!("{}: {message}", denied.code()), Some(data))
+    }
 }
 
 /// A random id of one connection, to which in-band request states are bound.
@@ -142,7 +176,60 @@ impl ToolgateServer {
             tasks: Tasks::default(),
             max_tasks: DEFAULT_MAX_TASKS,
             task_deadline: DEFAULT_TASK_DEADLINE,
+            handler: None,
+            handler_label: Arc::new(String::new()),
+            undeclared: Undeclared::Refuse,
+            named: false,
         }
+    }
+
+    /// Serves `handler`, an rmcp [`ServerHandler`] of the application (a `#[tool_router]` server with
+    /// its resources and prompts), behind this server's gates.
+    ///
+    /// Each tool of the handler declared in place (`#[toolgate(risk = ..)]` beside rmcp's `#[tool]`,
+    /// in a `#[toolgate::toolset]` impl of the handler's type) is decided by the caller's gate before
+    /// the handler's router runs it, and listed as that gate allows; approvals, tasks, budgets and the
+    /// audit log work for it as for a `callable` tool. A tool of the handler that declares no risk is
+    /// refused ([`undeclared`](ToolgateServer::undeclared)). Resources, prompts, completions, logging
+    /// levels and subscriptions pass through to the handler; a capability the handler does not
+    /// declare is answered `-32601` (method not found). The linked `callable` tools are served beside
+    /// the handler's only where [`only`](ToolgateServer::only) selects them (`.only(|_| true)` for
+    /// all); the handler's tool wins where both have a name.
+    ///
+    /// A two-step approval of the handler's tools is bound to the handler instance, which operators
+    /// see as the call's `self`: its type and a random id, or the name given to
+    /// [`handler_named`](ToolgateServer::handler_named).
+    #[must_use]
+    pub fn handler<H: ServerHandler>(self, handler: H) -> ToolgateServer {
+        let label = crate::by_name::instances::registration_label(std::any::type_name::<H>());
+        self.with_handler(handler, label)
+    }
+
+    /// [`handler`](ToolgateServer::handler), naming the instance: the name operators read as the
+    /// call's `self`, to which approvals are bound. Name it where approvals must carry over between
+    /// processes serving the same thing (replicas behind one PostgreSQL approval store).
+    #[must_use]
+    pub fn handler_named<H: ServerHandler>(
+        self,
+        name: impl Into<String>,
+        handler: H,
+    ) -> ToolgateServer {
+        let label = format!("{} ({})", name.into(), std::any::type_name::<H>());
+        self.with_handler(handler, label)
+    }
+
+    fn with_handler<H: ServerHandler>(mut self, handler: H, label: String) -> ToolgateServer {
+        self.handler = Some(Arc::new(handler));
+        self.handler_label = Arc::new(label);
+        self
+    }
+
+    /// What a tool of the [`handler`](ToolgateServer::handler) that declares no risk gets:
+    /// [`Undeclared::Refuse`] by default.
+    #[must_use]
+    pub fn undeclared(mut self, undeclared: Undeclared) -> ToolgateServer {
+        self.undeclared = undeclared;
+        self
     }
 
     /// How a call that needs an approval is answered: [`Approvals::OutOfBand`] (the default) or
@@ -249,6 +336,7 @@ impl ToolgateServer {
         version: impl Into<String>,
     ) -> ToolgateServer {
         self.implementation = Implementation::new(name, version);
+        self.named = true;
         self
     }
 
@@ -265,6 +353,10 @@ impl ToolgateServer {
     }
 
     fn served(&self, name: &str) -> Option<Tool> {
+        // Beside a handler, the registry's tools are served only where `only` selects them.
+        if self.handler.is_some() && self.filter.is_none() {
+            return None;
+        }
         registry()
             .get(name)
             .filter(|tool| tool.is_served_by(&self.instances))
@@ -293,6 +385,98 @@ impl ToolgateServer {
             .filter_map(|manifest| self.served(manifest.id))
             .filter_map(|tool| definition::listed(gate, tool, self.visibility))
             .collect()
+    }
+
+    /// What `tools/list` answers a caller whose gate is `gate`: the handler's tools it allows (each
+    /// with its declaration's hints and `_meta`), then, on the first page, the `callable` tools.
+    async fn list_for(
+        &self,
+        gate: &Gate,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let Some(handler) = &self.handler else {
+            return Ok(ListToolsResult::with_all_items(self.tools_for(gate)));
+        };
+        let first_page = request.as_ref().is_none_or(|r| r.cursor.is_none());
+        let listed = handler.list_tools(request, context).await?;
+        let mut tools: Vec<rmcp::model::Tool> = Vec::with_capacity(listed.tools.len());
+        for tool in listed.tools {
+            match registry().in_place(handler.owner(), &tool.name) {
+                Some(entry) => {
+                    let definition = definition::in_place(&entry.manifest, tool);
+                    tools.extend(definition::shown(
+                        gate,
+                        &entry.manifest,
+                        definition,
+                        self.visibility,
+                    ));
+                }
+                None if self.undeclared == Undeclared::Serve => tools.push(tool),
+                None => {}
+            }
+        }
+        if first_page {
+            let own: Vec<rmcp::model::Tool> = self
+                .tools_for(gate)
+                .into_iter()
+                .filter(|tool| registry().in_place(handler.owner(), &tool.name).is_none())
+                .collect();
+            tools.extend(own);
+        }
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = listed.next_cursor;
+        Ok(result)
+    }
+
+    /// What the server says it is: the handler's capabilities (its prompts, resources, logging,
+    /// completions) with tools, their list changes and tasks; the handler's name and instructions
+    /// unless the server was given its own.
+    fn info(&self) -> ServerConfig {
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_tasks()
+            .build();
+        let mut implementation = self.implementation.clone();
+        let mut instructions = self.instructions.clone();
+        if let Some(handler) = &self.handler {
+            let theirs = handler.info();
+            let mut merged = theirs.capabilities;
+            merged.tools = capabilities.tools.take();
+            if let Some(ours) = capabilities.extensions.take() {
+                merged
+                    .extensions
+                    .get_or_insert_with(Default::default)
+                    .extend(ours);
+            }
+            capabilities = merged;
+            if !self.named {
+                implementation = theirs.server_info;
+            }
+            instructions = instructions.or(theirs.instructions);
+        }
+        let config = ServerConfig::new(capabilities).with_server_info(implementation);
+        match instructions {
+            Some(instructions) => config.with_instructions(instructions),
+            None => config,
+        }
+    }
+
+    /// The handler, where it declares the capability a request is of; `-32601` otherwise.
+    fn offering(
+        &self,
+        declared: impl Fn(&ServerCapabilities) -> bool,
+        method: &str,
+    ) -> Result<&Arc<dyn DynHandler>, ErrorData> {
+        match &self.handler {
+            Some(handler) if declared(&handler.info().capabilities) => Ok(handler),
+            _ => Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                method.to_owned(),
+                None,
+            )),
+        }
     }
 
     /// Who makes a request: the gate that decides it and the session an in-band state is bound to.
@@ -325,40 +509,58 @@ impl ToolgateServer {
 
     /// Calls the tool `name` with `arguments` (none is `{}`) through the gate, as `tools/call` does.
     ///
-    /// `Err` only when `name` is no tool of this server; everything else, refusals included, is a
-    /// [`CallToolResult`] (see [`tool_result`]).
+    /// `Err` only when `name` is no `callable` tool of this server; everything else, refusals
+    /// included, is a [`CallToolResult`] (see [`tool_result`]). The tools of a
+    /// [`handler`](ToolgateServer::handler) are called through rmcp, which gives them a request's
+    /// context: serve the server.
     pub async fn call(
         &self,
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut request = CallToolRequestParams::new(name.to_owned());
-        request.arguments = arguments;
-        let caller = self.caller(&rmcp::model::Extensions::new());
-        match self.respond(request, Client::default(), &caller).await? {
-            CallToolResponse::Complete(result) => Ok(result),
-            _ => unreachable!("a call without in-band approvals completes"),
+        if self.served(name).is_none() {
+            crate::by_name::record_unknown(&self.gate, name);
+            return Err(unknown_tool(name));
         }
+        let ran = self
+            .call_registry(&self.gate, name, arguments.unwrap_or_default())
+            .await?;
+        match ran.into_response()? {
+            CallToolResponse::Complete(result) => Ok(result),
+            _ => unreachable!("a callable tool's call completes"),
+        }
+    }
+
+    /// What answers a `tools/call` of `name`: a tool of the handler declared in place, else a
+    /// `callable` tool of the registry. `None` where neither serves it.
+    fn target(&self, name: &str) -> Option<Target> {
+        if let Some(handler) = &self.handler
+            && let Some(entry) = registry().in_place(handler.owner(), name)
+        {
+            return Some(Target::InPlace(entry));
+        }
+        self.served(name).map(Target::Registry)
     }
 
     /// Answers one `tools/call`: its request state first (in band), then the gate.
     async fn respond(
         &self,
         request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
         client: Client,
         caller: &Caller,
     ) -> Result<CallToolResponse, ErrorData> {
         let gate = &caller.gate;
         let name = &*request.name;
-        let Some(tool) = self.served(name) else {
-            crate::by_name::record_unknown(gate, name);
-            return Err(unknown_tool(name));
+        let Some(target) = self.target(name) else {
+            return self.undeclared_call(request, context, gate).await;
         };
+        let tool = target.tool();
         let in_band = match &self.approvals {
             Approvals::InBand(in_band) if client.answers_forms => Some(in_band),
             _ => None,
         };
-        let arguments = request.arguments.unwrap_or_default();
+        let arguments = request.arguments.clone().unwrap_or_default();
         if let Some(sealed) = request.request_state.as_deref() {
             let Some(in_band) = in_band else {
                 return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
@@ -398,12 +600,16 @@ impl ToolgateServer {
             }
             // The answer is in the store; the gate now decides the call with it, bound to exactly
             // these arguments, and an approval runs it once.
-            let result = self.call_registry(gate, name, arguments).await?;
-            return Ok(tool_result(result).into());
+            let mut request = request;
+            request.request_state = None;
+            request.input_responses = None;
+            let ran = self.dispatch(gate, target, request, context).await?;
+            return ran.into_response();
         }
-        let result = self.call_registry(gate, name, arguments.clone()).await?;
-        if let Err(error) = &result
-            && let Some(denied) = error.denied()
+        let ran = self
+            .dispatch(gate, target, request.clone(), context.clone())
+            .await?;
+        if let Some(denied) = ran.denied()
             && let Some(token) = denied.approval_token()
         {
             // The latch never opens again: what tainted the session before the decision still does.
@@ -429,18 +635,70 @@ impl ToolgateServer {
                     request_id: denied.approval_request_id().map(str::to_owned),
                     principal: gate.principal().map(str::to_owned),
                     taint,
+                    instance: matches!(target, Target::InPlace(_))
+                        .then(|| self.handler_label.to_string()),
                 });
             }
             if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
+                let token = token.to_owned();
                 return Ok(
-                    match self.wait_as_task(gate, tool, arguments, token, &caller.session) {
+                    match self.wait_as_task(gate, target, request, context, &token, &caller.session)
+                    {
                         Ok(created) => created.into(),
                         Err(too_many) => refusal("TOO_MANY_TASKS", &too_many.to_string()).into(),
                     },
                 );
             }
         }
-        Ok(tool_result(result).into())
+        ran.into_response()
+    }
+
+    /// A call of a name that no declaration of this server's serves: a tool of the handler that
+    /// declares no risk is refused (or, where the application says so, served as it is); any other
+    /// name is unknown.
+    async fn undeclared_call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        gate: &Gate,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.clone();
+        let Some(handler) = &self.handler else {
+            crate::by_name::record_unknown(gate, &name);
+            return Err(unknown_tool(&name));
+        };
+        if self.undeclared == Undeclared::Serve {
+            return handler.call_tool(request, context).await;
+        }
+        if handler.tool(&name).is_none() && !self.handler_lists(handler, &name, &context).await {
+            crate::by_name::record_unknown(gate, &name);
+            return Err(unknown_tool(&name));
+        }
+        let message = format!(
+            "tool `{name}` of {} declares no risk, so no gate can decide its calls: declare it \
+             with #[toolgate(risk = \"...\")] beside its #[tool], in a #[toolgate::toolset] impl",
+            handler.type_name()
+        );
+        gate.record_probe(
+            std::borrow::Cow::Owned(name.to_string()),
+            None,
+            "UNDECLARED_TOOL",
+            message.clone(),
+        );
+        Ok(refusal("UNDECLARED_TOOL", &message).into())
+    }
+
+    /// Whether the handler lists the tool `name`, for a handler that does not say so by name.
+    async fn handler_lists(
+        &self,
+        handler: &Arc<dyn DynHandler>,
+        name: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> bool {
+        handler
+            .list_tools(None, context.clone())
+            .await
+            .is_ok_and(|listed| listed.tools.iter().any(|tool| tool.name == name))
     }
 
     /// Makes a call that waits for an operator a task: the call is tried again, every 250 ms at first
@@ -451,12 +709,13 @@ impl ToolgateServer {
     fn wait_as_task(
         &self,
         gate: &Gate,
-        tool: Tool,
-        arguments: JsonObject,
+        target: Target,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
         token: &str,
         owner: &Arc<str>,
     ) -> Result<rmcp::model::CreateTaskResult, TooManyTasks> {
-        let id = tool.manifest().id;
+        let id = target.tool().manifest().id;
         let created = self.tasks.create(
             owner,
             format!("`{id}` waits for an operator's approval"),
@@ -483,17 +742,19 @@ impl ToolgateServer {
                 // The last try is at the deadline.
                 tokio::time::sleep(wait.min(ends - now)).await;
                 wait = (wait * 2).min(TASK_POLL_MAX);
-                let result = match server.call_registry(&gate, id, arguments.clone()).await {
-                    Ok(result) => result,
+                // Each try is a request of its own to the handler: the original's cancellation ended
+                // with its answer, the task's own is `tasks/cancel`.
+                let mut retry = context.clone();
+                retry.ct = Default::default();
+                let ran = match server.dispatch(&gate, target, request.clone(), retry).await {
+                    Ok(ran) => ran,
                     Err(error) => {
                         tasks.complete(&task_id, refusal("UNKNOWN_TOOL", &error.message));
                         return;
                     }
                 };
-                let pending = result
-                    .as_ref()
-                    .err()
-                    .and_then(CallError::denied)
+                let pending = ran
+                    .denied()
                     .filter(|d| d.code() == DenialCode::ApprovalPending);
                 match pending.and_then(|d| d.approval_token()) {
                     // Still the request the operator was told of.
@@ -508,7 +769,19 @@ impl ToolgateServer {
                         return;
                     }
                     None => {
-                        tasks.complete(&task_id, tool_result(result));
+                        match ran.into_response() {
+                            Ok(CallToolResponse::Complete(result)) => {
+                                tasks.complete(&task_id, result);
+                            }
+                            Ok(_) => tasks.fail(
+                                &task_id,
+                                task_error(
+                                    "UNSUPPORTED_RESPONSE",
+                                    "the tool answered with a response a task cannot carry",
+                                ),
+                            ),
+                            Err(error) => tasks.fail(&task_id, error_object(error)),
+                        }
                         return;
                     }
                 }
@@ -519,12 +792,47 @@ impl ToolgateServer {
         Ok(created)
     }
 
+    /// Runs the call through its gate: a `callable` tool through the registry, a tool of the handler
+    /// decided here and then run by the handler's router with the decision handed to its check.
+    async fn dispatch(
+        &self,
+        gate: &Gate,
+        target: Target,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Ran, ErrorData> {
+        match (target, &self.handler) {
+            (Target::InPlace(entry), Some(handler)) => {
+                let handler = Arc::clone(handler);
+                let label = Arc::clone(&self.handler_label);
+                let arguments = request.arguments.clone().unwrap_or_default();
+                let run = {
+                    let gate = gate.clone();
+                    async move {
+                        let decided = decide_in_place(&gate, entry, &arguments, &label).await?;
+                        Ok(
+                            deciding::hand_async(decided, handler.call_tool(request, context))
+                                .await,
+                        )
+                    }
+                };
+                Ok(Ran::InPlace(gate.scope(run).await))
+            }
+            (Target::InPlace(entry), None) => Err(unknown_tool(entry.manifest.id)),
+            (Target::Registry(tool), _) => {
+                let arguments = request.arguments.unwrap_or_default();
+                self.call_registry(gate, tool.manifest().id, arguments)
+                    .await
+            }
+        }
+    }
+
     async fn call_registry(
         &self,
         gate: &Gate,
         name: &str,
         arguments: JsonObject,
-    ) -> Result<Result<Value, CallError>, ErrorData> {
+    ) -> Result<Ran, ErrorData> {
         match registry()
             .call_with(gate, &self.instances, name, Value::Object(arguments))
             .await
@@ -534,8 +842,117 @@ impl ToolgateServer {
                 | CallError::NotCallable { .. }
                 | CallError::NoInstance { .. },
             ) => Err(unknown_tool(name)),
-            result => Ok(result),
+            result => Ok(Ran::Registry(result)),
         }
+    }
+}
+
+/// Decides a call of the handler's tool `entry` with its JSON arguments, in the caller's gate (the
+/// future runs in its scope), as a call by name is decided: the tables first, before the arguments
+/// are read, then the whole decision. The handler's instance, by its label, is the call's `self`.
+async fn decide_in_place(
+    gate: &Gate,
+    entry: &'static ToolEntry,
+    arguments: &JsonObject,
+    label: &String,
+) -> Result<Decided, Denied> {
+    let outright = deciding::precheck(entry, gate, false)?;
+    let record_arguments = entry.behaviour.record_arguments;
+    let step = {
+        let args = [
+            ArgRef::json("arguments", arguments),
+            ArgRef::json("self", label),
+        ];
+        let call = CallInfo {
+            escalated: None,
+            arguments: &args,
+            record_arguments,
+        };
+        deciding::decide_by_name_async(entry, outright, None, &call)
+    };
+    match step {
+        DecidingByName::Done(decided) => decided,
+        DecidingByName::Waiting(waiting) => {
+            let decided = waiting.resume_handed().await;
+            let args = [
+                ArgRef::json("arguments", arguments),
+                ArgRef::json("self", label),
+            ];
+            let call = CallInfo {
+                escalated: None,
+                arguments: &args,
+                record_arguments,
+            };
+            deciding::confirm_handed(decided, &call)
+        }
+    }
+}
+
+/// What serves a name: a `callable` tool of the registry, or a tool of the handler declared in place.
+#[derive(Clone, Copy)]
+enum Target {
+    Registry(Tool),
+    InPlace(&'static ToolEntry),
+}
+
+impl Target {
+    fn tool(self) -> Tool {
+        match self {
+            Target::Registry(tool) => tool,
+            Target::InPlace(entry) => Tool { entry },
+        }
+    }
+}
+
+/// What a `tools/call` ran as.
+enum Ran {
+    /// A `callable` tool, through [`Registry::call_with`](crate::Registry::call_with).
+    Registry(Result<Value, CallError>),
+    /// A tool of the handler: refused before its router ran, or the router's response.
+    InPlace(Result<Result<CallToolResponse, ErrorData>, Denied>),
+}
+
+impl Ran {
+    fn denied(&self) -> Option<&Denied> {
+        match self {
+            Ran::Registry(Err(error)) => error.denied(),
+            Ran::InPlace(Err(denied)) => Some(denied),
+            _ => None,
+        }
+    }
+
+    fn into_response(self) -> Result<CallToolResponse, ErrorData> {
+        match self {
+            Ran::Registry(result) => Ok(tool_result(result).into()),
+            Ran::InPlace(Err(denied)) => Ok(tool_result(Err(CallError::Denied(denied))).into()),
+            Ran::InPlace(Ok(Ok(response))) => Ok(response),
+            // The tool's own check refused (a call it made of another tool, say): a refusal is a
+            // tool result, which the model reads.
+            Ran::InPlace(Ok(Err(error))) => match refusal_in(&error) {
+                Some(result) => Ok(result.into()),
+                None => Err(error),
+            },
+        }
+    }
+}
+
+/// The refusal an error from a tool gated in place carries, made by `From<Denied>`.
+fn refusal_in(error: &ErrorData) -> Option<CallToolResult> {
+    if error.code != REFUSED {
+        return None;
+    }
+    let data = error.data.as_ref()?;
+    let code = data.get("code")?.as_str()?;
+    let code = DenialCode::ALL.into_iter().find(|c| c.as_str() == code)?;
+    let message = data.get("message")?.as_str()?;
+    Some(refusal(code.as_str(), message))
+}
+
+/// A JSON-RPC error as the object a failed task carries.
+fn error_object(error: ErrorData) -> JsonObject {
+    match serde_json::to_value(error) {
+        Ok(Value::Object(object)) => object,
+        _ => JsonObject::new(),
     }
 }
 
@@ -627,27 +1044,16 @@ pub fn tool_result(result: Result<Value, CallError>) -> CallToolResult {
 
 impl ServerHandler for ToolgateServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_tool_list_changed()
-            .enable_tasks()
-            .build();
-        let config = ServerConfig::new(capabilities).with_server_info(self.implementation.clone());
-        match &self.instructions {
-            Some(instructions) => config.with_instructions(instructions.clone()),
-            None => config,
-        }
+        self.info()
     }
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&context.extensions);
-        Ok(ListToolsResult::with_all_items(
-            self.tools_for(&caller.gate),
-        ))
+        self.list_for(&caller.gate, request, context).await
     }
 
     async fn call_tool(
@@ -672,7 +1078,7 @@ impl ServerHandler for ToolgateServer {
                 "the client cancelled the call",
                 Some(json!({ "code": "CANCELLED" })),
             )),
-            response = self.respond(request, client, &caller) => response,
+            response = self.respond(request, context.clone(), client, &caller) => response,
         }
     }
 
@@ -725,12 +1131,32 @@ impl ServerHandler for ToolgateServer {
 
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        let ours = SubscriptionFilter::builder().tools_list_changed().build();
+        let theirs = self
+            .handler
+            .as_ref()
+            .and_then(|handler| handler.accepted_subscription_filter(requested));
+        match theirs {
+            Some(mut theirs) => {
+                theirs.tools_list_changed = ours.tools_list_changed;
+                Some(theirs)
+            }
+            None => Some(ours),
+        }
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // What the handler accepted besides tools (resources, prompts) is its own to deliver.
+        if let Some(handler) = &self.handler
+            && handler
+                .accepted_subscription_filter(context.accepted())
+                .is_some()
+            && context.accepted().tools_list_changed != Some(true)
+        {
+            return handler.listen(context).await;
+        }
         // A client of the 2026-07-28 protocol hears of list changes on its `subscriptions/listen`
         // stream, watched as a session's connection is (`on_initialized`).
         if context.accepted().tools_list_changed != Some(true) {
@@ -755,6 +1181,9 @@ impl ServerHandler for ToolgateServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(handler) = &self.handler {
+            handler.on_initialized(context.clone()).await;
+        }
         // The gate has no change subscription: each connection reads its mode every `mode_poll` and
         // tells its client when it moved (it only ever goes down), so that the client lists again.
         let gate = self.caller(&context.extensions).gate;
@@ -779,6 +1208,90 @@ impl ServerHandler for ToolgateServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        if let Some(handler) = &self.handler
+            && let Some(entry) = registry().in_place(handler.owner(), name)
+        {
+            return handler
+                .tool(name)
+                .map(|tool| definition::in_place(&entry.manifest, tool));
+        }
         self.tool(name)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.offering(|c| c.completions.is_some(), "completion/complete")?
+            .complete(request, context)
+            .await
+    }
+
+    #[allow(deprecated)] // Passed through for clients of protocols that still have it.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.offering(|c| c.logging.is_some(), "logging/setLevel")?
+            .set_level(request, context)
+            .await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.offering(|c| c.prompts.is_some(), "prompts/get")?
+            .get_prompt(request, context)
+            .await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.offering(|c| c.prompts.is_some(), "prompts/list")?
+            .list_prompts(request, context)
+            .await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.offering(|c| c.resources.is_some(), "resources/list")?
+            .list_resources(request, context)
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.offering(|c| c.resources.is_some(), "resources/templates/list")?
+            .list_resource_templates(request, context)
+            .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.offering(|c| c.resources.is_some(), "resources/read")?
+            .read_resource(request, context)
+            .await
+    }
+
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        if let Some(handler) = &self.handler {
+            handler.on_roots_list_changed(context).await;
+        }
     }
 }

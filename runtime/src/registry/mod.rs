@@ -3,7 +3,7 @@
 //! Each tool's static [`ToolEntry`] gets a slot number when the registry is first read; a gate keeps its
 //! precomputed verdicts in an array indexed by slot, so deciding a call reads one byte and hashes nothing.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -23,6 +23,9 @@ pub struct ToolEntry {
     /// the call-by-name layer above the gate (it calls through one): that layer reads it back.
     pub(crate) callable: Option<&'static (dyn Any + Send + Sync)>,
     pub(crate) behaviour: Behaviour,
+    /// For a method of an rmcp handler gated in place (`#[toolgate(..)]` beside rmcp's `#[tool]`): the
+    /// handler's type, whose router serves the tool under its id.
+    pub(crate) in_place: Option<fn() -> TypeId>,
     pub(crate) slot: AtomicU32,
 }
 
@@ -54,6 +57,7 @@ impl fmt::Debug for ToolEntry {
             .field("manifest", &self.manifest)
             .field("callable", &self.callable.is_some())
             .field("behaviour", &self.behaviour)
+            .field("in_place", &self.in_place.is_some())
             .field("slot", &self.slot)
             .finish()
     }
@@ -72,6 +76,23 @@ impl ToolEntry {
             manifest,
             callable,
             behaviour,
+            in_place: None,
+            slot: AtomicU32::new(NO_SLOT),
+        }
+    }
+
+    /// The entry of a method of the rmcp handler `owner`, served by the handler's own router.
+    #[doc(hidden)]
+    pub const fn __in_place(
+        manifest: ToolManifest,
+        behaviour: Behaviour,
+        owner: fn() -> TypeId,
+    ) -> ToolEntry {
+        ToolEntry {
+            manifest,
+            callable: None,
+            behaviour,
+            in_place: Some(owner),
             slot: AtomicU32::new(NO_SLOT),
         }
     }
@@ -106,6 +127,12 @@ impl fmt::Debug for Registry {
 impl Registry {
     pub(crate) fn entry(&self, id: &str) -> Option<&'static ToolEntry> {
         self.by_id.get(id).map(|&slot| self.entries[slot])
+    }
+
+    /// The tool `id` that the rmcp handler of type `owner` serves in place, if it declares one.
+    pub(crate) fn in_place(&self, owner: TypeId, id: &str) -> Option<&'static ToolEntry> {
+        self.entry(id)
+            .filter(|entry| entry.in_place.is_some_and(|of| of() == owner))
     }
 
     /// The tool with this id, looked up in constant time; ids are compared exactly.

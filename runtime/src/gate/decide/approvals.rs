@@ -80,8 +80,11 @@ impl Gate {
         };
         let Some((digest, shown)) = arguments.binding() else {
             return Approving::Done(Err(refused(DenialCode::ApprovalRequired).with_detail(
-                "a two-step approval is bound to the call's arguments (and a method's receiver), \
-                 and this tool's are not serializable"
+                "a two-step approval is bound to the call's arguments and a method's receiver, \
+                 and this call's cannot be written: an argument is not serializable, or the method \
+                 was called directly on a receiver that is not; call it by name or over MCP on an \
+                 instance the application registered (`Instances`, `ToolgateServer::instance`), \
+                 which binds the approval to that instance"
                     .into(),
             )));
         };
