@@ -84,6 +84,12 @@ impl Set<'_> {
             Owner::GenericImpl(block.generics.params.span())
         };
         let trait_impl = block.trait_.is_some();
+        let rmcp = block.attrs.iter().any(|attr| {
+            attr.path()
+                .segments
+                .last()
+                .is_some_and(|segment| segment.ident == "tool_router")
+        });
         for item in &mut block.items {
             match item {
                 ImplItem::Fn(f) => {
@@ -91,6 +97,7 @@ impl Set<'_> {
                     let parts = FnParts {
                         attrs: &mut f.attrs,
                         public,
+                        rmcp,
                         sig: &f.sig,
                         block: &mut f.block,
                     };
@@ -117,6 +124,7 @@ impl Set<'_> {
                     let parts = FnParts {
                         attrs: &mut f.attrs,
                         public: !matches!(f.vis, Visibility::Inherited),
+                        rmcp: false,
                         sig: &f.sig,
                         block: &mut f.block,
                     };
@@ -224,7 +232,7 @@ impl Set<'_> {
             owner,
             in_place: None,
         };
-        let outcome = member_fn(f.attrs, f.public, f.sig, f.block, context, self.errors);
+        let outcome = member_fn(f, context, self.errors);
         self.ids.record(outcome, self.errors);
     }
 }
@@ -249,6 +257,7 @@ impl VisitMut for Nested<'_, '_> {
                 let parts = FnParts {
                     attrs: &mut f.attrs,
                     public: false,
+                    rmcp: false,
                     sig: &f.sig,
                     block: &mut f.block,
                 };
@@ -303,23 +312,25 @@ fn args_domain(args: &ToolsetArgs, errors: &mut Errors) -> Option<String> {
 struct FnParts<'a> {
     attrs: &'a mut Vec<Attribute>,
     public: bool,
+    /// It is a method of an rmcp `#[tool_router]` impl, whose `#[tool]` attributes are rmcp's.
+    rmcp: bool,
     sig: &'a Signature,
     block: &'a mut Block,
 }
 
 /// Expands one function of the set, or reports it for lacking a declaration.
-fn member_fn(
-    attrs: &mut Vec<Attribute>,
-    public: bool,
-    sig: &Signature,
-    block: &mut Block,
-    context: Context<'_>,
-    errors: &mut Errors,
-) -> Expanded {
+fn member_fn(f: FnParts<'_>, context: Context<'_>, errors: &mut Errors) -> Expanded {
+    let FnParts {
+        attrs,
+        public,
+        rmcp: in_router,
+        sig,
+        block,
+    } = f;
     if let Some(index) = attrs.iter().position(is_toolgate_attr) {
         return in_place_member(attrs, index, sig, block, context, errors);
     }
-    if let Some(rmcp) = attrs.iter().find(|a| is_rmcp_tool(a)) {
+    if let Some(rmcp) = attrs.iter().find(|a| is_rmcp_tool(a, in_router)) {
         // Left in place for rmcp, which still serves the tool: the build fails on this error alone.
         errors.push(syn::Error::new(
             rmcp.path().span(),
@@ -337,6 +348,11 @@ fn member_fn(
         .filter(|(_, a)| is_tool_attr(a))
         .map(|(i, _)| i);
     let Some(index) = found.next() else {
+        // An agent reaches a method of an rmcp handler only through the router, which serves its
+        // `#[tool]` methods alone, each declared or refused above.
+        if in_router {
+            return Expanded::Skipped;
+        }
         if let Some(marker) = member_marker(attrs, public, context) {
             // An attribute the set cannot read may be `tool` under another name: the marker, last,
             // tells it the set's domain, or reports an undeclared public function if none takes it.
@@ -426,6 +442,8 @@ fn in_place_member(
             "this function is declared twice: by this #[tool(risk = ..)] and by #[toolgate(..)]; \
              an rmcp tool keeps rmcp's #[tool] and declares its risk with #[toolgate(..)] alone",
         ));
+        // Left in place, toolgate's would expand on its own, as a tool outside the set.
+        attrs.retain(|a| !is_tool_attr(a));
         return Expanded::Failed;
     }
     let (name, name_span, description) = rmcp_facts(rmcp, sig);
@@ -475,17 +493,18 @@ fn declares_risk(attr: &Attribute) -> bool {
     }
 }
 
-/// rmcp's `#[tool]`, told from toolgate's: written `rmcp::tool`, or with a key only rmcp has and no
-/// `risk`.
-fn is_rmcp_tool(attr: &Attribute) -> bool {
+/// rmcp's `#[tool]`, told from toolgate's by its `risk`, which rmcp's never has: in a
+/// `#[tool_router]` impl, every other; elsewhere, one written `rmcp::tool` or with a key only rmcp has.
+fn is_rmcp_tool(attr: &Attribute, in_router: bool) -> bool {
     if !is_any_tool_attr(attr) || declares_risk(attr) {
         return false;
     }
-    if attr
-        .path()
-        .segments
-        .first()
-        .is_some_and(|s| s.ident == "rmcp")
+    if in_router
+        || attr
+            .path()
+            .segments
+            .first()
+            .is_some_and(|s| s.ident == "rmcp")
     {
         return true;
     }

@@ -28,8 +28,8 @@ use toolgate::schemars::JsonSchema;
 use toolgate::serde::ser::SerializeMap;
 use toolgate::serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toolgate::{
-    AllowAllApprover, Approval, ApprovalRequest, CallError, Denied, Gate, Mode, Risk, registry,
-    tool, toolset,
+    AllowAllApprover, Approval, ApprovalRequest, CallError, DenialCode, Denied, Gate, Mode, Risk,
+    registry, tool, toolset,
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -881,10 +881,11 @@ fn s06_a_receiver_retargeted_after_the_approver_saw_it() {
     );
 }
 
-/// ATTACKS guarantee 7 for a receiver that is not serializable, by name: it cannot be approved in two steps,
-/// whatever the operator does with a token; an approver sees `"self":"[NOT SERIALIZABLE]"` and no digest.
+/// ATTACKS guarantee 7 for a receiver that is not serializable, by name: its call is approved in two steps
+/// for the registered instance it runs on, by that registration's label, and for no other instance, nor
+/// for the same value registered again; the approver sees the label and a digest of what it is shown.
 #[test]
-fn s07_a_receiver_that_is_not_serializable_cannot_be_approved_in_two_steps_by_name() {
+fn s07_a_receiver_that_is_not_serializable_is_approved_for_its_registered_instance_only() {
     let pool = Arc::new(Pool {
         drained: AtomicUsize::new(0),
     });
@@ -894,33 +895,61 @@ fn s07_a_receiver_that_is_not_serializable_cannot_be_approved_in_two_steps_by_na
         .two_step_approvals()
         .build()
         .unwrap();
-    for _ in 0..3 {
-        let refused = call_now(&gate, &on_pool, "atk_pool.drain", json!({})).unwrap_err();
-        assert!(refused.denied().is_some(), "{refused:?}");
-        if let Some(token) = refused.denied().and_then(Denied::approval_token) {
-            let _ = gate.approve(token);
-        }
+    let refused = call_now(&gate, &on_pool, "atk_pool.drain", json!({})).unwrap_err();
+    let token = refused
+        .denied()
+        .and_then(Denied::approval_token)
+        .expect("a two-step approval is asked for")
+        .to_owned();
+    gate.approve(&token).unwrap();
+
+    // Another pool, and the same pool registered anew: neither is the instance that was approved.
+    let other = Arc::new(Pool {
+        drained: AtomicUsize::new(0),
+    });
+    let on_other = Instances::new().with_shared(Arc::clone(&other));
+    let again = Instances::new().with_shared(Arc::clone(&pool));
+    for instances in [&on_other, &again] {
+        let refused = call_now(&gate, instances, "atk_pool.drain", json!({})).unwrap_err();
+        assert_eq!(
+            refused.denied().map(Denied::code),
+            Some(DenialCode::ApprovalPending),
+            "{refused:?}"
+        );
     }
-    assert_eq!(
-        pool.drained.load(SeqCst),
-        0,
-        "a pool was drained on a two-step approval"
-    );
-    let sink = HookSink::default();
-    let (gate, asked) = approving(&sink, |_| true);
+    assert_eq!(other.drained.load(SeqCst), 0);
+    assert_eq!(pool.drained.load(SeqCst), 0);
+
     assert_eq!(
         call_now(&gate, &on_pool, "atk_pool.drain", json!({})).unwrap(),
         json!(1)
     );
-    let asked = lock(&asked).clone();
-    assert_eq!(asked.len(), 1);
+    let reused = call_now(&gate, &on_pool, "atk_pool.drain", json!({})).unwrap_err();
+    assert!(reused.denied().is_some(), "{reused:?}");
     assert_eq!(
-        asked[0].1.as_deref(),
-        Some(r#"{"self":"[NOT SERIALIZABLE]"}"#)
+        pool.drained.load(SeqCst),
+        1,
+        "the approval ran the call once"
     );
+
+    let sink = HookSink::default();
+    let (gate, asked) = approving(&sink, |_| true);
     assert_eq!(
-        asked[0].2, None,
-        "a digest of a receiver that is not serializable"
+        call_now(&gate, &on_pool, "atk_pool.drain", json!({})).unwrap(),
+        json!(2)
+    );
+    let asked = lock(&asked).clone();
+    let label = on_pool.label::<Pool>().expect("a label");
+    assert!(
+        label.starts_with(std::any::type_name::<Pool>()) && label.contains("(instance "),
+        "{label}"
+    );
+    let shown = serde_json::to_string(&json!({ "self": label })).unwrap();
+    assert_eq!(asked[0].1.as_deref(), Some(shown.as_str()));
+    assert_eq!(
+        asked[0].2.as_deref(),
+        Some(sha256_hex(shown.as_bytes()).as_str()),
+        "the approver gets a digest of what it is shown"
     );
 }
 

@@ -181,7 +181,7 @@ impl Legacy {
 #[tool_handler]
 impl ServerHandler for Legacy {}
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -189,7 +189,7 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-async fn connect(server: ToolgateServer) -> RunningService<RoleClient, ()> {
+pub(crate) async fn connect(server: ToolgateServer) -> RunningService<RoleClient, ()> {
     let (client, served) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(tokio::io::split(served)).await {
@@ -202,7 +202,7 @@ async fn connect(server: ToolgateServer) -> RunningService<RoleClient, ()> {
         .expect("connects")
 }
 
-fn call(name: &str, arguments: Value) -> CallToolRequestParams {
+pub(crate) fn call(name: &str, arguments: Value) -> CallToolRequestParams {
     let Value::Object(arguments) = arguments else {
         unreachable!("an object")
     };
@@ -210,7 +210,7 @@ fn call(name: &str, arguments: Value) -> CallToolRequestParams {
 }
 
 /// The result of a call that completed, whatever it says.
-fn complete(response: CallToolResponse) -> CallToolResult {
+pub(crate) fn complete(response: CallToolResponse) -> CallToolResult {
     match response {
         CallToolResponse::Complete(result) => result,
         other => panic!("expected a complete result, got {other:?}"),
@@ -218,7 +218,7 @@ fn complete(response: CallToolResponse) -> CallToolResult {
 }
 
 /// The refusal code of an `isError` result, or `None` for a success.
-fn refused(result: &CallToolResult) -> Option<String> {
+pub(crate) fn refused(result: &CallToolResult) -> Option<String> {
     if result.is_error != Some(true) {
         return None;
     }
@@ -521,5 +521,62 @@ fn a_tool_of_the_handler_that_declares_no_risk_is_refused_unless_the_application
         );
         assert_eq!(refused(&wipe), None);
         assert_eq!(legacy.wipes.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A tool whose receiver is not serializable, served by name from a registered instance.
+pub struct Cloud {
+    sudos: AtomicUsize,
+}
+
+#[toolgate::toolset(domain = "cloud")]
+impl Cloud {
+    /// Run a privileged command.
+    #[toolgate::tool(risk = "HIGH_WRITE", callable)]
+    pub fn sudo(&self, command: String) -> Result<String, toolgate::Denied> {
+        self.sudos.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("ran {command}"))
+    }
+}
+
+#[test]
+fn a_method_on_a_registered_instance_is_approved_in_two_steps_and_the_operator_sees_which() {
+    runtime().block_on(async {
+        let pending: Arc<Mutex<Vec<PendingApproval>>> = Arc::default();
+        let gate = Gate::builder()
+            .mode(Mode::FullAuto)
+            .two_step_approvals()
+            .build()
+            .expect("a gate");
+        let seen = Arc::clone(&pending);
+        let server = ToolgateServer::new(gate.clone())
+            .only(|m| m.domain == Some("cloud"))
+            .instance_named(
+                "cloudops",
+                Cloud {
+                    sudos: AtomicUsize::new(0),
+                },
+            )
+            .on_pending(move |p| seen.lock().unwrap().push(p.clone()));
+        let client = connect(server).await;
+        let sudo = || call("cloud.sudo", json!({"command": "systemctl restart web"}));
+        let first = complete(client.call_tool_once(sudo()).await.expect("a call"));
+        assert_eq!(
+            refused(&first).as_deref(),
+            Some("APPROVAL_PENDING"),
+            "{first:?}"
+        );
+        let asked = pending
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("the operator was told");
+        assert_eq!(
+            asked.instance.as_deref(),
+            Some(format!("cloudops ({})", std::any::type_name::<Cloud>()).as_str())
+        );
+        gate.approve(&asked.token).expect("approved");
+        let ran = complete(client.call_tool_once(sudo()).await.expect("a call"));
+        assert_eq!(refused(&ran), None, "{ran:?}");
     });
 }

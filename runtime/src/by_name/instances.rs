@@ -144,6 +144,14 @@ impl Instances {
         Some((value, Arc::clone(&held.label)))
     }
 
+    /// The label of the instance of the type `type_id`, if one is held.
+    pub(crate) fn label_of(&self, type_id: TypeId) -> Option<&str> {
+        self.by_type
+            .iter()
+            .find(|h| h.type_id == type_id)
+            .map(|h| h.label.as_str())
+    }
+
     /// Whether an instance of the type `type_id` is held.
     pub(crate) fn holds(&self, type_id: TypeId) -> bool {
         self.by_type.iter().any(|h| h.type_id == type_id)

@@ -83,6 +83,13 @@ impl Tool {
         callable(self.entry)?.receiver.map(|r| (r.type_name)())
     }
 
+    /// The type of the instance a method runs on, for a `callable` method.
+    pub(crate) fn receiver_type(&self) -> Option<std::any::TypeId> {
+        callable(self.entry)
+            .and_then(|c| c.receiver)
+            .map(|receiver| (receiver.type_id)())
+    }
+
     /// Whether a call by name with `instances` can reach the tool: it is `callable`, and a method's
     /// instance is among `instances`.
     pub fn is_served_by(&self, instances: &Instances) -> bool {

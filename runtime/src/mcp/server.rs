@@ -72,9 +72,11 @@ pub struct PendingApproval {
     /// What tainted the caller's session, if anything has ([`Gate::taint`](crate::Gate::taint)): the
     /// agent has read untrusted output, and the arguments may come from it. Show it to the operator.
     pub taint: Option<Taint>,
-    /// What the call runs on, for a tool of the server's [`handler`](ToolgateServer::handler): its
-    /// label (the name given to [`handler_named`](ToolgateServer::handler_named), or its type and a
-    /// random id), to which the approval is bound. Show it to the operator.
+    /// What the call runs on, for a method: the label of the server's
+    /// [`handler`](ToolgateServer::handler) or of its [`instance`](ToolgateServer::instance) (the
+    /// name given to [`handler_named`](ToolgateServer::handler_named) or
+    /// [`Instances::with_named`](crate::Instances::with_named), else its type and a random id), to
+    /// which the approval is bound. Show it to the operator.
     pub instance: Option<String>,
 }
 
@@ -299,6 +301,19 @@ impl ToolgateServer {
     #[must_use]
     pub fn instance<T: Send + Sync + 'static>(mut self, instance: T) -> ToolgateServer {
         self.instances = self.instances.with(instance);
+        self
+    }
+
+    /// [`instance`](ToolgateServer::instance), naming it: operators read the name as the method's
+    /// `self` when they approve a call on it, and approvals are bound to it
+    /// ([`Instances::with_named`](crate::Instances::with_named)).
+    #[must_use]
+    pub fn instance_named<T: Send + Sync + 'static>(
+        mut self,
+        name: impl Into<String>,
+        instance: T,
+    ) -> ToolgateServer {
+        self.instances = self.instances.with_named(name, instance);
         self
     }
 
@@ -635,8 +650,13 @@ impl ToolgateServer {
                     request_id: denied.approval_request_id().map(str::to_owned),
                     principal: gate.principal().map(str::to_owned),
                     taint,
-                    instance: matches!(target, Target::InPlace(_))
-                        .then(|| self.handler_label.to_string()),
+                    instance: match target {
+                        Target::InPlace(_) => Some(self.handler_label.to_string()),
+                        Target::Registry(tool) => tool
+                            .receiver_type()
+                            .and_then(|of| self.instances.label_of(of))
+                            .map(str::to_owned),
+                    },
                 });
             }
             if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
