@@ -32,7 +32,7 @@ find_node() {
   return 1
 }
 
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -f "$suite" ]; then
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -f "$suite" ] || ! find_node > /dev/null; then
   if ! command -v npm > /dev/null 2>&1; then
     echo "install.sh: npm is needed to install the conformance suite" >&2
     exit 1
