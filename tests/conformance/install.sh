@@ -50,8 +50,10 @@ if ! node="$(find_node)"; then
   exit 1
 fi
 
+# Node keeps the suite's compiled code between runs (a test starts it once per scenario).
 cat > "$dir/conformance.tmp" <<WRAPPER
 #!/bin/sh
+export NODE_COMPILE_CACHE="\${NODE_COMPILE_CACHE:-$dir/compile-cache}"
 exec "$node" "$suite" "\$@"
 WRAPPER
 chmod +x "$dir/conformance.tmp"
