@@ -50,6 +50,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, prompt, prompt_router, tool, to
 use rmcp::{schemars, tool_router};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use toolgate::mcp::ToolgateServer;
 
 /// A 1x1 PNG, one green pixel.
 const PNG: &str =
@@ -153,10 +154,12 @@ struct ResourceArgument {
     resource_uri: String,
 }
 
+#[toolgate::toolset(domain = "conformance")]
 #[tool_router]
 impl Fixtures {
     /// Answers one text block.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_simple_text(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![ContentBlock::text(
             "This is a simple text response for testing.",
@@ -165,6 +168,7 @@ impl Fixtures {
 
     /// Answers one PNG image.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_image_content(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![ContentBlock::image(
             PNG,
@@ -174,6 +178,7 @@ impl Fixtures {
 
     /// Answers one WAV clip.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_audio_content(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![ContentBlock::audio(
             WAV,
@@ -183,6 +188,7 @@ impl Fixtures {
 
     /// Answers a text resource, embedded.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_embedded_resource(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![ContentBlock::resource(
             ResourceContents::text(
@@ -195,6 +201,7 @@ impl Fixtures {
 
     /// Answers text, an image and an embedded resource.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_multiple_content_types(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![
             ContentBlock::text("Multiple content types test:"),
@@ -211,6 +218,7 @@ impl Fixtures {
 
     /// Fails, always, as a tool fails: a result marked as an error.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_error_handling(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::error(vec![ContentBlock::text(
             "This tool intentionally returns an error for testing",
@@ -219,6 +227,7 @@ impl Fixtures {
 
     /// Reports its progress, 0, 50 and 100 of 100, to a caller that gave a progress token.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_tool_with_progress(
         &self,
         context: RequestContext<RoleServer>,
@@ -245,6 +254,7 @@ impl Fixtures {
 
     /// Greets a contact; its arguments' schema uses JSON Schema 2020-12 keywords.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn json_schema_2020_12_tool(
         &self,
         Parameters(contact): Parameters<Contact>,
@@ -264,6 +274,7 @@ impl Fixtures {
 
     /// Echoes its argument, which a client also sends as the `Mcp-Param-Value` header.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_custom_header(
         &self,
         Parameters(HeaderValue { value }): Parameters<HeaderValue>,
@@ -273,6 +284,7 @@ impl Fixtures {
 
     /// Needs the client's sampling capability, and refuses a client that did not declare it.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_missing_capability(
         &self,
         context: RequestContext<RoleServer>,
@@ -290,6 +302,7 @@ impl Fixtures {
 
     /// Asks the client for a value, in its answer: never as a request of its own.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_streaming_elicitation(&self) -> Result<CallToolResponse, ErrorData> {
         let ask = ask_string("Provide a value", "value")?;
         Ok(InputRequiredResult::from_input_requests(requests([("value", ask)])).into())
@@ -297,6 +310,7 @@ impl Fixtures {
 
     /// Logs a line at the level the request asked for, and nothing when it asked for none.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_logging_tool(
         &self,
         context: RequestContext<RoleServer>,
@@ -316,6 +330,7 @@ impl Fixtures {
 
     /// Tells every open subscription that the tool list changed.
     #[tool]
+    #[toolgate(risk = "LOW_WRITE")]
     async fn test_trigger_tool_change(&self) -> Result<CallToolResult, ErrorData> {
         let mut told = 0;
         for sink in self.listeners.all() {
@@ -331,6 +346,7 @@ impl Fixtures {
 
     /// Tells every open subscription that the prompt list changed.
     #[tool]
+    #[toolgate(risk = "LOW_WRITE")]
     async fn test_trigger_prompt_change(&self) -> Result<CallToolResult, ErrorData> {
         let mut told = 0;
         for sink in self.listeners.all() {
@@ -345,6 +361,7 @@ impl Fixtures {
 
     /// Asks the user's name, then greets them.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_elicitation(
         &self,
         InputResponses(answers): InputResponses,
@@ -360,6 +377,7 @@ impl Fixtures {
 
     /// Asks the client's model a question, then answers what it said.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_sampling(
         &self,
         InputResponses(answers): InputResponses,
@@ -378,6 +396,7 @@ impl Fixtures {
 
     /// Asks the client's roots, then lists them.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_list_roots(
         &self,
         InputResponses(answers): InputResponses,
@@ -396,6 +415,7 @@ impl Fixtures {
 
     /// Asks for a confirmation, with a sealed request state that it checks on the way back.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_request_state(
         &self,
         InputResponses(answers): InputResponses,
@@ -406,6 +426,7 @@ impl Fixtures {
 
     /// As `test_input_required_result_request_state`: a client that alters the state is refused.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_tampered_state(
         &self,
         InputResponses(answers): InputResponses,
@@ -416,6 +437,7 @@ impl Fixtures {
 
     /// Asks three things at once (the user, the model, the roots), then sums up.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_multiple_inputs(
         &self,
         InputResponses(answers): InputResponses,
@@ -447,6 +469,7 @@ impl Fixtures {
 
     /// Asks a name, then a colour, each round with a new sealed state, then answers.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_multi_round(
         &self,
         InputResponses(answers): InputResponses,
@@ -491,6 +514,7 @@ impl Fixtures {
 
     /// Asks for what the client declared it can give, and for nothing else.
     #[tool]
+    #[toolgate(risk = "READ_ONLY")]
     async fn test_input_required_result_capabilities(
         &self,
         InputResponses(answers): InputResponses,
@@ -889,8 +913,14 @@ async fn serve(port: u16) -> Result<(), Box<dyn std::error::Error>> {
     let mut key = vec![0; RequestStateCodec::MIN_KEY_LENGTH];
     getrandom::fill(&mut key)?;
     let fixtures = Fixtures::new(key);
+    // Every tool of the fixtures is decided by this gate before rmcp's router runs it.
+    let gate = toolgate::Gate::builder()
+        .mode(toolgate::Mode::PartialAuto)
+        .principal("conformance")
+        .build()?;
+    let server = ToolgateServer::new(gate).handler(fixtures);
     let service = StreamableHttpService::new(
-        move || Ok(fixtures.clone()),
+        move || Ok(server.connection()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );

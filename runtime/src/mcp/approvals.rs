@@ -165,7 +165,7 @@ impl InBand {
             APPROVAL_INPUT.to_owned(),
             form(tool, arguments, denied, about),
         );
-        InputRequiredResult::new(Some(requests), Some(sealed))
+        InputRequiredResult::new(Some(requests), Some(format!("{STATE_PREFIX}{sealed}")))
     }
 
     /// Opens a retry's state and reads the user's answer, or says why the retry is refused.
@@ -177,6 +177,9 @@ impl InBand {
         sealed: &str,
         responses: Option<&InputResponses>,
     ) -> Result<(String, Answer), StateRefused> {
+        let sealed = sealed
+            .strip_prefix(STATE_PREFIX)
+            .ok_or(StateRefused::Invalid)?;
         let state: State = self
             .codec
             .open_json_with(sealed, &Self::associated_data(session))
@@ -190,6 +193,15 @@ impl InBand {
         let answer = read_answer(responses.and_then(|r| r.get(APPROVAL_INPUT)));
         Ok((state.token, answer))
     }
+}
+
+/// What leads the request states of this server's approval forms, so that a retry carrying a state of
+/// the application's own handler (an rmcp tool that asks its client for input) goes to the handler.
+const STATE_PREFIX: &str = "toolgate.";
+
+/// Whether `sealed` is a state of an approval form of this server, valid or not.
+pub(crate) fn is_approval_state(sealed: &str) -> bool {
+    sealed.starts_with(STATE_PREFIX)
 }
 
 /// What a request state carries.

@@ -576,9 +576,14 @@ impl ToolgateServer {
             _ => None,
         };
         let arguments = request.arguments.clone().unwrap_or_default();
-        if let Some(sealed) = request.request_state.as_deref() {
+        // A state this server did not seal for its approval forms is the handler's own, for a tool
+        // of the handler; no other tool has one.
+        let approval_state = request.request_state.as_deref().filter(|sealed| {
+            super::approvals::is_approval_state(sealed) || !matches!(target, Target::InPlace(_))
+        });
+        if let Some(sealed) = approval_state {
             let Some(in_band) = in_band else {
-                return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
+                return state_refused(gate, tool, StateRefused::Invalid);
             };
             let (token, answer) = match in_band.answer(
                 &caller.session,
@@ -588,18 +593,18 @@ impl ToolgateServer {
                 request.input_responses.as_ref(),
             ) {
                 Ok(answered) => answered,
-                Err(refused) => return Ok(state_refused(gate, tool, refused).into()),
+                Err(refused) => return state_refused(gate, tool, refused),
             };
             match gate.answer(&token, answer) {
                 Ok(()) => {}
                 Err(ApproveError::Expired) => {
-                    return Ok(state_refused(gate, tool, StateRefused::Expired).into());
+                    return state_refused(gate, tool, StateRefused::Expired);
                 }
                 Err(ApproveError::AlreadyApproved | ApproveError::AlreadyUsed) => {
-                    return Ok(state_refused(gate, tool, StateRefused::Reused).into());
+                    return state_refused(gate, tool, StateRefused::Reused);
                 }
                 Err(ApproveError::UnknownToken | ApproveError::NotEnabled) => {
-                    return Ok(state_refused(gate, tool, StateRefused::Invalid).into());
+                    return state_refused(gate, tool, StateRefused::Invalid);
                 }
                 Err(ApproveError::Store(error)) => {
                     let (code, message) = ("APPROVAL_STORE_UNAVAILABLE", error.to_string());
@@ -976,10 +981,26 @@ fn error_object(error: ErrorData) -> JsonObject {
     }
 }
 
+/// Tells a subscription's client that the tool list changed whenever the gate's mode moves; returns
+/// when the stream is gone.
+async fn watch_mode(gate: Gate, sink: rmcp::service::SubscriptionSink, every: Duration) {
+    let mut seen = gate.mode();
+    loop {
+        tokio::time::sleep(every).await;
+        let now = gate.mode();
+        if now != seen {
+            seen = now;
+            if sink.notify_tool_list_changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// What the client of a request can take besides a plain result.
 #[derive(Debug, Clone, Copy, Default)]
 struct Client {
-    /// It speaks 2026-07-28, so it can answer an `InputRequired` form.
+    /// It speaks 2026-07-28 and declared elicitation, so it can answer an `InputRequired` form.
     answers_forms: bool,
     /// It declared the Tasks extension, so a call may become a task.
     takes_tasks: bool,
@@ -1012,8 +1033,15 @@ fn task_error(code: &str, message: &str) -> JsonObject {
     }
 }
 
-/// A retry refused for its request state: recorded, and answered as a refusal with its code.
-fn state_refused(gate: &Gate, tool: Tool, refused: StateRefused) -> CallToolResult {
+/// A retry refused for its request state: recorded, and answered with its code. A state that fails
+/// its integrity check (forged, altered, sealed by another key or for another caller) is a JSON-RPC
+/// error (`-32602`, invalid params), as the protocol requires; an expired, replayed or mismatched
+/// one is a refusal the model reads, which says to call again.
+fn state_refused(
+    gate: &Gate,
+    tool: Tool,
+    refused: StateRefused,
+) -> Result<CallToolResponse, ErrorData> {
     let manifest = tool.manifest();
     let message = refused.message(manifest.id);
     gate.record_probe(
@@ -1022,7 +1050,13 @@ fn state_refused(gate: &Gate, tool: Tool, refused: StateRefused) -> CallToolResu
         refused.code(),
         message.clone(),
     );
-    refusal(refused.code(), &message)
+    match refused {
+        StateRefused::Invalid => Err(ErrorData::invalid_params(
+            format!("{}: {message}", refused.code()),
+            Some(json!({ "code": refused.code(), "message": message })),
+        )),
+        _ => Ok(refusal(refused.code(), &message).into()),
+    }
 }
 
 /// A refusal of the server's own, shaped as the gate's are: `isError`, `"<CODE>: <message>"`, and
@@ -1081,10 +1115,17 @@ impl ServerHandler for ToolgateServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A form goes only to a client that declared it can show one: `elicitation` with `form`, or
+        // empty, which means forms.
+        let shows_forms = context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            .is_some_and(|e| e.form.is_some() || e.url.is_none());
         let client = Client {
-            answers_forms: context
-                .protocol_version()
-                .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()),
+            answers_forms: shows_forms
+                && context
+                    .protocol_version()
+                    .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()),
             takes_tasks: context
                 .client_capabilities()
                 .is_some_and(|c| c.supports_tasks()),
@@ -1168,34 +1209,32 @@ impl ServerHandler for ToolgateServer {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        // What the handler accepted besides tools (resources, prompts) is its own to deliver.
-        if let Some(handler) = &self.handler
-            && handler
-                .accepted_subscription_filter(context.accepted())
-                .is_some()
-            && context.accepted().tools_list_changed != Some(true)
-        {
-            return handler.listen(context).await;
-        }
         // A client of the 2026-07-28 protocol hears of list changes on its `subscriptions/listen`
-        // stream, watched as a session's connection is (`on_initialized`).
-        if context.accepted().tools_list_changed != Some(true) {
-            context.cancelled().await;
-            return Ok(());
-        }
+        // stream, watched as a session's connection is (`on_initialized`). What the handler accepts
+        // (its resources, its prompts, its own tool changes) it delivers on the same stream.
+        let watches_mode = context.accepted().tools_list_changed == Some(true);
         let gate = self.caller(&context.request_context().extensions).gate;
-        let mut seen = gate.mode();
-        loop {
-            tokio::select! {
-                () = context.cancelled() => return Ok(()),
-                () = tokio::time::sleep(self.mode_poll) => {}
-            }
-            let now = gate.mode();
-            if now != seen {
-                seen = now;
-                if context.sink().notify_tool_list_changed().await.is_err() {
-                    return Ok(());
+        let handler = self.handler.as_ref().filter(|h| {
+            h.accepted_subscription_filter(context.requested())
+                .is_some()
+        });
+        let sink = context.sink().clone();
+        match (handler, watches_mode) {
+            (Some(handler), true) => tokio::select! {
+                listened = handler.listen(context) => listened,
+                () = watch_mode(gate, sink, self.mode_poll) => Ok(()),
+            },
+            (Some(handler), false) => handler.listen(context).await,
+            (None, true) => {
+                tokio::select! {
+                    () = context.cancelled() => {}
+                    () = watch_mode(gate, sink, self.mode_poll) => {}
                 }
+                Ok(())
+            }
+            (None, false) => {
+                context.cancelled().await;
+                Ok(())
             }
         }
     }
