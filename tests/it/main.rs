@@ -30,6 +30,7 @@ mod manifest;
 mod mcp_defs;
 mod mcp_e2e;
 mod mcp_http;
+mod mcp_oauth;
 mod mcp_postgres;
 mod mcp_taint;
 mod mcp_tasks;

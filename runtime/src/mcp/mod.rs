@@ -197,6 +197,8 @@ mod approvals;
 mod definition;
 #[cfg(feature = "mcp-http")]
 pub mod http;
+#[cfg(feature = "mcp-oauth")]
+pub mod oauth;
 mod server;
 pub mod stdio;
 mod tasks;
