@@ -697,6 +697,40 @@ fn an_unknown_kid_loads_the_jwks_again_and_a_key_rotated_out_is_refused() {
 }
 
 #[test]
+fn a_jwks_older_than_its_max_age_is_loaded_again_and_a_key_it_lost_is_refused() {
+    runtime().block_on(async {
+        let old = TestKey::ed25519("desk-age-old");
+        let new = TestKey::ed25519("desk-age-new");
+        let jwks_server = JwksServer::start(jwks(&[&old, &new])).await;
+        let mcp = Mcp::bind().await;
+        let resource = mcp.resource();
+        let oauth = desk(resource.clone(), Jwks::url(jwks_server.url()))
+            .refresh_interval(Duration::from_millis(300))
+            .keys_max_age(Duration::from_millis(300))
+            .build()
+            .await
+            .expect("a verifier");
+        let addr = mcp.serve(Principals::new().verifier(oauth));
+        let by_old = old.sign(&claims(&resource, "alice", "tickets:read"));
+        assert_eq!(tools_of(addr, Some(&by_old)).await.expect("listed"), [READ]);
+        assert_eq!(jwks_server.fetches(), 1);
+
+        // The old key is revoked; no token names an unknown key, but the set grows old.
+        jwks_server.serve(jwks(&[&new]));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_invalid(
+            addr,
+            &by_old,
+            "the token names a key this server does not know",
+        )
+        .await;
+        assert_eq!(jwks_server.fetches(), 2);
+        let by_new = new.sign(&claims(&resource, "bob", "tickets:read"));
+        assert_eq!(tools_of(addr, Some(&by_new)).await.expect("listed"), [READ]);
+    });
+}
+
+#[test]
 fn made_up_kids_make_at_most_one_fetch_per_interval() {
     runtime().block_on(async {
         let key = TestKey::ed25519("desk-spray");
