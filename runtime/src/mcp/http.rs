@@ -1,5 +1,27 @@
 //! Serving over MCP's streamable HTTP transport (feature `mcp-http`): rmcp's server transport, behind a
 //! bearer token that names the caller's principal, whose gate decides its calls and lists its tools.
+//!
+//! # Who a request is
+//!
+//! [`Principals::authenticate`] decides before anything reaches the server. A bearer token of
+//! [`Principals::bearer`] is its principal; any other bearer token is the [`TokenVerifier`]'s to judge,
+//! if one is [set](Principals::verifier); a request with no `Authorization` header at all is the
+//! [anonymous](Principals::anonymous) principal, if one is set. Everything else is answered with a
+//! [`Refusal`] (`401`, or `403` for a valid token that grants nothing here) and reaches no handler: a
+//! bad token is refused even where an anonymous principal would serve no token. Bodies of refusals are
+//! short, fixed texts that never echo the token.
+//!
+//! # OAuth 2.1 (feature `mcp-oauth`)
+//!
+//! With `toolgate::mcp::oauth::OAuth` as the verifier, the service is the resource server of MCP's
+//! authorization. It answers a `GET` of `/.well-known/oauth-protected-resource`, and of that path
+//! followed by the resource's own (`…/oauth-protected-resource/mcp`, RFC 9728 §3.1), with the
+//! protected resource metadata, to anyone: where the service is mounted under a router, route those
+//! paths to it too. A `401` carries `WWW-Authenticate: Bearer resource_metadata="…"` and the `scope` to
+//! ask for; when a token was given, `error="invalid_token"` and an `error_description` saying why
+//! (expired, another audience, an unknown key, ...). A token that verifies but that no rule maps to a
+//! principal is `403` with `error="insufficient_scope"`. A principal of a token is bound to its
+//! sessions exactly as one of a static token: by its name.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -260,8 +282,9 @@ fn bearer_token(value: &HeaderValue) -> Option<&str> {
 }
 
 /// rmcp's streamable HTTP service of a [`ToolgateServer`], each connection its own
-/// [`ToolgateServer::connection`], behind [`Principals`]: a request without a known bearer token is
-/// answered `401 Unauthorized` and reaches no handler. A tower `Service`: serve it with hyper (its
+/// [`ToolgateServer::connection`], behind [`Principals`]: a request that is no principal's is answered
+/// with its [`Refusal`] (`401 Unauthorized` for one without a known bearer token) and reaches no
+/// handler. A tower `Service`: serve it with hyper (its
 /// `hyper_util::service::TowerToHyperService`) or mount it in an axum router.
 ///
 /// A session (`Mcp-Session-Id`, clients of protocols before 2026-07-28) belongs to the principal whose
