@@ -221,8 +221,9 @@ enum JwksSource {
 }
 
 impl Jwks {
-    /// Fetched from `url`: `https`, or `http` on a loopback address (`127.0.0.1`, `[::1]`,
-    /// `localhost`). Loaded again as the [module docs](self#keys) say.
+    /// Fetched from `url`: `https` (the system's root certificates), or `http` on a loopback address
+    /// (`127.0.0.1`, `[::1]`, `localhost`). A redirect is not followed. Loaded again as the
+    /// [module docs](self#keys) say.
     pub fn url(url: impl Into<String>) -> Jwks {
         Jwks(JwksSource::Url(url.into()))
     }
@@ -491,8 +492,7 @@ impl OAuthBuilder {
         {
             return Err(OAuthError::ResourceName);
         }
-        let mut algorithms = self.algorithms;
-        algorithms.dedup();
+        let algorithms = once_each(self.algorithms);
         if algorithms.is_empty() {
             return Err(OAuthError::NoAlgorithm);
         }
@@ -504,8 +504,7 @@ impl OAuthBuilder {
             None if self.rule_scopes.len() == 1 => self.rule_scopes.clone(),
             None => Vec::new(),
         };
-        let mut scopes_supported = self.scopes_supported.unwrap_or(self.rule_scopes);
-        scopes_supported.dedup();
+        let scopes_supported = once_each(self.scopes_supported.unwrap_or(self.rule_scopes));
         for scope in challenge_scope.iter().chain(&scopes_supported) {
             if !valid_scope(scope) {
                 return Err(OAuthError::InvalidScope(scope.clone()));
@@ -557,6 +556,10 @@ impl OAuthBuilder {
             validations.insert(*alg, validation);
         }
 
+        // jsonwebtoken picks its crypto backend from its features, and panics on every token when an
+        // application's own dependency on it enables the other backend too: settle it here. Where the
+        // process already chose one, that one stays.
+        let _ = jsonwebtoken::crypto::rust_crypto::DEFAULT_PROVIDER.install_default();
         let keys = loader.load(&algorithms).await?;
         if keys.is_empty() {
             return Err(OAuthError::Jwks(JwksError::NoUsableKey));
@@ -593,6 +596,17 @@ impl OAuthBuilder {
             }),
         })
     }
+}
+
+/// `items` in their order, each once.
+fn once_each<T: PartialEq>(items: Vec<T>) -> Vec<T> {
+    let mut kept: Vec<T> = Vec::with_capacity(items.len());
+    for item in items {
+        if !kept.contains(&item) {
+            kept.push(item);
+        }
+    }
+    kept
 }
 
 /// Whether a URL may carry a query.
