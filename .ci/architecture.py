@@ -40,7 +40,15 @@ TRANSPORTS = {
     "rig_core": ("rig",),
 }
 # Crates that one module alone may import: the rest of the runtime sees them through its types.
-SOLE_IMPORTERS = {"ed25519_dalek": "audit::checkpoint"}
+SOLE_IMPORTERS = {
+    "ed25519_dalek": "audit::checkpoint",
+    # The OAuth resource server (feature `mcp-oauth`): tokens, keys and the JWKS's HTTPS client.
+    "jsonwebtoken": "mcp::oauth",
+    "hyper_util": "mcp::oauth",
+    "hyper_rustls": "mcp::oauth",
+    "rustls": "mcp::oauth",
+    "base64": "mcp::oauth",
+}
 # Crates no module of the runtime imports: its spans go out through `tracing`, and the application's
 # subscriber exports them (to OpenTelemetry, with the versions it chooses).
 NOWHERE = ("opentelemetry", "opentelemetry_sdk", "tracing_opentelemetry")

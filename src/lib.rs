@@ -185,6 +185,7 @@
 //! | `cli` | the `toolgate` command: `toolgate audit verify FILE [--public-key PUB]`, `toolgate audit promotion FILE`, `toolgate audit keygen --out KEY`; enables `checkpoints` |
 //! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
 //! | `mcp-http` | `mcp::http`: the MCP server over rmcp's streamable HTTP transport, each bearer token mapped to a principal and its gate |
+//! | `mcp-oauth` | `mcp::oauth`: the HTTP server as an OAuth 2.1 resource server (MCP's authorization): JWT access tokens verified against a JWKS ([jsonwebtoken](https://crates.io/crates/jsonwebtoken)), their claims mapped to principals, RFC 9728 metadata served |
 //! | `postgres` | `postgres`, on PostgreSQL ([tokio-postgres](https://crates.io/crates/tokio-postgres)): an approval store shared by processes, one audit trail for every process (`PostgresSink`, signed checkpoints), fleets (`Fleet`: one kill switch for every process); with `cli`, `toolgate approvals`, `toolgate fleet`, `toolgate audit verify postgres://…` |
 //! | `rig` | `rig`: callable tools as [rig](https://crates.io/crates/rig-core) tools (rig-core 0.44), every call through the gate |
 //!
@@ -264,6 +265,7 @@ pub mod __private {
 #[cfg(all(
     doctest,
     feature = "mcp",
+    feature = "mcp-oauth",
     feature = "clap",
     feature = "postgres",
     feature = "checkpoints",

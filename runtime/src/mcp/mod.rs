@@ -128,7 +128,9 @@
 //!
 //! With the feature `mcp-http`, [`http::HttpService`] serves the server over rmcp's streamable HTTP
 //! transport to the principals its bearer tokens name ([`http::Principals`]), each deciding and
-//! listing through its own gate.
+//! listing through its own gate. With the feature `mcp-oauth`, `oauth::OAuth` makes it an
+//! OAuth 2.1 resource server: JWT access tokens verified against the authorization server's JWKS, their
+//! claims mapped to principals, and RFC 9728 metadata served.
 //!
 //! # Next to an existing rmcp server
 //!
@@ -198,6 +200,8 @@ mod definition;
 mod handler;
 #[cfg(feature = "mcp-http")]
 pub mod http;
+#[cfg(feature = "mcp-oauth")]
+pub mod oauth;
 mod server;
 pub mod stdio;
 mod tasks;
