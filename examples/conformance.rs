@@ -44,13 +44,13 @@ use rmcp::model::{
     Role, SamplingMessage, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt, prompt_router, tool, tool_handler};
 use rmcp::{schemars, tool_router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate::mcp::ToolgateServer;
+use toolgate::mcp::http::{HttpService, Principals};
 
 /// A 1x1 PNG, one green pixel.
 const PNG: &str =
@@ -918,12 +918,10 @@ async fn serve(port: u16) -> Result<(), Box<dyn std::error::Error>> {
         .mode(toolgate::Mode::PartialAuto)
         .principal("conformance")
         .build()?;
-    let server = ToolgateServer::new(gate).handler(fixtures);
-    let service = StreamableHttpService::new(
-        move || Ok(server.connection()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
-    );
+    let server = ToolgateServer::new(gate.clone()).handler(fixtures);
+    // The suite sends no token: every request is the one anonymous principal.
+    let principals = Principals::new().anonymous("conformance", gate);
+    let service = HttpService::new(server, principals, StreamableHttpServerConfig::default());
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let mut stdout = std::io::stdout();
     writeln!(stdout, "http://{}/mcp", listener.local_addr()?)?;

@@ -405,8 +405,11 @@ impl OAuthBuilder {
 
     /// A token granted `scope` is the principal `<name>:<sub>`, whose calls `gate` decides: one name
     /// per subject, so that subjects sharing a gate never share a session, a task or an in-band
-    /// approval. Rules are tried in the order given, the first match wins: give the broadest scope
-    /// first. The scope is listed in the metadata's `scopes_supported` unless that is
+    /// approval. What the gate keeps is the group's: its mode, its taint latch, its budgets, its
+    /// session grants, and its two-step approvals, which are bound to the gate's own principal
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)); where each subject must have
+    /// its own, map each to a gate of its own with [`map`](OAuthBuilder::map). Rules are tried in
+    /// the order given, the first match wins: give the broadest scope first. The scope is listed in the metadata's `scopes_supported` unless that is
     /// [given](OAuthBuilder::scopes_supported).
     pub fn scope(
         mut self,
