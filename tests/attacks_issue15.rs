@@ -1179,7 +1179,23 @@ mod mcp {
         ToolgateServer::new(gate).approvals(Approvals::InBand(InBand::new(KEY).unwrap()))
     }
 
-    type Client = RunningService<RoleClient, ()>;
+    type Client = RunningService<RoleClient, FormClient>;
+
+    /// A client that shows forms: it declares elicitation, so an in-band approval form is sent to it.
+    #[derive(Clone, Copy)]
+    struct FormClient;
+
+    impl ClientHandler for FormClient {
+        fn get_info(&self) -> toolgate::mcp::rmcp::model::ClientConfig {
+            let mut capabilities = toolgate::mcp::rmcp::model::ClientCapabilities::default();
+            capabilities.elicitation =
+                Some(toolgate::mcp::rmcp::model::ElicitationCapability::new());
+            toolgate::mcp::rmcp::model::ClientConfig::new(
+                capabilities,
+                toolgate::mcp::rmcp::model::Implementation::new("forms", "0"),
+            )
+        }
+    }
 
     async fn connect(server: ToolgateServer) -> Client {
         let (c, s) = tokio::io::duplex(1 << 20);
@@ -1191,7 +1207,7 @@ mod mcp {
         tokio::time::timeout(
             T,
             serve_client_with_lifecycle(
-                (),
+                FormClient,
                 tokio::io::split(c),
                 ClientLifecycleMode::Discover {
                     preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -1229,10 +1245,22 @@ mod mcp {
         if let Some(decision) = decision {
             params = params.with_input_responses(answer(decision));
         }
-        tokio::time::timeout(T, client.call_tool_once(params))
+        match tokio::time::timeout(T, client.call_tool_once(params))
             .await
             .expect("answered in time")
-            .expect("a tool response")
+        {
+            Ok(response) => response,
+            // A request state that fails its integrity check is a JSON-RPC error: seen here by its
+            // code, as a refusal is.
+            Err(toolgate::mcp::rmcp::ServiceError::McpError(error))
+                if error.code == toolgate::mcp::rmcp::model::ErrorCode::INVALID_PARAMS =>
+            {
+                let mut result = toolgate::mcp::rmcp::model::CallToolResult::error(vec![]);
+                result.structured_content = error.data;
+                CallToolResponse::Complete(result)
+            }
+            Err(error) => panic!("a tool response: {error:?}"),
+        }
     }
 
     /// The request state of an `InputRequired` answer.
@@ -1578,6 +1606,23 @@ mod mcp {
             );
             assert_eq!(M06.load(Ordering::SeqCst), 0, "{c}");
             assert_eq!(c, "APPROVAL_STATE_INVALID");
+            // As the protocol requires, a JSON-RPC error, not a tool result.
+            let Value::Object(arguments) = json!({"cents": 6}) else {
+                unreachable!()
+            };
+            let raw = b
+                .call_tool_once(
+                    CallToolRequestParams::new("m06.m06_wire")
+                        .with_arguments(arguments)
+                        .with_request_state(state)
+                        .with_input_responses(answer("approve")),
+                )
+                .await;
+            assert!(
+                matches!(&raw, Err(toolgate::mcp::rmcp::ServiceError::McpError(e))
+                    if e.code == toolgate::mcp::rmcp::model::ErrorCode::INVALID_PARAMS),
+                "{raw:?}"
+            );
         });
     }
 

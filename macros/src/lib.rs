@@ -83,6 +83,11 @@ pub fn __toolset_member(args: TokenStream, input: TokenStream) -> TokenStream {
 /// the set cannot see what it writes. Its tools get the set's domain unless they name their own. Methods
 /// (`&self`) are tools only in a `#[toolset]` impl, where a `callable` one runs by name on the instance
 /// of its type given to the call (`toolgate::registry::Instances`).
+///
+/// Above an rmcp `#[tool_router]` impl, the set gates rmcp's tools in place: each rmcp `#[tool]` method
+/// carries `#[toolgate(..)]` beside it, with the keys of `#[tool]` but `id` (its rmcp name is its id),
+/// `callable`, `escalate` and `skip`, or the set does not compile; the other methods are rmcp's to
+/// leave unrouted. `toolgate::mcp::ToolgateServer::handler` serves such a handler.
 #[proc_macro_attribute]
 pub fn toolset(args: TokenStream, input: TokenStream) -> TokenStream {
     toolset::toolset_attribute(args.into(), input.into()).into()

@@ -42,10 +42,25 @@ fn arguments() -> serde_json::Map<String, Value> {
     arguments
 }
 
+/// A client that shows forms: it declares elicitation, so an in-band approval form is sent to it.
+#[derive(Clone, Copy)]
+pub(crate) struct FormClient;
+
+impl toolgate::mcp::rmcp::ClientHandler for FormClient {
+    fn get_info(&self) -> toolgate::mcp::rmcp::model::ClientConfig {
+        let mut capabilities = toolgate::mcp::rmcp::model::ClientCapabilities::default();
+        capabilities.elicitation = Some(toolgate::mcp::rmcp::model::ElicitationCapability::new());
+        toolgate::mcp::rmcp::model::ClientConfig::new(
+            capabilities,
+            toolgate::mcp::rmcp::model::Implementation::new("forms", "0"),
+        )
+    }
+}
+
 async fn connect(
     server: ToolgateServer,
     version: ProtocolVersion,
-) -> RunningService<RoleClient, ()> {
+) -> RunningService<RoleClient, FormClient> {
     let (client, served) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(tokio::io::split(served)).await {
@@ -53,7 +68,7 @@ async fn connect(
         }
     });
     let connecting = serve_client_with_lifecycle(
-        (),
+        FormClient,
         tokio::io::split(client),
         ClientLifecycleMode::Discover {
             preferred_versions: vec![version],
@@ -74,7 +89,7 @@ fn gate() -> Gate {
         .expect("a gate")
 }
 
-async fn taint(client: &RunningService<RoleClient, ()>) {
+async fn taint(client: &RunningService<RoleClient, FormClient>) {
     let Value::Object(url) = json!({"url": "https://example.com"}) else {
         unreachable!("an object")
     };

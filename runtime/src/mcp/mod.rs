@@ -132,68 +132,15 @@
 //! OAuth 2.1 resource server: JWT access tokens verified against the authorization server's JWKS, their
 //! claims mapped to principals, and RFC 9728 metadata served.
 //!
-//! # Next to an existing rmcp server
+//! # An rmcp server, gated in place
 //!
-//! rmcp's `#[tool_router]` takes every attribute whose last path segment is `tool` for its own, so
-//! `#[toolgate::tool]` and rmcp's `#[tool]` do not mix in one `impl`. Keep toolgate tools as free
-//! functions, and let your handler delegate to a [`ToolgateServer`] for the names it serves:
-//!
-//! ```
-//! # extern crate toolgate_runtime as toolgate;
-//! use toolgate::mcp::rmcp::model::{
-//!     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-//!     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-//! };
-//! use toolgate::mcp::rmcp::service::RequestContext;
-//! use toolgate::mcp::rmcp::{ErrorData, RoleServer, ServerHandler};
-//! use toolgate::mcp::ToolgateServer;
-//!
-//! struct MyServer {
-//!     toolgate: ToolgateServer,
-//!     // your own tools, e.g. an rmcp `ToolRouter<Self>`
-//! }
-//!
-//! impl MyServer {
-//!     fn own_tools(&self) -> Vec<Tool> {
-//!         let schema = serde_json::json!({"type": "object"});
-//!         let serde_json::Value::Object(schema) = schema else { unreachable!() };
-//!         vec![Tool::new("ping", "Answer pong.", schema)]
-//!     }
-//! }
-//!
-//! impl ServerHandler for MyServer {
-//!     fn get_info(&self) -> ServerConfig {
-//!         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-//!     }
-//!
-//!     async fn list_tools(
-//!         &self,
-//!         _request: Option<PaginatedRequestParams>,
-//!         _context: RequestContext<RoleServer>,
-//!     ) -> Result<ListToolsResult, ErrorData> {
-//!         let mut tools = self.own_tools();
-//!         tools.extend(self.toolgate.tools());
-//!         Ok(ListToolsResult::with_all_items(tools))
-//!     }
-//!
-//!     async fn call_tool(
-//!         &self,
-//!         request: CallToolRequestParams,
-//!         _context: RequestContext<RoleServer>,
-//!     ) -> Result<CallToolResponse, ErrorData> {
-//!         if self.toolgate.serves(&request.name) {
-//!             return self.toolgate.call(&request.name, request.arguments).await.map(Into::into);
-//!         }
-//!         match &*request.name {
-//!             "ping" => Ok(CallToolResult::success(vec![ContentBlock::text("pong")]).into()),
-//!             name => Err(toolgate::mcp::unknown_tool(name)),
-//!         }
-//!     }
-//! }
-//! ```
-//!
-//! Give your own tools names that no toolgate tool has: the delegation above sends a name to toolgate
-//! first. [`ToolgateServer::only`] narrows the tools it serves, e.g. to one domain.
+//! An rmcp `#[tool_router]` impl with `#[toolgate::toolset]` above it and `#[toolgate(risk = ..)]`
+//! beside each rmcp `#[tool]` keeps its methods as they are; [`ToolgateServer::handler`] serves the
+//! handler, each `tools/call` decided by the caller's gate with the call's JSON arguments before
+//! rmcp's router runs the method, and hands the method's own check that decision. Resources, prompts
+//! and completions pass through; a tool of the handler that declares no risk is refused
+//! ([`Undeclared`]). A refusal of a direct call of such a method is an [`ErrorData`](rmcp::ErrorData)
+//! of code [`REFUSED`]. The README's "An rmcp server, gated in place" walks through one.
 
 mod approvals;
 mod definition;
