@@ -1693,3 +1693,48 @@ fn a_parameter_named_like_its_tool_does_not_hide_it() {
         json!("1:x")
     );
 }
+
+fn classify_command(command: &str) -> toolgate::Risk {
+    if command.starts_with("sudo ") {
+        toolgate::Risk::HighWrite
+    } else {
+        toolgate::Risk::LowWrite
+    }
+}
+
+/// Run a command; `sudo` raises it to HIGH_WRITE.
+#[tool(risk = "LOW_WRITE", domain = "byname_esc", callable, escalate = classify_command)]
+fn run_command(command: String) -> Result<String, Denied> {
+    Ok(command)
+}
+
+/// A call by name refused before its arguments are read is refused at the tool's declared risk: the
+/// message says so, and that the arguments may raise the risk, rather than promising a mode that the
+/// arguments might not be allowed in. A call refused with its arguments read names the risk they gave.
+#[test]
+fn a_call_by_name_refused_before_its_arguments_says_they_may_raise_its_risk() {
+    let shadow = gate_in(Mode::Shadow);
+    let refused = call(&shadow, "byname_esc.run_command", json!({"command": "sudo rm -rf /"}))
+        .expect_err("LOW_WRITE in SHADOW");
+    let message = refused.denied().expect("a refusal").to_string();
+    assert_eq!(
+        message,
+        "tool `byname_esc.run_command` (LOW_WRITE) is not allowed in mode SHADOW; at its declared \
+         risk it is allowed in PARTIAL_AUTO, FULL_AUTO, and its arguments may raise its risk above \
+         that"
+    );
+    let partial = gate_in(Mode::PartialAuto);
+    let raised = call(&partial, "byname_esc.run_command", json!({"command": "sudo rm -rf /"}))
+        .expect_err("HIGH_WRITE in PARTIAL_AUTO");
+    assert_eq!(
+        raised.denied().expect("a refusal").to_string(),
+        "tool `byname_esc.run_command` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments) \
+         is above the ceiling of mode PARTIAL_AUTO (LOW_WRITE); at HIGH_WRITE it runs in FULL_AUTO, \
+         with an approval"
+    );
+    // A direct call reads its arguments first: no such hedge.
+    let direct = shadow
+        .run(|| run_command("uptime".into()))
+        .expect_err("LOW_WRITE in SHADOW");
+    assert!(!direct.to_string().contains("may raise"), "{direct}");
+}

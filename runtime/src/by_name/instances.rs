@@ -145,6 +145,7 @@ impl Instances {
     }
 
     /// The label of the instance of the type `type_id`, if one is held.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn label_of(&self, type_id: TypeId) -> Option<&str> {
         self.by_type
             .iter()

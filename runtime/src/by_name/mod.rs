@@ -84,6 +84,7 @@ impl Tool {
     }
 
     /// The type of the instance a method runs on, for a `callable` method.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn receiver_type(&self) -> Option<std::any::TypeId> {
         callable(self.entry)
             .and_then(|c| c.receiver)

@@ -34,6 +34,9 @@ struct Extra {
     /// Who rejected the call, for the audit record.
     by: Option<Arc<str>>,
     retry_after: Option<Duration>,
+    /// Refused at the declared risk before the arguments were read, for a tool whose arguments may
+    /// raise its risk (`escalate`): the modes the message names are those of the declared risk.
+    unread_escalation: bool,
 }
 
 impl Denied {
@@ -73,6 +76,16 @@ impl Denied {
     pub(crate) fn with_approval_request_id(mut self, id: Arc<str>) -> Denied {
         self.extra().approval_request_id = Some(id);
         self
+    }
+
+    /// Marks a refusal made before the arguments of a tool that escalates were read.
+    pub(crate) fn before_escalation(mut self) -> Denied {
+        self.extra().unread_escalation = true;
+        self
+    }
+
+    fn unread_escalation(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| e.unread_escalation)
     }
 
     pub(crate) fn with_retry_after(mut self, after: Duration) -> Denied {
@@ -192,10 +205,16 @@ impl fmt::Display for Denied {
             DenialCode::ModeNotAllowed => {
                 write!(f, "tool `{id}` ({risk}) is not allowed in mode {mode}; ")?;
                 let allowed = self.tool.allowed_modes;
+                let at = if self.unread_escalation() {
+                    "at its declared risk "
+                } else {
+                    ""
+                };
                 if allowed.is_empty() {
                     f.write_str("it is allowed in no mode")
                 } else {
-                    write!(f, "it is allowed in {allowed}")
+                    write!(f, "{at}it is allowed in {allowed}")?;
+                    self.may_escalate(f)
                 }
             }
             DenialCode::AboveCeiling => {
@@ -203,8 +222,14 @@ impl fmt::Display for Denied {
                 let needed = policy::lowest_mode_admitting(risk);
                 write!(
                     f,
-                    "tool `{id}` ({risk}) is above the ceiling of mode {mode} ({ceiling}); it needs {needed}"
-                )
+                    "tool `{id}` ({risk}) is above the ceiling of mode {mode} ({ceiling}); "
+                )?;
+                if self.unread_escalation() {
+                    write!(f, "at its declared risk it needs {needed}")?;
+                    self.may_escalate(f)
+                } else {
+                    write!(f, "it needs {needed}")
+                }
             }
             DenialCode::ApprovalPending => {
                 write!(f, "{subject} needs an approval in mode {mode}")?;
@@ -283,6 +308,17 @@ impl fmt::Display for Denied {
             ),
             // A code of a newer policy than this runtime knows.
             code => write!(f, "tool `{id}` ({risk}) was refused in mode {mode}: {code}"),
+        }
+    }
+}
+
+impl Denied {
+    /// The end of a mode refusal made before the arguments of a tool that escalates were read.
+    fn may_escalate(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.unread_escalation() {
+            f.write_str(", and its arguments may raise its risk above that")
+        } else {
+            Ok(())
         }
     }
 }

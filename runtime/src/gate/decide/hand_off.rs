@@ -81,7 +81,10 @@ fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), D
                 record_arguments: false,
             };
             let mut arguments = LazyArguments::new(&call);
-            let denied = gate.refusal(entry, mode, code);
+            let mut denied = gate.refusal(entry, mode, code);
+            if entry.behaviour.escalate.is_some() {
+                denied = denied.before_escalation();
+            }
             let denied = gate.with_taint(denied, entry.manifest.risk_level);
             gate.record_refusal(entry, &denied, &mut arguments);
             return Err(abandon(
