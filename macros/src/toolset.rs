@@ -84,11 +84,15 @@ impl Set<'_> {
             Owner::GenericImpl(block.generics.params.span())
         };
         let trait_impl = block.trait_.is_some();
+        // An rmcp router's impl: `#[tool_router]` is still on it (the set is above it), or a member
+        // is declared in place (rmcp's attribute, below the set, has expanded already).
         let rmcp = block.attrs.iter().any(|attr| {
             attr.path()
                 .segments
                 .last()
                 .is_some_and(|segment| segment.ident == "tool_router")
+        }) || block.items.iter().any(|item| {
+            matches!(item, ImplItem::Fn(f) if f.attrs.iter().any(is_toolgate_attr))
         });
         for item in &mut block.items {
             match item {

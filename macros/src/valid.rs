@@ -75,7 +75,7 @@ pub(crate) fn validate_in_place(
                 in_place.name_span,
                 format!(
                     "the rmcp tool name `{name}` cannot be a tool id: {problem}; an MCP tool name is \
-                     1 to {MAX_ID_LEN} of `A-Z a-z 0-9 _ - .`"
+                     1 to {MAX_ID_LEN} of `A-Z a-z 0-9 _ - . /`"
                 ),
             ));
             false
@@ -95,7 +95,7 @@ fn mcp_name_problem(name: &str) -> Option<String> {
         return Some(format!("it is {} characters long", name.len()));
     }
     name.chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')))
         .map(|c| format!("it has the character {c:?}"))
 }
 
