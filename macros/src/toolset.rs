@@ -91,9 +91,10 @@ impl Set<'_> {
                 .segments
                 .last()
                 .is_some_and(|segment| segment.ident == "tool_router")
-        }) || block.items.iter().any(|item| {
-            matches!(item, ImplItem::Fn(f) if f.attrs.iter().any(is_toolgate_attr))
-        });
+        }) || block
+            .items
+            .iter()
+            .any(|item| matches!(item, ImplItem::Fn(f) if f.attrs.iter().any(is_toolgate_attr)));
         for item in &mut block.items {
             match item {
                 ImplItem::Fn(f) => {

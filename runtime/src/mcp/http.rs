@@ -41,41 +41,10 @@ use http_body_util::{BodyExt, Full};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+pub use super::principal::Principal;
 use super::server::ToolgateServer;
 use crate::canonical::sha256_hex;
 use crate::gate::Gate;
-
-/// Who calls over HTTP, as a bearer token names them: a principal's name and the gate its calls go
-/// through. The HTTP service puts it into the request's extensions, where the server finds it.
-///
-/// The name is what the principal's sessions, tasks and in-band approval states are bound to: two
-/// callers that must not see each other's need two names.
-#[derive(Debug, Clone)]
-pub struct Principal {
-    name: Arc<str>,
-    gate: Gate,
-}
-
-impl Principal {
-    /// The principal `name`, whose calls `gate` decides: what a [`TokenVerifier`] answers for a token
-    /// it accepts.
-    pub fn new(name: impl Into<String>, gate: Gate) -> Principal {
-        Principal {
-            name: name.into().into(),
-            gate,
-        }
-    }
-
-    /// The principal's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The gate that decides the principal's calls and what `tools/list` shows it.
-    pub fn gate(&self) -> &Gate {
-        &self.gate
-    }
-}
 
 /// Why a request is refused before it reaches the server: its HTTP status (`401`, `403` or `400`) and
 /// the `WWW-Authenticate` challenge it carries (RFC 6750 §3).

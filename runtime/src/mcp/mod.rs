@@ -149,6 +149,8 @@ mod handler;
 pub mod http;
 #[cfg(feature = "mcp-oauth")]
 pub mod oauth;
+#[cfg(feature = "mcp-http")]
+mod principal;
 mod server;
 pub mod stdio;
 mod tasks;

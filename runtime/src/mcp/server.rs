@@ -502,7 +502,7 @@ impl ToolgateServer {
         #[cfg(feature = "mcp-http")]
         if let Some(principal) = extensions
             .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<super::http::Principal>())
+            .and_then(|parts| parts.extensions.get::<super::principal::Principal>())
         {
             return Caller {
                 gate: principal.gate().clone(),
