@@ -19,10 +19,12 @@ impl DenyRule {
         }
         if pattern
             .chars()
-            .any(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '.' | '*' | '?'))
+            .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | '*' | '?')))
         {
+            // toolgate's ids are lowercase dotted; an rmcp tool gated in place keeps its MCP name.
             return Err(invalid(
-                "tool ids are lowercase `[a-z0-9_.]`; a pattern may add `*` and `?`",
+                "tool ids are `[a-z0-9_.]`, and the names of rmcp tools gated in place \
+                 `[A-Za-z0-9_.-/]`; a pattern may add `*` and `?`",
             ));
         }
         Ok(DenyRule {
@@ -112,7 +114,25 @@ impl std::error::Error for DenyRuleError {}
 
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use super::{DenyRule, glob_match};
+
+    #[test]
+    fn rules_name_toolgate_ids_and_the_names_of_rmcp_tools_gated_in_place() {
+        for pattern in [
+            "users.delete",
+            "users.*",
+            "getWeather",
+            "ops/restart-all",
+            "ops/*",
+        ] {
+            assert!(DenyRule::parse(pattern).is_ok(), "{pattern}");
+        }
+        for pattern in ["", "users delete", "users.dé", "ops;*", "a\u{202e}b"] {
+            assert!(DenyRule::parse(pattern).is_err(), "{pattern:?}");
+        }
+        assert!(DenyRule::parse("ops/*").unwrap().matches("ops/restart-all"));
+        assert!(!DenyRule::parse("ops/*").unwrap().matches("opsx/restart"));
+    }
 
     #[test]
     fn globs() {
