@@ -4,12 +4,13 @@
 //! public API, real HTTP on loopback. Each test asserts the documented guarantee: it passes while the
 //! attack fails, and fails if the attack gets through.
 //!
-//! At commit time four got through, each a failing test here: `a02` (a deny rule written for a
-//! `#[toolset]`'s domain does not reach its in-place rmcp tools, whose ids are their bare rmcp names),
-//! `a12b` (`Undeclared::Serve` writes no `UNDECLARED_TOOL_SERVED` record), `a36` and `a37` (a handler
-//! whose `call_tool` awaits before dispatching: the server's decision and the method's own check are
-//! two calls, so an approved call is refused `APPROVAL_REQUIRED` with its approval spent, a budget is
-//! charged twice per call, and the log holds two `enter`/`exit` pairs for one body).
+//! Four got through when they were written, and are fixed: `a02` (a deny rule written for a
+//! `#[toolset]`'s domain did not reach its in-place rmcp tools, whose ids are their rmcp names: a rule
+//! now reaches such a tool by `<domain>.<name>` too), `a12b` (`Undeclared::Serve` wrote no record: each
+//! served call now writes an `ungated` record first), `a36` and `a37` (a handler whose `call_tool`
+//! awaits before dispatching made the server's decision and the method's own check two calls: the
+//! server now hands the call's arguments to the method's check, which decides it once, whenever the
+//! router reaches it).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -665,9 +666,9 @@ fn a02_a_domain_deny_rule_reaches_the_handlers_tools() {
     });
 }
 
-/// a02b. A deny rule naming an in-place tool by its rmcp name refuses it (the rule that does work),
-/// and a rule written for the domain alone, with no registry tool in it, fails the build rather than
-/// serve the tools (fail closed). Broken: either rule lets the tool run.
+/// a02b. A deny rule naming an in-place tool by its rmcp name refuses it, a rule written for a domain
+/// whose only tools are gated in place is live, and one for a domain with no tool fails the build
+/// (fail closed). Broken: a rule lets the tool run, or a dead rule builds a gate.
 #[test]
 fn a02b_a_deny_rule_by_rmcp_name_refuses_and_a_dead_domain_rule_fails_closed() {
     runtime().block_on(async {
@@ -683,9 +684,16 @@ fn a02b_a_deny_rule_by_rmcp_name_refuses_and_a_dead_domain_rule_fails_closed() {
             "DENY_LISTED"
         );
         assert_eq!(ops.restarts.load(Ordering::SeqCst), 0);
-        let dead = Gate::builder()
+        // A domain rule reaches the domain's tools gated in place (here those of `lazy23`), so it is
+        // live; one for a domain with no tool at all fails the build.
+        let live = Gate::builder()
             .mode(Mode::PartialAuto)
             .deny("lazy23.*")
+            .build();
+        assert!(live.is_ok(), "{live:?}");
+        let dead = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .deny("nowhere23.*")
             .build();
         assert!(
             dead.is_err(),

@@ -36,6 +36,10 @@ pub enum Stage {
     /// The gate's taint latch closed: `tool`, whose output is untrusted, was allowed to run, and from
     /// now on every call that writes needs an approval or is refused; `message` says which.
     SessionTainted,
+    /// A tool that declares no risk was served without a gate, because the application said so (an
+    /// rmcp handler's undeclared tool under `Undeclared::Serve`); written before it runs. No gate
+    /// decided it: `code` is `UNDECLARED_TOOL_SERVED`.
+    Ungated,
 }
 
 /// The decision about a call.

@@ -136,7 +136,8 @@ impl AuditSink for TracingSink {
             | Stage::GrantRevoked
             | Stage::FleetLost
             | Stage::FleetRejoined
-            | Stage::SessionTainted => event(r),
+            | Stage::SessionTainted
+            | Stage::Ungated => event(r),
         }
         Ok(())
     }
@@ -221,6 +222,7 @@ fn stage_name(stage: Stage) -> &'static str {
         Stage::FleetLost => "fleet_lost",
         Stage::FleetRejoined => "fleet_rejoined",
         Stage::SessionTainted => "session_tainted",
+        Stage::Ungated => "ungated",
     }
 }
 

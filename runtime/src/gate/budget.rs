@@ -471,7 +471,7 @@ impl Budgets {
             }
             let (rule, risk, what) = match &spec.scope {
                 BudgetScope::Tool(pattern) => match DenyRule::parse(pattern) {
-                    Ok(rule) if entries.iter().any(|e| rule.matches(e.manifest.id)) => {
+                    Ok(rule) if entries.iter().any(|e| rule.matches_entry(e)) => {
                         (Some(rule), None, format!("`{pattern}`"))
                     }
                     Ok(_) => {
@@ -523,7 +523,7 @@ impl Budgets {
                 (0u32..)
                     .zip(&built)
                     .filter(|(_, (budget, rule, risk))| match (rule, risk) {
-                        (Some(rule), _) => rule.matches(entry.manifest.id),
+                        (Some(rule), _) => rule.matches_entry(entry),
                         (None, None) => {
                             debug_assert!(budget.charge.key.contains("\u{1f}agent\u{1f}"));
                             true

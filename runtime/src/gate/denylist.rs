@@ -36,6 +36,20 @@ impl DenyRule {
         &self.pattern
     }
 
+    /// Whether the rule reaches the tool: by its id, and for an rmcp tool gated in place, whose id is
+    /// its MCP name, by `<domain>.<name>` too, so that a rule written for a domain (`ops.*`) reaches
+    /// every tool of its `#[toolset]`.
+    pub(crate) fn matches_entry(&self, entry: &crate::registry::ToolEntry) -> bool {
+        let manifest = &entry.manifest;
+        if self.matches(manifest.id) {
+            return true;
+        }
+        match (entry.in_place, manifest.domain) {
+            (Some(_), Some(domain)) => self.matches(&format!("{domain}.{}", manifest.id)),
+            _ => false,
+        }
+    }
+
     pub(crate) fn matches(&self, id: &str) -> bool {
         glob_match(self.pattern.as_bytes(), id.as_bytes())
     }

@@ -637,7 +637,7 @@ impl GateBuilder {
         let mut errors = Vec::new();
         for pattern in &self.deny {
             match DenyRule::parse(pattern) {
-                Ok(rule) if registry.entries.iter().any(|e| rule.matches(e.manifest.id)) => {
+                Ok(rule) if registry.entries.iter().any(|e| rule.matches_entry(e)) => {
                     rules.push(rule)
                 }
                 Ok(_) => errors.push(DenyRuleError::MatchesNothing {
@@ -664,7 +664,7 @@ impl GateBuilder {
             .entries
             .iter()
             .map(|e| {
-                let position = rules.iter().position(|r| r.matches(e.manifest.id))?;
+                let position = rules.iter().position(|r| r.matches_entry(e))?;
                 u32::try_from(position).ok()
             })
             .collect();

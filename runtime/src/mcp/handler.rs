@@ -30,7 +30,8 @@ pub enum Undeclared {
     #[default]
     Refuse,
     /// Listed and run as the handler serves it, with no gate: for a migration, one tool at a time.
-    /// Each call is still written to the caller's gate's audit log (`UNDECLARED_TOOL_SERVED`).
+    /// Each call is written to the caller's gate's audit log first (stage `ungated`, code
+    /// `UNDECLARED_TOOL_SERVED`), and does not run where the log cannot take that record.
     Serve,
 }
 

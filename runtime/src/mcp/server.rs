@@ -28,8 +28,7 @@ use crate::approval::Taint;
 use crate::approval::store::ApproveError;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
-use crate::gate::call::{ArgRef, CallInfo};
-use crate::gate::decide::{self as deciding, Decided, DecidingByName};
+use crate::gate::decide as deciding;
 use crate::gate::denied::Denied;
 use crate::policy::{DenialCode, Mode, Risk};
 use crate::registry::{Tool, ToolEntry, ToolManifest, manifests, registry};
@@ -693,6 +692,16 @@ impl ToolgateServer {
             return Err(unknown_tool(&name));
         };
         if self.undeclared == Undeclared::Serve {
+            // No gate decides it; the log says it ran, and a sink that cannot say so stops it.
+            let message = format!(
+                "tool `{name}` of {} declares no risk and was served without a gate \
+                 (Undeclared::Serve)",
+                handler.type_name()
+            );
+            if let Err(error) = gate.record_ungated(name.to_string(), message) {
+                let message = format!("the audit log could not record the call: {error}");
+                return Ok(refusal("AUDIT_UNAVAILABLE", &message).into());
+            }
             return handler.call_tool(request, context).await;
         }
         if handler.tool(&name).is_none() && !self.handler_lists(handler, &name, &context).await {
@@ -828,20 +837,21 @@ impl ToolgateServer {
     ) -> Result<Ran, ErrorData> {
         match (target, &self.handler) {
             (Target::InPlace(entry), Some(handler)) => {
-                let handler = Arc::clone(handler);
-                let label = Arc::clone(&self.handler_label);
+                // Decided by the tool's own check when rmcp's router reaches it, with the call's JSON
+                // arguments: once, right before the body, however long the handler takes to get there.
                 let arguments = request.arguments.clone().unwrap_or_default();
-                let run = {
-                    let gate = gate.clone();
-                    async move {
-                        let decided = decide_in_place(&gate, entry, &arguments, &label).await?;
-                        Ok(
-                            deciding::hand_async(decided, handler.call_tool(request, context))
-                                .await,
-                        )
-                    }
-                };
-                Ok(Ran::InPlace(gate.scope(run).await))
+                let label = self.handler_label.to_string();
+                let call = handler.call_tool(request, context);
+                let (call, outcome) = deciding::with_arguments(entry, arguments, label, call);
+                let response = gate.scope(call).await;
+                let refused = outcome
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                Ok(Ran::InPlace(match refused {
+                    Some(denied) => Err(denied),
+                    None => Ok(response),
+                }))
             }
             (Target::InPlace(entry), None) => Err(unknown_tool(entry.manifest.id)),
             (Target::Registry(tool), _) => {
@@ -868,47 +878,6 @@ impl ToolgateServer {
                 | CallError::NoInstance { .. },
             ) => Err(unknown_tool(name)),
             result => Ok(Ran::Registry(result)),
-        }
-    }
-}
-
-/// Decides a call of the handler's tool `entry` with its JSON arguments, in the caller's gate (the
-/// future runs in its scope), as a call by name is decided: the tables first, before the arguments
-/// are read, then the whole decision. The handler's instance, by its label, is the call's `self`.
-async fn decide_in_place(
-    gate: &Gate,
-    entry: &'static ToolEntry,
-    arguments: &JsonObject,
-    label: &String,
-) -> Result<Decided, Denied> {
-    let outright = deciding::precheck(entry, gate, false)?;
-    let record_arguments = entry.behaviour.record_arguments;
-    let step = {
-        let args = [
-            ArgRef::json("arguments", arguments),
-            ArgRef::json("self", label),
-        ];
-        let call = CallInfo {
-            escalated: None,
-            arguments: &args,
-            record_arguments,
-        };
-        deciding::decide_by_name_async(entry, outright, None, &call)
-    };
-    match step {
-        DecidingByName::Done(decided) => decided,
-        DecidingByName::Waiting(waiting) => {
-            let decided = waiting.resume_handed().await;
-            let args = [
-                ArgRef::json("arguments", arguments),
-                ArgRef::json("self", label),
-            ];
-            let call = CallInfo {
-                escalated: None,
-                arguments: &args,
-                record_arguments,
-            };
-            deciding::confirm_handed(decided, &call)
         }
     }
 }

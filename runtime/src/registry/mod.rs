@@ -130,6 +130,7 @@ impl Registry {
     }
 
     /// The tool `id` that the rmcp handler of type `owner` serves in place, if it declares one.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn in_place(&self, owner: TypeId, id: &str) -> Option<&'static ToolEntry> {
         self.entry(id)
             .filter(|entry| entry.in_place.is_some_and(|of| of() == owner))

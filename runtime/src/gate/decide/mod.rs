@@ -41,6 +41,8 @@ use std::task::{Context, Poll, Waker};
 
 pub(crate) use arguments::{ArgumentSource, LazyArguments};
 pub(crate) use commit::confirm;
+#[cfg(feature = "mcp")]
+pub(crate) use hand_off::with_arguments;
 pub use hand_off::{Decided, DecidingByName, HandOver};
 pub(crate) use hand_off::{
     confirm_handed, decide_by_name, decide_by_name_async, hand_async, hand_over, handed, precheck,
@@ -73,6 +75,9 @@ pub(crate) fn check(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
+    if let Some(in_place) = hand_off::take_in_place(entry) {
+        return hand_off::check_in_place(entry, explicit, &in_place);
+    }
     if call.escalated.is_none()
         && let Some((mode, code)) = table::lone_refusal(entry, explicit)
     {
@@ -101,6 +106,9 @@ pub(crate) fn check_async(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Entering {
+    if let Some(in_place) = hand_off::take_in_place(entry) {
+        return hand_off::check_async_in_place(entry, explicit, &in_place);
+    }
     if call.escalated.is_none()
         && let Some((mode, code)) = table::lone_refusal(entry, explicit)
     {

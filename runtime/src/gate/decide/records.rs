@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::arguments::ArgumentSource;
 use super::{Allowed, refuse};
-use crate::audit::{AuditRecord, Decision, Stage};
+use crate::audit::{AuditError, AuditRecord, Decision, Stage};
 use crate::gate::Gate;
 use crate::gate::call::{Arguments, EffectiveRisk};
 use crate::gate::denied::Denied;
@@ -39,6 +39,22 @@ impl Gate {
             ..self.record(Stage::Refused, tool, self.mode(), call)
         };
         self.write_after_the_fact(&record);
+    }
+
+    /// Writes that a tool no gate decides (it declares no risk) is about to run, served so on purpose;
+    /// `Err` where a sink refuses the record, and then it does not run.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn record_ungated(&self, tool: String, message: String) -> Result<(), AuditError> {
+        let Some(sink) = &self.inner.audit else {
+            return Ok(());
+        };
+        let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let record = AuditRecord {
+            code: Some(Cow::Borrowed("UNDECLARED_TOOL_SERVED")),
+            message: Some(message),
+            ..self.record(Stage::Ungated, Cow::Owned(tool), self.mode(), call)
+        };
+        sink.record(&record)
     }
 
     pub(crate) fn record_refusal<A: ArgumentSource>(

@@ -45,7 +45,9 @@ pub(super) fn decide_async(
     let mut decision = Decision::new(entry, gates, call, LazyArguments::new(call), Waits::Async);
     match decision.advance() {
         Next::Done(result) => Entering::Done(result),
-        Next::Wait(wait) => Entering::Waiting(Waiting(Box::new((decision.write_out(), wait)))),
+        Next::Wait(wait) => {
+            Entering::Waiting(Waiting(Box::new((decision.write_out(), wait)), None))
+        }
     }
 }
 
@@ -58,9 +60,13 @@ pub enum Entering {
     Waiting(Waiting),
 }
 
-/// A decision that waits, and what it waits for.
+/// A decision that waits, and what it waits for; for a call of an rmcp tool gated in place, where its
+/// refusal goes.
 #[doc(hidden)]
-pub struct Waiting(Box<(Decision<WrittenArguments>, Wait)>);
+pub struct Waiting(
+    Box<(Decision<WrittenArguments>, Wait)>,
+    Option<super::hand_off::Outcome>,
+);
 
 impl Waiting {
     /// The tool the decision is for.
@@ -70,16 +76,39 @@ impl Waiting {
 }
 
 impl Waiting {
+    /// Reports the decision's refusal to the server that handed the call its arguments.
+    pub(super) fn reporting(mut self, outcome: super::hand_off::Outcome) -> Waiting {
+        self.1 = Some(outcome);
+        self
+    }
+
     /// Waits for what the decision waits for, then decides the rest of it.
     pub async fn resume(self) -> Result<Permit, Denied> {
         let (mut decision, mut wait) = *self.0;
-        loop {
+        let mut result = loop {
             let answered = (&mut wait).await;
             decision.resume(answered);
             match decision.advance() {
-                Next::Done(result) => return result,
+                Next::Done(result) => break result,
                 Next::Wait(next) => wait = next,
             }
+        };
+        if let Some(outcome) = self.1 {
+            match &mut result {
+                // The arguments were handed over as owned JSON, which nothing can change while the
+                // decision waited: what the approval saw is what the call has.
+                Ok(permit) => {
+                    if permit.take_seen().is_some() {
+                        permit.commit_held();
+                    }
+                }
+                Err(denied) => {
+                    *outcome
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(denied.clone());
+                }
+            }
         }
+        result
     }
 }
