@@ -580,3 +580,133 @@ fn a_method_on_a_registered_instance_is_approved_in_two_steps_and_the_operator_s
         assert_eq!(refused(&ran), None, "{ran:?}");
     });
 }
+
+/// The shapes a typical rmcp server has, each gated in place with one line: `description` given to
+/// rmcp's `#[tool]` rather than a doc comment, an `McpError` alias, a destructured `Parameters`, the
+/// request's context as a parameter, a sync tool, a constructor in the router's impl, and a prompt
+/// router beside the tool router.
+mod typical {
+    use std::sync::Arc;
+
+    use rmcp::handler::server::router::prompt::PromptRouter;
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::model::{
+        CallToolResult, ContentBlock, PromptMessage, Role, ServerCapabilities, ServerConfig,
+    };
+    use rmcp::service::RequestContext;
+    use rmcp::{
+        ErrorData as McpError, RoleServer, ServerHandler, prompt, prompt_handler, prompt_router,
+        tool, tool_handler, tool_router,
+    };
+    use tokio::sync::Mutex;
+
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    pub struct Pair {
+        pub a: i64,
+        pub b: i64,
+    }
+
+    #[derive(Clone)]
+    pub struct Tally {
+        total: Arc<Mutex<i64>>,
+        tool_router: ToolRouter<Tally>,
+        prompt_router: PromptRouter<Tally>,
+    }
+
+    #[toolgate::toolset(domain = "tally")]
+    #[tool_router]
+    impl Tally {
+        pub fn new() -> Tally {
+            Tally {
+                total: Arc::default(),
+                tool_router: Tally::tool_router(),
+                prompt_router: Tally::prompt_router(),
+            }
+        }
+
+        #[tool(description = "Add one to the tally")]
+        #[toolgate(risk = "LOW_WRITE")]
+        async fn bump(&self) -> Result<CallToolResult, McpError> {
+            let mut total = self.total.lock().await;
+            *total += 1;
+            Ok(CallToolResult::success(vec![ContentBlock::text(
+                total.to_string(),
+            )]))
+        }
+
+        #[tool(description = "Add two numbers")]
+        #[toolgate(risk = "READ_ONLY")]
+        fn add(
+            &self,
+            Parameters(Pair { a, b }): Parameters<Pair>,
+        ) -> Result<CallToolResult, McpError> {
+            Ok(CallToolResult::success(vec![ContentBlock::text(
+                (a + b).to_string(),
+            )]))
+        }
+
+        #[tool(description = "Say which request this is")]
+        #[toolgate(risk = "READ_ONLY")]
+        fn whoami(&self, context: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+            Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "{:?}",
+                context.id
+            ))]))
+        }
+    }
+
+    #[prompt_router]
+    impl Tally {
+        /// Ask for a tally.
+        #[prompt(name = "ask")]
+        async fn ask(&self) -> Vec<PromptMessage> {
+            vec![PromptMessage::new_text(Role::User, "How many?")]
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    #[prompt_handler(router = self.prompt_router)]
+    impl ServerHandler for Tally {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(
+                ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_prompts()
+                    .build(),
+            )
+        }
+    }
+}
+
+#[test]
+fn a_typical_rmcp_server_is_gated_with_one_line_per_tool() {
+    runtime().block_on(async {
+        let gate = Gate::new(Mode::Shadow).expect("a gate");
+        let client = connect(ToolgateServer::new(gate).handler(typical::Tally::new())).await;
+        let listed = client.list_all_tools().await.expect("a list");
+        assert_eq!(listed_names(&listed), ["add", "whoami"]);
+        let add = listed.iter().find(|t| t.name == "add").unwrap();
+        assert_eq!(add.description.as_deref(), Some("Add two numbers"));
+        let sum = complete(
+            client
+                .call_tool_once(call("add", json!({"a": 2, "b": 3})))
+                .await
+                .expect("a call"),
+        );
+        assert_eq!(refused(&sum), None, "{sum:?}");
+        let bump = complete(
+            client
+                .call_tool_once(call("bump", json!({})))
+                .await
+                .expect("a call"),
+        );
+        assert_eq!(refused(&bump).as_deref(), Some("MODE_NOT_ALLOWED"));
+        let manifest = toolgate::registry().manifest("bump").expect("registered");
+        assert_eq!(manifest.description, "Add one to the tally");
+        assert_eq!(
+            client.list_all_prompts().await.expect("prompts")[0].name,
+            "ask"
+        );
+    });
+}
