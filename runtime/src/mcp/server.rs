@@ -388,7 +388,8 @@ impl ToolgateServer {
         self.served(name).is_some()
     }
 
-    /// The tools `tools/list` shows now, sorted by name.
+    /// The `callable` tools `tools/list` shows now, sorted by name; the tools of a
+    /// [`handler`](ToolgateServer::handler) are listed by the handler, for a request.
     pub fn tools(&self) -> Vec<rmcp::model::Tool> {
         self.tools_for(&self.gate)
     }
