@@ -146,77 +146,110 @@ pub use toolgate_runtime::rig;
 pub use toolgate_runtime::terminal;
 pub use toolgate_runtime::{lockfile, provider, report};
 
+// A page links to another as to its file (`budgets.md#budgets`), for readers of the repository.
+// Rustdoc reads these definitions first, and the first definition of a link wins: here each label
+// points at the page's module, or at the repository.
+macro_rules! guide_links {
+    () => {
+        "[grammar]: crate::guide::attribute#the-grammar\n\
+         [grammar-file]: macro@crate::tool\n\
+         [approvals]: crate::guide::approvals\n\
+         [budgets]: crate::guide::budgets#budgets\n\
+         [taint-latch]: crate::guide::budgets#the-taint-latch\n\
+         [function-calling]: crate::guide::call_by_name#function-calling-with-a-models-api\n\
+         [benchmarks]: https://github.com/toolgate/toolgate/blob/main/BENCHMARKS.md\n\
+         [security]: https://github.com/toolgate/toolgate/blob/main/SECURITY.md\n\
+         [set-up]: https://github.com/toolgate/toolgate#set-up-and-run\n\
+         [in-place]: https://github.com/toolgate/toolgate#an-rmcp-server-gated-in-place\n\n"
+    };
+}
+
 /// The guide: a page per subject, each an empty module whose documentation is the page. The pages are
 /// the repository's `docs/` folder; `cargo test --doc` compiles their examples, and runs those it can.
 pub mod guide {
-    // A page links to another as to its file (`budgets.md#budgets`), for readers of the repository.
-    // Rustdoc reads these definitions first, and the first definition of a link wins: here each label
-    // points at the page's module, or at the repository.
-    macro_rules! links {
-        () => {
-            "[grammar]: crate::guide::attribute#the-grammar\n\
-             [grammar-file]: macro@crate::tool\n\
-             [approvals]: crate::guide::approvals\n\
-             [budgets]: crate::guide::budgets#budgets\n\
-             [taint-latch]: crate::guide::budgets#the-taint-latch\n\
-             [function-calling]: crate::guide::call_by_name#function-calling-with-a-models-api\n\
-             [benchmarks]: https://github.com/toolgate/toolgate/blob/main/BENCHMARKS.md\n\
-             [security]: https://github.com/toolgate/toolgate/blob/main/SECURITY.md\n\
-             [set-up]: https://github.com/toolgate/toolgate#set-up-and-run\n\
-             [in-place]: https://github.com/toolgate/toolgate#an-rmcp-server-gated-in-place\n\n"
-        };
-    }
-
     // Under `cargo test --doc`, a page whose examples need a feature is left out without it.
 
     // The lockfile's example is a test for the reader's crate: compiled here, as a doctest, not run.
     #[allow(clippy::test_attr_in_doctest)]
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/attribute.md")]
     #[doc = "\n"]
     #[doc = toolgate_macros::__grammar!()]
     pub mod attribute {}
 
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/policy.md")]
     pub mod policy {}
 
     #[cfg(any(not(doctest), feature = "postgres"))]
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/approvals.md")]
     pub mod approvals {}
 
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/budgets.md")]
     pub mod budgets {}
 
     #[cfg(any(not(doctest), feature = "checkpoints"))]
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/audit.md")]
     pub mod audit {}
 
     #[cfg(any(not(doctest), all(feature = "postgres", feature = "checkpoints")))]
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/fleets.md")]
     pub mod fleets {}
 
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/call_by_name.md")]
     pub mod call_by_name {}
 
     #[cfg(any(not(doctest), feature = "mcp-oauth"))]
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/mcp.md")]
     pub mod mcp {}
 
     #[cfg(any(not(doctest), feature = "rig"))]
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/rig.md")]
     pub mod rig {}
 
-    #[doc = links!()]
+    #[doc = guide_links!()]
     #[doc = include_str!("../docs/testing.md")]
     pub mod testing {}
+}
+
+/// Every link of a guide page to a file has a rustdoc target in `guide_links!`.
+#[cfg(test)]
+mod guide_links {
+    const PAGES: &[&str] = &[
+        include_str!("../docs/attribute.md"),
+        include_str!("../docs/policy.md"),
+        include_str!("../docs/approvals.md"),
+        include_str!("../docs/budgets.md"),
+        include_str!("../docs/audit.md"),
+        include_str!("../docs/fleets.md"),
+        include_str!("../docs/call_by_name.md"),
+        include_str!("../docs/mcp.md"),
+        include_str!("../docs/rig.md"),
+        include_str!("../docs/testing.md"),
+    ];
+
+    #[test]
+    fn every_link_definition_of_a_page_has_a_rustdoc_target() {
+        let rustdoc = guide_links!();
+        for page in PAGES {
+            for line in page.lines().filter(|line| line.starts_with('[')) {
+                let Some((label, _)) = line.split_once("]: ") else {
+                    continue;
+                };
+                assert!(
+                    rustdoc.contains(&format!("{label}]: ")),
+                    "guide_links! has no target for {label}], which a page defines: {line}"
+                );
+            }
+        }
+    }
 }
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
