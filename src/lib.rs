@@ -47,134 +47,25 @@
 //! # Ok::<(), toolgate::GateError>(())
 //! ```
 //!
-//! # Risk, modes and the policy
+//! # The guide
 //!
-//! Risk levels are ordered `READ_ONLY < PROPOSE_ONLY < LOW_WRITE < HIGH_WRITE`, modes
-//! `SHADOW < ADVISORY < PARTIAL_AUTO < FULL_AUTO`. Each mode has a ceiling, the highest risk it runs:
+//! The [`guide`] has a page per subject, each an empty module whose documentation is the page:
 //!
-//! | mode | ceiling |
-//! | --- | --- |
-//! | `SHADOW`, `ADVISORY` | `PROPOSE_ONLY` |
-//! | `PARTIAL_AUTO` | `LOW_WRITE` |
-//! | `FULL_AUTO` | `HIGH_WRITE`, each call with an approval |
-//!
-//! A call is decided in this order, and the first refusal wins ([`policy::decide`]):
-//!
-//! 1. the gate's **deny list** (`DENY_LISTED`), in every mode; no approval lifts it;
-//! 2. the tool's **allowed modes** (`MODE_NOT_ALLOWED`);
-//! 3. the mode's **ceiling** (`ABOVE_CEILING`);
-//! 4. the **taint latch**: once a tool declared `untrusted_output` has run in the gate's session, a call
-//!    that writes needs an approval, or is refused `TAINTED_SESSION`
-//!    ([`GateBuilder::taint_policy`], [`policy::decide_tainted`]);
-//! 5. an **approval** where the risk (or the latch) needs one: a live session grant, else the gate's approver (sync
-//!    [`Approver`] or async), else the two-step store (`APPROVAL_REQUIRED` with nothing to ask,
-//!    `APPROVAL_PENDING` with the token of the request the store filed for an operator,
-//!    `APPROVAL_REJECTED` when it says no or panics, `APPROVAL_STORE_UNAVAILABLE` when the store fails);
-//! 6. then the body runs.
-//!
-//! A call with no gate at all is refused with `NO_GATE`. Every refusal is a [`Denied`], with a stable
-//! [`code`](Denied::code) and a message that names the tool, its risk, the mode and what would be needed.
-//!
-//! # `#[tool]`
-//!
-//! ```text
-//! #[tool(
-//!     risk = "READ_ONLY" | "PROPOSE_ONLY" | "LOW_WRITE" | "HIGH_WRITE",   // required
-//!     side_effects,                      // or side_effects = true / false
-//!     modes = [SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO],
-//!     id = "users.delete",
-//!     domain = "users",
-//!     idempotent,                        // MCP idempotentHint
-//!     open_world,                        // MCP openWorldHint
-//!     description = "...",
-//!     callable,                          // callable by name with JSON, and over MCP
-//!     escalate = path::to::classify,     // fn(&arg1, &arg2, ..) -> Risk: raises the risk per call
-//!     redact = [password],               // kept out of records, approvers and errors
-//!     record_arguments,                  // the (redacted) arguments go into audit records
-//! )]
-//! #[tool(skip)]                          // in a #[toolset]: a public function that is not a tool
-//! ```
-//!
-//! The [`tool`] attribute's own documentation has the whole grammar and the `escalate` signature.
-//!
-//! - `risk` is required. `side_effects` is implied for `LOW_WRITE` and `HIGH_WRITE` and contradicts
-//!   `READ_ONLY` and `PROPOSE_ONLY`. `modes` defaults to every mode whose ceiling admits the risk, and may
-//!   only narrow that: a mode whose ceiling is below the risk is a compile error. `id` defaults to
-//!   `<domain>.<fn name>`, or the function's name without a domain; ids and domains are lowercase dotted
-//!   segments of `[a-z][a-z0-9_]*`, ids at most 64 characters. `description` defaults to the doc comment.
-//! - It applies to sync and async functions, with generics, lifetimes, `impl Trait` arguments and any
-//!   visibility; other attributes stay in place, and a tool removed by `#[cfg]` is not registered.
-//! - The function returns `Result<T, E>` (any path ending in `Result`, such as `anyhow::Result<T>` or
-//!   `std::io::Result<T>`) where `E: From<Denied>`: a refused call returns `Err(E::from(denied))`.
-//!   `Box<dyn Error + Send + Sync>`, `anyhow::Error` and `std::io::Error` work as they are.
-//! - The gate that decides a call is a parameter of type `&Gate`, if the tool has one, and every ambient
-//!   gate: the ones entered with [`Gate::run`] around a sync call or [`Gate::scope`] around a future.
-//!   Gates nest by intersection: an inner gate never allows what an outer one refuses.
-//!
-//! # `#[toolset]`
-//!
-//! On an `impl` block or an inline `mod`, `#[toolset(domain = "users")]` gives its tools a domain and
-//! refuses to compile while any public function in it lacks a declaration: each must carry
-//! `#[tool(...)]`, or `#[tool(skip)]` if it is not a tool. Methods (`&self`, `&mut self`) are tools only
-//! inside a `#[toolset]` impl. Inside it, write the attribute as `#[tool]` or `#[toolgate::tool]`.
-//!
-//! ```
-//! use toolgate::{Denied, Gate, Mode, tool, toolset};
-//!
-//! struct Users;
-//!
-//! #[toolset(domain = "users")]
-//! impl Users {
-//!     /// Count the users.
-//!     #[tool(risk = "READ_ONLY")]
-//!     pub fn count(&self) -> Result<usize, Denied> {
-//!         Ok(3)
-//!     }
-//!
-//!     #[tool(skip)]
-//!     pub fn cache_size(&self) -> usize {
-//!         0
-//!     }
-//! }
-//!
-//! let gate = Gate::new(Mode::Shadow)?;
-//! assert_eq!(gate.run(|| Users.count())?, 3);
-//! assert_eq!(toolgate::registry().manifest("users.count").unwrap().description, "Count the users.");
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
-//! # Manifests and the registry
-//!
-//! Each `#[tool]` registers its [`ToolManifest`] at link time. [`manifests()`] lists every linked tool,
-//! sorted by id; a [`ToolManifest`] serializes to JSON with the keys `id`, `domain`, `description`,
-//! `risk_level`, `side_effects`, `allowed_modes`, `idempotent`, `open_world` and `source`.
-//!
-//! Two tools with the same id make [`Gate::new`] fail with both locations; put
-//! `toolgate::check_registry().unwrap();` in a test to catch it earlier.
-//!
-//! The linker keeps only what the binary references: a crate of tools that is never used by the binary is
-//! not linked, and its tools are absent from the registry (and so uncallable, never ungated). Reference it
-//! (`use my_tools as _;`) to bring its tools in.
-//!
-//! # The gate
-//!
-//! [`Gate::new`] or [`Gate::builder`] builds a gate once, with the mode, a deny list and an approver, and
-//! works out then what each tool may do in each mode; a call reads one precomputed verdict, with no
-//! allocation, hashing or locking. [`Gate::lower`] is the kill switch: it lowers the mode of the gate and
-//! of all its clones, on every thread at once, and no call can raise it again; a call whose decision
-//! completes after `lower` returns (every gate is checked once more just before the body) never runs at
-//! the old mode. [`Mode::from_env`] reads
-//! `TOOLGATE_MODE`: unset means `SHADOW`, an invalid value is an error.
-
-//! # Call by name, audit, approvals
-//!
-//! A tool declared `callable` can be called with JSON: [`registry()`]`.call(&gate, id, arguments)`, through
-//! the same gate. [`GateBuilder::audit`] records every decision ([`audit`]); [`GateBuilder::approver`]
-//! and [`GateBuilder::two_step_approvals`] decide the calls that need an approval; `escalate = path`
-//! raises a call's risk from its arguments. [`report`] and [`lockfile`] make the manifests reviewable.
-//! [`provider`] renders the tools' definitions for model APIs (OpenAI, Anthropic, Gemini), `rig` hands
-//! them to a rig agent (feature `rig`), and [`audit::TracingSink`] traces each call as an OpenTelemetry
-//! GenAI `execute_tool` span. The README walks through each.
+//! - [`guide::attribute`]: `#[tool]` and `#[toolset]`, manifests, reports and the lockfile, and the
+//!   grammar of every key;
+//! - [`guide::policy`]: risks, modes and their ceilings, the order of the checks ([`policy::decide`]),
+//!   the gate and its kill switch ([`Gate::lower`]);
+//! - [`guide::approvals`]: approvers ([`GateBuilder::approver`]), two-step approvals
+//!   ([`GateBuilder::two_step_approvals`]), session grants, `escalate`, approvals across processes;
+//! - [`guide::budgets`]: budgets, and the taint latch ([`GateBuilder::taint_policy`]);
+//! - [`guide::audit`]: the audit log ([`GateBuilder::audit`], [`audit`]), signed checkpoints, the
+//!   principal, OpenTelemetry spans ([`audit::TracingSink`]);
+//! - [`guide::fleets`]: one kill switch and one audit trail for every process (PostgreSQL);
+//! - [`guide::call_by_name`]: [`registry()`]`.call(&gate, id, arguments)`, definitions for model APIs
+//!   ([`provider`]), the command line;
+//! - [`guide::mcp`]: MCP servers, toolgate's own and rmcp's gated in place;
+//! - [`guide::rig`]: callable tools handed to a rig agent;
+//! - [`guide::testing`]: the tests of each guarantee, and what a decision costs.
 //!
 //! # Feature flags
 //!
@@ -254,6 +145,112 @@ pub use toolgate_runtime::postgres;
 pub use toolgate_runtime::rig;
 pub use toolgate_runtime::terminal;
 pub use toolgate_runtime::{lockfile, provider, report};
+
+// A page links to another as to its file (`budgets.md#budgets`), for readers of the repository.
+// Rustdoc reads these definitions first, and the first definition of a link wins: here each label
+// points at the page's module, or at the repository.
+macro_rules! guide_links {
+    () => {
+        "[grammar]: crate::guide::attribute#the-grammar\n\
+         [grammar-file]: macro@crate::tool\n\
+         [approvals]: crate::guide::approvals\n\
+         [budgets]: crate::guide::budgets#budgets\n\
+         [taint-latch]: crate::guide::budgets#the-taint-latch\n\
+         [function-calling]: crate::guide::call_by_name#function-calling-with-a-models-api\n\
+         [benchmarks]: https://github.com/toolgate/toolgate/blob/main/BENCHMARKS.md\n\
+         [security]: https://github.com/toolgate/toolgate/blob/main/SECURITY.md\n\
+         [set-up]: https://github.com/toolgate/toolgate#set-up-and-run\n\
+         [in-place]: https://github.com/toolgate/toolgate#an-rmcp-server-gated-in-place\n\n"
+    };
+}
+
+/// The guide: a page per subject, each an empty module whose documentation is the page. The pages are
+/// the repository's `docs/` folder; `cargo test --doc` compiles their examples, and runs those it can.
+pub mod guide {
+    // Under `cargo test --doc`, a page whose examples need a feature is left out without it.
+
+    // The lockfile's example is a test for the reader's crate: compiled here, as a doctest, not run.
+    #[allow(clippy::test_attr_in_doctest)]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/attribute.md")]
+    #[doc = "\n"]
+    #[doc = toolgate_macros::__grammar!()]
+    pub mod attribute {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/policy.md")]
+    pub mod policy {}
+
+    #[cfg(any(not(doctest), feature = "postgres"))]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/approvals.md")]
+    pub mod approvals {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/budgets.md")]
+    pub mod budgets {}
+
+    #[cfg(any(not(doctest), feature = "checkpoints"))]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/audit.md")]
+    pub mod audit {}
+
+    #[cfg(any(not(doctest), all(feature = "postgres", feature = "checkpoints")))]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/fleets.md")]
+    pub mod fleets {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/call_by_name.md")]
+    pub mod call_by_name {}
+
+    #[cfg(any(not(doctest), feature = "mcp-oauth"))]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/mcp.md")]
+    pub mod mcp {}
+
+    #[cfg(any(not(doctest), feature = "rig"))]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/rig.md")]
+    pub mod rig {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/testing.md")]
+    pub mod testing {}
+}
+
+/// Every link of a guide page to a file has a rustdoc target in `guide_links!`.
+#[cfg(test)]
+mod guide_links {
+    const PAGES: &[&str] = &[
+        include_str!("../docs/attribute.md"),
+        include_str!("../docs/policy.md"),
+        include_str!("../docs/approvals.md"),
+        include_str!("../docs/budgets.md"),
+        include_str!("../docs/audit.md"),
+        include_str!("../docs/fleets.md"),
+        include_str!("../docs/call_by_name.md"),
+        include_str!("../docs/mcp.md"),
+        include_str!("../docs/rig.md"),
+        include_str!("../docs/testing.md"),
+    ];
+
+    #[test]
+    fn every_link_definition_of_a_page_has_a_rustdoc_target() {
+        let rustdoc = guide_links!();
+        for page in PAGES {
+            for line in page.lines().filter(|line| line.starts_with('[')) {
+                let Some((label, _)) = line.split_once("]: ") else {
+                    continue;
+                };
+                assert!(
+                    rustdoc.contains(&format!("{label}]: ")),
+                    "guide_links! has no target for {label}], which a page defines: {line}"
+                );
+            }
+        }
+    }
+}
 
 /// What the code `#[tool]` generates refers to. Not a public API: it changes without notice.
 #[doc(hidden)]
