@@ -305,7 +305,7 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
     }
     // With no name left, the list is not reported empty as well: the entries written have their errors.
     if !names.is_empty() {
-        errors.push_all(bad);
+        errors.extend(bad);
     } else if let Some(error) = bad.into_error() {
         return Err(error);
     }

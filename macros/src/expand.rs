@@ -104,7 +104,6 @@ pub(crate) enum Expanded {
 pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
     // The whole `#[tool(...)]` attribute, for errors about what it lacks.
     let attr_span = Span::call_site();
-    let mut errors = Errors::default();
     let mut item = match syn::parse2::<Item>(input.clone()) {
         Ok(item) => item,
         Err(error) => {
@@ -112,6 +111,7 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
             return quote!(#error #input);
         }
     };
+    let mut errors = Errors::default();
     let mut beside = TokenStream::new();
     match &mut item {
         Item::Fn(f) => {
@@ -208,7 +208,7 @@ pub(crate) fn expand_fn(
     }
     if let Some(skip) = &args.skip {
         if context.in_place.is_some() {
-            errors.push_all(own);
+            errors.extend(own);
             return Expanded::Failed;
         }
         return skip_outcome(&args, skip.span, context, own, errors);
@@ -245,8 +245,9 @@ pub(crate) fn expand_fn(
         Some(in_place) => valid::validate_in_place(args, in_place, context.domain, &mut own),
         None => valid::validate(args, &sig.ident, context.domain, attr_span, &mut own),
     };
-    let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
-        errors.push_all(own);
+    let failed = own.len() > 0;
+    errors.extend(own);
+    let (Some(spec), Some(call), false) = (spec, call, failed) else {
         return Expanded::Failed;
     };
     let body = gated_body(&spec, attrs, &tool, &call, context, block);
@@ -331,11 +332,12 @@ fn skip_outcome(
             "#[tool(skip)] takes no other argument: a skipped function is not a tool",
         ));
     }
-    if own.is_empty() {
-        Expanded::Skipped
-    } else {
-        errors.push_all(own);
+    let failed = own.len() > 0;
+    errors.extend(own);
+    if failed {
         Expanded::Failed
+    } else {
+        Expanded::Skipped
     }
 }
 
@@ -363,7 +365,7 @@ fn call_parts(
 ) -> Option<CallParts> {
     let named: Vec<Ident> = tool.arguments().filter_map(|p| p.name.cloned()).collect();
     let unnamed = tool.arguments().any(|p| p.name.is_none());
-    let before = errors.is_empty();
+    let before = errors.len();
     let mut redacted = Vec::new();
     if let Some(redact) = &args.redact {
         let names: Vec<String> = named.iter().map(Ident::to_string).collect();
@@ -400,7 +402,7 @@ fn call_parts(
         Some(flag) if flag.value => callable_params(tool, context, errors),
         _ => None,
     };
-    (before == errors.is_empty()).then(|| CallParts {
+    (errors.len() == before).then(|| CallParts {
         named,
         receiver: tool.receiver.map(receiver_ref),
         unnamed,
@@ -446,7 +448,7 @@ fn callable_params(
     errors: &mut Errors,
 ) -> Option<Vec<(Ident, Type)>> {
     let sig = tool.sig;
-    let before = errors.is_empty();
+    let before = errors.len();
     if let (Some(receiver), Owner::Impl(_)) = (tool.receiver, context.owner)
         && !is_shared_self(receiver)
     {
@@ -515,7 +517,7 @@ fn callable_params(
         }
         params.push((name.clone(), param.ty.clone()));
     }
-    (before == errors.is_empty()).then_some(params)
+    (errors.len() == before).then_some(params)
 }
 
 /// Why a parameter type cannot be deserialized into, if it cannot.

@@ -35,9 +35,6 @@ use crate::expand::{self, Context, Expanded, InPlace, Owner};
 use crate::valid;
 
 pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
-    let mut errors = Errors::default();
-    let args = attr::parse_toolset_args(args, &mut errors);
-    let domain = args_domain(&args, &mut errors);
     let mut item = match syn::parse2::<Item>(input.clone()) {
         Ok(item) => item,
         Err(error) => {
@@ -45,6 +42,9 @@ pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenS
             return quote!(#error #input);
         }
     };
+    let mut errors = Errors::default();
+    let args = attr::parse_toolset_args(args, &mut errors);
+    let domain = args_domain(&args, &mut errors);
     let mut set = Set {
         domain: domain.as_deref(),
         ids: Ids::default(),
@@ -91,9 +91,10 @@ impl Set<'_> {
                 .segments
                 .last()
                 .is_some_and(|segment| segment.ident == "tool_router")
-        }) || block.items.iter().any(|item| {
-            matches!(item, ImplItem::Fn(f) if f.attrs.iter().any(is_toolgate_attr))
-        });
+        }) || block
+            .items
+            .iter()
+            .any(|item| matches!(item, ImplItem::Fn(f) if f.attrs.iter().any(is_toolgate_attr)));
         for item in &mut block.items {
             match item {
                 ImplItem::Fn(f) => {
@@ -306,10 +307,7 @@ fn tool_in_cfg_attr(attr: &Attribute) -> Option<Span> {
 
 fn args_domain(args: &ToolsetArgs, errors: &mut Errors) -> Option<String> {
     let domain = args.domain.as_ref()?;
-    let mut own = Errors::default();
-    let spec_domain = valid::check_domain(domain, &mut own);
-    errors.push_all(own);
-    spec_domain.then(|| domain.value.clone())
+    valid::check_domain(domain, errors).then(|| domain.value.clone())
 }
 
 /// A function of the set: an impl's method or a module's function.
