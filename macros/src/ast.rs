@@ -1,12 +1,13 @@
 //! The model of a tool function's signature, read once: its parameters in order (each with its name, or
-//! the fact that a pattern binds it, and whether it is the `&Gate`), its receiver and its return type.
+//! the fact that a pattern binds it, and whether it is the `&Gate`), its receiver and its return type;
+//! and where it is declared ([`Context`]: a `#[toolset]`'s domain, its owner, rmcp's name).
 //!
 //! Input:  the function's `Signature`, and whether it sits in a `#[toolset]`.
 //! Output: a [`ToolFn`] that the emitters read (`expand`), with an error on each token that keeps a
 //!         function from being a tool (a `const fn`, a method outside a toolset, a return type that is
 //!         not a `Result`, a second or unnamed `&Gate`).
 
-use proc_macro2::{Ident, Span};
+use proc_macro2::{Ident, Span, TokenStream};
 use syn::spanned::Spanned as _;
 use syn::{FnArg, Pat, Receiver, ReturnType, Signature, Type};
 
@@ -199,4 +200,39 @@ fn is_gate_ref(ty: &Type) -> bool {
             (first.as_deref(), second.as_deref(), third),
             (Some("Gate"), None, None) | (Some("toolgate"), Some("Gate"), None)
         )
+}
+
+/// Where a `#[tool]` is expanded.
+#[derive(Clone, Copy)]
+pub(crate) struct Context<'a> {
+    /// The `#[toolset]`'s domain, if any.
+    pub(crate) domain: Option<&'a str>,
+    /// Whether the function is inside a `#[toolset]` (methods are tools only there).
+    pub(crate) in_toolset: bool,
+    /// What the function belongs to, which decides how the call-by-name adapter names it.
+    pub(crate) owner: Owner<'a>,
+    /// A method of an rmcp `#[tool_router]` impl declared with `#[toolgate(..)]` beside rmcp's
+    /// `#[tool]`: rmcp's router serves it under its rmcp name.
+    pub(crate) in_place: Option<&'a InPlace>,
+}
+
+/// What rmcp's `#[tool]` says of a tool gated in place.
+pub(crate) struct InPlace {
+    /// The tool's name in rmcp: `name = ".."`, else the method's name. It is the tool's id.
+    pub(crate) name: String,
+    pub(crate) name_span: Span,
+    /// Where the declaration is written, for errors about what it cannot say.
+    pub(crate) attr_span: Span,
+}
+
+/// What a function belongs to, as far as the macro can see.
+#[derive(Clone, Copy)]
+pub(crate) enum Owner<'a> {
+    /// A free function, or one the macro cannot place (a bare `#[tool]` sees no impl around it).
+    Free,
+    /// An associated function of a non-generic impl, named through its qualified self type
+    /// (`<Files>` or `<Files as Trait>`).
+    Impl(&'a TokenStream),
+    /// An associated function of a generic impl (the span of its generics).
+    GenericImpl(Span),
 }

@@ -44,46 +44,12 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Block, Item, Signature, Type};
 use toolgate_policy::Risk;
 
-use crate::ast::ToolFn;
+use crate::ast::{Context, InPlace, Owner, ToolFn};
 use crate::attr::{self, ToolArgs};
 use crate::ctxt::Errors;
 use crate::doc;
+use crate::marker;
 use crate::valid::{self, ToolSpec};
-
-/// Where a `#[tool]` is expanded.
-#[derive(Clone, Copy)]
-pub(crate) struct Context<'a> {
-    /// The `#[toolset]`'s domain, if any.
-    pub(crate) domain: Option<&'a str>,
-    /// Whether the function is inside a `#[toolset]` (methods are tools only there).
-    pub(crate) in_toolset: bool,
-    /// What the function belongs to, which decides how the call-by-name adapter names it.
-    pub(crate) owner: Owner<'a>,
-    /// A method of an rmcp `#[tool_router]` impl declared with `#[toolgate(..)]` beside rmcp's
-    /// `#[tool]`: rmcp's router serves it under its rmcp name.
-    pub(crate) in_place: Option<&'a InPlace>,
-}
-
-/// What rmcp's `#[tool]` says of a tool gated in place.
-pub(crate) struct InPlace {
-    /// The tool's name in rmcp: `name = ".."`, else the method's name. It is the tool's id.
-    pub(crate) name: String,
-    pub(crate) name_span: Span,
-    /// Where the declaration is written, for errors about what it cannot say.
-    pub(crate) attr_span: Span,
-}
-
-/// What a function belongs to, as far as the macro can see.
-#[derive(Clone, Copy)]
-pub(crate) enum Owner<'a> {
-    /// A free function, or one the macro cannot place (a bare `#[tool]` sees no impl around it).
-    Free,
-    /// An associated function of a non-generic impl, named through its qualified self type
-    /// (`<Files>` or `<Files as Trait>`).
-    Impl(&'a TokenStream),
-    /// An associated function of a generic impl (the span of its generics).
-    GenericImpl(Span),
-}
 
 /// The outcome of expanding one function.
 pub(crate) enum Expanded {
@@ -116,7 +82,7 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
     match &mut item {
         Item::Fn(f) => {
             // Under another name inside a #[toolset], the set left its marker.
-            let member = crate::toolset::take_marker(&mut f.attrs, &mut errors);
+            let member = marker::take_marker(&mut f.attrs, &mut errors);
             let (domain, owner_tokens, generic) = match &member {
                 Some(m) => (m.domain.as_deref(), m.owner.clone(), m.generic),
                 None => (None, None, None),

@@ -16,6 +16,7 @@ mod doc;
 mod expand;
 #[cfg(test)]
 mod fuzz_tests;
+mod marker;
 mod toolset;
 mod valid;
 
@@ -68,7 +69,7 @@ pub fn tool(args: TokenStream, input: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro_attribute]
 pub fn __toolset_member(args: TokenStream, input: TokenStream) -> TokenStream {
-    toolset::member_attribute(args.into(), input.into()).into()
+    marker::member_attribute(args.into(), input.into()).into()
 }
 
 /// Declares a set of tools sharing a domain, and refuses any public function in it that does not

@@ -63,7 +63,7 @@ pub(crate) fn validate(
 /// toolgate's dotted ids; the set's domain is its domain, not a prefix of its id.
 pub(crate) fn validate_in_place(
     args: ToolArgs,
-    in_place: &crate::expand::InPlace,
+    in_place: &crate::ast::InPlace,
     inherited_domain: Option<&str>,
     errors: &mut Errors,
 ) -> Option<ToolSpec> {
@@ -326,6 +326,17 @@ fn dotted_problem(text: &str, max_len: Option<usize>) -> Option<String> {
         }
     }
     None
+}
+
+/// A public function of a `#[toolset]` that declares nothing.
+pub(crate) fn undeclared(name: &syn::Ident) -> syn::Error {
+    syn::Error::new(
+        name.span(),
+        format!(
+            "`{name}` is public in a #[toolset] but declares no risk: add #[tool(risk = \"...\")] \
+             if an agent may call it, or #[tool(skip)] if it is not a tool"
+        ),
+    )
 }
 
 #[cfg(test)]
