@@ -5,13 +5,14 @@
 //! Input:  the member's attributes and the set's context (`#[toolset]`); the marker again, taken off the
 //!         member by `#[tool]`, or expanded as an attribute of its own (`__toolset_member`).
 //! Output: `#[::toolgate::__toolset_member(domain = "users", public = true, owner = impl <Files>)]`,
-//!         last among the member's attributes; read back, a [`Marker`].
+//!         last among the member's attributes; read back, a [`Marker`] that gives the member its
+//!         [`Context`].
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
-use syn::{Attribute, Item, Token};
+use syn::{Attribute, Item, Token, Type};
 
-use crate::ast::{Context, Owner};
+use crate::ast::{Context, ImplOf, Owner};
 use crate::ctxt::Errors;
 use crate::valid;
 
@@ -47,8 +48,7 @@ fn is_inert(attr: &Attribute) -> bool {
     }
 }
 
-/// The marker a member with an attribute the set cannot read gets, last among its attributes:
-/// `#[::toolgate::__toolset_member(domain = "..", public = .., owner = ..)]`.
+/// The marker for a member with `attrs`, if one of them might be `tool` under another name.
 pub(crate) fn member_marker(
     attrs: &[Attribute],
     public: bool,
@@ -60,7 +60,10 @@ pub(crate) fn member_marker(
     let domain = context.domain.map(|d| quote!(domain = #d,));
     let owner = match context.owner {
         Owner::Free => TokenStream::new(),
-        Owner::Impl(qualified) => quote!(owner = impl #qualified),
+        Owner::Impl(of) => {
+            let qualified = of.qualified();
+            quote!(owner = impl #qualified)
+        }
         Owner::GenericImpl(_) => quote!(owner = generic),
     };
     Some(syn::parse_quote!(#[::toolgate::__toolset_member(#domain public = #public, #owner)]))
@@ -68,12 +71,39 @@ pub(crate) fn member_marker(
 
 /// What the set's marker on a member says.
 pub(crate) struct Marker {
-    pub(crate) domain: Option<String>,
-    pub(crate) public: bool,
-    /// The qualified self type of the member's impl.
-    pub(crate) owner: Option<TokenStream>,
-    /// The member's impl is generic (the span of `generic`).
-    pub(crate) generic: Option<Span>,
+    domain: Option<String>,
+    public: bool,
+    owner: MarkedOwner,
+}
+
+enum MarkedOwner {
+    Free,
+    Impl {
+        self_ty: Box<Type>,
+        trait_: Option<syn::Path>,
+    },
+    /// The span of `generic`.
+    Generic(Span),
+}
+
+impl Marker {
+    /// The context the set gives its member.
+    pub(crate) fn context(&self) -> Context<'_> {
+        let owner = match &self.owner {
+            MarkedOwner::Free => Owner::Free,
+            MarkedOwner::Impl { self_ty, trait_ } => Owner::Impl(ImplOf {
+                self_ty,
+                trait_: trait_.as_ref(),
+            }),
+            MarkedOwner::Generic(span) => Owner::GenericImpl(*span),
+        };
+        Context {
+            domain: self.domain.as_deref(),
+            in_toolset: true,
+            owner,
+            in_place: None,
+        }
+    }
 }
 
 fn is_marker(attr: &Attribute) -> bool {
@@ -100,8 +130,7 @@ fn parse_marker(input: syn::parse::ParseStream<'_>) -> syn::Result<Marker> {
     let mut marker = Marker {
         domain: None,
         public: false,
-        owner: None,
-        generic: None,
+        owner: MarkedOwner::Free,
     };
     while !input.is_empty() {
         let key: syn::Ident = input.parse()?;
@@ -111,9 +140,16 @@ fn parse_marker(input: syn::parse::ParseStream<'_>) -> syn::Result<Marker> {
             "public" => marker.public = input.parse::<syn::LitBool>()?.value,
             "owner" if input.peek(Token![impl]) => {
                 input.parse::<Token![impl]>()?;
-                marker.owner = Some(input.parse::<TokenStream>()?);
+                input.parse::<Token![<]>()?;
+                let self_ty = input.parse()?;
+                let trait_ = match input.parse::<Option<Token![as]>>()? {
+                    Some(_) => Some(input.parse()?),
+                    None => None,
+                };
+                input.parse::<Token![>]>()?;
+                marker.owner = MarkedOwner::Impl { self_ty, trait_ };
             }
-            "owner" => marker.generic = Some(input.parse::<syn::Ident>()?.span()),
+            "owner" => marker.owner = MarkedOwner::Generic(input.parse::<syn::Ident>()?.span()),
             _ => {
                 return Err(syn::Error::new(
                     key.span(),

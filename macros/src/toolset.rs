@@ -29,7 +29,7 @@ use syn::{
     TraitItem, Visibility,
 };
 
-use crate::ast::{Context, InPlace, Owner};
+use crate::ast::{self, Context, Declaration, ImplOf, InPlace, Owner, Tool};
 use crate::attr::{self, ToolsetArgs};
 use crate::ctxt::Errors;
 use crate::expand::{self, Expanded};
@@ -56,7 +56,7 @@ pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenS
         Item::Impl(block) => set.impl_block(block),
         Item::Mod(module) => set.module(module),
         other => set.errors.push(syn::Error::new(
-            expand::item_keyword_span(other),
+            ast::item_keyword_span(other),
             "#[toolset] applies to an impl block or an inline module",
         )),
     }
@@ -75,13 +75,11 @@ struct Set<'a> {
 
 impl Set<'_> {
     fn impl_block(&mut self, block: &mut ItemImpl) {
-        let self_ty = &block.self_ty;
-        let qualified = match &block.trait_ {
-            Some((path, _)) => quote!(<#self_ty as #path>),
-            None => quote!(<#self_ty>),
-        };
         let owner = if block.generics.params.is_empty() {
-            Owner::Impl(&qualified)
+            Owner::Impl(ImplOf {
+                self_ty: &block.self_ty,
+                trait_: block.trait_.as_ref().map(|(path, _)| path),
+            })
         } else {
             Owner::GenericImpl(block.generics.params.span())
         };
@@ -380,9 +378,15 @@ fn member_fn(f: FnParts<'_>, context: Context<'_>, errors: &mut Errors) -> Expan
     }
     let attribute = attrs.remove(index);
     // Errors about what the declaration lacks point at this member's own `tool`.
-    let (args, attr_span) = match &attribute.meta {
-        Meta::Path(path) => (TokenStream::new(), path.span()),
-        Meta::List(list) => (list.tokens.clone(), list.path.span()),
+    let declaration = match &attribute.meta {
+        Meta::Path(path) => Declaration {
+            args: TokenStream::new(),
+            span: path.span(),
+        },
+        Meta::List(list) => Declaration {
+            args: list.tokens.clone(),
+            span: list.path.span(),
+        },
         Meta::NameValue(nv) => {
             errors.push(syn::Error::new(
                 nv.eq_token.span,
@@ -391,7 +395,8 @@ fn member_fn(f: FnParts<'_>, context: Context<'_>, errors: &mut Errors) -> Expan
             return Expanded::Failed;
         }
     };
-    expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
+    let tool = Tool::from_syn(declaration, attrs, sig, context, errors);
+    expand::expand_fn(&tool, block, errors)
 }
 
 /// A method of an rmcp handler, declared `#[toolgate(..)]` beside rmcp's `#[tool]`: gated in place,
@@ -451,11 +456,7 @@ fn in_place_member(
         return Expanded::Failed;
     }
     let (name, name_span, description) = rmcp_facts(rmcp, sig);
-    let in_place = InPlace {
-        name,
-        name_span,
-        attr_span,
-    };
+    let in_place = InPlace { name, name_span };
     let mut args = list.tokens.clone();
     let described = Punctuated::<Meta, Token![,]>::parse_terminated
         .parse2(args.clone())
@@ -464,12 +465,15 @@ fn in_place_member(
         args = quote!(#args, description = #description);
     }
     let context = Context {
-        domain: context.domain,
-        in_toolset: context.in_toolset,
-        owner: context.owner,
         in_place: Some(&in_place),
+        ..context
     };
-    expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
+    let declaration = Declaration {
+        args,
+        span: attr_span,
+    };
+    let tool = Tool::from_syn(declaration, attrs, sig, context, errors);
+    expand::expand_fn(&tool, block, errors)
 }
 
 /// `#[toolgate(..)]`: the declaration of an rmcp tool gated in place.
