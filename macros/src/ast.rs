@@ -139,7 +139,7 @@ pub(crate) struct Param<'a> {
 }
 
 impl<'a> ToolFn<'a> {
-    pub(crate) fn from_signature(sig: &'a Signature) -> ToolFn<'a> {
+    fn from_signature(sig: &'a Signature) -> ToolFn<'a> {
         let output = match &sig.output {
             ReturnType::Default => None,
             ReturnType::Type(_, ty) => Some(&**ty),

@@ -54,9 +54,10 @@ pub(crate) fn check(tool: &Tool<'_>, errors: &mut Errors) -> Checked {
         if tool.context.in_place.is_none() {
             skip_alone(tool, skip.span, errors);
         }
-        return match errors.len() > before || tool.args.malformed {
-            true => Checked::Failed,
-            false => Checked::Skipped,
+        return if errors.len() > before || tool.args.malformed {
+            Checked::Failed
+        } else {
+            Checked::Skipped
         };
     }
     signature(tool, errors);
