@@ -183,3 +183,53 @@ pub(crate) fn member_attribute(args: TokenStream, input: TokenStream) -> TokenSt
     let errors = errors.into_compile_errors();
     quote!(#errors #input)
 }
+
+#[cfg(test)]
+mod tests {
+    use syn::Attribute;
+
+    use super::{member_marker, take_marker};
+    use crate::ast::{Context, ImplOf, Owner};
+    use crate::ctxt::Errors;
+
+    /// What the set writes in its marker, its member reads back.
+    #[test]
+    fn round_trip() {
+        let block: syn::ItemImpl = syn::parse_quote!(impl Trait for Files<Vec<u8>> {});
+        let of = ImplOf {
+            self_ty: &block.self_ty,
+            trait_: block.trait_.as_ref().map(|(path, _)| path),
+        };
+        let span = proc_macro2::Span::call_site();
+        let owners = [Owner::Free, Owner::Impl(of), Owner::GenericImpl(span)];
+        for (owner, domain) in owners.into_iter().zip([None, Some("users"), Some("a.b")]) {
+            let context = Context {
+                domain,
+                in_toolset: true,
+                owner,
+                in_place: None,
+            };
+            let declared: Vec<Attribute> = vec![syn::parse_quote!(#[declare(risk = "READ_ONLY")])];
+            let marker = member_marker(&declared, true, context).expect("not an inert attribute");
+            let mut attrs = vec![marker];
+            let mut errors = Errors::default();
+            let marker = take_marker(&mut attrs, &mut errors).expect("the marker");
+            assert!(errors.into_error().is_none());
+            assert!(attrs.is_empty() && marker.public);
+            let read = marker.context();
+            assert_eq!((read.domain, read.in_toolset), (domain, true));
+            match (owner, read.owner) {
+                (Owner::Free, Owner::Free) | (Owner::GenericImpl(_), Owner::GenericImpl(_)) => {}
+                (Owner::Impl(written), Owner::Impl(read)) => {
+                    assert_eq!(
+                        written.qualified().to_string(),
+                        read.qualified().to_string()
+                    );
+                }
+                _ => panic!("the owner changed on the way"),
+            }
+        }
+        let inert: Vec<Attribute> = vec![syn::parse_quote!(#[inline])];
+        assert!(member_marker(&inert, true, Context::BARE).is_none());
+    }
+}

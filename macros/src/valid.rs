@@ -673,7 +673,58 @@ fn mentions_fn(tokens: &proc_macro2::TokenStream) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::dotted_problem;
+    use proc_macro2::{Span, TokenStream};
+    use quote::quote;
+
+    use super::{Checked, check, dotted_problem};
+    use crate::ast::{Context, Declaration, Tool};
+    use crate::ctxt::Errors;
+
+    /// What `check` makes of `args` on `fn get(id: u64)`, after `earlier` errors of other items, and
+    /// how many errors this declaration added.
+    fn verdict(args: TokenStream, earlier: usize) -> (Checked, usize) {
+        let sig: syn::Signature = syn::parse_quote!(fn get(id: u64) -> Result<u64, E>);
+        let mut errors = Errors::default();
+        for _ in 0..earlier {
+            errors.push(syn::Error::new(Span::call_site(), "another item's"));
+        }
+        let declaration = Declaration {
+            args,
+            span: Span::call_site(),
+        };
+        let tool = Tool::from_syn(declaration, &[], &sig, Context::BARE, &mut errors);
+        let checked = check(&tool, &mut errors);
+        let added = errors.len() - earlier;
+        drop(errors.into_error());
+        (checked, added)
+    }
+
+    #[test]
+    fn a_declaration_is_judged_by_its_own_errors() {
+        for earlier in [0, 2] {
+            let (checked, added) = verdict(quote!(risk = "READ_ONLY"), earlier);
+            assert!(
+                matches!(checked, Checked::Tool(_)) && added == 0,
+                "{earlier}"
+            );
+            // A malformed argument has its error from the parser; nothing is emitted.
+            let (checked, added) = verdict(quote!(risk = "READ_ONLY", bogus), earlier);
+            assert!(
+                matches!(checked, Checked::Failed) && added == 1,
+                "{earlier}"
+            );
+            let (checked, added) = verdict(quote!(risk = "READ_ONLY", redact = [nope]), earlier);
+            assert!(
+                matches!(checked, Checked::Failed) && added == 1,
+                "{earlier}"
+            );
+            let (checked, _) = verdict(quote!(skip), earlier);
+            assert!(
+                matches!(checked, Checked::Failed),
+                "outside a set: {earlier}"
+            );
+        }
+    }
 
     #[test]
     fn dotted() {
