@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Checks the rules of ARCHITECTURE.md over the source: which crate and module may import which.
 
-    python3 .ci/architecture.py            prints the runtime's module graph, then any rule it breaks
+    python3 .ci/architecture.py            prints the runtime's and the macros' module graphs, then any
+                                           rule they break
 
-Exits 1 when a rule is broken. It reads `use` lines and `crate::` paths as text, which is enough for a
-code base whose imports name their modules in full (`crate::gate::permit::Permit`); test modules
-(`#[cfg(test)]` to the end of the file) are left out.
+Exits 1 when a rule is broken. It reads `use` lines and `crate::` paths as text (`crate::{a, b}` and
+`use super::{..}` lists included), which is enough for a code base whose imports name their modules in
+full (`crate::gate::permit::Permit`); test modules (an inline `#[cfg(test)] mod tests { .. }` to the end
+of its file, a file declared `#[cfg(test)] mod name;`) are left out.
 """
 import re
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "runtime" / "src"
+MACROS = ROOT / "macros" / "src"
 
 # The runtime's parts, lowest first: a part may import only parts of a lower rank (and itself).
 RANKS = {
@@ -52,23 +55,103 @@ SOLE_IMPORTERS = {
 # Crates no module of the runtime imports: its spans go out through `tracing`, and the application's
 # subscriber exports them (to OpenTelemetry, with the versions it chooses).
 NOWHERE = ("opentelemetry", "opentelemetry_sdk", "tracing_opentelemetry")
+# Parents and children of the runtime that import each other (the child a private item of its parent,
+# the parent the child's): the only cycles allowed, until each parent's shared items move to a module of
+# their own. Any other cycle breaks the rules.
+PARENT_CYCLES = {
+    ("gate::decide::commit", "gate::decide"),
+    ("gate::decide::hand_off", "gate::decide"),
+    ("gate::decide::records", "gate::decide"),
+    ("gate::decide::suspension", "gate::decide"),
+    ("gate::decide::table", "gate::decide"),
+    ("postgres::audit", "postgres"),
+    ("postgres::fleet", "postgres"),
+    ("postgres::worker", "postgres"),
+}
+
+# The macro crate's modules, lowest first: a module may import only modules of a lower rank, so no two
+# import each other. The model is read (attr, ast), checked (valid), then emitted (expand); `marker` is
+# the protocol between `toolset` and a `tool` under another name, below both.
+MACRO_RANKS = {
+    "ctxt": 0,
+    "doc": 0,
+    "attr": 1,
+    "ast": 2,
+    "valid": 3,
+    "marker": 4,
+    "expand": 5,
+    "toolset": 6,
+}
 
 problems = []
 
 
-def module_of(path: Path) -> str:
-    parts = list(path.relative_to(RUNTIME).with_suffix("").parts)
+def module_of(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] in ("mod", "lib"):
         parts.pop()
     return "::".join(parts)
 
 
+TEST_MOD = re.compile(r"^\s*#\[cfg\(test\)\]\s*\n\s*mod (\w+)\s*;", re.M)
+
+
 def code_of(path: Path) -> str:
     text = path.read_text()
-    cut = re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod \w+", text, re.M)
+    cut = re.search(r"^\s*#\[cfg\(test\)\]\s*\n\s*mod \w+\s*\{", text, re.M)
     text = text[: cut.start()] if cut else text
+    # A test module in a file of its own is left out, as its declaration is.
+    text = TEST_MOD.sub("", text)
     # Comments and doc comments name modules without importing them.
     return re.sub(r"//[^\n]*", "", text)
+
+
+def test_modules(files, root: Path) -> set:
+    """The modules declared `#[cfg(test)] mod name;`, and every module under them."""
+    tests = set()
+    for f in files:
+        here = module_of(f, root)
+        for name in TEST_MOD.findall(f.read_text()):
+            tests.add(f"{here}::{name}" if here else name)
+    return tests
+
+
+def braced(text: str) -> list:
+    """The paths of a `{a, b::c, d::{e, f}}` list (text after its opening brace), each in full."""
+    paths, depth, item = [], 0, ""
+    for char in text:
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif char == "," and depth == 0:
+            paths.append(item)
+            item = ""
+            continue
+        item += char
+    paths.append(item)
+    out = []
+    for path in (re.sub(r"\s+", "", re.sub(r"\s+as\s+\w+\s*$", "", p)) for p in paths):
+        head, _, rest = path.partition("{")
+        if rest:
+            out.extend(head + inner for inner in braced(rest))
+        else:
+            out.append(path)
+    return [p for p in out if p and p != "self"]
+
+
+def imported(code: str, prefix: str) -> list:
+    """Every path `prefix::..` names, a braced list read as its paths (`prefix` a regex)."""
+    paths = []
+    for m in re.finditer(rf"\b{prefix}::((?:[a-z_][a-z0-9_]*::)*)(\{{|[A-Za-z_][A-Za-z0-9_]*)", code):
+        head = m.group(1)
+        if m.group(2) == "{":
+            paths.extend(head + path for path in braced(code[m.end():]))
+        else:
+            paths.append(head + m.group(2))
+    return [p.replace("::self", "") for p in paths]
 
 
 def known(path: str, modules: set) -> str:
@@ -81,21 +164,25 @@ def known(path: str, modules: set) -> str:
     return ""
 
 
-def runtime_graph():
-    files = sorted(RUNTIME.rglob("*.rs"))
-    modules = {module_of(f) for f in files}
-    edges = {}
+def graph(root: Path):
+    """Each module of the crate at `root` (its test modules left out), with its code and the modules
+    it imports."""
+    files = sorted(root.rglob("*.rs"))
+    tests = test_modules(files, root)
+    files = [f for f in files if known(module_of(f, root), tests) == ""]
+    modules = {module_of(f, root) for f in files}
+    edges, codes = {}, {}
     for f in files:
-        here = module_of(f)
+        here = module_of(f, root)
         code = code_of(f)
         targets = set()
-        for m in re.finditer(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[A-Za-z_][A-Za-z0-9_]*)", code):
-            target = known(m.group(1), modules)
+        for path in imported(code, "crate"):
+            target = known(path, modules)
             if target and target != here:
                 targets.add(target)
-        for m in re.finditer(r"\buse super::((?:[a-z_][a-z0-9_]*::)*[A-Za-z_][A-Za-z0-9_{]*)", code):
-            parent = here.rsplit("::", 1)[0] if "::" in here else ""
-            target = known(f"{parent}::{m.group(1)}" if parent else m.group(1), modules)
+        parent = here.rsplit("::", 1)[0] if "::" in here else ""
+        for path in imported(code, "use super"):
+            target = known(f"{parent}::{path}" if parent else path, modules)
             if target and target != here:
                 targets.add(target)
         # A parent's relative paths into its own children (`pub use record::AuditRecord;`).
@@ -104,6 +191,14 @@ def runtime_graph():
             body = re.sub(rf"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod {child}\s*;", "", code, flags=re.M)
             if re.search(rf"(?<![:\w]){child}::", body):
                 targets.add(f"{here}::{child}" if here else child)
+        edges[here] = targets
+        codes[here] = code
+    return edges, codes
+
+
+def runtime_graph():
+    edges, codes = graph(RUNTIME)
+    for here, code in codes.items():
         for crate_name, homes in TRANSPORTS.items():
             if re.search(rf"\b{crate_name}::", code) and here.split("::")[0] not in homes and here != "":
                 problems.append(f"runtime `{here}` uses `{crate_name}`: only {' and '.join(f'`{h}`' for h in homes)} may")
@@ -113,7 +208,6 @@ def runtime_graph():
         for crate_name in NOWHERE:
             if re.search(rf"\b{crate_name}::", code):
                 problems.append(f"runtime `{here or 'lib'}` uses `{crate_name}`: no module of the runtime may")
-        edges[here] = targets
     return edges
 
 
@@ -130,7 +224,22 @@ def check_parts(edges):
                 problems.append(f"`{source}` imports `{target}`: {part} may not import {other}")
 
 
-def check_cycles(edges):
+def check_macro_ranks(edges):
+    for source, targets in edges.items():
+        if source == "":
+            continue  # lib.rs: the entry points call into every module
+        if source not in MACRO_RANKS:
+            problems.append(f"toolgate-macros: module `{source}` has no rank in MACRO_RANKS")
+            continue
+        for target in sorted(targets):
+            if target == "":
+                problems.append(f"toolgate-macros: `{source}` imports the crate root")
+            elif MACRO_RANKS.get(target, len(MACRO_RANKS)) >= MACRO_RANKS[source]:
+                problems.append(f"toolgate-macros: `{source}` imports `{target}`, which is not below it")
+
+
+def check_cycles(edges, crate, allowed=frozenset()):
+    edges = {source: {t for t in targets if (source, t) not in allowed} for source, targets in edges.items()}
     state = {}
 
     def visit(node, stack):
@@ -139,7 +248,7 @@ def check_cycles(edges):
         for target in sorted(edges.get(node, ())):
             if state.get(target) == "open":
                 cycle = stack[stack.index(target):] + [target]
-                problems.append("module cycle: " + " -> ".join(cycle))
+                problems.append(f"{crate}: module cycle: " + " -> ".join(cycle))
             elif target not in state:
                 visit(target, stack)
         stack.pop()
@@ -173,13 +282,25 @@ def check_crates():
         problems.append(f"toolgate-macros depends on {sorted(extra)}: only syn, quote, proc-macro2 and toolgate-policy")
 
 
-def main():
-    edges = runtime_graph()
+def print_graph(title, edges):
+    print(f"{title}:")
     for source in sorted(edges):
         targets = ", ".join(sorted(edges[source])) or "-"
-        print(f"{source or '(root)'} -> {targets}")
+        print(f"  {source or '(root)'} -> {targets}")
+
+
+def main():
+    edges = runtime_graph()
+    print_graph("toolgate-runtime", edges)
     check_parts(edges)
-    check_cycles(edges)
+    check_cycles(edges, "toolgate-runtime", PARENT_CYCLES)
+    for source, target in sorted(PARENT_CYCLES):
+        if target not in edges.get(source, ()):
+            problems.append(f"toolgate-runtime: `{source}` no longer imports `{target}`: take it off PARENT_CYCLES")
+    macro_edges, _ = graph(MACROS)
+    print_graph("\ntoolgate-macros", macro_edges)
+    check_macro_ranks(macro_edges)
+    check_cycles(macro_edges, "toolgate-macros")
     check_crates()
     if problems:
         print()

@@ -1,24 +1,128 @@
-//! The model of a tool function's signature, read once: its parameters in order (each with its name, or
-//! the fact that a pattern binds it, and whether it is the `&Gate`), its receiver and its return type.
+//! The model of one tool declaration, read once: what its attribute says, its signature, what it
+//! belongs to and where it is declared, and what the gate sees of a call.
 //!
-//! Input:  the function's `Signature`, and whether it sits in a `#[toolset]`.
-//! Output: a [`ToolFn`] that the emitters read (`expand`), with an error on each token that keeps a
-//!         function from being a tool (a `const fn`, a method outside a toolset, a return type that is
-//!         not a `Result`, a second or unnamed `&Gate`).
+//! Input:  the attribute's arguments and span, the function's attributes and `Signature`, and its
+//!         [`Context`] (a `#[toolset]`'s domain, its impl, rmcp's name for a tool gated in place).
+//! Output: a [`Tool`] that [`crate::valid`] checks and [`crate::expand`] emits from. Reading it reports
+//!         only malformed arguments (`attr`); every rule of what makes a tool is checked in `valid`.
 
-use proc_macro2::{Ident, Span};
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::quote;
 use syn::spanned::Spanned as _;
-use syn::{FnArg, Pat, Receiver, ReturnType, Signature, Type};
+use syn::{Attribute, FnArg, Item, Pat, Receiver, ReturnType, Signature, Type};
 
+use crate::attr::{self, ToolArgs};
 use crate::ctxt::Errors;
 
-/// A tool function's signature, as the emitters need it.
+/// A tool declaration as written, with everything the checks and the emitters read.
+pub(crate) struct Tool<'a> {
+    pub(crate) args: ToolArgs,
+    /// The declaring attribute, for errors about what it lacks.
+    pub(crate) attr_span: Span,
+    /// The function's attributes: its doc comment, its `#[cfg]`s.
+    pub(crate) attrs: &'a [Attribute],
+    pub(crate) func: ToolFn<'a>,
+    pub(crate) context: Context<'a>,
+    pub(crate) call: CallParts<'a>,
+}
+
+/// The attribute that declares a tool: its arguments, and where it is written.
+pub(crate) struct Declaration {
+    pub(crate) args: TokenStream,
+    pub(crate) span: Span,
+}
+
+impl<'a> Tool<'a> {
+    /// Reads the declaration of the function with `attrs` and `sig`, reporting malformed arguments.
+    pub(crate) fn from_syn(
+        declaration: Declaration,
+        attrs: &'a [Attribute],
+        sig: &'a Signature,
+        context: Context<'a>,
+        errors: &mut Errors,
+    ) -> Tool<'a> {
+        let args = attr::parse_tool_args(declaration.args, errors);
+        let func = ToolFn::from_signature(sig);
+        let call = CallParts::new(&args, &func);
+        Tool {
+            args,
+            attr_span: declaration.span,
+            attrs,
+            func,
+            context,
+            call,
+        }
+    }
+}
+
+/// Where a tool is declared.
+#[derive(Clone, Copy)]
+pub(crate) struct Context<'a> {
+    /// The `#[toolset]`'s domain, if any.
+    pub(crate) domain: Option<&'a str>,
+    /// Whether the function is inside a `#[toolset]` (methods are tools only there).
+    pub(crate) in_toolset: bool,
+    /// What the function belongs to, which decides how the call-by-name adapter names it.
+    pub(crate) owner: Owner<'a>,
+    /// A method of an rmcp `#[tool_router]` impl declared with `#[toolgate(..)]` beside rmcp's
+    /// `#[tool]`: rmcp's router serves it under its rmcp name.
+    pub(crate) in_place: Option<&'a InPlace>,
+}
+
+impl Context<'static> {
+    /// A bare `#[tool]`'s: no set around it that it can see.
+    pub(crate) const BARE: Context<'static> = Context {
+        domain: None,
+        in_toolset: false,
+        owner: Owner::Free,
+        in_place: None,
+    };
+}
+
+/// What rmcp's `#[tool]` says of a tool gated in place.
+pub(crate) struct InPlace {
+    /// The tool's name in rmcp: `name = ".."`, else the method's name. It is the tool's id.
+    pub(crate) name: String,
+    pub(crate) name_span: Span,
+}
+
+/// What a function belongs to, as far as the macro can see.
+#[derive(Clone, Copy)]
+pub(crate) enum Owner<'a> {
+    /// A free function, or one the macro cannot place (a bare `#[tool]` sees no impl around it).
+    Free,
+    /// An associated function of a non-generic impl.
+    Impl(ImplOf<'a>),
+    /// An associated function of a generic impl (the span of its generics).
+    GenericImpl(Span),
+}
+
+/// A non-generic impl: its self type, and its trait for a trait impl.
+#[derive(Clone, Copy)]
+pub(crate) struct ImplOf<'a> {
+    pub(crate) self_ty: &'a Type,
+    pub(crate) trait_: Option<&'a syn::Path>,
+}
+
+impl ImplOf<'_> {
+    /// The qualified self type, `<Files>` or `<Files as Trait>`, through which an associated function
+    /// is named from outside the impl.
+    pub(crate) fn qualified(&self) -> TokenStream {
+        let self_ty = self.self_ty;
+        match self.trait_ {
+            Some(path) => quote!(<#self_ty as #path>),
+            None => quote!(<#self_ty>),
+        }
+    }
+}
+
+/// A tool function's signature, as the checks and the emitters need it.
 pub(crate) struct ToolFn<'a> {
     pub(crate) sig: &'a Signature,
     /// The typed parameters (not the receiver), in signature order.
     pub(crate) params: Vec<Param<'a>>,
     pub(crate) receiver: Option<&'a Receiver>,
-    /// The name of the `&Gate` parameter, if the tool has one.
+    /// The name of the `&Gate` parameter: the first `&Gate` bound to a name.
     pub(crate) gate: Option<&'a Ident>,
     /// The declared return type, if one is written.
     pub(crate) output: Option<&'a Type>,
@@ -30,91 +134,47 @@ pub(crate) struct Param<'a> {
     pub(crate) name: Option<&'a Ident>,
     pub(crate) pat: &'a Pat,
     pub(crate) ty: &'a Type,
-    /// Whether it is the tool's `&Gate`, the gate of the call rather than an argument.
+    /// Whether it is a `&Gate`, the gate of the call rather than an argument.
     pub(crate) is_gate: bool,
 }
 
 impl<'a> ToolFn<'a> {
-    /// Reads `sig` once, reporting what keeps it from being a tool.
-    pub(crate) fn from_signature(
-        sig: &'a Signature,
-        in_toolset: bool,
-        errors: &mut Errors,
-    ) -> ToolFn<'a> {
-        if let Some(constness) = &sig.constness {
-            errors.push(syn::Error::new(
-                constness.span,
-                "a tool cannot be a `const fn`: the gate decides each call at run time",
-            ));
-        }
-        let receiver = sig.receiver();
-        if let (Some(receiver), false) = (receiver, in_toolset) {
-            errors.push(syn::Error::new(
-                receiver.self_token.span,
-                "#[tool] on a method needs #[toolset] on its impl block, which checks that every pub \
-                 method declares its risk",
-            ));
-        }
+    fn from_signature(sig: &'a Signature) -> ToolFn<'a> {
         let output = match &sig.output {
-            ReturnType::Default => {
-                errors.push(syn::Error::new(
-                    sig.paren_token.span.close(),
-                    "a tool must return `Result<T, E>` where `E: From<toolgate::Denied>`, so that a \
-                     refused call can return its refusal",
-                ));
-                None
-            }
-            ReturnType::Type(_, ty) => {
-                if !is_result(ty) {
-                    errors.push(syn::Error::new(
-                        ty.span(),
-                        "a tool must return `Result<T, E>` (any path ending in `Result`) where \
-                         `E: From<toolgate::Denied>`, so that a refused call can return its refusal",
-                    ));
-                }
-                Some(&**ty)
-            }
+            ReturnType::Default => None,
+            ReturnType::Type(_, ty) => Some(&**ty),
         };
-        let mut gate = None;
-        let mut params = Vec::new();
-        for input in &sig.inputs {
-            let FnArg::Typed(typed) = input else { continue };
-            let name = match &*typed.pat {
-                Pat::Ident(pat) if pat.subpat.is_none() => Some(&pat.ident),
-                _ => None,
-            };
-            let is_gate = is_gate_ref(&typed.ty);
-            if is_gate {
-                match (name, gate) {
-                    (_, Some(_)) => errors.push(syn::Error::new(
-                        typed.ty.span(),
-                        "a tool takes at most one `&Gate` parameter",
-                    )),
-                    (Some(name), None) => gate = Some(name),
-                    (None, None) => errors.push(syn::Error::new(
-                        typed.pat.span(),
-                        "bind the `&Gate` parameter to a name (such as `gate: &Gate`): the check \
-                         reads it",
-                    )),
-                }
-            }
-            params.push(Param {
-                name,
+        let params: Vec<Param<'a>> = sig
+            .inputs
+            .iter()
+            .filter_map(|input| match input {
+                FnArg::Typed(typed) => Some(typed),
+                FnArg::Receiver(_) => None,
+            })
+            .map(|typed| Param {
+                name: match &*typed.pat {
+                    Pat::Ident(pat) if pat.subpat.is_none() => Some(&pat.ident),
+                    _ => None,
+                },
                 pat: &typed.pat,
                 ty: &typed.ty,
-                is_gate,
-            });
-        }
+                is_gate: is_gate_ref(&typed.ty),
+            })
+            .collect();
+        let gate = params
+            .iter()
+            .filter(|param| param.is_gate)
+            .find_map(|param| param.name);
         ToolFn {
             sig,
             params,
-            receiver,
+            receiver: sig.receiver(),
             gate,
             output,
         }
     }
 
-    /// The parameters that are arguments of the call: every one but the `&Gate`.
+    /// The parameters that are arguments of the call: every one but the `&Gate`s.
     pub(crate) fn arguments(&self) -> impl Iterator<Item = &Param<'a>> {
         self.params.iter().filter(|param| !param.is_gate)
     }
@@ -148,6 +208,57 @@ impl<'a> ToolFn<'a> {
     }
 }
 
+/// What the gate sees of a call, from the function's arguments and the declaration's keys.
+pub(crate) struct CallParts<'a> {
+    /// The named arguments (not `self`, not the `&Gate`), sorted by name, each with whether `redact`
+    /// names it.
+    pub(crate) named: Vec<(&'a Ident, bool)>,
+    /// Some argument is bound by a pattern, not a name: the arguments cannot be written.
+    pub(crate) unnamed: bool,
+    pub(crate) escalate: Option<syn::Path>,
+    pub(crate) record_arguments: bool,
+    /// Set for a `callable` tool.
+    pub(crate) callable: Option<Callable<'a>>,
+}
+
+/// A `callable` tool's call by name.
+pub(crate) struct Callable<'a> {
+    /// Where `callable` is written.
+    pub(crate) span: Span,
+    /// Each named argument's name and type, in signature order.
+    pub(crate) params: Vec<(&'a Ident, &'a Type)>,
+}
+
+impl<'a> CallParts<'a> {
+    fn new(args: &ToolArgs, func: &ToolFn<'a>) -> CallParts<'a> {
+        let redact = args.redact.as_ref().map_or(&[][..], |r| &r.value[..]);
+        let mut named: Vec<(&'a Ident, bool)> = func
+            .arguments()
+            .filter_map(|param| param.name)
+            .map(|name| (name, redact.contains(name)))
+            .collect();
+        named.sort_by_key(|(name, _)| name.to_string());
+        let callable = args
+            .callable
+            .as_ref()
+            .filter(|c| c.value)
+            .map(|c| Callable {
+                span: c.span,
+                params: func
+                    .arguments()
+                    .filter_map(|param| Some((param.name?, param.ty)))
+                    .collect(),
+            });
+        CallParts {
+            named,
+            unnamed: func.arguments().any(|param| param.name.is_none()),
+            escalate: args.escalate.as_ref().map(|e| e.value.clone()),
+            record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
+            callable,
+        }
+    }
+}
+
 fn mentions_impl_trait(ty: &Type) -> bool {
     struct Finder(bool);
     impl<'ast> syn::visit::Visit<'ast> for Finder {
@@ -160,17 +271,9 @@ fn mentions_impl_trait(ty: &Type) -> bool {
     finder.0
 }
 
-fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Path(path) => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|segment| segment.ident == "Result"),
-        Type::Group(group) => is_result(&group.elem),
-        Type::Paren(paren) => is_result(&paren.elem),
-        _ => false,
-    }
+/// `Self`, as a receiver's type names it.
+pub(crate) fn is_self_type(ty: &Type) -> bool {
+    matches!(ty, Type::Path(path) if path.qself.is_none() && path.path.is_ident("Self"))
 }
 
 /// `&Gate`, `&'a Gate`, `&toolgate::Gate` or `&::toolgate::Gate`.
@@ -199,4 +302,24 @@ fn is_gate_ref(ty: &Type) -> bool {
             (first.as_deref(), second.as_deref(), third),
             (Some("Gate"), None, None) | (Some("toolgate"), Some("Gate"), None)
         )
+}
+
+/// The span of the keyword that says what kind of item this is, for "not a function" errors.
+pub(crate) fn item_keyword_span(item: &Item) -> Span {
+    match item {
+        Item::Struct(i) => i.struct_token.span,
+        Item::Enum(i) => i.enum_token.span,
+        Item::Union(i) => i.union_token.span,
+        Item::Const(i) => i.const_token.span,
+        Item::Static(i) => i.static_token.span,
+        Item::Impl(i) => i.impl_token.span,
+        Item::Mod(i) => i.mod_token.span,
+        Item::Trait(i) => i.trait_token.span,
+        Item::Type(i) => i.type_token.span,
+        Item::Use(i) => i.use_token.span,
+        Item::ExternCrate(i) => i.extern_token.span,
+        Item::ForeignMod(i) => i.abi.extern_token.span,
+        Item::Macro(i) => i.mac.path.span(),
+        other => other.span(),
+    }
 }

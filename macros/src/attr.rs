@@ -113,6 +113,8 @@ macro_rules! tool_keys {
             $(pub(crate) $key: Option<Spanned<$ty>>,)*
             /// A `risk` was written but is malformed or misspelt, and already has its error.
             pub(crate) risk_attempted: bool,
+            /// Some argument is malformed and has its error: the declaration cannot be emitted.
+            pub(crate) malformed: bool,
         }
 
         pub(crate) const TOOL_KEYS: &[&str] = &[$(stringify!($key)),*];
@@ -158,6 +160,7 @@ tool_keys! {
 }
 
 pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolArgs {
+    let before = errors.len();
     let mut out = ToolArgs::default();
     for arg in split_args(tokens, errors) {
         let name = arg.key.to_string();
@@ -178,6 +181,7 @@ pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolA
             errors.push(error);
         }
     }
+    out.malformed = errors.len() > before;
     out
 }
 
@@ -305,7 +309,7 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
     }
     // With no name left, the list is not reported empty as well: the entries written have their errors.
     if !names.is_empty() {
-        errors.push_all(bad);
+        errors.extend(bad);
     } else if let Some(error) = bad.into_error() {
         return Err(error);
     }

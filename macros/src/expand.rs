@@ -41,49 +41,14 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Attribute, Block, Item, Signature, Type};
+use syn::{Attribute, Block, Item, Type};
 use toolgate_policy::Risk;
 
-use crate::ast::ToolFn;
-use crate::attr::{self, ToolArgs};
+use crate::ast::{CallParts, Context, Declaration, Owner, Tool, ToolFn, is_self_type};
 use crate::ctxt::Errors;
 use crate::doc;
-use crate::valid::{self, ToolSpec};
-
-/// Where a `#[tool]` is expanded.
-#[derive(Clone, Copy)]
-pub(crate) struct Context<'a> {
-    /// The `#[toolset]`'s domain, if any.
-    pub(crate) domain: Option<&'a str>,
-    /// Whether the function is inside a `#[toolset]` (methods are tools only there).
-    pub(crate) in_toolset: bool,
-    /// What the function belongs to, which decides how the call-by-name adapter names it.
-    pub(crate) owner: Owner<'a>,
-    /// A method of an rmcp `#[tool_router]` impl declared with `#[toolgate(..)]` beside rmcp's
-    /// `#[tool]`: rmcp's router serves it under its rmcp name.
-    pub(crate) in_place: Option<&'a InPlace>,
-}
-
-/// What rmcp's `#[tool]` says of a tool gated in place.
-pub(crate) struct InPlace {
-    /// The tool's name in rmcp: `name = ".."`, else the method's name. It is the tool's id.
-    pub(crate) name: String,
-    pub(crate) name_span: Span,
-    /// Where the declaration is written, for errors about what it cannot say.
-    pub(crate) attr_span: Span,
-}
-
-/// What a function belongs to, as far as the macro can see.
-#[derive(Clone, Copy)]
-pub(crate) enum Owner<'a> {
-    /// A free function, or one the macro cannot place (a bare `#[tool]` sees no impl around it).
-    Free,
-    /// An associated function of a non-generic impl, named through its qualified self type
-    /// (`<Files>` or `<Files as Trait>`).
-    Impl(&'a TokenStream),
-    /// An associated function of a generic impl (the span of its generics).
-    GenericImpl(Span),
-}
+use crate::marker::{self, Marker};
+use crate::valid::{self, Checked, ToolSpec};
 
 /// The outcome of expanding one function.
 pub(crate) enum Expanded {
@@ -102,9 +67,6 @@ pub(crate) enum Expanded {
 
 /// `#[tool(...)]` on an item.
 pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
-    // The whole `#[tool(...)]` attribute, for errors about what it lacks.
-    let attr_span = Span::call_site();
-    let mut errors = Errors::default();
     let mut item = match syn::parse2::<Item>(input.clone()) {
         Ok(item) => item,
         Err(error) => {
@@ -112,55 +74,32 @@ pub(crate) fn tool_attribute(args: TokenStream, input: TokenStream) -> TokenStre
             return quote!(#error #input);
         }
     };
+    let mut errors = Errors::default();
     let mut beside = TokenStream::new();
     match &mut item {
         Item::Fn(f) => {
             // Under another name inside a #[toolset], the set left its marker.
-            let member = crate::toolset::take_marker(&mut f.attrs, &mut errors);
-            let (domain, owner_tokens, generic) = match &member {
-                Some(m) => (m.domain.as_deref(), m.owner.clone(), m.generic),
-                None => (None, None, None),
-            };
-            let owner = match (&owner_tokens, generic) {
-                (_, Some(span)) => Owner::GenericImpl(span),
-                (Some(tokens), None) => Owner::Impl(tokens),
-                (None, None) => Owner::Free,
-            };
-            let context = Context {
-                domain,
-                in_toolset: member.is_some(),
-                owner,
-                in_place: None,
-            };
-            let expanded = expand_fn(
-                &f.attrs,
-                &f.sig,
-                &mut f.block,
+            let member = marker::take_marker(&mut f.attrs, &mut errors);
+            let context = member.as_ref().map_or(Context::BARE, Marker::context);
+            // The whole `#[tool(...)]` attribute, for errors about what it lacks.
+            let declaration = Declaration {
                 args,
-                attr_span,
-                context,
-                &mut errors,
-            );
+                span: Span::call_site(),
+            };
+            let tool = Tool::from_syn(declaration, &f.attrs, &f.sig, context, &mut errors);
+            let expanded = expand_fn(&tool, &mut f.block, &mut errors);
             if let (
                 Expanded::Tool {
                     callable: Some(span),
                     ..
                 },
                 Owner::Free,
-            ) = (expanded, owner)
+            ) = (expanded, context.owner)
             {
                 beside = free_function_only(&f.attrs, &f.sig.ident, span);
             }
         }
-        Item::Verbatim(tokens) if mentions_fn(tokens) => errors.push(syn::Error::new(
-            tokens.span(),
-            "#[tool] needs a function with a body: put it on the function that implements this \
-             declaration",
-        )),
-        other => errors.push(syn::Error::new(
-            item_keyword_span(other),
-            "#[tool] applies to functions only",
-        )),
+        other => errors.push(valid::not_a_function(other)),
     }
     let errors = errors.into_compile_errors();
     quote!(#errors #item #beside)
@@ -191,65 +130,14 @@ fn free_function_only(attrs: &[Attribute], name: &Ident, callable: Span) -> Toke
     }
 }
 
-/// Checks one tool declaration and, if it is sound, inserts the gate check at the top of `block`.
-pub(crate) fn expand_fn(
-    attrs: &[Attribute],
-    sig: &Signature,
-    block: &mut Block,
-    args: TokenStream,
-    attr_span: Span,
-    context: Context<'_>,
-    errors: &mut Errors,
-) -> Expanded {
-    let mut own = Errors::default();
-    let args = attr::parse_tool_args(args, &mut own);
-    if let Some(in_place) = context.in_place {
-        in_place_keys(&args, in_place, context.owner, &mut own);
-    }
-    if let Some(skip) = &args.skip {
-        if context.in_place.is_some() {
-            errors.push_all(own);
-            return Expanded::Failed;
-        }
-        return skip_outcome(&args, skip.span, context, own, errors);
-    }
-    let callable = args.callable.as_ref().filter(|c| c.value).map(|c| c.span);
-    let tool = ToolFn::from_signature(sig, context.in_toolset, &mut own);
-    let call = call_parts(&args, &tool, context, &mut own);
-    let described = args
-        .description
-        .as_ref()
-        .map_or(!doc::is_empty(attrs), |d| !d.value.trim().is_empty());
-    if let (Some(span), false) = (callable, described) {
-        own.push(syn::Error::new(
-            span,
-            "a `callable` tool needs a description, which MCP clients show the model to choose its \
-             tools by: add a doc comment (`/// Deletes a user account.`) or `description = \"...\"`",
-        ));
-    }
-    let untrusted = args
-        .untrusted_output
-        .as_ref()
-        .filter(|u| u.value)
-        .map(|u| u.span);
-    if let (Some(span), Some(ok)) = (untrusted, tool.ok_type())
-        && matches!(ok, syn::Type::Tuple(unit) if unit.elems.is_empty())
-    {
-        own.push(syn::Error::new(
-            span,
-            "`untrusted_output` on a tool that returns `()`: the agent reads nothing from it to \
-             distrust; return what the tool read, or remove `untrusted_output`",
-        ));
-    }
-    let spec = match context.in_place {
-        Some(in_place) => valid::validate_in_place(args, in_place, context.domain, &mut own),
-        None => valid::validate(args, &sig.ident, context.domain, attr_span, &mut own),
+/// Checks one tool declaration and, if it passed, inserts the gate check at the top of `block`.
+pub(crate) fn expand_fn(tool: &Tool<'_>, block: &mut Block, errors: &mut Errors) -> Expanded {
+    let spec = match valid::check(tool, errors) {
+        Checked::Tool(spec) => spec,
+        Checked::Skipped => return Expanded::Skipped,
+        Checked::Failed => return Expanded::Failed,
     };
-    let (Some(spec), Some(call), true) = (spec, call, own.is_empty()) else {
-        errors.push_all(own);
-        return Expanded::Failed;
-    };
-    let body = gated_body(&spec, attrs, &tool, &call, context, block);
+    let body = gated_body(&spec, tool, block);
     // Emitted as it is: parsing the generated statements back into syntax would only print them again.
     *block = Block {
         brace_token: block.brace_token,
@@ -258,156 +146,8 @@ pub(crate) fn expand_fn(
     Expanded::Tool {
         id: spec.id,
         id_span: spec.id_span,
-        callable,
+        callable: tool.call.callable.as_ref().map(|c| c.span),
     }
-}
-
-/// What a declaration beside rmcp's `#[tool]` cannot say: rmcp names and routes the tool, and hands it
-/// its arguments through its extractors.
-fn in_place_keys(args: &ToolArgs, in_place: &InPlace, owner: Owner<'_>, errors: &mut Errors) {
-    if let Some(id) = &args.id {
-        errors.push(syn::Error::new(
-            id.span,
-            format!(
-                "the id of an rmcp tool gated in place is its name in rmcp, `{}`: rename it with \
-                 `name = \"...\"` in rmcp's #[tool]",
-                in_place.name
-            ),
-        ));
-    }
-    if let Some(callable) = args.callable.as_ref().filter(|c| c.value) {
-        errors.push(syn::Error::new(
-            callable.span,
-            "an rmcp tool is called by name through rmcp's router, which this declaration gates: \
-             remove `callable`",
-        ));
-    }
-    if let Some(escalate) = &args.escalate {
-        errors.push(syn::Error::new(
-            escalate.span,
-            "`escalate` reads a tool's typed arguments, which an rmcp tool gated in place receives \
-             through rmcp's extractors: declare the tool at the highest risk its arguments reach, \
-             or declare it as a toolgate `callable` tool",
-        ));
-    }
-    if let Some(skip) = &args.skip {
-        errors.push(syn::Error::new(
-            skip.span,
-            "an rmcp tool cannot skip its declaration: every tool rmcp serves is decided by a gate",
-        ));
-    }
-    match owner {
-        Owner::Impl(_) => {}
-        Owner::Free => errors.push(syn::Error::new(
-            in_place.attr_span,
-            "#[toolgate(..)] declares a method of an rmcp handler: put it on a method of the \
-             handler's #[tool_router] impl",
-        )),
-        Owner::GenericImpl(span) => errors.push(syn::Error::new(
-            span,
-            "an rmcp tool gated in place is registered under its handler's type, which a generic \
-             impl does not name: gate the tools of a non-generic impl",
-        )),
-    }
-}
-
-fn skip_outcome(
-    args: &ToolArgs,
-    skip: Span,
-    context: Context<'_>,
-    mut own: Errors,
-    errors: &mut Errors,
-) -> Expanded {
-    if !context.in_toolset {
-        own.push(syn::Error::new(
-            skip,
-            "`skip` marks a function of a #[toolset] as not a tool; outside a #[toolset], remove \
-             the #[tool] attribute instead",
-        ));
-    }
-    if let Some((_, span)) = args.spans().find(|(key, _)| *key != "skip") {
-        own.push(syn::Error::new(
-            span,
-            "#[tool(skip)] takes no other argument: a skipped function is not a tool",
-        ));
-    }
-    if own.is_empty() {
-        Expanded::Skipped
-    } else {
-        errors.push_all(own);
-        Expanded::Failed
-    }
-}
-
-/// What the gate needs to know of a call, from the function's arguments.
-struct CallParts {
-    /// The named arguments (not `self`, not the `&Gate`), sorted by name, each with whether to redact it.
-    named: Vec<(Ident, bool)>,
-    /// A method's receiver, as an expression that borrows it: it decides what the call does as much as
-    /// any argument (`staging.drop_table(..)` against `production.drop_table(..)`), so the gate sees it,
-    /// named `self`, beside the arguments.
-    receiver: Option<TokenStream>,
-    /// Some argument is bound by a pattern, not a name: the arguments cannot be written.
-    unnamed: bool,
-    escalate: Option<syn::Path>,
-    record_arguments: bool,
-    /// For a `callable` tool: each parameter's name and type, in signature order.
-    callable: Option<Vec<(Ident, Type)>>,
-}
-
-fn call_parts(
-    args: &ToolArgs,
-    tool: &ToolFn<'_>,
-    context: Context<'_>,
-    errors: &mut Errors,
-) -> Option<CallParts> {
-    let named: Vec<Ident> = tool.arguments().filter_map(|p| p.name.cloned()).collect();
-    let unnamed = tool.arguments().any(|p| p.name.is_none());
-    let before = errors.is_empty();
-    let mut redacted = Vec::new();
-    if let Some(redact) = &args.redact {
-        let names: Vec<String> = named.iter().map(Ident::to_string).collect();
-        let candidates: Vec<&str> = names.iter().map(String::as_str).collect();
-        for name in &redact.value {
-            if named.contains(name) {
-                redacted.push(name.clone());
-            } else {
-                errors.push(syn::Error::new(
-                    name.span(),
-                    format!(
-                        "`{name}` is not a named argument of this tool{}",
-                        toolgate_policy::suggest::did_you_mean(&name.to_string(), &candidates)
-                    ),
-                ));
-            }
-        }
-    }
-    if let (Some(escalate), true) = (&args.escalate, unnamed) {
-        errors.push(syn::Error::new(
-            escalate.span,
-            "`escalate` passes the tool's arguments by name: bind every argument to a name",
-        ));
-    }
-    let mut named: Vec<(Ident, bool)> = named
-        .into_iter()
-        .map(|ident| {
-            let redact = redacted.contains(&ident);
-            (ident, redact)
-        })
-        .collect();
-    named.sort_by_key(|(ident, _)| ident.to_string());
-    let callable = match &args.callable {
-        Some(flag) if flag.value => callable_params(tool, context, errors),
-        _ => None,
-    };
-    (before == errors.is_empty()).then(|| CallParts {
-        named,
-        receiver: tool.receiver.map(receiver_ref),
-        unnamed,
-        escalate: args.escalate.as_ref().map(|e| e.value.clone()),
-        record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
-        callable,
-    })
 }
 
 /// `self` borrowed as the receiver's own type: `&*self` through a reference or a smart pointer
@@ -418,114 +158,6 @@ fn receiver_ref(receiver: &syn::Receiver) -> TokenStream {
         syn::ReceiverKind::Value => quote!(&#self_token),
         syn::ReceiverKind::Typed(_, ty) if is_self_type(ty) => quote!(&#self_token),
         _ => quote!(&*#self_token),
-    }
-}
-
-/// `&self`, or `self: &Self`: the receiver a call by name can lend from its shared instance.
-fn is_shared_self(receiver: &syn::Receiver) -> bool {
-    match &receiver.kind {
-        syn::ReceiverKind::Reference(_, _, mutability) => mutability.is_none(),
-        syn::ReceiverKind::Typed(_, ty) => matches!(
-            &**ty,
-            Type::Reference(r) if r.mutability.is_none() && is_self_type(&r.elem)
-        ),
-        _ => false,
-    }
-}
-
-fn is_self_type(ty: &Type) -> bool {
-    matches!(ty, Type::Path(path) if path.qself.is_none() && path.path.is_ident("Self"))
-}
-
-/// The `callable` tool's parameters, once it is checked that a call by name can reach exactly this
-/// function: one without a receiver or generics, whose parameters are named and owned, and whose name
-/// the adapter can write so that it resolves to this function and nothing else.
-fn callable_params(
-    tool: &ToolFn<'_>,
-    context: Context<'_>,
-    errors: &mut Errors,
-) -> Option<Vec<(Ident, Type)>> {
-    let sig = tool.sig;
-    let before = errors.is_empty();
-    if let (Some(receiver), Owner::Impl(_)) = (tool.receiver, context.owner)
-        && !is_shared_self(receiver)
-    {
-        let mutable = match &receiver.kind {
-            syn::ReceiverKind::Reference(_, _, mutability) => mutability.is_some(),
-            syn::ReceiverKind::Typed(_, ty) => {
-                matches!(&**ty, Type::Reference(r) if r.mutability.is_some())
-            }
-            _ => false,
-        };
-        let what = if mutable {
-            "calls by name share one instance of the type: keep what changes behind a lock (a \
-             `Mutex`, an atomic) inside it"
-        } else {
-            "a call by name runs on the instance the application gives (`Instances`), which it \
-             shares"
-        };
-        errors.push(syn::Error::new_spanned(
-            receiver,
-            format!("a `callable` method takes `&self`: {what}"),
-        ));
-    }
-    if let Owner::GenericImpl(generics) = context.owner {
-        errors.push(syn::Error::new(
-            generics,
-            format!(
-                "`{}` cannot be `callable` in a generic impl: a call by name needs one concrete \
-                 function, and this impl has one per type",
-                sig.ident
-            ),
-        ));
-    }
-    let reserved = sig.ident.to_string();
-    if reserved.trim_start_matches("r#").starts_with("__toolgate") {
-        errors.push(syn::Error::new(
-            sig.ident.span(),
-            "names starting with `__toolgate` are reserved for the code `#[tool]` generates",
-        ));
-    }
-    if let Some(param) = sig.generics.params.first() {
-        errors.push(syn::Error::new(
-            param.span(),
-            "a `callable` tool cannot be generic: a call by name needs one concrete signature",
-        ));
-    }
-    let mut params = Vec::new();
-    for param in &tool.params {
-        let Some(name) = param.name else {
-            errors.push(syn::Error::new(
-                param.pat.span(),
-                "a `callable` tool's parameters are named: JSON arguments are matched by name",
-            ));
-            continue;
-        };
-        if param.is_gate {
-            continue;
-        }
-        if let Some(problem) = unowned(param.ty) {
-            errors.push(syn::Error::new_spanned(
-                param.ty,
-                format!(
-                    "a `callable` tool takes owned arguments, deserialized from JSON: {problem}"
-                ),
-            ));
-            continue;
-        }
-        params.push((name.clone(), param.ty.clone()));
-    }
-    (before == errors.is_empty()).then_some(params)
-}
-
-/// Why a parameter type cannot be deserialized into, if it cannot.
-fn unowned(ty: &Type) -> Option<&'static str> {
-    match ty {
-        Type::Reference(_) => Some("take an owned type (`String` for `&str`, `Vec<T>` for `&[T]`)"),
-        Type::ImplTrait(_) => Some("`impl Trait` has no type to deserialize into"),
-        Type::Paren(inner) => unowned(&inner.elem),
-        Type::Group(inner) => unowned(&inner.elem),
-        _ => None,
     }
 }
 
@@ -541,16 +173,16 @@ struct Receiving<'a> {
 /// each value, named by `value`, marked for redaction where the tool says so. The same for a direct call
 /// (the parameters) and a call by name (the parsed values), so that both write the same JSON.
 fn argument_refs(
-    call: &CallParts,
+    call: &CallParts<'_>,
     value: impl Fn(&Ident) -> TokenStream,
     receiver: Option<Receiving<'_>>,
 ) -> Vec<TokenStream> {
     let mut args: Vec<(String, TokenStream)> = call
         .named
         .iter()
-        .map(|(ident, redact)| {
+        .map(|&(ident, redact)| {
             let name = ident.to_string();
-            let method = if *redact {
+            let method = if redact {
                 quote!(__toolgate_redacted)
             } else {
                 quote!(__toolgate_arg)
@@ -581,12 +213,12 @@ fn argument_refs(
 
 /// The call of the tool's `escalate` function on the values named by `value`, in signature order.
 fn escalation(
-    call: &CallParts,
-    tool: &ToolFn<'_>,
+    call: &CallParts<'_>,
+    func: &ToolFn<'_>,
     value: impl Fn(&Ident) -> TokenStream,
 ) -> Option<TokenStream> {
     let path = call.escalate.as_ref()?;
-    let ordered = tool.arguments().filter_map(|param| param.name).map(value);
+    let ordered = func.arguments().filter_map(|param| param.name).map(value);
     let ordered: Vec<TokenStream> = ordered.collect();
     // Through a trait, so that a wrong signature is one error that says what the signature must be.
     Some(quote_spanned!(path.span()=> ::toolgate::__private::classify(&#path, (#(#ordered,)*))))
@@ -595,22 +227,25 @@ fn escalation(
 /// The adapter of a `callable` tool: its table of parameters, its output schema, and a call of the tool
 /// with its arguments parsed one parameter at a time.
 fn callable_items(
-    tool: &ToolFn<'_>,
-    call: &CallParts,
-    params: &[(Ident, Type)],
+    func: &ToolFn<'_>,
+    call: &CallParts<'_>,
+    params: &[(&Ident, &Type)],
     owner: Owner<'_>,
 ) -> TokenStream {
-    let (sig, gate) = (tool.sig, tool.gate);
-    let names: Vec<&Ident> = params.iter().map(|(name, _)| name).collect();
+    let (sig, gate) = (func.sig, func.gate);
+    let names: Vec<&Ident> = params.iter().map(|&(name, _)| name).collect();
     // The adapter is an item in the tool's body, so it names the tool from outside the body: a free
     // function by its bare name, which resolves to the function itself (an import of the same name
     // would clash with it, and the generated items beside the adapter are all `__toolgate_`), an
-    // associated function through its impl's type. `callable_params` refused every other case.
+    // associated function through its impl's type. `valid` refused every other case.
     // The bare name is resolved with `mixed_site` hygiene, which looks up items where the tool is
     // written but no local variable, so a parameter named like the tool cannot hide it.
     let fn_name = &sig.ident;
     let callee = match owner {
-        Owner::Impl(qualified_self) => quote!(#qualified_self::#fn_name),
+        Owner::Impl(of) => {
+            let qualified_self = of.qualified();
+            quote!(#qualified_self::#fn_name)
+        }
         Owner::Free | Owner::GenericImpl(_) => {
             let mut bare = fn_name.clone();
             bare.set_span(Span::mixed_site());
@@ -620,11 +255,11 @@ fn callable_items(
     let invoke_gate = Ident::new("toolgate_gate", Span::mixed_site());
     let json = Ident::new("toolgate_json", Span::mixed_site());
     let instances = Ident::new("toolgate_instances", Span::mixed_site());
-    // A method runs on the instance of its type the call was given; `callable_params` admitted only
-    // `&self` methods of a non-generic impl.
+    // A method runs on the instance of its type the call was given; `valid` admitted only `&self`
+    // methods of a non-generic impl.
     let this = Ident::new("toolgate_this", Span::mixed_site());
-    let self_type = match (tool.receiver, owner) {
-        (Some(_), Owner::Impl(qualified)) => Some(self_type(qualified)),
+    let self_type = match (func.receiver, owner) {
+        (Some(_), Owner::Impl(of)) => Some(of.self_ty),
         _ => None,
     };
     let receiver = self_type.as_ref().map(|_| quote!(&*#this));
@@ -654,7 +289,7 @@ fn callable_items(
     let call_args: Vec<TokenStream> = receiver
         .iter()
         .cloned()
-        .chain(tool.params.iter().filter_map(|param| match param.name {
+        .chain(func.params.iter().filter_map(|param| match param.name {
             Some(_) if param.is_gate => Some(quote!(#invoke_gate)),
             Some(name) => {
                 let name = local(name);
@@ -663,7 +298,7 @@ fn callable_items(
             None => None,
         }))
         .collect();
-    let output_schema = match tool.ok_type() {
+    let output_schema = match func.ok_type() {
         Some(ty) => quote! {{
             #[allow(unused_imports)]
             use ::toolgate::__private::{OutputWithSchema as _, OutputWithoutSchema as _};
@@ -672,7 +307,7 @@ fn callable_items(
         }},
         None => quote!(::core::option::Option::None),
     };
-    let ret_span = tool.output_span();
+    let ret_span = func.output_span();
     // Decided with the parsed values, as a direct call is with its parameters, inside the gate; then
     // the tool is called with the decision handed to its check, which takes it instead of deciding again.
     let by_local = |name: &Ident| {
@@ -684,7 +319,7 @@ fn callable_items(
         label: Some(&label_ref),
     });
     let arg_refs = argument_refs(call, by_local, receiving);
-    let escalated = match escalation(call, tool, by_local) {
+    let escalated = match escalation(call, func, by_local) {
         Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
         None => quote!(::core::option::Option::None),
     };
@@ -841,34 +476,11 @@ fn callable_items(
     }
 }
 
-/// The self type of an impl, from its qualified form `<Type>` or `<Type as Trait>`.
-fn self_type(qualified: &TokenStream) -> TokenStream {
-    let parser = |input: syn::parse::ParseStream<'_>| {
-        input.parse::<syn::Token![<]>()?;
-        let ty: Type = input.parse()?;
-        if input.parse::<Option<syn::Token![as]>>()?.is_some() {
-            input.parse::<syn::Path>()?;
-        }
-        input.parse::<syn::Token![>]>()?;
-        Ok(ty)
-    };
-    match syn::parse::Parser::parse2(parser, qualified.clone()) {
-        Ok(ty) => ty.to_token_stream(),
-        Err(error) => error.into_compile_error(),
-    }
-}
-
 /// The new body: decide, run the original body, hand its result to the permit, return it.
-fn gated_body(
-    spec: &ToolSpec,
-    attrs: &[Attribute],
-    tool: &ToolFn<'_>,
-    call: &CallParts,
-    context: Context<'_>,
-    body: &Block,
-) -> TokenStream {
-    let (sig, gate) = (tool.sig, tool.gate);
-    let manifest = manifest(spec, attrs, &sig.ident);
+fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
+    let (func, call, context) = (&tool.func, &tool.call, tool.context);
+    let (sig, gate) = (func.sig, func.gate);
+    let manifest = manifest(spec, tool.attrs, &sig.ident);
     let hygienic = |name: &str| Ident::new(name, Span::mixed_site());
     let (permit, entry, result, digest, info) = (
         hygienic("toolgate_permit"),
@@ -877,14 +489,14 @@ fn gated_body(
         hygienic("toolgate_digest"),
         hygienic("toolgate_call"),
     );
-    let ret_span = tool.output_span();
+    let ret_span = func.output_span();
     // Named with the return type's span, so that an error type without `From<Denied>` is reported there.
     let denied = Ident::new("toolgate_denied", ret_span);
     let convert = quote_spanned!(ret_span=> ::core::convert::From::from(#denied));
     // A `&Gate` written as `&Gate` is the call's gate; one written otherwise (a renamed import, a type
     // alias) is found by its type: each reference parameter is asked whether it is a `Gate`, which
     // costs nothing for one that is not (the answer is a constant `None`).
-    let probes: Vec<TokenStream> = tool
+    let probes: Vec<TokenStream> = func
         .arguments()
         .filter_map(|param| {
             let Type::Reference(reference) = param.ty else {
@@ -912,8 +524,11 @@ fn gated_body(
     };
     // The arguments, for the gate to look at when it needs to: a reference to each.
     let by_name = |ident: &Ident| quote_spanned!(ident.span()=> &#ident);
-    let receiving = call
-        .receiver
+    // A method's receiver decides what the call does as much as any argument
+    // (`staging.drop_table(..)` against `production.drop_table(..)`), so the gate sees it, named
+    // `self`, beside the arguments.
+    let receiver = func.receiver.map(receiver_ref);
+    let receiving = receiver
         .as_ref()
         .map(|value| Receiving { value, label: None });
     let args = argument_refs(call, by_name, receiving);
@@ -948,7 +563,7 @@ fn gated_body(
             }}
         }
     };
-    let escalated = escalation(call, tool, by_name).map(|escalate| {
+    let escalated = escalation(call, func, by_name).map(|escalate| {
         let risk = quote_spanned!(escalate.span()=> ::toolgate::__private::Risk);
         quote! {
             let #info: #risk = #escalate;
@@ -956,9 +571,9 @@ fn gated_body(
     });
     // A call by name decided already hands its decision over: taken before anything else runs, the
     // `escalate` function included.
-    // A tool gated in place is decided by the server before rmcp's router calls it.
-    let decided_elsewhere = call.callable.is_some() || context.in_place.is_some();
-    let handed = decided_elsewhere.then(|| {
+    // (A tool gated in place is not handed a decision: its check decides with the arguments the server
+    // hands it, at the commit point.)
+    let handed = call.callable.is_some().then(|| {
         quote! {
             if let ::core::option::Option::Some(permit) = ::toolgate::__private::handed(&#entry) {
                 ::core::result::Result::Ok(permit)
@@ -967,15 +582,15 @@ fn gated_body(
     });
     let behaviour = behaviour(call);
     let (callable_items, callable_ref) = match &call.callable {
-        Some(params) => (
-            callable_items(tool, call, params, context.owner),
+        Some(callable) => (
+            callable_items(func, call, &callable.params, context.owner),
             quote!(::core::option::Option::Some(&__TOOLGATE_CALLABLE)),
         ),
         None => (TokenStream::new(), quote!(::core::option::Option::None)),
     };
     let new_entry = match (context.in_place, context.owner) {
-        (Some(_), Owner::Impl(qualified)) => {
-            let owner = self_type(qualified);
+        (Some(_), Owner::Impl(of)) => {
+            let owner = of.self_ty;
             quote!(::toolgate::__private::ToolEntry::__in_place(
                 #manifest, #behaviour, ::core::any::TypeId::of::<#owner>
             ))
@@ -988,7 +603,7 @@ fn gated_body(
     // the first `return` in the body would decide it (`return Ok(Box::new(5))` for a `Box<dyn Trait>`).
     // An unreachable first return of that type does it, for the closure and the async block alike;
     // an `impl Trait` return type cannot be named, and is left to inference.
-    let pin_type = match tool.nameable_output() {
+    let pin_type = match func.nameable_output() {
         Some(ty) => {
             let fake = Ident::new("toolgate_declared", Span::mixed_site());
             quote! {
@@ -1010,7 +625,7 @@ fn gated_body(
             stmt.to_tokens(tokens);
         }
     });
-    let run = match (sig.asyncness.is_some(), tool.nameable_output()) {
+    let run = match (sig.asyncness.is_some(), func.nameable_output()) {
         (true, _) => quote!(async move #braced.await),
         (false, Some(ty)) => quote!((move || -> #ty #braced)()),
         (false, None) => quote!((move || #braced)()),
@@ -1054,7 +669,7 @@ fn gated_body(
 }
 
 /// What the lockfile locks beside the manifest: `escalate`, `redact` and `record_arguments` as written.
-fn behaviour(call: &CallParts) -> TokenStream {
+fn behaviour(call: &CallParts<'_>) -> TokenStream {
     let redacts = call.named.iter().any(|(_, redact)| *redact);
     if call.escalate.is_none() && !redacts && !call.record_arguments {
         return quote!(::toolgate::__private::Behaviour::NONE);
@@ -1127,31 +742,4 @@ fn risk_tokens(risk: Risk) -> TokenStream {
         Risk::HighWrite => quote!(HighWrite),
     };
     quote!(::toolgate::__private::Risk::#variant)
-}
-
-fn mentions_fn(tokens: &TokenStream) -> bool {
-    tokens
-        .clone()
-        .into_iter()
-        .any(|tree| matches!(&tree, proc_macro2::TokenTree::Ident(ident) if ident == "fn"))
-}
-
-/// The span of the keyword that says what kind of item this is, for "not a function" errors.
-pub(crate) fn item_keyword_span(item: &Item) -> Span {
-    match item {
-        Item::Struct(i) => i.struct_token.span,
-        Item::Enum(i) => i.enum_token.span,
-        Item::Union(i) => i.union_token.span,
-        Item::Const(i) => i.const_token.span,
-        Item::Static(i) => i.static_token.span,
-        Item::Impl(i) => i.impl_token.span,
-        Item::Mod(i) => i.mod_token.span,
-        Item::Trait(i) => i.trait_token.span,
-        Item::Type(i) => i.type_token.span,
-        Item::Use(i) => i.use_token.span,
-        Item::ExternCrate(i) => i.extern_token.span,
-        Item::ForeignMod(i) => i.abi.extern_token.span,
-        Item::Macro(i) => i.mac.path.span(),
-        other => other.span(),
-    }
 }

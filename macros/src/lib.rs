@@ -3,9 +3,11 @@
 //! Use them through the `toolgate` crate, which documents them; the code they generate reaches the runtime
 //! through `::toolgate::__private`.
 //!
-//! Each expansion goes parse (`attr` for the arguments, `ast` for the signature, each read once), then
-//! validate (`valid`), then expand (`expand`, `toolset`). Errors are collected (`ctxt`) and reported together, each on the token at fault, and
-//! the user's item is emitted unchanged beside them, so one mistake makes one error.
+//! Each declaration is read once into a model (`ast::Tool`: the arguments from `attr`, the signature,
+//! the context), checked (`valid`, every rule), then emitted (`expand`) only if it passed; `toolset`
+//! walks a set and runs each member through the same steps, and `marker` carries the set's context to
+//! a member it cannot read. Errors are collected (`ctxt`) and reported together, each on the token at
+//! fault, and the user's item is emitted unchanged beside them, so one mistake makes one error.
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +20,7 @@ mod expand;
 mod fuzz_tests;
 #[cfg(test)]
 mod grammar_tests;
+mod marker;
 mod toolset;
 mod valid;
 
@@ -37,7 +40,7 @@ pub fn tool(args: TokenStream, input: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro_attribute]
 pub fn __toolset_member(args: TokenStream, input: TokenStream) -> TokenStream {
-    toolset::member_attribute(args.into(), input.into()).into()
+    marker::member_attribute(args.into(), input.into()).into()
 }
 
 /// Declares a set of tools sharing a domain, and refuses any public function in it that does not

@@ -29,15 +29,14 @@ use syn::{
     TraitItem, Visibility,
 };
 
+use crate::ast::{self, Context, Declaration, ImplOf, InPlace, Owner, Tool};
 use crate::attr::{self, ToolsetArgs};
 use crate::ctxt::Errors;
-use crate::expand::{self, Context, Expanded, InPlace, Owner};
+use crate::expand::{self, Expanded};
+use crate::marker;
 use crate::valid;
 
 pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
-    let mut errors = Errors::default();
-    let args = attr::parse_toolset_args(args, &mut errors);
-    let domain = args_domain(&args, &mut errors);
     let mut item = match syn::parse2::<Item>(input.clone()) {
         Ok(item) => item,
         Err(error) => {
@@ -45,6 +44,9 @@ pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenS
             return quote!(#error #input);
         }
     };
+    let mut errors = Errors::default();
+    let args = attr::parse_toolset_args(args, &mut errors);
+    let domain = args_domain(&args, &mut errors);
     let mut set = Set {
         domain: domain.as_deref(),
         ids: Ids::default(),
@@ -54,7 +56,7 @@ pub(crate) fn toolset_attribute(args: TokenStream, input: TokenStream) -> TokenS
         Item::Impl(block) => set.impl_block(block),
         Item::Mod(module) => set.module(module),
         other => set.errors.push(syn::Error::new(
-            expand::item_keyword_span(other),
+            ast::item_keyword_span(other),
             "#[toolset] applies to an impl block or an inline module",
         )),
     }
@@ -73,13 +75,11 @@ struct Set<'a> {
 
 impl Set<'_> {
     fn impl_block(&mut self, block: &mut ItemImpl) {
-        let self_ty = &block.self_ty;
-        let qualified = match &block.trait_ {
-            Some((path, _)) => quote!(<#self_ty as #path>),
-            None => quote!(<#self_ty>),
-        };
         let owner = if block.generics.params.is_empty() {
-            Owner::Impl(&qualified)
+            Owner::Impl(ImplOf {
+                self_ty: &block.self_ty,
+                trait_: block.trait_.as_ref().map(|(path, _)| path),
+            })
         } else {
             Owner::GenericImpl(block.generics.params.span())
         };
@@ -307,10 +307,7 @@ fn tool_in_cfg_attr(attr: &Attribute) -> Option<Span> {
 
 fn args_domain(args: &ToolsetArgs, errors: &mut Errors) -> Option<String> {
     let domain = args.domain.as_ref()?;
-    let mut own = Errors::default();
-    let spec_domain = valid::check_domain(domain, &mut own);
-    errors.push_all(own);
-    spec_domain.then(|| domain.value.clone())
+    valid::check_domain(domain, errors).then(|| domain.value.clone())
 }
 
 /// A function of the set: an impl's method or a module's function.
@@ -358,14 +355,14 @@ fn member_fn(f: FnParts<'_>, context: Context<'_>, errors: &mut Errors) -> Expan
         if in_router {
             return Expanded::Skipped;
         }
-        if let Some(marker) = member_marker(attrs, public, context) {
+        if let Some(marker) = marker::member_marker(attrs, public, context) {
             // An attribute the set cannot read may be `tool` under another name: the marker, last,
             // tells it the set's domain, or reports an undeclared public function if none takes it.
             attrs.push(marker);
             return Expanded::Skipped;
         }
         if public {
-            errors.push(undeclared(&sig.ident));
+            errors.push(valid::undeclared(&sig.ident));
             return Expanded::Failed;
         }
         return Expanded::Skipped;
@@ -381,9 +378,15 @@ fn member_fn(f: FnParts<'_>, context: Context<'_>, errors: &mut Errors) -> Expan
     }
     let attribute = attrs.remove(index);
     // Errors about what the declaration lacks point at this member's own `tool`.
-    let (args, attr_span) = match &attribute.meta {
-        Meta::Path(path) => (TokenStream::new(), path.span()),
-        Meta::List(list) => (list.tokens.clone(), list.path.span()),
+    let declaration = match &attribute.meta {
+        Meta::Path(path) => Declaration {
+            args: TokenStream::new(),
+            span: path.span(),
+        },
+        Meta::List(list) => Declaration {
+            args: list.tokens.clone(),
+            span: list.path.span(),
+        },
         Meta::NameValue(nv) => {
             errors.push(syn::Error::new(
                 nv.eq_token.span,
@@ -392,7 +395,8 @@ fn member_fn(f: FnParts<'_>, context: Context<'_>, errors: &mut Errors) -> Expan
             return Expanded::Failed;
         }
     };
-    expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
+    let tool = Tool::from_syn(declaration, attrs, sig, context, errors);
+    expand::expand_fn(&tool, block, errors)
 }
 
 /// A method of an rmcp handler, declared `#[toolgate(..)]` beside rmcp's `#[tool]`: gated in place,
@@ -452,11 +456,7 @@ fn in_place_member(
         return Expanded::Failed;
     }
     let (name, name_span, description) = rmcp_facts(rmcp, sig);
-    let in_place = InPlace {
-        name,
-        name_span,
-        attr_span,
-    };
+    let in_place = InPlace { name, name_span };
     let mut args = list.tokens.clone();
     let described = Punctuated::<Meta, Token![,]>::parse_terminated
         .parse2(args.clone())
@@ -465,12 +465,15 @@ fn in_place_member(
         args = quote!(#args, description = #description);
     }
     let context = Context {
-        domain: context.domain,
-        in_toolset: context.in_toolset,
-        owner: context.owner,
         in_place: Some(&in_place),
+        ..context
     };
-    expand::expand_fn(attrs, sig, block, args, attr_span, context, errors)
+    let declaration = Declaration {
+        args,
+        span: attr_span,
+    };
+    let tool = Tool::from_syn(declaration, attrs, sig, context, errors);
+    expand::expand_fn(&tool, block, errors)
 }
 
 /// `#[toolgate(..)]`: the declaration of an rmcp tool gated in place.
@@ -568,53 +571,6 @@ fn rmcp_facts(attr: &Attribute, sig: &Signature) -> (String, Span, Option<syn::L
     (name.0, name.1, description)
 }
 
-/// Attributes the compiler itself reads, which are never `tool` under another name.
-const INERT: &[&str] = &[
-    "allow",
-    "cfg",
-    "cold",
-    "deny",
-    "deprecated",
-    "doc",
-    "expect",
-    "export_name",
-    "forbid",
-    "ignore",
-    "inline",
-    "link_section",
-    "must_use",
-    "no_mangle",
-    "should_panic",
-    "target_feature",
-    "track_caller",
-    "warn",
-];
-
-fn is_inert(attr: &Attribute) -> bool {
-    let path = attr.path();
-    let first = path.segments.first().map(|s| s.ident.to_string());
-    match first.as_deref() {
-        Some("rustfmt" | "clippy" | "diagnostic") => true,
-        Some(name) if path.segments.len() == 1 => INERT.contains(&name),
-        _ => false,
-    }
-}
-
-/// The marker a member with an attribute the set cannot read gets, last among its attributes:
-/// `#[::toolgate::__toolset_member(domain = "..", public = .., owner = ..)]`.
-fn member_marker(attrs: &[Attribute], public: bool, context: Context<'_>) -> Option<Attribute> {
-    if attrs.iter().all(is_inert) {
-        return None;
-    }
-    let domain = context.domain.map(|d| quote!(domain = #d,));
-    let owner = match context.owner {
-        Owner::Free => TokenStream::new(),
-        Owner::Impl(qualified) => quote!(owner = impl #qualified),
-        Owner::GenericImpl(_) => quote!(owner = generic),
-    };
-    Some(syn::parse_quote!(#[::toolgate::__toolset_member(#domain public = #public, #owner)]))
-}
-
 /// `#[tool]`, `#[toolgate::tool]` or `#[::toolgate::tool]`.
 fn is_tool_attr(attr: &Attribute) -> bool {
     is_tool_path(attr.path())
@@ -653,96 +609,4 @@ impl Ids {
             }
         }
     }
-}
-
-/// What the set's marker on a member says.
-pub(crate) struct Marker {
-    pub(crate) domain: Option<String>,
-    pub(crate) public: bool,
-    /// The qualified self type of the member's impl.
-    pub(crate) owner: Option<TokenStream>,
-    /// The member's impl is generic (the span of `generic`).
-    pub(crate) generic: Option<Span>,
-}
-
-fn is_marker(attr: &Attribute) -> bool {
-    attr.path()
-        .segments
-        .last()
-        .is_some_and(|s| s.ident == "__toolset_member")
-}
-
-/// Takes the set's marker off a member, if it has one.
-pub(crate) fn take_marker(attrs: &mut Vec<Attribute>, errors: &mut Errors) -> Option<Marker> {
-    let index = attrs.iter().position(is_marker)?;
-    let attr = attrs.remove(index);
-    match attr.parse_args_with(parse_marker) {
-        Ok(marker) => Some(marker),
-        Err(error) => {
-            errors.push(error);
-            None
-        }
-    }
-}
-
-fn parse_marker(input: syn::parse::ParseStream<'_>) -> syn::Result<Marker> {
-    let mut marker = Marker {
-        domain: None,
-        public: false,
-        owner: None,
-        generic: None,
-    };
-    while !input.is_empty() {
-        let key: syn::Ident = input.parse()?;
-        input.parse::<Token![=]>()?;
-        match key.to_string().as_str() {
-            "domain" => marker.domain = Some(input.parse::<syn::LitStr>()?.value()),
-            "public" => marker.public = input.parse::<syn::LitBool>()?.value,
-            "owner" if input.peek(Token![impl]) => {
-                input.parse::<Token![impl]>()?;
-                marker.owner = Some(input.parse::<TokenStream>()?);
-            }
-            "owner" => marker.generic = Some(input.parse::<syn::Ident>()?.span()),
-            _ => {
-                return Err(syn::Error::new(
-                    key.span(),
-                    "not a key of the toolset's marker",
-                ));
-            }
-        }
-        if !input.is_empty() {
-            input.parse::<Token![,]>()?;
-        }
-    }
-    Ok(marker)
-}
-
-/// `#[__toolset_member]` left on a member that no `tool` attribute took: a public one declared no risk.
-pub(crate) fn member_attribute(args: TokenStream, input: TokenStream) -> TokenStream {
-    let mut errors = Errors::default();
-    let marker = match syn::parse::Parser::parse2(parse_marker, args) {
-        Ok(marker) => Some(marker),
-        Err(error) => {
-            errors.push(error);
-            None
-        }
-    };
-    if let (Some(marker), Ok(item)) = (marker, syn::parse2::<Item>(input.clone()))
-        && marker.public
-        && let Item::Fn(f) = &item
-    {
-        errors.push(undeclared(&f.sig.ident));
-    }
-    let errors = errors.into_compile_errors();
-    quote!(#errors #input)
-}
-
-fn undeclared(name: &syn::Ident) -> syn::Error {
-    syn::Error::new(
-        name.span(),
-        format!(
-            "`{name}` is public in a #[toolset] but declares no risk: add #[tool(risk = \"...\")] \
-             if an agent may call it, or #[tool(skip)] if it is not a tool"
-        ),
-    )
 }

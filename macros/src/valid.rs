@@ -1,17 +1,32 @@
-//! Checks a tool's declaration against the policy table and works out its defaults.
+//! Checks a tool's model against the policy table and against itself, and works out its defaults.
 //!
-//! Input:  [`ToolArgs`] as written, the function's name and the enclosing `#[toolset]`'s domain.
-//! Output: a [`ToolSpec`] that is consistent by construction, or errors on the offending tokens.
+//! Input:  a [`Tool`] as read (`ast`): its arguments as written, its signature, its context.
+//! Output: [`Checked`]: a [`ToolSpec`] that is consistent by construction, or errors on the offending
+//!         tokens. Every rule of what makes a tool is here; `expand` emits only what passed.
 
 use proc_macro2::{Ident, Span};
 use syn::ext::IdentExt as _;
+use syn::spanned::Spanned as _;
+use syn::{Item, Type};
+use toolgate_policy::suggest::{closest, did_you_mean};
 use toolgate_policy::{self as policy, Mode, ModeSet, Risk};
 
+use crate::ast::{InPlace, Owner, Tool, is_self_type};
 use crate::attr::{MODE_NAMES, Spanned, ToolArgs};
 use crate::ctxt::Errors;
-use toolgate_policy::suggest::closest;
+use crate::doc;
 
-/// A declaration that passed every check.
+/// What the checks make of one declaration.
+pub(crate) enum Checked {
+    /// A tool that passed every check.
+    Tool(ToolSpec),
+    /// `#[tool(skip)]` in a `#[toolset]`: not a tool.
+    Skipped,
+    /// The declaration has errors: the function is left as it is.
+    Failed,
+}
+
+/// A declaration that passed every check, with its defaults worked out.
 pub(crate) struct ToolSpec {
     pub(crate) id: String,
     pub(crate) id_span: Span,
@@ -28,14 +43,313 @@ pub(crate) struct ToolSpec {
 const RISK_NAMES: &[&str] = &Risk::NAMES;
 pub(crate) const MAX_ID_LEN: usize = 64;
 
-pub(crate) fn validate(
-    args: ToolArgs,
-    fn_name: &Ident,
-    inherited_domain: Option<&str>,
-    attr_span: Span,
-    errors: &mut Errors,
-) -> Option<ToolSpec> {
-    let domain = declared_domain(&args, inherited_domain, errors);
+/// Checks `tool`, each rule in turn so that every error is reported at once, in the order a reader
+/// meets them: the keys, the signature, the arguments, then the policy.
+pub(crate) fn check(tool: &Tool<'_>, errors: &mut Errors) -> Checked {
+    let before = errors.len();
+    if let Some(in_place) = tool.context.in_place {
+        in_place_keys(tool, in_place, errors);
+    }
+    if let Some(skip) = &tool.args.skip {
+        if tool.context.in_place.is_none() {
+            skip_alone(tool, skip.span, errors);
+        }
+        return if errors.len() > before || tool.args.malformed {
+            Checked::Failed
+        } else {
+            Checked::Skipped
+        };
+    }
+    signature(tool, errors);
+    arguments(tool, errors);
+    if tool.call.callable.is_some() {
+        callable(tool, errors);
+    }
+    output(tool, errors);
+    let spec = match tool.context.in_place {
+        Some(in_place) => spec_in_place(tool, in_place, errors),
+        None => spec(tool, errors),
+    };
+    match spec {
+        Some(spec) if errors.len() == before && !tool.args.malformed => Checked::Tool(spec),
+        _ => Checked::Failed,
+    }
+}
+
+/// What a declaration beside rmcp's `#[tool]` cannot say: rmcp names and routes the tool, and hands it
+/// its arguments through its extractors.
+fn in_place_keys(tool: &Tool<'_>, in_place: &InPlace, errors: &mut Errors) {
+    let args = &tool.args;
+    if let Some(id) = &args.id {
+        errors.push(syn::Error::new(
+            id.span,
+            format!(
+                "the id of an rmcp tool gated in place is its name in rmcp, `{}`: rename it with \
+                 `name = \"...\"` in rmcp's #[tool]",
+                in_place.name
+            ),
+        ));
+    }
+    if let Some(callable) = args.callable.as_ref().filter(|c| c.value) {
+        errors.push(syn::Error::new(
+            callable.span,
+            "an rmcp tool is called by name through rmcp's router, which this declaration gates: \
+             remove `callable`",
+        ));
+    }
+    if let Some(escalate) = &args.escalate {
+        errors.push(syn::Error::new(
+            escalate.span,
+            "`escalate` reads a tool's typed arguments, which an rmcp tool gated in place receives \
+             through rmcp's extractors: declare the tool at the highest risk its arguments reach, \
+             or declare it as a toolgate `callable` tool",
+        ));
+    }
+    if let Some(skip) = &args.skip {
+        errors.push(syn::Error::new(
+            skip.span,
+            "an rmcp tool cannot skip its declaration: every tool rmcp serves is decided by a gate",
+        ));
+    }
+    match tool.context.owner {
+        Owner::Impl(_) => {}
+        Owner::Free => errors.push(syn::Error::new(
+            tool.attr_span,
+            "#[toolgate(..)] declares a method of an rmcp handler: put it on a method of the \
+             handler's #[tool_router] impl",
+        )),
+        Owner::GenericImpl(span) => errors.push(syn::Error::new(
+            span,
+            "an rmcp tool gated in place is registered under its handler's type, which a generic \
+             impl does not name: gate the tools of a non-generic impl",
+        )),
+    }
+}
+
+/// `#[tool(skip)]` marks a function of a set, and says nothing else.
+fn skip_alone(tool: &Tool<'_>, skip: Span, errors: &mut Errors) {
+    if !tool.context.in_toolset {
+        errors.push(syn::Error::new(
+            skip,
+            "`skip` marks a function of a #[toolset] as not a tool; outside a #[toolset], remove \
+             the #[tool] attribute instead",
+        ));
+    }
+    if let Some((_, span)) = tool.args.spans().find(|(key, _)| *key != "skip") {
+        errors.push(syn::Error::new(
+            span,
+            "#[tool(skip)] takes no other argument: a skipped function is not a tool",
+        ));
+    }
+}
+
+/// What keeps a function from being a tool: a `const fn`, a method outside a toolset, a return type
+/// that is not a `Result`, a second or unnamed `&Gate`.
+fn signature(tool: &Tool<'_>, errors: &mut Errors) {
+    let func = &tool.func;
+    if let Some(constness) = &func.sig.constness {
+        errors.push(syn::Error::new(
+            constness.span,
+            "a tool cannot be a `const fn`: the gate decides each call at run time",
+        ));
+    }
+    if let (Some(receiver), false) = (func.receiver, tool.context.in_toolset) {
+        errors.push(syn::Error::new(
+            receiver.self_token.span,
+            "#[tool] on a method needs #[toolset] on its impl block, which checks that every pub \
+             method declares its risk",
+        ));
+    }
+    match func.output {
+        None => errors.push(syn::Error::new(
+            func.sig.paren_token.span.close(),
+            "a tool must return `Result<T, E>` where `E: From<toolgate::Denied>`, so that a \
+             refused call can return its refusal",
+        )),
+        Some(ty) if !is_result(ty) => errors.push(syn::Error::new(
+            ty.span(),
+            "a tool must return `Result<T, E>` (any path ending in `Result`) where \
+             `E: From<toolgate::Denied>`, so that a refused call can return its refusal",
+        )),
+        Some(_) => {}
+    }
+    let mut gate = false;
+    for param in func.params.iter().filter(|param| param.is_gate) {
+        match (param.name, gate) {
+            (_, true) => errors.push(syn::Error::new(
+                param.ty.span(),
+                "a tool takes at most one `&Gate` parameter",
+            )),
+            (Some(_), false) => gate = true,
+            (None, false) => errors.push(syn::Error::new(
+                param.pat.span(),
+                "bind the `&Gate` parameter to a name (such as `gate: &Gate`): the check reads it",
+            )),
+        }
+    }
+}
+
+fn is_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|segment| segment.ident == "Result"),
+        Type::Group(group) => is_result(&group.elem),
+        Type::Paren(paren) => is_result(&paren.elem),
+        _ => false,
+    }
+}
+
+/// `redact` names arguments; `escalate` is handed each argument by name.
+fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
+    if let Some(redact) = &tool.args.redact {
+        let names: Vec<String> = tool.call.named.iter().map(|(n, _)| n.to_string()).collect();
+        let candidates: Vec<&str> = names.iter().map(String::as_str).collect();
+        for name in &redact.value {
+            if !tool.call.named.iter().any(|(named, _)| *named == name) {
+                errors.push(syn::Error::new(
+                    name.span(),
+                    format!(
+                        "`{name}` is not a named argument of this tool{}",
+                        did_you_mean(&name.to_string(), &candidates)
+                    ),
+                ));
+            }
+        }
+    }
+    if let (Some(escalate), true) = (&tool.args.escalate, tool.call.unnamed) {
+        errors.push(syn::Error::new(
+            escalate.span,
+            "`escalate` passes the tool's arguments by name: bind every argument to a name",
+        ));
+    }
+}
+
+/// A call by name must reach exactly this function: one without generics, whose parameters are named
+/// and owned, whose name the adapter can write so that it resolves to this function and nothing else,
+/// and, for a method, one that takes `&self` in a non-generic impl. It needs a description, which MCP
+/// clients show the model.
+fn callable(tool: &Tool<'_>, errors: &mut Errors) {
+    let func = &tool.func;
+    let sig = func.sig;
+    if let (Some(receiver), Owner::Impl(_)) = (func.receiver, tool.context.owner)
+        && !is_shared_self(receiver)
+    {
+        let mutable = match &receiver.kind {
+            syn::ReceiverKind::Reference(_, _, mutability) => mutability.is_some(),
+            syn::ReceiverKind::Typed(_, ty) => {
+                matches!(&**ty, Type::Reference(r) if r.mutability.is_some())
+            }
+            _ => false,
+        };
+        let what = if mutable {
+            "calls by name share one instance of the type: keep what changes behind a lock (a \
+             `Mutex`, an atomic) inside it"
+        } else {
+            "a call by name runs on the instance the application gives (`Instances`), which it \
+             shares"
+        };
+        errors.push(syn::Error::new_spanned(
+            receiver,
+            format!("a `callable` method takes `&self`: {what}"),
+        ));
+    }
+    if let Owner::GenericImpl(generics) = tool.context.owner {
+        errors.push(syn::Error::new(
+            generics,
+            format!(
+                "`{}` cannot be `callable` in a generic impl: a call by name needs one concrete \
+                 function, and this impl has one per type",
+                sig.ident
+            ),
+        ));
+    }
+    let reserved = sig.ident.to_string();
+    if reserved.trim_start_matches("r#").starts_with("__toolgate") {
+        errors.push(syn::Error::new(
+            sig.ident.span(),
+            "names starting with `__toolgate` are reserved for the code `#[tool]` generates",
+        ));
+    }
+    if let Some(param) = sig.generics.params.first() {
+        errors.push(syn::Error::new(
+            param.span(),
+            "a `callable` tool cannot be generic: a call by name needs one concrete signature",
+        ));
+    }
+    for param in &func.params {
+        if param.name.is_none() {
+            errors.push(syn::Error::new(
+                param.pat.span(),
+                "a `callable` tool's parameters are named: JSON arguments are matched by name",
+            ));
+        } else if let (false, Some(problem)) = (param.is_gate, unowned(param.ty)) {
+            errors.push(syn::Error::new_spanned(
+                param.ty,
+                format!(
+                    "a `callable` tool takes owned arguments, deserialized from JSON: {problem}"
+                ),
+            ));
+        }
+    }
+    let described = tool
+        .args
+        .description
+        .as_ref()
+        .map_or(!doc::is_empty(tool.attrs), |d| !d.value.trim().is_empty());
+    if let (Some(callable), false) = (&tool.call.callable, described) {
+        errors.push(syn::Error::new(
+            callable.span,
+            "a `callable` tool needs a description, which MCP clients show the model to choose its \
+             tools by: add a doc comment (`/// Deletes a user account.`) or `description = \"...\"`",
+        ));
+    }
+}
+
+/// `&self`, or `self: &Self`: the receiver a call by name can lend from its shared instance.
+fn is_shared_self(receiver: &syn::Receiver) -> bool {
+    match &receiver.kind {
+        syn::ReceiverKind::Reference(_, _, mutability) => mutability.is_none(),
+        syn::ReceiverKind::Typed(_, ty) => matches!(
+            &**ty,
+            Type::Reference(r) if r.mutability.is_none() && is_self_type(&r.elem)
+        ),
+        _ => false,
+    }
+}
+
+/// Why a parameter type cannot be deserialized into, if it cannot.
+fn unowned(ty: &Type) -> Option<&'static str> {
+    match ty {
+        Type::Reference(_) => Some("take an owned type (`String` for `&str`, `Vec<T>` for `&[T]`)"),
+        Type::ImplTrait(_) => Some("`impl Trait` has no type to deserialize into"),
+        Type::Paren(inner) => unowned(&inner.elem),
+        Type::Group(inner) => unowned(&inner.elem),
+        _ => None,
+    }
+}
+
+/// `untrusted_output` marks what the agent reads from a tool: a tool that returns `()` gives nothing.
+fn output(tool: &Tool<'_>, errors: &mut Errors) {
+    let untrusted = tool.args.untrusted_output.as_ref().filter(|u| u.value);
+    if let (Some(untrusted), Some(Type::Tuple(unit))) = (untrusted, tool.func.ok_type())
+        && unit.elems.is_empty()
+    {
+        errors.push(syn::Error::new(
+            untrusted.span,
+            "`untrusted_output` on a tool that returns `()`: the agent reads nothing from it to \
+             distrust; return what the tool read, or remove `untrusted_output`",
+        ));
+    }
+}
+
+/// The spec of a tool: its id is the one written, else `<domain>.<fn name>`.
+fn spec(tool: &Tool<'_>, errors: &mut Errors) -> Option<ToolSpec> {
+    let args = &tool.args;
+    let fn_name = &tool.func.sig.ident;
+    let domain = declared_domain(args, tool.context.domain, errors);
     let (id, id_span) = match &args.id {
         Some(id) => {
             let valid = check_dotted(id, "id", Some(MAX_ID_LEN), errors);
@@ -55,19 +369,15 @@ pub(crate) fn validate(
             (valid.then_some(derived_arg.value), fn_name.span())
         }
     };
-    finish(args, id, id_span, domain, (attr_span, "tool"), errors)
+    finish(args, id, id_span, domain, (tool.attr_span, "tool"), errors)
 }
 
-/// [`validate`] for a method of an rmcp handler, declared with `#[toolgate(..)]`: its id is its name
-/// in rmcp, which MCP clients call it by, so it follows MCP's rule for tool names rather than
-/// toolgate's dotted ids; the set's domain is its domain, not a prefix of its id.
-pub(crate) fn validate_in_place(
-    args: ToolArgs,
-    in_place: &crate::expand::InPlace,
-    inherited_domain: Option<&str>,
-    errors: &mut Errors,
-) -> Option<ToolSpec> {
-    let domain = declared_domain(&args, inherited_domain, errors);
+/// [`spec`] for a method of an rmcp handler, declared with `#[toolgate(..)]`: its id is its name in
+/// rmcp, which MCP clients call it by, so it follows MCP's rule for tool names rather than toolgate's
+/// dotted ids; the set's domain is its domain, not a prefix of its id.
+fn spec_in_place(tool: &Tool<'_>, in_place: &InPlace, errors: &mut Errors) -> Option<ToolSpec> {
+    let args = &tool.args;
+    let domain = declared_domain(args, tool.context.domain, errors);
     let name = &in_place.name;
     let valid = match mcp_name_problem(name) {
         Some(problem) => {
@@ -83,7 +393,7 @@ pub(crate) fn validate_in_place(
         None => true,
     };
     let id = valid.then(|| name.clone());
-    let attribute = (in_place.attr_span, "toolgate");
+    let attribute = (tool.attr_span, "toolgate");
     finish(args, id, in_place.name_span, domain, attribute, errors)
 }
 
@@ -111,7 +421,7 @@ fn declared_domain(
 }
 
 fn finish(
-    args: ToolArgs,
+    args: &ToolArgs,
     id: Option<String>,
     id_span: Span,
     domain: Option<String>,
@@ -133,20 +443,20 @@ fn finish(
         Some(risk) => parse_risk(risk, errors),
     };
 
-    let side_effects = risk.and_then(|risk| check_side_effects(risk, &args, errors));
+    let side_effects = risk.and_then(|risk| check_side_effects(risk, args, errors));
     let modes = risk.and_then(|risk| check_modes(risk, args.modes.as_ref(), errors));
 
     Some(ToolSpec {
         id: id?,
         id_span,
         domain,
-        description: args.description.map(|d| d.value),
+        description: args.description.as_ref().map(|d| d.value.clone()),
         risk: risk?,
         side_effects: side_effects?,
         modes: modes?,
-        idempotent: args.idempotent.is_some_and(|f| f.value),
-        open_world: args.open_world.is_some_and(|f| f.value),
-        untrusted_output: args.untrusted_output.is_some_and(|f| f.value),
+        idempotent: args.idempotent.as_ref().is_some_and(|f| f.value),
+        open_world: args.open_world.as_ref().is_some_and(|f| f.value),
+        untrusted_output: args.untrusted_output.as_ref().is_some_and(|f| f.value),
     })
 }
 
@@ -328,9 +638,93 @@ fn dotted_problem(text: &str, max_len: Option<usize>) -> Option<String> {
     None
 }
 
+/// A public function of a `#[toolset]` that declares nothing.
+pub(crate) fn undeclared(name: &Ident) -> syn::Error {
+    syn::Error::new(
+        name.span(),
+        format!(
+            "`{name}` is public in a #[toolset] but declares no risk: add #[tool(risk = \"...\")] \
+             if an agent may call it, or #[tool(skip)] if it is not a tool"
+        ),
+    )
+}
+
+/// `#[tool]` on an item that is not a function with a body.
+pub(crate) fn not_a_function(item: &Item) -> syn::Error {
+    match item {
+        Item::Verbatim(tokens) if mentions_fn(tokens) => syn::Error::new(
+            tokens.span(),
+            "#[tool] needs a function with a body: put it on the function that implements this \
+             declaration",
+        ),
+        other => syn::Error::new(
+            crate::ast::item_keyword_span(other),
+            "#[tool] applies to functions only",
+        ),
+    }
+}
+
+fn mentions_fn(tokens: &proc_macro2::TokenStream) -> bool {
+    tokens
+        .clone()
+        .into_iter()
+        .any(|tree| matches!(&tree, proc_macro2::TokenTree::Ident(ident) if ident == "fn"))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::dotted_problem;
+    use proc_macro2::{Span, TokenStream};
+    use quote::quote;
+
+    use super::{Checked, check, dotted_problem};
+    use crate::ast::{Context, Declaration, Tool};
+    use crate::ctxt::Errors;
+
+    /// What `check` makes of `args` on `fn get(id: u64)`, after `earlier` errors of other items, and
+    /// how many errors this declaration added.
+    fn verdict(args: TokenStream, earlier: usize) -> (Checked, usize) {
+        let sig: syn::Signature = syn::parse_quote!(fn get(id: u64) -> Result<u64, E>);
+        let mut errors = Errors::default();
+        for _ in 0..earlier {
+            errors.push(syn::Error::new(Span::call_site(), "another item's"));
+        }
+        let declaration = Declaration {
+            args,
+            span: Span::call_site(),
+        };
+        let tool = Tool::from_syn(declaration, &[], &sig, Context::BARE, &mut errors);
+        let checked = check(&tool, &mut errors);
+        let added = errors.len() - earlier;
+        drop(errors.into_error());
+        (checked, added)
+    }
+
+    #[test]
+    fn a_declaration_is_judged_by_its_own_errors() {
+        for earlier in [0, 2] {
+            let (checked, added) = verdict(quote!(risk = "READ_ONLY"), earlier);
+            assert!(
+                matches!(checked, Checked::Tool(_)) && added == 0,
+                "{earlier}"
+            );
+            // A malformed argument has its error from the parser; nothing is emitted.
+            let (checked, added) = verdict(quote!(risk = "READ_ONLY", bogus), earlier);
+            assert!(
+                matches!(checked, Checked::Failed) && added == 1,
+                "{earlier}"
+            );
+            let (checked, added) = verdict(quote!(risk = "READ_ONLY", redact = [nope]), earlier);
+            assert!(
+                matches!(checked, Checked::Failed) && added == 1,
+                "{earlier}"
+            );
+            let (checked, _) = verdict(quote!(skip), earlier);
+            assert!(
+                matches!(checked, Checked::Failed),
+                "outside a set: {earlier}"
+            );
+        }
+    }
 
     #[test]
     fn dotted() {
