@@ -851,9 +851,9 @@ fn a_dead_deny_rule_fails_the_build() {
 fn an_invalid_deny_pattern_fails_the_build() {
     for pattern in [
         "",
-        "Users.delete",
         "users delete",
-        "users/*",
+        "users;*",
+        "users.dé",
         "accounts.del[e]te",
     ] {
         let error = Gate::builder().deny(pattern).build().unwrap_err();
@@ -862,6 +862,17 @@ fn an_invalid_deny_pattern_fails_the_build() {
                 [DenyRuleError::Invalid { pattern: got, .. }] => assert_eq!(got, pattern),
                 other => panic!("{pattern:?}: {other:?}"),
             },
+            other => panic!("{pattern:?}: {other:?}"),
+        }
+    }
+    // The characters of an rmcp tool's MCP name are a rule's too; a rule in them that matches nothing
+    // fails as a dead rule does.
+    for pattern in ["Users.delete", "users/*"] {
+        match Gate::builder().deny(pattern).build().unwrap_err() {
+            GateError::DenyRules(errors) => assert!(
+                matches!(errors.as_slice(), [DenyRuleError::MatchesNothing { pattern: got }] if got == pattern),
+                "{pattern:?}: {errors:?}"
+            ),
             other => panic!("{pattern:?}: {other:?}"),
         }
     }

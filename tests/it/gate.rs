@@ -737,14 +737,14 @@ fn the_first_matching_rule_is_the_one_reported() {
 #[test]
 fn gate_errors_explain_themselves() {
     let error = Gate::builder()
-        .deny("Bad")
+        .deny("Bad rule")
         .deny("probe.nothing")
         .build()
         .unwrap_err();
     let GateError::DenyRules(errors) = &error else {
         panic!("{error:?}");
     };
-    assert!(matches!(&errors[0], DenyRuleError::Invalid { pattern, .. } if pattern == "Bad"));
+    assert!(matches!(&errors[0], DenyRuleError::Invalid { pattern, .. } if pattern == "Bad rule"));
     assert_eq!(
         errors[1],
         DenyRuleError::MatchesNothing {
@@ -753,7 +753,7 @@ fn gate_errors_explain_themselves() {
     );
     let text = error.to_string();
     assert!(text.starts_with("cannot build the gate: "), "{text}");
-    assert!(text.contains("deny rule `Bad` is not valid"), "{text}");
+    assert!(text.contains("deny rule `Bad rule` is not valid"), "{text}");
     assert!(
         text.contains("; deny rule `probe.nothing` matches no registered tool"),
         "{text}"

@@ -81,6 +81,18 @@ def refused_with(result: Any, code: str, what: str) -> dict[str, Any]:
     return result
 
 
+async def state_invalid(call: Any, what: str) -> None:
+    """A request state that fails its integrity check is a JSON-RPC error, as the protocol requires."""
+    try:
+        result = await call
+    except MCPError as error:
+        code = (error.data or {}).get("code") if isinstance(error.data, dict) else None
+        check(code == "APPROVAL_STATE_INVALID", f"{what}: APPROVAL_STATE_INVALID", str(error))
+        check(error.code == -32602, f"{what}: invalid params", str(error))
+        return
+    check(False, f"{what}: a JSON-RPC error", wire(result))
+
+
 def text_of(result: Any) -> str:
     return wire(result)["content"][0]["text"]
 
@@ -218,10 +230,12 @@ async def scenario_in_band(binary: str, tmp: str) -> None:
             # A forged state: a changed byte, and one made up.
             tampered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
             for forged in (tampered, "rs1.AAAAAAAAAAA.AAAA", "approved"):
-                result = await session.call_tool(
-                    REFUND, arguments, request_state=forged, input_responses=yes, allow_input_required=True
+                await state_invalid(
+                    session.call_tool(
+                        REFUND, arguments, request_state=forged, input_responses=yes, allow_input_required=True
+                    ),
+                    f"{label}: forged state {forged[:12]}",
                 )
-                refused_with(result, "APPROVAL_STATE_INVALID", f"{label}: forged state {forged[:12]}")
             check(ok_runs(audit, REFUND) == 1, f"{label}: no refused retry ran", records(audit))
 
             # The genuine answer runs the call once; the same state again is a replay.
@@ -245,10 +259,12 @@ async def scenario_in_band(binary: str, tmp: str) -> None:
 
         # A state sealed for one connection opens in no other, even of the same key's process.
         async with Client(stdio_client(params(binary, *args), errlog=err), mode="auto", elicitation_callback=approve_form) as other:
-            result = await other.session.call_tool(
-                REFUND, {"id": 104, "cents": 2, "card": "1"}, request_state=stolen, input_responses=yes, allow_input_required=True
+            await state_invalid(
+                other.session.call_tool(
+                    REFUND, {"id": 104, "cents": 2, "card": "1"}, request_state=stolen, input_responses=yes, allow_input_required=True
+                ),
+                f"{label}: a state of another server",
             )
-            refused_with(result, "APPROVAL_STATE_INVALID", f"{label}: a state of another server")
 
         # A client of the initialize handshake cannot answer a form: the call waits for an operator.
         async with Client(stdio_client(params(binary, *args), errlog=err), mode="legacy") as legacy:
@@ -269,14 +285,16 @@ async def scenario_out_of_band(binary: str, tmp: str) -> None:
             first = wire(await client.call_tool(REFUND, arguments))
             check(first.get("isError") is True, f"{label}: the first call is refused", first)
             # A server that takes no in-band answers takes no request state either.
-            stated = await client.session.call_tool(
-                REFUND,
-                arguments,
-                request_state="rs1.AAAAAAAAAAA.AAAA",
-                input_responses={APPROVAL: {"action": "accept", "content": {"decision": "approve"}}},
-                allow_input_required=True,
+            await state_invalid(
+                client.session.call_tool(
+                    REFUND,
+                    arguments,
+                    request_state="rs1.AAAAAAAAAAA.AAAA",
+                    input_responses={APPROVAL: {"action": "accept", "content": {"decision": "approve"}}},
+                    allow_input_required=True,
+                ),
+                f"{label}: a request state out of band",
             )
-            refused_with(stated, "APPROVAL_STATE_INVALID", f"{label}: a request state out of band")
             code = first.get("structuredContent", {}).get("code")
             check(code == "APPROVAL_PENDING", f"{label}: refused as pending", first)
             check(ok_runs(audit, REFUND) == 0, f"{label}: nothing ran", records(audit))

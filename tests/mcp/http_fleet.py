@@ -60,9 +60,15 @@ def code_of(result: Any) -> str | None:
     return wire(result).get("structuredContent", {}).get("code")
 
 
+async def never_asked(context: Any, params: Any) -> Any:
+    """Declares that this client shows forms (the server sends them to no other); the forms here are
+    answered by hand."""
+    raise AssertionError("no form is answered through the callback here")
+
+
 def client(url: str, mode: str = "auto"):
     http = httpx2.AsyncClient(headers={"Authorization": "Bearer alice-token"})
-    return http, Client(streamable_http_client(url, http_client=http), mode=mode)
+    return http, Client(streamable_http_client(url, http_client=http), mode=mode, elicitation_callback=never_asked)
 
 
 def toolgate(binary: str, store: str, fleet: str, *args: str) -> str:
