@@ -400,11 +400,8 @@ impl Model {
             _ => spec.risk,
         };
         // Gates decide in order (a tool's own `&Gate` first); the first refusal is the call's.
-        let first_refusal = gates
-            .iter()
-            .flatten()
-            .find_map(|g| Some((g, g.refusal(spec, risk)?)));
-        if let Some((gate, code)) = first_refusal {
+        let first_refusal = gates.iter().flatten().find_map(|g| g.refusal(spec, risk));
+        if let Some(code) = first_refusal {
             self.token = code == "APPROVAL_PENDING";
             return Expect::Err(code);
         }
