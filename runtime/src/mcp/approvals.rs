@@ -522,6 +522,7 @@ mod tests {
                     .associated_data(&InBand::associated_data(session))
                     .ttl(in_band.ttl),
             )
+            .map(|sealed| format!("{STATE_PREFIX}{sealed}"))
             .unwrap()
     }
 
@@ -545,6 +546,13 @@ mod tests {
         };
         assert_eq!(
             refused("two", "t.refund", &arguments, &state),
+            StateRefused::Invalid
+        );
+        // Without the mark of this server's forms it is not one of its states (it is a handler's own).
+        let unmarked = state.strip_prefix(STATE_PREFIX).unwrap();
+        assert!(!is_approval_state(unmarked));
+        assert_eq!(
+            refused("one", "t.refund", &arguments, unmarked),
             StateRefused::Invalid
         );
         assert_eq!(
