@@ -1714,8 +1714,12 @@ fn run_command(command: String) -> Result<String, Denied> {
 #[test]
 fn a_call_by_name_refused_before_its_arguments_says_they_may_raise_its_risk() {
     let shadow = gate_in(Mode::Shadow);
-    let refused = call(&shadow, "byname_esc.run_command", json!({"command": "sudo rm -rf /"}))
-        .expect_err("LOW_WRITE in SHADOW");
+    let refused = call(
+        &shadow,
+        "byname_esc.run_command",
+        json!({"command": "sudo rm -rf /"}),
+    )
+    .expect_err("LOW_WRITE in SHADOW");
     let message = refused.denied().expect("a refusal").to_string();
     assert_eq!(
         message,
@@ -1724,8 +1728,12 @@ fn a_call_by_name_refused_before_its_arguments_says_they_may_raise_its_risk() {
          that"
     );
     let partial = gate_in(Mode::PartialAuto);
-    let raised = call(&partial, "byname_esc.run_command", json!({"command": "sudo rm -rf /"}))
-        .expect_err("HIGH_WRITE in PARTIAL_AUTO");
+    let raised = call(
+        &partial,
+        "byname_esc.run_command",
+        json!({"command": "sudo rm -rf /"}),
+    )
+    .expect_err("HIGH_WRITE in PARTIAL_AUTO");
     assert_eq!(
         raised.denied().expect("a refusal").to_string(),
         "tool `byname_esc.run_command` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments) \
