@@ -4,13 +4,17 @@
 //! - rmcp's server (`#[tool_router]`, its router kept in a field) with no audit: the baseline;
 //! - toolgate's `ToolgateServer`, its gate writing an `enter` and an `exit` record of every call to the
 //!   hash-chained JSONL log (`Durability::Flush`: each record reaches the OS before the body runs);
-//! - the same without audit, for reference.
+//! - the same without audit, for reference;
+//! - an rmcp `#[tool_router]` handler gated in place (`#[toolgate::toolset]`, `#[toolgate(..)]` beside
+//!   `#[tool]`; `toolgate_benches::mcp::Gated`, its tool `sum`) served by `ToolgateServer::handler`,
+//!   with the JSONL audit and without.
 //!
 //! Each server is called `CALLS` times (20,000) one after another by one client, after 1,000 calls of
 //! warm-up; printed are calls per second and the server's CPU time per call (user + system, from
 //! `/proc/PID/stat`), and each figure against rmcp's.
 //!
-//! `cargo bench -p toolgate-benches --bench mcp`.
+//! `cargo bench -p toolgate-benches --bench mcp`; `SERVER_WRAPPER="valgrind --tool=callgrind"` runs each
+//! server under a profiler (it exits, and writes its profile, when its client closes its stdin).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,6 +27,7 @@ use toolgate::audit::JsonlSink;
 use toolgate::mcp::ToolgateServer;
 use toolgate::{Gate, Mode};
 use toolgate_benches::by_name::StoredRouter;
+use toolgate_benches::mcp::{Gated, cpu_time, server_command};
 
 const ROLE: &str = "TOOLGATE_BENCH_MCP_ROLE";
 const LOG: &str = "TOOLGATE_BENCH_MCP_LOG";
@@ -49,6 +54,8 @@ fn main() {
         ("rmcp", "rmcp, no audit"),
         ("toolgate_audit", "toolgate, JSONL audit (Flush)"),
         ("toolgate", "toolgate, no audit"),
+        ("inplace_audit", "rmcp handler gated, JSONL audit"),
+        ("inplace", "rmcp handler gated, no audit"),
     ] {
         let _ = std::fs::remove_file(&log);
         let (rate, cpu) = runtime.block_on(measure(role, &log, calls));
@@ -59,7 +66,7 @@ fn main() {
             cpu.as_secs_f64() * 1e6 / calls as f64,
             cpu.as_secs_f64() / base_cpu.as_secs_f64()
         );
-        if role == "toolgate_audit" {
+        if role.ends_with("_audit") {
             let report = toolgate::audit::verify_file(&log).expect("the log reads");
             assert!(report.is_intact(), "{report}");
             assert!(report.records >= 2 * calls, "every call left its records");
@@ -71,14 +78,18 @@ fn main() {
 /// Calls a server in a child process; calls per second, and the server's CPU time over the measured
 /// calls.
 async fn measure(role: &str, log: &std::path::Path, calls: u64) -> (f64, Duration) {
-    let exe = std::env::current_exe().expect("this binary");
-    let transport = TokioChildProcess::new(tokio::process::Command::new(exe).configure(|cmd| {
+    let transport = TokioChildProcess::new(server_command().configure(|cmd| {
         cmd.env(ROLE, role).env(LOG, log);
     }))
     .expect("the server starts");
     let pid = transport.id().expect("the server's pid");
     let client = ().serve(transport).await.expect("the client connects");
-    let name = "add";
+    // The handler gated in place names its tool `sum`: toolgate's `callable` `add` has the id `add`.
+    let name = if role.starts_with("inplace") {
+        "sum"
+    } else {
+        "add"
+    };
     let call = |n: u64| {
         let arguments = json!({"a": n as i64, "b": 40});
         let serde_json::Value::Object(arguments) = arguments else {
@@ -101,18 +112,6 @@ async fn measure(role: &str, log: &std::path::Path, calls: u64) -> (f64, Duratio
     (calls as f64 / took.as_secs_f64(), cpu)
 }
 
-/// User and system time of a process so far, from `/proc/PID/stat`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the server's stat");
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat[stat.rfind(')').expect("a command name") + 2..]
-        .split(' ')
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
-}
-
 async fn serve(role: &str) {
     match role {
         "rmcp" => {
@@ -121,15 +120,18 @@ async fn serve(role: &str) {
         }
         _ => {
             let mut gate = Gate::builder().mode(Mode::Shadow);
-            if role == "toolgate_audit" {
+            if role.ends_with("_audit") {
                 let log = std::env::var(LOG).expect("the log's path");
                 gate = gate.audit(JsonlSink::open(log).expect("the log opens"));
             }
             let gate = gate.build().expect("a gate");
-            let server = ToolgateServer::new(gate)
-                .serve(stdio())
-                .await
-                .expect("served");
+            let server = ToolgateServer::new(gate);
+            let server = if role.starts_with("inplace") {
+                server.handler(Gated::new())
+            } else {
+                server
+            };
+            let server = server.serve(stdio()).await.expect("served");
             let _ = server.waiting().await;
         }
     }
