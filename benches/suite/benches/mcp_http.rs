@@ -19,12 +19,15 @@
 //! capabilities), or with `PROTOCOL=2025-11-25` the `initialize` handshake and a session
 //! (`Mcp-Session-Id`); the version each server answered is checked.
 //!
-//! Each server is called `CALLS` times (20,000) one call after another by one client, then `CALLS` times
-//! by `CLIENTS` (8) clients at once, each with its own connection, each calling one call after
-//! another; before that, 1,000 calls of warm-up by the first client and 100 by each. Printed are calls
-//! per second, the server's CPU time per call (user + system, from `/proc/PID/stat`), and each figure
-//! against rmcp's in the same round; the OAuth row also against the static token's. `ROUNDS` (3)
-//! rounds, the servers' order reversed every other round, then the medians of the rounds.
+//! Every server runs at once, idle but for its turn. Each is called `CALLS` times (20,000) one call
+//! after another by one client, then `CALLS` times by `CLIENTS` (8) clients at once, each with its own
+//! connection, each calling one call after another; before that, 1,000 calls of warm-up by the first
+//! client and 100 by each. The calls go in `CHUNKS` (20) chunks that take the servers in turn, each
+//! chunk starting with the next server, so that what else a shared machine does falls on every
+//! server alike. Printed are calls per second, the server's CPU time per call (user + system, from
+//! `/proc/PID/stat`) and the client's (this process's), and each figure against rmcp's in the same
+//! round; the OAuth row also against the static token's. `ROUNDS` (3) rounds, then the medians of
+//! the rounds.
 //!
 //! `cargo bench -p toolgate-benches --bench mcp_http`; `SERVER_WRAPPER="valgrind --tool=callgrind"` runs
 //! each server under a profiler (it exits, and writes its profile, when the bench is done with it).
@@ -121,6 +124,35 @@ struct Phase {
     client_us: f64,
 }
 
+/// What a server's chunks of calls took, added up.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    calls: u64,
+    elapsed: Duration,
+    server: Duration,
+    client: Duration,
+}
+
+impl Totals {
+    fn phase(&self) -> Phase {
+        let per_call = |cpu: Duration| cpu.as_secs_f64() * 1e6 / self.calls as f64;
+        Phase {
+            rate: self.calls as f64 / self.elapsed.as_secs_f64(),
+            server_us: per_call(self.server),
+            client_us: per_call(self.client),
+        }
+    }
+}
+
+/// The two ways the servers are called.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Clients {
+    /// One client, one call after another.
+    One,
+    /// Every client at once, each one call after another.
+    All,
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -137,6 +169,7 @@ fn main() {
     let calls = number("CALLS", 20_000);
     let clients = number("CLIENTS", 8).max(1);
     let rounds = number("ROUNDS", 3).max(1);
+    let chunks = number("CHUNKS", 20).clamp(1, calls.max(1));
     let protocol = match std::env::var("PROTOCOL").as_deref() {
         Err(_) | Ok("2026-07-28") => ProtocolVersion::V_2026_07_28,
         Ok("2025-11-25") => ProtocolVersion::V_2025_11_25,
@@ -146,37 +179,19 @@ fn main() {
     let key = SigningKey::from_bytes(&SEED);
     println!(
         "MCP tools/call over streamable HTTP on loopback, rmcp's client, protocol {protocol}; \
-         {calls} calls by 1 client, then {calls} by {clients} clients at once; {rounds} rounds"
+         {calls} calls by 1 client, then {calls} by {clients} clients at once, in {chunks} chunks \
+         that take the servers in turn; {rounds} rounds"
     );
-    let mut results: Vec<[Option<Figures>; 4]> = Vec::new();
+    let mut rounds_figures: Vec<[Figures; 4]> = Vec::new();
     for round in 0..rounds {
-        let mut order = Server::ALL;
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        let mut figures = [None; 4];
-        for server in order {
-            let _ = std::fs::remove_file(&log);
-            let measured = runtime.block_on(measure(server, &log, &key, &protocol, calls, clients));
-            if server == Server::ToolgateAudit {
-                let report = toolgate::audit::verify_file(&log).expect("the log reads");
-                assert!(report.is_intact(), "{report}");
-                let made = 2 * calls + WARMUP + clients * WARMUP_EACH;
-                assert!(report.records >= 2 * made, "every call left its records");
-            }
-            figures[index(server)] = Some(measured);
-        }
-        println!("\nround {} (order: {})", round + 1, names(&order));
-        let figures = figures.map(|f| f.expect("every server measured"));
+        let figures =
+            runtime.block_on(measure_round(&log, &key, &protocol, calls, clients, chunks));
+        println!("\nround {}", round + 1);
         print_round(&figures, clients);
-        results.push(figures.map(Some));
+        rounds_figures.push(figures);
     }
     let _ = std::fs::remove_file(&log);
-    let rounds: Vec<[Figures; 4]> = results
-        .into_iter()
-        .map(|r| r.map(|f| f.expect("measured")))
-        .collect();
-    print_medians(&rounds, clients);
+    print_medians(&rounds_figures, clients);
 }
 
 fn index(server: Server) -> usize {
@@ -186,14 +201,6 @@ fn index(server: Server) -> usize {
         .expect("a server")
 }
 
-fn names(order: &[Server]) -> String {
-    order
-        .iter()
-        .map(|s| s.role())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn print_header(what: &str) {
     println!(
         "{what:<34} {:>9} {:>8} {:>12} {:>8} {:>12}",
@@ -201,14 +208,17 @@ fn print_header(what: &str) {
     );
 }
 
-fn print_round(figures: &[Figures; 4], clients: u64) {
-    for (what, phase) in [
-        (
-            "1 client".to_owned(),
-            (|f: &Figures| f.sequential) as fn(&Figures) -> Phase,
-        ),
+type Pick = fn(&Figures) -> Phase;
+
+fn phases(clients: u64) -> [(String, Pick); 2] {
+    [
+        ("1 client".to_owned(), |f: &Figures| f.sequential),
         (format!("{clients} clients"), |f: &Figures| f.concurrent),
-    ] {
+    ]
+}
+
+fn print_round(figures: &[Figures; 4], clients: u64) {
+    for (what, phase) in phases(clients) {
         print_header(&what);
         let base = phase(&figures[0]);
         for server in Server::ALL {
@@ -243,45 +253,32 @@ fn print_medians(rounds: &[[Figures; 4]], clients: u64) {
         "\nmedians of {} rounds (ratios: the median of each round's)",
         rounds.len()
     );
-    for (what, phase) in [
-        (
-            "1 client".to_owned(),
-            (|f: &Figures| f.sequential) as fn(&Figures) -> Phase,
-        ),
-        (format!("{clients} clients"), |f: &Figures| f.concurrent),
-    ] {
+    for (what, phase) in phases(clients) {
         print_header(&what);
-        for server in Server::ALL {
-            let i = index(server);
-            let of =
-                |f: fn(&Phase) -> f64| median(rounds.iter().map(|r| f(&phase(&r[i]))).collect());
-            let ratio = |f: fn(&Phase) -> f64, against: usize| {
-                median(
-                    rounds
-                        .iter()
-                        .map(|r| f(&phase(&r[i])) / f(&phase(&r[against])))
-                        .collect(),
-                )
-            };
-            println!(
-                "  {:<32} {:>9.0} {:>7.2}x {:>12.1} {:>7.2}x {:>12.1}",
-                server.label(),
-                of(|p| p.rate),
-                ratio(|p| p.rate, 0),
-                of(|p| p.server_us),
-                ratio(|p| p.server_us, 0),
-                of(|p| p.client_us)
-            );
-        }
-        let (oauth, bearer) = (index(Server::ToolgateOAuth), index(Server::Toolgate));
-        let ratio = |f: fn(&Phase) -> f64| {
+        let of = |i: usize, f: fn(&Phase) -> f64| {
+            median(rounds.iter().map(|r| f(&phase(&r[i]))).collect())
+        };
+        let ratio = |i: usize, against: usize, f: fn(&Phase) -> f64| {
             median(
                 rounds
                     .iter()
-                    .map(|r| f(&phase(&r[oauth])) / f(&phase(&r[bearer])))
+                    .map(|r| f(&phase(&r[i])) / f(&phase(&r[against])))
                     .collect(),
             )
         };
+        for server in Server::ALL {
+            let i = index(server);
+            println!(
+                "  {:<32} {:>9.0} {:>7.2}x {:>12.1} {:>7.2}x {:>12.1}",
+                server.label(),
+                of(i, |p| p.rate),
+                ratio(i, 0, |p| p.rate),
+                of(i, |p| p.server_us),
+                ratio(i, 0, |p| p.server_us),
+                of(i, |p| p.client_us)
+            );
+        }
+        let (oauth, bearer) = (index(Server::ToolgateOAuth), index(Server::Toolgate));
         let extra = median(
             rounds
                 .iter()
@@ -290,21 +287,104 @@ fn print_medians(rounds: &[[Figures; 4]], clients: u64) {
         );
         println!(
             "  OAuth against the static token: calls/s {:.2}x, server CPU {:.2}x ({extra:+.1} µs/call)",
-            ratio(|p| p.rate),
-            ratio(|p| p.server_us),
+            ratio(oauth, bearer, |p| p.rate),
+            ratio(oauth, bearer, |p| p.server_us),
         );
     }
 }
 
-/// Starts `server` in a child process and measures it.
-async fn measure(
-    server: Server,
+/// A server in its child process, and its clients.
+struct Running {
+    child: tokio::process::Child,
+    pid: u32,
+    clients: Vec<Arc<RunningService<RoleClient, ()>>>,
+}
+
+/// One round: every server started and warmed up, then each called `calls` times by one client and
+/// `calls` times by all its clients, in `chunks` chunks that take the servers in turn (the first
+/// server of each chunk the next one), so that what else the machine does falls on every server
+/// alike.
+async fn measure_round(
     log: &Path,
     key: &SigningKey,
     protocol: &ProtocolVersion,
     calls: u64,
     clients: u64,
-) -> Figures {
+    chunks: u64,
+) -> [Figures; 4] {
+    let _ = std::fs::remove_file(log);
+    let mut running = Vec::new();
+    for server in Server::ALL {
+        running.push(start(server, log, key, protocol, clients).await);
+    }
+    let mut figures = [None; 4];
+    let mut totals = [[Totals::default(); 4]; 2];
+    for (phase, how) in [Clients::One, Clients::All].into_iter().enumerate() {
+        for chunk in 0..chunks {
+            let share = calls / chunks + u64::from(chunk < calls % chunks);
+            for turn in 0..Server::ALL.len() {
+                let i = (turn + chunk as usize) % Server::ALL.len();
+                let taken = timed(running[i].pid, run(&running[i].clients, how, share)).await;
+                let total = &mut totals[phase][i];
+                total.calls += share;
+                total.elapsed += taken.elapsed;
+                total.server += taken.server;
+                total.client += taken.client;
+            }
+        }
+    }
+    for (i, server) in running.into_iter().enumerate() {
+        stop(server).await;
+        figures[i] = Some(Figures {
+            sequential: totals[0][i].phase(),
+            concurrent: totals[1][i].phase(),
+        });
+    }
+    let report = toolgate::audit::verify_file(log).expect("the log reads");
+    assert!(report.is_intact(), "{report}");
+    let made = 2 * calls + WARMUP + clients * WARMUP_EACH;
+    assert!(report.records >= 2 * made, "every call left its records");
+    figures.map(|f| f.expect("every server measured"))
+}
+
+/// `calls` calls by the first client, or shared by all of them at once.
+async fn run(clients: &[Arc<RunningService<RoleClient, ()>>], how: Clients, calls: u64) {
+    match how {
+        Clients::One => {
+            for n in 0..calls {
+                call(&clients[0], n).await;
+            }
+        }
+        Clients::All => {
+            let count = clients.len() as u64;
+            let tasks: Vec<_> = clients
+                .iter()
+                .enumerate()
+                .map(|(i, client)| {
+                    let client = Arc::clone(client);
+                    let share = calls / count + u64::from((i as u64) < calls % count);
+                    tokio::spawn(async move {
+                        for n in 0..share {
+                            call(&client, n).await;
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("a client");
+            }
+        }
+    }
+}
+
+/// Starts `server` in a child process, connects its clients and warms them up.
+async fn start(
+    server: Server,
+    log: &Path,
+    key: &SigningKey,
+    protocol: &ProtocolVersion,
+    clients: u64,
+) -> Running {
     let mut child = server_command()
         .env(ROLE, server.role())
         .env(LOG, log)
@@ -329,9 +409,8 @@ async fn measure(
     for _ in 0..clients {
         connected.push(Arc::new(connect(&url, &token, protocol).await));
     }
-    let first = &connected[0];
     for n in 0..WARMUP {
-        check(&call(first, n).await, n);
+        check(&call(&connected[0], n).await, n);
     }
     let warm: Vec<_> = connected
         .iter()
@@ -347,59 +426,39 @@ async fn measure(
     for task in warm {
         task.await.expect("a warm-up client");
     }
+    Running {
+        child,
+        pid,
+        clients: connected,
+    }
+}
 
-    let sequential = timed(pid, calls, async {
-        for n in 0..calls {
-            call(first, n).await;
-        }
-    })
-    .await;
-    let concurrent = timed(pid, calls, async {
-        let tasks: Vec<_> = connected
-            .iter()
-            .enumerate()
-            .map(|(i, client)| {
-                let client = Arc::clone(client);
-                let share = calls / clients + u64::from((i as u64) < calls % clients);
-                tokio::spawn(async move {
-                    for n in 0..share {
-                        call(&client, n).await;
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.expect("a client");
-        }
-    })
-    .await;
-
-    for client in connected {
+async fn stop(mut running: Running) {
+    for client in running.clients {
         let client = Arc::into_inner(client).expect("the client's last handle");
         client.cancel().await.expect("the client stops");
     }
     // The server exits when its stdin closes (a profiler around it then writes its profile).
-    drop(child.stdin.take());
-    child.wait().await.expect("the server stops");
-    Figures {
-        sequential,
-        concurrent,
-    }
+    drop(running.child.stdin.take());
+    running.child.wait().await.expect("the server stops");
 }
 
-/// Runs `calls` calls, timing them and the CPU time of the server and of this process.
-async fn timed(pid: u32, calls: u64, run: impl Future<Output = ()>) -> Phase {
+/// What a run of calls took: wall time, and the CPU time of the server and of this process.
+struct Taken {
+    elapsed: Duration,
+    server: Duration,
+    client: Duration,
+}
+
+async fn timed(pid: u32, run: impl Future<Output = ()>) -> Taken {
     let (server_before, client_before) = (cpu_time(pid), cpu_time(std::process::id()));
     let started = Instant::now();
     run.await;
-    let took = started.elapsed();
-    let server = cpu_time(pid).saturating_sub(server_before);
-    let client = cpu_time(std::process::id()).saturating_sub(client_before);
-    let per_call = |cpu: Duration| cpu.as_secs_f64() * 1e6 / calls as f64;
-    Phase {
-        rate: calls as f64 / took.as_secs_f64(),
-        server_us: per_call(server),
-        client_us: per_call(client),
+    let elapsed = started.elapsed();
+    Taken {
+        elapsed,
+        server: cpu_time(pid).saturating_sub(server_before),
+        client: cpu_time(std::process::id()).saturating_sub(client_before),
     }
 }
 
