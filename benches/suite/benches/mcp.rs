@@ -15,6 +15,8 @@
 //! every server alike; printed are calls per second and the server's CPU time per call (user +
 //! system, from `/proc/PID/stat`), and each figure against rmcp's.
 //!
+//! The logs are written to the target's temporary directory, or to `LOG_DIR`.
+//!
 //! `cargo bench -p toolgate-benches --bench mcp`; `SERVER_WRAPPER="valgrind --tool=callgrind"` runs each
 //! server under a profiler (it exits, and writes its profile, when its client closes its stdin).
 
@@ -58,7 +60,7 @@ fn main() {
     };
     let calls = number("CALLS", 20_000);
     let chunks = number("CHUNKS", 20).clamp(1, calls.max(1));
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = log_dir();
     let log = |role: &str| dir.join(format!("mcp-bench-{role}.jsonl"));
     println!(
         "MCP tools/call over stdio, rmcp's client, {calls} calls one after another, in {chunks} chunks \
@@ -105,6 +107,13 @@ fn main() {
         }
         let _ = std::fs::remove_file(log(role));
     }
+}
+
+/// Where the audit logs go: `LOG_DIR` (e.g. a tmpfs, to take the disk out), else the target's
+/// temporary directory.
+fn log_dir() -> PathBuf {
+    std::env::var_os("LOG_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from)
 }
 
 /// A server in a child process and its client.

@@ -175,7 +175,11 @@ fn main() {
         Ok("2025-11-25") => ProtocolVersion::V_2025_11_25,
         Ok(other) => panic!("PROTOCOL is 2026-07-28 or 2025-11-25, not {other}"),
     };
-    let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-http-bench.jsonl");
+    // The audit log: in the target's temporary directory, or in `LOG_DIR` (e.g. a tmpfs, to take the
+    // disk out).
+    let log = std::env::var_os("LOG_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from)
+        .join("mcp-http-bench.jsonl");
     let key = SigningKey::from_bytes(&SEED);
     println!(
         "MCP tools/call over streamable HTTP on loopback, rmcp's client, protocol {protocol}; \
