@@ -4,28 +4,46 @@
 //! - rmcp's server (`#[tool_router]`, its router kept in a field) with no audit: the baseline;
 //! - toolgate's `ToolgateServer`, its gate writing an `enter` and an `exit` record of every call to the
 //!   hash-chained JSONL log (`Durability::Flush`: each record reaches the OS before the body runs);
-//! - the same without audit, for reference.
+//! - the same without audit, for reference;
+//! - an rmcp `#[tool_router]` handler gated in place (`#[toolgate::toolset]`, `#[toolgate(..)]` beside
+//!   `#[tool]`; `toolgate_benches::mcp::Gated`, its tool `sum`) served by `ToolgateServer::handler`,
+//!   with the JSONL audit and without.
 //!
-//! Each server is called `CALLS` times (20,000) one after another by one client, after 1,000 calls of
-//! warm-up; printed are calls per second and the server's CPU time per call (user + system, from
-//! `/proc/PID/stat`), and each figure against rmcp's.
+//! Every server runs at once, idle but for its turn. Each is called `CALLS` times (20,000) one after
+//! another by its client, after 1,000 calls of warm-up, in `CHUNKS` (20) chunks that take the servers
+//! in turn, each chunk starting with the next server, so that what else a shared machine does falls on
+//! every server alike; printed are calls per second and the server's CPU time per call (user +
+//! system, from `/proc/PID/stat`), and each figure against rmcp's.
 //!
-//! `cargo bench -p toolgate-benches --bench mcp`.
+//! The logs are written to the target's temporary directory, or to `LOG_DIR`.
+//!
+//! `cargo bench -p toolgate-benches --bench mcp`; `SERVER_WRAPPER="valgrind --tool=callgrind"` runs each
+//! server under a profiler (it exits, and writes its profile, when its client closes its stdin).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
-use rmcp::{ServiceExt, transport::stdio};
+use rmcp::{RoleClient, ServiceExt, transport::stdio};
 use serde_json::json;
 use toolgate::audit::JsonlSink;
 use toolgate::mcp::ToolgateServer;
 use toolgate::{Gate, Mode};
 use toolgate_benches::by_name::StoredRouter;
+use toolgate_benches::mcp::{Gated, cpu_time, server_command};
 
 const ROLE: &str = "TOOLGATE_BENCH_MCP_ROLE";
 const LOG: &str = "TOOLGATE_BENCH_MCP_LOG";
+
+const SERVERS: [(&str, &str); 5] = [
+    ("rmcp", "rmcp, no audit"),
+    ("toolgate_audit", "toolgate, JSONL audit (Flush)"),
+    ("toolgate", "toolgate, no audit"),
+    ("inplace_audit", "rmcp handler gated, JSONL audit"),
+    ("inplace", "rmcp handler gated, no audit"),
+];
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -37,80 +55,121 @@ fn main() {
         runtime.block_on(serve(&role));
         return;
     }
-    let calls: u64 = std::env::var("CALLS").map_or(20_000, |v| v.parse().expect("a number"));
-    let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-bench.jsonl");
-    println!("MCP tools/call over stdio, rmcp's client, {calls} calls one after another");
+    let number = |name: &str, default: u64| -> u64 {
+        std::env::var(name).map_or(default, |v| v.parse().expect("a number"))
+    };
+    let calls = number("CALLS", 20_000);
+    let chunks = number("CHUNKS", 20).clamp(1, calls.max(1));
+    let dir = log_dir();
+    let log = |role: &str| dir.join(format!("mcp-bench-{role}.jsonl"));
+    println!(
+        "MCP tools/call over stdio, rmcp's client, {calls} calls one after another, in {chunks} chunks \
+         that take the servers in turn"
+    );
     println!(
         "{:<34} {:>10} {:>8} {:>18} {:>8}",
         "server", "calls/s", "vs rmcp", "server CPU µs/call", "vs rmcp"
     );
-    let mut baseline = None;
-    for (role, label) in [
-        ("rmcp", "rmcp, no audit"),
-        ("toolgate_audit", "toolgate, JSONL audit (Flush)"),
-        ("toolgate", "toolgate, no audit"),
-    ] {
-        let _ = std::fs::remove_file(&log);
-        let (rate, cpu) = runtime.block_on(measure(role, &log, calls));
-        let (base_rate, base_cpu) = *baseline.get_or_insert((rate, cpu));
+    let measured = runtime.block_on(async {
+        let mut running = Vec::new();
+        for (role, _) in SERVERS {
+            let _ = std::fs::remove_file(log(role));
+            running.push(Running::start(role, &log(role)).await);
+        }
+        let mut totals = [(Duration::ZERO, Duration::ZERO); SERVERS.len()];
+        for chunk in 0..chunks {
+            let share = calls / chunks + u64::from(chunk < calls % chunks);
+            for turn in 0..SERVERS.len() {
+                let i = (turn + chunk as usize) % SERVERS.len();
+                let (took, cpu) = running[i].calls(share).await;
+                totals[i].0 += took;
+                totals[i].1 += cpu;
+            }
+        }
+        for server in running {
+            server.client.cancel().await.expect("the client stops");
+        }
+        totals
+    });
+    let (base_took, base_cpu) = measured[0];
+    for ((role, label), (took, cpu)) in SERVERS.into_iter().zip(measured) {
+        let rate = calls as f64 / took.as_secs_f64();
         println!(
             "{label:<34} {rate:>10.0} {:>7.2}x {:>18.1} {:>7.2}x",
-            rate / base_rate,
+            base_took.as_secs_f64() / took.as_secs_f64(),
             cpu.as_secs_f64() * 1e6 / calls as f64,
             cpu.as_secs_f64() / base_cpu.as_secs_f64()
         );
-        if role == "toolgate_audit" {
-            let report = toolgate::audit::verify_file(&log).expect("the log reads");
+        if role.ends_with("_audit") {
+            let report = toolgate::audit::verify_file(log(role)).expect("the log reads");
             assert!(report.is_intact(), "{report}");
             assert!(report.records >= 2 * calls, "every call left its records");
         }
+        let _ = std::fs::remove_file(log(role));
     }
-    let _ = std::fs::remove_file(&log);
 }
 
-/// Calls a server in a child process; calls per second, and the server's CPU time over the measured
-/// calls.
-async fn measure(role: &str, log: &std::path::Path, calls: u64) -> (f64, Duration) {
-    let exe = std::env::current_exe().expect("this binary");
-    let transport = TokioChildProcess::new(tokio::process::Command::new(exe).configure(|cmd| {
-        cmd.env(ROLE, role).env(LOG, log);
-    }))
-    .expect("the server starts");
-    let pid = transport.id().expect("the server's pid");
-    let client = ().serve(transport).await.expect("the client connects");
-    let name = "add";
-    let call = |n: u64| {
+/// Where the audit logs go: `LOG_DIR` (e.g. a tmpfs, to take the disk out), else the target's
+/// temporary directory.
+fn log_dir() -> PathBuf {
+    std::env::var_os("LOG_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from)
+}
+
+/// A server in a child process and its client.
+struct Running {
+    client: RunningService<RoleClient, ()>,
+    pid: u32,
+    /// The tool's name.
+    name: &'static str,
+}
+
+impl Running {
+    /// Starts the server of `role` and warms it up with 1,000 calls.
+    async fn start(role: &str, log: &std::path::Path) -> Running {
+        let transport = TokioChildProcess::new(server_command().configure(|cmd| {
+            cmd.env(ROLE, role).env(LOG, log);
+        }))
+        .expect("the server starts");
+        let pid = transport.id().expect("the server's pid");
+        let client = ().serve(transport).await.expect("the client connects");
+        // The handler gated in place names its tool `sum`: toolgate's `callable` `add` has the id
+        // `add`.
+        let name = if role.starts_with("inplace") {
+            "sum"
+        } else {
+            "add"
+        };
+        let running = Running { client, pid, name };
+        for n in 0..1_000 {
+            let result = running
+                .client
+                .call_tool(running.call(n))
+                .await
+                .expect("a call");
+            assert_ne!(result.is_error, Some(true), "{result:?}");
+        }
+        running
+    }
+
+    fn call(&self, n: u64) -> CallToolRequestParams {
         let arguments = json!({"a": n as i64, "b": 40});
         let serde_json::Value::Object(arguments) = arguments else {
             unreachable!("an object")
         };
-        CallToolRequestParams::new(name).with_arguments(arguments)
-    };
-    for n in 0..1_000 {
-        let result = client.call_tool(call(n)).await.expect("a call");
-        assert_ne!(result.is_error, Some(true), "{result:?}");
+        CallToolRequestParams::new(self.name).with_arguments(arguments)
     }
-    let cpu_before = cpu_time(pid);
-    let started = Instant::now();
-    for n in 0..calls {
-        client.call_tool(call(n)).await.expect("a call");
-    }
-    let took = started.elapsed();
-    let cpu = cpu_time(pid).saturating_sub(cpu_before);
-    client.cancel().await.expect("the client stops");
-    (calls as f64 / took.as_secs_f64(), cpu)
-}
 
-/// User and system time of a process so far, from `/proc/PID/stat`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the server's stat");
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat[stat.rfind(')').expect("a command name") + 2..]
-        .split(' ')
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
+    /// Makes `calls` calls one after another; how long they took, and the server's CPU time.
+    async fn calls(&self, calls: u64) -> (Duration, Duration) {
+        let cpu_before = cpu_time(self.pid);
+        let started = Instant::now();
+        for n in 0..calls {
+            self.client.call_tool(self.call(n)).await.expect("a call");
+        }
+        let took = started.elapsed();
+        (took, cpu_time(self.pid).saturating_sub(cpu_before))
+    }
 }
 
 async fn serve(role: &str) {
@@ -121,15 +180,18 @@ async fn serve(role: &str) {
         }
         _ => {
             let mut gate = Gate::builder().mode(Mode::Shadow);
-            if role == "toolgate_audit" {
+            if role.ends_with("_audit") {
                 let log = std::env::var(LOG).expect("the log's path");
                 gate = gate.audit(JsonlSink::open(log).expect("the log opens"));
             }
             let gate = gate.build().expect("a gate");
-            let server = ToolgateServer::new(gate)
-                .serve(stdio())
-                .await
-                .expect("served");
+            let server = ToolgateServer::new(gate);
+            let server = if role.starts_with("inplace") {
+                server.handler(Gated::new())
+            } else {
+                server
+            };
+            let server = server.serve(stdio()).await.expect("served");
             let _ = server.waiting().await;
         }
     }

@@ -41,9 +41,10 @@ use http_body_util::{BodyExt, Full};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+use sha2::{Digest, Sha256};
+
 pub use super::principal::Principal;
 use super::server::ToolgateServer;
-use crate::canonical::sha256_hex;
 use crate::gate::Gate;
 
 /// Why a request is refused before it reaches the server: its HTTP status (`401`, `403` or `400`) and
@@ -136,7 +137,7 @@ pub trait TokenVerifier: Send + Sync + 'static {
 /// the audit log see); the gates may share one audit sink and one approval store.
 #[derive(Default)]
 pub struct Principals {
-    by_token: HashMap<String, Principal>,
+    by_token: HashMap<[u8; 32], Principal>,
     anonymous: Option<Principal>,
     verifier: Option<Arc<dyn TokenVerifier>>,
 }
@@ -164,7 +165,7 @@ impl Principals {
     #[must_use]
     pub fn bearer(mut self, token: &str, name: impl Into<String>, gate: Gate) -> Principals {
         self.by_token
-            .insert(sha256_hex(token.as_bytes()), Principal::new(name, gate));
+            .insert(token_digest(token), Principal::new(name, gate));
         self
     }
 
@@ -190,7 +191,7 @@ impl Principals {
     /// [`authenticate`](Principals::authenticate).
     pub fn find(&self, authorization: Option<&HeaderValue>) -> Option<&Principal> {
         self.by_token
-            .get(&sha256_hex(bearer_token(authorization?)?.as_bytes()))
+            .get(&token_digest(bearer_token(authorization?)?))
     }
 
     /// Who a request with these headers is, or why it is refused: a bearer token of
@@ -211,7 +212,7 @@ impl Principals {
             )),
             (Some(value), None) => match bearer_token(value) {
                 Some(token) => {
-                    if let Some(principal) = self.by_token.get(&sha256_hex(token.as_bytes())) {
+                    if let Some(principal) = self.by_token.get(&token_digest(token)) {
                         return Verification::Ready(Ok(principal.clone()));
                     }
                     match &self.verifier {
@@ -239,6 +240,11 @@ impl Principals {
     }
 }
 
+/// What a token is kept and looked up as: its SHA-256.
+fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
 /// The token of an `Authorization: Bearer <token>` header: visible ASCII, the scheme in any case.
 fn bearer_token(value: &HeaderValue) -> Option<&str> {
     let value = value.to_str().ok()?;
@@ -264,7 +270,9 @@ fn bearer_token(value: &HeaderValue) -> Option<&str> {
 /// here, and its client initializes again.
 #[derive(Clone)]
 pub struct HttpService {
-    inner: StreamableHttpService<ToolgateServer, LocalSessionManager>,
+    /// Shared by the clones that hyper makes per request, and called through `handle`: a request
+    /// does not copy rmcp's configuration.
+    inner: Arc<StreamableHttpService<ToolgateServer, LocalSessionManager>>,
     sessions: Arc<LocalSessionManager>,
     principals: Arc<Principals>,
     owners: Arc<Owners>,
@@ -344,7 +352,7 @@ impl HttpService {
             config,
         );
         HttpService {
-            inner,
+            inner: Arc::new(inner),
             sessions,
             principals: Arc::new(principals),
             owners: Arc::new(Owners::default()),
@@ -412,13 +420,13 @@ impl HttpService {
         let name = Arc::clone(&principal.name);
         let ends = request.method() == Method::DELETE;
         request.extensions_mut().insert(principal);
-        let (mut inner, owners, sessions) = (
-            self.inner.clone(),
+        let (inner, owners, sessions) = (
+            Arc::clone(&self.inner),
             Arc::clone(&self.owners),
             Arc::clone(&self.sessions),
         );
         Box::pin(async move {
-            let response = tower_service::Service::call(&mut inner, request).await?;
+            let response = inner.handle(request).await;
             match session {
                 Some(session) if ends && response.status().is_success() => owners.forget(&session),
                 Some(_) => {}

@@ -31,6 +31,11 @@ impl Principal {
         &self.name
     }
 
+    /// The principal's name, shared.
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        Arc::clone(&self.name)
+    }
+
     /// The gate that decides the principal's calls and what `tools/list` shows it.
     pub fn gate(&self) -> &Gate {
         &self.gate

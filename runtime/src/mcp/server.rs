@@ -1,7 +1,7 @@
 //! The rmcp server handler over the registry, and the translation of calls and their results.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 #[allow(deprecated)]
@@ -98,12 +98,15 @@ pub struct ToolgateServer {
     instances: Instances,
     visibility: Visibility,
     filter: Option<Filter>,
-    implementation: Implementation,
-    instructions: Option<String>,
+    /// Shared by the connections, which are made per request over HTTP with protocol 2026-07-28.
+    implementation: Arc<Implementation>,
+    instructions: Option<Arc<str>>,
     approvals: Approvals,
     on_pending: Option<OnPending>,
     mode_poll: Duration,
-    session: Arc<str>,
+    /// This connection's random id, made when first needed: over HTTP a request's principal names
+    /// its session, and a connection is made per request.
+    session: Arc<OnceLock<Arc<str>>>,
     tasks: Tasks,
     max_tasks: usize,
     task_deadline: Duration,
@@ -138,11 +141,7 @@ fn session_id() -> Arc<str> {
     if getrandom::fill(&mut bytes).is_err() {
         panic!("the operating system's random number generator failed");
     }
-    bytes
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>()
-        .into()
+    crate::canonical::hex(&bytes).into()
 }
 
 impl fmt::Debug for ToolgateServer {
@@ -168,12 +167,12 @@ impl ToolgateServer {
             instances: Instances::new(),
             visibility: Visibility::Hide,
             filter: None,
-            implementation: Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+            implementation: Arc::new(Implementation::new("toolgate", env!("CARGO_PKG_VERSION"))),
             instructions: None,
             approvals: Approvals::OutOfBand,
             on_pending: None,
             mode_poll: DEFAULT_MODE_POLL,
-            session: session_id(),
+            session: Arc::default(),
             tasks: Tasks::default(),
             max_tasks: DEFAULT_MAX_TASKS,
             task_deadline: DEFAULT_TASK_DEADLINE,
@@ -290,7 +289,7 @@ impl ToolgateServer {
     #[must_use]
     pub fn connection(&self) -> ToolgateServer {
         ToolgateServer {
-            session: session_id(),
+            session: Arc::default(),
             ..self.clone()
         }
     }
@@ -349,7 +348,7 @@ impl ToolgateServer {
         name: impl Into<String>,
         version: impl Into<String>,
     ) -> ToolgateServer {
-        self.implementation = Implementation::new(name, version);
+        self.implementation = Arc::new(Implementation::new(name, version));
         self.named = true;
         self
     }
@@ -357,7 +356,7 @@ impl ToolgateServer {
     /// Instructions for the model, given in the `initialize` result.
     #[must_use]
     pub fn instructions(mut self, instructions: impl Into<String>) -> ToolgateServer {
-        self.instructions = Some(instructions.into());
+        self.instructions = Some(instructions.into().into());
         self
     }
 
@@ -453,8 +452,8 @@ impl ToolgateServer {
             .enable_tool_list_changed()
             .enable_tasks()
             .build();
-        let mut implementation = self.implementation.clone();
-        let mut instructions = self.instructions.clone();
+        let mut implementation = None;
+        let mut instructions = self.instructions.as_deref().map(str::to_owned);
         if let Some(handler) = &self.handler {
             let theirs = handler.info();
             let mut merged = theirs.capabilities;
@@ -467,10 +466,11 @@ impl ToolgateServer {
             }
             capabilities = merged;
             if !self.named {
-                implementation = theirs.server_info;
+                implementation = Some(theirs.server_info);
             }
             instructions = instructions.or(theirs.instructions);
         }
+        let implementation = implementation.unwrap_or_else(|| (*self.implementation).clone());
         let config = ServerConfig::new(capabilities).with_server_info(implementation);
         match instructions {
             Some(instructions) => config.with_instructions(instructions),
@@ -506,13 +506,13 @@ impl ToolgateServer {
         {
             return Caller {
                 gate: principal.gate().clone(),
-                session: format!("principal\n{}", principal.name()).into(),
+                of: Of::Principal(principal.shared_name()),
             };
         }
         let _ = extensions;
         Caller {
             gate: self.gate.clone(),
-            session: format!("connection\n{}", self.session).into(),
+            of: Of::Connection(Arc::clone(&self.session)),
         }
     }
 
@@ -566,8 +566,7 @@ impl ToolgateServer {
         caller: &Caller,
     ) -> Result<CallToolResponse, ErrorData> {
         let gate = &caller.gate;
-        let name = &*request.name;
-        let Some(target) = self.target(name) else {
+        let Some(target) = self.target(&request.name) else {
             return self.undeclared_call(request, context, gate).await;
         };
         let tool = target.tool();
@@ -575,7 +574,6 @@ impl ToolgateServer {
             Approvals::InBand(in_band) if client.answers_forms => Some(in_band),
             _ => None,
         };
-        let arguments = request.arguments.clone().unwrap_or_default();
         // A state this server did not seal for its approval forms is the handler's own, for a tool
         // of the handler; no other tool has one.
         let approval_state = request.request_state.as_deref().filter(|sealed| {
@@ -585,10 +583,11 @@ impl ToolgateServer {
             let Some(in_band) = in_band else {
                 return state_refused(gate, tool, StateRefused::Invalid);
             };
+            let no_arguments = JsonObject::new();
             let (token, answer) = match in_band.answer(
-                &caller.session,
-                name,
-                &arguments,
+                &caller.session(),
+                &request.name,
+                request.arguments.as_ref().unwrap_or(&no_arguments),
                 sealed,
                 request.input_responses.as_ref(),
             ) {
@@ -626,12 +625,19 @@ impl ToolgateServer {
             let ran = self.dispatch(gate, target, request, context).await?;
             return ran.into_response();
         }
-        let ran = self
-            .dispatch(gate, target, request.clone(), context.clone())
-            .await?;
+        // What a call that waits for an approval is answered with needs after the call has been
+        // decided: its arguments for the form or the operator, its request and context to try it
+        // again as a task. Kept only where they may be used.
+        let arguments = (in_band.is_some() || self.on_pending.is_some())
+            .then(|| request.arguments.clone().unwrap_or_default());
+        let retry = client
+            .takes_tasks
+            .then(|| (request.clone(), context.clone()));
+        let ran = self.dispatch(gate, target, request, context).await?;
         if let Some(denied) = ran.denied()
             && let Some(token) = denied.approval_token()
         {
+            let arguments = arguments.unwrap_or_default();
             // The latch never opens again: what tainted the session before the decision still does.
             let taint = gate.taint();
             if let Some(in_band) = in_band {
@@ -640,7 +646,7 @@ impl ToolgateServer {
                     taint: taint.as_ref(),
                 };
                 return Ok(in_band
-                    .ask(&caller.session, tool, &arguments, denied, token, &about)
+                    .ask(&caller.session(), tool, &arguments, denied, token, &about)
                     .into());
             }
             if let Some(notify) = &self.on_pending {
@@ -664,11 +670,19 @@ impl ToolgateServer {
                     },
                 });
             }
-            if client.takes_tasks && denied.code() == DenialCode::ApprovalPending {
+            if let Some((request, context)) = retry
+                && denied.code() == DenialCode::ApprovalPending
+            {
                 let token = token.to_owned();
                 return Ok(
-                    match self.wait_as_task(gate, target, request, context, &token, &caller.session)
-                    {
+                    match self.wait_as_task(
+                        gate,
+                        target,
+                        request,
+                        context,
+                        &token,
+                        &caller.session(),
+                    ) {
                         Ok(created) => created.into(),
                         Err(too_many) => refusal("TOO_MANY_TASKS", &too_many.to_string()).into(),
                     },
@@ -979,7 +993,25 @@ struct Client {
 /// The gate and the session of one request.
 struct Caller {
     gate: Gate,
-    session: Arc<str>,
+    of: Of,
+}
+
+/// Whose a request's session is.
+enum Of {
+    /// Over HTTP, the principal's of this name.
+    Principal(Arc<str>),
+    /// Elsewhere, the connection's, by its random id.
+    Connection(Arc<OnceLock<Arc<str>>>),
+}
+
+impl Caller {
+    /// The session a request's in-band approval states and tasks are bound to.
+    fn session(&self) -> Arc<str> {
+        match &self.of {
+            Of::Principal(name) => format!("principal\n{name}").into(),
+            Of::Connection(id) => format!("connection\n{}", id.get_or_init(session_id)).into(),
+        }
+    }
 }
 
 fn unknown_task(id: &str) -> ErrorData {
@@ -1120,7 +1152,7 @@ impl ServerHandler for ToolgateServer {
     ) -> Result<GetTaskResult, ErrorData> {
         let caller = self.caller(&context.extensions);
         self.tasks
-            .get(&caller.session, &request.task_id)
+            .get(&caller.session(), &request.task_id)
             .ok_or_else(|| unknown_task(&request.task_id))
     }
 
@@ -1130,7 +1162,7 @@ impl ServerHandler for ToolgateServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let caller = self.caller(&context.extensions);
-        if self.tasks.cancel(&caller.session, &request.task_id) {
+        if self.tasks.cancel(&caller.session(), &request.task_id) {
             Ok(())
         } else {
             Err(unknown_task(&request.task_id))
