@@ -9,8 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::schema::{self, lock_key, store_error, valid_schema};
-use super::{DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
+use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, lock_key, store_error, valid_schema};
 use crate::approval::store::StoreError;
 use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
 use crate::audit::checkpoint::{Checkpoint, Checkpointer, Checkpoints};

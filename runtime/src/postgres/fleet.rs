@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
-use super::schema::{self, store_error, valid_schema};
-use super::{DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
+use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, store_error, valid_schema};
 use crate::approval::store::StoreError;
 use crate::gate::{Gate, GateBuilder, GateError, WeakGate};
 use crate::policy::Mode;

@@ -179,6 +179,7 @@
 
 mod audit;
 pub mod fleet;
+mod requests;
 mod schema;
 mod sql;
 mod trail;
@@ -186,6 +187,8 @@ mod worker;
 
 pub use audit::{PostgresSink, PostgresSinkBuilder};
 pub use fleet::{Fleet, FleetBuilder, JoinError};
+pub use requests::{RequestState, StoredRequest};
+pub use schema::{DEFAULT_MAX_PENDING, DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
 pub use trail::{
     Interrupted, TrailReport, WriterReport, read_trail, verify_signed_trail, verify_trail,
 };
@@ -201,27 +204,9 @@ use crate::approval::store::{
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
 use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, Reservation};
-use crate::policy::Mode;
+use requests::Settings;
 use schema::valid_schema;
 use worker::{Job, Target};
-
-/// How long an operation may take, unless the builder sets another.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Pending requests an agent may hold, unless the builder sets another.
-pub const DEFAULT_MAX_PENDING: usize = 10_000;
-
-/// The schema the store's tables live in, unless the builder names another.
-pub const DEFAULT_SCHEMA: &str = "toolgate";
-
-#[derive(Debug, Clone)]
-struct Settings {
-    timeout: Duration,
-    ttl: Duration,
-    max_pending: usize,
-    schema: String,
-    migrate: bool,
-}
 
 /// An [`ApprovalStore`] in PostgreSQL, shared by every gate and process that connects to it. See the
 /// [module](self) for what it guarantees and the SQL it keeps.
@@ -489,49 +474,4 @@ impl fmt::Debug for PostgresStore {
             .field("migrate", &self.settings.migrate)
             .finish_non_exhaustive()
     }
-}
-
-/// A request as the store keeps it, for an operator.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct StoredRequest {
-    /// The request's id, for [`PostgresStore::answer_id`] and `toolgate approvals`.
-    pub id: i64,
-    /// What an answer is bound to.
-    pub binding: Binding,
-    /// The agent label of the gate that asked.
-    pub agent: Option<String>,
-    /// The gate's mode when it asked.
-    pub mode: Mode,
-    /// The tool's manifest, as JSON.
-    pub manifest: Option<String>,
-    /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
-    pub arguments: Option<String>,
-    /// When it was made, by the database's clock, as `YYYY-MM-DDTHH:MM:SSZ`.
-    pub created_at: String,
-    /// How long ago it was made.
-    pub age: Duration,
-    /// How long it has left (zero once expired).
-    pub expires_in: Duration,
-    /// Whether it has expired: an expired request answers no call.
-    pub expired: bool,
-    /// Pending, answered, or answered and used.
-    pub state: RequestState,
-    /// Who the agent acted for (the gate's principal), if the gate named one.
-    pub principal: Option<String>,
-    /// What tainted the asking gate's session, if anything: the id of the tool whose output is
-    /// untrusted, and when it ran (RFC 3339, as audit records write time).
-    pub tainted: Option<(String, String)>,
-}
-
-/// Where a request stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RequestState {
-    /// Waiting for an operator.
-    Pending,
-    /// Answered; the answer waits for its call.
-    Answered(Answer),
-    /// Answered, and the answer decided its call.
-    Used(Answer),
 }

@@ -11,6 +11,15 @@ use tokio_postgres::{Client, Config, NoTls};
 use super::sql;
 use crate::approval::store::StoreError;
 
+/// How long an operation may take, unless the builder sets another.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Pending requests an agent may hold, unless the builder sets another.
+pub const DEFAULT_MAX_PENDING: usize = 10_000;
+
+/// The schema the store's tables live in, unless the builder names another.
+pub const DEFAULT_SCHEMA: &str = "toolgate";
+
 /// `text` with the schema's quoted name in place of `{s}`. The name is checked to be lowercase
 /// letters, digits and `_` when a part is configured: quoting is for keywords (`user`).
 pub(super) fn sql(text: &str, schema: &str) -> String {

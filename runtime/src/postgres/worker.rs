@@ -11,9 +11,9 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Row, Statement};
 
+use super::requests::{RequestState, Settings, StoredRequest};
 use super::schema::{self, lock_key, store_error};
 use super::sql;
-use super::{RequestState, Settings, StoredRequest};
 use crate::approval::store::{
     Answer, ApprovalCall, ApproveError, Binding, Consumed, Filed, StoreError,
 };

@@ -6,7 +6,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 use super::arguments::ArgumentSource;
-use super::{Allowed, Answered, Wait, Waits, refuse, store_panicked};
+use super::refusal::{refuse, store_panicked};
+use super::waits::{Allowed, Answered, Wait, Waits};
 use crate::approval::store::{Answer, ApprovalCall, Binding, Consumed, StoreError};
 use crate::approval::{AnyApprover, Approval, ApprovalRequest, DEFAULT_SESSION_TTL, SessionGrant};
 use crate::audit::Decision;

@@ -3,7 +3,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use super::{Wait, refuse, store_panicked};
+use super::refusal::{refuse, store_panicked};
+use super::waits::Wait;
 use crate::approval::store::StoreError;
 use crate::gate::Gate;
 use crate::gate::budget::{Reservation, Reserved, Taken};

@@ -13,7 +13,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::arguments::{ArgumentSource, still_seen};
-use super::{Decision, refuse};
+use super::refusal::refuse;
+use super::state::Decision;
+use super::table::since;
 use crate::approval::SessionGrant;
 use crate::audit::{AuditRecord, Decision as Decided, Stage};
 use crate::gate::call::{CallInfo, EffectiveRisk};
@@ -260,11 +262,4 @@ pub(super) fn confirm_slow(
     permit.release_held();
     close_refused(permit.take_exits(), &denied);
     Err(denied)
-}
-
-/// Nanoseconds from `epoch` to `at`, at least 1 (0 means no grant).
-pub(super) fn since(epoch: Instant, at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(epoch).as_nanos())
-        .unwrap_or(u64::MAX)
-        .max(1)
 }

@@ -3,9 +3,11 @@
 //! deciding again.
 
 use super::arguments::LazyArguments;
+use super::check::{check, check_async};
+use super::commit::confirm_slow;
+use super::gates::{distinct, gates_around, stack_shape};
 use super::records::abandon;
 use super::suspension::{Entering, Waiting};
-use super::{check, check_async};
 use crate::gate::Gate;
 use crate::gate::ambient::STACK;
 use crate::gate::call::{ArgRef, CallInfo};
@@ -56,7 +58,7 @@ fn precheck_slow(
         return refuse_from_tables(entry, std::slice::from_ref(gate));
     }
     let gates = if gate_parameter {
-        super::gates_around(entry, Some(gate))?
+        gates_around(entry, Some(gate))?
     } else {
         let ambient = STACK
             .try_with(|stack| {
@@ -66,7 +68,7 @@ fn precheck_slow(
                     .unwrap_or_default()
             })
             .unwrap_or_default();
-        super::distinct(ambient.iter().chain([gate]))
+        distinct(ambient.iter().chain([gate]))
     };
     refuse_from_tables(entry, &gates)
 }
@@ -201,18 +203,6 @@ fn decide_by_name_slow(
     }))))
 }
 
-/// How many gates are entered on this thread, and the innermost one's id.
-fn stack_shape() -> (usize, u64) {
-    STACK
-        .try_with(|stack| {
-            stack
-                .try_borrow()
-                .map(|stack| (stack.len(), stack.last().map_or(0, Gate::id)))
-                .unwrap_or((usize::MAX, 0))
-        })
-        .unwrap_or((usize::MAX, 0))
-}
-
 thread_local! {
     /// The call by name this thread is about to make, decided already.
     static HANDED: std::cell::RefCell<Option<Box<Handed>>> = const { std::cell::RefCell::new(None) };
@@ -315,7 +305,7 @@ impl<F: Future> Future for HandAsync<F> {
     }
 }
 
-/// [`confirm`](super::confirm) for an async call by name, whose permit is handed over.
+/// [`confirm`](super::commit::confirm) for an async call by name, whose permit is handed over.
 pub(crate) fn confirm_handed(
     result: Result<Decided, Denied>,
     call: &CallInfo<'_>,
@@ -323,7 +313,7 @@ pub(crate) fn confirm_handed(
     match result {
         Ok(Decided(Some(mut handed))) if handed.permit.needs_confirmation() => {
             let permit = std::mem::replace(&mut handed.permit, Permit::unaudited());
-            handed.permit = super::commit::confirm_slow(handed.entry, permit, call)?;
+            handed.permit = confirm_slow(handed.entry, permit, call)?;
             Ok(Decided(Some(handed)))
         }
         other => other,
@@ -340,178 +330,5 @@ impl Waiting {
             permit,
             stack: stack_shape(),
         }))))
-    }
-}
-
-/// Where the refusal of a call handed its arguments ([`with_arguments`]) goes back to the caller.
-pub(crate) type Outcome = std::sync::Arc<std::sync::Mutex<Option<Denied>>>;
-
-/// A call of an rmcp tool gated in place, made through the server: the JSON arguments the call is
-/// decided with (the tool's own parameters are rmcp's extractors, which cannot be written), for the
-/// tool's own check to take when rmcp's router reaches it, however many polls later: the call is
-/// decided there, once, at its commit point right before the body.
-pub(crate) struct InPlaceCall {
-    entry: &'static ToolEntry,
-    arguments: serde_json::Map<String, serde_json::Value>,
-    /// The handler instance, the call's `self`.
-    label: String,
-    outcome: Outcome,
-    /// The ambient gates when it was put on the slot: how many, and the innermost one's id.
-    stack: (usize, u64),
-}
-
-thread_local! {
-    /// The call of a tool gated in place that this thread's poll is about to reach.
-    static IN_PLACE: std::cell::RefCell<Option<Box<InPlaceCall>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-pin_project_lite::pin_project! {
-    /// A future (the handler's `call_tool`) during whose every poll the call's arguments wait for the
-    /// check of its tool, until that check takes them.
-    pub(crate) struct WithArguments<F> {
-        call: Option<Box<InPlaceCall>>,
-        #[pin]
-        future: F,
-    }
-}
-
-/// Has the call of `entry` that `future` makes decided with `arguments` and `label` as its `self`;
-/// the refusal, if the call is refused, is put in the returned [`Outcome`].
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-pub(crate) fn with_arguments<F: Future>(
-    entry: &'static ToolEntry,
-    arguments: serde_json::Map<String, serde_json::Value>,
-    label: String,
-    future: F,
-) -> (WithArguments<F>, Outcome) {
-    let outcome = Outcome::default();
-    let call = InPlaceCall {
-        entry,
-        arguments,
-        label,
-        outcome: outcome.clone(),
-        stack: (usize::MAX, 0),
-    };
-    let future = WithArguments {
-        call: Some(Box::new(call)),
-        future,
-    };
-    (future, outcome)
-}
-
-/// Puts a call on the slot for one poll; dropped, on return or unwind, it puts back what was there and
-/// keeps the call if no check took it.
-struct Offering<'a> {
-    outer: Option<Box<InPlaceCall>>,
-    untaken: &'a mut Option<Box<InPlaceCall>>,
-}
-
-impl Drop for Offering<'_> {
-    fn drop(&mut self) {
-        let outer = self.outer.take();
-        let _ = IN_PLACE.try_with(|slot| {
-            if let Ok(mut slot) = slot.try_borrow_mut() {
-                *self.untaken = std::mem::replace(&mut *slot, outer);
-            }
-        });
-    }
-}
-
-impl<F: Future> Future for WithArguments<F> {
-    type Output = F::Output;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<F::Output> {
-        let this = self.project();
-        let Some(mut call) = this.call.take() else {
-            return this.future.poll(cx);
-        };
-        call.stack = stack_shape();
-        let outer = IN_PLACE
-            .try_with(|slot| slot.try_borrow_mut().ok().and_then(|mut s| s.replace(call)))
-            .ok()
-            .flatten();
-        let _offering = Offering {
-            outer,
-            untaken: this.call,
-        };
-        this.future.poll(cx)
-    }
-}
-
-/// The call of `entry` handed its arguments, if this check is the one it waits for: the same tool, under
-/// the same gates.
-#[inline]
-pub(crate) fn take_in_place(entry: &'static ToolEntry) -> Option<Box<InPlaceCall>> {
-    // Only a tool gated in place looks at the slot: every other check pays one field read.
-    entry.in_place?;
-    IN_PLACE
-        .try_with(|slot| {
-            let mut slot = slot.try_borrow_mut().ok()?;
-            match &*slot {
-                Some(call) if std::ptr::eq(call.entry, entry) && call.stack == stack_shape() => {
-                    slot.take()
-                }
-                _ => None,
-            }
-        })
-        .ok()
-        .flatten()
-}
-
-impl InPlaceCall {
-    /// The call as a decision reads it: its JSON arguments, and the handler instance as `self`.
-    fn info<'a>(&'a self, arguments: &'a [ArgRef<'a>; 2]) -> CallInfo<'a> {
-        CallInfo {
-            escalated: None,
-            arguments,
-            record_arguments: self.entry.behaviour.record_arguments,
-        }
-    }
-
-    fn args(&self) -> [ArgRef<'_>; 2] {
-        [
-            ArgRef::json("arguments", &self.arguments),
-            ArgRef::json("self", &self.label),
-        ]
-    }
-
-    fn report(&self, result: &Result<Permit, Denied>) {
-        let mut outcome = self
-            .outcome
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *outcome = result.as_ref().err().cloned();
-    }
-}
-
-/// Decides a sync call of a tool gated in place with the arguments it was handed.
-pub(crate) fn check_in_place(
-    entry: &'static ToolEntry,
-    explicit: Option<&Gate>,
-    call: &InPlaceCall,
-) -> Result<Permit, Denied> {
-    let args = call.args();
-    let result = check(entry, explicit, &call.info(&args));
-    call.report(&result);
-    result
-}
-
-/// [`check_in_place`] for an async call: a decision that waits reports its refusal when it ends.
-pub(crate) fn check_async_in_place(
-    entry: &'static ToolEntry,
-    explicit: Option<&Gate>,
-    call: &InPlaceCall,
-) -> Entering {
-    let args = call.args();
-    match check_async(entry, explicit, &call.info(&args)) {
-        Entering::Done(result) => {
-            call.report(&result);
-            Entering::Done(result)
-        }
-        Entering::Waiting(waiting) => Entering::Waiting(waiting.reporting(call.outcome.clone())),
     }
 }

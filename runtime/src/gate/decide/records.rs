@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::arguments::ArgumentSource;
-use super::{Allowed, refuse};
+use super::refusal::refuse;
+use super::waits::Allowed;
 use crate::audit::{AuditError, AuditRecord, Decision, Stage};
 use crate::gate::Gate;
 use crate::gate::call::{Arguments, EffectiveRisk};

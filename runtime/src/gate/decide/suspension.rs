@@ -3,7 +3,9 @@
 //! tool's future stays `Send`), and is awaited.
 
 use super::arguments::{LazyArguments, WrittenArguments};
-use super::{Decision, Next, Wait, Waits};
+use super::driver::Next;
+use super::state::Decision;
+use super::waits::{Wait, Waits};
 use crate::gate::Gate;
 use crate::gate::call::CallInfo;
 use crate::gate::denied::Denied;
@@ -63,10 +65,7 @@ pub enum Entering {
 /// A decision that waits, and what it waits for; for a call of an rmcp tool gated in place, where its
 /// refusal goes.
 #[doc(hidden)]
-pub struct Waiting(
-    Box<(Decision<WrittenArguments>, Wait)>,
-    Option<super::hand_off::Outcome>,
-);
+pub struct Waiting(Box<(Decision<WrittenArguments>, Wait)>, Option<Outcome>);
 
 impl Waiting {
     /// The tool the decision is for.
@@ -77,7 +76,7 @@ impl Waiting {
 
 impl Waiting {
     /// Reports the decision's refusal to the server that handed the call its arguments.
-    pub(super) fn reporting(mut self, outcome: super::hand_off::Outcome) -> Waiting {
+    pub(super) fn reporting(mut self, outcome: Outcome) -> Waiting {
         self.1 = Some(outcome);
         self
     }
@@ -112,3 +111,6 @@ impl Waiting {
         result
     }
 }
+
+/// Where the refusal of a call handed its arguments ([`with_arguments`](super::in_place::with_arguments)) goes back to the caller.
+pub(crate) type Outcome = std::sync::Arc<std::sync::Mutex<Option<Denied>>>;

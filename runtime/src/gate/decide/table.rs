@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::refuse;
+use super::refusal::refuse;
 use crate::gate::ambient::STACK;
 use crate::gate::call::EffectiveRisk;
 use crate::gate::denied::Denied;
@@ -51,8 +51,7 @@ impl Gate {
             return false;
         };
         needs_approval
-            && super::commit::since(inner.approvals.epoch, Instant::now())
-                < until.load(Ordering::Acquire)
+            && since(inner.approvals.epoch, Instant::now()) < until.load(Ordering::Acquire)
     }
 
     /// The verdict at the tool's declared risk in the current state.
@@ -186,4 +185,11 @@ pub(super) fn lone_refusal(
         })
         .ok()
         .flatten()
+}
+
+/// Nanoseconds from `epoch` to `at`, at least 1 (0 means no grant).
+pub(super) fn since(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }

@@ -1,0 +1,99 @@
+//! A tool's check: where the decision of every call starts, direct, by name or handed its arguments
+//! by an MCP server.
+
+use super::gates::gates_around;
+use super::in_place::InPlaceCall;
+use super::refusal::refuse;
+use super::suspension::{self, Entering};
+use super::{in_place, table};
+use crate::gate::Gate;
+use crate::gate::call::CallInfo;
+use crate::gate::denied::Denied;
+use crate::gate::permit::Permit;
+use crate::registry::ToolEntry;
+
+/// Decides a call that [`fast_allows`] did not let through, its risk escalated or not.
+#[cold]
+#[inline(never)]
+pub(crate) fn check(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    if let Some(in_place) = in_place::take_in_place(entry) {
+        return check_in_place(entry, explicit, &in_place);
+    }
+    if call.escalated.is_none()
+        && let Some((mode, code)) = table::lone_refusal(entry, explicit)
+    {
+        return Err(refuse(entry, code, entry.manifest.risk_level, Some(mode)));
+    }
+    check_slow(entry, explicit, call)
+}
+
+#[cold]
+#[inline(never)]
+fn check_slow(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Result<Permit, Denied> {
+    // Approvers and sinks run with the stack released, so that they may enter gates themselves.
+    let gates = gates_around(entry, explicit)?;
+    suspension::decide_blocking(entry, gates, call)
+}
+
+/// [`check`] for an async tool: the decision may wait for an async approver or a store.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_async(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Entering {
+    if let Some(in_place) = in_place::take_in_place(entry) {
+        return check_async_in_place(entry, explicit, &in_place);
+    }
+    if call.escalated.is_none()
+        && let Some((mode, code)) = table::lone_refusal(entry, explicit)
+    {
+        return Entering::Done(Err(refuse(
+            entry,
+            code,
+            entry.manifest.risk_level,
+            Some(mode),
+        )));
+    }
+    match gates_around(entry, explicit) {
+        Ok(gates) => suspension::decide_async(entry, gates, call),
+        Err(denied) => Entering::Done(Err(denied)),
+    }
+}
+
+/// Decides a sync call of a tool gated in place with the arguments it was handed.
+fn check_in_place(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &InPlaceCall,
+) -> Result<Permit, Denied> {
+    let args = call.args();
+    let result = check(entry, explicit, &call.info(&args));
+    call.report(&result);
+    result
+}
+
+/// [`check_in_place`] for an async call: a decision that waits reports its refusal when it ends.
+fn check_async_in_place(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &InPlaceCall,
+) -> Entering {
+    let args = call.args();
+    match check_async(entry, explicit, &call.info(&args)) {
+        Entering::Done(result) => {
+            call.report(&result);
+            Entering::Done(result)
+        }
+        Entering::Waiting(waiting) => Entering::Waiting(waiting.reporting(call.outcome.clone())),
+    }
+}

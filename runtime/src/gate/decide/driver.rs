@@ -1,0 +1,199 @@
+//! The driver that sync and async calls share: it runs a decision's steps, over every gate, until the
+//! decision ends or must wait, and says for what.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use super::approvals::Approving;
+use super::arguments::ArgumentSource;
+use super::budgets::Reserve;
+use super::records::audit_unavailable;
+use super::refusal::refuse;
+use super::state::{At, Decision, Held};
+use super::waits::{Allowed, Answered, Wait, Waits};
+use crate::gate::Gate;
+use crate::gate::denied::Denied;
+use crate::gate::permit::Permit;
+use crate::policy::{DenialCode, Mode, Verdict};
+
+/// What the driver says: the decision, or what it waits for.
+pub(super) enum Next {
+    Done(Result<Permit, Denied>),
+    Wait(Wait),
+}
+
+impl<A: ArgumentSource> Decision<A> {
+    /// Runs the decision until it ends or must wait. What a store answers at once (in memory) is
+    /// taken without stopping.
+    pub(super) fn advance(&mut self) -> Next {
+        loop {
+            if let Some(denied) = self.failed.take() {
+                return Next::Done(Err(self.fail(denied)));
+            }
+            let mut wait = match self.step() {
+                Some(Step::Done(result)) => return Next::Done(result),
+                Some(Step::Wait(wait)) => wait,
+                None => continue,
+            };
+            match Pin::new(&mut wait).poll(&mut Context::from_waker(Waker::noop())) {
+                Poll::Ready(answered) => self.resume(answered),
+                Poll::Pending => return Next::Wait(wait),
+            }
+        }
+    }
+
+    /// One step: `None` to go on.
+    fn step(&mut self) -> Option<Step> {
+        let (entry, risk, count) = (self.entry, self.risk, self.gates.len());
+        match self.at {
+            At::Table(i) if i == count => self.at = At::Budget(0),
+            At::Table(i) => {
+                let gate = &self.gates[i];
+                let state = gate.state();
+                match gate.verdict_in(entry, risk, state) {
+                    Verdict::Refuse(code) => {
+                        self.failed = Some(gate.table_refusal(entry, risk, state, code));
+                        // The gates after this one took no part.
+                        self.gates.truncate(i + 1);
+                    }
+                    verdict => {
+                        self.held.push(Held {
+                            state,
+                            verdict,
+                            reserved: None,
+                            allowed: None,
+                        });
+                        self.at = At::Table(i + 1);
+                    }
+                }
+            }
+            At::Budget(i) if i == count => self.at = At::Approval(0),
+            At::Budget(i) => match self.gates[i].reserve(entry, risk) {
+                Reserve::Free => self.at = At::Budget(i + 1),
+                Reserve::Refused(denied) => self.failed = Some(denied),
+                Reserve::Waiting(reserved, wait) => {
+                    self.held[i].reserved = Some(reserved);
+                    return Some(Step::Wait(wait));
+                }
+            },
+            At::Approval(i) if i == count => self.at = At::Enter(0),
+            At::Approval(i) => {
+                let mode = Mode::from_index(self.held[i].state);
+                if self.held[i].verdict == Verdict::Allow {
+                    self.held[i].allowed = Some(Allowed::by_policy(mode));
+                    self.at = At::Approval(i + 1);
+                    return None;
+                }
+                let asked =
+                    self.gates[i].approval(entry, mode, risk, &mut self.arguments, self.waits);
+                match asked {
+                    Approving::Done(result) => self.approved(i, result),
+                    Approving::Wait(wait) => return Some(Step::Wait(wait)),
+                }
+            }
+            At::Enter(i) if i == count => self.at = At::Commit,
+            At::Enter(i) => return self.enter(i).map(Step::Wait),
+            At::Commit => return Some(Step::Done(self.commit())),
+        }
+        None
+    }
+
+    /// Carries out what the decision waited for.
+    pub(super) fn resume(&mut self, answered: Answered) {
+        let (entry, risk) = (self.entry, self.risk);
+        match (self.at, answered) {
+            (At::Budget(i), Answered::Budget(taken)) => {
+                let Some(reserved) = self.held[i].reserved.take() else {
+                    return;
+                };
+                match self.gates[i].taken(entry, risk, reserved, taken) {
+                    Ok(reserved) => {
+                        self.held[i].reserved = reserved;
+                        self.at = At::Budget(i + 1);
+                    }
+                    Err(denied) => self.failed = Some(denied),
+                }
+            }
+            (At::Approval(i), Answered::Approver(answer)) => {
+                let mode = Mode::from_index(self.held[i].state);
+                let result = self.gates[i].answered(entry, mode, risk, answer);
+                self.approved(i, result);
+            }
+            (At::Approval(i), Answered::Store(consumed)) => {
+                let mode = Mode::from_index(self.held[i].state);
+                let result = self.gates[i].consumed(entry, mode, risk, consumed);
+                self.approved(i, result);
+            }
+            (At::Enter(i), Answered::Record(Ok(()))) => self.at = At::Enter(i + 1),
+            (At::Enter(i), Answered::Record(Err(error))) => {
+                let mode = Mode::from_index(self.held[i].state);
+                self.entry_failed(i, audit_unavailable(entry, risk, mode, &error));
+            }
+            // An answer to a question not asked: the driver's own invariant, and it refuses.
+            _ => {
+                let mode = self.gates.first().map(Gate::mode);
+                self.failed = Some(refuse(
+                    entry,
+                    DenialCode::ApprovalRequired,
+                    risk.get(),
+                    mode,
+                ));
+            }
+        }
+    }
+
+    fn approved(&mut self, i: usize, result: Result<Allowed, Denied>) {
+        match result {
+            Ok(allowed) => {
+                self.held[i].allowed = Some(allowed);
+                self.at = At::Approval(i + 1);
+            }
+            Err(denied) => self.failed = Some(denied),
+        }
+    }
+
+    /// Writes `gates[i]`'s `enter` record: at once, or a future to await (async calls only).
+    fn enter(&mut self, i: usize) -> Option<Wait> {
+        let (entry, risk) = (self.entry, self.risk);
+        let gate = &self.gates[i];
+        let allowed = self.held[i].allowed.as_ref()?;
+        let (Some(sink), Some((record, mut exit))) = (
+            gate.inner.audit.as_ref(),
+            gate.enter_record(entry, allowed, risk, &mut self.arguments),
+        ) else {
+            self.at = At::Enter(i + 1);
+            return None;
+        };
+        if self.waits == Waits::Async
+            && let Some(written) = sink.record_async(&record)
+        {
+            exit.arguments_digest = record.arguments_digest;
+            self.permit.push(exit);
+            return Some(Wait::Record(written));
+        }
+        match sink.record(&record) {
+            Ok(()) => {
+                exit.arguments_digest = record.arguments_digest;
+                self.permit.push(exit);
+                self.at = At::Enter(i + 1);
+            }
+            Err(error) => {
+                let mode = allowed.mode;
+                self.entry_failed(i, audit_unavailable(entry, risk, mode, &error));
+            }
+        }
+        None
+    }
+
+    /// `gates[i]`'s sink could not write the `enter`: it owes no `exit`, and records nothing more.
+    fn entry_failed(&mut self, i: usize, denied: Denied) {
+        self.unrecorded = Some(self.gates[i].id());
+        self.failed = Some(denied);
+    }
+}
+
+enum Step {
+    Done(Result<Permit, Denied>),
+    Wait(Wait),
+}

@@ -1,0 +1,151 @@
+//! A call of an rmcp tool gated in place, made through toolgate's MCP server: its JSON arguments wait,
+//! on a per-poll slot, for the tool's own check, which decides the call with them.
+
+use super::gates::stack_shape;
+use super::suspension::Outcome;
+use crate::gate::call::{ArgRef, CallInfo};
+use crate::gate::denied::Denied;
+use crate::gate::permit::Permit;
+use crate::registry::ToolEntry;
+
+/// A call of an rmcp tool gated in place, made through the server: the JSON arguments the call is
+/// decided with (the tool's own parameters are rmcp's extractors, which cannot be written), for the
+/// tool's own check to take when rmcp's router reaches it, however many polls later: the call is
+/// decided there, once, at its commit point right before the body.
+pub(crate) struct InPlaceCall {
+    entry: &'static ToolEntry,
+    arguments: serde_json::Map<String, serde_json::Value>,
+    /// The handler instance, the call's `self`.
+    label: String,
+    pub(super) outcome: Outcome,
+    /// The ambient gates when it was put on the slot: how many, and the innermost one's id.
+    stack: (usize, u64),
+}
+
+thread_local! {
+    /// The call of a tool gated in place that this thread's poll is about to reach.
+    static IN_PLACE: std::cell::RefCell<Option<Box<InPlaceCall>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+pin_project_lite::pin_project! {
+    /// A future (the handler's `call_tool`) during whose every poll the call's arguments wait for the
+    /// check of its tool, until that check takes them.
+    pub(crate) struct WithArguments<F> {
+        call: Option<Box<InPlaceCall>>,
+        #[pin]
+        future: F,
+    }
+}
+
+/// Has the call of `entry` that `future` makes decided with `arguments` and `label` as its `self`;
+/// the refusal, if the call is refused, is put in the returned [`Outcome`].
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn with_arguments<F: Future>(
+    entry: &'static ToolEntry,
+    arguments: serde_json::Map<String, serde_json::Value>,
+    label: String,
+    future: F,
+) -> (WithArguments<F>, Outcome) {
+    let outcome = Outcome::default();
+    let call = InPlaceCall {
+        entry,
+        arguments,
+        label,
+        outcome: outcome.clone(),
+        stack: (usize::MAX, 0),
+    };
+    let future = WithArguments {
+        call: Some(Box::new(call)),
+        future,
+    };
+    (future, outcome)
+}
+
+/// Puts a call on the slot for one poll; dropped, on return or unwind, it puts back what was there and
+/// keeps the call if no check took it.
+struct Offering<'a> {
+    outer: Option<Box<InPlaceCall>>,
+    untaken: &'a mut Option<Box<InPlaceCall>>,
+}
+
+impl Drop for Offering<'_> {
+    fn drop(&mut self) {
+        let outer = self.outer.take();
+        let _ = IN_PLACE.try_with(|slot| {
+            if let Ok(mut slot) = slot.try_borrow_mut() {
+                *self.untaken = std::mem::replace(&mut *slot, outer);
+            }
+        });
+    }
+}
+
+impl<F: Future> Future for WithArguments<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let Some(mut call) = this.call.take() else {
+            return this.future.poll(cx);
+        };
+        call.stack = stack_shape();
+        let outer = IN_PLACE
+            .try_with(|slot| slot.try_borrow_mut().ok().and_then(|mut s| s.replace(call)))
+            .ok()
+            .flatten();
+        let _offering = Offering {
+            outer,
+            untaken: this.call,
+        };
+        this.future.poll(cx)
+    }
+}
+
+/// The call of `entry` handed its arguments, if this check is the one it waits for: the same tool, under
+/// the same gates.
+#[inline]
+pub(crate) fn take_in_place(entry: &'static ToolEntry) -> Option<Box<InPlaceCall>> {
+    // Only a tool gated in place looks at the slot: every other check pays one field read.
+    entry.in_place?;
+    IN_PLACE
+        .try_with(|slot| {
+            let mut slot = slot.try_borrow_mut().ok()?;
+            match &*slot {
+                Some(call) if std::ptr::eq(call.entry, entry) && call.stack == stack_shape() => {
+                    slot.take()
+                }
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+impl InPlaceCall {
+    /// The call as a decision reads it: its JSON arguments, and the handler instance as `self`.
+    pub(super) fn info<'a>(&'a self, arguments: &'a [ArgRef<'a>; 2]) -> CallInfo<'a> {
+        CallInfo {
+            escalated: None,
+            arguments,
+            record_arguments: self.entry.behaviour.record_arguments,
+        }
+    }
+
+    pub(super) fn args(&self) -> [ArgRef<'_>; 2] {
+        [
+            ArgRef::json("arguments", &self.arguments),
+            ArgRef::json("self", &self.label),
+        ]
+    }
+
+    pub(super) fn report(&self, result: &Result<Permit, Denied>) {
+        let mut outcome = self
+            .outcome
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *outcome = result.as_ref().err().cloned();
+    }
+}

@@ -1,0 +1,111 @@
+//! What a decision holds between its steps: where it stands, and what each gate decided so far.
+
+use super::arguments::{ArgumentSource, LazyArguments, WrittenArguments};
+use super::records::abandon;
+use super::waits::{Allowed, Waits};
+use crate::gate::Gate;
+use crate::gate::budget::Reserved;
+use crate::gate::call::{CallInfo, EffectiveRisk};
+use crate::gate::denied::Denied;
+use crate::gate::permit::Permit;
+use crate::policy::Verdict;
+use crate::registry::ToolEntry;
+
+/// Where a decision stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum At {
+    Table(usize),
+    Budget(usize),
+    Approval(usize),
+    Enter(usize),
+    Commit,
+}
+
+/// What one gate decided so far.
+pub(super) struct Held {
+    /// The gate's mode and taint bit when its table was read: the state its decision is for.
+    pub(super) state: u8,
+    pub(super) verdict: Verdict,
+    /// The budget units reserved, given back when dropped unless committed.
+    pub(super) reserved: Option<Reserved>,
+    pub(super) allowed: Option<Allowed>,
+}
+
+/// One call's decision, in every gate around it: the driver that sync and async calls share.
+pub(super) struct Decision<A> {
+    pub(super) entry: &'static ToolEntry,
+    pub(super) gates: Vec<Gate>,
+    pub(super) risk: EffectiveRisk,
+    pub(super) arguments: A,
+    pub(super) waits: Waits,
+    pub(super) held: Vec<Held>,
+    pub(super) at: At,
+    /// The `exit`s owed by the gates whose `enter` is written.
+    pub(super) permit: Permit,
+    /// A refusal to give at the next step.
+    pub(super) failed: Option<Denied>,
+    /// A gate whose sink could not write the `enter`: it records nothing of the refusal.
+    pub(super) unrecorded: Option<u64>,
+}
+
+impl<A: ArgumentSource> Decision<A> {
+    pub(super) fn new(
+        entry: &'static ToolEntry,
+        gates: Vec<Gate>,
+        call: &CallInfo<'_>,
+        arguments: A,
+        waits: Waits,
+    ) -> Decision<A> {
+        Decision {
+            entry,
+            risk: EffectiveRisk::new(entry.manifest.risk_level, call.escalated),
+            held: Vec::with_capacity(gates.len()),
+            gates,
+            arguments,
+            waits,
+            at: At::Table(0),
+            permit: Permit::unaudited(),
+            failed: None,
+            unrecorded: None,
+        }
+    }
+
+    /// The decision ends in a refusal: every gate that took part records it (an `exit` of outcome
+    /// `refused` where it wrote the `enter`), and every reserved budget unit is given back.
+    pub(super) fn fail(&mut self, denied: Denied) -> Denied {
+        let denied = denied.with_risk(self.risk.get());
+        let mut exits = self.permit.take_exits();
+        let gates: Vec<Gate> = match self.unrecorded {
+            Some(id) => {
+                exits.retain(|exit| exit.gate.id() != id);
+                self.gates
+                    .iter()
+                    .filter(|g| g.id() != id)
+                    .cloned()
+                    .collect()
+            }
+            None => std::mem::take(&mut self.gates),
+        };
+        // Dropping the reservations gives the units back.
+        self.held.clear();
+        abandon(self.entry, &gates, exits, denied, &mut self.arguments)
+    }
+}
+
+impl Decision<LazyArguments<'_>> {
+    /// The decision, holding the call's arguments written out: what an async call awaits.
+    pub(super) fn write_out(self) -> Decision<WrittenArguments> {
+        Decision {
+            entry: self.entry,
+            gates: self.gates,
+            risk: self.risk,
+            arguments: self.arguments.write_out(),
+            waits: self.waits,
+            held: self.held,
+            at: self.at,
+            permit: self.permit,
+            failed: self.failed,
+            unrecorded: self.unrecorded,
+        }
+    }
+}
