@@ -83,16 +83,19 @@ impl Waiting {
 
     /// Waits for what the decision waits for, then decides the rest of it.
     pub async fn resume(self) -> Result<Permit, Denied> {
-        let (mut decision, mut wait) = *self.0;
+        // The decision stays in its box: moved out, it would be part of every async tool's future,
+        // which is copied on each call however it is decided.
+        let Waiting(mut held, outcome) = self;
         let mut result = loop {
-            let answered = (&mut wait).await;
+            let (decision, wait) = &mut *held;
+            let answered = wait.await;
             decision.resume(answered);
             match decision.advance() {
                 Next::Done(result) => break result,
-                Next::Wait(next) => wait = next,
+                Next::Wait(next) => held.1 = next,
             }
         };
-        if let Some(outcome) = self.1 {
+        if let Some(outcome) = outcome {
             match &mut result {
                 // The arguments were handed over as owned JSON, which nothing can change while the
                 // decision waited: what the approval saw is what the call has.
