@@ -43,7 +43,8 @@ impl<A: ArgumentSource> Decision<A> {
         }
     }
 
-    /// One step: `None` to go on.
+    /// One step: `None` to go on. Its only caller is `advance`'s loop.
+    #[inline(always)]
     fn step(&mut self) -> Option<Step> {
         let (entry, risk, count) = (self.entry, self.risk, self.gates.len());
         match self.at {

@@ -49,6 +49,7 @@ pub(super) struct Decision<A> {
 }
 
 impl<A: ArgumentSource> Decision<A> {
+    #[inline]
     pub(super) fn new(
         entry: &'static ToolEntry,
         gates: Vec<Gate>,
