@@ -1,0 +1,187 @@
+//! What the tests of this binary share: the tools, gates and child-process roles of each group of
+//! tests, and the helpers they all use.
+
+pub(crate) mod bank;
+pub(crate) mod fleet;
+pub(crate) mod mail;
+pub(crate) mod mcp_server;
+pub(crate) mod python_mcp;
+pub(crate) mod store;
+pub(crate) mod trail;
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use toolgate::approval::store::Answer;
+use toolgate::postgres::PostgresStore;
+use toolgate::{DenialCode, Denied};
+
+/// The name the test harness gives the test `name` of `module` (`module_path!()`), for running this
+/// binary again with `--exact` to play a child role.
+pub(crate) fn test_path(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// This binary run again to play a child role: only the test `name` of `module` (`module_path!()`),
+/// which does nothing unless its role's variable is set.
+pub(crate) fn child(module: &str, name: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("this binary"));
+    command.args([
+        "--exact",
+        &test_path(module, name),
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}
+
+/// A new empty folder `name` of this process under the temporary directory.
+pub(crate) fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-test-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("a scratch folder");
+    dir
+}
+
+/// The code a call was refused with; panics if it ran.
+pub(crate) fn code<T>(result: Result<T, Denied>) -> DenialCode {
+    match result {
+        Ok(_) => panic!("the call ran"),
+        Err(denied) => denied.code(),
+    }
+}
+
+/// The operator's token of a call refused `APPROVAL_PENDING`.
+pub(crate) fn token<T: std::fmt::Debug>(result: Result<T, Denied>) -> String {
+    let denied = result.expect_err("the call needs an approval");
+    assert_eq!(denied.code(), DenialCode::ApprovalPending, "{denied}");
+    denied
+        .approval_token()
+        .expect("a token for the operator")
+        .to_owned()
+}
+
+/// A token for a call that waits for an operator, whatever the other requests of its tool make its code.
+pub(crate) fn any_token<T>(result: Result<T, Denied>) -> String {
+    let denied = match result {
+        Ok(_) => panic!("the call ran without an approval"),
+        Err(denied) => denied,
+    };
+    denied
+        .approval_token()
+        .unwrap_or_else(|| panic!("no token: {denied}"))
+        .to_owned()
+}
+
+/// An operator's approval of one call.
+pub(crate) fn approve(by: &str) -> Answer {
+    Answer::Approve {
+        by: by.into(),
+        for_session: false,
+    }
+}
+
+/// `future` run to its end on a runtime of its own.
+pub(crate) fn wait<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(future)
+}
+
+/// The id of the pending request of `tool` with `arguments` in `store`.
+pub(crate) fn pending_id(store: &PostgresStore, tool: &str, arguments: &str) -> i64 {
+    wait(store.list())
+        .unwrap()
+        .into_iter()
+        .find(|r| r.binding.tool == tool && r.arguments.as_deref() == Some(arguments))
+        .unwrap_or_else(|| panic!("a pending request for {tool} {arguments}"))
+        .id
+}
+
+/// How many rounds the races between processes run (`TOOLGATE_PG_ROUNDS`, 1,000 by default).
+pub(crate) fn rounds() -> u64 {
+    std::env::var("TOOLGATE_PG_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1_000)
+}
+
+/// `toolgate approvals ARGS` on the store of `url`, as the operator `alice`.
+pub(crate) fn cli(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("approvals")
+        .args(args)
+        .env("TOOLGATE_STORE", url)
+        .env_remove("TOOLGATE_STORE_SCHEMA")
+        .env("USER", "alice")
+        .output()
+        .expect("the toolgate command runs")
+}
+
+/// `toolgate ARGS`, with no store or fleet from the environment.
+pub(crate) fn toolgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .env_remove("TOOLGATE_STORE")
+        .env_remove("TOOLGATE_STORE_SCHEMA")
+        .env_remove("TOOLGATE_FLEET")
+        .output()
+        .expect("the toolgate command runs")
+}
+
+/// What a command printed, stdout then stderr.
+pub(crate) fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A command's exit status and what it printed, for an assertion's message.
+pub(crate) fn out(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Characters that hide, fake or reorder text on a terminal.
+pub(crate) const HIDDEN: [char; 14] = [
+    '\u{202e}',
+    '\u{2066}',
+    '\u{1b}',
+    '\u{9b}',
+    '\u{200b}',
+    '\u{2060}',
+    '\u{feff}',
+    '\u{ad}',
+    '\u{e0041}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{180e}',
+    '\u{115f}',
+    '\u{fe0f}',
+];
+/// `x` and each of `chars`.
+pub(crate) fn hidden_text(chars: &[char]) -> String {
+    chars.iter().map(|c| format!("x{c}")).collect()
+}
+/// Asserts that `output` shows each of `chars` escaped, none of them raw.
+#[track_caller]
+pub(crate) fn assert_shown_escaped(what: &str, chars: &[char], output: &Output) {
+    let text = text(output);
+    for &c in chars {
+        assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
+        let escape = format!("\\u{{{:04x}}}", u32::from(c));
+        assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
+    }
+}
