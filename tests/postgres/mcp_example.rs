@@ -7,12 +7,13 @@ use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 
+use crate::common::example;
 use crate::common::postgres::database;
-use crate::support::python_mcp::{CLIENT_TIMEOUT, Server, example_binary, python_with_mcp, run};
+use crate::support::python_mcp::{CLIENT_TIMEOUT, Server, python_with_mcp, run};
 use crate::support::scratch_dir as scratch;
 #[test]
 fn two_processes_behind_one_address_share_approvals_and_the_fleet() {
-    let binary = example_binary("mcp_http", "mcp-http,clap,postgres");
+    let binary = example("mcp_http", "examples/mcp_http.rs", "mcp-http,clap,postgres");
     let python = python_with_mcp();
     let url = database("mcp_http");
     let dir = scratch("fleet");

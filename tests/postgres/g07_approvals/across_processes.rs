@@ -13,15 +13,13 @@ fn four_processes_race_for_one_approval_and_one_runs_each_round() {
     let runs = scratch_file("race-runs");
     // Only the racers run `transfer`'s body: they find the runs file in their environment.
     let operator = gate(PostgresStore::connect(&url).unwrap(), "racer");
-    let mut racers: Vec<Racer> = (0..RACERS).map(|_| Racer::spawn(&url, &runs)).collect();
+    let mut racers: Vec<Racer> = (0..RACERS).map(|_| racer(&url, &runs)).collect();
     let rounds = rounds();
     for round in 0..rounds {
         let asked = token(operator.run(|| transfer(round)));
         operator.approve(&asked).expect("approved");
         for racer in &mut racers {
-            let stdin = racer.stdin.as_mut().unwrap();
-            writeln!(stdin, "{round}").unwrap();
-            stdin.flush().unwrap();
+            racer.tell(&round.to_string());
         }
         let mut ran = 0;
         for racer in &mut racers {

@@ -130,11 +130,7 @@ fn f03_writer_name_taken_over_after_the_first_sinks_connection_dies() {
     let mut first_after = 0;
     let mut second_ok = 0;
     if let Ok(second) = second {
-        let second = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(second)
-            .build()
-            .unwrap();
+        let second = audited(second);
         for i in 0..20 {
             if first.run(|| mark(format!("f03-first-{}", i + 1))).is_ok() {
                 first_after += 1;
@@ -433,11 +429,7 @@ fn f29_signed_sink_through_an_outage_still_verifies_with_its_key() {
                 .ok()
         })
         .unwrap_or_else(|| connect().unwrap());
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = audited(sink);
     for i in 0..10 {
         gate.run(|| mark(format!("f29-a{i}"))).unwrap();
     }
@@ -457,6 +449,6 @@ fn f29_signed_sink_through_an_outage_still_verifies_with_its_key() {
     }
     assert_eq!(oks, 10);
     drop(gate);
-    let (code, shown) = verify_cli(&url, &file);
+    let (code, shown) = verify_signed(&url, &file);
     assert_eq!(code, Some(0), "{shown}");
 }

@@ -126,11 +126,7 @@ fn a_stopped_server_refuses_calls_and_the_chain_continues_after_it() {
         .timeout(Duration::from_secs(1))
         .connect(&url)
         .expect("the sink");
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = audited(sink);
     let mut results = Vec::new();
     let mut n = 0;
     let mut call = |results: &mut Vec<Result<(), Denied>>| {
@@ -201,11 +197,7 @@ fn async_calls_share_commits_on_a_small_runtime() {
         .writer("async")
         .connect(&url)
         .expect("the sink");
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = audited(sink);
     let commits = || -> u64 {
         query(
             &url,

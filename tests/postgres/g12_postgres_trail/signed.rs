@@ -82,11 +82,7 @@ fn a_signed_sink_continues_its_series_and_refuses_a_forged_one() {
             .checkpoints(checkpoints.clone())
             .connect(&url)
             .unwrap();
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(sink)
-            .build()
-            .unwrap();
+        let gate = audited(sink);
         for n in 0..20 {
             gate.run(|| work(round * 100 + n)).unwrap();
         }

@@ -117,7 +117,7 @@ fn f05_columns_edited_apart_from_the_line_do_not_verify() {
 fn f06_writer_renamed_in_both_tables() {
     let scratch = common::Scratch::new("f06");
     let (url, file, _) = signed("f06", &scratch);
-    assert_eq!(verify_cli(&url, &file).0, Some(0));
+    assert_eq!(verify_signed(&url, &file).0, Some(0));
     query(
         &url,
         "UPDATE toolgate.audit SET writer = 'c' WHERE writer = 'a'",
@@ -126,7 +126,7 @@ fn f06_writer_renamed_in_both_tables() {
         &url,
         "UPDATE toolgate.audit_checkpoints SET writer = 'c' WHERE writer = 'a'",
     );
-    let (code, shown) = verify_cli(&url, &file);
+    let (code, shown) = verify_signed(&url, &file);
     assert_eq!(code, Some(5), "a renamed writer: {shown}");
 }
 
@@ -203,7 +203,7 @@ fn f07_checkpoints_reordered_replayed_or_deleted() {
         } else {
             query(&url, sql);
         }
-        let (code, shown) = verify_cli(&url, &file);
+        let (code, shown) = verify_signed(&url, &file);
         if code != Some(5) {
             got_through.push(format!("{what}: exit {code:?}: {shown}"));
         }
@@ -223,7 +223,7 @@ fn f08_checkpoint_column_edited_apart_from_its_signed_text() {
         "UPDATE toolgate.audit_checkpoints SET head_seq = 40
          WHERE writer = 'a' AND seq = (SELECT max(seq) FROM toolgate.audit_checkpoints WHERE writer = 'a')",
     );
-    let (code, shown) = verify_cli(&url, &file);
+    let (code, shown) = verify_signed(&url, &file);
     assert_ne!(
         code,
         Some(0),
@@ -296,7 +296,7 @@ fn f09_insert_only_attacker_appends_after_the_final_checkpoint_and_forges_a_writ
         z_shown,
         "a writer with no checkpoint at all passes as verified under the key: {report}"
     );
-    let (code, shown) = verify_cli(&url, &file);
+    let (code, shown) = verify_signed(&url, &file);
     assert!(
         code != Some(0) || shown.contains("z"),
         "the forged writer is not shown: {shown}"
@@ -417,7 +417,7 @@ fn f34_another_role_cannot_append_to_a_live_writers_chain() {
     assert_eq!(last_seq(&url, "payments-1"), honest);
     gate.run(|| mark("f34-after".into())).unwrap();
     drop(gate);
-    let (code, shown) = verify_cli(&url, &key_file);
+    let (code, shown) = verify_signed(&url, &key_file);
     assert_eq!(code, Some(0), "{shown}");
     assert!(
         !shown.contains("wire_money") && !shown.contains("not covered"),
@@ -460,7 +460,7 @@ fn f36_rows_a_live_writer_did_not_write_are_never_signed() {
         "the refusal does not say why: {last_error}"
     );
     assert_eq!(last_seq(&url, "payments-1"), honest + 2);
-    let (_, shown) = verify_cli(&url, &key_file);
+    let (_, shown) = verify_signed(&url, &key_file);
     let uncovered = honest + 2 - signed;
     assert!(
         shown.contains(&format!("not covered: {uncovered} records")),
@@ -500,11 +500,7 @@ fn f35_a_keyless_sink_cannot_write_as_a_stopped_signed_writer_nor_be_signed_for(
     let mut got_through = Vec::new();
     let keyless = |via: &str| PostgresSink::builder().writer("ledger").connect(via);
     if let Ok(sink) = keyless(&mallory) {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(sink)
-            .build()
-            .unwrap();
+        let gate = audited(sink);
         for n in 0..3 {
             let _ = gate.run(|| mark(format!("f35-mallory-{n}")));
         }
@@ -528,11 +524,7 @@ fn f35_a_keyless_sink_cannot_write_as_a_stopped_signed_writer_nor_be_signed_for(
     }
     match owner(&url) {
         Ok(sink) => {
-            let gate = Gate::builder()
-                .mode(Mode::PartialAuto)
-                .audit(sink)
-                .build()
-                .unwrap();
+            let gate = audited(sink);
             for n in 0..2 {
                 let _ = gate.run(|| mark(format!("f35-owner-{n}")));
             }
@@ -548,7 +540,7 @@ fn f35_a_keyless_sink_cannot_write_as_a_stopped_signed_writer_nor_be_signed_for(
     if signed_through(&url, "ledger") != honest {
         got_through.push("a checkpoint signed rows the owner did not write");
     }
-    let (_, shown) = verify_cli(&url, &key_file);
+    let (_, shown) = verify_signed(&url, &key_file);
     assert!(got_through.is_empty(), "{got_through:#?}\n{shown}");
     assert!(shown.contains("not covered: 2 records"), "{shown}");
 }

@@ -13,7 +13,7 @@ fn four_processes_together_never_exceed_a_budget() {
         return;
     }
     let url = database("budget_race");
-    let mut racers: Vec<Racer> = (0..4).map(|_| Racer::spawn(&url)).collect();
+    let mut racers: Vec<Racer> = (0..4).map(|_| racer(&url)).collect();
     let rounds = rounds();
     for round in 0..rounds {
         for racer in &mut racers {

@@ -2,12 +2,14 @@
 //! run again (`TOOLGATE_PG_CHILD=racer`) to make one call a round, for the tests of approvals across
 //! processes.
 
-pub(crate) use super::{any_token, approve, cli, code, pending_id, rounds, token, toolgate, wait};
+pub(crate) use super::{
+    Racer, any_token, approve, cli, code, pending_id, rounds, token, toolgate, wait,
+};
 pub(crate) use crate::common;
 
 pub(crate) use std::fs::{self, OpenOptions};
-pub(crate) use std::io::{BufRead, BufReader, Write};
-pub(crate) use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+pub(crate) use std::io::{BufRead, Write};
+pub(crate) use std::process::{Command, Output};
 pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 pub(crate) use std::time::Duration;
 
@@ -87,6 +89,16 @@ pub(crate) fn scratch_file(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// A racer process on the store of `url`, appending its runs to `runs`.
+pub(crate) fn racer(url: &str, runs: &std::path::Path) -> Racer {
+    Racer::spawn(
+        super::child(module_path!(), "racer_child")
+            .env(CHILD_ROLE, "racer")
+            .env(CHILD_URL, url)
+            .env(RUNS_FILE, runs),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Four processes race for one approval.
 
@@ -114,58 +126,6 @@ pub(crate) fn racer_child() {
         };
         writeln!(out, "@{round} {said}").unwrap();
         out.flush().unwrap();
-    }
-}
-
-pub(crate) struct Racer {
-    pub(crate) child: Child,
-    pub(crate) stdin: Option<ChildStdin>,
-    pub(crate) stdout: BufReader<ChildStdout>,
-}
-
-impl Racer {
-    pub(crate) fn spawn(url: &str, runs: &std::path::Path) -> Racer {
-        let mut child = super::child(module_path!(), "racer_child")
-            .env(CHILD_ROLE, "racer")
-            .env(CHILD_URL, url)
-            .env(RUNS_FILE, runs)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("a racer process");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut racer = Racer {
-            child,
-            stdin,
-            stdout,
-        };
-        assert_eq!(racer.said(), "ready");
-        racer
-    }
-
-    /// The racer's next line of ours (`@...`), skipping the test harness's lines.
-    pub(crate) fn said(&mut self) -> String {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = self
-                .stdout
-                .read_line(&mut line)
-                .expect("the racer's output");
-            assert!(read > 0, "the racer ended early");
-            // The harness's `test racer_child ... ` has no newline: ours may follow it on its line.
-            if let Some(at) = line.find('@') {
-                return line[at + 1..].trim().to_owned();
-            }
-        }
-    }
-}
-
-impl Drop for Racer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

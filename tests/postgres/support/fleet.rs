@@ -1,7 +1,9 @@
 //! The processes of a fleet: this binary run again (`TOOLGATE_FLEET_CHILD`) as a writer of the audit
 //! table or a member of a fleet calling tools until told to stop, and the helpers of the trail's tests.
 
-pub(crate) use super::{HIDDEN, assert_shown_escaped, hidden_text, text, toolgate};
+pub(crate) use super::{
+    HIDDEN, assert_shown_escaped, audited, hidden_text, text, toolgate, verify_signed,
+};
 pub(crate) use crate::common;
 
 pub(crate) use std::io::{BufRead, BufReader};
@@ -93,11 +95,7 @@ pub(crate) fn child_process() {
 pub(crate) fn writer() {
     let sink = PostgresSink::connect(&env(URL)).expect("the sink connects");
     println!("writer {}", sink.writer());
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .expect("a gate");
+    let gate = audited(sink);
     let threads = env_u64(THREADS, 8);
     let calls = env_u64(CALLS, 100);
     let hang_after = std::env::var(HANG_AFTER)
@@ -280,43 +278,6 @@ pub(crate) fn count_stage(url: &str, writer: &str, stage: &str) -> u64 {
         .unwrap()
 }
 
-/// Two writers with signed checkpoints (every 10 records, and final), in a database of their own; the
-/// public key's file.
-pub(crate) fn signed_trail(name: &str, scratch: &common::Scratch) -> (String, PathBuf) {
-    let url = database(name);
-    let key = SigningKey::generate().unwrap();
-    let public = scratch.path(&format!("{name}.pub"));
-    std::fs::write(&public, key.public_key().to_public_key_pem()).unwrap();
-    let checkpoints = Checkpoints::new(key).every_records(10);
-    for writer in ["a", "b"] {
-        let sink = PostgresSink::builder()
-            .writer(writer)
-            .checkpoints(checkpoints.clone())
-            .connect(&url)
-            .unwrap();
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(sink)
-            .build()
-            .unwrap();
-        for n in 0..50 {
-            gate.run(|| work(n)).unwrap();
-        }
-    }
-    (url, public)
-}
-
-pub(crate) fn verify_signed(url: &str, public: &std::path::Path) -> (Option<i32>, String) {
-    let output = toolgate(&[
-        "audit",
-        "verify",
-        url,
-        "--public-key",
-        public.to_str().unwrap(),
-    ]);
-    (output.status.code(), text(&output))
-}
-
 /// What an attacker without the key does to writer `a`'s chain: changes record `seq`'s `call` and
 /// recomputes every hash from it on with the public format (`sha256(prev_hash ‖ line without hash)`),
 /// columns included.
@@ -357,4 +318,13 @@ pub(crate) fn rewrite_with_recomputed_hashes(url: &str, seq: u64) {
         );
         prev = hash;
     }
+}
+
+/// Two writers, `a` and `b`, 50 calls of `work` each with checkpoints every 10 records and a final
+/// one; the database's URL and the public key's file.
+pub(crate) fn signed_trail(name: &str, scratch: &common::Scratch) -> (String, PathBuf) {
+    let (url, file, _) = super::signed_writers(name, scratch, |gate, _, n| {
+        gate.run(|| work(n)).unwrap();
+    });
+    (url, file)
 }

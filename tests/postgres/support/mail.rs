@@ -1,14 +1,12 @@
 //! The mail tools (`mail.*`) under PostgreSQL budgets, and the racer: this binary run again
 //! (`TOOLGATE_BUDGET_CHILD=racer`) to call under a shared budget on command.
 
-pub(crate) use super::{rounds, wait};
+pub(crate) use super::{Racer, rounds, wait};
 pub(crate) use crate::common;
 
-pub(crate) use std::io::{BufRead, BufReader, Write};
-pub(crate) use std::process::{Child, ChildStdin, Stdio};
+pub(crate) use std::io::{BufRead, Write};
 pub(crate) use std::sync::Arc;
 pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
-pub(crate) use std::sync::mpsc;
 pub(crate) use std::time::Duration;
 
 pub(crate) use crate::common::postgres::{Cluster, database, query};
@@ -18,10 +16,6 @@ pub(crate) use toolgate::{DenialCode, Denied, Gate, Mode, Risk, tool};
 
 pub(crate) const CHILD_ROLE: &str = "TOOLGATE_BUDGET_CHILD";
 pub(crate) const CHILD_URL: &str = "TOOLGATE_BUDGET_URL";
-
-/// How long the parent waits for any one answer of a child: far longer than any answer takes, so that
-/// a child that hangs fails the test instead of hanging it.
-pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(60);
 
 pub(crate) const HOUR: Duration = Duration::from_secs(3600);
 
@@ -120,58 +114,13 @@ pub(crate) fn racer_child() {
 }
 
 /// A child process and its answers, read on a thread of their own so that every wait is bounded.
-pub(crate) struct Racer {
-    pub(crate) child: Child,
-    pub(crate) stdin: Option<ChildStdin>,
-    pub(crate) said: mpsc::Receiver<String>,
-}
-
-impl Racer {
-    pub(crate) fn spawn(url: &str) -> Racer {
-        let mut child = super::child(module_path!(), "racer_child")
+/// A racer process on the budgets of `url`.
+pub(crate) fn racer(url: &str) -> Racer {
+    Racer::spawn(
+        super::child(module_path!(), "racer_child")
             .env(CHILD_ROLE, "racer")
-            .env(CHILD_URL, url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("a racer process");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, said) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                // The harness's `test racer_child ... ` has no newline: ours may follow it on its line.
-                if let Some(at) = line.find('@')
-                    && tx.send(line[at + 1..].trim().to_owned()).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        let mut racer = Racer { child, stdin, said };
-        assert_eq!(racer.said(), "ready");
-        racer
-    }
-
-    pub(crate) fn tell(&mut self, command: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{command}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    pub(crate) fn said(&mut self) -> String {
-        self.said
-            .recv_timeout(ANSWER_WITHIN)
-            .unwrap_or_else(|e| panic!("a racer did not answer within {ANSWER_WITHIN:?}: {e}"))
-    }
-}
-
-impl Drop for Racer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .env(CHILD_URL, url),
+    )
 }
 
 /// How many uses the budgets hold, once the store's thread has carried out what it was sent.

@@ -10,12 +10,21 @@ pub(crate) mod store;
 pub(crate) mod trail;
 
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use toolgate::approval::store::Answer;
+use toolgate::audit::{AuditSink, Checkpoints, PublicKey, SigningKey};
+use toolgate::postgres::PostgresSink;
 use toolgate::postgres::PostgresStore;
 use toolgate::{DenialCode, Denied};
+use toolgate::{Gate, Mode};
+
+use crate::common::Scratch;
+use crate::common::postgres::database;
 
 /// The name the test harness gives the test `name` of `module` (`module_path!()`), for running this
 /// binary again with `--exact` to play a child role.
@@ -183,5 +192,114 @@ pub(crate) fn assert_shown_escaped(what: &str, chars: &[char], output: &Output) 
         assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
         let escape = format!("\\u{{{:04x}}}", u32::from(c));
         assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
+    }
+}
+
+/// A PARTIAL_AUTO gate auditing into `sink`.
+pub(crate) fn audited(sink: impl AuditSink) -> Gate {
+    Gate::builder()
+        .mode(Mode::PartialAuto)
+        .audit(sink)
+        .build()
+        .expect("a gate")
+}
+
+/// Two writers, `a` and `b`, in a new database `name`, each making 50 calls (`call(gate, writer, n)`)
+/// with checkpoints every 10 records and a final one; the database's URL, the public key's file in
+/// `scratch`, and the public key.
+pub(crate) fn signed_writers(
+    name: &str,
+    scratch: &Scratch,
+    call: impl Fn(&Gate, &str, u64),
+) -> (String, PathBuf, PublicKey) {
+    let url = database(name);
+    let key = SigningKey::generate().unwrap();
+    let public = key.public_key();
+    let file = scratch.path(&format!("{name}.pub"));
+    fs::write(&file, public.to_public_key_pem()).unwrap();
+    let checkpoints = Checkpoints::new(key).every_records(10);
+    for writer in ["a", "b"] {
+        let sink = PostgresSink::builder()
+            .writer(writer)
+            .checkpoints(checkpoints.clone())
+            .connect(&url)
+            .unwrap();
+        let gate = audited(sink);
+        for n in 0..50 {
+            call(&gate, writer, n);
+        }
+    }
+    (url, file, public)
+}
+
+/// `toolgate audit verify` of the trail at `url` with the public key's file: its exit code and output.
+pub(crate) fn verify_signed(url: &str, public: &Path) -> (Option<i32>, String) {
+    let output = toolgate(&[
+        "audit",
+        "verify",
+        url,
+        "--public-key",
+        public.to_str().unwrap(),
+    ]);
+    (output.status.code(), text(&output))
+}
+
+/// How long the parent waits for any one answer of a child: far longer than any answer takes, so that
+/// a child that hangs fails the test instead of hanging it.
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+
+/// A child process that reads commands on stdin and answers each with a line `@...` on stdout.
+pub(crate) struct Racer {
+    pub(crate) child: Child,
+    pub(crate) stdin: Option<ChildStdin>,
+    pub(crate) said: mpsc::Receiver<String>,
+}
+
+impl Racer {
+    /// Starts `command` (this binary in a racer's role), and waits for it to say it is ready.
+    pub(crate) fn spawn(command: &mut Command) -> Racer {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("a racer process");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, said) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                // The harness's `test racer_child ... ` has no newline: ours may follow it on its line.
+                if let Some(at) = line.find('@')
+                    && tx.send(line[at + 1..].trim().to_owned()).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut racer = Racer { child, stdin, said };
+        assert_eq!(racer.said(), "ready");
+        racer
+    }
+
+    /// Sends `command` to the racer, a line on its stdin.
+    pub(crate) fn tell(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{command}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The racer's next line of ours (`@...`), skipping the test harness's lines.
+    pub(crate) fn said(&mut self) -> String {
+        self.said
+            .recv_timeout(ANSWER_WITHIN)
+            .unwrap_or_else(|e| panic!("a racer did not answer within {ANSWER_WITHIN:?}: {e}"))
+    }
+}
+
+impl Drop for Racer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

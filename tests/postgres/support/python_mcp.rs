@@ -1,5 +1,5 @@
 //! The `mcp_http` example run as a server and the official MCP Python SDK as its client: runs a
-//! command with a time limit, builds the example, and finds (or provisions under `target/`) a Python
+//! command with a time limit, and finds (or provisions under `target/`) a Python
 //! that can `import mcp` (`TOOLGATE_MCP_PYTHON` names another).
 
 use std::ffi::OsStr;
@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
-const BUILD_TIMEOUT: Duration = Duration::from_secs(1200);
 
 /// What a finished (or killed) process printed.
 pub(crate) struct Output {
@@ -83,50 +82,6 @@ fn profile_dir() -> PathBuf {
     deps.parent()
         .expect("the profile folder above deps/")
         .to_path_buf()
-}
-
-/// The example `name`, as `cargo test` builds it; built here with `features` when it is missing.
-pub(crate) fn example_binary(name: &str, features: &str) -> PathBuf {
-    let profile = profile_dir();
-    let binary = profile
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if binary.is_file() {
-        return binary;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let mut build = Command::new(cargo);
-    build.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-        "build",
-        "--example",
-        name,
-        "--features",
-        features,
-    ]);
-    match profile.file_name().and_then(OsStr::to_str) {
-        Some("debug") | None => {}
-        Some("release") => {
-            build.arg("--release");
-        }
-        Some(other) => {
-            build.args(["--profile", other]);
-        }
-    }
-    if let Some(target) = profile.parent() {
-        build.arg("--target-dir").arg(target);
-    }
-    let output = run(&mut build, BUILD_TIMEOUT);
-    assert!(
-        output.success(),
-        "building the example failed: {}",
-        output.describe()
-    );
-    assert!(
-        binary.is_file(),
-        "{} is still missing after the build",
-        binary.display()
-    );
-    binary
 }
 
 /// An interpreter and the `PYTHONPATH` it needs (if any) to `import mcp`.

@@ -2,7 +2,7 @@
 //! a process and the server that can drop every byte, a held connection, and a writer killed mid-call
 //! (this binary run again, `TOOLGATE_TRAIL_CHILD=hang`).
 
-pub(crate) use super::{text, toolgate};
+pub(crate) use super::{audited, text, toolgate, verify_signed};
 pub(crate) use crate::common;
 
 pub(crate) use std::collections::HashSet;
@@ -318,45 +318,15 @@ pub(crate) fn member_fleet(url: &str, name: &str, grace_ms: u64) -> Fleet {
 // Signed checkpoints
 // ---------------------------------------------------------------------------------------------------
 
-/// Two writers, `a` and `b`, 50 calls each with checkpoints every 10 records and a final one; the
-/// public key's file.
+/// Two writers, `a` and `b`, 50 calls of `mark` each with checkpoints every 10 records and a final
+/// one; the database's URL, the public key's file and the public key.
 pub(crate) fn signed(
     name: &str,
     scratch: &common::Scratch,
 ) -> (String, std::path::PathBuf, toolgate::audit::PublicKey) {
-    let url = database(name);
-    let key = SigningKey::generate().unwrap();
-    let public = key.public_key();
-    let file = scratch.path(&format!("{name}.pub"));
-    std::fs::write(&file, public.to_public_key_pem()).unwrap();
-    let checkpoints = Checkpoints::new(key).every_records(10);
-    for writer in ["a", "b"] {
-        let sink = PostgresSink::builder()
-            .writer(writer)
-            .checkpoints(checkpoints.clone())
-            .connect(&url)
-            .unwrap();
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(sink)
-            .build()
-            .unwrap();
-        for n in 0..50 {
-            gate.run(|| mark(format!("{name}-{writer}-{n}"))).unwrap();
-        }
-    }
-    (url, file, public)
-}
-
-pub(crate) fn verify_cli(url: &str, public: &std::path::Path) -> (Option<i32>, String) {
-    let output = toolgate(&[
-        "audit",
-        "verify",
-        url,
-        "--public-key",
-        public.to_str().unwrap(),
-    ]);
-    (output.status.code(), text(&output))
+    super::signed_writers(name, scratch, |gate, writer, n| {
+        gate.run(|| mark(format!("{name}-{writer}-{n}"))).unwrap();
+    })
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -597,11 +567,7 @@ pub(crate) fn live_signed_writer(
         .timeout(Duration::from_secs(2))
         .connect(url)
         .unwrap();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = audited(sink);
     for n in 0..5 {
         gate.run(|| mark(format!("{name}-{n}"))).unwrap();
     }
