@@ -339,6 +339,8 @@ fn the_operator_sees_the_principal_and_what_tainted_the_session() {
     assert!(clean_shown.contains("tainted   no"), "{clean_shown}");
 }
 
+// A13. The command's ids and exit codes: unknown, malformed, overflowing, injected ids; answered,
+// rejected, used and expired requests; a missing or empty `--by`.
 #[test]
 fn a13_the_command_answers_only_what_it_may_with_its_documented_exit_codes() {
     let _serial = common::serial();
@@ -465,6 +467,8 @@ fn a13_the_command_answers_only_what_it_may_with_its_documented_exit_codes() {
     assert!(matches!(o.status.code(), Some(3) | Some(64)), "{}", out(&o));
 }
 
+// A15. `reject --stop` with a reason on several lines: the agent reads the reason as given, the gate that
+// reads it goes to SHADOW and says who; another gate is untouched; the audit log names the operator.
 #[test]
 fn a15_reject_and_stop_from_the_command_lowers_the_reading_gate_and_names_who() {
     let _serial = common::serial();
@@ -546,6 +550,8 @@ fn a15_reject_and_stop_from_the_command_lowers_the_reading_gate_and_names_who() 
     );
 }
 
+// A18. Who answered is in the audit log of the process that runs or refuses the call: an approval by
+// token through another gate, by id through the store, by the command; a rejection likewise.
 #[test]
 fn a18_the_audit_log_names_who_answered_on_every_channel() {
     let _serial = common::serial();

@@ -77,9 +77,7 @@ fn x15_the_form_of_a_tainted_principal_names_the_taint_and_only_hers() {
 /// operator sees what tainted the session.
 #[test]
 fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
-    let _serial = common::serial();
-    let url = database("x32");
-    let runs = scratch("x32");
+    let (_serial, url, runs) = case("x32");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let created = call(
         a.addr,
@@ -110,9 +108,7 @@ fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
 /// 14: an answer "for the session" given in a tainted session runs its one call: neither runs.
 #[test]
 fn x38_a_session_grant_given_to_a_tainted_session_runs_one_call() {
-    let _serial = common::serial();
-    let url = database("x38");
-    let runs = scratch("x38");
+    let (_serial, url, runs) = case("x38");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let read = plain(a.addr, ALICE, "px.read_page", json!({}));
     assert_eq!(read.code, "OK", "{read:?}");
@@ -132,9 +128,7 @@ fn x38_a_session_grant_given_to_a_tainted_session_runs_one_call() {
 /// closes: the second wire waits for an operator.
 #[test]
 fn x39_a_session_grant_dies_when_the_latch_closes() {
-    let _serial = common::serial();
-    let url = database("x39");
-    let runs = scratch("x39");
+    let (_serial, url, runs) = case("x39");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let _ = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     let id = pending_id(&url, "px.wire", "alice");

@@ -54,9 +54,7 @@ fn an_answer_runs_only_the_call_of_the_principal_and_agent_it_was_given_for() {
 /// once.
 #[test]
 fn x01_an_answer_for_alice_in_one_process_runs_nothing_of_bobs_in_another() {
-    let _serial = common::serial();
-    let url = database("x01");
-    let runs = scratch("x01");
+    let (_serial, url, runs) = case("x01");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let b = start(&runs, &[("PX_STORE", &url)]);
     let args = json!({"cents": 101});
@@ -79,9 +77,7 @@ fn x01_an_answer_for_alice_in_one_process_runs_nothing_of_bobs_in_another() {
 /// so bob's call waits for its own operator.
 #[test]
 fn x02_a_session_grant_of_alice_covers_no_call_of_bob() {
-    let _serial = common::serial();
-    let url = database("x02");
-    let runs = scratch("x02");
+    let (_serial, url, runs) = case("x02");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let args = json!({"cents": 202});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -134,9 +130,7 @@ fn x03_bob_answering_alices_in_band_form_approves_nothing_of_hers() {
 /// call does not run on alice's answer, and alice's task runs her call once.
 #[test]
 fn x09_bobs_call_does_not_take_the_approval_alices_task_waits_for() {
-    let _serial = common::serial();
-    let url = database("x09");
-    let runs = scratch("x09");
+    let (_serial, url, runs) = case("x09");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let b = start(&runs, &[("PX_STORE", &url)]);
     let args = json!({"cents": 909});
@@ -202,9 +196,7 @@ fn x13_bob_with_alices_session_id_reaches_nothing() {
 /// A's runs once.
 #[test]
 fn x16_an_approved_row_of_one_agent_runs_nothing_of_another() {
-    let _serial = common::serial();
-    let url = database("x16");
-    let runs = scratch("x16");
+    let (_serial, url, runs) = case("x16");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_AGENT", "desk-a")]);
     let b = start(&runs, &[("PX_STORE", &url), ("PX_AGENT", "desk-b")]);
     let args = json!({"cents": 1616});
@@ -223,9 +215,7 @@ fn x16_an_approved_row_of_one_agent_runs_nothing_of_another() {
 /// answered in B. Guarantee 15 (the state is bound to the gate's agent label): B runs nothing.
 #[test]
 fn x21_an_in_band_state_of_one_agent_runs_nothing_in_another() {
-    let _serial = common::serial();
-    let url = database("x21");
-    let runs = scratch("x21");
+    let (_serial, url, runs) = case("x21");
     let a = start(
         &runs,
         &[
@@ -262,9 +252,7 @@ fn x21_an_in_band_state_of_one_agent_runs_nothing_in_another() {
 /// completes and runs her call once.
 #[test]
 fn x27_bob_cancelling_alices_task_id_in_two_processes_changes_nothing() {
-    let _serial = common::serial();
-    let url = database("x27");
-    let runs = scratch("x27");
+    let (_serial, url, runs) = case("x27");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let b = start(&runs, &[("PX_STORE", &url)]);
     let created = call(
@@ -303,9 +291,7 @@ fn x27_bob_cancelling_alices_task_id_in_two_processes_changes_nothing() {
 /// answer says: alice's call stays pending; bob's runs.
 #[test]
 fn x29_bobs_approved_row_runs_nothing_of_alices_waiting_call() {
-    let _serial = common::serial();
-    let url = database("x29");
-    let runs = scratch("x29");
+    let (_serial, url, runs) = case("x29");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let b = start(&runs, &[("PX_STORE", &url)]);
     let args = json!({"cents": 2929});

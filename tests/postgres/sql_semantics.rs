@@ -4,6 +4,8 @@
 use crate::support::store::*;
 use crate::support::trail::*;
 
+// A11. Schema names: what is not a plain lowercase identifier is refused before any SQL (no injection),
+// by the builder and by the command; two schemas in one database do not answer each other's calls.
 #[test]
 fn a11_schema_names_cannot_inject_and_schemas_are_separate() {
     let _serial = common::serial();
@@ -85,6 +87,8 @@ fn a11_schema_names_cannot_inject_and_schemas_are_separate() {
     assert_eq!(runs("pay", "schema"), 1);
 }
 
+// A12. SQL injection and terminal injection through tool arguments, `--by`, `--reason`, and NUL bytes
+// in what PostgreSQL text cannot hold (an agent label, a name, a reason).
 #[test]
 fn a12_injection_through_arguments_names_and_reasons_changes_nothing() {
     let _serial = common::serial();

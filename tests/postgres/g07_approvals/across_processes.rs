@@ -311,7 +311,7 @@ fn the_table_keeps_token_hashes_only() {
     let text: String = table.into_iter().flatten().flatten().collect();
     for token in &tokens {
         assert!(!text.contains(token.as_str()), "a token is stored");
-        let digest = common_sha256(token);
+        let digest = sha256_hex(token);
         assert!(text.contains(&digest), "its hash is not stored");
     }
     // The pending request shows up for operators with the state it is in.

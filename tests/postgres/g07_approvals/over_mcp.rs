@@ -10,9 +10,7 @@ use crate::support::mcp_server::*;
 /// most once.
 #[test]
 fn x04_one_in_band_answer_sent_to_two_processes_runs_at_most_once() {
-    let _serial = common::serial();
-    let url = database("x04");
-    let runs = scratch("x04");
+    let (_serial, url, runs) = case("x04");
     let env = [("PX_STORE", url.as_str()), ("PX_INBAND", KEY)];
     let a = start(&runs, &env);
     let b = start(&runs, &env);
@@ -39,9 +37,7 @@ fn x04_one_in_band_answer_sent_to_two_processes_runs_at_most_once() {
 /// agent retries.
 #[test]
 fn x17_racing_answers_to_one_row_give_one_answer_and_one_run_at_most() {
-    let _serial = common::serial();
-    let url = database("x17");
-    let runs = scratch("x17");
+    let (_serial, url, runs) = case("x17");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let args = json!({"cents": 1717});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -74,9 +70,7 @@ fn x17_racing_answers_to_one_row_give_one_answer_and_one_run_at_most() {
 /// answers the call it was shown (7, 15): nothing the agent wrote reaches the terminal raw.
 #[test]
 fn x22_approvals_list_shows_no_hidden_characters_or_forged_lines() {
-    let _serial = common::serial();
-    let url = database("x22");
-    let runs = scratch("x22");
+    let (_serial, url, runs) = case("x22");
     let (_a, _) = hostile_request(&url, &runs);
     let out = cli(&["approvals", "list", "--store", &url]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -88,9 +82,7 @@ fn x22_approvals_list_shows_no_hidden_characters_or_forged_lines() {
 /// stands). Nothing the agent wrote reaches the terminal raw.
 #[test]
 fn x23_approvals_show_shows_no_hidden_characters_or_forged_lines() {
-    let _serial = common::serial();
-    let url = database("x23");
-    let runs = scratch("x23");
+    let (_serial, url, runs) = case("x23");
     let (_a, id) = hostile_request(&url, &runs);
     let out = cli(&["approvals", "show", &id.to_string(), "--store", &url]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -129,9 +121,7 @@ fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
 /// at most once, whatever was lost in between.
 #[test]
 fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
-    let _serial = common::serial();
-    let url = database("x25");
-    let runs = scratch("x25");
+    let (_serial, url, runs) = case("x25");
     let proxy = Proxy::new(port_of(&url));
     let store_url = proxy.url(&url);
     let a = start(
@@ -170,9 +160,7 @@ fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
 /// forged lines.
 #[test]
 fn x26_a_tasks_status_shows_no_hidden_characters_or_forged_lines() {
-    let _serial = common::serial();
-    let url = database("x26");
-    let runs = scratch("x26");
+    let (_serial, url, runs) = case("x26");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let created = call(
         a.addr,
@@ -198,9 +186,7 @@ fn x26_a_tasks_status_shows_no_hidden_characters_or_forged_lines() {
 /// and alice's retry does not run.
 #[test]
 fn x31_approving_an_expired_row_runs_nothing() {
-    let _serial = common::serial();
-    let url = database("x31");
-    let runs = scratch("x31");
+    let (_serial, url, runs) = case("x31");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_TTL", "1000")]);
     let args = json!({"cents": 3131});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -217,9 +203,7 @@ fn x31_approving_an_expired_row_runs_nothing() {
 /// body does not run: the task ends (it does not poll forever) and nothing runs.
 #[test]
 fn x34_a_task_rejected_by_the_command_ends_and_runs_nothing() {
-    let _serial = common::serial();
-    let url = database("x34");
-    let runs = scratch("x34");
+    let (_serial, url, runs) = case("x34");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let created = call(
         a.addr,
@@ -256,9 +240,7 @@ fn x34_a_task_rejected_by_the_command_ends_and_runs_nothing() {
 /// "approve"; the task polls on. Guarantee 7: one approval runs one call: the body runs once.
 #[test]
 fn x35_one_call_asked_as_a_form_and_as_a_task_runs_once() {
-    let _serial = common::serial();
-    let url = database("x35");
-    let runs = scratch("x35");
+    let (_serial, url, runs) = case("x35");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_INBAND", KEY)]);
     let args = json!({"cents": 3535});
     let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);

@@ -6,6 +6,8 @@
 
 use crate::support::store::*;
 
+// A1. Used at most once: threads and tokio tasks on four gates over two stores (two connections) race
+// for one approval per round, sync and async tools in turn.
 #[test]
 fn a1_one_approval_raced_by_threads_and_tasks_over_two_stores_runs_once() {
     let _serial = common::serial();
@@ -97,6 +99,8 @@ fn a1_one_approval_raced_by_threads_and_tasks_over_two_stores_runs_once() {
     }
 }
 
+// A2. Used at most once: after its call used it, the old token (and the request id) answers nothing,
+// and the call stays refused.
 #[test]
 fn a2_a_used_approval_cannot_be_rearmed_by_its_old_token_or_id() {
     let _serial = common::serial();
@@ -138,6 +142,9 @@ fn a2_a_used_approval_cannot_be_rearmed_by_its_old_token_or_id() {
     assert!(matches!(shown.state, RequestState::Used(_)), "{shown:?}");
 }
 
+// A3. Bound to the call: other arguments, another redacted value (same shown digest), another tool with
+// identical arguments, another tool with the same function name. Another agent label is documented as
+// outside the binding ("an operator answers the call, wherever it is made").
 #[test]
 fn a3_an_approval_runs_only_its_own_call_redacted_values_and_tool_included() {
     let _serial = common::serial();
@@ -196,6 +203,8 @@ fn a3_an_approval_runs_only_its_own_call_redacted_values_and_tool_included() {
     }
 }
 
+// A4. Escalation: an escalated call needs an approval, is stored and shown at its effective risk, and its
+// approval, at that risk, runs it once; the same arguments at a lower risk never consume it.
 #[test]
 fn a4_an_escalated_call_is_asked_and_bound_at_its_effective_risk() {
     let _serial = common::serial();
@@ -237,6 +246,8 @@ fn a4_an_escalated_call_is_asked_and_bound_at_its_effective_risk() {
     assert_eq!(runs("exec", "sudo rm -rf /tmp/x"), 1);
 }
 
+// A5. Expiry and the time to live: zero and more than a day refused at connect (never a panic);
+// a request answered after it expired is refused by every channel, and its call never runs.
 #[test]
 fn a5_time_to_live_bounds_and_answers_after_expiry() {
     let _serial = common::serial();
@@ -312,6 +323,9 @@ fn a5_time_to_live_bounds_and_answers_after_expiry() {
     assert_eq!(runs("pay", "short"), 0);
 }
 
+// A6. Tokens are never stored (only SHA-256), never in what the agent sees (message, Display, JSON, a
+// by-name error), never in the audit log or the command's output; and long enough that the stored
+// hash cannot be inverted by guessing.
 #[test]
 fn a6_tokens_are_nowhere_but_in_the_operators_hands() {
     let _serial = common::serial();
@@ -428,6 +442,8 @@ fn a6_tokens_are_nowhere_but_in_the_operators_hands() {
     eprintln!("(informational) Debug of a refusal: {:?}", rejected);
 }
 
+// A7. Bounded per agent, under concurrency: sixteen threads on two stores (two connections) for one
+// agent label, each making distinct calls at once, hold at most the bound; another agent still asks.
 #[test]
 fn a7_the_bound_on_pending_requests_holds_under_concurrent_asks() {
     let _serial = common::serial();
@@ -512,6 +528,9 @@ fn a7_the_bound_on_pending_requests_holds_under_concurrent_asks() {
     );
 }
 
+// A8. Fails closed, bounded in time: with the table locked by another session, a sync and an async call
+// are refused APPROVAL_STORE_UNAVAILABLE within about the timeout; after the lock goes, the approval
+// runs its call at most once.
 #[test]
 fn a8_a_locked_table_refuses_within_the_timeout_and_loses_no_once() {
     let _serial = common::serial();
@@ -584,6 +603,8 @@ fn a8_a_locked_table_refuses_within_the_timeout_and_loses_no_once() {
     );
 }
 
+// A9. Fails closed on rows the store did not write: unknown answers, NULLs, a bogus risk or mode. The
+// call never runs, never panics, and is refused with an approval code.
 #[test]
 fn a9_tampered_rows_refuse_the_call_and_never_panic() {
     let _serial = common::serial();
@@ -685,6 +706,7 @@ fn a9_tampered_rows_refuse_the_call_and_never_panic() {
     );
 }
 
+// A10. Fails closed when the table is dropped or altered, or the schema is newer than the crate.
 #[test]
 fn a10_dropped_or_altered_tables_refuse_the_call() {
     let _serial = common::serial();
@@ -782,6 +804,8 @@ fn a10_dropped_or_altered_tables_refuse_the_call() {
     assert_eq!(listed.status.code(), Some(3), "{}", out(&listed));
 }
 
+// A14. `--for-session`: the grant covers that call's arguments only, on the gate that used the answer
+// (and its clones), and says who granted it; other arguments, other gates, other tools still ask.
 #[test]
 fn a14_a_session_grant_from_the_command_covers_only_that_call_on_that_gate() {
     let _serial = common::serial();
@@ -866,6 +890,9 @@ fn a14_a_session_grant_from_the_command_covers_only_that_call_on_that_gate() {
     assert_eq!(runs("wire", "acme/1/9999"), 3);
 }
 
+// A16. Operators racing: many answers to one request at once (threads over two connections, and two
+// command processes approving and rejecting): one wins, the others are told so, and the call does what
+// the winner said, once.
 #[test]
 fn a16_racing_answers_to_one_request_one_wins() {
     let _serial = common::serial();
@@ -976,6 +1003,8 @@ fn a16_racing_answers_to_one_request_one_wins() {
     }
 }
 
+// A17. Fails closed when the server goes: stopped (sync, async, operator's channels, the command), its
+// connections killed; unreachable at connect, within the timeout. Nothing approved runs twice.
 #[test]
 fn a17_a_server_that_goes_away_refuses_and_runs_nothing_twice() {
     let _serial = common::serial();
@@ -1106,6 +1135,11 @@ fn a17_a_server_that_goes_away_refuses_and_runs_nothing_twice() {
     assert!(r.is_ok(), "a Duration::MAX timeout panicked at call time");
 }
 
+// A19. Fails closed on a broken invariant: an approved row whose `answered_by` is NULL (the command
+// refuses an empty `--by` with 64, so no operator can write it) must not run its call under an audit
+// record whose `by` is empty: SECURITY.md, "a store that ... answers what it should not refuses the call
+// with APPROVAL_STORE_UNAVAILABLE"; `StoreError::Unexpected` is "a row of an unknown shape, a broken
+// invariant".
 #[test]
 fn a19_an_approval_by_no_one_does_not_run_its_call() {
     let _serial = common::serial();

@@ -9,9 +9,7 @@ use crate::support::mcp_server::*;
 /// at the old mode: the HIGH_WRITE call does not run.
 #[test]
 fn x05_an_in_band_form_answered_after_a_fleet_lowering_runs_nothing() {
-    let _serial = common::serial();
-    let url = database("x05");
-    let runs = scratch("x05");
+    let (_serial, url, runs) = case("x05");
     let a = start(
         &runs,
         &[
@@ -41,9 +39,7 @@ fn x05_an_in_band_form_answered_after_a_fleet_lowering_runs_nothing() {
 /// Guarantee 11: her retry, decided after the lowering reached the process, does not run.
 #[test]
 fn x06_an_approved_request_retried_after_a_fleet_lowering_does_not_run() {
-    let _serial = common::serial();
-    let url = database("x06");
-    let runs = scratch("x06");
+    let (_serial, url, runs) = case("x06");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 606});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -60,9 +56,7 @@ fn x06_an_approved_request_retried_after_a_fleet_lowering_does_not_run() {
 /// Guarantee 11 (and 4): the task's call, decided after the lowering, does not run.
 #[test]
 fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
-    let _serial = common::serial();
-    let url = database("x07");
-    let runs = scratch("x07");
+    let (_serial, url, runs) = case("x07");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
     let created = call(
         a.addr,
@@ -87,9 +81,7 @@ fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
 /// whose decision completes after the process read the lowering, does not run.
 #[test]
 fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
-    let _serial = common::serial();
-    let url = database("x12");
-    let runs = scratch("x12");
+    let (_serial, url, runs) = case("x12");
     let proxy = Proxy::new(port_of(&url));
     let budget_url = proxy.url(&url);
     let a = start(
@@ -120,9 +112,7 @@ fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
 /// running gate): the approved HIGH_WRITE call does not run.
 #[test]
 fn x18_a_fleet_raised_again_does_not_revive_a_pending_call() {
-    let _serial = common::serial();
-    let url = database("x18");
-    let runs = scratch("x18");
+    let (_serial, url, runs) = case("x18");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 1818});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -154,9 +144,7 @@ fn x18_a_fleet_raised_again_does_not_revive_a_pending_call() {
 /// task's HIGH_WRITE call does not run while the link is down.
 #[test]
 fn x19_a_task_approved_while_its_process_has_lost_the_fleet_does_not_run() {
-    let _serial = common::serial();
-    let url = database("x19");
-    let runs = scratch("x19");
+    let (_serial, url, runs) = case("x19");
     let proxy = Proxy::new(port_of(&url));
     let fleet_url = proxy.url(&url);
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &fleet_url)]);
@@ -185,9 +173,7 @@ fn x19_a_task_approved_while_its_process_has_lost_the_fleet_does_not_run() {
 /// HIGH_WRITE call after reading the lowering.
 #[test]
 fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_nothing() {
-    let _serial = common::serial();
-    let url = database("x28");
-    let runs = scratch("x28");
+    let (_serial, url, runs) = case("x28");
     let env = [
         ("PX_STORE", url.as_str()),
         ("PX_INBAND", KEY),
@@ -221,9 +207,7 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
 /// the call decided after the process read the lowering does not run.
 #[test]
 fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_run() {
-    let _serial = common::serial();
-    let url = database("x40");
-    let runs = scratch("x40");
+    let (_serial, url, runs) = case("x40");
     let proxy = Proxy::new(port_of(&url));
     let store_url = proxy.url(&url);
     let a = start(&runs, &[("PX_STORE", &store_url), ("PX_FLEET_URL", &url)]);
@@ -247,9 +231,7 @@ fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_
 /// reaches every joined gate: neither principal's LOW_WRITE note runs.
 #[test]
 fn x42_a_fleet_lowering_reaches_every_principals_gate() {
-    let _serial = common::serial();
-    let url = database("x42");
-    let runs = scratch("x42");
+    let (_serial, url, runs) = case("x42");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
     lower(&url, "px", "ADVISORY");
     thread::sleep(Duration::from_millis(1500));

@@ -188,16 +188,7 @@ fn f14_exit_record_written_during_an_outage_is_not_lost() {
     assert!(call.join().unwrap().is_ok());
     std::thread::sleep(Duration::from_millis(1500));
     proxy.heal();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut oks = 0;
-    let mut i = 0;
-    while oks < 5 && Instant::now() < deadline {
-        if gate.run(|| mark(format!("f14-after-{i}"))).is_ok() {
-            oks += 1;
-        }
-        i += 1;
-    }
-    assert_eq!(oks, 5);
+    assert_eq!(runs_within_ten_seconds(&gate, "f14-after", 5), 5);
     drop(gate);
     let report = verify_trail(&url, "toolgate").unwrap();
     assert!(report.is_intact(), "{report}");
@@ -275,16 +266,7 @@ fn f25_exit_record_written_after_the_connection_was_terminated_is_not_lost() {
     std::thread::sleep(Duration::from_millis(100));
     go.send(()).unwrap();
     assert!(call.join().unwrap().is_ok());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut oks = 0;
-    let mut i = 0;
-    while oks < 5 && Instant::now() < deadline {
-        if gate.run(|| mark(format!("f25-after-{i}"))).is_ok() {
-            oks += 1;
-        }
-        i += 1;
-    }
-    assert_eq!(oks, 5);
+    assert_eq!(runs_within_ten_seconds(&gate, "f25-after", 5), 5);
     drop(gate);
     let report = verify_trail(&url, "toolgate").unwrap();
     assert!(report.is_intact(), "{report}");

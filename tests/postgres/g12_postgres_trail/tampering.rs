@@ -237,7 +237,6 @@ fn f08_checkpoint_column_edited_apart_from_its_signed_text() {
 /// many; a writer no checkpoint covers is not reported as verified under the key.
 #[test]
 fn f09_insert_only_attacker_appends_after_the_final_checkpoint_and_forges_a_writer() {
-    use sha2::{Digest, Sha256};
     let scratch = common::Scratch::new("f09");
     let (url, file, public) = signed("f09", &scratch);
     let append = |writer: &str, seq: u64, prev: &str| -> String {
@@ -255,13 +254,7 @@ fn f09_insert_only_attacker_appends_after_the_final_checkpoint_and_forges_a_writ
         fields.insert("seq".into(), seq.into());
         fields.insert("prev_hash".into(), prev.into());
         let body = serde_json::to_string(&fields).unwrap();
-        let hash: String = Sha256::new()
-            .chain_update(prev.as_bytes())
-            .chain_update(body.as_bytes())
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hash = chained_hash(prev, &body);
         fields.insert("hash".into(), hash.clone().into());
         let line = serde_json::to_string(&fields).unwrap().replace('\'', "''");
         query(

@@ -10,9 +10,7 @@ use crate::support::mcp_server::*;
 /// 13: never more than the budget: at most one body runs.
 #[test]
 fn x08_a_task_approved_after_another_process_spent_the_budget_does_not_exceed_it() {
-    let _serial = common::serial();
-    let url = database("x08");
-    let runs = scratch("x08");
+    let (_serial, url, runs) = case("x08");
     let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
     let a = start(&runs, &env);
     let b = start(&runs, &env);
@@ -43,9 +41,7 @@ fn x08_a_task_approved_after_another_process_spent_the_budget_does_not_exceed_it
 /// Then a note in B is refused `BUDGET_EXHAUSTED`. Guarantee 13.
 #[test]
 fn x10_asking_again_while_pending_spends_nothing_and_the_budget_holds_across_processes() {
-    let _serial = common::serial();
-    let url = database("x10");
-    let runs = scratch("x10");
+    let (_serial, url, runs) = case("x10");
     let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
     let a = start(&runs, &env);
     let b = start(&runs, &env);
@@ -69,9 +65,7 @@ fn x10_asking_again_while_pending_spends_nothing_and_the_budget_holds_across_pro
 /// server answers again, calls run.
 #[test]
 fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
-    let _serial = common::serial();
-    let url = database("x11");
-    let runs = scratch("x11");
+    let (_serial, url, runs) = case("x11");
     let proxy = Proxy::new(port_of(&url));
     let budget_url = proxy.url(&url);
     let a = start(
@@ -119,9 +113,7 @@ fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
 /// alice answers "approve". Guarantee 13: at most one body runs.
 #[test]
 fn x20_an_in_band_answer_after_another_process_spent_the_budget_does_not_exceed_it() {
-    let _serial = common::serial();
-    let url = database("x20");
-    let runs = scratch("x20");
+    let (_serial, url, runs) = case("x20");
     let env = [
         ("PX_STORE", url.as_str()),
         ("PX_BUDGET_URL", url.as_str()),
@@ -151,9 +143,7 @@ fn x20_an_in_band_answer_after_another_process_spent_the_budget_does_not_exceed_
 /// runs, and nothing else does.
 #[test]
 fn x30_a_cancelled_task_keeps_no_unit_of_the_shared_budget() {
-    let _serial = common::serial();
-    let url = database("x30");
-    let runs = scratch("x30");
+    let (_serial, url, runs) = case("x30");
     let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
     let a = start(&runs, &env);
     let b = start(&runs, &env);
@@ -185,9 +175,7 @@ fn x30_a_cancelled_task_keeps_no_unit_of_the_shared_budget() {
 /// note in B. Guarantee 13: a call refused before its budget takes no unit: B's note runs.
 #[test]
 fn x33_calls_refused_by_a_fleet_lowering_take_no_unit_from_another_process() {
-    let _serial = common::serial();
-    let url = database("x33");
-    let runs = scratch("x33");
+    let (_serial, url, runs) = case("x33");
     let a = start(&runs, &[("PX_BUDGET_URL", &url), ("PX_FLEET_URL", &url)]);
     let b = start(&runs, &[("PX_BUDGET_URL", &url)]);
     lower(&url, "px", "SHADOW");
@@ -208,9 +196,7 @@ fn x33_calls_refused_by_a_fleet_lowering_take_no_unit_from_another_process() {
 /// gives its unit back, so asking while a request waits spends nothing: B's note runs.
 #[test]
 fn x36_unanswered_in_band_forms_keep_no_unit_of_a_shared_budget() {
-    let _serial = common::serial();
-    let url = database("x36");
-    let runs = scratch("x36");
+    let (_serial, url, runs) = case("x36");
     let env = [
         ("PX_STORE", url.as_str()),
         ("PX_BUDGET_URL", url.as_str()),
@@ -242,9 +228,7 @@ fn x36_unanswered_in_band_forms_keep_no_unit_of_a_shared_budget() {
 /// while the store cannot answer, and once it answers the budget's one call runs at most once.
 #[test]
 fn x41_a_task_approved_while_its_budget_store_is_held_runs_at_most_once_after() {
-    let _serial = common::serial();
-    let url = database("x41");
-    let runs = scratch("x41");
+    let (_serial, url, runs) = case("x41");
     let proxy = Proxy::new(port_of(&url));
     let budget_url = proxy.url(&url);
     let a = start(

@@ -3,7 +3,7 @@
 //! processes.
 
 pub(crate) use super::{
-    Racer, any_token, approve, cli, code, pending_id, rounds, token, toolgate, wait,
+    Racer, any_token, approve, cli, code, pending_id, rounds, sha256_hex, token, toolgate, wait,
 };
 pub(crate) use crate::common;
 
@@ -129,32 +129,18 @@ pub(crate) fn racer_child() {
     }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// An operator answers through the command, in another process.
-
+/// What a command printed on stdout.
 pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// A gate of the agent `desk` over a store of `url` whose requests live `ttl`.
 pub(crate) fn gate_with_ttl(url: &str, ttl: Duration) -> Gate {
     let store = PostgresStore::builder().ttl(ttl).connect(url).unwrap();
     gate(store, "desk")
 }
 
-// ---------------------------------------------------------------------------------------------------
-// The server stops in the middle of a run.
-
-// ---------------------------------------------------------------------------------------------------
-// The SQL's semantics.
-
-pub(crate) fn common_sha256(text: &str) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
+/// A command's exit status and all it printed.
 pub(crate) fn all(output: &Output) -> String {
     format!(
         "status {:?}: {}{}",

@@ -2,7 +2,7 @@
 //! table or a member of a fleet calling tools until told to stop, and the helpers of the trail's tests.
 
 pub(crate) use super::{
-    HIDDEN, assert_shown_escaped, audited, hidden_text, text, toolgate, verify_signed,
+    HIDDEN, assert_shown_escaped, audited, chained_hash, hidden_text, text, toolgate, verify_signed,
 };
 pub(crate) use crate::common;
 
@@ -282,7 +282,6 @@ pub(crate) fn count_stage(url: &str, writer: &str, stage: &str) -> u64 {
 /// recomputes every hash from it on with the public format (`sha256(prev_hash ‖ line without hash)`),
 /// columns included.
 pub(crate) fn rewrite_with_recomputed_hashes(url: &str, seq: u64) {
-    use sha2::{Digest, Sha256};
     let rows = query(
         url,
         "SELECT seq, line FROM toolgate.audit WHERE writer = 'a' ORDER BY seq",
@@ -298,13 +297,7 @@ pub(crate) fn rewrite_with_recomputed_hashes(url: &str, seq: u64) {
         fields.remove("hash");
         fields.insert("prev_hash".into(), prev.clone().into());
         let body = serde_json::to_string(&fields).unwrap();
-        let hash: String = Sha256::new()
-            .chain_update(prev.as_bytes())
-            .chain_update(body.as_bytes())
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hash = chained_hash(&prev, &body);
         fields.insert("hash".into(), hash.clone().into());
         let call = &fields["call"];
         let line = serde_json::to_string(&fields).unwrap().replace('\'', "''");

@@ -242,6 +242,12 @@ pub(crate) fn scratch(name: &str) -> PathBuf {
 // ---------------------------------------------------------------------------------------------------
 // HTTP, as any client sends it.
 
+/// What a test starts with: the lock of the tests that share this process's state, a database of its
+/// own, and the file its servers write their runs to.
+pub(crate) fn case(name: &str) -> (std::sync::MutexGuard<'static, ()>, String, PathBuf) {
+    (common::serial(), database(name), scratch(name))
+}
+
 pub(crate) static IDS: AtomicU64 = AtomicU64::new(100);
 
 pub(crate) fn meta(capabilities: Value) -> Value {
@@ -646,9 +652,6 @@ pub(crate) fn strings(value: &Value, out: &mut Vec<String>) {
         _ => {}
     }
 }
-
-// ---------------------------------------------------------------------------------------------------
-// The attacks.
 
 /// Polls alice's task until it ends or `limit` passes; returns its last status and answer.
 pub(crate) fn poll_task(addr: SocketAddr, task: &str, limit: Duration) -> (Option<String>, Value) {

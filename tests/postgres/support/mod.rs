@@ -303,3 +303,25 @@ impl Drop for Racer {
         let _ = self.child.wait();
     }
 }
+
+/// SHA-256 of `text`, in hex.
+pub(crate) fn sha256_hex(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The hash of an audit record in its chain, as anyone can compute it: SHA-256 of the previous
+/// record's hash and the record's line without its hash, in hex.
+pub(crate) fn chained_hash(prev: &str, body: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::new()
+        .chain_update(prev.as_bytes())
+        .chain_update(body.as_bytes())
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

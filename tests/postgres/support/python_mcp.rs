@@ -2,7 +2,6 @@
 //! command with a time limit, and finds (or provisions under `target/`) a Python
 //! that can `import mcp` (`TOOLGATE_MCP_PYTHON` names another).
 
-use std::ffi::OsStr;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};

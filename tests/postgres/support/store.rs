@@ -2,7 +2,8 @@
 //! escalating shell, and gates and SQL helpers over the store's tables.
 
 pub(crate) use super::{
-    HIDDEN, any_token, approve, assert_shown_escaped, cli, code, hidden_text, out, pending_id, wait,
+    HIDDEN, any_token, approve, assert_shown_escaped, cli, code, hidden_text, out, pending_id,
+    sha256_hex, wait,
 };
 pub(crate) use crate::common;
 
@@ -153,14 +154,6 @@ pub(crate) fn dump_database(url: &str) -> String {
     text
 }
 
-pub(crate) fn sha256_hex(text: &str) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 pub(crate) fn approval_codes() -> [DenialCode; 7] {
     [
         DenialCode::ApprovalRequired,
@@ -188,41 +181,6 @@ pub(crate) fn by_of(
         .map(|r| r.by.clone())
         .collect()
 }
-
-// ---------------------------------------------------------------------------------------------------
-// A1. Used at most once: threads and tokio tasks on four gates over two stores (two connections) race
-// for one approval per round, sync and async tools in turn.
-
-// ---------------------------------------------------------------------------------------------------
-// A2. Used at most once: after its call used it, the old token (and the request id) answers nothing,
-// and the call stays refused.
-
-// ---------------------------------------------------------------------------------------------------
-// A3. Bound to the call: other arguments, another redacted value (same shown digest), another tool with
-// identical arguments, another tool with the same function name. Another agent label is documented as
-// outside the binding ("an operator answers the call, wherever it is made").
-
-// ---------------------------------------------------------------------------------------------------
-// A4. Escalation: an escalated call needs an approval, is stored and shown at its effective risk, and its
-// approval, at that risk, runs it once; the same arguments at a lower risk never consume it.
-
-// ---------------------------------------------------------------------------------------------------
-// A5. Expiry and the time to live: zero and more than a day refused at connect (never a panic);
-// a request answered after it expired is refused by every channel, and its call never runs.
-
-// ---------------------------------------------------------------------------------------------------
-// A6. Tokens are never stored (only SHA-256), never in what the agent sees (message, Display, JSON, a
-// by-name error), never in the audit log or the command's output; and long enough that the stored
-// hash cannot be inverted by guessing.
-
-// ---------------------------------------------------------------------------------------------------
-// A7. Bounded per agent, under concurrency: sixteen threads on two stores (two connections) for one
-// agent label, each making distinct calls at once, hold at most the bound; another agent still asks.
-
-// ---------------------------------------------------------------------------------------------------
-// A8. Fails closed, bounded in time: with the table locked by another session, a sync and an async call
-// are refused APPROVAL_STORE_UNAVAILABLE within about the timeout; after the lock goes, the approval
-// runs its call at most once.
 
 pub(crate) struct Holder {
     pub(crate) rt: tokio::runtime::Runtime,
@@ -252,10 +210,6 @@ impl Holder {
     }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// A9. Fails closed on rows the store did not write: unknown answers, NULLs, a bogus risk or mode. The
-// call never runs, never panics, and is refused with an approval code.
-
 pub(crate) fn drop_checks(url: &str) {
     let checks = query(
         url,
@@ -276,52 +230,3 @@ pub(crate) fn drop_checks(url: &str) {
         .unwrap();
     }
 }
-
-// ---------------------------------------------------------------------------------------------------
-// A10. Fails closed when the table is dropped or altered, or the schema is newer than the crate.
-
-// ---------------------------------------------------------------------------------------------------
-// A11. Schema names: what is not a plain lowercase identifier is refused before any SQL (no injection),
-// by the builder and by the command; two schemas in one database do not answer each other's calls.
-
-// ---------------------------------------------------------------------------------------------------
-// A12. SQL injection and terminal injection through tool arguments, `--by`, `--reason`, and NUL bytes
-// in what PostgreSQL text cannot hold (an agent label, a name, a reason).
-
-// ---------------------------------------------------------------------------------------------------
-// A13. The command's ids and exit codes: unknown, malformed, overflowing, injected ids; answered,
-// rejected, used and expired requests; a missing or empty `--by`.
-
-// ---------------------------------------------------------------------------------------------------
-// A14. `--for-session`: the grant covers that call's arguments only, on the gate that used the answer
-// (and its clones), and says who granted it; other arguments, other gates, other tools still ask.
-
-// ---------------------------------------------------------------------------------------------------
-// A15. `reject --stop` with a reason on several lines: the agent reads the reason as given, the gate that
-// reads it goes to SHADOW and says who; another gate is untouched; the audit log names the operator.
-
-// ---------------------------------------------------------------------------------------------------
-// A16. Operators racing: many answers to one request at once (threads over two connections, and two
-// command processes approving and rejecting): one wins, the others are told so, and the call does what
-// the winner said, once.
-
-// ---------------------------------------------------------------------------------------------------
-// A17. Fails closed when the server goes: stopped (sync, async, operator's channels, the command), its
-// connections killed; unreachable at connect, within the timeout. Nothing approved runs twice.
-
-// ---------------------------------------------------------------------------------------------------
-// A18. Who answered is in the audit log of the process that runs or refuses the call: an approval by
-// token through another gate, by id through the store, by the command; a rejection likewise.
-
-// ---------------------------------------------------------------------------------------------------
-// A19. Fails closed on a broken invariant: an approved row whose `answered_by` is NULL (the command
-// refuses an empty `--by` with 64, so no operator can write it) must not run its call under an audit
-// record whose `by` is empty: SECURITY.md, "a store that ... answers what it should not refuses the call
-// with APPROVAL_STORE_UNAVAILABLE"; `StoreError::Unexpected` is "a row of an unknown shape, a broken
-// invariant".
-
-// ---------------------------------------------------------------------------------------------------
-// A20. What an agent or another writer of the database controls (arguments, the tool id, the agent
-// label, the principal, who answered and why) is shown escaped by every `toolgate approvals` command:
-// characters that reorder text, C1 controls and invisible characters would make a request look like
-// another (`alice\u{200b}` for `alice`).

@@ -2,7 +2,7 @@
 //! a process and the server that can drop every byte, a held connection, and a writer killed mid-call
 //! (this binary run again, `TOOLGATE_TRAIL_CHILD=hang`).
 
-pub(crate) use super::{audited, text, toolgate, verify_signed};
+pub(crate) use super::{audited, chained_hash, text, toolgate, verify_signed};
 pub(crate) use crate::common;
 
 pub(crate) use std::collections::HashSet;
@@ -311,10 +311,6 @@ pub(crate) fn member_fleet(url: &str, name: &str, grace_ms: u64) -> Fleet {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The PostgreSQL sink
-// ---------------------------------------------------------------------------------------------------
-
-// ---------------------------------------------------------------------------------------------------
 // Signed checkpoints
 // ---------------------------------------------------------------------------------------------------
 
@@ -328,10 +324,6 @@ pub(crate) fn signed(
         gate.run(|| mark(format!("{name}-{writer}-{n}"))).unwrap();
     })
 }
-
-// ---------------------------------------------------------------------------------------------------
-// Fleets
-// ---------------------------------------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------------------------------
 // A killed process
@@ -367,10 +359,6 @@ pub(crate) fn child_process() {
     }
     let _ = gate.run(hang_forever);
 }
-
-// ---------------------------------------------------------------------------------------------------
-// More outages, and names as SQL
-// ---------------------------------------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------------------------------
 // Fleet names, frozen servers and forged trail rows
@@ -470,7 +458,6 @@ pub(crate) fn trail_role(url: &str, name: &str) -> String {
 /// Appends to `writer`'s chain, through `via`, a correctly hashed `enter` and `exit` of a
 /// `fa.wire_money` call approved by `cfo` (copies of the writer's last two rows, edited and chained).
 pub(crate) fn forge_wire_money(read: &str, via: &str, writer: &str) -> Result<(), String> {
-    use sha2::{Digest, Sha256};
     let rows = query(
         read,
         &format!(
@@ -497,13 +484,7 @@ pub(crate) fn forge_wire_money(read: &str, via: &str, writer: &str) -> Result<()
             r#"{"amount":950000,"to":"attacker"}"#.into(),
         );
         let body = serde_json::to_string(&fields).unwrap();
-        let hash: String = Sha256::new()
-            .chain_update(prev.as_bytes())
-            .chain_update(body.as_bytes())
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hash = chained_hash(&prev, &body);
         fields.insert("hash".into(), hash.clone().into());
         let line = serde_json::to_string(&fields).unwrap().replace('\'', "''");
         let gate = fields["gate"].as_u64().unwrap();
@@ -579,4 +560,19 @@ pub(crate) fn live_signed_writer(
             == 5
     }));
     (gate, key_file)
+}
+
+/// Calls `mark` through `gate` (tags `prefix-0`, `prefix-1`, ...) until `wanted` calls ran or ten
+/// seconds passed; how many ran.
+pub(crate) fn runs_within_ten_seconds(gate: &Gate, prefix: &str, wanted: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut oks = 0;
+    let mut i = 0;
+    while oks < wanted && Instant::now() < deadline {
+        if gate.run(|| mark(format!("{prefix}-{i}"))).is_ok() {
+            oks += 1;
+        }
+        i += 1;
+    }
+    oks
 }
