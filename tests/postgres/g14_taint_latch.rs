@@ -79,16 +79,7 @@ fn x15_the_form_of_a_tainted_principal_names_the_taint_and_only_hers() {
 fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
     let (_serial, url, runs) = case("x32");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 3232}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice");
+    let (task, id) = alices_wire_task(a.addr, &url, 3232);
     let read = plain(a.addr, ALICE, "px.read_page", json!({}));
     assert_eq!(read.code, "OK", "{read:?}");
     let shown = cli(&["approvals", "show", &id.to_string(), "--store", &url]);

@@ -255,16 +255,7 @@ fn x27_bob_cancelling_alices_task_id_in_two_processes_changes_nothing() {
     let (_serial, url, runs) = case("x27");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let b = start(&runs, &[("PX_STORE", &url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 2727}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice");
+    let (task, id) = alices_wire_task(a.addr, &url, 2727);
     let mut by_bob = Vec::new();
     for addr in [a.addr, b.addr] {
         for method in ["tasks/cancel", "tasks/get"] {

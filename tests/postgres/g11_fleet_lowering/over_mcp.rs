@@ -58,16 +58,7 @@ fn x06_an_approved_request_retried_after_a_fleet_lowering_does_not_run() {
 fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
     let (_serial, url, runs) = case("x07");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 707}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice");
+    let (task, id) = alices_wire_task(a.addr, &url, 707);
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
     assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
@@ -148,16 +139,7 @@ fn x19_a_task_approved_while_its_process_has_lost_the_fleet_does_not_run() {
     let proxy = Proxy::new(port_of(&url));
     let fleet_url = proxy.url(&url);
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &fleet_url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 1919}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice");
+    let (task, id) = alices_wire_task(a.addr, &url, 1919);
     proxy.hold(true);
     thread::sleep(Duration::from_millis(2500));
     assert_eq!(approve(&url, id, &[]).status.code(), Some(0));

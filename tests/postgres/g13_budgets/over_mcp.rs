@@ -14,16 +14,7 @@ fn x08_a_task_approved_after_another_process_spent_the_budget_does_not_exceed_it
     let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
     let a = start(&runs, &env);
     let b = start(&runs, &env);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 808}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice");
+    let (task, id) = alices_wire_task(a.addr, &url, 808);
     let noted = plain(b.addr, ALICE, "px.note", json!({"text": "x"}));
     assert_eq!(noted.code, "OK", "the unit was free: {noted:?}");
     assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
@@ -239,16 +230,7 @@ fn x41_a_task_approved_while_its_budget_store_is_held_runs_at_most_once_after() 
             ("PX_BUDGET_TIMEOUT", "1000"),
         ],
     );
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 4141}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice");
+    let (task, id) = alices_wire_task(a.addr, &url, 4141);
     proxy.hold(true);
     assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
     let (held_status, held) = poll_task(a.addr, &task, Duration::from_secs(3));

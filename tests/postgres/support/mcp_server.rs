@@ -409,6 +409,22 @@ pub(crate) fn plain(addr: SocketAddr, token: &str, tool: &str, arguments: Value)
 
 /// A `tools/call` of `tool` with `arguments`, with the client's `capabilities`, answering an in-band
 /// form with `answer` (`(state, decision)`).
+/// Alice's call of `px.wire` with `cents`, made as a task that waits for an operator: the task's id,
+/// and the id of its request in the store of `url`.
+pub(crate) fn alices_wire_task(addr: SocketAddr, url: &str, cents: u64) -> (String, i64) {
+    let created = call(
+        addr,
+        ALICE,
+        "px.wire",
+        json!({"cents": cents}),
+        tasks(),
+        None,
+    );
+    let task = created.task.expect("a task");
+    let id = pending_id(url, "px.wire", "alice");
+    (task, id)
+}
+
 pub(crate) fn call(
     addr: SocketAddr,
     token: &str,
