@@ -32,7 +32,6 @@ mod mcp_e2e;
 mod mcp_http;
 mod mcp_in_place;
 mod mcp_oauth;
-mod mcp_postgres;
 mod mcp_taint;
 mod mcp_tasks;
 mod mutants;

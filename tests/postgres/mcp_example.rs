@@ -3,24 +3,17 @@
 //! one is answered at the other, an out-of-band request is approved with `toolgate approvals approve`
 //! and runs once in the other process, and `toolgate fleet lower` narrows what both list.
 
-#![cfg(all(
-    feature = "mcp-http",
-    feature = "postgres",
-    feature = "cli",
-    feature = "clap"
-))]
-
 use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 
-use super::common::postgres::database;
-use super::mcp_e2e::{CLIENT_TIMEOUT, example_binary, python_with_mcp, run};
-use super::mcp_http::{Server, scratch};
-
+use crate::common::example;
+use crate::common::postgres::database;
+use crate::support::python_mcp::{CLIENT_TIMEOUT, Server, python_with_mcp, run};
+use crate::support::scratch_dir as scratch;
 #[test]
 fn two_processes_behind_one_address_share_approvals_and_the_fleet() {
-    let binary = example_binary("mcp_http", "mcp-http,clap,postgres");
+    let binary = example("mcp_http", "examples/mcp_http.rs", "mcp-http,clap,postgres");
     let python = python_with_mcp();
     let url = database("mcp_http");
     let dir = scratch("fleet");

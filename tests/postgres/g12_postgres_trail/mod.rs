@@ -1,0 +1,8 @@
+//! Guarantee 12: the PostgreSQL trail holds every body's `enter` before the body runs, one chain per
+//! writer; `verify` reports an `enter` without its `exit` as interrupted, not tampered, and with
+//! checkpoints a rewrite shows per writer.
+
+mod outages;
+mod processes;
+mod signed;
+mod tampering;

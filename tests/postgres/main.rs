@@ -1,0 +1,21 @@
+//! Everything toolgate does with PostgreSQL, against a real server: a throwaway cluster (or the one
+//! `TOOLGATE_TEST_POSTGRES` names), several processes (this binary run again in a child role), the
+//! `toolgate` command, and proxies that cut or hold a process's link to the server. A module per
+//! guarantee of SECURITY.md ("What toolgate guarantees", `gNN_`), and one per other subject.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod support;
+
+mod g07_approvals;
+mod g11_fleet_lowering;
+mod g12_postgres_trail;
+mod g13_budgets;
+mod g14_taint_latch;
+mod g15_bound_to_maker;
+
+mod approvals_cli;
+mod fleet_cli;
+mod mcp_example;
+mod schema_and_roles;
+mod sql_semantics;

@@ -1,0 +1,197 @@
+//! The schema and roles of `toolgate::postgres`: a database without the schema says to migrate and its
+//! owner migrates it; roles with exactly the documented grants use the store, answer, write the trail,
+//! join and lower fleets, and audit.
+
+use crate::support::bank::*;
+use crate::support::fleet::*;
+
+#[test]
+fn a_database_without_the_schema_says_to_migrate_and_the_owner_migrates_it() {
+    let url = common::postgres::empty_database("store_unmigrated");
+    // Connecting makes nothing: it says what to run.
+    let refused = PostgresStore::connect(&url).unwrap_err().to_string();
+    assert!(refused.contains("toolgate migrate"), "{refused}");
+    assert!(!refused.contains("permission"), "{refused}");
+    let listed = cli(&url, &["list"]);
+    assert_eq!(listed.status.code(), Some(3), "{}", all(&listed));
+    assert!(
+        String::from_utf8_lossy(&listed.stderr).contains("toolgate migrate"),
+        "{}",
+        all(&listed)
+    );
+    assert!(
+        query(
+            &url,
+            "SELECT 1 FROM pg_namespace WHERE nspname = 'toolgate'"
+        )
+        .is_empty()
+    );
+
+    // The owner's step, from the command: made once, then already there.
+    let migrated = toolgate(&["migrate", "--store", &url]);
+    assert_eq!(migrated.status.code(), Some(0), "{}", all(&migrated));
+    assert!(
+        stdout(&migrated).contains("from version 0 to version 7"),
+        "{}",
+        all(&migrated)
+    );
+    let again = toolgate(&["migrate", "--store", &url]);
+    assert_eq!(again.status.code(), Some(0), "{}", all(&again));
+    assert!(
+        stdout(&again).contains("at version 7 already"),
+        "{}",
+        all(&again)
+    );
+    let store = PostgresStore::connect(&url).expect("a migrated schema");
+    drop(store);
+
+    // A builder asked to make it does, as the owner; another schema is left alone until then.
+    let refused = PostgresStore::builder()
+        .schema("other")
+        .connect(&url)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("toolgate migrate"),
+        "{refused}"
+    );
+    PostgresStore::builder()
+        .schema("other")
+        .migrate(true)
+        .connect(&url)
+        .expect("made by the builder");
+    let unreachable = toolgate(&["migrate", "--store", "postgres://toolgate@127.0.0.1:1/x"]);
+    assert_eq!(unreachable.status.code(), Some(3), "{}", all(&unreachable));
+    assert_eq!(toolgate(&["migrate"]).status.code(), Some(64));
+}
+
+#[test]
+fn roles_with_exactly_the_documented_grants_use_the_store_and_answer() {
+    let url = database("store_roles");
+    let roles = common::postgres::documented_roles(&url);
+    // The gates' role files requests, uses answers and counts budgets: no CREATE, no ownership.
+    let store = std::sync::Arc::new(
+        PostgresStore::connect(&roles.agent).expect("the agents' role connects"),
+    );
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("roles")
+        .approval_store_shared(store.clone())
+        .budget(
+            toolgate::gate::BudgetScope::tool("bank.read_message"),
+            2,
+            Duration::from_secs(3600),
+        )
+        .budget_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let _ = token(gate.run(|| wire("acct-1".into(), 100, "1234".into())));
+    let pending = wait(store.list()).unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let id = pending[0].id.to_string();
+    // The operators' role lists, shows and answers.
+    let listed = cli(&roles.operator, &["list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", all(&listed));
+    assert!(stdout(&listed).contains("bank.wire"), "{}", all(&listed));
+    let shown = cli(&roles.operator, &["show", &id]);
+    assert_eq!(shown.status.code(), Some(0), "{}", all(&shown));
+    let approved = cli(&roles.operator, &["approve", &id]);
+    assert_eq!(approved.status.code(), Some(0), "{}", all(&approved));
+    let before = WIRES.load(Ordering::SeqCst);
+    gate.run(|| wire("acct-1".into(), 100, "1234".into()))
+        .expect("the approved call runs");
+    assert_eq!(WIRES.load(Ordering::SeqCst), before + 1);
+    // A budget of two, counted in the database: the third call is refused.
+    for _ in 0..2 {
+        gate.run(|| read_message(1)).expect("within the budget");
+    }
+    assert_eq!(
+        code(gate.run(|| read_message(1))),
+        DenialCode::BudgetExhausted
+    );
+    let held = query(&url, "SELECT sum(held) FROM toolgate.budgets");
+    assert_eq!(held[0][0].as_deref(), Some("2"));
+}
+
+#[test]
+fn roles_with_exactly_the_documented_grants_write_join_lower_and_audit() {
+    let url = database("fleet_roles");
+    let roles = common::postgres::documented_roles(&url);
+    // The gates' role: a sink and a fleet, each connecting as the role, no CREATE, no ownership.
+    let sink = PostgresSink::builder()
+        .writer("roles")
+        .connect(&roles.agent)
+        .expect("the sink connects as the gates' role");
+    let fleet = Fleet::connect(&roles.agent, "roles").expect("the fleet, as the gates' role");
+    let gate = fleet
+        .join(
+            Gate::builder()
+                .mode(Mode::FullAuto)
+                .agent("roles")
+                .audit(sink),
+        )
+        .expect("joined");
+    gate.run(|| count(7)).expect("runs, its records committed");
+    // The operators' role lowers the fleet and sees who is joined.
+    let lowered = toolgate(&[
+        "fleet",
+        "lower",
+        "--store",
+        &roles.operator,
+        "--fleet",
+        "roles",
+        "--to",
+        "SHADOW",
+        "--by",
+        "ana",
+        "--reason",
+        "drill",
+    ]);
+    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    let status = toolgate(&[
+        "fleet",
+        "status",
+        "--store",
+        &roles.operator,
+        "--fleet",
+        "roles",
+    ]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    assert!(text(&status).contains("SHADOW"), "{}", text(&status));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate.run(|| count(8)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the lowering never reached the gate"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(gate);
+    drop(fleet);
+    // The auditors' role verifies the trail and reports on it.
+    let verified = toolgate(&["audit", "verify", &roles.auditor]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
+    assert!(
+        text(&verified).contains("INTACT: 1 writer(s)"),
+        "{}",
+        text(&verified)
+    );
+    let promotion = toolgate(&["audit", "promotion", &roles.auditor]);
+    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
+    // Neither the auditors' role nor the operators' writes into the trail.
+    for role in [&roles.auditor, &roles.operator] {
+        let refused = match PostgresSink::builder().writer("forged").connect(role) {
+            Err(error) => error.to_string(),
+            Ok(sink) => toolgate::audit::AuditSink::record(
+                &sink,
+                &AuditRecord::new(Stage::Enter, "forged", Mode::FullAuto, 1),
+            )
+            .expect_err("a record written by a role that may not")
+            .to_string(),
+        };
+        assert!(refused.contains("permission denied"), "{role}: {refused}");
+    }
+    assert_eq!(
+        query(&url, "SELECT DISTINCT writer FROM toolgate.audit"),
+        vec![vec![Some("roles".to_owned())]]
+    );
+}

@@ -1,0 +1,269 @@
+//! The `mcp_http` example run as a server and the official MCP Python SDK as its client: runs a
+//! command with a time limit, and finds (or provisions under `target/`) a Python
+//! that can `import mcp` (`TOOLGATE_MCP_PYTHON` names another).
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What a finished (or killed) process printed.
+pub(crate) struct Output {
+    status: Option<ExitStatus>,
+    pub(crate) stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Output {
+    pub(crate) fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let status = match self.status {
+            Some(status) => status.to_string(),
+            None => "killed after the time limit".to_owned(),
+        };
+        format!(
+            "{status} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `command` to its end or until `limit`, then kills it; collects what it printed.
+pub(crate) fn run(command: &mut Command, limit: Duration) -> Output {
+    let started = Instant::now();
+    let mut child: Child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let status = loop {
+        match child.try_wait().expect("wait for the child") {
+            Some(status) => break Some(status),
+            None if started.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            None => thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// `target/<profile>`, from this test's own path `target/<profile>/deps/postgres-<hash>`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let deps = exe.parent().expect("the test binary's folder");
+    deps.parent()
+        .expect("the profile folder above deps/")
+        .to_path_buf()
+}
+
+/// An interpreter and the `PYTHONPATH` it needs (if any) to `import mcp`.
+pub(crate) struct Python {
+    program: PathBuf,
+    path: Option<PathBuf>,
+}
+
+impl Python {
+    pub(crate) fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        if let Some(path) = &self.path {
+            command.env("PYTHONPATH", path);
+        }
+        command
+    }
+
+    fn imports_mcp(&self) -> bool {
+        let mut command = self.command();
+        command.args(["-c", "import mcp"]);
+        run(&mut command, Duration::from_secs(60)).success()
+    }
+}
+
+fn venv_python(venv: &Path) -> PathBuf {
+    if cfg!(windows) {
+        venv.join("Scripts").join("python.exe")
+    } else {
+        venv.join("bin").join("python")
+    }
+}
+
+/// A Python that can `import mcp`: `TOOLGATE_MCP_PYTHON`, else `python3` if it can, else one that
+/// this test provisions under `target/` (once; later runs reuse it).
+pub(crate) fn python_with_mcp() -> Python {
+    if let Some(program) = std::env::var_os("TOOLGATE_MCP_PYTHON") {
+        let python = Python {
+            program: program.into(),
+            path: None,
+        };
+        assert!(
+            python.imports_mcp(),
+            "TOOLGATE_MCP_PYTHON cannot `import mcp`"
+        );
+        return python;
+    }
+    let system = Python {
+        program: "python3".into(),
+        path: None,
+    };
+    if system.imports_mcp() {
+        return system;
+    }
+    let target = profile_dir()
+        .parent()
+        .expect("the target folder")
+        .to_path_buf();
+    let venv = target.join("mcp-venv");
+    let in_venv = Python {
+        program: venv_python(&venv),
+        path: None,
+    };
+    if in_venv.program.is_file() && in_venv.imports_mcp() {
+        return in_venv;
+    }
+    let lib = target.join("mcp-pylib");
+    let in_lib = Python {
+        program: "python3".into(),
+        path: Some(lib.clone()),
+    };
+    if lib.is_dir() && in_lib.imports_mcp() {
+        return in_lib;
+    }
+
+    eprintln!(
+        "installing the MCP Python SDK into {} (once)",
+        venv.display()
+    );
+    let mut create = Command::new("python3");
+    create.args(["-m", "venv", "--clear"]).arg(&venv);
+    let created = run(&mut create, INSTALL_TIMEOUT);
+    if created.success() {
+        let mut install = in_venv.command();
+        install.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "mcp",
+        ]);
+        let installed = run(&mut install, INSTALL_TIMEOUT);
+        assert!(
+            installed.success(),
+            "pip install mcp failed: {}",
+            installed.describe()
+        );
+        assert!(
+            in_venv.imports_mcp(),
+            "the venv cannot import mcp after installing it"
+        );
+        return in_venv;
+    }
+
+    eprintln!(
+        "python3 -m venv is unavailable ({}); installing into {} instead",
+        created.stderr.trim(),
+        lib.display()
+    );
+    let mut install = Command::new("python3");
+    install
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--upgrade",
+            "--target",
+        ])
+        .arg(&lib)
+        .arg("mcp");
+    let installed = run(&mut install, INSTALL_TIMEOUT);
+    assert!(
+        installed.success(),
+        "pip install --target mcp failed: {}",
+        installed.describe()
+    );
+    assert!(
+        in_lib.imports_mcp(),
+        "python3 cannot import mcp from {}",
+        lib.display()
+    );
+    in_lib
+}
+
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The example server, killed when the test ends however it ends.
+pub(crate) struct Server {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts the example `binary` with `args`, its stderr into `stderr`.
+    pub(crate) fn start(binary: &Path, args: &[&std::ffi::OsStr], stderr: PathBuf) -> Server {
+        let child = Command::new(binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr).expect("the server's stderr"))
+            .spawn()
+            .expect("start the example");
+        Server { child, stderr }
+    }
+
+    /// The URL the server prints once it listens; panics if it does not within `START_TIMEOUT`.
+    pub(crate) fn url(&mut self) -> String {
+        let started = Instant::now();
+        loop {
+            let printed = fs::read_to_string(&self.stderr).unwrap_or_default();
+            if let Some(url) = printed
+                .lines()
+                .find_map(|line| line.strip_prefix("notes: listening on "))
+            {
+                return url.trim().to_owned();
+            }
+            if let Some(status) = self.child.try_wait().expect("wait for the server") {
+                panic!("the server exited ({status}) before it listened:\n{printed}");
+            }
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "the server did not listen within {START_TIMEOUT:?}:\n{printed}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
