@@ -15,7 +15,11 @@ fn four_processes_write_one_trail_each_chain_verifies() {
             Proc::spawn(
                 "writer",
                 &url,
-                &[(THREADS, threads.to_string()), (CALLS, calls.to_string())],
+                &[
+                    (THREADS, threads.to_string()),
+                    (CALLS, calls.to_string()),
+                    (TIMEOUT_MS, "30000".into()),
+                ],
             )
         })
         .collect();

@@ -28,6 +28,9 @@ pub(crate) const FLEET: &str = "TOOLGATE_FLEET_NAME";
 pub(crate) const GRACE_MS: &str = "TOOLGATE_FLEET_GRACE_MS";
 pub(crate) const STOP_FILE: &str = "TOOLGATE_FLEET_STOP";
 pub(crate) const AUDIT_FILE: &str = "TOOLGATE_FLEET_AUDIT";
+/// How long the child's sink or fleet waits for the server (the library's default unless set): the
+/// tests that are not about a slow server give a loaded machine time.
+pub(crate) const TIMEOUT_MS: &str = "TOOLGATE_FLEET_TIMEOUT_MS";
 
 pub(crate) static WORKED: AtomicU64 = AtomicU64::new(0);
 
@@ -93,7 +96,14 @@ pub(crate) fn child_process() {
 
 /// A process writing into the audit table: `THREADS` threads, `CALLS` calls each.
 pub(crate) fn writer() {
-    let sink = PostgresSink::connect(&env(URL)).expect("the sink connects");
+    let timeout = env_u64(
+        TIMEOUT_MS,
+        toolgate::postgres::DEFAULT_TIMEOUT.as_millis() as u64,
+    );
+    let sink = PostgresSink::builder()
+        .timeout(Duration::from_millis(timeout))
+        .connect(&env(URL))
+        .expect("the sink connects");
     println!("writer {}", sink.writer());
     let gate = audited(sink);
     let threads = env_u64(THREADS, 8);
@@ -125,7 +135,12 @@ pub(crate) fn writer() {
 /// the gate was first seen refusing (there must be none) and after it went down.
 pub(crate) fn member() {
     let grace = Duration::from_millis(env_u64(GRACE_MS, 30_000));
+    let timeout = env_u64(
+        TIMEOUT_MS,
+        toolgate::postgres::DEFAULT_TIMEOUT.as_millis() as u64,
+    );
     let fleet = Fleet::builder()
+        .timeout(Duration::from_millis(timeout))
         .grace(grace)
         .poll_interval(Duration::from_millis(100).min(grace / 2))
         .connect(&env(URL), &env(FLEET))
