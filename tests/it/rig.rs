@@ -429,7 +429,7 @@ fn which_tools_an_agent_is_given() {
 
 #[test]
 fn the_example_agent_reads_a_note_and_is_refused_the_delete() {
-    let example = crate::common::example("rig_agent", "examples/rig_agent.rs", "rig");
+    let example = crate::common::example("rig_agent", "rig");
     let output = std::process::Command::new(example)
         .env_remove("TOOLGATE_MODE")
         .output()

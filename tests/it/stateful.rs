@@ -303,7 +303,7 @@ fn every_call_by_name_stopped_at_the_door_leaves_a_record_without_the_callers_ra
             (Stage::Refused, Some(Decision::Refused))
         );
     }
-    let digest = crate::regressions::sha256_hex(secret_id.as_bytes());
+    let digest = crate::fixtures::regressions::sha256_hex(secret_id.as_bytes());
     assert_eq!(
         records[0].message.as_deref(),
         Some(format!("no tool has this id (SHA-256 of the id: {digest})").as_str())
