@@ -8,6 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod gates;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 

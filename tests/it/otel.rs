@@ -2,6 +2,7 @@
 //! in-memory exporter: one `execute_tool` span per call, with the GenAI semantic conventions'
 //! attributes and toolgate's decision beside them.
 
+use crate::common::gates;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -235,11 +236,7 @@ fn each_call_is_an_execute_tool_span_with_genai_and_toolgate_attributes() {
 
 #[test]
 fn an_async_call_closes_its_span_where_it_ends() {
-    let gate = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(TracingSink::new())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::Shadow, TracingSink::new());
     let spans = exported(|| {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()

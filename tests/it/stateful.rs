@@ -1,6 +1,7 @@
 //! Tools with state: `callable` methods of a `#[toolset]` impl, called by name (and over MCP) on the
 //! instance the application gives, through the same gate as a direct call.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -193,19 +194,15 @@ fn a_high_write_method_asks_the_approver_with_its_instance_in_place() {
     let asked = Arc::new(AtomicUsize::new(0));
     let build = |approve: bool| {
         let asked = Arc::clone(&asked);
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |request: &ApprovalRequest<'_>| {
-                assert_eq!(request.tool.id, "stock.clear");
-                asked.fetch_add(1, Ordering::SeqCst);
-                if approve {
-                    Approval::Approve
-                } else {
-                    Approval::Reject("not today".into())
-                }
-            })
-            .build()
-            .unwrap()
+        gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+            assert_eq!(request.tool.id, "stock.clear");
+            asked.fetch_add(1, Ordering::SeqCst);
+            if approve {
+                Approval::Approve
+            } else {
+                Approval::Reject("not today".into())
+            }
+        })
     };
     let clear = |gate: &Gate| {
         registry()
@@ -263,11 +260,7 @@ fn every_call_by_name_stopped_at_the_door_leaves_a_record_without_the_callers_ra
     use toolgate::audit::{Decision, MemorySink, Stage};
 
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     let stock = Instances::new().with(Stock::new("north", 3));
     let call = |instances: &Instances, id: &str, arguments| {
         complete(registry().call_with(&gate, instances, id, arguments)).unwrap_err()
@@ -359,11 +352,7 @@ fn an_mcp_call_of_a_name_the_server_does_not_serve_leaves_a_record() {
     use toolgate::mcp::ToolgateServer;
 
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     // `stock.count` is a tool, but this server holds no `Stock`: to the agent it is no tool.
     let server = ToolgateServer::new(gate).only(|m| m.domain == Some("stock"));
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -2,6 +2,7 @@
 //! (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -10,7 +11,7 @@ use std::task::Poll;
 use crate::fixtures::by_name::*;
 use serde_json::json;
 use toolgate::audit::Outcome;
-use toolgate::{Approval, ApprovalRequest, Gate, Mode, registry};
+use toolgate::{Approval, ApprovalRequest, Mode, registry};
 
 // ---------------------------------------------------------------------------------------------------------
 // attacks
@@ -60,11 +61,7 @@ fn a3_deserialize_entering_gates_and_calling_tools() {
     let _s = serial();
     reset();
     let (gate, sink) = audited(Mode::Advisory);
-    let wide_gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(counting_approver)
-        .build()
-        .unwrap();
+    let wide_gate = gates::approved(Mode::FullAuto, counting_approver);
     *WIDE.lock().unwrap() = Some(wide_gate.clone());
     let w = wide_gate.clone();
     arm(&DE_HOOK, 1, move || {
@@ -151,9 +148,9 @@ fn a10_approver_calling_the_same_tool_by_name() {
     reset();
     static DEPTH: AtomicUsize = AtomicUsize::new(0);
     let sink = HookSink::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|req: &ApprovalRequest<'_>| {
+    let gate = gates::approved_audited(
+        Mode::FullAuto,
+        |req: &ApprovalRequest<'_>| {
             APPROVALS.fetch_add(1, SeqCst);
             if DEPTH.fetch_add(1, SeqCst) == 0 {
                 let g = wide();
@@ -161,10 +158,9 @@ fn a10_approver_calling_the_same_tool_by_name() {
                 let _ = g.run(|| hi(Evil(56)));
             }
             Approval::Approve
-        })
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+        },
+        sink.clone(),
+    );
     *WIDE.lock().unwrap() = Some(gate.clone());
     let r = call(&gate, "rt2.hi", json!({"x": 1}));
     assert_eq!(r.unwrap(), json!(1));
@@ -235,12 +231,11 @@ fn a11_panics_during_a_call_by_name_leave_no_decision_behind() {
     // a panicking approver
     reset();
     let sink = HookSink::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| -> Approval { panic!("approver panics") })
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(
+        Mode::FullAuto,
+        |_: &ApprovalRequest<'_>| -> Approval { panic!("approver panics") },
+        sink.clone(),
+    );
     let r = call(&gate, "rt2.hi", json!({"x": 1}));
     assert_eq!(r.unwrap_err().code(), "APPROVAL_REJECTED");
     assert!(take_runs().is_empty());
@@ -261,11 +256,7 @@ fn a14_renamed_attribute_and_body_tools_get_the_domain() {
         toolgate::registry().manifest("rn").is_none()
             && toolgate::registry().manifest("inbody").is_none()
     );
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("renamed.*")
-        .build()
-        .unwrap();
+    let gate = gates::denying(Mode::PartialAuto, "renamed.*");
     assert_eq!(
         call(&gate, "renamed.rn", json!({"x": 1}))
             .unwrap_err()
@@ -315,19 +306,18 @@ fn b6_interleaved_async_calls_by_name() {
     let _s = serial();
     reset();
     let sink = HookSink::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|req: &ApprovalRequest<'_>| {
+    let gate = gates::approved_audited(
+        Mode::FullAuto,
+        |req: &ApprovalRequest<'_>| {
             APPROVALS.fetch_add(1, SeqCst);
             if APPROVALS.load(SeqCst) == 1 {
                 Approval::Approve
             } else {
                 Approval::Reject(format!("{:?}", req.arguments_digest))
             }
-        })
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+        },
+        sink.clone(),
+    );
     let mut f1 = registry().call(&gate, "rt2.ahy", json!({"x": 1}));
     assert!(poll_once(&mut f1).is_pending());
     let mut f2 = registry().call(&gate, "rt2.ahy", json!({"x": 2}));

@@ -10,6 +10,7 @@
 //! duplicate ids (the `registry_clash` binary, `tests/registry_clash.rs`, where no tool of a clashing
 //! id runs either).
 
+use crate::common::gates;
 use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -116,11 +117,7 @@ fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> DenialCode {
 
 /// A FULL_AUTO gate that approves everything: the widest gate there is.
 fn widest() -> Gate {
-    Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap()
+    gates::approved(Mode::FullAuto, AllowAllApprover)
 }
 
 fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Poll<F::Output> {
@@ -423,9 +420,9 @@ fn a_panicking_approver_refuses_runs_nothing_and_the_gate_still_works() {
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver({
+    let gate = gates::approved_audited(
+        Mode::FullAuto,
+        {
             let asked = Arc::clone(&asked);
             move |_: &ApprovalRequest<'_>| {
                 // The first answer is a panic; every later one an approval.
@@ -434,10 +431,9 @@ fn a_panicking_approver_refuses_runs_nothing_and_the_gate_still_works() {
                 }
                 Approval::Approve
             }
-        })
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+        },
+        sink.clone(),
+    );
     let before = count(&DELETES);
     gate.run(|| {
         let denied = delete(8).unwrap_err();
@@ -534,40 +530,36 @@ fn a_tool_called_from_inside_the_approver_is_decided_on_its_own() {
     static DEPTH: AtomicUsize = AtomicUsize::new(0);
     let nested_codes = Arc::new(Mutex::new(Vec::new()));
     let approve_outer = Arc::new(AtomicBool::new(true));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver({
-            let nested_codes = Arc::clone(&nested_codes);
-            let approve_outer = Arc::clone(&approve_outer);
-            move |request: &ApprovalRequest<'_>| {
-                if request.tool.id != "docs.delete" {
-                    return Approval::Reject("only deletes are approved".into());
-                }
-                let depth = DEPTH.fetch_add(1, Ordering::SeqCst);
-                let answer = if depth == 0 {
-                    // Re-entrant calls, from inside the decision of the outer call: the same tool,
-                    // a tool that needs no approval, and another that needs one.
-                    let nested = [delete(100).err(), write(100).err(), purge_ambient().err()];
-                    nested_codes
-                        .lock()
-                        .unwrap()
-                        .extend(nested.map(|d| d.map(|d| d.code())));
-                    if approve_outer.load(Ordering::SeqCst) {
-                        Approval::Approve
-                    } else {
-                        Approval::Reject("outer call rejected".into())
-                    }
-                } else if approve_outer.load(Ordering::SeqCst) {
-                    Approval::Reject("nested call rejected".into())
-                } else {
-                    Approval::Approve
-                };
-                DEPTH.fetch_sub(1, Ordering::SeqCst);
-                answer
+    let gate = gates::approved(Mode::FullAuto, {
+        let nested_codes = Arc::clone(&nested_codes);
+        let approve_outer = Arc::clone(&approve_outer);
+        move |request: &ApprovalRequest<'_>| {
+            if request.tool.id != "docs.delete" {
+                return Approval::Reject("only deletes are approved".into());
             }
-        })
-        .build()
-        .unwrap();
+            let depth = DEPTH.fetch_add(1, Ordering::SeqCst);
+            let answer = if depth == 0 {
+                // Re-entrant calls, from inside the decision of the outer call: the same tool,
+                // a tool that needs no approval, and another that needs one.
+                let nested = [delete(100).err(), write(100).err(), purge_ambient().err()];
+                nested_codes
+                    .lock()
+                    .unwrap()
+                    .extend(nested.map(|d| d.map(|d| d.code())));
+                if approve_outer.load(Ordering::SeqCst) {
+                    Approval::Approve
+                } else {
+                    Approval::Reject("outer call rejected".into())
+                }
+            } else if approve_outer.load(Ordering::SeqCst) {
+                Approval::Reject("nested call rejected".into())
+            } else {
+                Approval::Approve
+            };
+            DEPTH.fetch_sub(1, Ordering::SeqCst);
+            answer
+        }
+    });
 
     // Outer approved, nested delete rejected: the outer body runs once, the nested one never.
     let (deletes, writes) = (count(&DELETES), count(&WRITES));
@@ -697,11 +689,7 @@ fn a_deny_rule_naming_a_renamed_tool_fails_the_build() {
         }
     }
     // The rule under the tool's new name refuses it, and its body stays shut.
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("archive.remove")
-        .build()
-        .unwrap();
+    let gate = gates::denying(Mode::PartialAuto, "archive.remove");
     let before = count(&REMOVALS);
     let denied = gate.run(|| remove_archive(1)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::DenyListed);
@@ -733,11 +721,7 @@ fn set_password(user: String, password: String) -> Result<(), Denied> {
 #[test]
 fn a_two_step_approval_runs_only_the_call_it_was_given_for_redacted_arguments_included() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let before = count(&PASSWORD_SETS);
     let call = |password: &str| gate.run(|| set_password("alice".into(), password.into()));
     let token = call("correct horse").unwrap_err();

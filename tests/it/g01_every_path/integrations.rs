@@ -3,6 +3,7 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
+use crate::common::gates;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
@@ -157,11 +158,7 @@ fn i11_definitions_under_an_async_approver_leave_out_what_can_never_run() {
 #[test]
 fn i18_every_refusal_through_rig_has_its_error_type() {
     let sink = TracingSink::new();
-    let shadow = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let shadow = gates::audited(Mode::Shadow, sink.clone());
     let denying = Gate::builder()
         .mode(Mode::FullAuto)
         .approver(AllowAllApprover)
@@ -179,12 +176,11 @@ fn i18_every_refusal_through_rig_has_its_error_type() {
         .audit(sink.clone())
         .build()
         .unwrap();
-    let rejecting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("no".into()))
-        .audit(sink)
-        .build()
-        .unwrap();
+    let rejecting = gates::approved_audited(
+        Mode::FullAuto,
+        |_: &ApprovalRequest<'_>| Approval::Reject("no".into()),
+        sink,
+    );
     let cases: [(&Gate, &str, Value, &str); 5] = [
         (&shadow, "iatk.peek", json!({"id": "x"}), "INVALID_PARAMS"),
         (

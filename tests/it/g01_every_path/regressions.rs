@@ -2,6 +2,7 @@
 //! reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use crate::common::{Scratch, serial};
 use crate::fixtures::regressions::*;
 use serde_json::{Value, json};
@@ -41,12 +42,7 @@ fn a_callable_associated_function_called_by_name_is_decided_by_the_gate() {
 
     // The same call runs through a gate that allows it, and is audited as a call of the tool.
     let sink = MemorySink::new();
-    let full = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let full = gates::approved_audited(Mode::FullAuto, AllowAllApprover, sink.clone());
     let ran = registry()
         .call(&full, "files.remove_file", arguments)
         .now()
@@ -80,11 +76,7 @@ fn a_nested_callable_tool_with_a_parameter_named_like_it_is_gated() {
         .unwrap()
         .unwrap_err();
     assert_eq!(refused.code(), "MODE_NOT_ALLOWED");
-    let full = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let full = gates::approved(Mode::FullAuto, AllowAllApprover);
     registry()
         .call(&full, "nested.sibling_wipe", json!({"sibling_wipe": "x"}))
         .now()

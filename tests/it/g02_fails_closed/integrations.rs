@@ -3,6 +3,7 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
+use crate::common::gates;
 use crate::fixtures::integrations::*;
 use rig_agent::AgentBuilder;
 use rig_core::test_utils::{MockCompletionModel, MockTurn};
@@ -22,11 +23,7 @@ use toolgate::{Gate, Mode, registry};
 #[tokio::test]
 async fn i01_name_spellings_never_reach_a_refused_tool() {
     let audit = MemorySink::new();
-    let shadow = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(audit.clone())
-        .build()
-        .unwrap();
+    let shadow = gates::audited(Mode::Shadow, audit.clone());
     let spellings = [
         "iatk.wipe",
         "IATK-WIPE",

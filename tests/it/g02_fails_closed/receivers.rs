@@ -2,6 +2,7 @@
 //! by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use serde_json::json;
 use toolgate::audit::Stage;
 use toolgate::registry::Instances;
-use toolgate::{CallError, Gate, Mode, registry};
+use toolgate::{CallError, Mode, registry};
 
 use crate::fixtures::receivers::*;
 
@@ -65,11 +66,7 @@ fn s02_a_receivers_serialize_panicking_leaves_nothing_behind() {
 fn s14_self_and_gate_sent_as_arguments_are_unknown_keys() {
     let vault = Vault::new("staging");
     let sink = HookSink::default();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     let inst = shared(&vault);
     let cases = [
         (

@@ -2,6 +2,7 @@
 //! approvers, an argument's `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::fixtures::user_code::*;
@@ -57,11 +58,7 @@ fn g2_ids_are_compared_exactly() {
 #[test]
 fn g2_strict_arguments() {
     // An approver, so that the gate does not refuse the tool before its arguments are read.
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, AllowAllApprover);
     for args in [
         serde_json::json!({"x": 1}),
         serde_json::json!(null),

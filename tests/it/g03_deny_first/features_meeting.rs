@@ -3,6 +3,7 @@
 //! the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
@@ -21,15 +22,10 @@ use crate::fixtures::features_meeting::*;
 fn p48_an_outer_grant_does_not_lift_an_inner_deny_rule() {
     let _serial = serial();
     let asked: Asked = Arc::default();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked,
-        ))
-        .build()
-        .unwrap();
+    let outer = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &answer(for_session()), &asked),
+    );
     let deny = Gate::builder()
         .mode(Mode::FullAuto)
         .deny("pairs.wire*")

@@ -2,18 +2,15 @@
 //! approvers, an argument's `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::fixtures::user_code::*;
-use toolgate::{Gate, Mode};
+use toolgate::Mode;
 
 #[test]
 fn g3_a_domain_deny_rule_refuses_a_renamed_attribute_tool() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("users.*")
-        .build()
-        .unwrap();
+    let gate = gates::denying(Mode::PartialAuto, "users.*");
     let before = FORMS.load(SeqCst);
     let r1 = gate.run(users_forms::call_renamed);
     let r2 = gate.run(users_forms::outer);
@@ -27,11 +24,7 @@ fn g3_a_domain_deny_rule_refuses_a_renamed_attribute_tool() {
 #[test]
 fn g3_deny_glob_covers_sub_domains() {
     // `users.*` (the README's own example shape) against `users.admin.purge_all`
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("users.*")
-        .build()
-        .unwrap();
+    let gate = gates::denying(Mode::PartialAuto, "users.*");
     let r = gate.run(purge_all);
     eprintln!("users.* vs users.admin.purge_all: {r:?}");
     // recorded as an observation: the docs do not say whether `*` crosses a dot.

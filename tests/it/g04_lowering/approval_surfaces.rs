@@ -3,6 +3,7 @@
 //! stores.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
@@ -87,11 +88,7 @@ fn atk2_a_grant_lifts_neither_a_lowered_mode_nor_the_ceiling() {
         Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
         Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
     ]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     let (wires, shells) = (SYNC_WIRE.load(SeqCst), SHELL.load(SeqCst));
     gate.run(|| sync_wire("a".into(), 1)).unwrap();
     gate.run(|| shell("sudo systemctl stop web".into()))

@@ -2,12 +2,13 @@
 //! against calls by name (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 use crate::fixtures::by_name::*;
 use serde_json::json;
-use toolgate::{Approval, ApprovalRequest, Gate, Mode, registry};
+use toolgate::{Approval, ApprovalRequest, Mode, registry};
 
 /// A `Deserialize` that lowers the gate: the call is decided at the lowered mode.
 #[test]
@@ -75,14 +76,10 @@ fn a12_lowering_during_the_decision_of_a_call_by_name_refuses_it() {
             }
         }
         reset();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(|_: &ApprovalRequest<'_>| {
-                wide().lower(Mode::PartialAuto).unwrap();
-                Approval::Approve
-            })
-            .build()
-            .unwrap();
+        let gate = gates::approved(Mode::FullAuto, |_: &ApprovalRequest<'_>| {
+            wide().lower(Mode::PartialAuto).unwrap();
+            Approval::Approve
+        });
         *WIDE.lock().unwrap() = Some(gate.clone());
         let args = if id == "rt2.red" {
             json!({"user": "u", "pin": 4})

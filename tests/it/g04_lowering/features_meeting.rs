@@ -4,6 +4,7 @@
 //! waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
@@ -23,15 +24,10 @@ use crate::fixtures::features_meeting::*;
 fn p05_no_granted_call_started_after_lower_returns_runs() {
     let _serial = serial();
     let asked: Asked = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked,
-        ))
-        .build()
-        .unwrap();
+    let gate = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &answer(for_session()), &asked),
+    );
     gate.run(|| wire(0)).unwrap();
     let lowered = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -128,11 +124,7 @@ fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
 #[test]
 fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let pending = gate.run(|| wire(9)).unwrap_err();
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.lower(Mode::PartialAuto).unwrap();
@@ -222,11 +214,7 @@ fn p50_a_sink_that_cannot_record_the_lowering_does_not_keep_the_kill_switch_from
     assert!(gate.run(|| post("x".into())).is_err());
     assert_eq!((count(&WIRES), count(&POSTS)), before);
 
-    let other = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let other = gates::audited_shared(Mode::PartialAuto, sink.clone());
     let _ = other.lower_by(Mode::Shadow, "on-call");
     assert_eq!(
         other.mode(),

@@ -3,15 +3,16 @@
 //! `HttpService` and request states.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::fixtures::handlers::*;
 use serde_json::json;
+use toolgate::Mode;
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::mcp::ToolgateServer;
-use toolgate::{Gate, Mode};
 
 /// a07. A handler whose `call_tool` awaits before it dispatches, while the gate is lowered. The gate
 /// decided the call before the handler ran; guarantee 4 says that the mode is read again just before
@@ -21,11 +22,7 @@ use toolgate::{Gate, Mode};
 fn a07_a_lowering_while_the_handler_awaits_before_dispatching_refuses_the_call() {
     runtime().block_on(async {
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = gates::audited(Mode::PartialAuto, sink.clone());
         let lazy = Lazy::new(Behaviour::Sleep(400));
         let client =
             Arc::new(connect(ToolgateServer::new(gate.clone()).handler(lazy.clone())).await);

@@ -4,6 +4,7 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
+use crate::common::gates;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -112,18 +113,14 @@ async fn i07_a_gate_lowered_while_an_async_approver_thinks_refuses_the_rig_call(
 async fn i09_a_session_grant_through_rig_does_not_outlive_a_lowering() {
     let asked = Arc::new(AtomicUsize::new(0));
     let counter = asked.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |request: &ApprovalRequest<'_>| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            if request.tool.id == "iatk.wipe" {
-                Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600)))
-            } else {
-                Approval::Reject("only wipe".into())
-            }
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        if request.tool.id == "iatk.wipe" {
+            Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600)))
+        } else {
+            Approval::Reject("only wipe".into())
+        }
+    });
     let tools = iatk(&gate);
     run(&tools, "iatk.wipe", json!({"id": 901})).await.unwrap();
     run(&tools, "iatk.wipe", json!({"id": 902})).await.unwrap();

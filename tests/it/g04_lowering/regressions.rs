@@ -2,6 +2,7 @@
 //! against holes found by review, each reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering;
 
 use crate::common::serial;
@@ -15,13 +16,7 @@ use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
 #[test]
 fn the_kill_switch_pulled_while_an_approved_call_is_decided_refuses_it() {
     let _serial = serial();
-    let gate = TRAP_GATE.get_or_init(|| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .two_step_approvals()
-            .build()
-            .unwrap()
-    });
+    let gate = TRAP_GATE.get_or_init(|| gates::two_step(Mode::FullAuto));
     let before = count(&SPRUNG);
     let first = gate.run(|| spring(Trap(7))).unwrap_err();
     assert_eq!(first.code().as_str(), "APPROVAL_PENDING");
@@ -42,24 +37,14 @@ fn the_kill_switch_pulled_while_an_approved_call_is_decided_refuses_it() {
 fn an_outer_gate_lowered_while_an_inner_approver_thinks_refuses_the_call() {
     let _serial = serial();
     let build = |lower_outer: Option<Gate>| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |_: &ApprovalRequest<'_>| {
-                if let Some(outer) = &lower_outer {
-                    outer.lower(Mode::Shadow).unwrap();
-                }
-                Approval::Approve
-            })
-            .build()
-            .unwrap()
+        gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+            if let Some(outer) = &lower_outer {
+                outer.lower(Mode::Shadow).unwrap();
+            }
+            Approval::Approve
+        })
     };
-    let outer = || {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(AllowAllApprover)
-            .build()
-            .unwrap()
-    };
+    let outer = || gates::approved(Mode::FullAuto, AllowAllApprover);
 
     // Without the lowering, the same nesting runs the call.
     let (calm_outer, calm_inner) = {
@@ -85,13 +70,7 @@ fn an_outer_gate_lowered_while_an_inner_approver_thinks_refuses_the_call() {
 #[test]
 fn the_kill_switch_pulled_while_the_enter_record_is_written_refuses_the_call() {
     let _serial = serial();
-    let gate = SINK_GATE.get_or_init(|| {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(LowerOnEnter)
-            .build()
-            .unwrap()
-    });
+    let gate = SINK_GATE.get_or_init(|| gates::audited(Mode::PartialAuto, LowerOnEnter));
     let before = count(&STAMPS);
     let result = gate.run(|| stamp(4));
     assert_eq!(gate.mode(), Mode::Shadow, "the sink lowered the gate");

@@ -2,19 +2,16 @@
 //! against budgets and two-step approvals kept in stores, the principal, and approvals over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering;
 
 use crate::fixtures::shared_stores::*;
-use toolgate::{Gate, Mode};
+use toolgate::Mode;
 
 /// An approved request, then the gate is lowered: the call does not run.
 #[test]
 fn b14_pending_approval_after_lowering() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let refused = gate.run(|| b14_wire(7)).unwrap_err();
     let token = refused.approval_token().unwrap().to_owned();
     gate.approve(&token).unwrap();

@@ -3,6 +3,7 @@
 //! `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
 
@@ -25,17 +26,9 @@ fn g4_inner_sink_lowering_the_outer_gate_refuses_the_call() {
         }
         Ok(())
     });
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(osink)
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, osink);
     outer_slot.set(outer.clone()).unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let inner = gates::audited(Mode::PartialAuto, isink);
     let before = LOW.load(SeqCst);
     let r = outer.run(|| inner.run(low));
     let ran = LOW.load(SeqCst) - before;
@@ -67,16 +60,8 @@ fn g4_outer_sink_lowering_the_inner_gate_refuses_the_call() {
         Ok(())
     });
     let (isink, imem) = hook_sink(|_| Ok(()));
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(osink)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, osink);
+    let inner = gates::audited(Mode::PartialAuto, isink);
     inner_slot.set(inner.clone()).unwrap();
     let before = LOW.load(SeqCst);
     let r = outer.run(|| inner.run(low));
@@ -97,19 +82,11 @@ fn g4_outer_approver_lowering_the_inner_gate_refuses_the_call() {
     let _s = serial();
     let inner_slot: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
     let slot = inner_slot.clone();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| {
-            slot.get().unwrap().lower(Mode::PartialAuto).unwrap();
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let outer = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        slot.get().unwrap().lower(Mode::PartialAuto).unwrap();
+        Approval::Approve
+    });
+    let inner = gates::approved(Mode::FullAuto, AllowAllApprover);
     inner_slot.set(inner.clone()).unwrap();
     let before = HIGH.load(SeqCst);
     let r = outer.run(|| inner.run(high));
@@ -129,11 +106,7 @@ fn g4_a_gate_parameters_sink_lowering_the_ambient_gate_refuses_the_call() {
     });
     let ambient = Gate::new(Mode::PartialAuto).unwrap();
     amb_slot.set(ambient.clone()).unwrap();
-    let param = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(psink)
-        .build()
-        .unwrap();
+    let param = gates::audited(Mode::PartialAuto, psink);
     let before = LOW_GATE.load(SeqCst);
     let r = ambient.run(|| low_gate_param(&param));
     assert_eq!(LOW_GATE.load(SeqCst), before, "{r:?}");
@@ -182,11 +155,7 @@ fn g4_an_arguments_serialize_lowering_the_gate_runs_before_the_recheck() {
 fn g4_an_arguments_serialize_lowering_the_gate_of_an_async_call() {
     let _s = serial();
     let (sink, mem) = hook_sink(|_| Ok(()));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink);
     let g = gate.clone();
     set_hook(3, move || {
         let _ = g.lower(Mode::Shadow);
@@ -218,11 +187,7 @@ fn g4_lower_from_another_thread_during_a_slow_inner_sink() {
         }
         Ok(())
     });
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let inner = gates::audited(Mode::PartialAuto, isink);
     let before = LOW.load(SeqCst);
     let r = outer.run(|| inner.run(low));
     assert_eq!(LOW.load(SeqCst), before, "{r:?}");

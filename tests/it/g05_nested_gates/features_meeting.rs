@@ -3,6 +3,7 @@
 //! changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 
 use toolgate::approval::SessionGrant;
@@ -17,16 +18,12 @@ use crate::fixtures::features_meeting::*;
 #[test]
 fn p45_an_outer_grant_for_a_call_the_inner_gate_rejects_is_never_made() {
     let _serial = serial();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("no".into()))
-        .build()
-        .unwrap();
+    let outer = gates::approved(Mode::FullAuto, |_: &ApprovalRequest<'_>| {
+        Approval::ApproveForSession(SessionGrant::tool(HOUR))
+    });
+    let inner = gates::approved(Mode::FullAuto, |_: &ApprovalRequest<'_>| {
+        Approval::Reject("no".into())
+    });
     let before = count(&WIRES);
     for nesting in [0, 1] {
         let refused = if nesting == 0 {

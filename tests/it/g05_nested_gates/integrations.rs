@@ -3,6 +3,7 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
+use crate::common::gates;
 use std::sync::Arc;
 
 use crate::fixtures::integrations::*;
@@ -17,14 +18,10 @@ use toolgate::{Gate, Mode};
 #[test]
 fn i16_a_nested_gate_refusal_closes_the_allowing_gates_span() {
     let memory = MemorySink::new();
-    let partial = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(Tee(vec![
-            Arc::new(TracingSink::new()),
-            Arc::new(memory.clone()),
-        ]))
-        .build()
-        .unwrap();
+    let partial = gates::audited(
+        Mode::PartialAuto,
+        Tee(vec![Arc::new(TracingSink::new()), Arc::new(memory.clone())]),
+    );
     let shadow = Gate::new(Mode::Shadow).unwrap();
     let mut code = None;
     let spans = exported(|| {

@@ -2,6 +2,7 @@
 //! instance, by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -16,11 +17,7 @@ use crate::fixtures::receivers::*;
 fn s21_every_spelling_of_a_gate_parameter_is_the_gate_of_the_call() {
     let vault = Vault::new("staging");
     let narrow = Gate::new(Mode::Shadow).unwrap();
-    let wide = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let wide = gates::approved(Mode::FullAuto, AllowAllApprover);
     let results = wide.run(|| {
         [
             ("plain", vault.gp_plain(&narrow)),

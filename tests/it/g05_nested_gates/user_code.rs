@@ -2,6 +2,7 @@
 //! (sinks, approvers, an argument's `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::fixtures::user_code::*;
@@ -47,16 +48,10 @@ fn g5_a_wide_scope_polled_inside_a_narrow_run_is_refused() {
 #[test]
 fn g5_every_gate_approves_and_every_deny_list_applies() {
     let _s = serial();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("outer says no".into()))
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let outer = gates::approved(Mode::FullAuto, |_: &ApprovalRequest<'_>| {
+        Approval::Reject("outer says no".into())
+    });
+    let inner = gates::approved(Mode::FullAuto, AllowAllApprover);
     let before = HIGH.load(SeqCst);
     let r = outer.run(|| inner.run(high));
     assert_eq!(r.unwrap_err().code().as_str(), "APPROVAL_REJECTED");

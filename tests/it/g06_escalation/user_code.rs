@@ -2,6 +2,7 @@
 //! (sinks, approvers, an argument's `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
@@ -33,14 +34,10 @@ fn g6_an_escalated_call_needs_the_approval_of_its_effective_risk() {
     let asked: Arc<Mutex<Vec<Risk>>> = Arc::default();
     let a2 = asked.clone();
     let no_approver = Gate::new(Mode::FullAuto).unwrap();
-    let rejecting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |r: &ApprovalRequest<'_>| {
-            a2.lock().unwrap().push(r.risk);
-            Approval::Reject("no".into())
-        })
-        .build()
-        .unwrap();
+    let rejecting = gates::approved(Mode::FullAuto, move |r: &ApprovalRequest<'_>| {
+        a2.lock().unwrap().push(r.risk);
+        Approval::Reject("no".into())
+    });
     let before = ESC.load(SeqCst);
     assert_eq!(
         no_approver.run(|| esc_low(1)).unwrap_err().code().as_str(),

@@ -2,6 +2,7 @@
 //! grants, rejections and stops with reasons, and custom approval stores.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -179,12 +180,7 @@ fn atk2_an_async_approver_that_panics_while_building_its_future_has_rejected() {
 fn atk2_a_sync_approver_whose_name_panics_has_rejected() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(SyncBadName)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(Mode::FullAuto, SyncBadName, sink.clone());
     let before = SYNC_WIRE.load(SeqCst);
     let outcome = catch_unwind(AssertUnwindSafe(|| gate.run(|| sync_wire("a".into(), 1))));
     assert_eq!(
@@ -328,11 +324,7 @@ fn atk2_an_exact_grant_does_not_cover_another_redacted_value() {
     let (asked, approver) = scripted(vec![Approval::ApproveForSession(
         SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
     )]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     PINS.lock().unwrap().clear();
     gate.run(|| unlock("alice".into(), "1234".into())).unwrap();
     gate.run(|| unlock("alice".into(), "1234".into())).unwrap();
@@ -355,11 +347,7 @@ fn atk2_an_exact_grant_does_not_cover_another_receiver() {
     let (asked, approver) = scripted(vec![Approval::ApproveForSession(
         SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
     )]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     DROPPED.lock().unwrap().clear();
     let staging = Atk2Db {
         name: "staging".into(),
@@ -387,11 +375,7 @@ fn atk2_an_exact_grant_does_not_cover_another_receiver_that_does_not_serialize()
     let (asked, approver) = scripted(vec![Approval::ApproveForSession(
         SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
     )]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     PURGED.lock().unwrap().clear();
     let scratch = Atk2Pool {
         name: "scratch".into(),
@@ -418,11 +402,7 @@ fn atk2_an_exact_grant_does_not_cover_another_type_that_serializes_alike() {
     let (asked, approver) = scripted(vec![Approval::ApproveForSession(
         SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
     )]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     APPLIED.lock().unwrap().clear();
     gate.run(|| apply(DryRun)).unwrap();
     let other = gate.run(|| apply(Execute));
@@ -443,11 +423,7 @@ fn atk2_an_exact_grant_does_not_cover_another_argument_that_does_not_serialize()
     let (asked, approver) = scripted(vec![Approval::ApproveForSession(
         SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
     )]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     APPLIED.lock().unwrap().clear();
     gate.run(|| apply(Opaque(1))).unwrap();
     let other = gate.run(|| apply(Opaque(2)));
@@ -466,11 +442,7 @@ fn atk2_an_exact_grant_does_not_cover_another_argument_that_does_not_serialize()
 #[test]
 fn atk2_an_operator_session_grant_is_bound_like_the_approval_it_came_from() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let carol = || Answer::Approve {
         by: "carol".into(),
         for_session: true,
@@ -526,11 +498,7 @@ fn atk2_grant_and_approval_times_to_live_at_their_edges() {
         Approval::ApproveForSession(SessionGrant::tool(Duration::MAX)),
         Approval::ApproveForSession(SessionGrant::tool(Duration::ZERO)),
     ]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     gate.run(|| sync_wire("a".into(), 1)).unwrap();
     let grants = gate.grants();
     assert_eq!(grants.len(), 1);
@@ -584,11 +552,9 @@ fn atk2_a_rejection_reason_cannot_forge_the_code_on_any_path() {
     ];
     let current = Arc::new(Mutex::new(String::new()));
     let c = current.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| Approval::Reject(c.lock().unwrap().clone()))
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        Approval::Reject(c.lock().unwrap().clone())
+    });
     let before = SYNC_WIRE.load(SeqCst);
     let rt = current_thread();
     for reason in reasons {

@@ -1,6 +1,8 @@
 //! Approvals beyond yes and no: async approvers, session grants, rejections the agent reads, a rejection
 //! that stops the gate, a store that fails, and a time to live checked when the gate is built.
 
+use crate::common::gates;
+use crate::common::serial;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,11 +68,6 @@ fn by_sudo(command: &str) -> toolgate::Risk {
 fn run_shell(command: String) -> Result<(), Denied> {
     let _ = command;
     Ok(())
-}
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn runtime(workers: usize) -> tokio::runtime::Runtime {
@@ -329,12 +326,7 @@ fn a_session_grant_lets_the_tool_run_without_asking_until_revoked() {
         Approval::Approve,
         Approval::Approve,
     ]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(Mode::FullAuto, approver, sink.clone());
     let before = WIRED.load(Ordering::SeqCst);
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     assert_eq!(asked.load(Ordering::SeqCst), 1);
@@ -384,11 +376,7 @@ fn a_grant_of_exact_arguments_covers_only_them_and_ends_with_its_time_or_its_gat
         Approval::Approve,
         Approval::Approve,
     ]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     assert_eq!(asked.load(Ordering::SeqCst), 1, "the same call is granted");
@@ -406,11 +394,7 @@ fn a_grant_of_exact_arguments_covers_only_them_and_ends_with_its_time_or_its_gat
     ]);
     let approver = Arc::new(approver);
     let build = |approver: Arc<dyn Fn(&ApprovalRequest<'_>) -> Approval + Send + Sync>| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |r: &ApprovalRequest<'_>| approver(r))
-            .build()
-            .unwrap()
+        gates::approved(Mode::FullAuto, move |r: &ApprovalRequest<'_>| approver(r))
     };
     let first = build(approver.clone());
     first.run(|| wire_sync("a".into(), 1)).unwrap();
@@ -427,11 +411,7 @@ fn a_grant_covers_no_higher_risk_than_it_was_given_at() {
         Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
         Approval::Reject("no".into()),
     ]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     gate.run(|| purge("x".into())).unwrap();
     gate.run(|| purge("y".into())).unwrap();
     assert_eq!(asked.load(Ordering::SeqCst), 1);
@@ -446,11 +426,9 @@ fn a_grant_covers_no_higher_risk_than_it_was_given_at() {
 fn a_rejection_reaches_the_agent_on_every_path() {
     let _serial = serial();
     let reason = "use the staging account first";
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| Approval::Reject(reason.into()))
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        Approval::Reject(reason.into())
+    });
     let direct = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
     assert_eq!(direct.code(), DenialCode::ApprovalRejected);
     assert!(direct.message().contains(reason), "{}", direct.message());
@@ -495,12 +473,7 @@ fn reject_and_stop_lowers_the_gate_to_shadow_and_says_who() {
         }
     }
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(Named)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(Mode::FullAuto, Named, sink.clone());
     let clone = gate.clone();
     let denied = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalRejected);
@@ -622,12 +595,7 @@ fn a_failing_store_refuses_with_its_own_code_and_the_log_says_why() {
 fn an_operator_answer_through_the_store_reaches_the_call_once() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::two_step_audited(Mode::FullAuto, sink.clone());
     let before = SYNC_RUNS.load(Ordering::SeqCst);
     // Rejected with a reason and a name: the retry reads both.
     let asked = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
@@ -712,11 +680,7 @@ fn a_grant_in_a_gate_without_records_holds_its_limits_in_the_inlined_check() {
         Approval::Approve,
         Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
     ]);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     let before = WIRED.load(Ordering::SeqCst);
     for cents in 0..5 {
         gate.run(|| wire_sync("a".into(), cents)).unwrap();
@@ -759,20 +723,12 @@ fn no_approver_is_asked_about_a_call_another_gate_refuses_on_its_own() {
     let asked = Arc::new(AtomicUsize::new(0));
     let outer = {
         let asked = asked.clone();
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |_: &ApprovalRequest<'_>| {
-                asked.fetch_add(1, Ordering::SeqCst);
-                Approval::Approve
-            })
-            .build()
-            .unwrap()
+        gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            Approval::Approve
+        })
     };
-    let store_outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let store_outer = gates::two_step(Mode::FullAuto);
     let hour = Duration::from_secs(3600);
     let spent = Gate::builder()
         .mode(Mode::FullAuto)
@@ -783,11 +739,7 @@ fn no_approver_is_asked_about_a_call_another_gate_refuses_on_its_own() {
     spent.run(|| purge("first".into())).unwrap();
     let inners = [
         (
-            Gate::builder()
-                .mode(Mode::FullAuto)
-                .deny("appr.purge")
-                .build()
-                .unwrap(),
+            gates::denying(Mode::FullAuto, "appr.purge"),
             DenialCode::DenyListed,
         ),
         (
@@ -853,11 +805,7 @@ fn an_escalated_call_says_its_declared_risk_in_every_approval_message() {
     let _serial = serial();
     let raised =
         "tool `appr.run_shell` (declared LOW_WRITE, raised to HIGH_WRITE by its arguments)";
-    let two_step = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let two_step = gates::two_step(Mode::FullAuto);
     let sudo = || run_shell("sudo reboot".into());
     let pending = two_step.run(sudo).unwrap_err();
     assert_eq!(pending.code(), DenialCode::ApprovalPending);

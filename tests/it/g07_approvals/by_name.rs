@@ -2,12 +2,13 @@
 //! (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::fixtures::by_name::*;
 use serde_json::json;
+use toolgate::Mode;
 use toolgate::audit::AuditRecord;
-use toolgate::{Gate, Mode};
 
 /// The same with two-step approvals: an approval for x=1 runs x=1 once and nothing else.
 #[test]
@@ -17,12 +18,7 @@ fn a5_two_step_approval_by_name_runs_once_and_only_its_call() {
         for nth in 1..=6 {
             reset();
             let sink = HookSink::default();
-            let gate = Gate::builder()
-                .mode(Mode::FullAuto)
-                .two_step_approvals()
-                .audit(sink.clone())
-                .build()
-                .unwrap();
+            let gate = gates::two_step_audited(Mode::FullAuto, sink.clone());
             let e = call(&gate, "rt2.hi", json!({"x": 1})).unwrap_err();
             let token = e.denied().unwrap().approval_token().unwrap().to_owned();
             gate.approve(&token).unwrap();
@@ -83,11 +79,7 @@ fn b2_self_call_by_name_needs_its_own_approval() {
     let _s = serial();
     for x in [1u64, 2] {
         reset();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .two_step_approvals()
-            .build()
-            .unwrap();
+        let gate = gates::two_step(Mode::FullAuto);
         *WIDE.lock().unwrap() = Some(gate.clone());
         let e = call(&gate, "rt2.selfy", json!({"x": x})).unwrap_err();
         gate.approve(e.denied().unwrap().approval_token().unwrap())

@@ -3,6 +3,7 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,11 +63,10 @@ fn p04_no_call_started_after_revoke_grants_returns_runs_on_the_grant() {
     let _serial = serial();
     let asked: Asked = Arc::default();
     let reply = answer(for_session());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(&Pause::new(), &reply, &asked))
-        .build()
-        .unwrap();
+    let gate = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &reply, &asked),
+    );
     gate.run(|| wire(0)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("no more".into());
     let revoked = Arc::new(AtomicBool::new(false));
@@ -155,11 +155,10 @@ fn p32_an_argument_that_revokes_the_grant_while_it_is_read_is_decided_without_it
     let _serial = serial();
     let asked: Asked = Arc::default();
     let reply = answer(for_session());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(&Pause::new(), &reply, &asked))
-        .build()
-        .unwrap();
+    let gate = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &reply, &asked),
+    );
     by_name(&gate, "pairs.publish_note", json!({"note": "first"})).unwrap();
     assert_eq!(gate.grants().len(), 1);
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
@@ -261,21 +260,17 @@ fn p35_an_exact_grant_covers_no_lookalike_call() {
     let arguments: Arc<Mutex<Vec<String>>> = Arc::default();
     let gate = {
         let (reply, asked, arguments) = (reply.clone(), asked.clone(), arguments.clone());
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |request: &ApprovalRequest<'_>| {
-                asked
-                    .lock()
-                    .unwrap()
-                    .push((request.tool.id.to_owned(), false));
-                arguments
-                    .lock()
-                    .unwrap()
-                    .push(request.arguments.unwrap_or_default().to_owned());
-                reply.lock().unwrap().clone()
-            })
-            .build()
-            .unwrap()
+        gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+            asked
+                .lock()
+                .unwrap()
+                .push((request.tool.id.to_owned(), false));
+            arguments
+                .lock()
+                .unwrap()
+                .push(request.arguments.unwrap_or_default().to_owned());
+            reply.lock().unwrap().clone()
+        })
     };
     gate.run(|| shell("sudo systemctl restart web".into()))
         .unwrap();

@@ -3,6 +3,7 @@
 //! states.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,7 @@ use serde_json::json;
 use toolgate::approval::SessionGrant;
 use toolgate::mcp::{Approvals, ToolgateServer};
 use toolgate::registry::Instances;
-use toolgate::{Approval, Gate, Mode};
+use toolgate::{Approval, Mode};
 
 /// a04. Approvals bound to the handler instance: an unnamed handler, cloned (same state behind its
 /// `Arc`s) into a second server of the same gate. The approval given for a call through the first
@@ -88,17 +89,13 @@ fn a06_an_exact_session_grant_for_one_handler_does_not_cover_another() {
     runtime().block_on(async {
         let asked = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&asked);
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |_: &toolgate::ApprovalRequest<'_>| {
-                if count.fetch_add(1, Ordering::SeqCst) == 0 {
-                    Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
-                } else {
-                    Approval::Reject("only the first".into())
-                }
-            })
-            .build()
-            .unwrap();
+        let gate = gates::approved(Mode::FullAuto, move |_: &toolgate::ApprovalRequest<'_>| {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
+            } else {
+                Approval::Reject("only the first".into())
+            }
+        });
         let prod = Ops::default();
         let staging = Ops::default();
         let on_prod =

@@ -3,6 +3,7 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -65,11 +66,7 @@ async fn i06_an_async_approver_through_rig() {
 /// same tool with the same arguments, once.
 #[tokio::test]
 async fn i08_two_step_approvals_through_rig() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let tools = iatk(&gate);
     let first = refusal(run(&tools, "iatk.wipe", json!({"id": 801})).await);
     assert_eq!(first.code(), Some("APPROVAL_PENDING"));
@@ -132,11 +129,7 @@ async fn i08_two_step_approvals_through_rig() {
 /// quoted back, in the span or to the model.
 #[test]
 fn i12_a_redacted_argument_never_reaches_a_span_or_the_model() {
-    let partial = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(TracingSink::new())
-        .build()
-        .unwrap();
+    let partial = gates::audited(Mode::PartialAuto, TracingSink::new());
     let rejecting = Gate::builder()
         .mode(Mode::FullAuto)
         .audit(TracingSink::new())
@@ -227,14 +220,10 @@ fn i12_a_redacted_argument_never_reaches_a_span_or_the_model() {
 async fn i21_an_approver_of_a_rig_call_never_sees_a_redacted_value() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |request: &ApprovalRequest<'_>| {
-            log.lock().unwrap().push(format!("{:?}", request.arguments));
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        log.lock().unwrap().push(format!("{:?}", request.arguments));
+        Approval::Approve
+    });
     let done = run(
         &iatk(&gate),
         "iatk.vault",
@@ -259,12 +248,7 @@ async fn i21_an_approver_of_a_rig_call_never_sees_a_redacted_value() {
 /// JSON of the refusal.
 #[test]
 fn i22_a_two_step_token_is_not_in_a_span() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .audit(TracingSink::new())
-        .build()
-        .unwrap();
+    let gate = gates::two_step_audited(Mode::FullAuto, TracingSink::new());
     let mut token = None;
     let spans = exported(|| {
         runtime().block_on(async {

@@ -2,6 +2,7 @@
 //! methods called on an instance, by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
@@ -19,11 +20,7 @@ use crate::fixtures::receivers::*;
 fn s04_a_two_step_approval_by_name_runs_only_on_its_receiver() {
     let staging = Vault::new("staging");
     let production = Vault::new("production");
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let first = call_now(&gate, &shared(&staging), "atk_vault.wipe", json!({})).unwrap_err();
     assert_eq!(first.code(), "APPROVAL_PENDING");
     let token = token_of(&first);
@@ -59,12 +56,7 @@ fn s04_a_two_step_approval_by_name_runs_only_on_its_receiver() {
 fn s05_a_receiver_retargeted_between_the_two_step_binding_and_the_body() {
     let vault = Vault::new("staging");
     let sink = HookSink::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::two_step_audited(Mode::FullAuto, sink.clone());
     let first = call_now(&gate, &shared(&vault), "atk_vault.wipe", json!({})).unwrap_err();
     gate.approve(&token_of(&first)).unwrap();
     let (g, v) = (gate.clone(), Arc::clone(&vault));
@@ -122,11 +114,7 @@ fn s07_a_receiver_that_is_not_serializable_is_approved_for_its_registered_instan
         drained: AtomicUsize::new(0),
     });
     let on_pool = Instances::new().with_shared(Arc::clone(&pool));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let refused = call_now(&gate, &on_pool, "atk_pool.drain", json!({})).unwrap_err();
     let token = refused
         .denied()
@@ -287,11 +275,7 @@ fn s10_a_redacted_arguments_own_deserialize_error_does_not_quote_it() {
 fn s11_a_bad_entry_of_a_redacted_map_does_not_put_its_key_in_the_path() {
     let vault = Vault::new("staging");
     let sink = HookSink::default();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     let error = call_now(
         &gate,
         &shared(&vault),
@@ -314,11 +298,7 @@ fn s11_a_bad_entry_of_a_redacted_map_does_not_put_its_key_in_the_path() {
 fn s12_an_unknown_key_inside_a_redacted_struct_is_not_shown() {
     let vault = Vault::new("staging");
     let sink = HookSink::default();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     let error = call_now(
         &gate,
         &shared(&vault),
@@ -351,11 +331,7 @@ fn s12_an_unknown_key_inside_a_redacted_struct_is_not_shown() {
 fn s22_a_generic_method_with_a_gate_parameter_is_bound_to_receiver_value_and_type() {
     let staging = Vault::new("staging");
     let production = Vault::new("production");
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let first = staging.put(&gate, 1u32).unwrap_err();
     gate.approve(first.approval_token().unwrap()).unwrap();
     assert_eq!(

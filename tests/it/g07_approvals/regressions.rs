@@ -2,13 +2,14 @@
 //! reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::common::{Scratch, serial};
 use crate::fixtures::regressions::*;
 use toolgate::audit::{JsonlSink, MemorySink, Stage};
-use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
+use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Mode};
 
 // Finding: `Gate::approve` writes the approval's binding digest, the sha256 of the arguments with the
 // redacted ones' real values, into the `approval_granted` record; for a short secret (a 4-digit PIN) that
@@ -19,12 +20,10 @@ fn the_audit_log_holds_no_digest_of_a_redacted_argument() {
     let scratch = Scratch::new("redacted-digest");
     let log = scratch.path("audit.jsonl");
     let memory = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .audit(Tee(JsonlSink::open(&log).unwrap(), memory.clone()))
-        .build()
-        .unwrap();
+    let gate = gates::two_step_audited(
+        Mode::FullAuto,
+        Tee(JsonlSink::open(&log).unwrap(), memory.clone()),
+    );
     let before = count(&UNLOCKS);
     let first = gate
         .run(|| unlock("front".into(), "4711".into()))
@@ -70,11 +69,7 @@ fn the_audit_log_holds_no_digest_of_a_redacted_argument() {
 fn a_two_step_approval_for_one_receiver_does_not_run_another() {
     let _serial = serial();
     let (staging, production) = (db("staging"), db("production"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     DROPPED.lock().unwrap().clear();
     let first = gate.run(|| staging.drop_table("users".into())).unwrap_err();
     assert_eq!(first.code().as_str(), "APPROVAL_PENDING");
@@ -99,17 +94,13 @@ fn an_approver_sees_different_digests_for_different_receivers() {
     let _serial = serial();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen_by_approver = seen.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |request: &ApprovalRequest<'_>| {
-            seen_by_approver
-                .lock()
-                .unwrap()
-                .push(request.arguments_digest.map(str::to_owned));
-            Approval::Reject("asked only".into())
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        seen_by_approver
+            .lock()
+            .unwrap()
+            .push(request.arguments_digest.map(str::to_owned));
+        Approval::Reject("asked only".into())
+    });
     DROPPED.lock().unwrap().clear();
     let staging = gate.run(|| db("staging").drop_table("users".into()));
     let production = gate.run(|| db("production").drop_table("users".into()));
@@ -132,12 +123,7 @@ fn an_approver_sees_different_digests_for_different_receivers() {
 fn audit_records_of_calls_on_different_receivers_have_different_digests() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(Mode::FullAuto, AllowAllApprover, sink.clone());
     DROPPED.lock().unwrap().clear();
     gate.run(|| db("staging").drop_table("users".into()))
         .unwrap();
@@ -167,11 +153,7 @@ fn audit_records_of_calls_on_different_receivers_have_different_digests() {
 #[test]
 fn a_two_step_approval_runs_the_same_map_argument_built_again() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     for round in 0..5u32 {
         let entries: Vec<(String, u32)> = (0..30)
             .map(|i| (format!("round{round}-key{i}"), round * 100 + i))
@@ -211,11 +193,7 @@ fn a_method_whose_receiver_is_not_serializable_cannot_be_approved_in_two_steps()
     let _serial = serial();
     DROPPED.lock().unwrap().clear();
     let pool = Pool { name: "main" };
-    let two_step = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let two_step = gates::two_step(Mode::FullAuto);
     let denied = two_step.run(|| pool.drop_all()).unwrap_err();
     assert_eq!(denied.code().as_str(), "APPROVAL_REQUIRED");
     assert!(denied.approval_token().is_none());
@@ -226,17 +204,13 @@ fn a_method_whose_receiver_is_not_serializable_cannot_be_approved_in_two_steps()
     );
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen_by_approver = seen.clone();
-    let asked = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |request: &ApprovalRequest<'_>| {
-            seen_by_approver
-                .lock()
-                .unwrap()
-                .push(request.arguments.map(str::to_owned));
-            Approval::Reject("no".into())
-        })
-        .build()
-        .unwrap();
+    let asked = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        seen_by_approver
+            .lock()
+            .unwrap()
+            .push(request.arguments.map(str::to_owned));
+        Approval::Reject("no".into())
+    });
     assert!(asked.run(|| pool.drop_all()).is_err());
     assert_eq!(
         *seen.lock().unwrap(),
@@ -251,11 +225,7 @@ fn a_method_whose_receiver_is_not_serializable_cannot_be_approved_in_two_steps()
 fn a_generic_tool_is_bound_to_its_arguments_value_nested_maps_included() {
     let _serial = serial();
     PUT.lock().unwrap().clear();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let first = gate.run(|| put(settings())).unwrap_err();
     gate.approve(first.approval_token().unwrap()).unwrap();
     let other = gate.run(|| put(1u8)).unwrap_err();

@@ -2,6 +2,7 @@
 //! approvals kept in stores, the principal, and approvals over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,16 +19,8 @@ use toolgate::{Denied, Gate, Mode, tool};
 /// not through another gate, not after the gate was lowered, not in racing threads.
 #[test]
 fn b13_pending_approval_other_arguments_twice_other_gate() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
-    let other = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
+    let other = gates::two_step(Mode::FullAuto);
     let refused = gate.run(|| b13_wire(100)).unwrap_err();
     assert_eq!(refused.code(), "APPROVAL_PENDING");
     let token = refused.approval_token().expect("a token").to_owned();
@@ -73,11 +66,7 @@ fn b13_pending_approval_other_arguments_twice_other_gate() {
 /// An approval given for a direct call is used once whether the retry is direct or by name.
 #[test]
 fn b15_pending_approval_by_name_and_direct_once() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let err = toolgate::registry()
         .call(&gate, "b15.b15_wire", serde_json::json!({"cents": 5}))
         .now()
@@ -1306,8 +1295,8 @@ mod mcp {
     fn b41_http_tools_list_per_principal() {
         use toolgate::mcp::http::{HttpService, Principals};
         rt().block_on(async {
-            let alice = Gate::builder().mode(Mode::PartialAuto).principal("alice").build().unwrap();
-            let bob = Gate::builder().mode(Mode::Shadow).principal("bob").build().unwrap();
+            let alice = gates::of_principal(Mode::PartialAuto, "alice");
+            let bob = gates::of_principal(Mode::Shadow, "bob");
             let server = ToolgateServer::new(alice.clone()).only(|m| m.domain == Some("h01"));
             let principals = Principals::new()
                 .bearer("alice-token-0123456789", "alice", alice.clone())

@@ -3,6 +3,7 @@
 //! declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -69,12 +70,7 @@ fn g7_an_approval_runs_once_under_concurrent_calls_and_a_slow_sink() {
         }
         Ok(())
     });
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = gates::two_step_audited(Mode::FullAuto, sink);
     let t = token_of(gate.run(|| two_slow(7)));
     gate.approve(&t).unwrap();
     let before = TWO_SLOW.load(SeqCst);
@@ -242,12 +238,7 @@ fn g7_a_call_from_inside_the_approval_granted_record_runs_at_most_once() {
         }
         Ok(())
     });
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = gates::two_step_audited(Mode::FullAuto, sink);
     slot.set(gate.clone()).unwrap();
     let t = token_of(gate.run(|| two_slow(4242)));
     let before = TWO_SLOW.load(SeqCst);
@@ -341,12 +332,7 @@ fn g7_a_redacted_value_reaches_no_record_message_request_or_debug() {
             .run(|| secret("ada".into(), pin.into()))
             .unwrap_err();
         let (sink2, mem2) = hook_sink(|_| Ok(()));
-        let ts = Gate::builder()
-            .mode(Mode::FullAuto)
-            .two_step_approvals()
-            .audit(sink2)
-            .build()
-            .unwrap();
+        let ts = gates::two_step_audited(Mode::FullAuto, sink2);
         let d2 = ts.run(|| secret("ada".into(), pin.into())).unwrap_err();
         let tok = d2.approval_token().unwrap().to_string();
         let dbg_gate_pending = format!("{ts:?}");
@@ -415,11 +401,7 @@ fn g7_a_redacted_value_sent_with_the_wrong_type_is_not_echoed() {
 #[test]
 fn g7_an_invalid_redacted_argument_leaves_no_trace_in_the_audit_log() {
     let (sink, mem) = hook_sink(|_| Ok(()));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink);
     let _ = toolgate::registry()
         .call(
             &gate,

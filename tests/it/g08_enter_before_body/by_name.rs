@@ -2,13 +2,14 @@
 //! (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 use crate::fixtures::by_name::*;
 use serde_json::json;
 use toolgate::audit::{AuditRecord, MemorySink};
-use toolgate::{Denied, Gate, Mode, registry};
+use toolgate::{Denied, Mode, registry};
 
 /// A call by name is audited and approved as the same direct call (declared/effective risk, digest).
 #[test]
@@ -70,12 +71,7 @@ fn b1_call_gate_sink_panicking_on_enter_under_an_outer_gate() {
     let _s = serial();
     reset();
     let outer_sink = MemorySink::new();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(counting_approver)
-        .audit(outer_sink.clone())
-        .build()
-        .unwrap();
+    let outer = gates::approved_audited(Mode::FullAuto, counting_approver, outer_sink.clone());
     let (inner, _) = audited(Mode::FullAuto);
     for id in ["rt2.hi", "rt2.ahi", "rt2.lo"] {
         arm(&SINK_HOOK, 1, || panic!("sink panics on enter"));

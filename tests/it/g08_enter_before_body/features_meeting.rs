@@ -3,6 +3,7 @@
 //! gates, lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -21,11 +22,7 @@ use crate::fixtures::features_meeting::*;
 fn p34_a_door_refusal_writes_no_invisible_or_bidi_text_of_the_caller_to_the_log() {
     let _serial = serial();
     let sink = Arc::new(MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited_shared(Mode::PartialAuto, sink.clone());
     let evil_key = "te\u{202e}xt\u{200b}";
     let before = count(&POSTS);
     let mut arguments = serde_json::Map::new();

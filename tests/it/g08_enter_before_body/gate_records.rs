@@ -1,5 +1,6 @@
 //! The gate's audit records, approvals and escalation, seen from a tool's caller.
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -178,11 +179,7 @@ fn exit_records_errors_panics_and_cancellation() {
 
 #[test]
 fn a_sink_that_cannot_record_refuses_the_call() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit(Broken)
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::FullAuto, Broken);
     let before = LABELS.load(Ordering::SeqCst);
     let denied = gate.run(|| label(1, "urgent".into())).unwrap_err();
     assert_eq!(denied.code(), "AUDIT_UNAVAILABLE");
@@ -240,12 +237,7 @@ fn recorded_arguments_leave_redacted_ones_out() {
     // `TRANSFERS` counts the runs of every test here that calls `transfer`.
     let _serial = crate::common::serial();
     let sink = Recorder::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(toolgate::AllowAllApprover)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(Mode::FullAuto, toolgate::AllowAllApprover, sink.clone());
     gate.run(|| transfer(1, 2, 500, "rent, PIN 1234".into()))
         .unwrap();
     let enter = &sink.records()[0];
@@ -313,11 +305,7 @@ fn the_approver_sees_the_arguments_as_the_log_records_them() {
 fn two_step_approval_runs_the_same_call_once() {
     // `TRANSFERS` counts the runs of every test here that calls `transfer`.
     let _serial = crate::common::serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let runs = || TRANSFERS.load(Ordering::SeqCst);
     let start = runs();
     let first = gate.run(|| transfer(1, 2, 900, "a".into())).unwrap_err();
@@ -415,11 +403,7 @@ fn escalation_raises_the_risk_and_never_lowers_it() {
 #[test]
 fn lowering_the_mode_is_recorded() {
     let sink = Recorder::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::FullAuto, sink.clone());
     gate.lower_by(Mode::Shadow, "on-call: runaway agent")
         .unwrap();
     let records = sink.records();

@@ -3,11 +3,12 @@
 //! request states.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use crate::fixtures::handlers::*;
 use serde_json::json;
+use toolgate::Mode;
 use toolgate::audit::MemorySink;
 use toolgate::mcp::ToolgateServer;
-use toolgate::{Gate, Mode};
 
 /// a22. A name no tool has, written with a bidi override, called on a server with a handler: a
 /// JSON-RPC error, and no audit record carries the caller's raw text (README: the id asked for is
@@ -16,11 +17,7 @@ use toolgate::{Gate, Mode};
 fn a22_an_unknown_name_with_hidden_characters_leaves_no_raw_text_in_the_log() {
     runtime().block_on(async {
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = gates::audited(Mode::FullAuto, sink.clone());
         let client = connect(ToolgateServer::new(gate).handler(Ops::default())).await;
         let name = "ops_wipe\u{202E}\u{200B}";
         let said = call(&client, name, json!({"target": "db"})).await;

@@ -2,11 +2,12 @@
 //! `callable` methods called on an instance, by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use toolgate::audit::{AuditRecord, Outcome, Stage};
-use toolgate::{Gate, Mode, registry};
+use toolgate::{Mode, registry};
 
 use crate::fixtures::receivers::*;
 
@@ -22,11 +23,7 @@ fn s29_a_methods_enter_is_written_before_its_body_and_a_failing_sink_refuses() {
     *lock(&sink.check) = Some(Box::new(move |_r: &AuditRecord| {
         lock(&s).push(v.ran().len())
     }));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     call_now(&gate, &shared(&vault), "atk_vault.peek", json!({})).unwrap();
     block_on(registry().call_with(
         &gate,
@@ -50,11 +47,7 @@ fn s29_a_methods_enter_is_written_before_its_body_and_a_failing_sink_refuses() {
     );
     let failing = toolgate::audit::MemorySink::new();
     failing.fail(true);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(failing)
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, failing);
     let refused = block_on(registry().call_with(
         &gate,
         &shared(&vault),

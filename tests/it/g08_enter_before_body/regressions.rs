@@ -2,6 +2,7 @@
 //! review, each reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::regressions::*;
 use serde_json::Value;
@@ -15,20 +16,12 @@ use toolgate::{AllowAllApprover, Gate, Mode};
 fn an_inner_sink_failure_closes_the_outer_gates_enter_record() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, sink.clone());
     // The outer gate alone runs the call.
     assert_eq!(outer.run(|| tag(1)).unwrap(), 1);
     sink.take();
 
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(Broken)
-        .build()
-        .unwrap();
+    let inner = gates::audited(Mode::PartialAuto, Broken);
     let before = count(&TAGS);
     let result = outer.run(|| inner.run(|| tag(2)));
     assert_eq!(count(&TAGS), before, "the body must not run");
@@ -54,12 +47,7 @@ fn an_inner_sink_failure_closes_the_outer_gates_enter_record() {
 fn a_refusal_by_an_inner_gate_is_recorded_by_the_outer_audited_gate() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let outer = gates::approved_audited(Mode::FullAuto, AllowAllApprover, sink.clone());
     let inner = Gate::new(Mode::Shadow).unwrap();
     let before = count(&WIPES);
     let result = outer.run(|| inner.run(|| wipe(3)));

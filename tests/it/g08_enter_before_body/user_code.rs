@@ -3,6 +3,7 @@
 //! every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use crate::fixtures::user_code::*;
 use toolgate::audit::{AuditError, AuditRecord, MemorySink, Outcome, Stage};
-use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
+use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Mode};
 
 // ---------------------------------------------------------------------------------------------
 // Guarantee 8: every enter gets its exit
@@ -25,16 +26,8 @@ fn g8_inner_sink_panicking_on_enter_closes_the_outer_enter() {
         }
         Ok(())
     });
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(osink)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, osink);
+    let inner = gates::audited(Mode::PartialAuto, isink);
     let before = LOW.load(SeqCst);
     let r = catch_unwind(AssertUnwindSafe(|| outer.run(|| inner.run(low))));
     assert_eq!(LOW.load(SeqCst), before, "{r:?}");
@@ -57,16 +50,8 @@ fn g8_outer_sink_panicking_on_enter_closes_the_inner_enter() {
         Ok(())
     });
     let (isink, imem) = hook_sink(|_| Ok(()));
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(osink)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, osink);
+    let inner = gates::audited(Mode::PartialAuto, isink);
     let before = LOW.load(SeqCst);
     let _ = catch_unwind(AssertUnwindSafe(|| outer.run(|| inner.run(low))));
     assert_eq!(LOW.load(SeqCst), before);
@@ -83,11 +68,7 @@ fn g8_outer_sink_panicking_on_enter_closes_the_inner_enter() {
 fn g8_a_result_whose_serialize_panics_still_gets_its_exit() {
     let _s = serial();
     let (sink, mem) = hook_sink(|_| Ok(()));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink);
     let r = catch_unwind(AssertUnwindSafe(|| gate.run(low_out).map(|_| ())));
     let recs = mem.records();
     assert!(
@@ -105,16 +86,8 @@ fn g8_an_arguments_serialize_panicking_leaves_no_enter_without_exit() {
         let slot = 10 + nth;
         let (osink, omem) = hook_sink(|_| Ok(()));
         let (isink, imem) = hook_sink(|_| Ok(()));
-        let outer = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(osink)
-            .build()
-            .unwrap();
-        let inner = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(isink)
-            .build()
-            .unwrap();
+        let outer = gates::audited(Mode::PartialAuto, osink);
+        let inner = gates::audited(Mode::PartialAuto, isink);
         let count = Arc::new(AtomicUsize::new(0));
         let c = count.clone();
         set_hook(slot, move || {
@@ -142,16 +115,8 @@ fn g8_nested_scopes_cancelled_after_first_poll_close_every_enter() {
     let _s = serial();
     let (osink, omem) = hook_sink(|_| Ok(()));
     let (isink, imem) = hook_sink(|_| Ok(()));
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(osink)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, osink);
+    let inner = gates::audited(Mode::PartialAuto, isink);
     {
         let mut fut = Box::pin(outer.scope(inner.scope(low_async())));
         assert!(poll_once(fut.as_mut()).is_pending());
@@ -168,11 +133,7 @@ fn g8_nested_scopes_cancelled_after_first_poll_close_every_enter() {
     }
     // an async tool polled under `run` and dropped outside it
     let (sink, mem) = hook_sink(|_| Ok(()));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink);
     let mut fut = Box::pin(low_async());
     assert!(gate.run(|| poll_once(fut.as_mut())).is_pending());
     drop(fut);
@@ -184,11 +145,7 @@ fn g8_nested_scopes_cancelled_after_first_poll_close_every_enter() {
 fn g8_a_pending_call_dropped_after_every_gate_handle_still_gets_its_exit() {
     let _s = serial();
     let mem = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(mem.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, mem.clone());
     let mut fut = Box::pin(gate.scope(low_async()));
     assert!(poll_once(fut.as_mut()).is_pending());
     drop(gate);
@@ -202,16 +159,8 @@ fn g8_body_panic_under_nested_gates_is_recorded_by_each() {
     let _s = serial();
     let (osink, omem) = hook_sink(|_| Ok(()));
     let (isink, imem) = hook_sink(|_| Ok(()));
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(osink)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, osink);
+    let inner = gates::audited(Mode::PartialAuto, isink);
     let _ = catch_unwind(AssertUnwindSafe(|| outer.run(|| inner.run(low_panic))));
     for recs in [omem.records(), imem.records()] {
         assert!(unbalanced(&recs).is_empty(), "{:?}", stages(&recs));
@@ -230,11 +179,7 @@ fn g8_a_tool_called_from_inside_a_sink_is_decided_and_balanced() {
         }
         Ok(())
     });
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink);
     let (tx, rx) = std::sync::mpsc::channel();
     let g = gate.clone();
     std::thread::spawn(move || tx.send(g.run(low).is_ok()).unwrap());
@@ -253,17 +198,10 @@ fn g8_a_tool_called_from_inside_a_sink_is_decided_and_balanced() {
 fn g8_approver_panic_and_classifier_panic_under_an_audited_outer_gate() {
     let _s = serial();
     let (osink, omem) = hook_sink(|_| Ok(()));
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .audit(osink)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| -> Approval { panic!("approver panics") })
-        .build()
-        .unwrap();
+    let outer = gates::approved_audited(Mode::FullAuto, AllowAllApprover, osink);
+    let inner = gates::approved(Mode::FullAuto, |_: &ApprovalRequest<'_>| -> Approval {
+        panic!("approver panics")
+    });
     let before = HIGH.load(SeqCst);
     let r = outer.run(|| inner.run(high));
     assert_eq!(r.unwrap_err().code().as_str(), "APPROVAL_REJECTED");
@@ -277,11 +215,7 @@ fn g8_approver_panic_and_classifier_panic_under_an_audited_outer_gate() {
 fn g8_an_async_tool_with_a_gate_parameter_is_closed_when_cancelled() {
     let _s = serial();
     let mem = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(mem.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, mem.clone());
     {
         let mut fut = Box::pin(async_gate_param(&gate));
         assert!(poll_once(fut.as_mut()).is_pending());
@@ -294,11 +228,7 @@ fn g8_an_async_tool_with_a_gate_parameter_is_closed_when_cancelled() {
 #[test]
 fn g8_a_failing_call_by_name_is_closed_with_error() {
     let mem = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(mem.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, mem.clone());
     let r = toolgate::registry()
         .call(&gate, "rt.failing", serde_json::json!({}))
         .now()
@@ -330,16 +260,8 @@ fn g8_a_sink_panicking_on_an_exit_record_leaves_the_other_gates_exit() {
         } else {
             (bad_sink, good_sink)
         };
-        let outer = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(osink)
-            .build()
-            .unwrap();
-        let inner = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(isink)
-            .build()
-            .unwrap();
+        let outer = gates::audited(Mode::PartialAuto, osink);
+        let inner = gates::audited(Mode::PartialAuto, isink);
         let r = catch_unwind(AssertUnwindSafe(|| outer.run(|| inner.run(low))));
         let recs = good_mem.records();
         assert!(
@@ -361,16 +283,8 @@ fn g8_a_sink_panicking_on_an_inner_refusal_leaves_the_outer_enter_closed() {
         }
         Ok(())
     });
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(osink)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(isink)
-        .build()
-        .unwrap();
+    let outer = gates::audited(Mode::PartialAuto, osink);
+    let inner = gates::audited(Mode::Shadow, isink);
     let before = LOW.load(SeqCst);
     let r = catch_unwind(AssertUnwindSafe(|| outer.run(|| inner.run(low))));
     assert_eq!(LOW.load(SeqCst), before);

@@ -5,6 +5,7 @@
 //! guarantees (SECURITY.md, "What it does not guarantee"): its test (`a7b`) shows what happens and is
 //! ignored.
 
+use crate::common::gates;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, ErrorKind, Write};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::Scratch;
 use toolgate::audit::{AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file};
-use toolgate::{DenialCode, Denied, Gate, Mode, tool};
+use toolgate::{DenialCode, Denied, Mode, tool};
 
 use crate::faults::CHILD_ENV;
 
@@ -622,11 +623,7 @@ fn a11_dropping_the_gate_while_others_record_then_reopen() {
     let scratch = Scratch::new("a11");
     let path = scratch.path("audit.jsonl");
     let sink = Arc::new(open_fsync_each(&path));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone() as Arc<dyn AuditSink>)
-        .build()
-        .unwrap();
+    let gate = gates::audited_shared(Mode::PartialAuto, sink.clone() as Arc<dyn AuditSink>);
     drop(sink);
     let ran = Arc::new(AtomicUsize::new(0));
     let barrier = Arc::new(Barrier::new(5));
@@ -703,11 +700,7 @@ fn a12_each_body_finds_its_enter_record_committed() {
     let path = scratch.path("audit.jsonl");
     let sink = Arc::new(open_fsync_each(&path));
     *ENTER_LOG.lock().unwrap() = Some((path.clone(), sink.clone()));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone() as Arc<dyn AuditSink>)
-        .build()
-        .unwrap();
+    let gate = gates::audited_shared(Mode::PartialAuto, sink.clone() as Arc<dyn AuditSink>);
     let barrier = Arc::new(Barrier::new(6));
     let workers: Vec<_> = (0..6u64)
         .map(|t| {
@@ -829,11 +822,7 @@ fn child_fills_a_tmpfs_with_group_commit() {
     assert_log_holds_exactly(&path, &all);
 
     // A gate on the same sink after another fill refuses calls, and runs no body.
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone() as Arc<dyn AuditSink>)
-        .build()
-        .unwrap();
+    let gate = gates::audited_shared(Mode::PartialAuto, sink.clone() as Arc<dyn AuditSink>);
     let before = NOTES.load(Ordering::SeqCst);
     let mut ran = 0;
     let denied = loop {

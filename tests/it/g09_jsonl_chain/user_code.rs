@@ -3,6 +3,7 @@
 //! declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use crate::fixtures::user_code::*;
 use toolgate::{Approval, ApprovalRequest, Gate, Mode};
 
@@ -33,11 +34,10 @@ fn g9_appending_to_a_log_without_its_last_newline_keeps_the_chain() {
     let _s = serial();
     let path = tmp("nonewline");
     {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(toolgate::audit::JsonlSink::open(&path).unwrap())
-            .build()
-            .unwrap();
+        let gate = gates::audited(
+            Mode::PartialAuto,
+            toolgate::audit::JsonlSink::open(&path).unwrap(),
+        );
         gate.run(low).unwrap();
     }
     let mut bytes = std::fs::read(&path).unwrap();
@@ -50,11 +50,7 @@ fn g9_appending_to_a_log_without_its_last_newline_keeps_the_chain() {
     );
     match toolgate::audit::JsonlSink::open(&path) {
         Ok(sink) => {
-            let gate = Gate::builder()
-                .mode(Mode::PartialAuto)
-                .audit(sink)
-                .build()
-                .unwrap();
+            let gate = gates::audited(Mode::PartialAuto, sink);
             gate.run(low).unwrap();
             drop(gate);
             let report = toolgate::audit::verify_file(&path).unwrap();
@@ -72,11 +68,10 @@ fn g9_crlf_and_duplicate_keys_are_tampering() {
     let _s = serial();
     let path = tmp("crlf");
     {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(toolgate::audit::JsonlSink::open(&path).unwrap())
-            .build()
-            .unwrap();
+        let gate = gates::audited(
+            Mode::PartialAuto,
+            toolgate::audit::JsonlSink::open(&path).unwrap(),
+        );
         gate.run(low).unwrap();
     }
     let text = std::fs::read_to_string(&path).unwrap();

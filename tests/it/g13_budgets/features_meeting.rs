@@ -3,6 +3,7 @@
 //! gates, lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -525,16 +526,8 @@ fn p37_threads_racing_on_a_grant_never_exceed_the_budget() {
 #[test]
 fn p38_an_inner_gates_spent_budget_takes_nothing_of_the_outer_gates() {
     let _serial = serial();
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
-        .build()
-        .unwrap();
+    let outer = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("pairs.read"), 1, HOUR);
+    let inner = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("pairs.read"), 1, HOUR);
     inner.run(|| read(1)).unwrap();
     let before = count(&READS);
     for _ in 0..3 {

@@ -2,6 +2,7 @@
 //! two-step approvals kept in stores, the principal, and approvals over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -19,11 +20,7 @@ use toolgate::{Approval, ApprovalRequest, Gate, Mode, Risk};
 /// Clones of a gate share its budget: N calls spread over the gate and its clones, then refused.
 #[test]
 fn b01_clones_share_the_budget() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b01.*"), 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("b01.*"), 3, HOUR);
     let mut codes = Vec::new();
     for i in 0..10 {
         let g = gate.clone();
@@ -38,11 +35,7 @@ fn b01_clones_share_the_budget() {
 /// the outer gate's budget allows.
 #[test]
 fn b02_nested_gate_without_budget_is_still_counted_by_the_outer_one() {
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b02.*"), 2, HOUR)
-        .build()
-        .unwrap();
+    let outer = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("b02.*"), 2, HOUR);
     let inner = Gate::builder().mode(Mode::FullAuto).build().unwrap();
     let mut codes = Vec::new();
     for i in 0..6 {
@@ -64,11 +57,7 @@ fn b03_direct_by_name_and_async_share_one_budget() {
         .enable_all()
         .build()
         .unwrap();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b03.*"), 4, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("b03.*"), 4, HOUR);
     let mut codes = Vec::new();
     for i in 0..4 {
         // direct sync
@@ -120,11 +109,7 @@ fn b03_direct_by_name_and_async_share_one_budget() {
 /// budgeted gate as its argument while an unbudgeted gate is ambient, still counted.
 #[test]
 fn b04_gate_parameter_counts_once_and_cannot_dodge() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b04.*"), 4, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("b04.*"), 4, HOUR);
     let free = Gate::builder().mode(Mode::FullAuto).build().unwrap();
     let mut codes = Vec::new();
     for i in 0..2 {
@@ -213,11 +198,7 @@ fn b06_all_or_none_across_budgets() {
 /// A call the mode refuses takes no unit of the agent budget.
 #[test]
 fn b07_mode_refusals_take_no_unit() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::Agent, 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::Agent, 2, HOUR);
     let mut codes = Vec::new();
     for _ in 0..5 {
         codes.push(code(gate.run(b07_full_only)));
@@ -374,11 +355,7 @@ fn b11_failing_store_refuses() {
 #[test]
 fn b12_sliding_window_edges() {
     let window = Duration::from_millis(200);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b12.*"), 3, window)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("b12.*"), 3, window);
     let start = Instant::now();
     let mut retry_checked = 0;
     while start.elapsed() < Duration::from_millis(1200) {
@@ -429,11 +406,7 @@ fn b18_async_calls_and_cancellation() {
         .enable_all()
         .build()
         .unwrap();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b18.*"), 5, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("b18.*"), 5, HOUR);
     rt.block_on(async {
         let mut handles = Vec::new();
         for i in 0..40 {
@@ -503,11 +476,7 @@ fn b37_two_budgets_of_one_scope() {
 /// skip it, from many threads.
 #[test]
 fn b38_read_only_budget_on_the_inlined_path() {
-    let gate = Gate::builder()
-        .mode(Mode::Shadow)
-        .budget(Risk::ReadOnly, 7, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::Shadow, Risk::ReadOnly, 7, HOUR);
     let threads: Vec<_> = (0..4)
         .map(|_| {
             let g = gate.clone();
@@ -537,11 +506,7 @@ fn b39_classifier_cannot_lower_the_counted_risk() {
 /// one allows"), and so does a direct call in a nested scope of an async future.
 #[test]
 fn b42_by_name_through_an_inner_gate_inside_a_budgeted_one() {
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b42.*"), 1, HOUR)
-        .build()
-        .unwrap();
+    let outer = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("b42.*"), 1, HOUR);
     let free = Gate::builder().mode(Mode::FullAuto).build().unwrap();
     let codes: Vec<String> = outer.run(|| {
         (0..3)

@@ -1,6 +1,8 @@
 //! Budgets: at most N calls per tool, risk level or agent over a sliding window; the (N+1)-th refused
 //! with `BUDGET_EXHAUSTED` and when to retry, before any approver is asked, taking nothing when refused.
 
+use crate::common::gates;
+use crate::common::serial;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -61,11 +63,6 @@ async fn wire_async(cents: u64) -> Result<u64, Denied> {
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -81,11 +78,7 @@ fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> DenialCode {
 #[test]
 fn the_call_after_the_budget_is_refused_with_when_to_retry() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.read"), 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("budget.read"), 3, HOUR);
     let before = READS.load(Ordering::SeqCst);
     for n in 0..3 {
         assert_eq!(gate.run(|| read(n)).unwrap(), n);
@@ -132,11 +125,12 @@ fn the_call_after_the_budget_is_refused_with_when_to_retry() {
 fn after_the_time_it_says_the_call_runs_again() {
     let _serial = serial();
     let window = Duration::from_millis(300);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.read"), 2, window)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(
+        Mode::PartialAuto,
+        BudgetScope::tool("budget.read"),
+        2,
+        window,
+    );
     gate.run(|| read(1)).unwrap();
     gate.run(|| read(2)).unwrap();
     let denied = gate.run(|| read(3)).unwrap_err();
@@ -151,11 +145,12 @@ fn after_the_time_it_says_the_call_runs_again() {
 #[test]
 fn a_tool_budget_counts_every_tool_its_glob_matches_and_no_other() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.read*"), 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(
+        Mode::PartialAuto,
+        BudgetScope::tool("budget.read*"),
+        2,
+        HOUR,
+    );
     gate.run(|| read(1)).unwrap();
     runtime().block_on(gate.scope(read_async(2))).unwrap();
     assert_eq!(code(gate.run(|| read(3))), DenialCode::BudgetExhausted);
@@ -170,11 +165,7 @@ fn a_tool_budget_counts_every_tool_its_glob_matches_and_no_other() {
 #[test]
 fn a_risk_budget_counts_the_calls_of_that_risk() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(Risk::LowWrite, 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, Risk::LowWrite, 2, HOUR);
     gate.run(|| note("a".into())).unwrap();
     gate.run(|| note("b".into())).unwrap();
     let denied = gate.run(|| note("c".into())).unwrap_err();
@@ -380,11 +371,7 @@ fn a_refused_call_takes_nothing_of_any_budget() {
 #[test]
 fn clones_and_nested_scopes_share_one_budget_and_other_gates_do_not() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.read"), 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("budget.read"), 2, HOUR);
     let clone = gate.clone();
     gate.run(|| read(1)).unwrap();
     std::thread::spawn(move || clone.run(|| read(2)).unwrap())
@@ -394,11 +381,7 @@ fn clones_and_nested_scopes_share_one_budget_and_other_gates_do_not() {
         code(gate.clone().run(|| read(3))),
         DenialCode::BudgetExhausted
     );
-    let other = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.read"), 2, HOUR)
-        .build()
-        .unwrap();
+    let other = gates::budgeted(Mode::PartialAuto, BudgetScope::tool("budget.read"), 2, HOUR);
     other.run(|| read(4)).unwrap();
 }
 
@@ -406,11 +389,12 @@ fn clones_and_nested_scopes_share_one_budget_and_other_gates_do_not() {
 fn direct_by_name_and_async_calls_all_count() {
     let _serial = serial();
     let rt = runtime();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.read*"), 4, HOUR)
-        .build()
-        .unwrap();
+    let gate = gates::budgeted(
+        Mode::PartialAuto,
+        BudgetScope::tool("budget.read*"),
+        4,
+        HOUR,
+    );
     let registry = toolgate::registry();
     gate.run(|| read(1)).unwrap();
     rt.block_on(gate.scope(read_async(2))).unwrap();

@@ -4,6 +4,7 @@
 //! fails the `session_tainted` record. Safe Rust and the public API only; each test asserts the
 //! guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -303,19 +304,15 @@ fn t08_session_grant_before_latch_does_not_skip_the_approver() {
     let asked = Arc::new(AtomicUsize::new(0));
     let taints = Arc::new(Mutex::new(Vec::new()));
     let (a, t) = (asked.clone(), taints.clone());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |r: &ApprovalRequest<'_>| {
-            let n = a.fetch_add(1, Ordering::SeqCst);
-            t.lock().unwrap().push(r.taint.is_some());
-            if n == 0 {
-                Approval::ApproveForSession(SessionGrant::tool(HOUR))
-            } else {
-                Approval::Reject("tainted".into())
-            }
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |r: &ApprovalRequest<'_>| {
+        let n = a.fetch_add(1, Ordering::SeqCst);
+        t.lock().unwrap().push(r.taint.is_some());
+        if n == 0 {
+            Approval::ApproveForSession(SessionGrant::tool(HOUR))
+        } else {
+            Approval::Reject("tainted".into())
+        }
+    });
     let clone = gate.clone();
     assert_eq!(code(gate.run(|| t08_write(1))), "OK");
     assert_eq!(code(clone.run(|| t08_write(2))), "OK");
@@ -348,11 +345,7 @@ fn t09_write(n: u64) -> Result<(), Denied> {
 
 #[test]
 fn t09_two_step_approved_before_latch_asks_again_showing_the_taint() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let err = gate.run(|| t09_write(1)).unwrap_err();
     assert_eq!(err.code(), "APPROVAL_PENDING");
     gate.approve(err.approval_token().unwrap()).unwrap();
@@ -789,18 +782,14 @@ async fn t18_toolset_method_by_name_call_with() {
     use toolgate::registry::Instances;
     let asked = Arc::new(AtomicUsize::new(0));
     let a = asked.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |r: &ApprovalRequest<'_>| {
-            a.fetch_add(1, Ordering::SeqCst);
-            if r.taint.is_some() {
-                Approval::Reject("tainted".into())
-            } else {
-                Approval::ApproveForSession(SessionGrant::tool(HOUR))
-            }
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |r: &ApprovalRequest<'_>| {
+        a.fetch_add(1, Ordering::SeqCst);
+        if r.taint.is_some() {
+            Approval::Reject("tainted".into())
+        } else {
+            Approval::ApproveForSession(SessionGrant::tool(HOUR))
+        }
+    });
     let instances = Instances::new().with_shared(Arc::new(Desk));
     let r = toolgate::registry()
         .call_with(

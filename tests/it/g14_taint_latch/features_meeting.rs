@@ -3,6 +3,7 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -34,11 +35,10 @@ fn p01_a_grant_answered_while_the_latch_closes_on_another_thread_is_never_made()
     for path in ["direct", "by name"] {
         let pause = Pause::armed();
         let asked: Asked = Arc::default();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(holding_approver(&pause, &answer(for_session()), &asked))
-            .build()
-            .unwrap();
+        let gate = gates::approved(
+            Mode::FullAuto,
+            holding_approver(&pause, &answer(for_session()), &asked),
+        );
         let before = count(&WIRES);
         let caller = {
             let gate = gate.clone();
@@ -125,11 +125,10 @@ fn p06_no_write_started_after_the_latch_closed_runs_unasked_on_any_thread() {
     let _serial = serial();
     let asked: Asked = Arc::default();
     let reply = answer(for_session());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(&Pause::new(), &reply, &asked))
-        .build()
-        .unwrap();
+    let gate = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &reply, &asked),
+    );
     gate.run(|| shell("sudo true".into())).unwrap();
     assert_eq!(gate.grants().len(), 1);
     *reply.lock().unwrap() = Approval::Reject("tainted".into());
@@ -241,24 +240,14 @@ fn p16_an_inner_latch_closing_while_the_outer_approver_waits_is_read_again() {
     let pause = Pause::armed();
     let asked_o: Asked = Arc::default();
     let asked_i: Asked = Arc::default();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &pause,
-            &answer(Approval::Approve),
-            &asked_o,
-        ))
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(Approval::Approve),
-            &asked_i,
-        ))
-        .build()
-        .unwrap();
+    let outer = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&pause, &answer(Approval::Approve), &asked_o),
+    );
+    let inner = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &answer(Approval::Approve), &asked_i),
+    );
     let before = count(&WIRES);
     let caller = {
         let (outer, inner) = (outer.clone(), inner.clone());
@@ -323,11 +312,7 @@ fn p23_no_untrusted_body_runs_on_any_thread_before_the_taint_is_logged() {
     let _serial = serial();
     let pause = Pause::armed();
     let sink = HookSink::new(&pause, |r: &AuditRecord| r.stage == Stage::SessionTainted);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited_shared(Mode::PartialAuto, sink.clone());
     let before = count(&FETCHES);
     take_events();
     let first = {
@@ -381,12 +366,11 @@ fn p24_in_a_jsonl_log_every_unasked_write_that_ran_precedes_the_taint() {
     let _serial = serial();
     let scratch = crate::common::Scratch::new("pairs-p24");
     let path = scratch.path("audit.jsonl");
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("tainted".into()))
-        .audit(JsonlSink::open(&path).unwrap())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(
+        Mode::PartialAuto,
+        |_: &ApprovalRequest<'_>| Approval::Reject("tainted".into()),
+        JsonlSink::open(&path).unwrap(),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
         .map(|_| {
@@ -618,14 +602,13 @@ fn p46_a_write_decided_while_the_taint_record_is_written_does_not_run_unasked() 
     let _serial = serial();
     let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
     let post_handle: PostHandle = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(Reentrant {
+    let gate = gates::audited(
+        Mode::PartialAuto,
+        Reentrant {
             gate: slot.clone(),
             post: post_handle.clone(),
-        })
-        .build()
-        .unwrap();
+        },
+    );
     *slot.lock().unwrap() = Some(gate.clone());
     let before = count(&POSTS);
     gate.run(|| fetch("https://evil".into())).unwrap();

@@ -3,6 +3,7 @@
 //! states.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -89,17 +90,13 @@ fn a42_the_latch_revokes_a_grant_given_for_a_handler_tool() {
     runtime().block_on(async {
         let asked = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&asked);
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |_: &toolgate::ApprovalRequest<'_>| {
-                if count.fetch_add(1, Ordering::SeqCst) == 0 {
-                    Approval::ApproveForSession(SessionGrant::tool(HOUR))
-                } else {
-                    Approval::Reject("not after that page".into())
-                }
-            })
-            .build()
-            .unwrap();
+        let gate = gates::approved(Mode::FullAuto, move |_: &toolgate::ApprovalRequest<'_>| {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                Approval::ApproveForSession(SessionGrant::tool(HOUR))
+            } else {
+                Approval::Reject("not after that page".into())
+            }
+        });
         let ops = Ops::default();
         let client = connect(ToolgateServer::new(gate.clone()).handler(ops.clone())).await;
         assert_eq!(

@@ -2,6 +2,8 @@
 //! that writes needs an approval, or is refused, as the gate chose; clones and nested scopes share it, a
 //! new gate is clean, and the approver and the audit log see what tainted the session and when.
 
+use crate::common::gates;
+use crate::common::serial;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -89,11 +91,6 @@ fn query(sql: String) -> Result<String, Denied> {
     Ok(sql)
 }
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn posts() -> usize {
     POSTS.load(Ordering::SeqCst)
 }
@@ -146,11 +143,7 @@ fn the_manifest_says_which_tools_have_untrusted_output() {
 fn after_reading_the_web_a_write_asks_the_approver_who_sees_what_tainted_it() {
     let _serial = serial();
     let (asked, approver) = recording(Approval::Approve);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::PartialAuto, approver);
     assert!(gate.taint().is_none());
     let before = posts();
     // Clean: a LOW_WRITE call runs in PARTIAL_AUTO without asking.
@@ -190,11 +183,7 @@ fn after_reading_the_web_a_write_asks_the_approver_who_sees_what_tainted_it() {
 fn a_rejected_tainted_write_does_not_run() {
     let _serial = serial();
     let (asked, approver) = recording(Approval::Reject("that came from a web page".into()));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::PartialAuto, approver);
     gate.run(|| read_web("https://example.com".into())).unwrap();
     let before = posts();
     let denied = gate.run(|| post("leak".into())).unwrap_err();
@@ -274,11 +263,7 @@ fn without_a_way_to_approve_a_tainted_write_needs_an_approval_and_says_why() {
 #[test]
 fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::PartialAuto);
     gate.run(|| read_web("https://example.com".into())).unwrap();
     let before = posts();
     let pending = gate.run(|| post("reply".into())).unwrap_err();
@@ -354,19 +339,15 @@ fn an_approval_store_is_handed_what_tainted_the_session_with_the_call() {
 fn a_gate_lowered_while_the_approver_of_a_tainted_write_thinks_refuses_it_naming_the_cause() {
     let _serial = serial();
     let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver({
-            let slot = slot.clone();
-            move |_: &ApprovalRequest<'_>| {
-                if let Some(gate) = slot.lock().unwrap().as_ref() {
-                    gate.lower(Mode::PartialAuto).unwrap();
-                }
-                Approval::Approve
+    let gate = gates::approved(Mode::FullAuto, {
+        let slot = slot.clone();
+        move |_: &ApprovalRequest<'_>| {
+            if let Some(gate) = slot.lock().unwrap().as_ref() {
+                gate.lower(Mode::PartialAuto).unwrap();
             }
-        })
-        .build()
-        .unwrap();
+            Approval::Approve
+        }
+    });
     *slot.lock().unwrap() = Some(gate.clone());
     gate.run(|| read_web("https://example.com".into())).unwrap();
     let before = posts();
@@ -545,11 +526,7 @@ fn closing_the_latch_revokes_the_session_grants_given_before_it() {
     let (asked, approver) = recording(Approval::ApproveForSession(
         toolgate::approval::SessionGrant::tool(std::time::Duration::from_secs(3600)),
     ));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     gate.run(|| delete(1)).unwrap();
     gate.run(|| delete(2)).unwrap();
     assert_eq!(asked.lock().unwrap().len(), 1, "granted for the session");
@@ -627,11 +604,7 @@ fn a_grant_answered_after_the_latch_closed_is_never_made() {
 #[test]
 fn an_operators_session_answer_in_a_tainted_session_runs_one_call() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::PartialAuto);
     gate.run(|| read_web("https://evil".into())).unwrap();
     let denied = gate.run(|| post("x".into())).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalPending);
@@ -725,12 +698,11 @@ const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
 fn the_audit_log_shows_what_tainted_the_session_and_when() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(
+        Mode::PartialAuto,
+        |_: &ApprovalRequest<'_>| Approval::Approve,
+        sink.clone(),
+    );
     gate.run(|| read_web("https://example.com".into())).unwrap();
     gate.run(|| post("approved".into())).unwrap();
     let refusing = Gate::builder()
@@ -959,18 +931,12 @@ fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_l
 fn the_refusals_of_latched_calls_name_the_taint_in_their_records() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let rejecting = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("not after that page".into()))
-        .audit(sink.clone())
-        .build()
-        .unwrap();
-    let pending = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .two_step_approvals()
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let rejecting = gates::approved_audited(
+        Mode::PartialAuto,
+        |_: &ApprovalRequest<'_>| Approval::Reject("not after that page".into()),
+        sink.clone(),
+    );
+    let pending = gates::two_step_audited(Mode::PartialAuto, sink.clone());
     for gate in [&rejecting, &pending] {
         gate.run(|| read_web("https://evil".into())).unwrap();
         let denied = gate.run(|| post("x".into())).unwrap_err();

@@ -2,6 +2,7 @@
 //! grants, rejections and stops with reasons, and custom approval stores.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
@@ -22,16 +23,8 @@ fn atk2_a_grant_in_one_gate_never_skips_another_gates_approval() {
         Duration::from_secs(600),
     ))]);
     let (asked2, approver2) = scripted(vec![]);
-    let granting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver1)
-        .build()
-        .unwrap();
-    let strict = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver2)
-        .build()
-        .unwrap();
+    let granting = gates::approved(Mode::FullAuto, approver1);
+    let strict = gates::approved(Mode::FullAuto, approver2);
     let before = SYNC_WIRE.load(SeqCst);
     granting.run(|| sync_wire("a".into(), 1)).unwrap();
     assert_eq!(granting.grants().len(), 1);
@@ -48,11 +41,7 @@ fn atk2_a_grant_in_one_gate_never_skips_another_gates_approval() {
     let (asked3, approver3) = scripted(vec![Approval::ApproveForSession(SessionGrant::tool(
         Duration::from_secs(600),
     ))]);
-    let granting_gated = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver3)
-        .build()
-        .unwrap();
+    let granting_gated = gates::approved(Mode::FullAuto, approver3);
     granting_gated
         .run(|| gated_wire(&granting_gated, "x".into()))
         .unwrap();

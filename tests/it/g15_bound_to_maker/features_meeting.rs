@@ -3,6 +3,7 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -25,15 +26,10 @@ use crate::fixtures::features_meeting::*;
 fn p14_a_grant_of_one_gate_approves_nothing_for_a_gate_nested_with_it() {
     let _serial = serial();
     let asked_a: Asked = Arc::default();
-    let a = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked_a,
-        ))
-        .build()
-        .unwrap();
+    let a = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &answer(for_session()), &asked_a),
+    );
     let bare = Gate::new(Mode::FullAuto).unwrap();
     a.run(|| wire(1)).unwrap();
     let before = count(&WIRES);
@@ -44,15 +40,10 @@ fn p14_a_grant_of_one_gate_approves_nothing_for_a_gate_nested_with_it() {
     assert_eq!(count(&WIRES), before);
     // B grants for itself; A's grant is then revoked: the nested call needs A's approver again.
     let asked_b: Asked = Arc::default();
-    let b = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked_b,
-        ))
-        .build()
-        .unwrap();
+    let b = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &answer(for_session()), &asked_b),
+    );
     b.run(|| wire(4)).unwrap();
     a.revoke_grants(None, "ops");
     let asked_before = asked_a.lock().unwrap().len();
@@ -72,24 +63,18 @@ fn p15_a_grant_on_the_gate_parameter_does_not_approve_for_the_ambient_gate() {
     let _serial = serial();
     let asked_g: Asked = Arc::default();
     let asked_h: Asked = Arc::default();
-    let g = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked_g,
-        ))
-        .build()
-        .unwrap();
-    let h = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
+    let g = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &answer(for_session()), &asked_g),
+    );
+    let h = gates::approved(
+        Mode::FullAuto,
+        holding_approver(
             &Pause::new(),
             &answer(Approval::Reject("not mine".into())),
             &asked_h,
-        ))
-        .build()
-        .unwrap();
+        ),
+    );
     gated_wire(&g, 1).unwrap();
     assert_eq!(g.grants().len(), 1);
     let before = count(&WIRES);

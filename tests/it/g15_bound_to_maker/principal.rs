@@ -1,6 +1,7 @@
 //! The principal: who the agent acts for, named by the application when it builds a gate, seen by the
 //! approver and the store, and written into every audit record of the gate.
 
+use crate::common::gates;
 use std::sync::{Arc, Mutex};
 
 use toolgate::approval::store::{
@@ -32,11 +33,7 @@ async fn refund_async(id: u64) -> Result<u64, Denied> {
 
 #[test]
 fn a_gate_names_its_principal_and_a_gate_without_one_names_none() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("alice@example.com")
-        .build()
-        .unwrap();
+    let gate = gates::of_principal(Mode::FullAuto, "alice@example.com");
     assert_eq!(gate.principal(), Some("alice@example.com"));
     assert_eq!(gate.clone().principal(), Some("alice@example.com"));
     assert_eq!(Gate::new(Mode::Shadow).unwrap().principal(), None);
@@ -60,11 +57,7 @@ fn the_approver_sees_the_principal_of_the_gate_sync_and_async() {
         .approver(approver.clone())
         .build()
         .unwrap();
-    let anonymous = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let anonymous = gates::approved(Mode::FullAuto, approver);
     assert_eq!(bob.run(|| refund(1, 5)).unwrap(), 5);
     assert_eq!(anonymous.run(|| refund(1, 5)).unwrap(), 5);
     let by_name = toolgate::registry()
@@ -187,11 +180,7 @@ fn every_audit_record_names_the_principal_and_a_log_without_one_is_unchanged() {
     }
 
     let plain = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(plain.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::Shadow, plain.clone());
     gate.run(|| lookup(1)).unwrap();
     for record in plain.records() {
         assert_eq!(record.principal, None);

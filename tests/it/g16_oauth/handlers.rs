@@ -3,6 +3,7 @@
 //! `HttpService` and request states.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering;
 
 use crate::fixtures::handlers::*;
@@ -24,20 +25,12 @@ fn a27_two_authorization_headers_do_not_mix_principals() {
             .bearer(
                 token_of(ALICE),
                 "alice",
-                Gate::builder()
-                    .mode(Mode::Shadow)
-                    .principal("alice")
-                    .build()
-                    .unwrap(),
+                gates::of_principal(Mode::Shadow, "alice"),
             )
             .bearer(
                 token_of(BOB),
                 "bob",
-                Gate::builder()
-                    .mode(Mode::PartialAuto)
-                    .principal("bob")
-                    .build()
-                    .unwrap(),
+                gates::of_principal(Mode::PartialAuto, "bob"),
             );
         let addr = serve_http(server, principals).await;
         let args = json!({"target": "web"});
@@ -66,11 +59,7 @@ fn a27_two_authorization_headers_do_not_mix_principals() {
 fn a28_a_malformed_authorization_is_not_anonymous() {
     runtime().block_on(async {
         let ops = Ops::default();
-        let anonymous = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .principal("anon")
-            .build()
-            .unwrap();
+        let anonymous = gates::of_principal(Mode::PartialAuto, "anon");
         let server = ToolgateServer::new(anonymous.clone()).handler(ops.clone());
         let addr = serve_http(server, Principals::new().anonymous("anon", anonymous)).await;
         let args = json!({"target": "web"});
@@ -100,11 +89,7 @@ fn a28_a_malformed_authorization_is_not_anonymous() {
 fn a29_an_oversized_token_is_refused_and_the_server_goes_on() {
     runtime().block_on(async {
         let ops = Ops::default();
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .principal("alice")
-            .build()
-            .unwrap();
+        let gate = gates::of_principal(Mode::PartialAuto, "alice");
         let server = ToolgateServer::new(gate.clone()).handler(ops.clone());
         let addr = serve_http(
             server,
@@ -148,11 +133,7 @@ fn a30_a_jwt_of_one_subject_cannot_use_anothers_session() {
     runtime().block_on(async {
         let key = TestKey::ed25519("a30");
         let ops = Ops::default();
-        let writers = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .principal("writer")
-            .build()
-            .unwrap();
+        let writers = gates::of_principal(Mode::PartialAuto, "writer");
         let (addr, resource) = oauth_server(&ops, &key, writers, None).await;
         let alice = format!(
             "Bearer {}",
@@ -194,16 +175,8 @@ fn a31_a_bad_token_is_never_the_anonymous_principal() {
         let key = TestKey::ed25519("a31");
         let stranger = TestKey::ed25519("a31-stranger");
         let ops = Ops::default();
-        let writers = Gate::builder()
-            .mode(Mode::Shadow)
-            .principal("writer")
-            .build()
-            .unwrap();
-        let anonymous = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .principal("anonymous")
-            .build()
-            .unwrap();
+        let writers = gates::of_principal(Mode::Shadow, "writer");
+        let anonymous = gates::of_principal(Mode::PartialAuto, "anonymous");
         let (addr, resource) = oauth_server(&ops, &key, writers, Some(anonymous)).await;
         let mut expired = claims(&resource, "alice", "ops:write");
         expired["exp"] = json!(now() - 3600);

@@ -3,6 +3,7 @@
 //! `HttpService` and request states.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use crate::common::gates;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -137,11 +138,7 @@ fn a10_a_decision_for_one_tool_is_not_taken_by_another_method() {
 fn a11_a_tool_the_handler_serves_by_hand_is_not_run_ungated() {
     runtime().block_on(async {
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = gates::audited(Mode::FullAuto, sink.clone());
         let lazy = Lazy::new(Behaviour::Hidden);
         let client = connect(ToolgateServer::new(gate).handler(lazy.clone())).await;
         let said = call(&client, "lazy_hidden", json!({})).await;
@@ -161,11 +158,7 @@ fn a11_a_tool_the_handler_serves_by_hand_is_not_run_ungated() {
 fn a12_an_undeclared_tool_is_refused_on_the_record() {
     runtime().block_on(async {
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = gates::audited(Mode::FullAuto, sink.clone());
         let legacy = Legacy23::default();
         let client = connect(ToolgateServer::new(gate).handler(legacy.clone())).await;
         assert!(client.list_all_tools().await.unwrap().is_empty());
@@ -192,11 +185,7 @@ fn a12_an_undeclared_tool_is_refused_on_the_record() {
 fn a12b_an_undeclared_tool_served_is_still_written_to_the_log() {
     runtime().block_on(async {
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::Shadow)
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = gates::audited(Mode::Shadow, sink.clone());
         let legacy = Legacy23::default();
         let serving = connect(
             ToolgateServer::new(gate)
@@ -328,11 +317,7 @@ fn a37_a_call_through_a_handler_that_awaits_counts_once_and_is_recorded_once() {
 fn a43_a_header_naming_another_tool_than_the_body_runs_nothing_unchecked() {
     runtime().block_on(async {
         let ops = Ops::default();
-        let shadow = Gate::builder()
-            .mode(Mode::Shadow)
-            .principal("alice")
-            .build()
-            .unwrap();
+        let shadow = gates::of_principal(Mode::Shadow, "alice");
         let server = ToolgateServer::new(shadow.clone()).handler(ops.clone());
         let addr = serve_http(
             server,
