@@ -5,6 +5,7 @@
 //!
 //! Needs `npm` and Node packages from the npm registry: `tests/conformance/install.sh` installs the
 //! suite and a Node 22 into `target/conformance` on the first run and reuses them afterwards.
+#![cfg(feature = "mcp-http")]
 
 use std::fs;
 use std::io::{BufRead, BufReader};

@@ -45,6 +45,7 @@ mod mcp_defs;
 mod mcp_e2e;
 mod mcp_http;
 mod mcp_postgres;
+mod mcp_stdio;
 mod mcp_tasks;
 mod mutants;
 mod otel;

@@ -1,6 +1,7 @@
 //! Guarantee 3 (Deny first), against rmcp handlers gated in place, `#[toolset]` methods on
 //! registered instances, OAuth over `HttpService` and request states.
 //! Each test asserts the guarantee: it passes when the attack fails.
+#![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
 use std::sync::atomic::Ordering;
 

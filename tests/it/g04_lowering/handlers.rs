@@ -2,6 +2,7 @@
 //! against rmcp handlers gated in place, `#[toolset]` methods on registered instances, OAuth over
 //! `HttpService` and request states.
 //! Each test asserts the guarantee: it passes when the attack fails.
+#![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
 use crate::common::gates;
 use std::sync::Arc;

@@ -6,6 +6,7 @@ mod by_name;
 mod features_meeting;
 mod handlers;
 mod integrations;
+mod mcp_in_band;
 mod receivers;
 mod regressions;
 mod shared_stores;

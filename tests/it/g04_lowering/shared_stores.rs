@@ -1,6 +1,7 @@
 //! Guarantee 4 (The mode is only ever lowered, and a lowering reaches every call not yet started),
 //! against budgets and two-step approvals kept in stores, the principal, and approvals over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
+#![cfg(feature = "mcp-http")]
 
 use crate::common::gates;
 use std::sync::atomic::Ordering;

@@ -2,5 +2,6 @@
 
 mod features_meeting;
 mod handlers;
+mod mcp_in_band;
 mod shared_stores;
 mod windows;

@@ -1,6 +1,7 @@
 //! Guarantee 13 (A budget is never exceeded, and counts the calls that run), against budgets and
 //! two-step approvals kept in stores, the principal, and approvals over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
+#![cfg(feature = "mcp-http")]
 
 use crate::common::gates;
 use std::sync::Arc;

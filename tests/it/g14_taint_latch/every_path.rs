@@ -3,6 +3,7 @@
 //! before the latch closed, nested gates, budgets, a lowering racing the latch, MCP, and a sink that
 //! fails the `session_tainted` record. Safe Rust and the public API only; each test asserts the
 //! guarantee: it passes when the attack fails.
+#![cfg(feature = "mcp")]
 
 use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,5 +3,6 @@
 mod approval_surfaces;
 mod features_meeting;
 mod handlers;
+mod mcp_in_band;
 mod principal;
 mod shared_stores;

@@ -1,6 +1,7 @@
 //! Guarantee 15 (What is stored is honoured for its maker alone), against budgets and two-step
 //! approvals kept in stores, the principal, and approvals over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
+#![cfg(feature = "mcp-http")]
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
