@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod gates;
+pub mod http;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 

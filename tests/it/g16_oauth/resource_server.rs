@@ -4,6 +4,7 @@
 
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
+use crate::common::http::Answer;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate::mcp::ToolgateServer;
 use toolgate::mcp::http::{HttpService, Principal, Principals};
 use toolgate::mcp::oauth::{Algorithm, Jwks, OAuth, OAuthBuilder};
@@ -243,40 +243,9 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-/// An HTTP answer as a client reads it.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
-}
-
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.head.lines().skip(1).find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            key.trim()
-                .eq_ignore_ascii_case(name)
-                .then_some(value.trim())
-        })
-    }
-
     fn challenge(&self) -> &str {
         self.header("www-authenticate").unwrap_or("")
-    }
-
-    /// The JSON-RPC messages of the body (plain JSON or server-sent events).
-    fn messages(&self) -> Vec<Value> {
-        self.body
-            .lines()
-            .filter_map(|line| {
-                let line = line.trim();
-                let json = line.strip_prefix("data:").map_or(line, str::trim);
-                json.starts_with('{')
-                    .then(|| serde_json::from_str(json).ok())
-                    .flatten()
-            })
-            .collect()
     }
 
     /// The names of the tools a `tools/list` answer lists, sorted.
@@ -291,6 +260,18 @@ impl Answer {
         names.sort();
         names
     }
+}
+
+/// The desk on loopback, its one verifier trusting `key` alone: its resource URL and its address.
+async fn desk_trusting(key: &TestKey) -> (String, SocketAddr) {
+    let mcp = Mcp::bind().await;
+    let resource = mcp.resource();
+    let oauth = desk(resource.clone(), Jwks::json(jwks(&[key])))
+        .build()
+        .await
+        .expect("a verifier");
+    let addr = mcp.serve(Principals::new().verifier(oauth));
+    (resource, addr)
 }
 
 /// One HTTP/1.1 request on a connection of its own; reads until the server closes, the answer to a
@@ -321,41 +302,11 @@ async fn request(
     }
     text.push_str("\r\n");
     text.push_str(&body);
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(text.as_bytes())
-        .await
-        .expect("send the request");
-    let mut raw = Vec::new();
-    let mut buf = [0_u8; 8192];
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
-        }
-        let so_far = String::from_utf8_lossy(&raw);
-        if let (Some(id), Some((_, body))) = (id, so_far.split_once("\r\n\r\n"))
-            && body.lines().any(|line| {
-                let json = line.trim().strip_prefix("data:").map_or("", str::trim);
-                serde_json::from_str::<Value>(json).is_ok_and(|m| m["id"] == id)
-            })
-        {
-            break;
-        }
-    }
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Answer {
-        status,
-        head: head.to_owned(),
-        body: body.to_owned(),
-    }
+    let text = crate::common::http::exchange(addr, &text, LIMIT, |so_far| {
+        id.is_some_and(|id| crate::common::http::answered(so_far, &Value::from(id)))
+    })
+    .await;
+    Answer::parse(&text)
 }
 
 /// A `POST /mcp` with `token` (if any), on `session` (if any).
@@ -524,13 +475,7 @@ fn expired_and_not_yet_valid_tokens_are_refused() {
 fn a_token_for_another_audience_or_issuer_is_refused() {
     runtime().block_on(async {
         let key = TestKey::ed25519("desk-aud");
-        let mcp = Mcp::bind().await;
-        let resource = mcp.resource();
-        let oauth = desk(resource.clone(), Jwks::json(jwks(&[&key])))
-            .build()
-            .await
-            .expect("a verifier");
-        let addr = mcp.serve(Principals::new().verifier(oauth));
+        let (resource, addr) = desk_trusting(&key).await;
         let with = |name: &str, value: Value| {
             let mut claims = claims(&resource, "alice", "tickets:read");
             claims[name] = value;
@@ -786,13 +731,7 @@ fn made_up_kids_make_at_most_one_fetch_per_interval() {
 fn a_token_mapping_to_no_principal_is_forbidden_with_insufficient_scope() {
     runtime().block_on(async {
         let key = TestKey::ed25519("desk-scope");
-        let mcp = Mcp::bind().await;
-        let resource = mcp.resource();
-        let oauth = desk(resource.clone(), Jwks::json(jwks(&[&key])))
-            .build()
-            .await
-            .expect("a verifier");
-        let addr = mcp.serve(Principals::new().verifier(oauth));
+        let (resource, addr) = desk_trusting(&key).await;
         let metadata = format!("http://{addr}/.well-known/oauth-protected-resource/mcp");
         // A scope that merely starts like one that maps, and none at all.
         for scope in ["tickets:reader", "profile", ""] {
