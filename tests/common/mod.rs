@@ -225,3 +225,60 @@ pub fn rerun(module: &str, name: &str, role: &str) {
         output.status
     );
 }
+
+/// A sync approver that answers from a script, in order (then rejects), and counts the questions.
+pub fn scripted(
+    answers: Vec<toolgate::Approval>,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    impl Fn(&toolgate::ApprovalRequest<'_>) -> toolgate::Approval + Send + Sync + 'static,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let answers = std::sync::Mutex::new(answers.into_iter());
+    let counter = asked.clone();
+    let approver = move |_: &toolgate::ApprovalRequest<'_>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        answers
+            .lock()
+            .unwrap()
+            .next()
+            .unwrap_or(toolgate::Approval::Reject("no more answers".into()))
+    };
+    (asked, approver)
+}
+
+/// An approval store that keeps the calls it is handed and files each as pending.
+#[derive(Default)]
+pub struct KeepingStore(pub std::sync::Mutex<Vec<toolgate::approval::store::ApprovalCall>>);
+
+impl toolgate::approval::store::ApprovalStore for KeepingStore {
+    fn consume<'a>(
+        &'a self,
+        call: &'a toolgate::approval::store::ApprovalCall,
+    ) -> toolgate::approval::store::StoreFuture<
+        'a,
+        Result<toolgate::approval::store::Consumed, toolgate::approval::store::StoreError>,
+    > {
+        self.0.lock().unwrap().push(call.clone());
+        Box::pin(std::future::ready(Ok(
+            toolgate::approval::store::Consumed::Pending {
+                code: toolgate::DenialCode::ApprovalPending,
+                token: Some("tok".to_owned()),
+            },
+        )))
+    }
+
+    fn answer<'a>(
+        &'a self,
+        _token: &'a str,
+        _answer: toolgate::approval::store::Answer,
+    ) -> toolgate::approval::store::StoreFuture<
+        'a,
+        Result<toolgate::approval::store::Binding, toolgate::approval::ApproveError>,
+    > {
+        Box::pin(std::future::ready(Err(
+            toolgate::approval::ApproveError::UnknownToken,
+        )))
+    }
+}

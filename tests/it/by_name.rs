@@ -4,8 +4,6 @@
 //! Every tool body counts its runs in its own static counter, so that a test can tell that a refused or
 //! malformed call never reached the body. Tests take [`serial`] first, since the counters are shared.
 
-use crate::common::gates;
-use crate::common::serial;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +14,9 @@ use toolgate::audit::{AuditRecord, MemorySink, Stage};
 use toolgate::schemars::JsonSchema;
 use toolgate::serde::{Deserialize, Serialize};
 use toolgate::{Approval, ApprovalRequest, CallError, Denied, Gate, Mode, registry, tool, toolset};
+
+use crate::common::gates;
+use crate::common::serial;
 
 // ---------------------------------------------------------------------------------------------------------
 // Test support

@@ -9,7 +9,6 @@
 //! `TOOLGATE_FAULT_CHILD` set to its working path. Without that variable, those child tests return at
 //! once.
 
-use crate::common::gates;
 use std::fs::{self, File};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
@@ -19,13 +18,14 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
-
-use crate::common::{Scratch, serial};
 use toolgate::approval::ApproveError;
 use toolgate::audit::{
     AuditError, AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file,
 };
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
+
+use crate::common::gates;
+use crate::common::{Scratch, serial};
 
 pub(crate) const CHILD_ENV: &str = "TOOLGATE_FAULT_CHILD";
 

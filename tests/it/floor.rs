@@ -1,17 +1,17 @@
 //! The safety floor, on a realistic tool suite: what each mode lets through, what it refuses, and proof
 //! (a counter per tool) that a refused call never reaches the tool's body.
 
-use crate::common::gates;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
-
-use crate::common::serial;
 use toolgate::gate::{DenyRuleError, RaiseRefused};
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode, Risk,
     tool,
 };
+
+use crate::common::gates;
+use crate::common::serial;
 
 // ---------------------------------------------------------------------------------------------------------
 // The suite

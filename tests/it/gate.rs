@@ -4,7 +4,6 @@
 //! Every tool here counts its runs in a counter the caller passes, so that tests running in parallel
 //! never share a counter.
 
-use crate::common::gates;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -16,6 +15,8 @@ use toolgate::policy::Verdict;
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode, tool,
 };
+
+use crate::common::gates;
 
 mod probe {
     use super::*;

@@ -1,8 +1,9 @@
 //! The manifests `#[tool]` and `#[toolset]` generate: the registry, defaults, JSON shape and sources.
 
-use crate::common::gates;
 use toolgate::policy::ModeSet;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, Risk, ToolManifest, tool, toolset};
+
+use crate::common::gates;
 
 /// Deletes a user account.
 ///

@@ -2,7 +2,6 @@
 
 #![cfg(feature = "mcp")]
 
-use crate::common::gates;
 use serde_json::{Value, json};
 use toolgate::mcp::rmcp::ServerHandler;
 use toolgate::mcp::rmcp::model::{CallToolResult, ErrorCode, JsonObject};
@@ -12,6 +11,8 @@ use toolgate::mcp::{
 use toolgate::schemars::JsonSchema;
 use toolgate::serde::Serialize;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, tool};
+
+use crate::common::gates;
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(crate = "toolgate::serde")]

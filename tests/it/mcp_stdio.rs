@@ -2,8 +2,9 @@
 //! wherever other `id` keys stand in it, and the server goes on.
 #![cfg(feature = "mcp-http")]
 
-use crate::fixtures::mcp_in_band::*;
 use serde_json::json;
+
+use crate::fixtures::mcp_in_band::*;
 
 /// An oversized message with its id first is answered with an error under its id.
 #[test]

@@ -2,17 +2,17 @@
 //! `.cargo/mutants.toml`): each pins a behaviour of `policy`, `gate`, `scope`, `two_step` or `approval`
 //! that no other test pinned, so that changing it fails a test.
 
-use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-use crate::common::serial;
 use toolgate::approval::ApproveError;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::DenyRuleError;
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool,
 };
+
+use crate::common::gates;
+use crate::common::serial;
 
 static PAYMENTS: AtomicUsize = AtomicUsize::new(0);
 static COMMANDS: AtomicUsize = AtomicUsize::new(0);

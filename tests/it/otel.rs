@@ -2,7 +2,6 @@
 //! in-memory exporter: one `execute_tool` span per call, with the GenAI semantic conventions'
 //! attributes and toolgate's decision beside them.
 
-use crate::common::gates;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -13,6 +12,8 @@ use serde_json::json;
 use toolgate::audit::TracingSink;
 use toolgate::{Denied, Gate, Mode, registry, tool};
 use tracing_subscriber::layer::SubscriberExt;
+
+use crate::common::gates;
 
 static WIPES: AtomicUsize = AtomicUsize::new(0);
 

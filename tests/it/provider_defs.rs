@@ -2,7 +2,6 @@
 //! every definition checked against the provider's documented constraints, written down below as
 //! fixtures with the documentation they come from.
 
-use crate::common::gates;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,6 +10,8 @@ use toolgate::provider::{self, Definitions, Provider};
 use toolgate::schemars::JsonSchema;
 use toolgate::serde::Deserialize;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, registry, tool};
+
+use crate::common::gates;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(crate = "toolgate::serde", rename_all = "snake_case")]

@@ -3,7 +3,6 @@
 
 #![cfg(feature = "rig")]
 
-use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rig_agent::AgentBuilder;
@@ -15,6 +14,8 @@ use serde_json::{Value, json};
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, MemorySink, Stage};
 use toolgate::rig::RigTools;
 use toolgate::{Approval, Denied, Gate, Mode, Risk, tool};
+
+use crate::common::gates;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static DELETES: AtomicUsize = AtomicUsize::new(0);

@@ -1,13 +1,14 @@
 //! Tools with state: `callable` methods of a `#[toolset]` impl, called by name (and over MCP) on the
 //! instance the application gives, through the same gate as a direct call.
 
-use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::json;
 use toolgate::registry::Instances;
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, registry, toolset};
+
+use crate::common::gates;
 
 /// A warehouse: what a real toolset holds (a pool, a client), here a counter and a name.
 pub struct Stock {

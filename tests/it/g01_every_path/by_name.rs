@@ -2,16 +2,16 @@
 //! (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
+use serde_json::json;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::task::Poll;
-
-use crate::fixtures::by_name::*;
-use serde_json::json;
 use toolgate::audit::Outcome;
 use toolgate::{Approval, ApprovalRequest, Mode, registry};
+
+use crate::common::gates;
+use crate::fixtures::by_name::*;
 
 // ---------------------------------------------------------------------------------------------------------
 // attacks

@@ -10,7 +10,7 @@
 //! duplicate ids (the `registry_clash` binary, `tests/registry_clash.rs`, where no tool of a clashing
 //! id runs either).
 
-use crate::common::gates;
+use serde_json::json;
 use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -18,15 +18,15 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-
-use crate::common::serial;
-use serde_json::json;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::{DenyRuleError, RaiseRefused};
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode,
     registry, tool,
 };
+
+use crate::common::gates;
+use crate::common::serial;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static WRITES: AtomicUsize = AtomicUsize::new(0);

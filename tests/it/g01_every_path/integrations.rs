@@ -3,14 +3,11 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
-use crate::common::gates;
+use opentelemetry_sdk::trace::SpanData;
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
-
-use crate::fixtures::integrations::*;
-use opentelemetry_sdk::trace::SpanData;
-use serde_json::{Value, json};
 use toolgate::audit::TracingSink;
 use toolgate::provider::{self, Provider};
 use toolgate::registry::Instances;
@@ -18,6 +15,9 @@ use toolgate::rig::RigTools;
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, Denied, Gate, Mode, registry, toolset,
 };
+
+use crate::common::gates;
+use crate::fixtures::integrations::*;
 
 /// Tries: two tools whose ids differ only where `.` and `_` change places (`iatk.x_y.z` READ_ONLY,
 /// `iatk.x.y_z` HIGH_WRITE), so that their function names could collide or `tool_id` map one to

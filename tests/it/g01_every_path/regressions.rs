@@ -2,12 +2,13 @@
 //! reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
-use crate::common::{Scratch, serial};
-use crate::fixtures::regressions::*;
 use serde_json::{Value, json};
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, registry};
+
+use crate::common::gates;
+use crate::common::{Scratch, serial};
+use crate::fixtures::regressions::*;
 
 // Finding: the call-by-name adapter of a `callable` associated function calls the function by its bare
 // name; in an impl block that name resolves to whatever the module has in scope (here

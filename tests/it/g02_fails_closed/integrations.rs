@@ -3,14 +3,15 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
-use crate::common::gates;
-use crate::fixtures::integrations::*;
 use rig_agent::AgentBuilder;
 use rig_core::test_utils::{MockCompletionModel, MockTurn};
 use serde_json::{Value, json};
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::provider::{self};
 use toolgate::{Gate, Mode, registry};
+
+use crate::common::gates;
+use crate::fixtures::integrations::*;
 
 // ---------------------------------------------------------------------------------------------------
 // rig

@@ -2,7 +2,6 @@
 //! by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -12,6 +11,7 @@ use toolgate::audit::Stage;
 use toolgate::registry::Instances;
 use toolgate::{CallError, Mode, registry};
 
+use crate::common::gates;
 use crate::fixtures::receivers::*;
 
 /// ATTACKS guarantees 2 and 8 (fail closed, every enter closed): the receiver's `Serialize` panics during a

@@ -3,11 +3,11 @@
 //! the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::Arc;
 
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 

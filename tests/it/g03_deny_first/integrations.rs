@@ -3,9 +3,10 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
-use crate::fixtures::integrations::*;
 use serde_json::json;
 use toolgate::{AllowAllApprover, Gate, Mode};
+
+use crate::fixtures::integrations::*;
 
 /// Tries: a deny-listed tool under a gate that would otherwise allow it (FULL_AUTO, an approver
 /// that approves all), through every provider's definitions, rig's `allowed_now`, and a call of the

@@ -3,17 +3,17 @@
 //! stores.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
-
-use crate::fixtures::approval_surfaces::*;
 use toolgate::approval::SessionGrant;
 use toolgate::approval::store::{Answer, Consumed};
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::{Approval, DenialCode, Gate, Mode, Risk};
+
+use crate::common::gates;
+use crate::fixtures::approval_surfaces::*;
 
 // Attacks: the gate lowered from outside while a call's future is parked in its async approver, and a
 // future created at FULL_AUTO but first polled after the gate was lowered. Neither may run at the old

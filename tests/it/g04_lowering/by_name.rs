@@ -2,13 +2,13 @@
 //! against calls by name (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
+use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-
-use crate::fixtures::by_name::*;
-use serde_json::json;
 use toolgate::{Approval, ApprovalRequest, Mode, registry};
+
+use crate::common::gates;
+use crate::fixtures::by_name::*;
 
 /// A `Deserialize` that lowers the gate: the call is decided at the lowered mode.
 #[test]

@@ -4,7 +4,6 @@
 //! waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
@@ -14,6 +13,7 @@ use toolgate::approval::SessionGrant;
 use toolgate::audit::{AuditRecord, Outcome, Stage};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 

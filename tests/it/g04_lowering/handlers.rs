@@ -4,16 +4,16 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::common::gates;
+use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use crate::fixtures::handlers::*;
-use serde_json::json;
 use toolgate::Mode;
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::mcp::ToolgateServer;
+
+use crate::common::gates;
+use crate::fixtures::handlers::*;
 
 /// a07. A handler whose `call_tool` awaits before it dispatches, while the gate is lowered. The gate
 /// decided the call before the handler ran; guarantee 4 says that the mode is read again just before

@@ -4,18 +4,18 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
-use crate::common::gates;
+use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-
-use crate::fixtures::integrations::*;
-use serde_json::json;
 use toolgate::approval::SessionGrant;
 use toolgate::audit::MemorySink;
 use toolgate::provider::{self, Provider};
 use toolgate::{Approval, ApprovalRequest, Gate, Mode, registry};
+
+use crate::common::gates;
+use crate::fixtures::integrations::*;
 
 /// Tries: definitions and rig's `allowed_now` rendered under FULL_AUTO, then the gate lowered to
 /// SHADOW, then the model calls what it was shown (through the rig tool kept from before, and

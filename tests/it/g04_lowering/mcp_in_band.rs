@@ -2,7 +2,6 @@
 //! over MCP: an in-band answer after a lowering runs nothing, and the listed tools follow the lowering.
 #![cfg(feature = "mcp-http")]
 
-use crate::fixtures::mcp_in_band::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,6 +9,8 @@ use std::time::Duration;
 use toolgate::mcp::ToolgateServer;
 use toolgate::mcp::rmcp::ServiceExt;
 use toolgate::{Gate, Mode};
+
+use crate::fixtures::mcp_in_band::*;
 
 /// The form answered approve after the gate was lowered: the call does not run.
 #[test]

@@ -2,13 +2,13 @@
 //! against holes found by review, each reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::atomic::Ordering;
-
-use crate::common::serial;
-use crate::fixtures::regressions::*;
 use toolgate::audit::MemorySink;
 use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
+
+use crate::common::gates;
+use crate::common::serial;
+use crate::fixtures::regressions::*;
 
 // Finding: a two-step approval is looked up after the call's arguments are written, and the mode read
 // before that is not read again: a `lower` made meanwhile (here by the arguments' own `Serialize`) does

@@ -3,11 +3,11 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "mcp-http")]
 
-use crate::common::gates;
 use std::sync::atomic::Ordering;
-
-use crate::fixtures::shared_stores::*;
 use toolgate::Mode;
+
+use crate::common::gates;
+use crate::fixtures::shared_stores::*;
 
 /// An approved request, then the gate is lowered: the call does not run.
 #[test]

@@ -3,13 +3,13 @@
 //! `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
-
-use crate::fixtures::user_code::*;
 use toolgate::audit::Stage;
 use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::user_code::*;
 
 // ---------------------------------------------------------------------------------------------
 // Guarantee 4: a lowering between the decision and the body refuses the call

@@ -3,13 +3,13 @@
 //! changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::Arc;
 
 use toolgate::approval::SessionGrant;
 use toolgate::policy::TaintPolicy;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk};
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 

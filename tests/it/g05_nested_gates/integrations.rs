@@ -3,13 +3,13 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
-use crate::common::gates;
-use std::sync::Arc;
-
-use crate::fixtures::integrations::*;
 use serde_json::json;
+use std::sync::Arc;
 use toolgate::audit::{MemorySink, TracingSink};
 use toolgate::{Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::integrations::*;
 
 /// Tries: a rig call whose gate allows it, run inside another gate's scope that refuses it (nested
 /// gates), with the allowing gate's sink a tracing sink: a span left open, or a refusal without

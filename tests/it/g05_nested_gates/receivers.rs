@@ -2,12 +2,12 @@
 //! instance, by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::Arc;
 
 use serde_json::json;
 use toolgate::{AllowAllApprover, Gate, Mode, registry};
 
+use crate::common::gates;
 use crate::fixtures::receivers::*;
 
 /// ATTACKS guarantee 5 (a `&Gate` parameter and every ambient gate decide): the same gate parameter written

@@ -2,11 +2,11 @@
 //! (sinks, approvers, an argument's `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
-
-use crate::fixtures::user_code::*;
 use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::user_code::*;
 
 // ---------------------------------------------------------------------------------------------
 // Guarantee 5: nested gates intersect

@@ -2,9 +2,10 @@
 //! fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::fixtures::by_name::*;
 use serde_json::json;
 use toolgate::Mode;
+
+use crate::fixtures::by_name::*;
 
 /// An escalate function that lowers the gate, or calls the same tool by name.
 #[test]

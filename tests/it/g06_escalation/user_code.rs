@@ -2,13 +2,13 @@
 //! (sinks, approvers, an argument's `Serialize`, `escalate`), in every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
-
-use crate::fixtures::user_code::*;
 use toolgate::{Approval, ApprovalRequest, Gate, Mode, Risk};
+
+use crate::common::gates;
+use crate::fixtures::user_code::*;
 
 #[test]
 fn g6_a_panicking_classifier_runs_nothing_and_the_gate_still_works() {

@@ -2,21 +2,21 @@
 //! grants, rejections and stops with reasons, and custom approval stores.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
+use serde_json::json;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
-
-use crate::fixtures::approval_surfaces::*;
-use serde_json::json;
 use toolgate::approval::SessionGrant;
 use toolgate::approval::store::{Answer, Consumed};
 use toolgate::approval::two_step::MemoryStore;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::GateError;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::approval_surfaces::*;
 
 // ---------------------------------------------------------------------------------------------------------
 // 1. Async approvers: cancellation, lowering, panics, re-entry, threads

@@ -1,8 +1,6 @@
 //! Approvals beyond yes and no: async approvers, session grants, rejections the agent reads, a rejection
 //! that stops the gate, a store that fails, and a time to live checked when the gate is built.
 
-use crate::common::gates;
-use crate::common::serial;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +14,10 @@ use toolgate::approval::{ApprovalFuture, AsyncApprover, SessionGrant};
 use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
 use toolgate::gate::GateError;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
+
+use crate::common::gates;
+use crate::common::scripted;
+use crate::common::serial;
 
 static WIRED: AtomicUsize = AtomicUsize::new(0);
 static WIRED_ASYNC: AtomicUsize = AtomicUsize::new(0);
@@ -287,27 +289,6 @@ fn an_async_approver_decides_calls_by_name() {
     assert!(error.to_string().contains("over budget"), "{error}");
     assert_eq!(slow.asked.load(Ordering::SeqCst), 1);
     assert_eq!(WIRED_ASYNC.load(Ordering::SeqCst), before);
-}
-
-/// A sync approver that answers from a script and counts the questions.
-fn scripted(
-    answers: Vec<Approval>,
-) -> (
-    Arc<AtomicUsize>,
-    impl Fn(&ApprovalRequest<'_>) -> Approval + Send + Sync + 'static,
-) {
-    let asked = Arc::new(AtomicUsize::new(0));
-    let answers = Mutex::new(answers.into_iter());
-    let counter = asked.clone();
-    let approver = move |_: &ApprovalRequest<'_>| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        answers
-            .lock()
-            .unwrap()
-            .next()
-            .unwrap_or(Approval::Reject("no more answers".into()))
-    };
-    (asked, approver)
 }
 
 fn records(sink: &MemorySink, stage: Stage) -> Vec<AuditRecord> {

@@ -2,13 +2,13 @@
 //! (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
-use std::sync::atomic::Ordering::SeqCst;
-
-use crate::fixtures::by_name::*;
 use serde_json::json;
+use std::sync::atomic::Ordering::SeqCst;
 use toolgate::Mode;
 use toolgate::audit::AuditRecord;
+
+use crate::common::gates;
+use crate::fixtures::by_name::*;
 
 /// The same with two-step approvals: an approval for x=1 runs x=1 once and nothing else.
 #[test]

@@ -3,7 +3,6 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::MemoryBudgets;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 

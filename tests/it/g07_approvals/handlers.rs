@@ -4,19 +4,19 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::common::gates;
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::fixtures::handlers::*;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use toolgate::approval::SessionGrant;
 use toolgate::mcp::{Approvals, ToolgateServer};
 use toolgate::registry::Instances;
 use toolgate::{Approval, Mode};
+
+use crate::common::gates;
+use crate::fixtures::handlers::*;
 
 /// a04. Approvals bound to the handler instance: an unnamed handler, cloned (same state behind its
 /// `Arc`s) into a second server of the same gate. The approval given for a call through the first

@@ -3,14 +3,14 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
-use crate::common::gates;
+use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-
-use crate::fixtures::integrations::*;
-use serde_json::json;
 use toolgate::audit::TracingSink;
 use toolgate::{Approval, ApprovalRequest, CallError, Denied, Gate, Mode, registry};
+
+use crate::common::gates;
+use crate::fixtures::integrations::*;
 
 /// Tries: approvals through rig under an async approver: a sync HIGH_WRITE tool (which cannot wait
 /// for it), and an async one. Guarantee: the sync tool's call is refused `APPROVAL_REQUIRED` at once,

@@ -3,13 +3,14 @@
 //! token never reaches the client.
 #![cfg(feature = "mcp-http")]
 
-use crate::fixtures::mcp_in_band::*;
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toolgate::mcp::rmcp::model::CallToolRequestParams;
 use toolgate::mcp::{APPROVAL_INPUT, Approvals, InBand, ToolgateServer};
+
+use crate::fixtures::mcp_in_band::*;
 
 /// Four retries racing with one approved state, on one connection: the body runs once.
 #[test]

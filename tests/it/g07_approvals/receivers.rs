@@ -2,7 +2,6 @@
 //! methods called on an instance, by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +10,7 @@ use toolgate::audit::Stage;
 use toolgate::registry::Instances;
 use toolgate::{DenialCode, Denied, Gate, Mode};
 
+use crate::common::gates;
 use crate::fixtures::receivers::*;
 
 /// ATTACKS guarantee 7 (a two-step approval runs one call on the same receiver): a token for `wipe` on

@@ -2,14 +2,14 @@
 //! reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-use crate::common::{Scratch, serial};
-use crate::fixtures::regressions::*;
 use toolgate::audit::{JsonlSink, MemorySink, Stage};
 use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Mode};
+
+use crate::common::gates;
+use crate::common::{Scratch, serial};
+use crate::fixtures::regressions::*;
 
 // Finding: `Gate::approve` writes the approval's binding digest, the sha256 of the arguments with the
 // redacted ones' real values, into the `approval_granted` record; for a short secret (a 4-digit PIN) that

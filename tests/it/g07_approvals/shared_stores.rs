@@ -3,12 +3,12 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "mcp-http")]
 
-use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-
-use crate::fixtures::shared_stores::*;
 use toolgate::Mode;
+
+use crate::common::gates;
+use crate::fixtures::shared_stores::*;
 
 // ---------------------------------------------------------------------------------------------------
 // Two-step approvals

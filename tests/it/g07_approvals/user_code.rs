@@ -3,15 +3,15 @@
 //! declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-use crate::fixtures::user_code::*;
 use toolgate::audit::Stage;
 use toolgate::{Approval, ApprovalRequest, Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::user_code::*;
 
 #[test]
 fn g7_an_approval_with_an_unserializable_argument_does_not_run_another_one() {

@@ -2,14 +2,14 @@
 //! (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
+use serde_json::json;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-
-use crate::fixtures::by_name::*;
-use serde_json::json;
 use toolgate::audit::{AuditRecord, MemorySink};
 use toolgate::{Denied, Mode, registry};
+
+use crate::common::gates;
+use crate::fixtures::by_name::*;
 
 /// A call by name is audited and approved as the same direct call (declared/effective risk, digest).
 #[test]

@@ -3,7 +3,6 @@
 //! gates, lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -11,6 +10,7 @@ use serde_json::{Value, json};
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::{DenialCode, Gate, Mode};
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 

@@ -1,12 +1,13 @@
 //! The gate's audit records, approvals and escalation, seen from a tool's caller.
 
-use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, Decision, Outcome, Stage};
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
+
+use crate::common::gates;
 
 #[derive(Default, Clone)]
 struct Recorder(Arc<Mutex<Vec<AuditRecord>>>);

@@ -4,12 +4,13 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::common::gates;
-use crate::fixtures::handlers::*;
 use serde_json::json;
 use toolgate::Mode;
 use toolgate::audit::MemorySink;
 use toolgate::mcp::ToolgateServer;
+
+use crate::common::gates;
+use crate::fixtures::handlers::*;
 
 /// a22. A name no tool has, written with a bidi override, called on a server with a handler: a
 /// JSON-RPC error, and no audit record carries the caller's raw text (README: the id asked for is

@@ -3,15 +3,15 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "rig")]
 
-use crate::common::gates;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-
-use crate::fixtures::integrations::*;
 use opentelemetry::trace::Status;
 use serde_json::json;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use toolgate::audit::{MemorySink, Outcome, Stage, TracingSink};
 use toolgate::{Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::integrations::*;
 
 /// Tries: the arguments of a tool not declared `record_arguments` reaching a span: an allowed call,
 /// an extra key carrying text, a value of the wrong type. Guarantee: arguments only for tools declared

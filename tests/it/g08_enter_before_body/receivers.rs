@@ -2,13 +2,13 @@
 //! `callable` methods called on an instance, by name and over MCP.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use toolgate::audit::{AuditRecord, Outcome, Stage};
 use toolgate::{Mode, registry};
 
+use crate::common::gates;
 use crate::fixtures::receivers::*;
 
 /// ATTACKS guarantee 8 for methods by name: the `enter` record is written before the body (the sink checks

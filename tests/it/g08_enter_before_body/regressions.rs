@@ -2,12 +2,13 @@
 //! review, each reproduced as an outside attacker would write it.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
-use crate::common::serial;
-use crate::fixtures::regressions::*;
 use serde_json::Value;
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::{AllowAllApprover, Gate, Mode};
+
+use crate::common::gates;
+use crate::common::serial;
+use crate::fixtures::regressions::*;
 
 // Finding: nested gates write their `enter` records one after the other; when an inner gate's sink
 // fails, the call is refused AUDIT_UNAVAILABLE but the outer gate's `enter` record, written already, is

@@ -3,15 +3,15 @@
 //! every declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
-
-use crate::fixtures::user_code::*;
 use toolgate::audit::{AuditError, AuditRecord, MemorySink, Outcome, Stage};
 use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Mode};
+
+use crate::common::gates;
+use crate::fixtures::user_code::*;
 
 // ---------------------------------------------------------------------------------------------
 // Guarantee 8: every enter gets its exit

@@ -5,7 +5,6 @@
 //! guarantees (SECURITY.md, "What it does not guarantee"): its test (`a7b`) shows what happens and is
 //! ignored.
 
-use crate::common::gates;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, ErrorKind, Write};
@@ -15,11 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
-
-use crate::common::Scratch;
 use toolgate::audit::{AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file};
 use toolgate::{DenialCode, Denied, Mode, tool};
 
+use crate::common::Scratch;
+use crate::common::gates;
 use crate::faults::CHILD_ENV;
 
 fn record(call: u64) -> AuditRecord {

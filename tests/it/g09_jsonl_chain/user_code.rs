@@ -3,9 +3,10 @@
 //! declaration form.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
+use toolgate::{Approval, ApprovalRequest, Gate, Mode};
+
 use crate::common::gates;
 use crate::fixtures::user_code::*;
-use toolgate::{Approval, ApprovalRequest, Gate, Mode};
 
 #[test]
 fn g9_strange_text_in_records_verifies() {

@@ -3,7 +3,6 @@
 //! gates, lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use toolgate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, MemoryBudg
 use toolgate::policy::TaintPolicy;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk, registry};
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 

@@ -2,12 +2,13 @@
 //! budget.
 #![cfg(feature = "mcp-http")]
 
-use crate::fixtures::mcp_in_band::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use toolgate::gate::BudgetScope;
 use toolgate::{Gate, Mode};
+
+use crate::fixtures::mcp_in_band::*;
 
 /// In band under a budget: forms left unanswered keep no unit, a call the budget refuses gets no
 /// form (no approver is asked), and no form answered runs a call past the budget.

@@ -3,16 +3,16 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "mcp-http")]
 
-use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use crate::fixtures::shared_stores::*;
 use toolgate::approval::SessionGrant;
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore};
 use toolgate::{Approval, ApprovalRequest, Gate, Mode, Risk};
+
+use crate::common::gates;
+use crate::fixtures::shared_stores::*;
 
 // ---------------------------------------------------------------------------------------------------
 // Budgets

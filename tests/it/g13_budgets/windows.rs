@@ -1,8 +1,6 @@
 //! Budgets: at most N calls per tool, risk level or agent over a sliding window; the (N+1)-th refused
 //! with `BUDGET_EXHAUSTED` and when to retry, before any approver is asked, taking nothing when refused.
 
-use crate::common::gates;
-use crate::common::serial;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -14,6 +12,9 @@ use toolgate::gate::budget::{
 };
 use toolgate::gate::{BudgetScope, GateError};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool};
+
+use crate::common::gates;
+use crate::common::serial;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static NOTES: AtomicUsize = AtomicUsize::new(0);

@@ -5,7 +5,6 @@
 //! guarantee: it passes when the attack fails.
 #![cfg(feature = "mcp")]
 
-use crate::common::gates;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,8 @@ use toolgate::approval::SessionGrant;
 use toolgate::audit::{AuditRecord, AuditSink};
 use toolgate::policy::TaintPolicy;
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
+
+use crate::common::gates;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -4,18 +4,18 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::common::gates;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::fixtures::handlers::*;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use toolgate::approval::SessionGrant;
 use toolgate::gate::TaintPolicy;
 use toolgate::mcp::ToolgateServer;
 use toolgate::{Approval, Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::handlers::*;
 
 // ---------------------------------------------------------------------------------------------------
 // a13-a14: taint and budgets x handler tools.

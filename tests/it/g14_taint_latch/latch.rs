@@ -2,19 +2,19 @@
 //! that writes needs an approval, or is refused, as the gate chose; clones and nested scopes share it, a
 //! new gate is clean, and the approver and the audit log see what tainted the session and when.
 
-use crate::common::gates;
-use crate::common::serial;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use serde_json::json;
-use toolgate::approval::store::{
-    Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
-};
+use toolgate::approval::store::Answer;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::policy::{self, Facts, ModeSet, TaintPolicy, Verdict};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool};
+
+use crate::common::KeepingStore;
+use crate::common::gates;
+use crate::common::serial;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static POSTS: AtomicUsize = AtomicUsize::new(0);
@@ -277,35 +277,10 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
     );
 }
 
-/// A store that keeps the calls it is handed and files each as pending.
-#[derive(Default)]
-struct Keeping(Mutex<Vec<ApprovalCall>>);
-
-impl ApprovalStore for Keeping {
-    fn consume<'a>(
-        &'a self,
-        call: &'a ApprovalCall,
-    ) -> StoreFuture<'a, Result<Consumed, StoreError>> {
-        self.0.lock().unwrap().push(call.clone());
-        Box::pin(std::future::ready(Ok(Consumed::Pending {
-            code: DenialCode::ApprovalPending,
-            token: Some("tok".to_owned()),
-        })))
-    }
-
-    fn answer<'a>(
-        &'a self,
-        _token: &'a str,
-        _answer: Answer,
-    ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
-        Box::pin(std::future::ready(Err(ApproveError::UnknownToken)))
-    }
-}
-
 #[test]
 fn an_approval_store_is_handed_what_tainted_the_session_with_the_call() {
     let _serial = serial();
-    let store = Arc::new(Keeping::default());
+    let store = Arc::new(KeepingStore::default());
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .approval_store_shared(store.clone())

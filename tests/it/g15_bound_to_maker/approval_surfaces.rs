@@ -2,16 +2,16 @@
 //! grants, rejections and stops with reasons, and custom approval stores.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
-
-use crate::fixtures::approval_surfaces::*;
 use toolgate::approval::SessionGrant;
 use toolgate::approval::store::{Answer, ApprovalStore, ApproveError};
 use toolgate::approval::two_step::MemoryStore;
 use toolgate::{Approval, DenialCode, Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::approval_surfaces::*;
 
 // Attacks: nested gates and grants. A grant lives in the gate that made it: with an outer gate holding
 // a grant for the tool, an inner gate (or a `&Gate` argument) must still ask its own approver, in every

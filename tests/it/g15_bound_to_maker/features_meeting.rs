@@ -3,7 +3,6 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use crate::common::gates;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -12,6 +11,7 @@ use toolgate::approval::store::Answer;
 use toolgate::audit::{AuditSink, JsonlSink};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
+use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 

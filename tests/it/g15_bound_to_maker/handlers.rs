@@ -4,11 +4,12 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::fixtures::handlers::*;
 use serde_json::json;
 use toolgate::Mode;
 use toolgate::mcp::ToolgateServer;
 use toolgate::mcp::http::Principals;
+
+use crate::fixtures::handlers::*;
 
 /// a26. In band over HTTP x principals sharing one gate: alice's sealed state for a handler tool,
 /// answered "approve" by bob (another principal of the same gate and store). The state is bound to

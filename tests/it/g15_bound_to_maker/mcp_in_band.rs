@@ -2,8 +2,6 @@
 //! sessions of one principal or gate are nothing to another, and each principal lists its own tools.
 #![cfg(feature = "mcp-http")]
 
-use crate::common::gates;
-use crate::fixtures::mcp_in_band::*;
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -11,6 +9,9 @@ use std::time::{Duration, Instant};
 use toolgate::mcp::rmcp::model::CallToolRequestParams;
 use toolgate::mcp::{APPROVAL_INPUT, ToolgateServer};
 use toolgate::{Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::mcp_in_band::*;
 
 /// A state sealed by one server's key opens at no server with another gate, even with the same key
 /// and agent label.

@@ -1,16 +1,14 @@
 //! The principal: who the agent acts for, named by the application when it builds a gate, seen by the
 //! approver and the store, and written into every audit record of the gate.
 
-use crate::common::gates;
 use std::sync::{Arc, Mutex};
 
-use toolgate::approval::store::{
-    Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
-};
 use toolgate::audit::{AuditRecord, JsonlSink, MemorySink, Stage, verify_file};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 
+use crate::common::KeepingStore;
 use crate::common::Scratch;
+use crate::common::gates;
 
 /// Look a customer up.
 #[tool(risk = "READ_ONLY", domain = "prin", callable)]
@@ -101,34 +99,9 @@ fn the_approver_sees_the_principal_of_the_gate_sync_and_async() {
     assert_eq!(*asked.lock().unwrap(), [Some("carol".to_owned())]);
 }
 
-/// A store that keeps what it is handed and files every call as pending.
-#[derive(Default)]
-struct Keeping(Mutex<Vec<ApprovalCall>>);
-
-impl ApprovalStore for Keeping {
-    fn consume<'a>(
-        &'a self,
-        call: &'a ApprovalCall,
-    ) -> StoreFuture<'a, Result<Consumed, StoreError>> {
-        self.0.lock().unwrap().push(call.clone());
-        Box::pin(std::future::ready(Ok(Consumed::Pending {
-            code: DenialCode::ApprovalPending,
-            token: Some("tok".to_owned()),
-        })))
-    }
-
-    fn answer<'a>(
-        &'a self,
-        _token: &'a str,
-        _answer: Answer,
-    ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
-        Box::pin(std::future::ready(Err(ApproveError::UnknownToken)))
-    }
-}
-
 #[test]
 fn the_store_is_handed_the_principal_with_the_call() {
-    let store = Arc::new(Keeping::default());
+    let store = Arc::new(KeepingStore::default());
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .principal("dave")

@@ -4,14 +4,14 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::common::gates;
-use std::sync::atomic::Ordering;
-
-use crate::fixtures::handlers::*;
 use serde_json::json;
+use std::sync::atomic::Ordering;
 use toolgate::mcp::http::Principals;
 use toolgate::mcp::{APPROVAL_INPUT, ToolgateServer};
 use toolgate::{Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::handlers::*;
 
 /// a27. Two `Authorization` headers on one request: alice's (SHADOW) and bob's (PARTIAL_AUTO).
 /// Credentials that say two things must not be resolved to whichever suits the caller: the request is

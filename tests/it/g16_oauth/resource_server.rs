@@ -4,7 +4,6 @@
 
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::common::http::Answer;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +18,8 @@ use toolgate::mcp::http::{HttpService, Principal, Principals};
 use toolgate::mcp::oauth::{Algorithm, Jwks, OAuth, OAuthBuilder};
 use toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use toolgate::{Denied, Gate, Mode};
+
+use crate::common::http::Answer;
 
 /// Read a ticket.
 #[toolgate::tool(risk = "READ_ONLY", domain = "oauthdesk", callable)]

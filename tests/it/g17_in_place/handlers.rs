@@ -4,18 +4,18 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use crate::common::gates;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-use crate::fixtures::handlers::*;
 use rmcp::handler::server::wrapper::Parameters;
 use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::mcp::http::Principals;
 use toolgate::mcp::{REFUSED, ToolgateServer, Undeclared};
 use toolgate::{Gate, Mode};
+
+use crate::common::gates;
+use crate::fixtures::handlers::*;
 
 // ---------------------------------------------------------------------------------------------------
 // a01-a12: the handler gated in place.
