@@ -1,4 +1,4 @@
-//! The server that the official MCP conformance suite tests (`tests/conformance.rs`): the tools,
+//! The server that the official MCP conformance suite tests (`tests/it/conformance.rs`): the tools,
 //! prompts, resources and completions its server scenarios call for, served over rmcp's streamable
 //! HTTP transport on loopback, without authentication.
 //!

@@ -15,16 +15,15 @@ use toolgate::schemars::JsonSchema;
 use toolgate::serde::{Deserialize, Serialize};
 use toolgate::{Approval, ApprovalRequest, CallError, Denied, Gate, Mode, registry, tool, toolset};
 
+use crate::common::gates;
+use crate::common::serial;
+
 // ---------------------------------------------------------------------------------------------------------
 // Test support
 // ---------------------------------------------------------------------------------------------------------
 
 /// One test at a time: each checks how often a tool body ran, and the counters are process-wide.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    SERIAL.blocking_lock()
-}
 
 /// How many times `counter` moved while `f` ran.
 fn runs<R>(counter: &AtomicUsize, f: impl FnOnce() -> R) -> (R, usize) {
@@ -322,11 +321,7 @@ fn a_sync_tool_returns_its_result_as_json() {
 #[test]
 fn unit_results_are_null_and_strings_are_strings() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(toolgate::AllowAllApprover)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, toolgate::AllowAllApprover);
     assert_eq!(
         call(&gate, "users.delete", json!({"id": 3})).unwrap(),
         Value::Null
@@ -1004,11 +999,7 @@ async fn an_async_refusal_keeps_its_code_and_does_not_run() {
     assert_eq!(error.denied().unwrap().tool().id, "store.purge");
     assert_eq!(PURGES.load(Ordering::SeqCst), before);
 
-    let denying = Gate::builder()
-        .mode(Mode::Shadow)
-        .deny("store.fetch")
-        .build()
-        .unwrap();
+    let denying = gates::denying(Mode::Shadow, "store.fetch");
     let before = FETCHES.load(Ordering::SeqCst);
     let error = registry()
         .call(&denying, "store.fetch", json!({"id": 1}))
@@ -1032,11 +1023,7 @@ fn high_write_without_an_approver_is_refused() {
 #[test]
 fn a_two_step_approval_runs_the_same_call_by_name_once() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let (result, ran) = runs(&DELETES, || call(&gate, "users.delete", json!({"id": 5})));
     let error = result.unwrap_err();
     assert_eq!(error.code(), "APPROVAL_PENDING");
@@ -1068,11 +1055,7 @@ fn a_two_step_approval_runs_the_same_call_by_name_once() {
 #[test]
 fn a_two_step_approval_given_by_name_is_honoured_by_a_direct_call_and_back() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let by_name = call(&gate, "users.delete", json!({"id": 8})).unwrap_err();
     gate.approve(by_name.denied().unwrap().approval_token().unwrap())
         .unwrap();
@@ -1092,11 +1075,7 @@ fn a_two_step_approval_given_by_name_is_honoured_by_a_direct_call_and_back() {
 #[tokio::test]
 async fn a_two_step_approval_runs_an_async_call_by_name() {
     let _serial = SERIAL.lock().await;
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let before = PURGES.load(Ordering::SeqCst);
     let error = registry()
         .call(&gate, "store.purge", json!({"before": 100}))
@@ -1115,11 +1094,9 @@ async fn a_two_step_approval_runs_an_async_call_by_name() {
 #[test]
 fn a_rejected_approval_is_refused_with_the_reason_and_does_not_run() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("not on a Friday".into()))
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, |_: &ApprovalRequest<'_>| {
+        Approval::Reject("not on a Friday".into())
+    });
     let (result, ran) = runs(&DELETES, || call(&gate, "users.delete", json!({"id": 1})));
     let error = result.unwrap_err();
     assert_eq!(error.code(), "APPROVAL_REJECTED");
@@ -1135,17 +1112,13 @@ fn an_approver_sees_the_same_request_by_name_as_directly() {
     type Asked = Arc<Mutex<Vec<(String, Option<String>)>>>;
     let asked = Asked::default();
     let log = Arc::clone(&asked);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |request: &ApprovalRequest<'_>| {
-            log.lock().unwrap().push((
-                request.tool.id.to_owned(),
-                request.arguments_digest.map(str::to_owned),
-            ));
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        log.lock().unwrap().push((
+            request.tool.id.to_owned(),
+            request.arguments_digest.map(str::to_owned),
+        ));
+        Approval::Approve
+    });
     let (result, ran) = runs(&DELETES, || call(&gate, "users.delete", json!({"id": 11})));
     assert_eq!(result.unwrap(), Value::Null);
     assert_eq!(ran, 1);
@@ -1235,14 +1208,10 @@ fn a_tool_with_a_gate_parameter_asks_the_approver_once_per_call_by_name() {
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&asked);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Approval::Approve
+    });
     let (result, ran) = runs(&WIPES, || call(&gate, "ops.wipe", json!({"disk": "sda"})));
     assert_eq!(result.unwrap(), json!("wiped sda in FULL_AUTO"));
     assert_eq!(ran, 1);
@@ -1259,11 +1228,7 @@ fn a_tool_with_a_gate_parameter_asks_the_approver_once_per_call_by_name() {
 #[test]
 fn a_two_step_approval_runs_a_tool_with_a_gate_parameter_by_name() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
     let error = call(&gate, "ops.wipe", json!({"disk": "sdb"})).unwrap_err();
     assert_eq!(error.code(), "APPROVAL_PENDING");
     gate.approve(error.denied().unwrap().approval_token().unwrap())
@@ -1278,14 +1243,10 @@ async fn an_async_tool_with_a_gate_parameter_gets_the_gate_of_the_call() {
     let _serial = SERIAL.lock().await;
     let asked = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&asked);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Approval::Approve
+    });
     let future = registry().call(&gate, "ops.drain", json!({"node": "n1"}));
     drop(gate);
     // The future keeps its own clone of the gate.
@@ -1322,12 +1283,7 @@ fn comparable(records: Vec<AuditRecord>) -> Vec<AuditRecord> {
 
 fn audited(mode: Mode) -> (Gate, MemorySink) {
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(mode)
-        .approver(toolgate::AllowAllApprover)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::approved_audited(mode, toolgate::AllowAllApprover, sink.clone());
     (gate, sink)
 }
 

@@ -23,7 +23,7 @@ const TOOLS: [&str; 5] = [
 /// The example's binary, built if it is missing or older than its source.
 fn example() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| crate::common::example("cli", "examples/cli.rs", "clap"))
+    PATH.get_or_init(|| crate::common::example("cli", "clap"))
 }
 
 /// A run of the example: its exit status, stdout and stderr.

@@ -13,9 +13,7 @@ use serde_json::{Value, json};
 
 fn desk() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        crate::common::example("devops_desk", "examples/devops_desk/main.rs", "mcp,clap")
-    })
+    PATH.get_or_init(|| crate::common::example("devops_desk", "mcp,clap"))
 }
 
 /// Runs the desk with `args` and `input` on stdin: exit status, stdout, stderr.

@@ -18,13 +18,14 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
-
-use crate::common::{Scratch, serial};
 use toolgate::approval::ApproveError;
 use toolgate::audit::{
     AuditError, AuditRecord, AuditSink, Durability, JsonlSink, Stage, verify_file,
 };
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
+
+use crate::common::gates;
+use crate::common::{Scratch, serial};
 
 pub(crate) const CHILD_ENV: &str = "TOOLGATE_FAULT_CHILD";
 
@@ -60,11 +61,7 @@ fn count(counter: &AtomicUsize) -> usize {
 }
 
 fn audited(mode: Mode, sink: &Arc<JsonlSink>) -> Gate {
-    Gate::builder()
-        .mode(mode)
-        .audit_shared(Arc::clone(sink) as Arc<dyn AuditSink>)
-        .build()
-        .unwrap()
+    gates::audited_shared(mode, Arc::clone(sink) as Arc<dyn AuditSink>)
 }
 
 /// How many lines of the file end in a newline.
@@ -689,11 +686,7 @@ impl AuditSink for PanicsOn {
 #[test]
 fn a_sink_that_panics_on_enter_stops_the_call_before_the_body() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(PanicsOn(Stage::Enter))
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, PanicsOn(Stage::Enter));
     let appends = count(&APPENDS);
     let caught = std::panic::catch_unwind(|| gate.run(|| append(1, "x".into())));
     assert!(caught.is_err(), "the panic reaches the caller");
@@ -716,11 +709,7 @@ fn an_approver_that_rejects_or_fails_refuses_the_call() {
             Ok(_) => Approval::Reject(format!("{} is not in the policy", request.tool.id)),
         }
     };
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, approver);
     let settlements = count(&SETTLEMENTS);
 
     // No policy file: a real I/O error, turned into a rejection.
@@ -761,23 +750,19 @@ fn an_approver_whose_operator_is_gone_refuses_the_call() {
     let (to_operator, from_agent) = mpsc::channel::<(String, mpsc::Sender<bool>)>();
     drop(from_agent);
     let to_operator = Mutex::new(to_operator);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |request: &ApprovalRequest<'_>| {
-            let (answer, answered) = mpsc::channel();
-            let sent = to_operator
-                .lock()
-                .unwrap()
-                .send((request.tool.id.to_owned(), answer));
-            match sent.map(|()| answered.recv_timeout(Duration::from_secs(5))) {
-                Ok(Ok(true)) => Approval::Approve,
-                Ok(Ok(false)) => Approval::Reject("the operator said no".into()),
-                Ok(Err(error)) => Approval::Reject(format!("no answer: {error}")),
-                Err(error) => Approval::Reject(format!("cannot reach the operator: {error}")),
-            }
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        let (answer, answered) = mpsc::channel();
+        let sent = to_operator
+            .lock()
+            .unwrap()
+            .send((request.tool.id.to_owned(), answer));
+        match sent.map(|()| answered.recv_timeout(Duration::from_secs(5))) {
+            Ok(Ok(true)) => Approval::Approve,
+            Ok(Ok(false)) => Approval::Reject("the operator said no".into()),
+            Ok(Err(error)) => Approval::Reject(format!("no answer: {error}")),
+            Err(error) => Approval::Reject(format!("cannot reach the operator: {error}")),
+        }
+    });
     let settlements = count(&SETTLEMENTS);
     let denied = gate.run(|| settle(2, 200)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalRejected);

@@ -4,13 +4,14 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
-
-use crate::common::serial;
 use toolgate::gate::{DenyRuleError, RaiseRefused};
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode, Risk,
     tool,
 };
+
+use crate::common::gates;
+use crate::common::serial;
 
 // ---------------------------------------------------------------------------------------------------------
 // The suite
@@ -339,11 +340,7 @@ fn gate(mode: Mode) -> Gate {
 }
 
 fn gate_with_approver(mode: Mode) -> Gate {
-    Gate::builder()
-        .mode(mode)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap()
+    gates::approved(mode, AllowAllApprover)
 }
 
 fn rejecting(
@@ -446,14 +443,10 @@ fn low_write_needs_no_approver() {
     let counter = Arc::clone(&asked);
     for mode in [Mode::PartialAuto, Mode::FullAuto] {
         let counter = Arc::clone(&counter);
-        let gate = Gate::builder()
-            .mode(mode)
-            .approver(move |_: &ApprovalRequest<'_>| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                Approval::Reject("should not be asked".into())
-            })
-            .build()
-            .unwrap();
+        let gate = gates::approved(mode, move |_: &ApprovalRequest<'_>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Approval::Reject("should not be asked".into())
+        });
         for tool in suite().iter().filter(|t| t.risk == Risk::LowWrite) {
             gate.run(|| call_counted(tool)).unwrap();
         }
@@ -508,16 +501,12 @@ fn high_write_runs_in_full_auto_with_an_approving_approver() {
     // A closure approver sees the call it approves.
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&seen);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |request: &ApprovalRequest<'_>| {
-            log.lock()
-                .unwrap()
-                .push((request.tool.id, request.mode, request.risk));
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        log.lock()
+            .unwrap()
+            .push((request.tool.id, request.mode, request.risk));
+        Approval::Approve
+    });
     for tool in high_writes() {
         gate.run(|| call_counted(&tool)).unwrap();
     }
@@ -547,11 +536,7 @@ fn high_write_without_an_approver_is_refused_approval_required() {
 #[test]
 fn high_write_with_a_rejecting_approver_is_refused_approval_rejected() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(rejecting("change freeze"))
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, rejecting("change freeze"));
     for tool in high_writes() {
         let denied = expect_refused(
             gate.run(|| call_counted(&tool)),
@@ -569,14 +554,10 @@ fn high_write_is_refused_below_full_auto_even_with_an_approver() {
     let asked = Arc::new(AtomicUsize::new(0));
     for mode in [Mode::Shadow, Mode::Advisory, Mode::PartialAuto] {
         let counter = Arc::clone(&asked);
-        let gate = Gate::builder()
-            .mode(mode)
-            .approver(move |_: &ApprovalRequest<'_>| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                Approval::Approve
-            })
-            .build()
-            .unwrap();
+        let gate = gates::approved(mode, move |_: &ApprovalRequest<'_>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Approval::Approve
+        });
         for tool in high_writes() {
             expect_refused(
                 gate.run(|| call_counted(&tool)),
@@ -646,11 +627,7 @@ fn async_high_write_follows_the_approver() {
         let none = gate(Mode::FullAuto);
         let denied = none.scope(accounts::purge(4)).await.unwrap_err();
         assert_eq!(denied.code(), DenialCode::ApprovalRequired);
-        let rejecting = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(rejecting("not now"))
-            .build()
-            .unwrap();
+        let rejecting = gates::approved(Mode::FullAuto, rejecting("not now"));
         let denied = rejecting.scope(accounts::purge(5)).await.unwrap_err();
         assert_eq!(denied.code(), DenialCode::ApprovalRejected);
     });
@@ -907,11 +884,7 @@ fn a_gate_parameter_decides_the_call() {
     assert_eq!(denied.code(), DenialCode::ModeNotAllowed);
     assert_eq!(denied.mode(), Some(Mode::Shadow));
     // And the parameter's deny list applies.
-    let denying = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("audit.*")
-        .build()
-        .unwrap();
+    let denying = gates::denying(Mode::FullAuto, "audit.*");
     let denied = audit::record(&denying, "no").unwrap_err();
     assert_eq!(denied.code(), DenialCode::DenyListed);
     assert_eq!(count(&audit::RECORD), before + 1);
@@ -988,16 +961,8 @@ fn denial_codes_have_their_stable_names() {
 
 /// One refusal of each code a gate can give for the suite, from real calls.
 fn refusals() -> Vec<(&'static str, Denied)> {
-    let full_auto_rejecting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(rejecting("not during the freeze"))
-        .build()
-        .unwrap();
-    let two_step = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let full_auto_rejecting = gates::approved(Mode::FullAuto, rejecting("not during the freeze"));
+    let two_step = gates::two_step(Mode::FullAuto);
     let denying = Gate::builder()
         .mode(Mode::FullAuto)
         .deny("accounts.del*")

@@ -16,6 +16,8 @@ use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, GateError, Mode, tool,
 };
 
+use crate::common::gates;
+
 mod probe {
     use super::*;
 
@@ -177,11 +179,7 @@ fn gate_and_scoped_futures_cross_threads() {
 
 #[test]
 fn debug_shows_mode_and_rules() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("probe.critical")
-        .build()
-        .unwrap();
+    let gate = gates::denying(Mode::PartialAuto, "probe.critical");
     let debug = format!("{gate:?}");
     assert!(debug.contains("PartialAuto"), "{debug}");
     assert!(debug.contains("probe.critical"), "{debug}");
@@ -193,11 +191,7 @@ fn verdict_reports_the_table_in_the_current_mode() {
     let write = toolgate::registry().manifest("probe.write").unwrap();
     let critical = toolgate::registry().manifest("probe.critical").unwrap();
 
-    let approving = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let approving = gates::approved(Mode::FullAuto, AllowAllApprover);
     assert_eq!(approving.verdict(read), Some(Verdict::Allow));
     assert_eq!(approving.verdict(write), Some(Verdict::Allow));
     assert_eq!(approving.verdict(critical), Some(Verdict::NeedsApproval));
@@ -215,11 +209,7 @@ fn verdict_reports_the_table_in_the_current_mode() {
         Some(Verdict::Refuse(DenialCode::ModeNotAllowed))
     );
 
-    let denying = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("probe.read")
-        .build()
-        .unwrap();
+    let denying = gates::denying(Mode::FullAuto, "probe.read");
     assert_eq!(
         denying.verdict(read),
         Some(Verdict::Refuse(DenialCode::DenyListed))
@@ -302,19 +292,15 @@ fn a_lowering_while_the_approver_thinks_refuses_the_call() {
     let slot: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
     let asked = Arc::new(AtomicUsize::new(0));
     let (approver_slot, approver_asked) = (Arc::clone(&slot), Arc::clone(&asked));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| {
-            approver_asked.fetch_add(1, Ordering::SeqCst);
-            approver_slot
-                .get()
-                .unwrap()
-                .lower(Mode::PartialAuto)
-                .unwrap();
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        approver_asked.fetch_add(1, Ordering::SeqCst);
+        approver_slot
+            .get()
+            .unwrap()
+            .lower(Mode::PartialAuto)
+            .unwrap();
+        Approval::Approve
+    });
     slot.set(gate.clone()).unwrap();
     let ran = counter();
     let denied = gate.run(|| probe::critical(&ran)).unwrap_err();
@@ -336,16 +322,12 @@ fn a_lowering_while_the_approver_thinks_refuses_the_call() {
 fn the_approver_is_asked_once_per_call_with_the_call_facts() {
     let requests = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&requests);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |r: &ApprovalRequest<'_>| {
-            log.lock()
-                .unwrap()
-                .push((r.tool.id, r.mode, r.risk, r.arguments_digest.is_some()));
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |r: &ApprovalRequest<'_>| {
+        log.lock()
+            .unwrap()
+            .push((r.tool.id, r.mode, r.risk, r.arguments_digest.is_some()));
+        Approval::Approve
+    });
     let ran = counter();
     gate.run(|| {
         probe::read(&ran)?;
@@ -369,20 +351,16 @@ fn an_approver_may_call_tools_and_enter_gates() {
     let other = gate(Mode::Shadow);
     let inside = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&inside);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| {
-            // The ambient gate of the call is still entered, and entering another one works.
-            probe::read(&seen).unwrap();
-            other.run(|| probe::read(&seen)).unwrap();
-            assert_eq!(
-                code(other.run(|| probe::write(&seen))),
-                Some(DenialCode::ModeNotAllowed)
-            );
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        // The ambient gate of the call is still entered, and entering another one works.
+        probe::read(&seen).unwrap();
+        other.run(|| probe::read(&seen)).unwrap();
+        assert_eq!(
+            code(other.run(|| probe::write(&seen))),
+            Some(DenialCode::ModeNotAllowed)
+        );
+        Approval::Approve
+    });
     let ran = counter();
     gate.run(|| probe::critical(&ran)).unwrap();
     assert_eq!(runs(&ran), 1);
@@ -431,11 +409,7 @@ fn nested_gates_allow_only_what_both_allow() {
 #[test]
 fn nested_gates_each_apply_their_deny_list_and_approver() {
     let ran = counter();
-    let open = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let open = gates::approved(Mode::FullAuto, AllowAllApprover);
     let denying = Gate::builder()
         .mode(Mode::FullAuto)
         .deny("probe.write")
@@ -457,11 +431,9 @@ fn nested_gates_each_apply_their_deny_list_and_approver() {
         Some(DenialCode::ApprovalRequired)
     );
     // An inner rejecting approver is not overruled by the outer approving one.
-    let rejecting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("inner says no".into()))
-        .build()
-        .unwrap();
+    let rejecting = gates::approved(Mode::FullAuto, |_: &ApprovalRequest<'_>| {
+        Approval::Reject("inner says no".into())
+    });
     let denied = open
         .run(|| rejecting.run(|| probe::critical(&ran)))
         .unwrap_err();
@@ -472,14 +444,10 @@ fn nested_gates_each_apply_their_deny_list_and_approver() {
     // Two approving gates: both are asked, then the call runs.
     let asked = Arc::new(AtomicUsize::new(0));
     let approving = |asked: Arc<AtomicUsize>| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |_: &ApprovalRequest<'_>| {
-                asked.fetch_add(1, Ordering::SeqCst);
-                Approval::Approve
-            })
-            .build()
-            .unwrap()
+        gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            Approval::Approve
+        })
     };
     let (a, b) = (approving(Arc::clone(&asked)), approving(Arc::clone(&asked)));
     a.run(|| b.run(|| probe::critical(&ran))).unwrap();
@@ -514,11 +482,7 @@ fn a_gate_parameter_is_enough_on_its_own() {
         code(probe::write_with(&gate(Mode::Shadow), &ran)),
         Some(DenialCode::ModeNotAllowed)
     );
-    let approving = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let approving = gates::approved(Mode::FullAuto, AllowAllApprover);
     probe::critical_with(&approving, &ran).unwrap();
     assert_eq!(
         code(probe::critical_with(&gate(Mode::FullAuto), &ran)),
@@ -696,11 +660,7 @@ fn glob_rules_match_whole_ids() {
         ("*", &["probe.read", "probe.write", "probe.other.read"]),
     ];
     for (rule, denied) in cases {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .deny(rule)
-            .build()
-            .unwrap();
+        let gate = gates::denying(Mode::PartialAuto, rule);
         let check = |id: &str, tool: fn(&AtomicUsize) -> Result<(), Denied>| {
             let ran = counter();
             let result = gate.run(|| tool(&ran));
@@ -777,14 +737,10 @@ fn check_registry_passes_without_duplicates() {
 fn a_gate_present_twice_asks_its_approver_once() {
     let asked = Arc::new(AtomicUsize::new(0));
     let tally = Arc::clone(&asked);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| {
-            tally.fetch_add(1, Ordering::SeqCst);
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+        tally.fetch_add(1, Ordering::SeqCst);
+        Approval::Approve
+    });
     let ran = counter();
 
     gate.run(|| probe::critical_with(&gate, &ran)).unwrap();
@@ -805,11 +761,7 @@ fn a_gate_present_twice_asks_its_approver_once() {
 /// must not find the approval used and refuse the call with `APPROVAL_REUSED`.
 #[test]
 fn a_two_step_approval_runs_when_the_gate_is_present_twice() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = gates::two_step(Mode::FullAuto);
 
     let asked = gate.run(|| probe::pay(&gate, 500)).unwrap_err();
     assert_eq!(asked.code(), DenialCode::ApprovalPending);

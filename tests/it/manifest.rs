@@ -3,6 +3,8 @@
 use toolgate::policy::ModeSet;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, Risk, ToolManifest, tool, toolset};
 
+use crate::common::gates;
+
 /// Deletes a user account.
 ///
 /// The account cannot be restored.
@@ -346,11 +348,7 @@ fn a_toolset_gives_its_domain_to_its_tools() {
 fn toolset_methods_are_gated() {
     let billing = Billing;
     assert_eq!(billing.invoice(1).unwrap_err().code(), "NO_GATE");
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, AllowAllApprover);
     gate.run(|| {
         assert_eq!(billing.invoice(1).unwrap(), 1);
         assert_eq!(billing.refund(2).unwrap(), 2);
@@ -396,11 +394,7 @@ fn sources_point_at_the_function_name() {
 
 #[test]
 fn the_other_tools_are_called_too() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, AllowAllApprover);
     gate.run(|| {
         assert_eq!(delete(1).unwrap(), 1);
         assert_eq!(lookup(2).unwrap(), 2);

@@ -12,6 +12,8 @@ use toolgate::schemars::JsonSchema;
 use toolgate::serde::Serialize;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, tool};
 
+use crate::common::gates;
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(crate = "toolgate::serde")]
 #[schemars(crate = "toolgate::schemars")]
@@ -227,20 +229,12 @@ fn each_mode_hides_what_the_gate_would_refuse() {
         let server = this_files(Gate::new(mode).unwrap());
         assert_eq!(names(&server), expected, "{mode}");
     }
-    let approved = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let approved = gates::approved(Mode::FullAuto, AllowAllApprover);
     assert_eq!(
         names(&this_files(approved)),
         with(&["defs.purge", "defs.write"])
     );
-    let two_step = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let two_step = gates::two_step(Mode::FullAuto);
     assert!(names(&this_files(two_step)).contains(&"defs.purge".to_owned()));
 }
 
@@ -283,11 +277,7 @@ fn the_list_follows_the_gate_when_it_is_lowered_or_deny_listed() {
     gate.lower(Mode::Shadow).unwrap();
     assert!(!names(&server).contains(&"defs.write".to_owned()));
 
-    let denied = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("defs.re*")
-        .build()
-        .unwrap();
+    let denied = gates::denying(Mode::FullAuto, "defs.re*");
     let server = ToolgateServer::new(denied).visibility(Visibility::MarkDisabled);
     let read = server
         .tools()
@@ -417,11 +407,7 @@ async fn refusals_and_failures_are_error_results_with_the_code() {
         &full.call("defs.purge", None).await.unwrap(),
         "APPROVAL_REQUIRED",
     );
-    let denied = Gate::builder()
-        .mode(Mode::Shadow)
-        .deny("defs.read")
-        .build()
-        .unwrap();
+    let denied = gates::denying(Mode::Shadow, "defs.read");
     let read = ToolgateServer::new(denied)
         .call("defs.read", args(json!({"title": "x"})))
         .await

@@ -6,78 +6,14 @@
 
 #![cfg(feature = "mcp")]
 
-use std::ffi::OsStr;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
-const BUILD_TIMEOUT: Duration = Duration::from_secs(1200);
 
-/// What a finished (or killed) process printed.
-pub(crate) struct Output {
-    status: Option<ExitStatus>,
-    pub(crate) stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Output {
-    pub(crate) fn success(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-
-    pub(crate) fn describe(&self) -> String {
-        let status = match self.status {
-            Some(status) => status.to_string(),
-            None => "killed after the time limit".to_owned(),
-        };
-        format!(
-            "{status} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.elapsed, self.stdout, self.stderr
-        )
-    }
-}
-
-/// Runs `command` to its end or until `limit`, then kills it; collects what it printed.
-pub(crate) fn run(command: &mut Command, limit: Duration) -> Output {
-    let started = Instant::now();
-    let mut child: Child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
-    let status = loop {
-        match child.try_wait().expect("wait for the child") {
-            Some(status) => break Some(status),
-            None if started.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            None => thread::sleep(Duration::from_millis(50)),
-        }
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-        elapsed: started.elapsed(),
-    }
-}
+pub(crate) use crate::common::run;
 
 /// `target/<profile>`, from this test's own path `target/<profile>/deps/mcp_e2e-<hash>`.
 fn profile_dir() -> PathBuf {
@@ -88,53 +24,14 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The example server, as `cargo test` builds it; built here when it is missing.
+/// The example server, built if it is missing or stale.
 fn server_binary() -> PathBuf {
     example_binary("mcp_server", "mcp,clap")
 }
 
-/// The example `name`, as `cargo test` builds it; built here with `features` when it is missing.
+/// The example `name`, built with `features` if it is missing or any of its sources changed.
 pub(crate) fn example_binary(name: &str, features: &str) -> PathBuf {
-    let profile = profile_dir();
-    let binary = profile
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if binary.is_file() {
-        return binary;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let mut build = Command::new(cargo);
-    build.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-        "build",
-        "--example",
-        name,
-        "--features",
-        features,
-    ]);
-    match profile.file_name().and_then(OsStr::to_str) {
-        Some("debug") | None => {}
-        Some("release") => {
-            build.arg("--release");
-        }
-        Some(other) => {
-            build.args(["--profile", other]);
-        }
-    }
-    if let Some(target) = profile.parent() {
-        build.arg("--target-dir").arg(target);
-    }
-    let output = run(&mut build, BUILD_TIMEOUT);
-    assert!(
-        output.success(),
-        "building the example failed: {}",
-        output.describe()
-    );
-    assert!(
-        binary.is_file(),
-        "{} is still missing after the build",
-        binary.display()
-    );
-    binary
+    crate::common::example(name, features)
 }
 
 /// An interpreter and the `PYTHONPATH` it needs (if any) to `import mcp`.

@@ -141,7 +141,6 @@ mod raw {
     use std::time::Duration;
 
     use serde_json::Value;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// An answer: its status, its `Mcp-Session-Id` header, and the JSON-RPC messages of its body.
     #[derive(Debug)]
@@ -181,45 +180,15 @@ mod raw {
         }
         request.push_str("\r\n");
         request.push_str(&body);
-        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .expect("send the request");
-        let mut raw = Vec::new();
-        let mut buf = [0_u8; 8192];
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-                Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
-            }
-            if done(&String::from_utf8_lossy(&raw)) {
-                break;
-            }
-        }
-        let text = String::from_utf8_lossy(&raw);
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        let text = crate::common::http::exchange(addr, &request, limit, done).await;
+        let status = crate::common::http::status(&text);
         let session = text
             .lines()
             .take_while(|line| !line.trim().is_empty())
             .find(|line| line.to_ascii_lowercase().starts_with("mcp-session-id:"))
             .and_then(|line| line.split_once(':'))
             .map(|(_, id)| id.trim().to_owned());
-        let messages = text
-            .lines()
-            .filter_map(|line| {
-                let line = line.trim();
-                let json = line.strip_prefix("data:").map_or(line, str::trim);
-                json.starts_with('{')
-                    .then(|| serde_json::from_str(json).ok())
-                    .flatten()
-            })
-            .collect();
+        let messages = crate::common::http::messages(&text).collect();
         Answer {
             status,
             session,

@@ -4,14 +4,15 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-use crate::common::serial;
 use toolgate::approval::ApproveError;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::DenyRuleError;
 use toolgate::{
     AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool,
 };
+
+use crate::common::gates;
+use crate::common::serial;
 
 static PAYMENTS: AtomicUsize = AtomicUsize::new(0);
 static COMMANDS: AtomicUsize = AtomicUsize::new(0);
@@ -59,11 +60,9 @@ fn a_gate_keeps_its_agent_label() {
 #[test]
 fn a_rejection_without_a_reason_has_no_detail() {
     for reason in ["", "   ", "\n\t"] {
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |_: &ApprovalRequest<'_>| Approval::Reject(reason.to_owned()))
-            .build()
-            .unwrap();
+        let gate = gates::approved(Mode::FullAuto, move |_: &ApprovalRequest<'_>| {
+            Approval::Reject(reason.to_owned())
+        });
         let denied = gate.run(|| pay(1)).unwrap_err();
         assert_eq!(denied.code(), DenialCode::ApprovalRejected);
         assert_eq!(denied.detail(), None, "{reason:?}");
@@ -77,12 +76,7 @@ fn a_rejection_without_a_reason_has_no_detail() {
 #[test]
 fn an_approval_granted_record_names_the_call_it_approves() {
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::two_step_audited(Mode::FullAuto, sink.clone());
     let refused = gate.run(|| pay(42)).unwrap_err();
     gate.approve(refused.approval_token().unwrap()).unwrap();
     let records = sink.records();
@@ -103,11 +97,7 @@ fn an_approval_granted_record_names_the_call_it_approves() {
 #[test]
 fn a_refusal_record_has_the_declared_and_the_effective_risk() {
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     let before = COMMANDS.load(Ordering::SeqCst);
     let denied = gate.run(|| run("sudo reboot".into())).unwrap_err();
     assert_eq!(denied.code(), DenialCode::AboveCeiling);
@@ -124,11 +114,7 @@ fn a_refusal_record_has_the_declared_and_the_effective_risk() {
 #[test]
 fn an_approving_approver_runs_the_call() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, AllowAllApprover);
     let before = PAYMENTS.load(Ordering::SeqCst);
     assert_eq!(gate.run(|| pay(7)).unwrap(), 7);
     assert_eq!(PAYMENTS.load(Ordering::SeqCst), before + 1);
@@ -137,11 +123,7 @@ fn an_approving_approver_runs_the_call() {
 #[test]
 fn every_record_of_a_call_has_its_call_number() {
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     gate.run(|| {
         run("ls".into()).unwrap();
         run("sudo ls".into()).unwrap_err();

@@ -13,6 +13,8 @@ use toolgate::audit::TracingSink;
 use toolgate::{Denied, Gate, Mode, registry, tool};
 use tracing_subscriber::layer::SubscriberExt;
 
+use crate::common::gates;
+
 static WIPES: AtomicUsize = AtomicUsize::new(0);
 
 /// Look an invoice up.
@@ -235,11 +237,7 @@ fn each_call_is_an_execute_tool_span_with_genai_and_toolgate_attributes() {
 
 #[test]
 fn an_async_call_closes_its_span_where_it_ends() {
-    let gate = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(TracingSink::new())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::Shadow, TracingSink::new());
     let spans = exported(|| {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()

@@ -11,6 +11,8 @@ use toolgate::schemars::JsonSchema;
 use toolgate::serde::Deserialize;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, registry, tool};
 
+use crate::common::gates;
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(crate = "toolgate::serde", rename_all = "snake_case")]
 #[schemars(crate = "toolgate::schemars")]
@@ -528,11 +530,7 @@ fn only_what_the_gate_allows_now_is_listed() {
     let shadow = Gate::new(Mode::Shadow).unwrap();
     let partial = Gate::new(Mode::PartialAuto).unwrap();
     let full_without_approver = Gate::new(Mode::FullAuto).unwrap();
-    let full = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let full = gates::approved(Mode::FullAuto, AllowAllApprover);
     let denying = Gate::builder()
         .mode(Mode::FullAuto)
         .approver(AllowAllApprover)
@@ -642,11 +640,7 @@ fn only_what_the_gate_allows_now_is_listed() {
 #[test]
 fn every_definition_meets_its_providers_constraints() {
     // Every callable tool linked into this test binary, in the widest gate: dozens of schemas.
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let gate = gates::approved(Mode::FullAuto, AllowAllApprover);
     for provider in PROVIDERS {
         let definitions = registry().definitions(&gate, provider);
         assert!(

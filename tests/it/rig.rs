@@ -15,6 +15,8 @@ use toolgate::audit::{AuditError, AuditRecord, AuditSink, MemorySink, Stage};
 use toolgate::rig::RigTools;
 use toolgate::{Approval, Denied, Gate, Mode, Risk, tool};
 
+use crate::common::gates;
+
 static READS: AtomicUsize = AtomicUsize::new(0);
 static DELETES: AtomicUsize = AtomicUsize::new(0);
 static RENAMES: AtomicUsize = AtomicUsize::new(0);
@@ -126,11 +128,7 @@ fn names(tools: &[DynamicTool]) -> Vec<String> {
 #[tokio::test]
 async fn a_rig_agent_calls_an_allowed_and_a_refused_tool_through_the_gate() {
     let audit = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(audit.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::Shadow, audit.clone());
     let model = MockCompletionModel::from_turns([
         MockTurn::from_contents([
             call("call-1", "rigdesk-read", json!({"id": 7})),
@@ -273,11 +271,7 @@ async fn every_refusal_reaches_rig_as_a_refusal_with_its_code_and_the_body_does_
     assert!(above.is_refusal());
     assert_eq!(above.code(), Some("MODE_NOT_ALLOWED"));
 
-    let denying = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("rigdesk.rename")
-        .build()
-        .unwrap();
+    let denying = gates::denying(Mode::FullAuto, "rigdesk.rename");
     let denied = refusal(
         run(
             &desk(&denying),
@@ -300,20 +294,14 @@ async fn every_refusal_reaches_rig_as_a_refusal_with_its_code_and_the_body_does_
     assert_eq!(unapproved.code(), Some("APPROVAL_REQUIRED"));
     assert!(unapproved.is_refusal());
 
-    let rejecting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &toolgate::ApprovalRequest<'_>| Approval::Reject("not today".into()))
-        .build()
-        .unwrap();
+    let rejecting = gates::approved(Mode::FullAuto, |_: &toolgate::ApprovalRequest<'_>| {
+        Approval::Reject("not today".into())
+    });
     let rejected = refusal(run(&desk(&rejecting), "rigdesk.archive", json!({"id": 1})).await);
     assert_eq!(rejected.code(), Some("APPROVAL_REJECTED"));
     assert!(rejected.model_feedback().unwrap().contains("not today"));
 
-    let two_step = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let two_step = gates::two_step(Mode::FullAuto);
     let waiting = refusal(run(&desk(&two_step), "rigdesk.archive", json!({"id": 1})).await);
     assert_eq!(waiting.code(), Some("APPROVAL_PENDING"));
 
@@ -329,11 +317,7 @@ async fn every_refusal_reaches_rig_as_a_refusal_with_its_code_and_the_body_does_
     assert_eq!(escalated.code(), Some("ABOVE_CEILING"));
     assert_eq!(SHELLS.load(Ordering::SeqCst), 0, "an escalated shell ran");
 
-    let unaudited = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(Unwritable)
-        .build()
-        .unwrap();
+    let unaudited = gates::audited(Mode::PartialAuto, Unwritable);
     let unwritten = refusal(
         run(
             &desk(&unaudited),
@@ -389,11 +373,7 @@ async fn every_refusal_reaches_rig_as_a_refusal_with_its_code_and_the_body_does_
     .await;
     assert_eq!(renamed.unwrap().as_text(), Some("note 1 is groceries"));
     assert_eq!(RENAMES.load(Ordering::SeqCst), 1);
-    let approving = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(toolgate::AllowAllApprover)
-        .build()
-        .unwrap();
+    let approving = gates::approved(Mode::FullAuto, toolgate::AllowAllApprover);
     let archived = run(&desk(&approving), "rigdesk.archive", json!({"id": 1})).await;
     assert_eq!(archived.unwrap().as_text(), Some("note 1 archived"));
     assert_eq!(ARCHIVES.load(Ordering::SeqCst), 1);
@@ -416,11 +396,7 @@ fn which_tools_an_agent_is_given() {
         names(&desk(&shadow).allowed_now().tools()),
         ["rigdesk-count", "rigdesk-read", "rigdesk-save"]
     );
-    let full = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(toolgate::AllowAllApprover)
-        .build()
-        .unwrap();
+    let full = gates::approved(Mode::FullAuto, toolgate::AllowAllApprover);
     assert_eq!(names(&desk(&full).allowed_now().tools()).len(), 7);
     assert!(desk(&shadow).tool("rigdesk.nothing").is_none());
     assert!(desk(&shadow).tool("pdefs.lookup").is_none(), "filtered out");
@@ -429,7 +405,7 @@ fn which_tools_an_agent_is_given() {
 
 #[test]
 fn the_example_agent_reads_a_note_and_is_refused_the_delete() {
-    let example = crate::common::example("rig_agent", "examples/rig_agent.rs", "rig");
+    let example = crate::common::example("rig_agent", "rig");
     let output = std::process::Command::new(example)
         .env_remove("TOOLGATE_MODE")
         .output()

@@ -8,6 +8,8 @@ use serde_json::json;
 use toolgate::registry::Instances;
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, registry, toolset};
 
+use crate::common::gates;
+
 /// A warehouse: what a real toolset holds (a pool, a client), here a counter and a name.
 pub struct Stock {
     site: &'static str,
@@ -193,19 +195,15 @@ fn a_high_write_method_asks_the_approver_with_its_instance_in_place() {
     let asked = Arc::new(AtomicUsize::new(0));
     let build = |approve: bool| {
         let asked = Arc::clone(&asked);
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approver(move |request: &ApprovalRequest<'_>| {
-                assert_eq!(request.tool.id, "stock.clear");
-                asked.fetch_add(1, Ordering::SeqCst);
-                if approve {
-                    Approval::Approve
-                } else {
-                    Approval::Reject("not today".into())
-                }
-            })
-            .build()
-            .unwrap()
+        gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+            assert_eq!(request.tool.id, "stock.clear");
+            asked.fetch_add(1, Ordering::SeqCst);
+            if approve {
+                Approval::Approve
+            } else {
+                Approval::Reject("not today".into())
+            }
+        })
     };
     let clear = |gate: &Gate| {
         registry()
@@ -263,11 +261,7 @@ fn every_call_by_name_stopped_at_the_door_leaves_a_record_without_the_callers_ra
     use toolgate::audit::{Decision, MemorySink, Stage};
 
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     let stock = Instances::new().with(Stock::new("north", 3));
     let call = |instances: &Instances, id: &str, arguments| {
         complete(registry().call_with(&gate, instances, id, arguments)).unwrap_err()
@@ -303,7 +297,7 @@ fn every_call_by_name_stopped_at_the_door_leaves_a_record_without_the_callers_ra
             (Stage::Refused, Some(Decision::Refused))
         );
     }
-    let digest = crate::regressions::sha256_hex(secret_id.as_bytes());
+    let digest = crate::fixtures::regressions::sha256_hex(secret_id.as_bytes());
     assert_eq!(
         records[0].message.as_deref(),
         Some(format!("no tool has this id (SHA-256 of the id: {digest})").as_str())
@@ -359,11 +353,7 @@ fn an_mcp_call_of_a_name_the_server_does_not_serve_leaves_a_record() {
     use toolgate::mcp::ToolgateServer;
 
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = gates::audited(Mode::PartialAuto, sink.clone());
     // `stock.count` is a tool, but this server holds no `Stock`: to the agent it is no tool.
     let server = ToolgateServer::new(gate).only(|m| m.domain == Some("stock"));
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -13,7 +13,7 @@ use crate::support::python_mcp::{CLIENT_TIMEOUT, Server, python_with_mcp, run};
 use crate::support::scratch_dir as scratch;
 #[test]
 fn two_processes_behind_one_address_share_approvals_and_the_fleet() {
-    let binary = example("mcp_http", "examples/mcp_http.rs", "mcp-http,clap,postgres");
+    let binary = example("mcp_http", "mcp-http,clap,postgres");
     let python = python_with_mcp();
     let url = database("mcp_http");
     let dir = scratch("fleet");

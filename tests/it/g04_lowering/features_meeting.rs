@@ -1,0 +1,226 @@
+//! Guarantee 4 (The mode is only ever lowered, and a lowering reaches every call not yet started),
+//! against two stateful features meeting in one process (grants, the latch, budgets and their
+//! stores, approvers, nested gates, lowering, sinks), one changing while the other's decision
+//! waits.
+//! Each test asserts the guarantee: it passes when the attack fails.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use serde_json::json;
+use toolgate::approval::SessionGrant;
+use toolgate::audit::{AuditRecord, Outcome, Stage};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
+
+use crate::common::gates;
+use crate::common::serial;
+use crate::fixtures::features_meeting::*;
+
+/// grants (shortcut) × lowering, racing (4). Threads call a granted HIGH_WRITE tool (FULL_AUTO only);
+/// the test lowers the gate to PARTIAL_AUTO. No call started after `lower` returned may run, grant or
+/// not.
+#[test]
+fn p05_no_granted_call_started_after_lower_returns_runs() {
+    let _serial = serial();
+    let asked: Asked = Arc::default();
+    let gate = gates::approved(
+        Mode::FullAuto,
+        holding_approver(&Pause::new(), &answer(for_session()), &asked),
+    );
+    gate.run(|| wire(0)).unwrap();
+    let lowered = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let late_runs = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let (gate, lowered, stop, late_runs) = (
+                gate.clone(),
+                lowered.clone(),
+                stop.clone(),
+                late_runs.clone(),
+            );
+            spawn(move || {
+                while !stop.load(SeqCst) {
+                    let started_after = lowered.load(SeqCst);
+                    let ran = if i == 2 {
+                        by_name(&gate, "pairs.wire", json!({"cents": 1})).is_ok()
+                    } else {
+                        gate.run(|| wire(1)).is_ok()
+                    };
+                    if started_after && ran {
+                        late_runs.fetch_add(1, SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    gate.lower(Mode::PartialAuto).unwrap();
+    lowered.store(true, SeqCst);
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, SeqCst);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    assert_eq!(
+        late_runs.load(SeqCst),
+        0,
+        "granted calls ran after the lowering"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// lowering × grants, lowering × budgets
+// ---------------------------------------------------------------------------------------------------------
+
+/// lowering (`Approval::Stop`) × grants × sink (4, 7). A granted call WAITS in its `enter` record; on
+/// another thread the approver answers another call with `Stop`, which lowers the gate to SHADOW. The
+/// granted call must be refused with the lowered mode's code, its `enter` closed `refused`.
+#[test]
+fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
+    let _serial = serial();
+    let pause = Pause::new();
+    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|request: &ApprovalRequest<'_>| {
+            if request.tool.id == "pairs.shell" {
+                Approval::Stop("runaway".into())
+            } else {
+                Approval::ApproveForSession(SessionGrant::tool(HOUR))
+            }
+        })
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    gate.run(|| wire(1)).unwrap();
+    let before = count(&WIRES);
+    pause.arm();
+    let caller = {
+        let gate = gate.clone();
+        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
+    };
+    assert!(pause.reached());
+    let stopped = gate.run(|| shell("sudo reboot".into())).unwrap_err();
+    assert_eq!(stopped.code(), DenialCode::ApprovalRejected);
+    assert_eq!(gate.mode(), Mode::Shadow);
+    pause.go();
+    let code = caller.join().unwrap().unwrap_err();
+    assert_ne!(
+        code,
+        DenialCode::ApprovalRejected,
+        "refused by the mode: {code:?}"
+    );
+    assert_eq!(count(&WIRES), before);
+    let records = sink.records();
+    assert_paired(&records);
+    assert_eq!(exits(&records, "pairs.wire", Outcome::Refused), 1);
+}
+
+/// lowering × two-step (4, 7). An operator approves a pending HIGH_WRITE call; the gate is lowered
+/// before the agent retries. The approved call is refused at the lowered mode, by every path, and
+/// stays refused: the approval does not outlive the mode it was given in.
+#[test]
+fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
+    let _serial = serial();
+    let gate = gates::two_step(Mode::FullAuto);
+    let pending = gate.run(|| wire(9)).unwrap_err();
+    gate.approve(pending.approval_token().unwrap()).unwrap();
+    gate.lower(Mode::PartialAuto).unwrap();
+    let before = count(&WIRES);
+    assert_eq!(
+        gate.run(|| wire(9)).unwrap_err().code(),
+        DenialCode::ModeNotAllowed
+    );
+    assert_eq!(
+        by_name(&gate, "pairs.wire", json!({"cents": 9}))
+            .unwrap_err()
+            .code(),
+        "MODE_NOT_ALLOWED"
+    );
+    assert_eq!(
+        runtime()
+            .block_on(gate.scope(wire_async(9)))
+            .unwrap_err()
+            .code(),
+        DenialCode::ModeNotAllowed
+    );
+    assert_eq!(count(&WIRES), before);
+}
+
+/// async approver × grants × lowering (4, 14). An async approver WAITS, then answers "for the session";
+/// the gate is lowered meanwhile. The call is refused at the lowered mode, and, never reaching its
+/// commit point, makes no grant.
+#[test]
+fn p43_an_async_grant_for_a_call_refused_by_a_lowering_is_never_made() {
+    let _serial = serial();
+    let pause = Pause::armed();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .async_approver(HoldingAsync {
+            pause: pause.clone(),
+            answer: answer(for_session()),
+            asked: Arc::default(),
+        })
+        .build()
+        .unwrap();
+    let rt = runtime();
+    let before = count(&WIRES);
+    let waiting = rt.spawn(gate.scope(wire_async(1)));
+    assert!(pause.reached());
+    gate.lower(Mode::PartialAuto).unwrap();
+    pause.go();
+    let refused = rt
+        .block_on(async { tokio::time::timeout(WAIT, waiting).await })
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused.code(), DenialCode::ModeNotAllowed);
+    assert_eq!(count(&WIRES), before);
+    assert!(gate.grants().is_empty(), "a grant for a refused call");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// sinks × lowering, sinks × principals
+// ---------------------------------------------------------------------------------------------------------
+
+/// sink × lowering (4). A sink that fails every `mode_lowered` and `refused` record: the kill switch
+/// (`lower_by`) and an approver's `Stop` still lower the gate, and no write runs after them.
+#[test]
+fn p50_a_sink_that_cannot_record_the_lowering_does_not_keep_the_kill_switch_from_working() {
+    let _serial = serial();
+    let sink = HookSink::new(&Pause::new(), |r: &AuditRecord| {
+        matches!(r.stage, Stage::ModeLowered | Stage::Refused)
+    });
+    sink.fail.store(usize::MAX, SeqCst);
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(|request: &ApprovalRequest<'_>| {
+            if request.tool.id == "pairs.shell" {
+                Approval::Stop("runaway".into())
+            } else {
+                Approval::Approve
+            }
+        })
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let stopped = gate.run(|| shell("sudo reboot".into())).unwrap_err();
+    assert_eq!(stopped.code(), DenialCode::ApprovalRejected);
+    assert_eq!(gate.mode(), Mode::Shadow, "the stop lowered the gate");
+    let before = (count(&WIRES), count(&POSTS));
+    assert!(gate.run(|| wire(1)).is_err());
+    assert!(gate.run(|| post("x".into())).is_err());
+    assert_eq!((count(&WIRES), count(&POSTS)), before);
+
+    let other = gates::audited_shared(Mode::PartialAuto, sink.clone());
+    let _ = other.lower_by(Mode::Shadow, "on-call");
+    assert_eq!(
+        other.mode(),
+        Mode::Shadow,
+        "the kill switch lowered the gate"
+    );
+    assert!(other.run(|| post("x".into())).is_err());
+    assert_eq!(count(&POSTS), before.1);
+}

@@ -1,0 +1,13 @@
+//! Guarantee 7 of SECURITY.md: Approvals are single-use, bound and expiring.
+
+mod approval_surfaces;
+mod approvers;
+mod by_name;
+mod features_meeting;
+mod handlers;
+mod integrations;
+mod mcp_in_band;
+mod receivers;
+mod regressions;
+mod shared_stores;
+mod user_code;

@@ -1,0 +1,3 @@
+//! Guarantee 10 of SECURITY.md: A signed JSONL log shows a rewrite of the whole log.
+
+mod checkpoints;

@@ -1,0 +1,7 @@
+//! Guarantee 13 of SECURITY.md: A budget is never exceeded, and counts the calls that run.
+
+mod features_meeting;
+mod handlers;
+mod mcp_in_band;
+mod shared_stores;
+mod windows;

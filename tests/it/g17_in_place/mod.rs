@@ -1,0 +1,5 @@
+//! Guarantee 17 of SECURITY.md: A tool of an rmcp handler gated in place is decided before rmcp's
+//! router runs it.
+
+mod handlers;
+mod rmcp_handler;
