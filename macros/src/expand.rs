@@ -580,7 +580,7 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
             } else
         }
     });
-    let behaviour = behaviour(call);
+    let behaviour = behaviour(call, sig.asyncness.is_some());
     let (callable_items, callable_ref) = match &call.callable {
         Some(callable) => (
             callable_items(func, call, &callable.params, context.owner),
@@ -669,9 +669,9 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
 }
 
 /// What the lockfile locks beside the manifest: `escalate`, `redact` and `record_arguments` as written.
-fn behaviour(call: &CallParts<'_>) -> TokenStream {
+fn behaviour(call: &CallParts<'_>, is_async: bool) -> TokenStream {
     let redacts = call.named.iter().any(|(_, redact)| *redact);
-    if call.escalate.is_none() && !redacts && !call.record_arguments {
+    if call.escalate.is_none() && !redacts && !call.record_arguments && !is_async {
         return quote!(::toolgate::__private::Behaviour::NONE);
     }
     let escalate = match &call.escalate {
@@ -692,6 +692,7 @@ fn behaviour(call: &CallParts<'_>) -> TokenStream {
             escalate: #escalate,
             redact: &[#(#redact),*],
             record_arguments: #record_arguments,
+            is_async: #is_async,
         }
     }
 }

@@ -110,9 +110,14 @@ impl<'a> JsonArguments<'a> {
                 self.strict(name, value).map(|()| parsed)
             }
             Ok(parsed) => Ok(parsed),
-            Err(_) => Err(self
-                .unknown_key()
-                .unwrap_or_else(|| bad_value::<T>(name, value))),
+            Err(_) => Err(self.unknown_key().unwrap_or_else(|| {
+                let schema = self
+                    .params
+                    .iter()
+                    .find(|p| p.name == name)
+                    .map(|p| p.schema);
+                bad_value::<T>(name, schema, value)
+            })),
         }
     }
 
@@ -182,7 +187,11 @@ fn within(path: &str, name: &str) -> bool {
 /// The refusal of a value that does not parse as `T`, at its path. Tracking the path costs more than
 /// the parse itself, so it is only done here, again, once the parse has failed.
 #[cold]
-fn bad_value<T: DeserializeOwned>(name: &str, value: &Value) -> CallError {
+fn bad_value<T: DeserializeOwned>(
+    name: &str,
+    schema: Option<strict::SchemaOf>,
+    value: &Value,
+) -> CallError {
     let error = match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(_) => {
             return CallError::InvalidParams {
@@ -192,14 +201,8 @@ fn bad_value<T: DeserializeOwned>(name: &str, value: &Value) -> CallError {
         }
         Err(error) => error,
     };
-    let inner = error.path().to_string();
-    let path = match inner.as_str() {
-        "." => name.to_owned(),
-        _ if inner.starts_with('[') => format!("{name}{inner}"),
-        _ => format!("{name}.{inner}"),
-    };
     CallError::InvalidParams {
-        path,
+        path: strict::shown_path(schema, name, error.path()),
         message: error.into_inner().to_string(),
     }
 }
@@ -332,14 +335,23 @@ mod tests {
         let arguments = JsonArguments::new(&bad, &THREE).unwrap();
         assert_eq!(refusal(arguments.take::<u8>("a")).0, "a");
         assert_eq!(refusal(arguments.take::<Vec<u8>>("b")).0, "b[1]");
-        #[derive(Debug, serde::Deserialize)]
+        #[derive(Debug, serde::Deserialize, JsonSchema)]
         #[allow(dead_code)]
         struct Inner {
             n: u8,
+            tags: std::collections::BTreeMap<String, Vec<u8>>,
         }
-        let nested = json!({"c": {"n": -1}});
-        let arguments = JsonArguments::new(&nested, &THREE).unwrap();
+        static INNER: [Param; 1] = [Param::of::<Inner>("c")];
+        let nested = json!({"c": {"n": -1, "tags": {}}});
+        let arguments = JsonArguments::new(&nested, &INNER).unwrap();
         assert_eq!(refusal(arguments.take::<Inner>("c")).0, "c.n");
+        // A map's key is the caller's data: the path shows where, not which.
+        let keyed = json!({"c": {"n": 1, "tags": {"sk-live-1": [1, "x"]}}});
+        let arguments = JsonArguments::new(&keyed, &INNER).unwrap();
+        assert_eq!(refusal(arguments.take::<Inner>("c")).0, "c.tags.*[1]");
+        // A type whose schema says nothing of its keys shows none of them.
+        let arguments = JsonArguments::new(&nested, &THREE).unwrap();
+        assert_eq!(refusal(arguments.take::<Inner>("c")).0, "c.*");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use schemars::generate::SchemaSettings;
 use schemars::{Schema, SchemaGenerator};
 use serde_json::{Map, Value};
+use serde_path_to_error::{Path, Segment};
 
 /// A parameter type's schema generator: also the type's identity here.
 pub(crate) type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
@@ -57,6 +58,66 @@ fn compiled(schema_of: SchemaOf) -> Arc<Compiled> {
     compiled
 }
 
+/// The path of a value that did not parse, from the parameter `name`, as the log and the agent may see
+/// it: a key its type lists (a struct's field) is named; a key it does not (a map's, the caller's data,
+/// which may hold a secret) is `*`, as is every key below a schema this cannot follow.
+pub(crate) fn shown_path(schema_of: Option<SchemaOf>, name: &str, inner: &Path) -> String {
+    let compiled = schema_of.map(compiled);
+    let walk = compiled.as_ref().map(|c| Walk { defs: &c.defs });
+    let mut schema = compiled.as_ref().map(|c| &c.schema);
+    let mut path = name.to_owned();
+    for segment in inner {
+        match segment {
+            Segment::Seq { index } => {
+                path.push_str(&format!("[{index}]"));
+                schema = match (&walk, schema) {
+                    (Some(walk), Some(s)) => walk.item(s, *index),
+                    _ => None,
+                };
+            }
+            Segment::Map { key } => {
+                let field = match (&walk, schema) {
+                    (Some(walk), Some(s)) => walk.property(s, key),
+                    _ => Step::Unknown,
+                };
+                path.push('.');
+                match field {
+                    Step::Field(next) => {
+                        path.push_str(&crate::terminal::escaped(key));
+                        schema = Some(next);
+                    }
+                    Step::MapKey(next) => {
+                        path.push('*');
+                        schema = next;
+                    }
+                    Step::Unknown => {
+                        path.push('*');
+                        schema = None;
+                    }
+                }
+            }
+            // A variant's name is the type's, as a field's is.
+            Segment::Enum { variant } => {
+                path.push('.');
+                path.push_str(&crate::terminal::escaped(variant));
+                schema = None;
+            }
+            Segment::Unknown => path.push_str(".?"),
+        }
+    }
+    path
+}
+
+/// Where a key leads in a schema.
+enum Step<'a> {
+    /// A property the schema lists.
+    Field(&'a Value),
+    /// A key of a map (`additionalProperties`), with the schema of its values if there is one.
+    MapKey(Option<&'a Value>),
+    /// Nothing the schema says.
+    Unknown,
+}
+
 struct Walk<'a> {
     defs: &'a Map<String, Value>,
 }
@@ -75,6 +136,55 @@ impl<'a> Walk<'a> {
             }
         }
         schema
+    }
+
+    /// The parts of an object schema: itself, its `allOf` parts, and its `anyOf`/`oneOf` branches.
+    fn parts(&self, schema: &'a Value) -> Vec<&'a Map<String, Value>> {
+        let mut parts = Vec::new();
+        let mut pending = vec![self.resolve(schema)];
+        while let Some(next) = pending.pop() {
+            let Value::Object(keywords) = next else {
+                continue;
+            };
+            parts.push(keywords);
+            for nested in ["allOf", "anyOf", "oneOf"] {
+                if let Some(Value::Array(schemas)) = keywords.get(nested)
+                    && parts.len() + pending.len() < 64
+                {
+                    pending.extend(schemas.iter().map(|s| self.resolve(s)));
+                }
+            }
+        }
+        parts
+    }
+
+    /// Where `key` leads from `schema`.
+    fn property(&self, schema: &'a Value, key: &str) -> Step<'a> {
+        let parts = self.parts(schema);
+        if let Some(field) = parts
+            .iter()
+            .find_map(|part| part.get("properties")?.as_object()?.get(key))
+        {
+            return Step::Field(field);
+        }
+        match parts
+            .iter()
+            .find_map(|part| part.get("additionalProperties"))
+        {
+            Some(values @ Value::Object(_)) => Step::MapKey(Some(values)),
+            Some(Value::Bool(true)) => Step::MapKey(None),
+            _ => Step::Unknown,
+        }
+    }
+
+    /// The schema of item `index` of an array schema.
+    fn item(&self, schema: &'a Value, index: usize) -> Option<&'a Value> {
+        self.parts(schema).iter().find_map(|part| {
+            part.get("prefixItems")
+                .and_then(Value::as_array)
+                .and_then(|prefix| prefix.get(index))
+                .or_else(|| part.get("items"))
+        })
     }
 
     /// `Err(path)` at the first key of `value` that `schema` does not admit.
@@ -156,14 +266,23 @@ impl<'a> Walk<'a> {
         for (key, inner) in map {
             path.truncate(base);
             path.push('.');
-            // A key is the caller's text: the path that reaches the log and the agent shows it with
-            // invisible and reordering characters made visible.
-            path.push_str(&crate::terminal::escaped(key));
+            // A field's name is the type's; an unknown key is shown so that the caller can fix it,
+            // with invisible and reordering characters made visible; a map's key is the caller's data,
+            // which may hold a secret, and is `*`.
             match properties.iter().find_map(|props| props.get(key)) {
-                Some(schema) => self.check(schema, inner, path)?,
+                Some(schema) => {
+                    path.push_str(&crate::terminal::escaped(key));
+                    self.check(schema, inner, path)?;
+                }
                 None => match extra {
-                    Some(schema) => self.check(schema, inner, path)?,
-                    None => return Err(path.clone()),
+                    Some(schema) => {
+                        path.push('*');
+                        self.check(schema, inner, path)?;
+                    }
+                    None => {
+                        path.push_str(&crate::terminal::escaped(key));
+                        return Err(path.clone());
+                    }
                 },
             }
         }

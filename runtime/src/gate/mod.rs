@@ -30,7 +30,7 @@ use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::gate::budget::{BudgetError, BudgetScope, BudgetSpec, BudgetStore, Budgets};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::policy::Mode;
-use crate::policy::{self, Facts, TaintPolicy, Verdict};
+use crate::policy::{self, DenialCode, Facts, TaintPolicy, Verdict};
 use crate::registry::ToolManifest;
 use crate::registry::{RegistryError, registry};
 
@@ -404,10 +404,20 @@ impl Gate {
 
     /// What this gate would decide for the tool with `manifest`'s id in the current mode and session
     /// (a tainted session's verdict once the latch is closed), before any approver is asked; `None`
-    /// when no such tool is linked.
+    /// when no such tool is linked. A sync tool that needs an approval from an async approver is
+    /// refused (`APPROVAL_REQUIRED`), as its calls are: it cannot wait for one.
     pub fn verdict(&self, manifest: &ToolManifest) -> Option<Verdict> {
         let entry = registry().entry(manifest.id)?;
-        Some(self.table_verdict(entry).1)
+        Some(match self.table_verdict(entry).1 {
+            // Its decision would refuse it before asking anyone: it cannot wait for the approver.
+            Verdict::NeedsApproval
+                if !entry.behaviour.is_async
+                    && matches!(self.inner.approvals.approver, Some(AnyApprover::Async(_))) =>
+            {
+                Verdict::Refuse(DenialCode::ApprovalRequired)
+            }
+            verdict => verdict,
+        })
     }
 
     pub(crate) fn audits(&self) -> bool {

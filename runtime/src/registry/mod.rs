@@ -40,6 +40,8 @@ pub struct Behaviour {
     pub redact: &'static [&'static str],
     /// Whether the tool's arguments are written into its audit records.
     pub record_arguments: bool,
+    /// Whether the tool is an `async fn`: a sync tool cannot wait for an async approver.
+    pub is_async: bool,
 }
 
 impl Behaviour {
@@ -48,6 +50,7 @@ impl Behaviour {
         escalate: None,
         redact: &[],
         record_arguments: false,
+        is_async: false,
     };
 }
 

@@ -129,7 +129,6 @@ async fn i10_a_toolset_method_without_its_instance() {
 /// every call is refused (`APPROVAL_REQUIRED`, a sync tool cannot wait), yet it may be listed as
 /// "allowed with an approval". Guarantee: definitions list the tools the gate would allow now.
 #[test]
-#[ignore = "got through, not fixed yet (SECURITY.md, known issues): the registry does not know which tools are sync, so definitions list a sync tool an async approver can never let run"]
 fn i11_definitions_under_an_async_approver_leave_out_what_can_never_run() {
     let gate = Gate::builder()
         .mode(Mode::FullAuto)

@@ -242,7 +242,6 @@ fn i17_a_failed_enter_in_a_gate_with_two_sinks_leaves_no_span_open() {
 /// `record_arguments`; a refused call by name is recorded "with the path of the problem, never the
 /// value"; a redacted parameter's bad value is not quoted back.
 #[test]
-#[ignore = "got through, not fixed yet (SECURITY.md, known issues): an INVALID_PARAMS path names the key of a map parameter that is not redacted"]
 fn i19_a_map_key_is_argument_data_and_never_reaches_a_span() {
     let gate = gates::audited(Mode::Shadow, TracingSink::new());
     let mut feedback = Vec::new();
