@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 pub mod gates;
 pub mod http;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 

@@ -6,62 +6,10 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use super::mcp_e2e::{CLIENT_TIMEOUT, example_binary, python_with_mcp, run};
-
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The example server, killed when the test ends however it ends.
-pub(crate) struct Server {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// Starts the example `binary` with `args`, its stderr into `stderr`.
-    pub(crate) fn start(binary: &Path, args: &[&std::ffi::OsStr], stderr: PathBuf) -> Server {
-        let child = Command::new(binary)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&stderr).expect("the server's stderr"))
-            .spawn()
-            .expect("start the example");
-        Server { child, stderr }
-    }
-
-    /// The URL the server prints once it listens; panics if it does not within `START_TIMEOUT`.
-    pub(crate) fn url(&mut self) -> String {
-        let started = Instant::now();
-        loop {
-            let printed = fs::read_to_string(&self.stderr).unwrap_or_default();
-            if let Some(url) = printed
-                .lines()
-                .find_map(|line| line.strip_prefix("notes: listening on "))
-            {
-                return url.trim().to_owned();
-            }
-            if let Some(status) = self.child.try_wait().expect("wait for the server") {
-                panic!("the server exited ({status}) before it listened:\n{printed}");
-            }
-            assert!(
-                started.elapsed() < START_TIMEOUT,
-                "the server did not listen within {START_TIMEOUT:?}:\n{printed}"
-            );
-            thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
+pub(crate) use crate::common::mcp::Server;
 
 pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("toolgate-mcp-http-{name}-{}", std::process::id()));

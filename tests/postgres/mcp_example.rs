@@ -8,8 +8,9 @@ use std::fs;
 use std::path::Path;
 
 use crate::common::example;
+use crate::common::mcp::{CLIENT_TIMEOUT, Server, python_with_mcp};
 use crate::common::postgres::database;
-use crate::support::python_mcp::{CLIENT_TIMEOUT, Server, python_with_mcp, run};
+use crate::common::run;
 use crate::support::scratch_dir as scratch;
 #[test]
 fn two_processes_behind_one_address_share_approvals_and_the_fleet() {

@@ -5,7 +5,6 @@ pub(crate) mod bank;
 pub(crate) mod fleet;
 pub(crate) mod mail;
 pub(crate) mod mcp_server;
-pub(crate) mod python_mcp;
 pub(crate) mod store;
 pub(crate) mod trail;
 

@@ -1,80 +1,20 @@
-//! The `mcp_http` example run as a server and the official MCP Python SDK as its client: runs a
-//! command with a time limit, and finds (or provisions under `target/`) a Python
-//! that can `import mcp` (`TOOLGATE_MCP_PYTHON` names another).
+//! The MCP example servers as processes, and the official MCP Python SDK as their client: a Python that
+//! can `import mcp` (found, or provisioned once under `target/`; `TOOLGATE_MCP_PYTHON` names another), and
+//! an example server over streamable HTTP, killed when the test ends.
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
+use super::run;
+
+/// How long a Python client may run.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// What a finished (or killed) process printed.
-pub(crate) struct Output {
-    status: Option<ExitStatus>,
-    pub(crate) stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Output {
-    pub(crate) fn success(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-
-    pub(crate) fn describe(&self) -> String {
-        let status = match self.status {
-            Some(status) => status.to_string(),
-            None => "killed after the time limit".to_owned(),
-        };
-        format!(
-            "{status} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.elapsed, self.stdout, self.stderr
-        )
-    }
-}
-
-/// Runs `command` to its end or until `limit`, then kills it; collects what it printed.
-pub(crate) fn run(command: &mut Command, limit: Duration) -> Output {
-    let started = Instant::now();
-    let mut child: Child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
-    let status = loop {
-        match child.try_wait().expect("wait for the child") {
-            Some(status) => break Some(status),
-            None if started.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            None => thread::sleep(Duration::from_millis(50)),
-        }
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-        elapsed: started.elapsed(),
-    }
-}
-
-/// `target/<profile>`, from this test's own path `target/<profile>/deps/postgres-<hash>`.
+/// `target/<profile>`, from this test's own path `target/<profile>/deps/<binary>-<hash>`.
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's path");
     let deps = exe.parent().expect("the test binary's folder");
@@ -84,13 +24,13 @@ fn profile_dir() -> PathBuf {
 }
 
 /// An interpreter and the `PYTHONPATH` it needs (if any) to `import mcp`.
-pub(crate) struct Python {
+pub struct Python {
     program: PathBuf,
     path: Option<PathBuf>,
 }
 
 impl Python {
-    pub(crate) fn command(&self) -> Command {
+    pub fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
         if let Some(path) = &self.path {
             command.env("PYTHONPATH", path);
@@ -115,7 +55,7 @@ fn venv_python(venv: &Path) -> PathBuf {
 
 /// A Python that can `import mcp`: `TOOLGATE_MCP_PYTHON`, else `python3` if it can, else one that
 /// this test provisions under `target/` (once; later runs reuse it).
-pub(crate) fn python_with_mcp() -> Python {
+pub fn python_with_mcp() -> Python {
     if let Some(program) = std::env::var_os("TOOLGATE_MCP_PYTHON") {
         let python = Python {
             program: program.into(),
@@ -220,7 +160,7 @@ pub(crate) fn python_with_mcp() -> Python {
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The example server, killed when the test ends however it ends.
-pub(crate) struct Server {
+pub struct Server {
     child: Child,
     stderr: PathBuf,
 }
@@ -234,7 +174,7 @@ impl Drop for Server {
 
 impl Server {
     /// Starts the example `binary` with `args`, its stderr into `stderr`.
-    pub(crate) fn start(binary: &Path, args: &[&std::ffi::OsStr], stderr: PathBuf) -> Server {
+    pub fn start(binary: &Path, args: &[&std::ffi::OsStr], stderr: PathBuf) -> Server {
         let child = Command::new(binary)
             .args(args)
             .stdin(Stdio::null())
@@ -246,7 +186,7 @@ impl Server {
     }
 
     /// The URL the server prints once it listens; panics if it does not within `START_TIMEOUT`.
-    pub(crate) fn url(&mut self) -> String {
+    pub fn url(&mut self) -> String {
         let started = Instant::now();
         loop {
             let printed = fs::read_to_string(&self.stderr).unwrap_or_default();
