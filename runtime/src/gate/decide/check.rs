@@ -20,7 +20,10 @@ pub(crate) fn check(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    if let Some(in_place) = in_place::take_in_place(entry) {
+    // Only a tool gated in place looks at the slot: every other check pays one field read, here.
+    if entry.in_place.is_some()
+        && let Some(in_place) = in_place::take_in_place(entry)
+    {
         return check_in_place(entry, explicit, &in_place);
     }
     if call.escalated.is_none()
@@ -51,7 +54,10 @@ pub(crate) fn check_async(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Entering {
-    if let Some(in_place) = in_place::take_in_place(entry) {
+    // Only a tool gated in place looks at the slot: every other check pays one field read, here.
+    if entry.in_place.is_some()
+        && let Some(in_place) = in_place::take_in_place(entry)
+    {
         return check_async_in_place(entry, explicit, &in_place);
     }
     if call.escalated.is_none()

@@ -153,7 +153,8 @@ pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) ->
 
 /// The refusal of a lone gate that keeps no record, from its table, when nothing else is to be asked,
 /// written or told (a deny-listed call is told its rule, and the latch its cause, on the full path).
-#[inline]
+/// Inlined into the two checks, which are out of line themselves.
+#[inline(always)]
 pub(super) fn lone_refusal(
     entry: &'static ToolEntry,
     explicit: Option<&Gate>,
