@@ -28,10 +28,12 @@ RANKS = {
     "gate": 3,
     "by_name": 4,
     "report": 4,
-    "mcp": 5,
-    "cli": 5,
-    "postgres": 5,
-    "rig": 5,
+    # An operator's policy file: checked against the tools' parameters (by_name), followed by gates.
+    "policy_file": 5,
+    "mcp": 6,
+    "cli": 6,
+    "postgres": 6,
+    "rig": 6,
 }
 # Crates that only the top of the runtime may import, and where.
 TRANSPORTS = {

@@ -108,8 +108,8 @@ pub use toolgate_runtime::policy;
 /// The gate: building one, entering it around calls, lowering its mode, its budgets, and its refusals.
 pub mod gate {
     pub use toolgate_runtime::{
-        BudgetScope, Denied, DenyRuleError, Gate, GateBuilder, GateError, RaiseRefused, Scoped,
-        Taint, TaintPolicy, budget,
+        BudgetScope, Denied, DenyRuleError, Gate, GateBuilder, GateError, Narrowing, PolicySource,
+        RaiseRefused, Scoped, Taint, TaintPolicy, budget,
     };
 }
 
@@ -139,6 +139,8 @@ pub use toolgate_runtime::audit;
 pub use toolgate_runtime::cli;
 #[cfg(feature = "mcp")]
 pub use toolgate_runtime::mcp;
+#[cfg(feature = "policy-file")]
+pub use toolgate_runtime::policy_file;
 #[cfg(feature = "postgres")]
 pub use toolgate_runtime::postgres;
 #[cfg(feature = "rig")]

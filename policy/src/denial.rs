@@ -48,11 +48,15 @@ pub enum DenialCode {
     /// `TAINTED_SESSION`: a tool whose output is untrusted ran earlier in the gate's session, and the
     /// gate refuses every call that writes from then on (`TaintPolicy::Refuse`).
     TaintedSession,
+    /// `ARGUMENT_REFUSED`: a rule of the operator's policy file on the call's arguments refuses it (a
+    /// value matching a refused pattern, outside a range, or not among the allowed values); the detail
+    /// names the rule and where it is written.
+    ArgumentRefused,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 16] = [
+    pub const ALL: [DenialCode; 17] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -69,6 +73,7 @@ impl DenialCode {
         DenialCode::BudgetExhausted,
         DenialCode::BudgetStoreUnavailable,
         DenialCode::TaintedSession,
+        DenialCode::ArgumentRefused,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -90,6 +95,7 @@ impl DenialCode {
             DenialCode::BudgetExhausted => "BUDGET_EXHAUSTED",
             DenialCode::BudgetStoreUnavailable => "BUDGET_STORE_UNAVAILABLE",
             DenialCode::TaintedSession => "TAINTED_SESSION",
+            DenialCode::ArgumentRefused => "ARGUMENT_REFUSED",
         }
     }
 }

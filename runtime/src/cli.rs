@@ -128,3 +128,120 @@ impl ListTools {
         }
     }
 }
+
+/// `policy check FILE`, `policy explain FILE ...` and `policy diff OLD NEW`: the operator's policy
+/// file, checked against this program's tools. Add it as a subcommand of an application (the tools
+/// live in its binary) and call [`run`](PolicyCommand::run).
+///
+/// ```
+/// # extern crate toolgate_runtime as toolgate;
+/// # extern crate clap;
+/// use clap::Parser;
+/// use toolgate::cli::PolicyCommand;
+///
+/// #[derive(Parser)]
+/// enum Command {
+///     /// Check or explain an operator's policy file.
+///     #[command(subcommand)]
+///     Policy(PolicyCommand),
+/// }
+///
+/// let Command::Policy(command) = Command::parse_from(["app", "policy", "check", "ops.toml"]);
+/// assert!(matches!(command, PolicyCommand::Check { .. }));
+/// // std::process::exit(command.run());
+/// ```
+#[cfg(feature = "policy-file")]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum PolicyCommand {
+    /// Check a policy file against this program's tools; exit 0 if it checks, 2 with every error
+    /// (file:line:column) if not
+    Check {
+        /// The policy file (TOML)
+        file: std::path::PathBuf,
+    },
+    /// Print how a gate following FILE decides one call, and the rule that decides it
+    Explain {
+        /// The policy file (TOML)
+        file: std::path::PathBuf,
+        /// The principal the gate is built for
+        #[arg(long)]
+        principal: Option<String>,
+        /// The agent label the gate is built with
+        #[arg(long)]
+        agent: Option<String>,
+        /// The gate's mode before the policy's ceiling
+        #[arg(long, value_enum, default_value_t = Mode::FullAuto)]
+        mode: Mode,
+        /// The tool's id
+        #[arg(long)]
+        tool: String,
+        /// The call's arguments, a JSON object
+        #[arg(long, default_value = "{}")]
+        args: String,
+    },
+    /// Print what NEW changes relative to OLD; exit 0 if nothing widens, 1 if something does, 2 if a
+    /// file does not check
+    Diff {
+        /// The policy in force
+        old: std::path::PathBuf,
+        /// The policy to apply
+        new: std::path::PathBuf,
+    },
+}
+
+#[cfg(feature = "policy-file")]
+impl PolicyCommand {
+    /// Runs the command, printing to standard output (errors to standard error), and returns the
+    /// process's exit code.
+    pub fn run(&self) -> i32 {
+        use crate::policy_file::PolicyFile;
+        let load = |path: &std::path::Path| {
+            PolicyFile::load(path).map_err(|errors| {
+                eprintln!("{errors}");
+                2
+            })
+        };
+        let outcome = match self {
+            PolicyCommand::Check { file } => load(file).map(|policy| {
+                println!("{}: checks (policy {})", policy.name(), policy.digest());
+                0
+            }),
+            PolicyCommand::Explain {
+                file,
+                principal,
+                agent,
+                mode,
+                tool,
+                args,
+            } => load(file).and_then(|policy| {
+                let arguments: serde_json::Value = serde_json::from_str(args).map_err(|e| {
+                    eprintln!("--args is not JSON: {e}");
+                    2
+                })?;
+                match policy.explain(
+                    principal.as_deref(),
+                    agent.as_deref(),
+                    *mode,
+                    tool,
+                    &arguments,
+                ) {
+                    Ok(explanation) => {
+                        print!("{explanation}");
+                        Ok(0)
+                    }
+                    Err(why) => {
+                        eprintln!("{why}");
+                        Err(2)
+                    }
+                }
+            }),
+            PolicyCommand::Diff { old, new } => load(old).and_then(|old| {
+                let new = load(new)?;
+                let diff = old.diff(&new);
+                print!("{diff}");
+                Ok(i32::from(diff.widens()))
+            }),
+        };
+        outcome.unwrap_or_else(|code| code)
+    }
+}

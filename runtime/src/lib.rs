@@ -19,6 +19,8 @@ pub mod cli;
 mod gate;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "policy-file")]
+pub mod policy_file;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod registry;
@@ -32,11 +34,13 @@ pub use approval::two_step::DEFAULT_APPROVAL_TTL;
 pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver, Taint};
 pub use by_name::provider;
 pub use by_name::{CallError, CallFuture, Instances};
+pub use gate::PolicySource;
 pub use gate::ambient::Scoped;
 pub use gate::budget;
 pub use gate::budget::BudgetScope;
 pub use gate::denied::Denied;
 pub use gate::denylist::DenyRuleError;
+pub use gate::narrowing::Narrowing;
 pub use gate::{Gate, GateBuilder, GateError, RaiseRefused};
 pub use registry::{
     Duplicate, Manifests, Registry, RegistryError, Source, Tool, ToolManifest, check_registry,

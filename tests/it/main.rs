@@ -48,6 +48,7 @@ mod mcp_stdio;
 mod mcp_tasks;
 mod mutants;
 mod otel;
+mod policy_file;
 mod policy_table;
 mod provider_defs;
 mod return_types;

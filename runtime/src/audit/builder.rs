@@ -46,6 +46,7 @@ impl AuditRecord {
             mode,
             outcome: None,
             output_digest: None,
+            policy_digest: None,
             policy_version: POLICY_VERSION,
             principal: None,
             stage,

@@ -522,6 +522,7 @@ mod tests {
             mode: _,
             outcome,
             output_digest,
+            policy_digest,
             policy_version: _,
             principal,
             stage: _,
@@ -540,6 +541,7 @@ mod tests {
         *message = Some("m".into());
         *outcome = Some(Outcome::Ok);
         *output_digest = Some("o".into());
+        *policy_digest = Some("pd".into());
         *principal = Some("p".into());
         let mut out = Vec::new();
         Encoder::default()
@@ -547,7 +549,7 @@ mod tests {
             .expect("AuditRecord's fields must be declared in sorted order");
         let parsed: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&out).unwrap();
-        assert_eq!(parsed.len(), 24);
+        assert_eq!(parsed.len(), 25);
         assert_eq!(serde_json::to_vec(&parsed).unwrap(), out);
     }
 

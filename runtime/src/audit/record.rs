@@ -40,6 +40,12 @@ pub enum Stage {
     /// rmcp handler's undeclared tool under `Undeclared::Serve`); written before it runs. No gate
     /// decided it: `code` is `UNDECLARED_TOOL_SERVED`.
     Ungated,
+    /// The gate follows another operator's policy from this record on (`policy_digest`); `message`
+    /// names the policy it replaces, `by` who changed it.
+    PolicyChanged,
+    /// A changed operator's policy was refused (it did not check against the linked tools, or could
+    /// not be read), and the gate still follows the one it did; `message` says why.
+    PolicyRefused,
 }
 
 /// The decision about a call.
@@ -125,6 +131,10 @@ pub struct AuditRecord {
     /// sha256 (hex) of the result's JSON, where the result type is serializable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_digest: Option<String>,
+    /// The digest (sha256, hex) of the operator's policy file the gate followed
+    /// ([`GateBuilder::policy`](crate::GateBuilder::policy)); absent where it followed none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
     /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that decided.
     pub policy_version: u32,
     /// Who the agent acts for, as the application identified its caller

@@ -130,6 +130,8 @@ impl AuditSink for TracingSink {
                 span.in_scope(|| event(r));
             }
             Stage::ModeLowered
+            | Stage::PolicyChanged
+            | Stage::PolicyRefused
             | Stage::ApprovalGranted
             | Stage::ApprovalRejected
             | Stage::SessionGranted
@@ -203,6 +205,7 @@ fn event(r: &AuditRecord) {
         arguments = r.arguments.as_deref(),
         detail = r.message.as_deref(),
         manifest_digest = &*r.manifest_digest,
+        policy_digest = r.policy_digest.as_deref(),
         policy_version = r.policy_version,
         timestamp = r.timestamp.as_str(),
         "toolgate audit record"
@@ -223,6 +226,8 @@ fn stage_name(stage: Stage) -> &'static str {
         Stage::FleetRejoined => "fleet_rejoined",
         Stage::SessionTainted => "session_tainted",
         Stage::Ungated => "ungated",
+        Stage::PolicyChanged => "policy_changed",
+        Stage::PolicyRefused => "policy_refused",
     }
 }
 

@@ -306,6 +306,10 @@ impl fmt::Display for Denied {
                 f,
                 "tool `{id}` ({risk}) is not in the registry the gate was built from"
             ),
+            DenialCode::ArgumentRefused => write!(
+                f,
+                "tool `{id}` ({risk}) is refused for its arguments by the operator's policy: {detail}"
+            ),
             // A code of a newer policy than this runtime knows.
             code => write!(f, "tool `{id}` ({risk}) was refused in mode {mode}: {code}"),
         }

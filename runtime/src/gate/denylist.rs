@@ -56,7 +56,7 @@ impl DenyRule {
 }
 
 /// Wildcard matching with one backtrack point: linear in practice, never exponential.
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {

@@ -11,16 +11,15 @@ pub(crate) mod decide;
 pub(crate) mod denied;
 pub(crate) mod denylist;
 pub(crate) mod grants;
+pub mod narrowing;
 pub(crate) mod permit;
 pub(crate) mod taint;
 pub(crate) mod wait;
 
 use std::borrow::Cow;
 use std::fmt;
-#[cfg(feature = "postgres")]
-use std::sync::Weak;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
@@ -29,6 +28,7 @@ use crate::approval::{AnyApprover, Approver, AsyncApprover, Taint};
 use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::gate::budget::{BudgetError, BudgetScope, BudgetSpec, BudgetStore, Budgets};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
+use crate::gate::narrowing::Narrowing;
 use crate::policy::Mode;
 use crate::policy::{self, DenialCode, Facts, TaintPolicy, Verdict};
 use crate::registry::ToolManifest;
@@ -62,7 +62,17 @@ pub(super) struct Inner {
     /// session is tainted, stored by whoever changes a part, under `modes`' lock.
     pub(super) mode: AtomicU8,
     modes: Mutex<ModeParts>,
-    pub(super) table: Table,
+    /// The table, replaced whole when the operator's policy changes.
+    pub(super) table: arc_swap::ArcSwap<Table>,
+    /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write;
+    /// bits 4-7 say the same of a tainted session, so that the inlined check reads `mode | TAINTED`'s
+    /// bit. A tool with untrusted output has none of bits 0-3, since its call must close the latch.
+    /// Kept beside the table, not in it, so that the inlined check reads one byte: a change of policy
+    /// clears the bits it takes away before the new table is in place, and sets the bits it gives
+    /// back after.
+    pub(super) allowed_outright: Box<[AtomicU8]>,
+    /// What the table is worked out from besides the operator's policy.
+    inputs: TableInputs,
     pub(super) latch: Latch,
     pub(super) approvals: Approvals,
     pub(super) audit: Option<Arc<dyn AuditSink>>,
@@ -84,18 +94,31 @@ pub(super) struct Table {
     /// Then, at `TAINTED | mode`, the verdict once the session is tainted ([`policy::decide_tainted`]):
     /// the mode's atomic, with its taint bit, indexes the row.
     pub(super) verdicts: Box<[[Verdict; 8]]>,
-    /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write;
-    /// bits 4-7 say the same of a tainted session, so that the inlined check reads `mode | TAINTED`'s
-    /// bit. A tool with untrusted output has none of bits 0-3, since its call must close the latch.
-    pub(super) allowed_outright: Box<[u8]>,
     /// Per registry slot, the index of the first deny rule matching the tool.
     pub(super) deny_rule_of: Box<[Option<u32>]>,
     pub(super) deny_rules: Box<[Arc<str>]>,
+    /// What the operator's policy takes away (its deny rules and asks are in `verdicts` already; its
+    /// argument rules are read per call).
+    pub(super) narrowing: Narrowing,
+    /// The code's taint policy, as the operator's policy narrows it.
+    pub(super) taint_policy: TaintPolicy,
+    /// Counts the tables a gate had: a decision made with one is read again at the commit point when
+    /// another replaced it.
+    pub(super) generation: u64,
+}
+
+/// What a gate's table is worked out from, besides the operator's policy.
+struct TableInputs {
+    rules: Vec<DenyRule>,
+    can_approve: bool,
+    keeps_records: bool,
+    /// Per registry slot, whether a budget counts the tool's calls.
+    counted: Vec<bool>,
+    taint_policy: TaintPolicy,
 }
 
 /// The taint latch (its bit is [`TAINTED`] in [`Inner::mode`]).
 pub(super) struct Latch {
-    pub(super) taint_policy: TaintPolicy,
     /// What closed the taint latch; empty while the session is clean. Set once.
     pub(super) taint: OnceLock<Taint>,
     /// Whether the `session_tainted` record is in the log; held while it is written, so that no
@@ -144,6 +167,7 @@ impl Gate {
             budgets: Vec::new(),
             budget_store: None,
             taint_policy: TaintPolicy::default(),
+            policy: None,
         }
     }
 
@@ -159,7 +183,7 @@ impl Gate {
 
     /// The deny rules, as given.
     pub fn deny_rules(&self) -> impl Iterator<Item = &str> {
-        self.inner.table.deny_rules.iter().map(|r| &**r)
+        self.inner.inputs.rules.iter().map(DenyRule::as_str)
     }
 
     /// Lowers the mode, for every clone of this gate on every thread, from the next decision on.
@@ -196,6 +220,69 @@ impl Gate {
             self.write_after_the_fact(&record);
         }
         Ok(())
+    }
+
+    /// Follows the operator's policy from now on: `narrowing` replaces what the previous policy took
+    /// away (a [`PolicySource`] that changes calls this), and a `policy_changed` record says so, `by`
+    /// naming who changed it.
+    ///
+    /// What the new policy takes away is taken before its table is in place, and what it gives back
+    /// (relative to the previous policy, never beyond the code) is given after; a call decided under
+    /// the previous policy and not yet past its commit point is decided again there.
+    pub fn follow_policy(&self, narrowing: Narrowing, by: &str) {
+        let inner = &*self.inner;
+        let (before, after) = {
+            let mut parts = self.modes();
+            let old = inner.table.load_full();
+            let ceiling = narrowing.ceiling();
+            let (table, outright) = inner.inputs.table(narrowing, old.generation + 1);
+            for (cell, bits) in inner.allowed_outright.iter().zip(&outright) {
+                cell.fetch_and(*bits, Ordering::AcqRel);
+            }
+            let old_ceiling = parts.policy;
+            parts.policy = old_ceiling.min(ceiling);
+            self.store_mode(&parts);
+            let after = table.narrowing.digest.clone();
+            inner.table.store(Arc::new(table));
+            for (cell, bits) in inner.allowed_outright.iter().zip(outright) {
+                cell.store(bits, Ordering::Release);
+            }
+            parts.policy = ceiling;
+            self.store_mode(&parts);
+            (old.narrowing.digest.clone(), after)
+        };
+        if self.inner.audit.is_some() {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let name = |d: &Option<Arc<str>>| d.as_deref().unwrap_or("none").to_owned();
+            let record = AuditRecord {
+                by: Some(by.to_owned()),
+                message: Some(format!(
+                    "policy {} replaces policy {}, by {by}",
+                    name(&after),
+                    name(&before)
+                )),
+                ..self.record(Stage::PolicyChanged, Cow::Borrowed(""), self.mode(), call)
+            };
+            self.write_after_the_fact(&record);
+        }
+    }
+
+    /// The digest of the operator's policy the gate follows (`None`: it follows none).
+    pub fn policy_digest(&self) -> Option<Arc<str>> {
+        self.inner.table.load().narrowing.digest.clone()
+    }
+
+    /// Records that a policy was refused and the gate kept the one it follows.
+    pub(crate) fn note_policy_refused(&self, why: &str, by: &str) {
+        if self.inner.audit.is_some() {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let record = AuditRecord {
+                by: Some(by.to_owned()),
+                message: Some(why.to_owned()),
+                ..self.record(Stage::PolicyRefused, Cow::Borrowed(""), self.mode(), call)
+            };
+            self.write_after_the_fact(&record);
+        }
     }
 
     fn modes(&self) -> std::sync::MutexGuard<'_, ModeParts> {
@@ -287,7 +374,6 @@ impl Gate {
             .push(what);
     }
 
-    #[cfg(feature = "postgres")]
     /// A reference that does not keep the gate alive.
     pub(crate) fn downgrade(&self) -> WeakGate {
         WeakGate(Arc::downgrade(&self.inner))
@@ -440,6 +526,14 @@ impl Gate {
                 .map(|a| Cow::Owned(a.to_owned())),
             call,
             manifest_digest: Cow::Borrowed(crate::registry::digest::manifest_digest()),
+            policy_digest: self
+                .inner
+                .table
+                .load()
+                .narrowing
+                .digest
+                .as_deref()
+                .map(str::to_owned),
             principal: self
                 .inner
                 .principal
@@ -470,7 +564,8 @@ impl fmt::Debug for Gate {
         f.debug_struct("Gate")
             .field("id", &self.inner.id)
             .field("mode", &self.mode())
-            .field("deny_rules", &self.inner.table.deny_rules)
+            .field("deny_rules", &self.inner.inputs.rules)
+            .field("policy", &self.inner.table.load().narrowing.digest)
             .field("approver", &self.inner.approvals.approver.is_some())
             .field("store", &self.inner.approvals.store.is_some())
             .field("audit", &self.inner.audit.is_some())
@@ -478,6 +573,19 @@ impl fmt::Debug for Gate {
             .field("principal", &self.inner.principal)
             .field("taint", &self.inner.latch.taint.get())
             .finish()
+    }
+}
+
+/// Where a gate's operator policy comes from: a policy file that may change while the gate lives
+/// (`toolgate::policy_file::LivePolicy`). See [`GateBuilder::policy`](crate::GateBuilder::policy).
+pub trait PolicySource: Send + Sync + 'static {
+    /// What the policy takes away from a gate built for `principal` and `agent`.
+    fn narrowing(&self, principal: Option<&str>, agent: Option<&str>) -> Narrowing;
+
+    /// Called once the gate is built with this source, so that a source that changes can narrow the
+    /// gate again ([`Gate::follow_policy`]). A source that never changes does nothing.
+    fn follow(&self, gate: &Gate) {
+        let _ = gate;
     }
 }
 
@@ -494,6 +602,7 @@ pub struct GateBuilder {
     budgets: Vec<BudgetSpec>,
     budget_store: Option<Arc<dyn BudgetStore>>,
     taint_policy: TaintPolicy,
+    policy: Option<Arc<dyn PolicySource>>,
 }
 
 impl GateBuilder {
@@ -635,6 +744,20 @@ impl GateBuilder {
         self
     }
 
+    /// Narrows the gate by an operator's policy (`toolgate::policy_file::LivePolicy`): its part for
+    /// the gate's principal and agent lowers the mode, refuses tools or arguments, and asks where the
+    /// code alone would allow. It can take away and never give: see [`Narrowing`]. A policy that
+    /// changes narrows the gate again ([`Gate::follow_policy`]).
+    pub fn policy(self, source: impl PolicySource) -> Self {
+        self.policy_shared(Arc::new(source))
+    }
+
+    /// [`GateBuilder::policy`] with a source shared with other gates.
+    pub fn policy_shared(mut self, source: Arc<dyn PolicySource>) -> Self {
+        self.policy = Some(source);
+        self
+    }
+
     /// Builds the gate and works out every tool's verdict in every mode.
     ///
     /// Fails when linked tools share an id, when a deny rule is not valid or matches no linked tool,
@@ -670,62 +793,39 @@ impl GateBuilder {
         let budgets = Budgets::build(self.budgets, self.budget_store, self.agent.as_deref())
             .map_err(GateError::Budgets)?;
         let can_approve = self.approver.is_some() || store.is_some();
-        let deny_rule_of: Box<[Option<u32>]> = registry
-            .entries
-            .iter()
-            .map(|e| {
-                let position = rules.iter().position(|r| r.matches_entry(e))?;
-                u32::try_from(position).ok()
-            })
-            .collect();
-        let keeps_records = !self.audit.is_empty();
-        let mut allowed_outright = Vec::with_capacity(registry.entries.len());
-        let mut verdicts = Vec::with_capacity(registry.entries.len());
-        for (slot, (entry, rule)) in registry.entries.iter().zip(&deny_rule_of).enumerate() {
-            let manifest = &entry.manifest;
-            // A call a budget covers is counted: it takes the full decision.
-            let counted = budgets
-                .as_ref()
-                .is_some_and(|b| b.covers(slot, manifest.risk_level));
-            let facts = |mode| Facts {
-                risk: manifest.risk_level,
-                allowed_modes: manifest.allowed_modes,
-                mode,
-                deny_listed: rule.is_some(),
-                can_approve,
-            };
-            let clean = Mode::ALL.map(|mode| policy::decide(facts(mode)));
-            let tainted =
-                Mode::ALL.map(|mode| policy::decide_tainted(facts(mode), self.taint_policy));
-            allowed_outright.push(
-                outright_bits(
-                    &clean,
-                    keeps_records || counted || manifest.untrusted_output,
-                ) | outright_bits(&tainted, keeps_records || counted) << TAINTED,
-            );
-            let mut row = [Verdict::Allow; 8];
-            row[..4].copy_from_slice(&clean);
-            row[4..].copy_from_slice(&tainted);
-            verdicts.push(row);
-        }
-        Ok(Gate {
+        let inputs = TableInputs {
+            counted: (0..registry.entries.len())
+                .map(|slot| {
+                    let risk = registry.entries[slot].manifest.risk_level;
+                    budgets.as_ref().is_some_and(|b| b.covers(slot, risk))
+                })
+                .collect(),
+            rules,
+            can_approve,
+            keeps_records: !self.audit.is_empty(),
+            taint_policy: self.taint_policy,
+        };
+        let narrowing = match &self.policy {
+            Some(source) => source.narrowing(self.principal.as_deref(), self.agent.as_deref()),
+            None => Narrowing::none(),
+        };
+        let ceiling = narrowing.ceiling();
+        let (table, outright) = inputs.table(narrowing, 0);
+        let gate = Gate {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                mode: AtomicU8::new(self.mode as u8),
+                mode: AtomicU8::new(self.mode.min(ceiling) as u8),
                 modes: Mutex::new(ModeParts {
                     own: self.mode,
                     fleet: Mode::FullAuto,
+                    policy: ceiling,
                     partitioned: false,
                     tainted: false,
                 }),
-                table: Table {
-                    verdicts: verdicts.into(),
-                    allowed_outright: allowed_outright.into(),
-                    deny_rule_of,
-                    deny_rules: rules.iter().map(|r| Arc::from(r.as_str())).collect(),
-                },
+                table: arc_swap::ArcSwap::from_pointee(table),
+                allowed_outright: outright.into_iter().map(AtomicU8::new).collect(),
+                inputs,
                 latch: Latch {
-                    taint_policy: self.taint_policy,
                     taint: OnceLock::new(),
                     taint_recorded: Mutex::new(false),
                 },
@@ -747,7 +847,65 @@ impl GateBuilder {
                 #[cfg(feature = "postgres")]
                 kept: Mutex::new(Vec::new()),
             }),
-        })
+        };
+        if let Some(source) = &self.policy {
+            source.follow(&gate);
+        }
+        Ok(gate)
+    }
+}
+
+impl TableInputs {
+    /// The table and the outright bits for `narrowing`.
+    fn table(&self, narrowing: Narrowing, generation: u64) -> (Table, Vec<u8>) {
+        let registry = registry();
+        let taint_policy = narrowing.taint_policy(self.taint_policy);
+        let deny_rule_of: Box<[Option<u32>]> = registry
+            .entries
+            .iter()
+            .map(|e| {
+                let position = self.rules.iter().position(|r| r.matches_entry(e))?;
+                u32::try_from(position).ok()
+            })
+            .collect();
+        let mut allowed_outright = Vec::with_capacity(registry.entries.len());
+        let mut verdicts = Vec::with_capacity(registry.entries.len());
+        for (slot, (entry, rule)) in registry.entries.iter().zip(&deny_rule_of).enumerate() {
+            let manifest = &entry.manifest;
+            let policy_deny = narrowing.tool(slot).is_some_and(|t| t.deny.is_some());
+            let facts = |mode| Facts {
+                risk: manifest.risk_level,
+                allowed_modes: manifest.allowed_modes,
+                mode,
+                deny_listed: rule.is_some() || policy_deny,
+                can_approve: self.can_approve,
+            };
+            let narrow =
+                |verdict| narrowing.narrow(slot, manifest.risk_level, verdict, self.can_approve);
+            let clean = Mode::ALL.map(|mode| narrow(policy::decide(facts(mode))));
+            let tainted =
+                Mode::ALL.map(|mode| narrow(policy::decide_tainted(facts(mode), taint_policy)));
+            // A call a budget counts, or an argument rule reads, takes the full decision.
+            let full =
+                self.keeps_records || self.counted[slot] || narrowing.has_argument_rules(slot);
+            allowed_outright.push(
+                outright_bits(&clean, full || manifest.untrusted_output)
+                    | outright_bits(&tainted, full) << TAINTED,
+            );
+            let mut row = [Verdict::Allow; 8];
+            row[..4].copy_from_slice(&clean);
+            row[4..].copy_from_slice(&tainted);
+            verdicts.push(row);
+        }
+        let table = Table {
+            verdicts: verdicts.into(),
+            deny_rule_of,
+            deny_rules: self.rules.iter().map(|r| Arc::from(r.as_str())).collect(),
+            narrowing,
+            taint_policy,
+            generation,
+        };
+        (table, allowed_outright)
     }
 }
 
@@ -768,6 +926,9 @@ struct ModeParts {
     own: Mode,
     /// The lowest mode its fleet has held it under (FULL_AUTO without a fleet).
     fleet: Mode,
+    /// The ceiling of the operator's policy (FULL_AUTO where it sets none): it follows the policy,
+    /// down and up, and never lifts the gate above its own mode or its fleet's.
+    policy: Mode,
     /// Cut off from its fleet for longer than the grace period.
     partitioned: bool,
     /// The taint latch is closed: see [`Gate::taint`].
@@ -779,17 +940,15 @@ impl ModeParts {
         if self.partitioned {
             Mode::Shadow
         } else {
-            self.own.min(self.fleet)
+            self.own.min(self.fleet).min(self.policy)
         }
     }
 }
 
 /// A [`Gate`] that may have been dropped.
-#[cfg(feature = "postgres")]
 #[derive(Clone)]
 pub(crate) struct WeakGate(Weak<Inner>);
 
-#[cfg(feature = "postgres")]
 impl WeakGate {
     pub(crate) fn upgrade(&self) -> Option<Gate> {
         self.0.upgrade().map(|inner| Gate { inner })
@@ -830,6 +989,7 @@ impl fmt::Debug for GateBuilder {
             .field("budgets", &self.budgets)
             .field("budget_store", &self.budget_store.is_some())
             .field("taint_policy", &self.taint_policy)
+            .field("policy", &self.policy.is_some())
             .finish()
     }
 }

@@ -33,7 +33,7 @@ impl Gate {
 
     /// What the gate does with a call that writes once its session is tainted.
     pub fn taint_policy(&self) -> TaintPolicy {
-        self.inner.latch.taint_policy
+        self.inner.table.load().taint_policy
     }
 
     pub(crate) fn tainted(&self) -> bool {
@@ -115,7 +115,7 @@ impl Gate {
         let Some(taint) = inner.latch.taint.get() else {
             return false;
         };
-        let then = match inner.latch.taint_policy {
+        let then = match inner.table.load().taint_policy {
             TaintPolicy::RequireApproval => "needs an approval",
             TaintPolicy::Refuse => "is refused (TAINTED_SESSION)",
         };

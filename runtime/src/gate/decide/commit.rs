@@ -93,15 +93,22 @@ impl<A: ArgumentSource> Decision<A> {
         let gate = &self.gates[i];
         let held = &self.held[i];
         let now = gate.state();
-        // The mode only goes down and the latch only closes: an unchanged state is the decision
-        // itself; a changed one lets the call run only if it is allowed there outright, since an
-        // approval was given for the state it was asked in.
-        if now != held.state {
+        // The mode only goes down and the latch only closes: an unchanged state and policy are the
+        // decision itself; a changed one lets the call run only if it is allowed there outright,
+        // since an approval was given for the state and the policy it was asked in.
+        let repolicied = gate.table_generation() != held.generation;
+        if now != held.state || repolicied {
             let code = match gate.verdict_in(entry, risk, now) {
                 Verdict::Allow => None,
                 Verdict::Refuse(code) => Some(code),
                 Verdict::NeedsApproval => Some(DenialCode::ApprovalRequired),
             };
+            if code.is_none()
+                && repolicied
+                && let Some(denied) = gate.argument_refusal(entry, risk, now, &mut self.arguments)
+            {
+                return Err(denied);
+            }
             if let Some(code) = code {
                 let denied = gate.table_refusal(entry, risk, now, code);
                 // Tainted while it was decided: the approval or the verdict it had was for a clean

@@ -52,15 +52,25 @@ impl<A: ArgumentSource> Decision<A> {
             At::Table(i) => {
                 let gate = &self.gates[i];
                 let state = gate.state();
-                match gate.verdict_in(entry, risk, state) {
-                    Verdict::Refuse(code) => {
-                        self.failed = Some(gate.table_refusal(entry, risk, state, code));
+                let generation = gate.table_generation();
+                let refused = match gate.verdict_in(entry, risk, state) {
+                    Verdict::Refuse(code) => Err(gate.table_refusal(entry, risk, state, code)),
+                    verdict => match gate.argument_refusal(entry, risk, state, &mut self.arguments)
+                    {
+                        Some(denied) => Err(denied),
+                        None => Ok(verdict),
+                    },
+                };
+                match refused {
+                    Err(denied) => {
+                        self.failed = Some(denied);
                         // The gates after this one took no part.
                         self.gates.truncate(i + 1);
                     }
-                    verdict => {
+                    Ok(verdict) => {
                         self.held.push(Held {
                             state,
+                            generation,
                             verdict,
                             reserved: None,
                             allowed: None,

@@ -25,6 +25,9 @@ pub(super) enum At {
 pub(super) struct Held {
     /// The gate's mode and taint bit when its table was read: the state its decision is for.
     pub(super) state: u8,
+    /// The generation of the gate's table the decision read (another once the operator's policy
+    /// changed).
+    pub(super) generation: u64,
     pub(super) verdict: Verdict,
     /// The budget units reserved, given back when dropped unless committed.
     pub(super) reserved: Option<Reserved>,

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::arguments::ArgumentSource;
 use super::refusal::refuse;
 use crate::gate::ambient::STACK;
 use crate::gate::call::EffectiveRisk;
@@ -26,8 +27,8 @@ impl Gate {
         let inner = &*self.inner;
         let state = self.state();
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        match inner.table.allowed_outright.get(slot) {
-            Some(bits) if bits >> state & 1 == 1 => true,
+        match inner.allowed_outright.get(slot) {
+            Some(bits) if bits.load(Ordering::Relaxed) >> state & 1 == 1 => true,
             Some(_) => {
                 matches!(inner.approvals.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
                     && self.granted_outright(slot, state)
@@ -46,7 +47,7 @@ impl Gate {
         if state & TAINTED != 0 {
             return false;
         }
-        let needs_approval = matches!(inner.table.verdicts.get(slot), Some(row) if row[usize::from(state)] == Verdict::NeedsApproval);
+        let needs_approval = matches!(inner.table.load().verdicts.get(slot), Some(row) if row[usize::from(state)] == Verdict::NeedsApproval);
         let Some(until) = inner.approvals.granted_until.get(slot) else {
             return false;
         };
@@ -59,7 +60,7 @@ impl Gate {
     pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
         let state = self.state();
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let verdict = match self.inner.table.verdicts.get(slot) {
+        let verdict = match self.inner.table.load().verdicts.get(slot) {
             Some(row) => row[usize::from(state)],
             None => Verdict::Refuse(DenialCode::UnregisteredTool),
         };
@@ -76,11 +77,29 @@ impl Gate {
     ) -> Denied {
         let denied = refuse(entry, code, entry.manifest.risk_level, Some(mode));
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let table = self.inner.table.load();
         // Deny trumps every other verdict, so a tool with a rule is refused DENY_LISTED: the rule is
-        // the detail.
-        match self.inner.table.deny_rule_of.get(slot).copied().flatten() {
-            Some(rule) => denied.with_detail(self.inner.table.deny_rules[rule as usize].clone()),
-            None => denied,
+        // the detail. The code's rules come first, then the operator's.
+        if code == DenialCode::DenyListed
+            && let Some(rule) = table.deny_rule_of.get(slot).copied().flatten()
+        {
+            return denied.with_detail(table.deny_rules[rule as usize].clone());
+        }
+        let rules = table.narrowing.tool(slot);
+        match code {
+            DenialCode::DenyListed => match rules.and_then(|r| r.deny.clone()) {
+                Some(rule) => denied.with_detail(rule),
+                None => denied,
+            },
+            DenialCode::ApprovalRequired => {
+                match table.narrowing.asks(slot, entry.manifest.risk_level) {
+                    Some(rule) => denied.with_detail(
+                        format!("the operator's policy asks for every call of it ({rule})").into(),
+                    ),
+                    None => denied,
+                }
+            }
+            _ => denied,
         }
     }
 
@@ -94,28 +113,62 @@ impl Gate {
     ) -> Verdict {
         let manifest = &entry.manifest;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let table = self.inner.table.load();
         if risk.get() == manifest.risk_level {
-            return match self.inner.table.verdicts.get(slot) {
+            return match table.verdicts.get(slot) {
                 Some(row) => row[usize::from(state & 7)],
                 None => Verdict::Refuse(DenialCode::UnregisteredTool),
             };
         }
-        let Some(rule) = self.inner.table.deny_rule_of.get(slot) else {
+        let Some(rule) = table.deny_rule_of.get(slot) else {
             return Verdict::Refuse(DenialCode::UnregisteredTool);
         };
+        let narrowing = &table.narrowing;
+        let can_approve =
+            self.inner.approvals.approver.is_some() || self.inner.approvals.store.is_some();
         let facts = Facts {
             risk: risk.get(),
             allowed_modes: manifest.allowed_modes,
             mode: Mode::from_index(state),
-            deny_listed: rule.is_some(),
-            can_approve: self.inner.approvals.approver.is_some()
-                || self.inner.approvals.store.is_some(),
+            deny_listed: rule.is_some() || narrowing.tool(slot).is_some_and(|t| t.deny.is_some()),
+            can_approve,
         };
-        if state & TAINTED != 0 {
-            policy::decide_tainted(facts, self.inner.latch.taint_policy)
+        let verdict = if state & TAINTED != 0 {
+            policy::decide_tainted(facts, table.taint_policy)
         } else {
             policy::decide(facts)
+        };
+        narrowing.narrow(slot, risk.get(), verdict, can_approve)
+    }
+
+    /// The generation of the gate's table: another once the operator's policy changed.
+    pub(crate) fn table_generation(&self) -> u64 {
+        self.inner.table.load().generation
+    }
+
+    /// The refusal of the operator's argument rules for this call, if one refuses it. Reads the
+    /// arguments only for a tool that a rule names.
+    pub(super) fn argument_refusal<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        state: u8,
+        arguments: &mut A,
+    ) -> Option<Denied> {
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let table = self.inner.table.load();
+        if !table.narrowing.has_argument_rules(slot) {
+            return None;
         }
+        let json = arguments.get().map(|a| a.json.as_str());
+        let why = table.narrowing.refuses_arguments(slot, json)?;
+        let denied = refuse(
+            entry,
+            DenialCode::ArgumentRefused,
+            risk.get(),
+            Some(Mode::from_index(state)),
+        );
+        Some(denied.with_detail(why.into()))
     }
 
     /// A refusal the table gives in `state`, told what caused it.

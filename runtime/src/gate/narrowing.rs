@@ -1,0 +1,248 @@
+//! What an operator's policy takes away from one gate: compiled from a policy file
+//! (`toolgate::policy_file`) for the gate's principal and agent, folded into the gate's table when it
+//! is built and each time the policy changes.
+//!
+//! Nothing here can allow. A part either refuses (a deny rule, an argument rule, the taint latch set
+//! to refuse), asks (a tool or a risk that always asks), or lowers (a mode ceiling): each one applied
+//! to a verdict the code's own policy gave, never in place of it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::gate::denylist::glob_match;
+use crate::policy::{DenialCode, Mode, Risk, TaintPolicy, Verdict};
+
+/// What an operator's policy takes away from one gate, compiled against the linked tools.
+///
+/// Made by a policy file (`toolgate::policy_file::PolicyFile::narrowing`); [`Narrowing::none`]
+/// takes nothing away.
+#[derive(Clone, Default)]
+pub struct Narrowing {
+    pub(crate) digest: Option<Arc<str>>,
+    pub(crate) ceiling: Option<Limit<Mode>>,
+    pub(crate) ask_at: Option<Limit<Risk>>,
+    pub(crate) taint_refuses: Option<Arc<str>>,
+    /// Per registry slot (empty where no rule names any tool).
+    pub(crate) tools: Vec<ToolRules>,
+}
+
+/// A limit and the rule that sets it, as the rule is shown (`file:line:column`).
+#[derive(Debug, Clone)]
+pub(crate) struct Limit<T> {
+    pub(crate) value: T,
+    pub(crate) rule: Arc<str>,
+}
+
+/// The rules that name one tool.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ToolRules {
+    pub(crate) deny: Option<Arc<str>>,
+    pub(crate) ask: Option<Arc<str>>,
+    pub(crate) arguments: Vec<ArgumentRule>,
+}
+
+/// A rule on one named argument: the call is refused when the value fails the test.
+#[derive(Debug, Clone)]
+pub(crate) struct ArgumentRule {
+    pub(crate) parameter: Arc<str>,
+    pub(crate) test: ArgumentTest,
+    pub(crate) rule: Arc<str>,
+}
+
+/// What an argument rule asks of a value.
+#[derive(Debug, Clone)]
+pub(crate) enum ArgumentTest {
+    /// Refused when the string (or any string of a list) matches one of the globs.
+    Refuse(Vec<Box<str>>),
+    /// Refused unless the value is one of these.
+    OneOf(Vec<Value>),
+    /// Refused unless the value is a number within the bounds (inclusive).
+    Range { min: Option<f64>, max: Option<f64> },
+}
+
+impl Narrowing {
+    /// Takes nothing away.
+    pub fn none() -> Narrowing {
+        Narrowing::default()
+    }
+
+    /// The digest (sha256, hex) of the policy file this was compiled from; `None` for
+    /// [`Narrowing::none`].
+    pub fn digest(&self) -> Option<&str> {
+        self.digest.as_deref()
+    }
+
+    /// The mode this policy holds the gate under (FULL_AUTO where it sets no ceiling).
+    pub(crate) fn ceiling(&self) -> Mode {
+        self.ceiling.as_ref().map_or(Mode::FullAuto, |c| c.value)
+    }
+
+    pub(crate) fn tool(&self, slot: usize) -> Option<&ToolRules> {
+        self.tools.get(slot)
+    }
+
+    pub(crate) fn has_argument_rules(&self, slot: usize) -> bool {
+        self.tool(slot).is_some_and(|t| !t.arguments.is_empty())
+    }
+
+    /// The taint policy once this policy narrows the code's: `Refuse` stays `Refuse`.
+    pub(crate) fn taint_policy(&self, code: TaintPolicy) -> TaintPolicy {
+        if self.taint_refuses.is_some() {
+            TaintPolicy::Refuse
+        } else {
+            code
+        }
+    }
+
+    /// The rule that makes the tool in `slot` ask at `risk`, if one does.
+    pub(crate) fn asks(&self, slot: usize, risk: Risk) -> Option<&Arc<str>> {
+        self.tool(slot).and_then(|t| t.ask.as_ref()).or_else(|| {
+            self.ask_at
+                .as_ref()
+                .filter(|at| risk >= at.value)
+                .map(|at| &at.rule)
+        })
+    }
+
+    /// `verdict`, the code's, narrowed: a call it allows asks where a rule says so (and is refused
+    /// where the gate cannot ask anyone). A refusal or a question stays what it is.
+    pub(crate) fn narrow(
+        &self,
+        slot: usize,
+        risk: Risk,
+        verdict: Verdict,
+        can_approve: bool,
+    ) -> Verdict {
+        match verdict {
+            Verdict::Allow if self.asks(slot, risk).is_some() => {
+                if can_approve {
+                    Verdict::NeedsApproval
+                } else {
+                    Verdict::Refuse(DenialCode::ApprovalRequired)
+                }
+            }
+            verdict => verdict,
+        }
+    }
+
+    /// The first argument rule of the tool in `slot` that refuses `arguments` (the call's arguments as
+    /// the log writes them, `None` where they cannot be written), and why.
+    pub(crate) fn refuses_arguments(&self, slot: usize, arguments: Option<&str>) -> Option<String> {
+        let rules = &self.tool(slot)?.arguments;
+        if rules.is_empty() {
+            return None;
+        }
+        let parsed = arguments.and_then(|json| serde_json::from_str::<Value>(json).ok());
+        let Some(Value::Object(values)) = parsed else {
+            let first = &rules[0];
+            return Some(format!(
+                "rule {}: the arguments cannot be read to check `{}`",
+                first.rule, first.parameter
+            ));
+        };
+        rules.iter().find_map(|rule| {
+            let value = values.get(&*rule.parameter).unwrap_or(&Value::Null);
+            rule.refuses(value)
+                .map(|why| format!("rule {}: `{}` {why}", rule.rule, rule.parameter))
+        })
+    }
+}
+
+impl ArgumentRule {
+    /// Why `value` is refused, or `None` when it passes. A value the rule cannot judge is refused.
+    fn refuses(&self, value: &Value) -> Option<String> {
+        match &self.test {
+            ArgumentTest::Refuse(globs) => {
+                let strings: Vec<&str> = match value {
+                    Value::Null => return None,
+                    Value::String(s) => vec![s],
+                    Value::Array(items) => {
+                        let mut strings = Vec::with_capacity(items.len());
+                        for item in items {
+                            match item {
+                                Value::String(s) => strings.push(s.as_str()),
+                                _ => return Some("holds a value that is not text".to_owned()),
+                            }
+                        }
+                        strings
+                    }
+                    _ => return Some("is not text".to_owned()),
+                };
+                if is_placeholder(value) {
+                    return Some("cannot be read (it is redacted or not serializable)".to_owned());
+                }
+                strings.iter().find_map(|s| {
+                    globs
+                        .iter()
+                        .find(|g| glob_match(g.as_bytes(), s.as_bytes()))
+                        .map(|g| format!("{} matches the refused pattern {:?}", Shown(s), &**g))
+                })
+            }
+            ArgumentTest::OneOf(allowed) => (!allowed.contains(value)).then(|| {
+                format!(
+                    "{} is not one of the allowed values",
+                    Shown(&value.to_string())
+                )
+            }),
+            ArgumentTest::Range { min, max } => {
+                let Some(n) = value.as_f64() else {
+                    return Some(format!("{} is not a number", Shown(&value.to_string())));
+                };
+                let below = min.is_some_and(|m| n < m);
+                let above = max.is_some_and(|m| n > m);
+                (below || above)
+                    .then(|| format!("{n} is outside {}..={}", Bound(*min), Bound(*max)))
+            }
+        }
+    }
+}
+
+/// The log's placeholder for a value it does not write.
+fn is_placeholder(value: &Value) -> bool {
+    matches!(value.as_str(), Some("[REDACTED]" | "[NOT SERIALIZABLE]"))
+}
+
+/// A value in a refusal's detail, cut short: the agent wrote it.
+struct Shown<'a>(&'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MAX: usize = 80;
+        match self.0.char_indices().nth(MAX) {
+            Some((cut, _)) => write!(f, "{:?}…", &self.0[..cut]),
+            None => write!(f, "{:?}", self.0),
+        }
+    }
+}
+
+struct Bound(Option<f64>);
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, "{n}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Narrowing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Narrowing")
+            .field("digest", &self.digest)
+            .field("ceiling", &self.ceiling)
+            .field("ask_at", &self.ask_at)
+            .field("taint_refuses", &self.taint_refuses)
+            .field(
+                "tools",
+                &self
+                    .tools
+                    .iter()
+                    .filter(|t| t.deny.is_some() || t.ask.is_some() || !t.arguments.is_empty())
+                    .count(),
+            )
+            .finish()
+    }
+}

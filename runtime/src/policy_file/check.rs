@@ -1,0 +1,464 @@
+//! Reading a policy file's text into its rules, and every check against the linked tools: each
+//! problem an error with its place, all of them reported at once.
+
+use std::str::FromStr;
+
+use serde_json::Value;
+use toml::Spanned;
+
+use super::model::{ArgumentRule, At, PolicyError, PolicyErrors, Rules, Scope, Section};
+use super::toml_doc::{ArgumentDoc, FileDoc, RulesDoc};
+use crate::gate::denylist::DenyRule;
+use crate::gate::narrowing::ArgumentTest;
+use crate::policy::suggest::did_you_mean;
+use crate::policy::{Mode, Risk};
+use crate::registry::{Tool, ToolEntry, registry};
+
+/// The file format this runtime reads.
+const FORMAT: i64 = 1;
+
+struct Checker<'a> {
+    name: &'a str,
+    text: &'a str,
+    errors: Vec<PolicyError>,
+}
+
+pub(super) fn check(name: &str, text: &str) -> Result<Vec<Section>, PolicyErrors> {
+    let mut checker = Checker {
+        name,
+        text,
+        errors: Vec::new(),
+    };
+    let doc: FileDoc = match toml::from_str(text) {
+        Ok(doc) => doc,
+        Err(error) => {
+            let start = error.span().map_or(0, |s| s.start);
+            checker.error(start, error.message().trim_end().to_owned());
+            return Err(PolicyErrors(checker.errors));
+        }
+    };
+    if *doc.format.get_ref() != FORMAT {
+        checker.error(
+            doc.format.span().start,
+            format!(
+                "format {} is not one this toolgate reads; write `format = {FORMAT}`",
+                doc.format.get_ref()
+            ),
+        );
+    }
+    let mut sections = Vec::new();
+    if let Some(defaults) = doc.defaults {
+        sections.push(checker.section(Scope::Defaults, defaults.into_inner()));
+    }
+    for (principal, rules) in doc.principals {
+        let scope = Scope::Principal(principal.into_inner());
+        sections.push(checker.section(scope, rules.into_inner()));
+    }
+    for (agent, rules) in doc.agents {
+        let scope = Scope::Agent(agent.into_inner());
+        sections.push(checker.section(scope, rules.into_inner()));
+    }
+    checker.shadowed(&sections);
+    if checker.errors.is_empty() {
+        Ok(sections)
+    } else {
+        checker.errors.sort_by_key(|e| (e.line, e.column));
+        Err(PolicyErrors(checker.errors))
+    }
+}
+
+/// Whether a deny or ask pattern reaches `entry` (as the gate's own deny rules do).
+pub(super) fn pattern_reaches(pattern: &str, entry: &ToolEntry) -> bool {
+    DenyRule::parse(pattern).is_ok_and(|rule| rule.matches_entry(entry))
+}
+
+impl Checker<'_> {
+    fn error(&mut self, offset: usize, message: String) {
+        let (line, column) = place(self.text, offset);
+        self.errors.push(PolicyError {
+            file: self.name.to_owned(),
+            line,
+            column,
+            message,
+        });
+    }
+
+    fn at<T>(&self, spanned: &Spanned<impl Sized>, value: T) -> At<T> {
+        let (line, column) = place(self.text, spanned.span().start);
+        At {
+            value,
+            line,
+            column,
+        }
+    }
+
+    fn section(&mut self, scope: Scope, doc: RulesDoc) -> Section {
+        let mut rules = Rules::default();
+        if let Some(ceiling) = &doc.ceiling {
+            rules.ceiling = self
+                .named::<Mode>(ceiling, &Mode::NAMES, "mode")
+                .map(|m| self.at(ceiling, m));
+        }
+        if let Some(ask_at) = &doc.ask_at {
+            rules.ask_at = self
+                .named::<Risk>(ask_at, &Risk::NAMES, "risk")
+                .map(|r| self.at(ask_at, r));
+        }
+        if let Some(taint) = &doc.taint {
+            if taint.get_ref() == "refuse" {
+                rules.taint_refuses = Some(self.at(taint, ()));
+            } else {
+                self.error(
+                    taint.span().start,
+                    format!(
+                        "taint is \"refuse\" or absent, not {:?}: a policy file can make the latch \
+                         refuse the writes it would ask for, never the other way",
+                        taint.get_ref()
+                    ),
+                );
+            }
+        }
+        for (key, patterns, list) in [
+            ("deny", &doc.deny, &mut rules.deny),
+            ("ask", &doc.ask, &mut rules.ask),
+        ] {
+            for pattern in patterns {
+                if self.pattern(key, pattern) {
+                    let at = self.at(pattern, pattern.get_ref().clone());
+                    if list.iter().any(|p: &At<String>| p.value == at.value) {
+                        self.error(
+                            pattern.span().start,
+                            format!("`{}` is listed twice in `{key}`", at.value),
+                        );
+                    }
+                    list.push(at);
+                }
+            }
+        }
+        for rule in &doc.arguments {
+            if let Some(test) = self.argument(rule.get_ref()) {
+                let argument = rule.get_ref();
+                rules.arguments.push(self.at(
+                    rule,
+                    ArgumentRule {
+                        tool: argument.tool.get_ref().clone(),
+                        parameter: argument.parameter.get_ref().clone(),
+                        test,
+                    },
+                ));
+            }
+        }
+        Section { scope, rules }
+    }
+
+    fn named<T: FromStr>(
+        &mut self,
+        value: &Spanned<String>,
+        names: &[&str],
+        what: &str,
+    ) -> Option<T> {
+        match value.get_ref().parse() {
+            Ok(parsed) => Some(parsed),
+            Err(_) => {
+                self.error(
+                    value.span().start,
+                    format!(
+                        "{:?} is not a {what}: one of {}{}",
+                        value.get_ref(),
+                        names.join(", "),
+                        did_you_mean(value.get_ref(), names)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Checks a deny or ask pattern: valid, and reaching a linked tool.
+    fn pattern(&mut self, key: &str, pattern: &Spanned<String>) -> bool {
+        let registry = registry();
+        match DenyRule::parse(pattern.get_ref()) {
+            Err(error) => {
+                self.error(pattern.span().start, format!("`{key}`: {error}"));
+                false
+            }
+            Ok(rule) if !registry.entries.iter().any(|e| rule.matches_entry(e)) => {
+                let ids: Vec<&str> = registry.entries.iter().map(|e| e.manifest.id).collect();
+                self.error(
+                    pattern.span().start,
+                    format!(
+                        "`{key}` pattern {:?} matches no linked tool, so it does nothing{}",
+                        pattern.get_ref(),
+                        did_you_mean(pattern.get_ref(), &ids)
+                    ),
+                );
+                false
+            }
+            Ok(_) => true,
+        }
+    }
+
+    /// Checks an argument rule against its tool's parameters.
+    fn argument(&mut self, doc: &ArgumentDoc) -> Option<ArgumentTest> {
+        let registry = registry();
+        let id = doc.tool.get_ref();
+        let Some(tool) = registry.get(id) else {
+            let ids: Vec<&str> = registry.entries.iter().map(|e| e.manifest.id).collect();
+            self.error(
+                doc.tool.span().start,
+                format!("no linked tool has the id {id:?}{}", did_you_mean(id, &ids)),
+            );
+            return None;
+        };
+        let parameter = doc.parameter.get_ref();
+        let types = match parameter_types(&tool, parameter) {
+            Ok(types) => types,
+            Err(why) => {
+                self.error(doc.parameter.span().start, format!("tool `{id}`: {why}"));
+                return None;
+            }
+        };
+        if tool.entry.behaviour.redact.contains(&parameter.as_str()) {
+            self.error(
+                doc.parameter.span().start,
+                format!(
+                    "tool `{id}` redacts `{parameter}`: the gate never reads its value, so no rule \
+                     can judge it"
+                ),
+            );
+            return None;
+        }
+        let kinds = usize::from(!doc.refuse.is_empty())
+            + usize::from(doc.one_of.is_some())
+            + usize::from(doc.min.is_some() || doc.max.is_some());
+        if kinds != 1 {
+            self.error(
+                doc.parameter.span().start,
+                "an argument rule says exactly one of `refuse = [globs]`, `one_of = [values]`, or \
+                 `min`/`max`"
+                    .to_owned(),
+            );
+            return None;
+        }
+        let accepts = |kind: &str| types.as_ref().is_none_or(|t| t.iter().any(|t| t == kind));
+        if !doc.refuse.is_empty() {
+            if !accepts("string") && !accepts("array") {
+                self.mismatch(&doc.refuse[0], id, parameter, "text patterns", &types);
+                return None;
+            }
+            let mut globs = Vec::new();
+            for glob in &doc.refuse {
+                if glob.get_ref().is_empty() {
+                    self.error(
+                        glob.span().start,
+                        "an empty pattern refuses only empty text; write the text to refuse"
+                            .to_owned(),
+                    );
+                    return None;
+                }
+                globs.push(glob.get_ref().as_str().into());
+            }
+            return Some(ArgumentTest::Refuse(globs));
+        }
+        if let Some(values) = &doc.one_of {
+            if values.get_ref().is_empty() {
+                self.error(
+                    values.span().start,
+                    "`one_of = []` refuses every call; use `deny` to say so".to_owned(),
+                );
+                return None;
+            }
+            let mut allowed = Vec::new();
+            for value in values.get_ref() {
+                let (json, kind) = match value {
+                    toml::Value::String(s) => (Value::from(s.as_str()), "string"),
+                    toml::Value::Integer(i) => (Value::from(*i), "integer"),
+                    toml::Value::Float(f) => (Value::from(*f), "number"),
+                    toml::Value::Boolean(b) => (Value::from(*b), "boolean"),
+                    _ => {
+                        self.error(
+                            values.span().start,
+                            "`one_of` lists text, numbers or booleans".to_owned(),
+                        );
+                        return None;
+                    }
+                };
+                let fits = accepts(kind) || (kind == "integer" && accepts("number"));
+                if !fits {
+                    self.mismatch(values, id, parameter, &format!("{kind} values"), &types);
+                    return None;
+                }
+                allowed.push(json);
+            }
+            return Some(ArgumentTest::OneOf(allowed));
+        }
+        let (min, max) = (doc.min.as_ref(), doc.max.as_ref());
+        if !accepts("integer") && !accepts("number") {
+            let at = min.or(max).expect("one bound is given");
+            self.mismatch(at, id, parameter, "a numeric range", &types);
+            return None;
+        }
+        if let (Some(lo), Some(hi)) = (min, max)
+            && lo.get_ref() > hi.get_ref()
+        {
+            self.error(
+                lo.span().start,
+                format!(
+                    "`min` ({}) is above `max` ({}): the rule would refuse every call",
+                    lo.get_ref(),
+                    hi.get_ref()
+                ),
+            );
+            return None;
+        }
+        Some(ArgumentTest::Range {
+            min: min.map(|m| *m.get_ref()),
+            max: max.map(|m| *m.get_ref()),
+        })
+    }
+
+    fn mismatch<T>(
+        &mut self,
+        at: &Spanned<T>,
+        id: &str,
+        parameter: &str,
+        rule: &str,
+        types: &Option<Vec<String>>,
+    ) {
+        let shown = types
+            .as_ref()
+            .map_or("unknown".to_owned(), |t| t.join(" or "));
+        self.error(
+            at.span().start,
+            format!(
+                "tool `{id}`'s parameter `{parameter}` is {shown}: a rule of {rule} cannot judge it"
+            ),
+        );
+    }
+
+    /// Rules that another rule makes dead: an `ask` or an argument rule on a tool every gate it
+    /// reaches refuses anyway, and a ceiling or `ask_at` that `[defaults]` already holds lower.
+    fn shadowed(&mut self, sections: &[Section]) {
+        let registry = registry();
+        let defaults = sections.iter().find(|s| s.scope == Scope::Defaults);
+        for section in sections {
+            let denies: Vec<&At<String>> = defaults
+                .into_iter()
+                .chain((section.scope != Scope::Defaults).then_some(section))
+                .flat_map(|s| &s.rules.deny)
+                .collect();
+            let denied =
+                |entry: &ToolEntry| denies.iter().find(|d| pattern_reaches(&d.value, entry));
+            for ask in &section.rules.ask {
+                let reached: Vec<&ToolEntry> = registry
+                    .entries
+                    .iter()
+                    .filter(|e| pattern_reaches(&ask.value, e))
+                    .copied()
+                    .collect();
+                if let Some(by) = reached
+                    .iter()
+                    .map(|e| denied(e))
+                    .collect::<Option<Vec<_>>>()
+                    .and_then(|d| d.first().copied())
+                {
+                    let message = format!(
+                        "`ask` {:?} is dead: every tool it reaches is denied (by {:?} at line {})",
+                        ask.value, by.value, by.line
+                    );
+                    self.errors.push(self.at_error(ask, message));
+                }
+            }
+            for rule in &section.rules.arguments {
+                if let Some(entry) = registry
+                    .entries
+                    .iter()
+                    .find(|e| e.manifest.id == rule.value.tool)
+                    && let Some(by) = denied(entry)
+                {
+                    let message = format!(
+                        "this argument rule is dead: `{}` is denied (by {:?} at line {})",
+                        rule.value.tool, by.value, by.line
+                    );
+                    self.errors.push(self.at_error(rule, message));
+                }
+            }
+            let Some(defaults) = defaults.filter(|_| section.scope != Scope::Defaults) else {
+                continue;
+            };
+            if let (Some(own), Some(held)) = (&section.rules.ceiling, &defaults.rules.ceiling)
+                && own.value >= held.value
+            {
+                let message = format!(
+                    "this ceiling ({}) does nothing: [defaults] holds every gate at {} (line {})",
+                    own.value, held.value, held.line
+                );
+                self.errors.push(self.at_error(own, message));
+            }
+            if let (Some(own), Some(held)) = (&section.rules.ask_at, &defaults.rules.ask_at)
+                && own.value >= held.value
+            {
+                let message = format!(
+                    "this ask_at ({}) does nothing: [defaults] asks from {} (line {})",
+                    own.value, held.value, held.line
+                );
+                self.errors.push(self.at_error(own, message));
+            }
+        }
+    }
+
+    fn at_error<T>(&self, at: &At<T>, message: String) -> PolicyError {
+        PolicyError {
+            file: self.name.to_owned(),
+            line: at.line,
+            column: at.column,
+            message,
+        }
+    }
+}
+
+/// The JSON types a tool's parameter takes (`None`: its schema does not say), or why a rule cannot
+/// name it.
+fn parameter_types(tool: &Tool, parameter: &str) -> Result<Option<Vec<String>>, String> {
+    let Some(schema) = tool.input_schema() else {
+        return Err(
+            "its parameters are known only for a `callable` tool: declare it `callable`, or write no \
+             argument rule for it"
+                .to_owned(),
+        );
+    };
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let Some(property) = properties.and_then(|p| p.get(parameter)) else {
+        let names: Vec<&str> = properties
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        return Err(format!(
+            "it has no parameter `{parameter}` (it has {}){}",
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            },
+            did_you_mean(parameter, &names)
+        ));
+    };
+    Ok(match property.get("type") {
+        Some(Value::String(t)) => Some(vec![t.clone()]),
+        Some(Value::Array(ts)) => Some(
+            ts.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+        ),
+        _ => None,
+    })
+}
+
+/// The 1-based line and column (in characters) of byte `offset` of `text`.
+fn place(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[start..].chars().count() + 1)
+}

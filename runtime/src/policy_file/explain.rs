@@ -1,0 +1,123 @@
+//! Why a policy file decides a call as it does: the decision and the rule that made it.
+
+use std::fmt;
+
+use serde_json::Value;
+
+use super::file::PolicyFile;
+use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
+use crate::registry::registry;
+
+/// A decision as a policy file and the code's manifest make it ([`PolicyFile::explain`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// The mode the call is decided in: the one asked about, under the file's ceiling.
+    pub mode: Mode,
+    /// `allowed`, `asks for an approval`, or `refused (CODE)`.
+    pub decision: String,
+    /// The code a refusal carries.
+    pub code: Option<DenialCode>,
+    /// The rule that made the decision, with its place, or what in the code did.
+    pub rule: String,
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "decision: {}", self.decision)?;
+        writeln!(f, "mode:     {}", self.mode)?;
+        writeln!(f, "by:       {}", self.rule)
+    }
+}
+
+impl PolicyFile {
+    /// How a gate of `principal` and `agent` in `mode`, following this file, decides a call of
+    /// `tool` with `arguments` (a JSON object), before any approver is asked and assuming the gate
+    /// can ask one; deny rules and budgets written in the application's code are not seen here.
+    pub fn explain(
+        &self,
+        principal: Option<&str>,
+        agent: Option<&str>,
+        mode: Mode,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<Explanation, String> {
+        let registry = registry();
+        let Some(found) = registry.get(tool) else {
+            return Err(format!("no linked tool has the id {tool:?}"));
+        };
+        let entry = found.entry;
+        let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let narrowing = self.narrowing(principal, agent);
+        let ceiling = narrowing.ceiling.as_ref();
+        let effective = mode.min(narrowing.ceiling());
+        let lowered = ceiling
+            .filter(|c| c.value < mode)
+            .map(|c| c.rule.to_string());
+        let manifest = &entry.manifest;
+        let rules = narrowing.tool(slot);
+        let facts = Facts {
+            risk: manifest.risk_level,
+            allowed_modes: manifest.allowed_modes,
+            mode: effective,
+            deny_listed: rules.is_some_and(|r| r.deny.is_some()),
+            can_approve: true,
+        };
+        let code_verdict = policy::decide(facts);
+        let verdict = narrowing.narrow(slot, manifest.risk_level, code_verdict, true);
+        let the_code = || {
+            format!(
+                "the code: `{tool}` is {} and runs in {}",
+                manifest.risk_level, manifest.allowed_modes
+            )
+        };
+        let (decision, code, rule) = match verdict {
+            Verdict::Refuse(code) => {
+                let rule = match code {
+                    DenialCode::DenyListed => {
+                        rules.and_then(|r| r.deny.as_deref()).map(str::to_owned)
+                    }
+                    _ => lowered.clone().map(|c| format!("{c}, and {}", the_code())),
+                };
+                (
+                    format!("refused ({code})"),
+                    Some(code),
+                    rule.unwrap_or_else(the_code),
+                )
+            }
+            Verdict::NeedsApproval if code_verdict == Verdict::Allow => {
+                let rule = narrowing
+                    .asks(slot, manifest.risk_level)
+                    .map(|r| r.to_string());
+                (
+                    "asks for an approval".to_owned(),
+                    None,
+                    rule.unwrap_or_else(the_code),
+                )
+            }
+            verdict => {
+                let json = arguments.to_string();
+                match narrowing.refuses_arguments(slot, Some(&json)) {
+                    Some(why) => (
+                        format!("refused ({})", DenialCode::ArgumentRefused),
+                        Some(DenialCode::ArgumentRefused),
+                        why,
+                    ),
+                    None if verdict == Verdict::NeedsApproval => {
+                        ("asks for an approval".to_owned(), None, the_code())
+                    }
+                    None => (
+                        "allowed".to_owned(),
+                        None,
+                        lowered.map_or_else(the_code, |c| format!("{}, under {c}", the_code())),
+                    ),
+                }
+            }
+        };
+        Ok(Explanation {
+            mode: effective,
+            decision,
+            code,
+            rule,
+        })
+    }
+}

@@ -1,0 +1,166 @@
+//! A policy file, read, checked and compiled for a gate.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::check;
+use super::model::{At, PolicyErrors, Scope, Section};
+use crate::canonical::sha256_hex;
+use crate::gate::narrowing::{Limit, Narrowing, ToolRules};
+use crate::registry::registry;
+
+/// The largest policy file read, in bytes.
+pub const MAX_POLICY_BYTES: usize = 1 << 20;
+
+/// A policy file, read and checked against the linked tools.
+#[derive(Debug, Clone)]
+pub struct PolicyFile {
+    name: Arc<str>,
+    digest: Arc<str>,
+    pub(crate) sections: Vec<Section>,
+}
+
+impl PolicyFile {
+    /// Reads and checks the policy file at `path`. Its name in rules and errors is `path` as given.
+    pub fn load(path: impl AsRef<Path>) -> Result<PolicyFile, PolicyErrors> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let text = read_limited(path).map_err(|message| PolicyErrors::one(&name, 1, 1, message))?;
+        PolicyFile::parse(&name, &text)
+    }
+
+    /// Checks `text`, a policy file named `name` in rules and errors, against the linked tools.
+    pub fn parse(name: &str, text: &str) -> Result<PolicyFile, PolicyErrors> {
+        if text.len() > MAX_POLICY_BYTES {
+            return Err(PolicyErrors::one(
+                name,
+                1,
+                1,
+                format!(
+                    "the file is {} bytes; a policy file is at most {MAX_POLICY_BYTES}",
+                    text.len()
+                ),
+            ));
+        }
+        let sections = check::check(name, text)?;
+        Ok(PolicyFile {
+            name: name.into(),
+            digest: sha256_hex(text.as_bytes()).into(),
+            sections,
+        })
+    }
+
+    /// The file's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The digest (sha256, hex) of the file's text: every audit record of a gate following it names
+    /// it (`policy_digest`).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The rules that apply to a gate of `principal` and `agent`: `[defaults]`, then the principal's
+    /// table, then the agent's.
+    pub(crate) fn applying<'a>(
+        &'a self,
+        principal: Option<&'a str>,
+        agent: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Section> + 'a {
+        self.sections.iter().filter(move |s| match &s.scope {
+            Scope::Defaults => true,
+            Scope::Principal(p) => principal == Some(p.as_str()),
+            Scope::Agent(a) => agent == Some(a.as_str()),
+        })
+    }
+
+    /// Where a rule is written, as refusals and records name it: `file:line:column`.
+    pub(crate) fn place<T>(&self, at: &At<T>) -> String {
+        format!("{}:{}:{}", self.name, at.line, at.column)
+    }
+
+    /// What this file takes away from a gate built for `principal` and `agent`.
+    pub fn narrowing(&self, principal: Option<&str>, agent: Option<&str>) -> Narrowing {
+        let registry = registry();
+        let mut narrowing = Narrowing {
+            digest: Some(self.digest.clone()),
+            ..Narrowing::none()
+        };
+        let mut tools = vec![ToolRules::default(); registry.entries.len()];
+        for section in self.applying(principal, agent) {
+            let rules = &section.rules;
+            let shown = |what: String, at: String| -> Arc<str> { format!("{what} ({at})").into() };
+            if let Some(ceiling) = &rules.ceiling
+                && narrowing
+                    .ceiling
+                    .as_ref()
+                    .is_none_or(|c| ceiling.value < c.value)
+            {
+                narrowing.ceiling = Some(Limit {
+                    value: ceiling.value,
+                    rule: shown(format!("ceiling {}", ceiling.value), self.place(ceiling)),
+                });
+            }
+            if let Some(at) = &rules.ask_at
+                && narrowing.ask_at.as_ref().is_none_or(|c| at.value < c.value)
+            {
+                narrowing.ask_at = Some(Limit {
+                    value: at.value,
+                    rule: shown(format!("ask_at {}", at.value), self.place(at)),
+                });
+            }
+            if let Some(taint) = &rules.taint_refuses
+                && narrowing.taint_refuses.is_none()
+            {
+                narrowing.taint_refuses =
+                    Some(shown("taint = \"refuse\"".into(), self.place(taint)));
+            }
+            for (slot, entry) in registry.entries.iter().enumerate() {
+                let tool = &mut tools[slot];
+                for deny in &rules.deny {
+                    if tool.deny.is_none() && check::pattern_reaches(&deny.value, entry) {
+                        tool.deny = Some(shown(deny.value.clone(), self.place(deny)));
+                    }
+                }
+                for ask in &rules.ask {
+                    if tool.ask.is_none() && check::pattern_reaches(&ask.value, entry) {
+                        tool.ask = Some(shown(format!("ask {:?}", ask.value), self.place(ask)));
+                    }
+                }
+                for rule in &rules.arguments {
+                    if rule.value.tool == entry.manifest.id {
+                        tool.arguments.push(crate::gate::narrowing::ArgumentRule {
+                            parameter: rule.value.parameter.as_str().into(),
+                            test: rule.value.test.clone(),
+                            rule: self.place(rule).into(),
+                        });
+                    }
+                }
+            }
+        }
+        if tools
+            .iter()
+            .any(|t| t.deny.is_some() || t.ask.is_some() || !t.arguments.is_empty())
+        {
+            narrowing.tools = tools;
+        }
+        narrowing
+    }
+}
+
+/// Reads at most [`MAX_POLICY_BYTES`] of the file, as UTF-8.
+fn read_limited(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_POLICY_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the file: {e}"))?;
+    if bytes.len() > MAX_POLICY_BYTES {
+        return Err(format!(
+            "the file is larger than {MAX_POLICY_BYTES} bytes, the most a policy file may be"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("the file is not UTF-8: {e}"))
+}

@@ -1,0 +1,223 @@
+//! A policy that changes while gates run: replaced by a call, or by a watch on its file.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::file::PolicyFile;
+use super::model::PolicyErrors;
+use crate::canonical::sha256_hex;
+use crate::gate::narrowing::Narrowing;
+use crate::gate::{Gate, PolicySource, WeakGate};
+
+/// A policy file that gates follow while it changes: build gates with
+/// [`GateBuilder::policy`](crate::GateBuilder::policy)`(live.clone())`, then replace the file
+/// ([`LivePolicy::replace`], [`LivePolicy::reload`], or a [`PolicyWatch`] on its path).
+///
+/// A replacement reaches every gate built with it before `replace` returns, each gate writing a
+/// `policy_changed` record. A file that does not check is refused: every gate keeps the policy it
+/// follows and writes a `policy_refused` record, and the caller gets the errors.
+///
+/// ```
+/// # extern crate toolgate_runtime as toolgate;
+/// use toolgate::policy_file::{LivePolicy, PolicyFile};
+/// use toolgate::{Gate, Mode};
+///
+/// let live = LivePolicy::new(PolicyFile::parse("policy.toml", "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n")?);
+/// let gate = Gate::builder().mode(Mode::FullAuto).policy(live.clone()).build()?;
+/// assert_eq!(gate.mode(), Mode::Advisory);
+///
+/// live.replace(PolicyFile::parse("policy.toml", "format = 1\n[defaults]\nceiling = \"SHADOW\"\n")?, "ops");
+/// assert_eq!(gate.mode(), Mode::Shadow);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct LivePolicy {
+    inner: Arc<Live>,
+}
+
+struct Live {
+    /// The file every gate follows, and the gates; one lock, so that a gate joining while the file
+    /// is replaced follows the new one.
+    state: Mutex<State>,
+    path: Option<PathBuf>,
+}
+
+struct State {
+    current: Arc<PolicyFile>,
+    gates: Vec<WeakGate>,
+}
+
+impl LivePolicy {
+    /// A live policy, starting with `file`.
+    pub fn new(file: PolicyFile) -> LivePolicy {
+        LivePolicy::with_path(file, None)
+    }
+
+    /// Reads and checks the policy file at `path`; [`LivePolicy::reload`] reads it again.
+    pub fn load(path: impl AsRef<Path>) -> Result<LivePolicy, PolicyErrors> {
+        let path = path.as_ref();
+        Ok(LivePolicy::with_path(
+            PolicyFile::load(path)?,
+            Some(path.to_owned()),
+        ))
+    }
+
+    fn with_path(file: PolicyFile, path: Option<PathBuf>) -> LivePolicy {
+        LivePolicy {
+            inner: Arc::new(Live {
+                state: Mutex::new(State {
+                    current: Arc::new(file),
+                    gates: Vec::new(),
+                }),
+                path,
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The file the gates follow now.
+    pub fn current(&self) -> Arc<PolicyFile> {
+        self.state().current.clone()
+    }
+
+    /// Makes every gate built with this policy follow `file` (checked, since a [`PolicyFile`] only
+    /// exists checked), `by` naming who changed it in their `policy_changed` records. Returns whether
+    /// the file differs from the one they followed.
+    pub fn replace(&self, file: PolicyFile, by: &str) -> bool {
+        let mut state = self.state();
+        if state.current.digest() == file.digest() {
+            return false;
+        }
+        state.current = Arc::new(file);
+        let current = state.current.clone();
+        state.gates.retain(|gate| match gate.upgrade() {
+            Some(gate) => {
+                gate.follow_policy(current.narrowing(gate.principal(), gate.agent()), by);
+                true
+            }
+            None => false,
+        });
+        true
+    }
+
+    /// Reads the file again from the path it was loaded from and replaces the policy with it
+    /// (`Ok(false)` when its text did not change). A file that cannot be read or does not check is
+    /// refused: the gates keep their policy and each records `policy_refused`.
+    pub fn reload(&self, by: &str) -> Result<bool, PolicyErrors> {
+        let Some(path) = self.inner.path.clone() else {
+            return Ok(false);
+        };
+        match PolicyFile::load(&path) {
+            Ok(file) => Ok(self.replace(file, by)),
+            Err(errors) => {
+                self.refused(&errors, by);
+                Err(errors)
+            }
+        }
+    }
+
+    /// Every gate records that a policy was refused and the one it follows is kept.
+    fn refused(&self, errors: &PolicyErrors, by: &str) {
+        let state = self.state();
+        let why = format!(
+            "policy refused, policy {} kept: {}",
+            state.current.digest(),
+            errors
+                .0
+                .first()
+                .map_or_else(String::new, ToString::to_string)
+        );
+        for gate in state.gates.iter().filter_map(WeakGate::upgrade) {
+            gate.note_policy_refused(&why, by);
+        }
+    }
+
+    /// Watches the file this policy was loaded from, reading it every `every` and replacing the
+    /// policy when its text changed (as [`LivePolicy::reload`] does, `by` "policy watch"). A file that
+    /// does not check is refused once per text. The watch ends when the [`PolicyWatch`] is dropped.
+    ///
+    /// Returns `None` for a policy not loaded from a file.
+    pub fn watch(&self, every: Duration) -> Option<PolicyWatch> {
+        let path = self.inner.path.clone()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let live = self.clone();
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("toolgate-policy-watch".into())
+            .spawn(move || {
+                let mut seen = std::fs::read(&path).ok().map(|t| sha256_hex(&t));
+                while !stopping.load(Ordering::Acquire) {
+                    std::thread::park_timeout(every);
+                    if stopping.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let now = std::fs::read(&path).ok().map(|t| sha256_hex(&t));
+                    if now != seen {
+                        seen = now;
+                        if let Err(errors) = live.reload("policy watch") {
+                            tracing::error!(target: "toolgate::policy", %errors, "policy file refused; the policy in force is kept");
+                        }
+                    }
+                }
+            })
+            .ok()?;
+        Some(PolicyWatch {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl PolicySource for LivePolicy {
+    fn narrowing(&self, principal: Option<&str>, agent: Option<&str>) -> Narrowing {
+        self.current().narrowing(principal, agent)
+    }
+
+    fn follow(&self, gate: &Gate) {
+        let mut state = self.state();
+        // Replaced between the gate's build and now: it follows the file in force.
+        if gate.policy_digest().as_deref() != Some(state.current.digest()) {
+            let narrowing = state.current.narrowing(gate.principal(), gate.agent());
+            gate.follow_policy(narrowing, "policy watch");
+        }
+        state.gates.retain(|g| g.upgrade().is_some());
+        state.gates.push(gate.downgrade());
+    }
+}
+
+impl std::fmt::Debug for LivePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("LivePolicy")
+            .field("current", &state.current.digest())
+            .field("path", &self.inner.path)
+            .field("gates", &state.gates.len())
+            .finish()
+    }
+}
+
+/// A watch on a policy file ([`LivePolicy::watch`]); dropping it ends the watch.
+#[derive(Debug)]
+pub struct PolicyWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for PolicyWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! An operator's policy file: TOML that narrows what the code declares, checked against the linked
+//! tools, followed live by the gates built with it.
+//!
+//! ```toml
+//! format = 1
+//!
+//! [defaults]
+//! ceiling = "PARTIAL_AUTO"          # no gate runs above this mode
+//! deny = ["infra.*"]                # tool ids or globs, refused in every mode
+//! ask = ["payments.refund"]         # asks for an approval even where the code would allow it
+//! ask_at = "LOW_WRITE"              # every call at this risk or above asks
+//! taint = "refuse"                  # once tainted, a session refuses writes instead of asking
+//!
+//! [[defaults.arguments]]
+//! tool = "ops.run_shell"
+//! parameter = "host"
+//! refuse = ["prod-*", "*.prod.*"]   # refused when the text matches a glob
+//!
+//! [[defaults.arguments]]
+//! tool = "payments.refund"
+//! parameter = "amount"
+//! max = 50                          # refused outside min..=max; `one_of = [..]` lists allowed values
+//!
+//! [principals.alice]
+//! ceiling = "ADVISORY"
+//!
+//! [agents."triage-bot"]
+//! deny = ["users.delete_user"]
+//! ```
+//!
+//! A gate follows `[defaults]`, its principal's table and its agent's table together: every rule of
+//! each applies, and the lowest ceiling wins. **Nothing in a file can allow**: there is no key that
+//! permits, raises a mode, lifts a deny rule or answers an approval, so a file only ever takes away
+//! from what the code's manifests and the gate allow.
+//!
+//! A file is checked when it is read ([`PolicyFile::parse`]): a key, a mode or a risk that does not
+//! exist, a pattern that matches no linked tool, a parameter the tool does not have, a rule whose
+//! type is not the parameter's, a rule that another makes dead: each is an error with its line and
+//! column, and a file with one is not used. [`LivePolicy`] hands a file to gates and replaces it
+//! while they run.
+
+mod check;
+mod diff;
+mod explain;
+mod file;
+mod live;
+mod model;
+mod toml_doc;
+
+pub use diff::{Change, Diff, Direction};
+pub use explain::Explanation;
+pub use file::{MAX_POLICY_BYTES, PolicyFile};
+pub use live::{LivePolicy, PolicyWatch};
+pub use model::{PolicyError, PolicyErrors};
+
+pub use crate::gate::PolicySource;
+pub use crate::gate::narrowing::Narrowing;

@@ -1,0 +1,135 @@
+//! A policy file's rules as checked: whom each table is for, and every rule with its place.
+
+use std::fmt;
+
+use crate::gate::narrowing::ArgumentTest;
+use crate::policy::{Mode, Risk};
+
+/// Whom a table of rules is for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Scope {
+    Defaults,
+    Principal(String),
+    Agent(String),
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Defaults => f.write_str("[defaults]"),
+            Scope::Principal(p) => write!(f, "[principals.{p:?}]"),
+            Scope::Agent(a) => write!(f, "[agents.{a:?}]"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Section {
+    pub(crate) scope: Scope,
+    pub(crate) rules: Rules,
+}
+
+/// One table of rules.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Rules {
+    pub(crate) ceiling: Option<At<Mode>>,
+    pub(crate) deny: Vec<At<String>>,
+    pub(crate) ask: Vec<At<String>>,
+    pub(crate) ask_at: Option<At<Risk>>,
+    pub(crate) taint_refuses: Option<At<()>>,
+    pub(crate) arguments: Vec<At<ArgumentRule>>,
+}
+
+/// An argument rule as written.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ArgumentRule {
+    pub(crate) tool: String,
+    pub(crate) parameter: String,
+    pub(crate) test: ArgumentTest,
+}
+
+impl PartialEq for ArgumentTest {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ArgumentTest::Refuse(a), ArgumentTest::Refuse(b)) => a == b,
+            (ArgumentTest::OneOf(a), ArgumentTest::OneOf(b)) => a == b,
+            (ArgumentTest::Range { min: a, max: b }, ArgumentTest::Range { min: c, max: d }) => {
+                a == c && b == d
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A value and where it is written.
+#[derive(Debug, Clone)]
+pub(crate) struct At<T> {
+    pub(crate) value: T,
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+}
+
+/// One thing wrong with a policy file, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    /// The file's name, as given.
+    pub file: String,
+    /// 1-based.
+    pub line: usize,
+    /// 1-based, in characters.
+    pub column: usize,
+    /// What is wrong, and what would be right.
+    pub message: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// Everything wrong with a policy file, in the order of the text. The file was not used.
+///
+/// Its `Debug` form is its message, as `main` returning `Result<_, Box<dyn Error>>` prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PolicyErrors(pub Vec<PolicyError>);
+
+impl PolicyErrors {
+    pub(crate) fn one(file: &str, line: usize, column: usize, message: String) -> PolicyErrors {
+        PolicyErrors(vec![PolicyError {
+            file: file.to_owned(),
+            line,
+            column,
+            message,
+        }])
+    }
+}
+
+impl fmt::Display for PolicyErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for PolicyErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f.debug_tuple("PolicyErrors").field(&self.0).finish();
+        }
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for PolicyErrors {}

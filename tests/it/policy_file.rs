@@ -1,0 +1,668 @@
+//! The operator's policy file: checked with line and column against the linked tools, folded into the
+//! gate (ceiling, deny, ask, argument rules, taint), replaced live, and unable to widen anything.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use toolgate::audit::{MemorySink, Stage};
+use toolgate::policy_file::{Direction, LivePolicy, PolicyFile};
+use toolgate::{AllowAllApprover, Denied, Gate, Mode, registry, tool};
+
+/// read.
+#[tool(risk = "READ_ONLY", domain = "pf", callable)]
+fn read(host: String) -> Result<String, Denied> {
+    Ok(host)
+}
+
+/// shell.
+#[tool(risk = "LOW_WRITE", domain = "pf", callable)]
+fn shell(host: String, hosts: Vec<String>) -> Result<usize, Denied> {
+    Ok(host.len() + hosts.len())
+}
+
+/// refund.
+#[tool(risk = "HIGH_WRITE", domain = "pf", callable)]
+fn refund(amount: u32, currency: String) -> Result<u32, Denied> {
+    let _ = currency;
+    Ok(amount)
+}
+
+/// secret.
+#[tool(risk = "LOW_WRITE", domain = "pf", callable, redact = [token])]
+fn secret(token: String) -> Result<(), Denied> {
+    let _ = token;
+    Ok(())
+}
+
+/// direct.
+#[tool(risk = "LOW_WRITE", domain = "pf")]
+fn direct(n: u32) -> Result<u32, Denied> {
+    Ok(n)
+}
+
+fn policy(text: &str) -> PolicyFile {
+    PolicyFile::parse("ops.toml", text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every error of `text`, as `line:column: message`.
+fn errors(text: &str) -> Vec<String> {
+    match PolicyFile::parse("ops.toml", text) {
+        Ok(_) => panic!("the file checks:\n{text}"),
+        Err(errors) => errors
+            .0
+            .iter()
+            .map(|e| format!("{}:{}: {}", e.line, e.column, e.message))
+            .collect(),
+    }
+}
+
+/// What a call by name gives: `Ok` when the body ran, else the refusal's code.
+fn call(gate: &Gate, id: &str, arguments: Value) -> Result<Value, String> {
+    registry()
+        .call(gate, id, arguments)
+        .now()
+        .expect("a sync tool answers at once")
+        .map_err(|e| e.code().to_owned())
+}
+
+fn gate(live: &LivePolicy, mode: Mode) -> Gate {
+    Gate::builder()
+        .mode(mode)
+        .principal("alice")
+        .agent("bot")
+        .policy(live.clone())
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn each_error_is_reported_at_its_line_and_column() {
+    let text = r#"format = 1
+
+[defaults]
+ceiling = "FULL_AUTOO"
+deny = ["pf.nothing_here"]
+ask_at = "LOW"
+taint = "ask"
+colour = "red"
+"#;
+    assert_eq!(
+        errors(text),
+        vec![
+            "8:1: unknown field `colour`, expected one of `ceiling`, `deny`, `ask`, `ask_at`, `taint`, `arguments`"
+        ],
+        "serde stops at the first unknown key"
+    );
+    let text = r#"format = 1
+
+[defaults]
+ceiling = "FULL_AUTOO"
+deny = ["pf.nothing_here"]
+ask_at = "LOW"
+taint = "ask"
+"#;
+    let found = errors(text);
+    assert_eq!(found.len(), 4, "{found:#?}");
+    assert!(
+        found[0].starts_with("4:11: \"FULL_AUTOO\" is not a mode")
+            && found[0].ends_with("did you mean `FULL_AUTO`?"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[1].starts_with("5:9: `deny` pattern \"pf.nothing_here\" matches no linked tool"),
+        "{}",
+        found[1]
+    );
+    assert!(
+        found[2].starts_with("6:10: \"LOW\" is not a risk"),
+        "{}",
+        found[2]
+    );
+    assert!(
+        found[3].starts_with("7:9: taint is \"refuse\" or absent"),
+        "{}",
+        found[3]
+    );
+}
+
+#[test]
+fn argument_rules_are_checked_against_the_tools_parameters() {
+    let found = errors(
+        r#"format = 1
+[[defaults.arguments]]
+tool = "pf.shel"
+parameter = "host"
+refuse = ["prod-*"]
+
+[[defaults.arguments]]
+tool = "pf.shell"
+parameter = "hots"
+refuse = ["prod-*"]
+
+[[defaults.arguments]]
+tool = "pf.refund"
+parameter = "amount"
+refuse = ["1*"]
+
+[[defaults.arguments]]
+tool = "pf.secret"
+parameter = "token"
+refuse = ["x*"]
+
+[[defaults.arguments]]
+tool = "pf.direct"
+parameter = "n"
+max = 3
+
+[[defaults.arguments]]
+tool = "pf.refund"
+parameter = "amount"
+min = 10
+max = 5
+
+[[defaults.arguments]]
+tool = "pf.refund"
+parameter = "currency"
+refuse = ["x"]
+max = 5
+"#,
+    );
+    assert_eq!(found.len(), 7, "{found:#?}");
+    assert!(
+        found[0].starts_with("3:8: no linked tool has the id \"pf.shel\"")
+            && found[0].contains("did you mean `pf.shell`?"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[1]
+            .starts_with("9:13: tool `pf.shell`: it has no parameter `hots` (it has host, hosts)"),
+        "{}",
+        found[1]
+    );
+    assert!(found[2].starts_with("15:11: tool `pf.refund`'s parameter `amount` is integer: a rule of text patterns cannot judge it"), "{}", found[2]);
+    assert!(
+        found[3].starts_with("19:13: tool `pf.secret` redacts `token`"),
+        "{}",
+        found[3]
+    );
+    assert!(
+        found[4].starts_with(
+            "24:13: tool `pf.direct`: its parameters are known only for a `callable` tool"
+        ),
+        "{}",
+        found[4]
+    );
+    assert!(
+        found[5].starts_with("30:7: `min` (10) is above `max` (5)"),
+        "{}",
+        found[5]
+    );
+    assert!(
+        found[6].starts_with("35:13: an argument rule says exactly one of"),
+        "{}",
+        found[6]
+    );
+}
+
+#[test]
+fn dead_and_shadowed_rules_are_errors() {
+    let found = errors(
+        r#"format = 1
+[defaults]
+ceiling = "ADVISORY"
+ask_at = "LOW_WRITE"
+deny = ["pf.shell", "pf.shell"]
+ask = ["pf.shell"]
+
+[[defaults.arguments]]
+tool = "pf.shell"
+parameter = "host"
+refuse = ["prod-*"]
+
+[principals.alice]
+ceiling = "FULL_AUTO"
+ask_at = "HIGH_WRITE"
+"#,
+    );
+    assert_eq!(found.len(), 5, "{found:#?}");
+    assert!(
+        found[0].starts_with("5:21: `pf.shell` is listed twice in `deny`"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[1].starts_with("6:8: `ask` \"pf.shell\" is dead"),
+        "{}",
+        found[1]
+    );
+    assert!(
+        found[2].starts_with("8:1: this argument rule is dead: `pf.shell` is denied"),
+        "{}",
+        found[2]
+    );
+    assert!(found[3].starts_with("14:11: this ceiling (FULL_AUTO) does nothing: [defaults] holds every gate at ADVISORY (line 3)"), "{}", found[3]);
+    assert!(
+        found[4].starts_with("15:10: this ask_at (HIGH_WRITE) does nothing"),
+        "{}",
+        found[4]
+    );
+}
+
+#[test]
+fn malformed_huge_and_unknown_format_files_are_refused() {
+    let found = errors("format = 1\n[defaults\n");
+    assert!(found[0].starts_with("2:10:"), "{found:?}");
+    assert_eq!(
+        errors("format = 2\n")[0]
+            .split(':')
+            .take(2)
+            .collect::<Vec<_>>(),
+        ["1", "10"]
+    );
+    let huge = format!(
+        "format = 1\n# {}\n",
+        "x".repeat(toolgate::policy_file::MAX_POLICY_BYTES)
+    );
+    assert!(errors(&huge)[0].contains("a policy file is at most"));
+    let missing = PolicyFile::load("no/such/policy.toml").unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .starts_with("no/such/policy.toml:1:1: cannot read the file"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn a_gate_follows_the_rules_of_its_principal_and_agent() {
+    let live = LivePolicy::new(policy(
+        r#"format = 1
+[defaults]
+ceiling = "FULL_AUTO"
+deny = ["pf.secret"]
+
+[[defaults.arguments]]
+tool = "pf.shell"
+parameter = "host"
+refuse = ["prod-*", "*.prod.*"]
+
+[principals.alice]
+ceiling = "PARTIAL_AUTO"
+
+[principals.bob]
+ceiling = "SHADOW"
+
+[agents.bot]
+ask = ["pf.read"]
+
+[[agents.bot.arguments]]
+tool = "pf.refund"
+parameter = "amount"
+max = 50
+"#,
+    ));
+    let alice = gate(&live, Mode::FullAuto);
+    assert_eq!(alice.mode(), Mode::PartialAuto, "alice's ceiling");
+    assert_eq!(
+        alice.policy_digest().as_deref(),
+        Some(live.current().digest())
+    );
+    // The agent's `ask` with no approver: refused, and told which rule asks.
+    let denied = call(&alice, "pf.read", json!({"host": "a"})).unwrap_err();
+    assert_eq!(denied, "APPROVAL_REQUIRED");
+    assert_eq!(
+        call(&alice, "pf.secret", json!({"token": "t"})).unwrap_err(),
+        "DENY_LISTED"
+    );
+    assert_eq!(
+        call(&alice, "pf.shell", json!({"host": "db1", "hosts": []})).unwrap(),
+        json!(3)
+    );
+    for host in ["prod-db", "db.prod.eu"] {
+        assert_eq!(
+            call(&alice, "pf.shell", json!({"host": host, "hosts": []})).unwrap_err(),
+            "ARGUMENT_REFUSED",
+            "{host}"
+        );
+    }
+    // HIGH_WRITE runs in FULL_AUTO alone, above alice's ceiling, whatever the amount.
+    assert_eq!(
+        call(&alice, "pf.refund", json!({"amount": 1, "currency": "EUR"})).unwrap_err(),
+        "MODE_NOT_ALLOWED"
+    );
+
+    // Another principal, another agent: bob is held at SHADOW; no agent label, no `ask`.
+    let bob = Gate::builder()
+        .mode(Mode::FullAuto)
+        .principal("bob")
+        .policy(live.clone())
+        .build()
+        .unwrap();
+    assert_eq!(bob.mode(), Mode::Shadow);
+    assert!(call(&bob, "pf.read", json!({"host": "a"})).is_ok());
+
+    // A gate that can ask: the agent's `ask` asks, and the amount rule refuses before anyone is asked.
+    let carol = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("bot")
+        .approver(AllowAllApprover)
+        .policy(live.clone())
+        .build()
+        .unwrap();
+    assert!(call(&carol, "pf.read", json!({"host": "a"})).is_ok());
+    assert_eq!(
+        call(
+            &carol,
+            "pf.refund",
+            json!({"amount": 20, "currency": "EUR"})
+        )
+        .unwrap(),
+        json!(20)
+    );
+    assert_eq!(
+        call(
+            &carol,
+            "pf.refund",
+            json!({"amount": 51, "currency": "EUR"})
+        )
+        .unwrap_err(),
+        "ARGUMENT_REFUSED"
+    );
+    let explained = live
+        .current()
+        .explain(
+            None,
+            Some("bot"),
+            Mode::FullAuto,
+            "pf.refund",
+            &json!({"amount": 51}),
+        )
+        .unwrap();
+    assert_eq!(explained.decision, "refused (ARGUMENT_REFUSED)");
+    assert!(
+        explained
+            .rule
+            .starts_with("rule ops.toml:20:1: `amount` 51 is outside ..=50"),
+        "{}",
+        explained.rule
+    );
+}
+
+#[test]
+fn a_direct_call_is_narrowed_as_a_call_by_name() {
+    let live = LivePolicy::new(policy("format = 1\n[defaults]\ndeny = [\"pf.direct\"]\n"));
+    let gate = gate(&live, Mode::FullAuto);
+    let denied = gate.run(|| direct(1)).unwrap_err();
+    assert_eq!(denied.code(), "DENY_LISTED");
+    assert!(
+        denied.to_string().contains("pf.direct (ops.toml:3:9)"),
+        "{denied}"
+    );
+}
+
+#[test]
+fn a_replaced_policy_reaches_running_gates_and_records_say_which_policy_decided() {
+    let first = policy("format = 1\n[defaults]\nceiling = \"PARTIAL_AUTO\"\n");
+    let first_digest = first.digest().to_owned();
+    let live = LivePolicy::new(first);
+    let sink = Arc::new(MemorySink::new());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .audit_shared(sink.clone())
+        .policy(live.clone())
+        .build()
+        .unwrap();
+    assert!(call(&gate, "pf.shell", json!({"host": "a", "hosts": []})).is_ok());
+    let second = policy("format = 1\n[defaults]\nceiling = \"ADVISORY\"\ndeny = [\"pf.read\"]\n");
+    let second_digest = second.digest().to_owned();
+    assert!(live.replace(second, "ops"));
+    assert_eq!(gate.mode(), Mode::Advisory);
+    assert_eq!(
+        call(&gate, "pf.read", json!({"host": "a"})).unwrap_err(),
+        "DENY_LISTED"
+    );
+    // Back to the first: what the second took away is given back, never more than the code allows.
+    assert!(live.replace(
+        policy("format = 1\n[defaults]\nceiling = \"PARTIAL_AUTO\"\n"),
+        "ops"
+    ));
+    assert_eq!(gate.mode(), Mode::PartialAuto);
+    assert!(call(&gate, "pf.read", json!({"host": "a"})).is_ok());
+    assert!(
+        !live.replace(
+            policy("format = 1\n[defaults]\nceiling = \"PARTIAL_AUTO\"\n"),
+            "ops"
+        ),
+        "the same text changes nothing"
+    );
+
+    let records = sink.records();
+    let stages: Vec<(Stage, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.stage, r.policy_digest.as_deref()))
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            (Stage::Enter, Some(&*first_digest)),
+            (Stage::Exit, Some(&*first_digest)),
+            (Stage::PolicyChanged, Some(&*second_digest)),
+            (Stage::Refused, Some(&*second_digest)),
+            (Stage::PolicyChanged, Some(&*first_digest)),
+            (Stage::Enter, Some(&*first_digest)),
+            (Stage::Exit, Some(&*first_digest)),
+        ]
+    );
+    let changed = &records[2];
+    assert_eq!(changed.by.as_deref(), Some("ops"));
+    assert_eq!(
+        changed.message.as_deref(),
+        Some(&*format!(
+            "policy {second_digest} replaces policy {first_digest}, by ops"
+        ))
+    );
+}
+
+#[test]
+fn a_file_that_does_not_check_is_refused_and_the_old_policy_kept() {
+    let dir = std::env::temp_dir().join(format!("toolgate-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ops.toml");
+    std::fs::write(&path, "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n").unwrap();
+    let live = LivePolicy::load(&path).unwrap();
+    let sink = Arc::new(MemorySink::new());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .audit_shared(sink.clone())
+        .policy(live.clone())
+        .build()
+        .unwrap();
+    let kept = live.current().digest().to_owned();
+
+    // A widening attempt in the only shape a file has: a key that does not exist.
+    std::fs::write(
+        &path,
+        "format = 1\n[defaults]\nceiling = \"ADVISORY\"\nallow = [\"pf.read\"]\n",
+    )
+    .unwrap();
+    let errors = live.reload("ops").unwrap_err();
+    assert!(
+        errors.to_string().contains(":4:1: unknown field `allow`"),
+        "{errors}"
+    );
+    assert_eq!(live.current().digest(), kept);
+    assert_eq!(gate.policy_digest().as_deref(), Some(&*kept));
+    assert_eq!(gate.mode(), Mode::Advisory);
+    let refused = sink
+        .records()
+        .into_iter()
+        .find(|r| r.stage == Stage::PolicyRefused)
+        .expect("a policy_refused record");
+    assert!(
+        refused
+            .message
+            .as_deref()
+            .unwrap()
+            .contains(&format!("policy {kept} kept")),
+        "{refused:?}"
+    );
+
+    // The watch takes the next good text.
+    let watch = live.watch(std::time::Duration::from_millis(10)).unwrap();
+    std::fs::write(&path, "format = 1\n[defaults]\nceiling = \"SHADOW\"\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while gate.mode() != Mode::Shadow {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch never took the new file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    drop(watch);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn diff_says_what_narrows_and_what_widens() {
+    let old =
+        policy("format = 1\n[defaults]\nceiling = \"PARTIAL_AUTO\"\ndeny = [\"pf.secret\"]\n");
+    let new = policy(
+        "format = 1\n[defaults]\nceiling = \"ADVISORY\"\nask = [\"pf.read\"]\n[principals.alice]\ntaint = \"refuse\"\n",
+    );
+    let diff = old.diff(&new);
+    let shown: Vec<(Direction, &str, &str)> = diff
+        .changes
+        .iter()
+        .map(|c| (c.direction, c.scope.as_str(), c.what.as_str()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                Direction::Narrows,
+                "[defaults]",
+                "ceiling ADVISORY (was PARTIAL_AUTO), line 3"
+            ),
+            (
+                Direction::Narrows,
+                "[defaults]",
+                "ask \"pf.read\" added, line 4"
+            ),
+            (
+                Direction::Narrows,
+                "[principals.\"alice\"]",
+                "taint = \"refuse\" added, line 6"
+            ),
+            (
+                Direction::Widens,
+                "[defaults]",
+                "deny \"pf.secret\" removed (old line 4)"
+            ),
+        ]
+    );
+    assert!(diff.widens());
+    assert!(!new.diff(&new).widens());
+}
+
+/// What a call came to, ordered from most to least allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Came {
+    Ran,
+    Refused,
+}
+
+/// The policies the exhaustive test draws from: every combination of one choice per rule kind.
+fn policies() -> Vec<String> {
+    let ceilings = [
+        "",
+        "ceiling = \"SHADOW\"\n",
+        "ceiling = \"ADVISORY\"\n",
+        "ceiling = \"PARTIAL_AUTO\"\n",
+        "ceiling = \"FULL_AUTO\"\n",
+    ];
+    let denies = ["", "deny = [\"pf.shell\"]\n", "deny = [\"pf.re*\"]\n"];
+    let asks = ["", "ask = [\"pf.read\"]\n"];
+    let ask_ats = [
+        "",
+        "ask_at = \"READ_ONLY\"\n",
+        "ask_at = \"LOW_WRITE\"\n",
+        "ask_at = \"HIGH_WRITE\"\n",
+    ];
+    let taints = ["", "taint = \"refuse\"\n"];
+    let arguments = [
+        "",
+        "[[defaults.arguments]]\ntool = \"pf.read\"\nparameter = \"host\"\nrefuse = [\"prod*\"]\n",
+        "[[defaults.arguments]]\ntool = \"pf.refund\"\nparameter = \"amount\"\nmin = 5\nmax = 50\n",
+        "[[defaults.arguments]]\ntool = \"pf.refund\"\nparameter = \"currency\"\none_of = [\"EUR\"]\n",
+    ];
+    let mut all = Vec::new();
+    for c in ceilings {
+        for d in denies {
+            for a in asks {
+                for r in ask_ats {
+                    for t in taints {
+                        for g in arguments {
+                            all.push(format!("format = 1\n[defaults]\n{c}{d}{a}{r}{t}{g}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn no_policy_file_widens_any_call_in_any_mode() {
+    let calls = [
+        ("pf.read", json!({"host": "db"})),
+        ("pf.read", json!({"host": "prod-db"})),
+        ("pf.shell", json!({"host": "db", "hosts": ["a"]})),
+        ("pf.refund", json!({"amount": 10, "currency": "EUR"})),
+        ("pf.refund", json!({"amount": 500, "currency": "USD"})),
+    ];
+    let mut checked = 0;
+    let mut narrowed = 0;
+    for text in policies() {
+        let file = match PolicyFile::parse("ops.toml", &text) {
+            Ok(file) => file,
+            // Some combinations are refused (an argument rule on a denied tool is dead): nothing to
+            // widen there.
+            Err(_) => continue,
+        };
+        let live = LivePolicy::new(file);
+        for mode in Mode::ALL {
+            for approves in [false, true] {
+                let build = |with_policy: bool| {
+                    let mut builder = Gate::builder().mode(mode);
+                    if approves {
+                        builder = builder.approver(AllowAllApprover);
+                    }
+                    if with_policy {
+                        builder = builder.policy(live.clone());
+                    }
+                    builder.build().unwrap()
+                };
+                let (code, narrowed_gate) = (build(false), build(true));
+                for (id, arguments) in &calls {
+                    let came = |gate: &Gate| match call(gate, id, arguments.clone()) {
+                        Ok(_) => Came::Ran,
+                        Err(_) => Came::Refused,
+                    };
+                    let (without, with) = (came(&code), came(&narrowed_gate));
+                    assert!(
+                        with >= without,
+                        "the policy widened `{id}` {arguments} in {mode} (approver: {approves}):\n{text}"
+                    );
+                    checked += 1;
+                    narrowed += usize::from(with > without);
+                }
+            }
+        }
+    }
+    // The domain is large enough that the policies do narrow, or the test would prove nothing.
+    assert!(checked > 20_000, "{checked}");
+    assert!(narrowed > checked / 4, "{narrowed} of {checked}");
+}
