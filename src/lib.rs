@@ -60,6 +60,8 @@
 //! - [`guide::budgets`]: budgets, and the taint latch ([`GateBuilder::taint_policy`]);
 //! - [`guide::audit`]: the audit log ([`GateBuilder::audit`], [`audit`]), signed checkpoints, the
 //!   principal, OpenTelemetry spans ([`audit::TracingSink`]);
+//! - [`guide::policy_file`]: the operator's policy file, which narrows every gate and is replaced
+//!   while they run;
 //! - [`guide::fleets`]: one kill switch and one audit trail for every process (PostgreSQL);
 //! - [`guide::call_by_name`]: [`registry()`]`.call(&gate, id, arguments)`, definitions for model APIs
 //!   ([`provider`]), the command line;
@@ -206,6 +208,11 @@ pub mod guide {
     #[doc = include_str!("../docs/call_by_name.md")]
     pub mod call_by_name {}
 
+    #[cfg(any(not(doctest), feature = "policy-file"))]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/policy_file.md")]
+    pub mod policy_file {}
+
     #[cfg(any(not(doctest), feature = "mcp-oauth"))]
     #[doc = guide_links!()]
     #[doc = include_str!("../docs/mcp.md")]
@@ -232,6 +239,7 @@ mod guide_links {
         include_str!("../docs/audit.md"),
         include_str!("../docs/fleets.md"),
         include_str!("../docs/call_by_name.md"),
+        include_str!("../docs/policy_file.md"),
         include_str!("../docs/mcp.md"),
         include_str!("../docs/rig.md"),
         include_str!("../docs/testing.md"),

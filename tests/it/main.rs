@@ -30,6 +30,8 @@ mod g14_taint_latch;
 mod g15_bound_to_maker;
 mod g16_oauth;
 mod g17_in_place;
+#[cfg(feature = "policy-file")]
+mod g18_policy_only_narrows;
 
 mod audit_cli;
 mod by_name;
@@ -48,7 +50,6 @@ mod mcp_stdio;
 mod mcp_tasks;
 mod mutants;
 mod otel;
-mod policy_file;
 mod policy_table;
 mod provider_defs;
 mod return_types;
