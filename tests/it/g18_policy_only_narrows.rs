@@ -666,3 +666,67 @@ fn no_policy_file_widens_any_call_in_any_mode() {
     assert!(checked > 20_000, "{checked}");
     assert!(narrowed > checked / 4, "{narrowed} of {checked}");
 }
+
+/// `tools/list` follows the policy of the gate's principal, and `list_changed` is sent when a
+/// replacement changes what that principal sees, not when it changes another principal's rules.
+#[cfg(feature = "mcp")]
+#[test]
+fn mcp_lists_follow_the_policy_and_hear_of_its_changes() {
+    use crate::fixtures::mcp_in_band::{Notified, T, rt};
+    use std::time::Duration;
+    use toolgate::mcp::ToolgateServer;
+    use toolgate::mcp::rmcp::ServiceExt;
+
+    rt().block_on(async {
+        let live = LivePolicy::new(policy(
+            "format = 1\n[principals.bob]\ndeny = [\"pf.read\"]\n",
+        ));
+        let alice = Gate::builder()
+            .mode(Mode::FullAuto)
+            .principal("alice")
+            .policy(live.clone())
+            .build()
+            .unwrap();
+        let server = ToolgateServer::new(alice).mode_poll(Duration::from_millis(20));
+        let (c, s) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve(tokio::io::split(s)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = tokio::time::timeout(T, Notified(tx).serve(tokio::io::split(c)))
+            .await
+            .unwrap()
+            .unwrap();
+        let listed =
+            |tools: &[toolgate::mcp::rmcp::model::Tool]| tools.iter().any(|t| t.name == "pf.read");
+        assert!(
+            listed(&client.list_all_tools().await.unwrap()),
+            "bob's deny is not alice's"
+        );
+
+        // Another principal's rule changes: alice's list does not, and she is not told it did.
+        live.replace(
+            policy("format = 1\n[principals.bob]\ndeny = [\"pf.read\", \"pf.shell\"]\n"),
+            "ops",
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), rx.recv())
+                .await
+                .is_err(),
+            "list_changed for a list that did not change"
+        );
+
+        live.replace(
+            policy("format = 1\n[principals.alice]\ndeny = [\"pf.read\"]\n"),
+            "ops",
+        );
+        let told = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        assert!(
+            matches!(told, Ok(Some(()))),
+            "no list_changed after the policy hid a tool"
+        );
+        assert!(!listed(&client.list_all_tools().await.unwrap()));
+    });
+}

@@ -30,7 +30,7 @@ use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
 use crate::gate::decide as deciding;
 use crate::gate::denied::Denied;
-use crate::policy::{DenialCode, Mode, Risk};
+use crate::policy::{DenialCode, Mode, Risk, Verdict};
 use crate::registry::{Tool, ToolEntry, ToolManifest, manifests, registry};
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
@@ -968,16 +968,61 @@ fn error_object(error: ErrorData) -> JsonObject {
 /// Tells a subscription's client that the tool list changed whenever the gate's mode moves; returns
 /// when the stream is gone.
 async fn watch_mode(gate: Gate, sink: rmcp::service::SubscriptionSink, every: Duration) {
-    let mut seen = gate.mode();
+    let mut seen = Sight::of(&gate);
     loop {
         tokio::time::sleep(every).await;
-        let now = gate.mode();
-        if now != seen {
-            seen = now;
-            if sink.notify_tool_list_changed().await.is_err() {
-                return;
-            }
+        if seen.moved(&gate) && sink.notify_tool_list_changed().await.is_err() {
+            return;
         }
+    }
+}
+
+/// What a client's tool list depends on: the gate's mode, and what the operator's policy it follows
+/// lets the client see.
+struct Sight {
+    mode: Mode,
+    policy: Option<Arc<str>>,
+    /// Per linked tool, whether the gate would allow or ask for it (what `tools/list` shows).
+    visible: Vec<bool>,
+}
+
+impl Sight {
+    fn of(gate: &Gate) -> Sight {
+        Sight {
+            mode: gate.mode(),
+            policy: gate.policy_digest(),
+            visible: Sight::visible(gate),
+        }
+    }
+
+    fn visible(gate: &Gate) -> Vec<bool> {
+        registry()
+            .entries
+            .iter()
+            .map(|entry| {
+                !matches!(
+                    gate.verdict(&entry.manifest),
+                    Some(Verdict::Refuse(_)) | None
+                )
+            })
+            .collect()
+    }
+
+    /// Whether the list the client would get changed since it was last seen: the mode moved, or a
+    /// new policy shows or hides a tool.
+    fn moved(&mut self, gate: &Gate) -> bool {
+        let (mode, policy) = (gate.mode(), gate.policy_digest());
+        if mode == self.mode && policy == self.policy {
+            return false;
+        }
+        let visible = Sight::visible(gate);
+        let moved = mode != self.mode || visible != self.visible;
+        *self = Sight {
+            mode,
+            policy,
+            visible,
+        };
+        moved
     }
 }
 
@@ -1245,24 +1290,20 @@ impl ServerHandler for ToolgateServer {
         if let Some(handler) = &self.handler {
             handler.on_initialized(context.clone()).await;
         }
-        // The gate has no change subscription: each connection reads its mode every `mode_poll` and
-        // tells its client when it moved (it only ever goes down), so that the client lists again.
+        // The gate has no change subscription: each connection reads its mode and policy every
+        // `mode_poll` and tells its client when its tool list changed, so that the client lists again.
         let gate = self.caller(&context.extensions).gate;
         let peer = context.peer;
         let every = self.mode_poll;
         tokio::spawn(async move {
-            let mut seen = gate.mode();
+            let mut seen = Sight::of(&gate);
             loop {
                 tokio::time::sleep(every).await;
                 if peer.is_transport_closed() {
                     break;
                 }
-                let now = gate.mode();
-                if now != seen {
-                    seen = now;
-                    if peer.notify_tool_list_changed().await.is_err() {
-                        break;
-                    }
+                if seen.moved(&gate) && peer.notify_tool_list_changed().await.is_err() {
+                    break;
                 }
             }
         });
