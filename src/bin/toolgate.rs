@@ -114,6 +114,19 @@ Exit status:
   64  the command line is invalid (no store, no fleet, or no --by and no name for the operator)";
 
 #[cfg(feature = "postgres")]
+const POLICY_EXIT_STATUS: &str = "\
+The fleet lives in the PostgreSQL database its gates join: --store URL, or the environment variable
+TOOLGATE_STORE; the fleet's name: --fleet NAME, or TOOLGATE_FLEET. Each joined process checks the policy
+against its own tools: check it first with the application's `policy check FILE`. A process where it does
+not check keeps the policy it follows and records `policy_refused`.
+
+Exit status:
+  0   applied (every joined process reads it within its poll interval)
+  1   refused: the file is not a policy file, or no such fleet
+  3   the database could not be reached, failed, or did not answer in time
+  64  the command line is invalid (no store, no fleet, or no --by and no name for the operator)";
+
+#[cfg(feature = "postgres")]
 const MIGRATE_EXIT_STATUS: &str = "\
 Makes the schema of the PostgreSQL tables (approvals, budgets, the audit trail, fleets) in the database
 of --store URL (or TOOLGATE_STORE), or brings it to this toolgate's version; run it as the schema's
@@ -149,6 +162,10 @@ enum Command {
     #[cfg(feature = "postgres")]
     #[command(after_help = FLEET_EXIT_STATUS)]
     Fleet(fleet::FleetCommand),
+    /// A fleet's operator policy kept in PostgreSQL: apply a policy file to every joined process.
+    #[cfg(feature = "postgres")]
+    #[command(subcommand, after_help = POLICY_EXIT_STATUS)]
+    Policy(fleet::PolicyCommand),
     /// Makes the schema of the PostgreSQL tables, or brings it to this toolgate's version: the owner's
     /// step, before anyone else connects.
     #[cfg(feature = "postgres")]
@@ -245,6 +262,8 @@ fn main() -> ExitCode {
         #[cfg(feature = "postgres")]
         Command::Fleet(command) => fleet::run(command),
         #[cfg(feature = "postgres")]
+        Command::Policy(command) => fleet::run_policy(command),
+        #[cfg(feature = "postgres")]
         Command::Migrate(database) => approvals::migrate(database),
     };
     ExitCode::from(status)
@@ -314,6 +333,83 @@ mod fleet {
         /// Shows the fleet's mode and every joined gate: its process, mode and last contact.
         #[command(after_help = FLEET_EXIT_STATUS)]
         Status,
+    }
+
+    #[derive(Debug, Subcommand)]
+    pub(super) enum PolicyCommand {
+        /// Makes FILE the fleet's operator policy: every joined process narrows its gates by it (an
+        /// empty FILE removes the fleet's policy).
+        Apply {
+            #[command(flatten)]
+            database: super::approvals::Database,
+            /// The fleet.
+            #[arg(long, env = "TOOLGATE_FLEET", value_name = "NAME")]
+            fleet: Option<String>,
+            /// The policy file (TOML).
+            file: std::path::PathBuf,
+            /// Who applies it, for the audit records [default: USER, then LOGNAME, then the name of
+            /// the account the command runs as]
+            #[arg(long, value_name = "NAME")]
+            by: Option<String>,
+        },
+    }
+
+    pub(super) fn run_policy(command: PolicyCommand) -> u8 {
+        let PolicyCommand::Apply {
+            database,
+            fleet: name,
+            file,
+            by,
+        } = command;
+        let Some(url) = database.store.filter(|url| !url.is_empty()) else {
+            eprintln!("toolgate: which database? give --store URL or set TOOLGATE_STORE");
+            return USAGE;
+        };
+        let Some(name) = name.filter(|name| !name.is_empty()) else {
+            eprintln!("toolgate: which fleet? give --fleet NAME or set TOOLGATE_FLEET");
+            return USAGE;
+        };
+        let Some(by) = super::operator(by) else {
+            eprintln!(
+                "toolgate: who applies the policy? give --by NAME (USER and LOGNAME are not set, \
+                 and the account has no name)"
+            );
+            return USAGE;
+        };
+        let shown = file.display().to_string();
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("toolgate: cannot read {}: {error}", escaped(&shown));
+                return REFUSED;
+            }
+        };
+        if !text.is_empty()
+            && let Err(errors) = toolgate::policy_file::PolicyFile::check_shape(&shown, &text)
+        {
+            eprintln!("{}", escaped(&errors.to_string()));
+            return REFUSED;
+        }
+        match fleet::apply_policy(&url, &database.schema, &name, &text, &by) {
+            Ok(Some(digest)) => {
+                print(&format!(
+                    "fleet {}: policy {digest} applied by {}; every joined process reads it within \
+                     its poll interval\n",
+                    escaped(&name),
+                    escaped(&by)
+                ));
+                DONE
+            }
+            Ok(None) => {
+                print(&format!(
+                    "fleet {}: policy removed by {}\n",
+                    escaped(&name),
+                    escaped(&by)
+                ));
+                DONE
+            }
+            Err(error) => failed(&name, &error),
+        }
     }
 
     pub(super) fn run(command: FleetCommand) -> u8 {

@@ -307,7 +307,7 @@ max = 50
     assert_eq!(alice.mode(), Mode::PartialAuto, "alice's ceiling");
     assert_eq!(
         alice.policy_digest().as_deref(),
-        Some(live.current().digest())
+        Some(live.current().unwrap().digest())
     );
     // The agent's `ask` with no approver: refused, and told which rule asks.
     let denied = call(&alice, "pf.read", json!({"host": "a"})).unwrap_err();
@@ -372,6 +372,7 @@ max = 50
     );
     let explained = live
         .current()
+        .unwrap()
         .explain(
             None,
             Some("bot"),
@@ -479,7 +480,7 @@ fn a_file_that_does_not_check_is_refused_and_the_old_policy_kept() {
         .policy(live.clone())
         .build()
         .unwrap();
-    let kept = live.current().digest().to_owned();
+    let kept = live.current().unwrap().digest().to_owned();
 
     // A widening attempt in the only shape a file has: a key that does not exist.
     std::fs::write(
@@ -492,7 +493,7 @@ fn a_file_that_does_not_check_is_refused_and_the_old_policy_kept() {
         errors.to_string().contains(":4:1: unknown field `allow`"),
         "{errors}"
     );
-    assert_eq!(live.current().digest(), kept);
+    assert_eq!(live.current().unwrap().digest(), kept);
     assert_eq!(gate.policy_digest().as_deref(), Some(&*kept));
     assert_eq!(gate.mode(), Mode::Advisory);
     let refused = sink

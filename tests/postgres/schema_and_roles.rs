@@ -31,14 +31,14 @@ fn a_database_without_the_schema_says_to_migrate_and_the_owner_migrates_it() {
     let migrated = toolgate(&["migrate", "--store", &url]);
     assert_eq!(migrated.status.code(), Some(0), "{}", all(&migrated));
     assert!(
-        stdout(&migrated).contains("from version 0 to version 7"),
+        stdout(&migrated).contains("from version 0 to version 8"),
         "{}",
         all(&migrated)
     );
     let again = toolgate(&["migrate", "--store", &url]);
     assert_eq!(again.status.code(), Some(0), "{}", all(&again));
     assert!(
-        stdout(&again).contains("at version 7 already"),
+        stdout(&again).contains("at version 8 already"),
         "{}",
         all(&again)
     );

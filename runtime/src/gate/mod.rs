@@ -752,6 +752,11 @@ impl GateBuilder {
         self.policy_shared(Arc::new(source))
     }
 
+    /// Whether the builder was given an operator policy.
+    pub(crate) fn has_policy(&self) -> bool {
+        self.policy.is_some()
+    }
+
     /// [`GateBuilder::policy`] with a source shared with other gates.
     pub fn policy_shared(mut self, source: Arc<dyn PolicySource>) -> Self {
         self.policy = Some(source);

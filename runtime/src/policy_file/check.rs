@@ -21,13 +21,17 @@ struct Checker<'a> {
     name: &'a str,
     text: &'a str,
     errors: Vec<PolicyError>,
+    /// Whether the rules are checked against the linked tools too (not where none are linked, as in
+    /// the `toolgate` command, which only forwards a file to a fleet).
+    tools: bool,
 }
 
-pub(super) fn check(name: &str, text: &str) -> Result<Vec<Section>, PolicyErrors> {
+pub(super) fn check(name: &str, text: &str, tools: bool) -> Result<Vec<Section>, PolicyErrors> {
     let mut checker = Checker {
         name,
         text,
         errors: Vec::new(),
+        tools,
     };
     let doc: FileDoc = match toml::from_str(text) {
         Ok(doc) => doc,
@@ -58,7 +62,9 @@ pub(super) fn check(name: &str, text: &str) -> Result<Vec<Section>, PolicyErrors
         let scope = Scope::Agent(agent.into_inner());
         sections.push(checker.section(scope, rules.into_inner()));
     }
-    checker.shadowed(&sections);
+    if tools {
+        checker.shadowed(&sections);
+    }
     if checker.errors.is_empty() {
         Ok(sections)
     } else {
@@ -182,6 +188,7 @@ impl Checker<'_> {
                 self.error(pattern.span().start, format!("`{key}`: {error}"));
                 false
             }
+            Ok(_) if !self.tools => true,
             Ok(rule) if !registry.entries.iter().any(|e| rule.matches_entry(e)) => {
                 let ids: Vec<&str> = registry.entries.iter().map(|e| e.manifest.id).collect();
                 self.error(
@@ -200,6 +207,9 @@ impl Checker<'_> {
 
     /// Checks an argument rule against its tool's parameters.
     fn argument(&mut self, doc: &ArgumentDoc) -> Option<ArgumentTest> {
+        if !self.tools {
+            return self.test_alone(doc);
+        }
         let registry = registry();
         let id = doc.tool.get_ref();
         let Some(tool) = registry.get(id) else {
@@ -314,6 +324,26 @@ impl Checker<'_> {
         Some(ArgumentTest::Range {
             min: min.map(|m| *m.get_ref()),
             max: max.map(|m| *m.get_ref()),
+        })
+    }
+
+    /// The rule's test, checked without the tool's parameters.
+    fn test_alone(&mut self, doc: &ArgumentDoc) -> Option<ArgumentTest> {
+        let kinds = usize::from(!doc.refuse.is_empty())
+            + usize::from(doc.one_of.is_some())
+            + usize::from(doc.min.is_some() || doc.max.is_some());
+        if kinds != 1 {
+            self.error(
+                doc.parameter.span().start,
+                "an argument rule says exactly one of `refuse = [globs]`, `one_of = [values]`, or \
+                 `min`/`max`"
+                    .to_owned(),
+            );
+            return None;
+        }
+        Some(ArgumentTest::Range {
+            min: None,
+            max: None,
         })
     }
 

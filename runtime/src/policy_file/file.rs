@@ -42,12 +42,30 @@ impl PolicyFile {
                 ),
             ));
         }
-        let sections = check::check(name, text)?;
+        let sections = check::check(name, text, true)?;
         Ok(PolicyFile {
             name: name.into(),
             digest: sha256_hex(text.as_bytes()).into(),
             sections,
         })
+    }
+
+    /// Checks what of `text` needs no linked tool: the TOML, the keys, the format, modes, risks and
+    /// the patterns' syntax. For a program that forwards a file to processes that check it against
+    /// their tools (`toolgate policy apply`); [`PolicyFile::parse`] checks everything.
+    pub fn check_shape(name: &str, text: &str) -> Result<(), PolicyErrors> {
+        if text.len() > MAX_POLICY_BYTES {
+            return Err(PolicyErrors::one(
+                name,
+                1,
+                1,
+                format!(
+                    "the file is {} bytes; a policy file is at most {MAX_POLICY_BYTES}",
+                    text.len()
+                ),
+            ));
+        }
+        check::check(name, text, false).map(drop)
     }
 
     /// The file's name, as given.

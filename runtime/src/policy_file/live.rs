@@ -46,30 +46,36 @@ struct Live {
 }
 
 struct State {
-    current: Arc<PolicyFile>,
+    /// `None`: no file yet (a fleet's policy before one is applied); the gates are not narrowed.
+    current: Option<Arc<PolicyFile>>,
     gates: Vec<WeakGate>,
 }
 
 impl LivePolicy {
     /// A live policy, starting with `file`.
     pub fn new(file: PolicyFile) -> LivePolicy {
-        LivePolicy::with_path(file, None)
+        LivePolicy::with_path(Some(file), None)
+    }
+
+    /// A live policy with no file yet: gates built with it are not narrowed until one replaces it.
+    pub fn none() -> LivePolicy {
+        LivePolicy::with_path(None, None)
     }
 
     /// Reads and checks the policy file at `path`; [`LivePolicy::reload`] reads it again.
     pub fn load(path: impl AsRef<Path>) -> Result<LivePolicy, PolicyErrors> {
         let path = path.as_ref();
         Ok(LivePolicy::with_path(
-            PolicyFile::load(path)?,
+            Some(PolicyFile::load(path)?),
             Some(path.to_owned()),
         ))
     }
 
-    fn with_path(file: PolicyFile, path: Option<PathBuf>) -> LivePolicy {
+    fn with_path(file: Option<PolicyFile>, path: Option<PathBuf>) -> LivePolicy {
         LivePolicy {
             inner: Arc::new(Live {
                 state: Mutex::new(State {
-                    current: Arc::new(file),
+                    current: file.map(Arc::new),
                     gates: Vec::new(),
                 }),
                 path,
@@ -84,8 +90,8 @@ impl LivePolicy {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The file the gates follow now.
-    pub fn current(&self) -> Arc<PolicyFile> {
+    /// The file the gates follow now (`None` before the first one).
+    pub fn current(&self) -> Option<Arc<PolicyFile>> {
         self.state().current.clone()
     }
 
@@ -93,15 +99,26 @@ impl LivePolicy {
     /// exists checked), `by` naming who changed it in their `policy_changed` records. Returns whether
     /// the file differs from the one they followed.
     pub fn replace(&self, file: PolicyFile, by: &str) -> bool {
+        self.set(Some(file), by)
+    }
+
+    /// Makes every gate built with this policy follow no file: nothing narrows them any more (a
+    /// widening back to what the code allows). Returns whether they followed one.
+    pub fn clear(&self, by: &str) -> bool {
+        self.set(None, by)
+    }
+
+    fn set(&self, file: Option<PolicyFile>, by: &str) -> bool {
         let mut state = self.state();
-        if state.current.digest() == file.digest() {
+        let digest = |f: Option<&PolicyFile>| f.map(|f| f.digest().to_owned());
+        if digest(state.current.as_deref()) == digest(file.as_ref()) {
             return false;
         }
-        state.current = Arc::new(file);
+        state.current = file.map(Arc::new);
         let current = state.current.clone();
         state.gates.retain(|gate| match gate.upgrade() {
             Some(gate) => {
-                gate.follow_policy(current.narrowing(gate.principal(), gate.agent()), by);
+                gate.follow_policy(narrowing_of(current.as_deref(), &gate), by);
                 true
             }
             None => false,
@@ -126,11 +143,11 @@ impl LivePolicy {
     }
 
     /// Every gate records that a policy was refused and the one it follows is kept.
-    fn refused(&self, errors: &PolicyErrors, by: &str) {
+    pub(crate) fn refused(&self, errors: &PolicyErrors, by: &str) {
         let state = self.state();
         let why = format!(
             "policy refused, policy {} kept: {}",
-            state.current.digest(),
+            state.current.as_deref().map_or("none", PolicyFile::digest),
             errors
                 .0
                 .first()
@@ -179,15 +196,17 @@ impl LivePolicy {
 
 impl PolicySource for LivePolicy {
     fn narrowing(&self, principal: Option<&str>, agent: Option<&str>) -> Narrowing {
-        self.current().narrowing(principal, agent)
+        match self.current() {
+            Some(file) => file.narrowing(principal, agent),
+            None => Narrowing::none(),
+        }
     }
 
     fn follow(&self, gate: &Gate) {
         let mut state = self.state();
         // Replaced between the gate's build and now: it follows the file in force.
-        if gate.policy_digest().as_deref() != Some(state.current.digest()) {
-            let narrowing = state.current.narrowing(gate.principal(), gate.agent());
-            gate.follow_policy(narrowing, "policy watch");
+        if gate.policy_digest().as_deref() != state.current.as_deref().map(PolicyFile::digest) {
+            gate.follow_policy(narrowing_of(state.current.as_deref(), gate), "policy watch");
         }
         state.gates.retain(|g| g.upgrade().is_some());
         state.gates.push(gate.downgrade());
@@ -198,10 +217,18 @@ impl std::fmt::Debug for LivePolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.state();
         f.debug_struct("LivePolicy")
-            .field("current", &state.current.digest())
+            .field("current", &state.current.as_deref().map(PolicyFile::digest))
             .field("path", &self.inner.path)
             .field("gates", &state.gates.len())
             .finish()
+    }
+}
+
+/// What `file` (or no file) takes away from `gate`.
+fn narrowing_of(file: Option<&PolicyFile>, gate: &Gate) -> Narrowing {
+    match file {
+        Some(file) => file.narrowing(gate.principal(), gate.agent()),
+        None => Narrowing::none(),
     }
 }
 

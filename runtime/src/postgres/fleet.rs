@@ -15,6 +15,7 @@ use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, store_error, valid_sc
 use crate::approval::store::StoreError;
 use crate::gate::{Gate, GateBuilder, GateError, WeakGate};
 use crate::policy::Mode;
+use crate::policy_file::{LivePolicy, PolicyFile};
 
 /// How long a gate may lose its fleet before it acts as SHADOW, unless the builder sets a shorter one.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -99,6 +100,8 @@ struct Membership {
     jobs: Option<mpsc::UnboundedSender<Job>>,
     thread: Option<JoinHandle<()>>,
     settings: Arc<Settings>,
+    /// The fleet's operator policy (`toolgate policy apply`), which every joined gate follows.
+    policy: LivePolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +189,7 @@ impl FleetBuilder {
             member: member_name(),
         });
         let (jobs, receiver) = mpsc::unbounded_channel();
+        let policy = LivePolicy::none();
         let worker = Worker {
             settings: Arc::clone(&settings),
             config,
@@ -193,6 +197,8 @@ impl FleetBuilder {
             gates: Vec::new(),
             last_contact: Instant::now(),
             lost_since: None,
+            policy: policy.clone(),
+            policy_seen: None,
         };
         let thread = worker.spawn(receiver).map_err(|e| {
             StoreError::Unavailable(format!("cannot start the fleet's thread: {e}"))
@@ -202,6 +208,7 @@ impl FleetBuilder {
                 jobs: Some(jobs),
                 thread: Some(thread),
                 settings,
+                policy,
             }),
         };
         let (reply, read) = std::sync::mpsc::sync_channel(1);
@@ -221,6 +228,9 @@ pub enum JoinError {
     Gate(GateError),
     /// The fleet's mode could not be read: a gate that does not know it is not started.
     Fleet(StoreError),
+    /// The builder was given an operator policy: a gate joined to a fleet follows the fleet's
+    /// ([`apply_policy`]) and no other.
+    OwnPolicy,
 }
 
 impl fmt::Display for JoinError {
@@ -228,6 +238,10 @@ impl fmt::Display for JoinError {
         match self {
             JoinError::Gate(error) => error.fmt(f),
             JoinError::Fleet(error) => write!(f, "cannot join the fleet: {error}"),
+            JoinError::OwnPolicy => f.write_str(
+                "cannot join the fleet: the gate was given an operator policy of its own, and a gate \
+                 joined to a fleet follows the fleet's (apply it with `policy apply`)",
+            ),
         }
     }
 }
@@ -237,6 +251,7 @@ impl std::error::Error for JoinError {
         match self {
             JoinError::Gate(error) => Some(error),
             JoinError::Fleet(error) => Some(error),
+            JoinError::OwnPolicy => None,
         }
     }
 }
@@ -257,6 +272,11 @@ impl Fleet {
         Fleet::builder().connect(url, name)
     }
 
+    /// The fleet's operator policy, as this process last read it: every joined gate follows it.
+    pub fn policy(&self) -> &LivePolicy {
+        &self.membership.policy
+    }
+
     /// The fleet's name.
     pub fn name(&self) -> &str {
         &self.membership.settings.name
@@ -270,8 +290,18 @@ impl Fleet {
     /// Builds a gate held under the fleet's mode, read now: the gate runs at the lower of its own and
     /// the fleet's, from its first decision on, and goes down whenever the fleet does. The gate keeps
     /// the process's membership alive: dropping this handle does not free it from the fleet.
+    ///
+    /// The gate follows the fleet's operator policy ([`apply_policy`]), read with the mode before the
+    /// gate's first decision; a builder given a policy of its own is refused
+    /// ([`JoinError::OwnPolicy`]), since the fleet's would replace it.
     pub fn join(&self, builder: GateBuilder) -> Result<Gate, JoinError> {
-        let gate = builder.build().map_err(JoinError::Gate)?;
+        if builder.has_policy() {
+            return Err(JoinError::OwnPolicy);
+        }
+        let gate = builder
+            .policy(self.membership.policy.clone())
+            .build()
+            .map_err(JoinError::Gate)?;
         gate.keep_alive(Arc::clone(&self.membership) as Arc<dyn std::any::Any + Send + Sync>);
         let (reply, joined) = std::sync::mpsc::sync_channel(1);
         self.send(Job::Join(gate.clone(), reply))
@@ -366,6 +396,9 @@ struct Worker {
     last_contact: Instant,
     /// Since when reads fail, and why.
     lost_since: Option<(Instant, String)>,
+    policy: LivePolicy,
+    /// The digest of the fleet's policy last read (`Some(None)`: the fleet has none).
+    policy_seen: Option<Option<String>>,
 }
 
 impl Worker {
@@ -516,7 +549,8 @@ impl Worker {
             .with_conn(async |client, settings| read_mode(client, settings).await)
             .await;
         match read {
-            Ok((mode, by, reason)) => {
+            Ok((mode, by, reason, policy)) => {
+                self.follow_policy(policy).await;
                 self.last_contact = Instant::now();
                 let gates: Vec<Gate> = self.gates.iter().filter_map(WeakGate::upgrade).collect();
                 let why = format!("fleet {}: {reason}", self.settings.name);
@@ -542,9 +576,10 @@ impl Worker {
     }
 
     async fn join(&mut self, gate: Gate) -> Result<(), StoreError> {
-        let (mode, by, reason) = self
+        let (mode, by, reason, policy) = self
             .with_conn(async |client, settings| read_mode(client, settings).await)
             .await?;
+        self.follow_policy(policy).await;
         gate.hold_under(
             mode,
             &by,
@@ -552,6 +587,56 @@ impl Worker {
         );
         self.gates.push(gate.downgrade());
         self.heartbeat(std::slice::from_ref(&gate)).await
+    }
+
+    /// Makes the fleet's policy this process's when its digest changed: read, checked against this
+    /// process's tools, and replaced; a text that does not check here is refused (each gate records
+    /// `policy_refused`) and the policy in force kept.
+    async fn follow_policy(&mut self, digest: Option<String>) {
+        if self.policy_seen.as_ref() == Some(&digest) {
+            return;
+        }
+        let Some(wanted) = &digest else {
+            self.policy.clear("fleet policy removed");
+            self.policy_seen = Some(None);
+            return;
+        };
+        let statement = self.sql("SELECT policy, policy_by FROM {s}.fleets WHERE name = $1");
+        let read = self
+            .with_conn(async |client, settings| {
+                let row = client
+                    .query_one(&statement, &[&settings.name])
+                    .await
+                    .map_err(|e| store_error(&e))?;
+                let text: Option<String> = row
+                    .try_get(0)
+                    .map_err(|e| StoreError::Unexpected(e.to_string()))?;
+                let by: Option<String> = row
+                    .try_get(1)
+                    .map_err(|e| StoreError::Unexpected(e.to_string()))?;
+                Ok((
+                    text.unwrap_or_default(),
+                    by.unwrap_or_else(|| "fleet".to_owned()),
+                ))
+            })
+            .await;
+        // Not read: the next refresh tries again, and the grace period holds the gates meanwhile.
+        let Ok((text, by)) = read else {
+            return;
+        };
+        let name = format!("fleet {} policy", self.settings.name);
+        match PolicyFile::parse(&name, &text) {
+            // Another apply may have landed between the two reads: what was read is what is followed,
+            // and the next refresh sees the newer digest.
+            Ok(file) => {
+                self.policy_seen = Some(Some(file.digest().to_owned()));
+                self.policy.replace(file, &by);
+            }
+            Err(errors) => {
+                self.policy.refused(&errors, &by);
+                self.policy_seen = Some(Some(wanted.clone()));
+            }
+        }
     }
 
     /// Writes every joined gate's mode and the time of contact into `fleet_members`.
@@ -564,15 +649,21 @@ impl Worker {
             gates.iter().map(|g| g.agent().map(str::to_owned)).collect();
         let modes: Vec<String> = gates.iter().map(|g| g.mode().as_str().to_owned()).collect();
         let partitioned: Vec<bool> = gates.iter().map(Gate::partitioned).collect();
+        let policies: Vec<Option<String>> = gates
+            .iter()
+            .map(|g| g.policy_digest().as_deref().map(str::to_owned))
+            .collect();
         let pid = std::process::id() as i32;
         let host = host_name();
         let statement = self.sql(
-            "INSERT INTO {s}.fleet_members (fleet, member, gate, host, pid, agent, mode, partitioned)
-             SELECT $1, $2, gate, $3, $4, agent, mode, partitioned
-             FROM unnest($5::bigint[], $6::text[], $7::text[], $8::boolean[])
-                 AS joined (gate, agent, mode, partitioned)
+            "INSERT INTO {s}.fleet_members
+                 (fleet, member, gate, host, pid, agent, mode, partitioned, policy_digest)
+             SELECT $1, $2, gate, $3, $4, agent, mode, partitioned, policy_digest
+             FROM unnest($5::bigint[], $6::text[], $7::text[], $8::boolean[], $9::text[])
+                 AS joined (gate, agent, mode, partitioned, policy_digest)
              ON CONFLICT (fleet, member, gate) DO UPDATE SET mode = EXCLUDED.mode,
-                 partitioned = EXCLUDED.partitioned, agent = EXCLUDED.agent, last_contact = now()",
+                 partitioned = EXCLUDED.partitioned, agent = EXCLUDED.agent,
+                 policy_digest = EXCLUDED.policy_digest, last_contact = now()",
         );
         self.with_conn(async |client, settings| {
             client
@@ -587,6 +678,7 @@ impl Worker {
                         &agents,
                         &modes,
                         &partitioned,
+                        &policies,
                     ],
                 )
                 .await
@@ -610,19 +702,20 @@ impl Worker {
     }
 }
 
-/// The fleet's mode, who set it and why; creates the fleet's row at FULL_AUTO where it has none.
+/// The fleet's mode, who set it and why, and the digest of its policy; creates the fleet's row at
+/// FULL_AUTO where it has none.
 async fn read_mode(
     client: &Client,
     settings: &Settings,
-) -> Result<(Mode, String, String), StoreError> {
+) -> Result<(Mode, String, String, Option<String>), StoreError> {
     let statement = schema::sql(
         "WITH created AS (
              INSERT INTO {s}.fleets (name, mode, changed_by, reason)
              VALUES ($1, 'FULL_AUTO', 'toolgate', 'created by the first gate to join')
              ON CONFLICT (name) DO NOTHING
-             RETURNING mode, changed_by, reason)
-         SELECT mode, changed_by, reason FROM created
-         UNION ALL SELECT mode, changed_by, reason FROM {s}.fleets WHERE name = $1
+             RETURNING mode, changed_by, reason, policy_digest)
+         SELECT mode, changed_by, reason, policy_digest FROM created
+         UNION ALL SELECT mode, changed_by, reason, policy_digest FROM {s}.fleets WHERE name = $1
          LIMIT 1",
         &settings.schema,
     );
@@ -636,7 +729,7 @@ async fn read_mode(
         // commit, but its snapshot is older. A new statement sees the row.
         None => {
             let again = schema::sql(
-                "SELECT mode, changed_by, reason FROM {s}.fleets WHERE name = $1",
+                "SELECT mode, changed_by, reason, policy_digest FROM {s}.fleets WHERE name = $1",
                 &settings.schema,
             );
             client
@@ -653,6 +746,7 @@ async fn read_mode(
         mode,
         row.try_get(1).map_err(column)?,
         row.try_get(2).map_err(column)?,
+        row.try_get(3).map_err(column)?,
     ))
 }
 
@@ -809,6 +903,61 @@ fn change(
             .map_err(|e| store_error(&e))?;
         transaction.commit().await.map_err(|e| store_error(&e))?;
         Ok(ModeChange { from, to })
+    })
+}
+
+/// Makes `text` the operator policy of the fleet `name`, `by` naming who applied it, and notifies
+/// every joined process: each reads it within its poll interval (at once on the notification),
+/// checks it against its own tools, and narrows its gates by it, or refuses it (each gate records
+/// `policy_refused`) and keeps the policy in force. Check the file with the application's
+/// `policy check` first: this function cannot, since the tools live in the application. An empty
+/// `text` removes the fleet's policy. Returns the policy's digest; a fleet no gate has joined yet is an
+/// error, as for [`lower`].
+pub fn apply_policy(
+    url: &str,
+    schema_name: &str,
+    name: &str,
+    text: &str,
+    by: &str,
+) -> Result<Option<String>, StoreError> {
+    valid_name(name).map_err(StoreError::Unavailable)?;
+    if by.trim().is_empty() {
+        return Err(StoreError::Unavailable(
+            "not configured: applying a fleet's policy names who applies it".into(),
+        ));
+    }
+    if text.len() > crate::policy_file::MAX_POLICY_BYTES {
+        return Err(StoreError::Unavailable(format!(
+            "not configured: the policy is {} bytes, more than {}",
+            text.len(),
+            crate::policy_file::MAX_POLICY_BYTES
+        )));
+    }
+    let digest = (!text.is_empty()).then(|| crate::canonical::sha256_hex(text.as_bytes()));
+    let stored = (!text.is_empty()).then_some(text);
+    schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
+        let transaction = client.transaction().await.map_err(|e| store_error(&e))?;
+        let updated = transaction
+            .execute(
+                &schema::sql(
+                    "UPDATE {s}.fleets SET policy = $2, policy_digest = $3, policy_by = $4,
+                         policy_at = now()
+                     WHERE name = $1",
+                    schema_name,
+                ),
+                &[&name, &stored, &digest, &by],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+        if updated == 0 {
+            return Err(unknown_fleet(&transaction, schema_name, name).await);
+        }
+        transaction
+            .execute("SELECT pg_notify($1, $2)", &[&channel(schema_name), &name])
+            .await
+            .map_err(|e| store_error(&e))?;
+        transaction.commit().await.map_err(|e| store_error(&e))?;
+        Ok(digest.clone())
     })
 }
 

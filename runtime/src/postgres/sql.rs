@@ -269,6 +269,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
         RETURN total;
     END
     $$;",
+    // 8: a fleet's operator policy (`policy apply`): its text and digest, and which policy each
+    // joined gate follows.
+    "ALTER TABLE {s}.fleets ADD COLUMN policy text, ADD COLUMN policy_digest text,
+        ADD COLUMN policy_by text, ADD COLUMN policy_at timestamptz;
+    ALTER TABLE {s}.fleet_members ADD COLUMN policy_digest text;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first

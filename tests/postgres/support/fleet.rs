@@ -90,6 +90,7 @@ pub(crate) fn child_process() {
     match role.as_str() {
         "writer" => writer(),
         "member" => member(),
+        "policy_member" => crate::g18_fleet_policy::member(),
         other => panic!("no child role {other}"),
     }
 }

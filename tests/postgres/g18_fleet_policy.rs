@@ -1,0 +1,137 @@
+//! Guarantee 18 across processes: `toolgate policy apply` narrows every joined process within the
+//! fleet's bound; a policy a member cannot check is refused there and the one in force kept; removing
+//! the policy gives back what the code allows, never more.
+
+use crate::support::fleet::*;
+
+/// A member of the fleet `ops` at FULL_AUTO: calls `fleet.work` every few milliseconds and prints
+/// each change of what a call comes to (`came ran` or `came CODE`) and of the policy it follows
+/// (`policy DIGEST` or `policy none`), until the stop file exists.
+pub(crate) fn member() {
+    let fleet = Fleet::builder()
+        .timeout(Duration::from_millis(30_000))
+        .poll_interval(Duration::from_millis(100))
+        .connect(&env(URL), &env(FLEET))
+        .expect("the fleet");
+    let own = toolgate::policy_file::LivePolicy::none();
+    let refused = fleet.join(Gate::builder().mode(Mode::FullAuto).policy(own));
+    assert!(
+        matches!(refused, Err(fleet::JoinError::OwnPolicy)),
+        "{refused:?}"
+    );
+    let gate = fleet
+        .join(Gate::builder().mode(Mode::FullAuto))
+        .expect("joined");
+    let stop_file = PathBuf::from(env(STOP_FILE));
+    println!("ready");
+    let (mut came, mut policy) = (String::new(), None::<String>);
+    let mut first = true;
+    for i in 0.. {
+        if stop_file.exists() {
+            break;
+        }
+        let now = match gate.run(|| work(i)) {
+            Ok(_) => "ran".to_owned(),
+            Err(denied) => denied.code().as_str().to_owned(),
+        };
+        if now != came {
+            println!("came {now}");
+            came = now;
+        }
+        let digest = gate.policy_digest().as_deref().map(str::to_owned);
+        if first || digest != policy {
+            println!("policy {}", digest.as_deref().unwrap_or("none"));
+            policy = digest;
+            first = false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(gate);
+    drop(fleet);
+}
+
+fn apply(url: &str, file: &std::path::Path) -> std::process::Output {
+    let path = file.display().to_string();
+    toolgate(&[
+        "policy", "apply", "--store", url, "--fleet", "ops", "--by", "ana", &path,
+    ])
+}
+
+#[test]
+fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refused_there() {
+    let url = database("fleet_policy");
+    let scratch = common::Scratch::new("fleet-policy");
+    let stop = scratch.path("stop");
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|_| {
+            Proc::spawn(
+                "policy_member",
+                &url,
+                &[
+                    (FLEET, "ops".into()),
+                    (STOP_FILE, stop.display().to_string()),
+                ],
+            )
+        })
+        .collect();
+    for proc in &mut procs {
+        proc.expect("ready");
+        assert_eq!(proc.expect("came "), "ran");
+        assert_eq!(proc.expect("policy "), "none");
+    }
+
+    let deny = scratch.path("deny.toml");
+    std::fs::write(&deny, "format = 1\n[defaults]\ndeny = [\"fleet.work\"]\n").unwrap();
+    let applied = apply(&url, &deny);
+    assert_eq!(applied.status.code(), Some(0), "{}", text(&applied));
+    let digest =
+        toolgate::policy_file::PolicyFile::parse("x", &std::fs::read_to_string(&deny).unwrap())
+            .unwrap()
+            .digest()
+            .to_owned();
+    assert!(text(&applied).contains(&digest), "{}", text(&applied));
+    for proc in &mut procs {
+        assert_eq!(proc.expect("came "), "DENY_LISTED");
+        assert_eq!(proc.expect("policy "), digest);
+    }
+
+    // A file of the right shape that names a tool these processes do not link: each refuses it and
+    // keeps denying.
+    let foreign = scratch.path("foreign.toml");
+    std::fs::write(
+        &foreign,
+        "format = 1\n[defaults]\ndeny = [\"payments.refund\"]\n",
+    )
+    .unwrap();
+    let applied = apply(&url, &foreign);
+    assert_eq!(applied.status.code(), Some(0), "{}", text(&applied));
+    // The command itself refuses what is not a policy file at all.
+    let garbage = scratch.path("garbage.toml");
+    std::fs::write(
+        &garbage,
+        "format = 1\n[defaults]\nallow = [\"fleet.work\"]\n",
+    )
+    .unwrap();
+    let refused = apply(&url, &garbage);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("unknown field `allow`"),
+        "{}",
+        text(&refused)
+    );
+
+    // Removing the policy gives back what the code allows.
+    let empty = scratch.path("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let removed = apply(&url, &empty);
+    assert_eq!(removed.status.code(), Some(0), "{}", text(&removed));
+    for proc in &mut procs {
+        // Nothing changed between the deny and the removal: the foreign file was refused.
+        assert_eq!(proc.expect("came "), "ran");
+        assert_eq!(proc.expect("policy "), "none");
+    }
+    std::fs::write(&stop, "").unwrap();
+    for proc in procs {
+        proc.wait();
+    }
+}
