@@ -493,24 +493,35 @@ mod fleet {
             age(Duration::from_secs_f64(status.changed_secs_ago.max(0.0))),
             escaped(&status.reason)
         );
+        match &status.policy {
+            Some((digest, by)) => {
+                out.push_str(&format!("policy {digest} (applied by {})\n", escaped(by)));
+            }
+            None => out.push_str("no policy applied\n"),
+        }
         if status.members.is_empty() {
             out.push_str("no gate is joined\n");
             return out;
         }
-        out.push_str("MEMBER\tGATE\tAGENT\tMODE\tLAST CONTACT\n");
+        out.push_str("MEMBER\tGATE\tAGENT\tMODE\tLAST CONTACT\tPOLICY\n");
         for member in &status.members {
             let mode = if member.partitioned {
                 format!("{} (lost the fleet)", member.mode)
             } else {
                 member.mode.to_string()
             };
+            let policy = member
+                .policy_digest
+                .as_deref()
+                .map_or("-", |d| &d[..d.len().min(12)]);
             out.push_str(&format!(
-                "{}\t{}\t{}\t{}\t{} ago\n",
+                "{}\t{}\t{}\t{}\t{} ago\t{}\n",
                 escaped(&member.member),
                 member.gate,
                 escaped(member.agent.as_deref().unwrap_or("-")),
                 mode,
-                age(Duration::from_millis(member.last_contact_ms))
+                age(Duration::from_millis(member.last_contact_ms)),
+                escaped(policy)
             ));
         }
         out

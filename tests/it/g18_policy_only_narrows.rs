@@ -89,7 +89,7 @@ colour = "red"
     assert_eq!(
         errors(text),
         vec![
-            "8:1: unknown field `colour`, expected one of `ceiling`, `deny`, `ask`, `ask_at`, `taint`, `arguments`"
+            "8:1: unknown field `colour`, expected one of `ceiling`, `deny`, `ask`, `ask_at`, `taint`, `arguments`, `budgets`"
         ],
         "serde stops at the first unknown key"
     );
@@ -597,6 +597,7 @@ fn policies() -> Vec<String> {
         "[[defaults.arguments]]\ntool = \"pf.read\"\nparameter = \"host\"\nrefuse = [\"prod*\"]\n",
         "[[defaults.arguments]]\ntool = \"pf.refund\"\nparameter = \"amount\"\nmin = 5\nmax = 50\n",
         "[[defaults.arguments]]\ntool = \"pf.refund\"\nparameter = \"currency\"\none_of = [\"EUR\"]\n",
+        "[[defaults.budgets]]\nrisk = \"READ_ONLY\"\ncalls = 1\nper = \"1h\"\n",
     ];
     let mut all = Vec::new();
     for c in ceilings {
@@ -730,4 +731,66 @@ fn mcp_lists_follow_the_policy_and_hear_of_its_changes() {
         );
         assert!(!listed(&client.list_all_tools().await.unwrap()));
     });
+}
+
+/// A principal's table caps its calls; a new policy that keeps the budget keeps its count (a
+/// reload never opens a fresh window), and another principal's gate is not counted.
+#[test]
+fn a_principals_budget_caps_it_and_a_new_policy_keeps_the_count() {
+    let capped =
+        "format = 1\n[[principals.alice.budgets]]\ntool = \"pf.refund\"\ncalls = 2\nper = \"1h\"\n";
+    let live = LivePolicy::new(policy(capped));
+    let build = |principal: &str| {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .principal(principal)
+            .approver(AllowAllApprover)
+            .policy(live.clone())
+            .build()
+            .unwrap()
+    };
+    let (alice, bob) = (build("alice"), build("bob"));
+    let refund = |gate: &Gate| call(gate, "pf.refund", json!({"amount": 1, "currency": "EUR"}));
+    assert!(refund(&alice).is_ok() && refund(&alice).is_ok());
+    let denied = registry()
+        .call(&alice, "pf.refund", json!({"amount": 1, "currency": "EUR"}))
+        .now()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(denied.code(), "BUDGET_EXHAUSTED");
+    assert!(
+        denied
+            .to_string()
+            .contains("the operator's policy [principals.\"alice\"] (ops.toml:2:1)"),
+        "{denied}"
+    );
+    assert!(
+        refund(&bob).is_ok() && refund(&bob).is_ok() && refund(&bob).is_ok(),
+        "bob is not alice"
+    );
+
+    live.replace(
+        policy(&format!("{capped}[defaults]\ndeny = [\"pf.secret\"]\n")),
+        "ops",
+    );
+    assert_eq!(
+        refund(&alice).unwrap_err(),
+        "BUDGET_EXHAUSTED",
+        "a new policy opened a fresh window"
+    );
+
+    let found = errors(
+        "format = 1\n[[defaults.budgets]]\ntool = \"pf.refund\"\nrisk = \"LOW_WRITE\"\ncalls = 0\nper = \"1y\"\n",
+    );
+    assert!(
+        found[0].starts_with("5:9: a budget counts exactly one of"),
+        "{found:?}"
+    );
+    let found =
+        errors("format = 1\n[[defaults.budgets]]\nrisk = \"LOW_WRITE\"\ncalls = 0\nper = \"1y\"\n");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("4:9: `calls` is 1 to 100000, not 0"),
+        "{found:?}"
+    );
 }

@@ -94,6 +94,23 @@ fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refu
         assert_eq!(proc.expect("came "), "DENY_LISTED");
         assert_eq!(proc.expect("policy "), digest);
     }
+    let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", "ops"]);
+    let shown = text(&status);
+    assert!(
+        shown.contains(&format!("policy {digest} (applied by ana)")),
+        "{shown}"
+    );
+    // The heartbeat that reports it may lag the change: wait for every member's row to show it.
+    let short = &digest[..12];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", "ops"]);
+        if text(&status).lines().filter(|line| line.ends_with(short)).count() == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", text(&status));
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // A file of the right shape that names a tool these processes do not link: each refuses it and
     // keeps denying.

@@ -382,6 +382,9 @@ pub(crate) struct BudgetSpec {
     pub(crate) scope: BudgetScope,
     pub(crate) limit: u32,
     pub(crate) window: Duration,
+    /// For a budget of an operator's policy, the table it is written in (`[principals."alice"]`),
+    /// part of its key, and the rule's place, which refusals name: `None` for the code's budgets.
+    pub(crate) owner: Option<(Arc<str>, Arc<str>)>,
 }
 
 /// A budget that cannot be built.
@@ -489,7 +492,7 @@ impl Budgets {
                 BudgetScope::Agent => (None, None, "any tool".to_owned()),
             };
             let window = window_text(spec.window);
-            let label = match agent {
+            let mut label = match agent {
                 Some(agent) => format!(
                     "{} calls of {what} per {window} for agent `{agent}`",
                     spec.limit
@@ -497,13 +500,17 @@ impl Budgets {
                 None => format!("{} calls of {what} per {window}", spec.limit),
             };
             // Fields apart by a separator that no label, id or risk holds.
-            let key = format!(
+            let mut key = format!(
                 "{}\u{1f}{}\u{1f}{}\u{1f}{}",
                 agent.unwrap_or(""),
                 spec.scope,
                 spec.limit,
                 spec.window.as_nanos()
             );
+            if let Some((table, rule)) = &spec.owner {
+                label = format!("{label}, the operator's policy {table} ({rule})");
+                key = format!("policy {table}\u{1f}{key}");
+            }
             let charge = BudgetCharge {
                 key: key.into(),
                 limit: spec.limit,
@@ -582,6 +589,11 @@ impl Budgets {
             charges.push(self.list[next as usize].charge.clone());
         }
         charges
+    }
+
+    /// Whether a budget of this list has `key`.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.list.iter().any(|budget| &*budget.charge.key == key)
     }
 
     /// What a refusal names of the budget with this key.

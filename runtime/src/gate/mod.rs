@@ -102,6 +102,8 @@ pub(super) struct Table {
     pub(super) narrowing: Narrowing,
     /// The code's taint policy, as the operator's policy narrows it.
     pub(super) taint_policy: TaintPolicy,
+    /// The operator's budgets, counted in the same store as the code's.
+    pub(super) budgets: Option<Budgets>,
     /// Counts the tables a gate had: a decision made with one is read again at the commit point when
     /// another replaced it.
     pub(super) generation: u64,
@@ -112,9 +114,13 @@ struct TableInputs {
     rules: Vec<DenyRule>,
     can_approve: bool,
     keeps_records: bool,
-    /// Per registry slot, whether a budget counts the tool's calls.
+    /// Per registry slot, whether a budget of the code counts the tool's calls.
     counted: Vec<bool>,
     taint_policy: TaintPolicy,
+    /// Where the operator's budgets count, beside the code's: one store for the gate's life, so that
+    /// a budget that a new policy keeps keeps its count.
+    budget_store: Arc<dyn BudgetStore>,
+    agent: Option<Arc<str>>,
 }
 
 /// The taint latch (its bit is [`TAINTED`] in [`Inner::mode`]).
@@ -718,6 +724,7 @@ impl GateBuilder {
             scope: scope.into(),
             limit: calls,
             window,
+            owner: None,
         });
         self
     }
@@ -795,8 +802,15 @@ impl GateBuilder {
             },
             StoreChoice::Shared(store) => Some(store),
         };
-        let budgets = Budgets::build(self.budgets, self.budget_store, self.agent.as_deref())
-            .map_err(GateError::Budgets)?;
+        let budget_store: Arc<dyn BudgetStore> = self
+            .budget_store
+            .unwrap_or_else(|| Arc::new(budget::MemoryBudgets::new()));
+        let budgets = Budgets::build(
+            self.budgets,
+            Some(budget_store.clone()),
+            self.agent.as_deref(),
+        )
+        .map_err(GateError::Budgets)?;
         let can_approve = self.approver.is_some() || store.is_some();
         let inputs = TableInputs {
             counted: (0..registry.entries.len())
@@ -809,6 +823,8 @@ impl GateBuilder {
             can_approve,
             keeps_records: !self.audit.is_empty(),
             taint_policy: self.taint_policy,
+            budget_store,
+            agent: self.agent.clone(),
         };
         let narrowing = match &self.policy {
             Some(source) => source.narrowing(self.principal.as_deref(), self.agent.as_deref()),
@@ -862,9 +878,22 @@ impl GateBuilder {
 
 impl TableInputs {
     /// The table and the outright bits for `narrowing`.
-    fn table(&self, narrowing: Narrowing, generation: u64) -> (Table, Vec<u8>) {
+    fn table(&self, mut narrowing: Narrowing, generation: u64) -> (Table, Vec<u8>) {
         let registry = registry();
         let taint_policy = narrowing.taint_policy(self.taint_policy);
+        let specs = std::mem::take(&mut narrowing.budgets);
+        let budgets = match Budgets::build(
+            specs,
+            Some(self.budget_store.clone()),
+            self.agent.as_deref(),
+        ) {
+            Ok(budgets) => budgets,
+            // A checked file's budgets build; were one not to, its tools are refused, not uncounted.
+            Err(_) => {
+                narrowing.deny_all("the operator's budgets could not be built");
+                None
+            }
+        };
         let deny_rule_of: Box<[Option<u32>]> = registry
             .entries
             .iter()
@@ -891,8 +920,12 @@ impl TableInputs {
             let tainted =
                 Mode::ALL.map(|mode| narrow(policy::decide_tainted(facts(mode), taint_policy)));
             // A call a budget counts, or an argument rule reads, takes the full decision.
-            let full =
-                self.keeps_records || self.counted[slot] || narrowing.has_argument_rules(slot);
+            let full = self.keeps_records
+                || self.counted[slot]
+                || budgets
+                    .as_ref()
+                    .is_some_and(|b| b.covers(slot, manifest.risk_level))
+                || narrowing.has_argument_rules(slot);
             allowed_outright.push(
                 outright_bits(&clean, full || manifest.untrusted_output)
                     | outright_bits(&tainted, full) << TAINTED,
@@ -908,6 +941,7 @@ impl TableInputs {
             deny_rules: self.rules.iter().map(|r| Arc::from(r.as_str())).collect(),
             narrowing,
             taint_policy,
+            budgets,
             generation,
         };
         (table, allowed_outright)

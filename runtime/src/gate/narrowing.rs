@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::gate::budget::BudgetSpec;
 use crate::gate::denylist::glob_match;
 use crate::policy::{DenialCode, Mode, Risk, TaintPolicy, Verdict};
 
@@ -26,6 +27,8 @@ pub struct Narrowing {
     pub(crate) taint_refuses: Option<Arc<str>>,
     /// Per registry slot (empty where no rule names any tool).
     pub(crate) tools: Vec<ToolRules>,
+    /// The budgets of every table that applies, each with its table and place.
+    pub(crate) budgets: Vec<BudgetSpec>,
 }
 
 /// A limit and the rule that sets it, as the rule is shown (`file:line:column`).
@@ -81,6 +84,17 @@ impl Narrowing {
 
     pub(crate) fn tool(&self, slot: usize) -> Option<&ToolRules> {
         self.tools.get(slot)
+    }
+
+    /// Refuses every tool, `why` the rule each refusal names.
+    pub(crate) fn deny_all(&mut self, why: &str) {
+        let why: Arc<str> = why.into();
+        self.tools = (0..crate::registry::registry().entries.len())
+            .map(|_| ToolRules {
+                deny: Some(why.clone()),
+                ..ToolRules::default()
+            })
+            .collect();
     }
 
     pub(crate) fn has_argument_rules(&self, slot: usize) -> bool {

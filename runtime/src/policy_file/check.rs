@@ -6,8 +6,9 @@ use std::str::FromStr;
 use serde_json::Value;
 use toml::Spanned;
 
-use super::model::{ArgumentRule, At, PolicyError, PolicyErrors, Rules, Scope, Section};
-use super::toml_doc::{ArgumentDoc, FileDoc, RulesDoc};
+use super::model::{ArgumentRule, At, Budget, PolicyError, PolicyErrors, Rules, Scope, Section};
+use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc};
+use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
 use crate::gate::denylist::DenyRule;
 use crate::gate::narrowing::ArgumentTest;
 use crate::policy::suggest::did_you_mean;
@@ -154,7 +155,90 @@ impl Checker<'_> {
                 ));
             }
         }
+        for budget in &doc.budgets {
+            if let Some(checked) = self.budget(budget.get_ref()) {
+                let at = self.at(budget, checked);
+                if rules
+                    .budgets
+                    .iter()
+                    .any(|b| b.value.scope == at.value.scope)
+                {
+                    self.error(
+                        budget.span().start,
+                        "a second budget of the same scope in one table: write one".to_owned(),
+                    );
+                }
+                rules.budgets.push(at);
+            }
+        }
         Section { scope, rules }
+    }
+
+    /// Checks a budget: one scope, a number of calls the gate takes, a window it takes.
+    fn budget(&mut self, doc: &BudgetDoc) -> Option<Budget> {
+        let scopes = usize::from(doc.tool.is_some())
+            + usize::from(doc.risk.is_some())
+            + usize::from(doc.agent.is_some());
+        if scopes != 1 {
+            self.error(
+                doc.calls.span().start,
+                "a budget counts exactly one of `tool = \"id or glob\"`, `risk = \"RISK\"` or \
+                 `agent = true`"
+                    .to_owned(),
+            );
+            return None;
+        }
+        let scope = if let Some(tool) = &doc.tool {
+            if !self.pattern("budgets.tool", tool) {
+                return None;
+            }
+            BudgetScope::tool(tool.get_ref().clone())
+        } else if let Some(risk) = &doc.risk {
+            BudgetScope::RiskLevel(self.named::<Risk>(risk, &Risk::NAMES, "risk")?)
+        } else {
+            let agent = doc.agent.as_ref().expect("one scope is given");
+            if !agent.get_ref() {
+                self.error(
+                    agent.span().start,
+                    "`agent = false` counts nothing; write `agent = true` or leave the budget out"
+                        .to_owned(),
+                );
+                return None;
+            }
+            BudgetScope::Agent
+        };
+        let calls = *doc.calls.get_ref();
+        let Some(calls) = u32::try_from(calls)
+            .ok()
+            .filter(|c| (1..=MAX_BUDGET_CALLS).contains(c))
+        else {
+            self.error(
+                doc.calls.span().start,
+                format!(
+                    "`calls` is 1 to {MAX_BUDGET_CALLS}, not {calls} (no call at all is a `deny`)"
+                ),
+            );
+            return None;
+        };
+        let Some(window) =
+            window(doc.per.get_ref()).filter(|w| !w.is_zero() && *w <= MAX_BUDGET_WINDOW)
+        else {
+            self.error(
+                doc.per.span().start,
+                format!(
+                    "`per` is a window such as \"30s\", \"10m\", \"1h\" or \"1d\", more than zero and at \
+                     most {} s, not {:?}",
+                    MAX_BUDGET_WINDOW.as_secs(),
+                    doc.per.get_ref()
+                ),
+            );
+            return None;
+        };
+        Some(Budget {
+            scope,
+            calls,
+            window,
+        })
     }
 
     fn named<T: FromStr>(
@@ -482,6 +566,20 @@ fn parameter_types(tool: &Tool, parameter: &str) -> Result<Option<Vec<String>>, 
         ),
         _ => None,
     })
+}
+
+/// A window written as a number and a unit: `s`, `m`, `h` or `d`.
+fn window(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let unit = match text.chars().last()? {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return None,
+    };
+    let number: u64 = text[..text.len() - 1].parse().ok()?;
+    number.checked_mul(unit).map(std::time::Duration::from_secs)
 }
 
 /// The 1-based line and column (in characters) of byte `offset` of `text`.

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::file::PolicyFile;
-use super::model::{ArgumentRule, At, Rules, Scope};
+use super::model::{ArgumentRule, At, Budget, Rules, Scope};
 
 /// Whether a change takes away or gives back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -160,6 +160,38 @@ impl PolicyFile {
                         ),
                     );
                 }
+            }
+            let budget = |b: &At<Budget>| {
+                format!(
+                    "budget of {} calls of {} per {} s",
+                    b.value.calls,
+                    b.value.scope,
+                    b.value.window.as_secs()
+                )
+            };
+            for added in after
+                .budgets
+                .iter()
+                .filter(|n| !before.budgets.iter().any(|o| o.value == n.value))
+            {
+                push(
+                    Direction::Narrows,
+                    format!("{} added, line {}", budget(added), added.line),
+                );
+            }
+            for removed in before
+                .budgets
+                .iter()
+                .filter(|o| !after.budgets.iter().any(|n| n.value == o.value))
+            {
+                push(
+                    Direction::Widens,
+                    format!(
+                        "{} removed or changed (old line {})",
+                        budget(removed),
+                        removed.line
+                    ),
+                );
             }
             let shown = |rule: &At<ArgumentRule>| {
                 format!(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::check;
 use super::model::{At, PolicyErrors, Scope, Section};
 use crate::canonical::sha256_hex;
+use crate::gate::budget::BudgetSpec;
 use crate::gate::narrowing::{Limit, Narrowing, ToolRules};
 use crate::registry::registry;
 
@@ -133,6 +134,14 @@ impl PolicyFile {
             {
                 narrowing.taint_refuses =
                     Some(shown("taint = \"refuse\"".into(), self.place(taint)));
+            }
+            for budget in &rules.budgets {
+                narrowing.budgets.push(BudgetSpec {
+                    scope: budget.value.scope.clone(),
+                    limit: budget.value.calls,
+                    window: budget.value.window,
+                    owner: Some((section.scope.to_string().into(), self.place(budget).into())),
+                });
             }
             for (slot, entry) in registry.entries.iter().enumerate() {
                 let tool = &mut tools[slot];

@@ -24,6 +24,11 @@
 //! [principals.alice]
 //! ceiling = "ADVISORY"
 //!
+//! [[principals.alice.budgets]]
+//! tool = "payments.refund"          # at most 50 calls an hour (or `risk = ..`, `agent = true`)
+//! calls = 50
+//! per = "1h"
+//!
 //! [agents."triage-bot"]
 //! deny = ["users.delete_user"]
 //! ```

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+use std::time::Duration;
+
+use crate::gate::budget::BudgetScope;
 use crate::gate::narrowing::ArgumentTest;
 use crate::policy::{Mode, Risk};
 
@@ -38,6 +41,15 @@ pub(crate) struct Rules {
     pub(crate) ask_at: Option<At<Risk>>,
     pub(crate) taint_refuses: Option<At<()>>,
     pub(crate) arguments: Vec<At<ArgumentRule>>,
+    pub(crate) budgets: Vec<At<Budget>>,
+}
+
+/// A budget as written: at most `calls` calls of `scope` in any `window`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Budget {
+    pub(crate) scope: BudgetScope,
+    pub(crate) calls: u32,
+    pub(crate) window: Duration,
 }
 
 /// An argument rule as written.

@@ -28,6 +28,18 @@ pub(super) struct RulesDoc {
     pub(super) taint: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) arguments: Vec<Spanned<ArgumentDoc>>,
+    #[serde(default)]
+    pub(super) budgets: Vec<Spanned<BudgetDoc>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BudgetDoc {
+    pub(super) tool: Option<Spanned<String>>,
+    pub(super) risk: Option<Spanned<String>>,
+    pub(super) agent: Option<Spanned<bool>>,
+    pub(super) calls: Spanned<i64>,
+    pub(super) per: Spanned<String>,
 }
 
 #[derive(Deserialize)]

@@ -766,6 +766,8 @@ pub struct FleetStatus {
     pub changed_secs_ago: f64,
     /// Every joined gate, by process.
     pub members: Vec<FleetMember>,
+    /// The digest of the fleet's operator policy ([`apply_policy`]), and who applied it.
+    pub policy: Option<(String, String)>,
 }
 
 /// A gate joined to a fleet, as its process last reported it.
@@ -784,6 +786,8 @@ pub struct FleetMember {
     pub partitioned: bool,
     /// Milliseconds since its process last read the fleet's mode.
     pub last_contact_ms: u64,
+    /// The digest of the operator's policy the gate follows (`None`: none).
+    pub policy_digest: Option<String>,
 }
 
 /// What [`lower`] and [`raise`] did.
@@ -1046,7 +1050,7 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
             .query_opt(
                 &schema::sql(
                     "SELECT mode, changed_by, reason,
-                         extract(epoch FROM now() - changed_at)::float8
+                         extract(epoch FROM now() - changed_at)::float8, policy_digest, policy_by
                      FROM {s}.fleets WHERE name = $1",
                     schema_name,
                 ),
@@ -1061,7 +1065,7 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
             .query(
                 &schema::sql(
                     "SELECT member, gate, agent, mode, partitioned,
-                         (extract(epoch FROM now() - last_contact) * 1000)::bigint
+                         (extract(epoch FROM now() - last_contact) * 1000)::bigint, policy_digest
                      FROM {s}.fleet_members WHERE fleet = $1
                      ORDER BY last_contact DESC, member, gate",
                     schema_name,
@@ -1086,6 +1090,7 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
                     mode: mode_of(row.try_get(3).map_err(column)?)?,
                     partitioned: row.try_get(4).map_err(column)?,
                     last_contact_ms: ms.max(0) as u64,
+                    policy_digest: row.try_get(6).map_err(column)?,
                 })
             })
             .collect::<Result<_, StoreError>>()?;
@@ -1096,6 +1101,11 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
             reason: fleet.try_get(2).map_err(column)?,
             changed_secs_ago: fleet.try_get(3).map_err(column)?,
             members,
+            policy: {
+                let digest: Option<String> = fleet.try_get(4).map_err(column)?;
+                let by: Option<String> = fleet.try_get(5).map_err(column)?;
+                digest.map(|d| (d, by.unwrap_or_default()))
+            },
         })
     })
 }

@@ -26,15 +26,26 @@ pub(super) enum Reserve {
 impl Gate {
     /// Reserves a unit of every budget covering the call, or refuses it.
     pub(super) fn reserve(&self, entry: &'static ToolEntry, risk: EffectiveRisk) -> Reserve {
-        let Some(budgets) = &self.inner.budgets else {
-            return Reserve::Free;
-        };
+        let table = self.inner.table.load();
         let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
-        let charges = budgets.charges(slot, risk.get());
+        let (code, operator) = (&self.inner.budgets, &table.budgets);
+        let mut charges = code
+            .as_ref()
+            .map_or_else(Vec::new, |b| b.charges(slot, risk.get()));
+        let store = match (code, operator) {
+            (Some(b), _) | (None, Some(b)) => b.store.clone(),
+            (None, None) => return Reserve::Free,
+        };
+        if let Some(operator) = operator {
+            charges.extend(operator.charges(slot, risk.get()));
+            // Taken in key order, each key once, as a store expects.
+            charges.sort_by(|a, b| a.key.cmp(&b.key));
+            charges.dedup_by(|a, b| a.key == b.key);
+        }
         if charges.is_empty() {
             return Reserve::Free;
         }
-        let reserved = Reserved::new(budgets.store.clone(), charges, Reservation::next());
+        let reserved = Reserved::new(store, charges, Reservation::next());
         match catch_unwind(AssertUnwindSafe(|| reserved.take())) {
             Ok(future) => Reserve::Waiting(reserved, Wait::Budget(future)),
             Err(_) => Reserve::Refused(self.unavailable(entry, risk, store_panicked())),
@@ -57,9 +68,14 @@ impl Gate {
                 charge,
                 retry_after,
             }) => {
-                let label = match (&self.inner.budgets, reserved.charges().get(charge)) {
-                    (Some(budgets), Some(charge)) => budgets.label(&charge.key),
-                    _ => "a budget".into(),
+                let table = self.inner.table.load();
+                let label = match reserved.charges().get(charge) {
+                    Some(charge) => [&self.inner.budgets, &table.budgets]
+                        .into_iter()
+                        .flatten()
+                        .find(|b| b.has(&charge.key))
+                        .map_or_else(|| "a budget".into(), |b| b.label(&charge.key)),
+                    None => "a budget".into(),
                 };
                 // Nothing was taken: nothing to give back.
                 reserved.disarm();

@@ -211,11 +211,11 @@ impl Gate {
         // A grant of the whole tool at its declared risk or above, in a gate that keeps no record: the
         // inlined check may use it, unless a budget counts the tool's calls.
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let counted = self
-            .inner
-            .budgets
-            .as_ref()
-            .is_some_and(|b| b.covers(slot, entry.manifest.risk_level));
+        let table = self.inner.table.load();
+        let counted = [&self.inner.budgets, &table.budgets]
+            .into_iter()
+            .flatten()
+            .any(|b| b.covers(slot, entry.manifest.risk_level));
         let whole = !grant.is_exact() && risk.get() >= entry.manifest.risk_level && !counted;
         if let (true, Some(until), Some(end)) = (
             whole,
