@@ -107,6 +107,10 @@ pub(super) struct Table {
     /// Counts the tables a gate had: a decision made with one is read again at the commit point when
     /// another replaced it.
     pub(super) generation: u64,
+    /// Per registry slot, whether a call takes the full decision whatever its verdict: a budget counts
+    /// it, an argument rule reads it, or a record is written. A session grant never lets such a call
+    /// run from the inlined check.
+    pub(super) full: Box<[bool]>,
 }
 
 /// What a gate's table is worked out from, besides the operator's policy.
@@ -904,6 +908,7 @@ impl TableInputs {
             .collect();
         let mut allowed_outright = Vec::with_capacity(registry.entries.len());
         let mut verdicts = Vec::with_capacity(registry.entries.len());
+        let mut fulls = Vec::with_capacity(registry.entries.len());
         for (slot, (entry, rule)) in registry.entries.iter().zip(&deny_rule_of).enumerate() {
             let manifest = &entry.manifest;
             let policy_deny = narrowing.tool(slot).is_some_and(|t| t.deny.is_some());
@@ -926,6 +931,7 @@ impl TableInputs {
                     .as_ref()
                     .is_some_and(|b| b.covers(slot, manifest.risk_level))
                 || narrowing.has_argument_rules(slot);
+            fulls.push(full);
             allowed_outright.push(
                 outright_bits(&clean, full || manifest.untrusted_output)
                     | outright_bits(&tainted, full) << TAINTED,
@@ -943,6 +949,7 @@ impl TableInputs {
             taint_policy,
             budgets,
             generation,
+            full: fulls.into(),
         };
         (table, allowed_outright)
     }

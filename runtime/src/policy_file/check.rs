@@ -14,6 +14,7 @@ use crate::gate::narrowing::ArgumentTest;
 use crate::policy::suggest::did_you_mean;
 use crate::policy::{Mode, Risk};
 use crate::registry::{Tool, ToolEntry, registry};
+use crate::terminal::escaped;
 
 /// The file format this runtime reads.
 const FORMAT: i64 = 1;
@@ -86,7 +87,9 @@ impl Checker<'_> {
             file: self.name.to_owned(),
             line,
             column,
-            message,
+            // Messages quote the file (a key, a pattern, a name), which an operator reads on a
+            // terminal: nothing in it may hide, fake or reorder a line.
+            message: escaped(&message).into_owned(),
         });
     }
 
@@ -526,7 +529,7 @@ impl Checker<'_> {
             file: self.name.to_owned(),
             line: at.line,
             column: at.column,
-            message,
+            message: escaped(&message).into_owned(),
         }
     }
 }

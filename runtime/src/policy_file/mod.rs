@@ -49,6 +49,7 @@ mod diff;
 mod explain;
 mod file;
 mod live;
+mod lock;
 mod model;
 mod toml_doc;
 
@@ -56,6 +57,7 @@ pub use diff::{Change, Diff, Direction};
 pub use explain::Explanation;
 pub use file::{MAX_POLICY_BYTES, PolicyFile};
 pub use live::{LivePolicy, PolicyWatch};
+pub use lock::{PolicyLockError, assert_policy_lock, check_policy_lock};
 pub use model::{PolicyError, PolicyErrors};
 
 pub use crate::gate::PolicySource;

@@ -37,11 +37,13 @@ impl<A: ArgumentSource> Decision<A> {
         // An approval is for the arguments it saw. A receiver behind a lock, or an argument with
         // interior mutability, may have changed while the approver thought or a record was written:
         // written again last, they must be the same.
+        // The operator's argument rules read them too: what runs must be what they read.
         let approved = self
             .held
             .iter()
             .any(|h| h.allowed.as_ref().is_some_and(|a| a.confirm));
-        if approved && !self.arguments.unchanged(&mut self.permit) {
+        let ruled = self.gates.iter().any(|g| g.reads_arguments(entry));
+        if (approved || ruled) && !self.arguments.unchanged(&mut self.permit) {
             let mode = self
                 .held
                 .first()
@@ -230,7 +232,9 @@ impl Gate {
 #[cold]
 fn changed(entry: &'static ToolEntry, risk: EffectiveRisk, mode: Option<Mode>) -> Denied {
     refuse(entry, DenialCode::ApprovalMismatch, risk.get(), mode).with_detail(
-        "the call's arguments (or its receiver) changed after they were approved".into(),
+        "the call's arguments (or its receiver) changed after they were approved, or read by the \
+         operator's argument rules"
+            .into(),
     )
 }
 

@@ -47,7 +47,13 @@ impl Gate {
         if state & TAINTED != 0 {
             return false;
         }
-        let needs_approval = matches!(inner.table.load().verdicts.get(slot), Some(row) if row[usize::from(state)] == Verdict::NeedsApproval);
+        let table = inner.table.load();
+        // A call the operator's argument rules read or its budgets count takes the full decision,
+        // whatever grant it has.
+        if table.full.get(slot).is_none_or(|&full| full) {
+            return false;
+        }
+        let needs_approval = matches!(table.verdicts.get(slot), Some(row) if row[usize::from(state)] == Verdict::NeedsApproval);
         let Some(until) = inner.approvals.granted_until.get(slot) else {
             return false;
         };
@@ -139,6 +145,12 @@ impl Gate {
             policy::decide(facts)
         };
         narrowing.narrow(slot, risk.get(), verdict, can_approve)
+    }
+
+    /// Whether the operator's argument rules read the arguments of `entry`'s calls.
+    pub(crate) fn reads_arguments(&self, entry: &'static ToolEntry) -> bool {
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        self.inner.table.load().narrowing.has_argument_rules(slot)
     }
 
     /// The generation of the gate's table: another once the operator's policy changed.

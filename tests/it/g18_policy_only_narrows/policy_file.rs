@@ -794,3 +794,45 @@ fn a_principals_budget_caps_it_and_a_new_policy_keeps_the_count() {
         "{found:?}"
     );
 }
+
+/// A policy's lock fails a test when the policy changes, listing what widens first; a lock that is
+/// missing says how to make one; the same rules in another text change nothing the lock reports.
+#[test]
+fn the_policy_lock_lists_what_a_change_widens_first() {
+    use toolgate::policy_file::{PolicyLockError, check_policy_lock};
+    let dir = std::env::temp_dir().join(format!("toolgate-policy-lock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, lock) = (dir.join("ops.toml"), dir.join("ops.lock.toml"));
+    std::fs::write(&file, "format = 1\n[defaults]\ndeny = [\"pf.secret\"]\n").unwrap();
+    let missing = check_policy_lock(&file, &lock).unwrap_err();
+    assert!(
+        matches!(missing, PolicyLockError::Missing { .. }),
+        "{missing}"
+    );
+    assert!(
+        missing.to_string().contains("TOOLGATE_LOCKFILE=overwrite"),
+        "{missing}"
+    );
+
+    std::fs::copy(&file, &lock).unwrap();
+    check_policy_lock(&file, &lock).unwrap();
+    std::fs::write(&file, "format = 1\n[defaults]\nask = [\"pf.read\"]\n").unwrap();
+    let changed = check_policy_lock(&file, &lock).unwrap_err().to_string();
+    let lines: Vec<&str> = changed.lines().skip(1).collect();
+    assert_eq!(
+        lines,
+        [
+            "WIDENS   [defaults]  deny \"pf.secret\" removed (old line 3)",
+            "narrows  [defaults]  ask \"pf.read\" added, line 3",
+        ],
+        "{changed}"
+    );
+    std::fs::write(
+        &file,
+        "format = 1\n# reviewed\n[defaults]\ndeny = [\"pf.secret\"]\n",
+    )
+    .unwrap();
+    let text_only = check_policy_lock(&file, &lock).unwrap_err().to_string();
+    assert!(text_only.contains("(no rule changed)"), "{text_only}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

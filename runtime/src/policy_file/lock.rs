@@ -1,0 +1,117 @@
+//! The policy's lock: the text last reviewed, kept beside the tools' lockfile, so that a change to the
+//! operator's policy fails a test that lists what it widens first, as a change of a tool's manifest does.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::diff::{Diff, Direction};
+use super::file::PolicyFile;
+use super::model::PolicyErrors;
+use crate::report::lockfile::{self, Update};
+
+/// Checks the policy file at `policy` against its lock at `lock` (the text last accepted), in the mode
+/// `TOOLGATE_LOCKFILE` says ([`Update::from_env`]): `overwrite` copies the policy to the lock and
+/// passes. Both are checked against the linked tools. Relative paths are resolved as the tools'
+/// lockfile resolves them ([`lockfile::resolve`]).
+///
+/// ```no_run
+/// # extern crate toolgate_runtime as toolgate;
+/// #[test]
+/// fn the_policy_matches_its_lock() {
+///     toolgate::policy_file::assert_policy_lock("ops.toml", "ops.lock.toml");
+/// }
+/// ```
+pub fn check_policy_lock(
+    policy: impl AsRef<Path>,
+    lock: impl AsRef<Path>,
+) -> Result<(), PolicyLockError> {
+    let update = Update::from_env().map_err(|e| PolicyLockError::Lockfile(e.to_string()))?;
+    let (policy, lock) = (
+        lockfile::resolve(policy.as_ref()),
+        lockfile::resolve(lock.as_ref()),
+    );
+    let current = PolicyFile::load(&policy).map_err(PolicyLockError::Policy)?;
+    if update == Update::Overwrite {
+        let same = std::fs::read(&lock).ok() == std::fs::read(&policy).ok();
+        if !same {
+            std::fs::copy(&policy, &lock)
+                .map_err(|e| PolicyLockError::Lockfile(format!("{}: {e}", lock.display())))?;
+        }
+        return Ok(());
+    }
+    if !lock.exists() {
+        return Err(PolicyLockError::Missing { lock });
+    }
+    let locked = PolicyFile::load(&lock).map_err(PolicyLockError::Policy)?;
+    if locked.digest() == current.digest() {
+        return Ok(());
+    }
+    let mut diff = locked.diff(&current);
+    // What widens is what a reviewer must see first.
+    diff.changes
+        .sort_by_key(|c| c.direction != Direction::Widens);
+    Err(PolicyLockError::Changed { lock, diff })
+}
+
+/// [`check_policy_lock`], panicking with what changed: the one line a test needs.
+#[track_caller]
+pub fn assert_policy_lock(policy: impl AsRef<Path>, lock: impl AsRef<Path>) {
+    if let Err(error) = check_policy_lock(policy, lock) {
+        panic!("{error}");
+    }
+}
+
+/// Why a policy did not match its lock.
+#[non_exhaustive]
+pub enum PolicyLockError {
+    /// The policy or the lock does not check.
+    Policy(PolicyErrors),
+    /// There is no lock yet.
+    Missing {
+        /// The resolved path of the lock.
+        lock: PathBuf,
+    },
+    /// The policy differs from its lock: every change, widenings first (a change of the text
+    /// alone, such as a comment, has none).
+    Changed {
+        /// The resolved path of the lock.
+        lock: PathBuf,
+        /// What changed.
+        diff: Diff,
+    },
+    /// `TOOLGATE_LOCKFILE` is not understood, or the lock cannot be written.
+    Lockfile(String),
+}
+
+impl fmt::Display for PolicyLockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = "run the tests once with TOOLGATE_LOCKFILE=overwrite to accept the policy";
+        match self {
+            PolicyLockError::Policy(errors) => write!(f, "{errors}"),
+            PolicyLockError::Missing { lock } => {
+                write!(f, "no policy lock at {}: {how}", lock.display())
+            }
+            PolicyLockError::Changed { lock, diff } if diff.changes.is_empty() => write!(
+                f,
+                "the policy's text differs from its lock at {} (no rule changed): {how}",
+                lock.display()
+            ),
+            PolicyLockError::Changed { lock, diff } => {
+                write!(
+                    f,
+                    "the policy differs from its lock at {}; {how}:\n{diff}",
+                    lock.display()
+                )
+            }
+            PolicyLockError::Lockfile(why) => f.write_str(why),
+        }
+    }
+}
+
+impl fmt::Debug for PolicyLockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for PolicyLockError {}

@@ -1,0 +1,7 @@
+//! Guarantee 18: an operator's policy file only narrows. `policy_file`: the file checked, folded into
+//! the gate, replaced live, shared by a fleet's processes in `tests/postgres`, and an exhaustive test
+//! that no file widens any call; `attacks`: the attacks from outside, where the policy meets approvals,
+//! grants, budgets, the latch, slow sinks and argument values.
+
+mod attacks;
+mod policy_file;
