@@ -105,7 +105,12 @@ fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refu
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", "ops"]);
-        if text(&status).lines().filter(|line| line.ends_with(short)).count() == 3 {
+        if text(&status)
+            .lines()
+            .filter(|line| line.ends_with(short))
+            .count()
+            == 3
+        {
             break;
         }
         assert!(Instant::now() < deadline, "{}", text(&status));
