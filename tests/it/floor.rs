@@ -935,6 +935,7 @@ fn denial_codes_have_their_stable_names() {
             "BUDGET_STORE_UNAVAILABLE",
         ),
         (DenialCode::TaintedSession, "TAINTED_SESSION"),
+        (DenialCode::ArgumentRefused, "ARGUMENT_REFUSED"),
     ];
     assert_eq!(
         names.len(),

@@ -325,16 +325,7 @@ impl Checker<'_> {
             );
             return None;
         }
-        let kinds = usize::from(!doc.refuse.is_empty())
-            + usize::from(doc.one_of.is_some())
-            + usize::from(doc.min.is_some() || doc.max.is_some());
-        if kinds != 1 {
-            self.error(
-                doc.parameter.span().start,
-                "an argument rule says exactly one of `refuse = [globs]`, `one_of = [values]`, or \
-                 `min`/`max`"
-                    .to_owned(),
-            );
+        if !self.one_test(doc) {
             return None;
         }
         let accepts = |kind: &str| types.as_ref().is_none_or(|t| t.iter().any(|t| t == kind));
@@ -414,8 +405,8 @@ impl Checker<'_> {
         })
     }
 
-    /// The rule's test, checked without the tool's parameters.
-    fn test_alone(&mut self, doc: &ArgumentDoc) -> Option<ArgumentTest> {
+    /// Whether the rule says exactly one test; an error where it does not.
+    fn one_test(&mut self, doc: &ArgumentDoc) -> bool {
         let kinds = usize::from(!doc.refuse.is_empty())
             + usize::from(doc.one_of.is_some())
             + usize::from(doc.min.is_some() || doc.max.is_some());
@@ -426,6 +417,13 @@ impl Checker<'_> {
                  `min`/`max`"
                     .to_owned(),
             );
+        }
+        kinds == 1
+    }
+
+    /// The rule's test, checked without the tool's parameters.
+    fn test_alone(&mut self, doc: &ArgumentDoc) -> Option<ArgumentTest> {
+        if !self.one_test(doc) {
             return None;
         }
         Some(ArgumentTest::Range {

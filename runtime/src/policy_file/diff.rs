@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::file::PolicyFile;
-use super::model::{ArgumentRule, At, Budget, Rules, Scope};
+use super::model::{At, Rules, Scope};
 
 /// Whether a change takes away or gives back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -86,43 +86,11 @@ impl PolicyFile {
                     what,
                 });
             };
-            match (&before.ceiling, &after.ceiling) {
-                (Some(a), Some(b)) if b.value < a.value => push(
-                    Direction::Narrows,
-                    format!("ceiling {} (was {}), line {}", b.value, a.value, b.line),
-                ),
-                (Some(a), Some(b)) if b.value > a.value => push(
-                    Direction::Widens,
-                    format!("ceiling {} (was {}), line {}", b.value, a.value, b.line),
-                ),
-                (None, Some(b)) => push(
-                    Direction::Narrows,
-                    format!("ceiling {} added, line {}", b.value, b.line),
-                ),
-                (Some(a), None) => push(
-                    Direction::Widens,
-                    format!("ceiling {} removed (old line {})", a.value, a.line),
-                ),
-                _ => {}
+            if let Some((direction, what)) = limit("ceiling", &before.ceiling, &after.ceiling) {
+                push(direction, what);
             }
-            match (&before.ask_at, &after.ask_at) {
-                (Some(a), Some(b)) if b.value < a.value => push(
-                    Direction::Narrows,
-                    format!("ask_at {} (was {}), line {}", b.value, a.value, b.line),
-                ),
-                (Some(a), Some(b)) if b.value > a.value => push(
-                    Direction::Widens,
-                    format!("ask_at {} (was {}), line {}", b.value, a.value, b.line),
-                ),
-                (None, Some(b)) => push(
-                    Direction::Narrows,
-                    format!("ask_at {} added, line {}", b.value, b.line),
-                ),
-                (Some(a), None) => push(
-                    Direction::Widens,
-                    format!("ask_at {} removed (old line {})", a.value, a.line),
-                ),
-                _ => {}
+            if let Some((direction, what)) = limit("ask_at", &before.ask_at, &after.ask_at) {
+                push(direction, what);
             }
             match (&before.taint_refuses, &after.taint_refuses) {
                 (None, Some(b)) => push(
@@ -139,92 +107,97 @@ impl PolicyFile {
                 ("deny", &before.deny, &after.deny),
                 ("ask", &before.ask, &after.ask),
             ] {
-                for added in new
-                    .iter()
-                    .filter(|n| !old.iter().any(|o| o.value == n.value))
-                {
-                    push(
-                        Direction::Narrows,
-                        format!("{key} {:?} added, line {}", added.value, added.line),
-                    );
-                }
-                for removed in old
-                    .iter()
-                    .filter(|o| !new.iter().any(|n| n.value == o.value))
-                {
-                    push(
-                        Direction::Widens,
-                        format!(
-                            "{key} {:?} removed (old line {})",
-                            removed.value, removed.line
-                        ),
-                    );
-                }
-            }
-            let budget = |b: &At<Budget>| {
-                format!(
-                    "budget of {} calls of {} per {} s",
-                    b.value.calls,
-                    b.value.scope,
-                    b.value.window.as_secs()
-                )
-            };
-            for added in after
-                .budgets
-                .iter()
-                .filter(|n| !before.budgets.iter().any(|o| o.value == n.value))
-            {
-                push(
-                    Direction::Narrows,
-                    format!("{} added, line {}", budget(added), added.line),
+                list_changes(
+                    old,
+                    new,
+                    |r| format!("{key} {:?}", r.value),
+                    &mut push,
+                    "removed",
                 );
             }
-            for removed in before
-                .budgets
-                .iter()
-                .filter(|o| !after.budgets.iter().any(|n| n.value == o.value))
-            {
-                push(
-                    Direction::Widens,
+            list_changes(
+                &before.budgets,
+                &after.budgets,
+                |b| {
                     format!(
-                        "{} removed or changed (old line {})",
-                        budget(removed),
-                        removed.line
-                    ),
-                );
-            }
-            let shown = |rule: &At<ArgumentRule>| {
-                format!(
-                    "argument rule on `{}`.`{}`",
-                    rule.value.tool, rule.value.parameter
-                )
-            };
-            for added in after
-                .arguments
-                .iter()
-                .filter(|n| !before.arguments.iter().any(|o| o.value == n.value))
-            {
-                push(
-                    Direction::Narrows,
-                    format!("{} added, line {}", shown(added), added.line),
-                );
-            }
-            for removed in before
-                .arguments
-                .iter()
-                .filter(|o| !after.arguments.iter().any(|n| n.value == o.value))
-            {
-                push(
-                    Direction::Widens,
+                        "budget of {} calls of {} per {} s",
+                        b.value.calls,
+                        b.value.scope,
+                        b.value.window.as_secs()
+                    )
+                },
+                &mut push,
+                "removed or changed",
+            );
+            list_changes(
+                &before.arguments,
+                &after.arguments,
+                |r| {
                     format!(
-                        "{} removed or changed (old line {})",
-                        shown(removed),
-                        removed.line
-                    ),
-                );
-            }
+                        "argument rule on `{}`.`{}`",
+                        r.value.tool, r.value.parameter
+                    )
+                },
+                &mut push,
+                "removed or changed",
+            );
         }
         changes.sort_by_key(|c| c.direction);
         Diff { changes }
+    }
+}
+
+/// The change of a limit that narrows as it goes down (a ceiling, `ask_at`), if it changed.
+fn limit<T: PartialOrd + fmt::Display>(
+    key: &str,
+    before: &Option<At<T>>,
+    after: &Option<At<T>>,
+) -> Option<(Direction, String)> {
+    Some(match (before, after) {
+        (Some(a), Some(b)) if b.value < a.value => (
+            Direction::Narrows,
+            format!("{key} {} (was {}), line {}", b.value, a.value, b.line),
+        ),
+        (Some(a), Some(b)) if b.value > a.value => (
+            Direction::Widens,
+            format!("{key} {} (was {}), line {}", b.value, a.value, b.line),
+        ),
+        (None, Some(b)) => (
+            Direction::Narrows,
+            format!("{key} {} added, line {}", b.value, b.line),
+        ),
+        (Some(a), None) => (
+            Direction::Widens,
+            format!("{key} {} removed (old line {})", a.value, a.line),
+        ),
+        _ => return None,
+    })
+}
+
+/// The rules of a list `new` adds (each narrows) and removes (each widens) relative to `old`.
+fn list_changes<T: PartialEq>(
+    old: &[At<T>],
+    new: &[At<T>],
+    shown: impl Fn(&At<T>) -> String,
+    push: &mut impl FnMut(Direction, String),
+    gone: &str,
+) {
+    for added in new
+        .iter()
+        .filter(|n| !old.iter().any(|o| o.value == n.value))
+    {
+        push(
+            Direction::Narrows,
+            format!("{} added, line {}", shown(added), added.line),
+        );
+    }
+    for removed in old
+        .iter()
+        .filter(|o| !new.iter().any(|n| n.value == o.value))
+    {
+        push(
+            Direction::Widens,
+            format!("{} {gone} (old line {})", shown(removed), removed.line),
+        );
     }
 }

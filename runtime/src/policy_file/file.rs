@@ -32,17 +32,7 @@ impl PolicyFile {
 
     /// Checks `text`, a policy file named `name` in rules and errors, against the linked tools.
     pub fn parse(name: &str, text: &str) -> Result<PolicyFile, PolicyErrors> {
-        if text.len() > MAX_POLICY_BYTES {
-            return Err(PolicyErrors::one(
-                name,
-                1,
-                1,
-                format!(
-                    "the file is {} bytes; a policy file is at most {MAX_POLICY_BYTES}",
-                    text.len()
-                ),
-            ));
-        }
+        not_too_large(name, text)?;
         let sections = check::check(name, text, true)?;
         Ok(PolicyFile {
             name: name.into(),
@@ -55,17 +45,7 @@ impl PolicyFile {
     /// the patterns' syntax. For a program that forwards a file to processes that check it against
     /// their tools (`toolgate policy apply`); [`PolicyFile::parse`] checks everything.
     pub fn check_shape(name: &str, text: &str) -> Result<(), PolicyErrors> {
-        if text.len() > MAX_POLICY_BYTES {
-            return Err(PolicyErrors::one(
-                name,
-                1,
-                1,
-                format!(
-                    "the file is {} bytes; a policy file is at most {MAX_POLICY_BYTES}",
-                    text.len()
-                ),
-            ));
-        }
+        not_too_large(name, text)?;
         check::check(name, text, false).map(drop)
     }
 
@@ -174,6 +154,21 @@ impl PolicyFile {
         }
         narrowing
     }
+}
+
+fn not_too_large(name: &str, text: &str) -> Result<(), PolicyErrors> {
+    if text.len() <= MAX_POLICY_BYTES {
+        return Ok(());
+    }
+    Err(PolicyErrors::one(
+        name,
+        1,
+        1,
+        format!(
+            "the file is {} bytes; a policy file is at most {MAX_POLICY_BYTES}",
+            text.len()
+        ),
+    ))
 }
 
 /// Reads at most [`MAX_POLICY_BYTES`] of the file, as UTF-8.
