@@ -160,6 +160,8 @@ macro_rules! guide_links {
          [approvals]: crate::guide::approvals\n\
          [budgets]: crate::guide::budgets#budgets\n\
          [taint-latch]: crate::guide::budgets#the-taint-latch\n\
+         [policy-file]: crate::guide::policy_file\n\
+         [fleets]: crate::guide::fleets\n\
          [function-calling]: crate::guide::call_by_name#function-calling-with-a-models-api\n\
          [benchmarks]: https://github.com/toolgate/toolgate/blob/main/BENCHMARKS.md\n\
          [security]: https://github.com/toolgate/toolgate/blob/main/SECURITY.md\n\
