@@ -1,10 +1,12 @@
 //! A deploy desk on the command line: each subcommand is a tool, and the gate decides every call.
 //!
 //! ```text
-//! cargo run --example cli --features clap -- status web
-//! cargo run --example cli --features clap -- --mode partial_auto restart web
-//! TOOLGATE_MODE=full_auto cargo run --example cli --features clap -- rollback web --to 1.4.2
-//! cargo run --example cli --features clap -- --list-tools
+//! cargo run --example cli --features clap,policy-file -- status web
+//! cargo run --example cli --features clap,policy-file -- --mode partial_auto restart web
+//! TOOLGATE_MODE=full_auto cargo run --example cli --features clap,policy-file -- rollback web --to 1.4.2
+//! cargo run --example cli --features clap,policy-file -- --list-tools
+//! cargo run --example cli --features clap,policy-file -- policy check ops.toml
+//! cargo run --example cli --features clap,policy-file -- --policy ops.toml --mode full_auto delete web
 //! ```
 //!
 //! A subcommand becomes a call by name, the tool's id with its arguments as JSON, through
@@ -16,6 +18,10 @@
 //! stderr and reads the answer from stdin, `y` or `yes` approves, and anything else or the end of input
 //! rejects, so a script that gives no answer is refused. `--yes` approves every call the mode allows
 //! without asking: whoever types it is the approver. No flag lifts the mode or a `--deny` rule.
+//!
+//! `--policy FILE` makes the gate follow an operator's policy file, which can only narrow what the mode
+//! allows; `policy check FILE`, `policy explain FILE ...` and `policy diff OLD NEW` check a file against
+//! these tools (`toolgate::cli::PolicyCommand`).
 
 use std::fmt;
 use std::io::{BufRead, IsTerminal, Write};
@@ -24,7 +30,8 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::{Value, json};
-use toolgate::cli::ListTools;
+use toolgate::cli::{ListTools, PolicyCommand};
+use toolgate::policy_file::LivePolicy;
 use toolgate::schemars::JsonSchema;
 use toolgate::serde::Serialize;
 use toolgate::{Approval, ApprovalRequest, Approver, CallError, Denied, Gate, Mode, tool};
@@ -66,6 +73,10 @@ struct Cli {
     #[arg(long, global = true, value_name = "PATTERN")]
     deny: Vec<String>,
 
+    /// Follow an operator's policy file (TOML), which narrows what the mode allows
+    #[arg(long, global = true, value_name = "FILE")]
+    policy: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     list_tools: ListTools,
 
@@ -106,6 +117,9 @@ enum Command {
         /// The service
         service: String,
     },
+    /// Check, explain or compare an operator's policy file against these tools
+    #[command(subcommand)]
+    Policy(PolicyCommand),
 }
 
 impl Command {
@@ -121,6 +135,7 @@ impl Command {
                 ("deploy.rollback", json!({ "service": service, "to": to }))
             }
             Command::Delete { service } => ("deploy.delete", json!({ "service": service })),
+            Command::Policy(_) => unreachable!("`policy` is not a tool's call"),
         }
     }
 }
@@ -314,11 +329,23 @@ fn main() -> ExitCode {
             )
             .exit();
     };
+    if let Command::Policy(policy) = command {
+        return ExitCode::from(u8::try_from(policy.run()).unwrap_or(USAGE));
+    }
     let (id, arguments) = command.call();
 
     let mut builder = Gate::builder().mode(cli.mode);
     for pattern in &cli.deny {
         builder = builder.deny(pattern.as_str());
+    }
+    if let Some(path) = &cli.policy {
+        match LivePolicy::load(path) {
+            Ok(live) => builder = builder.policy(live),
+            Err(errors) => {
+                eprintln!("{errors}");
+                return ExitCode::from(USAGE);
+            }
+        }
     }
     builder = if cli.yes {
         builder.approver(Preapproved)

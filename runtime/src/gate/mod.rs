@@ -764,6 +764,7 @@ impl GateBuilder {
     }
 
     /// Whether the builder was given an operator policy.
+    #[cfg(feature = "postgres")]
     pub(crate) fn has_policy(&self) -> bool {
         self.policy.is_some()
     }

@@ -836,3 +836,103 @@ fn the_policy_lock_lists_what_a_change_widens_first() {
     assert!(text_only.contains("(no rule changed)"), "{text_only}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An application's `policy check` / `explain` / `diff` commands (`toolgate::cli::PolicyCommand`), and
+/// its `--policy FILE`, as the deploy desk example (`examples/cli.rs`) gives them to its operators.
+#[test]
+fn the_applications_policy_commands_check_explain_and_diff() {
+    let desk = crate::common::example("cli", "clap,policy-file");
+    let dir = std::env::temp_dir().join(format!("toolgate-policy-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (good, bad, stricter) = (
+        dir.join("ops.toml"),
+        dir.join("bad.toml"),
+        dir.join("stricter.toml"),
+    );
+    std::fs::write(
+        &good,
+        "format = 1\n[defaults]\ndeny = [\"deploy.delete\"]\n",
+    )
+    .unwrap();
+    std::fs::write(&bad, "format = 1\n[defaults]\ndeny = [\"deploy.delet\"]\n").unwrap();
+    std::fs::write(
+        &stricter,
+        "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&desk)
+            .args(args)
+            .env_remove("TOOLGATE_MODE")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let path = |p: &std::path::Path| p.display().to_string();
+
+    let (code, text) = run(&["policy", "check", &path(&good)]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("checks (policy "), "{text}");
+    let (code, text) = run(&["policy", "check", &path(&bad)]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains(":3:9: `deny` pattern \"deploy.delet\" matches no linked tool"),
+        "{text}"
+    );
+    assert!(text.contains("did you mean `deploy.delete`?"), "{text}");
+
+    let (code, text) = run(&[
+        "policy",
+        "explain",
+        &path(&good),
+        "--tool",
+        "deploy.delete",
+        "--args",
+        "{\"service\":\"web\"}",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with("decision: refused (DENY_LISTED)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("by:       deploy.delete ({}:3:9)", path(&good))),
+        "{text}"
+    );
+
+    // Replacing the deny with a ceiling widens (the delete runs in FULL_AUTO again) and narrows.
+    let (code, text) = run(&["policy", "diff", &path(&good), &path(&stricter)]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("narrows  [defaults]  ceiling ADVISORY added, line 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("WIDENS   [defaults]  deny \"deploy.delete\" removed (old line 3)"),
+        "{text}"
+    );
+
+    let (code, text) = run(&[
+        "--policy",
+        &path(&good),
+        "--mode",
+        "full_auto",
+        "--yes",
+        "delete",
+        "web",
+    ]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("refused DENY_LISTED"), "{text}");
+    let (code, text) = run(&["--policy", &path(&bad), "status", "web"]);
+    assert_eq!(
+        code,
+        Some(2),
+        "a file that does not check runs nothing: {text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
