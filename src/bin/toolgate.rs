@@ -337,6 +337,14 @@ mod fleet {
 
     #[derive(Debug, Subcommand)]
     pub(super) enum PolicyCommand {
+        /// Prints what NEW changes relative to OLD, each change narrowing or WIDENING; checks the
+        /// files' shape only (the application's `policy diff` checks them against its tools too)
+        Diff {
+            /// The policy in force.
+            old: std::path::PathBuf,
+            /// The policy to apply.
+            new: std::path::PathBuf,
+        },
         /// Makes FILE the fleet's operator policy: every joined process narrows its gates by it (an
         /// empty FILE removes the fleet's policy).
         Apply {
@@ -355,12 +363,15 @@ mod fleet {
     }
 
     pub(super) fn run_policy(command: PolicyCommand) -> u8 {
-        let PolicyCommand::Apply {
-            database,
-            fleet: name,
-            file,
-            by,
-        } = command;
+        let (database, name, file, by) = match command {
+            PolicyCommand::Diff { old, new } => return diff(&old, &new),
+            PolicyCommand::Apply {
+                database,
+                fleet,
+                file,
+                by,
+            } => (database, fleet, file, by),
+        };
         let Some(url) = database.store.filter(|url| !url.is_empty()) else {
             eprintln!("toolgate: which database? give --store URL or set TOOLGATE_STORE");
             return USAGE;
@@ -409,6 +420,36 @@ mod fleet {
                 DONE
             }
             Err(error) => failed(&name, &error),
+        }
+    }
+
+    /// `policy diff OLD NEW`: 0 when nothing widens, 1 when something does (or a file is not a
+    /// policy file).
+    fn diff(old: &std::path::Path, new: &std::path::Path) -> u8 {
+        let read = |path: &std::path::Path| {
+            let shown = path.display().to_string();
+            std::fs::read_to_string(path)
+                .map(|text| (shown.clone(), text))
+                .map_err(|error| format!("toolgate: cannot read {}: {error}", escaped(&shown)))
+        };
+        let (old, new) = match (read(old), read(new)) {
+            (Ok(old), Ok(new)) => (old, new),
+            (Err(error), _) | (_, Err(error)) => {
+                eprintln!("{error}");
+                return REFUSED;
+            }
+        };
+        match toolgate::policy_file::PolicyFile::diff_texts((&old.0, &old.1), (&new.0, &new.1)) {
+            Ok(diff) => {
+                for line in diff.to_string().lines() {
+                    print(&format!("{}\n", escaped(line)));
+                }
+                if diff.widens() { REFUSED } else { DONE }
+            }
+            Err(errors) => {
+                eprintln!("{}", escaped(&errors.to_string()));
+                REFUSED
+            }
         }
     }
 

@@ -936,3 +936,62 @@ fn the_applications_policy_commands_check_explain_and_diff() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `toolgate policy diff OLD NEW`, which links none of the application's tools: the files' shape is
+/// checked, each change is shown narrowing or WIDENING, and the exit status says whether one widens.
+#[cfg(feature = "postgres")]
+#[test]
+fn the_toolgate_command_diffs_two_files_without_the_tools() {
+    let dir = std::env::temp_dir().join(format!("toolgate-policy-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (old, new, bad) = (
+        dir.join("old.toml"),
+        dir.join("new.toml"),
+        dir.join("bad.toml"),
+    );
+    std::fs::write(
+        &old,
+        "format = 1\n[principals.\"a\\nWIDENS\"]\ndeny = [\"any.tool\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &new,
+        "format = 1\n[principals.\"a\\nWIDENS\"]\ndeny = [\"any.tool\", \"other.*\"]\n",
+    )
+    .unwrap();
+    std::fs::write(&bad, "format = 1\n[defaults]\nceiling = \"LOUD\"\n").unwrap();
+    let run = |a: &std::path::Path, b: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["policy", "diff"])
+            .args([a, b])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let (code, text) = run(&old, &new);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "a principal's name cannot forge a line: {text}"
+    );
+    assert!(
+        text.starts_with("narrows  [principals.\"a\\\\nWIDENS\"]  deny \"other.*\" added, line 3"),
+        "{text}"
+    );
+    let (code, text) = run(&new, &old);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.starts_with("WIDENS "), "{text}");
+    let (code, text) = run(&old, &bad);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("bad.toml:3:11: \"LOUD\" is not a mode"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
