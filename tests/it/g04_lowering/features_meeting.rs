@@ -11,11 +11,12 @@ use std::time::Duration;
 use serde_json::json;
 use toolgate::approval::SessionGrant;
 use toolgate::audit::{AuditRecord, Outcome, Stage};
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Mode};
 
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{built, denial};
 
 /// grants (shortcut) × lowering, racing (4). Threads call a granted HIGH_WRITE tool (FULL_AUTO only);
 /// the test lowers the gate to PARTIAL_AUTO. No call started after `lower` returned may run, grant or
@@ -82,9 +83,8 @@ fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
     let _serial = serial();
     let pause = Pause::new();
     let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|request: &ApprovalRequest<'_>| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|request: &ApprovalRequest<'_>| {
             if request.tool.id == "pairs.shell" {
                 Approval::Stop("runaway".into())
             } else {
@@ -92,8 +92,7 @@ fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
             }
         })
         .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    });
     gate.run(|| wire(1)).unwrap();
     let before = count(&WIRES);
     pause.arm();
@@ -129,10 +128,7 @@ fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.lower(Mode::PartialAuto).unwrap();
     let before = count(&WIRES);
-    assert_eq!(
-        gate.run(|| wire(9)).unwrap_err().code(),
-        DenialCode::ModeNotAllowed
-    );
+    assert_eq!(denial(gate.run(|| wire(9))), DenialCode::ModeNotAllowed);
     assert_eq!(
         by_name(&gate, "pairs.wire", json!({"cents": 9}))
             .unwrap_err()
@@ -156,15 +152,13 @@ fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
 fn p43_an_async_grant_for_a_call_refused_by_a_lowering_is_never_made() {
     let _serial = serial();
     let pause = Pause::armed();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(HoldingAsync {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(HoldingAsync {
             pause: pause.clone(),
             answer: answer(for_session()),
             asked: Arc::default(),
         })
-        .build()
-        .unwrap();
+    });
     let rt = runtime();
     let before = count(&WIRES);
     let waiting = rt.spawn(gate.scope(wire_async(1)));
@@ -194,9 +188,8 @@ fn p50_a_sink_that_cannot_record_the_lowering_does_not_keep_the_kill_switch_from
         matches!(r.stage, Stage::ModeLowered | Stage::Refused)
     });
     sink.fail.store(usize::MAX, SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|request: &ApprovalRequest<'_>| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|request: &ApprovalRequest<'_>| {
             if request.tool.id == "pairs.shell" {
                 Approval::Stop("runaway".into())
             } else {
@@ -204,8 +197,7 @@ fn p50_a_sink_that_cannot_record_the_lowering_does_not_keep_the_kill_switch_from
             }
         })
         .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    });
     let stopped = gate.run(|| shell("sudo reboot".into())).unwrap_err();
     assert_eq!(stopped.code(), DenialCode::ApprovalRejected);
     assert_eq!(gate.mode(), Mode::Shadow, "the stop lowered the gate");

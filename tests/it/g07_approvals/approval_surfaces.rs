@@ -17,6 +17,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
 use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
+use crate::g07_approvals::checks::{built, denial};
 
 // ---------------------------------------------------------------------------------------------------------
 // 1. Async approvers: cancellation, lowering, panics, re-entry, threads
@@ -32,9 +33,8 @@ fn atk2_a_call_cancelled_while_its_async_approver_waits_runs_nothing_on_any_path
     let asked = Arc::new(AtomicUsize::new(0));
     let dropped = Arc::new(AtomicBool::new(false));
     let (a, d) = (asked.clone(), dropped.clone());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("never", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("never", move |_| {
             a.fetch_add(1, SeqCst);
             let guard = DropFlag(d.clone());
             Box::pin(async move {
@@ -44,8 +44,7 @@ fn atk2_a_call_cancelled_while_its_async_approver_waits_runs_nothing_on_any_path
             })
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
+    });
     let before = WIRE.load(SeqCst);
 
     let mut direct = Box::pin(gate.scope(wire("x".into(), 1)));
@@ -99,9 +98,8 @@ fn atk2_an_async_approver_that_panics_on_a_later_poll_has_rejected() {
     let sink = MemorySink::new();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("flaky", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("flaky", move |_| {
             if c.fetch_add(1, SeqCst) > 0 {
                 return Box::pin(async { Approval::Approve });
             }
@@ -117,8 +115,7 @@ fn atk2_an_async_approver_that_panics_on_a_later_poll_has_rejected() {
             }))
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
+    });
     let before = WIRE.load(SeqCst);
     let rt = runtime(1);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -143,17 +140,15 @@ fn atk2_an_async_approver_that_panics_while_building_its_future_has_rejected() {
     let sink = MemorySink::new();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("eager-panic", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("eager-panic", move |_| {
             if c.fetch_add(1, SeqCst) == 0 {
                 panic!("the approver panicked before returning a future")
             }
             Box::pin(async { Approval::Approve })
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
+    });
     let before = WIRE.load(SeqCst);
     let rt = current_thread();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -162,7 +157,7 @@ fn atk2_an_async_approver_that_panics_while_building_its_future_has_rejected() {
     assert_eq!(WIRE.load(SeqCst), before, "ran on a panicking approver");
     assert_paired(&sink.records());
     assert_eq!(
-        read_sync().unwrap_err().code(),
+        denial(read_sync()),
         DenialCode::NoGate,
         "the unwinding left the gate entered on this thread"
     );
@@ -200,12 +195,9 @@ fn atk2_a_sync_approver_whose_name_panics_has_rejected() {
 fn atk2_an_async_approver_whose_name_panics_has_rejected() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(AsyncBadName)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(AsyncBadName).audit(sink.clone())
+    });
     let before = WIRE.load(SeqCst);
     let rt = current_thread();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -231,14 +223,12 @@ fn atk2_a_sync_tool_by_name_or_over_mcp_under_an_async_approver_is_refused_at_on
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
     let a = asked.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("yes-man", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("yes-man", move |_| {
             a.fetch_add(1, SeqCst);
             Box::pin(async { Approval::Approve })
         }))
-        .build()
-        .unwrap();
+    });
     let before = SYNC_WIRE.load(SeqCst);
     let call = toolgate::registry().call(&gate, "atk2_a.sync_wire", json!({"to": "a", "cents": 1}));
     let result = call
@@ -276,9 +266,8 @@ fn atk2_an_async_approver_reentering_its_gate_decides_each_call_on_its_own() {
     let cell: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
     let inner_result: Arc<Mutex<Option<Result<u64, DenialCode>>>> = Arc::new(Mutex::new(None));
     let (g, ir) = (cell.clone(), inner_result.clone());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("reentrant", move |req| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("reentrant", move |req| {
             let (g, ir) = (g.clone(), ir.clone());
             Box::pin(async move {
                 if req.tool == "atk2_a.wire" && req.args.contains("outer") {
@@ -295,8 +284,7 @@ fn atk2_an_async_approver_reentering_its_gate_decides_each_call_on_its_own() {
             })
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
+    });
     cell.set(gate.clone()).unwrap();
     let before = WIRE.load(SeqCst);
     let outer = runtime(2)
@@ -622,12 +610,9 @@ fn atk2_a_store_answering_a_foreign_refusal_code_fails_closed_with_an_approval_c
             })))
         });
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approval_store_shared(store.clone())
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.approval_store_shared(store.clone()).audit(sink.clone())
+        });
         let before = SYNC_WIRE.load(SeqCst);
         let denied = gate.run(|| sync_wire("a".into(), 1)).unwrap_err();
         assert_eq!(SYNC_WIRE.load(SeqCst), before);
@@ -666,12 +651,9 @@ fn atk2_a_store_that_panics_runs_nothing_and_leaves_the_gate_working() {
         }))),
     });
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store_shared(store.clone()).audit(sink.clone())
+    });
     let (sync_before, async_before) = (SYNC_WIRE.load(SeqCst), WIRE.load(SeqCst));
     let sync = catch_unwind(AssertUnwindSafe(|| gate.run(|| sync_wire("a".into(), 1))));
     let rt = runtime(1);
@@ -710,12 +692,9 @@ fn atk2_a_store_that_never_answers_freezes_neither_the_gate_nor_the_kill_switch(
     let _serial = serial();
     let store = scripted_store(|_, _| Box::pin(std::future::pending()));
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store_shared(store.clone()).audit(sink.clone())
+    });
     let before = (SYNC_WIRE.load(SeqCst), WIRE.load(SeqCst));
     let mut call = Box::pin(gate.scope(wire("a".into(), 1)));
     assert!(poll_once(call.as_mut()).is_pending());
@@ -782,12 +761,9 @@ fn atk2_a_custom_stores_answers_are_honoured_as_documented() {
         Box::pin(std::future::ready(Ok(answer)))
     });
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store_shared(store.clone()).audit(sink.clone())
+    });
     let before = SYNC_WIRE.load(SeqCst);
     let full = gate.run(|| sync_wire("a".into(), 1)).unwrap_err();
     assert_eq!(full.code(), DenialCode::ApprovalRequired);

@@ -18,6 +18,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 use crate::common::gates;
 use crate::common::scripted;
 use crate::common::serial;
+use crate::g07_approvals::checks::{built, denial};
 
 static WIRED: AtomicUsize = AtomicUsize::new(0);
 static WIRED_ASYNC: AtomicUsize = AtomicUsize::new(0);
@@ -127,11 +128,7 @@ impl AsyncApprover for Shared {
 fn an_async_approver_blocks_no_executor_thread() {
     let _serial = serial();
     let slow = Slow::new(Duration::from_secs(2), Approval::Approve);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Shared(slow.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let reads_before = READS.load(Ordering::SeqCst);
     let rt = runtime(2);
@@ -178,11 +175,7 @@ fn an_async_approver_blocks_no_executor_thread() {
 fn a_sync_tool_under_an_async_approver_is_refused_at_once_and_never_runs() {
     let _serial = serial();
     let slow = Slow::new(Duration::from_secs(3600), Approval::Approve);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Shared(slow.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
     let before = SYNC_RUNS.load(Ordering::SeqCst);
     let denied = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalRequired);
@@ -214,11 +207,7 @@ impl AsyncApprover for Panics {
 #[test]
 fn an_async_approver_that_panics_has_refused() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Panics)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Panics));
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let denied = runtime(1)
         .block_on(gate.scope(wire("a".into(), 1)))
@@ -251,11 +240,9 @@ fn an_async_approver_sees_the_arguments_and_a_lowered_mode_wins() {
         }
     }
     let approver = Arc::new(Lowers(Mutex::new(None), Mutex::new(Vec::new())));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(LowersRef(approver.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(LowersRef(approver.clone()))
+    });
     *approver.0.lock().unwrap() = Some(gate.clone());
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let denied = runtime(1)
@@ -276,11 +263,7 @@ fn an_async_approver_decides_calls_by_name() {
         Duration::from_millis(10),
         Approval::Reject("over budget".into()),
     );
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Shared(slow.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let error = runtime(1)
         .block_on(toolgate::registry().call(&gate, "appr.wire", json!({"to": "x", "cents": 3})))
@@ -398,7 +381,7 @@ fn a_grant_covers_no_higher_risk_than_it_was_given_at() {
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert_eq!(gate.revoke_grants(None, "ops"), 1);
     assert_eq!(
-        gate.run(|| purge("z".into())).unwrap_err().code(),
+        denial(gate.run(|| purge("z".into()))),
         DenialCode::ApprovalRejected
     );
 }
@@ -475,7 +458,7 @@ fn reject_and_stop_lowers_the_gate_to_shadow_and_says_who() {
     assert_eq!(refused.last().unwrap().by.as_deref(), Some("alice"));
     // Nothing that writes runs any more.
     assert_eq!(
-        gate.run(|| purge("x".into())).unwrap_err().code(),
+        denial(gate.run(|| purge("x".into()))),
         DenialCode::ModeNotAllowed
     );
 }
@@ -529,12 +512,9 @@ fn a_failing_store_refuses_with_its_own_code_and_the_log_says_why() {
     ] {
         let sink = MemorySink::new();
         let store = Arc::new(Failing(error.clone(), AtomicUsize::new(0)));
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approval_store_shared(store.clone())
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.approval_store_shared(store.clone()).audit(sink.clone())
+        });
         let (sync_before, async_before) = (
             SYNC_RUNS.load(Ordering::SeqCst),
             WIRED_ASYNC.load(Ordering::SeqCst),
@@ -629,7 +609,7 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     // The operator's grant is for these arguments only.
     assert!(gate.grants()[0].exact_arguments);
     assert_eq!(
-        gate.run(|| wire_sync("a".into(), 2)).unwrap_err().code(),
+        denial(gate.run(|| wire_sync("a".into(), 2))),
         DenialCode::ApprovalPending
     );
     // And reject-and-stop through the store stops the gate.
@@ -644,7 +624,7 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     )
     .unwrap();
     assert_eq!(
-        gate.run(|| purge("p".into())).unwrap_err().code(),
+        denial(gate.run(|| purge("p".into()))),
         DenialCode::ApprovalRejected
     );
     assert_eq!(gate.mode(), Mode::Shadow);
@@ -684,13 +664,13 @@ fn a_grant_in_a_gate_without_records_holds_its_limits_in_the_inlined_check() {
     // Lowered: the grant lifts no mode.
     gate.lower(Mode::PartialAuto).unwrap();
     assert_eq!(
-        gate.run(|| purge("z".into())).unwrap_err().code(),
+        denial(gate.run(|| purge("z".into()))),
         DenialCode::ModeNotAllowed
     );
     // And a grant dies with its gate: a new gate with no approver refuses.
     let fresh = Gate::new(Mode::FullAuto).unwrap();
     assert_eq!(
-        fresh.run(|| purge("z".into())).unwrap_err().code(),
+        denial(fresh.run(|| purge("z".into()))),
         DenialCode::ApprovalRequired
     );
 }
@@ -711,12 +691,10 @@ fn no_approver_is_asked_about_a_call_another_gate_refuses_on_its_own() {
     };
     let store_outer = gates::two_step(Mode::FullAuto);
     let hour = Duration::from_secs(3600);
-    let spent = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(toolgate::gate::BudgetScope::tool("appr.purge"), 1, hour)
-        .build()
-        .unwrap();
+    let spent = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(toolgate::gate::BudgetScope::tool("appr.purge"), 1, hour)
+    });
     spent.run(|| purge("first".into())).unwrap();
     let inners = [
         (
@@ -755,13 +733,11 @@ fn an_answer_runs_only_the_call_of_the_principal_it_was_given_for() {
     let store: Arc<dyn ApprovalStore> =
         Arc::new(toolgate::approval::two_step::MemoryStore::new(Duration::from_secs(60)).unwrap());
     let gate_of = |principal: &str, agent: &str| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approval_store_shared(store.clone())
-            .principal(principal)
-            .agent(agent)
-            .build()
-            .unwrap()
+        built(Mode::FullAuto, |b| {
+            b.approval_store_shared(store.clone())
+                .principal(principal)
+                .agent(agent)
+        })
     };
     let bob = gate_of("bob", "desk");
     let alice = gate_of("alice", "desk");

@@ -16,11 +16,12 @@ use toolgate::approval::two_step::MemoryStore;
 use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::MemoryBudgets;
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Mode};
 
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{built, denial};
 
 /// grants × sink (7). A call allowed by a grant WAITS in its `enter` record; meanwhile the operator
 /// revokes every grant. The commit point reads the grant again: the call runs only if an approver was
@@ -32,12 +33,10 @@ fn p03_a_granted_call_waiting_on_its_enter_record_is_refused_once_its_grant_is_r
     let asked: Asked = Arc::default();
     let reply = answer(for_session());
     let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(&Pause::new(), &reply, &asked))
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(holding_approver(&Pause::new(), &reply, &asked))
+            .audit_shared(sink.clone())
+    });
     gate.run(|| wire(1)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
     let before = count(&WIRES);
@@ -121,16 +120,14 @@ fn p25_a_grant_whose_record_cannot_be_written_is_not_made_unrecorded() {
     });
     sink.fail.store(1, SeqCst);
     let asked: Asked = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(holding_approver(
             &Pause::new(),
             &answer(for_session()),
             &asked,
         ))
         .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    });
     let _ = gate.run(|| wire(1));
     let _ = gate.run(|| wire(2));
     let records = sink.records();
@@ -211,11 +208,9 @@ fn p33_lookalike_arguments_never_share_an_approval() {
             self.0.answer(token, answer)
         }
     }
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approval_store(Seeing(memory_store(), seen.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.approval_store(Seeing(memory_store(), seen.clone()))
+    });
     gate.run(|| fetch("https://evil".into())).unwrap();
     let genuine = "pay bob 10".to_owned();
     let variants = [
@@ -317,13 +312,11 @@ fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing()
     let asked: Asked = Arc::default();
     let reply = answer(for_session());
     let budgets = Arc::new(MemoryBudgets::new());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(&Pause::new(), &reply, &asked))
-        .budget(BudgetScope::tool("pairs.wire"), 2, HOUR)
-        .budget_store_shared(HookBudgets::shared(&budgets, &pause))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(holding_approver(&Pause::new(), &reply, &asked))
+            .budget(BudgetScope::tool("pairs.wire"), 2, HOUR)
+            .budget_store_shared(HookBudgets::shared(&budgets, &pause))
+    });
     gate.run(|| wire(1)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
     let before = count(&WIRES);
@@ -343,10 +336,7 @@ fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing()
     *reply.lock().unwrap() = Approval::Approve;
     gate.run(|| wire(3))
         .expect("the rejected call gave its unit back");
-    assert_eq!(
-        gate.run(|| wire(4)).unwrap_err().code(),
-        DenialCode::BudgetExhausted
-    );
+    assert_eq!(denial(gate.run(|| wire(4))), DenialCode::BudgetExhausted);
 }
 
 /// grants × async sink × cancellation (7). The approver answers "for the session"; the async call's
@@ -357,16 +347,14 @@ fn p56_a_grant_for_an_async_call_dropped_before_its_commit_is_never_made() {
     let _serial = serial();
     let asked: Asked = Arc::default();
     let sink = Arc::new(Hanging(MemorySink::new()));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(holding_approver(
             &Pause::new(),
             &answer(for_session()),
             &asked,
         ))
         .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    });
     let rt = runtime();
     let before = count(&WIRES);
     let waited = rt.block_on(async {

@@ -3,6 +3,7 @@
 mod approval_surfaces;
 mod approvers;
 mod by_name;
+pub(crate) mod checks;
 mod features_meeting;
 mod handlers;
 mod integrations;

@@ -12,6 +12,7 @@ use toolgate::{Approval, ApprovalRequest, Gate, Mode};
 
 use crate::common::gates;
 use crate::fixtures::user_code::*;
+use crate::g07_approvals::checks::built;
 
 #[test]
 fn g7_an_approval_with_an_unserializable_argument_does_not_run_another_one() {
@@ -292,12 +293,10 @@ fn g7_a_call_from_inside_an_arguments_serialize_does_not_double_an_approval() {
 #[test]
 fn g7_approvals_expire() {
     let _s = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .approval_ttl(Duration::from_millis(30))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.two_step_approvals()
+            .approval_ttl(Duration::from_millis(30))
+    });
     let t = token_of(gate.run(|| two_slow(555)));
     gate.approve(&t).unwrap();
     std::thread::sleep(Duration::from_millis(80));
@@ -319,15 +318,12 @@ fn g7_a_redacted_value_reaches_no_record_message_request_or_debug() {
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
         let s2 = seen.clone();
         let (sink, mem) = hook_sink(|_| Ok(()));
-        let approver_gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .audit(sink)
-            .approver(move |r: &ApprovalRequest<'_>| {
+        let approver_gate = built(Mode::FullAuto, |b| {
+            b.audit(sink).approver(move |r: &ApprovalRequest<'_>| {
                 s2.lock().unwrap().push(format!("{r:?}"));
                 Approval::Reject("no".into())
             })
-            .build()
-            .unwrap();
+        });
         let d1 = approver_gate
             .run(|| secret("ada".into(), pin.into()))
             .unwrap_err();

@@ -21,6 +21,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk, registry
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{built, denial};
 
 /// latch × budgets (13). A LOW_WRITE call WAITS in its budget store (a shared store, one call an
 /// hour); the latch closes meanwhile and the gate refuses tainted writes. The call is refused
@@ -32,14 +33,12 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
     let build = |store: Arc<dyn BudgetStore>| {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .agent("poster")
-            .taint_policy(TaintPolicy::Refuse)
-            .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
-            .budget_store_shared(store)
-            .build()
-            .unwrap()
+        built(Mode::PartialAuto, |b| {
+            b.agent("poster")
+                .taint_policy(TaintPolicy::Refuse)
+                .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
+                .budget_store_shared(store)
+        })
     };
     let gate = build(HookBudgets::shared(&budgets, &pause));
     let before = count(&POSTS);
@@ -61,7 +60,7 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
         .run(|| post("y".into()))
         .expect("the refused call gave its unit back");
     assert_eq!(
-        other.run(|| post("z".into())).unwrap_err().code(),
+        denial(other.run(|| post("z".into()))),
         DenialCode::BudgetExhausted
     );
 }
@@ -76,12 +75,10 @@ fn p09_an_untrusted_call_refused_for_its_taint_record_gives_its_unit_back() {
         r.stage == Stage::SessionTainted
     });
     sink.fail.store(1, SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.fetch"), 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.fetch"), 1, HOUR)
+    });
     let before = count(&FETCHES);
     take_events();
     let refused = gate.run(|| fetch("https://evil".into())).unwrap_err();
@@ -97,7 +94,7 @@ fn p09_an_untrusted_call_refused_for_its_taint_record_gives_its_unit_back() {
         "the untrusted body ran before the log said so: {events:?}"
     );
     assert_eq!(
-        gate.run(|| post("x".into())).unwrap_err().code(),
+        denial(gate.run(|| post("x".into()))),
         DenialCode::ApprovalRequired
     );
 }
@@ -116,22 +113,18 @@ fn p10_a_budget_refusal_does_not_use_up_an_operators_approval() {
     let window = Duration::from_millis(400);
     let budgets = Arc::new(MemoryBudgets::new());
     let approvals = memory_store();
-    let two_step = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approval_store_shared(approvals.clone())
-        .budget(BudgetScope::tool("pairs.wire"), 1, window)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
-    let quick = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(BudgetScope::tool("pairs.wire"), 1, window)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
+    let two_step = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .approval_store_shared(approvals.clone())
+            .budget(BudgetScope::tool("pairs.wire"), 1, window)
+            .budget_store_shared(budgets.clone())
+    });
+    let quick = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(BudgetScope::tool("pairs.wire"), 1, window)
+            .budget_store_shared(budgets.clone())
+    });
     let pending = two_step.run(|| wire(5)).unwrap_err();
     assert_eq!(pending.code(), DenialCode::ApprovalPending);
     two_step.approve(pending.approval_token().unwrap()).unwrap();
@@ -158,25 +151,21 @@ fn p11_a_call_waiting_in_its_approval_store_holds_its_unit_only_until_it_is_pend
     let _serial = serial();
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
-    let filing = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approval_store(HookStore {
-            inner: memory_store(),
-            pause: pause.clone(),
-        })
-        .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
-    let quick = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
+    let filing = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .approval_store(HookStore {
+                inner: memory_store(),
+                pause: pause.clone(),
+            })
+            .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
+            .budget_store_shared(budgets.clone())
+    });
+    let quick = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
+            .budget_store_shared(budgets.clone())
+    });
     pause.arm();
     let caller = {
         let filing = filing.clone();
@@ -184,7 +173,7 @@ fn p11_a_call_waiting_in_its_approval_store_holds_its_unit_only_until_it_is_pend
     };
     assert!(pause.reached(), "the call waits in its store");
     assert_eq!(
-        quick.run(|| wire(2)).unwrap_err().code(),
+        denial(quick.run(|| wire(2))),
         DenialCode::BudgetExhausted,
         "a reserved unit counts"
     );
@@ -209,16 +198,14 @@ fn p12_an_async_rejection_gives_the_unit_back_that_a_waiting_clone_could_not_hav
     let pause = Pause::new();
     let asked: Asked = Arc::default();
     let reply = answer(Approval::Reject("not now".into()));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(HoldingAsync {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(HoldingAsync {
             pause: pause.clone(),
             answer: reply.clone(),
             asked: asked.clone(),
         })
         .budget(Risk::HighWrite, 1, HOUR)
-        .build()
-        .unwrap();
+    });
     let rt = runtime();
     let before = count(&WIRES);
     pause.arm();
@@ -238,7 +225,7 @@ fn p12_an_async_rejection_gives_the_unit_back_that_a_waiting_clone_could_not_hav
     assert_eq!(rt.block_on(gate.scope(wire_async(3))).unwrap(), 3);
     assert_eq!(count(&WIRES), before + 1);
     assert_eq!(
-        rt.block_on(gate.scope(wire_async(4))).unwrap_err().code(),
+        denial(rt.block_on(gate.scope(wire_async(4)))),
         DenialCode::BudgetExhausted
     );
 }
@@ -260,12 +247,10 @@ fn p13_racing_async_calls_behind_a_granting_async_approver_never_exceed_the_budg
             })
         }
     }
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Yielding)
-        .budget(BudgetScope::tool("pairs.wire_async"), 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(Yielding)
+            .budget(BudgetScope::tool("pairs.wire_async"), 3, HOUR)
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
@@ -307,13 +292,11 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
     let build = |store: Arc<dyn BudgetStore>| {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .agent("poster")
-            .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
-            .budget_store_shared(store)
-            .build()
-            .unwrap()
+        built(Mode::PartialAuto, |b| {
+            b.agent("poster")
+                .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
+                .budget_store_shared(store)
+        })
     };
     let gate = build(HookBudgets::shared(&budgets, &pause));
     let before = count(&POSTS);
@@ -343,30 +326,26 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
 fn p20_an_async_stop_gives_the_unit_back_to_a_shared_budget() {
     let _serial = serial();
     let budgets = Arc::new(MemoryBudgets::new());
-    let stopping = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .async_approver(HoldingAsync {
-            pause: Pause::new(),
-            answer: answer(Approval::Stop("runaway".into())),
-            asked: Arc::default(),
-        })
-        .budget(Risk::HighWrite, 1, HOUR)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
+    let stopping = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .async_approver(HoldingAsync {
+                pause: Pause::new(),
+                answer: answer(Approval::Stop("runaway".into())),
+                asked: Arc::default(),
+            })
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(budgets.clone())
+    });
     let rt = runtime();
     let refused = rt.block_on(stopping.scope(wire_async(1))).unwrap_err();
     assert_eq!(refused.code(), DenialCode::ApprovalRejected);
     assert_eq!(stopping.mode(), Mode::Shadow);
-    let other = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(Risk::HighWrite, 1, HOUR)
-        .budget_store_shared(budgets)
-        .build()
-        .unwrap();
+    let other = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(budgets)
+    });
     other
         .run(|| wire(2))
         .expect("the stopped call gave its unit back");
@@ -384,12 +363,10 @@ fn p21_a_sink_that_waits_then_fails_holds_the_unit_only_while_it_waits() {
     let _serial = serial();
     let pause = Pause::new();
     let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.read"));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
+    });
     let before = count(&READS);
     pause.arm();
     sink.fail.store(1, SeqCst);
@@ -399,7 +376,7 @@ fn p21_a_sink_that_waits_then_fails_holds_the_unit_only_while_it_waits() {
     };
     assert!(pause.reached());
     assert_eq!(
-        gate.clone().run(|| read(2)).unwrap_err().code(),
+        denial(gate.clone().run(|| read(2))),
         DenialCode::BudgetExhausted
     );
     pause.go();
@@ -418,12 +395,10 @@ fn p22_a_sink_panicking_on_enter_gives_the_unit_back() {
     let _serial = serial();
     let sink = HookSink::new(&Pause::new(), is(Stage::Enter, "pairs.read"));
     sink.panic.store(1, SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
+    });
     let before = count(&READS);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.run(|| read(1))));
     if let Ok(result) = panicked {
@@ -480,10 +455,7 @@ fn p29_one_agents_calls_never_spend_anothers_budget_in_a_shared_store() {
             .run(|| read(2))
             .unwrap_or_else(|d| panic!("agent {label:?} shares agent `a`'s budget: {d}"));
     }
-    assert_eq!(
-        a.run(|| read(3)).unwrap_err().code(),
-        DenialCode::BudgetExhausted
-    );
+    assert_eq!(denial(a.run(|| read(3))), DenialCode::BudgetExhausted);
 }
 
 /// grants × budgets, racing (13). Four threads call a granted, budgeted tool (budget of five) directly
@@ -491,12 +463,10 @@ fn p29_one_agents_calls_never_spend_anothers_budget_in_a_shared_store() {
 #[test]
 fn p37_threads_racing_on_a_grant_never_exceed_the_budget() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
-        .budget(BudgetScope::tool("pairs.wire"), 5, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
+            .budget(BudgetScope::tool("pairs.wire"), 5, HOUR)
+    });
     let before = count(&WIRES);
     let workers: Vec<_> = (0..4)
         .map(|i| {
@@ -532,11 +502,11 @@ fn p38_an_inner_gates_spent_budget_takes_nothing_of_the_outer_gates() {
     let before = count(&READS);
     for _ in 0..3 {
         assert_eq!(
-            outer.run(|| inner.run(|| read(2))).unwrap_err().code(),
+            denial(outer.run(|| inner.run(|| read(2)))),
             DenialCode::BudgetExhausted
         );
         assert_eq!(
-            inner.run(|| outer.run(|| read(2))).unwrap_err().code(),
+            denial(inner.run(|| outer.run(|| read(2)))),
             DenialCode::BudgetExhausted
         );
     }
@@ -665,14 +635,12 @@ fn p53_a_store_answering_a_foreign_code_refuses_without_keeping_the_unit() {
         DenialCode::DenyListed,
     ] {
         let budgets = Arc::new(MemoryBudgets::new());
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .agent("payer")
-            .approval_store(Foreign(code))
-            .budget(Risk::HighWrite, 1, HOUR)
-            .budget_store_shared(budgets.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.agent("payer")
+                .approval_store(Foreign(code))
+                .budget(Risk::HighWrite, 1, HOUR)
+                .budget_store_shared(budgets.clone())
+        });
         let before = count(&WIRES);
         let refused = gate.run(|| wire(1)).unwrap_err();
         assert_eq!(
@@ -687,16 +655,14 @@ fn p53_a_store_answering_a_foreign_code_refuses_without_keeping_the_unit() {
         );
         assert_eq!(gate.mode(), Mode::FullAuto);
         assert_eq!(count(&WIRES), before);
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .agent("payer")
-            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-            .budget(Risk::HighWrite, 1, HOUR)
-            .budget_store_shared(budgets)
-            .build()
-            .unwrap()
-            .run(|| wire(2))
-            .unwrap_or_else(|d| panic!("{code:?}: the unit was kept: {d}"));
+        built(Mode::FullAuto, |b| {
+            b.agent("payer")
+                .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+                .budget(Risk::HighWrite, 1, HOUR)
+                .budget_store_shared(budgets)
+        })
+        .run(|| wire(2))
+        .unwrap_or_else(|d| panic!("{code:?}: the unit was kept: {d}"));
     }
 }
 
@@ -719,13 +685,11 @@ fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
         fn release(&self, _: &[BudgetCharge], _: Reservation) {}
     }
     let sink = Arc::new(MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.post*"), 5, HOUR)
-        .budget_store(Nonsense)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.post*"), 5, HOUR)
+            .budget_store(Nonsense)
+    });
     let before = count(&POSTS);
     let rt = runtime();
     let direct = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -5,10 +5,11 @@
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use toolgate::Mode;
 use toolgate::gate::BudgetScope;
-use toolgate::{Gate, Mode};
 
 use crate::fixtures::mcp_in_band::*;
+use crate::g07_approvals::checks::built;
 
 /// In band under a budget: forms left unanswered keep no unit, a call the budget refuses gets no
 /// form (no approver is asked), and no form answered runs a call past the budget.
@@ -16,13 +17,13 @@ use crate::fixtures::mcp_in_band::*;
 fn b34_in_band_form_not_shown_past_the_budget() {
     rt().block_on(async {
         let sink = Arc::new(Memory::default());
-        let g = Gate::builder()
-            .mode(Mode::FullAuto)
-            .two_step_approvals()
-            .audit_shared(sink.clone())
-            .budget(BudgetScope::tool("m10.*"), 2, HOUR)
-            .build()
-            .unwrap();
+        let g = built(Mode::FullAuto, |b| {
+            b.two_step_approvals().audit_shared(sink.clone()).budget(
+                BudgetScope::tool("m10.*"),
+                2,
+                HOUR,
+            )
+        });
         let client = connect(in_band(g)).await;
         let s1 = call(&client, "m10.m10_wire", json!({"cents": 1}), None, None).await;
         let s2 = call(&client, "m10.m10_wire", json!({"cents": 2}), None, None).await;

@@ -20,6 +20,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, registry};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{built, denial};
 
 // ---------------------------------------------------------------------------------------------------------
 // grants × the taint latch
@@ -80,16 +81,14 @@ fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_clos
     let pause = Pause::new();
     let asked: Asked = Arc::default();
     let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(holding_approver(
             &Pause::new(),
             &answer(for_session()),
             &asked,
         ))
         .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    });
     gate.run(|| wire(1)).unwrap();
     assert_eq!(gate.grants().len(), 1);
     let before = count(&WIRES);
@@ -189,17 +188,15 @@ fn p07_a_write_waiting_in_its_budget_store_when_the_latch_closes_is_asked_or_ref
         let pause = Pause::new();
         let asked: Asked = Arc::default();
         let budgets = Arc::new(MemoryBudgets::new());
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .approver(holding_approver(
+        let gate = built(Mode::PartialAuto, |b| {
+            b.approver(holding_approver(
                 &Pause::new(),
                 &answer(Approval::Approve),
                 &asked,
             ))
             .budget(BudgetScope::tool("pairs.post*"), 100, HOUR)
             .budget_store_shared(HookBudgets::shared(&budgets, &pause))
-            .build()
-            .unwrap();
+        });
         let before = count(&POSTS);
         pause.arm();
         let caller = {
@@ -295,7 +292,7 @@ fn p17_an_untrusted_call_taints_its_gate_parameter_and_the_ambient_gate() {
     );
     for gate in [&g, &h] {
         assert_eq!(
-            gate.run(|| post("x".into())).unwrap_err().code(),
+            denial(gate.run(|| post("x".into()))),
             DenialCode::ApprovalRequired
         );
     }
@@ -430,15 +427,13 @@ fn p30_an_async_approval_asked_before_the_latch_closed_runs_no_tainted_write() {
     for path in ["scoped", "by name"] {
         let pause = Pause::armed();
         let asked: Asked = Arc::default();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .async_approver(HoldingAsync {
+        let gate = built(Mode::FullAuto, |b| {
+            b.async_approver(HoldingAsync {
                 pause: pause.clone(),
                 answer: answer(Approval::Approve),
                 asked: asked.clone(),
             })
-            .build()
-            .unwrap();
+        });
         let before = count(&WIRES);
         let waiting = {
             let gate = gate.clone();
@@ -475,11 +470,7 @@ fn p30_an_async_approval_asked_before_the_latch_closed_runs_no_tainted_write() {
 #[test]
 fn p31_an_argument_that_closes_the_latch_while_it_is_read_taints_its_own_call() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     *SLOT.lock().unwrap() = Some(gate.clone());
     arm_de(|| {
         let gate = slot();
@@ -511,14 +502,12 @@ fn p31_an_argument_that_closes_the_latch_while_it_is_read_taints_its_own_call() 
 fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
     let _serial = serial();
     let pause = Pause::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store(HookStore {
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store(HookStore {
             inner: memory_store(),
             pause: pause.clone(),
         })
-        .build()
-        .unwrap();
+    });
     let pending = gate.run(|| wire(1)).unwrap_err();
     gate.answer(
         pending.approval_token().unwrap(),
@@ -542,10 +531,7 @@ fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
         "a grant made in a tainted session"
     );
     let before = count(&WIRES);
-    assert_eq!(
-        gate.run(|| wire(2)).unwrap_err().code(),
-        DenialCode::ApprovalPending
-    );
+    assert_eq!(denial(gate.run(|| wire(2))), DenialCode::ApprovalPending);
     assert_eq!(count(&WIRES), before);
 }
 
@@ -558,14 +544,12 @@ fn p42_a_tainted_refusing_gate_uses_no_stored_approval() {
     let _serial = serial();
     let store = memory_store();
     let build = || {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .principal("alice")
-            .agent("desk")
-            .taint_policy(TaintPolicy::Refuse)
-            .approval_store_shared(store.clone())
-            .build()
-            .unwrap()
+        built(Mode::FullAuto, |b| {
+            b.principal("alice")
+                .agent("desk")
+                .taint_policy(TaintPolicy::Refuse)
+                .approval_store_shared(store.clone())
+        })
     };
     let (clean, tainted) = (build(), build());
     let own = tainted.run(|| wire(30)).unwrap_err();
@@ -576,7 +560,7 @@ fn p42_a_tainted_refusing_gate_uses_no_stored_approval() {
     let before = count(&WIRES);
     for cents in [30, 31] {
         assert_eq!(
-            tainted.run(|| wire(cents)).unwrap_err().code(),
+            denial(tainted.run(|| wire(cents))),
             DenialCode::TaintedSession
         );
         assert_eq!(
@@ -643,10 +627,7 @@ fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decid
     );
     gate.run(|| fetch("https://evil".into())).unwrap();
     let before = count(&POSTS);
-    assert_eq!(
-        rt.block_on(scoped).unwrap_err().code(),
-        DenialCode::ApprovalRequired
-    );
+    assert_eq!(denial(rt.block_on(scoped)), DenialCode::ApprovalRequired);
     assert_eq!(rt.block_on(named).unwrap_err().code(), "APPROVAL_REQUIRED");
     assert_eq!(count(&POSTS), before);
 }
@@ -663,12 +644,10 @@ fn p55_a_grant_answered_in_a_clean_session_whose_enter_waits_past_the_latch_is_n
     let _serial = serial();
     let pause = Pause::new();
     let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
+            .audit_shared(sink.clone())
+    });
     let before = count(&WIRES);
     pause.arm();
     let caller = {

@@ -15,6 +15,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 use crate::common::KeepingStore;
 use crate::common::gates;
 use crate::common::serial;
+use crate::g07_approvals::checks::{built, denial};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static POSTS: AtomicUsize = AtomicUsize::new(0);
@@ -200,12 +201,9 @@ fn a_rejected_tainted_write_does_not_run() {
 fn a_gate_that_refuses_tainted_writes_refuses_them_with_their_code_and_asks_no_one() {
     let _serial = serial();
     let (asked, approver) = recording(Approval::Approve);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(approver).taint_policy(TaintPolicy::Refuse)
+    });
     assert_eq!(gate.taint_policy(), TaintPolicy::Refuse);
     gate.run(|| delete(1)).unwrap();
     assert_eq!(
@@ -272,7 +270,7 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
     gate.run(|| post("reply".into())).unwrap();
     assert_eq!(posts(), before + 1);
     assert_eq!(
-        gate.run(|| post("reply".into())).unwrap_err().code(),
+        denial(gate.run(|| post("reply".into()))),
         DenialCode::ApprovalReused
     );
 }
@@ -281,18 +279,11 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
 fn an_approval_store_is_handed_what_tainted_the_session_with_the_call() {
     let _serial = serial();
     let store = Arc::new(KeepingStore::default());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .build()
-        .unwrap();
-    assert_eq!(
-        gate.run(|| delete(9)).unwrap_err().code(),
-        DenialCode::ApprovalPending
-    );
+    let gate = built(Mode::FullAuto, |b| b.approval_store_shared(store.clone()));
+    assert_eq!(denial(gate.run(|| delete(9))), DenialCode::ApprovalPending);
     gate.run(|| read_web("https://example.com".into())).unwrap();
     assert_eq!(
-        gate.run(|| post("x".into())).unwrap_err().code(),
+        denial(gate.run(|| post("x".into()))),
         DenialCode::ApprovalPending
     );
     let calls = store.0.lock().unwrap();
@@ -345,11 +336,7 @@ fn a_gate_lowered_while_the_approver_of_a_tainted_write_thinks_refuses_it_naming
 #[test]
 fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     let clone = gate.clone();
     // Tainted through a clone, inside a nested scope of the gate.
     gate.run(|| clone.run(|| read_web("https://example.com".into())))
@@ -376,11 +363,7 @@ fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
     assert_eq!(scoped.unwrap_err().code(), DenialCode::TaintedSession);
 
     // A new gate is a new session.
-    let fresh = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let fresh = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     assert!(fresh.taint().is_none());
     fresh.run(|| post("f".into())).unwrap();
 }
@@ -388,13 +371,7 @@ fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
 #[test]
 fn nested_gates_each_latch_where_the_untrusted_call_passed_them() {
     let _serial = serial();
-    let build = || {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .taint_policy(TaintPolicy::Refuse)
-            .build()
-            .unwrap()
-    };
+    let build = || built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     let (outer, inner, apart) = (build(), build(), build());
     outer
         .run(|| inner.run(|| read_web("https://example.com".into())))
@@ -410,12 +387,9 @@ fn nested_gates_each_latch_where_the_untrusted_call_passed_them() {
 #[test]
 fn a_refused_untrusted_call_does_not_taint() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("taint.read_web")
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.deny("taint.read_web").taint_policy(TaintPolicy::Refuse)
+    });
     let before = READS.load(Ordering::SeqCst);
     let denied = gate
         .run(|| read_web("https://example.com".into()))
@@ -429,13 +403,7 @@ fn a_refused_untrusted_call_does_not_taint() {
 #[test]
 fn calls_by_name_and_async_tools_close_the_latch_too() {
     let _serial = serial();
-    let build = || {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .taint_policy(TaintPolicy::Refuse)
-            .build()
-            .unwrap()
-    };
+    let build = || built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     let registry = toolgate::registry();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -480,11 +448,7 @@ fn calls_by_name_and_async_tools_close_the_latch_too() {
 #[test]
 fn the_latch_judges_a_call_at_its_effective_risk() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     gate.run(|| query("UPDATE t SET x = 1".into())).unwrap();
     gate.run(|| read_web("https://example.com".into())).unwrap();
     let before = QUERIES.load(Ordering::SeqCst);
@@ -641,17 +605,15 @@ fn a_write_whose_decision_waited_is_refused_once_the_latch_closed() {
         .build()
         .unwrap();
     for policy in [TaintPolicy::Refuse, TaintPolicy::RequireApproval] {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .taint_policy(policy)
-            .budget_store(SlowBudgets(std::time::Duration::from_millis(300)))
-            .budget(
-                toolgate::gate::BudgetScope::tool("taint.post_async"),
-                100,
-                HOUR,
-            )
-            .build()
-            .unwrap();
+        let gate = built(Mode::PartialAuto, |b| {
+            b.taint_policy(policy)
+                .budget_store(SlowBudgets(std::time::Duration::from_millis(300)))
+                .budget(
+                    toolgate::gate::BudgetScope::tool("taint.post_async"),
+                    100,
+                    HOUR,
+                )
+        });
         let before = POSTS.load(Ordering::SeqCst);
         let waiting = runtime.spawn(gate.scope(post_async("x".into())));
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -680,12 +642,9 @@ fn the_audit_log_shows_what_tainted_the_session_and_when() {
     );
     gate.run(|| read_web("https://example.com".into())).unwrap();
     gate.run(|| post("approved".into())).unwrap();
-    let refusing = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let refusing = built(Mode::PartialAuto, |b| {
+        b.taint_policy(TaintPolicy::Refuse).audit(sink.clone())
+    });
     refusing
         .run(|| read_web("https://example.org".into()))
         .unwrap();
@@ -861,12 +820,10 @@ fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_l
     let _serial = serial();
     let sink = Arc::new(RefusesTheTaint::default());
     sink.refuse.store(true, Ordering::SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.taint_policy(TaintPolicy::Refuse)
+            .audit_shared(sink.clone())
+    });
     let reads = READS.load(Ordering::SeqCst);
     let refused = gate
         .run(|| read_web("https://example.com".into()))
@@ -882,7 +839,7 @@ fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_l
     assert!(gate.taint().is_some());
     let posts_before = posts();
     assert_eq!(
-        gate.run(|| post("x".into())).unwrap_err().code(),
+        denial(gate.run(|| post("x".into()))),
         DenialCode::TaintedSession
     );
     assert_eq!(posts(), posts_before);
@@ -959,11 +916,7 @@ fn an_async_grant_answered_after_the_latch_closed_is_never_made() {
         .build()
         .unwrap();
     let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Late(slot.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Late(slot.clone())));
     *slot.lock().unwrap() = Some(gate.clone());
     let before = DELETES.load(Ordering::SeqCst);
     let denied = runtime.block_on(gate.scope(delete_async(1))).unwrap_err();

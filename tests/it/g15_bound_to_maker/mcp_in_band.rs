@@ -6,12 +6,13 @@ use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use toolgate::Mode;
 use toolgate::mcp::rmcp::model::CallToolRequestParams;
 use toolgate::mcp::{APPROVAL_INPUT, ToolgateServer};
-use toolgate::{Gate, Mode};
 
 use crate::common::gates;
 use crate::fixtures::mcp_in_band::*;
+use crate::g07_approvals::checks::built;
 
 /// A state sealed by one server's key opens at no server with another gate, even with the same key
 /// and agent label.
@@ -62,18 +63,8 @@ fn b33_http_session_changes_principal() {
     use toolgate::mcp::http::{HttpService, Principals};
     rt().block_on(async {
         let sink = Arc::new(Memory::default());
-        let alice = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .principal("alice")
-            .audit_shared(sink.clone())
-            .build()
-            .unwrap();
-        let bob = Gate::builder()
-            .mode(Mode::Shadow)
-            .principal("bob")
-            .audit_shared(sink.clone())
-            .build()
-            .unwrap();
+        let alice = built(Mode::PartialAuto, |b| b.principal("alice").audit_shared(sink.clone()));
+        let bob = built(Mode::Shadow, |b| b.principal("bob").audit_shared(sink.clone()));
         let server = ToolgateServer::new(bob.clone()).only(|m| m.domain == Some("h01"));
         let principals = Principals::new()
             .bearer("alice-token-0123456789", "alice", alice.clone())
@@ -142,13 +133,7 @@ fn b35_http_in_band_state_of_another_principal() {
     rt().block_on(async {
         let sink = Arc::new(Memory::default());
         let mk = |p: &str| {
-            Gate::builder()
-                .mode(Mode::FullAuto)
-                .two_step_approvals()
-                .principal(p)
-                .audit_shared(sink.clone())
-                .build()
-                .unwrap()
+            built(Mode::FullAuto, |b| b.two_step_approvals().principal(p).audit_shared(sink.clone()))
         };
         let (alice, bob) = (mk("alice"), mk("bob"));
         let server = in_band(bob.clone()).only(|m| m.domain == Some("h02"));
@@ -192,13 +177,7 @@ fn b36_http_task_of_another_principal() {
     rt().block_on(async {
         let sink = Arc::new(Memory::default());
         let mk = |p: &str| {
-            Gate::builder()
-                .mode(Mode::FullAuto)
-                .two_step_approvals()
-                .principal(p)
-                .audit_shared(sink.clone())
-                .build()
-                .unwrap()
+            built(Mode::FullAuto, |b| b.two_step_approvals().principal(p).audit_shared(sink.clone()))
         };
         let (alice, bob) = (mk("alice"), mk("bob"));
         let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
