@@ -18,7 +18,9 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 use crate::common::gates;
 use crate::common::scripted;
 use crate::common::serial;
-use crate::g07_approvals::checks::{built, denial};
+#[cfg(feature = "mcp")]
+use crate::g07_approvals::checks::refused_over_mcp;
+use crate::g07_approvals::checks::{built, denial, entered, refused_by_name};
 
 static WIRED: AtomicUsize = AtomicUsize::new(0);
 static WIRED_ASYNC: AtomicUsize = AtomicUsize::new(0);
@@ -397,28 +399,13 @@ fn a_rejection_reaches_the_agent_on_every_path() {
     assert_eq!(direct.code(), DenialCode::ApprovalRejected);
     assert!(direct.message().contains(reason), "{}", direct.message());
     let rt = runtime(1);
-    let by_name = rt
-        .block_on(toolgate::registry().call(
-            &gate,
-            "appr.wire_sync",
-            json!({"to": "a", "cents": 1}),
-        ))
-        .unwrap_err();
+    let args = json!({"to": "a", "cents": 1});
+    let by_name = refused_by_name(&rt, &gate, "appr.wire_sync", args.clone());
     assert!(by_name.to_string().contains(reason), "{by_name}");
     #[cfg(feature = "mcp")]
     {
-        let server = toolgate::mcp::ToolgateServer::new(gate.clone());
-        let result = rt
-            .block_on(server.call(
-                "appr.wire_sync",
-                json!({"to": "a", "cents": 1}).as_object().cloned(),
-            ))
-            .unwrap();
-        assert_eq!(result.is_error, Some(true));
-        let text = serde_json::to_value(&result).unwrap()["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let result = refused_over_mcp(&rt, &gate, "appr.wire_sync", args);
+        let text = result["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("APPROVAL_REJECTED: "), "{text}");
         assert!(text.contains(reason), "{text}");
     }
@@ -595,12 +582,8 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     assert_eq!(SYNC_RUNS.load(Ordering::SeqCst) - before, 2);
-    let entered: Vec<_> = records(&sink, Stage::Enter)
-        .into_iter()
-        .map(|r| (r.decision, r.by))
-        .collect();
     assert_eq!(
-        entered,
+        entered(&sink.records()),
         [
             (Some(Decision::Approved), Some("carol".into())),
             (Some(Decision::Granted), Some("carol".into())),

@@ -1,8 +1,13 @@
 //! Short forms of what the tests write again and again: a gate from its mode and what a test adds
-//! to its builder (a gate that cannot be built fails the test), and the code of a refused call.
+//! to its builder (a gate that cannot be built fails the test), the code of a refused call, what a
+//! refused call by name or over MCP says, and who decided the calls that entered.
 
 use std::fmt::Debug;
 
+use serde_json::Value;
+use tokio::runtime::Runtime;
+use toolgate::audit::{AuditRecord, Decision, Stage};
+use toolgate::registry::CallError;
 use toolgate::{DenialCode, Denied, Gate, GateBuilder, Mode};
 
 /// A gate in `mode`, with what `more` adds.
@@ -13,4 +18,26 @@ pub(crate) fn built(mode: Mode, more: impl FnOnce(GateBuilder) -> GateBuilder) -
 /// The code of the refusal `result` must be.
 pub(crate) fn denial<T: Debug>(result: Result<T, Denied>) -> DenialCode {
     result.unwrap_err().code()
+}
+
+/// Who decided each call that entered, and how: the `enter` records' decisions and deciders.
+pub(crate) fn entered(records: &[AuditRecord]) -> Vec<(Option<Decision>, Option<String>)> {
+    let enters = records.iter().filter(|r| r.stage == Stage::Enter);
+    enters.map(|r| (r.decision, r.by.clone())).collect()
+}
+
+/// What a refused call of `tool` by name says, run on `rt`.
+pub(crate) fn refused_by_name(rt: &Runtime, gate: &Gate, tool: &str, args: Value) -> CallError {
+    let call = toolgate::registry().call(gate, tool, args);
+    rt.block_on(call).unwrap_err()
+}
+
+/// What a refused call of `tool` over MCP answers (as JSON), run on `rt`.
+#[cfg(feature = "mcp")]
+pub(crate) fn refused_over_mcp(rt: &Runtime, gate: &Gate, tool: &str, args: Value) -> Value {
+    let server = toolgate::mcp::ToolgateServer::new(gate.clone());
+    let result = rt.block_on(server.call(tool, args.as_object().cloned()));
+    let result = result.unwrap();
+    assert_eq!(result.is_error, Some(true));
+    serde_json::to_value(&result).unwrap()
 }
