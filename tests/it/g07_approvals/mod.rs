@@ -10,6 +10,7 @@ mod integrations;
 mod mcp_in_band;
 mod receivers;
 mod regressions;
+pub(crate) mod rounds;
 pub(crate) mod served_ops;
 mod shared_stores;
 mod user_code;
