@@ -5,18 +5,18 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::time::Duration;
 
 use serde_json::json;
+use std::sync::atomic::Ordering::SeqCst;
 use toolgate::approval::SessionGrant;
 use toolgate::audit::{AuditRecord, Outcome, Stage};
-use toolgate::{Approval, ApprovalRequest, DenialCode, Mode};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::meeting::*;
 
 /// grants (shortcut) × lowering, racing (4). Threads call a granted HIGH_WRITE tool (FULL_AUTO only);
 /// the test lowers the gate to PARTIAL_AUTO. No call started after `lower` returned may run, grant or
@@ -24,51 +24,16 @@ use crate::g07_approvals::checks::{built, denial};
 #[test]
 fn p05_no_granted_call_started_after_lower_returns_runs() {
     let _serial = serial();
-    let asked: Asked = Arc::default();
-    let gate = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &answer(for_session()), &asked),
-    );
+    let (gate, _, _) = granting();
     gate.run(|| wire(0)).unwrap();
-    let lowered = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let late_runs = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let (gate, lowered, stop, late_runs) = (
-                gate.clone(),
-                lowered.clone(),
-                stop.clone(),
-                late_runs.clone(),
-            );
-            spawn(move || {
-                while !stop.load(SeqCst) {
-                    let started_after = lowered.load(SeqCst);
-                    let ran = if i == 2 {
-                        by_name(&gate, "pairs.wire", json!({"cents": 1})).is_ok()
-                    } else {
-                        gate.run(|| wire(1)).is_ok()
-                    };
-                    if started_after && ran {
-                        late_runs.fetch_add(1, SeqCst);
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(20));
-    gate.lower(Mode::PartialAuto).unwrap();
-    lowered.store(true, SeqCst);
-    std::thread::sleep(Duration::from_millis(50));
-    stop.store(true, SeqCst);
-    for worker in workers {
-        worker.join().unwrap();
-    }
-    assert_eq!(
-        late_runs.load(SeqCst),
-        0,
-        "granted calls ran after the lowering"
-    );
+    let call = |gate: &Gate, i| match i {
+        2 => by_name(gate, "pairs.wire", json!({"cents": 1})).is_ok(),
+        _ => gate.run(|| wire(1)).is_ok(),
+    };
+    let late = late_runs(&gate, call, None, || {
+        gate.lower(Mode::PartialAuto).unwrap();
+    });
+    assert_eq!(late, 0, "granted calls ran after the lowering");
 }
 
 // ---------------------------------------------------------------------------------------------------------

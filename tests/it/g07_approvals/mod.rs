@@ -8,6 +8,7 @@ mod features_meeting;
 mod handlers;
 mod integrations;
 mod mcp_in_band;
+pub(crate) mod meeting;
 mod receivers;
 mod regressions;
 pub(crate) mod rounds;

@@ -3,7 +3,7 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +21,7 @@ use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::meeting::*;
 
 // ---------------------------------------------------------------------------------------------------------
 // grants × the taint latch
@@ -79,16 +80,8 @@ fn p01_a_grant_answered_while_the_latch_closes_on_another_thread_is_never_made()
 fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_closes() {
     let _serial = serial();
     let pause = Pause::new();
-    let asked: Asked = Arc::default();
     let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = built(Mode::FullAuto, |b| {
-        b.approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked,
-        ))
-        .audit_shared(sink.clone())
-    });
+    let (gate, _, _) = granting_with(|b| b.audit_shared(sink.clone()));
     gate.run(|| wire(1)).unwrap();
     assert_eq!(gate.grants().len(), 1);
     let before = count(&WIRES);
@@ -122,54 +115,19 @@ fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_clos
 #[test]
 fn p06_no_write_started_after_the_latch_closed_runs_unasked_on_any_thread() {
     let _serial = serial();
-    let asked: Asked = Arc::default();
-    let reply = answer(for_session());
-    let gate = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &reply, &asked),
-    );
+    let (gate, _, reply) = granting();
     gate.run(|| shell("sudo true".into())).unwrap();
     assert_eq!(gate.grants().len(), 1);
     *reply.lock().unwrap() = Approval::Reject("tainted".into());
-    let tainted = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let late_runs = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let (gate, tainted, stop, late_runs) = (
-                gate.clone(),
-                tainted.clone(),
-                stop.clone(),
-                late_runs.clone(),
-            );
-            spawn(move || {
-                while !stop.load(SeqCst) {
-                    let started_after = tainted.load(SeqCst);
-                    let ran = match i {
-                        0 => gate.run(|| shell("ls".into())).is_ok(),
-                        1 => gate.run(|| post("hi".into())).is_ok(),
-                        _ => gate.run(|| shell("sudo ls".into())).is_ok(),
-                    };
-                    if started_after && ran {
-                        late_runs.fetch_add(1, SeqCst);
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(20));
-    gate.run(|| fetch("https://evil".into())).unwrap();
-    tainted.store(true, SeqCst);
-    std::thread::sleep(Duration::from_millis(50));
-    stop.store(true, SeqCst);
-    for worker in workers {
-        worker.join().unwrap();
-    }
-    assert_eq!(
-        late_runs.load(SeqCst),
-        0,
-        "writes ran unasked after the latch closed"
-    );
+    let call = |gate: &Gate, i| match i {
+        0 => gate.run(|| shell("ls".into())).is_ok(),
+        1 => gate.run(|| post("hi".into())).is_ok(),
+        _ => gate.run(|| shell("sudo ls".into())).is_ok(),
+    };
+    let late = late_runs(&gate, call, None, || {
+        gate.run(|| fetch("https://evil".into())).unwrap();
+    });
+    assert_eq!(late, 0, "writes ran unasked after the latch closed");
     assert!(gate.grants().is_empty());
 }
 

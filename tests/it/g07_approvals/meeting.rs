@@ -1,0 +1,74 @@
+//! What the tests of two features meeting (guarantees 4, 7, 13, 14 and 15) set up again and again:
+//! a gate whose approver grants for the session, and threads racing a change of the gate.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use toolgate::{Approval, Gate, GateBuilder, Mode};
+
+use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::built;
+
+/// A FullAuto gate whose approver (recording what it is asked in `.1`) answers what `.2` holds: at
+/// first a grant of the tool for the session.
+pub(crate) fn granting() -> (Gate, Asked, Arc<Mutex<Approval>>) {
+    granting_with(|b| b)
+}
+
+/// [`granting`], with what `more` adds to the gate.
+pub(crate) fn granting_with(
+    more: impl FnOnce(GateBuilder) -> GateBuilder,
+) -> (Gate, Asked, Arc<Mutex<Approval>>) {
+    let asked: Asked = Arc::default();
+    let reply = answer(for_session());
+    let approver = holding_approver(&Pause::new(), &reply, &asked);
+    (
+        built(Mode::FullAuto, |b| more(b.approver(approver))),
+        asked,
+        reply,
+    )
+}
+
+/// Three threads call `gate` (`call(gate, i)` on thread `i`, true when the call ran) until stopped,
+/// while `change` runs; a thread gives up after `limit` calls started after the change, if given.
+/// Returns how many of the calls started after `change` returned ran.
+pub(crate) fn late_runs(
+    gate: &Gate,
+    call: fn(&Gate, usize) -> bool,
+    limit: Option<usize>,
+    change: impl FnOnce(),
+) -> usize {
+    let changed = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let late = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let (gate, changed) = (gate.clone(), changed.clone());
+            let (stop, late) = (stop.clone(), late.clone());
+            spawn(move || {
+                let mut after = 0;
+                while !stop.load(SeqCst) {
+                    let started_after = changed.load(SeqCst);
+                    let ran = call(&gate, i);
+                    if started_after {
+                        after += 1;
+                        late.fetch_add(usize::from(ran), SeqCst);
+                        if limit.is_some_and(|limit| after > limit) {
+                            break;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    change();
+    changed.store(true, SeqCst);
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, SeqCst);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    late.load(SeqCst)
+}
