@@ -14,7 +14,7 @@ use toolgate::{Approval, DenialCode, Gate, Mode, Risk};
 
 use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
-use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::checks::{assert_denied, built};
 
 // Attacks: the gate lowered from outside while a call's future is parked in its async approver, and a
 // future created at FULL_AUTO but first polled after the gate was lowered. Neither may run at the old
@@ -96,9 +96,9 @@ fn atk2_a_grant_lifts_neither_a_lowered_mode_nor_the_ceiling() {
         "the grant is at the effective risk"
     );
     gate.lower(Mode::PartialAuto).unwrap();
-    assert_eq!(
-        denial(gate.run(|| sync_wire("b".into(), 2))),
-        DenialCode::ModeNotAllowed
+    assert_denied(
+        gate.run(|| sync_wire("b".into(), 2)),
+        DenialCode::ModeNotAllowed,
     );
     assert_eq!(
         gate.run(|| shell("sudo rm -rf /".into()))

@@ -15,7 +15,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
-use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::checks::{assert_denied, built};
 use crate::g07_approvals::meeting::*;
 
 /// grants (shortcut) × lowering, racing (4). Threads call a granted HIGH_WRITE tool (FULL_AUTO only);
@@ -60,12 +60,9 @@ fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
     });
     gate.run(|| wire(1)).unwrap();
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     let stopped = gate.run(|| shell("sudo reboot".into())).unwrap_err();
     assert_eq!(stopped.code(), DenialCode::ApprovalRejected);
     assert_eq!(gate.mode(), Mode::Shadow);
@@ -93,7 +90,7 @@ fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.lower(Mode::PartialAuto).unwrap();
     let before = count(&WIRES);
-    assert_eq!(denial(gate.run(|| wire(9))), DenialCode::ModeNotAllowed);
+    assert_denied(gate.run(|| wire(9)), DenialCode::ModeNotAllowed);
     assert_eq!(
         by_name(&gate, "pairs.wire", json!({"cents": 9}))
             .unwrap_err()

@@ -20,7 +20,7 @@ use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
 #[cfg(feature = "mcp")]
 use crate::g07_approvals::checks::refused_over_mcp;
-use crate::g07_approvals::checks::{built, denial, entered, refused_by_name};
+use crate::g07_approvals::checks::{assert_denied, built, denial, entered, refused_by_name};
 
 // ---------------------------------------------------------------------------------------------------------
 // 1. Async approvers: cancellation, lowering, panics, re-entry, threads
@@ -144,7 +144,7 @@ fn rejected_on_a_panic(gate: &Gate, sink: &MemorySink, rt: &Runtime, expect: &st
         DenialCode::NoGate,
         "the unwinding left the gate entered on this thread"
     );
-    assert_eq!(denial(outcome.expect(expect)), DenialCode::ApprovalRejected);
+    assert_denied(outcome.expect(expect), DenialCode::ApprovalRejected);
     before
 }
 
@@ -189,13 +189,10 @@ fn atk2_a_sync_approver_whose_name_panics_has_rejected() {
         "ran on a panicking approver"
     );
     assert_paired(&sink.records());
-    assert_eq!(denial(read_sync()), DenialCode::NoGate);
+    assert_denied(read_sync(), DenialCode::NoGate);
     assert_eq!(gate.run(read_sync).unwrap(), 7, "the gate still works");
     let escaped = "the sync approver's panicking name escaped the gate";
-    assert_eq!(
-        denial(outcome.expect(escaped)),
-        DenialCode::ApprovalRejected
-    );
+    assert_denied(outcome.expect(escaped), DenialCode::ApprovalRejected);
 }
 
 // Attacks: the same, for an async approver's `name`.
@@ -333,7 +330,7 @@ fn atk2_an_exact_grant_does_not_cover_another_redacted_value() {
         |gate| unlock_with(gate, "9999"),
         "another PIN must be asked about, not granted",
     );
-    assert_eq!(denial(other), DenialCode::ApprovalRejected);
+    assert_denied(other, DenialCode::ApprovalRejected);
     assert_eq!(*PINS.lock().unwrap(), ["1234", "1234"]);
 }
 
@@ -357,7 +354,7 @@ fn atk2_an_exact_grant_does_not_cover_another_receiver() {
         [("staging".to_owned(), "users".to_owned())],
         "an exact grant for staging dropped production's table"
     );
-    assert_eq!(denial(other), DenialCode::ApprovalRejected);
+    assert_denied(other, DenialCode::ApprovalRejected);
 }
 
 // Attacks: an exact grant on a method whose receiver does not serialize: every receiver shows
@@ -397,7 +394,7 @@ fn atk2_an_exact_grant_does_not_cover_another_type_that_serializes_alike() {
         ["dry-run"],
         "an exact grant for the dry run executed the migration"
     );
-    assert_eq!(denial(other), DenialCode::ApprovalRejected);
+    assert_denied(other, DenialCode::ApprovalRejected);
 }
 
 // Attacks: an exact grant on a call whose argument does not serialize (shown `"[NOT SERIALIZABLE]"` for

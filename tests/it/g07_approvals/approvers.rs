@@ -20,7 +20,7 @@ use crate::common::scripted;
 use crate::common::serial;
 #[cfg(feature = "mcp")]
 use crate::g07_approvals::checks::refused_over_mcp;
-use crate::g07_approvals::checks::{built, denial, entered, refused_by_name};
+use crate::g07_approvals::checks::{assert_denied, built, entered, refused_by_name};
 
 static WIRED: AtomicUsize = AtomicUsize::new(0);
 static WIRED_ASYNC: AtomicUsize = AtomicUsize::new(0);
@@ -382,10 +382,7 @@ fn a_grant_covers_no_higher_risk_than_it_was_given_at() {
     gate.run(|| purge("y".into())).unwrap();
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert_eq!(gate.revoke_grants(None, "ops"), 1);
-    assert_eq!(
-        denial(gate.run(|| purge("z".into()))),
-        DenialCode::ApprovalRejected
-    );
+    assert_denied(gate.run(|| purge("z".into())), DenialCode::ApprovalRejected);
 }
 
 #[test]
@@ -444,10 +441,7 @@ fn reject_and_stop_lowers_the_gate_to_shadow_and_says_who() {
     let refused = records(&sink, Stage::Refused);
     assert_eq!(refused.last().unwrap().by.as_deref(), Some("alice"));
     // Nothing that writes runs any more.
-    assert_eq!(
-        denial(gate.run(|| purge("x".into()))),
-        DenialCode::ModeNotAllowed
-    );
+    assert_denied(gate.run(|| purge("x".into())), DenialCode::ModeNotAllowed);
 }
 
 #[test]
@@ -591,9 +585,9 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     );
     // The operator's grant is for these arguments only.
     assert!(gate.grants()[0].exact_arguments);
-    assert_eq!(
-        denial(gate.run(|| wire_sync("a".into(), 2))),
-        DenialCode::ApprovalPending
+    assert_denied(
+        gate.run(|| wire_sync("a".into(), 2)),
+        DenialCode::ApprovalPending,
     );
     // And reject-and-stop through the store stops the gate.
     let asked = gate.run(|| purge("p".into())).unwrap_err();
@@ -606,10 +600,7 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
         },
     )
     .unwrap();
-    assert_eq!(
-        denial(gate.run(|| purge("p".into()))),
-        DenialCode::ApprovalRejected
-    );
+    assert_denied(gate.run(|| purge("p".into())), DenialCode::ApprovalRejected);
     assert_eq!(gate.mode(), Mode::Shadow);
 }
 
@@ -646,15 +637,12 @@ fn a_grant_in_a_gate_without_records_holds_its_limits_in_the_inlined_check() {
     assert_eq!(asked.load(Ordering::SeqCst), 4);
     // Lowered: the grant lifts no mode.
     gate.lower(Mode::PartialAuto).unwrap();
-    assert_eq!(
-        denial(gate.run(|| purge("z".into()))),
-        DenialCode::ModeNotAllowed
-    );
+    assert_denied(gate.run(|| purge("z".into())), DenialCode::ModeNotAllowed);
     // And a grant dies with its gate: a new gate with no approver refuses.
     let fresh = Gate::new(Mode::FullAuto).unwrap();
-    assert_eq!(
-        denial(fresh.run(|| purge("z".into()))),
-        DenialCode::ApprovalRequired
+    assert_denied(
+        fresh.run(|| purge("z".into())),
+        DenialCode::ApprovalRequired,
     );
 }
 

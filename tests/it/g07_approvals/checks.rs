@@ -41,3 +41,9 @@ pub(crate) fn refused_over_mcp(rt: &Runtime, gate: &Gate, tool: &str, args: Valu
     assert_eq!(result.is_error, Some(true));
     serde_json::to_value(&result).unwrap()
 }
+
+/// Asserts that `result` is a refusal with `code`.
+#[track_caller]
+pub(crate) fn assert_denied<T: Debug>(result: Result<T, Denied>, code: DenialCode) {
+    assert_eq!(denial(result), code);
+}

@@ -21,7 +21,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Mode};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
-use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::checks::{assert_denied, built};
 use crate::g07_approvals::meeting::*;
 
 /// grants × sink (7). A call allowed by a grant WAITS in its `enter` record; meanwhile the operator
@@ -36,12 +36,9 @@ fn p03_a_granted_call_waiting_on_its_enter_record_is_refused_once_its_grant_is_r
     gate.run(|| wire(1)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     assert_eq!(gate.revoke_grants(None, "ops"), 1);
     pause.go();
     let result = caller.join().unwrap();
@@ -266,12 +263,9 @@ fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing()
     gate.run(|| wire(1)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     gate.revoke_grants(None, "ops");
     pause.go();
     assert_eq!(
@@ -282,7 +276,7 @@ fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing()
     *reply.lock().unwrap() = Approval::Approve;
     gate.run(|| wire(3))
         .expect("the rejected call gave its unit back");
-    assert_eq!(denial(gate.run(|| wire(4))), DenialCode::BudgetExhausted);
+    assert_denied(gate.run(|| wire(4)), DenialCode::BudgetExhausted);
 }
 
 /// grants × async sink × cancellation (7). The approver answers "for the session"; the async call's

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use toolgate::{Approval, Gate, GateBuilder, Mode};
@@ -71,4 +72,18 @@ pub(crate) fn late_runs(
         worker.join().unwrap();
     }
     late.load(SeqCst)
+}
+
+/// Arms `pause`, runs `call` with a clone of `gate` on another thread, and waits until the call is
+/// held at `pause`.
+pub(crate) fn held_call<T: Send + 'static>(
+    pause: &Pause,
+    gate: &Gate,
+    call: impl FnOnce(&Gate) -> T + Send + 'static,
+) -> JoinHandle<T> {
+    pause.arm();
+    let gate = gate.clone();
+    let caller = spawn(move || call(&gate));
+    assert!(pause.reached(), "the call is held");
+    caller
 }

@@ -21,7 +21,8 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk, registry
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
-use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::checks::{assert_denied, built, denial};
+use crate::g07_approvals::meeting::*;
 
 /// latch × budgets (13). A LOW_WRITE call WAITS in its budget store (a shared store, one call an
 /// hour); the latch closes meanwhile and the gate refuses tainted writes. The call is refused
@@ -42,12 +43,9 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
     };
     let gate = build(HookBudgets::shared(&budgets, &pause));
     let before = count(&POSTS);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| post("x".into())).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| post("x".into())).map_err(|d| d.code())
+    });
     gate.run(|| fetch("https://evil".into())).unwrap();
     pause.go();
     assert_eq!(
@@ -59,10 +57,7 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
     other
         .run(|| post("y".into()))
         .expect("the refused call gave its unit back");
-    assert_eq!(
-        denial(other.run(|| post("z".into()))),
-        DenialCode::BudgetExhausted
-    );
+    assert_denied(other.run(|| post("z".into())), DenialCode::BudgetExhausted);
 }
 
 /// latch × budgets × sink (13, 14). An untrusted call under a budget of one: the sink fails its
@@ -93,10 +88,7 @@ fn p09_an_untrusted_call_refused_for_its_taint_record_gives_its_unit_back() {
         taint_logged_before_any_untrusted_body(&events),
         "the untrusted body ran before the log said so: {events:?}"
     );
-    assert_eq!(
-        denial(gate.run(|| post("x".into()))),
-        DenialCode::ApprovalRequired
-    );
+    assert_denied(gate.run(|| post("x".into())), DenialCode::ApprovalRequired);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -166,12 +158,9 @@ fn p11_a_call_waiting_in_its_approval_store_holds_its_unit_only_until_it_is_pend
             .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
             .budget_store_shared(budgets.clone())
     });
-    pause.arm();
-    let caller = {
-        let filing = filing.clone();
-        spawn(move || filing.run(|| wire(1)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached(), "the call waits in its store");
+    let caller = held_call(&pause, &filing, |gate| {
+        gate.run(|| wire(1)).map_err(|d| d.code())
+    });
     assert_eq!(
         denial(quick.run(|| wire(2))),
         DenialCode::BudgetExhausted,
@@ -224,9 +213,9 @@ fn p12_an_async_rejection_gives_the_unit_back_that_a_waiting_clone_could_not_hav
     *reply.lock().unwrap() = Approval::Approve;
     assert_eq!(rt.block_on(gate.scope(wire_async(3))).unwrap(), 3);
     assert_eq!(count(&WIRES), before + 1);
-    assert_eq!(
-        denial(rt.block_on(gate.scope(wire_async(4)))),
-        DenialCode::BudgetExhausted
+    assert_denied(
+        rt.block_on(gate.scope(wire_async(4))),
+        DenialCode::BudgetExhausted,
     );
 }
 
@@ -300,12 +289,9 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
     };
     let gate = build(HookBudgets::shared(&budgets, &pause));
     let before = count(&POSTS);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| post("x".into())).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| post("x".into())).map_err(|d| d.code())
+    });
     gate.lower(Mode::Shadow).unwrap();
     pause.go();
     let code = caller.join().unwrap().unwrap_err();
@@ -375,10 +361,7 @@ fn p21_a_sink_that_waits_then_fails_holds_the_unit_only_while_it_waits() {
         spawn(move || gate.run(|| read(1)).map_err(|d| d.code()))
     };
     assert!(pause.reached());
-    assert_eq!(
-        denial(gate.clone().run(|| read(2))),
-        DenialCode::BudgetExhausted
-    );
+    assert_denied(gate.clone().run(|| read(2)), DenialCode::BudgetExhausted);
     pause.go();
     assert_eq!(
         caller.join().unwrap().unwrap_err(),
@@ -455,7 +438,7 @@ fn p29_one_agents_calls_never_spend_anothers_budget_in_a_shared_store() {
             .run(|| read(2))
             .unwrap_or_else(|d| panic!("agent {label:?} shares agent `a`'s budget: {d}"));
     }
-    assert_eq!(denial(a.run(|| read(3))), DenialCode::BudgetExhausted);
+    assert_denied(a.run(|| read(3)), DenialCode::BudgetExhausted);
 }
 
 /// grants × budgets, racing (13). Four threads call a granted, budgeted tool (budget of five) directly
@@ -501,13 +484,13 @@ fn p38_an_inner_gates_spent_budget_takes_nothing_of_the_outer_gates() {
     inner.run(|| read(1)).unwrap();
     let before = count(&READS);
     for _ in 0..3 {
-        assert_eq!(
-            denial(outer.run(|| inner.run(|| read(2)))),
-            DenialCode::BudgetExhausted
+        assert_denied(
+            outer.run(|| inner.run(|| read(2))),
+            DenialCode::BudgetExhausted,
         );
-        assert_eq!(
-            denial(inner.run(|| outer.run(|| read(2)))),
-            DenialCode::BudgetExhausted
+        assert_denied(
+            inner.run(|| outer.run(|| read(2))),
+            DenialCode::BudgetExhausted,
         );
     }
     assert_eq!(count(&READS), before);

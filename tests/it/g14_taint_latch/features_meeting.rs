@@ -20,7 +20,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, registry};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
-use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::checks::{assert_denied, built};
 use crate::g07_approvals::meeting::*;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -85,12 +85,9 @@ fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_clos
     gate.run(|| wire(1)).unwrap();
     assert_eq!(gate.grants().len(), 1);
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached(), "the granted call writes its enter record");
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     gate.run(|| fetch("https://evil".into())).unwrap();
     assert!(
         gate.grants().is_empty(),
@@ -249,10 +246,7 @@ fn p17_an_untrusted_call_taints_its_gate_parameter_and_the_ambient_gate() {
         "the ambient gate passed the untrusted call"
     );
     for gate in [&g, &h] {
-        assert_eq!(
-            denial(gate.run(|| post("x".into()))),
-            DenialCode::ApprovalRequired
-        );
+        assert_denied(gate.run(|| post("x".into())), DenialCode::ApprovalRequired);
     }
     let alone = Gate::new(Mode::PartialAuto).unwrap();
     gated_fetch(&alone, "https://evil".into()).unwrap();
@@ -489,7 +483,7 @@ fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
         "a grant made in a tainted session"
     );
     let before = count(&WIRES);
-    assert_eq!(denial(gate.run(|| wire(2))), DenialCode::ApprovalPending);
+    assert_denied(gate.run(|| wire(2)), DenialCode::ApprovalPending);
     assert_eq!(count(&WIRES), before);
 }
 
@@ -517,10 +511,7 @@ fn p42_a_tainted_refusing_gate_uses_no_stored_approval() {
     tainted.run(|| fetch("https://evil".into())).unwrap();
     let before = count(&WIRES);
     for cents in [30, 31] {
-        assert_eq!(
-            denial(tainted.run(|| wire(cents))),
-            DenialCode::TaintedSession
-        );
+        assert_denied(tainted.run(|| wire(cents)), DenialCode::TaintedSession);
         assert_eq!(
             by_name(&tainted, "pairs.wire", json!({"cents": cents}))
                 .unwrap_err()
@@ -585,7 +576,7 @@ fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decid
     );
     gate.run(|| fetch("https://evil".into())).unwrap();
     let before = count(&POSTS);
-    assert_eq!(denial(rt.block_on(scoped)), DenialCode::ApprovalRequired);
+    assert_denied(rt.block_on(scoped), DenialCode::ApprovalRequired);
     assert_eq!(rt.block_on(named).unwrap_err().code(), "APPROVAL_REQUIRED");
     assert_eq!(count(&POSTS), before);
 }
@@ -607,12 +598,9 @@ fn p55_a_grant_answered_in_a_clean_session_whose_enter_waits_past_the_latch_is_n
             .audit_shared(sink.clone())
     });
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(1)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached(), "the approved call writes its enter");
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(1)).map_err(|d| d.code())
+    });
     gate.run(|| fetch("https://evil".into())).unwrap();
     pause.go();
     assert!(

@@ -15,7 +15,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 use crate::common::KeepingStore;
 use crate::common::gates;
 use crate::common::serial;
-use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::checks::{assert_denied, built};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static POSTS: AtomicUsize = AtomicUsize::new(0);
@@ -269,9 +269,9 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.run(|| post("reply".into())).unwrap();
     assert_eq!(posts(), before + 1);
-    assert_eq!(
-        denial(gate.run(|| post("reply".into()))),
-        DenialCode::ApprovalReused
+    assert_denied(
+        gate.run(|| post("reply".into())),
+        DenialCode::ApprovalReused,
     );
 }
 
@@ -280,12 +280,9 @@ fn an_approval_store_is_handed_what_tainted_the_session_with_the_call() {
     let _serial = serial();
     let store = Arc::new(KeepingStore::default());
     let gate = built(Mode::FullAuto, |b| b.approval_store_shared(store.clone()));
-    assert_eq!(denial(gate.run(|| delete(9))), DenialCode::ApprovalPending);
+    assert_denied(gate.run(|| delete(9)), DenialCode::ApprovalPending);
     gate.run(|| read_web("https://example.com".into())).unwrap();
-    assert_eq!(
-        denial(gate.run(|| post("x".into()))),
-        DenialCode::ApprovalPending
-    );
+    assert_denied(gate.run(|| post("x".into())), DenialCode::ApprovalPending);
     let calls = store.0.lock().unwrap();
     let seen: Vec<(&str, Option<&str>)> = calls
         .iter()
@@ -838,10 +835,7 @@ fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_l
     // The latch is closed all the same: the gate fails closed.
     assert!(gate.taint().is_some());
     let posts_before = posts();
-    assert_eq!(
-        denial(gate.run(|| post("x".into()))),
-        DenialCode::TaintedSession
-    );
+    assert_denied(gate.run(|| post("x".into())), DenialCode::TaintedSession);
     assert_eq!(posts(), posts_before);
     // Once the log takes the record, untrusted calls run again, and it is written once.
     sink.refuse.store(false, Ordering::SeqCst);

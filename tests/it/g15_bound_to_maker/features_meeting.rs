@@ -14,7 +14,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
-use crate::g07_approvals::checks::{built, denial};
+use crate::g07_approvals::checks::{assert_denied, built};
 
 // ---------------------------------------------------------------------------------------------------------
 // grants × nested gates, the latch × nested gates
@@ -191,7 +191,7 @@ fn p28_an_operators_session_answer_grants_no_other_principals_gate() {
     .unwrap();
     let before = count(&WIRES);
     for _ in 0..3 {
-        assert_eq!(denial(bob.run(|| wire(7))), DenialCode::ApprovalPending);
+        assert_denied(bob.run(|| wire(7)), DenialCode::ApprovalPending);
     }
     assert!(
         bob.grants().is_empty(),
@@ -200,7 +200,7 @@ fn p28_an_operators_session_answer_grants_no_other_principals_gate() {
     alice.run(|| wire(7)).unwrap();
     assert_eq!(count(&WIRES), before + 1);
     assert!(bob.grants().is_empty());
-    assert_eq!(denial(bob.run(|| wire(7))), DenialCode::ApprovalPending);
+    assert_denied(bob.run(|| wire(7)), DenialCode::ApprovalPending);
 }
 
 /// sink × principals, racing (15, 8). Alice's and Bob's gates share one JSONL log and run calls at
