@@ -47,3 +47,26 @@ pub(crate) fn refused_over_mcp(rt: &Runtime, gate: &Gate, tool: &str, args: Valu
 pub(crate) fn assert_denied<T: Debug>(result: Result<T, Denied>, code: DenialCode) {
     assert_eq!(denial(result), code);
 }
+
+/// `#[tool]` functions that count their runs in `$count` and answer their one argument, each with
+/// its doc and its `async` if any, all with the `#[tool(..)]` arguments in parentheses:
+/// `counted_tools!(POSTS, (risk = "LOW_WRITE", domain = "d"); "Post." fn post(text: String); ...);`
+macro_rules! counted_tools {
+    ($count:ident, $tool:tt;) => {};
+    ($count:ident, $tool:tt; $doc:tt async fn $($rest:tt)*) => {
+        counted_tools!(@ [async] $count, $tool; $doc $($rest)*);
+    };
+    ($count:ident, $tool:tt; $doc:tt fn $($rest:tt)*) => {
+        counted_tools!(@ [] $count, $tool; $doc $($rest)*);
+    };
+    (@ [$($asyncness:tt)*] $count:ident, ($($tool:tt)*); $doc:tt $name:ident($arg:ident: $ty:ty); $($rest:tt)*) => {
+        #[doc = $doc]
+        #[toolgate::tool($($tool)*)]
+        $($asyncness)* fn $name($arg: $ty) -> Result<$ty, toolgate::Denied> {
+            $count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok($arg)
+        }
+        counted_tools!($count, ($($tool)*); $($rest)*);
+    };
+}
+pub(crate) use counted_tools;

@@ -15,25 +15,20 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 
 use crate::common::gates;
 use crate::common::serial;
-use crate::g07_approvals::checks::built;
+use crate::g07_approvals::checks::{built, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static NOTES: AtomicUsize = AtomicUsize::new(0);
 static WIRES: AtomicUsize = AtomicUsize::new(0);
 
-/// Read a counter.
-#[tool(risk = "READ_ONLY", domain = "budget", callable)]
-fn read(n: u64) -> Result<u64, Denied> {
-    READS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
-}
-
-/// Read a counter, async.
-#[tool(risk = "READ_ONLY", domain = "budget", callable)]
-async fn read_async(n: u64) -> Result<u64, Denied> {
-    READS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
-}
+counted_tools!(READS, (risk = "READ_ONLY", domain = "budget", callable);
+    "Read a counter." fn read(n: u64);
+    "Read a counter, async." async fn read_async(n: u64);
+);
+counted_tools!(WIRES, (risk = "HIGH_WRITE", domain = "budget", callable);
+    "Wire money." fn wire(cents: u64);
+    "Wire money, async." async fn wire_async(cents: u64);
+);
 
 /// Look at something no budget covers.
 #[tool(risk = "READ_ONLY", domain = "budget", callable)]
@@ -44,23 +39,9 @@ fn look() -> Result<(), Denied> {
 /// Write a note.
 #[tool(risk = "LOW_WRITE", domain = "budget", callable)]
 fn note(text: String) -> Result<(), Denied> {
-    let _ = text;
     NOTES.fetch_add(1, Ordering::SeqCst);
+    drop(text);
     Ok(())
-}
-
-/// Wire money.
-#[tool(risk = "HIGH_WRITE", domain = "budget", callable)]
-fn wire(cents: u64) -> Result<u64, Denied> {
-    WIRES.fetch_add(1, Ordering::SeqCst);
-    Ok(cents)
-}
-
-/// Wire money, async.
-#[tool(risk = "HIGH_WRITE", domain = "budget", callable)]
-async fn wire_async(cents: u64) -> Result<u64, Denied> {
-    WIRES.fetch_add(1, Ordering::SeqCst);
-    Ok(cents)
 }
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -71,6 +52,13 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// Asserts that `denied` has `code` and that its message says `text`.
+#[track_caller]
+fn assert_refusal_says(denied: &Denied, code: DenialCode, text: &str) {
+    assert_eq!(denied.code(), code);
+    assert!(denied.to_string().contains(text), "{denied}");
 }
 
 fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> DenialCode {
@@ -171,12 +159,10 @@ fn a_risk_budget_counts_the_calls_of_that_risk() {
     gate.run(|| note("a".into())).unwrap();
     gate.run(|| note("b".into())).unwrap();
     let denied = gate.run(|| note("c".into())).unwrap_err();
-    assert_eq!(denied.code(), DenialCode::BudgetExhausted);
-    assert!(
-        denied
-            .to_string()
-            .contains("2 calls of LOW_WRITE per 3600 s"),
-        "{denied}"
+    assert_refusal_says(
+        &denied,
+        DenialCode::BudgetExhausted,
+        "2 calls of LOW_WRITE per 3600 s",
     );
     for n in 0..10 {
         gate.run(|| read(n)).unwrap();
@@ -193,12 +179,10 @@ fn an_agent_budget_counts_every_call_of_the_agent() {
     gate.run(look).unwrap();
     gate.run(|| note("x".into())).unwrap();
     let denied = gate.run(look).unwrap_err();
-    assert_eq!(denied.code(), DenialCode::BudgetExhausted);
-    assert!(
-        denied
-            .to_string()
-            .contains("3 calls of any tool per 3600 s for agent `billing`"),
-        "{denied}"
+    assert_refusal_says(
+        &denied,
+        DenialCode::BudgetExhausted,
+        "3 calls of any tool per 3600 s for agent `billing`",
     );
     assert_eq!(code(gate.run(|| read(2))), DenialCode::BudgetExhausted);
 }
@@ -532,19 +516,23 @@ fn a_failing_store_refuses_and_no_body_runs() {
                 takes: AtomicUsize::new(0),
             })
     });
+    let denied = store_unavailable(&gate, "connection refused");
+    assert_eq!(denied.retry_after(), None);
+}
+
+/// Calls `read` through `gate`, whose budget store fails saying `why`, directly and async: both are
+/// refused `BUDGET_STORE_UNAVAILABLE` and neither body runs; a tool no budget covers does not ask the
+/// store. Returns the direct call's refusal.
+#[track_caller]
+fn store_unavailable(gate: &Gate, why: &str) -> Denied {
     let before = READS.load(Ordering::SeqCst);
     let denied = gate.run(|| read(1)).unwrap_err();
-    assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
-    assert!(
-        denied.to_string().contains("connection refused"),
-        "{denied}"
-    );
-    assert_eq!(denied.retry_after(), None);
+    assert_refusal_says(&denied, DenialCode::BudgetStoreUnavailable, why);
     let refused = runtime().block_on(gate.scope(read_async(2)));
     assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
     assert_eq!(READS.load(Ordering::SeqCst), before);
-    // A tool no budget covers does not ask the store.
     gate.run(look).unwrap();
+    denied
 }
 
 #[test]
@@ -611,17 +599,7 @@ fn a_store_that_panics_refuses_and_the_gate_still_works() {
             b.budget(BudgetScope::tool("budget.read*"), 5, HOUR)
                 .budget_store(Panicking { in_take })
         });
-        let before = READS.load(Ordering::SeqCst);
-        let denied = gate.run(|| read(1)).unwrap_err();
-        assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
-        assert!(
-            denied.to_string().contains("the store panicked"),
-            "{denied}"
-        );
-        let refused = runtime().block_on(gate.scope(read_async(2)));
-        assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
-        assert_eq!(READS.load(Ordering::SeqCst), before);
-        gate.run(look).unwrap();
+        store_unavailable(&gate, "the store panicked");
     }
 }
 

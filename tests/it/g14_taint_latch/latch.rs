@@ -15,7 +15,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 use crate::common::KeepingStore;
 use crate::common::gates;
 use crate::common::serial;
-use crate::g07_approvals::checks::{assert_denied, built};
+use crate::g07_approvals::checks::{assert_denied, built, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static POSTS: AtomicUsize = AtomicUsize::new(0);
@@ -50,46 +50,24 @@ fn propose(text: String) -> Result<String, Denied> {
     Ok(text)
 }
 
-/// Post a message.
-#[tool(risk = "LOW_WRITE", domain = "taint", callable)]
-fn post(text: String) -> Result<String, Denied> {
-    POSTS.fetch_add(1, Ordering::SeqCst);
-    Ok(text)
-}
+counted_tools!(POSTS, (risk = "LOW_WRITE", domain = "taint", callable);
+    "Post a message." fn post(text: String);
+    "Post a message, from async code." async fn post_async(text: String);
+);
+counted_tools!(DELETES, (risk = "HIGH_WRITE", domain = "taint", modes = [FULL_AUTO]);
+    "Delete an account." fn delete(id: u64);
+    "Delete an account, from async code." async fn delete_async(id: u64);
+);
+counted_tools!(QUERIES, (risk = "READ_ONLY", domain = "taint", escalate = classify);
+    "Run a query." fn query(sql: String);
+);
 
-/// Post a message, from async code.
-#[tool(risk = "LOW_WRITE", domain = "taint", callable)]
-async fn post_async(text: String) -> Result<String, Denied> {
-    POSTS.fetch_add(1, Ordering::SeqCst);
-    Ok(text)
-}
-
-/// Delete an account.
-#[tool(risk = "HIGH_WRITE", domain = "taint", modes = [FULL_AUTO])]
-fn delete(id: u64) -> Result<u64, Denied> {
-    DELETES.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[tool(risk = "HIGH_WRITE", domain = "taint", modes = [FULL_AUTO])]
-async fn delete_async(id: u64) -> Result<u64, Denied> {
-    DELETES.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
+/// A query that does not start with `SELECT` writes.
 fn classify(sql: &str) -> Risk {
-    if sql.starts_with("SELECT") {
-        Risk::ReadOnly
-    } else {
-        Risk::LowWrite
+    match sql.starts_with("SELECT") {
+        true => Risk::ReadOnly,
+        false => Risk::LowWrite,
     }
-}
-
-/// Run a query.
-#[tool(risk = "READ_ONLY", domain = "taint", escalate = classify)]
-fn query(sql: String) -> Result<String, Denied> {
-    QUERIES.fetch_add(1, Ordering::SeqCst);
-    Ok(sql)
 }
 
 fn posts() -> usize {
