@@ -566,8 +566,8 @@ fn p46_a_write_decided_while_the_taint_record_is_written_does_not_run_unasked() 
 #[test]
 fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decided_tainted() {
     let _serial = serial();
-    let gate = Gate::new(Mode::PartialAuto).unwrap();
     let rt = runtime();
+    let gate = Gate::new(Mode::PartialAuto).unwrap();
     let scoped = gate.scope(post_async("made while clean".into()));
     let named = registry().call(
         &gate,

@@ -15,6 +15,7 @@ use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 use crate::g07_approvals::checks::{assert_denied, built};
+use crate::g07_approvals::meeting::*;
 
 // ---------------------------------------------------------------------------------------------------------
 // grants × nested gates, the latch × nested gates
@@ -26,11 +27,7 @@ use crate::g07_approvals::checks::{assert_denied, built};
 #[test]
 fn p14_a_grant_of_one_gate_approves_nothing_for_a_gate_nested_with_it() {
     let _serial = serial();
-    let asked_a: Asked = Arc::default();
-    let a = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &answer(for_session()), &asked_a),
-    );
+    let (a, asked_a, _) = granting();
     let bare = Gate::new(Mode::FullAuto).unwrap();
     a.run(|| wire(1)).unwrap();
     let before = count(&WIRES);
