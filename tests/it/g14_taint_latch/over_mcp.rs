@@ -202,6 +202,11 @@ async fn the_request_handed_to_on_pending_says_the_session_is_tainted() {
 #[test]
 fn on_pending_hands_over_the_request_id_the_operator_answers_by() {
     use toolgate::postgres::PostgresStore;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
     let url = crate::common::postgres::database("mcp_request_id");
     let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
     let gate = Gate::builder()
@@ -210,11 +215,6 @@ fn on_pending_hands_over_the_request_id_the_operator_answers_by() {
         .principal("alice")
         .build()
         .expect("a gate");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
     runtime.block_on(async {
         let (server, pending) = telling(&gate);
         let client = connect(server, ProtocolVersion::V_2025_06_18).await;
