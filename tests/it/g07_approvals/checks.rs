@@ -3,6 +3,7 @@
 //! refused call by name or over MCP says, and who decided the calls that entered.
 
 use std::fmt::Debug;
+use std::sync::{Arc, Barrier};
 
 use serde_json::Value;
 use tokio::runtime::Runtime;
@@ -70,3 +71,24 @@ macro_rules! counted_tools {
     };
 }
 pub(crate) use counted_tools;
+
+/// Runs `each(gate, t)` on threads `t` in `0..threads`, each with a clone of `gate`, all released at
+/// once; returns what each answered, in thread order.
+pub(crate) fn racing<T: Send + 'static>(
+    gate: &Gate,
+    threads: usize,
+    each: impl Fn(&Gate, usize) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let barrier = Arc::new(Barrier::new(threads));
+    let each = Arc::new(each);
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (gate, barrier, each) = (gate.clone(), barrier.clone(), each.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                each(&gate, t)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}

@@ -13,7 +13,7 @@ use toolgate::{Approval, ApprovalRequest, Gate, Mode, Risk};
 
 use crate::common::gates;
 use crate::fixtures::shared_stores::*;
-use crate::g07_approvals::checks::built;
+use crate::g07_approvals::checks::{built, racing};
 
 // ---------------------------------------------------------------------------------------------------
 // Budgets
@@ -147,24 +147,11 @@ fn b05_many_threads_never_exceed_the_budget() {
         b.budget(BudgetScope::tool("b05.*"), 25, HOUR)
             .budget(BudgetScope::Agent, 1000, HOUR)
     });
-    let barrier = Arc::new(std::sync::Barrier::new(8));
-    let threads: Vec<_> = (0..8)
-        .map(|t| {
-            let gate = gate.clone();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let mut ok = 0;
-                for i in 0..60 {
-                    if gate.run(|| b05_hit(t * 1000 + i)).is_ok() {
-                        ok += 1;
-                    }
-                }
-                ok
-            })
-        })
-        .collect();
-    let ok: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let runs = racing(&gate, 8, |gate, t| {
+        let hit = |i| gate.run(|| b05_hit(t as u64 * 1000 + i)).is_ok();
+        (0..60).filter(|&i| hit(i)).count()
+    });
+    let ok: usize = runs.into_iter().sum();
     assert_eq!(B05.load(Ordering::SeqCst), 25);
     assert_eq!(ok, 25);
 }
@@ -459,13 +446,10 @@ fn b37_two_budgets_of_one_scope() {
 #[test]
 fn b38_read_only_budget_on_the_inlined_path() {
     let gate = gates::budgeted(Mode::Shadow, Risk::ReadOnly, 7, HOUR);
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let g = gate.clone();
-            std::thread::spawn(move || (0..50).filter(|_| g.run(b38_read).is_ok()).count())
-        })
-        .collect();
-    let ok: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let runs = racing(&gate, 4, |gate, _| {
+        (0..50).filter(|_| gate.run(b38_read).is_ok()).count()
+    });
+    let ok: usize = runs.into_iter().sum();
     assert_eq!(B38.load(Ordering::SeqCst), 7);
     assert_eq!(ok, 7);
 }
