@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::json;
@@ -16,13 +17,49 @@ use toolgate::audit::{AuditRecord, MemorySink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, MemoryBudgets, Reservation};
 use toolgate::policy::TaintPolicy;
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk, registry};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, GateBuilder, Mode, Risk, registry};
 
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 use crate::g07_approvals::checks::{assert_denied, built, denial};
 use crate::g07_approvals::meeting::*;
+
+/// A PartialAuto gate of the agent `poster` with one `pairs.post` an hour in `store`, and what `more`
+/// adds.
+fn poster(store: Arc<dyn BudgetStore>, more: impl FnOnce(GateBuilder) -> GateBuilder) -> Gate {
+    built(Mode::PartialAuto, |b| {
+        let b = more(b.agent("poster"));
+        b.budget(BudgetScope::tool("pairs.post"), 1, HOUR)
+            .budget_store_shared(store)
+    })
+}
+
+/// A FullAuto gate of the agent `payer` with one `pairs.wire` per `window` in `budgets`, and what
+/// `more` adds.
+fn payer(
+    budgets: &Arc<MemoryBudgets>,
+    window: Duration,
+    more: impl FnOnce(GateBuilder) -> GateBuilder,
+) -> Gate {
+    built(Mode::FullAuto, |b| {
+        let b = more(b.agent("payer"));
+        b.budget(BudgetScope::tool("pairs.wire"), 1, window)
+            .budget_store_shared(budgets.clone())
+    })
+}
+
+/// `gate`, the count of posts before, and a post through it held at `pause` in its budget store.
+fn posting_held(
+    pause: &Pause,
+    gate: Gate,
+) -> (Gate, usize, JoinHandle<Result<String, DenialCode>>) {
+    let before = count(&POSTS);
+    let caller = held_call(pause, &gate, |gate| {
+        gate.run(|| post("x".into())).map_err(|d| d.code())
+    });
+    (gate, before, caller)
+}
 
 /// latch × budgets (13). A LOW_WRITE call WAITS in its budget store (a shared store, one call an
 /// hour); the latch closes meanwhile and the gate refuses tainted writes. The call is refused
@@ -33,19 +70,9 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
     let _serial = serial();
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
-    let build = |store: Arc<dyn BudgetStore>| {
-        built(Mode::PartialAuto, |b| {
-            b.agent("poster")
-                .taint_policy(TaintPolicy::Refuse)
-                .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
-                .budget_store_shared(store)
-        })
-    };
-    let gate = build(HookBudgets::shared(&budgets, &pause));
-    let before = count(&POSTS);
-    let caller = held_call(&pause, &gate, |gate| {
-        gate.run(|| post("x".into())).map_err(|d| d.code())
-    });
+    let build =
+        |store: Arc<dyn BudgetStore>| poster(store, |b| b.taint_policy(TaintPolicy::Refuse));
+    let (gate, before, caller) = posting_held(&pause, build(HookBudgets::shared(&budgets, &pause)));
     gate.run(|| fetch("https://evil".into())).unwrap();
     pause.go();
     assert_eq!(
@@ -53,7 +80,7 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
         DenialCode::TaintedSession
     );
     assert_eq!(count(&POSTS), before);
-    let other = build(budgets.clone() as Arc<dyn BudgetStore>);
+    let other = build(budgets.clone());
     other
         .run(|| post("y".into()))
         .expect("the refused call gave its unit back");
@@ -105,17 +132,11 @@ fn p10_a_budget_refusal_does_not_use_up_an_operators_approval() {
     let window = Duration::from_millis(400);
     let budgets = Arc::new(MemoryBudgets::new());
     let approvals = memory_store();
-    let two_step = built(Mode::FullAuto, |b| {
-        b.agent("payer")
-            .approval_store_shared(approvals.clone())
-            .budget(BudgetScope::tool("pairs.wire"), 1, window)
-            .budget_store_shared(budgets.clone())
+    let two_step = payer(&budgets, window, |b| {
+        b.approval_store_shared(approvals.clone())
     });
-    let quick = built(Mode::FullAuto, |b| {
-        b.agent("payer")
-            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-            .budget(BudgetScope::tool("pairs.wire"), 1, window)
-            .budget_store_shared(budgets.clone())
+    let quick = payer(&budgets, window, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
     });
     let pending = two_step.run(|| wire(5)).unwrap_err();
     assert_eq!(pending.code(), DenialCode::ApprovalPending);
@@ -143,20 +164,14 @@ fn p11_a_call_waiting_in_its_approval_store_holds_its_unit_only_until_it_is_pend
     let _serial = serial();
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
-    let filing = built(Mode::FullAuto, |b| {
-        b.agent("payer")
-            .approval_store(HookStore {
-                inner: memory_store(),
-                pause: pause.clone(),
-            })
-            .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
-            .budget_store_shared(budgets.clone())
+    let filing = payer(&budgets, HOUR, |b| {
+        b.approval_store(HookStore {
+            inner: memory_store(),
+            pause: pause.clone(),
+        })
     });
-    let quick = built(Mode::FullAuto, |b| {
-        b.agent("payer")
-            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-            .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
-            .budget_store_shared(budgets.clone())
+    let quick = payer(&budgets, HOUR, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
     });
     let caller = held_call(&pause, &filing, |gate| {
         gate.run(|| wire(1)).map_err(|d| d.code())
@@ -280,18 +295,8 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
     let _serial = serial();
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
-    let build = |store: Arc<dyn BudgetStore>| {
-        built(Mode::PartialAuto, |b| {
-            b.agent("poster")
-                .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
-                .budget_store_shared(store)
-        })
-    };
-    let gate = build(HookBudgets::shared(&budgets, &pause));
-    let before = count(&POSTS);
-    let caller = held_call(&pause, &gate, |gate| {
-        gate.run(|| post("x".into())).map_err(|d| d.code())
-    });
+    let hooked = HookBudgets::shared(&budgets, &pause);
+    let (gate, before, caller) = posting_held(&pause, poster(hooked, |b| b));
     gate.lower(Mode::Shadow).unwrap();
     pause.go();
     let code = caller.join().unwrap().unwrap_err();
@@ -300,7 +305,7 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
         "{code:?}"
     );
     assert_eq!(count(&POSTS), before);
-    build(budgets.clone() as Arc<dyn BudgetStore>)
+    poster(budgets.clone(), |b| b)
         .run(|| post("y".into()))
         .expect("the lowered call gave its unit back");
 }
