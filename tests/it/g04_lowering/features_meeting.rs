@@ -46,8 +46,7 @@ fn p05_no_granted_call_started_after_lower_returns_runs() {
 #[test]
 fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
+    let (pause, sink) = held_at_enter("pairs.wire");
     let gate = built(Mode::FullAuto, |b| {
         b.approver(|request: &ApprovalRequest<'_>| {
             if request.tool.id == "pairs.shell" {

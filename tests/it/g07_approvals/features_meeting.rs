@@ -3,7 +3,6 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use toolgate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use toolgate::approval::two_step::MemoryStore;
-use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
+use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::MemoryBudgets;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Mode};
@@ -30,8 +29,7 @@ use crate::g07_approvals::meeting::*;
 #[test]
 fn p03_a_granted_call_waiting_on_its_enter_record_is_refused_once_its_grant_is_revoked() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
+    let (pause, sink) = held_at_enter("pairs.wire");
     let (gate, _, reply) = granting_with(|b| b.audit_shared(sink.clone()));
     gate.run(|| wire(1)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
@@ -74,10 +72,7 @@ fn p04_no_call_started_after_revoke_grants_returns_runs_on_the_grant() {
 #[test]
 fn p25_a_grant_whose_record_cannot_be_written_is_not_made_unrecorded() {
     let _serial = serial();
-    let sink = HookSink::new(&Pause::new(), |r: &AuditRecord| {
-        r.stage == Stage::SessionGranted
-    });
-    sink.fail.store(1, SeqCst);
+    let sink = failing_first(Stage::SessionGranted);
     let (gate, asked, _) = granting_with(|b| b.audit_shared(sink.clone()));
     let _ = gate.run(|| wire(1));
     let _ = gate.run(|| wire(2));

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use toolgate::audit::{AuditRecord, Stage};
 use toolgate::{Approval, Gate, GateBuilder, Mode};
 
 use crate::fixtures::features_meeting::*;
@@ -86,4 +87,18 @@ pub(crate) fn held_call<T: Send + 'static>(
     let caller = spawn(move || call(&gate));
     assert!(pause.reached(), "the call is held");
     caller
+}
+
+/// A pause, and a sink that waits at it (once armed) while it writes the `enter` record of `tool`.
+pub(crate) fn held_at_enter(tool: &'static str) -> (Arc<Pause>, Arc<HookSink>) {
+    let pause = Pause::new();
+    let sink = HookSink::new(&pause, is(Stage::Enter, tool));
+    (pause, sink)
+}
+
+/// A sink that fails the first record of `stage` it is asked to write.
+pub(crate) fn failing_first(stage: Stage) -> Arc<HookSink> {
+    let sink = HookSink::new(&Pause::new(), move |r: &AuditRecord| r.stage == stage);
+    sink.fail.store(1, SeqCst);
+    sink
 }

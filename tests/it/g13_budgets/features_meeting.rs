@@ -13,7 +13,7 @@ use toolgate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use toolgate::approval::{ApprovalFuture, AsyncApprover, SessionGrant};
-use toolgate::audit::{AuditRecord, MemorySink, Stage};
+use toolgate::audit::{MemorySink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, MemoryBudgets, Reservation};
 use toolgate::policy::TaintPolicy;
@@ -93,10 +93,7 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
 #[test]
 fn p09_an_untrusted_call_refused_for_its_taint_record_gives_its_unit_back() {
     let _serial = serial();
-    let sink = HookSink::new(&Pause::new(), |r: &AuditRecord| {
-        r.stage == Stage::SessionTainted
-    });
-    sink.fail.store(1, SeqCst);
+    let sink = failing_first(Stage::SessionTainted);
     let gate = built(Mode::PartialAuto, |b| {
         b.audit_shared(sink.clone())
             .budget(BudgetScope::tool("pairs.fetch"), 1, HOUR)
@@ -352,8 +349,7 @@ fn p20_an_async_stop_gives_the_unit_back_to_a_shared_budget() {
 #[test]
 fn p21_a_sink_that_waits_then_fails_holds_the_unit_only_while_it_waits() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.read"));
+    let (pause, sink) = held_at_enter("pairs.read");
     let gate = built(Mode::PartialAuto, |b| {
         b.audit_shared(sink.clone())
             .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
@@ -614,7 +610,7 @@ fn p53_a_store_answering_a_foreign_code_refuses_without_keeping_the_unit() {
             _: &'a str,
             _: Answer,
         ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
-            Box::pin(std::future::ready(Err(ApproveError::UnknownToken)))
+            Box::pin(async { Err(ApproveError::UnknownToken) })
         }
     }
     for code in [

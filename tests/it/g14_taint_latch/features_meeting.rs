@@ -79,8 +79,7 @@ fn p01_a_grant_answered_while_the_latch_closes_on_another_thread_is_never_made()
 #[test]
 fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_closes() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
+    let (pause, sink) = held_at_enter("pairs.wire");
     let (gate, _, _) = granting_with(|b| b.audit_shared(sink.clone()));
     gate.run(|| wire(1)).unwrap();
     assert_eq!(gate.grants().len(), 1);
@@ -591,8 +590,7 @@ fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decid
 #[test]
 fn p55_a_grant_answered_in_a_clean_session_whose_enter_waits_past_the_latch_is_never_made() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
+    let (pause, sink) = held_at_enter("pairs.wire");
     let gate = built(Mode::FullAuto, |b| {
         b.approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
             .audit_shared(sink.clone())
