@@ -1,9 +1,9 @@
-//! Short forms of what the tests write again and again: a gate from its mode and what a test adds
-//! to its builder (a gate that cannot be built fails the test), the code of a refused call, what a
-//! refused call by name or over MCP says, and who decided the calls that entered.
+//! Short forms of what the tests of guarantees 4, 7, 13, 14 and 15 write again and again: a gate from
+//! its mode and what a test adds to its builder (a gate that cannot be built fails the test), the code
+//! of a refused call, what a refused call by name or over MCP says, who decided the calls that
+//! entered, tools that count their runs, and threads racing on one gate.
 
 use std::fmt::Debug;
-use std::sync::{Arc, Barrier};
 
 use serde_json::Value;
 use tokio::runtime::Runtime;
@@ -74,11 +74,13 @@ pub(crate) use counted_tools;
 
 /// Runs `each(gate, t)` on threads `t` in `0..threads`, each with a clone of `gate`, all released at
 /// once; returns what each answered, in thread order.
+#[cfg(feature = "mcp-http")]
 pub(crate) fn racing<T: Send + 'static>(
     gate: &Gate,
     threads: usize,
     each: impl Fn(&Gate, usize) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
+    use std::sync::{Arc, Barrier};
     let barrier = Arc::new(Barrier::new(threads));
     let each = Arc::new(each);
     let handles: Vec<_> = (0..threads)

@@ -1,5 +1,6 @@
 //! What the tests of two features meeting (guarantees 4, 7, 13, 14 and 15) set up again and again:
-//! a gate whose approver grants for the session, and threads racing a change of the gate.
+//! a gate whose approver grants for the session, threads racing a change of the gate, a call held
+//! at a pause, and sinks that wait at an `enter` record or fail a stage's first record.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
