@@ -14,6 +14,7 @@ use toolgate::{Approval, DenialCode, Gate, Mode, Risk};
 
 use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
+use crate::g07_approvals::checks::{assert_denied, built};
 
 // Attacks: the gate lowered from outside while a call's future is parked in its async approver, and a
 // future created at FULL_AUTO but first polled after the gate was lowered. Neither may run at the old
@@ -27,12 +28,9 @@ fn atk2_a_future_parked_in_its_approver_or_first_polled_after_lower_never_runs_a
     ] {
         let sink = MemorySink::new();
         let (slot, asked, approver) = answered_by_channel("parked");
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .async_approver(approver)
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.async_approver(approver).audit(sink.clone())
+        });
         let before = WIRE.load(SeqCst);
         let (tx, rx) = tokio::sync::oneshot::channel();
         *slot.lock().unwrap() = Some(rx);
@@ -59,11 +57,7 @@ fn atk2_a_future_parked_in_its_approver_or_first_polled_after_lower_never_runs_a
 
     // Created at FULL_AUTO, first polled after lower: decided at its first poll, at the lowered mode.
     let (slot, asked, approver) = answered_by_channel("late");
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(approver)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(approver));
     let (tx, rx) = tokio::sync::oneshot::channel();
     *slot.lock().unwrap() = Some(rx);
     tx.send(Approval::Approve).unwrap();
@@ -102,9 +96,9 @@ fn atk2_a_grant_lifts_neither_a_lowered_mode_nor_the_ceiling() {
         "the grant is at the effective risk"
     );
     gate.lower(Mode::PartialAuto).unwrap();
-    assert_eq!(
-        gate.run(|| sync_wire("b".into(), 2)).unwrap_err().code(),
-        DenialCode::ModeNotAllowed
+    assert_denied(
+        gate.run(|| sync_wire("b".into(), 2)),
+        DenialCode::ModeNotAllowed,
     );
     assert_eq!(
         gate.run(|| shell("sudo rm -rf /".into()))
@@ -127,9 +121,8 @@ fn atk2_a_stop_refuses_every_call_still_waiting_for_its_approval() {
     let (release, released) = tokio::sync::watch::channel(false);
     let asked = Arc::new(AtomicUsize::new(0));
     let a = asked.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("sre-sam", move |req| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("sre-sam", move |req| {
             a.fetch_add(1, SeqCst);
             if req.args.contains("stopper") {
                 return Box::pin(async { Approval::Stop(String::new()) });
@@ -141,8 +134,7 @@ fn atk2_a_stop_refuses_every_call_still_waiting_for_its_approval() {
             })
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
+    });
     let before = WIRE.load(SeqCst);
     let rt = runtime(2);
     let results = rt.block_on(async {
@@ -200,12 +192,9 @@ fn atk2_a_store_that_lowers_the_gate_then_approves_is_refused_by_the_recheck() {
             })
         });
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approval_store_shared(store.clone())
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.approval_store_shared(store.clone()).audit(sink.clone())
+        });
         cell.set(gate.clone()).unwrap();
         let before = (SYNC_WIRE.load(SeqCst), WIRE.load(SeqCst));
         let denied = if asynchronous {

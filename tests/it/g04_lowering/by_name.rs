@@ -2,13 +2,31 @@
 //! against calls by name (`registry().call`), with hooks fired from the user code a call runs.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use toolgate::registry::CallError;
 use toolgate::{Approval, ApprovalRequest, Mode, registry};
 
 use crate::common::gates;
 use crate::fixtures::by_name::*;
+
+/// The call by name of `id` answered `r`: refused by the mode, no body run, every `enter` of `sink`
+/// closed.
+#[track_caller]
+fn refused_by_the_mode(r: Result<Value, CallError>, id: &str, sink: &HookSink) {
+    assert_eq!(r.unwrap_err().code(), "MODE_NOT_ALLOWED", "{id}");
+    assert!(take_runs().is_empty(), "{id}");
+    assert_balanced(&sink.0.records());
+}
+
+/// Arguments for a call of `id` (`rt2.red` takes a user and a PIN, the others a number).
+fn arguments_of(id: &str) -> Value {
+    match id {
+        "rt2.red" => json!({"user": "u", "pin": 4}),
+        _ => json!({"x": 4}),
+    }
+}
 
 /// A `Deserialize` that lowers the gate: the call is decided at the lowered mode.
 #[test]
@@ -20,9 +38,7 @@ fn a2_deserialize_lowering_the_gate_refuses_sync_and_async() {
         let g = gate.clone();
         arm(&DE_HOOK, 1, move || g.lower(Mode::Shadow).unwrap());
         let r = block_on(registry().call(&gate, id, json!({"x": 5})));
-        assert_eq!(r.unwrap_err().code(), "MODE_NOT_ALLOWED", "{id}");
-        assert!(take_runs().is_empty(), "{id}");
-        assert_balanced(&sink.0.records());
+        refused_by_the_mode(r, id, &sink);
     }
 }
 
@@ -35,10 +51,7 @@ fn a8_async_future_polled_after_lower_is_refused() {
         let (gate, sink) = audited(Mode::FullAuto);
         let fut = registry().call(&gate, id, json!({"x": 4}));
         gate.lower(Mode::Shadow).unwrap();
-        let r = block_on(fut);
-        assert_eq!(r.unwrap_err().code(), "MODE_NOT_ALLOWED", "{id}");
-        assert!(take_runs().is_empty(), "{id}");
-        assert_balanced(&sink.0.records());
+        refused_by_the_mode(block_on(fut), id, &sink);
     }
 }
 
@@ -58,12 +71,7 @@ fn a12_lowering_during_the_decision_of_a_call_by_name_refuses_it() {
                 b.store(RAN.lock().unwrap().len(), SeqCst);
                 g.lower(Mode::PartialAuto).unwrap();
             });
-            let args = if id == "rt2.red" {
-                json!({"user": "u", "pin": 4})
-            } else {
-                json!({"x": 4})
-            };
-            let r = block_on(registry().call(&gate, id, args));
+            let r = block_on(registry().call(&gate, id, arguments_of(id)));
             disarm_all();
             let runs = take_runs();
             let recs = sink.0.records();
@@ -81,12 +89,7 @@ fn a12_lowering_during_the_decision_of_a_call_by_name_refuses_it() {
             Approval::Approve
         });
         *WIDE.lock().unwrap() = Some(gate.clone());
-        let args = if id == "rt2.red" {
-            json!({"user": "u", "pin": 4})
-        } else {
-            json!({"x": 4})
-        };
-        let r = block_on(registry().call(&gate, id, args));
+        let r = block_on(registry().call(&gate, id, arguments_of(id)));
         assert!(r.is_err(), "{id}: {r:?}");
         assert!(take_runs().is_empty(), "{id}");
     }

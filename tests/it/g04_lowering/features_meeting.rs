@@ -5,10 +5,9 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::time::Duration;
 
 use serde_json::json;
+use std::sync::atomic::Ordering::SeqCst;
 use toolgate::approval::SessionGrant;
 use toolgate::audit::{AuditRecord, Outcome, Stage};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
@@ -16,6 +15,8 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{assert_denied, built};
+use crate::g07_approvals::meeting::*;
 
 /// grants (shortcut) × lowering, racing (4). Threads call a granted HIGH_WRITE tool (FULL_AUTO only);
 /// the test lowers the gate to PARTIAL_AUTO. No call started after `lower` returned may run, grant or
@@ -23,51 +24,16 @@ use crate::fixtures::features_meeting::*;
 #[test]
 fn p05_no_granted_call_started_after_lower_returns_runs() {
     let _serial = serial();
-    let asked: Asked = Arc::default();
-    let gate = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &answer(for_session()), &asked),
-    );
+    let (gate, _, _) = granting();
     gate.run(|| wire(0)).unwrap();
-    let lowered = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let late_runs = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let (gate, lowered, stop, late_runs) = (
-                gate.clone(),
-                lowered.clone(),
-                stop.clone(),
-                late_runs.clone(),
-            );
-            spawn(move || {
-                while !stop.load(SeqCst) {
-                    let started_after = lowered.load(SeqCst);
-                    let ran = if i == 2 {
-                        by_name(&gate, "pairs.wire", json!({"cents": 1})).is_ok()
-                    } else {
-                        gate.run(|| wire(1)).is_ok()
-                    };
-                    if started_after && ran {
-                        late_runs.fetch_add(1, SeqCst);
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(20));
-    gate.lower(Mode::PartialAuto).unwrap();
-    lowered.store(true, SeqCst);
-    std::thread::sleep(Duration::from_millis(50));
-    stop.store(true, SeqCst);
-    for worker in workers {
-        worker.join().unwrap();
-    }
-    assert_eq!(
-        late_runs.load(SeqCst),
-        0,
-        "granted calls ran after the lowering"
-    );
+    let call = |gate: &Gate, i| match i {
+        2 => by_name(gate, "pairs.wire", json!({"cents": 1})).is_ok(),
+        _ => gate.run(|| wire(1)).is_ok(),
+    };
+    let late = late_runs(&gate, call, None, || {
+        gate.lower(Mode::PartialAuto).unwrap();
+    });
+    assert_eq!(late, 0, "granted calls ran after the lowering");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -80,11 +46,9 @@ fn p05_no_granted_call_started_after_lower_returns_runs() {
 #[test]
 fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|request: &ApprovalRequest<'_>| {
+    let (pause, sink) = held_at_enter("pairs.wire");
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|request: &ApprovalRequest<'_>| {
             if request.tool.id == "pairs.shell" {
                 Approval::Stop("runaway".into())
             } else {
@@ -92,16 +56,12 @@ fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
             }
         })
         .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    });
     gate.run(|| wire(1)).unwrap();
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     let stopped = gate.run(|| shell("sudo reboot".into())).unwrap_err();
     assert_eq!(stopped.code(), DenialCode::ApprovalRejected);
     assert_eq!(gate.mode(), Mode::Shadow);
@@ -129,10 +89,7 @@ fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.lower(Mode::PartialAuto).unwrap();
     let before = count(&WIRES);
-    assert_eq!(
-        gate.run(|| wire(9)).unwrap_err().code(),
-        DenialCode::ModeNotAllowed
-    );
+    assert_denied(gate.run(|| wire(9)), DenialCode::ModeNotAllowed);
     assert_eq!(
         by_name(&gate, "pairs.wire", json!({"cents": 9}))
             .unwrap_err()
@@ -156,15 +113,13 @@ fn p40_an_approval_given_before_a_lowering_runs_nothing_after_it() {
 fn p43_an_async_grant_for_a_call_refused_by_a_lowering_is_never_made() {
     let _serial = serial();
     let pause = Pause::armed();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(HoldingAsync {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(HoldingAsync {
             pause: pause.clone(),
             answer: answer(for_session()),
             asked: Arc::default(),
         })
-        .build()
-        .unwrap();
+    });
     let rt = runtime();
     let before = count(&WIRES);
     let waiting = rt.spawn(gate.scope(wire_async(1)));
@@ -194,9 +149,8 @@ fn p50_a_sink_that_cannot_record_the_lowering_does_not_keep_the_kill_switch_from
         matches!(r.stage, Stage::ModeLowered | Stage::Refused)
     });
     sink.fail.store(usize::MAX, SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|request: &ApprovalRequest<'_>| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|request: &ApprovalRequest<'_>| {
             if request.tool.id == "pairs.shell" {
                 Approval::Stop("runaway".into())
             } else {
@@ -204,8 +158,7 @@ fn p50_a_sink_that_cannot_record_the_lowering_does_not_keep_the_kill_switch_from
             }
         })
         .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    });
     let stopped = gate.run(|| shell("sudo reboot".into())).unwrap_err();
     assert_eq!(stopped.code(), DenialCode::ApprovalRejected);
     assert_eq!(gate.mode(), Mode::Shadow, "the stop lowered the gate");

@@ -12,10 +12,11 @@ use std::time::Duration;
 use toolgate::approval::SessionGrant;
 use toolgate::audit::MemorySink;
 use toolgate::provider::{self, Provider};
-use toolgate::{Approval, ApprovalRequest, Gate, Mode, registry};
+use toolgate::{Approval, ApprovalRequest, Mode, registry};
 
 use crate::common::gates;
 use crate::fixtures::integrations::*;
+use crate::g07_approvals::checks::built;
 
 /// Tries: definitions and rig's `allowed_now` rendered under FULL_AUTO, then the gate lowered to
 /// SHADOW, then the model calls what it was shown (through the rig tool kept from before, and
@@ -88,16 +89,13 @@ async fn i04_a_gate_lowered_after_the_definitions_refuses_what_they_listed() {
 async fn i07_a_gate_lowered_while_an_async_approver_thinks_refuses_the_rig_call() {
     let lower = Arc::new(OnceLock::new());
     let audit = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit(audit.clone())
-        .async_approver(CountingAsync {
+    let gate = built(Mode::FullAuto, |b| {
+        b.audit(audit.clone()).async_approver(CountingAsync {
             asked: Arc::new(AtomicUsize::new(0)),
             answer: || Approval::Approve,
             lower: lower.clone(),
         })
-        .build()
-        .unwrap();
+    });
     lower.set(gate.clone()).ok().unwrap();
     let refused = refusal(run(&iatk(&gate), "iatk.wipe_async", json!({"id": 701})).await);
     assert!(refused.is_refusal(), "{refused:?}");

@@ -11,63 +11,51 @@ use toolgate::mcp::rmcp::ServiceExt;
 use toolgate::{Gate, Mode};
 
 use crate::fixtures::mcp_in_band::*;
+use crate::g07_approvals::rounds::*;
 
 /// The form answered approve after the gate was lowered: the call does not run.
-#[test]
-fn b22_answer_after_lowering() {
-    rt().block_on(async {
-        let sink = Arc::new(Memory::default());
-        let g = gate(sink.clone());
-        let client = connect(in_band(g.clone())).await;
-        let state = state_of(&call(&client, "m03.m03_wire", json!({"cents": 3}), None, None).await);
-        g.lower(Mode::PartialAuto).unwrap();
-        let c = code_of(
-            &call(
-                &client,
-                "m03.m03_wire",
-                json!({"cents": 3}),
-                Some(&state),
-                Some("approve"),
-            )
-            .await,
-        );
-        assert_eq!(M03.load(Ordering::SeqCst), 0, "{c}");
-    });
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b22_answer_after_lowering() {
+    let sink = Arc::new(Memory::default());
+    let g = gate(sink.clone());
+    let client = connect(in_band(g.clone())).await;
+    let form = Form::asked(&client, "m03.m03_wire", json!({"cents": 3})).await;
+    g.lower(Mode::PartialAuto).unwrap();
+    let c = form.answer("approve").await;
+    assert_eq!(M03.load(Ordering::SeqCst), 0, "{c}");
 }
 
 /// `list_changed` is sent to a client of the initialize handshake after `lower`, and the next list
 /// is narrower.
-#[test]
-fn b27_list_changed_after_lower() {
-    rt().block_on(async {
-        let g = Gate::builder().mode(Mode::PartialAuto).build().unwrap();
-        let server = ToolgateServer::new(g.clone()).mode_poll(Duration::from_millis(20));
-        let (c, s) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(tokio::io::split(s)).await {
-                let _ = running.waiting().await;
-            }
-        });
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let client = tokio::time::timeout(T, Notified(tx).serve(tokio::io::split(c)))
-            .await
-            .unwrap()
-            .unwrap();
-        let before = tokio::time::timeout(T, client.list_all_tools())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(before.iter().any(|t| t.name == "m09.m09_low"));
-        g.lower(Mode::Shadow).unwrap();
-        let got = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await;
-        assert!(
-            matches!(got, Ok(Some(()))),
-            "no list_changed within 3 s of lower"
-        );
-        let after = tokio::time::timeout(T, client.list_all_tools())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(!after.iter().any(|t| t.name == "m09.m09_low"));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b27_list_changed_after_lower() {
+    let g = Gate::builder().mode(Mode::PartialAuto).build().unwrap();
+    let server = ToolgateServer::new(g.clone()).mode_poll(Duration::from_millis(20));
+    let (c, s) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(tokio::io::split(s)).await {
+            let _ = running.waiting().await;
+        }
     });
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let client = tokio::time::timeout(T, Notified(tx).serve(tokio::io::split(c)))
+        .await
+        .unwrap()
+        .unwrap();
+    let before = tokio::time::timeout(T, client.list_all_tools())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(before.iter().any(|t| t.name == "m09.m09_low"));
+    g.lower(Mode::Shadow).unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await;
+    assert!(
+        matches!(got, Ok(Some(()))),
+        "no list_changed within 3 s of lower"
+    );
+    let after = tokio::time::timeout(T, client.list_all_tools())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!after.iter().any(|t| t.name == "m09.m09_low"));
 }

@@ -100,12 +100,12 @@ fn an_escalation_that_lowers_the_gate_is_decided_at_the_lowered_mode() {
 #[test]
 fn an_async_tool_approved_while_its_gate_is_lowered_does_not_run() {
     let _serial = serial();
-    let sink = MemorySink::new();
-    let gate = self_lowering_gate(Some(sink.clone()));
-    let runs = count(&ASYNC_RUNS);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
+    let sink = MemorySink::new();
+    let gate = self_lowering_gate(Some(sink.clone()));
+    let runs = count(&ASYNC_RUNS);
     let result = runtime.block_on(gate.scope(delete_volume(9)));
     assert_refused_by_the_mode(result);
     assert_eq!(count(&ASYNC_RUNS), runs);

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
-use toolgate::audit::Stage;
+use toolgate::audit::{MemorySink, Stage};
 use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
 
 use crate::common::gates;
@@ -14,21 +14,31 @@ use crate::fixtures::user_code::*;
 // ---------------------------------------------------------------------------------------------
 // Guarantee 4: a lowering between the decision and the body refuses the call
 
-#[test]
-fn g4_inner_sink_lowering_the_outer_gate_refuses_the_call() {
-    let _s = serial();
-    let outer_slot: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
-    let slot = outer_slot.clone();
-    let (osink, omem) = hook_sink(|_| Ok(()));
-    let (isink, imem) = hook_sink(move |r| {
-        if r.stage == Stage::Enter {
-            slot.get().unwrap().lower(Mode::Shadow).unwrap();
-        }
-        Ok(())
-    });
+/// One of two nested gates.
+#[derive(Clone, Copy)]
+enum Nested {
+    Outer,
+    Inner,
+}
+
+/// Runs `low` through an outer and an inner gate, each recording to a sink of its own; the sink of
+/// `lowering` lowers the other gate to SHADOW while it writes the `enter` record. The body must not
+/// run, and every `enter` has its `exit`, in both logs.
+fn a_sink_lowering_the_other_gate(lowering: Nested) {
+    let slot: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
+    let (hooked, hooked_mem) = lowering_at_enter(&slot);
+    let (plain, plain_mem) = hook_sink(|_| Ok(()));
+    let ((osink, omem), (isink, imem)) = match lowering {
+        Nested::Outer => ((hooked, hooked_mem), (plain, plain_mem)),
+        Nested::Inner => ((plain, plain_mem), (hooked, hooked_mem)),
+    };
     let outer = gates::audited(Mode::PartialAuto, osink);
-    outer_slot.set(outer.clone()).unwrap();
     let inner = gates::audited(Mode::PartialAuto, isink);
+    let (lowered, name) = match lowering {
+        Nested::Outer => (&inner, "inner"),
+        Nested::Inner => (&outer, "outer"),
+    };
+    slot.set(lowered.clone()).unwrap();
     let before = LOW.load(SeqCst);
     let r = outer.run(|| inner.run(low));
     let ran = LOW.load(SeqCst) - before;
@@ -36,7 +46,7 @@ fn g4_inner_sink_lowering_the_outer_gate_refuses_the_call() {
     assert_eq!(
         ran,
         0,
-        "body ran after the outer gate was lowered: {r:?}\nouter {:?}\ninner {:?}",
+        "body ran after the {name} gate was lowered: {r:?}\nouter {:?}\ninner {:?}",
         stages(&o),
         stages(&i)
     );
@@ -48,33 +58,28 @@ fn g4_inner_sink_lowering_the_outer_gate_refuses_the_call() {
     );
 }
 
-#[test]
-fn g4_outer_sink_lowering_the_inner_gate_refuses_the_call() {
-    let _s = serial();
-    let inner_slot: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
-    let slot = inner_slot.clone();
-    let (osink, omem) = hook_sink(move |r| {
+/// A sink, and its records, that lowers the gate `slot` holds to SHADOW while it writes an `enter`
+/// record.
+fn lowering_at_enter(slot: &Arc<OnceLock<Gate>>) -> (HookSink, MemorySink) {
+    let slot = slot.clone();
+    hook_sink(move |r| {
         if r.stage == Stage::Enter {
             slot.get().unwrap().lower(Mode::Shadow).unwrap();
         }
         Ok(())
-    });
-    let (isink, imem) = hook_sink(|_| Ok(()));
-    let outer = gates::audited(Mode::PartialAuto, osink);
-    let inner = gates::audited(Mode::PartialAuto, isink);
-    inner_slot.set(inner.clone()).unwrap();
-    let before = LOW.load(SeqCst);
-    let r = outer.run(|| inner.run(low));
-    let ran = LOW.load(SeqCst) - before;
-    let (o, i) = (omem.records(), imem.records());
-    assert_eq!(
-        ran,
-        0,
-        "body ran after the inner gate was lowered: {r:?}\nouter {:?}\ninner {:?}",
-        stages(&o),
-        stages(&i)
-    );
-    assert!(unbalanced(&o).is_empty() && unbalanced(&i).is_empty());
+    })
+}
+
+#[test]
+fn g4_inner_sink_lowering_the_outer_gate_refuses_the_call() {
+    let _s = serial();
+    a_sink_lowering_the_other_gate(Nested::Inner);
+}
+
+#[test]
+fn g4_outer_sink_lowering_the_inner_gate_refuses_the_call() {
+    let _s = serial();
+    a_sink_lowering_the_other_gate(Nested::Outer);
 }
 
 #[test]
@@ -97,13 +102,7 @@ fn g4_outer_approver_lowering_the_inner_gate_refuses_the_call() {
 fn g4_a_gate_parameters_sink_lowering_the_ambient_gate_refuses_the_call() {
     let _s = serial();
     let amb_slot: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
-    let slot = amb_slot.clone();
-    let (psink, _pmem) = hook_sink(move |r| {
-        if r.stage == Stage::Enter {
-            slot.get().unwrap().lower(Mode::Shadow).unwrap();
-        }
-        Ok(())
-    });
+    let (psink, _pmem) = lowering_at_enter(&amb_slot);
     let ambient = Gate::new(Mode::PartialAuto).unwrap();
     amb_slot.set(ambient.clone()).unwrap();
     let param = gates::audited(Mode::PartialAuto, psink);

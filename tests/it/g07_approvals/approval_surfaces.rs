@@ -8,15 +8,19 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
+use tokio::runtime::Runtime;
 use toolgate::approval::SessionGrant;
 use toolgate::approval::store::{Answer, Consumed};
 use toolgate::approval::two_step::MemoryStore;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::GateError;
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode};
 
 use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
+#[cfg(feature = "mcp")]
+use crate::g07_approvals::checks::refused_over_mcp;
+use crate::g07_approvals::checks::{assert_denied, built, denial, entered, refused_by_name};
 
 // ---------------------------------------------------------------------------------------------------------
 // 1. Async approvers: cancellation, lowering, panics, re-entry, threads
@@ -32,9 +36,8 @@ fn atk2_a_call_cancelled_while_its_async_approver_waits_runs_nothing_on_any_path
     let asked = Arc::new(AtomicUsize::new(0));
     let dropped = Arc::new(AtomicBool::new(false));
     let (a, d) = (asked.clone(), dropped.clone());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("never", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("never", move |_| {
             a.fetch_add(1, SeqCst);
             let guard = DropFlag(d.clone());
             Box::pin(async move {
@@ -44,8 +47,7 @@ fn atk2_a_call_cancelled_while_its_async_approver_waits_runs_nothing_on_any_path
             })
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
+    });
     let before = WIRE.load(SeqCst);
 
     let mut direct = Box::pin(gate.scope(wire("x".into(), 1)));
@@ -99,9 +101,8 @@ fn atk2_an_async_approver_that_panics_on_a_later_poll_has_rejected() {
     let sink = MemorySink::new();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("flaky", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("flaky", move |_| {
             if c.fetch_add(1, SeqCst) > 0 {
                 return Box::pin(async { Approval::Approve });
             }
@@ -117,21 +118,34 @@ fn atk2_an_async_approver_that_panics_on_a_later_poll_has_rejected() {
             }))
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
-    let before = WIRE.load(SeqCst);
+    });
     let rt = runtime(1);
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        rt.block_on(gate.scope(wire("a".into(), 1)))
-    }));
-    let result = outcome.expect("the approver's panic escaped the gate instead of rejecting");
-    let denied = result.unwrap_err();
-    assert_eq!(denied.code(), DenialCode::ApprovalRejected);
-    assert_eq!(WIRE.load(SeqCst), before);
+    let before = rejected_on_a_panic(&gate, &sink, &rt, ESCAPED);
     // The next call, approved, runs: the panic left the gate working.
     assert_eq!(rt.block_on(gate.scope(wire("b".into(), 2))).unwrap(), 2);
     assert_eq!(WIRE.load(SeqCst) - before, 1);
     assert_paired(&sink.records());
+}
+
+const ESCAPED: &str = "the approver's panic escaped the gate instead of rejecting";
+
+/// Calls `wire` on `rt` through `gate`, whose async approver panics: the call is rejected
+/// (`expect`ing the panic not to escape), its body not run, its `enter` closed and no gate left
+/// entered on this thread. Returns the count of `wire`'s runs before it.
+fn rejected_on_a_panic(gate: &Gate, sink: &MemorySink, rt: &Runtime, expect: &str) -> usize {
+    let before = WIRE.load(SeqCst);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        rt.block_on(gate.scope(wire("a".into(), 1)))
+    }));
+    assert_eq!(WIRE.load(SeqCst), before, "ran on a panicking approver");
+    assert_paired(&sink.records());
+    assert_eq!(
+        denial(read_sync()),
+        DenialCode::NoGate,
+        "the unwinding left the gate entered on this thread"
+    );
+    assert_denied(outcome.expect(expect), DenialCode::ApprovalRejected);
+    before
 }
 
 // Attacks: an async approver whose `approve` panics before it even returns its future (while building
@@ -143,33 +157,19 @@ fn atk2_an_async_approver_that_panics_while_building_its_future_has_rejected() {
     let sink = MemorySink::new();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("eager-panic", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("eager-panic", move |_| {
             if c.fetch_add(1, SeqCst) == 0 {
                 panic!("the approver panicked before returning a future")
             }
             Box::pin(async { Approval::Approve })
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
-    let before = WIRE.load(SeqCst);
+    });
     let rt = current_thread();
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        rt.block_on(gate.scope(wire("a".into(), 1)))
-    }));
-    assert_eq!(WIRE.load(SeqCst), before, "ran on a panicking approver");
-    assert_paired(&sink.records());
-    assert_eq!(
-        read_sync().unwrap_err().code(),
-        DenialCode::NoGate,
-        "the unwinding left the gate entered on this thread"
-    );
+    rejected_on_a_panic(&gate, &sink, &rt, ESCAPED);
     // The gate still works.
     assert_eq!(rt.block_on(gate.scope(wire("b".into(), 2))).unwrap(), 2);
-    let result = outcome.expect("the approver's panic escaped the gate instead of rejecting");
-    assert_eq!(result.unwrap_err().code(), DenialCode::ApprovalRejected);
 }
 
 // Attacks: `Approver::name` (used for the `by` of the records) panicking after the approver said yes.
@@ -189,10 +189,10 @@ fn atk2_a_sync_approver_whose_name_panics_has_rejected() {
         "ran on a panicking approver"
     );
     assert_paired(&sink.records());
-    assert_eq!(read_sync().unwrap_err().code(), DenialCode::NoGate);
+    assert_denied(read_sync(), DenialCode::NoGate);
     assert_eq!(gate.run(read_sync).unwrap(), 7, "the gate still works");
-    let result = outcome.expect("the sync approver's panicking name escaped the gate");
-    assert_eq!(result.unwrap_err().code(), DenialCode::ApprovalRejected);
+    let escaped = "the sync approver's panicking name escaped the gate";
+    assert_denied(outcome.expect(escaped), DenialCode::ApprovalRejected);
 }
 
 // Attacks: the same, for an async approver's `name`.
@@ -200,27 +200,14 @@ fn atk2_a_sync_approver_whose_name_panics_has_rejected() {
 fn atk2_an_async_approver_whose_name_panics_has_rejected() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(AsyncBadName)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
-    let before = WIRE.load(SeqCst);
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(AsyncBadName).audit(sink.clone())
+    });
     let rt = current_thread();
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        rt.block_on(gate.scope(wire("a".into(), 1)))
-    }));
-    assert_eq!(WIRE.load(SeqCst), before, "ran on a panicking approver");
-    assert_paired(&sink.records());
-    assert_eq!(read_sync().unwrap_err().code(), DenialCode::NoGate);
-    assert_eq!(
-        rt.block_on(gate.scope(read())).unwrap(),
-        7,
-        "the gate still works"
-    );
-    let result = outcome.expect("the async approver's panicking name escaped the gate");
-    assert_eq!(result.unwrap_err().code(), DenialCode::ApprovalRejected);
+    let escaped = "the async approver's panicking name escaped the gate";
+    rejected_on_a_panic(&gate, &sink, &rt, escaped);
+    let read_async = rt.block_on(gate.scope(read()));
+    assert_eq!(read_async.unwrap(), 7, "the gate still works");
 }
 
 // Attacks: a sync tool called by name and over MCP (where the adapter itself is a future that could
@@ -231,14 +218,12 @@ fn atk2_a_sync_tool_by_name_or_over_mcp_under_an_async_approver_is_refused_at_on
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
     let a = asked.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("yes-man", move |_| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("yes-man", move |_| {
             a.fetch_add(1, SeqCst);
             Box::pin(async { Approval::Approve })
         }))
-        .build()
-        .unwrap();
+    });
     let before = SYNC_WIRE.load(SeqCst);
     let call = toolgate::registry().call(&gate, "atk2_a.sync_wire", json!({"to": "a", "cents": 1}));
     let result = call
@@ -248,18 +233,9 @@ fn atk2_a_sync_tool_by_name_or_over_mcp_under_an_async_approver_is_refused_at_on
     assert_eq!(error.code(), "APPROVAL_REQUIRED", "{error}");
     #[cfg(feature = "mcp")]
     {
-        let server = toolgate::mcp::ToolgateServer::new(gate.clone());
-        let result = current_thread()
-            .block_on(server.call(
-                "atk2_a.sync_wire",
-                json!({"to": "a", "cents": 1}).as_object().cloned(),
-            ))
-            .unwrap();
-        assert_eq!(result.is_error, Some(true));
-        let text = serde_json::to_value(&result).unwrap()["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let args = json!({"to": "a", "cents": 1});
+        let result = refused_over_mcp(&current_thread(), &gate, "atk2_a.sync_wire", args);
+        let text = result["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("APPROVAL_REQUIRED: "), "{text}");
     }
     assert_eq!(asked.load(SeqCst), 0, "the async approver was never asked");
@@ -276,9 +252,8 @@ fn atk2_an_async_approver_reentering_its_gate_decides_each_call_on_its_own() {
     let cell: Arc<OnceLock<Gate>> = Arc::new(OnceLock::new());
     let inner_result: Arc<Mutex<Option<Result<u64, DenialCode>>>> = Arc::new(Mutex::new(None));
     let (g, ir) = (cell.clone(), inner_result.clone());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("reentrant", move |req| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("reentrant", move |req| {
             let (g, ir) = (g.clone(), ir.clone());
             Box::pin(async move {
                 if req.tool == "atk2_a.wire" && req.args.contains("outer") {
@@ -295,8 +270,7 @@ fn atk2_an_async_approver_reentering_its_gate_decides_each_call_on_its_own() {
             })
         }))
         .audit(sink.clone())
-        .build()
-        .unwrap();
+    });
     cell.set(gate.clone()).unwrap();
     let before = WIRE.load(SeqCst);
     let outer = runtime(2)
@@ -315,27 +289,48 @@ fn atk2_an_async_approver_reentering_its_gate_decides_each_call_on_its_own() {
 // 2. Session grants
 // ---------------------------------------------------------------------------------------------------------
 
+/// A FullAuto gate whose approver grants its first question for ten minutes, for the same arguments
+/// only, and rejects every later one; and the count of its questions.
+fn granting_exact_arguments_once() -> (Arc<AtomicUsize>, Gate) {
+    let grant = SessionGrant::tool(Duration::from_secs(600)).exact_arguments();
+    let (asked, approver) = scripted(vec![Approval::ApproveForSession(grant)]);
+    (asked, gates::approved(Mode::FullAuto, approver))
+}
+
+/// Runs `granted` (the approver grants it for its exact arguments), then `other`, which the grant
+/// must not cover: the approver is asked about it (`why` says what it was shown else), and what
+/// `other` answered is returned.
+fn after_an_exact_grant<T>(
+    granted: impl FnOnce(&Gate),
+    other: impl FnOnce(&Gate) -> Result<T, Denied>,
+    why: &str,
+) -> Result<T, Denied> {
+    let (asked, gate) = granting_exact_arguments_once();
+    granted(&gate);
+    assert_eq!(asked.load(SeqCst), 1, "the same call is granted");
+    let other = other(&gate);
+    assert_eq!(asked.load(SeqCst), 2, "{why}");
+    other
+}
+
 // Attacks: an exact-arguments grant and a redacted argument. Both calls show `{"pin":"[REDACTED]",...}`
 // to the approver and the log; an exact grant covers "only the same arguments (redacted values
 // included)", so another PIN must be asked about.
 #[test]
 fn atk2_an_exact_grant_does_not_cover_another_redacted_value() {
     let _serial = serial();
-    let (asked, approver) = scripted(vec![Approval::ApproveForSession(
-        SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
-    )]);
-    let gate = gates::approved(Mode::FullAuto, approver);
     PINS.lock().unwrap().clear();
-    gate.run(|| unlock("alice".into(), "1234".into())).unwrap();
-    gate.run(|| unlock("alice".into(), "1234".into())).unwrap();
-    assert_eq!(asked.load(SeqCst), 1, "the same call is granted");
-    let other = gate.run(|| unlock("alice".into(), "9999".into()));
-    assert_eq!(
-        asked.load(SeqCst),
-        2,
-        "another PIN must be asked about, not granted"
+    let unlock_with = |gate: &Gate, pin: &str| gate.run(|| unlock("alice".into(), pin.into()));
+    let granted = |gate: &Gate| {
+        unlock_with(gate, "1234").unwrap();
+        unlock_with(gate, "1234").unwrap();
+    };
+    let other = after_an_exact_grant(
+        granted,
+        |gate| unlock_with(gate, "9999"),
+        "another PIN must be asked about, not granted",
     );
-    assert_eq!(other.unwrap_err().code(), DenialCode::ApprovalRejected);
+    assert_denied(other, DenialCode::ApprovalRejected);
     assert_eq!(*PINS.lock().unwrap(), ["1234", "1234"]);
 }
 
@@ -344,26 +339,22 @@ fn atk2_an_exact_grant_does_not_cover_another_redacted_value() {
 #[test]
 fn atk2_an_exact_grant_does_not_cover_another_receiver() {
     let _serial = serial();
-    let (asked, approver) = scripted(vec![Approval::ApproveForSession(
-        SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
-    )]);
-    let gate = gates::approved(Mode::FullAuto, approver);
     DROPPED.lock().unwrap().clear();
-    let staging = Atk2Db {
-        name: "staging".into(),
-    };
-    let production = Atk2Db {
-        name: "production".into(),
-    };
-    gate.run(|| staging.drop_table("users".into())).unwrap();
-    let other = gate.run(|| production.drop_table("users".into()));
+    let db = |name: &str| Atk2Db { name: name.into() };
+    let other = after_an_exact_grant(
+        |gate| {
+            gate.run(|| db("staging").drop_table("users".into()))
+                .unwrap()
+        },
+        |gate| gate.run(|| db("production").drop_table("users".into())),
+        "another receiver",
+    );
     assert_eq!(
         *DROPPED.lock().unwrap(),
         [("staging".to_owned(), "users".to_owned())],
         "an exact grant for staging dropped production's table"
     );
-    assert_eq!(other.unwrap_err().code(), DenialCode::ApprovalRejected);
-    assert_eq!(asked.load(SeqCst), 2);
+    assert_denied(other, DenialCode::ApprovalRejected);
 }
 
 // Attacks: an exact grant on a method whose receiver does not serialize: every receiver shows
@@ -372,26 +363,19 @@ fn atk2_an_exact_grant_does_not_cover_another_receiver() {
 #[test]
 fn atk2_an_exact_grant_does_not_cover_another_receiver_that_does_not_serialize() {
     let _serial = serial();
-    let (asked, approver) = scripted(vec![Approval::ApproveForSession(
-        SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
-    )]);
-    let gate = gates::approved(Mode::FullAuto, approver);
     PURGED.lock().unwrap().clear();
-    let scratch = Atk2Pool {
-        name: "scratch".into(),
-    };
-    let billing = Atk2Pool {
-        name: "billing".into(),
-    };
-    gate.run(|| scratch.purge()).unwrap();
-    let other = gate.run(|| billing.purge());
+    let pool = |name: &str| Atk2Pool { name: name.into() };
+    let other = after_an_exact_grant(
+        |gate| gate.run(|| pool("scratch").purge()).unwrap(),
+        |gate| gate.run(|| pool("billing").purge()),
+        "another receiver that does not serialize",
+    );
     assert_eq!(
         *PURGED.lock().unwrap(),
         ["scratch"],
         "an exact grant for one pool purged another"
     );
     assert!(other.is_err());
-    assert_eq!(asked.load(SeqCst), 2);
 }
 
 // Attacks: an exact grant on a generic tool, for `apply(DryRun)`, used for `apply(Execute)`: both
@@ -399,20 +383,18 @@ fn atk2_an_exact_grant_does_not_cover_another_receiver_that_does_not_serialize()
 #[test]
 fn atk2_an_exact_grant_does_not_cover_another_type_that_serializes_alike() {
     let _serial = serial();
-    let (asked, approver) = scripted(vec![Approval::ApproveForSession(
-        SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
-    )]);
-    let gate = gates::approved(Mode::FullAuto, approver);
     APPLIED.lock().unwrap().clear();
-    gate.run(|| apply(DryRun)).unwrap();
-    let other = gate.run(|| apply(Execute));
+    let other = after_an_exact_grant(
+        |gate| gate.run(|| apply(DryRun)).unwrap(),
+        |gate| gate.run(|| apply(Execute)),
+        "another type that serializes alike",
+    );
     assert_eq!(
         *APPLIED.lock().unwrap(),
         ["dry-run"],
         "an exact grant for the dry run executed the migration"
     );
-    assert_eq!(other.unwrap_err().code(), DenialCode::ApprovalRejected);
-    assert_eq!(asked.load(SeqCst), 2);
+    assert_denied(other, DenialCode::ApprovalRejected);
 }
 
 // Attacks: an exact grant on a call whose argument does not serialize (shown `"[NOT SERIALIZABLE]"` for
@@ -420,17 +402,11 @@ fn atk2_an_exact_grant_does_not_cover_another_type_that_serializes_alike() {
 #[test]
 fn atk2_an_exact_grant_does_not_cover_another_argument_that_does_not_serialize() {
     let _serial = serial();
-    let (asked, approver) = scripted(vec![Approval::ApproveForSession(
-        SessionGrant::tool(Duration::from_secs(600)).exact_arguments(),
-    )]);
-    let gate = gates::approved(Mode::FullAuto, approver);
     APPLIED.lock().unwrap().clear();
-    gate.run(|| apply(Opaque(1))).unwrap();
-    let other = gate.run(|| apply(Opaque(2)));
-    assert_eq!(
-        asked.load(SeqCst),
-        2,
-        "an exact grant for one unserializable value covered another"
+    let other = after_an_exact_grant(
+        |gate| gate.run(|| apply(Opaque(1))).unwrap(),
+        |gate| gate.run(|| apply(Opaque(2))),
+        "an exact grant for one unserializable value covered another",
     );
     assert!(other.is_err());
     assert_eq!(*APPLIED.lock().unwrap(), ["opaque"]);
@@ -567,27 +543,14 @@ fn atk2_a_rejection_reason_cannot_forge_the_code_on_any_path() {
         if !reason.trim().is_empty() {
             assert!(message.contains(reason.trim()), "{message}");
         }
-        let by_name = rt
-            .block_on(toolgate::registry().call(
-                &gate,
-                "atk2_a.sync_wire",
-                json!({"to": "a", "cents": 1}),
-            ))
-            .unwrap_err();
+        let args = json!({"to": "a", "cents": 1});
+        let by_name = refused_by_name(&rt, &gate, "atk2_a.sync_wire", args.clone());
         assert_eq!(by_name.code(), "APPROVAL_REJECTED");
         let as_json = serde_json::to_value(&by_name).unwrap();
         assert_eq!(as_json["code"], "APPROVAL_REJECTED", "{as_json}");
         #[cfg(feature = "mcp")]
         {
-            let server = toolgate::mcp::ToolgateServer::new(gate.clone());
-            let result = rt
-                .block_on(server.call(
-                    "atk2_a.sync_wire",
-                    json!({"to": "a", "cents": 1}).as_object().cloned(),
-                ))
-                .unwrap();
-            assert_eq!(result.is_error, Some(true));
-            let value = serde_json::to_value(&result).unwrap();
+            let value = refused_over_mcp(&rt, &gate, "atk2_a.sync_wire", args);
             let text = value["content"][0]["text"].as_str().unwrap();
             assert!(text.starts_with("APPROVAL_REJECTED: "), "{text}");
             assert_eq!(
@@ -622,12 +585,9 @@ fn atk2_a_store_answering_a_foreign_refusal_code_fails_closed_with_an_approval_c
             })))
         });
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approval_store_shared(store.clone())
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.approval_store_shared(store.clone()).audit(sink.clone())
+        });
         let before = SYNC_WIRE.load(SeqCst);
         let denied = gate.run(|| sync_wire("a".into(), 1)).unwrap_err();
         assert_eq!(SYNC_WIRE.load(SeqCst), before);
@@ -666,12 +626,9 @@ fn atk2_a_store_that_panics_runs_nothing_and_leaves_the_gate_working() {
         }))),
     });
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store_shared(store.clone()).audit(sink.clone())
+    });
     let (sync_before, async_before) = (SYNC_WIRE.load(SeqCst), WIRE.load(SeqCst));
     let sync = catch_unwind(AssertUnwindSafe(|| gate.run(|| sync_wire("a".into(), 1))));
     let rt = runtime(1);
@@ -710,12 +667,9 @@ fn atk2_a_store_that_never_answers_freezes_neither_the_gate_nor_the_kill_switch(
     let _serial = serial();
     let store = scripted_store(|_, _| Box::pin(std::future::pending()));
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store_shared(store.clone()).audit(sink.clone())
+    });
     let before = (SYNC_WIRE.load(SeqCst), WIRE.load(SeqCst));
     let mut call = Box::pin(gate.scope(wire("a".into(), 1)));
     assert!(poll_once(call.as_mut()).is_pending());
@@ -782,12 +736,9 @@ fn atk2_a_custom_stores_answers_are_honoured_as_documented() {
         Box::pin(std::future::ready(Ok(answer)))
     });
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store_shared(store.clone()).audit(sink.clone())
+    });
     let before = SYNC_WIRE.load(SeqCst);
     let full = gate.run(|| sync_wire("a".into(), 1)).unwrap_err();
     assert_eq!(full.code(), DenialCode::ApprovalRequired);
@@ -812,12 +763,8 @@ fn atk2_a_custom_stores_answers_are_honoured_as_documented() {
         Some("dave")
     );
     assert_eq!(of(&records, Stage::ModeLowered).len(), 1);
-    let entered: Vec<_> = of(&records, Stage::Enter)
-        .into_iter()
-        .map(|r| (r.decision, r.by))
-        .collect();
     assert_eq!(
-        entered,
+        entered(&records),
         [
             (Some(Decision::Approved), Some("olga".to_owned())),
             (Some(Decision::Granted), Some("olga".to_owned())),

@@ -18,6 +18,9 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 use crate::common::gates;
 use crate::common::scripted;
 use crate::common::serial;
+#[cfg(feature = "mcp")]
+use crate::g07_approvals::checks::refused_over_mcp;
+use crate::g07_approvals::checks::{assert_denied, built, entered, refused_by_name};
 
 static WIRED: AtomicUsize = AtomicUsize::new(0);
 static WIRED_ASYNC: AtomicUsize = AtomicUsize::new(0);
@@ -127,11 +130,7 @@ impl AsyncApprover for Shared {
 fn an_async_approver_blocks_no_executor_thread() {
     let _serial = serial();
     let slow = Slow::new(Duration::from_secs(2), Approval::Approve);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Shared(slow.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let reads_before = READS.load(Ordering::SeqCst);
     let rt = runtime(2);
@@ -178,11 +177,7 @@ fn an_async_approver_blocks_no_executor_thread() {
 fn a_sync_tool_under_an_async_approver_is_refused_at_once_and_never_runs() {
     let _serial = serial();
     let slow = Slow::new(Duration::from_secs(3600), Approval::Approve);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Shared(slow.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
     let before = SYNC_RUNS.load(Ordering::SeqCst);
     let denied = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalRequired);
@@ -214,11 +209,7 @@ impl AsyncApprover for Panics {
 #[test]
 fn an_async_approver_that_panics_has_refused() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Panics)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Panics));
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let denied = runtime(1)
         .block_on(gate.scope(wire("a".into(), 1)))
@@ -251,11 +242,9 @@ fn an_async_approver_sees_the_arguments_and_a_lowered_mode_wins() {
         }
     }
     let approver = Arc::new(Lowers(Mutex::new(None), Mutex::new(Vec::new())));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(LowersRef(approver.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(LowersRef(approver.clone()))
+    });
     *approver.0.lock().unwrap() = Some(gate.clone());
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let denied = runtime(1)
@@ -276,11 +265,7 @@ fn an_async_approver_decides_calls_by_name() {
         Duration::from_millis(10),
         Approval::Reject("over budget".into()),
     );
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Shared(slow.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let error = runtime(1)
         .block_on(toolgate::registry().call(&gate, "appr.wire", json!({"to": "x", "cents": 3})))
@@ -397,10 +382,7 @@ fn a_grant_covers_no_higher_risk_than_it_was_given_at() {
     gate.run(|| purge("y".into())).unwrap();
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert_eq!(gate.revoke_grants(None, "ops"), 1);
-    assert_eq!(
-        gate.run(|| purge("z".into())).unwrap_err().code(),
-        DenialCode::ApprovalRejected
-    );
+    assert_denied(gate.run(|| purge("z".into())), DenialCode::ApprovalRejected);
 }
 
 #[test]
@@ -414,28 +396,13 @@ fn a_rejection_reaches_the_agent_on_every_path() {
     assert_eq!(direct.code(), DenialCode::ApprovalRejected);
     assert!(direct.message().contains(reason), "{}", direct.message());
     let rt = runtime(1);
-    let by_name = rt
-        .block_on(toolgate::registry().call(
-            &gate,
-            "appr.wire_sync",
-            json!({"to": "a", "cents": 1}),
-        ))
-        .unwrap_err();
+    let args = json!({"to": "a", "cents": 1});
+    let by_name = refused_by_name(&rt, &gate, "appr.wire_sync", args.clone());
     assert!(by_name.to_string().contains(reason), "{by_name}");
     #[cfg(feature = "mcp")]
     {
-        let server = toolgate::mcp::ToolgateServer::new(gate.clone());
-        let result = rt
-            .block_on(server.call(
-                "appr.wire_sync",
-                json!({"to": "a", "cents": 1}).as_object().cloned(),
-            ))
-            .unwrap();
-        assert_eq!(result.is_error, Some(true));
-        let text = serde_json::to_value(&result).unwrap()["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let result = refused_over_mcp(&rt, &gate, "appr.wire_sync", args);
+        let text = result["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("APPROVAL_REJECTED: "), "{text}");
         assert!(text.contains(reason), "{text}");
     }
@@ -474,10 +441,7 @@ fn reject_and_stop_lowers_the_gate_to_shadow_and_says_who() {
     let refused = records(&sink, Stage::Refused);
     assert_eq!(refused.last().unwrap().by.as_deref(), Some("alice"));
     // Nothing that writes runs any more.
-    assert_eq!(
-        gate.run(|| purge("x".into())).unwrap_err().code(),
-        DenialCode::ModeNotAllowed
-    );
+    assert_denied(gate.run(|| purge("x".into())), DenialCode::ModeNotAllowed);
 }
 
 #[test]
@@ -529,12 +493,9 @@ fn a_failing_store_refuses_with_its_own_code_and_the_log_says_why() {
     ] {
         let sink = MemorySink::new();
         let store = Arc::new(Failing(error.clone(), AtomicUsize::new(0)));
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .approval_store_shared(store.clone())
-            .audit(sink.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.approval_store_shared(store.clone()).audit(sink.clone())
+        });
         let (sync_before, async_before) = (
             SYNC_RUNS.load(Ordering::SeqCst),
             WIRED_ASYNC.load(Ordering::SeqCst),
@@ -615,12 +576,8 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     assert_eq!(SYNC_RUNS.load(Ordering::SeqCst) - before, 2);
-    let entered: Vec<_> = records(&sink, Stage::Enter)
-        .into_iter()
-        .map(|r| (r.decision, r.by))
-        .collect();
     assert_eq!(
-        entered,
+        entered(&sink.records()),
         [
             (Some(Decision::Approved), Some("carol".into())),
             (Some(Decision::Granted), Some("carol".into())),
@@ -628,9 +585,9 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     );
     // The operator's grant is for these arguments only.
     assert!(gate.grants()[0].exact_arguments);
-    assert_eq!(
-        gate.run(|| wire_sync("a".into(), 2)).unwrap_err().code(),
-        DenialCode::ApprovalPending
+    assert_denied(
+        gate.run(|| wire_sync("a".into(), 2)),
+        DenialCode::ApprovalPending,
     );
     // And reject-and-stop through the store stops the gate.
     let asked = gate.run(|| purge("p".into())).unwrap_err();
@@ -643,10 +600,7 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
         },
     )
     .unwrap();
-    assert_eq!(
-        gate.run(|| purge("p".into())).unwrap_err().code(),
-        DenialCode::ApprovalRejected
-    );
+    assert_denied(gate.run(|| purge("p".into())), DenialCode::ApprovalRejected);
     assert_eq!(gate.mode(), Mode::Shadow);
 }
 
@@ -683,15 +637,12 @@ fn a_grant_in_a_gate_without_records_holds_its_limits_in_the_inlined_check() {
     assert_eq!(asked.load(Ordering::SeqCst), 4);
     // Lowered: the grant lifts no mode.
     gate.lower(Mode::PartialAuto).unwrap();
-    assert_eq!(
-        gate.run(|| purge("z".into())).unwrap_err().code(),
-        DenialCode::ModeNotAllowed
-    );
+    assert_denied(gate.run(|| purge("z".into())), DenialCode::ModeNotAllowed);
     // And a grant dies with its gate: a new gate with no approver refuses.
     let fresh = Gate::new(Mode::FullAuto).unwrap();
-    assert_eq!(
-        fresh.run(|| purge("z".into())).unwrap_err().code(),
-        DenialCode::ApprovalRequired
+    assert_denied(
+        fresh.run(|| purge("z".into())),
+        DenialCode::ApprovalRequired,
     );
 }
 
@@ -711,12 +662,10 @@ fn no_approver_is_asked_about_a_call_another_gate_refuses_on_its_own() {
     };
     let store_outer = gates::two_step(Mode::FullAuto);
     let hour = Duration::from_secs(3600);
-    let spent = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(toolgate::gate::BudgetScope::tool("appr.purge"), 1, hour)
-        .build()
-        .unwrap();
+    let spent = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(toolgate::gate::BudgetScope::tool("appr.purge"), 1, hour)
+    });
     spent.run(|| purge("first".into())).unwrap();
     let inners = [
         (
@@ -755,13 +704,11 @@ fn an_answer_runs_only_the_call_of_the_principal_it_was_given_for() {
     let store: Arc<dyn ApprovalStore> =
         Arc::new(toolgate::approval::two_step::MemoryStore::new(Duration::from_secs(60)).unwrap());
     let gate_of = |principal: &str, agent: &str| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .approval_store_shared(store.clone())
-            .principal(principal)
-            .agent(agent)
-            .build()
-            .unwrap()
+        built(Mode::FullAuto, |b| {
+            b.approval_store_shared(store.clone())
+                .principal(principal)
+                .agent(agent)
+        })
     };
     let bob = gate_of("bob", "desk");
     let alice = gate_of("alice", "desk");

@@ -37,30 +37,27 @@ fn a5_two_step_approval_by_name_runs_once_and_only_its_call() {
     }
 }
 
+/// What two calls audited alike have alike in their records: stages, arguments and their digest,
+/// risks and decisions.
+fn audited_alike(records: &[AuditRecord]) -> Vec<impl PartialEq + std::fmt::Debug + use<>> {
+    let key = |r: &AuditRecord| {
+        let arguments = (r.arguments.clone(), r.arguments_digest.clone());
+        (r.stage, arguments, r.effective_risk, r.decision)
+    };
+    records.iter().map(key).collect()
+}
+
 /// Redacted, recorded arguments by name are audited like the same direct call, secret never shown.
 #[test]
 fn a13_redacted_arguments_by_name_match_a_direct_call() {
     let _s = serial();
-    reset();
     let (gate, sink) = audited(Mode::FullAuto);
+    reset();
     call(&gate, "rt2.red", json!({"user": "ada", "pin": 4242})).unwrap();
     let by_name = sink.0.take();
     gate.run(|| red("ada".into(), Evil(4242))).unwrap();
     let direct = sink.0.take();
-    let key = |rs: &[AuditRecord]| {
-        rs.iter()
-            .map(|r| {
-                (
-                    r.stage,
-                    r.arguments.clone(),
-                    r.arguments_digest.clone(),
-                    r.effective_risk,
-                    r.decision,
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(key(&by_name), key(&direct));
+    assert_eq!(audited_alike(&by_name), audited_alike(&direct));
     for r in by_name.iter().chain(&direct) {
         assert!(
             !r.arguments.as_deref().unwrap_or("").contains("4242"),

@@ -3,7 +3,6 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,14 +12,16 @@ use toolgate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use toolgate::approval::two_step::MemoryStore;
-use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
+use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::MemoryBudgets;
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Mode};
 
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{assert_denied, built};
+use crate::g07_approvals::meeting::*;
 
 /// grants × sink (7). A call allowed by a grant WAITS in its `enter` record; meanwhile the operator
 /// revokes every grant. The commit point reads the grant again: the call runs only if an approver was
@@ -28,25 +29,14 @@ use crate::fixtures::features_meeting::*;
 #[test]
 fn p03_a_granted_call_waiting_on_its_enter_record_is_refused_once_its_grant_is_revoked() {
     let _serial = serial();
-    let pause = Pause::new();
-    let asked: Asked = Arc::default();
-    let reply = answer(for_session());
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(&Pause::new(), &reply, &asked))
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let (pause, sink) = held_at_enter("pairs.wire");
+    let (gate, _, reply) = granting_with(|b| b.audit_shared(sink.clone()));
     gate.run(|| wire(1)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     assert_eq!(gate.revoke_grants(None, "ops"), 1);
     pause.go();
     let result = caller.join().unwrap();
@@ -61,52 +51,18 @@ fn p03_a_granted_call_waiting_on_its_enter_record_is_refused_once_its_grant_is_r
 #[test]
 fn p04_no_call_started_after_revoke_grants_returns_runs_on_the_grant() {
     let _serial = serial();
-    let asked: Asked = Arc::default();
-    let reply = answer(for_session());
-    let gate = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &reply, &asked),
-    );
+    let (gate, _, reply) = granting();
     gate.run(|| wire(0)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("no more".into());
-    let revoked = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let late_runs = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..3)
-        .map(|_| {
-            let (gate, revoked, stop, late_runs) = (
-                gate.clone(),
-                revoked.clone(),
-                stop.clone(),
-                late_runs.clone(),
-            );
-            spawn(move || {
-                let mut after = 0;
-                while !stop.load(SeqCst) {
-                    let started_after = revoked.load(SeqCst);
-                    let ran = gate.run(|| wire(1)).is_ok();
-                    if started_after {
-                        after += 1;
-                        if ran {
-                            late_runs.fetch_add(1, SeqCst);
-                        }
-                        if after > 200 {
-                            break;
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(gate.revoke_grants(Some("pairs.wire"), "ops"), 1);
-    revoked.store(true, SeqCst);
-    std::thread::sleep(Duration::from_millis(50));
-    stop.store(true, SeqCst);
-    for worker in workers {
-        worker.join().unwrap();
-    }
-    assert_eq!(late_runs.load(SeqCst), 0, "calls ran on a revoked grant");
+    let late = late_runs(
+        &gate,
+        |gate, _| gate.run(|| wire(1)).is_ok(),
+        Some(200),
+        || {
+            assert_eq!(gate.revoke_grants(Some("pairs.wire"), "ops"), 1);
+        },
+    );
+    assert_eq!(late, 0, "calls ran on a revoked grant");
     assert!(gate.grants().is_empty());
 }
 
@@ -116,21 +72,8 @@ fn p04_no_call_started_after_revoke_grants_returns_runs_on_the_grant() {
 #[test]
 fn p25_a_grant_whose_record_cannot_be_written_is_not_made_unrecorded() {
     let _serial = serial();
-    let sink = HookSink::new(&Pause::new(), |r: &AuditRecord| {
-        r.stage == Stage::SessionGranted
-    });
-    sink.fail.store(1, SeqCst);
-    let asked: Asked = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked,
-        ))
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let sink = failing_first(Stage::SessionGranted);
+    let (gate, asked, _) = granting_with(|b| b.audit_shared(sink.clone()));
     let _ = gate.run(|| wire(1));
     let _ = gate.run(|| wire(2));
     let records = sink.records();
@@ -153,12 +96,7 @@ fn p25_a_grant_whose_record_cannot_be_written_is_not_made_unrecorded() {
 #[test]
 fn p32_an_argument_that_revokes_the_grant_while_it_is_read_is_decided_without_it() {
     let _serial = serial();
-    let asked: Asked = Arc::default();
-    let reply = answer(for_session());
-    let gate = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &reply, &asked),
-    );
+    let (gate, _, reply) = granting();
     by_name(&gate, "pairs.publish_note", json!({"note": "first"})).unwrap();
     assert_eq!(gate.grants().len(), 1);
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
@@ -211,11 +149,9 @@ fn p33_lookalike_arguments_never_share_an_approval() {
             self.0.answer(token, answer)
         }
     }
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approval_store(Seeing(memory_store(), seen.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.approval_store(Seeing(memory_store(), seen.clone()))
+    });
     gate.run(|| fetch("https://evil".into())).unwrap();
     let genuine = "pay bob 10".to_owned();
     let variants = [
@@ -314,25 +250,17 @@ fn p35_an_exact_grant_covers_no_lookalike_call() {
 fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing() {
     let _serial = serial();
     let pause = Pause::new();
-    let asked: Asked = Arc::default();
-    let reply = answer(for_session());
     let budgets = Arc::new(MemoryBudgets::new());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(&Pause::new(), &reply, &asked))
-        .budget(BudgetScope::tool("pairs.wire"), 2, HOUR)
-        .budget_store_shared(HookBudgets::shared(&budgets, &pause))
-        .build()
-        .unwrap();
+    let (gate, _, reply) = granting_with(|b| {
+        b.budget(BudgetScope::tool("pairs.wire"), 2, HOUR)
+            .budget_store_shared(HookBudgets::shared(&budgets, &pause))
+    });
     gate.run(|| wire(1)).unwrap();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     gate.revoke_grants(None, "ops");
     pause.go();
     assert_eq!(
@@ -343,10 +271,7 @@ fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing()
     *reply.lock().unwrap() = Approval::Approve;
     gate.run(|| wire(3))
         .expect("the rejected call gave its unit back");
-    assert_eq!(
-        gate.run(|| wire(4)).unwrap_err().code(),
-        DenialCode::BudgetExhausted
-    );
+    assert_denied(gate.run(|| wire(4)), DenialCode::BudgetExhausted);
 }
 
 /// grants × async sink × cancellation (7). The approver answers "for the session"; the async call's
@@ -355,18 +280,8 @@ fn p36_a_grant_revoked_while_its_call_waits_in_the_budget_store_covers_nothing()
 #[test]
 fn p56_a_grant_for_an_async_call_dropped_before_its_commit_is_never_made() {
     let _serial = serial();
-    let asked: Asked = Arc::default();
     let sink = Arc::new(Hanging(MemorySink::new()));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked,
-        ))
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let (gate, _, _) = granting_with(|b| b.audit_shared(sink.clone()));
     let rt = runtime();
     let before = count(&WIRES);
     let waited = rt.block_on(async {

@@ -7,10 +7,11 @@ use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use toolgate::audit::TracingSink;
-use toolgate::{Approval, ApprovalRequest, CallError, Denied, Gate, Mode, registry};
+use toolgate::{Approval, ApprovalRequest, CallError, Denied, Mode, registry};
 
 use crate::common::gates;
 use crate::fixtures::integrations::*;
+use crate::g07_approvals::checks::built;
 
 /// Tries: approvals through rig under an async approver: a sync HIGH_WRITE tool (which cannot wait
 /// for it), and an async one. Guarantee: the sync tool's call is refused `APPROVAL_REQUIRED` at once,
@@ -19,15 +20,13 @@ use crate::fixtures::integrations::*;
 #[tokio::test]
 async fn i06_an_async_approver_through_rig() {
     let asked = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(CountingAsync {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(CountingAsync {
             asked: asked.clone(),
             answer: || Approval::Approve,
             lower: Arc::new(OnceLock::new()),
         })
-        .build()
-        .unwrap();
+    });
     let tools = iatk(&gate);
     let refused = refusal(run(&tools, "iatk.wipe", json!({"id": 601})).await);
     assert_eq!(refused.code(), Some("APPROVAL_REQUIRED"));
@@ -45,15 +44,13 @@ async fn i06_an_async_approver_through_rig() {
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert_eq!(ran("wipe_async", 602), 1);
 
-    let rejecting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(CountingAsync {
+    let rejecting = built(Mode::FullAuto, |b| {
+        b.async_approver(CountingAsync {
             asked: Arc::new(AtomicUsize::new(0)),
             answer: || Approval::Reject("not entry 603".into()),
             lower: Arc::new(OnceLock::new()),
         })
-        .build()
-        .unwrap();
+    });
     let refused = refusal(run(&iatk(&rejecting), "iatk.wipe_async", json!({"id": 603})).await);
     assert_eq!(refused.code(), Some("APPROVAL_REJECTED"));
     assert!(refused.model_feedback().unwrap().contains("not entry 603"));
@@ -130,12 +127,10 @@ async fn i08_two_step_approvals_through_rig() {
 #[test]
 fn i12_a_redacted_argument_never_reaches_a_span_or_the_model() {
     let partial = gates::audited(Mode::PartialAuto, TracingSink::new());
-    let rejecting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit(TracingSink::new())
-        .approver(|_: &ApprovalRequest<'_>| Approval::Reject("no".into()))
-        .build()
-        .unwrap();
+    let rejecting = built(Mode::FullAuto, |b| {
+        b.audit(TracingSink::new())
+            .approver(|_: &ApprovalRequest<'_>| Approval::Reject("no".into()))
+    });
     let secrets = [
         "S3CRET-TOKEN-A",
         "S3CRET-TOKEN-B",

@@ -3,11 +3,15 @@
 mod approval_surfaces;
 mod approvers;
 mod by_name;
+pub(crate) mod checks;
 mod features_meeting;
 mod handlers;
 mod integrations;
 mod mcp_in_band;
+pub(crate) mod meeting;
 mod receivers;
 mod regressions;
+pub(crate) mod rounds;
+pub(crate) mod served_ops;
 mod shared_stores;
 mod user_code;

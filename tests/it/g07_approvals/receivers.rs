@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use toolgate::audit::Stage;
-use toolgate::registry::Instances;
+use toolgate::registry::{CallError, Instances};
 use toolgate::{DenialCode, Denied, Gate, Mode};
 
 use crate::common::gates;
@@ -59,14 +59,7 @@ fn s05_a_receiver_retargeted_between_the_two_step_binding_and_the_body() {
     let gate = gates::two_step_audited(Mode::FullAuto, sink.clone());
     let first = call_now(&gate, &shared(&vault), "atk_vault.wipe", json!({})).unwrap_err();
     gate.approve(&token_of(&first)).unwrap();
-    let (g, v) = (gate.clone(), Arc::clone(&vault));
-    sink.arm("atk_vault.wipe", move || {
-        let moved = call_now(
-            &g,
-            &shared(&v),
-            "atk_vault.retarget",
-            json!({"site": "production"}),
-        );
+    retarget_on_enter(&sink, &gate, &vault, |moved| {
         assert_eq!(moved.unwrap(), json!("staging"));
     });
     let result = call_now(&gate, &shared(&vault), "atk_vault.wipe", json!({}));
@@ -76,6 +69,21 @@ fn s05_a_receiver_retargeted_between_the_two_step_binding_and_the_body() {
          bodies {:?}",
         vault.ran()
     );
+}
+
+/// While the `enter` record of the vault's `wipe` is written, retargets `vault` to production with an
+/// allowed call by name, and hands what it answered (the site it had) to `check`.
+fn retarget_on_enter(
+    sink: &HookSink,
+    gate: &Gate,
+    vault: &Arc<Vault>,
+    check: impl FnOnce(Result<Value, CallError>) + Send + 'static,
+) {
+    let (gate, vault) = (gate.clone(), Arc::clone(vault));
+    sink.arm("atk_vault.wipe", move || {
+        let site = json!({"site": "production"});
+        check(call_now(&gate, &shared(&vault), "atk_vault.retarget", site));
+    });
 }
 
 /// ATTACKS what an approver sees (the receiver as `self`): the same window with an approver: it is shown
@@ -88,15 +96,7 @@ fn s06_a_receiver_retargeted_after_the_approver_saw_it() {
     let (gate, asked) = approving(&sink, |r| {
         r.arguments.is_some_and(|a| a.contains("\"staging\""))
     });
-    let (g, v) = (gate.clone(), Arc::clone(&vault));
-    sink.arm("atk_vault.wipe", move || {
-        let _ = call_now(
-            &g,
-            &shared(&v),
-            "atk_vault.retarget",
-            json!({"site": "production"}),
-        );
-    });
+    retarget_on_enter(&sink, &gate, &vault, drop);
     let result = call_now(&gate, &shared(&vault), "atk_vault.wipe", json!({}));
     let shown: Vec<_> = lock(&asked).iter().map(|a| a.1.clone()).collect();
     assert!(
@@ -220,13 +220,8 @@ fn s09_a_nondeterministic_receiver_shows_the_approver_what_the_log_records() {
     let sink = HookSink::default();
     let (gate, asked) = approving(&sink, |_| true);
     // Written again just before the body, the receiver is not what the approver saw: refused.
-    let refused = call_now(
-        &gate,
-        &shared(&vault),
-        "atk_vault.open",
-        json!({"door": "front", "pin": "1234"}),
-    )
-    .unwrap_err();
+    let front = json!({"door": "front", "pin": "1234"});
+    let refused = call_now(&gate, &shared(&vault), "atk_vault.open", front).unwrap_err();
     assert_eq!(refused.code(), "APPROVAL_MISMATCH");
     assert!(vault.ran().is_empty(), "{:?}", vault.ran());
     let asked = lock(&asked).clone();
@@ -251,20 +246,32 @@ fn s10_a_redacted_arguments_own_deserialize_error_does_not_quote_it() {
     let vault = Vault::new("staging");
     let sink = HookSink::default();
     let (gate, _) = approving(&sink, |_| true);
-    let secret = "sk_live_CUSTOM_9137";
-    let error = call_now(
+    let pin = json!({"door": "front", "pin": "sk_live_CUSTOM_9137"});
+    let quoted = "the redacted value is quoted back";
+    nothing_of_it_shown(
         &gate,
-        &shared(&vault),
-        "atk_vault.open_checked",
-        json!({"door": "front", "pin": secret}),
-    )
-    .unwrap_err();
+        &sink,
+        &vault,
+        ("atk_vault.open_checked", pin),
+        quoted,
+    );
+}
+
+/// Calls a tool of `vault` by name with arguments that carry `sk_live` text where they may not: the
+/// call is refused `INVALID_PARAMS`, runs no body, and neither its error nor the records show any of
+/// that text (else `shown` says what was).
+#[track_caller]
+fn nothing_of_it_shown(
+    gate: &Gate,
+    sink: &HookSink,
+    vault: &Arc<Vault>,
+    (tool, args): (&str, Value),
+    shown_what: &str,
+) {
+    let error = call_now(gate, &shared(vault), tool, args).unwrap_err();
     assert_eq!(error.code(), "INVALID_PARAMS");
     let text = format!("{} || {:?}", shown(&error), sink.records());
-    assert!(
-        !text.contains("sk_live"),
-        "the redacted value is quoted back: {text}"
-    );
+    assert!(!text.contains("sk_live"), "{shown_what}: {text}");
     assert_eq!(vault.ran(), Vec::<String>::new());
 }
 
@@ -276,20 +283,15 @@ fn s11_a_bad_entry_of_a_redacted_map_does_not_put_its_key_in_the_path() {
     let vault = Vault::new("staging");
     let sink = HookSink::default();
     let gate = gates::audited(Mode::PartialAuto, sink.clone());
-    let error = call_now(
+    let keys = json!({"owner": "ada", "keys": {"sk_live_MAPKEY_5521": "not a number"}});
+    let key_shown = "a redacted map's key is shown";
+    nothing_of_it_shown(
         &gate,
-        &shared(&vault),
-        "atk_vault.store_keys",
-        json!({"owner": "ada", "keys": {"sk_live_MAPKEY_5521": "not a number"}}),
-    )
-    .unwrap_err();
-    assert_eq!(error.code(), "INVALID_PARAMS");
-    let text = format!("{} || {:?}", shown(&error), sink.records());
-    assert!(
-        !text.contains("sk_live"),
-        "a redacted map's key is shown: {text}"
+        &sink,
+        &vault,
+        ("atk_vault.store_keys", keys),
+        key_shown,
     );
-    assert_eq!(vault.ran(), Vec::<String>::new());
 }
 
 /// ATTACKS redaction of a struct: an unknown key inside a redacted struct argument; the key is the agent's
@@ -299,30 +301,18 @@ fn s12_an_unknown_key_inside_a_redacted_struct_is_not_shown() {
     let vault = Vault::new("staging");
     let sink = HookSink::default();
     let gate = gates::audited(Mode::PartialAuto, sink.clone());
-    let error = call_now(
+    let unknown = json!({"creds": {"user": "ada", "token": "t", "sk_live_UNKNOWN_7310": 1}});
+    let key_shown = "a key inside a redacted argument is shown";
+    nothing_of_it_shown(
         &gate,
-        &shared(&vault),
-        "atk_vault.login",
-        json!({"creds": {"user": "ada", "token": "t", "sk_live_UNKNOWN_7310": 1}}),
-    )
-    .unwrap_err();
-    assert_eq!(error.code(), "INVALID_PARAMS");
-    let text = format!("{} || {:?}", shown(&error), sink.records());
-    assert!(
-        !text.contains("sk_live"),
-        "a key inside a redacted argument is shown: {text}"
+        &sink,
+        &vault,
+        ("atk_vault.login", unknown),
+        key_shown,
     );
     // A wrong type inside it: the value is not quoted either.
-    let error = call_now(
-        &gate,
-        &shared(&vault),
-        "atk_vault.login",
-        json!({"creds": {"user": "ada", "token": ["sk_live_TOKEN_7311"]}}),
-    )
-    .unwrap_err();
-    let text = format!("{} || {:?}", shown(&error), sink.records());
-    assert!(!text.contains("sk_live"), "{text}");
-    assert_eq!(vault.ran(), Vec::<String>::new());
+    let wrong = json!({"creds": {"user": "ada", "token": ["sk_live_TOKEN_7311"]}});
+    nothing_of_it_shown(&gate, &sink, &vault, ("atk_vault.login", wrong), "quoted");
 }
 
 /// ATTACKS guarantee 7 on a generic method with a `&Gate` parameter: a two-step approval for `(staging, 1u32)`

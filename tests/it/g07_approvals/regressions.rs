@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use toolgate::audit::{JsonlSink, MemorySink, Stage};
-use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Mode};
+use toolgate::{AllowAllApprover, Approval, ApprovalRequest, Gate, Mode};
 
 use crate::common::gates;
 use crate::common::{Scratch, serial};
@@ -87,20 +87,27 @@ fn a_two_step_approval_for_one_receiver_does_not_run_another() {
     assert_eq!(dropped(), [("staging".to_owned(), "users".to_owned())]);
 }
 
+/// A FullAuto gate whose approver rejects every call for `why`, keeping what `shown` picks of each
+/// request.
+fn rejecting_seeing(
+    shown: for<'a> fn(&ApprovalRequest<'a>) -> Option<&'a str>,
+    why: &'static str,
+) -> (Gate, Arc<Mutex<Vec<Option<String>>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
+        keep.lock().unwrap().push(shown(request).map(str::to_owned));
+        Approval::Reject(why.into())
+    });
+    (gate, seen)
+}
+
 // Finding (same): an approver is shown the same arguments digest for calls on two receivers, so it
 // cannot tell which database it is asked to drop a table of.
 #[test]
 fn an_approver_sees_different_digests_for_different_receivers() {
     let _serial = serial();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen_by_approver = seen.clone();
-    let gate = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
-        seen_by_approver
-            .lock()
-            .unwrap()
-            .push(request.arguments_digest.map(str::to_owned));
-        Approval::Reject("asked only".into())
-    });
+    let (gate, seen) = rejecting_seeing(|request| request.arguments_digest, "asked only");
     DROPPED.lock().unwrap().clear();
     let staging = gate.run(|| db("staging").drop_table("users".into()));
     let production = gate.run(|| db("production").drop_table("users".into()));
@@ -202,15 +209,7 @@ fn a_method_whose_receiver_is_not_serializable_cannot_be_approved_in_two_steps()
         "{:?}",
         denied.detail()
     );
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen_by_approver = seen.clone();
-    let asked = gates::approved(Mode::FullAuto, move |request: &ApprovalRequest<'_>| {
-        seen_by_approver
-            .lock()
-            .unwrap()
-            .push(request.arguments.map(str::to_owned));
-        Approval::Reject("no".into())
-    });
+    let (asked, seen) = rejecting_seeing(|request| request.arguments, "no");
     assert!(asked.run(|| pool.drop_all()).is_err());
     assert_eq!(
         *seen.lock().unwrap(),

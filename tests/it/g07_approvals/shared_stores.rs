@@ -3,12 +3,12 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(feature = "mcp-http")]
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use toolgate::Mode;
 
 use crate::common::gates;
 use crate::fixtures::shared_stores::*;
+use crate::g07_approvals::checks::racing;
 
 // ---------------------------------------------------------------------------------------------------
 // Two-step approvals
@@ -41,18 +41,7 @@ fn b13_pending_approval_other_arguments_twice_other_gate() {
     assert_ne!(code(other.run(|| b13_wire(100))), "OK");
     assert_eq!(B13.load(Ordering::SeqCst), 0);
     // racing threads with the approved call: one runs
-    let barrier = Arc::new(std::sync::Barrier::new(6));
-    let threads: Vec<_> = (0..6)
-        .map(|_| {
-            let g = gate.clone();
-            let b = barrier.clone();
-            std::thread::spawn(move || {
-                b.wait();
-                code(g.run(|| b13_wire(100)))
-            })
-        })
-        .collect();
-    let codes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let codes = racing(&gate, 6, |gate, _| code(gate.run(|| b13_wire(100))));
     assert_eq!(B13.load(Ordering::SeqCst), 1, "{codes:?}");
     assert_ne!(code(gate.run(|| b13_wire(100))), "OK");
     assert_eq!(B13.load(Ordering::SeqCst), 1);

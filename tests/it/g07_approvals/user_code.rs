@@ -4,30 +4,49 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use toolgate::audit::Stage;
-use toolgate::{Approval, ApprovalRequest, Gate, Mode};
+use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode};
 
 use crate::common::gates;
 use crate::fixtures::user_code::*;
+use crate::g07_approvals::checks::built;
+
+/// Calls `first` through `gate`; if it waits for a two-step approval, approves it and returns what
+/// `other` (another call, which the approval must not cover) answered. A call that cannot be
+/// approved in two steps holds the guarantee too: noted (`what` names it), and `None`.
+fn approved_then<T: Debug, U>(
+    gate: &Gate,
+    first: impl FnOnce() -> Result<T, Denied>,
+    other: impl FnOnce() -> Result<U, Denied>,
+    what: &str,
+) -> Option<Result<U, Denied>> {
+    match first() {
+        Err(d) if d.approval_token().is_some() => {
+            gate.approve(d.approval_token().unwrap()).unwrap();
+            Some(other())
+        }
+        other => {
+            eprintln!("{what} not approvable (holds): {other:?}");
+            None
+        }
+    }
+}
 
 #[test]
 fn g7_an_approval_with_an_unserializable_argument_does_not_run_another_one() {
     let _s = serial();
     let gate = two_step();
-    let first = gate.run(|| two_noser(Conn("staging"), "users".into()));
-    match first {
-        Err(d) if d.approval_token().is_some() => {
-            gate.approve(d.approval_token().unwrap()).unwrap();
-            let r = gate.run(|| two_noser(Conn("production"), "users".into()));
-            assert!(
-                !TWO_NOSER.lock().unwrap().contains(&"production"),
-                "an approval given for Conn(staging) ran Conn(production): {r:?}"
-            );
-        }
-        other => eprintln!("not approvable in two steps (holds): {other:?}"),
+    let staging = || gate.run(|| two_noser(Conn("staging"), "users".into()));
+    let production = || gate.run(|| two_noser(Conn("production"), "users".into()));
+    if let Some(other) = approved_then(&gate, staging, production, "Conn") {
+        assert!(
+            !TWO_NOSER.lock().unwrap().contains(&"production"),
+            "an approval given for Conn(staging) ran Conn(production): {other:?}"
+        );
     }
     let gate = two_step();
     if let Err(d) = gate.run(|| two_impl("staging"))
@@ -118,16 +137,16 @@ fn g7_large_integers_bind_exactly() {
     let gate = two_step();
     let a = u64::MAX as u128 + 1;
     let b = u128::MAX;
-    match gate.run(|| two_big(a)) {
-        Err(d) if d.approval_token().is_some() => {
-            gate.approve(d.approval_token().unwrap()).unwrap();
-            let r = gate.run(|| two_big(b));
-            assert!(
-                !TWO_BIG.lock().unwrap().contains(&b),
-                "approved {a}, ran {b}: {r:?}"
-            );
-        }
-        other => eprintln!("u128 not approvable (holds): {other:?}"),
+    if let Some(other) = approved_then(
+        &gate,
+        || gate.run(|| two_big(a)),
+        || gate.run(|| two_big(b)),
+        "u128",
+    ) {
+        assert!(
+            !TWO_BIG.lock().unwrap().contains(&b),
+            "approved {a}, ran {b}: {other:?}"
+        );
     }
 }
 
@@ -141,16 +160,16 @@ fn g7_a_generic_receiver_is_bound() {
     let production = GDb {
         name: "production".to_string(),
     };
-    match gate.run(|| staging.gdrop()) {
-        Err(d) if d.approval_token().is_some() => {
-            gate.approve(d.approval_token().unwrap()).unwrap();
-            let r = gate.run(|| production.gdrop());
-            assert!(
-                !GDROP.lock().unwrap().contains(&"production".to_string()),
-                "{r:?}"
-            );
-        }
-        other => eprintln!("generic receiver not approvable (holds): {other:?}"),
+    if let Some(other) = approved_then(
+        &gate,
+        || gate.run(|| staging.gdrop()),
+        || gate.run(|| production.gdrop()),
+        "generic receiver",
+    ) {
+        assert!(
+            !GDROP.lock().unwrap().contains(&"production".to_string()),
+            "{other:?}"
+        );
     }
 }
 
@@ -158,33 +177,35 @@ fn g7_a_generic_receiver_is_bound() {
 fn g7_a_boxed_or_arced_receiver_is_bound() {
     let _s = serial();
     let gate = two_step();
-    match gate.run(|| Box::new(BDb { name: "staging" }).bdrop()) {
-        Err(d) if d.approval_token().is_some() => {
-            gate.approve(d.approval_token().unwrap()).unwrap();
-            let r = gate.run(|| Box::new(BDb { name: "production" }).bdrop());
-            assert!(
-                !BDROP.lock().unwrap().contains(&"production"),
-                "Box<Self>: {r:?}"
-            );
-        }
-        other => eprintln!("Box<Self> not approvable (holds): {other:?}"),
+    if let Some(other) = approved_then(
+        &gate,
+        || gate.run(|| Box::new(BDb { name: "staging" }).bdrop()),
+        || gate.run(|| Box::new(BDb { name: "production" }).bdrop()),
+        "Box<Self>",
+    ) {
+        assert!(
+            !BDROP.lock().unwrap().contains(&"production"),
+            "Box<Self>: {other:?}"
+        );
     }
     let gate = two_step();
-    match gate.run(|| Arc::new(BDb { name: "staging2" }).adrop()) {
-        Err(d) if d.approval_token().is_some() => {
-            gate.approve(d.approval_token().unwrap()).unwrap();
-            let r = gate.run(|| {
+    if let Some(other) = approved_then(
+        &gate,
+        || gate.run(|| Arc::new(BDb { name: "staging2" }).adrop()),
+        || {
+            gate.run(|| {
                 Arc::new(BDb {
                     name: "production2",
                 })
                 .adrop()
-            });
-            assert!(
-                !BDROP.lock().unwrap().contains(&"production2"),
-                "Arc<Self>: {r:?}"
-            );
-        }
-        other => eprintln!("Arc<Self> not approvable (holds): {other:?}"),
+            })
+        },
+        "Arc<Self>",
+    ) {
+        assert!(
+            !BDROP.lock().unwrap().contains(&"production2"),
+            "Arc<Self>: {other:?}"
+        );
     }
 }
 
@@ -292,12 +313,10 @@ fn g7_a_call_from_inside_an_arguments_serialize_does_not_double_an_approval() {
 #[test]
 fn g7_approvals_expire() {
     let _s = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .approval_ttl(Duration::from_millis(30))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.two_step_approvals()
+            .approval_ttl(Duration::from_millis(30))
+    });
     let t = token_of(gate.run(|| two_slow(555)));
     gate.approve(&t).unwrap();
     std::thread::sleep(Duration::from_millis(80));
@@ -319,15 +338,12 @@ fn g7_a_redacted_value_reaches_no_record_message_request_or_debug() {
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
         let s2 = seen.clone();
         let (sink, mem) = hook_sink(|_| Ok(()));
-        let approver_gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .audit(sink)
-            .approver(move |r: &ApprovalRequest<'_>| {
+        let approver_gate = built(Mode::FullAuto, |b| {
+            b.audit(sink).approver(move |r: &ApprovalRequest<'_>| {
                 s2.lock().unwrap().push(format!("{r:?}"));
                 Approval::Reject("no".into())
             })
-            .build()
-            .unwrap();
+        });
         let d1 = approver_gate
             .run(|| secret("ada".into(), pin.into()))
             .unwrap_err();

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::json;
@@ -12,15 +13,53 @@ use toolgate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use toolgate::approval::{ApprovalFuture, AsyncApprover, SessionGrant};
-use toolgate::audit::{AuditRecord, MemorySink, Stage};
+use toolgate::audit::{MemorySink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, MemoryBudgets, Reservation};
 use toolgate::policy::TaintPolicy;
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk, registry};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, GateBuilder, Mode, Risk, registry};
 
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{assert_denied, built, denial};
+use crate::g07_approvals::meeting::*;
+
+/// A PartialAuto gate of the agent `poster` with one `pairs.post` an hour in `store`, and what `more`
+/// adds.
+fn poster(store: Arc<dyn BudgetStore>, more: impl FnOnce(GateBuilder) -> GateBuilder) -> Gate {
+    built(Mode::PartialAuto, |b| {
+        let b = more(b.agent("poster"));
+        b.budget(BudgetScope::tool("pairs.post"), 1, HOUR)
+            .budget_store_shared(store)
+    })
+}
+
+/// A FullAuto gate of the agent `payer` with one `pairs.wire` per `window` in `budgets`, and what
+/// `more` adds.
+fn payer(
+    budgets: &Arc<MemoryBudgets>,
+    window: Duration,
+    more: impl FnOnce(GateBuilder) -> GateBuilder,
+) -> Gate {
+    built(Mode::FullAuto, |b| {
+        let b = more(b.agent("payer"));
+        b.budget(BudgetScope::tool("pairs.wire"), 1, window)
+            .budget_store_shared(budgets.clone())
+    })
+}
+
+/// `gate`, the count of posts before, and a post through it held at `pause` in its budget store.
+fn posting_held(
+    pause: &Pause,
+    gate: Gate,
+) -> (Gate, usize, JoinHandle<Result<String, DenialCode>>) {
+    let before = count(&POSTS);
+    let caller = held_call(pause, &gate, |gate| {
+        gate.run(|| post("x".into())).map_err(|d| d.code())
+    });
+    (gate, before, caller)
+}
 
 /// latch × budgets (13). A LOW_WRITE call WAITS in its budget store (a shared store, one call an
 /// hour); the latch closes meanwhile and the gate refuses tainted writes. The call is refused
@@ -31,24 +70,9 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
     let _serial = serial();
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
-    let build = |store: Arc<dyn BudgetStore>| {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .agent("poster")
-            .taint_policy(TaintPolicy::Refuse)
-            .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
-            .budget_store_shared(store)
-            .build()
-            .unwrap()
-    };
-    let gate = build(HookBudgets::shared(&budgets, &pause));
-    let before = count(&POSTS);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| post("x".into())).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let build =
+        |store: Arc<dyn BudgetStore>| poster(store, |b| b.taint_policy(TaintPolicy::Refuse));
+    let (gate, before, caller) = posting_held(&pause, build(HookBudgets::shared(&budgets, &pause)));
     gate.run(|| fetch("https://evil".into())).unwrap();
     pause.go();
     assert_eq!(
@@ -56,14 +80,11 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
         DenialCode::TaintedSession
     );
     assert_eq!(count(&POSTS), before);
-    let other = build(budgets.clone() as Arc<dyn BudgetStore>);
+    let other = build(budgets.clone());
     other
         .run(|| post("y".into()))
         .expect("the refused call gave its unit back");
-    assert_eq!(
-        other.run(|| post("z".into())).unwrap_err().code(),
-        DenialCode::BudgetExhausted
-    );
+    assert_denied(other.run(|| post("z".into())), DenialCode::BudgetExhausted);
 }
 
 /// latch × budgets × sink (13, 14). An untrusted call under a budget of one: the sink fails its
@@ -72,16 +93,11 @@ fn p08_a_write_refused_by_the_latch_after_its_budget_check_gives_its_unit_back()
 #[test]
 fn p09_an_untrusted_call_refused_for_its_taint_record_gives_its_unit_back() {
     let _serial = serial();
-    let sink = HookSink::new(&Pause::new(), |r: &AuditRecord| {
-        r.stage == Stage::SessionTainted
+    let sink = failing_first(Stage::SessionTainted);
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.fetch"), 1, HOUR)
     });
-    sink.fail.store(1, SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.fetch"), 1, HOUR)
-        .build()
-        .unwrap();
     let before = count(&FETCHES);
     take_events();
     let refused = gate.run(|| fetch("https://evil".into())).unwrap_err();
@@ -96,10 +112,7 @@ fn p09_an_untrusted_call_refused_for_its_taint_record_gives_its_unit_back() {
         taint_logged_before_any_untrusted_body(&events),
         "the untrusted body ran before the log said so: {events:?}"
     );
-    assert_eq!(
-        gate.run(|| post("x".into())).unwrap_err().code(),
-        DenialCode::ApprovalRequired
-    );
+    assert_denied(gate.run(|| post("x".into())), DenialCode::ApprovalRequired);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -116,22 +129,12 @@ fn p10_a_budget_refusal_does_not_use_up_an_operators_approval() {
     let window = Duration::from_millis(400);
     let budgets = Arc::new(MemoryBudgets::new());
     let approvals = memory_store();
-    let two_step = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approval_store_shared(approvals.clone())
-        .budget(BudgetScope::tool("pairs.wire"), 1, window)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
-    let quick = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(BudgetScope::tool("pairs.wire"), 1, window)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
+    let two_step = payer(&budgets, window, |b| {
+        b.approval_store_shared(approvals.clone())
+    });
+    let quick = payer(&budgets, window, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+    });
     let pending = two_step.run(|| wire(5)).unwrap_err();
     assert_eq!(pending.code(), DenialCode::ApprovalPending);
     two_step.approve(pending.approval_token().unwrap()).unwrap();
@@ -158,33 +161,20 @@ fn p11_a_call_waiting_in_its_approval_store_holds_its_unit_only_until_it_is_pend
     let _serial = serial();
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
-    let filing = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approval_store(HookStore {
+    let filing = payer(&budgets, HOUR, |b| {
+        b.approval_store(HookStore {
             inner: memory_store(),
             pause: pause.clone(),
         })
-        .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
-    let quick = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(BudgetScope::tool("pairs.wire"), 1, HOUR)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
-    pause.arm();
-    let caller = {
-        let filing = filing.clone();
-        spawn(move || filing.run(|| wire(1)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached(), "the call waits in its store");
+    });
+    let quick = payer(&budgets, HOUR, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+    });
+    let caller = held_call(&pause, &filing, |gate| {
+        gate.run(|| wire(1)).map_err(|d| d.code())
+    });
     assert_eq!(
-        quick.run(|| wire(2)).unwrap_err().code(),
+        denial(quick.run(|| wire(2))),
         DenialCode::BudgetExhausted,
         "a reserved unit counts"
     );
@@ -209,16 +199,14 @@ fn p12_an_async_rejection_gives_the_unit_back_that_a_waiting_clone_could_not_hav
     let pause = Pause::new();
     let asked: Asked = Arc::default();
     let reply = answer(Approval::Reject("not now".into()));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(HoldingAsync {
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(HoldingAsync {
             pause: pause.clone(),
             answer: reply.clone(),
             asked: asked.clone(),
         })
         .budget(Risk::HighWrite, 1, HOUR)
-        .build()
-        .unwrap();
+    });
     let rt = runtime();
     let before = count(&WIRES);
     pause.arm();
@@ -237,9 +225,9 @@ fn p12_an_async_rejection_gives_the_unit_back_that_a_waiting_clone_could_not_hav
     *reply.lock().unwrap() = Approval::Approve;
     assert_eq!(rt.block_on(gate.scope(wire_async(3))).unwrap(), 3);
     assert_eq!(count(&WIRES), before + 1);
-    assert_eq!(
-        rt.block_on(gate.scope(wire_async(4))).unwrap_err().code(),
-        DenialCode::BudgetExhausted
+    assert_denied(
+        rt.block_on(gate.scope(wire_async(4))),
+        DenialCode::BudgetExhausted,
     );
 }
 
@@ -260,12 +248,10 @@ fn p13_racing_async_calls_behind_a_granting_async_approver_never_exceed_the_budg
             })
         }
     }
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Yielding)
-        .budget(BudgetScope::tool("pairs.wire_async"), 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.async_approver(Yielding)
+            .budget(BudgetScope::tool("pairs.wire_async"), 3, HOUR)
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
@@ -306,23 +292,8 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
     let _serial = serial();
     let pause = Pause::new();
     let budgets = Arc::new(MemoryBudgets::new());
-    let build = |store: Arc<dyn BudgetStore>| {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .agent("poster")
-            .budget(BudgetScope::tool("pairs.post"), 1, HOUR)
-            .budget_store_shared(store)
-            .build()
-            .unwrap()
-    };
-    let gate = build(HookBudgets::shared(&budgets, &pause));
-    let before = count(&POSTS);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| post("x".into())).map_err(|d| d.code()))
-    };
-    assert!(pause.reached());
+    let hooked = HookBudgets::shared(&budgets, &pause);
+    let (gate, before, caller) = posting_held(&pause, poster(hooked, |b| b));
     gate.lower(Mode::Shadow).unwrap();
     pause.go();
     let code = caller.join().unwrap().unwrap_err();
@@ -331,7 +302,7 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
         "{code:?}"
     );
     assert_eq!(count(&POSTS), before);
-    build(budgets.clone() as Arc<dyn BudgetStore>)
+    poster(budgets.clone(), |b| b)
         .run(|| post("y".into()))
         .expect("the lowered call gave its unit back");
 }
@@ -343,30 +314,26 @@ fn p19_a_call_waiting_in_its_budget_store_when_the_gate_is_lowered_gives_its_uni
 fn p20_an_async_stop_gives_the_unit_back_to_a_shared_budget() {
     let _serial = serial();
     let budgets = Arc::new(MemoryBudgets::new());
-    let stopping = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .async_approver(HoldingAsync {
-            pause: Pause::new(),
-            answer: answer(Approval::Stop("runaway".into())),
-            asked: Arc::default(),
-        })
-        .budget(Risk::HighWrite, 1, HOUR)
-        .budget_store_shared(budgets.clone())
-        .build()
-        .unwrap();
+    let stopping = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .async_approver(HoldingAsync {
+                pause: Pause::new(),
+                answer: answer(Approval::Stop("runaway".into())),
+                asked: Arc::default(),
+            })
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(budgets.clone())
+    });
     let rt = runtime();
     let refused = rt.block_on(stopping.scope(wire_async(1))).unwrap_err();
     assert_eq!(refused.code(), DenialCode::ApprovalRejected);
     assert_eq!(stopping.mode(), Mode::Shadow);
-    let other = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("payer")
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(Risk::HighWrite, 1, HOUR)
-        .budget_store_shared(budgets)
-        .build()
-        .unwrap();
+    let other = built(Mode::FullAuto, |b| {
+        b.agent("payer")
+            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(budgets)
+    });
     other
         .run(|| wire(2))
         .expect("the stopped call gave its unit back");
@@ -382,14 +349,11 @@ fn p20_an_async_stop_gives_the_unit_back_to_a_shared_budget() {
 #[test]
 fn p21_a_sink_that_waits_then_fails_holds_the_unit_only_while_it_waits() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.read"));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
-        .build()
-        .unwrap();
+    let (pause, sink) = held_at_enter("pairs.read");
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
+    });
     let before = count(&READS);
     pause.arm();
     sink.fail.store(1, SeqCst);
@@ -398,10 +362,7 @@ fn p21_a_sink_that_waits_then_fails_holds_the_unit_only_while_it_waits() {
         spawn(move || gate.run(|| read(1)).map_err(|d| d.code()))
     };
     assert!(pause.reached());
-    assert_eq!(
-        gate.clone().run(|| read(2)).unwrap_err().code(),
-        DenialCode::BudgetExhausted
-    );
+    assert_denied(gate.clone().run(|| read(2)), DenialCode::BudgetExhausted);
     pause.go();
     assert_eq!(
         caller.join().unwrap().unwrap_err(),
@@ -418,12 +379,10 @@ fn p22_a_sink_panicking_on_enter_gives_the_unit_back() {
     let _serial = serial();
     let sink = HookSink::new(&Pause::new(), is(Stage::Enter, "pairs.read"));
     sink.panic.store(1, SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.read"), 1, HOUR)
+    });
     let before = count(&READS);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.run(|| read(1))));
     if let Ok(result) = panicked {
@@ -480,10 +439,7 @@ fn p29_one_agents_calls_never_spend_anothers_budget_in_a_shared_store() {
             .run(|| read(2))
             .unwrap_or_else(|d| panic!("agent {label:?} shares agent `a`'s budget: {d}"));
     }
-    assert_eq!(
-        a.run(|| read(3)).unwrap_err().code(),
-        DenialCode::BudgetExhausted
-    );
+    assert_denied(a.run(|| read(3)), DenialCode::BudgetExhausted);
 }
 
 /// grants × budgets, racing (13). Four threads call a granted, budgeted tool (budget of five) directly
@@ -491,12 +447,10 @@ fn p29_one_agents_calls_never_spend_anothers_budget_in_a_shared_store() {
 #[test]
 fn p37_threads_racing_on_a_grant_never_exceed_the_budget() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
-        .budget(BudgetScope::tool("pairs.wire"), 5, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
+            .budget(BudgetScope::tool("pairs.wire"), 5, HOUR)
+    });
     let before = count(&WIRES);
     let workers: Vec<_> = (0..4)
         .map(|i| {
@@ -531,13 +485,13 @@ fn p38_an_inner_gates_spent_budget_takes_nothing_of_the_outer_gates() {
     inner.run(|| read(1)).unwrap();
     let before = count(&READS);
     for _ in 0..3 {
-        assert_eq!(
-            outer.run(|| inner.run(|| read(2))).unwrap_err().code(),
-            DenialCode::BudgetExhausted
+        assert_denied(
+            outer.run(|| inner.run(|| read(2))),
+            DenialCode::BudgetExhausted,
         );
-        assert_eq!(
-            inner.run(|| outer.run(|| read(2))).unwrap_err().code(),
-            DenialCode::BudgetExhausted
+        assert_denied(
+            inner.run(|| outer.run(|| read(2))),
+            DenialCode::BudgetExhausted,
         );
     }
     assert_eq!(count(&READS), before);
@@ -656,7 +610,7 @@ fn p53_a_store_answering_a_foreign_code_refuses_without_keeping_the_unit() {
             _: &'a str,
             _: Answer,
         ) -> StoreFuture<'a, Result<Binding, ApproveError>> {
-            Box::pin(std::future::ready(Err(ApproveError::UnknownToken)))
+            Box::pin(async { Err(ApproveError::UnknownToken) })
         }
     }
     for code in [
@@ -665,14 +619,12 @@ fn p53_a_store_answering_a_foreign_code_refuses_without_keeping_the_unit() {
         DenialCode::DenyListed,
     ] {
         let budgets = Arc::new(MemoryBudgets::new());
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .agent("payer")
-            .approval_store(Foreign(code))
-            .budget(Risk::HighWrite, 1, HOUR)
-            .budget_store_shared(budgets.clone())
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| {
+            b.agent("payer")
+                .approval_store(Foreign(code))
+                .budget(Risk::HighWrite, 1, HOUR)
+                .budget_store_shared(budgets.clone())
+        });
         let before = count(&WIRES);
         let refused = gate.run(|| wire(1)).unwrap_err();
         assert_eq!(
@@ -687,16 +639,14 @@ fn p53_a_store_answering_a_foreign_code_refuses_without_keeping_the_unit() {
         );
         assert_eq!(gate.mode(), Mode::FullAuto);
         assert_eq!(count(&WIRES), before);
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .agent("payer")
-            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-            .budget(Risk::HighWrite, 1, HOUR)
-            .budget_store_shared(budgets)
-            .build()
-            .unwrap()
-            .run(|| wire(2))
-            .unwrap_or_else(|d| panic!("{code:?}: the unit was kept: {d}"));
+        built(Mode::FullAuto, |b| {
+            b.agent("payer")
+                .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+                .budget(Risk::HighWrite, 1, HOUR)
+                .budget_store_shared(budgets)
+        })
+        .run(|| wire(2))
+        .unwrap_or_else(|d| panic!("{code:?}: the unit was kept: {d}"));
     }
 }
 
@@ -719,13 +669,11 @@ fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
         fn release(&self, _: &[BudgetCharge], _: Reservation) {}
     }
     let sink = Arc::new(MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("pairs.post*"), 5, HOUR)
-        .budget_store(Nonsense)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("pairs.post*"), 5, HOUR)
+            .budget_store(Nonsense)
+    });
     let before = count(&POSTS);
     let rt = runtime();
     let direct = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -13,6 +13,7 @@ use toolgate::{Approval, ApprovalRequest, Gate, Mode, Risk};
 
 use crate::common::gates;
 use crate::fixtures::shared_stores::*;
+use crate::g07_approvals::checks::{built, racing};
 
 // ---------------------------------------------------------------------------------------------------
 // Budgets
@@ -142,30 +143,15 @@ fn b04_gate_parameter_counts_once_and_cannot_dodge() {
 /// Many threads racing on one budget (and clones of the gate): never more than N bodies.
 #[test]
 fn b05_many_threads_never_exceed_the_budget() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b05.*"), 25, HOUR)
-        .budget(BudgetScope::Agent, 1000, HOUR)
-        .build()
-        .unwrap();
-    let barrier = Arc::new(std::sync::Barrier::new(8));
-    let threads: Vec<_> = (0..8)
-        .map(|t| {
-            let gate = gate.clone();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let mut ok = 0;
-                for i in 0..60 {
-                    if gate.run(|| b05_hit(t * 1000 + i)).is_ok() {
-                        ok += 1;
-                    }
-                }
-                ok
-            })
-        })
-        .collect();
-    let ok: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.budget(BudgetScope::tool("b05.*"), 25, HOUR)
+            .budget(BudgetScope::Agent, 1000, HOUR)
+    });
+    let runs = racing(&gate, 8, |gate, t| {
+        let hit = |i| gate.run(|| b05_hit(t as u64 * 1000 + i)).is_ok();
+        (0..60).filter(|&i| hit(i)).count()
+    });
+    let ok: usize = runs.into_iter().sum();
     assert_eq!(B05.load(Ordering::SeqCst), 25);
     assert_eq!(ok, 25);
 }
@@ -173,13 +159,11 @@ fn b05_many_threads_never_exceed_the_budget() {
 /// Several budgets on one call: a call refused by one takes nothing of the others.
 #[test]
 fn b06_all_or_none_across_budgets() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .agent("b06-agent")
-        .budget(BudgetScope::tool("b06.*"), 1, HOUR)
-        .budget(BudgetScope::Agent, 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.agent("b06-agent")
+            .budget(BudgetScope::tool("b06.*"), 1, HOUR)
+            .budget(BudgetScope::Agent, 3, HOUR)
+    });
     let mut codes = vec![code(gate.run(b06_limited))];
     for _ in 0..20 {
         codes.push(code(gate.run(b06_limited))); // refused by the tool budget: no agent unit taken
@@ -216,9 +200,8 @@ fn b07_mode_refusals_take_no_unit() {
 #[test]
 fn b08_approver_not_asked_past_the_budget() {
     let asked = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver({
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver({
             let asked = asked.clone();
             move |_: &ApprovalRequest<'_>| {
                 // Three rejections, then approvals.
@@ -230,8 +213,7 @@ fn b08_approver_not_asked_past_the_budget() {
             }
         })
         .budget(Risk::HighWrite, 2, HOUR)
-        .build()
-        .unwrap();
+    });
     let codes: Vec<_> = (0..6).map(|i| code(gate.run(|| b08_wire(i)))).collect();
     assert_eq!(
         codes,
@@ -252,12 +234,10 @@ fn b08_approver_not_asked_past_the_budget() {
 #[test]
 fn b09_escalated_risk_is_counted() {
     let asked = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(counting_approver(asked.clone(), || Approval::Approve))
-        .budget(Risk::HighWrite, 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(counting_approver(asked.clone(), || Approval::Approve))
+            .budget(Risk::HighWrite, 1, HOUR)
+    });
     let codes: Vec<_> = (0..4)
         .map(|i| code(gate.run(|| b09_shell(format!("sudo rm {i}")))))
         .collect();
@@ -280,14 +260,12 @@ fn b09_escalated_risk_is_counted() {
 #[test]
 fn b10_session_grant_does_not_skip_the_budget() {
     let asked = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(counting_approver(asked.clone(), || {
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(counting_approver(asked.clone(), || {
             Approval::ApproveForSession(SessionGrant::tool(HOUR))
         }))
         .budget(BudgetScope::tool("b10.*"), 2, HOUR)
-        .build()
-        .unwrap();
+    });
     let clone = gate.clone();
     let codes: Vec<_> = (0..6)
         .map(|i| {
@@ -328,21 +306,17 @@ fn b11_failing_store_refuses() {
             panic!("store panics")
         }
     }
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b11.*"), 5, HOUR)
-        .budget_store(Failing)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.budget(BudgetScope::tool("b11.*"), 5, HOUR)
+            .budget_store(Failing)
+    });
     for _ in 0..3 {
         assert_eq!(code(gate.run(b11_hit)), "BUDGET_STORE_UNAVAILABLE");
     }
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b11.*"), 5, HOUR)
-        .budget_store(Panicking)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.budget(BudgetScope::tool("b11.*"), 5, HOUR)
+            .budget_store(Panicking)
+    });
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.run(b11_hit)));
     assert!(
         !matches!(r, Ok(Ok(()))),
@@ -436,20 +410,16 @@ fn b18_async_calls_and_cancellation() {
 #[test]
 fn b19_shared_store_between_gates() {
     let store: Arc<dyn BudgetStore> = Arc::new(toolgate::gate::budget::MemoryBudgets::new());
-    let a = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .agent("b19")
-        .budget(BudgetScope::tool("b19.*"), 3, HOUR)
-        .budget_store_shared(store.clone())
-        .build()
-        .unwrap();
-    let b = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .agent("b19")
-        .budget(BudgetScope::tool("b19.*"), 3, HOUR)
-        .budget_store_shared(store.clone())
-        .build()
-        .unwrap();
+    let a = built(Mode::PartialAuto, |b| {
+        b.agent("b19")
+            .budget(BudgetScope::tool("b19.*"), 3, HOUR)
+            .budget_store_shared(store.clone())
+    });
+    let b = built(Mode::PartialAuto, |b| {
+        b.agent("b19")
+            .budget(BudgetScope::tool("b19.*"), 3, HOUR)
+            .budget_store_shared(store.clone())
+    });
     let mut codes = Vec::new();
     for i in 0..8 {
         let g = if i % 2 == 0 { &a } else { &b };
@@ -462,13 +432,11 @@ fn b19_shared_store_between_gates() {
 /// counts once per call.
 #[test]
 fn b37_two_budgets_of_one_scope() {
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("b37.*"), 5, HOUR)
-        .budget(BudgetScope::tool("b37.b37_hit"), 2, HOUR)
-        .budget(BudgetScope::tool("b37.b37_hit"), 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.budget(BudgetScope::tool("b37.*"), 5, HOUR)
+            .budget(BudgetScope::tool("b37.b37_hit"), 2, HOUR)
+            .budget(BudgetScope::tool("b37.b37_hit"), 2, HOUR)
+    });
     let codes: Vec<_> = (0..6).map(|_| code(gate.run(b37_hit))).collect();
     assert_eq!(B37.load(Ordering::SeqCst), 2, "{codes:?}");
 }
@@ -478,13 +446,10 @@ fn b37_two_budgets_of_one_scope() {
 #[test]
 fn b38_read_only_budget_on_the_inlined_path() {
     let gate = gates::budgeted(Mode::Shadow, Risk::ReadOnly, 7, HOUR);
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let g = gate.clone();
-            std::thread::spawn(move || (0..50).filter(|_| g.run(b38_read).is_ok()).count())
-        })
-        .collect();
-    let ok: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let runs = racing(&gate, 4, |gate, _| {
+        (0..50).filter(|_| gate.run(b38_read).is_ok()).count()
+    });
+    let ok: usize = runs.into_iter().sum();
     assert_eq!(B38.load(Ordering::SeqCst), 7);
     assert_eq!(ok, 7);
 }
@@ -492,12 +457,10 @@ fn b38_read_only_budget_on_the_inlined_path() {
 /// A classifier cannot move a call out of its declared risk's budget by answering lower.
 #[test]
 fn b39_classifier_cannot_lower_the_counted_risk() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(Risk::HighWrite, 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(Risk::HighWrite, 1, HOUR)
+    });
     let codes: Vec<_> = (0..4).map(|i| code(gate.run(|| b39_wire(i)))).collect();
     assert_eq!(B39.load(Ordering::SeqCst), 1, "{codes:?}");
 }

@@ -15,24 +15,20 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 
 use crate::common::gates;
 use crate::common::serial;
+use crate::g07_approvals::checks::{built, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static NOTES: AtomicUsize = AtomicUsize::new(0);
 static WIRES: AtomicUsize = AtomicUsize::new(0);
 
-/// Read a counter.
-#[tool(risk = "READ_ONLY", domain = "budget", callable)]
-fn read(n: u64) -> Result<u64, Denied> {
-    READS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
-}
-
-/// Read a counter, async.
-#[tool(risk = "READ_ONLY", domain = "budget", callable)]
-async fn read_async(n: u64) -> Result<u64, Denied> {
-    READS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
-}
+counted_tools!(READS, (risk = "READ_ONLY", domain = "budget", callable);
+    "Read a counter." fn read(n: u64);
+    "Read a counter, async." async fn read_async(n: u64);
+);
+counted_tools!(WIRES, (risk = "HIGH_WRITE", domain = "budget", callable);
+    "Wire money." fn wire(cents: u64);
+    "Wire money, async." async fn wire_async(cents: u64);
+);
 
 /// Look at something no budget covers.
 #[tool(risk = "READ_ONLY", domain = "budget", callable)]
@@ -43,23 +39,9 @@ fn look() -> Result<(), Denied> {
 /// Write a note.
 #[tool(risk = "LOW_WRITE", domain = "budget", callable)]
 fn note(text: String) -> Result<(), Denied> {
-    let _ = text;
     NOTES.fetch_add(1, Ordering::SeqCst);
+    drop(text);
     Ok(())
-}
-
-/// Wire money.
-#[tool(risk = "HIGH_WRITE", domain = "budget", callable)]
-fn wire(cents: u64) -> Result<u64, Denied> {
-    WIRES.fetch_add(1, Ordering::SeqCst);
-    Ok(cents)
-}
-
-/// Wire money, async.
-#[tool(risk = "HIGH_WRITE", domain = "budget", callable)]
-async fn wire_async(cents: u64) -> Result<u64, Denied> {
-    WIRES.fetch_add(1, Ordering::SeqCst);
-    Ok(cents)
 }
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -70,6 +52,13 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// Asserts that `denied` has `code` and that its message says `text`.
+#[track_caller]
+fn assert_refusal_says(denied: &Denied, code: DenialCode, text: &str) {
+    assert_eq!(denied.code(), code);
+    assert!(denied.to_string().contains(text), "{denied}");
 }
 
 fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> DenialCode {
@@ -170,12 +159,10 @@ fn a_risk_budget_counts_the_calls_of_that_risk() {
     gate.run(|| note("a".into())).unwrap();
     gate.run(|| note("b".into())).unwrap();
     let denied = gate.run(|| note("c".into())).unwrap_err();
-    assert_eq!(denied.code(), DenialCode::BudgetExhausted);
-    assert!(
-        denied
-            .to_string()
-            .contains("2 calls of LOW_WRITE per 3600 s"),
-        "{denied}"
+    assert_refusal_says(
+        &denied,
+        DenialCode::BudgetExhausted,
+        "2 calls of LOW_WRITE per 3600 s",
     );
     for n in 0..10 {
         gate.run(|| read(n)).unwrap();
@@ -185,22 +172,17 @@ fn a_risk_budget_counts_the_calls_of_that_risk() {
 #[test]
 fn an_agent_budget_counts_every_call_of_the_agent() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .agent("billing")
-        .budget(BudgetScope::Agent, 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.agent("billing").budget(BudgetScope::Agent, 3, HOUR)
+    });
     gate.run(|| read(1)).unwrap();
     gate.run(look).unwrap();
     gate.run(|| note("x".into())).unwrap();
     let denied = gate.run(look).unwrap_err();
-    assert_eq!(denied.code(), DenialCode::BudgetExhausted);
-    assert!(
-        denied
-            .to_string()
-            .contains("3 calls of any tool per 3600 s for agent `billing`"),
-        "{denied}"
+    assert_refusal_says(
+        &denied,
+        DenialCode::BudgetExhausted,
+        "3 calls of any tool per 3600 s for agent `billing`",
     );
     assert_eq!(code(gate.run(|| read(2))), DenialCode::BudgetExhausted);
 }
@@ -218,12 +200,10 @@ fn counting_approver(asked: &Arc<AtomicUsize>, answer: Approval) -> impl toolgat
 fn no_approver_is_asked_about_a_call_over_its_budget() {
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(counting_approver(&asked, Approval::Approve))
-        .budget(Risk::HighWrite, 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(counting_approver(&asked, Approval::Approve))
+            .budget(Risk::HighWrite, 2, HOUR)
+    });
     let rt = runtime();
     gate.run(|| wire(1)).unwrap();
     rt.block_on(gate.scope(wire_async(2))).unwrap();
@@ -249,9 +229,8 @@ fn a_call_rejected_after_the_budget_gives_its_unit_back() {
     let answers = Arc::new(AtomicUsize::new(0));
     let seen = answers.clone();
     let counted = asked.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(move |_: &ApprovalRequest<'_>| {
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(move |_: &ApprovalRequest<'_>| {
             counted.fetch_add(1, Ordering::SeqCst);
             match seen.fetch_add(1, Ordering::SeqCst) {
                 0 | 1 => Approval::Reject("not yet".into()),
@@ -259,8 +238,7 @@ fn a_call_rejected_after_the_budget_gives_its_unit_back() {
             }
         })
         .budget(Risk::HighWrite, 1, HOUR)
-        .build()
-        .unwrap();
+    });
     let before = WIRES.load(Ordering::SeqCst);
     assert_eq!(code(gate.run(|| wire(1))), DenialCode::ApprovalRejected);
     assert_eq!(code(gate.run(|| wire(1))), DenialCode::ApprovalRejected);
@@ -276,12 +254,10 @@ fn a_call_rejected_after_the_budget_gives_its_unit_back() {
 #[test]
 fn calls_waiting_for_an_operator_keep_no_unit() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .budget(BudgetScope::tool("budget.wire"), 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.two_step_approvals()
+            .budget(BudgetScope::tool("budget.wire"), 3, HOUR)
+    });
     let before = WIRES.load(Ordering::SeqCst);
     let mut token = None;
     for _ in 0..3 {
@@ -318,13 +294,11 @@ impl toolgate::approval::AsyncApprover for NeverAnswers {
 fn a_decision_dropped_while_it_waits_gives_its_unit_back() {
     let _serial = serial();
     let store: Arc<dyn BudgetStore> = Arc::new(toolgate::gate::budget::MemoryBudgets::new());
-    let waiting = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(NeverAnswers)
-        .budget(Risk::HighWrite, 1, HOUR)
-        .budget_store_shared(store.clone())
-        .build()
-        .unwrap();
+    let waiting = built(Mode::FullAuto, |b| {
+        b.async_approver(NeverAnswers)
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(store.clone())
+    });
     let rt = runtime();
     for _ in 0..3 {
         let waited = rt.block_on(async {
@@ -332,13 +306,11 @@ fn a_decision_dropped_while_it_waits_gives_its_unit_back() {
         });
         assert!(waited.is_err(), "the approver never answers");
     }
-    let quick = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .budget(Risk::HighWrite, 1, HOUR)
-        .budget_store_shared(store)
-        .build()
-        .unwrap();
+    let quick = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .budget(Risk::HighWrite, 1, HOUR)
+            .budget_store_shared(store)
+    });
     assert_eq!(quick.run(|| wire(2)).unwrap(), 2);
     assert_eq!(code(quick.run(|| wire(3))), DenialCode::BudgetExhausted);
 }
@@ -346,12 +318,10 @@ fn a_decision_dropped_while_it_waits_gives_its_unit_back() {
 #[test]
 fn a_refused_call_takes_nothing_of_any_budget() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.note"), 1, HOUR)
-        .budget(BudgetScope::Agent, 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.budget(BudgetScope::tool("budget.note"), 1, HOUR)
+            .budget(BudgetScope::Agent, 3, HOUR)
+    });
     // Refused by the policy, before any budget: HIGH_WRITE does not run in PARTIAL_AUTO.
     for _ in 0..10 {
         assert_eq!(code(gate.run(|| wire(1))), DenialCode::ModeNotAllowed);
@@ -515,13 +485,11 @@ fn a_store_that_answers_later_is_awaited_by_async_tools_and_waited_for_by_sync_o
         takes: AtomicUsize::new(0),
     });
     let asked = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(counting_approver(&asked, Approval::Approve))
-        .budget(Risk::HighWrite, 2, HOUR)
-        .budget_store_shared(store.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(counting_approver(&asked, Approval::Approve))
+            .budget(Risk::HighWrite, 2, HOUR)
+            .budget_store_shared(store.clone())
+    });
     // On a one-thread runtime: a store that blocked the executor's thread would never answer here
     // only if it needed that thread; it answers from its own, and the call resumes.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -541,28 +509,30 @@ fn a_store_that_answers_later_is_awaited_by_async_tools_and_waited_for_by_sync_o
 #[test]
 fn a_failing_store_refuses_and_no_body_runs() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("budget.read*"), 100, HOUR)
-        .budget_store(Remote {
-            fails: true,
-            takes: AtomicUsize::new(0),
-        })
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.budget(BudgetScope::tool("budget.read*"), 100, HOUR)
+            .budget_store(Remote {
+                fails: true,
+                takes: AtomicUsize::new(0),
+            })
+    });
+    let denied = store_unavailable(&gate, "connection refused");
+    assert_eq!(denied.retry_after(), None);
+}
+
+/// Calls `read` through `gate`, whose budget store fails saying `why`, directly and async: both are
+/// refused `BUDGET_STORE_UNAVAILABLE` and neither body runs; a tool no budget covers does not ask the
+/// store. Returns the direct call's refusal.
+#[track_caller]
+fn store_unavailable(gate: &Gate, why: &str) -> Denied {
     let before = READS.load(Ordering::SeqCst);
     let denied = gate.run(|| read(1)).unwrap_err();
-    assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
-    assert!(
-        denied.to_string().contains("connection refused"),
-        "{denied}"
-    );
-    assert_eq!(denied.retry_after(), None);
+    assert_refusal_says(&denied, DenialCode::BudgetStoreUnavailable, why);
     let refused = runtime().block_on(gate.scope(read_async(2)));
     assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
     assert_eq!(READS.load(Ordering::SeqCst), before);
-    // A tool no budget covers does not ask the store.
     gate.run(look).unwrap();
+    denied
 }
 
 #[test]
@@ -570,12 +540,13 @@ fn a_session_grant_does_not_let_a_counted_tool_skip_its_budget() {
     let _serial = serial();
     let asked = Arc::new(AtomicUsize::new(0));
     let grant = Approval::ApproveForSession(toolgate::approval::SessionGrant::tool(HOUR));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(counting_approver(&asked, grant))
-        .budget(BudgetScope::tool("budget.wire"), 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(counting_approver(&asked, grant)).budget(
+            BudgetScope::tool("budget.wire"),
+            2,
+            HOUR,
+        )
+    });
     gate.run(|| wire(1)).unwrap();
     gate.run(|| wire(2)).unwrap();
     assert_eq!(
@@ -590,12 +561,10 @@ fn a_session_grant_does_not_let_a_counted_tool_skip_its_budget() {
 fn a_budget_refusal_is_in_the_audit_log_with_its_retry_time() {
     let _serial = serial();
     let sink = Arc::new(toolgate::audit::MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit_shared(sink.clone())
-        .budget(BudgetScope::tool("budget.read"), 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit_shared(sink.clone())
+            .budget(BudgetScope::tool("budget.read"), 1, HOUR)
+    });
     gate.run(|| read(1)).unwrap();
     assert_eq!(code(gate.run(|| read(2))), DenialCode::BudgetExhausted);
     let records = sink.records();
@@ -626,23 +595,11 @@ impl BudgetStore for Panicking {
 fn a_store_that_panics_refuses_and_the_gate_still_works() {
     let _serial = serial();
     for in_take in [true, false] {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .budget(BudgetScope::tool("budget.read*"), 5, HOUR)
-            .budget_store(Panicking { in_take })
-            .build()
-            .unwrap();
-        let before = READS.load(Ordering::SeqCst);
-        let denied = gate.run(|| read(1)).unwrap_err();
-        assert_eq!(denied.code(), DenialCode::BudgetStoreUnavailable);
-        assert!(
-            denied.to_string().contains("the store panicked"),
-            "{denied}"
-        );
-        let refused = runtime().block_on(gate.scope(read_async(2)));
-        assert_eq!(code(refused), DenialCode::BudgetStoreUnavailable);
-        assert_eq!(READS.load(Ordering::SeqCst), before);
-        gate.run(look).unwrap();
+        let gate = built(Mode::PartialAuto, |b| {
+            b.budget(BudgetScope::tool("budget.read*"), 5, HOUR)
+                .budget_store(Panicking { in_take })
+        });
+        store_unavailable(&gate, "the store panicked");
     }
 }
 
@@ -659,12 +616,10 @@ impl toolgate::audit::AuditSink for BrokenSink {
 #[test]
 fn a_call_refused_for_its_audit_record_gives_its_unit_back() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(BrokenSink)
-        .budget(BudgetScope::tool("budget.read"), 2, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.audit(BrokenSink)
+            .budget(BudgetScope::tool("budget.read"), 2, HOUR)
+    });
     let before = READS.load(Ordering::SeqCst);
     for i in 0..5 {
         assert_eq!(code(gate.run(|| read(i))), DenialCode::AuditUnavailable);

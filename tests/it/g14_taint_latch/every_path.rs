@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use toolgate::approval::SessionGrant;
-use toolgate::audit::{AuditRecord, AuditSink};
+use toolgate::audit::{AuditRecord, AuditSink, MemorySink};
 use toolgate::policy::TaintPolicy;
-use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
+use toolgate::{Approval, ApprovalRequest, Denied, Gate, GateBuilder, Mode, Risk, tool};
 
 use crate::common::gates;
+use crate::g07_approvals::checks::built;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -24,12 +25,57 @@ macro_rules! counter {
     };
 }
 
+/// A write tool `$write` of `$domain` (LOW_WRITE unless a risk comes first) that counts its runs in
+/// a counter of its own, `$count`.
+macro_rules! counted_write {
+    ($domain:tt, $count:ident, $write:ident) => {
+        counted_write!("LOW_WRITE", $domain, $count, $write());
+    };
+    ($risk:tt, $domain:tt, $count:ident, $write:ident($($n:ident: $ty:ty)?) $(, $flag:ident)*) => {
+        counter!($count);
+        /// write.
+        #[tool(risk = $risk, domain = $domain $(, $flag)*)]
+        fn $write($($n: $ty)?) -> Result<(), Denied> {
+            $(let _ = $n;)?
+            $count.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    };
+}
+
+/// A READ_ONLY tool `$fetch` of `$domain` whose output is untrusted; `+ N` makes each run add N to
+/// `$count`, so that a test tells its runs from the writes'.
+macro_rules! untrusted_fetch {
+    ($domain:tt, $fetch:ident $(+ $adds:literal => $count:ident)? $(, $flag:ident)*) => {
+        /// fetch.
+        #[tool(risk = "READ_ONLY", domain = $domain, untrusted_output $(, $flag)*)]
+        fn $fetch(url: String) -> Result<String, Denied> {
+            $($count.fetch_add($adds, Ordering::SeqCst);)?
+            Ok(url)
+        }
+    };
+}
+
+/// `untrusted_fetch!` and `counted_write!` of one domain: the pair each latch test needs.
+macro_rules! fetch_and_write {
+    ($domain:tt, $count:ident, $fetch:ident $(+ $adds:literal)?, $write:ident) => {
+        untrusted_fetch!($domain, $fetch $(+ $adds => $count)?);
+        counted_write!($domain, $count, $write);
+    };
+}
+
 fn refuse_gate() -> Gate {
-    Gate::builder()
-        .mode(Mode::FullAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap()
+    refuse_gate_with(|b| b)
+}
+
+/// A FullAuto gate with what `more` adds.
+fn full_auto(more: impl FnOnce(GateBuilder) -> GateBuilder) -> Gate {
+    built(Mode::FullAuto, more)
+}
+
+/// A FullAuto gate that refuses tainted writes, with what `more` adds.
+fn refuse_gate_with(more: impl FnOnce(GateBuilder) -> GateBuilder) -> Gate {
+    full_auto(|b| more(b.taint_policy(TaintPolicy::Refuse)))
 }
 
 fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> String {
@@ -39,17 +85,12 @@ fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> String {
     }
 }
 
-#[derive(Default)]
-struct Memory(Mutex<Vec<serde_json::Value>>);
-
-impl AuditSink for Memory {
-    fn record(&self, record: &AuditRecord) -> Result<(), toolgate::audit::AuditError> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(serde_json::to_value(record).expect("a record serializes"));
-        Ok(())
-    }
+/// What `sink` holds, each record as JSON.
+fn logged(sink: &MemorySink) -> Vec<serde_json::Value> {
+    let records = sink.records().into_iter();
+    records
+        .map(|r| serde_json::to_value(r).expect("a record serializes"))
+        .collect()
 }
 
 fn mentions(v: &serde_json::Value, needle: &str) -> bool {
@@ -60,28 +101,16 @@ fn mentions(v: &serde_json::Value, needle: &str) -> bool {
 // t01: the basic case, sync, direct.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T01);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t01", untrusted_output)]
-fn t01_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t01")]
-fn t01_write(n: u64) -> Result<(), Denied> {
-    let _ = n;
-    T01.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t01", T01, t01_fetch, t01_write);
 
 #[test]
 fn t01_direct_sync_write_after_untrusted_is_refused() {
     let gate = refuse_gate();
-    assert_eq!(code(gate.run(|| t01_write(1))), "OK");
+    assert_eq!(code(gate.run(t01_write)), "OK");
     assert!(gate.taint().is_none());
     gate.run(|| t01_fetch("x".into())).unwrap();
     assert_eq!(gate.taint().unwrap().tool, "t01.t01_fetch");
-    assert_eq!(code(gate.run(|| t01_write(2))), "TAINTED_SESSION");
+    assert_eq!(code(gate.run(t01_write)), "TAINTED_SESSION");
     assert_eq!(T01.load(Ordering::SeqCst), 1);
 }
 
@@ -89,17 +118,11 @@ fn t01_direct_sync_write_after_untrusted_is_refused() {
 // t02: an untrusted tool whose body panics: it was allowed, so the latch must close.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T02);
+counted_write!("t02", T02, t02_write);
 /// fetch that panics.
 #[tool(risk = "READ_ONLY", domain = "t02", untrusted_output)]
 fn t02_fetch(url: String) -> Result<String, Denied> {
     panic!("boom {url}");
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t02")]
-fn t02_write() -> Result<(), Denied> {
-    T02.fetch_add(1, Ordering::SeqCst);
-    Ok(())
 }
 
 #[test]
@@ -194,18 +217,12 @@ async fn t04_cancelled_async_untrusted_tool_closes_the_latch() {
 // t05: a `&Gate` parameter different from the ambient gate: both gates are passed, both latch.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T05);
+counted_write!("t05", T05, t05_write);
 /// fetch with gate.
 #[tool(risk = "READ_ONLY", domain = "t05", untrusted_output)]
 fn t05_fetch(gate: &Gate, url: String) -> Result<String, Denied> {
     let _ = gate;
     Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t05")]
-fn t05_write() -> Result<(), Denied> {
-    T05.fetch_add(1, Ordering::SeqCst);
-    Ok(())
 }
 
 #[test]
@@ -227,7 +244,7 @@ fn t05_gate_parameter_and_ambient_gate_both_latch() {
 // t06: a thread spawned inside the untrusted body writes through a clone while the body runs.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T06);
+counted_write!("t06", T06, t06_write);
 /// fetch spawning a writer.
 #[tool(risk = "READ_ONLY", domain = "t06", untrusted_output)]
 fn t06_fetch(gate: &Gate, url: String) -> Result<String, Denied> {
@@ -235,12 +252,6 @@ fn t06_fetch(gate: &Gate, url: String) -> Result<String, Denied> {
     let h = std::thread::spawn(move || code(g.run(t06_write)));
     let c = h.join().unwrap();
     Ok(format!("{url} {c}"))
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t06")]
-fn t06_write() -> Result<(), Denied> {
-    T06.fetch_add(1, Ordering::SeqCst);
-    Ok(())
 }
 
 #[test]
@@ -287,19 +298,8 @@ async fn t07_task_spawned_in_untrusted_async_body_cannot_write() {
 // t08: a session grant given before the latch closed is revoked when it closes.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T08);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t08", untrusted_output)]
-fn t08_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
-/// high write.
-#[tool(risk = "HIGH_WRITE", domain = "t08")]
-fn t08_write(n: u64) -> Result<(), Denied> {
-    let _ = n;
-    T08.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+untrusted_fetch!("t08", t08_fetch);
+counted_write!("HIGH_WRITE", "t08", T08, t08_write(n: u64));
 
 #[test]
 fn t08_session_grant_before_latch_does_not_skip_the_approver() {
@@ -331,19 +331,8 @@ fn t08_session_grant_before_latch_does_not_skip_the_approver() {
 // and under `TaintPolicy::Refuse` not at all.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T09);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t09", untrusted_output, callable)]
-fn t09_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
-/// high write.
-#[tool(risk = "HIGH_WRITE", domain = "t09", callable)]
-fn t09_write(n: u64) -> Result<(), Denied> {
-    let _ = n;
-    T09.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+untrusted_fetch!("t09", t09_fetch, callable);
+counted_write!("HIGH_WRITE", "t09", T09, t09_write(n: u64), callable);
 
 #[test]
 fn t09_two_step_approved_before_latch_asks_again_showing_the_taint() {
@@ -365,31 +354,17 @@ fn t09_two_step_approved_before_latch_asks_again_showing_the_taint() {
 
 #[test]
 fn t09b_two_step_approved_before_latch_under_refuse_is_refused() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
-    let err = toolgate::registry()
-        .call(&gate, "t09.t09_write", serde_json::json!({"n": 7}))
-        .now()
-        .unwrap()
-        .unwrap_err();
+    let gate = refuse_gate_with(GateBuilder::two_step_approvals);
+    let by_name = |id: &str, args: serde_json::Value| {
+        toolgate::registry().call(&gate, id, args).now().unwrap()
+    };
+    let err = by_name("t09.t09_write", serde_json::json!({"n": 7})).unwrap_err();
     assert_eq!(err.code(), "APPROVAL_PENDING");
     gate.approve(err.denied().unwrap().approval_token().unwrap())
         .unwrap();
-    toolgate::registry()
-        .call(&gate, "t09.t09_fetch", serde_json::json!({"url": "x"}))
-        .now()
-        .unwrap()
-        .unwrap();
+    by_name("t09.t09_fetch", serde_json::json!({"url": "x"})).unwrap();
     assert!(gate.taint().is_some(), "by name: latch open");
-    let err = toolgate::registry()
-        .call(&gate, "t09.t09_write", serde_json::json!({"n": 7}))
-        .now()
-        .unwrap()
-        .unwrap_err();
+    let err = by_name("t09.t09_write", serde_json::json!({"n": 7})).unwrap_err();
     assert_eq!(err.code(), "TAINTED_SESSION");
 }
 
@@ -398,23 +373,19 @@ fn t09b_two_step_approved_before_latch_under_refuse_is_refused() {
 // ---------------------------------------------------------------------------------------------------
 
 counter!(T10);
-fn t10_classify(cmd: &str) -> Risk {
-    if cmd.contains("rm") {
-        Risk::LowWrite
-    } else {
-        Risk::ReadOnly
-    }
-}
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t10", untrusted_output)]
-fn t10_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
+untrusted_fetch!("t10", t10_fetch);
 /// shell.
 #[tool(risk = "READ_ONLY", domain = "t10", escalate = t10_classify)]
 fn t10_shell(cmd: String) -> Result<String, Denied> {
     T10.fetch_add(1, Ordering::SeqCst);
     Ok(cmd)
+}
+
+fn t10_classify(cmd: &str) -> Risk {
+    match cmd.contains("rm") {
+        true => Risk::LowWrite,
+        false => Risk::ReadOnly,
+    }
 }
 
 #[test]
@@ -434,18 +405,7 @@ fn t10_escalated_call_is_judged_as_a_write() {
 // inner gate run on another thread (not nested) leaves the outer clean.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T11);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t11", untrusted_output)]
-fn t11_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t11")]
-fn t11_write() -> Result<(), Denied> {
-    T11.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t11", T11, t11_fetch, t11_write);
 
 #[test]
 fn t11_nested_gates_both_latch() {
@@ -471,30 +431,15 @@ fn t11_nested_gates_both_latch() {
 // but one that passes does.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T12);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t12", untrusted_output)]
-fn t12_fetch(url: String) -> Result<String, Denied> {
-    T12.fetch_add(100, Ordering::SeqCst);
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t12")]
-fn t12_write() -> Result<(), Denied> {
-    T12.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t12", T12, t12_fetch + 100, t12_write);
 
 #[test]
 fn t12_budget_interleaved() {
     use toolgate::gate::BudgetScope;
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .budget(BudgetScope::tool("t12.t12_fetch"), 1, HOUR)
-        .budget(BudgetScope::tool("t12.t12_write"), 1, HOUR)
-        .build()
-        .unwrap();
+    let gate = refuse_gate_with(|b| {
+        b.budget(BudgetScope::tool("t12.t12_fetch"), 1, HOUR)
+            .budget(BudgetScope::tool("t12.t12_write"), 1, HOUR)
+    });
     assert_eq!(code(gate.run(t12_write)), "OK");
     assert_eq!(code(gate.run(t12_write)), "BUDGET_EXHAUSTED");
     assert_eq!(code(gate.run(|| t12_fetch("a".into()))), "OK");
@@ -509,37 +454,24 @@ fn t12_budget_interleaved() {
 // sees the principal and the taint.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T13);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t13", untrusted_output)]
-fn t13_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t13")]
-fn t13_write() -> Result<(), Denied> {
-    T13.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t13", T13, t13_fetch, t13_write);
 
 #[test]
 fn t13_audit_and_approver_see_taint_and_principal() {
-    let sink = Arc::new(Memory::default());
+    let sink = MemorySink::new();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("mallory")
-        .audit_shared(sink.clone())
-        .approver(move |r: &ApprovalRequest<'_>| {
-            s.lock().unwrap().push((
-                r.principal.map(str::to_owned),
-                r.taint.map(|t| t.tool.to_string()),
-            ));
-            Approval::Approve
-        })
-        .build()
-        .unwrap();
+    let gate = full_auto(|b| {
+        b.principal("mallory")
+            .audit(sink.clone())
+            .approver(move |r: &ApprovalRequest<'_>| {
+                s.lock().unwrap().push((
+                    r.principal.map(str::to_owned),
+                    r.taint.map(|t| t.tool.to_string()),
+                ));
+                Approval::Approve
+            })
+    });
     assert_eq!(code(gate.run(t13_write)), "OK");
     gate.run(|| t13_fetch("x".into())).unwrap();
     assert_eq!(code(gate.run(t13_write)), "OK");
@@ -549,7 +481,7 @@ fn t13_audit_and_approver_see_taint_and_principal() {
         vec![(Some("mallory".into()), Some("t13.t13_fetch".into()))],
         "the clean write must not ask; the tainted one must, with the taint"
     );
-    let records = sink.0.lock().unwrap().clone();
+    let records = logged(&sink);
     let tainted: Vec<_> = records
         .iter()
         .filter(|r| mentions(r, "session_tainted"))
@@ -570,19 +502,7 @@ fn t13_audit_and_approver_see_taint_and_principal() {
 // refused (body not run), or the latch still closes.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T14);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t14", untrusted_output)]
-fn t14_fetch(url: String) -> Result<String, Denied> {
-    T14.fetch_add(100, Ordering::SeqCst);
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t14")]
-fn t14_write() -> Result<(), Denied> {
-    T14.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t14", T14, t14_fetch + 100, t14_write);
 
 struct FailOnTaint(Mutex<Vec<serde_json::Value>>);
 impl AuditSink for FailOnTaint {
@@ -601,12 +521,7 @@ impl AuditSink for FailOnTaint {
 #[test]
 fn t14_failing_sink_on_session_tainted_record() {
     let sink = Arc::new(FailOnTaint(Mutex::new(Vec::new())));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = refuse_gate_with(|b| b.audit_shared(sink.clone()));
     let r = code(gate.run(|| t14_fetch("x".into())));
     let body_ran = T14.load(Ordering::SeqCst) >= 100;
     if body_ran {
@@ -627,7 +542,7 @@ fn t14_failing_sink_on_session_tainted_record() {
 // (its decision complete) is held.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T15);
+counted_write!("t15", T15, t15_write);
 /// fetch that waits.
 #[tool(risk = "READ_ONLY", domain = "t15", untrusted_output)]
 fn t15_fetch(
@@ -637,12 +552,6 @@ fn t15_fetch(
     tx.send(()).unwrap();
     let _ = rx.recv_timeout(Duration::from_secs(10));
     Ok("page".into())
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t15")]
-fn t15_write() -> Result<(), Denied> {
-    T15.fetch_add(1, Ordering::SeqCst);
-    Ok(())
 }
 
 #[test]
@@ -664,18 +573,7 @@ fn t15_write_while_untrusted_body_runs_is_held() {
 // t16: `gate.lower` then the latch: the latch composes with a lowered mode (never allows more).
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T16);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t16", untrusted_output)]
-fn t16_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t16")]
-fn t16_write() -> Result<(), Denied> {
-    T16.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t16", T16, t16_fetch, t16_write);
 
 #[test]
 fn t16_lower_racing_the_latch() {
@@ -724,11 +622,7 @@ fn obj(v: serde_json::Value) -> Option<serde_json::Map<String, serde_json::Value
 async fn t17_mcp_write_after_untrusted_is_held() {
     use toolgate::mcp::ToolgateServer;
     for policy in [TaintPolicy::Refuse, TaintPolicy::RequireApproval] {
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .taint_policy(policy)
-            .build()
-            .unwrap();
+        let gate = built(Mode::FullAuto, |b| b.taint_policy(policy));
         let server = ToolgateServer::new(gate.clone());
         let before = T17.load(Ordering::SeqCst);
         let w = server
@@ -782,6 +676,7 @@ impl Desk {
 #[tokio::test]
 async fn t18_toolset_method_by_name_call_with() {
     use toolgate::registry::Instances;
+    let instances = Instances::new().with_shared(Arc::new(Desk));
     let asked = Arc::new(AtomicUsize::new(0));
     let a = asked.clone();
     let gate = gates::approved(Mode::FullAuto, move |r: &ApprovalRequest<'_>| {
@@ -792,29 +687,15 @@ async fn t18_toolset_method_by_name_call_with() {
             Approval::ApproveForSession(SessionGrant::tool(HOUR))
         }
     });
-    let instances = Instances::new().with_shared(Arc::new(Desk));
-    let r = toolgate::registry()
-        .call_with(
-            &gate,
-            &instances,
-            "t18.send",
-            serde_json::json!({"to": "a"}),
-        )
-        .await;
+    let by_name = |id: &'static str, args: serde_json::Value| {
+        toolgate::registry().call_with(&gate, &instances, id, args)
+    };
+    let r = by_name("t18.send", serde_json::json!({"to": "a"})).await;
     assert!(r.is_ok(), "{r:?}");
-    let r = toolgate::registry()
-        .call_with(&gate, &instances, "t18.read_mail", serde_json::json!({}))
-        .await;
+    let r = by_name("t18.read_mail", serde_json::json!({})).await;
     assert!(r.is_ok(), "{r:?}");
     assert!(gate.taint().is_some());
-    let r = toolgate::registry()
-        .call_with(
-            &gate,
-            &instances,
-            "t18.send",
-            serde_json::json!({"to": "b"}),
-        )
-        .await;
+    let r = by_name("t18.send", serde_json::json!({"to": "b"})).await;
     assert!(r.is_err(), "{r:?}");
     let r = gate.scope(Desk.send("c".into())).await;
     assert!(r.is_err(), "{r:?}");
@@ -828,11 +709,7 @@ async fn t18_toolset_method_by_name_call_with() {
 // ---------------------------------------------------------------------------------------------------
 
 counter!(T19);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t19", untrusted_output)]
-fn t19_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
+untrusted_fetch!("t19", t19_fetch);
 /// write with gate.
 #[tool(risk = "LOW_WRITE", domain = "t19", callable)]
 fn t19_write(gate: &Gate, n: u64) -> Result<String, Denied> {
@@ -871,28 +748,12 @@ fn t19_clean_gate_argument_inside_tainted_ambient_gate() {
 // `gate.taint()` names a tool; no write runs afterwards on any clone.
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T20);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t20", untrusted_output)]
-fn t20_fetch(url: String) -> Result<String, Denied> {
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t20")]
-fn t20_write() -> Result<(), Denied> {
-    T20.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t20", T20, t20_fetch, t20_write);
 
 #[test]
 fn t20_racing_untrusted_calls_on_clones() {
-    let sink = Arc::new(Memory::default());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let sink = MemorySink::new();
+    let gate = refuse_gate_with(|b| b.audit(sink.clone()));
     let clones: Vec<Gate> = (0..4).map(|_| gate.clone()).collect();
     let hs: Vec<_> = clones
         .into_iter()
@@ -910,10 +771,7 @@ fn t20_racing_untrusted_calls_on_clones() {
     for h in hs {
         assert_eq!(h.join().unwrap(), "TAINTED_SESSION");
     }
-    let n = sink
-        .0
-        .lock()
-        .unwrap()
+    let n = logged(&sink)
         .iter()
         .filter(|r| mentions(r, "session_tainted"))
         .count();
@@ -926,19 +784,7 @@ fn t20_racing_untrusted_calls_on_clones() {
 // so does the log ever get the record? It must: "the log has a `session_tainted` record".
 // ---------------------------------------------------------------------------------------------------
 
-counter!(T21);
-/// fetch.
-#[tool(risk = "READ_ONLY", domain = "t21", untrusted_output)]
-fn t21_fetch(url: String) -> Result<String, Denied> {
-    T21.fetch_add(100, Ordering::SeqCst);
-    Ok(url)
-}
-/// write.
-#[tool(risk = "LOW_WRITE", domain = "t21")]
-fn t21_write() -> Result<(), Denied> {
-    T21.fetch_add(1, Ordering::SeqCst);
-    Ok(())
-}
+fetch_and_write!("t21", T21, t21_fetch + 100, t21_write);
 
 #[derive(Default)]
 struct FailTaintOnce {
@@ -959,12 +805,7 @@ impl AuditSink for FailTaintOnce {
 #[test]
 fn t21_session_tainted_record_lost_to_a_failing_sink() {
     let sink = Arc::new(FailTaintOnce::default());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = refuse_gate_with(|b| b.audit_shared(sink.clone()));
     let r = code(gate.run(|| t21_fetch("x".into())));
     let w = code(gate.run(t21_write));
     let w2 = code(gate.run(t21_write));

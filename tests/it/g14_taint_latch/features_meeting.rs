@@ -3,7 +3,7 @@
 //! lowering, sinks), one changing while the other's decision waits.
 //! Each test asserts the guarantee: it passes when the attack fails.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +20,8 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, registry};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{assert_denied, built};
+use crate::g07_approvals::meeting::*;
 
 // ---------------------------------------------------------------------------------------------------------
 // grants × the taint latch
@@ -77,28 +79,14 @@ fn p01_a_grant_answered_while_the_latch_closes_on_another_thread_is_never_made()
 #[test]
 fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_closes() {
     let _serial = serial();
-    let pause = Pause::new();
-    let asked: Asked = Arc::default();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked,
-        ))
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let (pause, sink) = held_at_enter("pairs.wire");
+    let (gate, _, _) = granting_with(|b| b.audit_shared(sink.clone()));
     gate.run(|| wire(1)).unwrap();
     assert_eq!(gate.grants().len(), 1);
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(2)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached(), "the granted call writes its enter record");
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(2)).map_err(|d| d.code())
+    });
     gate.run(|| fetch("https://evil".into())).unwrap();
     assert!(
         gate.grants().is_empty(),
@@ -123,54 +111,19 @@ fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_clos
 #[test]
 fn p06_no_write_started_after_the_latch_closed_runs_unasked_on_any_thread() {
     let _serial = serial();
-    let asked: Asked = Arc::default();
-    let reply = answer(for_session());
-    let gate = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &reply, &asked),
-    );
+    let (gate, _, reply) = granting();
     gate.run(|| shell("sudo true".into())).unwrap();
     assert_eq!(gate.grants().len(), 1);
     *reply.lock().unwrap() = Approval::Reject("tainted".into());
-    let tainted = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let late_runs = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let (gate, tainted, stop, late_runs) = (
-                gate.clone(),
-                tainted.clone(),
-                stop.clone(),
-                late_runs.clone(),
-            );
-            spawn(move || {
-                while !stop.load(SeqCst) {
-                    let started_after = tainted.load(SeqCst);
-                    let ran = match i {
-                        0 => gate.run(|| shell("ls".into())).is_ok(),
-                        1 => gate.run(|| post("hi".into())).is_ok(),
-                        _ => gate.run(|| shell("sudo ls".into())).is_ok(),
-                    };
-                    if started_after && ran {
-                        late_runs.fetch_add(1, SeqCst);
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(20));
-    gate.run(|| fetch("https://evil".into())).unwrap();
-    tainted.store(true, SeqCst);
-    std::thread::sleep(Duration::from_millis(50));
-    stop.store(true, SeqCst);
-    for worker in workers {
-        worker.join().unwrap();
-    }
-    assert_eq!(
-        late_runs.load(SeqCst),
-        0,
-        "writes ran unasked after the latch closed"
-    );
+    let call = |gate: &Gate, i| match i {
+        0 => gate.run(|| shell("ls".into())).is_ok(),
+        1 => gate.run(|| post("hi".into())).is_ok(),
+        _ => gate.run(|| shell("sudo ls".into())).is_ok(),
+    };
+    let late = late_runs(&gate, call, None, || {
+        gate.run(|| fetch("https://evil".into())).unwrap();
+    });
+    assert_eq!(late, 0, "writes ran unasked after the latch closed");
     assert!(gate.grants().is_empty());
 }
 
@@ -189,17 +142,15 @@ fn p07_a_write_waiting_in_its_budget_store_when_the_latch_closes_is_asked_or_ref
         let pause = Pause::new();
         let asked: Asked = Arc::default();
         let budgets = Arc::new(MemoryBudgets::new());
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .approver(holding_approver(
+        let gate = built(Mode::PartialAuto, |b| {
+            b.approver(holding_approver(
                 &Pause::new(),
                 &answer(Approval::Approve),
                 &asked,
             ))
             .budget(BudgetScope::tool("pairs.post*"), 100, HOUR)
             .budget_store_shared(HookBudgets::shared(&budgets, &pause))
-            .build()
-            .unwrap();
+        });
         let before = count(&POSTS);
         pause.arm();
         let caller = {
@@ -294,10 +245,7 @@ fn p17_an_untrusted_call_taints_its_gate_parameter_and_the_ambient_gate() {
         "the ambient gate passed the untrusted call"
     );
     for gate in [&g, &h] {
-        assert_eq!(
-            gate.run(|| post("x".into())).unwrap_err().code(),
-            DenialCode::ApprovalRequired
-        );
+        assert_denied(gate.run(|| post("x".into())), DenialCode::ApprovalRequired);
     }
     let alone = Gate::new(Mode::PartialAuto).unwrap();
     gated_fetch(&alone, "https://evil".into()).unwrap();
@@ -430,15 +378,13 @@ fn p30_an_async_approval_asked_before_the_latch_closed_runs_no_tainted_write() {
     for path in ["scoped", "by name"] {
         let pause = Pause::armed();
         let asked: Asked = Arc::default();
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .async_approver(HoldingAsync {
+        let gate = built(Mode::FullAuto, |b| {
+            b.async_approver(HoldingAsync {
                 pause: pause.clone(),
                 answer: answer(Approval::Approve),
                 asked: asked.clone(),
             })
-            .build()
-            .unwrap();
+        });
         let before = count(&WIRES);
         let waiting = {
             let gate = gate.clone();
@@ -475,11 +421,7 @@ fn p30_an_async_approval_asked_before_the_latch_closed_runs_no_tainted_write() {
 #[test]
 fn p31_an_argument_that_closes_the_latch_while_it_is_read_taints_its_own_call() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     *SLOT.lock().unwrap() = Some(gate.clone());
     arm_de(|| {
         let gate = slot();
@@ -511,14 +453,12 @@ fn p31_an_argument_that_closes_the_latch_while_it_is_read_taints_its_own_call() 
 fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
     let _serial = serial();
     let pause = Pause::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store(HookStore {
+    let gate = built(Mode::FullAuto, |b| {
+        b.approval_store(HookStore {
             inner: memory_store(),
             pause: pause.clone(),
         })
-        .build()
-        .unwrap();
+    });
     let pending = gate.run(|| wire(1)).unwrap_err();
     gate.answer(
         pending.approval_token().unwrap(),
@@ -542,10 +482,7 @@ fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
         "a grant made in a tainted session"
     );
     let before = count(&WIRES);
-    assert_eq!(
-        gate.run(|| wire(2)).unwrap_err().code(),
-        DenialCode::ApprovalPending
-    );
+    assert_denied(gate.run(|| wire(2)), DenialCode::ApprovalPending);
     assert_eq!(count(&WIRES), before);
 }
 
@@ -558,14 +495,12 @@ fn p42_a_tainted_refusing_gate_uses_no_stored_approval() {
     let _serial = serial();
     let store = memory_store();
     let build = || {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .principal("alice")
-            .agent("desk")
-            .taint_policy(TaintPolicy::Refuse)
-            .approval_store_shared(store.clone())
-            .build()
-            .unwrap()
+        built(Mode::FullAuto, |b| {
+            b.principal("alice")
+                .agent("desk")
+                .taint_policy(TaintPolicy::Refuse)
+                .approval_store_shared(store.clone())
+        })
     };
     let (clean, tainted) = (build(), build());
     let own = tainted.run(|| wire(30)).unwrap_err();
@@ -575,10 +510,7 @@ fn p42_a_tainted_refusing_gate_uses_no_stored_approval() {
     tainted.run(|| fetch("https://evil".into())).unwrap();
     let before = count(&WIRES);
     for cents in [30, 31] {
-        assert_eq!(
-            tainted.run(|| wire(cents)).unwrap_err().code(),
-            DenialCode::TaintedSession
-        );
+        assert_denied(tainted.run(|| wire(cents)), DenialCode::TaintedSession);
         assert_eq!(
             by_name(&tainted, "pairs.wire", json!({"cents": cents}))
                 .unwrap_err()
@@ -633,8 +565,8 @@ fn p46_a_write_decided_while_the_taint_record_is_written_does_not_run_unasked() 
 #[test]
 fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decided_tainted() {
     let _serial = serial();
-    let gate = Gate::new(Mode::PartialAuto).unwrap();
     let rt = runtime();
+    let gate = Gate::new(Mode::PartialAuto).unwrap();
     let scoped = gate.scope(post_async("made while clean".into()));
     let named = registry().call(
         &gate,
@@ -643,10 +575,7 @@ fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decid
     );
     gate.run(|| fetch("https://evil".into())).unwrap();
     let before = count(&POSTS);
-    assert_eq!(
-        rt.block_on(scoped).unwrap_err().code(),
-        DenialCode::ApprovalRequired
-    );
+    assert_denied(rt.block_on(scoped), DenialCode::ApprovalRequired);
     assert_eq!(rt.block_on(named).unwrap_err().code(), "APPROVAL_REQUIRED");
     assert_eq!(count(&POSTS), before);
 }
@@ -661,21 +590,15 @@ fn p52_async_writes_made_while_clean_and_polled_after_the_latch_closed_are_decid
 #[test]
 fn p55_a_grant_answered_in_a_clean_session_whose_enter_waits_past_the_latch_is_never_made() {
     let _serial = serial();
-    let pause = Pause::new();
-    let sink = HookSink::new(&pause, is(Stage::Enter, "pairs.wire"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let (pause, sink) = held_at_enter("pairs.wire");
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
+            .audit_shared(sink.clone())
+    });
     let before = count(&WIRES);
-    pause.arm();
-    let caller = {
-        let gate = gate.clone();
-        spawn(move || gate.run(|| wire(1)).map_err(|d| d.code()))
-    };
-    assert!(pause.reached(), "the approved call writes its enter");
+    let caller = held_call(&pause, &gate, |gate| {
+        gate.run(|| wire(1)).map_err(|d| d.code())
+    });
     gate.run(|| fetch("https://evil".into())).unwrap();
     pause.go();
     assert!(

@@ -15,6 +15,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 use crate::common::KeepingStore;
 use crate::common::gates;
 use crate::common::serial;
+use crate::g07_approvals::checks::{assert_denied, built, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static POSTS: AtomicUsize = AtomicUsize::new(0);
@@ -49,46 +50,24 @@ fn propose(text: String) -> Result<String, Denied> {
     Ok(text)
 }
 
-/// Post a message.
-#[tool(risk = "LOW_WRITE", domain = "taint", callable)]
-fn post(text: String) -> Result<String, Denied> {
-    POSTS.fetch_add(1, Ordering::SeqCst);
-    Ok(text)
-}
+counted_tools!(POSTS, (risk = "LOW_WRITE", domain = "taint", callable);
+    "Post a message." fn post(text: String);
+    "Post a message, from async code." async fn post_async(text: String);
+);
+counted_tools!(DELETES, (risk = "HIGH_WRITE", domain = "taint", modes = [FULL_AUTO]);
+    "Delete an account." fn delete(id: u64);
+    "Delete an account, from async code." async fn delete_async(id: u64);
+);
+counted_tools!(QUERIES, (risk = "READ_ONLY", domain = "taint", escalate = classify);
+    "Run a query." fn query(sql: String);
+);
 
-/// Post a message, from async code.
-#[tool(risk = "LOW_WRITE", domain = "taint", callable)]
-async fn post_async(text: String) -> Result<String, Denied> {
-    POSTS.fetch_add(1, Ordering::SeqCst);
-    Ok(text)
-}
-
-/// Delete an account.
-#[tool(risk = "HIGH_WRITE", domain = "taint", modes = [FULL_AUTO])]
-fn delete(id: u64) -> Result<u64, Denied> {
-    DELETES.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[tool(risk = "HIGH_WRITE", domain = "taint", modes = [FULL_AUTO])]
-async fn delete_async(id: u64) -> Result<u64, Denied> {
-    DELETES.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
+/// A query that does not start with `SELECT` writes.
 fn classify(sql: &str) -> Risk {
-    if sql.starts_with("SELECT") {
-        Risk::ReadOnly
-    } else {
-        Risk::LowWrite
+    match sql.starts_with("SELECT") {
+        true => Risk::ReadOnly,
+        false => Risk::LowWrite,
     }
-}
-
-/// Run a query.
-#[tool(risk = "READ_ONLY", domain = "taint", escalate = classify)]
-fn query(sql: String) -> Result<String, Denied> {
-    QUERIES.fetch_add(1, Ordering::SeqCst);
-    Ok(sql)
 }
 
 fn posts() -> usize {
@@ -200,12 +179,9 @@ fn a_rejected_tainted_write_does_not_run() {
 fn a_gate_that_refuses_tainted_writes_refuses_them_with_their_code_and_asks_no_one() {
     let _serial = serial();
     let (asked, approver) = recording(Approval::Approve);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approver)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.approver(approver).taint_policy(TaintPolicy::Refuse)
+    });
     assert_eq!(gate.taint_policy(), TaintPolicy::Refuse);
     gate.run(|| delete(1)).unwrap();
     assert_eq!(
@@ -271,9 +247,9 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.run(|| post("reply".into())).unwrap();
     assert_eq!(posts(), before + 1);
-    assert_eq!(
-        gate.run(|| post("reply".into())).unwrap_err().code(),
-        DenialCode::ApprovalReused
+    assert_denied(
+        gate.run(|| post("reply".into())),
+        DenialCode::ApprovalReused,
     );
 }
 
@@ -281,20 +257,10 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
 fn an_approval_store_is_handed_what_tainted_the_session_with_the_call() {
     let _serial = serial();
     let store = Arc::new(KeepingStore::default());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .build()
-        .unwrap();
-    assert_eq!(
-        gate.run(|| delete(9)).unwrap_err().code(),
-        DenialCode::ApprovalPending
-    );
+    let gate = built(Mode::FullAuto, |b| b.approval_store_shared(store.clone()));
+    assert_denied(gate.run(|| delete(9)), DenialCode::ApprovalPending);
     gate.run(|| read_web("https://example.com".into())).unwrap();
-    assert_eq!(
-        gate.run(|| post("x".into())).unwrap_err().code(),
-        DenialCode::ApprovalPending
-    );
+    assert_denied(gate.run(|| post("x".into())), DenialCode::ApprovalPending);
     let calls = store.0.lock().unwrap();
     let seen: Vec<(&str, Option<&str>)> = calls
         .iter()
@@ -345,11 +311,7 @@ fn a_gate_lowered_while_the_approver_of_a_tainted_write_thinks_refuses_it_naming
 #[test]
 fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     let clone = gate.clone();
     // Tainted through a clone, inside a nested scope of the gate.
     gate.run(|| clone.run(|| read_web("https://example.com".into())))
@@ -376,11 +338,7 @@ fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
     assert_eq!(scoped.unwrap_err().code(), DenialCode::TaintedSession);
 
     // A new gate is a new session.
-    let fresh = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let fresh = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     assert!(fresh.taint().is_none());
     fresh.run(|| post("f".into())).unwrap();
 }
@@ -388,13 +346,7 @@ fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
 #[test]
 fn nested_gates_each_latch_where_the_untrusted_call_passed_them() {
     let _serial = serial();
-    let build = || {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .taint_policy(TaintPolicy::Refuse)
-            .build()
-            .unwrap()
-    };
+    let build = || built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     let (outer, inner, apart) = (build(), build(), build());
     outer
         .run(|| inner.run(|| read_web("https://example.com".into())))
@@ -410,12 +362,9 @@ fn nested_gates_each_latch_where_the_untrusted_call_passed_them() {
 #[test]
 fn a_refused_untrusted_call_does_not_taint() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("taint.read_web")
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.deny("taint.read_web").taint_policy(TaintPolicy::Refuse)
+    });
     let before = READS.load(Ordering::SeqCst);
     let denied = gate
         .run(|| read_web("https://example.com".into()))
@@ -429,13 +378,7 @@ fn a_refused_untrusted_call_does_not_taint() {
 #[test]
 fn calls_by_name_and_async_tools_close_the_latch_too() {
     let _serial = serial();
-    let build = || {
-        Gate::builder()
-            .mode(Mode::PartialAuto)
-            .taint_policy(TaintPolicy::Refuse)
-            .build()
-            .unwrap()
-    };
+    let build = || built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     let registry = toolgate::registry();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -480,11 +423,7 @@ fn calls_by_name_and_async_tools_close_the_latch_too() {
 #[test]
 fn the_latch_judges_a_call_at_its_effective_risk() {
     let _serial = serial();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     gate.run(|| query("UPDATE t SET x = 1".into())).unwrap();
     gate.run(|| read_web("https://example.com".into())).unwrap();
     let before = QUERIES.load(Ordering::SeqCst);
@@ -641,17 +580,15 @@ fn a_write_whose_decision_waited_is_refused_once_the_latch_closed() {
         .build()
         .unwrap();
     for policy in [TaintPolicy::Refuse, TaintPolicy::RequireApproval] {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .taint_policy(policy)
-            .budget_store(SlowBudgets(std::time::Duration::from_millis(300)))
-            .budget(
-                toolgate::gate::BudgetScope::tool("taint.post_async"),
-                100,
-                HOUR,
-            )
-            .build()
-            .unwrap();
+        let gate = built(Mode::PartialAuto, |b| {
+            b.taint_policy(policy)
+                .budget_store(SlowBudgets(std::time::Duration::from_millis(300)))
+                .budget(
+                    toolgate::gate::BudgetScope::tool("taint.post_async"),
+                    100,
+                    HOUR,
+                )
+        });
         let before = POSTS.load(Ordering::SeqCst);
         let waiting = runtime.spawn(gate.scope(post_async("x".into())));
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -680,12 +617,9 @@ fn the_audit_log_shows_what_tainted_the_session_and_when() {
     );
     gate.run(|| read_web("https://example.com".into())).unwrap();
     gate.run(|| post("approved".into())).unwrap();
-    let refusing = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let refusing = built(Mode::PartialAuto, |b| {
+        b.taint_policy(TaintPolicy::Refuse).audit(sink.clone())
+    });
     refusing
         .run(|| read_web("https://example.org".into()))
         .unwrap();
@@ -861,12 +795,10 @@ fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_l
     let _serial = serial();
     let sink = Arc::new(RefusesTheTaint::default());
     sink.refuse.store(true, Ordering::SeqCst);
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .audit_shared(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::PartialAuto, |b| {
+        b.taint_policy(TaintPolicy::Refuse)
+            .audit_shared(sink.clone())
+    });
     let reads = READS.load(Ordering::SeqCst);
     let refused = gate
         .run(|| read_web("https://example.com".into()))
@@ -881,10 +813,7 @@ fn an_untrusted_call_whose_taint_cannot_be_logged_does_not_run_and_a_later_one_l
     // The latch is closed all the same: the gate fails closed.
     assert!(gate.taint().is_some());
     let posts_before = posts();
-    assert_eq!(
-        gate.run(|| post("x".into())).unwrap_err().code(),
-        DenialCode::TaintedSession
-    );
+    assert_denied(gate.run(|| post("x".into())), DenialCode::TaintedSession);
     assert_eq!(posts(), posts_before);
     // Once the log takes the record, untrusted calls run again, and it is written once.
     sink.refuse.store(false, Ordering::SeqCst);
@@ -959,11 +888,7 @@ fn an_async_grant_answered_after_the_latch_closed_is_never_made() {
         .build()
         .unwrap();
     let slot: Arc<Mutex<Option<Gate>>> = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(Late(slot.clone()))
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Late(slot.clone())));
     *slot.lock().unwrap() = Some(gate.clone());
     let before = DELETES.load(Ordering::SeqCst);
     let denied = runtime.block_on(gate.scope(delete_async(1))).unwrap_err();

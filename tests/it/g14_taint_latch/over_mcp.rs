@@ -7,8 +7,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use toolgate::mcp::rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
+use serde_json::{Map, Value, json};
+use toolgate::mcp::rmcp::ClientHandler;
+use toolgate::mcp::rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig,
+    ElicitationCapability, Implementation, ProtocolVersion,
+};
 use toolgate::mcp::rmcp::service::{
     ClientLifecycleMode, RoleClient, RunningService, serve_client_with_lifecycle,
 };
@@ -35,32 +39,32 @@ fn wire(to: String, cents: u64) -> Result<String, Denied> {
 /// what the call carries.
 const TO: &str = "acct-1\u{202E}666-tcca\u{200B}\u{2060}";
 
-fn arguments() -> serde_json::Map<String, Value> {
-    let Value::Object(arguments) = json!({"to": TO, "cents": 100}) else {
+fn arguments() -> Map<String, Value> {
+    object(json!({"to": TO, "cents": 100}))
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    let Value::Object(object) = value else {
         unreachable!("an object")
     };
-    arguments
+    object
 }
 
 /// A client that shows forms: it declares elicitation, so an in-band approval form is sent to it.
 #[derive(Clone, Copy)]
 pub(crate) struct FormClient;
 
-impl toolgate::mcp::rmcp::ClientHandler for FormClient {
-    fn get_info(&self) -> toolgate::mcp::rmcp::model::ClientConfig {
-        let mut capabilities = toolgate::mcp::rmcp::model::ClientCapabilities::default();
-        capabilities.elicitation = Some(toolgate::mcp::rmcp::model::ElicitationCapability::new());
-        toolgate::mcp::rmcp::model::ClientConfig::new(
-            capabilities,
-            toolgate::mcp::rmcp::model::Implementation::new("forms", "0"),
-        )
+impl ClientHandler for FormClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(ElicitationCapability::new());
+        ClientConfig::new(capabilities, Implementation::new("forms", "0"))
     }
 }
 
-async fn connect(
-    server: ToolgateServer,
-    version: ProtocolVersion,
-) -> RunningService<RoleClient, FormClient> {
+type Client = RunningService<RoleClient, FormClient>;
+
+async fn connect(server: ToolgateServer, version: ProtocolVersion) -> Client {
     let (client, served) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(tokio::io::split(served)).await {
@@ -89,120 +93,107 @@ fn gate() -> Gate {
         .expect("a gate")
 }
 
-async fn taint(client: &RunningService<RoleClient, FormClient>) {
-    let Value::Object(url) = json!({"url": "https://example.com"}) else {
-        unreachable!("an object")
-    };
-    let fetched = client
-        .call_tool_once(CallToolRequestParams::new("mcptaint.fetch").with_arguments(url))
-        .await
-        .expect("a call");
+async fn taint(client: &Client) {
+    let url = object(json!({"url": "https://example.com"}));
+    let fetched = call(client, "mcptaint.fetch", url).await;
     assert!(
         matches!(&fetched, CallToolResponse::Complete(r) if r.is_error != Some(true)),
         "{fetched:?}"
     );
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
+async fn call(client: &Client, tool: &str, arguments: Map<String, Value>) -> CallToolResponse {
+    let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    client.call_tool_once(params).await.expect("a call")
 }
 
-#[test]
-fn the_in_band_form_says_the_session_is_tainted_and_shows_hidden_characters() {
-    runtime().block_on(async {
-        let gate = gate();
-        let server = ToolgateServer::new(gate.clone())
-            .only(|m| m.domain == Some("mcptaint"))
-            .approvals(Approvals::InBand(InBand::process_key()));
-        let client = connect(server, ProtocolVersion::V_2026_07_28).await;
-        taint(&client).await;
-        let taint = gate.taint().expect("the session is tainted");
-        let asked = client
-            .call_tool_once(CallToolRequestParams::new("mcptaint.wire").with_arguments(arguments()))
-            .await
-            .expect("a call");
-        let CallToolResponse::InputRequired(input) = &asked else {
-            panic!("an approval form: {asked:?}");
-        };
-        let form = serde_json::to_value(&input.input_requests).expect("JSON");
-        let message = form[APPROVAL_INPUT]["params"]["message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("a form message: {form:#}"));
-        assert!(
-            message.contains("tainted") && message.contains("`mcptaint.fetch`"),
-            "the form does not say what tainted the session:\n{message}"
-        );
-        assert!(message.contains(&taint.at), "{message}");
-        for hidden in ['\u{202E}', '\u{200B}', '\u{2060}'] {
-            assert!(
-                !message.contains(hidden),
-                "the form shows U+{:04X} as is:\n{message:?}",
-                hidden as u32
-            );
-        }
-        assert!(
-            message.contains(r"acct-1\u{202E}666-tcca\u{200B}\u{2060}"),
-            "the form names the hidden characters:\n{message}"
-        );
-        let _ = client.cancel().await;
-    });
+/// The text a completed call answered.
+fn text_of(response: &CallToolResponse) -> String {
+    let CallToolResponse::Complete(result) = response else {
+        panic!("{response:?}");
+    };
+    match result.content.first() {
+        Some(ContentBlock::Text(text)) => text.text.clone(),
+        other => panic!("{other:?}"),
+    }
 }
 
-#[test]
-fn the_request_handed_to_on_pending_says_the_session_is_tainted() {
-    runtime().block_on(async {
-        let gate = gate();
-        let pending = Arc::new(Mutex::new(Vec::<PendingApproval>::new()));
-        let heard = Arc::clone(&pending);
-        let server = ToolgateServer::new(gate.clone())
-            .only(|m| m.domain == Some("mcptaint"))
-            .on_pending(move |request| heard.lock().unwrap().push(request.clone()));
-        let client = connect(server, ProtocolVersion::V_2025_06_18).await;
+/// A server of `gate`'s tools of this file that hands each pending request to the returned list.
+fn telling(gate: &Gate) -> (ToolgateServer, Arc<Mutex<Vec<PendingApproval>>>) {
+    let pending = Arc::new(Mutex::new(Vec::<PendingApproval>::new()));
+    let heard = Arc::clone(&pending);
+    let server = ToolgateServer::new(gate.clone())
+        .only(|m| m.domain == Some("mcptaint"))
+        .on_pending(move |request| heard.lock().unwrap().push(request.clone()));
+    (server, pending)
+}
 
-        // A clean session: the request says so.
-        let Value::Object(clean) = json!({"to": "acct-2", "cents": 1}) else {
-            unreachable!("an object")
-        };
-        let refused = client
-            .call_tool_once(CallToolRequestParams::new("mcptaint.wire").with_arguments(clean))
-            .await
-            .expect("a call");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_band_form_says_the_session_is_tainted_and_shows_hidden_characters() {
+    let gate = gate();
+    let server = ToolgateServer::new(gate.clone())
+        .only(|m| m.domain == Some("mcptaint"))
+        .approvals(Approvals::InBand(InBand::process_key()));
+    let client = connect(server, ProtocolVersion::V_2026_07_28).await;
+    taint(&client).await;
+    let taint = gate.taint().expect("the session is tainted");
+    let asked = call(&client, "mcptaint.wire", arguments()).await;
+    let CallToolResponse::InputRequired(input) = &asked else {
+        panic!("an approval form: {asked:?}");
+    };
+    let form = serde_json::to_value(&input.input_requests).expect("JSON");
+    let message = form[APPROVAL_INPUT]["params"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a form message: {form:#}"));
+    assert!(
+        message.contains("tainted") && message.contains("`mcptaint.fetch`"),
+        "the form does not say what tainted the session:\n{message}"
+    );
+    assert!(message.contains(&taint.at), "{message}");
+    for hidden in ['\u{202E}', '\u{200B}', '\u{2060}'] {
         assert!(
-            matches!(refused, CallToolResponse::Complete(_)),
-            "{refused:?}"
+            !message.contains(hidden),
+            "the form shows U+{:04X} as is:\n{message:?}",
+            hidden as u32
         );
-        taint(&client).await;
-        let refused = client
-            .call_tool_once(CallToolRequestParams::new("mcptaint.wire").with_arguments(arguments()))
-            .await
-            .expect("a call");
-        let CallToolResponse::Complete(result) = &refused else {
-            panic!("{refused:?}");
-        };
-        let text = match result.content.first() {
-            Some(ContentBlock::Text(text)) => text.text.clone(),
-            other => panic!("{other:?}"),
-        };
-        assert!(text.starts_with("APPROVAL_PENDING: "), "{text}");
+    }
+    assert!(
+        message.contains(r"acct-1\u{202E}666-tcca\u{200B}\u{2060}"),
+        "the form names the hidden characters:\n{message}"
+    );
+    let _ = client.cancel().await;
+}
 
-        let pending = pending.lock().unwrap().clone();
-        assert_eq!(pending.len(), 2, "{pending:#?}");
-        assert_eq!(pending[0].taint, None, "a clean session: {:?}", pending[0]);
-        let taint = pending[1].taint.as_ref().unwrap_or_else(|| {
-            panic!(
-                "the request does not say what tainted the session: {:?}",
-                pending[1]
-            )
-        });
-        assert_eq!(taint.tool, "mcptaint.fetch");
-        assert_eq!(Some(taint), gate.taint().as_ref());
-        assert_eq!(pending[1].principal.as_deref(), Some("alice"));
-        let _ = client.cancel().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_handed_to_on_pending_says_the_session_is_tainted() {
+    let gate = gate();
+    let (server, pending) = telling(&gate);
+    let client = connect(server, ProtocolVersion::V_2025_06_18).await;
+
+    // A clean session: the request says so.
+    let clean = object(json!({"to": "acct-2", "cents": 1}));
+    let refused = call(&client, "mcptaint.wire", clean).await;
+    assert!(
+        matches!(refused, CallToolResponse::Complete(_)),
+        "{refused:?}"
+    );
+    taint(&client).await;
+    let text = text_of(&call(&client, "mcptaint.wire", arguments()).await);
+    assert!(text.starts_with("APPROVAL_PENDING: "), "{text}");
+
+    let pending = pending.lock().unwrap().clone();
+    assert_eq!(pending.len(), 2, "{pending:#?}");
+    assert_eq!(pending[0].taint, None, "a clean session: {:?}", pending[0]);
+    let taint = pending[1].taint.as_ref().unwrap_or_else(|| {
+        panic!(
+            "the request does not say what tainted the session: {:?}",
+            pending[1]
+        )
     });
+    assert_eq!(taint.tool, "mcptaint.fetch");
+    assert_eq!(Some(taint), gate.taint().as_ref());
+    assert_eq!(pending[1].principal.as_deref(), Some("alice"));
+    let _ = client.cancel().await;
 }
 
 // With the PostgreSQL store, `on_pending` hands over the request's id, by which `toolgate approvals`
@@ -211,6 +202,11 @@ fn the_request_handed_to_on_pending_says_the_session_is_tainted() {
 #[test]
 fn on_pending_hands_over_the_request_id_the_operator_answers_by() {
     use toolgate::postgres::PostgresStore;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
     let url = crate::common::postgres::database("mcp_request_id");
     let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
     let gate = Gate::builder()
@@ -219,27 +215,11 @@ fn on_pending_hands_over_the_request_id_the_operator_answers_by() {
         .principal("alice")
         .build()
         .expect("a gate");
-    runtime().block_on(async {
-        let pending = Arc::new(Mutex::new(Vec::<PendingApproval>::new()));
-        let heard = Arc::clone(&pending);
-        let server = ToolgateServer::new(gate.clone())
-            .only(|m| m.domain == Some("mcptaint"))
-            .on_pending(move |request| heard.lock().unwrap().push(request.clone()));
+    runtime.block_on(async {
+        let (server, pending) = telling(&gate);
         let client = connect(server, ProtocolVersion::V_2025_06_18).await;
-        let Value::Object(call) = json!({"to": "acct-9", "cents": 5}) else {
-            unreachable!("an object")
-        };
-        let refused = client
-            .call_tool_once(CallToolRequestParams::new("mcptaint.wire").with_arguments(call))
-            .await
-            .expect("a call");
-        let CallToolResponse::Complete(result) = &refused else {
-            panic!("{refused:?}");
-        };
-        let text = match result.content.first() {
-            Some(ContentBlock::Text(text)) => text.text.clone(),
-            other => panic!("{other:?}"),
-        };
+        let wired = object(json!({"to": "acct-9", "cents": 5}));
+        let text = text_of(&call(&client, "mcptaint.wire", wired).await);
         let pending = pending.lock().unwrap().clone();
         assert_eq!(pending.len(), 1, "{pending:#?}");
         let listed = store.list().await.expect("the list");

@@ -8,10 +8,11 @@ use std::time::Duration;
 use toolgate::approval::SessionGrant;
 use toolgate::approval::store::{Answer, ApprovalStore, ApproveError};
 use toolgate::approval::two_step::MemoryStore;
-use toolgate::{Approval, DenialCode, Gate, Mode};
+use toolgate::{Approval, DenialCode, Mode};
 
 use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
+use crate::g07_approvals::checks::built;
 
 // Attacks: nested gates and grants. A grant lives in the gate that made it: with an outer gate holding
 // a grant for the tool, an inner gate (or a `&Gate` argument) must still ask its own approver, in every
@@ -58,24 +59,20 @@ fn atk2_a_grant_in_one_gate_never_skips_another_gates_approval() {
     let outer_asked = Arc::new(AtomicUsize::new(0));
     let inner_asked = Arc::new(AtomicUsize::new(0));
     let (oa, ia) = (outer_asked.clone(), inner_asked.clone());
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("outer", move |_| {
+    let outer = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("outer", move |_| {
             oa.fetch_add(1, SeqCst);
             Box::pin(async {
                 Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600)))
             })
         }))
-        .build()
-        .unwrap();
-    let inner = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("inner", move |_| {
+    });
+    let inner = built(Mode::FullAuto, |b| {
+        b.async_approver(async_fn("inner", move |_| {
             ia.fetch_add(1, SeqCst);
             Box::pin(async { Approval::Reject("inner says no".into()) })
         }))
-        .build()
-        .unwrap();
+    });
     let before = WIRE.load(SeqCst);
     let rt = runtime(1);
     assert_eq!(rt.block_on(outer.scope(wire("a".into(), 1))).unwrap(), 1);
@@ -98,16 +95,8 @@ fn atk2_an_operator_grant_is_not_shared_by_another_gate_on_the_same_store() {
     let _serial = serial();
     let store: Arc<dyn ApprovalStore> =
         Arc::new(MemoryStore::new(Duration::from_secs(600)).unwrap());
-    let first = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .build()
-        .unwrap();
-    let second = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_store_shared(store.clone())
-        .build()
-        .unwrap();
+    let first = built(Mode::FullAuto, |b| b.approval_store_shared(store.clone()));
+    let second = built(Mode::FullAuto, |b| b.approval_store_shared(store.clone()));
     let before = SYNC_WIRE.load(SeqCst);
     let asked = first.run(|| sync_wire("a".into(), 1)).unwrap_err();
     let token = asked.approval_token().unwrap().to_owned();

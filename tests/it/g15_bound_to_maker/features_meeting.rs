@@ -14,6 +14,8 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::g07_approvals::checks::{assert_denied, built};
+use crate::g07_approvals::meeting::*;
 
 // ---------------------------------------------------------------------------------------------------------
 // grants × nested gates, the latch × nested gates
@@ -25,11 +27,7 @@ use crate::fixtures::features_meeting::*;
 #[test]
 fn p14_a_grant_of_one_gate_approves_nothing_for_a_gate_nested_with_it() {
     let _serial = serial();
-    let asked_a: Asked = Arc::default();
-    let a = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &answer(for_session()), &asked_a),
-    );
+    let (a, asked_a, _) = granting();
     let bare = Gate::new(Mode::FullAuto).unwrap();
     a.run(|| wire(1)).unwrap();
     let before = count(&WIRES);
@@ -190,10 +188,7 @@ fn p28_an_operators_session_answer_grants_no_other_principals_gate() {
     .unwrap();
     let before = count(&WIRES);
     for _ in 0..3 {
-        assert_eq!(
-            bob.run(|| wire(7)).unwrap_err().code(),
-            DenialCode::ApprovalPending
-        );
+        assert_denied(bob.run(|| wire(7)), DenialCode::ApprovalPending);
     }
     assert!(
         bob.grants().is_empty(),
@@ -202,10 +197,7 @@ fn p28_an_operators_session_answer_grants_no_other_principals_gate() {
     alice.run(|| wire(7)).unwrap();
     assert_eq!(count(&WIRES), before + 1);
     assert!(bob.grants().is_empty());
-    assert_eq!(
-        bob.run(|| wire(7)).unwrap_err().code(),
-        DenialCode::ApprovalPending
-    );
+    assert_denied(bob.run(|| wire(7)), DenialCode::ApprovalPending);
 }
 
 /// sink × principals, racing (15, 8). Alice's and Bob's gates share one JSONL log and run calls at
@@ -218,20 +210,18 @@ fn p51_one_log_shared_by_two_principals_names_each_records_own() {
     let path = scratch.path("audit.jsonl");
     let sink: Arc<dyn AuditSink> = Arc::new(JsonlSink::open(&path).unwrap());
     let build = |principal: &str| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .principal(principal)
-            .agent("desk")
-            .approver(|r: &ApprovalRequest<'_>| {
-                if r.arguments.is_some_and(|a| a.contains("13")) {
-                    Approval::Reject("unlucky".into())
-                } else {
-                    Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
-                }
-            })
-            .audit_shared(sink.clone())
-            .build()
-            .unwrap()
+        built(Mode::FullAuto, |b| {
+            b.principal(principal)
+                .agent("desk")
+                .approver(|r: &ApprovalRequest<'_>| {
+                    if r.arguments.is_some_and(|a| a.contains("13")) {
+                        Approval::Reject("unlucky".into())
+                    } else {
+                        Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
+                    }
+                })
+                .audit_shared(sink.clone())
+        })
     };
     let (alice, bob) = (build("alice"), build("bob"));
     let owner = [(alice.id(), "alice"), (bob.id(), "bob")];

@@ -9,6 +9,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 use crate::common::KeepingStore;
 use crate::common::Scratch;
 use crate::common::gates;
+use crate::g07_approvals::checks::built;
 
 /// Look a customer up.
 #[tool(risk = "READ_ONLY", domain = "prin", callable)]
@@ -49,12 +50,9 @@ fn the_approver_sees_the_principal_of_the_gate_sync_and_async() {
             Approval::Approve
         }
     };
-    let bob = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("bob")
-        .approver(approver.clone())
-        .build()
-        .unwrap();
+    let bob = built(Mode::FullAuto, |b| {
+        b.principal("bob").approver(approver.clone())
+    });
     let anonymous = gates::approved(Mode::FullAuto, approver);
     assert_eq!(bob.run(|| refund(1, 5)).unwrap(), 5);
     assert_eq!(anonymous.run(|| refund(1, 5)).unwrap(), 5);
@@ -86,12 +84,9 @@ fn the_approver_sees_the_principal_of_the_gate_sync_and_async() {
         }
     }
     let asked: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
-    let carol = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("carol")
-        .async_approver(Async(asked.clone()))
-        .build()
-        .unwrap();
+    let carol = built(Mode::FullAuto, |b| {
+        b.principal("carol").async_approver(Async(asked.clone()))
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -102,12 +97,9 @@ fn the_approver_sees_the_principal_of_the_gate_sync_and_async() {
 #[test]
 fn the_store_is_handed_the_principal_with_the_call() {
     let store = Arc::new(KeepingStore::default());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("dave")
-        .approval_store_shared(store.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.principal("dave").approval_store_shared(store.clone())
+    });
     let denied = gate.run(|| refund(4, 40)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalPending);
     assert_eq!(denied.approval_token(), Some("tok"));
@@ -120,13 +112,9 @@ fn the_store_is_handed_the_principal_with_the_call() {
 #[test]
 fn every_audit_record_names_the_principal_and_a_log_without_one_is_unchanged() {
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("erin")
-        .two_step_approvals()
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.principal("erin").two_step_approvals().audit(sink.clone())
+    });
     gate.run(|| lookup(1)).unwrap();
     let asked = gate.run(|| refund(5, 50)).unwrap_err();
     gate.approve(asked.approval_token().unwrap()).unwrap();

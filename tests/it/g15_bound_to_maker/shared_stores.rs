@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::fixtures::shared_stores::*;
+use crate::g07_approvals::checks::built;
 use toolgate::approval::SessionGrant;
 use toolgate::audit::Stage;
 use toolgate::gate::BudgetScope;
-use toolgate::{Approval, ApprovalRequest, Gate, Mode};
+use toolgate::{Approval, ApprovalRequest, Mode};
 
 // ---------------------------------------------------------------------------------------------------
 // The principal
@@ -22,21 +23,19 @@ fn b16_every_record_names_the_principal() {
     let sink = Arc::new(Memory::default());
     let seen = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
     let seen2 = seen.clone();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("alice@example.com")
-        .audit_shared(sink.clone())
-        .approver(move |r: &ApprovalRequest<'_>| {
-            seen2.lock().unwrap().push(r.principal.map(str::to_owned));
-            if r.arguments.is_some_and(|a| a.contains("13")) {
-                Approval::Reject("no".into())
-            } else {
-                Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
-            }
-        })
-        .budget(BudgetScope::tool("b16.*"), 3, HOUR)
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.principal("alice@example.com")
+            .audit_shared(sink.clone())
+            .approver(move |r: &ApprovalRequest<'_>| {
+                seen2.lock().unwrap().push(r.principal.map(str::to_owned));
+                if r.arguments.is_some_and(|a| a.contains("13")) {
+                    Approval::Reject("no".into())
+                } else {
+                    Approval::ApproveForSession(SessionGrant::tool(HOUR).exact_arguments())
+                }
+            })
+            .budget(BudgetScope::tool("b16.*"), 3, HOUR)
+    });
     let clone = gate.clone();
     let _ = gate.run(|| b16_wire(1));
     let _ = clone.run(|| b16_wire(1));
@@ -66,14 +65,12 @@ fn b16_every_record_names_the_principal() {
 #[test]
 fn b17_two_step_records_name_the_principal() {
     let sink = Arc::new(Memory::default());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("bob")
-        .agent("b17")
-        .audit_shared(sink.clone())
-        .two_step_approvals()
-        .build()
-        .unwrap();
+    let gate = built(Mode::FullAuto, |b| {
+        b.principal("bob")
+            .agent("b17")
+            .audit_shared(sink.clone())
+            .two_step_approvals()
+    });
     let t1 = gate
         .run(|| b17_wire(1))
         .unwrap_err()
