@@ -18,7 +18,7 @@ seconds="${FUZZ_SECONDS:-25}"
 rss_mb="${FUZZ_RSS_MB:-2048}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(call_by_name approval_tokens audit_verify audit_mutate)
+  targets=(call_by_name approval_tokens audit_verify audit_mutate policy_file)
 fi
 
 # audit_mutate writes a small log file per input: keep it in memory where the machine allows.

@@ -168,10 +168,13 @@ impl LivePolicy {
         let stop = Arc::new(AtomicBool::new(false));
         let live = self.clone();
         let stopping = stop.clone();
+        // What the gates follow, not what the file holds when the thread starts: a text written
+        // between this call and the thread's first read is still a change.
+        let followed = self.current().map(|file| file.digest().to_owned());
         let thread = std::thread::Builder::new()
             .name("toolgate-policy-watch".into())
             .spawn(move || {
-                let mut seen = std::fs::read(&path).ok().map(|t| sha256_hex(&t));
+                let mut seen = followed;
                 while !stopping.load(Ordering::Acquire) {
                     std::thread::park_timeout(every);
                     if stopping.load(Ordering::Acquire) {
