@@ -17,6 +17,7 @@ use toolgate::{
 };
 
 use crate::common::gates;
+use crate::fixtures::support::YieldOnce;
 
 mod probe {
     use super::*;
@@ -101,23 +102,6 @@ mod probe {
     pub fn other_read(ran: &AtomicUsize) -> Result<(), Denied> {
         ran.fetch_add(1, Ordering::SeqCst);
         Ok(())
-    }
-}
-
-/// Returns `Pending` once, waking itself: a suspension point that needs no runtime.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
     }
 }
 

@@ -185,11 +185,7 @@ fn a_session_belongs_to_the_principal_that_opened_it() {
     const ALICE: &str = "alice-token-3f9c2a7e51d04b68";
     const MALLORY: &str = "mallory-token-8d21c6f0a9e34b75";
     const LIMIT: Duration = Duration::from_secs(30);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::fixtures::support::runtime();
     runtime.block_on(async {
         let sink = Arc::new(MemorySink::new());
         let gate = |name: &str| {
@@ -210,18 +206,7 @@ fn a_session_belongs_to_the_principal_that_opened_it() {
             .await
             .expect("a port");
         let addr = listener.local_addr().expect("its address");
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let service = hyper_util::service::TowerToHyperService::new(service.clone());
-                tokio::spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                });
-            }
-        });
+        crate::fixtures::support::serve_connections(listener, service);
         let post = |token: &'static str, session: Option<String>, body: Value| async move {
             let id = body["id"].as_u64();
             let done = move |text: &str| match id {

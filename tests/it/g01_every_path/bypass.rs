@@ -27,6 +27,7 @@ use toolgate::{
 
 use crate::common::gates;
 use crate::common::serial;
+use crate::fixtures::support::YieldOnce;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static WRITES: AtomicUsize = AtomicUsize::new(0);
@@ -88,23 +89,6 @@ fn explode(n: u64) -> Result<u64, Denied> {
 fn remove_archive(n: u64) -> Result<u64, Denied> {
     REMOVALS.fetch_add(1, Ordering::SeqCst);
     Ok(n)
-}
-
-/// Returns `Pending` once, waking itself: a suspension point that needs no runtime.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
 }
 
 fn count(counter: &AtomicUsize) -> usize {

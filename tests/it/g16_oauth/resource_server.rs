@@ -20,6 +20,7 @@ use toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServer
 use toolgate::{Denied, Gate, Mode};
 
 use crate::common::http::Answer;
+use crate::fixtures::support::{runtime, serve_connections};
 
 /// Read a ticket.
 #[toolgate::tool(risk = "READ_ONLY", domain = "oauthdesk", callable)]
@@ -193,18 +194,7 @@ impl Mcp {
             .only(|m| m.domain == Some("oauthdesk"));
         let service = HttpService::new(server, principals, StreamableHttpServerConfig::default());
         let listener = self.listener;
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let service = hyper_util::service::TowerToHyperService::new(service.clone());
-                tokio::spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                });
-            }
-        });
+        serve_connections(listener, service);
         self.addr
     }
 }
@@ -234,14 +224,6 @@ fn claims(resource: &str, sub: &str, scope: &str) -> Value {
     let now = now();
     json!({"iss": ISSUER, "aud": resource, "sub": sub, "scope": scope,
         "iat": now, "exp": now + 300})
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
 }
 
 impl Answer {
