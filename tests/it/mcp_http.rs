@@ -5,32 +5,26 @@
 #![cfg(feature = "mcp-http")]
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::mcp_e2e::{CLIENT_TIMEOUT, example_binary, python_with_mcp, run};
+use crate::common::Scratch;
 pub(crate) use crate::common::mcp::Server;
-
-pub(crate) fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-mcp-http-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("a scratch folder");
-    dir
-}
 
 #[test]
 fn two_principals_over_streamable_http_see_and_do_different_things() {
     let binary = example_binary("mcp_http", "mcp-http,clap");
     let python = python_with_mcp();
-    let dir = scratch("principals");
-    let principals = dir.join("principals.txt");
+    let dir = Scratch::new("principals");
+    let principals = dir.path("principals.txt");
     fs::write(
         &principals,
         "# token name mode\nalice-token alice FULL_AUTO\nbob-token bob SHADOW\n",
     )
     .expect("write the principals");
-    let audit = dir.join("audit.jsonl");
-    let stderr = dir.join("server.err");
+    let audit = dir.path("audit.jsonl");
+    let stderr = dir.path("server.err");
     let args: Vec<&std::ffi::OsStr> = vec![
         "--principals".as_ref(),
         principals.as_os_str(),
@@ -62,7 +56,6 @@ fn two_principals_over_streamable_http_see_and_do_different_things() {
         "http_client.py did not report its checks: {}",
         output.describe()
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A call that takes its time, so that another principal can try to act on it while it runs: it waits

@@ -20,6 +20,7 @@ use toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServer
 use toolgate::{Denied, Gate, Mode};
 
 use crate::common::http::Answer;
+use crate::fixtures::handlers::raw_request;
 use crate::fixtures::support::{runtime, serve_connections};
 
 /// Read a ticket.
@@ -257,8 +258,7 @@ async fn desk_trusting(key: &TestKey) -> (String, SocketAddr) {
     (resource, addr)
 }
 
-/// One HTTP/1.1 request on a connection of its own; reads until the server closes, the answer to a
-/// JSON-RPC request `id` has come, or `LIMIT` passes.
+/// One HTTP/1.1 request on a connection of its own, with `headers`.
 async fn request(
     addr: SocketAddr,
     method: &str,
@@ -266,30 +266,11 @@ async fn request(
     headers: &[(&str, &str)],
     body: Option<&Value>,
 ) -> Answer {
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let id = serde_json::from_str::<Value>(&body)
-        .ok()
-        .and_then(|b| b["id"].as_u64());
-    let mut text = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\n\
-         Connection: close\r\n"
-    );
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !body.is_empty() {
-        text.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    text.push_str("\r\n");
-    text.push_str(&body);
-    let text = crate::common::http::exchange(addr, &text, LIMIT, |so_far| {
-        id.is_some_and(|id| crate::common::http::answered(so_far, &Value::from(id)))
-    })
-    .await;
-    Answer::parse(&text)
+    let head: Vec<String> = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}"))
+        .collect();
+    raw_request(addr, (method, path), &head, body, LIMIT).await
 }
 
 /// A `POST /mcp` with `token` (if any), on `session` (if any).
