@@ -394,12 +394,7 @@ fn nested_gates_allow_only_what_both_allow() {
 fn nested_gates_each_apply_their_deny_list_and_approver() {
     let ran = counter();
     let open = gates::approved(Mode::FullAuto, AllowAllApprover);
-    let denying = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("probe.write")
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let denying = crate::fixtures::support::denying_approving("probe.write");
     assert_eq!(
         code(open.run(|| denying.run(|| probe::write(&ran)))),
         Some(DenialCode::DenyListed)

@@ -14,6 +14,7 @@ use toolgate::{Denied, Gate, Mode, registry, tool};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::common::gates;
+use crate::fixtures::support::counted_tools;
 
 static WIPES: AtomicUsize = AtomicUsize::new(0);
 
@@ -29,11 +30,10 @@ fn refund(id: u64) -> Result<String, Denied> {
     Ok(format!("invoice {id} refunded"))
 }
 
-/// Wipe every invoice. Never allowed here.
-#[tool(risk = "HIGH_WRITE", domain = "oteldesk", modes = [FULL_AUTO], callable)]
-fn wipe() -> Result<(), Denied> {
-    WIPES.fetch_add(1, Ordering::SeqCst);
-    Ok(())
+counted_tools! {
+    /// Wipe every invoice. Never allowed here.
+    #[tool(risk = "HIGH_WRITE", domain = "oteldesk", modes = [FULL_AUTO], callable)]
+    fn wipe() -> WIPES += 1;
 }
 
 /// Export the invoices.

@@ -16,6 +16,7 @@ use toolgate::rig::RigTools;
 use toolgate::{Approval, Denied, Gate, Mode, Risk, tool};
 
 use crate::common::gates;
+use crate::fixtures::support::counted_tools;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static DELETES: AtomicUsize = AtomicUsize::new(0);
@@ -60,11 +61,10 @@ fn classify(command: &str) -> Risk {
 
 static SHELLS: AtomicUsize = AtomicUsize::new(0);
 
-/// Run a command on the notes server.
-#[tool(risk = "LOW_WRITE", domain = "rigdesk", escalate = classify, callable)]
-fn shell(command: String) -> Result<String, Denied> {
-    SHELLS.fetch_add(1, Ordering::SeqCst);
-    Ok(command)
+counted_tools! {
+    /// Run a command on the notes server.
+    #[tool(risk = "LOW_WRITE", domain = "rigdesk", escalate = classify, callable)]
+    fn shell(command: String) -> SHELLS += 1, command: String;
 }
 
 /// An audit log that cannot be written.

@@ -55,12 +55,7 @@ fn g5_every_gate_approves_and_every_deny_list_applies() {
     let before = HIGH.load(SeqCst);
     let r = outer.run(|| inner.run(high));
     assert_eq!(r.unwrap_err().code().as_str(), "APPROVAL_REJECTED");
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("rt.high")
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let outer = crate::fixtures::support::denying_approving("rt.high");
     let r = outer.run(|| inner.run(high));
     assert_eq!(r.unwrap_err().code().as_str(), "DENY_LISTED");
     let r = inner.run(|| outer.run(high));

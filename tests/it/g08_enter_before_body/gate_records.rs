@@ -8,6 +8,7 @@ use toolgate::audit::{AuditError, AuditRecord, AuditSink, Decision, Outcome, Sta
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
 
 use crate::common::gates;
+use crate::fixtures::support::counted_tools;
 
 #[derive(Default, Clone)]
 struct Recorder(Arc<Mutex<Vec<AuditRecord>>>);
@@ -101,11 +102,10 @@ fn classify(command: &str) -> Risk {
 
 static SHELL_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-/// Run a shell command.
-#[tool(risk = "LOW_WRITE", domain = "host", escalate = classify)]
-fn shell(command: String) -> Result<String, Denied> {
-    SHELL_RUNS.fetch_add(1, Ordering::SeqCst);
-    Ok(command)
+counted_tools! {
+    /// Run a shell command.
+    #[tool(risk = "LOW_WRITE", domain = "host", escalate = classify)]
+    fn shell(command: String) -> SHELL_RUNS += 1, command: String;
 }
 
 fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> String {

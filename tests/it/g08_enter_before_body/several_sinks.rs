@@ -14,23 +14,20 @@ use toolgate::{Denied, Gate, Mode, tool};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::common::Scratch;
+use crate::fixtures::support::counted_tools;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 
-/// Read a note.
-#[tool(risk = "READ_ONLY", domain = "tee")]
-fn read_note(n: u32) -> Result<u32, Denied> {
-    READS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Read a note.
+    #[tool(risk = "READ_ONLY", domain = "tee")] fn read_note(n: u32) -> READS += 1, n: u32;
 }
 
 static WRITES: AtomicUsize = AtomicUsize::new(0);
 
-/// Write a note.
-#[tool(risk = "LOW_WRITE", domain = "tee")]
-fn write_note(n: u32) -> Result<u32, Denied> {
-    WRITES.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Write a note.
+    #[tool(risk = "LOW_WRITE", domain = "tee")] fn write_note(n: u32) -> WRITES += 1, n: u32;
 }
 
 static ASYNC_WRITES: AtomicUsize = AtomicUsize::new(0);
@@ -266,11 +263,9 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
 
 static BURNS: AtomicUsize = AtomicUsize::new(0);
 
-/// Burn a note.
-#[tool(risk = "LOW_WRITE", domain = "tee")]
-fn burn_note(n: u32) -> Result<u32, Denied> {
-    BURNS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Burn a note.
+    #[tool(risk = "LOW_WRITE", domain = "tee")] fn burn_note(n: u32) -> BURNS += 1, n: u32;
 }
 
 /// A sink whose `enter` panics.

@@ -20,6 +20,7 @@ use toolgate::{DenialCode, Denied, Mode, tool};
 use crate::common::Scratch;
 use crate::common::gates;
 use crate::faults::CHILD_ENV;
+use crate::fixtures::support::counted_tools;
 
 fn record(call: u64) -> AuditRecord {
     let mut record = AuditRecord::new(Stage::Enter, "aw5.t", Mode::Shadow, 1);
@@ -660,11 +661,9 @@ fn a11_dropping_the_gate_while_others_record_then_reopen() {
 
 static NOTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Take a note.
-#[tool(risk = "LOW_WRITE", domain = "aw5")]
-fn aw5_note(n: u32) -> Result<u32, Denied> {
-    NOTES.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Take a note.
+    #[tool(risk = "LOW_WRITE", domain = "aw5")] fn aw5_note(n: u32) -> NOTES += 1, n: u32;
 }
 
 /// The log the `aw5_checks_its_enter` body reads; set by the test that uses it.

@@ -495,25 +495,8 @@ proptest! {
 
 #[cfg(feature = "cli")]
 mod cli {
-    use std::process::{Command, Output};
-
     use super::*;
-
-    fn toolgate(args: &[&str]) -> (i32, String, String) {
-        let Output {
-            status,
-            stdout,
-            stderr,
-        } = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            status.code().expect("exited"),
-            String::from_utf8(stdout).unwrap(),
-            String::from_utf8(stderr).unwrap(),
-        )
-    }
+    use crate::fixtures::support::{assert_text, toolgate_command as toolgate};
 
     /// A log of 10 records signed every 3 by a key made with `toolgate audit keygen`; the paths of the
     /// log and the public key.
@@ -580,21 +563,14 @@ mod cli {
         let (log, public) = signed_log(&dir, "audit.jsonl");
         let (code, stdout, stderr) = verify(&log, &public);
         assert_eq!(code, 0, "{stdout}{stderr}");
-        assert!(
-            stdout.starts_with("INTACT: 10 of 10 lines verify\n"),
-            "{stdout}"
-        );
-        assert!(
-            stdout.contains("SIGNED: 4 of 4 checkpoints verify with the public key"),
-            "{stdout}"
-        );
-        assert!(
-            stdout.contains("signed: records 1 to 10 of writer "),
-            "{stdout}"
-        );
-        assert!(
-            stdout.contains("is final: its writer shut down cleanly"),
-            "{stdout}"
+        assert_text(
+            &stdout,
+            Some("INTACT: 10 of 10 lines verify\n"),
+            &[
+                "SIGNED: 4 of 4 checkpoints verify with the public key",
+                "signed: records 1 to 10 of writer ",
+                "is final: its writer shut down cleanly",
+            ],
         );
         assert!(!stdout.contains("not covered"), "{stdout}");
 
@@ -717,10 +693,13 @@ mod cli {
         assert_eq!(plain.0, 0, "the chain alone cannot see it: {}", plain.1);
         let (code, stdout, _) = verify(&log, &public);
         assert_eq!(code, 6, "{stdout}");
-        assert!(stdout.contains("LOG REWRITTEN"), "{stdout}");
-        assert!(
-            stdout.contains("checkpoint 2 (seq 2): the log's record seq 6 is not the one signed"),
-            "{stdout}"
+        assert_text(
+            &stdout,
+            None,
+            &[
+                "LOG REWRITTEN",
+                "checkpoint 2 (seq 2): the log's record seq 6 is not the one signed",
+            ],
         );
     }
 
@@ -732,10 +711,13 @@ mod cli {
         write_lines(&log, &records[..7]);
         let (code, stdout, _) = verify(&log, &public);
         assert_eq!(code, 7, "{stdout}");
-        assert!(stdout.contains("LOG CUT SHORT"), "{stdout}");
-        assert!(
-            stdout.contains("covers records up to seq 9, past the log's end"),
-            "{stdout}"
+        assert_text(
+            &stdout,
+            None,
+            &[
+                "LOG CUT SHORT",
+                "covers records up to seq 9, past the log's end",
+            ],
         );
     }
 
@@ -783,10 +765,13 @@ mod cli {
         write_lines(&checkpoints_path(&log), &series);
         let (code, stdout, _) = verify(&log, &public);
         assert_eq!(code, 5, "{stdout}");
-        assert!(stdout.contains("CHECKPOINTS TAMPERED"), "{stdout}");
-        assert!(
-            stdout.contains("checkpoint 2 (seq 2): names another writer"),
-            "{stdout}"
+        assert_text(
+            &stdout,
+            None,
+            &[
+                "CHECKPOINTS TAMPERED",
+                "checkpoint 2 (seq 2): names another writer",
+            ],
         );
     }
 
@@ -799,9 +784,10 @@ mod cli {
         write_lines(&checkpoints_path(&log), &series);
         let (code, stdout, _) = verify(&log, &public);
         assert_eq!(code, 5, "{stdout}");
-        assert!(
-            stdout.contains("checkpoint 2 (seq 3): does not follow the checkpoint before it"),
-            "{stdout}"
+        assert_text(
+            &stdout,
+            None,
+            &["checkpoint 2 (seq 3): does not follow the checkpoint before it"],
         );
     }
 
@@ -813,8 +799,11 @@ mod cli {
         fs::write(&stranger, key().public_key().to_public_key_pem()).unwrap();
         let (code, stdout, _) = verify(&log, &stranger);
         assert_eq!(code, 5, "{stdout}");
-        assert!(stdout.contains("0 of 4 checkpoints verify"), "{stdout}");
-        assert!(stdout.contains("bad signature"), "{stdout}");
+        assert_text(
+            &stdout,
+            None,
+            &["0 of 4 checkpoints verify", "bad signature"],
+        );
 
         let mut series = lines(&checkpoints_path(&log));
         let at = series[2].find("\"signature\":\"").unwrap() + 13;
@@ -823,10 +812,7 @@ mod cli {
         write_lines(&checkpoints_path(&log), &series);
         let (code, stdout, _) = verify(&log, &public);
         assert_eq!(code, 5, "{stdout}");
-        assert!(
-            stdout.contains("checkpoint 3 (seq 3): bad signature"),
-            "{stdout}"
-        );
+        assert_text(&stdout, None, &["checkpoint 3 (seq 3): bad signature"]);
 
         let (code, _, stderr) = verify(&log, &log);
         assert_eq!(code, 3, "a log is not a key: {stderr}");
@@ -841,13 +827,13 @@ mod cli {
         fs::write(&sidecar, &bytes[..bytes.len() - 40]).unwrap();
         let (code, stdout, _) = verify(&log, &public);
         assert_eq!(code, 2, "{stdout}");
-        assert!(
-            stdout.contains("SIGNED: 3 of 3 checkpoints verify"),
-            "{stdout}"
-        );
-        assert!(
-            stdout.contains("torn tail: an incomplete checkpoint"),
-            "{stdout}"
+        assert_text(
+            &stdout,
+            None,
+            &[
+                "SIGNED: 3 of 3 checkpoints verify",
+                "torn tail: an incomplete checkpoint",
+            ],
         );
         assert!(
             stdout.contains("is not final"),
@@ -861,9 +847,10 @@ mod cli {
         let (log, _) = signed_log(&dir, "audit.jsonl");
         let (code, stdout, _) = toolgate(&["audit", "verify", log.to_str().unwrap()]);
         assert_eq!(code, 0, "{stdout}");
-        assert!(
-            stdout.contains("holds signed checkpoints of this log, not checked"),
-            "{stdout}"
+        assert_text(
+            &stdout,
+            None,
+            &["holds signed checkpoints of this log, not checked"],
         );
         let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
         assert_eq!(code, 0);

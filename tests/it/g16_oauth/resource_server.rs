@@ -21,7 +21,7 @@ use toolgate::{Denied, Gate, Mode};
 
 use crate::common::http::Answer;
 use crate::fixtures::handlers::raw_request;
-use crate::fixtures::support::{runtime, serve_connections};
+use crate::fixtures::support::{assert_text, runtime, serve_connections};
 
 /// Read a ticket.
 #[toolgate::tool(risk = "READ_ONLY", domain = "oauthdesk", callable)]
@@ -326,15 +326,14 @@ async fn assert_invalid(addr: SocketAddr, token: &str, description: &str) {
         .expect_err("the token is refused");
     assert_eq!(refused.status, 401, "{refused:?}");
     let challenge = refused.challenge();
-    assert!(
-        challenge.starts_with("Bearer error=\"invalid_token\""),
-        "{challenge}"
+    assert_text(
+        &challenge,
+        Some("Bearer error=\"invalid_token\""),
+        &[
+            &format!("error_description=\"{description}\""),
+            "resource_metadata=\"",
+        ],
     );
-    assert!(
-        challenge.contains(&format!("error_description=\"{description}\"")),
-        "{challenge}"
-    );
-    assert!(challenge.contains("resource_metadata=\""), "{challenge}");
     assert!(
         !refused.head.contains(token) && !refused.body.contains(token),
         "the token is echoed: {refused:?}"
@@ -972,9 +971,10 @@ fn the_jwks_is_read_from_a_file_and_bad_configurations_are_refused_at_build() {
             Jwks::file(&file),
         ))
         .await;
-        assert!(
-            message.starts_with("the resource `http://mcp.example.test/mcp`"),
-            "{message}"
+        assert_text(
+            &message,
+            Some("the resource `http://mcp.example.test/mcp`"),
+            &[],
         );
         let message = error(desk(
             resource.to_owned(),
