@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::Scratch;
-use crate::fixtures::support::{assert_text, toolgate_command as toolgate};
+use crate::fixtures::support::{assert_text, exited, toolgate_command as toolgate};
 use toolgate::audit::{AuditRecord, AuditSink, Decision, JsonlSink, Stage};
 use toolgate::{Mode, Risk};
 
@@ -45,8 +45,7 @@ fn verify(path: &Path) -> (i32, String, String) {
 fn an_intact_log_exits_0() {
     let dir = Scratch::new("intact");
     let (path, _) = write_log(&dir);
-    let (code, stdout, stderr) = verify(&path);
-    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (stdout, stderr) = exited(0, verify(&path));
     assert_text(
         &stdout,
         Some("INTACT: 5 of 5 lines verify\n"),
@@ -64,8 +63,7 @@ fn a_tampered_log_exits_1_and_names_the_line() {
     let edited = lines[2].replace("\"call\":3", "\"call\":4");
     lines[2] = &edited;
     fs::write(&path, lines.concat()).unwrap();
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 1, "{stdout}");
+    let (stdout, _) = exited(1, verify(&path));
     assert_text(
         &stdout,
         Some("BROKEN: 2 of 5 lines verify\n"),
@@ -74,8 +72,7 @@ fn a_tampered_log_exits_1_and_names_the_line() {
 
     lines.remove(2);
     fs::write(&path, lines.concat()).unwrap();
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 1, "{stdout}");
+    let (stdout, _) = exited(1, verify(&path));
     assert_text(
         &stdout,
         None,
@@ -88,8 +85,7 @@ fn a_torn_log_exits_2() {
     let dir = Scratch::new("torn");
     let (path, bytes) = write_log(&dir);
     fs::write(&path, &bytes[..bytes.len() - 30]).unwrap();
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 2, "{stdout}");
+    let (stdout, _) = exited(2, verify(&path));
     assert_text(
         &stdout,
         Some("TORN TAIL: 4 of 5 lines verify\n"),
@@ -101,8 +97,7 @@ fn a_torn_log_exits_2() {
 #[test]
 fn an_unreadable_log_exits_3() {
     let dir = Scratch::new("missing");
-    let (code, stdout, stderr) = verify(&dir.path("absent.jsonl"));
-    assert_eq!(code, 3, "{stdout}");
+    let (_, stderr) = exited(3, verify(&dir.path("absent.jsonl")));
     assert_text(&stderr, None, &["cannot read", "absent.jsonl"]);
     // A directory cannot be read as a file either.
     let (code, _, _) = verify(dir.dir());
@@ -111,8 +106,7 @@ fn an_unreadable_log_exits_3() {
 
 #[test]
 fn usage_errors_do_not_look_like_a_verdict() {
-    let (code, _, stderr) = toolgate(&["audit", "verify"]);
-    assert_eq!(code, 64, "{stderr}");
+    exited(64, toolgate(&["audit", "verify"]));
     let (code, _, _) = toolgate(&["audit", "check", "x"]);
     assert_eq!(code, 64);
     let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
@@ -131,8 +125,7 @@ fn usage_errors_do_not_look_like_a_verdict() {
 fn promotion_prints_the_markdown_report() {
     let dir = Scratch::new("promotion");
     let (path, bytes) = write_log(&dir);
-    let (code, stdout, stderr) = toolgate(&["audit", "promotion", path.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
+    let (stdout, stderr) = exited(0, toolgate(&["audit", "promotion", path.to_str().unwrap()]));
     assert_text(
         &stdout,
         Some("# Promotion report\n"),
@@ -161,8 +154,7 @@ fn promotion_prints_the_markdown_report() {
 fn a_log_cut_at_its_end_exits_4_against_the_expected_last_hash() {
     let dir = Scratch::new("cut");
     let (path, bytes) = write_log(&dir);
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 0, "{stdout}");
+    let (stdout, _) = exited(0, verify(&path));
     let last = stdout
         .lines()
         .find_map(|l| l.strip_prefix("last intact record: seq 5, hash "))

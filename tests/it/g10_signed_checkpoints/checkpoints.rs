@@ -496,16 +496,17 @@ proptest! {
 #[cfg(feature = "cli")]
 mod cli {
     use super::*;
-    use crate::fixtures::support::{assert_text, toolgate_command as toolgate};
+    use crate::fixtures::support::{assert_text, exited, toolgate_command as toolgate};
 
     /// A log of 10 records signed every 3 by a key made with `toolgate audit keygen`; the paths of the
     /// log and the public key.
     fn signed_log(dir: &Scratch, name: &str) -> (PathBuf, PathBuf) {
         let key_path = dir.path("key.pem");
         if !key_path.exists() {
-            let (code, stdout, stderr) =
-                toolgate(&["audit", "keygen", "--out", key_path.to_str().unwrap()]);
-            assert_eq!(code, 0, "{stdout}{stderr}");
+            exited(
+                0,
+                toolgate(&["audit", "keygen", "--out", key_path.to_str().unwrap()]),
+            );
         }
         let key = SigningKey::read_pem_file(&key_path).unwrap();
         let log = dir.path(name);
@@ -553,16 +554,14 @@ mod cli {
         let (code, _, stderr) = toolgate(&["audit", "keygen", "--out", private.to_str().unwrap()]);
         assert_eq!(code, 3, "never overwrites a key");
         assert!(stderr.contains("exists already"), "{stderr}");
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 0, "{stdout}");
+        exited(0, verify(&log, &public));
     }
 
     #[test]
     fn a_signed_log_exits_0_and_says_what_is_covered() {
         let dir = Scratch::new("cli-signed");
         let (log, public) = signed_log(&dir, "audit.jsonl");
-        let (code, stdout, stderr) = verify(&log, &public);
-        assert_eq!(code, 0, "{stdout}{stderr}");
+        let (stdout, _) = exited(0, verify(&log, &public));
         assert_text(
             &stdout,
             Some("INTACT: 10 of 10 lines verify\n"),
@@ -599,8 +598,10 @@ mod cli {
     fn a_log_rolled_back_with_its_checkpoints_and_torn_exits_4_against_the_expected_last_hash() {
         let dir = Scratch::new("cli-rolled-back-torn");
         let key_path = dir.path("key.pem");
-        let (code, _, stderr) = toolgate(&["audit", "keygen", "--out", key_path.to_str().unwrap()]);
-        assert_eq!(code, 0, "{stderr}");
+        exited(
+            0,
+            toolgate(&["audit", "keygen", "--out", key_path.to_str().unwrap()]),
+        );
         let key = SigningKey::read_pem_file(&key_path).unwrap();
         let public = dir.path("key.pem.pub");
         let log = dir.path("audit.jsonl");
@@ -609,8 +610,7 @@ mod cli {
         let old_log = fs::read(&log).unwrap();
         let old_checkpoints = fs::read(checkpoints_path(&log)).unwrap();
         drop(write(&log, &key, 3, 7..=10));
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 0, "{stdout}");
+        let (stdout, _) = exited(0, verify(&log, &public));
         let last = stdout
             .lines()
             .find_map(|l| l.strip_prefix("last intact record: seq 10, hash "))
@@ -635,8 +635,7 @@ mod cli {
             public.to_str().unwrap(),
         ];
         args.extend(["--expect-last", &last]);
-        let (code, stdout, stderr) = toolgate(&args);
-        assert_eq!(code, 4, "{stdout}{stderr}");
+        let (stdout, _) = exited(4, toolgate(&args));
         assert!(stdout.starts_with("CUT: "), "{stdout}");
     }
 
@@ -652,8 +651,7 @@ mod cli {
         ));
         sidecar.push('\n');
         fs::write(checkpoints_path(&log), sidecar).unwrap();
-        let (code, stdout, stderr) = verify(&log, &public);
-        assert_eq!(code, 5, "{stdout}{stderr}");
+        let (stdout, _) = exited(5, verify(&log, &public));
         assert!(stdout.contains("unreadable (unknown field"), "{stdout}");
         crate::audit_cli::assert_shown_escaped(&stdout);
     }
@@ -667,8 +665,7 @@ mod cli {
         std::mem::forget(write(&log, &key, 4, 1..=10));
         let public = dir.path("pub.pem");
         fs::write(&public, key.public_key().to_public_key_pem()).unwrap();
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 0, "{stdout}");
+        let (stdout, _) = exited(0, verify(&log, &public));
         assert!(
             stdout
                 .contains("not covered: 2 records after the last signed checkpoint (seq 9 to 10)"),
@@ -679,8 +676,7 @@ mod cli {
         // The honest limit: those two can be cut off unseen.
         let records = lines(&log);
         write_lines(&log, &records[..8]);
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 0, "{stdout}");
+        let (stdout, _) = exited(0, verify(&log, &public));
         assert!(stdout.contains("is not final"), "{stdout}");
     }
 
@@ -691,8 +687,7 @@ mod cli {
         rewrite_with_recomputed_hashes(&log, 5, 7);
         let plain = toolgate(&["audit", "verify", log.to_str().unwrap()]);
         assert_eq!(plain.0, 0, "the chain alone cannot see it: {}", plain.1);
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 6, "{stdout}");
+        let (stdout, _) = exited(6, verify(&log, &public));
         assert_text(
             &stdout,
             None,
@@ -709,8 +704,7 @@ mod cli {
         let (log, public) = signed_log(&dir, "audit.jsonl");
         let records = lines(&log);
         write_lines(&log, &records[..7]);
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 7, "{stdout}");
+        let (stdout, _) = exited(7, verify(&log, &public));
         assert_text(
             &stdout,
             None,
@@ -749,8 +743,7 @@ mod cli {
         let (log, public) = signed_log(&dir, "audit.jsonl");
         let records = lines(&log);
         write_lines(&log, &records[..8]);
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 7, "{stdout}");
+        let (stdout, _) = exited(7, verify(&log, &public));
         assert!(stdout.contains("LOG CUT SHORT"), "{stdout}");
         assert!(!stdout.contains("EDITED"), "{stdout}");
     }
@@ -763,8 +756,7 @@ mod cli {
         let mut series = lines(&checkpoints_path(&log));
         series[1] = lines(&checkpoints_path(&other))[1].clone();
         write_lines(&checkpoints_path(&log), &series);
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 5, "{stdout}");
+        let (stdout, _) = exited(5, verify(&log, &public));
         assert_text(
             &stdout,
             None,
@@ -782,8 +774,7 @@ mod cli {
         let mut series = lines(&checkpoints_path(&log));
         series.remove(1);
         write_lines(&checkpoints_path(&log), &series);
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 5, "{stdout}");
+        let (stdout, _) = exited(5, verify(&log, &public));
         assert_text(
             &stdout,
             None,
@@ -797,8 +788,7 @@ mod cli {
         let (log, public) = signed_log(&dir, "audit.jsonl");
         let stranger = dir.path("stranger.pem");
         fs::write(&stranger, key().public_key().to_public_key_pem()).unwrap();
-        let (code, stdout, _) = verify(&log, &stranger);
-        assert_eq!(code, 5, "{stdout}");
+        let (stdout, _) = exited(5, verify(&log, &stranger));
         assert_text(
             &stdout,
             None,
@@ -810,8 +800,7 @@ mod cli {
         let digit = if &series[2][at..=at] == "a" { "b" } else { "a" };
         series[2].replace_range(at..=at, digit);
         write_lines(&checkpoints_path(&log), &series);
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 5, "{stdout}");
+        let (stdout, _) = exited(5, verify(&log, &public));
         assert_text(&stdout, None, &["checkpoint 3 (seq 3): bad signature"]);
 
         let (code, _, stderr) = verify(&log, &log);
@@ -825,8 +814,7 @@ mod cli {
         let sidecar = checkpoints_path(&log);
         let bytes = fs::read(&sidecar).unwrap();
         fs::write(&sidecar, &bytes[..bytes.len() - 40]).unwrap();
-        let (code, stdout, _) = verify(&log, &public);
-        assert_eq!(code, 2, "{stdout}");
+        let (stdout, _) = exited(2, verify(&log, &public));
         assert_text(
             &stdout,
             None,
@@ -845,8 +833,7 @@ mod cli {
     fn verify_without_a_public_key_says_the_checkpoints_were_not_checked() {
         let dir = Scratch::new("cli-unchecked");
         let (log, _) = signed_log(&dir, "audit.jsonl");
-        let (code, stdout, _) = toolgate(&["audit", "verify", log.to_str().unwrap()]);
-        assert_eq!(code, 0, "{stdout}");
+        let (stdout, _) = exited(0, toolgate(&["audit", "verify", log.to_str().unwrap()]));
         assert_text(
             &stdout,
             None,
