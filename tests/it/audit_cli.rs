@@ -107,10 +107,8 @@ fn an_unreadable_log_exits_3() {
 #[test]
 fn usage_errors_do_not_look_like_a_verdict() {
     exited(64, toolgate(&["audit", "verify"]));
-    let (code, _, _) = toolgate(&["audit", "check", "x"]);
-    assert_eq!(code, 64);
-    let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
-    assert_eq!(code, 0);
+    exited(64, toolgate(&["audit", "check", "x"]));
+    let (help, _) = exited(0, toolgate(&["audit", "verify", "--help"]));
     for status in [
         "0   the log is intact",
         "1   the hash chain is broken",
@@ -331,7 +329,6 @@ fn a_log_followed_by_a_huge_sparse_hole_is_refused_within_bounded_memory() {
             "{command}: {report}"
         );
     }
-    let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
-    assert_eq!(code, 0);
+    let (help, _) = exited(0, toolgate(&["audit", "verify", "--help"]));
     assert_text(&help, None, &["8   a line is longer than any record"]);
 }
