@@ -5,10 +5,9 @@
 #![cfg(feature = "mcp-http")]
 
 use std::fs;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::mcp_e2e::{CLIENT_TIMEOUT, example_binary, python_with_mcp, run};
+use super::mcp_e2e::{CLIENT_TIMEOUT, assert_passed, example_binary, python_with_mcp, run, script};
 use crate::common::Scratch;
 pub(crate) use crate::common::mcp::Server;
 
@@ -38,24 +37,11 @@ fn two_principals_over_streamable_http_see_and_do_different_things() {
     let mut server = Server::start(&binary, &args, stderr);
     let url = server.url();
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("mcp")
-        .join("http_client.py");
-    let mut command = python.command();
-    command.arg(&script).arg(&url).arg(&audit);
+    let mut command = script(&python, "http_client.py");
+    command.arg(&url).arg(&audit);
     let output = run(&mut command, CLIENT_TIMEOUT);
     drop(server);
-    assert!(
-        output.success(),
-        "tests/mcp/http_client.py failed: {}",
-        output.describe()
-    );
-    assert!(
-        output.stdout.contains("checks passed"),
-        "http_client.py did not report its checks: {}",
-        output.describe()
-    );
+    assert_passed("http_client.py", &output);
 }
 
 /// A call that takes its time, so that another principal can try to act on it while it runs: it waits

@@ -5,15 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use opentelemetry::trace::{Status, TracerProvider as _};
-use opentelemetry::{KeyValue, Value as OtelValue};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry::trace::Status;
+use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
 use toolgate::audit::TracingSink;
 use toolgate::{Denied, Gate, Mode, registry, tool};
-use tracing_subscriber::layer::SubscriberExt;
 
 use crate::common::gates;
+use crate::fixtures::spans::{attributes, exported};
 use crate::fixtures::support::counted_tools;
 
 static WIPES: AtomicUsize = AtomicUsize::new(0);
@@ -48,33 +47,6 @@ async fn total() -> Result<u32, Denied> {
     tokio::task::yield_now().await;
     Ok(120)
 }
-
-/// Runs `calls` with an OpenTelemetry pipeline as this thread's subscriber; the spans it exported.
-fn exported(calls: impl FnOnce()) -> Vec<SpanData> {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("toolgate-tests")));
-    tracing::subscriber::with_default(subscriber, calls);
-    provider.force_flush().unwrap();
-    exporter.get_finished_spans().unwrap()
-}
-
-fn attributes(span: &SpanData) -> BTreeMap<String, String> {
-    span.attributes
-        .iter()
-        .map(|KeyValue { key, value, .. }| {
-            let value = match value {
-                OtelValue::String(text) => text.to_string(),
-                other => other.to_string(),
-            };
-            (key.to_string(), value)
-        })
-        .collect()
-}
-
 fn span<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
     let mut found = spans.iter().filter(|s| s.name == name);
     let span = found.next().unwrap_or_else(|| {

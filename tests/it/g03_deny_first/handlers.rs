@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::common::gates;
 use crate::fixtures::handlers::*;
 use rmcp::handler::server::wrapper::Parameters;
 use serde_json::json;
@@ -23,11 +24,7 @@ fn a02_a_domain_deny_rule_reaches_the_handlers_tools() {
             .manifest("ops_restart")
             .expect("a manifest");
         assert_eq!(manifest.domain, Some("ops23"));
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .deny("ops23.*")
-            .build()
-            .expect("the rule matches `ops23.zap`");
+        let gate = gates::denying(Mode::PartialAuto, "ops23.*");
         let ops = Ops::default();
         let client = connect(ToolgateServer::new(gate.clone()).handler(ops.clone())).await;
         let said = call(&client, "ops_restart", json!({"target": "web"})).await;
@@ -53,11 +50,7 @@ fn a02_a_domain_deny_rule_reaches_the_handlers_tools() {
 #[test]
 fn a02b_a_deny_rule_by_rmcp_name_refuses_and_a_dead_domain_rule_fails_closed() {
     runtime().block_on(async {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .deny("ops_restart")
-            .build()
-            .expect("a gate");
+        let gate = gates::denying(Mode::PartialAuto, "ops_restart");
         let ops = Ops::default();
         let client = connect(ToolgateServer::new(gate).handler(ops.clone())).await;
         assert_eq!(

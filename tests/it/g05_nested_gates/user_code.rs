@@ -14,8 +14,7 @@ use crate::fixtures::user_code::*;
 #[test]
 fn g5_a_call_by_name_through_a_wider_gate_inside_a_narrower_one_is_refused() {
     let _s = serial();
-    let narrow = Gate::new(Mode::Shadow).unwrap();
-    let wide = Gate::new(Mode::PartialAuto).unwrap();
+    let (narrow, wide) = narrow_and_wide();
     let before = LOW_CALLABLE.load(SeqCst);
     let r = narrow.run(|| {
         toolgate::registry()
@@ -33,8 +32,7 @@ fn g5_a_call_by_name_through_a_wider_gate_inside_a_narrower_one_is_refused() {
 #[test]
 fn g5_a_wide_scope_polled_inside_a_narrow_run_is_refused() {
     let _s = serial();
-    let narrow = Gate::new(Mode::Shadow).unwrap();
-    let wide = Gate::new(Mode::PartialAuto).unwrap();
+    let (narrow, wide) = narrow_and_wide();
     let before = LOW_ASYNC.load(SeqCst);
     let r = narrow.run(|| block_on(wide.scope(low_async())));
     assert!(r.is_err());
@@ -74,4 +72,12 @@ fn g5_a_tool_body_cannot_widen_its_own_gate() {
     let r = shadow.run(sneaky_read);
     assert_eq!(HIGH.load(SeqCst), before, "{r:?}");
     assert_eq!(WIDEN.load(SeqCst), 0);
+}
+
+/// A SHADOW gate and a PARTIAL_AUTO one.
+fn narrow_and_wide() -> (Gate, Gate) {
+    (
+        Gate::new(Mode::Shadow).unwrap(),
+        Gate::new(Mode::PartialAuto).unwrap(),
+    )
 }
