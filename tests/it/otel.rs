@@ -47,6 +47,24 @@ async fn total() -> Result<u32, Denied> {
     tokio::task::yield_now().await;
     Ok(120)
 }
+/// `oteldesk.wipe` called by name under `gate`.
+fn wipe_by_name(gate: &Gate) -> Result<serde_json::Value, toolgate::CallError> {
+    registry()
+        .call(gate, "oteldesk.wipe", json!({}))
+        .now()
+        .unwrap()
+}
+
+/// `map` (of the span or event `of`) holds `key` = `want`.
+#[track_caller]
+fn assert_entry(map: &BTreeMap<String, String>, key: &str, want: &str, of: &str) {
+    assert_eq!(
+        map.get(key).map(String::as_str),
+        Some(want),
+        "{key} of {of}: {map:#?}"
+    );
+}
+
 fn span<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
     let mut found = spans.iter().filter(|s| s.name == name);
     let span = found.next().unwrap_or_else(|| {
@@ -70,11 +88,7 @@ fn each_call_is_an_execute_tool_span_with_genai_and_toolgate_attributes() {
         let agent = tracing::info_span!("invoke_agent");
         let _entered = agent.enter();
         assert_eq!(gate.run(|| invoice(4)).unwrap(), "invoice 4: 40 EUR");
-        let refused = registry()
-            .call(&gate, "oteldesk.wipe", json!({}))
-            .now()
-            .unwrap();
-        assert_eq!(refused.unwrap_err().code(), "MODE_NOT_ALLOWED");
+        assert_eq!(wipe_by_name(&gate).unwrap_err().code(), "MODE_NOT_ALLOWED");
         assert!(gate.run(export).is_err());
         let refunded = registry()
             .call(&gate, "oteldesk.refund", json!({"id": 4}))
@@ -238,22 +252,13 @@ fn spans_and_events_name_the_principal_a_call_is_made_for() {
     let (alice, bob) = (gate_for("alice"), gate_for("bob"));
     let spans = exported(|| {
         assert_eq!(alice.run(|| invoice(1)).unwrap(), "invoice 1: 40 EUR");
-        let refused = registry()
-            .call(&bob, "oteldesk.wipe", json!({}))
-            .now()
-            .unwrap();
-        assert_eq!(refused.unwrap_err().code(), "MODE_NOT_ALLOWED");
+        assert_eq!(wipe_by_name(&bob).unwrap_err().code(), "MODE_NOT_ALLOWED");
     });
     let invoice = span(&spans, "execute_tool oteldesk.invoice");
     let wipe = span(&spans, "execute_tool oteldesk.wipe");
     for (span, principal) in [(invoice, "alice"), (wipe, "bob")] {
         let a = attributes(span);
-        assert_eq!(
-            a.get("toolgate.principal").map(String::as_str),
-            Some(principal),
-            "{} in {a:#?}",
-            span.name
-        );
+        assert_entry(&a, "toolgate.principal", principal, &span.name);
         assert_eq!(a["gen_ai.agent.name"], "billing-assistant");
         assert!(!span.events.is_empty());
         for event in span.events.iter() {
@@ -262,12 +267,7 @@ fn spans_and_events_name_the_principal_a_call_is_made_for() {
                 .iter()
                 .map(|kv| (kv.key.to_string(), kv.value.to_string()))
                 .collect();
-            assert_eq!(
-                fields.get("principal").map(String::as_str),
-                Some(principal),
-                "an event of {}: {fields:#?}",
-                span.name
-            );
+            assert_entry(&fields, "principal", principal, &span.name);
             assert_eq!(fields["agent"], "billing-assistant");
         }
     }
