@@ -38,6 +38,14 @@ pub(crate) fn assert_passed(name: &str, output: &crate::common::Output) {
     );
 }
 
+/// The script `tests/mcp/<name>`, run against the example server, passes.
+fn passes_against_the_example_server(name: &str) {
+    let server = server_binary();
+    let mut command = script(&python_with_mcp(), name);
+    command.arg(&server).env_remove("TOOLGATE_MODE");
+    assert_passed(name, &run(&mut command, CLIENT_TIMEOUT));
+}
+
 /// The example server, built if it is missing or stale.
 fn server_binary() -> PathBuf {
     example_binary("mcp_server", "mcp,clap")
@@ -50,11 +58,7 @@ pub(crate) fn example_binary(name: &str, features: &str) -> PathBuf {
 
 #[test]
 fn the_python_sdk_lists_and_calls_the_example_server() {
-    let server = server_binary();
-    let python = python_with_mcp();
-    let mut command = script(&python, "client.py");
-    command.arg(&server).env_remove("TOOLGATE_MODE");
-    assert_passed("client.py", &run(&mut command, CLIENT_TIMEOUT));
+    passes_against_the_example_server("client.py");
 }
 
 /// `tests/mcp/flows.py`: approvals in band (the SDK's `Client` answers the elicitation form; the
@@ -63,9 +67,5 @@ fn the_python_sdk_lists_and_calls_the_example_server() {
 /// that follows the gate's mode (`list_changed`), and a cancelled call.
 #[test]
 fn the_python_sdk_answers_approvals_follows_list_changes_and_cancels() {
-    let server = server_binary();
-    let python = python_with_mcp();
-    let mut command = script(&python, "flows.py");
-    command.arg(&server).env_remove("TOOLGATE_MODE");
-    assert_passed("flows.py", &run(&mut command, CLIENT_TIMEOUT));
+    passes_against_the_example_server("flows.py");
 }

@@ -327,7 +327,7 @@ async fn assert_invalid(addr: SocketAddr, token: &str, description: &str) {
     assert_eq!(refused.status, 401, "{refused:?}");
     let challenge = refused.challenge();
     assert_text(
-        &challenge,
+        challenge,
         Some("Bearer error=\"invalid_token\""),
         &[
             &format!("error_description=\"{description}\""),
