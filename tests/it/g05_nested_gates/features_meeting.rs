@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use toolgate::approval::SessionGrant;
 use toolgate::policy::TaintPolicy;
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Mode, Risk};
 
 use crate::common::gates;
 use crate::common::serial;
@@ -48,13 +48,7 @@ fn p45_an_outer_grant_for_a_call_the_inner_gate_rejects_is_never_made() {
 fn p49_a_nested_call_refused_by_one_gates_latch_or_budget_asks_and_charges_no_other() {
     let _serial = serial();
     let asked: Asked = Arc::default();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(Approval::Approve),
-            &asked,
-        ))
+    let outer = holding_builder(Approval::Approve, &asked)
         .budget(Risk::HighWrite, 1, HOUR)
         .build()
         .unwrap();
