@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::Scratch;
+use crate::fixtures::support::{assert_text, exited, toolgate_command as toolgate};
 use toolgate::audit::{AuditRecord, AuditSink, Decision, JsonlSink, Stage};
 use toolgate::{Mode, Risk};
 
@@ -36,22 +37,6 @@ fn write_log(dir: &Scratch) -> (PathBuf, Vec<u8>) {
     (path, bytes)
 }
 
-fn toolgate(args: &[&str]) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        status.code().expect("exited"),
-        String::from_utf8(stdout).unwrap(),
-        String::from_utf8(stderr).unwrap(),
-    )
-}
-
 fn verify(path: &Path) -> (i32, String, String) {
     toolgate(&["audit", "verify", path.to_str().unwrap()])
 }
@@ -60,15 +45,11 @@ fn verify(path: &Path) -> (i32, String, String) {
 fn an_intact_log_exits_0() {
     let dir = Scratch::new("intact");
     let (path, _) = write_log(&dir);
-    let (code, stdout, stderr) = verify(&path);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(
-        stdout.starts_with("INTACT: 5 of 5 lines verify\n"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("last intact record: seq 5, hash "),
-        "{stdout}"
+    let (stdout, stderr) = exited(0, verify(&path));
+    assert_text(
+        &stdout,
+        Some("INTACT: 5 of 5 lines verify\n"),
+        &["last intact record: seq 5, hash "],
     );
     assert_eq!(stderr, "");
 }
@@ -82,24 +63,20 @@ fn a_tampered_log_exits_1_and_names_the_line() {
     let edited = lines[2].replace("\"call\":3", "\"call\":4");
     lines[2] = &edited;
     fs::write(&path, lines.concat()).unwrap();
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 1, "{stdout}");
-    assert!(
-        stdout.starts_with("BROKEN: 2 of 5 lines verify\n"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("first broken record: line 3 (seq 3): hash mismatch"),
-        "{stdout}"
+    let (stdout, _) = exited(1, verify(&path));
+    assert_text(
+        &stdout,
+        Some("BROKEN: 2 of 5 lines verify\n"),
+        &["first broken record: line 3 (seq 3): hash mismatch"],
     );
 
     lines.remove(2);
     fs::write(&path, lines.concat()).unwrap();
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 1, "{stdout}");
-    assert!(
-        stdout.contains("first broken record: line 3 (seq 4): prev_hash mismatch"),
-        "{stdout}"
+    let (stdout, _) = exited(1, verify(&path));
+    assert_text(
+        &stdout,
+        None,
+        &["first broken record: line 3 (seq 4): prev_hash mismatch"],
     );
 }
 
@@ -108,25 +85,20 @@ fn a_torn_log_exits_2() {
     let dir = Scratch::new("torn");
     let (path, bytes) = write_log(&dir);
     fs::write(&path, &bytes[..bytes.len() - 30]).unwrap();
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 2, "{stdout}");
-    assert!(
-        stdout.starts_with("TORN TAIL: 4 of 5 lines verify\n"),
-        "{stdout}"
+    let (stdout, _) = exited(2, verify(&path));
+    assert_text(
+        &stdout,
+        Some("TORN TAIL: 4 of 5 lines verify\n"),
+        &["torn tail: line 5 ("],
     );
-    assert!(stdout.contains("torn tail: line 5 ("), "{stdout}");
     assert!(!stdout.contains("broken"), "{stdout}");
 }
 
 #[test]
 fn an_unreadable_log_exits_3() {
     let dir = Scratch::new("missing");
-    let (code, stdout, stderr) = verify(&dir.path("absent.jsonl"));
-    assert_eq!(code, 3, "{stdout}");
-    assert!(
-        stderr.contains("cannot read") && stderr.contains("absent.jsonl"),
-        "{stderr}"
-    );
+    let (_, stderr) = exited(3, verify(&dir.path("absent.jsonl")));
+    assert_text(&stderr, None, &["cannot read", "absent.jsonl"]);
     // A directory cannot be read as a file either.
     let (code, _, _) = verify(dir.dir());
     assert_eq!(code, 3);
@@ -134,12 +106,9 @@ fn an_unreadable_log_exits_3() {
 
 #[test]
 fn usage_errors_do_not_look_like_a_verdict() {
-    let (code, _, stderr) = toolgate(&["audit", "verify"]);
-    assert_eq!(code, 64, "{stderr}");
-    let (code, _, _) = toolgate(&["audit", "check", "x"]);
-    assert_eq!(code, 64);
-    let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
-    assert_eq!(code, 0);
+    exited(64, toolgate(&["audit", "verify"]));
+    exited(64, toolgate(&["audit", "check", "x"]));
+    let (help, _) = exited(0, toolgate(&["audit", "verify", "--help"]));
     for status in [
         "0   the log is intact",
         "1   the hash chain is broken",
@@ -154,16 +123,14 @@ fn usage_errors_do_not_look_like_a_verdict() {
 fn promotion_prints_the_markdown_report() {
     let dir = Scratch::new("promotion");
     let (path, bytes) = write_log(&dir);
-    let (code, stdout, stderr) = toolgate(&["audit", "promotion", path.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.starts_with("# Promotion report\n"), "{stdout}");
-    assert!(
-        stdout.contains("| SHADOW | READ_ONLY | 3 | 0 | 0 | 0 | 0 |"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("| SHADOW | HIGH_WRITE | 0 | 0 | 2 | 2 | 2 |"),
-        "{stdout}"
+    let (stdout, stderr) = exited(0, toolgate(&["audit", "promotion", path.to_str().unwrap()]));
+    assert_text(
+        &stdout,
+        Some("# Promotion report\n"),
+        &[
+            "| SHADOW | READ_ONLY | 3 | 0 | 0 | 0 | 0 |",
+            "| SHADOW | HIGH_WRITE | 0 | 0 | 2 | 2 | 2 |",
+        ],
     );
     assert!(
         stdout.contains(&format!(
@@ -185,8 +152,7 @@ fn promotion_prints_the_markdown_report() {
 fn a_log_cut_at_its_end_exits_4_against_the_expected_last_hash() {
     let dir = Scratch::new("cut");
     let (path, bytes) = write_log(&dir);
-    let (code, stdout, _) = verify(&path);
-    assert_eq!(code, 0, "{stdout}");
+    let (stdout, _) = exited(0, verify(&path));
     let last = stdout
         .lines()
         .find_map(|l| l.strip_prefix("last intact record: seq 5, hash "))
@@ -208,15 +174,14 @@ fn a_log_cut_at_its_end_exits_4_against_the_expected_last_hash() {
     );
     let (code, stdout, stderr) = expect(&last);
     assert_eq!(code, 4, "{stdout}{stderr}");
-    assert!(
-        stdout.starts_with("CUT: the chain is intact but ends at hash "),
-        "{stdout}"
+    assert_text(
+        &stdout,
+        Some("CUT: the chain is intact but ends at hash "),
+        &[
+            &format!("not at the expected {last}"),
+            "INTACT: 3 of 3 lines verify",
+        ],
     );
-    assert!(
-        stdout.contains(&format!("not at the expected {last}")),
-        "{stdout}"
-    );
-    assert!(stdout.contains("INTACT: 3 of 3 lines verify"), "{stdout}");
 }
 
 #[test]
@@ -243,21 +208,17 @@ fn a_cut_log_with_a_torn_line_appended_exits_4_against_the_expected_last_hash() 
     assert_eq!(verify(&path).0, 2, "alone, only the torn tail shows");
     let (code, stdout, stderr) = expect(&last);
     assert_eq!(code, 4, "{stdout}{stderr}");
-    assert!(stdout.starts_with("CUT: "), "{stdout}");
-    assert!(
-        stdout.contains(&format!("not at the expected {last}")),
-        "{stdout}"
+    assert_text(
+        &stdout,
+        Some("CUT: "),
+        &[&format!("not at the expected {last}"), "torn tail: line 4"],
     );
-    assert!(stdout.contains("torn tail: line 4"), "{stdout}");
 
     // The hash of the last complete record: only the tail is torn.
     let third = hash_of(&verify(&path).1, 3);
     let (code, stdout, _) = expect(&third);
     assert_eq!(code, 2, "{stdout}");
-    assert!(
-        stdout.starts_with("TORN TAIL: 3 of 4 lines verify"),
-        "{stdout}"
-    );
+    assert_text(&stdout, Some("TORN TAIL: 3 of 4 lines verify"), &[]);
 }
 
 /// Characters that hide, fake or reorder text on a terminal: what a writer of a log, or of a database,
@@ -368,10 +329,6 @@ fn a_log_followed_by_a_huge_sparse_hole_is_refused_within_bounded_memory() {
             "{command}: {report}"
         );
     }
-    let (code, help, _) = toolgate(&["audit", "verify", "--help"]);
-    assert_eq!(code, 0);
-    assert!(
-        help.contains("8   a line is longer than any record"),
-        "{help}"
-    );
+    let (help, _) = exited(0, toolgate(&["audit", "verify", "--help"]));
+    assert_text(&help, None, &["8   a line is longer than any record"]);
 }

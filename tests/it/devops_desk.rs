@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
@@ -16,16 +16,21 @@ fn desk() -> &'static Path {
     PATH.get_or_init(|| crate::common::example("devops_desk", "mcp,clap"))
 }
 
-/// Runs the desk with `args` and `input` on stdin: exit status, stdout, stderr.
-fn run(args: &[&str], input: &str) -> (i32, String, String) {
-    let mut child = Command::new(desk())
+/// Starts the desk with `args`, its stdin and stdout piped, its stderr to `stderr`.
+fn spawn(args: &[&str], stderr: Stdio) -> Child {
+    Command::new(desk())
         .args(args)
         .env_remove("TOOLGATE_MODE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs the desk with `args` and `input` on stdin: exit status, stdout, stderr.
+fn run(args: &[&str], input: &str) -> (i32, String, String) {
+    let mut child = spawn(args, Stdio::piped());
     let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
     let output = child.wait_with_output().unwrap();
     (
@@ -102,14 +107,7 @@ fn the_operator_sees_the_command_but_not_the_token_and_decides() {
 
 /// Sends JSON-RPC messages to `serve` and collects the responses to the numbered ones.
 fn serve(mode: &str, requests: &[Value]) -> Vec<Value> {
-    let mut child = Command::new(desk())
-        .args(["--mode", mode, "serve"])
-        .env_remove("TOOLGATE_MODE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(&["--mode", mode, "serve"], Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut responses = Vec::new();

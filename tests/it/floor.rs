@@ -964,12 +964,7 @@ fn denial_codes_have_their_stable_names() {
 fn refusals() -> Vec<(&'static str, Denied)> {
     let full_auto_rejecting = gates::approved(Mode::FullAuto, rejecting("not during the freeze"));
     let two_step = gates::two_step(Mode::FullAuto);
-    let denying = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("accounts.del*")
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let denying = crate::fixtures::support::denying_approving("accounts.del*");
     vec![
         ("NO_GATE", users::delete(1).unwrap_err()),
         ("DENY_LISTED", denying.run(|| users::delete(1)).unwrap_err()),

@@ -17,36 +17,20 @@ use toolgate::{
 };
 
 use crate::common::gates;
+use crate::fixtures::support::{YieldOnce, counted_tools};
 
 mod probe {
     use super::*;
 
-    /// Reads.
-    #[tool(risk = "READ_ONLY", domain = "probe")]
-    pub fn read(ran: &AtomicUsize) -> Result<(), Denied> {
-        ran.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// Proposes.
-    #[tool(risk = "PROPOSE_ONLY", domain = "probe")]
-    pub fn propose(ran: &AtomicUsize) -> Result<(), Denied> {
-        ran.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// Writes a little.
-    #[tool(risk = "LOW_WRITE", domain = "probe")]
-    pub fn write(ran: &AtomicUsize) -> Result<(), Denied> {
-        ran.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// Writes something that matters.
-    #[tool(risk = "HIGH_WRITE", domain = "probe")]
-    pub fn critical(ran: &AtomicUsize) -> Result<(), Denied> {
-        ran.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+    counted_tools! {
+        /// Reads.
+        #[tool(risk = "READ_ONLY", domain = "probe")] fn read(ran: &AtomicUsize) -> ran += 1;
+        /// Proposes.
+        #[tool(risk = "PROPOSE_ONLY", domain = "probe")] fn propose(ran: &AtomicUsize) -> ran += 1;
+        /// Writes a little.
+        #[tool(risk = "LOW_WRITE", domain = "probe")] fn write(ran: &AtomicUsize) -> ran += 1;
+        /// Writes something that matters.
+        #[tool(risk = "HIGH_WRITE", domain = "probe")] fn critical(ran: &AtomicUsize) -> ran += 1;
     }
 
     /// Writes through the gate it is given.
@@ -104,21 +88,11 @@ mod probe {
     }
 }
 
-/// Returns `Pending` once, waking itself: a suspension point that needs no runtime.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
+/// Every pair of modes.
+fn mode_pairs() -> impl Iterator<Item = (Mode, Mode)> {
+    Mode::ALL
+        .into_iter()
+        .flat_map(|a| Mode::ALL.into_iter().map(move |b| (a, b)))
 }
 
 fn gate(mode: Mode) -> Gate {
@@ -223,23 +197,21 @@ fn verdict_reports_the_table_in_the_current_mode() {
 
 #[test]
 fn lower_goes_down_or_stays_and_never_up() {
-    for from in Mode::ALL {
-        for to in Mode::ALL {
-            let gate = gate(from);
-            let result = gate.lower(to);
-            if to <= from {
-                assert_eq!(result, Ok(()), "{from} -> {to}");
-                assert_eq!(gate.mode(), to);
-            } else {
-                assert_eq!(
-                    result,
-                    Err(RaiseRefused {
-                        current: from,
-                        requested: to
-                    })
-                );
-                assert_eq!(gate.mode(), from, "a refused raise changes nothing");
-            }
+    for (from, to) in mode_pairs() {
+        let gate = gate(from);
+        let result = gate.lower(to);
+        if to <= from {
+            assert_eq!(result, Ok(()), "{from} -> {to}");
+            assert_eq!(gate.mode(), to);
+        } else {
+            assert_eq!(
+                result,
+                Err(RaiseRefused {
+                    current: from,
+                    requested: to
+                })
+            );
+            assert_eq!(gate.mode(), from, "a refused raise changes nothing");
         }
     }
     let error = gate(Mode::Shadow).lower(Mode::FullAuto).unwrap_err();
@@ -390,18 +362,16 @@ fn run_returns_the_closure_value_and_leaves_on_unwind() {
 
 #[test]
 fn nested_gates_allow_only_what_both_allow() {
-    for outer_mode in Mode::ALL {
-        for inner_mode in Mode::ALL {
-            let outer = gate(outer_mode);
-            let inner = gate(inner_mode);
-            let lowest = gate(outer_mode.min(inner_mode));
-            for tool in [probe::read, probe::propose, probe::write] {
-                let (nested, single) = (counter(), counter());
-                let got = outer.run(|| inner.run(|| code(tool(&nested))));
-                let expected = lowest.run(|| code(tool(&single)));
-                assert_eq!(got, expected, "outer {outer_mode}, inner {inner_mode}");
-                assert_eq!(runs(&nested), runs(&single));
-            }
+    for (outer_mode, inner_mode) in mode_pairs() {
+        let outer = gate(outer_mode);
+        let inner = gate(inner_mode);
+        let lowest = gate(outer_mode.min(inner_mode));
+        for tool in [probe::read, probe::propose, probe::write] {
+            let (nested, single) = (counter(), counter());
+            let got = outer.run(|| inner.run(|| code(tool(&nested))));
+            let expected = lowest.run(|| code(tool(&single)));
+            assert_eq!(got, expected, "outer {outer_mode}, inner {inner_mode}");
+            assert_eq!(runs(&nested), runs(&single));
         }
     }
 }
@@ -410,12 +380,7 @@ fn nested_gates_allow_only_what_both_allow() {
 fn nested_gates_each_apply_their_deny_list_and_approver() {
     let ran = counter();
     let open = gates::approved(Mode::FullAuto, AllowAllApprover);
-    let denying = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("probe.write")
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let denying = crate::fixtures::support::denying_approving("probe.write");
     assert_eq!(
         code(open.run(|| denying.run(|| probe::write(&ran)))),
         Some(DenialCode::DenyListed)
@@ -493,20 +458,17 @@ fn a_gate_parameter_is_enough_on_its_own() {
 
 #[test]
 fn a_gate_parameter_and_the_ambient_gates_all_apply() {
-    for ambient_mode in Mode::ALL {
-        for param_mode in Mode::ALL {
-            let ambient = gate(ambient_mode);
-            let param = gate(param_mode);
-            let ran = counter();
-            let result = ambient.run(|| probe::write_with(&param, &ran));
-            let allowed = ambient_mode.min(param_mode) >= Mode::PartialAuto;
-            assert_eq!(
-                result.is_ok(),
-                allowed,
-                "ambient {ambient_mode}, param {param_mode}"
-            );
-            assert_eq!(runs(&ran), usize::from(allowed));
-        }
+    for (ambient_mode, param_mode) in mode_pairs() {
+        let (ambient, param) = (gate(ambient_mode), gate(param_mode));
+        let ran = counter();
+        let result = ambient.run(|| probe::write_with(&param, &ran));
+        let allowed = ambient_mode.min(param_mode) >= Mode::PartialAuto;
+        assert_eq!(
+            result.is_ok(),
+            allowed,
+            "ambient {ambient_mode}, param {param_mode}"
+        );
+        assert_eq!(runs(&ran), usize::from(allowed));
     }
 }
 

@@ -123,6 +123,16 @@ fn args(value: Value) -> Option<JsonObject> {
     }
 }
 
+/// A server of every tool behind a gate of `mode`.
+fn server_in(mode: Mode) -> ToolgateServer {
+    ToolgateServer::new(Gate::new(mode).unwrap())
+}
+
+/// `server`'s answer to a call of `id` with `arguments`.
+async fn call(server: &ToolgateServer, id: &str, arguments: Value) -> CallToolResult {
+    server.call(id, args(arguments)).await.unwrap()
+}
+
 fn wire_result(result: &CallToolResult) -> Value {
     serde_json::to_value(result).expect("a result serializes")
 }
@@ -306,12 +316,8 @@ fn only_narrows_the_served_tools() {
 
 #[tokio::test]
 async fn allowed_calls_return_structured_or_text_results() {
-    let server = ToolgateServer::new(Gate::new(Mode::PartialAuto).unwrap());
-
-    let page = server
-        .call("defs.read", args(json!({"title": "Home"})))
-        .await
-        .unwrap();
+    let server = server_in(Mode::PartialAuto);
+    let page = call(&server, "defs.read", json!({"title": "Home"})).await;
     let json = wire_result(&page);
     assert_eq!(json["isError"], false);
     assert_eq!(
@@ -367,13 +373,9 @@ async fn missing_arguments_are_an_empty_object() {
 
 #[tokio::test]
 async fn refusals_and_failures_are_error_results_with_the_code() {
-    let server = ToolgateServer::new(Gate::new(Mode::Shadow).unwrap());
-
+    let server = server_in(Mode::Shadow);
     // Hidden in SHADOW, called anyway: the gate refuses it with its own code.
-    let refused = server
-        .call("defs.write", args(json!({"line": "a"})))
-        .await
-        .unwrap();
+    let refused = call(&server, "defs.write", json!({"line": "a"})).await;
     let message = assert_refused(&refused, "MODE_NOT_ALLOWED");
     assert!(
         message.contains("defs.write") && message.contains("SHADOW"),

@@ -5,32 +5,25 @@
 #![cfg(feature = "mcp-http")]
 
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::mcp_e2e::{CLIENT_TIMEOUT, example_binary, python_with_mcp, run};
+use super::mcp_e2e::{CLIENT_TIMEOUT, assert_passed, example_binary, python_with_mcp, run, script};
+use crate::common::Scratch;
 pub(crate) use crate::common::mcp::Server;
-
-pub(crate) fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-mcp-http-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("a scratch folder");
-    dir
-}
 
 #[test]
 fn two_principals_over_streamable_http_see_and_do_different_things() {
     let binary = example_binary("mcp_http", "mcp-http,clap");
     let python = python_with_mcp();
-    let dir = scratch("principals");
-    let principals = dir.join("principals.txt");
+    let dir = Scratch::new("principals");
+    let principals = dir.path("principals.txt");
     fs::write(
         &principals,
         "# token name mode\nalice-token alice FULL_AUTO\nbob-token bob SHADOW\n",
     )
     .expect("write the principals");
-    let audit = dir.join("audit.jsonl");
-    let stderr = dir.join("server.err");
+    let audit = dir.path("audit.jsonl");
+    let stderr = dir.path("server.err");
     let args: Vec<&std::ffi::OsStr> = vec![
         "--principals".as_ref(),
         principals.as_os_str(),
@@ -44,25 +37,11 @@ fn two_principals_over_streamable_http_see_and_do_different_things() {
     let mut server = Server::start(&binary, &args, stderr);
     let url = server.url();
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("mcp")
-        .join("http_client.py");
-    let mut command = python.command();
-    command.arg(&script).arg(&url).arg(&audit);
+    let mut command = script(&python, "http_client.py");
+    command.arg(&url).arg(&audit);
     let output = run(&mut command, CLIENT_TIMEOUT);
     drop(server);
-    assert!(
-        output.success(),
-        "tests/mcp/http_client.py failed: {}",
-        output.describe()
-    );
-    assert!(
-        output.stdout.contains("checks passed"),
-        "http_client.py did not report its checks: {}",
-        output.describe()
-    );
-    let _ = fs::remove_dir_all(&dir);
+    assert_passed("http_client.py", &output);
 }
 
 /// A call that takes its time, so that another principal can try to act on it while it runs: it waits
@@ -185,11 +164,7 @@ fn a_session_belongs_to_the_principal_that_opened_it() {
     const ALICE: &str = "alice-token-3f9c2a7e51d04b68";
     const MALLORY: &str = "mallory-token-8d21c6f0a9e34b75";
     const LIMIT: Duration = Duration::from_secs(30);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::fixtures::support::runtime();
     runtime.block_on(async {
         let sink = Arc::new(MemorySink::new());
         let gate = |name: &str| {
@@ -210,18 +185,7 @@ fn a_session_belongs_to_the_principal_that_opened_it() {
             .await
             .expect("a port");
         let addr = listener.local_addr().expect("its address");
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let service = hyper_util::service::TowerToHyperService::new(service.clone());
-                tokio::spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                });
-            }
-        });
+        crate::fixtures::support::serve_connections(listener, service);
         let post = |token: &'static str, session: Option<String>, body: Value| async move {
             let id = body["id"].as_u64();
             let done = move |text: &str| match id {

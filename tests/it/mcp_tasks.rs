@@ -8,7 +8,7 @@
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -21,6 +21,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use super::mcp_e2e::example_binary;
+use crate::common::Scratch;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -104,24 +105,13 @@ fn ok_runs(audit: &Path, tool: &str) -> usize {
         .count()
 }
 
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-mcp-tasks-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("a scratch folder");
-    dir
-}
-
 #[test]
 fn a_call_waiting_for_an_operator_becomes_a_task_that_completes_once_approved() {
     let binary = example_binary("mcp_server", "mcp,clap");
-    let dir = scratch();
-    let audit = dir.join("audit.jsonl");
-    let stderr = dir.join("server.err");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let dir = Scratch::new("tasks");
+    let audit = dir.path("audit.jsonl");
+    let stderr = dir.path("server.err");
+    let runtime = crate::fixtures::support::runtime();
     runtime.block_on(async {
         let audit_arg = audit.to_str().expect("a UTF-8 path");
         let args = [
@@ -210,7 +200,6 @@ fn a_call_waiting_for_an_operator_becomes_a_task_that_completes_once_approved() 
         assert!(unknown.is_err(), "an unknown task is an error: {unknown:?}");
         let _ = client.cancel().await;
     });
-    let _ = fs::remove_dir_all(&dir);
 }
 
 static EXPIRING_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -261,11 +250,7 @@ fn a_task_whose_approval_request_expires_fails() {
     use std::sync::atomic::Ordering;
     use std::sync::{Arc, Mutex};
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::fixtures::support::runtime();
     runtime.block_on(async {
         let gate = toolgate::Gate::builder()
             .mode(toolgate::Mode::FullAuto)
@@ -330,11 +315,7 @@ fn a_task_whose_approval_request_expires_fails() {
 fn the_tasks_of_one_caller_are_bounded() {
     use std::sync::atomic::Ordering;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::fixtures::support::runtime();
     runtime.block_on(async {
         let gate = toolgate::Gate::builder()
             .mode(toolgate::Mode::FullAuto)
@@ -399,11 +380,7 @@ fn a_task_waits_no_longer_than_its_deadline() {
     use std::sync::atomic::Ordering;
     use std::sync::{Arc, Mutex};
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::fixtures::support::runtime();
     runtime.block_on(async {
         let gate = toolgate::Gate::builder()
             .mode(toolgate::Mode::FullAuto)

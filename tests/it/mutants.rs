@@ -7,21 +7,19 @@ use std::time::Duration;
 use toolgate::approval::ApproveError;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::gate::DenyRuleError;
-use toolgate::{
-    AllowAllApprover, Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool,
-};
+use toolgate::{AllowAllApprover, Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk, tool};
 
 use crate::common::gates;
 use crate::common::serial;
+use crate::fixtures::support::counted_tools;
 
 static PAYMENTS: AtomicUsize = AtomicUsize::new(0);
 static COMMANDS: AtomicUsize = AtomicUsize::new(0);
 
-/// Pays an invoice.
-#[tool(risk = "HIGH_WRITE", domain = "billing")]
-fn pay(invoice: u64) -> Result<u64, Denied> {
-    PAYMENTS.fetch_add(1, Ordering::SeqCst);
-    Ok(invoice)
+counted_tools! {
+    /// Pays an invoice.
+    #[tool(risk = "HIGH_WRITE", domain = "billing")]
+    fn pay(invoice: u64) -> PAYMENTS += 1, invoice: u64;
 }
 
 /// Anything run with `sudo` is a critical write.
@@ -33,11 +31,10 @@ fn classify(command: &str) -> Risk {
     }
 }
 
-/// Runs a command.
-#[tool(risk = "LOW_WRITE", domain = "host", escalate = classify)]
-fn run(command: String) -> Result<String, Denied> {
-    COMMANDS.fetch_add(1, Ordering::SeqCst);
-    Ok(command)
+counted_tools! {
+    /// Runs a command.
+    #[tool(risk = "LOW_WRITE", domain = "host", escalate = classify)]
+    fn run(command: String) -> COMMANDS += 1, command: String;
 }
 
 #[test]

@@ -5,15 +5,15 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use opentelemetry::trace::{Status, TracerProvider as _};
-use opentelemetry::{KeyValue, Value as OtelValue};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry::trace::Status;
+use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
 use toolgate::audit::TracingSink;
 use toolgate::{Denied, Gate, Mode, registry, tool};
-use tracing_subscriber::layer::SubscriberExt;
 
 use crate::common::gates;
+use crate::fixtures::spans::{attributes, exported};
+use crate::fixtures::support::counted_tools;
 
 static WIPES: AtomicUsize = AtomicUsize::new(0);
 
@@ -29,11 +29,10 @@ fn refund(id: u64) -> Result<String, Denied> {
     Ok(format!("invoice {id} refunded"))
 }
 
-/// Wipe every invoice. Never allowed here.
-#[tool(risk = "HIGH_WRITE", domain = "oteldesk", modes = [FULL_AUTO], callable)]
-fn wipe() -> Result<(), Denied> {
-    WIPES.fetch_add(1, Ordering::SeqCst);
-    Ok(())
+counted_tools! {
+    /// Wipe every invoice. Never allowed here.
+    #[tool(risk = "HIGH_WRITE", domain = "oteldesk", modes = [FULL_AUTO], callable)]
+    fn wipe() -> WIPES += 1;
 }
 
 /// Export the invoices.
@@ -48,31 +47,22 @@ async fn total() -> Result<u32, Denied> {
     tokio::task::yield_now().await;
     Ok(120)
 }
-
-/// Runs `calls` with an OpenTelemetry pipeline as this thread's subscriber; the spans it exported.
-fn exported(calls: impl FnOnce()) -> Vec<SpanData> {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("toolgate-tests")));
-    tracing::subscriber::with_default(subscriber, calls);
-    provider.force_flush().unwrap();
-    exporter.get_finished_spans().unwrap()
+/// `oteldesk.wipe` called by name under `gate`.
+fn wipe_by_name(gate: &Gate) -> Result<serde_json::Value, toolgate::CallError> {
+    registry()
+        .call(gate, "oteldesk.wipe", json!({}))
+        .now()
+        .unwrap()
 }
 
-fn attributes(span: &SpanData) -> BTreeMap<String, String> {
-    span.attributes
-        .iter()
-        .map(|KeyValue { key, value, .. }| {
-            let value = match value {
-                OtelValue::String(text) => text.to_string(),
-                other => other.to_string(),
-            };
-            (key.to_string(), value)
-        })
-        .collect()
+/// `map` (of the span or event `of`) holds `key` = `want`.
+#[track_caller]
+fn assert_entry(map: &BTreeMap<String, String>, key: &str, want: &str, of: &str) {
+    assert_eq!(
+        map.get(key).map(String::as_str),
+        Some(want),
+        "{key} of {of}: {map:#?}"
+    );
 }
 
 fn span<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
@@ -98,11 +88,7 @@ fn each_call_is_an_execute_tool_span_with_genai_and_toolgate_attributes() {
         let agent = tracing::info_span!("invoke_agent");
         let _entered = agent.enter();
         assert_eq!(gate.run(|| invoice(4)).unwrap(), "invoice 4: 40 EUR");
-        let refused = registry()
-            .call(&gate, "oteldesk.wipe", json!({}))
-            .now()
-            .unwrap();
-        assert_eq!(refused.unwrap_err().code(), "MODE_NOT_ALLOWED");
+        assert_eq!(wipe_by_name(&gate).unwrap_err().code(), "MODE_NOT_ALLOWED");
         assert!(gate.run(export).is_err());
         let refunded = registry()
             .call(&gate, "oteldesk.refund", json!({"id": 4}))
@@ -266,22 +252,13 @@ fn spans_and_events_name_the_principal_a_call_is_made_for() {
     let (alice, bob) = (gate_for("alice"), gate_for("bob"));
     let spans = exported(|| {
         assert_eq!(alice.run(|| invoice(1)).unwrap(), "invoice 1: 40 EUR");
-        let refused = registry()
-            .call(&bob, "oteldesk.wipe", json!({}))
-            .now()
-            .unwrap();
-        assert_eq!(refused.unwrap_err().code(), "MODE_NOT_ALLOWED");
+        assert_eq!(wipe_by_name(&bob).unwrap_err().code(), "MODE_NOT_ALLOWED");
     });
     let invoice = span(&spans, "execute_tool oteldesk.invoice");
     let wipe = span(&spans, "execute_tool oteldesk.wipe");
     for (span, principal) in [(invoice, "alice"), (wipe, "bob")] {
         let a = attributes(span);
-        assert_eq!(
-            a.get("toolgate.principal").map(String::as_str),
-            Some(principal),
-            "{} in {a:#?}",
-            span.name
-        );
+        assert_entry(&a, "toolgate.principal", principal, &span.name);
         assert_eq!(a["gen_ai.agent.name"], "billing-assistant");
         assert!(!span.events.is_empty());
         for event in span.events.iter() {
@@ -290,12 +267,7 @@ fn spans_and_events_name_the_principal_a_call_is_made_for() {
                 .iter()
                 .map(|kv| (kv.key.to_string(), kv.value.to_string()))
                 .collect();
-            assert_eq!(
-                fields.get("principal").map(String::as_str),
-                Some(principal),
-                "an event of {}: {fields:#?}",
-                span.name
-            );
+            assert_entry(&fields, "principal", principal, &span.name);
             assert_eq!(fields["agent"], "billing-assistant");
         }
     }

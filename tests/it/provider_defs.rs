@@ -12,6 +12,7 @@ use toolgate::serde::Deserialize;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, registry, tool};
 
 use crate::common::gates;
+use crate::fixtures::support::counted_tools;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(crate = "toolgate::serde", rename_all = "snake_case")]
@@ -77,11 +78,10 @@ fn label(labels: HashMap<String, String>) -> Result<usize, Denied> {
     Ok(labels.len())
 }
 
-/// Purge every record.
-#[tool(risk = "HIGH_WRITE", domain = "pdefs", modes = [FULL_AUTO], callable)]
-fn purge() -> Result<(), Denied> {
-    PURGES.fetch_add(1, Ordering::SeqCst);
-    Ok(())
+counted_tools! {
+    /// Purge every record.
+    #[tool(risk = "HIGH_WRITE", domain = "pdefs", modes = [FULL_AUTO], callable)]
+    fn purge() -> PURGES += 1;
 }
 
 /// Not callable: never listed.
@@ -531,12 +531,7 @@ fn only_what_the_gate_allows_now_is_listed() {
     let partial = Gate::new(Mode::PartialAuto).unwrap();
     let full_without_approver = Gate::new(Mode::FullAuto).unwrap();
     let full = gates::approved(Mode::FullAuto, AllowAllApprover);
-    let denying = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(AllowAllApprover)
-        .deny("pdefs.look*")
-        .build()
-        .unwrap();
+    let denying = crate::fixtures::support::denying_approving("pdefs.look*");
     let read = ["pdefs.lookup", "pdefs.ping", "pdefs.search", "pdefs.tree"];
     let cases: [(&Gate, &[&str]); 5] = [
         (&shadow, &read),

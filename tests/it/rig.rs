@@ -16,6 +16,8 @@ use toolgate::rig::RigTools;
 use toolgate::{Approval, Denied, Gate, Mode, Risk, tool};
 
 use crate::common::gates;
+use crate::fixtures::integrations::run;
+use crate::fixtures::support::counted_tools;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static DELETES: AtomicUsize = AtomicUsize::new(0);
@@ -60,11 +62,10 @@ fn classify(command: &str) -> Risk {
 
 static SHELLS: AtomicUsize = AtomicUsize::new(0);
 
-/// Run a command on the notes server.
-#[tool(risk = "LOW_WRITE", domain = "rigdesk", escalate = classify, callable)]
-fn shell(command: String) -> Result<String, Denied> {
-    SHELLS.fetch_add(1, Ordering::SeqCst);
-    Ok(command)
+counted_tools! {
+    /// Run a command on the notes server.
+    #[tool(risk = "LOW_WRITE", domain = "rigdesk", escalate = classify, callable)]
+    fn shell(command: String) -> SHELLS += 1, command: String;
 }
 
 /// An audit log that cannot be written.
@@ -232,19 +233,6 @@ async fn a_rig_agent_calls_an_allowed_and_a_refused_tool_through_the_gate() {
             ),
         ]
     );
-}
-
-/// Runs the rig tool `id` of `tools` as rig's dispatch does.
-async fn run(
-    tools: &RigTools,
-    id: &str,
-    arguments: Value,
-) -> Result<ToolOutput, ToolExecutionError> {
-    tools
-        .tool(id)
-        .expect("a desk tool")
-        .execute(arguments)
-        .await
 }
 
 fn refusal(result: Result<ToolOutput, ToolExecutionError>) -> ToolExecutionError {

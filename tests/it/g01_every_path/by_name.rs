@@ -21,8 +21,7 @@ use crate::fixtures::by_name::*;
 #[test]
 fn a1_refused_tool_refuses_before_parsing_and_no_digest() {
     let _s = serial();
-    reset();
-    let (gate, sink) = audited(Mode::Shadow);
+    let (gate, sink) = fresh(Mode::Shadow);
     let parsed = Arc::new(AtomicUsize::new(0));
     let p = parsed.clone();
     arm(&DE_HOOK, 1, move || {
@@ -59,8 +58,7 @@ fn a1_refused_tool_refuses_before_parsing_and_no_digest() {
 #[test]
 fn a3_deserialize_entering_gates_and_calling_tools() {
     let _s = serial();
-    reset();
-    let (gate, sink) = audited(Mode::Advisory);
+    let (gate, sink) = fresh(Mode::Advisory);
     let wide_gate = gates::approved(Mode::FullAuto, counting_approver);
     *WIDE.lock().unwrap() = Some(wide_gate.clone());
     let w = wide_gate.clone();
@@ -84,8 +82,7 @@ fn a4_user_code_calling_the_same_tool_directly_does_not_take_the_handed_decision
     let _s = serial();
     for (hook, hname) in [(&SER_HOOK, "ser"), (&SINK_HOOK, "sink")] {
         for nth in 1..=6 {
-            reset();
-            let (gate, sink) = audited(Mode::FullAuto);
+            let (gate, sink) = fresh(Mode::FullAuto);
             let g = gate.clone();
             arm(hook, nth, move || {
                 let _ = g.run(|| hi(Evil(666)));
@@ -105,8 +102,7 @@ fn a4_user_code_calling_the_same_tool_directly_does_not_take_the_handed_decision
     }
     // escalate: the nested direct call of x=1 is HIGH_WRITE, above PARTIAL_AUTO's ceiling
     for nth in 1..=4 {
-        reset();
-        let (gate, sink) = audited(Mode::PartialAuto);
+        let (gate, sink) = fresh(Mode::PartialAuto);
         let g = gate.clone();
         arm(&ESC_HOOK, nth, move || {
             let r = g.run(|| esc_lo(Evil(1)));
@@ -124,8 +120,7 @@ fn a4_user_code_calling_the_same_tool_directly_does_not_take_the_handed_decision
 #[test]
 fn a9_async_future_on_another_thread_and_dropped() {
     let _s = serial();
-    reset();
-    let (gate, sink) = audited(Mode::PartialAuto);
+    let (gate, sink) = fresh(Mode::PartialAuto);
     let fut = registry().call(&gate, "rt2.alo", json!({"x": 9}));
     let r = std::thread::spawn(move || block_on(fut)).join().unwrap();
     assert_eq!(r.unwrap(), json!(9));
@@ -181,8 +176,7 @@ fn a11_panics_during_a_call_by_name_leave_no_decision_behind() {
     ];
     for (hook, hname, id) in cases {
         for nth in 1..=6 {
-            reset();
-            let (gate, sink) = audited(Mode::FullAuto);
+            let (gate, sink) = fresh(Mode::FullAuto);
             arm(hook, nth, || panic!("hook panics"));
             let r = catch_unwind(AssertUnwindSafe(|| call(&gate, id, json!({"x": 1}))));
             disarm_all();
@@ -215,8 +209,7 @@ fn a11_panics_during_a_call_by_name_leave_no_decision_behind() {
         }
     }
     for nth in 1..=3 {
-        reset();
-        let (gate, sink) = audited(Mode::PartialAuto);
+        let (gate, sink) = fresh(Mode::PartialAuto);
         arm(&ESC_HOOK, nth, || panic!("escalate panics"));
         let r = catch_unwind(AssertUnwindSafe(|| {
             call(&gate, "rt2.esc_lo", json!({"x": 5}))
@@ -279,8 +272,7 @@ fn b5_user_code_calling_the_same_tool_by_name() {
     for (hook, hname) in [(&SER_HOOK, "ser"), (&SINK_HOOK, "sink"), (&DE_HOOK, "de")] {
         for nth in 1..=6 {
             for id in ["rt2.hi", "rt2.ahi", "rt2set.assoc"] {
-                reset();
-                let (gate, sink) = audited(Mode::FullAuto);
+                let (gate, sink) = fresh(Mode::FullAuto);
                 let g = gate.clone();
                 let id2 = id.to_owned();
                 arm(hook, nth, move || {

@@ -27,6 +27,8 @@ use toolgate::{
 
 use crate::common::gates;
 use crate::common::serial;
+use crate::fixtures::support::YieldOnce;
+use crate::fixtures::support::counted_tools;
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static WRITES: AtomicUsize = AtomicUsize::new(0);
@@ -36,25 +38,14 @@ static SYNC_STEPS: AtomicUsize = AtomicUsize::new(0);
 static EXPLOSIONS: AtomicUsize = AtomicUsize::new(0);
 static REMOVALS: AtomicUsize = AtomicUsize::new(0);
 
-/// Reads a document.
-#[tool(risk = "READ_ONLY", domain = "docs")]
-fn read(n: u64) -> Result<u64, Denied> {
-    READS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
-}
-
-/// Writes a document.
-#[tool(risk = "LOW_WRITE", domain = "docs", callable)]
-fn write(n: u64) -> Result<u64, Denied> {
-    WRITES.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
-}
-
-/// Deletes a document for good.
-#[tool(risk = "HIGH_WRITE", domain = "docs", callable)]
-fn delete(n: u64) -> Result<u64, Denied> {
-    DELETES.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Reads a document.
+    #[tool(risk = "READ_ONLY", domain = "docs")] fn read(n: u64) -> READS += 1, n: u64;
+    /// Writes a document.
+    #[tool(risk = "LOW_WRITE", domain = "docs", callable)] fn write(n: u64) -> WRITES += 1, n: u64;
+    /// Deletes a document for good.
+    #[tool(risk = "HIGH_WRITE", domain = "docs", callable)]
+    fn delete(n: u64) -> DELETES += 1, n: u64;
 }
 
 /// Purges every document, through the gate it is given.
@@ -83,28 +74,10 @@ fn explode(n: u64) -> Result<u64, Denied> {
     panic!("document {n} is corrupt")
 }
 
-/// Removes an archive. It was `archive.unlink` before it was renamed.
-#[tool(risk = "LOW_WRITE", id = "archive.remove")]
-fn remove_archive(n: u64) -> Result<u64, Denied> {
-    REMOVALS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
-}
-
-/// Returns `Pending` once, waking itself: a suspension point that needs no runtime.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
+counted_tools! {
+    /// Removes an archive. It was `archive.unlink` before it was renamed.
+    #[tool(risk = "LOW_WRITE", id = "archive.remove")]
+    fn remove_archive(n: u64) -> REMOVALS += 1, n: u64;
 }
 
 fn count(counter: &AtomicUsize) -> usize {
@@ -586,11 +559,9 @@ fn a_tool_called_from_inside_the_approver_is_decided_on_its_own() {
     assert_eq!(DEPTH.load(Ordering::SeqCst), 0);
 }
 
-/// A second HIGH_WRITE tool for re-entrant calls, through the ambient gates.
-#[tool(risk = "HIGH_WRITE", domain = "docs")]
-fn purge_ambient() -> Result<(), Denied> {
-    PURGES.fetch_add(1, Ordering::SeqCst);
-    Ok(())
+counted_tools! {
+    /// A second HIGH_WRITE tool for re-entrant calls, through the ambient gates.
+    #[tool(risk = "HIGH_WRITE", domain = "docs")] fn purge_ambient() -> PURGES += 1;
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -6,8 +6,6 @@
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, OnceLock};
 use toolgate::audit::TracingSink;
 use toolgate::provider::{self, Provider};
 use toolgate::registry::Instances;
@@ -132,11 +130,7 @@ async fn i10_a_toolset_method_without_its_instance() {
 fn i11_definitions_under_an_async_approver_leave_out_what_can_never_run() {
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
-        .async_approver(CountingAsync {
-            asked: Arc::new(AtomicUsize::new(0)),
-            answer: || Approval::Approve,
-            lower: Arc::new(OnceLock::new()),
-        })
+        .async_approver(CountingAsync::approving())
         .build()
         .unwrap();
     let names = listed(&gate, None, Provider::Anthropic);
@@ -167,11 +161,7 @@ fn i18_every_refusal_through_rig_has_its_error_type() {
         .unwrap();
     let asyncly = Gate::builder()
         .mode(Mode::FullAuto)
-        .async_approver(CountingAsync {
-            asked: Arc::new(AtomicUsize::new(0)),
-            answer: || Approval::Approve,
-            lower: Arc::new(OnceLock::new()),
-        })
+        .async_approver(CountingAsync::approving())
         .audit(sink.clone())
         .build()
         .unwrap();

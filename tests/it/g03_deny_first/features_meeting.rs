@@ -5,9 +5,8 @@
 
 use std::sync::Arc;
 
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
+use toolgate::DenialCode;
 
-use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
 
@@ -22,28 +21,14 @@ use crate::fixtures::features_meeting::*;
 fn p48_an_outer_grant_does_not_lift_an_inner_deny_rule() {
     let _serial = serial();
     let asked: Asked = Arc::default();
-    let outer = gates::approved(
-        Mode::FullAuto,
-        holding_approver(&Pause::new(), &answer(for_session()), &asked),
-    );
-    let deny = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("pairs.wire*")
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
-        .build()
-        .unwrap();
+    let outer = holding_gate(for_session(), &asked);
+    let deny = approving().deny("pairs.wire*").build().unwrap();
     outer.run(|| wire(1)).unwrap();
     let before = count(&WIRES);
     let rt = runtime();
     for _ in 0..2 {
-        assert_eq!(
-            outer.run(|| deny.run(|| wire(2))).unwrap_err().code(),
-            DenialCode::DenyListed
-        );
-        assert_eq!(
-            deny.run(|| outer.run(|| wire(2))).unwrap_err().code(),
-            DenialCode::DenyListed
-        );
+        assert_eq!(nested_code(&outer, &deny, 2), DenialCode::DenyListed);
+        assert_eq!(nested_code(&deny, &outer, 2), DenialCode::DenyListed);
         assert_eq!(
             rt.block_on(outer.scope(deny.scope(wire_async(2))))
                 .unwrap_err()

@@ -3,8 +3,7 @@
 //! Each test asserts the guarantee: it passes when the attack fails.
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
-use std::sync::atomic::Ordering;
-
+use crate::common::gates;
 use crate::fixtures::handlers::*;
 use rmcp::handler::server::wrapper::Parameters;
 use serde_json::json;
@@ -23,11 +22,7 @@ fn a02_a_domain_deny_rule_reaches_the_handlers_tools() {
             .manifest("ops_restart")
             .expect("a manifest");
         assert_eq!(manifest.domain, Some("ops23"));
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .deny("ops23.*")
-            .build()
-            .expect("the rule matches `ops23.zap`");
+        let gate = gates::denying(Mode::PartialAuto, "ops23.*");
         let ops = Ops::default();
         let client = connect(ToolgateServer::new(gate.clone()).handler(ops.clone())).await;
         let said = call(&client, "ops_restart", json!({"target": "web"})).await;
@@ -37,7 +32,7 @@ fn a02_a_domain_deny_rule_reaches_the_handlers_tools() {
             })))
             .await;
         assert_eq!(
-            ops.restarts.load(Ordering::SeqCst),
+            ops.restarted(),
             0,
             "a tool of domain ops23 ran under deny(\"ops23.*\"): over MCP {}, directly {:?}",
             code_of(&said),
@@ -53,18 +48,13 @@ fn a02_a_domain_deny_rule_reaches_the_handlers_tools() {
 #[test]
 fn a02b_a_deny_rule_by_rmcp_name_refuses_and_a_dead_domain_rule_fails_closed() {
     runtime().block_on(async {
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .deny("ops_restart")
-            .build()
-            .expect("a gate");
-        let ops = Ops::default();
-        let client = connect(ToolgateServer::new(gate).handler(ops.clone())).await;
+        let gate = gates::denying(Mode::PartialAuto, "ops_restart");
+        let (ops, client) = ops_client(gate).await;
         assert_eq!(
             code_of(&call(&client, "ops_restart", json!({"target": "x"})).await),
             "DENY_LISTED"
         );
-        assert_eq!(ops.restarts.load(Ordering::SeqCst), 0);
+        assert_eq!(ops.restarted(), 0);
         // A domain rule reaches the domain's tools gated in place (here those of `lazy23`), so it is
         // live; one for a domain with no tool at all fails the build.
         let live = Gate::builder()

@@ -13,8 +13,7 @@ use toolgate::{Gate, Mode, registry};
 #[test]
 fn a6_body_calling_itself_by_name_under_a_narrower_gate() {
     let _s = serial();
-    reset();
-    let (gate, sink) = audited(Mode::FullAuto);
+    let (gate, sink) = fresh(Mode::FullAuto);
     *WIDE.lock().unwrap() = Some(gate.clone());
     assert_eq!(
         call(&gate, "rt2.lo", json!({"x": 7})).unwrap(),
@@ -36,8 +35,7 @@ fn a6_body_calling_itself_by_name_under_a_narrower_gate() {
 #[test]
 fn a7_call_by_name_inside_a_narrower_gate() {
     let _s = serial();
-    reset();
-    let (gate, sink) = audited(Mode::FullAuto);
+    let (gate, sink) = fresh(Mode::FullAuto);
     let narrow = Gate::new(Mode::Shadow).unwrap();
     for id in ["rt2.lo", "rt2.hi", "rt2.glo", "rt2.esc_lo", "rt2set.assoc"] {
         let r = narrow.run(|| call(&gate, id, json!({"x": 3})));
@@ -58,8 +56,7 @@ fn a7_call_by_name_inside_a_narrower_gate() {
 #[test]
 fn a16_async_by_name_created_in_scope_of_narrow_polled_later() {
     let _s = serial();
-    reset();
-    let (gate, sink) = audited(Mode::PartialAuto);
+    let (gate, sink) = fresh(Mode::PartialAuto);
     let narrow = Gate::new(Mode::Shadow).unwrap();
     // created inside a narrower gate, polled outside it
     let fut = narrow.run(|| registry().call(&gate, "rt2.alo", json!({"x": 11})));

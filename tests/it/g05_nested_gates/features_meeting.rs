@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use toolgate::approval::SessionGrant;
 use toolgate::policy::TaintPolicy;
-use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, Risk};
+use toolgate::{Approval, ApprovalRequest, DenialCode, Mode, Risk};
 
 use crate::common::gates;
 use crate::common::serial;
@@ -48,44 +48,25 @@ fn p45_an_outer_grant_for_a_call_the_inner_gate_rejects_is_never_made() {
 fn p49_a_nested_call_refused_by_one_gates_latch_or_budget_asks_and_charges_no_other() {
     let _serial = serial();
     let asked: Asked = Arc::default();
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(Approval::Approve),
-            &asked,
-        ))
+    let outer = holding_builder(Approval::Approve, &asked)
         .budget(Risk::HighWrite, 1, HOUR)
         .build()
         .unwrap();
-    let tainted = Gate::builder()
-        .mode(Mode::FullAuto)
+    let tainted = approving()
         .taint_policy(TaintPolicy::Refuse)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
         .build()
         .unwrap();
     tainted.run(|| fetch("https://evil".into())).unwrap();
-    let spent = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+    let spent = approving()
         .budget(Risk::HighWrite, 1, HOUR)
         .build()
         .unwrap();
     spent.run(|| wire(0)).unwrap();
     let before = count(&WIRES);
     for _ in 0..3 {
-        assert_eq!(
-            outer.run(|| tainted.run(|| wire(1))).unwrap_err().code(),
-            DenialCode::TaintedSession
-        );
-        assert_eq!(
-            tainted.run(|| outer.run(|| wire(1))).unwrap_err().code(),
-            DenialCode::TaintedSession
-        );
-        assert_eq!(
-            outer.run(|| spent.run(|| wire(1))).unwrap_err().code(),
-            DenialCode::BudgetExhausted
-        );
+        assert_eq!(nested_code(&outer, &tainted, 1), DenialCode::TaintedSession);
+        assert_eq!(nested_code(&tainted, &outer, 1), DenialCode::TaintedSession);
+        assert_eq!(nested_code(&outer, &spent, 1), DenialCode::BudgetExhausted);
     }
     assert_eq!(count(&WIRES), before);
     assert!(

@@ -14,8 +14,7 @@ use crate::fixtures::user_code::*;
 #[test]
 fn g5_a_call_by_name_through_a_wider_gate_inside_a_narrower_one_is_refused() {
     let _s = serial();
-    let narrow = Gate::new(Mode::Shadow).unwrap();
-    let wide = Gate::new(Mode::PartialAuto).unwrap();
+    let (narrow, wide) = narrow_and_wide();
     let before = LOW_CALLABLE.load(SeqCst);
     let r = narrow.run(|| {
         toolgate::registry()
@@ -33,8 +32,7 @@ fn g5_a_call_by_name_through_a_wider_gate_inside_a_narrower_one_is_refused() {
 #[test]
 fn g5_a_wide_scope_polled_inside_a_narrow_run_is_refused() {
     let _s = serial();
-    let narrow = Gate::new(Mode::Shadow).unwrap();
-    let wide = Gate::new(Mode::PartialAuto).unwrap();
+    let (narrow, wide) = narrow_and_wide();
     let before = LOW_ASYNC.load(SeqCst);
     let r = narrow.run(|| block_on(wide.scope(low_async())));
     assert!(r.is_err());
@@ -55,12 +53,7 @@ fn g5_every_gate_approves_and_every_deny_list_applies() {
     let before = HIGH.load(SeqCst);
     let r = outer.run(|| inner.run(high));
     assert_eq!(r.unwrap_err().code().as_str(), "APPROVAL_REJECTED");
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("rt.high")
-        .approver(AllowAllApprover)
-        .build()
-        .unwrap();
+    let outer = crate::fixtures::support::denying_approving("rt.high");
     let r = outer.run(|| inner.run(high));
     assert_eq!(r.unwrap_err().code().as_str(), "DENY_LISTED");
     let r = inner.run(|| outer.run(high));
@@ -79,4 +72,12 @@ fn g5_a_tool_body_cannot_widen_its_own_gate() {
     let r = shadow.run(sneaky_read);
     assert_eq!(HIGH.load(SeqCst), before, "{r:?}");
     assert_eq!(WIDEN.load(SeqCst), 0);
+}
+
+/// A SHADOW gate and a PARTIAL_AUTO one.
+fn narrow_and_wide() -> (Gate, Gate) {
+    (
+        Gate::new(Mode::Shadow).unwrap(),
+        Gate::new(Mode::PartialAuto).unwrap(),
+    )
 }

@@ -12,8 +12,7 @@ use crate::fixtures::by_name::*;
 fn b4_escalate_lowering_or_calling_the_same_tool_by_name() {
     let _s = serial();
     for nth in 1..=3 {
-        reset();
-        let (gate, sink) = audited(Mode::PartialAuto);
+        let (gate, sink) = fresh(Mode::PartialAuto);
         let g = gate.clone();
         arm(&ESC_HOOK, nth, move || g.lower(Mode::Shadow).unwrap());
         let r = call(&gate, "rt2.esc_lo", json!({"x": 5}));
@@ -27,8 +26,7 @@ fn b4_escalate_lowering_or_calling_the_same_tool_by_name() {
     }
     for nth in 1..=1 {
         // escalate runs once per call by name (a hook armed for its 2nd run never fires)
-        reset();
-        let (gate, sink) = audited(Mode::PartialAuto);
+        let (gate, sink) = fresh(Mode::PartialAuto);
         let g = gate.clone();
         arm(&ESC_HOOK, nth, move || {
             assert_eq!(

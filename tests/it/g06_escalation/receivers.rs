@@ -15,12 +15,7 @@ use crate::fixtures::receivers::*;
 fn s28_an_escalated_method_by_name_is_judged_at_its_raised_risk() {
     let vault = Vault::new("staging");
     let gate = Gate::new(Mode::PartialAuto).unwrap();
-    let sudo = call_now(
-        &gate,
-        &shared(&vault),
-        "atk_vault.run",
-        json!({"command": "sudo rm -rf /"}),
-    );
+    let sudo = run_command(&gate, &vault, "sudo rm -rf /");
     assert_eq!(sudo.map_err(|e| e.code()), Err("ABOVE_CEILING"));
     assert_eq!(
         gate.run(|| vault.run("sudo ls".into()))
@@ -29,24 +24,25 @@ fn s28_an_escalated_method_by_name_is_judged_at_its_raised_risk() {
             .as_str(),
         "ABOVE_CEILING"
     );
-    assert!(
-        call_now(
-            &gate,
-            &shared(&vault),
-            "atk_vault.run",
-            json!({"command": "ls"})
-        )
-        .is_ok()
-    );
+    assert!(run_command(&gate, &vault, "ls").is_ok());
     let sink = HookSink::default();
     let (full, asked) = approving(&sink, |_| false);
-    let rejected = call_now(
-        &full,
-        &shared(&vault),
-        "atk_vault.run",
-        json!({"command": "sudo ls"}),
-    );
+    let rejected = run_command(&full, &vault, "sudo ls");
     assert_eq!(rejected.map_err(|e| e.code()), Err("APPROVAL_REJECTED"));
     assert_eq!(lock(&asked)[0].3, Risk::HighWrite);
     assert_eq!(vault.ran(), ["run@staging"]);
+}
+
+/// `atk_vault.run` of `command`, called by name on `vault`.
+fn run_command(
+    gate: &Gate,
+    vault: &std::sync::Arc<Vault>,
+    command: &str,
+) -> Result<serde_json::Value, toolgate::CallError> {
+    call_now(
+        gate,
+        &shared(vault),
+        "atk_vault.run",
+        json!({"command": command}),
+    )
 }

@@ -17,14 +17,7 @@ use toolgate::{Approval, DenialCode, Gate, Mode};
 fn atk2_an_approved_call_cancelled_in_its_body_is_closed_as_cancelled_and_names_the_approver() {
     let _serial = serial();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("quick-quinn", |_| {
-            Box::pin(async { Approval::Approve })
-        }))
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let gate = approving_async_audited("quick-quinn", sink.clone());
     let before = HANG_BODY.load(SeqCst);
     let mut call = Box::pin(gate.scope(wire_hang("x".into())));
     assert!(poll_once(call.as_mut()).is_pending());
@@ -47,14 +40,7 @@ fn atk2_an_approved_call_cancelled_in_its_body_is_closed_as_cancelled_and_names_
 fn atk2_a_stop_in_an_inner_gate_closes_the_outer_gates_records() {
     let _serial = serial();
     let (outer_sink, inner_sink) = (MemorySink::new(), MemorySink::new());
-    let outer = Gate::builder()
-        .mode(Mode::FullAuto)
-        .async_approver(async_fn("outer-olga", |_| {
-            Box::pin(async { Approval::Approve })
-        }))
-        .audit(outer_sink.clone())
-        .build()
-        .unwrap();
+    let outer = approving_async_audited("outer-olga", outer_sink.clone());
     let inner = Gate::builder()
         .mode(Mode::FullAuto)
         .async_approver(async_fn("inner-ivan", |_| {
@@ -139,4 +125,14 @@ fn atk2_the_log_says_who_approved_granted_revoked_and_lowered() {
     let lowered = of(&records, Stage::ModeLowered);
     assert_eq!(lowered.len(), 1);
     assert_eq!(lowered[0].by.as_deref(), Some("oncall-otto"));
+}
+
+/// A FULL_AUTO gate whose async approver `name` approves every call, recording to `sink`.
+fn approving_async_audited(name: &'static str, sink: MemorySink) -> Gate {
+    Gate::builder()
+        .mode(Mode::FullAuto)
+        .async_approver(async_fn(name, |_| Box::pin(async { Approval::Approve })))
+        .audit(sink)
+        .build()
+        .unwrap()
 }

@@ -15,8 +15,7 @@ use crate::fixtures::by_name::*;
 #[test]
 fn a15_by_name_and_direct_are_audited_alike() {
     let _s = serial();
-    reset();
-    let (gate, sink) = audited(Mode::FullAuto);
+    let (gate, sink) = fresh(Mode::FullAuto);
     for (id, direct) in [
         (
             "rt2.hi",

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use serde_json::{Value, json};
 use toolgate::audit::{MemorySink, Stage};
-use toolgate::{DenialCode, Gate, Mode};
+use toolgate::{DenialCode, Mode};
 
 use crate::common::gates;
 use crate::common::serial;
@@ -60,13 +60,7 @@ fn p44_a_grant_whose_call_is_refused_for_its_enter_record_is_never_made() {
     let sink = HookSink::new(&Pause::new(), is(Stage::Enter, "pairs.wire"));
     sink.fail.store(1, SeqCst);
     let asked: Asked = Arc::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(
-            &Pause::new(),
-            &answer(for_session()),
-            &asked,
-        ))
+    let gate = holding_builder(for_session(), &asked)
         .audit_shared(sink.clone())
         .build()
         .unwrap();

@@ -14,23 +14,20 @@ use toolgate::{Denied, Gate, Mode, tool};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::common::Scratch;
+use crate::fixtures::support::{assert_audit_refused, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 
-/// Read a note.
-#[tool(risk = "READ_ONLY", domain = "tee")]
-fn read_note(n: u32) -> Result<u32, Denied> {
-    READS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Read a note.
+    #[tool(risk = "READ_ONLY", domain = "tee")] fn read_note(n: u32) -> READS += 1, n: u32;
 }
 
 static WRITES: AtomicUsize = AtomicUsize::new(0);
 
-/// Write a note.
-#[tool(risk = "LOW_WRITE", domain = "tee")]
-fn write_note(n: u32) -> Result<u32, Denied> {
-    WRITES.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Write a note.
+    #[tool(risk = "LOW_WRITE", domain = "tee")] fn write_note(n: u32) -> WRITES += 1, n: u32;
 }
 
 static ASYNC_WRITES: AtomicUsize = AtomicUsize::new(0);
@@ -40,6 +37,16 @@ static ASYNC_WRITES: AtomicUsize = AtomicUsize::new(0);
 async fn write_note_async(n: u32) -> Result<u32, Denied> {
     ASYNC_WRITES.fetch_add(1, Ordering::SeqCst);
     Ok(n)
+}
+
+/// A gate of `mode` that records to `first`, then to `second`.
+fn two_sinks(mode: Mode, first: impl AuditSink, second: impl AuditSink) -> Gate {
+    Gate::builder()
+        .mode(mode)
+        .audit(first)
+        .audit(second)
+        .build()
+        .unwrap()
 }
 
 fn stages(sink: &MemorySink) -> Vec<(Stage, String, Option<Outcome>)> {
@@ -52,12 +59,7 @@ fn stages(sink: &MemorySink) -> Vec<(Stage, String, Option<Outcome>)> {
 #[test]
 fn two_sinks_both_get_every_record_in_order() {
     let (first, second) = (MemorySink::new(), MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::Shadow)
-        .audit(first.clone())
-        .audit(second.clone())
-        .build()
-        .unwrap();
+    let gate = two_sinks(Mode::Shadow, first.clone(), second.clone());
     assert_eq!(gate.run(|| read_note(1)).unwrap(), 1);
     assert!(gate.run(|| write_note(2)).is_err());
     assert_eq!(gate.run(|| read_note(3)).unwrap(), 3);
@@ -80,12 +82,7 @@ fn two_sinks_both_get_every_record_in_order() {
 fn an_enter_the_second_sink_refuses_refuses_the_call_and_the_first_closes_it() {
     let (first, second) = (MemorySink::new(), MemorySink::new());
     second.fail(true);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit(first.clone())
-        .audit(second.clone())
-        .build()
-        .unwrap();
+    let gate = two_sinks(Mode::FullAuto, first.clone(), second.clone());
     let before = WRITES.load(Ordering::SeqCst);
     let denied = gate.run(|| write_note(7)).unwrap_err();
     assert_eq!(denied.code(), "AUDIT_UNAVAILABLE");
@@ -155,15 +152,11 @@ fn an_async_sink_among_several_is_awaited_and_its_refusal_refuses_the_call() {
         .build()
         .unwrap();
     let (first, committed) = (MemorySink::new(), MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit(first.clone())
-        .audit(Later {
-            sink: committed.clone(),
-            refuse: false,
-        })
-        .build()
-        .unwrap();
+    let later = Later {
+        sink: committed.clone(),
+        refuse: false,
+    };
+    let gate = two_sinks(Mode::FullAuto, first.clone(), later);
     assert_eq!(
         runtime.block_on(gate.scope(write_note_async(1))).unwrap(),
         1
@@ -180,29 +173,16 @@ fn an_async_sink_among_several_is_awaited_and_its_refusal_refuses_the_call() {
     assert_eq!(stages(&committed), expected);
 
     let (first, committed) = (MemorySink::new(), MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit(first.clone())
-        .audit(Later {
-            sink: committed.clone(),
-            refuse: true,
-        })
-        .build()
-        .unwrap();
+    let later = Later {
+        sink: committed.clone(),
+        refuse: true,
+    };
+    let gate = two_sinks(Mode::FullAuto, first.clone(), later);
     let before = ASYNC_WRITES.load(Ordering::SeqCst);
     let denied = runtime
         .block_on(gate.scope(write_note_async(2)))
         .unwrap_err();
-    assert_eq!(denied.code(), "AUDIT_UNAVAILABLE");
-    assert!(
-        denied.to_string().contains("the database is gone"),
-        "{denied}"
-    );
-    assert_eq!(
-        ASYNC_WRITES.load(Ordering::SeqCst),
-        before,
-        "the body must not run"
-    );
+    assert_audit_refused(&denied, "the database is gone", &ASYNC_WRITES, before);
     assert_eq!(
         stages(&first),
         [
@@ -266,11 +246,9 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
 
 static BURNS: AtomicUsize = AtomicUsize::new(0);
 
-/// Burn a note.
-#[tool(risk = "LOW_WRITE", domain = "tee")]
-fn burn_note(n: u32) -> Result<u32, Denied> {
-    BURNS.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Burn a note.
+    #[tool(risk = "LOW_WRITE", domain = "tee")] fn burn_note(n: u32) -> BURNS += 1, n: u32;
 }
 
 /// A sink whose `enter` panics.

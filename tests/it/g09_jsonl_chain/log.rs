@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::common::Scratch;
+use crate::fixtures::support::scratch_log;
 use toolgate::audit::{
     AuditRecord, AuditSink, BreakReason, Decision, Durability, JsonlSink, MemorySink, Outcome,
     PromotionReport, Stage, VerifyReport, verify_bytes, verify_file,
@@ -96,8 +97,7 @@ fn memory_sink_keeps_records_in_order_and_fails_on_demand() {
 
 #[test]
 fn jsonl_lines_are_canonical_chained_and_hold_the_record() {
-    let dir = Scratch::new("chain");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("chain");
     let sink = JsonlSink::open(&path).unwrap();
     assert_eq!((sink.last_seq(), sink.last_hash()), (0, "0".repeat(64)));
     let written: Vec<AuditRecord> = (1..=100).map(record).collect();
@@ -136,8 +136,7 @@ fn jsonl_lines_are_canonical_chained_and_hold_the_record() {
 
 #[test]
 fn a_changed_byte_is_a_hash_mismatch() {
-    let dir = Scratch::new("byte");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("byte");
     let mut log = write_log(&path, 5);
     let at = find(&log, b"\"tool\":\"tools.t3\"") + 15;
     log[at] = b'9';
@@ -326,8 +325,7 @@ fn arbitrary_bytes_never_panic_the_verifier() {
 
 #[test]
 fn reopening_continues_the_chain() {
-    let dir = Scratch::new("reopen");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("reopen");
     write_log(&path, 10);
     let sink = JsonlSink::open(&path).unwrap();
     assert_eq!(sink.last_seq(), 10);
@@ -355,8 +353,7 @@ fn reopening_continues_the_chain() {
 
 #[test]
 fn open_refuses_a_tampered_log_and_leaves_it_alone() {
-    let dir = Scratch::new("refuse");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("refuse");
     let mut log = write_log(&path, 5);
     let at = find(&log, b"\"tool\":\"tools.t3\"") + 15;
     log[at] = b'9';
@@ -373,8 +370,7 @@ fn open_refuses_a_tampered_log_and_leaves_it_alone() {
 
 #[test]
 fn open_refuses_a_torn_tail_unless_told_to_recover() {
-    let dir = Scratch::new("recover");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("recover");
     let log = write_log(&path, 5);
     let cut = &log[..log.len() - 20];
     fs::write(&path, cut).unwrap();
@@ -399,8 +395,7 @@ fn open_refuses_a_torn_tail_unless_told_to_recover() {
 fn concurrent_writers_make_one_linear_chain() {
     const THREADS: u64 = 8;
     const EACH: u64 = 2_000;
-    let dir = Scratch::new("threads");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("threads");
     let sink = Arc::new(JsonlSink::open(&path).unwrap());
     std::thread::scope(|scope| {
         for thread in 0..THREADS {
@@ -453,8 +448,7 @@ fn a_write_to_a_full_device_is_an_error() {
 
 #[test]
 fn a_read_only_log_cannot_be_opened() {
-    let dir = Scratch::new("readonly");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("readonly");
     write_log(&path, 2);
     let mut permissions = fs::metadata(&path).unwrap().permissions();
     permissions.set_readonly(true);
@@ -517,8 +511,7 @@ fn every_durability_gives_a_verifiable_log() {
 
 #[test]
 fn buffered_records_are_written_in_batches_before_the_end() {
-    let dir = Scratch::new("batches");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("batches");
     let sink = JsonlSink::builder(&path)
         .durability(Durability::Buffered)
         .open()
@@ -646,8 +639,7 @@ fn promotion_report_counts_per_mode_and_risk() {
 
 #[test]
 fn promotion_report_reads_a_log() {
-    let dir = Scratch::new("promotion");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("promotion");
     let sink = JsonlSink::open(&path).unwrap();
     for r in promotion_records() {
         sink.record(&r).unwrap();
@@ -694,8 +686,7 @@ fn number_after(line: &[u8], key: &[u8]) -> u64 {
 #[ignore = "a measurement: run it in release mode"]
 fn jsonl_throughput_with_default_durability() {
     const N: u64 = 200_000;
-    let dir = Scratch::new("throughput");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("throughput");
     let sink = JsonlSink::open(&path).unwrap();
     let records: Vec<AuditRecord> = (1..=1_000).map(record).collect();
     let started = std::time::Instant::now();
@@ -724,8 +715,7 @@ fn jsonl_throughput_with_default_durability() {
 // second is refused while the first lives, in this process or in another one.
 #[test]
 fn a_log_has_one_writer_in_this_process_or_another() {
-    let dir = Scratch::new("one-writer");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("one-writer");
     let first = JsonlSink::open(&path).unwrap();
     first.record(&record(1)).unwrap();
     let second = JsonlSink::open(&path).unwrap_err();
@@ -771,8 +761,7 @@ fn a_log_has_one_writer_in_this_process_or_another() {
 // chain, in one order, each acknowledged only after an fsync that covers it.
 #[test]
 fn fsync_each_shares_fsyncs_between_threads_and_keeps_one_chain() {
-    let dir = Scratch::new("group-commit");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("group-commit");
     let sink = Arc::new(
         JsonlSink::builder(&path)
             .durability(Durability::FsyncEach)
@@ -816,8 +805,7 @@ fn fsync_each_shares_fsyncs_between_threads_and_keeps_one_chain() {
 
 #[test]
 fn a_record_longer_than_a_line_may_be_is_refused_and_the_chain_goes_on() {
-    let dir = Scratch::new("too-long");
-    let path = dir.path("audit.jsonl");
+    let (_dir, path) = scratch_log("too-long");
     let sink = JsonlSink::open(&path).unwrap();
     sink.record(&AuditRecord::new(Stage::Enter, "a", Mode::Shadow, 1))
         .unwrap();

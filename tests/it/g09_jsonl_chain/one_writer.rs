@@ -20,6 +20,8 @@ use toolgate::{DenialCode, Denied, Mode, tool};
 use crate::common::Scratch;
 use crate::common::gates;
 use crate::faults::CHILD_ENV;
+use crate::fixtures::support::counted_tools;
+use crate::fixtures::support::scratch_log;
 
 fn record(call: u64) -> AuditRecord {
     let mut record = AuditRecord::new(Stage::Enter, "aw5.t", Mode::Shadow, 1);
@@ -88,8 +90,7 @@ fn expect_would_block(result: io::Result<JsonlSink>, what: &str) {
 /// Attack 1: the same log reached through a symlink, a symlink to its directory, and a hard link.
 #[test]
 fn a1_symlinks_and_hard_links_to_a_held_log_are_refused() {
-    let scratch = Scratch::new("a1");
-    let path = scratch.path("audit.jsonl");
+    let (scratch, path) = scratch_log("a1");
     let sink = JsonlSink::open(&path).unwrap();
     sink.record(&record(1)).unwrap();
 
@@ -168,8 +169,7 @@ fn a2_other_spellings_of_the_path_are_refused() {
 /// repairs before it takes the lock would cut the live writer's line, or its chain.
 #[test]
 fn a3_a_refused_open_with_recover_torn_tail_does_not_cut_the_holders_log() {
-    let scratch = Scratch::new("a3");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a3");
     let sink = JsonlSink::open(&path).unwrap();
     for i in 1..=3 {
         sink.record(&record(i)).unwrap();
@@ -203,8 +203,7 @@ fn a3_a_refused_open_with_recover_torn_tail_does_not_cut_the_holders_log() {
 /// `recover_torn_tail(true)`, damages the log.
 #[test]
 fn a4_opens_racing_a_busy_writer_are_would_block_and_harmless() {
-    let scratch = Scratch::new("a4");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a4");
     let sink = Arc::new(JsonlSink::open(&path).unwrap());
     let next = Arc::new(AtomicU64::new(1));
     let stop = Arc::new(AtomicBool::new(false));
@@ -304,8 +303,7 @@ fn a6_a_child_process_is_refused_and_does_not_inherit_the_lock() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
-    let scratch = Scratch::new("a6");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a6");
     let sink = JsonlSink::builder(&path)
         .durability(Durability::FsyncEach)
         .open()
@@ -385,8 +383,7 @@ fn child_opens() {
 /// to its own file, and both files verify (neither chain is forked into what looks like tampering).
 #[test]
 fn a7_a_renamed_log_keeps_its_lock_and_its_chain() {
-    let scratch = Scratch::new("a7");
-    let path = scratch.path("audit.jsonl");
+    let (scratch, path) = scratch_log("a7");
     let moved = scratch.path("moved.jsonl");
     let old = open_fsync_each(&path);
     old.record(&record(1)).unwrap();
@@ -409,8 +406,7 @@ fn a7_a_renamed_log_keeps_its_lock_and_its_chain() {
 #[test]
 #[ignore = "beyond the documented guarantee: deleting the log is rewriting it; shows acknowledged records going to an unlinked file"]
 fn a7b_a_deleted_log_gets_acknowledged_records_that_reach_no_file() {
-    let scratch = Scratch::new("a7b");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a7b");
     let old = open_fsync_each(&path);
     old.record(&record(1)).unwrap();
     fs::remove_file(&path).unwrap();
@@ -505,8 +501,7 @@ fn a8_a_fifo_is_opened_without_hanging_and_held_by_one_sink() {
 /// with none at all).
 #[test]
 fn a9_many_threads_fsync_each_every_record_once_and_each_covered() {
-    let scratch = Scratch::new("a9");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a9");
     let sink = Arc::new(open_fsync_each(&path));
     let (threads, per) = (8u64, 250u64);
     let barrier = Arc::new(Barrier::new(threads as usize));
@@ -566,8 +561,7 @@ fn a9_many_threads_fsync_each_every_record_once_and_each_covered() {
 /// neither deadlocks nor duplicates nor loses records; flush never errs on a healthy disk.
 #[test]
 fn a10_flushes_mixed_with_records_from_many_threads() {
-    let scratch = Scratch::new("a10");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a10");
     let sink = Arc::new(open_fsync_each(&path));
     let stop = Arc::new(AtomicBool::new(false));
     let flushers: Vec<_> = (0..3)
@@ -619,8 +613,7 @@ fn a10_flushes_mixed_with_records_from_many_threads() {
 /// (no thread or descriptor keeps it), and the log reopens to continue the same chain.
 #[test]
 fn a11_dropping_the_gate_while_others_record_then_reopen() {
-    let scratch = Scratch::new("a11");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a11");
     let sink = Arc::new(open_fsync_each(&path));
     let gate = gates::audited_shared(Mode::PartialAuto, sink.clone() as Arc<dyn AuditSink>);
     drop(sink);
@@ -660,11 +653,9 @@ fn a11_dropping_the_gate_while_others_record_then_reopen() {
 
 static NOTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Take a note.
-#[tool(risk = "LOW_WRITE", domain = "aw5")]
-fn aw5_note(n: u32) -> Result<u32, Denied> {
-    NOTES.fetch_add(1, Ordering::SeqCst);
-    Ok(n)
+counted_tools! {
+    /// Take a note.
+    #[tool(risk = "LOW_WRITE", domain = "aw5")] fn aw5_note(n: u32) -> NOTES += 1, n: u32;
 }
 
 /// The log the `aw5_checks_its_enter` body reads; set by the test that uses it.
@@ -695,8 +686,7 @@ fn aw5_checks_its_enter(nonce: u64, syncs_before: u64) -> Result<bool, Denied> {
 /// already in the file, with an fsync counted since the call started.
 #[test]
 fn a12_each_body_finds_its_enter_record_committed() {
-    let scratch = Scratch::new("a12");
-    let path = scratch.path("audit.jsonl");
+    let (_scratch, path) = scratch_log("a12");
     let sink = Arc::new(open_fsync_each(&path));
     *ENTER_LOG.lock().unwrap() = Some((path.clone(), sink.clone()));
     let gate = gates::audited_shared(Mode::PartialAuto, sink.clone() as Arc<dyn AuditSink>);

@@ -34,13 +34,7 @@ fn g9_strange_text_in_records_verifies() {
 fn g9_appending_to_a_log_without_its_last_newline_keeps_the_chain() {
     let _s = serial();
     let path = tmp("nonewline");
-    {
-        let gate = gates::audited(
-            Mode::PartialAuto,
-            toolgate::audit::JsonlSink::open(&path).unwrap(),
-        );
-        gate.run(low).unwrap();
-    }
+    log_one_call(&path);
     let mut bytes = std::fs::read(&path).unwrap();
     assert_eq!(bytes.pop(), Some(b'\n'));
     std::fs::write(&path, &bytes).unwrap();
@@ -68,13 +62,7 @@ fn g9_appending_to_a_log_without_its_last_newline_keeps_the_chain() {
 fn g9_crlf_and_duplicate_keys_are_tampering() {
     let _s = serial();
     let path = tmp("crlf");
-    {
-        let gate = gates::audited(
-            Mode::PartialAuto,
-            toolgate::audit::JsonlSink::open(&path).unwrap(),
-        );
-        gate.run(low).unwrap();
-    }
+    log_one_call(&path);
     let text = std::fs::read_to_string(&path).unwrap();
     let crlf = text.replace('\n', "\r\n");
     assert!(
@@ -89,4 +77,13 @@ fn g9_crlf_and_duplicate_keys_are_tampering() {
             .broken
             .is_some()
     );
+}
+
+/// Writes the log at `path` of one allowed call.
+fn log_one_call(path: &std::path::Path) {
+    let gate = gates::audited(
+        Mode::PartialAuto,
+        toolgate::audit::JsonlSink::open(path).unwrap(),
+    );
+    gate.run(low).unwrap();
 }

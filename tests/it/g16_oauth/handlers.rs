@@ -5,7 +5,6 @@
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
 use serde_json::json;
-use std::sync::atomic::Ordering;
 use toolgate::mcp::http::Principals;
 use toolgate::mcp::{APPROVAL_INPUT, ToolgateServer};
 use toolgate::{Gate, Mode};
@@ -39,13 +38,13 @@ fn a27_two_authorization_headers_do_not_mix_principals() {
         for pair in [[ALICE, BOB], [BOB, ALICE]] {
             let on_session = session_call(addr, &pair, &alices, "ops_restart", args.clone()).await;
             assert_eq!(
-                ops.restarts.load(Ordering::SeqCst),
+                ops.restarted(),
                 0,
                 "{pair:?} on alice's session: {on_session:?}"
             );
             let stateless = http_call(addr, &pair, "ops_restart", args.clone(), None).await;
             assert_eq!(
-                ops.restarts.load(Ordering::SeqCst),
+                ops.restarted(),
                 0,
                 "{pair:?} without a session: {stateless:?}"
             );
@@ -59,9 +58,7 @@ fn a27_two_authorization_headers_do_not_mix_principals() {
 #[test]
 fn a28_a_malformed_authorization_is_not_anonymous() {
     runtime().block_on(async {
-        let ops = Ops::default();
-        let anonymous = gates::of_principal(Mode::PartialAuto, "anon");
-        let server = ToolgateServer::new(anonymous.clone()).handler(ops.clone());
+        let (ops, anonymous, server) = ops_server("anon");
         let addr = serve_http(server, Principals::new().anonymous("anon", anonymous)).await;
         let args = json!({"target": "web"});
         let served = http_call(addr, &[], "ops_restart", args.clone(), None).await;
@@ -79,7 +76,7 @@ fn a28_a_malformed_authorization_is_not_anonymous() {
                 http_call(addr, &[authorization], "ops_restart", args.clone(), None).await;
             assert_eq!(refused.status, 401, "`{authorization}`: {refused:?}");
         }
-        assert_eq!(ops.restarts.load(Ordering::SeqCst), 1);
+        assert_eq!(ops.restarted(), 1);
     });
 }
 
@@ -89,16 +86,14 @@ fn a28_a_malformed_authorization_is_not_anonymous() {
 #[test]
 fn a29_an_oversized_token_is_refused_and_the_server_goes_on() {
     runtime().block_on(async {
-        let ops = Ops::default();
-        let gate = gates::of_principal(Mode::PartialAuto, "alice");
-        let server = ToolgateServer::new(gate.clone()).handler(ops.clone());
+        let (ops, gate, server) = ops_server("alice");
         let addr = serve_http(
             server,
             Principals::new().bearer(token_of(ALICE), "alice", gate),
         )
         .await;
         let huge = format!("Bearer {}", "A".repeat(256 * 1024));
-        let refused = http_call(addr, &[&huge], "ops_restart", json!({"target": "x"}), None).await;
+        let refused = restart_x(addr, &[&huge]).await;
         assert!(
             refused.status >= 400 || refused.status == 0,
             "{}",
@@ -110,19 +105,12 @@ fn a29_an_oversized_token_is_refused_and_the_server_goes_on() {
         );
         for i in 0..50 {
             let bearer = format!("Bearer made-up-{i}");
-            let answer = http_call(
-                addr,
-                &[&bearer],
-                "ops_restart",
-                json!({"target": "x"}),
-                None,
-            )
-            .await;
+            let answer = restart_x(addr, &[&bearer]).await;
             assert_eq!(answer.status, 401);
         }
-        let served = http_call(addr, &[ALICE], "ops_restart", json!({"target": "x"}), None).await;
+        let served = restart_x(addr, &[ALICE]).await;
         assert_eq!(served.code(), "OK", "{served:?}");
-        assert_eq!(ops.restarts.load(Ordering::SeqCst), 1);
+        assert_eq!(ops.restarted(), 1);
     });
 }
 
@@ -136,33 +124,13 @@ fn a30_a_jwt_of_one_subject_cannot_use_anothers_session() {
         let ops = Ops::default();
         let writers = gates::of_principal(Mode::PartialAuto, "writer");
         let (addr, resource) = oauth_server(&ops, &key, writers, None).await;
-        let alice = format!(
-            "Bearer {}",
-            key.sign(&claims(&resource, "alice", "ops:write"))
-        );
-        let bob = format!(
-            "Bearer {}",
-            key.sign(&claims(&resource, "bob", "ops:write"))
-        );
+        let alice = writer_bearer(&key, &resource, "alice");
+        let bob = writer_bearer(&key, &resource, "bob");
         let session = open_session(addr, &[&alice]).await.expect("a session");
-        let answer = session_call(
-            addr,
-            &[&bob],
-            &session,
-            "ops_restart",
-            json!({"target": "x"}),
-        )
-        .await;
+        let answer = restart_x_on(addr, &[&bob], &session).await;
         assert_eq!(answer.status, 404, "{answer:?}");
-        assert_eq!(ops.restarts.load(Ordering::SeqCst), 0);
-        let answer = session_call(
-            addr,
-            &[&alice],
-            &session,
-            "ops_restart",
-            json!({"target": "x"}),
-        )
-        .await;
+        assert_eq!(ops.restarted(), 0);
+        let answer = restart_x_on(addr, &[&alice], &session).await;
         assert_eq!(answer.code(), "OK", "{answer:?}");
     });
 }
@@ -189,19 +157,12 @@ fn a31_a_bad_token_is_never_the_anonymous_principal() {
             key.sign(&elsewhere),
         ] {
             let bearer = format!("Bearer {token}");
-            let answer = http_call(
-                addr,
-                &[&bearer],
-                "ops_restart",
-                json!({"target": "x"}),
-                None,
-            )
-            .await;
+            let answer = restart_x(addr, &[&bearer]).await;
             assert_eq!(answer.status, 401, "{answer:?}");
             assert!(!answer.head.contains(&token) && !answer.body.contains(&token));
         }
-        assert_eq!(ops.restarts.load(Ordering::SeqCst), 0);
-        let anon = http_call(addr, &[], "ops_restart", json!({"target": "x"}), None).await;
+        assert_eq!(ops.restarted(), 0);
+        let anon = restart_x(addr, &[]).await;
         assert_eq!(anon.code(), "OK", "{anon:?}");
     });
 }
@@ -212,21 +173,10 @@ fn a31_a_bad_token_is_never_the_anonymous_principal() {
 #[test]
 fn a32_subjects_sharing_a_scope_gate_do_not_share_in_band_states() {
     runtime().block_on(async {
-        let key = TestKey::ed25519("a32");
-        let ops = Ops::default();
-        let writers = two_step(Mode::FullAuto)
-            .principal("writer")
-            .build()
-            .unwrap();
-        let (addr, resource) = oauth_server(&ops, &key, writers, None).await;
-        let alice = format!(
-            "Bearer {}",
-            key.sign(&claims(&resource, "alice", "ops:write"))
-        );
-        let bob = format!(
-            "Bearer {}",
-            key.sign(&claims(&resource, "bob", "ops:write"))
-        );
+        let (key, ops) = (TestKey::ed25519("a32"), Ops::default());
+        let (addr, resource) = oauth_server(&ops, &key, two_step_writers(), None).await;
+        let alice = writer_bearer(&key, &resource, "alice");
+        let bob = writer_bearer(&key, &resource, "bob");
         let args = json!({"target": "db"});
         let asked = http_call(addr, &[&alice], "ops_wipe", args.clone(), None).await;
         let state = asked.state().unwrap_or_else(|| panic!("a form: {asked:?}"));
@@ -258,15 +208,10 @@ fn a32_subjects_sharing_a_scope_gate_do_not_share_in_band_states() {
 #[test]
 fn a40_a_subject_with_hidden_characters_is_shown_escaped_in_the_form() {
     runtime().block_on(async {
-        let key = TestKey::ed25519("a40");
-        let ops = Ops::default();
-        let writers = two_step(Mode::FullAuto)
-            .principal("writer")
-            .build()
-            .unwrap();
-        let (addr, resource) = oauth_server(&ops, &key, writers, None).await;
+        let (key, ops) = (TestKey::ed25519("a40"), Ops::default());
+        let (addr, resource) = oauth_server(&ops, &key, two_step_writers(), None).await;
         let sub = "alice\u{202E}nimda\u{200B}";
-        let token = format!("Bearer {}", key.sign(&claims(&resource, sub, "ops:write")));
+        let token = writer_bearer(&key, &resource, sub);
         let asked = http_call(addr, &[&token], "ops_wipe", json!({"target": "db"}), None).await;
         let form = asked
             .messages()
@@ -283,4 +228,56 @@ fn a40_a_subject_with_hidden_characters_is_shown_escaped_in_the_form() {
         );
         assert_eq!(ops.wiped(), 0);
     });
+}
+
+/// The bearer authorization of subject `sub` of the scope `ops:write`, signed by `key` for `resource`.
+fn writer_bearer(key: &TestKey, resource: &str, sub: &str) -> String {
+    format!("Bearer {}", key.sign(&claims(resource, sub, "ops:write")))
+}
+
+/// `ops_restart` of `x`, called over HTTP with the authorizations `authorizations`.
+async fn restart_x(
+    addr: std::net::SocketAddr,
+    authorizations: &[&str],
+) -> crate::common::http::Answer {
+    http_call(
+        addr,
+        authorizations,
+        "ops_restart",
+        json!({"target": "x"}),
+        None,
+    )
+    .await
+}
+
+/// `ops_restart` of `x`, called on `session` with the authorizations `authorizations`.
+async fn restart_x_on(
+    addr: std::net::SocketAddr,
+    authorizations: &[&str],
+    session: &str,
+) -> crate::common::http::Answer {
+    session_call(
+        addr,
+        authorizations,
+        session,
+        "ops_restart",
+        json!({"target": "x"}),
+    )
+    .await
+}
+
+/// New `Ops`, a PARTIAL_AUTO gate of `principal`, and a server of the handler behind it.
+fn ops_server(principal: &str) -> (Ops, Gate, ToolgateServer) {
+    let ops = Ops::default();
+    let gate = gates::of_principal(Mode::PartialAuto, principal);
+    let server = ToolgateServer::new(gate.clone()).handler(ops.clone());
+    (ops, gate, server)
+}
+
+/// The gate of the writers' scope: FULL_AUTO, two-step approvals, principal `writer`.
+fn two_step_writers() -> Gate {
+    two_step(Mode::FullAuto)
+        .principal("writer")
+        .build()
+        .unwrap()
 }

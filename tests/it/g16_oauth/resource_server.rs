@@ -20,6 +20,8 @@ use toolgate::mcp::rmcp::transport::streamable_http_server::StreamableHttpServer
 use toolgate::{Denied, Gate, Mode};
 
 use crate::common::http::Answer;
+use crate::fixtures::handlers::raw_request;
+use crate::fixtures::support::{assert_text, runtime, serve_connections};
 
 /// Read a ticket.
 #[toolgate::tool(risk = "READ_ONLY", domain = "oauthdesk", callable)]
@@ -193,18 +195,7 @@ impl Mcp {
             .only(|m| m.domain == Some("oauthdesk"));
         let service = HttpService::new(server, principals, StreamableHttpServerConfig::default());
         let listener = self.listener;
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let service = hyper_util::service::TowerToHyperService::new(service.clone());
-                tokio::spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                });
-            }
-        });
+        serve_connections(listener, service);
         self.addr
     }
 }
@@ -234,14 +225,6 @@ fn claims(resource: &str, sub: &str, scope: &str) -> Value {
     let now = now();
     json!({"iss": ISSUER, "aud": resource, "sub": sub, "scope": scope,
         "iat": now, "exp": now + 300})
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
 }
 
 impl Answer {
@@ -275,8 +258,7 @@ async fn desk_trusting(key: &TestKey) -> (String, SocketAddr) {
     (resource, addr)
 }
 
-/// One HTTP/1.1 request on a connection of its own; reads until the server closes, the answer to a
-/// JSON-RPC request `id` has come, or `LIMIT` passes.
+/// One HTTP/1.1 request on a connection of its own, with `headers`.
 async fn request(
     addr: SocketAddr,
     method: &str,
@@ -284,30 +266,11 @@ async fn request(
     headers: &[(&str, &str)],
     body: Option<&Value>,
 ) -> Answer {
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let id = serde_json::from_str::<Value>(&body)
-        .ok()
-        .and_then(|b| b["id"].as_u64());
-    let mut text = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\n\
-         Connection: close\r\n"
-    );
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !body.is_empty() {
-        text.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    text.push_str("\r\n");
-    text.push_str(&body);
-    let text = crate::common::http::exchange(addr, &text, LIMIT, |so_far| {
-        id.is_some_and(|id| crate::common::http::answered(so_far, &Value::from(id)))
-    })
-    .await;
-    Answer::parse(&text)
+    let head: Vec<String> = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}"))
+        .collect();
+    raw_request(addr, (method, path), &head, body, LIMIT).await
 }
 
 /// A `POST /mcp` with `token` (if any), on `session` (if any).
@@ -363,15 +326,14 @@ async fn assert_invalid(addr: SocketAddr, token: &str, description: &str) {
         .expect_err("the token is refused");
     assert_eq!(refused.status, 401, "{refused:?}");
     let challenge = refused.challenge();
-    assert!(
-        challenge.starts_with("Bearer error=\"invalid_token\""),
-        "{challenge}"
+    assert_text(
+        challenge,
+        Some("Bearer error=\"invalid_token\""),
+        &[
+            &format!("error_description=\"{description}\""),
+            "resource_metadata=\"",
+        ],
     );
-    assert!(
-        challenge.contains(&format!("error_description=\"{description}\"")),
-        "{challenge}"
-    );
-    assert!(challenge.contains("resource_metadata=\""), "{challenge}");
     assert!(
         !refused.head.contains(token) && !refused.body.contains(token),
         "the token is echoed: {refused:?}"
@@ -1009,9 +971,10 @@ fn the_jwks_is_read_from_a_file_and_bad_configurations_are_refused_at_build() {
             Jwks::file(&file),
         ))
         .await;
-        assert!(
-            message.starts_with("the resource `http://mcp.example.test/mcp`"),
-            "{message}"
+        assert_text(
+            &message,
+            Some("the resource `http://mcp.example.test/mcp`"),
+            &[],
         );
         let message = error(desk(
             resource.to_owned(),

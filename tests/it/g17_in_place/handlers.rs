@@ -53,11 +53,7 @@ fn a01_direct_calls_of_a_handler_tool_are_gated() {
             .expect_err("HIGH_WRITE in PARTIAL_AUTO");
         assert_eq!(inside.data.as_ref().unwrap()["code"], "MODE_NOT_ALLOWED");
         assert_eq!(ops.wiped(), 0);
-        assert_eq!(
-            ops.restarts.load(Ordering::SeqCst),
-            0,
-            "a spawned task ran ungated"
-        );
+        assert_eq!(ops.restarted(), 0, "a spawned task ran ungated");
     });
 }
 
@@ -106,8 +102,7 @@ fn a03_swapped_rmcp_names_do_not_swap_the_risks() {
 fn a09_a_handler_tool_calling_another_is_decided_for_each() {
     runtime().block_on(async {
         let gate = Gate::new(Mode::PartialAuto).unwrap();
-        let ops = Ops::default();
-        let client = connect(ToolgateServer::new(gate).handler(ops.clone())).await;
+        let (ops, client) = ops_client(gate).await;
         assert_eq!(
             code_of(&call(&client, "ops_chain", json!({"target": "db"})).await),
             "OK"
@@ -222,8 +217,7 @@ fn a23_one_mcp_call_of_a_handler_tool_is_one_enter_and_one_exit() {
             .audit(sink.clone())
             .build()
             .unwrap();
-        let ops = Ops::default();
-        let client = connect(ToolgateServer::new(gate).handler(ops.clone())).await;
+        let (ops, client) = ops_client(gate).await;
         let args = json!({"target": "web"});
         assert_eq!(
             code_of(&call(&client, "ops_restart", args.clone()).await),
@@ -245,7 +239,7 @@ fn a23_one_mcp_call_of_a_handler_tool_is_one_enter_and_one_exit() {
                 .count()
         };
         assert_eq!((of(Stage::Enter), of(Stage::Exit)), (2, 2), "{records:#?}");
-        assert_eq!(ops.restarts.load(Ordering::SeqCst), 2);
+        assert_eq!(ops.restarted(), 2);
     });
 }
 
@@ -334,7 +328,7 @@ fn a43_a_header_naming_another_tool_than_the_body_runs_nothing_unchecked() {
             format!("Authorization: {ALICE}"),
         ];
         let answer = request(addr, &head, Some(&body)).await;
-        assert_eq!(ops.restarts.load(Ordering::SeqCst), 0, "{answer:?}");
+        assert_eq!(ops.restarted(), 0, "{answer:?}");
         assert_ne!(answer.code(), "OK", "{answer:?}");
     });
 }

@@ -181,13 +181,7 @@ impl Legacy {
 #[tool_handler]
 impl ServerHandler for Legacy {}
 
-pub(crate) fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-}
+pub(crate) use crate::fixtures::support::runtime;
 
 pub(crate) async fn connect(server: ToolgateServer) -> RunningService<RoleClient, ()> {
     let (client, served) = tokio::io::duplex(1 << 20);
