@@ -17,22 +17,14 @@ fn x14_a_clean_form_answered_after_the_latch_closed_runs_nothing() {
     let args = json!({"cents": 1414});
     let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
     let state = asked.state.clone().expect("an in-band form");
-    let mut texts = Vec::new();
-    strings(&asked.result, &mut texts);
+    let texts = texts_in(&asked.result);
     assert!(
         !texts.iter().any(|t| t.contains("px.read_page")),
         "the clean form warns already"
     );
     let read = call(a.addr, ALICE, "px.read_page", json!({}), form(), None);
     assert_eq!(read.code, "OK", "{read:?}");
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert_eq!(
         count(&runs, "wire"),
         0,
@@ -52,8 +44,7 @@ fn x15_the_form_of_a_tainted_principal_names_the_taint_and_only_hers() {
     let read = call(a.addr, BOB, "px.read_page", json!({}), form(), None);
     assert_eq!(read.code, "OK", "{read:?}");
     let clean = call(a.addr, ALICE, "px.wire", json!({"cents": 1}), form(), None);
-    let mut texts = Vec::new();
-    strings(&clean.result, &mut texts);
+    let texts = texts_in(&clean.result);
     assert!(
         !texts.iter().any(|t| t.contains("px.read_page")),
         "bob's taint shows in alice's form: {texts:?}"
@@ -61,8 +52,7 @@ fn x15_the_form_of_a_tainted_principal_names_the_taint_and_only_hers() {
     let read = call(a.addr, ALICE, "px.read_page", json!({}), form(), None);
     assert_eq!(read.code, "OK", "{read:?}");
     let tainted = call(a.addr, ALICE, "px.wire", json!({"cents": 2}), form(), None);
-    let mut texts = Vec::new();
-    strings(&tainted.result, &mut texts);
+    let texts = texts_in(&tainted.result);
     assert!(
         texts.iter().any(|t| t.contains("px.read_page")),
         "the tainted form does not name its taint: {tainted:?}"
@@ -84,8 +74,7 @@ fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
     assert_eq!(read.code, "OK", "{read:?}");
     let shown = cli(&["approvals", "show", &id.to_string(), "--store", &url]);
     let shown = String::from_utf8_lossy(&shown.stdout).to_string();
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(6));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(6));
     assert_eq!(
         count(&runs, "wire"),
         0,

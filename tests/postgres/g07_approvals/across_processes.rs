@@ -18,20 +18,7 @@ fn four_processes_race_for_one_approval_and_one_runs_each_round() {
     for round in 0..rounds {
         let asked = token(operator.run(|| transfer(round)));
         operator.approve(&asked).expect("approved");
-        for racer in &mut racers {
-            racer.tell(&round.to_string());
-        }
-        let mut ran = 0;
-        for racer in &mut racers {
-            let said = racer.said();
-            let (at, outcome) = said.split_once(' ').unwrap();
-            assert_eq!(at, round.to_string());
-            match outcome {
-                "ran" => ran += 1,
-                "APPROVAL_REUSED" => {}
-                other => panic!("round {round}: a racer was refused with {other}"),
-            }
-        }
+        let ran = race_round(&mut racers, &round.to_string(), round, "APPROVAL_REUSED");
         assert_eq!(ran, 1, "round {round}: {ran} racers ran");
     }
     for racer in &mut racers {
@@ -158,11 +145,9 @@ fn a_stopped_server_refuses_what_needs_it_and_loses_nothing() {
 
 #[test]
 fn an_answer_is_bound_to_each_field_of_the_binding() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "binding") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("binding");
+    };
     let gate = gate(PostgresStore::connect(&url).unwrap(), "binding");
     let refunds = REFUNDS.load(Ordering::SeqCst);
     let call = || refund("bound".into(), 1);
@@ -211,11 +196,9 @@ fn an_answer_is_bound_to_each_field_of_the_binding() {
 
 #[test]
 fn expiry_is_by_the_database_clock() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "expiry") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("expiry");
+    };
     let gate = gate(PostgresStore::connect(&url).unwrap(), "expiry");
     let refunds = REFUNDS.load(Ordering::SeqCst);
     let call = || refund("expiry".into(), 1);
@@ -246,11 +229,9 @@ fn expiry_is_by_the_database_clock() {
 
 #[test]
 fn pending_requests_are_bounded_per_agent_and_asked_once_per_call() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "bound") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("bound");
+    };
     let connect = || {
         PostgresStore::builder()
             .max_pending_per_agent(3)
@@ -298,11 +279,9 @@ fn pending_requests_are_bounded_per_agent_and_asked_once_per_call() {
 
 #[test]
 fn the_table_keeps_token_hashes_only() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "hashes") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("hashes");
+    };
     let gate = gate(PostgresStore::connect(&url).unwrap(), "hashes");
     let tokens: Vec<String> = (0..3)
         .map(|cents| token(gate.run(|| refund("hash".into(), cents % 2))))

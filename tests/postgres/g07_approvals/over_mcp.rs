@@ -19,14 +19,7 @@ fn x04_one_in_band_answer_sent_to_two_processes_runs_at_most_once() {
     let state = asked.state.clone().expect("an in-band form");
     let mut said = Vec::new();
     for addr in [b.addr, a.addr, b.addr, a.addr] {
-        said.push(call(
-            addr,
-            ALICE,
-            "px.wire",
-            args.clone(),
-            form(),
-            Some((&state, "approve")),
-        ));
+        said.push(answer_wire(addr, ALICE, args.clone(), &state, "approve"));
     }
     assert!(count(&runs, "wire") <= 1, "{said:#?}");
 }
@@ -107,8 +100,7 @@ fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
         None,
     );
     assert_eq!(asked.code, "INPUT_REQUIRED", "{asked:?}");
-    let mut texts = Vec::new();
-    strings(&asked.result["inputRequests"], &mut texts);
+    let texts = texts_in(&asked.result["inputRequests"]);
     assert!(!texts.is_empty(), "{asked:?}");
     for text in texts {
         assert_eq!(shown_badly(&text), None, "{text:?}");
@@ -122,8 +114,7 @@ fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
 #[test]
 fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
     let (_serial, url, runs) = case("x25");
-    let proxy = Proxy::new(port_of(&url));
-    let store_url = proxy.url(&url);
+    let (proxy, store_url) = proxied(&url);
     let a = start(
         &runs,
         &[
@@ -162,18 +153,10 @@ fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
 fn x26_a_tasks_status_shows_no_hidden_characters_or_forged_lines() {
     let (_serial, url, runs) = case("x26");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.send",
-        json!({"to": EVIL, "body": EVIL}),
-        tasks(),
-        None,
-    );
+    let created = as_task(a.addr, ALICE, "px.send", json!({"to": EVIL, "body": EVIL}));
     let task = created.task.clone().expect("a task");
     let (_, message) = task_status(a.addr, ALICE, &task);
-    let mut texts = Vec::new();
-    strings(&created.result, &mut texts);
+    let mut texts = texts_in(&created.result);
     strings(&message, &mut texts);
     for text in texts {
         assert_eq!(shown_badly(&text), None, "{text:?}");
@@ -205,16 +188,8 @@ fn x31_approving_an_expired_row_runs_nothing() {
 fn x34_a_task_rejected_by_the_command_ends_and_runs_nothing() {
     let (_serial, url, runs) = case("x34");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 3434}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice").to_string();
+    let (task, id) = alices_wire_task(a.addr, &url, 3434);
+    let id = id.to_string();
     let out = cli(&[
         "approvals",
         "reject",
@@ -248,25 +223,11 @@ fn x35_one_call_asked_as_a_form_and_as_a_task_runs_once() {
     let both =
         json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     let as_task = call(a.addr, ALICE, "px.wire", args.clone(), both, None);
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args.clone(),
-        form(),
-        Some((&state, "approve")),
-    );
+    let answered = answer_wire(a.addr, ALICE, args.clone(), &state, "approve");
     if let Some(task) = &as_task.task {
         let _ = poll_task(a.addr, task, Duration::from_secs(3));
     }
-    let again = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let again = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert!(
         count(&runs, "wire") <= 1,
         "{as_task:?} {answered:?} {again:?}"

@@ -23,14 +23,7 @@ fn x05_an_in_band_form_answered_after_a_fleet_lowering_runs_nothing() {
     let state = asked.state.clone().expect("an in-band form");
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert_eq!(count(&runs, "wire"), 0, "{answered:?}");
 }
 
@@ -61,8 +54,7 @@ fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
     let (task, id) = alices_wire_task(a.addr, &url, 707);
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(6));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(6));
     assert_eq!(count(&runs, "wire"), 0, "{status:?} {message}");
 }
 
@@ -73,8 +65,7 @@ fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
 #[test]
 fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
     let (_serial, url, runs) = case("x12");
-    let proxy = Proxy::new(port_of(&url));
-    let budget_url = proxy.url(&url);
+    let (proxy, budget_url) = proxied(&url);
     let a = start(
         &runs,
         &[
@@ -136,14 +127,12 @@ fn x18_a_fleet_raised_again_does_not_revive_a_pending_call() {
 #[test]
 fn x19_a_task_approved_while_its_process_has_lost_the_fleet_does_not_run() {
     let (_serial, url, runs) = case("x19");
-    let proxy = Proxy::new(port_of(&url));
-    let fleet_url = proxy.url(&url);
+    let (proxy, fleet_url) = proxied(&url);
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &fleet_url)]);
     let (task, id) = alices_wire_task(a.addr, &url, 1919);
     proxy.hold(true);
     thread::sleep(Duration::from_millis(2500));
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(3));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(3));
     let ran = count(&runs, "wire");
     proxy.hold(false);
     assert_eq!(ran, 0, "ran while the fleet was lost: {status:?} {message}");
@@ -170,14 +159,7 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
     thread::sleep(Duration::from_millis(1500));
     let mut said = Vec::new();
     for addr in [b.addr, a.addr] {
-        said.push(call(
-            addr,
-            ALICE,
-            "px.wire",
-            args.clone(),
-            form(),
-            Some((&state, "approve")),
-        ));
+        said.push(answer_wire(addr, ALICE, args.clone(), &state, "approve"));
     }
     assert_eq!(count(&runs, "wire"), 0, "{said:#?}");
 }
@@ -190,8 +172,7 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
 #[test]
 fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_run() {
     let (_serial, url, runs) = case("x40");
-    let proxy = Proxy::new(port_of(&url));
-    let store_url = proxy.url(&url);
+    let (proxy, store_url) = proxied(&url);
     let a = start(&runs, &[("PX_STORE", &store_url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 4040});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);

@@ -62,8 +62,7 @@ fn f04_verify_on_hostile_rows_does_not_crash_hang_or_pass() {
         let w = report.writer(writer).expect("every writer reported");
         assert!(!w.is_intact(), "{writer} verified: {shown}");
     }
-    let cli = toolgate(&["audit", "verify", &url]);
-    assert_eq!(cli.status.code(), Some(1), "{}", text(&cli));
+    let cli = toolgate_exits(&["audit", "verify", &url], 1);
     assert!(text(&cli).starts_with("BROKEN"), "{}", text(&cli));
 }
 
@@ -314,8 +313,7 @@ fn f23_writer_name_cannot_forge_a_line_of_the_verify_report() {
                      'fa.mark', 1, 1, '{{}}')"
         ),
     );
-    let cli = toolgate(&["audit", "verify", &url]);
-    assert_eq!(cli.status.code(), Some(1), "{}", text(&cli));
+    let cli = toolgate_exits(&["audit", "verify", &url], 1);
     let forged: Vec<String> = String::from_utf8_lossy(&cli.stdout)
         .lines()
         .filter(|l| l.starts_with("INTACT"))

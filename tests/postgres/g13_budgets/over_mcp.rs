@@ -17,8 +17,7 @@ fn x08_a_task_approved_after_another_process_spent_the_budget_does_not_exceed_it
     let (task, id) = alices_wire_task(a.addr, &url, 808);
     let noted = plain(b.addr, ALICE, "px.note", json!({"text": "x"}));
     assert_eq!(noted.code, "OK", "the unit was free: {noted:?}");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(6));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(6));
     let total = count(&runs, "wire") + count(&runs, "note");
     assert!(
         total <= 1,
@@ -57,8 +56,7 @@ fn x10_asking_again_while_pending_spends_nothing_and_the_budget_holds_across_pro
 #[test]
 fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
     let (_serial, url, runs) = case("x11");
-    let proxy = Proxy::new(port_of(&url));
-    let budget_url = proxy.url(&url);
+    let (proxy, budget_url) = proxied(&url);
     let a = start(
         &runs,
         &[
@@ -116,14 +114,7 @@ fn x20_an_in_band_answer_after_another_process_spent_the_budget_does_not_exceed_
     let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
     let state = asked.state.clone().expect("an in-band form");
     let noted = plain(b.addr, BOB, "px.note", json!({"text": "z"}));
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
     let total = count(&runs, "wire") + count(&runs, "note");
     assert!(total <= 1, "{total} runs: {noted:?} {answered:?}");
 }
@@ -138,14 +129,7 @@ fn x30_a_cancelled_task_keeps_no_unit_of_the_shared_budget() {
     let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
     let a = start(&runs, &env);
     let b = start(&runs, &env);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 3030}),
-        tasks(),
-        None,
-    );
+    let created = as_task(a.addr, ALICE, "px.wire", json!({"cents": 3030}));
     let task = created.task.clone().expect("a task");
     let n = IDS.fetch_add(1, Ordering::SeqCst);
     let cancel = json!({"jsonrpc": "2.0", "id": n, "method": "tasks/cancel",
@@ -229,8 +213,7 @@ fn x36_unanswered_in_band_forms_keep_no_unit_of_a_shared_budget() {
 #[test]
 fn x41_a_task_approved_while_its_budget_store_is_held_runs_at_most_once_after() {
     let (_serial, url, runs) = case("x41");
-    let proxy = Proxy::new(port_of(&url));
-    let budget_url = proxy.url(&url);
+    let (proxy, budget_url) = proxied(&url);
     let a = start(
         &runs,
         &[

@@ -3,7 +3,8 @@
 //! processes.
 
 pub(crate) use super::{
-    Racer, any_token, approve, cli, code, pending_id, rounds, sha256_hex, token, toolgate, wait,
+    Racer, any_token, approve, assert_pending, cli, cli_exits, code, parent_database, pending_id,
+    pending_wire_id, race_round, rounds, sha256_hex, token, toolgate, toolgate_exits, wait,
 };
 pub(crate) use crate::common;
 

@@ -1,7 +1,7 @@
 //! The mail tools (`mail.*`) under PostgreSQL budgets, and the racer: this binary run again
 //! (`TOOLGATE_BUDGET_CHILD=racer`) to call under a shared budget on command.
 
-pub(crate) use super::{Racer, rounds, wait};
+pub(crate) use super::{Racer, parent_database, race_round, rounds, wait};
 pub(crate) use crate::common;
 
 pub(crate) use std::io::{BufRead, Write};

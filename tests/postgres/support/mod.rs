@@ -47,6 +47,18 @@ pub(crate) fn child(module: &str, name: &str) -> Command {
     command
 }
 
+/// For a test of the parent process: the test held alone (`common::serial`) and a new database `name`;
+/// `None` when this binary runs again in a child's role (`role` is set), where only the child's test acts.
+pub(crate) fn parent_database(
+    role: &str,
+    name: &str,
+) -> Option<(std::sync::MutexGuard<'static, ()>, String)> {
+    if std::env::var(role).is_ok() {
+        return None;
+    }
+    Some((crate::common::serial(), database(name)))
+}
+
 /// A new empty folder `name` of this process under the temporary directory.
 pub(crate) fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("toolgate-test-{}-{name}", std::process::id()));
@@ -112,6 +124,19 @@ pub(crate) fn pending_id(store: &PostgresStore, tool: &str, arguments: &str) -> 
         .id
 }
 
+/// The id of the pending request of the wire `tool` to `account` of `cents` (its PIN redacted) in
+/// `store`.
+pub(crate) fn pending_wire_id(store: &PostgresStore, tool: &str, account: &str, cents: u64) -> i64 {
+    let shown = format!(r#"{{"account":"{account}","cents":{cents},"pin":"[REDACTED]"}}"#);
+    pending_id(store, tool, &shown)
+}
+
+/// Asserts that a call was refused to wait for an operator's answer.
+#[track_caller]
+pub(crate) fn assert_pending<T>(result: Result<T, Denied>) {
+    assert_eq!(code(result), DenialCode::ApprovalPending);
+}
+
 /// How many rounds the races between processes run (`TOOLGATE_PG_ROUNDS`, 1,000 by default).
 pub(crate) fn rounds() -> u64 {
     std::env::var("TOOLGATE_PG_ROUNDS")
@@ -130,6 +155,22 @@ pub(crate) fn cli(url: &str, args: &[&str]) -> Output {
         .env("USER", "alice")
         .output()
         .expect("the toolgate command runs")
+}
+
+/// `toolgate approvals ARGS` on the store of `url`, which must exit with `code`.
+#[track_caller]
+pub(crate) fn cli_exits(url: &str, args: &[&str], code: i32) -> Output {
+    let output = cli(url, args);
+    assert_eq!(output.status.code(), Some(code), "{}", out(&output));
+    output
+}
+
+/// `toolgate ARGS` as [`toolgate`] runs it, which must exit with `code`.
+#[track_caller]
+pub(crate) fn toolgate_exits(args: &[&str], code: i32) -> Output {
+    let output = toolgate(args);
+    assert_eq!(output.status.code(), Some(code), "{}", out(&output));
+    output
 }
 
 /// `toolgate ARGS`, with no store or fleet from the environment.
@@ -163,31 +204,16 @@ pub(crate) fn out(output: &Output) -> String {
 }
 
 /// Characters that hide, fake or reorder text on a terminal.
-pub(crate) const HIDDEN: [char; 14] = [
-    '\u{202e}',
-    '\u{2066}',
-    '\u{1b}',
-    '\u{9b}',
-    '\u{200b}',
-    '\u{2060}',
-    '\u{feff}',
-    '\u{ad}',
-    '\u{e0041}',
-    '\u{2028}',
-    '\u{2029}',
-    '\u{180e}',
-    '\u{115f}',
-    '\u{fe0f}',
-];
+pub(crate) const HIDDEN: &str = "\u{202e}\u{2066}\u{1b}\u{9b}\u{200b}\u{2060}\u{feff}\u{ad}\u{e0041}\u{2028}\u{2029}\u{180e}\u{115f}\u{fe0f}";
 /// `x` and each of `chars`.
-pub(crate) fn hidden_text(chars: &[char]) -> String {
-    chars.iter().map(|c| format!("x{c}")).collect()
+pub(crate) fn hidden_text(chars: &str) -> String {
+    chars.chars().map(|c| format!("x{c}")).collect()
 }
 /// Asserts that `output` shows each of `chars` escaped, none of them raw.
 #[track_caller]
-pub(crate) fn assert_shown_escaped(what: &str, chars: &[char], output: &Output) {
+pub(crate) fn assert_shown_escaped(what: &str, chars: &str, output: &Output) {
     let text = text(output);
-    for &c in chars {
+    for c in chars.chars() {
         assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
         let escape = format!("\\u{{{:04x}}}", u32::from(c));
         assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
@@ -294,6 +320,27 @@ impl Racer {
             .recv_timeout(ANSWER_WITHIN)
             .unwrap_or_else(|e| panic!("a racer did not answer within {ANSWER_WITHIN:?}: {e}"))
     }
+}
+
+/// Tells every racer `command` for `round`, and counts the racers that say `{round} ran`; any answer
+/// other than that or `{round} {refused}` fails the test.
+#[track_caller]
+pub(crate) fn race_round(racers: &mut [Racer], command: &str, round: u64, refused: &str) -> usize {
+    for racer in racers.iter_mut() {
+        racer.tell(command);
+    }
+    let mut ran = 0;
+    for racer in racers.iter_mut() {
+        let said = racer.said();
+        let (at, outcome) = said.split_once(' ').unwrap();
+        assert_eq!(at, round.to_string());
+        match outcome {
+            "ran" => ran += 1,
+            outcome if outcome == refused => {}
+            other => panic!("round {round}: a racer was refused with {other}"),
+        }
+    }
+    ran
 }
 
 impl Drop for Racer {

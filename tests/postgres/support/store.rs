@@ -2,8 +2,8 @@
 //! escalating shell, and gates and SQL helpers over the store's tables.
 
 pub(crate) use super::{
-    HIDDEN, any_token, approve, assert_shown_escaped, cli, code, hidden_text, out, pending_id,
-    sha256_hex, wait,
+    HIDDEN, any_token, approve, assert_pending, assert_shown_escaped, cli, cli_exits, code,
+    hidden_text, out, pending_id, pending_wire_id, sha256_hex, wait,
 };
 pub(crate) use crate::common;
 
@@ -121,6 +121,39 @@ pub(crate) fn gate_on(store: Arc<PostgresStore>, agent: &str, sink: Option<&Memo
     builder.build().expect("a gate")
 }
 
+/// The test held alone (`common::serial`), a new database `name`, and a store connected to it.
+pub(crate) fn serial_store(
+    name: &str,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    String,
+    Arc<PostgresStore>,
+) {
+    let serial = common::serial();
+    let url = database(name);
+    let store = Arc::new(connect(&url));
+    (serial, url, store)
+}
+
+/// The id of the request that `token` answers, in the store of `url`.
+pub(crate) fn id_of_token(url: &str, token: &str) -> String {
+    query(
+        url,
+        &format!(
+            "SELECT id FROM toolgate.approvals WHERE token_sha256 @> ARRAY['{}']",
+            sha256_hex(token)
+        ),
+    )[0][0]
+        .clone()
+        .unwrap()
+}
+
+/// `pay(note)` asked of `gate` and left waiting: the id of its request in `store`.
+pub(crate) fn pending_pay(gate: &Gate, store: &PostgresStore, note: &str) -> i64 {
+    any_token(gate.run(|| pay(note.into())));
+    pending_id(store, "atk3_bank.pay", &format!(r#"{{"note":"{note}"}}"#))
+}
+
 /// Runs `sql`, returning the error's text instead of panicking.
 pub(crate) fn exec_sql(url: &str, sql: &str) -> Result<(), String> {
     wait(async {
@@ -180,6 +213,11 @@ pub(crate) fn by_of(
         })
         .map(|r| r.by.clone())
         .collect()
+}
+
+/// The `by` of the records of calls of `tool` that ran on an operator's approval.
+pub(crate) fn approved_by(records: &[AuditRecord], tool: &str) -> Vec<Option<String>> {
+    by_of(records, Stage::Enter, Some(Decision::Approved), tool)
 }
 
 pub(crate) struct Holder {
