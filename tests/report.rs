@@ -374,18 +374,21 @@ mod cli {
 
     #[test]
     fn mode_parses_exact_lower_and_dashed_names() {
-        let cases = [
-            ("SHADOW", Mode::Shadow),
-            ("shadow", Mode::Shadow),
-            ("ADVISORY", Mode::Advisory),
-            ("PARTIAL_AUTO", Mode::PartialAuto),
-            ("partial-auto", Mode::PartialAuto),
-            ("FULL_AUTO", Mode::FullAuto),
-            ("full_auto", Mode::FullAuto),
-            ("full-auto", Mode::FullAuto),
-            ("FULL-AUTO", Mode::FullAuto),
-        ];
-        assert_parses("--mode", cases, |args| args.mode);
+        assert_parses(
+            "--mode",
+            [
+                ("SHADOW", Mode::Shadow),
+                ("shadow", Mode::Shadow),
+                ("ADVISORY", Mode::Advisory),
+                ("PARTIAL_AUTO", Mode::PartialAuto),
+                ("partial-auto", Mode::PartialAuto),
+                ("FULL_AUTO", Mode::FullAuto),
+                ("full_auto", Mode::FullAuto),
+                ("full-auto", Mode::FullAuto),
+                ("FULL-AUTO", Mode::FullAuto),
+            ],
+            |args| args.mode,
+        );
         assert_eq!(parse(&[]).unwrap().mode, Mode::Shadow);
         let error = parse(&["--mode", "turbo"]).unwrap_err();
         assert_eq!(error.kind(), clap::error::ErrorKind::InvalidValue);
@@ -407,14 +410,16 @@ mod cli {
 
     #[test]
     fn risk_parses_exact_lower_and_dashed_names() {
-        let cases = [
-            ("READ_ONLY", Risk::ReadOnly),
-            ("propose_only", Risk::ProposeOnly),
-            ("low-write", Risk::LowWrite),
-            ("HIGH-WRITE", Risk::HighWrite),
-        ]
-        .map(|(text, risk)| (text, Some(risk)));
-        assert_parses("--risk", cases, |args| args.risk);
+        assert_parses(
+            "--risk",
+            [
+                ("READ_ONLY", Risk::ReadOnly),
+                ("propose_only", Risk::ProposeOnly),
+                ("low-write", Risk::LowWrite),
+                ("HIGH-WRITE", Risk::HighWrite),
+            ],
+            |args| args.risk.expect("a risk"),
+        );
     }
 
     #[test]

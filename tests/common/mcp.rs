@@ -154,14 +154,11 @@ pub fn client_script(name: &str) -> PathBuf {
 /// Asserts that the run of the client `tests/mcp/{name}` passed and reported its checks.
 #[track_caller]
 pub fn assert_client_passed(output: &super::Output, name: &str) {
+    let reported = output.stdout.contains("checks passed");
     assert!(
+        output.success() && reported,
+        "tests/mcp/{name} failed (exit 0: {}, checks reported: {reported}): {}",
         output.success(),
-        "tests/mcp/{name} failed: {}",
-        output.describe()
-    );
-    assert!(
-        output.stdout.contains("checks passed"),
-        "{name} did not report its checks: {}",
         output.describe()
     );
 }

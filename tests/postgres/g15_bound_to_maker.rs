@@ -55,11 +55,8 @@ fn x01_an_answer_for_alice_in_one_process_runs_nothing_of_bobs_in_another() {
     let (_serial, url, runs) = case("x01");
     let (a, b) = two_on_store(&runs, &url);
     let args = json!({"cents": 101});
-    let first = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
+    let first = alices_wire_approved(a.addr, &url, args.clone(), &[]);
     assert_eq!(first.code, "APPROVAL_PENDING", "{first:?}");
-    let id = pending_id(&url, "px.wire", "alice");
-    let out = approve(&url, id, &[]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
     let by_bob = call(b.addr, BOB, "px.wire", args.clone(), json!({}), None);
     let bob_ran = count(&runs, "wire");
     let by_alice = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -77,10 +74,7 @@ fn x02_a_session_grant_of_alice_covers_no_call_of_bob() {
     let (_serial, url, runs) = case("x02");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let args = json!({"cents": 202});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    let out = approve(&url, id, &["--for-session"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    alices_wire_approved(a.addr, &url, args.clone(), &["--for-session"]);
     let by_alice = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     assert_eq!(by_alice.code, "OK", "{by_alice:?}");
     let by_bob = call(a.addr, BOB, "px.wire", args.clone(), json!({}), None);
@@ -100,12 +94,9 @@ fn x02_a_session_grant_of_alice_covers_no_call_of_bob() {
 /// runs nothing.
 #[test]
 fn x03_bob_answering_alices_in_band_form_approves_nothing_of_hers() {
-    let _serial = common::serial();
-    let runs = scratch("x03");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
+    let (_serial, runs, a) = in_band_case("x03");
     let args = json!({"cents": 303});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let by_bob = answer_wire(a.addr, BOB, args.clone(), &state, "approve");
     let plain = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
     assert_eq!(
@@ -189,9 +180,7 @@ fn x16_an_approved_row_of_one_agent_runs_nothing_of_another() {
     let a = start(&runs, &[("PX_STORE", &url), ("PX_AGENT", "desk-a")]);
     let b = start(&runs, &[("PX_STORE", &url), ("PX_AGENT", "desk-b")]);
     let args = json!({"cents": 1616});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     let by_b = call(b.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     assert_ne!(by_b.code, "OK", "desk-b ran desk-a's approved call");
     let by_a = call(a.addr, ALICE, "px.wire", args, json!({}), None);
@@ -222,8 +211,7 @@ fn x21_an_in_band_state_of_one_agent_runs_nothing_in_another() {
         ],
     );
     let args = json!({"cents": 2121});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let in_b = answer_wire(b.addr, ALICE, args, &state, "approve");
     assert_eq!(count(&runs, "wire"), 0, "{in_b:?}");
 }
@@ -285,12 +273,9 @@ fn x29_bobs_approved_row_runs_nothing_of_alices_waiting_call() {
 /// nothing of alice's, so her approval runs her call once.
 #[test]
 fn x37_bob_rejecting_alices_in_band_form_decides_nothing_of_hers() {
-    let _serial = common::serial();
-    let runs = scratch("x37");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
+    let (_serial, runs, a) = in_band_case("x37");
     let args = json!({"cents": 3737});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let by_bob = answer_wire(a.addr, BOB, args.clone(), &state, "reject");
     let by_alice = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert_eq!(

@@ -90,8 +90,7 @@ fn a11_schema_names_cannot_inject_and_schemas_are_separate() {
 #[test]
 fn a12_injection_through_arguments_names_and_reasons_changes_nothing() {
     let (_serial, url, store) = serial_store("atk3_inject");
-    let sink = MemorySink::new();
-    let gate = gate_on(store.clone(), "inject", Some(&sink));
+    let (sink, gate) = audited_gate_on(&store, "inject");
     let big = "x".repeat(200_000);
     let notes = [
         "'); DROP TABLE toolgate.approvals; --".to_owned(),

@@ -15,8 +15,7 @@ fn x04_one_in_band_answer_sent_to_two_processes_runs_at_most_once() {
     let a = start(&runs, &env);
     let b = start(&runs, &env);
     let args = json!({"cents": 404});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let mut said = Vec::new();
     for addr in [b.addr, a.addr, b.addr, a.addr] {
         said.push(answer_wire(addr, ALICE, args.clone(), &state, "approve"));
@@ -65,10 +64,7 @@ fn x17_racing_answers_to_one_row_give_one_answer_and_one_run_at_most() {
 fn x22_approvals_list_shows_no_hidden_characters_or_forged_lines() {
     let (_serial, url, runs) = case("x22");
     let (_a, _) = hostile_request(&url, &runs);
-    let out = cli(&["approvals", "list", "--store", &url]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(shown_badly(&text), None, "{text:?}");
+    assert_shown_clean(&["approvals", "list", "--store", &url]);
 }
 
 /// The same text through `toolgate approvals show ID` (the manifest, the arguments, where it
@@ -77,10 +73,7 @@ fn x22_approvals_list_shows_no_hidden_characters_or_forged_lines() {
 fn x23_approvals_show_shows_no_hidden_characters_or_forged_lines() {
     let (_serial, url, runs) = case("x23");
     let (_a, id) = hostile_request(&url, &runs);
-    let out = cli(&["approvals", "show", &id.to_string(), "--store", &url]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(shown_badly(&text), None, "{text:?}");
+    assert_shown_clean(&["approvals", "show", &id.to_string(), "--store", &url]);
 }
 
 /// The in-band form shows agent-written text to the client's user: the arguments of a hostile call.
@@ -88,9 +81,7 @@ fn x23_approvals_show_shows_no_hidden_characters_or_forged_lines() {
 /// characters and of lines the agent forged.
 #[test]
 fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
-    let _serial = common::serial();
-    let runs = scratch("x24");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
+    let (_serial, _runs, a) = in_band_case("x24");
     let asked = call(
         a.addr,
         ALICE,
@@ -124,9 +115,7 @@ fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
         ],
     );
     let args = json!({"cents": 2525});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     proxy.hold(true);
     let held = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     thread::sleep(Duration::from_millis(500));
@@ -218,8 +207,7 @@ fn x35_one_call_asked_as_a_form_and_as_a_task_runs_once() {
     let (_serial, url, runs) = case("x35");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_INBAND", KEY)]);
     let args = json!({"cents": 3535});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let both =
         json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     let as_task = call(a.addr, ALICE, "px.wire", args.clone(), both, None);
@@ -232,4 +220,13 @@ fn x35_one_call_asked_as_a_form_and_as_a_task_runs_once() {
         count(&runs, "wire") <= 1,
         "{as_task:?} {answered:?} {again:?}"
     );
+}
+
+/// `toolgate ARGS` exits 0, and what it prints has no hidden character and no forged line.
+#[track_caller]
+fn assert_shown_clean(args: &[&str]) {
+    let out = cli(args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(shown_badly(&text), None, "{text:?}");
 }

@@ -19,8 +19,7 @@ fn x05_an_in_band_form_answered_after_a_fleet_lowering_runs_nothing() {
         ],
     );
     let args = json!({"cents": 505});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
     let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
@@ -35,9 +34,7 @@ fn x06_an_approved_request_retried_after_a_fleet_lowering_does_not_run() {
     let (_serial, url, runs) = case("x06");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 606});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
     let retried = call(a.addr, ALICE, "px.wire", args, json!({}), None);
@@ -153,8 +150,7 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
     let a = start(&runs, &env);
     let b = start(&runs, &env);
     let args = json!({"cents": 2828});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     lower(&url, "px", "SHADOW");
     thread::sleep(Duration::from_millis(1500));
     let mut said = Vec::new();
@@ -175,9 +171,7 @@ fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_
     let (proxy, store_url) = proxied(&url);
     let a = start(&runs, &[("PX_STORE", &store_url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 4040});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     proxy.hold(true);
     let addr = a.addr;
     let waiting = thread::spawn(move || call(addr, ALICE, "px.wire", args, json!({}), None));

@@ -156,12 +156,10 @@ fn f14_exit_record_written_during_an_outage_is_not_lost() {
     proxy.heal();
     assert_eq!(runs_within_ten_seconds(&gate, "f14-after", 5), 5);
     drop(gate);
-    let report = verify_trail(&url, "toolgate").unwrap();
-    assert!(report.is_intact(), "{report}");
-    let unpaired: Vec<Option<String>> = unpaired_enters(&url, "f14").iter().map(tag_of).collect();
-    assert!(
-        unpaired.is_empty(),
-        "exit records lost with a failed group; verify reports them as interrupted: {unpaired:?}"
+    assert_intact_and_paired(
+        &url,
+        "f14",
+        "exit records lost with a failed group; verify reports them as interrupted",
     );
 }
 
@@ -213,12 +211,10 @@ fn f25_exit_record_written_after_the_connection_was_terminated_is_not_lost() {
     assert!(call.join().unwrap().is_ok());
     assert_eq!(runs_within_ten_seconds(&gate, "f25-after", 5), 5);
     drop(gate);
-    let report = verify_trail(&url, "toolgate").unwrap();
-    assert!(report.is_intact(), "{report}");
-    let unpaired: Vec<Option<String>> = unpaired_enters(&url, "f25").iter().map(tag_of).collect();
-    assert!(
-        unpaired.is_empty(),
-        "an exit record was lost with its connection; verify reports the call as interrupted: {unpaired:?}"
+    assert_intact_and_paired(
+        &url,
+        "f25",
+        "an exit record was lost with its connection; verify reports the call as interrupted",
     );
 }
 

@@ -77,18 +77,11 @@ fn the_window_slides_by_the_database_clock_and_async_calls_count() {
 
 #[test]
 fn a_stopped_server_refuses_the_calls_a_budget_covers() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, cluster, url, store)) =
+        parent_store_on_own_cluster(CHILD_ROLE, "budget_fault")
+    else {
         return;
-    }
-    let _serial = common::serial();
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("budget_fault");
-    let store = Arc::new(
-        PostgresStore::builder()
-            .timeout(Duration::from_secs(1))
-            .connect(&url)
-            .unwrap(),
-    );
+    };
     let gate = Gate::builder()
         .mode(Mode::PartialAuto)
         .budget(Risk::LowWrite, 100, HOUR)

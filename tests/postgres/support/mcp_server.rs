@@ -5,7 +5,7 @@
 
 pub(crate) use crate::common;
 
-pub(crate) use std::fs::{self, OpenOptions};
+pub(crate) use std::fs;
 pub(crate) use std::io::{BufRead, BufReader, Read, Write};
 pub(crate) use std::net::{SocketAddr, TcpListener, TcpStream};
 pub(crate) use std::path::{Path, PathBuf};
@@ -42,12 +42,7 @@ pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 pub(crate) fn ran(line: String) {
     if let Ok(path) = std::env::var("PX_RUNS") {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .expect("the runs file");
-        writeln!(file, "{line} {}", std::process::id()).expect("a run written");
+        super::append_run(path, &line);
     }
 }
 
@@ -698,6 +693,38 @@ pub(crate) fn strings(value: &Value, out: &mut Vec<String>) {
         Value::Object(o) => o.values().for_each(|v| strings(v, out)),
         _ => {}
     }
+}
+
+/// The test held alone, a new folder `name` for the runs, and a server answering in band.
+pub(crate) fn in_band_case(name: &str) -> (std::sync::MutexGuard<'static, ()>, PathBuf, Server) {
+    let serial = common::serial();
+    let runs = scratch(name);
+    let server = start(&runs, &[("PX_INBAND", KEY)]);
+    (serial, runs, server)
+}
+
+/// Alice's call of `px.wire` with `arguments` from a client that shows forms: what it said, and the
+/// state of the in-band form it must have shown.
+pub(crate) fn alices_form(addr: SocketAddr, arguments: Value) -> (Said, String) {
+    let asked = call(addr, ALICE, "px.wire", arguments, form(), None);
+    let state = asked.state.clone().expect("an in-band form");
+    (asked, state)
+}
+
+/// Alice's plain call of `px.wire` with `arguments` at `addr`, left waiting in the store of `url`,
+/// then approved with the command (with `extra`), which must exit 0: what the call said.
+#[track_caller]
+pub(crate) fn alices_wire_approved(
+    addr: SocketAddr,
+    url: &str,
+    arguments: Value,
+    extra: &[&str],
+) -> Said {
+    let first = plain(addr, ALICE, "px.wire", arguments);
+    let id = pending_id(url, "px.wire", "alice");
+    let out = approve(url, id, extra);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    first
 }
 
 /// The operator approves the request `id` in the store of `url` with the command (which must exit 0);

@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use toolgate::approval::store::Answer;
+use toolgate::approval::store::{Answer, ApproveError};
 use toolgate::audit::{AuditSink, Checkpoints, PublicKey, SigningKey};
 use toolgate::postgres::PostgresSink;
 use toolgate::postgres::PostgresStore;
@@ -57,6 +57,43 @@ pub(crate) fn parent_database(
         return None;
     }
     Some((crate::common::serial(), database(name)))
+}
+
+/// A cluster of its own that a test may stop (`fsync` off), a new database `name` on it, and a store of
+/// that database whose statements time out after a second.
+pub(crate) fn store_on_own_cluster(
+    name: &str,
+) -> (
+    crate::common::postgres::Cluster,
+    String,
+    std::sync::Arc<PostgresStore>,
+) {
+    let cluster = crate::common::postgres::Cluster::new(&["fsync=off"]);
+    let url = cluster.database(name);
+    let store = PostgresStore::builder()
+        .timeout(Duration::from_secs(1))
+        .connect(&url)
+        .unwrap();
+    (cluster, url, std::sync::Arc::new(store))
+}
+
+/// For a test of the parent process that stops its server: the test held alone, and a store on a
+/// cluster of its own ([`store_on_own_cluster`]); `None` in a child's role (`role` is set).
+pub(crate) fn parent_store_on_own_cluster(
+    role: &str,
+    name: &str,
+) -> Option<(
+    std::sync::MutexGuard<'static, ()>,
+    crate::common::postgres::Cluster,
+    String,
+    std::sync::Arc<PostgresStore>,
+)> {
+    if std::env::var(role).is_ok() {
+        return None;
+    }
+    let serial = crate::common::serial();
+    let (cluster, url, store) = store_on_own_cluster(name);
+    Some((serial, cluster, url, store))
 }
 
 /// A new empty folder `name` of this process under the temporary directory.
@@ -137,6 +174,41 @@ pub(crate) fn assert_pending<T>(result: Result<T, Denied>) {
     assert_eq!(code(result), DenialCode::ApprovalPending);
 }
 
+/// Asserts that a call was refused because the approval store did not answer.
+#[track_caller]
+pub(crate) fn assert_store_unavailable<T>(result: Result<T, Denied>) {
+    assert_eq!(code(result), DenialCode::ApprovalStoreUnavailable);
+}
+
+/// Asserts that an operator's answer failed because the approval store did not answer.
+#[track_caller]
+pub(crate) fn assert_answer_lost<T: std::fmt::Debug>(answered: Result<T, ApproveError>) {
+    assert!(
+        matches!(answered, Err(ApproveError::Store(_))),
+        "{answered:?}"
+    );
+}
+
+/// Appends `line` and this process's id to the runs file at `path`, so that a parent counts the runs of
+/// every process.
+pub(crate) fn append_run(path: impl AsRef<Path>, line: &str) {
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("the runs file opens");
+    writeln!(file, "{line} {}", std::process::id()).expect("the run is written");
+}
+
+/// Asserts that `result` is an error whose text says `expected`.
+#[track_caller]
+pub(crate) fn assert_refused_saying<T, E: std::fmt::Display>(result: Result<T, E>, expected: &str) {
+    match result {
+        Ok(_) => panic!("accepted; expected an error saying {expected:?}"),
+        Err(error) => assert!(error.to_string().contains(expected), "{error}"),
+    }
+}
+
 /// How many rounds the races between processes run (`TOOLGATE_PG_ROUNDS`, 1,000 by default).
 pub(crate) fn rounds() -> u64 {
     std::env::var("TOOLGATE_PG_ROUNDS")
@@ -171,6 +243,15 @@ pub(crate) fn toolgate_exits(args: &[&str], code: i32) -> Output {
     let output = toolgate(args);
     assert_eq!(output.status.code(), Some(code), "{}", out(&output));
     output
+}
+
+/// `toolgate ARGS`, which must exit with `code` and print `expected`: what it printed, stdout then
+/// stderr.
+#[track_caller]
+pub(crate) fn toolgate_prints(args: &[&str], code: i32, expected: &str) -> String {
+    let printed = text(&toolgate_exits(args, code));
+    assert!(printed.contains(expected), "{printed}");
+    printed
 }
 
 /// `toolgate ARGS`, with no store or fleet from the environment.

@@ -2,8 +2,9 @@
 //! escalating shell, and gates and SQL helpers over the store's tables.
 
 pub(crate) use super::{
-    HIDDEN, any_token, approve, assert_pending, assert_shown_escaped, cli, cli_exits, code,
-    hidden_text, out, pending_id, pending_wire_id, sha256_hex, wait,
+    HIDDEN, any_token, approve, assert_answer_lost, assert_pending, assert_shown_escaped,
+    assert_store_unavailable, cli, cli_exits, code, hidden_text, out, pending_id, pending_wire_id,
+    sha256_hex, store_on_own_cluster, wait,
 };
 pub(crate) use crate::common;
 
@@ -12,7 +13,7 @@ pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
 pub(crate) use std::sync::{Arc, Barrier, Mutex};
 pub(crate) use std::time::{Duration, Instant};
 
-pub(crate) use crate::common::postgres::{Cluster, database, query};
+pub(crate) use crate::common::postgres::{database, query};
 pub(crate) use toolgate::approval::store::{Answer, ApproveError};
 pub(crate) use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
 pub(crate) use toolgate::postgres::{PostgresStore, RequestState};
@@ -154,6 +155,18 @@ pub(crate) fn pending_pay(gate: &Gate, store: &PostgresStore, note: &str) -> i64
     pending_id(store, "atk3_bank.pay", &format!(r#"{{"note":"{note}"}}"#))
 }
 
+/// A gate of `agent` over `store` auditing into a memory sink, and that sink.
+pub(crate) fn audited_gate_on(store: &Arc<PostgresStore>, agent: &str) -> (MemorySink, Gate) {
+    let sink = MemorySink::new();
+    let gate = gate_on(store.clone(), agent, Some(&sink));
+    (sink, gate)
+}
+
+/// A gate of `agent` over a store of its own on the database of `url`, as another process has.
+pub(crate) fn gate_elsewhere(url: &str, agent: &str) -> Gate {
+    gate_on(Arc::new(connect(url)), agent, None)
+}
+
 /// Runs `sql`, returning the error's text instead of panicking.
 pub(crate) fn exec_sql(url: &str, sql: &str) -> Result<(), String> {
     wait(async {
@@ -218,6 +231,19 @@ pub(crate) fn by_of(
 /// The `by` of the records of calls of `tool` that ran on an operator's approval.
 pub(crate) fn approved_by(records: &[AuditRecord], tool: &str) -> Vec<Option<String>> {
     by_of(records, Stage::Enter, Some(Decision::Approved), tool)
+}
+
+/// What `f` returns, which it must return within `limit`.
+#[track_caller]
+pub(crate) fn within<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let value = f();
+    assert!(
+        started.elapsed() < limit,
+        "took {:?}, more than {limit:?}",
+        started.elapsed()
+    );
+    value
 }
 
 pub(crate) struct Holder {

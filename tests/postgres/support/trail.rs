@@ -648,3 +648,13 @@ pub(crate) fn member_behind_proxy(name: &str, grace_ms: u64) -> (String, Proxy, 
     let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
     (url, proxy, fleet, gate)
 }
+
+/// Asserts that the trail of `url` verifies, and that every `enter` of `writer` has its `exit`; `lost`
+/// says what an `enter` without one would mean.
+#[track_caller]
+pub(crate) fn assert_intact_and_paired(url: &str, writer: &str, lost: &str) {
+    let report = verify_trail(url, "toolgate").unwrap();
+    assert!(report.is_intact(), "{report}");
+    let unpaired: Vec<Option<String>> = unpaired_enters(url, writer).iter().map(tag_of).collect();
+    assert!(unpaired.is_empty(), "{lost}: {unpaired:?}");
+}
