@@ -12,8 +12,7 @@ use crate::support::mcp_server::*;
 fn x04_one_in_band_answer_sent_to_two_processes_runs_at_most_once() {
     let (_serial, url, runs) = case("x04");
     let env = [("PX_STORE", url.as_str()), ("PX_INBAND", KEY)];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (a, b) = (start(&runs, &env), start(&runs, &env));
     let args = json!({"cents": 404});
     let (_, state) = alices_form(a.addr, args.clone());
     let mut said = Vec::new();

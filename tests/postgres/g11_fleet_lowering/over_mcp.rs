@@ -74,14 +74,10 @@ fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
     );
     let warm = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     assert_eq!(warm.code, "OK", "{warm:?}");
-    proxy.hold(true);
     let addr = a.addr;
-    let waiting = thread::spawn(move || plain(addr, ALICE, "px.note", json!({"text": "b"})));
-    thread::sleep(Duration::from_millis(300));
-    lower(&url, "px", "ADVISORY");
-    thread::sleep(Duration::from_millis(1500));
-    proxy.hold(false);
-    let said = waiting.join().expect("the call");
+    let said = lowered_while_held(&proxy, &url, "ADVISORY", (300, 1500), move || {
+        plain(addr, ALICE, "px.note", json!({"text": "b"}))
+    });
     assert_eq!(count(&runs, "note"), 1, "the waiting note ran: {said:?}");
 }
 
@@ -147,8 +143,7 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
         ("PX_INBAND", KEY),
         ("PX_FLEET_URL", url.as_str()),
     ];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (a, b) = (start(&runs, &env), start(&runs, &env));
     let args = json!({"cents": 2828});
     let (_, state) = alices_form(a.addr, args.clone());
     lower(&url, "px", "SHADOW");
@@ -172,14 +167,10 @@ fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_
     let a = start(&runs, &[("PX_STORE", &store_url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 4040});
     alices_wire_approved(a.addr, &url, args.clone(), &[]);
-    proxy.hold(true);
     let addr = a.addr;
-    let waiting = thread::spawn(move || call(addr, ALICE, "px.wire", args, json!({}), None));
-    thread::sleep(Duration::from_millis(200));
-    lower(&url, "px", "PARTIAL_AUTO");
-    thread::sleep(Duration::from_millis(1000));
-    proxy.hold(false);
-    let said = waiting.join().expect("the call");
+    let said = lowered_while_held(&proxy, &url, "PARTIAL_AUTO", (200, 1000), move || {
+        call(addr, ALICE, "px.wire", args, json!({}), None)
+    });
     assert_eq!(count(&runs, "wire"), 0, "{said:?}");
 }
 
@@ -195,4 +186,22 @@ fn x42_a_fleet_lowering_reaches_every_principals_gate() {
     let by_alice = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     let by_bob = plain(a.addr, BOB, "px.note", json!({"text": "b"}));
     assert_eq!(count(&runs, "note"), 0, "{by_alice:?} {by_bob:?}");
+}
+
+/// `call` made in a thread while `proxy` holds every byte of its link; `settle` ms later the fleet `px`
+/// of `url` is lowered to `to`, and `grace` ms after that the link answers again: what the call said.
+fn lowered_while_held(
+    proxy: &Proxy,
+    url: &str,
+    to: &str,
+    (settle, grace): (u64, u64),
+    call: impl FnOnce() -> Said + Send + 'static,
+) -> Said {
+    proxy.hold(true);
+    let waiting = thread::spawn(call);
+    thread::sleep(Duration::from_millis(settle));
+    lower(url, "px", to);
+    thread::sleep(Duration::from_millis(grace));
+    proxy.hold(false);
+    waiting.join().expect("the call")
 }

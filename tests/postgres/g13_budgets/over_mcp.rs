@@ -227,7 +227,6 @@ fn sharing_a_budget(
     let (serial, url, runs) = case(name);
     let mut env = vec![("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
     env.extend_from_slice(more);
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (a, b) = (start(&runs, &env), start(&runs, &env));
     (serial, url, runs, a, b)
 }
