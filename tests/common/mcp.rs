@@ -40,6 +40,8 @@ pub struct Python {
 impl Python {
     pub fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
+        // The clients import `tests/mcp/checking.py`: no bytecode is written into the source tree.
+        command.env("PYTHONDONTWRITEBYTECODE", "1");
         if let Some(path) = &self.path {
             command.env("PYTHONPATH", path);
         }
