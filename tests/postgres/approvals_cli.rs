@@ -101,9 +101,9 @@ fn approved_through_the_command_runs_once_here_and_nothing_else_does() {
     std::thread::sleep(Duration::from_millis(1_300));
     let too_late = cli_exits(&url, &["approve", &late.to_string()], 1);
     assert!(String::from_utf8_lossy(&too_late.stderr).contains("expired"));
-    assert_eq!(
-        code(short.run(|| wire("slow".into(), 1, "1".into()))),
-        DenialCode::ApprovalExpired
+    assert_refused(
+        short.run(|| wire("slow".into(), 1, "1".into())),
+        DenialCode::ApprovalExpired,
     );
     assert_eq!(WIRES.load(Ordering::SeqCst), before + 1);
 
@@ -351,9 +351,9 @@ fn a13_the_command_answers_only_what_it_may_with_its_documented_exit_codes() {
     expect(&["reject", &b, "--reason", "no", "--stop"], &[1]);
     // The answers stand as first given.
     gate.run(|| pay("cli-a".into())).unwrap();
-    assert_eq!(
-        code(gate.run(|| pay("cli-b".into()))),
-        DenialCode::ApprovalRejected
+    assert_refused(
+        gate.run(|| pay("cli-b".into())),
+        DenialCode::ApprovalRejected,
     );
     expect(&["approve", &a], &[1]);
     expect(&["approve", &b], &[1]);

@@ -3,10 +3,10 @@
 //! processes.
 
 pub(crate) use super::{
-    Racer, any_token, approve, assert_answer_lost, assert_pending, assert_refused_saying,
-    assert_store_unavailable, cli, cli_exits, code, parent_database, parent_store_on_own_cluster,
-    pending_id, pending_wire_id, race_round, rounds, sha256_hex, token, toolgate, toolgate_exits,
-    wait,
+    Racer, any_token, approve, assert_answer_lost, assert_pending, assert_refused,
+    assert_refused_saying, assert_store_unavailable, cli, cli_exits, code, parent_database,
+    parent_store_on_own_cluster, pending_id, pending_wire_id, race_round, rounds, sha256_hex,
+    token, toolgate, toolgate_exits, wait,
 };
 pub(crate) use crate::common;
 

@@ -174,6 +174,12 @@ pub(crate) fn assert_pending<T>(result: Result<T, Denied>) {
     assert_eq!(code(result), DenialCode::ApprovalPending);
 }
 
+/// Asserts that a call was refused with `expected`.
+#[track_caller]
+pub(crate) fn assert_refused<T>(result: Result<T, Denied>, expected: DenialCode) {
+    assert_eq!(code(result), expected);
+}
+
 /// Asserts that a call was refused because the approval store did not answer.
 #[track_caller]
 pub(crate) fn assert_store_unavailable<T>(result: Result<T, Denied>) {

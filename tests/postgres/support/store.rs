@@ -2,9 +2,9 @@
 //! escalating shell, and gates and SQL helpers over the store's tables.
 
 pub(crate) use super::{
-    HIDDEN, any_token, approve, assert_answer_lost, assert_pending, assert_shown_escaped,
-    assert_store_unavailable, cli, cli_exits, code, hidden_text, out, pending_id, pending_wire_id,
-    sha256_hex, store_on_own_cluster, wait,
+    HIDDEN, any_token, approve, assert_answer_lost, assert_pending, assert_refused,
+    assert_shown_escaped, assert_store_unavailable, cli, cli_exits, code, hidden_text, out,
+    pending_id, pending_wire_id, sha256_hex, store_on_own_cluster, wait,
 };
 pub(crate) use crate::common;
 
