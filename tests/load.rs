@@ -42,28 +42,27 @@ fn count_allocation() {
     let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
 }
 
+/// `ptr`, a new allocation of `layout` (or null), counted if it was made.
+fn counted(ptr: *mut u8, layout: Layout) -> *mut u8 {
+    if !ptr.is_null() {
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        count_allocation();
+    }
+    ptr
+}
+
 // SAFETY: every method forwards to `System` with the arguments it was given, under the same contract,
 // and returns what `System` returned; the only addition is arithmetic on an atomic counter, which neither
 // allocates nor touches the memory.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which is `System.alloc`'s.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-            count_allocation();
-        }
-        ptr
+        counted(unsafe { System.alloc(layout) }, layout)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as for `alloc`.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-            count_allocation();
-        }
-        ptr
+        counted(unsafe { System.alloc_zeroed(layout) }, layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {

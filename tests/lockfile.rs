@@ -70,6 +70,14 @@ impl TempDir {
     fn file(&self) -> PathBuf {
         self.0.join("tools.lock.json")
     }
+
+    /// A new folder `name` whose lockfile is [`EXPECTED`], and that lockfile's path.
+    fn locked(name: &str) -> (TempDir, PathBuf) {
+        let dir = TempDir::new(name);
+        let path = dir.file();
+        std::fs::write(&path, EXPECTED).unwrap();
+        (dir, path)
+    }
 }
 
 impl Drop for TempDir {
@@ -105,91 +113,8 @@ fn change_lines(error: &LockfileError) -> Vec<String> {
         .collect()
 }
 
-const EXPECTED: &str = r#"[
-  {
-    "id": "users.delete_user",
-    "domain": "users",
-    "description": "Delete a user.",
-    "risk_level": "HIGH_WRITE",
-    "side_effects": true,
-    "allowed_modes": [
-      "FULL_AUTO"
-    ],
-    "idempotent": false,
-    "open_world": false,
-    "source": {
-      "module_path": "lockfile"
-    },
-    "callable": false,
-    "escalate": null,
-    "redact": [],
-    "record_arguments": false
-  },
-  {
-    "id": "users.get_user",
-    "domain": "users",
-    "description": "Look a user up.",
-    "risk_level": "READ_ONLY",
-    "side_effects": false,
-    "allowed_modes": [
-      "SHADOW",
-      "ADVISORY",
-      "PARTIAL_AUTO",
-      "FULL_AUTO"
-    ],
-    "idempotent": false,
-    "open_world": false,
-    "source": {
-      "module_path": "lockfile"
-    },
-    "callable": false,
-    "escalate": null,
-    "redact": [],
-    "record_arguments": false
-  },
-  {
-    "id": "users.label_user",
-    "domain": "users",
-    "description": "Label a user.",
-    "risk_level": "LOW_WRITE",
-    "side_effects": true,
-    "allowed_modes": [
-      "PARTIAL_AUTO"
-    ],
-    "idempotent": false,
-    "open_world": false,
-    "source": {
-      "module_path": "lockfile"
-    },
-    "callable": false,
-    "escalate": null,
-    "redact": [],
-    "record_arguments": false
-  },
-  {
-    "id": "users.run_job",
-    "domain": "users",
-    "description": "Run a job.",
-    "risk_level": "LOW_WRITE",
-    "side_effects": true,
-    "allowed_modes": [
-      "PARTIAL_AUTO",
-      "FULL_AUTO"
-    ],
-    "idempotent": false,
-    "open_world": false,
-    "source": {
-      "module_path": "lockfile"
-    },
-    "callable": true,
-    "escalate": "classify",
-    "redact": [
-      "token"
-    ],
-    "record_arguments": true
-  }
-]
-"#;
+/// The lockfile of this binary's tools, as `lockfile::render` writes it.
+const EXPECTED: &str = include_str!("lockfile/expected.json");
 
 #[test]
 fn overwrite_writes_the_sorted_manifests_without_source_lines() {
@@ -221,9 +146,7 @@ fn overwrite_creates_missing_directories_and_replaces_a_stale_file() {
 
 #[test]
 fn check_passes_on_the_same_set_in_any_order_and_formatting() {
-    let dir = TempDir::new("same");
-    let path = dir.file();
-    std::fs::write(&path, EXPECTED).unwrap();
+    let (_dir, path) = TempDir::locked("same");
     lockfile::check_with(&path, base(), Update::Check).unwrap();
     lockfile::check_with(&path, base().iter().rev(), Update::Check).unwrap();
 
@@ -239,9 +162,7 @@ fn check_passes_on_the_same_set_in_any_order_and_formatting() {
 
 #[test]
 fn the_source_line_is_not_locked() {
-    let dir = TempDir::new("line");
-    let path = dir.file();
-    std::fs::write(&path, EXPECTED).unwrap();
+    let (_dir, path) = TempDir::locked("line");
     let mut moved = base();
     for m in &mut moved {
         m.source.line += 100;
@@ -252,9 +173,7 @@ fn the_source_line_is_not_locked() {
 
 #[test]
 fn escalations_and_newly_allowed_modes_come_first() {
-    let dir = TempDir::new("escalation");
-    let path = dir.file();
-    std::fs::write(&path, EXPECTED).unwrap();
+    let (_dir, path) = TempDir::locked("escalation");
 
     let mut now = base();
     let get = tool_mut(&mut now, "users.get_user");
@@ -302,9 +221,7 @@ fn escalations_and_newly_allowed_modes_come_first() {
 
 #[test]
 fn lowered_risk_and_narrowed_modes_are_plain_changes() {
-    let dir = TempDir::new("lowered");
-    let path = dir.file();
-    std::fs::write(&path, EXPECTED).unwrap();
+    let (_dir, path) = TempDir::locked("lowered");
 
     let mut now = base();
     let delete = tool_mut(&mut now, "users.delete_user");
@@ -341,9 +258,7 @@ fn lowered_risk_and_narrowed_modes_are_plain_changes() {
 
 #[test]
 fn a_mode_swap_counts_as_newly_allowed() {
-    let dir = TempDir::new("swap");
-    let path = dir.file();
-    std::fs::write(&path, EXPECTED).unwrap();
+    let (_dir, path) = TempDir::locked("swap");
     let mut now = base();
     tool_mut(&mut now, "users.label_user").allowed_modes = ModeSet::of(&[Mode::FullAuto]);
     let error = lockfile::check_with(&path, &now, Update::Check).unwrap_err();

@@ -352,21 +352,43 @@ mod cli {
         Args::try_parse_from(std::iter::once("app").chain(args.iter().copied()))
     }
 
+    /// Asserts that `flag TEXT` parses, for each `(TEXT, value)` of `cases`, to what `field` reads `value`.
+    #[track_caller]
+    fn assert_parses<T: PartialEq + std::fmt::Debug, const N: usize>(
+        flag: &str,
+        cases: [(&str, T); N],
+        field: impl Fn(Args) -> T,
+    ) {
+        for (text, value) in cases {
+            assert_eq!(field(parse(&[flag, text]).unwrap()), value, "{text}");
+        }
+    }
+
+    /// The names `--help` shows for the values of `T`.
+    fn names<T: ValueEnum>() -> Vec<String> {
+        T::value_variants()
+            .iter()
+            .map(|v| v.to_possible_value().unwrap().get_name().to_owned())
+            .collect()
+    }
+
     #[test]
     fn mode_parses_exact_lower_and_dashed_names() {
-        for (text, mode) in [
-            ("SHADOW", Mode::Shadow),
-            ("shadow", Mode::Shadow),
-            ("ADVISORY", Mode::Advisory),
-            ("PARTIAL_AUTO", Mode::PartialAuto),
-            ("partial-auto", Mode::PartialAuto),
-            ("FULL_AUTO", Mode::FullAuto),
-            ("full_auto", Mode::FullAuto),
-            ("full-auto", Mode::FullAuto),
-            ("FULL-AUTO", Mode::FullAuto),
-        ] {
-            assert_eq!(parse(&["--mode", text]).unwrap().mode, mode, "{text}");
-        }
+        assert_parses(
+            "--mode",
+            [
+                ("SHADOW", Mode::Shadow),
+                ("shadow", Mode::Shadow),
+                ("ADVISORY", Mode::Advisory),
+                ("PARTIAL_AUTO", Mode::PartialAuto),
+                ("partial-auto", Mode::PartialAuto),
+                ("FULL_AUTO", Mode::FullAuto),
+                ("full_auto", Mode::FullAuto),
+                ("full-auto", Mode::FullAuto),
+                ("FULL-AUTO", Mode::FullAuto),
+            ],
+            |args| args.mode,
+        );
         assert_eq!(parse(&[]).unwrap().mode, Mode::Shadow);
         let error = parse(&["--mode", "turbo"]).unwrap_err();
         assert_eq!(error.kind(), clap::error::ErrorKind::InvalidValue);
@@ -376,31 +398,28 @@ mod cli {
 
     #[test]
     fn help_lists_only_the_exact_names() {
-        let names: Vec<String> = Mode::value_variants()
-            .iter()
-            .map(|m| m.to_possible_value().unwrap().get_name().to_owned())
-            .collect();
-        assert_eq!(names, ["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"]);
-        let names: Vec<String> = Risk::value_variants()
-            .iter()
-            .map(|r| r.to_possible_value().unwrap().get_name().to_owned())
-            .collect();
         assert_eq!(
-            names,
+            names::<Mode>(),
+            ["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"]
+        );
+        assert_eq!(
+            names::<Risk>(),
             ["READ_ONLY", "PROPOSE_ONLY", "LOW_WRITE", "HIGH_WRITE"]
         );
     }
 
     #[test]
     fn risk_parses_exact_lower_and_dashed_names() {
-        for (text, risk) in [
-            ("READ_ONLY", Risk::ReadOnly),
-            ("propose_only", Risk::ProposeOnly),
-            ("low-write", Risk::LowWrite),
-            ("HIGH-WRITE", Risk::HighWrite),
-        ] {
-            assert_eq!(parse(&["--risk", text]).unwrap().risk, Some(risk), "{text}");
-        }
+        assert_parses(
+            "--risk",
+            [
+                ("READ_ONLY", Risk::ReadOnly),
+                ("propose_only", Risk::ProposeOnly),
+                ("low-write", Risk::LowWrite),
+                ("HIGH-WRITE", Risk::HighWrite),
+            ],
+            |args| args.risk.expect("a risk"),
+        );
     }
 
     #[test]

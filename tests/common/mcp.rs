@@ -13,6 +13,14 @@ use super::run;
 /// How long a Python client may run.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// The arguments of Python that every install of the SDK starts with.
+const PIP_INSTALL: [&str; 5] = [
+    "-m",
+    "pip",
+    "install",
+    "--quiet",
+    "--disable-pip-version-check",
+];
 
 /// `target/<profile>`, from this test's own path `target/<profile>/deps/<binary>-<hash>`.
 fn profile_dir() -> PathBuf {
@@ -32,6 +40,8 @@ pub struct Python {
 impl Python {
     pub fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
+        // The clients import `tests/mcp/checking.py`: no bytecode is written into the source tree.
+        command.env("PYTHONDONTWRITEBYTECODE", "1");
         if let Some(path) = &self.path {
             command.env("PYTHONPATH", path);
         }
@@ -104,25 +114,8 @@ pub fn python_with_mcp() -> Python {
     let created = run(&mut create, INSTALL_TIMEOUT);
     if created.success() {
         let mut install = in_venv.command();
-        install.args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "mcp",
-        ]);
-        let installed = run(&mut install, INSTALL_TIMEOUT);
-        assert!(
-            installed.success(),
-            "pip install mcp failed: {}",
-            installed.describe()
-        );
-        assert!(
-            in_venv.imports_mcp(),
-            "the venv cannot import mcp after installing it"
-        );
-        return in_venv;
+        install.args(PIP_INSTALL).arg("mcp");
+        return installed(&mut install, in_venv, "pip install mcp");
     }
 
     eprintln!(
@@ -132,29 +125,44 @@ pub fn python_with_mcp() -> Python {
     );
     let mut install = Command::new("python3");
     install
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--upgrade",
-            "--target",
-        ])
+        .args(PIP_INSTALL)
+        .args(["--upgrade", "--target"])
         .arg(&lib)
         .arg("mcp");
-    let installed = run(&mut install, INSTALL_TIMEOUT);
+    installed(&mut install, in_lib, "pip install --target mcp")
+}
+
+/// `python`, once `install` (`what`) has run and left it able to import the SDK.
+fn installed(install: &mut Command, python: Python, what: &str) -> Python {
+    let output = run(install, INSTALL_TIMEOUT);
+    assert!(output.success(), "{what} failed: {}", output.describe());
     assert!(
-        installed.success(),
-        "pip install --target mcp failed: {}",
-        installed.describe()
+        python.imports_mcp(),
+        "{} cannot import mcp after {what} (PYTHONPATH {:?})",
+        python.program.display(),
+        python.path
     );
+    python
+}
+
+/// The MCP Python client `tests/mcp/{name}`.
+pub fn client_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("mcp")
+        .join(name)
+}
+
+/// Asserts that the run of the client `tests/mcp/{name}` passed and reported its checks.
+#[track_caller]
+pub fn assert_client_passed(output: &super::Output, name: &str) {
+    let reported = output.stdout.contains("checks passed");
     assert!(
-        in_lib.imports_mcp(),
-        "python3 cannot import mcp from {}",
-        lib.display()
+        output.success() && reported,
+        "tests/mcp/{name} failed (exit 0: {}, checks reported: {reported}): {}",
+        output.success(),
+        output.describe()
     );
-    in_lib
 }
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -122,6 +122,17 @@ impl Cluster {
         }
     }
 
+    /// `pg_ctl stop` of the cluster with the shutdown `mode`, waiting for it, its stdout discarded.
+    fn pg_ctl_stop(&self, mode: &str) -> Command {
+        let mut command = self.command("pg_ctl");
+        command
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-m", mode, "stop"])
+            .stdout(Stdio::null());
+        command
+    }
+
     fn try_start(&self) -> bool {
         let mut options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {}",
@@ -155,14 +166,7 @@ impl Cluster {
 
     /// Stops the cluster (`pg_ctl stop -m fast`: connections are cut, what was committed stays).
     pub fn stop(&self) {
-        let stopped = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-w", "-m", "fast", "stop"])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let stopped = self.pg_ctl_stop("fast").status().is_ok_and(|s| s.success());
         assert!(stopped, "PostgreSQL did not stop: {}", self.log());
     }
 
@@ -219,14 +223,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-w", "-m", "immediate", "stop"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let _ = self.pg_ctl_stop("immediate").stderr(Stdio::null()).status();
         if let Some(mut watchdog) = self.watchdog.take() {
             let _ = watchdog.kill();
             let _ = watchdog.wait();
@@ -316,15 +313,7 @@ pub fn documented_roles(url: &str) -> Roles {
 
 /// Runs the statements of `sql` on the database of `url`.
 pub fn execute(url: &str, sql: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-        tokio::spawn(connection);
+    with_client(url, async |client| {
         client
             .batch_execute(sql)
             .await
@@ -335,15 +324,7 @@ pub fn execute(url: &str, sql: &str) {
 /// Creates (or empties) database `name` on the server of `url`, and returns the URL that names it.
 fn create_database(url: &str, name: &str) -> String {
     let name = format!("t_{}_{}", name, std::process::id());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-        tokio::spawn(connection);
+    with_client(url, async |client| {
         for statement in [
             format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
             format!("CREATE DATABASE {name}"),
@@ -374,15 +355,7 @@ pub fn with_database(url: &str, database: &str) -> String {
 
 /// Runs `sql` on the database of `url`, returning each row's columns as text (`None` for NULL).
 pub fn query(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-        tokio::spawn(connection);
+    with_client(url, async |client| {
         let mut rows = Vec::new();
         for message in client.simple_query(sql).await.expect("the query runs") {
             if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
@@ -394,6 +367,21 @@ pub fn query(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
             }
         }
         rows
+    })
+}
+
+/// What `work` makes of a new connection to the database of `url`, on a runtime of its own.
+fn with_client<T>(url: &str, work: impl AsyncFnOnce(tokio_postgres::Client) -> T) -> T {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+        tokio::spawn(connection);
+        work(client).await
     })
 }
 

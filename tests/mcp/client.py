@@ -21,123 +21,36 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from checking import check, run, wire
+
 SESSION_TIMEOUT_S = 60
 PROCESS_TIMEOUT_S = 30
 
 ALL_MODES = ["SHADOW", "ADVISORY", "PARTIAL_AUTO", "FULL_AUTO"]
 
+
+def tool(risk: str, modes: list[str], read_only: bool, destructive: bool, idempotent: bool, open_world: bool, output_schema: bool) -> dict[str, Any]:
+    annotations = {
+        "readOnlyHint": read_only,
+        "destructiveHint": destructive,
+        "idempotentHint": idempotent,
+        "openWorldHint": open_world,
+    }
+    return {"risk": risk, "modes": modes, "annotations": annotations, "output_schema": output_schema}
+
+
 # Every tool of the example: its risk, its allowed modes and its exact annotations.
 TOOLS: dict[str, dict[str, Any]] = {
-    "tickets.search": {
-        "risk": "READ_ONLY",
-        "modes": ALL_MODES,
-        "annotations": {
-            "readOnlyHint": True,
-            "destructiveHint": False,
-            "idempotentHint": True,
-            "openWorldHint": False,
-        },
-        "output_schema": True,
-    },
-    "tickets.draft_reply": {
-        "risk": "PROPOSE_ONLY",
-        "modes": ALL_MODES,
-        "annotations": {
-            "readOnlyHint": True,
-            "destructiveHint": False,
-            "idempotentHint": False,
-            "openWorldHint": False,
-        },
-        "output_schema": True,
-    },
-    "tickets.label": {
-        "risk": "LOW_WRITE",
-        "modes": ["PARTIAL_AUTO", "FULL_AUTO"],
-        "annotations": {
-            "readOnlyHint": False,
-            "destructiveHint": False,
-            "idempotentHint": True,
-            "openWorldHint": False,
-        },
-        "output_schema": True,
-    },
-    "tickets.delete": {
-        "risk": "HIGH_WRITE",
-        "modes": ["FULL_AUTO"],
-        "annotations": {
-            "readOnlyHint": False,
-            "destructiveHint": True,
-            "idempotentHint": False,
-            "openWorldHint": False,
-        },
-        "output_schema": False,
-    },
-    "tickets.await_reply": {
-        "risk": "READ_ONLY",
-        "modes": ALL_MODES,
-        "annotations": {
-            "readOnlyHint": True,
-            "destructiveHint": False,
-            "idempotentHint": False,
-            "openWorldHint": False,
-        },
-        "output_schema": False,
-    },
-    "tickets.refund": {
-        "risk": "HIGH_WRITE",
-        "modes": ["FULL_AUTO"],
-        "annotations": {
-            "readOnlyHint": False,
-            "destructiveHint": True,
-            "idempotentHint": False,
-            "openWorldHint": False,
-        },
-        "output_schema": False,
-    },
-    "web.fetch": {
-        "risk": "READ_ONLY",
-        "modes": ALL_MODES,
-        "annotations": {
-            "readOnlyHint": True,
-            "destructiveHint": False,
-            "idempotentHint": False,
-            "openWorldHint": True,
-        },
-        "output_schema": False,
-    },
+    "tickets.search": tool("READ_ONLY", ALL_MODES, read_only=True, destructive=False, idempotent=True, open_world=False, output_schema=True),
+    "tickets.draft_reply": tool("PROPOSE_ONLY", ALL_MODES, read_only=True, destructive=False, idempotent=False, open_world=False, output_schema=True),
+    "tickets.label": tool("LOW_WRITE", ["PARTIAL_AUTO", "FULL_AUTO"], read_only=False, destructive=False, idempotent=True, open_world=False, output_schema=True),
+    "tickets.delete": tool("HIGH_WRITE", ["FULL_AUTO"], read_only=False, destructive=True, idempotent=False, open_world=False, output_schema=False),
+    "tickets.await_reply": tool("READ_ONLY", ALL_MODES, read_only=True, destructive=False, idempotent=False, open_world=False, output_schema=False),
+    "tickets.refund": tool("HIGH_WRITE", ["FULL_AUTO"], read_only=False, destructive=True, idempotent=False, open_world=False, output_schema=False),
+    "web.fetch": tool("READ_ONLY", ALL_MODES, read_only=True, destructive=False, idempotent=False, open_world=True, output_schema=False),
 }
 
 READS = ["tickets.await_reply", "tickets.draft_reply", "tickets.search", "web.fetch"]
-
-checks = 0
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def first_check_failed(exc: BaseException) -> CheckFailed | None:
-    """The failed check inside `exc`, which may be an exception group, if there is one."""
-    if isinstance(exc, CheckFailed):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = first_check_failed(inner)
-        if found is not None:
-            return found
-    return None
-
-
-def check(condition: bool, what: str, got: Any = None) -> None:
-    global checks
-    checks += 1
-    if not condition:
-        detail = "" if got is None else f"\n  got: {json.dumps(got, indent=2, default=str)}"
-        raise CheckFailed(f"{what}{detail}")
-
-
-def wire(model: Any) -> Any:
-    """A result of the SDK as it was on the wire (camelCase keys, `_meta`), whatever the SDK version."""
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -399,14 +312,4 @@ async def main(binary: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    try:
-        anyio.run(main, sys.argv[1])
-    except BaseException as exc:  # task groups wrap what they raise in exception groups
-        failed = first_check_failed(exc)
-        if failed is None:
-            raise
-        print(f"FAILED after {checks} checks: {failed}", file=sys.stderr)
-        sys.exit(1)
-    print(f"mcp e2e: {checks} checks passed")
+    run(main, 1, "mcp e2e", __doc__)

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import socket
-import sys
 import tempfile
 from typing import Any, Callable
 
@@ -39,39 +38,12 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
 
+from checking import check, run, wire
+
 SESSION_TIMEOUT_S = 60
 WAIT_TIMEOUT_S = 30
 APPROVAL = "toolgate/approval"
 REFUND = "tickets.refund"
-
-checks = 0
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def first_check_failed(exc: BaseException) -> CheckFailed | None:
-    if isinstance(exc, CheckFailed):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = first_check_failed(inner)
-        if found is not None:
-            return found
-    return None
-
-
-def check(condition: bool, what: str, got: Any = None) -> None:
-    global checks
-    checks += 1
-    if not condition:
-        detail = "" if got is None else f"\n  got: {json.dumps(got, indent=2, default=str)}"
-        raise CheckFailed(f"{what}{detail}")
-
-
-def wire(model: Any) -> Any:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
 
 def refused_with(result: Any, code: str, what: str) -> dict[str, Any]:
     result = wire(result)
@@ -423,14 +395,4 @@ async def main(binary: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    try:
-        anyio.run(main, sys.argv[1])
-    except BaseException as exc:
-        failed = first_check_failed(exc)
-        if failed is None:
-            raise
-        print(f"FAILED after {checks} checks: {failed}", file=sys.stderr)
-        sys.exit(1)
-    print(f"mcp flows: {checks} checks passed")
+    run(main, 1, "mcp flows", __doc__)

@@ -13,7 +13,6 @@ Exits 0 when every check passes, 1 on the first failure.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import anyio
@@ -22,36 +21,9 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from checking import check, run, wire
+
 SESSION_TIMEOUT_S = 60
-checks = 0
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def first_check_failed(exc: BaseException) -> CheckFailed | None:
-    if isinstance(exc, CheckFailed):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = first_check_failed(inner)
-        if found is not None:
-            return found
-    return None
-
-
-def check(condition: bool, what: str, got: Any = None) -> None:
-    global checks
-    checks += 1
-    if not condition:
-        detail = "" if got is None else f"\n  got: {json.dumps(got, indent=2, default=str)}"
-        raise CheckFailed(f"{what}{detail}")
-
-
-def wire(model: Any) -> Any:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
 async def approve(_ctx: Any, _request: Any) -> types.ElicitResult:
     return types.ElicitResult(action="accept", content={"decision": "approve"})
 
@@ -120,14 +92,4 @@ async def main(url: str, audit_log: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    try:
-        anyio.run(main, sys.argv[1], sys.argv[2])
-    except BaseException as exc:
-        failed = first_check_failed(exc)
-        if failed is None:
-            raise
-        print(f"FAILED after {checks} checks: {failed}", file=sys.stderr)
-        sys.exit(1)
-    print(f"mcp http: {checks} checks passed")
+    run(main, 2, "mcp http", __doc__)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from typing import Any
 
 import anyio
@@ -25,37 +24,10 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from checking import check, run, wire
+
 SESSION_TIMEOUT_S = 120
 WAIT_TIMEOUT_S = 30
-checks = 0
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def first_check_failed(exc: BaseException) -> CheckFailed | None:
-    if isinstance(exc, CheckFailed):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = first_check_failed(inner)
-        if found is not None:
-            return found
-    return None
-
-
-def check(condition: bool, what: str, got: Any = None) -> None:
-    global checks
-    checks += 1
-    if not condition:
-        detail = "" if got is None else f"\n  got: {json.dumps(got, indent=2, default=str)}"
-        raise CheckFailed(f"{what}{detail}")
-
-
-def wire(model: Any) -> Any:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
 def code_of(result: Any) -> str | None:
     return wire(result).get("structuredContent", {}).get("code")
 
@@ -142,14 +114,4 @@ async def main(url_a: str, url_b: str, binary: str, store: str, fleet: str, audi
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 8:
-        sys.exit(__doc__)
-    try:
-        anyio.run(main, *sys.argv[1:])
-    except BaseException as exc:
-        failed = first_check_failed(exc)
-        if failed is None:
-            raise
-        print(f"FAILED after {checks} checks: {failed}", file=sys.stderr)
-        sys.exit(1)
-    print(f"mcp http fleet: {checks} checks passed")
+    run(main, 7, "mcp http fleet", __doc__)

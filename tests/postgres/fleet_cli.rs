@@ -17,20 +17,12 @@ fn fleet_settings_and_changes_are_checked() {
     assert!(Fleet::connect(&url, " ").is_err());
     assert!(fleet::lower(&url, "toolgate", "f", Mode::Shadow, "", "why").is_err());
     assert!(fleet::lower(&url, "toolgate", "f", Mode::Shadow, "ana", " ").is_err());
-    let unknown = toolgate(&["fleet", "status", "--store", &url, "--fleet", "nope"]);
-    assert_eq!(unknown.status.code(), Some(1), "{}", text(&unknown));
-    let no_fleet = toolgate(&["fleet", "status", "--store", &url]);
-    assert_eq!(no_fleet.status.code(), Some(64), "{}", text(&no_fleet));
+    toolgate_exits(&["fleet", "status", "--store", &url, "--fleet", "nope"], 1);
+    toolgate_exits(&["fleet", "status", "--store", &url], 64);
     // A second sink with the same writer name is refused: one chain, one writer.
     let first = PostgresSink::builder().writer("w").connect(&url).unwrap();
-    let second = PostgresSink::builder()
-        .writer("w")
-        .connect(&url)
-        .unwrap_err();
-    assert!(
-        second.to_string().contains("another sink writes"),
-        "{second}"
-    );
+    let second = PostgresSink::builder().writer("w").connect(&url);
+    assert_refused_saying(second, "another sink writes");
     drop(first);
     let again = PostgresSink::builder().writer("w").connect(&url);
     assert!(
@@ -42,9 +34,9 @@ fn fleet_settings_and_changes_are_checked() {
 #[test]
 fn fleet_and_trail_commands_show_names_escaped() {
     let url = database("hidden");
-    let hidden = hidden_text(&HIDDEN);
+    let hidden = hidden_text(HIDDEN);
     // Names the API takes refuse control characters; the others hide as well.
-    let uncontrolled: Vec<char> = HIDDEN.into_iter().filter(|c| !c.is_control()).collect();
+    let uncontrolled: String = HIDDEN.chars().filter(|c| !c.is_control()).collect();
     let name = format!("f{}", hidden_text(&uncontrolled));
     let fleet = Fleet::connect(&url, &name).unwrap();
     let gate = fleet
@@ -56,15 +48,16 @@ fn fleet_and_trail_commands_show_names_escaped() {
         .unwrap();
     let by = format!("ana{hidden}");
     let reason = format!("why{hidden}");
-    let lowered = toolgate(&[
-        "fleet", "lower", "--store", &url, "--fleet", &name, "--to", "ADVISORY", "--by", &by,
-        "--reason", &reason,
-    ]);
-    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    let lowered = toolgate_exits(
+        &[
+            "fleet", "lower", "--store", &url, "--fleet", &name, "--to", "ADVISORY", "--by", &by,
+            "--reason", &reason,
+        ],
+        0,
+    );
     assert_shown_escaped("fleet lower", &uncontrolled, &lowered);
-    let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", &name]);
-    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
-    assert_shown_escaped("fleet status", &HIDDEN, &status);
+    let status = toolgate_exits(&["fleet", "status", "--store", &url, "--fleet", &name], 0);
+    assert_shown_escaped("fleet status", HIDDEN, &status);
     drop(gate);
     drop(fleet);
 
@@ -86,10 +79,9 @@ fn fleet_and_trail_commands_show_names_escaped() {
         "{}",
         text(&verified)
     );
-    assert_shown_escaped("audit verify", &HIDDEN, &verified);
-    let promotion = toolgate(&["audit", "promotion", &url]);
-    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
-    assert_shown_escaped("audit promotion", &HIDDEN, &promotion);
+    assert_shown_escaped("audit verify", HIDDEN, &verified);
+    let promotion = toolgate_exits(&["audit", "promotion", &url], 0);
+    assert_shown_escaped("audit promotion", HIDDEN, &promotion);
 }
 
 #[test]
@@ -156,11 +148,13 @@ fn f32_lowering_a_misspelt_fleet_is_an_error_and_creates_nothing() {
     let url = database("f32");
     let fleet = member_fleet(&url, "payments", 5000);
     let gate = fleet.join(Gate::builder().mode(Mode::FullAuto)).unwrap();
-    let typo = toolgate(&[
-        "fleet", "lower", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by", "ana",
-        "--reason", "incident",
-    ]);
-    assert_eq!(typo.status.code(), Some(1), "{}", text(&typo));
+    let typo = toolgate_exits(
+        &[
+            "fleet", "lower", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by",
+            "ana", "--reason", "incident",
+        ],
+        1,
+    );
     assert!(
         text(&typo).contains("paymnets") && text(&typo).contains("\"payments\""),
         "the error names neither the unknown fleet nor the fleets there are: {}",
@@ -171,11 +165,13 @@ fn f32_lowering_a_misspelt_fleet_is_an_error_and_creates_nothing() {
         "{}",
         text(&typo)
     );
-    let raise = toolgate(&[
-        "fleet", "raise", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by", "ana",
-        "--reason", "r",
-    ]);
-    assert_eq!(raise.status.code(), Some(1), "{}", text(&raise));
+    toolgate_exits(
+        &[
+            "fleet", "raise", "--store", &url, "--fleet", "paymnets", "--to", "SHADOW", "--by",
+            "ana", "--reason", "r",
+        ],
+        1,
+    );
     assert!(fleet::lower(&url, "toolgate", "paymnets", Mode::Shadow, "ana", "x").is_err());
     let fleets = query(&url, "SELECT name FROM toolgate.fleets ORDER BY name");
     assert_eq!(
@@ -194,11 +190,13 @@ fn f32_lowering_a_misspelt_fleet_is_an_error_and_creates_nothing() {
     );
     assert_eq!(gate.mode(), Mode::FullAuto);
     // The real name still lowers the real fleet.
-    let lowered = toolgate(&[
-        "fleet", "lower", "--store", &url, "--fleet", "payments", "--to", "SHADOW", "--by", "ana",
-        "--reason", "incident",
-    ]);
-    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    toolgate_exits(
+        &[
+            "fleet", "lower", "--store", &url, "--fleet", "payments", "--to", "SHADOW", "--by",
+            "ana", "--reason", "incident",
+        ],
+        0,
+    );
     assert!(eventually(Duration::from_secs(3), || gate.mode() == Mode::Shadow));
     drop(gate);
     drop(fleet);

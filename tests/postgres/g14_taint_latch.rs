@@ -11,28 +11,15 @@ use crate::support::mcp_server::*;
 /// it outright, never on an approval asked in the clean one: the write does not run on that answer.
 #[test]
 fn x14_a_clean_form_answered_after_the_latch_closed_runs_nothing() {
-    let _serial = common::serial();
-    let runs = scratch("x14");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
+    let (_serial, runs, a) = in_band_case("x14");
     let args = json!({"cents": 1414});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
-    let mut texts = Vec::new();
-    strings(&asked.result, &mut texts);
+    let (asked, state) = alices_form(a.addr, args.clone());
     assert!(
-        !texts.iter().any(|t| t.contains("px.read_page")),
+        !names_the_page(&asked.result),
         "the clean form warns already"
     );
-    let read = call(a.addr, ALICE, "px.read_page", json!({}), form(), None);
-    assert_eq!(read.code, "OK", "{read:?}");
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    reads_untrusted_page(a.addr, ALICE, form());
+    let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert_eq!(
         count(&runs, "wire"),
         0,
@@ -46,25 +33,17 @@ fn x14_a_clean_form_answered_after_the_latch_closed_runs_nothing() {
 /// tool that tainted it.
 #[test]
 fn x15_the_form_of_a_tainted_principal_names_the_taint_and_only_hers() {
-    let _serial = common::serial();
-    let runs = scratch("x15");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
-    let read = call(a.addr, BOB, "px.read_page", json!({}), form(), None);
-    assert_eq!(read.code, "OK", "{read:?}");
+    let (_serial, runs, a) = in_band_case("x15");
+    reads_untrusted_page(a.addr, BOB, form());
     let clean = call(a.addr, ALICE, "px.wire", json!({"cents": 1}), form(), None);
-    let mut texts = Vec::new();
-    strings(&clean.result, &mut texts);
     assert!(
-        !texts.iter().any(|t| t.contains("px.read_page")),
-        "bob's taint shows in alice's form: {texts:?}"
+        !names_the_page(&clean.result),
+        "bob's taint shows in alice's form: {clean:?}"
     );
-    let read = call(a.addr, ALICE, "px.read_page", json!({}), form(), None);
-    assert_eq!(read.code, "OK", "{read:?}");
+    reads_untrusted_page(a.addr, ALICE, form());
     let tainted = call(a.addr, ALICE, "px.wire", json!({"cents": 2}), form(), None);
-    let mut texts = Vec::new();
-    strings(&tainted.result, &mut texts);
     assert!(
-        texts.iter().any(|t| t.contains("px.read_page")),
+        names_the_page(&tainted.result),
         "the tainted form does not name its taint: {tainted:?}"
     );
     assert_eq!(count(&runs, "wire"), 0);
@@ -80,12 +59,10 @@ fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
     let (_serial, url, runs) = case("x32");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let (task, id) = alices_wire_task(a.addr, &url, 3232);
-    let read = plain(a.addr, ALICE, "px.read_page", json!({}));
-    assert_eq!(read.code, "OK", "{read:?}");
+    reads_untrusted_page(a.addr, ALICE, json!({}));
     let shown = cli(&["approvals", "show", &id.to_string(), "--store", &url]);
     let shown = String::from_utf8_lossy(&shown.stdout).to_string();
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(6));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(6));
     assert_eq!(
         count(&runs, "wire"),
         0,
@@ -101,11 +78,8 @@ fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
 fn x38_a_session_grant_given_to_a_tainted_session_runs_one_call() {
     let (_serial, url, runs) = case("x38");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let read = plain(a.addr, ALICE, "px.read_page", json!({}));
-    assert_eq!(read.code, "OK", "{read:?}");
-    let _ = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &["--for-session"]).status.code(), Some(0));
+    reads_untrusted_page(a.addr, ALICE, json!({}));
+    alices_wire_approved(a.addr, &url, json!({"cents": 1}), &["--for-session"]);
     let first = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(first.code, "OK", "{first:?}");
     let second = plain(a.addr, ALICE, "px.wire", json!({"cents": 2}));
@@ -121,9 +95,7 @@ fn x38_a_session_grant_given_to_a_tainted_session_runs_one_call() {
 fn x39_a_session_grant_dies_when_the_latch_closes() {
     let (_serial, url, runs) = case("x39");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let _ = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &["--for-session"]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, json!({"cents": 1}), &["--for-session"]);
     let first = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(first.code, "OK", "{first:?}");
     let covered = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
@@ -131,8 +103,19 @@ fn x39_a_session_grant_dies_when_the_latch_closes() {
         covered.code, "OK",
         "the grant covers the same call: {covered:?}"
     );
-    let read = plain(a.addr, ALICE, "px.read_page", json!({}));
-    assert_eq!(read.code, "OK", "{read:?}");
+    reads_untrusted_page(a.addr, ALICE, json!({}));
     let after = plain(a.addr, ALICE, "px.wire", json!({"cents": 1}));
     assert_eq!(count(&runs, "wire"), 2, "{after:?}");
+}
+
+/// `token` reads an untrusted page (the call runs), from a client with `capabilities`.
+#[track_caller]
+fn reads_untrusted_page(addr: SocketAddr, token: &str, capabilities: Value) {
+    let read = call(addr, token, "px.read_page", json!({}), capabilities, None);
+    assert_eq!(read.code, "OK", "{read:?}");
+}
+
+/// Whether a string of `result` names `px.read_page`, the tool that taints a session.
+fn names_the_page(result: &Value) -> bool {
+    texts_in(result).iter().any(|t| t.contains("px.read_page"))
 }

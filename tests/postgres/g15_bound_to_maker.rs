@@ -10,11 +10,9 @@ use crate::support::mcp_server::{approve, pending_id};
 // another's identical call, which files a request of its own; the answer still runs its own call.
 #[test]
 fn an_answer_runs_only_the_call_of_the_principal_and_agent_it_was_given_for() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "approvals_principals") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("approvals_principals");
+    };
     let gate_of = |principal: &str, agent: &str| {
         Gate::builder()
             .mode(Mode::FullAuto)
@@ -55,14 +53,10 @@ fn an_answer_runs_only_the_call_of_the_principal_and_agent_it_was_given_for() {
 #[test]
 fn x01_an_answer_for_alice_in_one_process_runs_nothing_of_bobs_in_another() {
     let (_serial, url, runs) = case("x01");
-    let a = start(&runs, &[("PX_STORE", &url)]);
-    let b = start(&runs, &[("PX_STORE", &url)]);
+    let (a, b) = two_on_store(&runs, &url);
     let args = json!({"cents": 101});
-    let first = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
+    let first = alices_wire_approved(a.addr, &url, args.clone(), &[]);
     assert_eq!(first.code, "APPROVAL_PENDING", "{first:?}");
-    let id = pending_id(&url, "px.wire", "alice");
-    let out = approve(&url, id, &[]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
     let by_bob = call(b.addr, BOB, "px.wire", args.clone(), json!({}), None);
     let bob_ran = count(&runs, "wire");
     let by_alice = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -80,10 +74,7 @@ fn x02_a_session_grant_of_alice_covers_no_call_of_bob() {
     let (_serial, url, runs) = case("x02");
     let a = start(&runs, &[("PX_STORE", &url)]);
     let args = json!({"cents": 202});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    let out = approve(&url, id, &["--for-session"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    alices_wire_approved(a.addr, &url, args.clone(), &["--for-session"]);
     let by_alice = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     assert_eq!(by_alice.code, "OK", "{by_alice:?}");
     let by_bob = call(a.addr, BOB, "px.wire", args.clone(), json!({}), None);
@@ -103,20 +94,10 @@ fn x02_a_session_grant_of_alice_covers_no_call_of_bob() {
 /// runs nothing.
 #[test]
 fn x03_bob_answering_alices_in_band_form_approves_nothing_of_hers() {
-    let _serial = common::serial();
-    let runs = scratch("x03");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
+    let (_serial, runs, a) = in_band_case("x03");
     let args = json!({"cents": 303});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
-    let by_bob = call(
-        a.addr,
-        BOB,
-        "px.wire",
-        args.clone(),
-        form(),
-        Some((&state, "approve")),
-    );
+    let (_, state) = alices_form(a.addr, args.clone());
+    let by_bob = answer_wire(a.addr, BOB, args.clone(), &state, "approve");
     let plain = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
     assert_eq!(
         count(&runs, "wire"),
@@ -131,10 +112,9 @@ fn x03_bob_answering_alices_in_band_form_approves_nothing_of_hers() {
 #[test]
 fn x09_bobs_call_does_not_take_the_approval_alices_task_waits_for() {
     let (_serial, url, runs) = case("x09");
-    let a = start(&runs, &[("PX_STORE", &url)]);
-    let b = start(&runs, &[("PX_STORE", &url)]);
+    let (a, b) = two_on_store(&runs, &url);
     let args = json!({"cents": 909});
-    let created = call(a.addr, ALICE, "px.wire", args.clone(), tasks(), None);
+    let created = as_task(a.addr, ALICE, "px.wire", args.clone());
     let task = created.task.clone().expect("a task");
     let id = pending_id(&url, "px.wire", "alice");
     assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
@@ -200,9 +180,7 @@ fn x16_an_approved_row_of_one_agent_runs_nothing_of_another() {
     let a = start(&runs, &[("PX_STORE", &url), ("PX_AGENT", "desk-a")]);
     let b = start(&runs, &[("PX_STORE", &url), ("PX_AGENT", "desk-b")]);
     let args = json!({"cents": 1616});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     let by_b = call(b.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     assert_ne!(by_b.code, "OK", "desk-b ran desk-a's approved call");
     let by_a = call(a.addr, ALICE, "px.wire", args, json!({}), None);
@@ -233,16 +211,8 @@ fn x21_an_in_band_state_of_one_agent_runs_nothing_in_another() {
         ],
     );
     let args = json!({"cents": 2121});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
-    let in_b = call(
-        b.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let (_, state) = alices_form(a.addr, args.clone());
+    let in_b = answer_wire(b.addr, ALICE, args, &state, "approve");
     assert_eq!(count(&runs, "wire"), 0, "{in_b:?}");
 }
 
@@ -253,8 +223,7 @@ fn x21_an_in_band_state_of_one_agent_runs_nothing_in_another() {
 #[test]
 fn x27_bob_cancelling_alices_task_id_in_two_processes_changes_nothing() {
     let (_serial, url, runs) = case("x27");
-    let a = start(&runs, &[("PX_STORE", &url)]);
-    let b = start(&runs, &[("PX_STORE", &url)]);
+    let (a, b) = two_on_store(&runs, &url);
     let (task, id) = alices_wire_task(a.addr, &url, 2727);
     let mut by_bob = Vec::new();
     for addr in [a.addr, b.addr] {
@@ -271,8 +240,7 @@ fn x27_bob_cancelling_alices_task_id_in_two_processes_changes_nothing() {
         .flatten()
         .any(|m| m["result"]["status"].is_string() || m["result"]["task"].is_object());
     assert!(!leaked, "bob reached alice's task: {by_bob:#?}");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(10));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(10));
     assert_eq!(count(&runs, "wire"), 1, "{status:?} {message}");
 }
 
@@ -283,8 +251,7 @@ fn x27_bob_cancelling_alices_task_id_in_two_processes_changes_nothing() {
 #[test]
 fn x29_bobs_approved_row_runs_nothing_of_alices_waiting_call() {
     let (_serial, url, runs) = case("x29");
-    let a = start(&runs, &[("PX_STORE", &url)]);
-    let b = start(&runs, &[("PX_STORE", &url)]);
+    let (a, b) = two_on_store(&runs, &url);
     let args = json!({"cents": 2929});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     let _ = call(b.addr, BOB, "px.wire", args.clone(), json!({}), None);
@@ -306,28 +273,11 @@ fn x29_bobs_approved_row_runs_nothing_of_alices_waiting_call() {
 /// nothing of alice's, so her approval runs her call once.
 #[test]
 fn x37_bob_rejecting_alices_in_band_form_decides_nothing_of_hers() {
-    let _serial = common::serial();
-    let runs = scratch("x37");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
+    let (_serial, runs, a) = in_band_case("x37");
     let args = json!({"cents": 3737});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
-    let by_bob = call(
-        a.addr,
-        BOB,
-        "px.wire",
-        args.clone(),
-        form(),
-        Some((&state, "reject")),
-    );
-    let by_alice = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let (_, state) = alices_form(a.addr, args.clone());
+    let by_bob = answer_wire(a.addr, BOB, args.clone(), &state, "reject");
+    let by_alice = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert_eq!(
         by_alice.code, "OK",
         "bob's answer decided alice's request: bob {by_bob:?}, alice {by_alice:?}"

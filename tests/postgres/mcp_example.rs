@@ -5,10 +5,11 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::path::Path;
 
 use crate::common::example;
-use crate::common::mcp::{CLIENT_TIMEOUT, Server, python_with_mcp};
+use crate::common::mcp::{
+    CLIENT_TIMEOUT, Server, assert_client_passed, client_script, python_with_mcp,
+};
 use crate::common::postgres::database;
 use crate::common::run;
 use crate::support::scratch_dir as scratch;
@@ -48,13 +49,9 @@ fn two_processes_behind_one_address_share_approvals_and_the_fleet() {
     let (mut b, audit_b) = start("b");
     let (url_a, url_b) = (a.url(), b.url());
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("mcp")
-        .join("http_fleet.py");
     let mut command = python.command();
     command
-        .arg(&script)
+        .arg(client_script("http_fleet.py"))
         .args([&url_a, &url_b])
         .arg(env!("CARGO_BIN_EXE_toolgate"))
         .args([url.as_str(), "notes"])
@@ -62,15 +59,6 @@ fn two_processes_behind_one_address_share_approvals_and_the_fleet() {
         .arg(&audit_b);
     let output = run(&mut command, CLIENT_TIMEOUT);
     drop((a, b));
-    assert!(
-        output.success(),
-        "tests/mcp/http_fleet.py failed: {}",
-        output.describe()
-    );
-    assert!(
-        output.stdout.contains("checks passed"),
-        "http_fleet.py did not report its checks: {}",
-        output.describe()
-    );
+    assert_client_passed(&output, "http_fleet.py");
     let _ = fs::remove_dir_all(&dir);
 }

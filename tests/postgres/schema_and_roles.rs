@@ -12,8 +12,7 @@ fn a_database_without_the_schema_says_to_migrate_and_the_owner_migrates_it() {
     let refused = PostgresStore::connect(&url).unwrap_err().to_string();
     assert!(refused.contains("toolgate migrate"), "{refused}");
     assert!(!refused.contains("permission"), "{refused}");
-    let listed = cli(&url, &["list"]);
-    assert_eq!(listed.status.code(), Some(3), "{}", all(&listed));
+    let listed = cli_exits(&url, &["list"], 3);
     assert!(
         String::from_utf8_lossy(&listed.stderr).contains("toolgate migrate"),
         "{}",
@@ -28,15 +27,13 @@ fn a_database_without_the_schema_says_to_migrate_and_the_owner_migrates_it() {
     );
 
     // The owner's step, from the command: made once, then already there.
-    let migrated = toolgate(&["migrate", "--store", &url]);
-    assert_eq!(migrated.status.code(), Some(0), "{}", all(&migrated));
+    let migrated = toolgate_exits(&["migrate", "--store", &url], 0);
     assert!(
         stdout(&migrated).contains("from version 0 to version 8"),
         "{}",
         all(&migrated)
     );
-    let again = toolgate(&["migrate", "--store", &url]);
-    assert_eq!(again.status.code(), Some(0), "{}", all(&again));
+    let again = toolgate_exits(&["migrate", "--store", &url], 0);
     assert!(
         stdout(&again).contains("at version 8 already"),
         "{}",
@@ -46,21 +43,17 @@ fn a_database_without_the_schema_says_to_migrate_and_the_owner_migrates_it() {
     drop(store);
 
     // A builder asked to make it does, as the owner; another schema is left alone until then.
-    let refused = PostgresStore::builder()
-        .schema("other")
-        .connect(&url)
-        .unwrap_err();
-    assert!(
-        refused.to_string().contains("toolgate migrate"),
-        "{refused}"
-    );
+    let refused = PostgresStore::builder().schema("other").connect(&url);
+    assert_refused_saying(refused, "toolgate migrate");
     PostgresStore::builder()
         .schema("other")
         .migrate(true)
         .connect(&url)
         .expect("made by the builder");
-    let unreachable = toolgate(&["migrate", "--store", "postgres://toolgate@127.0.0.1:1/x"]);
-    assert_eq!(unreachable.status.code(), Some(3), "{}", all(&unreachable));
+    toolgate_exits(
+        &["migrate", "--store", "postgres://toolgate@127.0.0.1:1/x"],
+        3,
+    );
     assert_eq!(toolgate(&["migrate"]).status.code(), Some(64));
 }
 
@@ -132,30 +125,34 @@ fn roles_with_exactly_the_documented_grants_write_join_lower_and_audit() {
         .expect("joined");
     gate.run(|| count(7)).expect("runs, its records committed");
     // The operators' role lowers the fleet and sees who is joined.
-    let lowered = toolgate(&[
-        "fleet",
-        "lower",
-        "--store",
-        &roles.operator,
-        "--fleet",
-        "roles",
-        "--to",
-        "SHADOW",
-        "--by",
-        "ana",
-        "--reason",
-        "drill",
-    ]);
-    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
-    let status = toolgate(&[
-        "fleet",
-        "status",
-        "--store",
-        &roles.operator,
-        "--fleet",
-        "roles",
-    ]);
-    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    toolgate_exits(
+        &[
+            "fleet",
+            "lower",
+            "--store",
+            &roles.operator,
+            "--fleet",
+            "roles",
+            "--to",
+            "SHADOW",
+            "--by",
+            "ana",
+            "--reason",
+            "drill",
+        ],
+        0,
+    );
+    let status = toolgate_exits(
+        &[
+            "fleet",
+            "status",
+            "--store",
+            &roles.operator,
+            "--fleet",
+            "roles",
+        ],
+        0,
+    );
     assert!(text(&status).contains("SHADOW"), "{}", text(&status));
     let deadline = Instant::now() + Duration::from_secs(10);
     while gate.run(|| count(8)).is_ok() {
@@ -168,15 +165,12 @@ fn roles_with_exactly_the_documented_grants_write_join_lower_and_audit() {
     drop(gate);
     drop(fleet);
     // The auditors' role verifies the trail and reports on it.
-    let verified = toolgate(&["audit", "verify", &roles.auditor]);
-    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
-    assert!(
-        text(&verified).contains("INTACT: 1 writer(s)"),
-        "{}",
-        text(&verified)
+    toolgate_prints(
+        &["audit", "verify", &roles.auditor],
+        0,
+        "INTACT: 1 writer(s)",
     );
-    let promotion = toolgate(&["audit", "promotion", &roles.auditor]);
-    assert_eq!(promotion.status.code(), Some(0), "{}", text(&promotion));
+    toolgate_exits(&["audit", "promotion", &roles.auditor], 0);
     // Neither the auditors' role nor the operators' writes into the trail.
     for role in [&roles.auditor, &roles.operator] {
         let refused = match PostgresSink::builder().writer("forged").connect(role) {

@@ -8,9 +8,7 @@ use crate::support::trail::*;
 // by the builder and by the command; two schemas in one database do not answer each other's calls.
 #[test]
 fn a11_schema_names_cannot_inject_and_schemas_are_separate() {
-    let _serial = common::serial();
-    let url = database("atk3_schema");
-    let store = Arc::new(connect(&url));
+    let (_serial, url, store) = serial_store("atk3_schema");
     let gate = gate_on(store.clone(), "schema", None);
     let t = any_token(gate.run(|| pay("schema".into())));
     gate.approve(&t).unwrap();
@@ -91,11 +89,8 @@ fn a11_schema_names_cannot_inject_and_schemas_are_separate() {
 // in what PostgreSQL text cannot hold (an agent label, a name, a reason).
 #[test]
 fn a12_injection_through_arguments_names_and_reasons_changes_nothing() {
-    let _serial = common::serial();
-    let url = database("atk3_inject");
-    let store = Arc::new(connect(&url));
-    let sink = MemorySink::new();
-    let gate = gate_on(store.clone(), "inject", Some(&sink));
+    let (_serial, url, store) = serial_store("atk3_inject");
+    let (sink, gate) = audited_gate_on(&store, "inject");
     let big = "x".repeat(200_000);
     let notes = [
         "'); DROP TABLE toolgate.approvals; --".to_owned(),
@@ -109,37 +104,19 @@ fn a12_injection_through_arguments_names_and_reasons_changes_nothing() {
     let evil_reason = "no\n'); DELETE FROM toolgate.approvals; --\u{1b}[31m";
     for (i, note) in notes.iter().enumerate() {
         let r = gate.run(|| pay(note.clone()));
-        let t = any_token(r);
+        let id = id_of_token(&url, &any_token(r));
         if i % 2 == 0 {
-            let ids = query(
-                &url,
-                &format!(
-                    "SELECT id FROM toolgate.approvals WHERE token_sha256 @> ARRAY['{}']",
-                    sha256_hex(&t)
-                ),
-            );
-            let id = ids[0][0].clone().unwrap();
-            let approved = cli(&url, &["approve", &id, "--by", evil_by]);
-            assert_eq!(approved.status.code(), Some(0), "{}", out(&approved));
+            cli_exits(&url, &["approve", &id, "--by", evil_by], 0);
         } else {
-            let ids = query(
-                &url,
-                &format!(
-                    "SELECT id FROM toolgate.approvals WHERE token_sha256 @> ARRAY['{}']",
-                    sha256_hex(&t)
-                ),
-            );
-            let id = ids[0][0].clone().unwrap();
-            let rejected = cli(
+            cli_exits(
                 &url,
                 &["reject", &id, "--by", evil_by, "--reason", evil_reason],
+                0,
             );
-            assert_eq!(rejected.status.code(), Some(0), "{}", out(&rejected));
         }
     }
     // The operator's console gets no raw escape sequence or carriage return from an agent's arguments.
-    let listed = cli(&url, &["list"]);
-    assert_eq!(listed.status.code(), Some(0), "{}", out(&listed));
+    let listed = cli_exits(&url, &["list"], 0);
     let mut shown = String::from_utf8_lossy(&listed.stdout).into_owned();
     for id in query(&url, "SELECT id FROM toolgate.approvals")
         .into_iter()

@@ -18,20 +18,7 @@ fn four_processes_race_for_one_approval_and_one_runs_each_round() {
     for round in 0..rounds {
         let asked = token(operator.run(|| transfer(round)));
         operator.approve(&asked).expect("approved");
-        for racer in &mut racers {
-            racer.tell(&round.to_string());
-        }
-        let mut ran = 0;
-        for racer in &mut racers {
-            let said = racer.said();
-            let (at, outcome) = said.split_once(' ').unwrap();
-            assert_eq!(at, round.to_string());
-            match outcome {
-                "ran" => ran += 1,
-                "APPROVAL_REUSED" => {}
-                other => panic!("round {round}: a racer was refused with {other}"),
-            }
-        }
+        let ran = race_round(&mut racers, &round.to_string(), round, "APPROVAL_REUSED");
         assert_eq!(ran, 1, "round {round}: {ran} racers ran");
     }
     for racer in &mut racers {
@@ -72,18 +59,10 @@ fn four_processes_race_for_one_approval_and_one_runs_each_round() {
 
 #[test]
 fn a_stopped_server_refuses_what_needs_it_and_loses_nothing() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, cluster, _url, store)) = parent_store_on_own_cluster(CHILD_ROLE, "fault")
+    else {
         return;
-    }
-    let _serial = common::serial();
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("fault");
-    let store = std::sync::Arc::new(
-        PostgresStore::builder()
-            .timeout(Duration::from_secs(1))
-            .connect(&url)
-            .unwrap(),
-    );
+    };
     let gate = Gate::builder()
         .mode(Mode::FullAuto)
         .approval_store_shared(store.clone())
@@ -120,14 +99,8 @@ fn a_stopped_server_refuses_what_needs_it_and_loses_nothing() {
     assert_eq!(refused, 12, "every call after the stop is refused");
     assert_eq!(REFUNDS.load(Ordering::SeqCst), refunds + 8);
     // An async tool, and an operator's answer, are refused too.
-    assert_eq!(
-        code(wait(gate.scope(close("fault".into())))),
-        DenialCode::ApprovalStoreUnavailable
-    );
-    assert!(matches!(
-        gate.approve(&pending),
-        Err(ApproveError::Store(_))
-    ));
+    assert_store_unavailable(wait(gate.scope(close("fault".into()))));
+    assert_answer_lost(gate.approve(&pending));
     assert_eq!(CLOSES.load(Ordering::SeqCst), 0);
 
     cluster.start();
@@ -158,16 +131,10 @@ fn a_stopped_server_refuses_what_needs_it_and_loses_nothing() {
 
 #[test]
 fn an_answer_is_bound_to_each_field_of_the_binding() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "binding") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("binding");
-    let gate = gate(PostgresStore::connect(&url).unwrap(), "binding");
-    let refunds = REFUNDS.load(Ordering::SeqCst);
-    let call = || refund("bound".into(), 1);
-    let asked = token(gate.run(call));
-    gate.approve(&asked).unwrap();
+    };
+    let (gate, refunds, call) = approved_refund(&url, "binding", "bound");
     for (column, changed) in [
         ("arguments_digest", "arguments_digest || 'x'"),
         ("shown_digest", "shown_digest || 'x'"),
@@ -211,16 +178,10 @@ fn an_answer_is_bound_to_each_field_of_the_binding() {
 
 #[test]
 fn expiry_is_by_the_database_clock() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "expiry") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("expiry");
-    let gate = gate(PostgresStore::connect(&url).unwrap(), "expiry");
-    let refunds = REFUNDS.load(Ordering::SeqCst);
-    let call = || refund("expiry".into(), 1);
-    let asked = token(gate.run(call));
-    gate.approve(&asked).unwrap();
+    };
+    let (gate, refunds, call) = approved_refund(&url, "expiry", "expiry");
     // The process's clock says ten minutes are left; the database says the request is over.
     query(
         &url,
@@ -246,11 +207,9 @@ fn expiry_is_by_the_database_clock() {
 
 #[test]
 fn pending_requests_are_bounded_per_agent_and_asked_once_per_call() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "bound") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("bound");
+    };
     let connect = || {
         PostgresStore::builder()
             .max_pending_per_agent(3)
@@ -298,11 +257,9 @@ fn pending_requests_are_bounded_per_agent_and_asked_once_per_call() {
 
 #[test]
 fn the_table_keeps_token_hashes_only() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "hashes") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("hashes");
+    };
     let gate = gate(PostgresStore::connect(&url).unwrap(), "hashes");
     let tokens: Vec<String> = (0..3)
         .map(|cents| token(gate.run(|| refund("hash".into(), cents % 2))))
@@ -334,4 +291,19 @@ fn the_table_keeps_token_hashes_only() {
         versions,
         [["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"]].map(|v| vec![Some(v[0].to_owned())])
     );
+}
+
+/// A gate of `agent` over a store of `url`, the count of refunds before its call `refund(note, 1)`
+/// runs, and that call, which an operator approved.
+fn approved_refund(
+    url: &str,
+    agent: &str,
+    note: &'static str,
+) -> (Gate, usize, impl Fn() -> Result<(), Denied> + Copy) {
+    let gate = gate(PostgresStore::connect(url).unwrap(), agent);
+    let refunds = REFUNDS.load(Ordering::SeqCst);
+    let call = move || refund(note.into(), 1);
+    let asked = token(gate.run(call));
+    gate.approve(&asked).unwrap();
+    (gate, refunds, call)
 }

@@ -12,21 +12,12 @@ use crate::support::mcp_server::*;
 fn x04_one_in_band_answer_sent_to_two_processes_runs_at_most_once() {
     let (_serial, url, runs) = case("x04");
     let env = [("PX_STORE", url.as_str()), ("PX_INBAND", KEY)];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (a, b) = (start(&runs, &env), start(&runs, &env));
     let args = json!({"cents": 404});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let mut said = Vec::new();
     for addr in [b.addr, a.addr, b.addr, a.addr] {
-        said.push(call(
-            addr,
-            ALICE,
-            "px.wire",
-            args.clone(),
-            form(),
-            Some((&state, "approve")),
-        ));
+        said.push(answer_wire(addr, ALICE, args.clone(), &state, "approve"));
     }
     assert!(count(&runs, "wire") <= 1, "{said:#?}");
 }
@@ -72,10 +63,7 @@ fn x17_racing_answers_to_one_row_give_one_answer_and_one_run_at_most() {
 fn x22_approvals_list_shows_no_hidden_characters_or_forged_lines() {
     let (_serial, url, runs) = case("x22");
     let (_a, _) = hostile_request(&url, &runs);
-    let out = cli(&["approvals", "list", "--store", &url]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(shown_badly(&text), None, "{text:?}");
+    assert_shown_clean(&["approvals", "list", "--store", &url]);
 }
 
 /// The same text through `toolgate approvals show ID` (the manifest, the arguments, where it
@@ -84,10 +72,7 @@ fn x22_approvals_list_shows_no_hidden_characters_or_forged_lines() {
 fn x23_approvals_show_shows_no_hidden_characters_or_forged_lines() {
     let (_serial, url, runs) = case("x23");
     let (_a, id) = hostile_request(&url, &runs);
-    let out = cli(&["approvals", "show", &id.to_string(), "--store", &url]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(shown_badly(&text), None, "{text:?}");
+    assert_shown_clean(&["approvals", "show", &id.to_string(), "--store", &url]);
 }
 
 /// The in-band form shows agent-written text to the client's user: the arguments of a hostile call.
@@ -95,9 +80,7 @@ fn x23_approvals_show_shows_no_hidden_characters_or_forged_lines() {
 /// characters and of lines the agent forged.
 #[test]
 fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
-    let _serial = common::serial();
-    let runs = scratch("x24");
-    let a = start(&runs, &[("PX_INBAND", KEY)]);
+    let (_serial, _runs, a) = in_band_case("x24");
     let asked = call(
         a.addr,
         ALICE,
@@ -107,8 +90,7 @@ fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
         None,
     );
     assert_eq!(asked.code, "INPUT_REQUIRED", "{asked:?}");
-    let mut texts = Vec::new();
-    strings(&asked.result["inputRequests"], &mut texts);
+    let texts = texts_in(&asked.result["inputRequests"]);
     assert!(!texts.is_empty(), "{asked:?}");
     for text in texts {
         assert_eq!(shown_badly(&text), None, "{text:?}");
@@ -122,8 +104,7 @@ fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
 #[test]
 fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
     let (_serial, url, runs) = case("x25");
-    let proxy = Proxy::new(port_of(&url));
-    let store_url = proxy.url(&url);
+    let (proxy, store_url) = proxied(&url);
     let a = start(
         &runs,
         &[
@@ -133,9 +114,7 @@ fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
         ],
     );
     let args = json!({"cents": 2525});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     proxy.hold(true);
     let held = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     thread::sleep(Duration::from_millis(500));
@@ -162,18 +141,10 @@ fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
 fn x26_a_tasks_status_shows_no_hidden_characters_or_forged_lines() {
     let (_serial, url, runs) = case("x26");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.send",
-        json!({"to": EVIL, "body": EVIL}),
-        tasks(),
-        None,
-    );
+    let created = as_task(a.addr, ALICE, "px.send", json!({"to": EVIL, "body": EVIL}));
     let task = created.task.clone().expect("a task");
     let (_, message) = task_status(a.addr, ALICE, &task);
-    let mut texts = Vec::new();
-    strings(&created.result, &mut texts);
+    let mut texts = texts_in(&created.result);
     strings(&message, &mut texts);
     for text in texts {
         assert_eq!(shown_badly(&text), None, "{text:?}");
@@ -205,16 +176,8 @@ fn x31_approving_an_expired_row_runs_nothing() {
 fn x34_a_task_rejected_by_the_command_ends_and_runs_nothing() {
     let (_serial, url, runs) = case("x34");
     let a = start(&runs, &[("PX_STORE", &url)]);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 3434}),
-        tasks(),
-        None,
-    );
-    let task = created.task.clone().expect("a task");
-    let id = pending_id(&url, "px.wire", "alice").to_string();
+    let (task, id) = alices_wire_task(a.addr, &url, 3434);
+    let id = id.to_string();
     let out = cli(&[
         "approvals",
         "reject",
@@ -243,32 +206,26 @@ fn x35_one_call_asked_as_a_form_and_as_a_task_runs_once() {
     let (_serial, url, runs) = case("x35");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_INBAND", KEY)]);
     let args = json!({"cents": 3535});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let both =
         json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     let as_task = call(a.addr, ALICE, "px.wire", args.clone(), both, None);
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args.clone(),
-        form(),
-        Some((&state, "approve")),
-    );
+    let answered = answer_wire(a.addr, ALICE, args.clone(), &state, "approve");
     if let Some(task) = &as_task.task {
         let _ = poll_task(a.addr, task, Duration::from_secs(3));
     }
-    let again = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let again = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert!(
         count(&runs, "wire") <= 1,
         "{as_task:?} {answered:?} {again:?}"
     );
+}
+
+/// `toolgate ARGS` exits 0, and what it prints has no hidden character and no forged line.
+#[track_caller]
+fn assert_shown_clean(args: &[&str]) {
+    let out = cli(args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(shown_badly(&text), None, "{text:?}");
 }

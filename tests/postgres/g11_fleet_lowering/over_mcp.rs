@@ -19,18 +19,10 @@ fn x05_an_in_band_form_answered_after_a_fleet_lowering_runs_nothing() {
         ],
     );
     let args = json!({"cents": 505});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert_eq!(count(&runs, "wire"), 0, "{answered:?}");
 }
 
@@ -42,9 +34,7 @@ fn x06_an_approved_request_retried_after_a_fleet_lowering_does_not_run() {
     let (_serial, url, runs) = case("x06");
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 606});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
     let retried = call(a.addr, ALICE, "px.wire", args, json!({}), None);
@@ -61,8 +51,7 @@ fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
     let (task, id) = alices_wire_task(a.addr, &url, 707);
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(6));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(6));
     assert_eq!(count(&runs, "wire"), 0, "{status:?} {message}");
 }
 
@@ -73,8 +62,7 @@ fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
 #[test]
 fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
     let (_serial, url, runs) = case("x12");
-    let proxy = Proxy::new(port_of(&url));
-    let budget_url = proxy.url(&url);
+    let (proxy, budget_url) = proxied(&url);
     let a = start(
         &runs,
         &[
@@ -86,14 +74,10 @@ fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
     );
     let warm = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     assert_eq!(warm.code, "OK", "{warm:?}");
-    proxy.hold(true);
     let addr = a.addr;
-    let waiting = thread::spawn(move || plain(addr, ALICE, "px.note", json!({"text": "b"})));
-    thread::sleep(Duration::from_millis(300));
-    lower(&url, "px", "ADVISORY");
-    thread::sleep(Duration::from_millis(1500));
-    proxy.hold(false);
-    let said = waiting.join().expect("the call");
+    let said = lowered_while_held(&proxy, &url, "ADVISORY", (300, 1500), move || {
+        plain(addr, ALICE, "px.note", json!({"text": "b"}))
+    });
     assert_eq!(count(&runs, "note"), 1, "the waiting note ran: {said:?}");
 }
 
@@ -136,14 +120,12 @@ fn x18_a_fleet_raised_again_does_not_revive_a_pending_call() {
 #[test]
 fn x19_a_task_approved_while_its_process_has_lost_the_fleet_does_not_run() {
     let (_serial, url, runs) = case("x19");
-    let proxy = Proxy::new(port_of(&url));
-    let fleet_url = proxy.url(&url);
+    let (proxy, fleet_url) = proxied(&url);
     let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &fleet_url)]);
     let (task, id) = alices_wire_task(a.addr, &url, 1919);
     proxy.hold(true);
     thread::sleep(Duration::from_millis(2500));
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(3));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(3));
     let ran = count(&runs, "wire");
     proxy.hold(false);
     assert_eq!(ran, 0, "ran while the fleet was lost: {status:?} {message}");
@@ -161,23 +143,14 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
         ("PX_INBAND", KEY),
         ("PX_FLEET_URL", url.as_str()),
     ];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (a, b) = (start(&runs, &env), start(&runs, &env));
     let args = json!({"cents": 2828});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     lower(&url, "px", "SHADOW");
     thread::sleep(Duration::from_millis(1500));
     let mut said = Vec::new();
     for addr in [b.addr, a.addr] {
-        said.push(call(
-            addr,
-            ALICE,
-            "px.wire",
-            args.clone(),
-            form(),
-            Some((&state, "approve")),
-        ));
+        said.push(answer_wire(addr, ALICE, args.clone(), &state, "approve"));
     }
     assert_eq!(count(&runs, "wire"), 0, "{said:#?}");
 }
@@ -190,21 +163,14 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
 #[test]
 fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_run() {
     let (_serial, url, runs) = case("x40");
-    let proxy = Proxy::new(port_of(&url));
-    let store_url = proxy.url(&url);
+    let (proxy, store_url) = proxied(&url);
     let a = start(&runs, &[("PX_STORE", &store_url), ("PX_FLEET_URL", &url)]);
     let args = json!({"cents": 4040});
-    let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
-    let id = pending_id(&url, "px.wire", "alice");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    proxy.hold(true);
+    alices_wire_approved(a.addr, &url, args.clone(), &[]);
     let addr = a.addr;
-    let waiting = thread::spawn(move || call(addr, ALICE, "px.wire", args, json!({}), None));
-    thread::sleep(Duration::from_millis(200));
-    lower(&url, "px", "PARTIAL_AUTO");
-    thread::sleep(Duration::from_millis(1000));
-    proxy.hold(false);
-    let said = waiting.join().expect("the call");
+    let said = lowered_while_held(&proxy, &url, "PARTIAL_AUTO", (200, 1000), move || {
+        call(addr, ALICE, "px.wire", args, json!({}), None)
+    });
     assert_eq!(count(&runs, "wire"), 0, "{said:?}");
 }
 
@@ -220,4 +186,22 @@ fn x42_a_fleet_lowering_reaches_every_principals_gate() {
     let by_alice = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     let by_bob = plain(a.addr, BOB, "px.note", json!({"text": "b"}));
     assert_eq!(count(&runs, "note"), 0, "{by_alice:?} {by_bob:?}");
+}
+
+/// `call` made in a thread while `proxy` holds every byte of its link; `settle` ms later the fleet `px`
+/// of `url` is lowered to `to`, and `grace` ms after that the link answers again: what the call said.
+fn lowered_while_held(
+    proxy: &Proxy,
+    url: &str,
+    to: &str,
+    (settle, grace): (u64, u64),
+    call: impl FnOnce() -> Said + Send + 'static,
+) -> Said {
+    proxy.hold(true);
+    let waiting = thread::spawn(call);
+    thread::sleep(Duration::from_millis(settle));
+    lower(url, "px", to);
+    thread::sleep(Duration::from_millis(grace));
+    proxy.hold(false);
+    waiting.join().expect("the call")
 }

@@ -9,10 +9,7 @@ use crate::support::trail::*;
 /// gate is never raised by its fleet: coming back from a partition must not apply the raise.
 #[test]
 fn f10_raise_then_partition_and_rejoin_does_not_raise_a_running_gate() {
-    let url = database("f10");
-    let proxy = Proxy::new(&url);
-    let fleet = member_fleet(&proxy.url(&url), "f10", 400);
-    let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    let (url, proxy, _fleet, gate) = member_behind_proxy("f10", 400);
     fleet::lower(&url, "toolgate", "f10", Mode::Shadow, "ana", "incident").unwrap();
     assert!(eventually(Duration::from_secs(2), || gate.mode() == Mode::Shadow));
     fleet::raise(&url, "toolgate", "f10", Mode::FullAuto, "ana", "resolved").unwrap();
@@ -46,10 +43,7 @@ fn f10_raise_then_partition_and_rejoin_does_not_raise_a_running_gate() {
 /// lowering was accepted), never at its old PARTIAL_AUTO.
 #[test]
 fn f11_gate_lower_during_a_partition_is_not_undone_by_the_rejoin() {
-    let url = database("f11");
-    let proxy = Proxy::new(&url);
-    let fleet = member_fleet(&proxy.url(&url), "f11", 300);
-    let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    let (_url, proxy, _fleet, gate) = member_behind_proxy("f11", 300);
     assert_eq!(gate.mode(), Mode::PartialAuto);
     proxy.cut();
     assert!(
@@ -87,10 +81,7 @@ fn f11_gate_lower_during_a_partition_is_not_undone_by_the_rejoin() {
 /// (ADVISORY) applies when it is back, never its old PARTIAL_AUTO.
 #[test]
 fn f12_black_hole_partition_is_noticed_and_a_lowering_during_it_applies_after() {
-    let url = database("f12");
-    let proxy = Proxy::new(&url);
-    let fleet = member_fleet(&proxy.url(&url), "f12", 500);
-    let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    let (url, proxy, _fleet, gate) = member_behind_proxy("f12", 500);
     proxy.cut();
     let noticed = Instant::now();
     assert!(
@@ -128,40 +119,11 @@ fn f12_black_hole_partition_is_noticed_and_a_lowering_during_it_applies_after() 
 /// partition cannot be hidden by the very outage that caused it; the trail verifies.
 #[test]
 fn f13_partition_is_not_hidden_when_the_sink_shares_the_lost_server() {
-    let url = database("f13");
-    let proxy = Proxy::new(&url);
-    let via = proxy.url(&url);
-    let fleet = member_fleet(&via, "f13", 400);
-    let gate = fleet
-        .join(Gate::builder().mode(Mode::PartialAuto).audit(sink(
-            &via,
-            "f13",
-            Duration::from_millis(500),
-        )))
-        .unwrap();
-    gate.run(|| mark("f13-before".into())).unwrap();
-    proxy.cut();
-    assert!(eventually(Duration::from_secs(4), || gate.mode() == Mode::Shadow));
-    let during = gate.run(|| mark("f13-during".into()));
-    assert!(during.is_err());
-    proxy.heal();
-    assert!(
-        eventually(Duration::from_secs(8), || gate.mode() == Mode::PartialAuto),
-        "never rejoined"
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while gate.run(|| mark("f13-after".into())).is_err() && Instant::now() < deadline {}
-    drop(gate);
-    drop(fleet);
-    let stages: Vec<Stage> = records(&url, "f13").iter().map(|r| r.stage).collect();
-    let lost = stages.iter().position(|s| *s == Stage::FleetLost);
-    let back = stages.iter().position(|s| *s == Stage::FleetRejoined);
-    assert!(
-        lost.is_some() && back.is_some() && lost < back,
-        "the partition is missing from the trail: {stages:?}"
-    );
+    assert_partition_audited("f13", |gate| {
+        let during = gate.run(|| mark("f13-during".into()));
+        assert!(during.is_err());
+    });
     assert!(!ran("f13-during"));
-    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
 }
 
 /// f15: the `Fleet` handle is dropped while a gate it joined keeps running, then the fleet is lowered.
@@ -400,10 +362,7 @@ fn f21_join_while_the_fleet_cannot_be_read_is_refused() {
 /// lowering cannot be hidden by the outage it happened in.
 #[test]
 fn f27_a_lowering_during_an_outage_is_not_lost_from_the_trail() {
-    let url = database("f27");
-    let proxy = Proxy::new(&url);
-    let gate = audited_gate(&proxy.url(&url), "f27", Duration::from_millis(500));
-    gate.run(|| mark("f27-warm".into())).unwrap();
+    let (url, proxy, gate) = warm_gate_behind_proxy("f27", Duration::from_millis(500));
     proxy.cut();
     gate.lower_by(Mode::Advisory, "ana").unwrap();
     std::thread::sleep(Duration::from_millis(1500));
@@ -429,38 +388,7 @@ fn f27_a_lowering_during_an_outage_is_not_lost_from_the_trail() {
 /// whatever the outage looks like; it cannot be hidden.
 #[test]
 fn f31_a_long_partition_is_not_hidden_when_the_sink_shares_the_lost_server() {
-    let url = database("f31");
-    let proxy = Proxy::new(&url);
-    let via = proxy.url(&url);
-    let fleet = member_fleet(&via, "f31", 400);
-    let gate = fleet
-        .join(Gate::builder().mode(Mode::PartialAuto).audit(sink(
-            &via,
-            "f31",
-            Duration::from_millis(500),
-        )))
-        .unwrap();
-    gate.run(|| mark("f31-before".into())).unwrap();
-    proxy.cut();
-    assert!(eventually(Duration::from_secs(4), || gate.mode() == Mode::Shadow));
-    std::thread::sleep(Duration::from_secs(2));
-    proxy.heal();
-    assert!(
-        eventually(Duration::from_secs(8), || gate.mode() == Mode::PartialAuto),
-        "never rejoined"
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while gate.run(|| mark("f31-after".into())).is_err() && Instant::now() < deadline {}
-    drop(gate);
-    drop(fleet);
-    let stages: Vec<Stage> = records(&url, "f31").iter().map(|r| r.stage).collect();
-    let lost = stages.iter().position(|s| *s == Stage::FleetLost);
-    let back = stages.iter().position(|s| *s == Stage::FleetRejoined);
-    assert!(
-        lost.is_some() && back.is_some() && lost < back,
-        "the partition is missing from the trail: {stages:?}"
-    );
-    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
+    assert_partition_audited("f31", |_| std::thread::sleep(Duration::from_secs(2)));
 }
 
 /// f33: the fleet's server frozen (SIGSTOP on the postmaster and its backends: connections stay open,
@@ -531,4 +459,43 @@ fn f33_a_frozen_server_holds_the_gate_at_shadow_once_the_grace_has_passed() {
     caller.join().unwrap();
     drop(gate);
     drop(fleet);
+}
+
+/// A gate whose audit sink (writer `name`) and fleet `name` reach the server through one link: the link
+/// is cut until the gate acts as SHADOW and `while_cut` is done, then healed. Asserts that the gate
+/// rejoins, and that the trail holds `fleet_lost` then `fleet_rejoined` and verifies.
+#[track_caller]
+fn assert_partition_audited(name: &str, while_cut: impl FnOnce(&Gate)) {
+    let url = database(name);
+    let proxy = Proxy::new(&url);
+    let via = proxy.url(&url);
+    let fleet = member_fleet(&via, name, 400);
+    let gate = fleet
+        .join(Gate::builder().mode(Mode::PartialAuto).audit(sink(
+            &via,
+            name,
+            Duration::from_millis(500),
+        )))
+        .unwrap();
+    gate.run(|| mark(format!("{name}-before"))).unwrap();
+    proxy.cut();
+    assert!(eventually(Duration::from_secs(4), || gate.mode() == Mode::Shadow));
+    while_cut(&gate);
+    proxy.heal();
+    assert!(
+        eventually(Duration::from_secs(8), || gate.mode() == Mode::PartialAuto),
+        "never rejoined"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate.run(|| mark(format!("{name}-after"))).is_err() && Instant::now() < deadline {}
+    drop(gate);
+    drop(fleet);
+    let stages: Vec<Stage> = records(&url, name).iter().map(|r| r.stage).collect();
+    let lost = stages.iter().position(|s| *s == Stage::FleetLost);
+    let back = stages.iter().position(|s| *s == Stage::FleetRejoined);
+    assert!(
+        lost.is_some() && back.is_some() && lost < back,
+        "the partition is missing from the trail: {stages:?}"
+    );
+    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
 }

@@ -25,8 +25,10 @@ fn fleet_lower_reaches_every_busy_process_and_never_raises_a_running_gate() {
     for proc in &mut procs {
         assert_eq!(proc.expect("ready"), "PARTIAL_AUTO");
     }
-    let status = toolgate(&["fleet", "status", "--store", &url, "--fleet", "payments"]);
-    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    let status = toolgate_exits(
+        &["fleet", "status", "--store", &url, "--fleet", "payments"],
+        0,
+    );
     assert_eq!(
         text(&status).matches("PARTIAL_AUTO").count(),
         4,
@@ -36,21 +38,7 @@ fn fleet_lower_reaches_every_busy_process_and_never_raises_a_running_gate() {
 
     std::thread::sleep(Duration::from_millis(300));
     let lowered_at = now_nanos();
-    let lowered = toolgate(&[
-        "fleet",
-        "lower",
-        "--store",
-        &url,
-        "--fleet",
-        "payments",
-        "--to",
-        "SHADOW",
-        "--by",
-        "ana",
-        "--reason",
-        "incident 42",
-    ]);
-    assert_eq!(lowered.status.code(), Some(0), "{}", text(&lowered));
+    ana_changes_payments(&url, "lower", "SHADOW", "incident 42", 0);
     let mut slowest = 0u64;
     for proc in &mut procs {
         let line = proc.expect("mode ");
@@ -64,39 +52,11 @@ fn fleet_lower_reaches_every_busy_process_and_never_raises_a_running_gate() {
     );
 
     // A raise through `lower` is refused and changes nothing.
-    let raise = toolgate(&[
-        "fleet",
-        "lower",
-        "--store",
-        &url,
-        "--fleet",
-        "payments",
-        "--to",
-        "PARTIAL_AUTO",
-        "--by",
-        "ana",
-        "--reason",
-        "r",
-    ]);
-    assert_eq!(raise.status.code(), Some(1), "{}", text(&raise));
+    let raise = ana_changes_payments(&url, "lower", "PARTIAL_AUTO", "r", 1);
     assert!(text(&raise).contains("use raise"), "{}", text(&raise));
 
     // Raising the fleet does not raise a running gate; a gate joined after it starts under it.
-    let raised = toolgate(&[
-        "fleet",
-        "raise",
-        "--store",
-        &url,
-        "--fleet",
-        "payments",
-        "--to",
-        "FULL_AUTO",
-        "--by",
-        "ana",
-        "--reason",
-        "resolved",
-    ]);
-    assert_eq!(raised.status.code(), Some(0), "{}", text(&raised));
+    ana_changes_payments(&url, "raise", "FULL_AUTO", "resolved", 0);
     let fleet = Fleet::connect(&url, "payments").unwrap();
     let fresh = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
     assert_eq!(fresh.mode(), Mode::PartialAuto);
@@ -259,4 +219,23 @@ fn processes_joining_a_new_fleet_at_once_all_join() {
         let status = fleet::status(&url, "toolgate", &name).unwrap();
         assert_eq!(status.mode, Mode::FullAuto);
     }
+}
+
+/// `toolgate fleet VERB` of the fleet `payments` in the store of `url` to the mode `to`, by `ana` for
+/// `reason`, which must exit with `code`.
+#[track_caller]
+fn ana_changes_payments(
+    url: &str,
+    verb: &str,
+    to: &str,
+    reason: &str,
+    code: i32,
+) -> std::process::Output {
+    toolgate_exits(
+        &[
+            "fleet", verb, "--store", url, "--fleet", "payments", "--to", to, "--by", "ana",
+            "--reason", reason,
+        ],
+        code,
+    )
 }

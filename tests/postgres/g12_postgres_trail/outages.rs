@@ -84,28 +84,16 @@ fn f02_enter_commit_timing_out_while_the_insert_stays_queued() {
     assert!(refused2.is_err());
     std::thread::sleep(Duration::from_millis(700));
     drop(held);
-    let mut oks = 0;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut i = 0;
-    while oks < 30 && Instant::now() < deadline {
-        if gate.run(|| mark(format!("f02-after-{i}"))).is_ok() {
-            oks += 1;
-        }
-        i += 1;
-    }
-    assert_eq!(oks, 30, "the sink continued after the lock was released");
+    assert_eq!(
+        runs_within(&gate, "f02-after", 30, Duration::from_secs(15)),
+        30,
+        "the sink continued after the lock was released"
+    );
     drop(gate);
     assert!(!ran("f02-timed-out") && !ran("f02-timed-out-2"));
     let report = verify_trail(&url, "toolgate").unwrap();
     assert!(report.is_intact(), "{report}");
-    let entered: HashSet<String> = records(&url, "f02")
-        .iter()
-        .filter(|r| r.stage == Stage::Enter)
-        .filter_map(tag_of)
-        .collect();
-    for tag in RAN.lock().unwrap().iter().filter(|t| t.starts_with("f02-")) {
-        assert!(entered.contains(tag), "{tag} ran without its enter record");
-    }
+    assert_every_run_entered(&url, "f02", "f02-");
 }
 
 /// f03: the writer name's advisory lock dies with the sink's connection (an attacker or a network blip
@@ -117,11 +105,7 @@ fn f03_writer_name_taken_over_after_the_first_sinks_connection_dies() {
     let url = database("f03");
     let first = audited_gate(&url, "shared", Duration::from_secs(1));
     first.run(|| mark("f03-first-0".into())).unwrap();
-    query(
-        &url,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    );
+    terminate_backends(&url);
     std::thread::sleep(Duration::from_millis(200));
     let second = PostgresSink::builder()
         .writer("shared")
@@ -154,14 +138,7 @@ fn f03_writer_name_taken_over_after_the_first_sinks_connection_dies() {
         first_after == 0 || second_ok == 0,
         "two live sinks wrote one chain: first {first_after} calls, second {second_ok} calls"
     );
-    let entered: HashSet<String> = records(&url, "shared")
-        .iter()
-        .filter(|r| r.stage == Stage::Enter)
-        .filter_map(tag_of)
-        .collect();
-    for tag in RAN.lock().unwrap().iter().filter(|t| t.starts_with("f03-")) {
-        assert!(entered.contains(tag), "{tag} ran without its enter record");
-    }
+    assert_every_run_entered(&url, "shared", "f03-");
 }
 
 /// f14: a call's `enter` is committed and its body runs; the link to the server is cut while the body
@@ -170,19 +147,8 @@ fn f03_writer_name_taken_over_after_the_first_sinks_connection_dies() {
 /// leaves no interrupted call.
 #[test]
 fn f14_exit_record_written_during_an_outage_is_not_lost() {
-    let url = database("f14");
-    let proxy = Proxy::new(&url);
-    let gate = audited_gate(&proxy.url(&url), "f14", Duration::from_millis(500));
-    gate.run(|| mark("f14-warm".into())).unwrap();
-    let (go, wait) = mpsc::channel();
-    assert!(eventually(Duration::from_secs(30), || GO
-        .lock()
-        .unwrap()
-        .is_none()));
-    *GO.lock().unwrap() = Some(wait);
-    let g = gate.clone();
-    let call = std::thread::spawn(move || g.run(|| wait_body("f14-body".into())));
-    assert!(eventually(Duration::from_secs(5), || ran("f14-body")));
+    let (url, proxy, gate) = warm_gate_behind_proxy("f14", Duration::from_millis(500));
+    let (go, call) = call_held_in_its_body(&gate, "f14-body");
     proxy.cut();
     go.send(()).unwrap();
     assert!(call.join().unwrap().is_ok());
@@ -190,12 +156,10 @@ fn f14_exit_record_written_during_an_outage_is_not_lost() {
     proxy.heal();
     assert_eq!(runs_within_ten_seconds(&gate, "f14-after", 5), 5);
     drop(gate);
-    let report = verify_trail(&url, "toolgate").unwrap();
-    assert!(report.is_intact(), "{report}");
-    let unpaired: Vec<Option<String>> = unpaired_enters(&url, "f14").iter().map(tag_of).collect();
-    assert!(
-        unpaired.is_empty(),
-        "exit records lost with a failed group; verify reports them as interrupted: {unpaired:?}"
+    assert_intact_and_paired(
+        &url,
+        "f14",
+        "exit records lost with a failed group; verify reports them as interrupted",
     );
 }
 
@@ -204,10 +168,7 @@ fn f14_exit_record_written_during_an_outage_is_not_lost() {
 /// link heals the chain continues and verifies.
 #[test]
 fn f22_sink_behind_a_black_hole_refuses_in_time_and_continues() {
-    let url = database("f22");
-    let proxy = Proxy::new(&url);
-    let gate = audited_gate(&proxy.url(&url), "f22", Duration::from_millis(500));
-    gate.run(|| mark("f22-warm".into())).unwrap();
+    let (url, proxy, gate) = warm_gate_behind_proxy("f22", Duration::from_millis(500));
     proxy.cut();
     let (tx, rx) = mpsc::channel();
     let g = gate.clone();
@@ -226,16 +187,11 @@ fn f22_sink_behind_a_black_hole_refuses_in_time_and_continues() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert!(!ran("f22-cut"));
     proxy.heal();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut oks = 0;
-    let mut i = 0;
-    while oks < 5 && Instant::now() < deadline {
-        if gate.run(|| mark(format!("f22-after-{i}"))).is_ok() {
-            oks += 1;
-        }
-        i += 1;
-    }
-    assert_eq!(oks, 5, "the sink never continued");
+    assert_eq!(
+        runs_within_ten_seconds(&gate, "f22-after", 5),
+        5,
+        "the sink never continued"
+    );
     drop(gate);
     assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
 }
@@ -248,32 +204,17 @@ fn f25_exit_record_written_after_the_connection_was_terminated_is_not_lost() {
     let url = database("f25");
     let gate = audited_gate(&url, "f25", Duration::from_secs(2));
     gate.run(|| mark("f25-warm".into())).unwrap();
-    let (go, wait) = mpsc::channel();
-    // `wait_body` takes the channel from GO: f14 may use it too, so wait until it is free.
-    assert!(eventually(Duration::from_secs(30), || GO
-        .lock()
-        .unwrap()
-        .is_none()));
-    *GO.lock().unwrap() = Some(wait);
-    let g = gate.clone();
-    let call = std::thread::spawn(move || g.run(|| wait_body("f25-body".into())));
-    assert!(eventually(Duration::from_secs(5), || ran("f25-body")));
-    query(
-        &url,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    );
+    let (go, call) = call_held_in_its_body(&gate, "f25-body");
+    terminate_backends(&url);
     std::thread::sleep(Duration::from_millis(100));
     go.send(()).unwrap();
     assert!(call.join().unwrap().is_ok());
     assert_eq!(runs_within_ten_seconds(&gate, "f25-after", 5), 5);
     drop(gate);
-    let report = verify_trail(&url, "toolgate").unwrap();
-    assert!(report.is_intact(), "{report}");
-    let unpaired: Vec<Option<String>> = unpaired_enters(&url, "f25").iter().map(tag_of).collect();
-    assert!(
-        unpaired.is_empty(),
-        "an exit record was lost with its connection; verify reports the call as interrupted: {unpaired:?}"
+    assert_intact_and_paired(
+        &url,
+        "f25",
+        "an exit record was lost with its connection; verify reports the call as interrupted",
     );
 }
 
@@ -319,8 +260,7 @@ fn f26_a_killed_writer_is_interrupted_and_its_name_continues() {
     assert_eq!(w.chain.records, 2 * 10 + 1 + 2 * 10, "{report}");
     assert_eq!(w.interrupted.len(), 1, "{report}");
     assert_eq!(w.interrupted[0].tool, "fa.hang_forever");
-    let cli = toolgate(&["audit", "verify", &url]);
-    assert_eq!(cli.status.code(), Some(0), "{}", text(&cli));
+    toolgate_exits(&["audit", "verify", &url], 0);
 }
 
 /// f28: four threads call through one sink (group commit) while its link is cut for a second and

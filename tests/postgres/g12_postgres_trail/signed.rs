@@ -26,9 +26,7 @@ fn a_signed_trail_shows_a_rewrite_a_cut_and_a_swapped_checkpoint() {
 
     // A record changed, every hash after it recomputed: the chain verifies, the checkpoints do not.
     rewrite_with_recomputed_hashes(&url, 25);
-    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
-    let (code, shown) = verify_signed(&url, &public);
-    assert_eq!(code, Some(6), "a rewritten chain: {shown}");
+    assert_chain_intact_signed_code(&url, &public, 6, "a rewritten chain");
 
     // Records cut from the end, before the last checkpoint.
     let (url, public) = signed_trail("cut", &scratch);
@@ -36,9 +34,7 @@ fn a_signed_trail_shows_a_rewrite_a_cut_and_a_swapped_checkpoint() {
         &url,
         "DELETE FROM toolgate.audit WHERE writer = 'a' AND seq > 55",
     );
-    assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
-    let (code, shown) = verify_signed(&url, &public);
-    assert_eq!(code, Some(7), "a chain cut short: {shown}");
+    assert_chain_intact_signed_code(&url, &public, 7, "a chain cut short");
 
     // A checkpoint of writer b put in the place of writer a's: signed, but not a's.
     let (url, public) = signed_trail("swapped", &scratch);
@@ -107,4 +103,13 @@ fn a_signed_sink_continues_its_series_and_refuses_a_forged_one() {
             .contains("last checkpoint of writer \"w\""),
         "{refused}"
     );
+}
+
+/// Asserts that the trail of `url` verifies as a chain, and that its verification with the public key
+/// in `public` exits with `code` (`what` the checkpoints show).
+#[track_caller]
+fn assert_chain_intact_signed_code(url: &str, public: &std::path::Path, code: i32, what: &str) {
+    assert!(verify_trail(url, "toolgate").unwrap().is_intact());
+    let (exit, shown) = verify_signed(url, public);
+    assert_eq!(exit, Some(code), "{what}: {shown}");
 }

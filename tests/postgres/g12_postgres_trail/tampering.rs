@@ -10,12 +10,7 @@ use crate::support::trail::*;
 /// writer broken, keeps the honest writer intact, and the command exits 1 with `BROKEN` first.
 #[test]
 fn f04_verify_on_hostile_rows_does_not_crash_hang_or_pass() {
-    let url = database("f04");
-    let gate = audited_gate(&url, "honest", Duration::from_secs(2));
-    for i in 0..5 {
-        gate.run(|| mark(format!("f04-{i}"))).unwrap();
-    }
-    drop(gate);
+    let url = five_calls_audited("f04", "honest");
     let zeros = "0".repeat(64);
     let insert = |writer: &str, seq: &str, line: &str| {
         query(
@@ -62,8 +57,7 @@ fn f04_verify_on_hostile_rows_does_not_crash_hang_or_pass() {
         let w = report.writer(writer).expect("every writer reported");
         assert!(!w.is_intact(), "{writer} verified: {shown}");
     }
-    let cli = toolgate(&["audit", "verify", &url]);
-    assert_eq!(cli.status.code(), Some(1), "{}", text(&cli));
+    let cli = toolgate_exits(&["audit", "verify", &url], 1);
     assert!(text(&cli).starts_with("BROKEN"), "{}", text(&cli));
 }
 
@@ -72,12 +66,7 @@ fn f04_verify_on_hostile_rows_does_not_crash_hang_or_pass() {
 /// one verified. Guarantee (`WriterReport::is_intact`): "every row's columns matching its line".
 #[test]
 fn f05_columns_edited_apart_from_the_line_do_not_verify() {
-    let url = database("f05");
-    let gate = audited_gate(&url, "cols", Duration::from_secs(2));
-    for i in 0..5 {
-        gate.run(|| mark(format!("f05-{i}"))).unwrap();
-    }
-    drop(gate);
+    let url = five_calls_audited("f05", "cols");
     assert!(verify_trail(&url, "toolgate").unwrap().is_intact());
     let mut got_through = Vec::new();
     for (column, edit, restore) in [
@@ -314,8 +303,7 @@ fn f23_writer_name_cannot_forge_a_line_of_the_verify_report() {
                      'fa.mark', 1, 1, '{{}}')"
         ),
     );
-    let cli = toolgate(&["audit", "verify", &url]);
-    assert_eq!(cli.status.code(), Some(1), "{}", text(&cli));
+    let cli = toolgate_exits(&["audit", "verify", &url], 1);
     let forged: Vec<String> = String::from_utf8_lossy(&cli.stdout)
         .lines()
         .filter(|l| l.starts_with("INTACT"))
@@ -390,10 +378,7 @@ fn f24_column_edit_cannot_hide_an_interrupted_call() {
 /// name belongs to the role that first used it: the server refuses the rows, and the writer goes on.
 #[test]
 fn f34_another_role_cannot_append_to_a_live_writers_chain() {
-    let scratch = common::Scratch::new("f34");
-    let url = database("f34");
-    let (gate, key_file) = live_signed_writer(&scratch, &url, "payments-1");
-    let honest = last_seq(&url, "payments-1");
+    let (_scratch, url, gate, key_file, honest) = live_payments_writer("f34");
     let mallory = trail_role(&url, "f34_mallory");
     let forged = forge_wire_money(&url, &mallory, "payments-1");
     assert!(
@@ -425,10 +410,7 @@ fn f34_another_role_cannot_append_to_a_live_writers_chain() {
 /// them and `verify --public-key` reports them as not covered, never as signed.
 #[test]
 fn f36_rows_a_live_writer_did_not_write_are_never_signed() {
-    let scratch = common::Scratch::new("f36");
-    let url = database("f36");
-    let (gate, key_file) = live_signed_writer(&scratch, &url, "payments-1");
-    let honest = last_seq(&url, "payments-1");
+    let (_scratch, url, gate, key_file, honest) = live_payments_writer("f36");
     forge_wire_money(&url, &url, "payments-1").unwrap();
     let mut refused = Vec::new();
     for n in 0..5 {
@@ -536,4 +518,25 @@ fn f35_a_keyless_sink_cannot_write_as_a_stopped_signed_writer_nor_be_signed_for(
     let (_, shown) = verify_signed(&url, &key_file);
     assert!(got_through.is_empty(), "{got_through:#?}\n{shown}");
     assert!(shown.contains("not covered: 2 records"), "{shown}");
+}
+
+/// A new database `name` whose writer `writer` (its gate dropped) made five calls, `{name}-0` to
+/// `{name}-4`: its URL.
+fn five_calls_audited(name: &str, writer: &str) -> String {
+    let url = database(name);
+    let gate = audited_gate(&url, writer, Duration::from_secs(2));
+    for i in 0..5 {
+        gate.run(|| mark(format!("{name}-{i}"))).unwrap();
+    }
+    url
+}
+
+/// A new database `name` with the live signed writer `payments-1`: its scratch folder, URL, gate,
+/// public key's file, and the last `seq` it wrote.
+fn live_payments_writer(name: &str) -> (common::Scratch, String, Gate, std::path::PathBuf, u64) {
+    let scratch = common::Scratch::new(name);
+    let url = database(name);
+    let (gate, key_file) = live_signed_writer(&scratch, &url, "payments-1");
+    let honest = last_seq(&url, "payments-1");
+    (scratch, url, gate, key_file, honest)
 }

@@ -10,15 +10,11 @@ use crate::support::mcp_server::*;
 /// 13: never more than the budget: at most one body runs.
 #[test]
 fn x08_a_task_approved_after_another_process_spent_the_budget_does_not_exceed_it() {
-    let (_serial, url, runs) = case("x08");
-    let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (_serial, url, runs, a, b) = sharing_a_budget("x08", &[]);
     let (task, id) = alices_wire_task(a.addr, &url, 808);
     let noted = plain(b.addr, ALICE, "px.note", json!({"text": "x"}));
     assert_eq!(noted.code, "OK", "the unit was free: {noted:?}");
-    assert_eq!(approve(&url, id, &[]).status.code(), Some(0));
-    let (status, message) = poll_task(a.addr, &task, Duration::from_secs(6));
+    let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(6));
     let total = count(&runs, "wire") + count(&runs, "note");
     assert!(
         total <= 1,
@@ -32,10 +28,7 @@ fn x08_a_task_approved_after_another_process_spent_the_budget_does_not_exceed_it
 /// Then a note in B is refused `BUDGET_EXHAUSTED`. Guarantee 13.
 #[test]
 fn x10_asking_again_while_pending_spends_nothing_and_the_budget_holds_across_processes() {
-    let (_serial, url, runs) = case("x10");
-    let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (_serial, url, runs, a, b) = sharing_a_budget("x10", &[]);
     let args = json!({"cents": 1010});
     for _ in 0..4 {
         let again = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
@@ -57,8 +50,7 @@ fn x10_asking_again_while_pending_spends_nothing_and_the_budget_holds_across_pro
 #[test]
 fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
     let (_serial, url, runs) = case("x11");
-    let proxy = Proxy::new(port_of(&url));
-    let budget_url = proxy.url(&url);
+    let (proxy, budget_url) = proxied(&url);
     let a = start(
         &runs,
         &[
@@ -104,26 +96,11 @@ fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
 /// alice answers "approve". Guarantee 13: at most one body runs.
 #[test]
 fn x20_an_in_band_answer_after_another_process_spent_the_budget_does_not_exceed_it() {
-    let (_serial, url, runs) = case("x20");
-    let env = [
-        ("PX_STORE", url.as_str()),
-        ("PX_BUDGET_URL", url.as_str()),
-        ("PX_INBAND", KEY),
-    ];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (_serial, _url, runs, a, b) = sharing_a_budget("x20", &[("PX_INBAND", KEY)]);
     let args = json!({"cents": 2020});
-    let asked = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    let state = asked.state.clone().expect("an in-band form");
+    let (_, state) = alices_form(a.addr, args.clone());
     let noted = plain(b.addr, BOB, "px.note", json!({"text": "z"}));
-    let answered = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        args,
-        form(),
-        Some((&state, "approve")),
-    );
+    let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
     let total = count(&runs, "wire") + count(&runs, "note");
     assert!(total <= 1, "{total} runs: {noted:?} {answered:?}");
 }
@@ -134,18 +111,8 @@ fn x20_an_in_band_answer_after_another_process_spent_the_budget_does_not_exceed_
 /// runs, and nothing else does.
 #[test]
 fn x30_a_cancelled_task_keeps_no_unit_of_the_shared_budget() {
-    let (_serial, url, runs) = case("x30");
-    let env = [("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
-    let created = call(
-        a.addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": 3030}),
-        tasks(),
-        None,
-    );
+    let (_serial, _url, runs, a, b) = sharing_a_budget("x30", &[]);
+    let created = as_task(a.addr, ALICE, "px.wire", json!({"cents": 3030}));
     let task = created.task.clone().expect("a task");
     let n = IDS.fetch_add(1, Ordering::SeqCst);
     let cancel = json!({"jsonrpc": "2.0", "id": n, "method": "tasks/cancel",
@@ -187,14 +154,7 @@ fn x33_calls_refused_by_a_fleet_lowering_take_no_unit_from_another_process() {
 /// gives its unit back, so asking while a request waits spends nothing: B's note runs.
 #[test]
 fn x36_unanswered_in_band_forms_keep_no_unit_of_a_shared_budget() {
-    let (_serial, url, runs) = case("x36");
-    let env = [
-        ("PX_STORE", url.as_str()),
-        ("PX_BUDGET_URL", url.as_str()),
-        ("PX_INBAND", KEY),
-    ];
-    let a = start(&runs, &env);
-    let b = start(&runs, &env);
+    let (_serial, _url, _runs, a, b) = sharing_a_budget("x36", &[("PX_INBAND", KEY)]);
     let mut asked = Vec::new();
     for cents in [1, 2, 3] {
         asked.push(
@@ -229,8 +189,7 @@ fn x36_unanswered_in_band_forms_keep_no_unit_of_a_shared_budget() {
 #[test]
 fn x41_a_task_approved_while_its_budget_store_is_held_runs_at_most_once_after() {
     let (_serial, url, runs) = case("x41");
-    let proxy = Proxy::new(port_of(&url));
-    let budget_url = proxy.url(&url);
+    let (proxy, budget_url) = proxied(&url);
     let a = start(
         &runs,
         &[
@@ -251,4 +210,23 @@ fn x41_a_task_approved_while_its_budget_store_is_held_runs_at_most_once_after() 
         "ran while the budget store was held: {held_status:?} {held}"
     );
     assert!(count(&runs, "wire") <= 1, "{status:?} {message}");
+}
+
+/// The case `name`: two servers, A and B, sharing the approval store and the budget (of one call an
+/// hour, unless `more` says otherwise) in its database, with `more` of their settings.
+fn sharing_a_budget(
+    name: &str,
+    more: &[(&str, &str)],
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    String,
+    PathBuf,
+    Server,
+    Server,
+) {
+    let (serial, url, runs) = case(name);
+    let mut env = vec![("PX_STORE", url.as_str()), ("PX_BUDGET_URL", url.as_str())];
+    env.extend_from_slice(more);
+    let (a, b) = (start(&runs, &env), start(&runs, &env));
+    (serial, url, runs, a, b)
 }

@@ -16,20 +16,12 @@ fn four_processes_together_never_exceed_a_budget() {
     let mut racers: Vec<Racer> = (0..4).map(|_| racer(&url)).collect();
     let rounds = rounds();
     for round in 0..rounds {
-        for racer in &mut racers {
-            racer.tell(&format!("round {round}"));
-        }
-        let mut ran = 0;
-        for racer in &mut racers {
-            let said = racer.said();
-            let (at, outcome) = said.split_once(' ').unwrap();
-            assert_eq!(at, round.to_string());
-            match outcome {
-                "ran" => ran += 1,
-                "BUDGET_EXHAUSTED" => {}
-                other => panic!("round {round}: a racer was refused with {other}"),
-            }
-        }
+        let ran = race_round(
+            &mut racers,
+            &format!("round {round}"),
+            round,
+            "BUDGET_EXHAUSTED",
+        );
         assert_eq!(ran, 2, "round {round}: {ran} calls ran under a budget of 2");
     }
     for racer in &mut racers {
@@ -57,11 +49,9 @@ fn four_processes_together_never_exceed_a_budget() {
 
 #[test]
 fn the_window_slides_by_the_database_clock_and_async_calls_count() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "budget_window") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("budget_window");
+    };
     let store = Arc::new(PostgresStore::connect(&url).unwrap());
     let window = Duration::from_millis(1500);
     let gate = Gate::builder()
@@ -87,18 +77,11 @@ fn the_window_slides_by_the_database_clock_and_async_calls_count() {
 
 #[test]
 fn a_stopped_server_refuses_the_calls_a_budget_covers() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, cluster, url, store)) =
+        parent_store_on_own_cluster(CHILD_ROLE, "budget_fault")
+    else {
         return;
-    }
-    let _serial = common::serial();
-    let cluster = Cluster::new(&["fsync=off"]);
-    let url = cluster.database("budget_fault");
-    let store = Arc::new(
-        PostgresStore::builder()
-            .timeout(Duration::from_secs(1))
-            .connect(&url)
-            .unwrap(),
-    );
+    };
     let gate = Gate::builder()
         .mode(Mode::PartialAuto)
         .budget(Risk::LowWrite, 100, HOUR)
@@ -138,11 +121,9 @@ fn a_stopped_server_refuses_the_calls_a_budget_covers() {
 // call runs, and the budget is then spent.
 #[test]
 fn refused_calls_give_their_units_back_to_the_shared_budget() {
-    if std::env::var(CHILD_ROLE).is_ok() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "budget_release") else {
         return;
-    }
-    let _serial = common::serial();
-    let url = database("budget_release");
+    };
     let store = Arc::new(PostgresStore::connect(&url).unwrap());
     let gate = Gate::builder()
         .mode(Mode::FullAuto)

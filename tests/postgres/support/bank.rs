@@ -3,17 +3,20 @@
 //! processes.
 
 pub(crate) use super::{
-    Racer, any_token, approve, cli, code, pending_id, rounds, sha256_hex, token, toolgate, wait,
+    Racer, any_token, approve, assert_answer_lost, assert_pending, assert_refused,
+    assert_refused_saying, assert_store_unavailable, cli, cli_exits, code, parent_database,
+    parent_store_on_own_cluster, pending_id, pending_wire_id, race_round, rounds, sha256_hex,
+    token, toolgate, toolgate_exits, wait,
 };
 pub(crate) use crate::common;
 
-pub(crate) use std::fs::{self, OpenOptions};
+pub(crate) use std::fs;
 pub(crate) use std::io::{BufRead, Write};
 pub(crate) use std::process::{Command, Output};
 pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 pub(crate) use std::time::Duration;
 
-pub(crate) use crate::common::postgres::{Cluster, database, query};
+pub(crate) use crate::common::postgres::{database, query};
 pub(crate) use toolgate::approval::store::ApproveError;
 pub(crate) use toolgate::postgres::{PostgresStore, RequestState};
 pub(crate) use toolgate::{DenialCode, Denied, Gate, Mode, tool};
@@ -27,13 +30,10 @@ pub(crate) const RUNS_FILE: &str = "TOOLGATE_PG_RUNS";
 /// Move money: appends `round pid` to the runs file, so that a parent counts the runs of every process.
 #[tool(risk = "HIGH_WRITE", domain = "bank")]
 pub(crate) fn transfer(round: u64) -> Result<(), Denied> {
-    let path = std::env::var(RUNS_FILE).expect("the runs file");
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("the runs file opens");
-    writeln!(file, "{round} {}", std::process::id()).expect("the run is written");
+    super::append_run(
+        std::env::var(RUNS_FILE).expect("the runs file"),
+        &round.to_string(),
+    );
     Ok(())
 }
 

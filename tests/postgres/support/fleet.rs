@@ -2,7 +2,8 @@
 //! table or a member of a fleet calling tools until told to stop, and the helpers of the trail's tests.
 
 pub(crate) use super::{
-    HIDDEN, assert_shown_escaped, audited, chained_hash, hidden_text, text, toolgate, verify_signed,
+    HIDDEN, assert_refused_saying, assert_shown_escaped, audited, chained_hash, hidden_text, text,
+    toolgate, toolgate_exits, toolgate_prints, verify_signed,
 };
 pub(crate) use crate::common;
 

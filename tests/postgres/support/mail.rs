@@ -1,15 +1,16 @@
 //! The mail tools (`mail.*`) under PostgreSQL budgets, and the racer: this binary run again
 //! (`TOOLGATE_BUDGET_CHILD=racer`) to call under a shared budget on command.
 
-pub(crate) use super::{Racer, rounds, wait};
-pub(crate) use crate::common;
+pub(crate) use super::{
+    Racer, parent_database, parent_store_on_own_cluster, race_round, rounds, wait,
+};
 
 pub(crate) use std::io::{BufRead, Write};
 pub(crate) use std::sync::Arc;
 pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 pub(crate) use std::time::Duration;
 
-pub(crate) use crate::common::postgres::{Cluster, database, query};
+pub(crate) use crate::common::postgres::{database, query};
 pub(crate) use toolgate::gate::BudgetScope;
 pub(crate) use toolgate::postgres::PostgresStore;
 pub(crate) use toolgate::{DenialCode, Denied, Gate, Mode, Risk, tool};

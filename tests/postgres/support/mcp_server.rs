@@ -5,7 +5,7 @@
 
 pub(crate) use crate::common;
 
-pub(crate) use std::fs::{self, OpenOptions};
+pub(crate) use std::fs;
 pub(crate) use std::io::{BufRead, BufReader, Read, Write};
 pub(crate) use std::net::{SocketAddr, TcpListener, TcpStream};
 pub(crate) use std::path::{Path, PathBuf};
@@ -25,6 +25,10 @@ pub(crate) use toolgate::mcp::{APPROVAL_INPUT, Approvals, InBand, ToolgateServer
 pub(crate) use toolgate::postgres::{Fleet, PostgresStore, RequestState};
 pub(crate) use toolgate::{Denied, Gate, Mode, tool};
 
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as HttpBuilder;
+use hyper_util::service::TowerToHyperService;
+
 pub(crate) const ROLE: &str = "PX_ROLE";
 pub(crate) const ALICE: &str = "alice-token-5b1f0c9d2e7a4836";
 pub(crate) const BOB: &str = "bob-token-c3e8a1f67d904b25";
@@ -38,12 +42,7 @@ pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 pub(crate) fn ran(line: String) {
     if let Ok(path) = std::env::var("PX_RUNS") {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .expect("the runs file");
-        writeln!(file, "{line} {}", std::process::id()).expect("a run written");
+        super::append_run(path, &line);
     }
 }
 
@@ -166,13 +165,10 @@ pub(crate) fn server_child() {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let service = hyper_util::service::TowerToHyperService::new(service.clone());
+            let service = TowerToHyperService::new(service.clone());
+            let http = HttpBuilder::new(TokioExecutor::new());
             tokio::spawn(async move {
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+                let _ = http.serve_connection(TokioIo::new(stream), service).await;
             });
         }
     });
@@ -407,24 +403,22 @@ pub(crate) fn plain(addr: SocketAddr, token: &str, tool: &str, arguments: Value)
     call(addr, token, tool, arguments, json!({}), None)
 }
 
-/// A `tools/call` of `tool` with `arguments`, with the client's `capabilities`, answering an in-band
-/// form with `answer` (`(state, decision)`).
+/// A `tools/call` of `tool` with `arguments`, from a client that may make it a task.
+pub(crate) fn as_task(addr: SocketAddr, token: &str, tool: &str, arguments: Value) -> Said {
+    call(addr, token, tool, arguments, tasks(), None)
+}
+
 /// Alice's call of `px.wire` with `cents`, made as a task that waits for an operator: the task's id,
 /// and the id of its request in the store of `url`.
 pub(crate) fn alices_wire_task(addr: SocketAddr, url: &str, cents: u64) -> (String, i64) {
-    let created = call(
-        addr,
-        ALICE,
-        "px.wire",
-        json!({"cents": cents}),
-        tasks(),
-        None,
-    );
+    let created = as_task(addr, ALICE, "px.wire", json!({"cents": cents}));
     let task = created.task.expect("a task");
     let id = pending_id(url, "px.wire", "alice");
     (task, id)
 }
 
+/// A `tools/call` of `tool` with `arguments`, with the client's `capabilities`, answering an in-band
+/// form with `answer` (`(state, decision)`).
 pub(crate) fn call(
     addr: SocketAddr,
     token: &str,
@@ -443,6 +437,24 @@ pub(crate) fn call(
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
     let (_, messages, _) = post_raw(addr, token, None, &body, Duration::from_secs(15));
     said(&messages, id)
+}
+
+/// `token`'s answer `decision` to the in-band form `state` of `px.wire` with `arguments`.
+pub(crate) fn answer_wire(
+    addr: SocketAddr,
+    token: &str,
+    arguments: Value,
+    state: &str,
+    decision: &str,
+) -> Said {
+    call(
+        addr,
+        token,
+        "px.wire",
+        arguments,
+        form(),
+        Some((state, decision)),
+    )
 }
 
 pub(crate) fn task_status(addr: SocketAddr, token: &str, task: &str) -> (Option<String>, Value) {
@@ -560,6 +572,13 @@ pub(crate) fn port_of(url: &str) -> u16 {
 
 /// A TCP proxy to PostgreSQL that can hold every byte, both ways, while `hold` is set: a server that
 /// stops answering with its connections open, as a stopped (SIGSTOP) one does.
+/// A proxy in front of the server of `url`, and `url` through it.
+pub(crate) fn proxied(url: &str) -> (Proxy, String) {
+    let proxy = Proxy::new(port_of(url));
+    let through = proxy.url(url);
+    (proxy, through)
+}
+
 pub(crate) struct Proxy {
     pub(crate) port: u16,
     pub(crate) hold: Arc<AtomicBool>,
@@ -660,6 +679,13 @@ pub(crate) fn shown_badly(text: &str) -> Option<String> {
     None
 }
 
+/// Every string in `value`.
+pub(crate) fn texts_in(value: &Value) -> Vec<String> {
+    let mut texts = Vec::new();
+    strings(value, &mut texts);
+    texts
+}
+
 pub(crate) fn strings(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::String(s) => out.push(s.clone()),
@@ -667,6 +693,60 @@ pub(crate) fn strings(value: &Value, out: &mut Vec<String>) {
         Value::Object(o) => o.values().for_each(|v| strings(v, out)),
         _ => {}
     }
+}
+
+/// The test held alone, a new folder `name` for the runs, and a server answering in band.
+pub(crate) fn in_band_case(name: &str) -> (std::sync::MutexGuard<'static, ()>, PathBuf, Server) {
+    let serial = common::serial();
+    let runs = scratch(name);
+    let server = start(&runs, &[("PX_INBAND", KEY)]);
+    (serial, runs, server)
+}
+
+/// Alice's call of `px.wire` with `arguments` from a client that shows forms: what it said, and the
+/// state of the in-band form it must have shown.
+pub(crate) fn alices_form(addr: SocketAddr, arguments: Value) -> (Said, String) {
+    let asked = call(addr, ALICE, "px.wire", arguments, form(), None);
+    let state = asked.state.clone().expect("an in-band form");
+    (asked, state)
+}
+
+/// Alice's plain call of `px.wire` with `arguments` at `addr`, left waiting in the store of `url`,
+/// then approved with the command (with `extra`), which must exit 0: what the call said.
+#[track_caller]
+pub(crate) fn alices_wire_approved(
+    addr: SocketAddr,
+    url: &str,
+    arguments: Value,
+    extra: &[&str],
+) -> Said {
+    let first = plain(addr, ALICE, "px.wire", arguments);
+    let id = pending_id(url, "px.wire", "alice");
+    let out = approve(url, id, extra);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    first
+}
+
+/// The operator approves the request `id` in the store of `url` with the command (which must exit 0);
+/// then the task `task` of the server at `addr` is polled for up to `limit`.
+#[track_caller]
+pub(crate) fn approve_and_poll(
+    url: &str,
+    id: i64,
+    addr: SocketAddr,
+    task: &str,
+    limit: Duration,
+) -> (Option<String>, Value) {
+    assert_eq!(approve(url, id, &[]).status.code(), Some(0));
+    poll_task(addr, task, limit)
+}
+
+/// A server and another, both keeping approvals in the store of `url`, logging their runs in `runs`.
+pub(crate) fn two_on_store(runs: &Path, url: &str) -> (Server, Server) {
+    (
+        start(runs, &[("PX_STORE", url)]),
+        start(runs, &[("PX_STORE", url)]),
+    )
 }
 
 /// Polls alice's task until it ends or `limit` passes; returns its last status and answer.

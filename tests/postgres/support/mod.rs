@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use toolgate::approval::store::Answer;
+use toolgate::approval::store::{Answer, ApproveError};
 use toolgate::audit::{AuditSink, Checkpoints, PublicKey, SigningKey};
 use toolgate::postgres::PostgresSink;
 use toolgate::postgres::PostgresStore;
@@ -45,6 +45,55 @@ pub(crate) fn child(module: &str, name: &str) -> Command {
         "--test-threads=1",
     ]);
     command
+}
+
+/// For a test of the parent process: the test held alone (`common::serial`) and a new database `name`;
+/// `None` when this binary runs again in a child's role (`role` is set), where only the child's test acts.
+pub(crate) fn parent_database(
+    role: &str,
+    name: &str,
+) -> Option<(std::sync::MutexGuard<'static, ()>, String)> {
+    if std::env::var(role).is_ok() {
+        return None;
+    }
+    Some((crate::common::serial(), database(name)))
+}
+
+/// A cluster of its own that a test may stop (`fsync` off), a new database `name` on it, and a store of
+/// that database whose statements time out after a second.
+pub(crate) fn store_on_own_cluster(
+    name: &str,
+) -> (
+    crate::common::postgres::Cluster,
+    String,
+    std::sync::Arc<PostgresStore>,
+) {
+    let cluster = crate::common::postgres::Cluster::new(&["fsync=off"]);
+    let url = cluster.database(name);
+    let store = PostgresStore::builder()
+        .timeout(Duration::from_secs(1))
+        .connect(&url)
+        .unwrap();
+    (cluster, url, std::sync::Arc::new(store))
+}
+
+/// For a test of the parent process that stops its server: the test held alone, and a store on a
+/// cluster of its own ([`store_on_own_cluster`]); `None` in a child's role (`role` is set).
+pub(crate) fn parent_store_on_own_cluster(
+    role: &str,
+    name: &str,
+) -> Option<(
+    std::sync::MutexGuard<'static, ()>,
+    crate::common::postgres::Cluster,
+    String,
+    std::sync::Arc<PostgresStore>,
+)> {
+    if std::env::var(role).is_ok() {
+        return None;
+    }
+    let serial = crate::common::serial();
+    let (cluster, url, store) = store_on_own_cluster(name);
+    Some((serial, cluster, url, store))
 }
 
 /// A new empty folder `name` of this process under the temporary directory.
@@ -112,6 +161,60 @@ pub(crate) fn pending_id(store: &PostgresStore, tool: &str, arguments: &str) -> 
         .id
 }
 
+/// The id of the pending request of the wire `tool` to `account` of `cents` (its PIN redacted) in
+/// `store`.
+pub(crate) fn pending_wire_id(store: &PostgresStore, tool: &str, account: &str, cents: u64) -> i64 {
+    let shown = format!(r#"{{"account":"{account}","cents":{cents},"pin":"[REDACTED]"}}"#);
+    pending_id(store, tool, &shown)
+}
+
+/// Asserts that a call was refused to wait for an operator's answer.
+#[track_caller]
+pub(crate) fn assert_pending<T>(result: Result<T, Denied>) {
+    assert_eq!(code(result), DenialCode::ApprovalPending);
+}
+
+/// Asserts that a call was refused with `expected`.
+#[track_caller]
+pub(crate) fn assert_refused<T>(result: Result<T, Denied>, expected: DenialCode) {
+    assert_eq!(code(result), expected);
+}
+
+/// Asserts that a call was refused because the approval store did not answer.
+#[track_caller]
+pub(crate) fn assert_store_unavailable<T>(result: Result<T, Denied>) {
+    assert_eq!(code(result), DenialCode::ApprovalStoreUnavailable);
+}
+
+/// Asserts that an operator's answer failed because the approval store did not answer.
+#[track_caller]
+pub(crate) fn assert_answer_lost<T: std::fmt::Debug>(answered: Result<T, ApproveError>) {
+    assert!(
+        matches!(answered, Err(ApproveError::Store(_))),
+        "{answered:?}"
+    );
+}
+
+/// Appends `line` and this process's id to the runs file at `path`, so that a parent counts the runs of
+/// every process.
+pub(crate) fn append_run(path: impl AsRef<Path>, line: &str) {
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("the runs file opens");
+    writeln!(file, "{line} {}", std::process::id()).expect("the run is written");
+}
+
+/// Asserts that `result` is an error whose text says `expected`.
+#[track_caller]
+pub(crate) fn assert_refused_saying<T, E: std::fmt::Display>(result: Result<T, E>, expected: &str) {
+    match result {
+        Ok(_) => panic!("accepted; expected an error saying {expected:?}"),
+        Err(error) => assert!(error.to_string().contains(expected), "{error}"),
+    }
+}
+
 /// How many rounds the races between processes run (`TOOLGATE_PG_ROUNDS`, 1,000 by default).
 pub(crate) fn rounds() -> u64 {
     std::env::var("TOOLGATE_PG_ROUNDS")
@@ -130,6 +233,31 @@ pub(crate) fn cli(url: &str, args: &[&str]) -> Output {
         .env("USER", "alice")
         .output()
         .expect("the toolgate command runs")
+}
+
+/// `toolgate approvals ARGS` on the store of `url`, which must exit with `code`.
+#[track_caller]
+pub(crate) fn cli_exits(url: &str, args: &[&str], code: i32) -> Output {
+    let output = cli(url, args);
+    assert_eq!(output.status.code(), Some(code), "{}", out(&output));
+    output
+}
+
+/// `toolgate ARGS` as [`toolgate`] runs it, which must exit with `code`.
+#[track_caller]
+pub(crate) fn toolgate_exits(args: &[&str], code: i32) -> Output {
+    let output = toolgate(args);
+    assert_eq!(output.status.code(), Some(code), "{}", out(&output));
+    output
+}
+
+/// `toolgate ARGS`, which must exit with `code` and print `expected`: what it printed, stdout then
+/// stderr.
+#[track_caller]
+pub(crate) fn toolgate_prints(args: &[&str], code: i32, expected: &str) -> String {
+    let printed = text(&toolgate_exits(args, code));
+    assert!(printed.contains(expected), "{printed}");
+    printed
 }
 
 /// `toolgate ARGS`, with no store or fleet from the environment.
@@ -163,31 +291,16 @@ pub(crate) fn out(output: &Output) -> String {
 }
 
 /// Characters that hide, fake or reorder text on a terminal.
-pub(crate) const HIDDEN: [char; 14] = [
-    '\u{202e}',
-    '\u{2066}',
-    '\u{1b}',
-    '\u{9b}',
-    '\u{200b}',
-    '\u{2060}',
-    '\u{feff}',
-    '\u{ad}',
-    '\u{e0041}',
-    '\u{2028}',
-    '\u{2029}',
-    '\u{180e}',
-    '\u{115f}',
-    '\u{fe0f}',
-];
+pub(crate) const HIDDEN: &str = "\u{202e}\u{2066}\u{1b}\u{9b}\u{200b}\u{2060}\u{feff}\u{ad}\u{e0041}\u{2028}\u{2029}\u{180e}\u{115f}\u{fe0f}";
 /// `x` and each of `chars`.
-pub(crate) fn hidden_text(chars: &[char]) -> String {
-    chars.iter().map(|c| format!("x{c}")).collect()
+pub(crate) fn hidden_text(chars: &str) -> String {
+    chars.chars().map(|c| format!("x{c}")).collect()
 }
 /// Asserts that `output` shows each of `chars` escaped, none of them raw.
 #[track_caller]
-pub(crate) fn assert_shown_escaped(what: &str, chars: &[char], output: &Output) {
+pub(crate) fn assert_shown_escaped(what: &str, chars: &str, output: &Output) {
     let text = text(output);
-    for &c in chars {
+    for c in chars.chars() {
         assert!(!text.contains(c), "{what}: {c:?} printed raw: {text:?}");
         let escape = format!("\\u{{{:04x}}}", u32::from(c));
         assert!(text.contains(&escape), "{what}: no {escape}: {text:?}");
@@ -294,6 +407,27 @@ impl Racer {
             .recv_timeout(ANSWER_WITHIN)
             .unwrap_or_else(|e| panic!("a racer did not answer within {ANSWER_WITHIN:?}: {e}"))
     }
+}
+
+/// Tells every racer `command` for `round`, and counts the racers that say `{round} ran`; any answer
+/// other than that or `{round} {refused}` fails the test.
+#[track_caller]
+pub(crate) fn race_round(racers: &mut [Racer], command: &str, round: u64, refused: &str) -> usize {
+    for racer in racers.iter_mut() {
+        racer.tell(command);
+    }
+    let mut ran = 0;
+    for racer in racers.iter_mut() {
+        let said = racer.said();
+        let (at, outcome) = said.split_once(' ').unwrap();
+        assert_eq!(at, round.to_string());
+        match outcome {
+            "ran" => ran += 1,
+            outcome if outcome == refused => {}
+            other => panic!("round {round}: a racer was refused with {other}"),
+        }
+    }
+    ran
 }
 
 impl Drop for Racer {

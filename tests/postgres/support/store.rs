@@ -2,8 +2,9 @@
 //! escalating shell, and gates and SQL helpers over the store's tables.
 
 pub(crate) use super::{
-    HIDDEN, any_token, approve, assert_shown_escaped, cli, code, hidden_text, out, pending_id,
-    sha256_hex, wait,
+    HIDDEN, any_token, approve, assert_answer_lost, assert_pending, assert_refused,
+    assert_shown_escaped, assert_store_unavailable, cli, cli_exits, code, hidden_text, out,
+    pending_id, pending_wire_id, sha256_hex, store_on_own_cluster, wait,
 };
 pub(crate) use crate::common;
 
@@ -12,7 +13,7 @@ pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
 pub(crate) use std::sync::{Arc, Barrier, Mutex};
 pub(crate) use std::time::{Duration, Instant};
 
-pub(crate) use crate::common::postgres::{Cluster, database, query};
+pub(crate) use crate::common::postgres::{database, query};
 pub(crate) use toolgate::approval::store::{Answer, ApproveError};
 pub(crate) use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
 pub(crate) use toolgate::postgres::{PostgresStore, RequestState};
@@ -121,6 +122,51 @@ pub(crate) fn gate_on(store: Arc<PostgresStore>, agent: &str, sink: Option<&Memo
     builder.build().expect("a gate")
 }
 
+/// The test held alone (`common::serial`), a new database `name`, and a store connected to it.
+pub(crate) fn serial_store(
+    name: &str,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    String,
+    Arc<PostgresStore>,
+) {
+    let serial = common::serial();
+    let url = database(name);
+    let store = Arc::new(connect(&url));
+    (serial, url, store)
+}
+
+/// The id of the request that `token` answers, in the store of `url`.
+pub(crate) fn id_of_token(url: &str, token: &str) -> String {
+    query(
+        url,
+        &format!(
+            "SELECT id FROM toolgate.approvals WHERE token_sha256 @> ARRAY['{}']",
+            sha256_hex(token)
+        ),
+    )[0][0]
+        .clone()
+        .unwrap()
+}
+
+/// `pay(note)` asked of `gate` and left waiting: the id of its request in `store`.
+pub(crate) fn pending_pay(gate: &Gate, store: &PostgresStore, note: &str) -> i64 {
+    any_token(gate.run(|| pay(note.into())));
+    pending_id(store, "atk3_bank.pay", &format!(r#"{{"note":"{note}"}}"#))
+}
+
+/// A gate of `agent` over `store` auditing into a memory sink, and that sink.
+pub(crate) fn audited_gate_on(store: &Arc<PostgresStore>, agent: &str) -> (MemorySink, Gate) {
+    let sink = MemorySink::new();
+    let gate = gate_on(store.clone(), agent, Some(&sink));
+    (sink, gate)
+}
+
+/// A gate of `agent` over a store of its own on the database of `url`, as another process has.
+pub(crate) fn gate_elsewhere(url: &str, agent: &str) -> Gate {
+    gate_on(Arc::new(connect(url)), agent, None)
+}
+
 /// Runs `sql`, returning the error's text instead of panicking.
 pub(crate) fn exec_sql(url: &str, sql: &str) -> Result<(), String> {
     wait(async {
@@ -180,6 +226,24 @@ pub(crate) fn by_of(
         })
         .map(|r| r.by.clone())
         .collect()
+}
+
+/// The `by` of the records of calls of `tool` that ran on an operator's approval.
+pub(crate) fn approved_by(records: &[AuditRecord], tool: &str) -> Vec<Option<String>> {
+    by_of(records, Stage::Enter, Some(Decision::Approved), tool)
+}
+
+/// What `f` returns, which it must return within `limit`.
+#[track_caller]
+pub(crate) fn within<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let value = f();
+    assert!(
+        started.elapsed() < limit,
+        "took {:?}, more than {limit:?}",
+        started.elapsed()
+    );
+    value
 }
 
 pub(crate) struct Holder {

@@ -2,7 +2,7 @@
 //! a process and the server that can drop every byte, a held connection, and a writer killed mid-call
 //! (this binary run again, `TOOLGATE_TRAIL_CHILD=hang`).
 
-pub(crate) use super::{audited, chained_hash, text, toolgate, verify_signed};
+pub(crate) use super::{audited, chained_hash, text, toolgate_exits, verify_signed};
 pub(crate) use crate::common;
 
 pub(crate) use std::collections::HashSet;
@@ -565,7 +565,13 @@ pub(crate) fn live_signed_writer(
 /// Calls `mark` through `gate` (tags `prefix-0`, `prefix-1`, ...) until `wanted` calls ran or ten
 /// seconds passed; how many ran.
 pub(crate) fn runs_within_ten_seconds(gate: &Gate, prefix: &str, wanted: u32) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    runs_within(gate, prefix, wanted, Duration::from_secs(10))
+}
+
+/// How many of the calls `mark("{prefix}-{i}")` ran, made one after another until `wanted` ran or
+/// `within` passed.
+pub(crate) fn runs_within(gate: &Gate, prefix: &str, wanted: u32, within: Duration) -> u32 {
+    let deadline = Instant::now() + within;
     let mut oks = 0;
     let mut i = 0;
     while oks < wanted && Instant::now() < deadline {
@@ -575,4 +581,80 @@ pub(crate) fn runs_within_ten_seconds(gate: &Gate, prefix: &str, wanted: u32) ->
         i += 1;
     }
     oks
+}
+
+/// Asserts that every call of this process whose tag starts with `prefix` that ran has its `enter`
+/// record in the trail of `writer`.
+#[track_caller]
+pub(crate) fn assert_every_run_entered(url: &str, writer: &str, prefix: &str) {
+    let entered: HashSet<String> = records(url, writer)
+        .iter()
+        .filter(|r| r.stage == Stage::Enter)
+        .filter_map(tag_of)
+        .collect();
+    for tag in RAN.lock().unwrap().iter().filter(|t| t.starts_with(prefix)) {
+        assert!(entered.contains(tag), "{tag} ran without its enter record");
+    }
+}
+
+/// Ends every other connection to the database of `url`.
+pub(crate) fn terminate_backends(url: &str) {
+    query(
+        url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    );
+}
+
+/// The call `wait_body(tag)` on `gate` in a thread of its own, once its body runs: the sender that lets
+/// the body return, and the thread.
+pub(crate) fn call_held_in_its_body(
+    gate: &Gate,
+    tag: &str,
+) -> (
+    mpsc::Sender<()>,
+    std::thread::JoinHandle<Result<(), Denied>>,
+) {
+    let (go, wait) = mpsc::channel();
+    // `wait_body` takes the channel from GO: another test may use it too, so wait until it is free.
+    assert!(eventually(Duration::from_secs(30), || GO
+        .lock()
+        .unwrap()
+        .is_none()));
+    *GO.lock().unwrap() = Some(wait);
+    let g = gate.clone();
+    let owned = tag.to_owned();
+    let call = std::thread::spawn(move || g.run(|| wait_body(owned)));
+    assert!(eventually(Duration::from_secs(5), || ran(tag)));
+    (go, call)
+}
+
+/// A new database `name`, a proxy in front of its server, and a gate audited through the proxy as the
+/// writer `name` (the sink's `timeout`) that has made one call, `{name}-warm`.
+pub(crate) fn warm_gate_behind_proxy(name: &str, timeout: Duration) -> (String, Proxy, Gate) {
+    let url = database(name);
+    let proxy = Proxy::new(&url);
+    let gate = audited_gate(&proxy.url(&url), name, timeout);
+    gate.run(|| mark(format!("{name}-warm"))).unwrap();
+    (url, proxy, gate)
+}
+
+/// A new database `name`, a proxy in front of its server, and a PARTIAL_AUTO gate of the fleet `name`
+/// (with `grace_ms`) reached through the proxy.
+pub(crate) fn member_behind_proxy(name: &str, grace_ms: u64) -> (String, Proxy, Fleet, Gate) {
+    let url = database(name);
+    let proxy = Proxy::new(&url);
+    let fleet = member_fleet(&proxy.url(&url), name, grace_ms);
+    let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    (url, proxy, fleet, gate)
+}
+
+/// Asserts that the trail of `url` verifies, and that every `enter` of `writer` has its `exit`; `lost`
+/// says what an `enter` without one would mean.
+#[track_caller]
+pub(crate) fn assert_intact_and_paired(url: &str, writer: &str, lost: &str) {
+    let report = verify_trail(url, "toolgate").unwrap();
+    assert!(report.is_intact(), "{report}");
+    let unpaired: Vec<Option<String>> = unpaired_enters(url, writer).iter().map(tag_of).collect();
+    assert!(unpaired.is_empty(), "{lost}: {unpaired:?}");
 }
