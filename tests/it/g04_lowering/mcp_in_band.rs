@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use toolgate::mcp::ToolgateServer;
-use toolgate::mcp::rmcp::ServiceExt;
 use toolgate::{Gate, Mode};
 
 use crate::fixtures::mcp_in_band::*;
@@ -31,17 +30,7 @@ async fn b22_answer_after_lowering() {
 async fn b27_list_changed_after_lower() {
     let g = Gate::builder().mode(Mode::PartialAuto).build().unwrap();
     let server = ToolgateServer::new(g.clone()).mode_poll(Duration::from_millis(20));
-    let (c, s) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(tokio::io::split(s)).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let client = tokio::time::timeout(T, Notified(tx).serve(tokio::io::split(c)))
-        .await
-        .unwrap()
-        .unwrap();
+    let (client, mut rx) = serve_notified(server).await;
     let before = tokio::time::timeout(T, client.list_all_tools())
         .await
         .unwrap()

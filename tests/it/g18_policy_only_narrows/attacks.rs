@@ -8,6 +8,7 @@
 //! Most attacks change one stateful feature (the policy, the mode, the taint latch, a grant, a budget)
 //! while another feature's decision waits (an approver, a two-step approval, a slow audit sink).
 
+use super::following;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -278,12 +279,9 @@ fn approve_all() -> impl Fn(&ApprovalRequest<'_>) -> Approval + Send + Sync + 's
 fn h18_01_deny_added_while_a_sync_approver_thinks() {
     let live = LivePolicy::new(pf(EMPTY));
     let hold = Hold::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(hold.clone(), Approval::Approve))
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| {
+        b.approver(holding_approver(hold.clone(), Approval::Approve))
+    });
     let g = gate.clone();
     let call = thread::spawn(move || g.run(|| wire(180_001)));
     hold.wait_arrived();
@@ -341,12 +339,9 @@ fn h18_02_ceiling_lowered_while_an_async_approver_thinks() {
 fn h18_03_argument_rule_added_while_an_approver_thinks() {
     let live = LivePolicy::new(pf(EMPTY));
     let hold = Hold::default();
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(holding_approver(hold.clone(), Approval::Approve))
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| {
+        b.approver(holding_approver(hold.clone(), Approval::Approve))
+    });
     let g = gate.clone();
     let call = thread::spawn(move || g.run(|| wire(180_003)));
     hold.wait_arrived();
@@ -381,12 +376,7 @@ fn h18_04_ask_added_while_a_slow_sink_writes_enter() {
         inner: MemorySink::new(),
     };
     let records = sink.inner.clone();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b.audit(sink));
     let g = gate.clone();
     let call = thread::spawn(move || g.run(|| push("h18-04".into())));
     hold.wait_arrived();
@@ -426,12 +416,7 @@ fn h18_05_ask_at_added_while_a_slow_sink_writes_enter() {
         hold: hold.clone(),
         inner: MemorySink::new(),
     };
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b.audit(sink));
     let g = gate.clone();
     let call = thread::spawn(move || g.run(|| push("h18-05".into())));
     hold.wait_arrived();
@@ -459,12 +444,7 @@ fn h18_05_ask_at_added_while_a_slow_sink_writes_enter() {
 #[test]
 fn h18_06_two_step_approval_given_then_file_refuses_its_argument() {
     let live = LivePolicy::new(pf(EMPTY));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| b.two_step_approvals());
     let pending = gate.run(|| wire(180_006)).unwrap_err();
     assert_eq!(pending.code(), "APPROVAL_PENDING");
     gate.approve(pending.approval_token().unwrap()).unwrap();
@@ -622,11 +602,7 @@ fn a18_09_session_grant_shortcut_skips_argument_rules() {
 #[test]
 fn h18_10_replacement_keeps_the_taint_latch_closed() {
     let live = LivePolicy::new(pf("format = 1\n[defaults]\ndeny = [\"ap.full_only\"]\n"));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b);
     gate.run(|| fetch("h18-10".into())).unwrap();
     assert!(gate.taint().is_some());
     live.replace(pf(EMPTY), "test");
@@ -648,13 +624,9 @@ fn h18_11_ask_does_not_turn_a_tainted_refusal_into_an_approval() {
     let live = LivePolicy::new(pf(
         "format = 1\n[defaults]\nask = [\"ap.push\"]\nask_at = \"LOW_WRITE\"\n",
     ));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .taint_policy(TaintPolicy::Refuse)
-        .approver(approve_all())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| {
+        b.taint_policy(TaintPolicy::Refuse).approver(approve_all())
+    });
     gate.run(|| fetch("h18-11".into())).unwrap();
     let outcome = code(gate.run(|| push("h18-11".into())));
     assert!(!has_run("push:h18-11"), "{outcome}");
@@ -708,12 +680,9 @@ fn h18_12_no_taint_value_relaxes_a_refusing_gate() {
 fn h18_13_taint_refuse_added_while_a_tainted_write_waits_for_approval() {
     let live = LivePolicy::new(pf(EMPTY));
     let hold = Hold::default();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .approver(holding_approver(hold.clone(), Approval::Approve))
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| {
+        b.approver(holding_approver(hold.clone(), Approval::Approve))
+    });
     gate.run(|| fetch("h18-13".into())).unwrap();
     let g = gate.clone();
     let call = thread::spawn(move || g.run(|| push("h18-13".into())));
@@ -734,11 +703,7 @@ fn h18_13_taint_refuse_added_while_a_tainted_write_waits_for_approval() {
 #[test]
 fn h18_14_lifting_the_ceiling_after_the_kill_switch_keeps_shadow() {
     let live = LivePolicy::new(pf("format = 1\n[defaults]\nceiling = \"ADVISORY\"\n"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| b);
     assert_eq!(gate.mode(), Mode::Advisory);
     gate.lower(Mode::Shadow).unwrap();
     live.replace(pf(EMPTY), "test");
@@ -753,12 +718,7 @@ fn h18_14_lifting_the_ceiling_after_the_kill_switch_keeps_shadow() {
 #[test]
 fn h18_15_kill_switch_to_the_ceilings_mode_survives_the_ceiling_lifting() {
     let live = LivePolicy::new(pf("format = 1\n[defaults]\nceiling = \"ADVISORY\"\n"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approve_all())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| b.approver(approve_all()));
     assert_eq!(gate.mode(), Mode::Advisory);
     let lowered = gate.lower(Mode::Advisory);
     live.replace(pf(EMPTY), "test");
@@ -776,12 +736,7 @@ fn h18_15_kill_switch_to_the_ceilings_mode_survives_the_ceiling_lifting() {
 #[test]
 fn h18_16_kill_switch_above_the_ceiling_survives_the_ceiling_lifting() {
     let live = LivePolicy::new(pf("format = 1\n[defaults]\nceiling = \"ADVISORY\"\n"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(approve_all())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| b.approver(approve_all()));
     let lowered = gate.lower(Mode::PartialAuto);
     live.replace(pf(EMPTY), "test");
     let outcome = code(gate.run(|| wire(180_016)));
@@ -797,12 +752,9 @@ fn h18_16_kill_switch_above_the_ceiling_survives_the_ceiling_lifting() {
 #[test]
 fn h18_17_stop_then_ceiling_lifted_keeps_shadow() {
     let live = LivePolicy::new(pf("format = 1\n[defaults]\nceiling = \"FULL_AUTO\"\n"));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approver(|_r: &ApprovalRequest<'_>| Approval::Stop("runaway".into()))
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| {
+        b.approver(|_r: &ApprovalRequest<'_>| Approval::Stop("runaway".into()))
+    });
     assert!(gate.run(|| wire(17)).is_err());
     assert_eq!(gate.mode(), Mode::Shadow);
     live.replace(pf(EMPTY), "test");
@@ -818,11 +770,7 @@ fn h18_18_kill_switch_racing_a_ceiling_lift() {
     let mut raised = 0;
     for _ in 0..1000 {
         let live = LivePolicy::new(tight.clone());
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .policy(live.clone())
-            .build()
-            .unwrap();
+        let gate = following(Mode::FullAuto, &live, |b| b);
         let start = Arc::new(std::sync::Barrier::new(2));
         let (g, s) = (gate.clone(), start.clone());
         let lowerer = thread::spawn(move || {
@@ -890,21 +838,12 @@ fn h18_19_gates_built_while_the_file_is_replaced_follow_the_new_one() {
 fn h18_20_principals_agents_and_clones_sharing_one_live_policy() {
     let live = LivePolicy::new(pf(EMPTY));
     let sink = MemorySink::new();
-    let alice = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .principal("alice")
-        .audit(sink.clone())
-        .policy(live.clone())
-        .build()
-        .unwrap();
-    let bob = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .principal("bob")
-        .agent("bot")
-        .audit(sink.clone())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let alice = following(Mode::PartialAuto, &live, |b| {
+        b.principal("alice").audit(sink.clone())
+    });
+    let bob = following(Mode::PartialAuto, &live, |b| {
+        b.principal("bob").agent("bot").audit(sink.clone())
+    });
     let alice_clone = alice.clone();
     let file = pf(
         "format = 1\n[principals.alice]\ndeny = [\"ap.push\"]\n[agents.bot]\nceiling = \"ADVISORY\"\n[principals.bob]\ndeny = [\"ap.look\"]\n",
@@ -971,14 +910,11 @@ fn h18_21_nested_gates_with_different_policies_intersect() {
 #[test]
 fn h18_22_builder_deny_and_taint_policy_survive_replacements() {
     let live = LivePolicy::new(pf("format = 1\n[defaults]\ndeny = [\"ap.look\"]\n"));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .deny("ap.push")
-        .taint_policy(TaintPolicy::Refuse)
-        .approver(approve_all())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| {
+        b.deny("ap.push")
+            .taint_policy(TaintPolicy::Refuse)
+            .approver(approve_all())
+    });
     live.replace(pf(EMPTY), "test");
     live.replace(pf("format = 1\n[defaults]\nask = [\"ap.many\"]\n"), "test");
     assert_eq!(code(gate.run(|| push("h18-22".into()))), "DENY_LISTED");
@@ -999,13 +935,10 @@ fn h18_23_ask_does_not_turn_code_refusals_into_approvals() {
     let live = LivePolicy::new(pf(
         "format = 1\n[defaults]\nask = [\"ap.full_only\", \"ap.wire\", \"ap.big\"]\nask_at = \"READ_ONLY\"\n",
     ));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .budget(BudgetScope::tool("ap.big"), 1, Duration::from_secs(3600))
-        .approver(approve_all())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| {
+        b.budget(BudgetScope::tool("ap.big"), 1, Duration::from_secs(3600))
+            .approver(approve_all())
+    });
     assert_eq!(code(gate.run(|| full_only(23))), "MODE_NOT_ALLOWED");
     assert!(gate.run(|| wire(180_023)).is_err());
     assert!(!has_run("wire:180023"));
@@ -1109,12 +1042,7 @@ fn h18_25_toml_tricks_on_reload_are_refused_or_narrow() {
         std::fs::write(&path, deny_look).unwrap();
         let live = LivePolicy::load(&path).unwrap();
         let sink = MemorySink::new();
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .audit(sink.clone())
-            .policy(live.clone())
-            .build()
-            .unwrap();
+        let gate = following(Mode::PartialAuto, &live, |b| b.audit(sink.clone()));
         let before = gate.policy_digest();
         std::fs::write(&path, &text).unwrap();
         let reloaded = live.reload("test");
@@ -1187,11 +1115,7 @@ fn h18_26_watch_keeps_the_policy_through_bad_and_missing_files() {
     let path = dir.join("ops.toml");
     std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n").unwrap();
     let live = LivePolicy::load(&path).unwrap();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b);
     let watch = live.watch(Duration::from_millis(20)).unwrap();
     std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\n").unwrap();
     thread::sleep(Duration::from_millis(200));
@@ -1227,11 +1151,7 @@ fn deep_child() {
     let path = dir.join("ops.toml");
     std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n").unwrap();
     let live = LivePolicy::load(&path).unwrap();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b);
     let open = 400_000;
     std::fs::write(
         &path,
@@ -1781,12 +1701,7 @@ fn h18_41_records_name_the_digest() {
     let live = LivePolicy::load(&path).unwrap();
     let first = live.current().unwrap().digest().to_owned();
     let sink = MemorySink::new();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink.clone())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b.audit(sink.clone()));
     gate.run(|| look("h18-41-a".into())).unwrap();
     std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\"ap.push\"]\n").unwrap();
     assert!(live.reload("operator-h18-41").unwrap());
@@ -1834,12 +1749,7 @@ fn h18_41_records_name_the_digest() {
 #[test]
 fn h18_43_two_step_session_answer_does_not_outrun_an_argument_rule_added_later() {
     let live = LivePolicy::new(pf(EMPTY));
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .two_step_approvals()
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| b.two_step_approvals());
     let pending = gate.run(|| wire(180_044)).unwrap_err();
     gate.answer(
         pending.approval_token().unwrap(),
@@ -1900,11 +1810,7 @@ fn h18_45_taint_latch_closing_racing_a_replacement() {
     let mut reopened = 0;
     for round in 0..300 {
         let live = LivePolicy::new(a.clone());
-        let gate = Gate::builder()
-            .mode(Mode::PartialAuto)
-            .policy(live.clone())
-            .build()
-            .unwrap();
+        let gate = following(Mode::PartialAuto, &live, |b| b);
         let start = Arc::new(std::sync::Barrier::new(2));
         let (g, s) = (gate.clone(), start.clone());
         let reader = thread::spawn(move || {
@@ -1935,13 +1841,7 @@ fn h18_46_two_replacements_at_once_leave_gates_on_the_current_file() {
     for _ in 0..300 {
         let live = LivePolicy::new(pf(EMPTY));
         let gates: Vec<Gate> = (0..3)
-            .map(|_| {
-                Gate::builder()
-                    .mode(Mode::PartialAuto)
-                    .policy(live.clone())
-                    .build()
-                    .unwrap()
-            })
+            .map(|_| following(Mode::PartialAuto, &live, |b| b))
             .collect();
         let start = Arc::new(std::sync::Barrier::new(2));
         let (l, s, b2) = (live.clone(), start.clone(), b.clone());
@@ -2011,12 +1911,7 @@ fn h18_47_deny_added_while_an_async_sink_commits_enter() {
         inner: MemorySink::new(),
     };
     let records = sink.inner.clone();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(sink)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b.audit(sink));
     let outcome = rt.block_on(async {
         let task = tokio::spawn(gate.scope(async { push_async("h18-47".into()).await }));
         arrived.notified().await;
@@ -2048,11 +1943,7 @@ fn h18_47_deny_added_while_an_async_sink_commits_enter() {
 #[test]
 fn h18_48_warm_fast_path_then_argument_rule() {
     let live = LivePolicy::new(pf(EMPTY));
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b);
     for i in 0..100 {
         gate.run(|| push(format!("warm-{i}"))).unwrap();
     }
@@ -2080,11 +1971,7 @@ fn h18_49_watch_does_not_undo_an_api_replacement() {
     let path = dir.join("ops.toml");
     std::fs::write(&path, EMPTY).unwrap();
     let live = LivePolicy::load(&path).unwrap();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b);
     let watch = live.watch(Duration::from_millis(10)).unwrap();
     thread::sleep(Duration::from_millis(100));
     live.replace(
@@ -2128,11 +2015,7 @@ fn h18_50_policy_path_turned_into_a_fifo() {
     let path = dir.join("ops.toml");
     std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n").unwrap();
     let live = LivePolicy::load(&path).unwrap();
-    let gate = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::PartialAuto, &live, |b| b);
     std::fs::remove_file(&path).unwrap();
     assert!(
         std::process::Command::new("mkfifo")

@@ -5,3 +5,14 @@
 
 mod attacks;
 mod policy_file;
+
+use toolgate::gate::GateBuilder;
+use toolgate::policy_file::LivePolicy;
+use toolgate::{Gate, Mode};
+
+/// A gate in `mode` following `live`, with what `then` adds to its builder.
+fn following(mode: Mode, live: &LivePolicy, then: impl FnOnce(GateBuilder) -> GateBuilder) -> Gate {
+    then(Gate::builder().mode(mode).policy(live.clone()))
+        .build()
+        .unwrap()
+}

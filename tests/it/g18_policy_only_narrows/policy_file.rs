@@ -1,6 +1,7 @@
 //! The operator's policy file: checked with line and column against the linked tools, folded into the
 //! gate (ceiling, deny, ask, argument rules, taint), replaced live, and unable to widen anything.
 
+use super::following;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -66,13 +67,7 @@ fn call(gate: &Gate, id: &str, arguments: Value) -> Result<Value, String> {
 }
 
 fn gate(live: &LivePolicy, mode: Mode) -> Gate {
-    Gate::builder()
-        .mode(mode)
-        .principal("alice")
-        .agent("bot")
-        .policy(live.clone())
-        .build()
-        .unwrap()
+    following(mode, &live, |b| b.principal("alice").agent("bot"))
 }
 
 #[test]
@@ -334,23 +329,14 @@ max = 50
     );
 
     // Another principal, another agent: bob is held at SHADOW; no agent label, no `ask`.
-    let bob = Gate::builder()
-        .mode(Mode::FullAuto)
-        .principal("bob")
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let bob = following(Mode::FullAuto, &live, |b| b.principal("bob"));
     assert_eq!(bob.mode(), Mode::Shadow);
     assert!(call(&bob, "pf.read", json!({"host": "a"})).is_ok());
 
     // A gate that can ask: the agent's `ask` asks, and the amount rule refuses before anyone is asked.
-    let carol = Gate::builder()
-        .mode(Mode::FullAuto)
-        .agent("bot")
-        .approver(AllowAllApprover)
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let carol = following(Mode::FullAuto, &live, |b| {
+        b.agent("bot").approver(AllowAllApprover)
+    });
     assert!(call(&carol, "pf.read", json!({"host": "a"})).is_ok());
     assert_eq!(
         call(
@@ -409,12 +395,7 @@ fn a_replaced_policy_reaches_running_gates_and_records_say_which_policy_decided(
     let first_digest = first.digest().to_owned();
     let live = LivePolicy::new(first);
     let sink = Arc::new(MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit_shared(sink.clone())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| b.audit_shared(sink.clone()));
     assert!(call(&gate, "pf.shell", json!({"host": "a", "hosts": []})).is_ok());
     let second = policy("format = 1\n[defaults]\nceiling = \"ADVISORY\"\ndeny = [\"pf.read\"]\n");
     let second_digest = second.digest().to_owned();
@@ -474,12 +455,7 @@ fn a_file_that_does_not_check_is_refused_and_the_old_policy_kept() {
     std::fs::write(&path, "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n").unwrap();
     let live = LivePolicy::load(&path).unwrap();
     let sink = Arc::new(MemorySink::new());
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .audit_shared(sink.clone())
-        .policy(live.clone())
-        .build()
-        .unwrap();
+    let gate = following(Mode::FullAuto, &live, |b| b.audit_shared(sink.clone()));
     let kept = live.current().unwrap().digest().to_owned();
 
     // A widening attempt in the only shape a file has: a key that does not exist.
@@ -671,36 +647,20 @@ fn no_policy_file_widens_any_call_in_any_mode() {
 
 /// `tools/list` follows the policy of the gate's principal, and `list_changed` is sent when a
 /// replacement changes what that principal sees, not when it changes another principal's rules.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-http")]
 #[test]
 fn mcp_lists_follow_the_policy_and_hear_of_its_changes() {
-    use crate::fixtures::mcp_in_band::{Notified, T, rt};
+    use crate::fixtures::mcp_in_band::{rt, serve_notified};
     use std::time::Duration;
     use toolgate::mcp::ToolgateServer;
-    use toolgate::mcp::rmcp::ServiceExt;
 
     rt().block_on(async {
         let live = LivePolicy::new(policy(
             "format = 1\n[principals.bob]\ndeny = [\"pf.read\"]\n",
         ));
-        let alice = Gate::builder()
-            .mode(Mode::FullAuto)
-            .principal("alice")
-            .policy(live.clone())
-            .build()
-            .unwrap();
+        let alice = following(Mode::FullAuto, &live, |b| b.principal("alice"));
         let server = ToolgateServer::new(alice).mode_poll(Duration::from_millis(20));
-        let (c, s) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(tokio::io::split(s)).await {
-                let _ = running.waiting().await;
-            }
-        });
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let client = tokio::time::timeout(T, Notified(tx).serve(tokio::io::split(c)))
-            .await
-            .unwrap()
-            .unwrap();
+        let (client, mut rx) = serve_notified(server).await;
         let listed =
             |tools: &[toolgate::mcp::rmcp::model::Tool]| tools.iter().any(|t| t.name == "pf.read");
         assert!(
@@ -741,13 +701,9 @@ fn a_principals_budget_caps_it_and_a_new_policy_keeps_the_count() {
         "format = 1\n[[principals.alice.budgets]]\ntool = \"pf.refund\"\ncalls = 2\nper = \"1h\"\n";
     let live = LivePolicy::new(policy(capped));
     let build = |principal: &str| {
-        Gate::builder()
-            .mode(Mode::FullAuto)
-            .principal(principal)
-            .approver(AllowAllApprover)
-            .policy(live.clone())
-            .build()
-            .unwrap()
+        following(Mode::FullAuto, &live, |b| {
+            b.principal(principal).approver(AllowAllApprover)
+        })
     };
     let (alice, bob) = (build("alice"), build("bob"));
     let refund = |gate: &Gate| call(gate, "pf.refund", json!({"amount": 1, "currency": "EUR"}));
