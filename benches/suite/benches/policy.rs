@@ -7,7 +7,7 @@
 //!
 //! | toolgate | Cedar |
 //! | --- | --- |
-//! | `deny = ["pol.tJ"]` | `forbid(principal == User::"pK", action, resource == Tool::"pol.tJ");` |
+//! | `deny = ["pol.tJ"]` | `forbid(principal == User::"pK", action == Action::"call", resource == Tool::"pol.tJ");` |
 //! | `ask = ["pol.tJ"]` (the gate has no approver: refused) | the same `forbid` |
 //! | `refuse = ["prod-*", "*.prod.*"]` on `host` | `forbid(..) when { context.host like "prod-*" \|\| .. };` |
 //! | `min = 1`, `max = M` on `amount` | `forbid(..) when { context.amount < 1 \|\| context.amount > M };` |
