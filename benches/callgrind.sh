@@ -60,9 +60,9 @@ if [ "$#" -gt 0 ]; then
   exit 0
 fi
 
-variants=(direct allowed refused allowed_run_each async_direct async_allowed async_direct_each
-  async_scope_each budget_other budget_memory floor toolgate toolgate_audit rmcp_stored rmcp_rebuilt
-  audit_record)
+variants=(direct allowed policy_allowed refused allowed_run_each async_direct async_allowed
+  async_direct_each async_scope_each budget_other budget_memory floor toolgate policy_by_name
+  toolgate_audit rmcp_stored rmcp_rebuilt audit_record)
 declare -A ir
 for variant in "${variants[@]}"; do
   ir[$variant]=$(per_call "$variant")
@@ -96,6 +96,10 @@ goal "call by name, toolgate (no audit)" "${ir[toolgate]}" "<=" 2000 ""
 goal "call by name, toolgate / rmcp stored router" \
   "$(ratio "${ir[toolgate]}" "${ir[rmcp_stored]}")" "<=" 0.6 "x"
 goal "call by name, toolgate / serde floor" "$(ratio "${ir[toolgate]}" "${ir[floor]}")" "<=" 1.45 "x"
+goal "allowed call, policy file naming another tool, over direct" \
+  "$(diff "${ir[policy_allowed]}" "${ir[direct]}")" "<=" 44 ""
+goal "call by name under argument rules / serde floor" \
+  "$(ratio "${ir[policy_by_name]}" "${ir[floor]}")" "<=" 2 "x"
 echo
 echo "| figure | value |"
 echo "| --- | ---: |"
@@ -104,6 +108,7 @@ echo "| allowed call under a budget of another tool, more than the direct call |
 echo "| allowed call counted by a budget in memory, more than the direct call | $(diff "${ir[budget_memory]}" "${ir[direct]}") |"
 echo "| gate.run around each call, more than the direct call | $(diff "${ir[allowed_run_each]}" "${ir[direct]}") |"
 echo "| gate.scope around each async call, more than the direct async call | $(diff "${ir[async_scope_each]}" "${ir[async_direct_each]}") |"
+echo "| call by name under argument rules, more than without them | $(diff "${ir[policy_by_name]}" "${ir[toolgate]}") |"
 echo "| toolgate / rmcp rebuilt router | $(ratio "${ir[toolgate]}" "${ir[rmcp_rebuilt]}")x |"
 echo "| rmcp stored router / serde floor | $(ratio "${ir[rmcp_stored]}" "${ir[floor]}")x |"
 echo "| toolgate with JSONL audit / toolgate | $(ratio "${ir[toolgate_audit]}" "${ir[toolgate]}")x |"

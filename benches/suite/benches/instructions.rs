@@ -17,7 +17,7 @@ use toolgate::{Approval, ApprovalRequest, Gate, Mode};
 use toolgate::audit::{AuditSink, JsonlSink, TracingSink};
 use toolgate_benches::by_name::CallByName;
 use toolgate_benches::gate_tools::{add, add_async, add_async_direct, add_direct, delete, gate};
-use toolgate_benches::{audit, ready};
+use toolgate_benches::{audit, policy_gate, ready};
 
 /// Every variant, with what it runs `N` times.
 const VARIANTS: &[(&str, &str)] = &[
@@ -25,6 +25,10 @@ const VARIANTS: &[(&str, &str)] = &[
     (
         "allowed",
         "add(i, 2): #[tool], allowed, inside one gate.run",
+    ),
+    (
+        "policy_allowed",
+        "add(i, 2) under a gate following a policy file with no rule naming the tool, inside one gate.run",
     ),
     (
         "refused",
@@ -77,6 +81,10 @@ const VARIANTS: &[(&str, &str)] = &[
     (
         "toolgate",
         "call by name, toolgate::registry().call(&gate, \"add\", args), to_string",
+    ),
+    (
+        "policy_by_name",
+        "call by name as `toolgate`, through a gate whose policy file has argument rules on `add`",
     ),
     (
         "toolgate_audit",
@@ -142,6 +150,18 @@ fn run(variant: &str, n: u64) -> bool {
                 let _ = black_box(add(black_box(i), black_box(2)));
             }
         }),
+        "policy_allowed" => {
+            let gate = policy_gate::gate();
+            assert!(
+                gate.policy_digest().is_some(),
+                "the gate follows the policy"
+            );
+            gate.run(|| {
+                for i in 0..n {
+                    let _ = black_box(add(black_box(i), black_box(2)));
+                }
+            })
+        }
         "refused" => gate.run(|| {
             for i in 0..n {
                 let _ = black_box(delete(black_box(i), black_box(2)));
@@ -245,6 +265,25 @@ fn run(variant: &str, n: u64) -> bool {
             assert!(call(&bench, &args).contains("42"));
             for _ in 0..n {
                 black_box(call(&bench, black_box(&args)));
+            }
+        }
+        "policy_by_name" => {
+            let bench = CallByName::new(tmp()).expect("set up the call-by-name benchmark");
+            let gate = policy_gate::gate();
+            let refused = ready(toolgate::registry().call(
+                &gate,
+                "add",
+                serde_json::json!({"a": 2, "b": 39}),
+            ));
+            assert_eq!(
+                refused.expect_err("the rule on `b` refuses 39").code(),
+                "ARGUMENT_REFUSED"
+            );
+            let args = bench.args.clone();
+            // Once outside the count, as for the other ways of calling by name.
+            assert!(bench.toolgate_through(&gate, &args).contains("42"));
+            for _ in 0..n {
+                black_box(bench.toolgate_through(&gate, black_box(&args)));
             }
         }
         "audit_record" => {

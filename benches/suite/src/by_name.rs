@@ -206,6 +206,12 @@ impl CallByName {
         call_toolgate(&self.audited, args)
     }
 
+    /// toolgate, through `gate` (one built by the caller, e.g. following a policy file).
+    #[inline(never)]
+    pub fn toolgate_through(&self, gate: &Gate, args: &Map<String, Value>) -> String {
+        call_toolgate(gate, args)
+    }
+
     /// rmcp, router kept in a field.
     #[inline(never)]
     pub fn rmcp_stored(&self, args: &Map<String, Value>) -> String {

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod by_name;
 pub mod gate_tools;
 pub mod mcp;
+pub mod policy_gate;
 
 /// Runs a future that completes on its first poll, as every future benchmarked here does: the same
 /// driver for each side of a comparison, with no executor in the measurement.
