@@ -71,6 +71,10 @@ pub(super) struct Inner {
     /// clears the bits it takes away before the new table is in place, and sets the bits it gives
     /// back after.
     pub(super) allowed_outright: Box<[AtomicU8]>,
+    /// Per registry slot, the table's verdicts (as [`verdict_cell`] writes them), beside the table for
+    /// the same reason: a lone gate's refusal reads one byte. Written after a new table is in place,
+    /// and read only to refuse: a cell behind its table refuses what the table would, never allows.
+    pub(super) verdict_cells: Box<[[AtomicU8; 8]]>,
     /// What the table is worked out from besides the operator's policy.
     inputs: TableInputs,
     pub(super) latch: Latch,
@@ -253,7 +257,17 @@ impl Gate {
             parts.policy = old_ceiling.min(ceiling);
             self.store_mode(&parts);
             let after = table.narrowing.digest.clone();
+            let cells: Vec<[u8; 8]> = table
+                .verdicts
+                .iter()
+                .map(|row| row.map(verdict_cell))
+                .collect();
             inner.table.store(Arc::new(table));
+            for (row, new) in inner.verdict_cells.iter().zip(cells) {
+                for (cell, v) in row.iter().zip(new) {
+                    cell.store(v, Ordering::Release);
+                }
+            }
             for (cell, bits) in inner.allowed_outright.iter().zip(outright) {
                 cell.store(bits, Ordering::Release);
             }
@@ -837,6 +851,11 @@ impl GateBuilder {
         };
         let ceiling = narrowing.ceiling();
         let (table, outright) = inputs.table(narrowing, 0);
+        let verdict_cells = table
+            .verdicts
+            .iter()
+            .map(|row| row.map(|v| AtomicU8::new(verdict_cell(v))))
+            .collect();
         let gate = Gate {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -848,8 +867,9 @@ impl GateBuilder {
                     partitioned: false,
                     tainted: false,
                 }),
-                table: arc_swap::ArcSwap::from_pointee(table),
+                table: arc_swap::ArcSwap::new(Arc::new(table)),
                 allowed_outright: outright.into_iter().map(AtomicU8::new).collect(),
+                verdict_cells,
                 inputs,
                 latch: Latch {
                     taint: OnceLock::new(),
@@ -959,6 +979,33 @@ impl TableInputs {
 /// The bit of [`Inner::mode`] set once the session is tainted; as a shift, where the tainted session's
 /// bits of [`Inner::allowed_outright`] start.
 pub(super) const TAINTED: u8 = 4;
+
+/// A verdict as one byte: 0 allows, 1 needs an approval, 2 + i refuses with `DenialCode::ALL[i]`.
+pub(super) fn verdict_cell(verdict: Verdict) -> u8 {
+    match verdict {
+        Verdict::Allow => 0,
+        Verdict::NeedsApproval => 1,
+        Verdict::Refuse(code) => {
+            let i = DenialCode::ALL.iter().position(|c| *c == code).unwrap_or(0);
+            2 + i as u8
+        }
+    }
+}
+
+/// [`verdict_cell`] read back; a byte it never writes refuses.
+#[inline]
+pub(super) fn cell_verdict(cell: u8) -> Verdict {
+    match cell {
+        0 => Verdict::Allow,
+        1 => Verdict::NeedsApproval,
+        n => Verdict::Refuse(
+            DenialCode::ALL
+                .get(usize::from(n - 2))
+                .copied()
+                .unwrap_or(DenialCode::UnregisteredTool),
+        ),
+    }
+}
 
 /// Bit `mode` set where `row` allows the call outright: allowed, and nothing to do beside running it.
 pub(super) fn outright_bits(row: &[Verdict; 4], keeps_records: bool) -> u8 {

@@ -194,15 +194,11 @@ impl ArgumentRule {
                         .map(|g| format!("{} matches the refused pattern {:?}", Shown(s), &**g))
                 })
             }
-            ArgumentTest::OneOf(allowed) => (!allowed.contains(value)).then(|| {
-                format!(
-                    "{} is not one of the allowed values",
-                    Shown(&value.to_string())
-                )
-            }),
+            ArgumentTest::OneOf(allowed) => (!allowed.iter().any(|a| same_value(a, value)))
+                .then(|| format!("{} is not one of the allowed values", shown(value))),
             ArgumentTest::Range { min, max } => {
                 let Some(n) = value.as_f64() else {
-                    return Some(format!("{} is not a number", Shown(&value.to_string())));
+                    return Some(format!("{} is not a number", shown(value)));
                 };
                 let below = min.is_some_and(|m| n < m);
                 let above = max.is_some_and(|m| n > m);
@@ -210,6 +206,23 @@ impl ArgumentRule {
                     .then(|| format!("{n} is outside {}..={}", Bound(*min), Bound(*max)))
             }
         }
+    }
+}
+
+/// Whether `value` is `allowed`: numbers by their value (`40` is `40.0`), the rest exactly.
+fn same_value(allowed: &Value, value: &Value) -> bool {
+    match (allowed.as_f64(), value.as_f64()) {
+        (Some(a), Some(v)) => a == v,
+        _ => allowed == value,
+    }
+}
+
+/// A value as a refusal shows it: a number as it is, anything holding text through [`Shown`].
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Number(_) | Value::Bool(_) | Value::Null => value.to_string(),
+        Value::String(text) => Shown(text).to_string(),
+        _ => Shown(&value.to_string()).to_string(),
     }
 }
 

@@ -35,6 +35,12 @@ fn secret(token: String) -> Result<(), Denied> {
     Ok(())
 }
 
+/// rate.
+#[tool(risk = "READ_ONLY", domain = "pf", callable)]
+fn rate(rate: f64) -> Result<f64, Denied> {
+    Ok(rate)
+}
+
 /// direct.
 #[tool(risk = "LOW_WRITE", domain = "pf")]
 fn direct(n: u32) -> Result<u32, Denied> {
@@ -950,4 +956,32 @@ fn the_toolgate_command_diffs_two_files_without_the_tools() {
         "{text}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `one_of` compares numbers by value: `40` allows `40.0` and `40`, and a refusal shows the number
+/// as a number.
+#[test]
+fn one_of_compares_numbers_by_value() {
+    let live = LivePolicy::new(policy(
+        "format = 1\n[[defaults.arguments]]\ntool = \"pf.rate\"\nparameter = \"rate\"\none_of = [40, 2.5]\n",
+    ));
+    let gate = following(Mode::FullAuto, &live, |b| b);
+    for allowed in [json!(40), json!(40.0), json!(2.5)] {
+        assert!(
+            call(&gate, "pf.rate", json!({ "rate": allowed })).is_ok(),
+            "{allowed}"
+        );
+    }
+    let denied = registry()
+        .call(&gate, "pf.rate", json!({"rate": 41.5}))
+        .now()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(denied.code(), "ARGUMENT_REFUSED");
+    assert!(
+        denied
+            .to_string()
+            .contains("`rate` 41.5 is not one of the allowed values"),
+        "{denied}"
+    );
 }

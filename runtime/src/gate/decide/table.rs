@@ -9,7 +9,7 @@ use super::refusal::refuse;
 use crate::gate::ambient::STACK;
 use crate::gate::call::EffectiveRisk;
 use crate::gate::denied::Denied;
-use crate::gate::{Gate, TAINTED};
+use crate::gate::{Gate, TAINTED, cell_verdict};
 use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
 use crate::registry::ToolEntry;
 
@@ -66,8 +66,8 @@ impl Gate {
     pub(crate) fn table_verdict(&self, entry: &'static ToolEntry) -> (Mode, Verdict) {
         let state = self.state();
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let verdict = match self.inner.table.load().verdicts.get(slot) {
-            Some(row) => row[usize::from(state)],
+        let verdict = match self.inner.verdict_cells.get(slot) {
+            Some(row) => cell_verdict(row[usize::from(state)].load(Ordering::Acquire)),
             None => Verdict::Refuse(DenialCode::UnregisteredTool),
         };
         (Mode::from_index(state), verdict)
