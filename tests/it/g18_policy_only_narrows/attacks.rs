@@ -977,6 +977,14 @@ fn h18_24_ceilings_above_the_code_raise_nothing() {
 // ===================================================================================================
 // Files that would widen, or not check: TOML tricks, reload, watch.
 
+/// A scratch folder holding `ops.toml` with `text`, and the file's path.
+fn ops_file(name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = tmp_dir(name);
+    let path = dir.join("ops.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
 fn tmp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("toolgate-ap-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -1111,9 +1119,7 @@ fn h18_25_toml_tricks_on_reload_are_refused_or_narrow() {
 /// leaves the gates on the policy in force; a good text after that is followed.
 #[test]
 fn h18_26_watch_keeps_the_policy_through_bad_and_missing_files() {
-    let dir = tmp_dir("watch");
-    let path = dir.join("ops.toml");
-    std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n").unwrap();
+    let (dir, path) = ops_file("watch", "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n");
     let live = LivePolicy::load(&path).unwrap();
     let gate = following(Mode::PartialAuto, &live, |b| b);
     let watch = live.watch(Duration::from_millis(20)).unwrap();
@@ -1147,9 +1153,7 @@ fn deep_child() {
     if std::env::var_os("AP_DEEP_CHILD").is_none() {
         return;
     }
-    let dir = tmp_dir("deep");
-    let path = dir.join("ops.toml");
-    std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n").unwrap();
+    let (dir, path) = ops_file("deep", "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n");
     let live = LivePolicy::load(&path).unwrap();
     let gate = following(Mode::PartialAuto, &live, |b| b);
     let open = 400_000;
@@ -1695,9 +1699,7 @@ fn h18_40_diff_never_calls_a_widening_change_narrowing() {
 /// record names the digest of the file its gate followed.
 #[test]
 fn h18_41_records_name_the_digest() {
-    let dir = tmp_dir("digest");
-    let path = dir.join("ops.toml");
-    std::fs::write(&path, EMPTY).unwrap();
+    let (dir, path) = ops_file("digest", EMPTY);
     let live = LivePolicy::load(&path).unwrap();
     let first = live.current().unwrap().digest().to_owned();
     let sink = MemorySink::new();
@@ -1967,9 +1969,7 @@ fn h18_48_warm_fast_path_then_argument_rule() {
 /// file's older, wider policy back behind the operator's back.
 #[test]
 fn h18_49_watch_does_not_undo_an_api_replacement() {
-    let dir = tmp_dir("watch-api");
-    let path = dir.join("ops.toml");
-    std::fs::write(&path, EMPTY).unwrap();
+    let (dir, path) = ops_file("watch-api", EMPTY);
     let live = LivePolicy::load(&path).unwrap();
     let gate = following(Mode::PartialAuto, &live, |b| b);
     let watch = live.watch(Duration::from_millis(10)).unwrap();
@@ -2011,9 +2011,7 @@ fn finishes_within<T: Send + 'static>(
 /// 1 MiB through it is refused (the file limit), not followed.
 #[test]
 fn h18_50_policy_path_turned_into_a_fifo() {
-    let dir = tmp_dir("fifo");
-    let path = dir.join("ops.toml");
-    std::fs::write(&path, "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n").unwrap();
+    let (dir, path) = ops_file("fifo", "format = 1\n[defaults]\ndeny = [\"ap.look\"]\n");
     let live = LivePolicy::load(&path).unwrap();
     let gate = following(Mode::PartialAuto, &live, |b| b);
     std::fs::remove_file(&path).unwrap();
