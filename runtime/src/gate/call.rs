@@ -39,13 +39,14 @@ impl EffectiveRisk {
 }
 
 /// The arguments of one call, as canonical-enough JSON and its digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Arguments {
     /// The JSON the audit log gets: a redacted argument reads `"[REDACTED]"`, one that is not
     /// serializable (a method's receiver holding a pool) `"[NOT SERIALIZABLE]"`.
     pub(crate) json: String,
-    /// The digest of `json`, which the audit log and approvers see.
-    pub(crate) digest: String,
+    /// The digest of `json`, which the audit log and approvers see: worked out at the first need,
+    /// since a decision that only reads the arguments (an operator's argument rules) needs none.
+    digest: std::sync::OnceLock<String>,
     /// The arguments with the redacted ones' real values, where some are redacted or not serializable
     /// (`Some(None)` when one is not serializable): what a two-step approval is bound to. Never written
     /// or shown.
@@ -56,17 +57,31 @@ pub(crate) struct Arguments {
 }
 
 impl Arguments {
+    /// The digest of the JSON the log gets.
+    pub(crate) fn digest(&self) -> &str {
+        self.digest.get_or_init(|| sha256_hex(self.json.as_bytes()))
+    }
+
     /// The digest approvers and the audit log see: `None` where an argument is not serializable.
     pub(crate) fn shown_digest(&self) -> Option<&str> {
-        (!self.opaque).then_some(self.digest.as_str())
+        (!self.opaque).then(|| self.digest())
     }
 }
+
+// The digest follows from the JSON: whether it was worked out yet tells two arguments no apart.
+impl PartialEq for Arguments {
+    fn eq(&self, other: &Arguments) -> bool {
+        (&self.json, &self.unredacted, self.opaque)
+            == (&other.json, &other.unredacted, other.opaque)
+    }
+}
+
+impl Eq for Arguments {}
 
 impl CallInfo<'_> {
     /// The call's arguments, or `None` when one is bound by a pattern rather than a name.
     pub(crate) fn arguments(&self) -> Option<Arguments> {
         let json = self.write(false)?;
-        let digest = sha256_hex(json.as_bytes());
         // What the log shows hides redacted values and cannot show opaque ones: the binding is then
         // written apart, with the real values, and is impossible where one is opaque.
         let redacts = self
@@ -79,7 +94,7 @@ impl CallInfo<'_> {
             .any(|arg| matches!(arg.value, ArgValue::Opaque));
         Some(Arguments {
             json,
-            digest,
+            digest: std::sync::OnceLock::new(),
             unredacted: redacts.then(|| self.write(true)),
             opaque,
         })
@@ -416,8 +431,8 @@ mod tests {
         };
         let args = call.arguments().unwrap();
         assert_eq!(args.json, r#"{"a":3,"b":"x"}"#);
-        assert_eq!(args.digest, sha256_hex(br#"{"a":3,"b":"x"}"#));
-        assert_eq!(args.digest.len(), 64);
+        assert_eq!(args.digest(), sha256_hex(br#"{"a":3,"b":"x"}"#));
+        assert_eq!(args.digest().len(), 64);
         assert_eq!(CallInfo::default().arguments().unwrap().json, "{}");
     }
 
@@ -477,7 +492,10 @@ mod tests {
         };
         let ((first, first_binding), (second, second_binding)) = (written(&one), written(&other));
         assert_eq!(first.json, r#"{"password":"[REDACTED]","user":"alice"}"#);
-        assert_eq!((&first.json, &first.digest), (&second.json, &second.digest));
+        assert_eq!(
+            (&first.json, first.digest()),
+            (&second.json, second.digest())
+        );
         assert_ne!(first_binding, second_binding);
         // The real values, then each argument's type.
         let unredacted = "{\"password\":\"one\",\"user\":\"alice\"}\nalloc::string::String\nalloc::string::String";
@@ -503,7 +521,7 @@ mod tests {
             bind((&&Arg(&execute)).__toolgate_arg("mode")),
         );
         assert_eq!(dry.json, r#"{"mode":null}"#);
-        assert_eq!((&dry.json, &dry.digest), (&execute.json, &execute.digest));
+        assert_eq!((&dry.json, dry.digest()), (&execute.json, execute.digest()));
         assert_ne!(dry_binding, execute_binding);
     }
 

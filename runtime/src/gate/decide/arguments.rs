@@ -65,7 +65,7 @@ impl ArgumentSource for LazyArguments<'_> {
             self.bound = Some(bound);
         }
         let digest = self.bound.clone().flatten()?;
-        Some((digest, self.get()?.digest.clone()))
+        Some((digest, self.get()?.digest().to_owned()))
     }
 
     fn recorded(&mut self) -> Option<String> {
@@ -112,7 +112,10 @@ impl ArgumentSource for WrittenArguments {
     }
 
     fn binding(&mut self) -> Option<(String, String)> {
-        Some((self.bound.clone()?, self.written.as_ref()?.digest.clone()))
+        Some((
+            self.bound.clone()?,
+            self.written.as_ref()?.digest().to_owned(),
+        ))
     }
 
     fn recorded(&mut self) -> Option<String> {
