@@ -73,7 +73,7 @@ fn call(gate: &Gate, id: &str, arguments: Value) -> Result<Value, String> {
 }
 
 fn gate(live: &LivePolicy, mode: Mode) -> Gate {
-    following(mode, &live, |b| b.principal("alice").agent("bot"))
+    following(mode, live, |b| b.principal("alice").agent("bot"))
 }
 
 #[test]
