@@ -35,12 +35,6 @@ fn secret(token: String) -> Result<(), Denied> {
     Ok(())
 }
 
-/// rate.
-#[tool(risk = "READ_ONLY", domain = "pf", callable)]
-fn rate(rate: f64) -> Result<f64, Denied> {
-    Ok(rate)
-}
-
 /// direct.
 #[tool(risk = "LOW_WRITE", domain = "pf")]
 fn direct(n: u32) -> Result<u32, Denied> {
@@ -956,6 +950,12 @@ fn the_toolgate_command_diffs_two_files_without_the_tools() {
         "{text}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A rate, compared by value.
+#[tool(risk = "READ_ONLY", domain = "pf", callable)]
+fn rate(rate: f64) -> Result<f64, Denied> {
+    Ok(rate)
 }
 
 /// `one_of` compares numbers by value: `40` allows `40.0` and `40`, and a refusal shows the number
