@@ -20,10 +20,13 @@ fn x14_a_clean_form_answered_after_the_latch_closed_runs_nothing() {
     );
     reads_untrusted_page(a.addr, ALICE, form());
     let answered = answer_wire(a.addr, ALICE, args, &state, "approve");
-    assert_eq!(
-        count(&runs, "wire"),
+    assert_ran(
+        &runs,
+        "wire",
         0,
-        "a form shown without the taint's warning ran a write after the latch closed: {answered:?}"
+        &format!(
+            "a form shown without the taint's warning ran a write after the latch closed: {answered:?}"
+        ),
     );
 }
 
@@ -63,10 +66,11 @@ fn x32_a_task_filed_clean_and_approved_after_the_latch_closed_runs_nothing() {
     let shown = cli(&["approvals", "show", &id.to_string(), "--store", &url]);
     let shown = String::from_utf8_lossy(&shown.stdout).to_string();
     let (status, message) = approve_and_poll(&url, id, a.addr, &task, Duration::from_secs(6));
-    assert_eq!(
-        count(&runs, "wire"),
+    assert_ran(
+        &runs,
+        "wire",
         0,
-        "the operator was shown:\n{shown}\nthe task: {status:?} {message}"
+        &format!("the operator was shown:\n{shown}\nthe task: {status:?} {message}"),
     );
 }
 

@@ -96,13 +96,13 @@ fn x02_a_session_grant_of_alice_covers_no_call_of_bob() {
 fn x03_bob_answering_alices_in_band_form_approves_nothing_of_hers() {
     let (_serial, runs, a) = in_band_case("x03");
     let args = json!({"cents": 303});
-    let (_, state) = alices_form(a.addr, args.clone());
-    let by_bob = answer_wire(a.addr, BOB, args.clone(), &state, "approve");
+    let (by_bob, _) = bob_answers_alices_form(a.addr, &args, "approve");
     let plain = call(a.addr, ALICE, "px.wire", args.clone(), form(), None);
-    assert_eq!(
-        count(&runs, "wire"),
+    assert_ran(
+        &runs,
+        "wire",
         0,
-        "bob's answer ran alice's call: bob {by_bob:?}, alice {plain:?}"
+        &format!("bob's answer ran alice's call: bob {by_bob:?}, alice {plain:?}"),
     );
 }
 
@@ -275,12 +275,19 @@ fn x29_bobs_approved_row_runs_nothing_of_alices_waiting_call() {
 fn x37_bob_rejecting_alices_in_band_form_decides_nothing_of_hers() {
     let (_serial, runs, a) = in_band_case("x37");
     let args = json!({"cents": 3737});
-    let (_, state) = alices_form(a.addr, args.clone());
-    let by_bob = answer_wire(a.addr, BOB, args.clone(), &state, "reject");
+    let (by_bob, state) = bob_answers_alices_form(a.addr, &args, "reject");
     let by_alice = answer_wire(a.addr, ALICE, args, &state, "approve");
     assert_eq!(
         by_alice.code, "OK",
         "bob's answer decided alice's request: bob {by_bob:?}, alice {by_alice:?}"
     );
     assert_eq!(count(&runs, "wire"), 1);
+}
+
+/// Alice's wire of `args` shows her form; bob answers it `answer` with her leaked request state.
+/// Returns bob's answer and that state.
+fn bob_answers_alices_form(addr: SocketAddr, args: &Value, answer: &str) -> (Said, String) {
+    let (_, state) = alices_form(addr, args.clone());
+    let by_bob = answer_wire(addr, BOB, args.clone(), &state, answer);
+    (by_bob, state)
 }

@@ -27,16 +27,16 @@ fn two_processes_behind_one_address_share_approvals_and_the_fleet() {
     let start = |name: &str| {
         let audit = dir.join(format!("{name}.jsonl"));
         let args: Vec<&OsStr> = vec![
+            "--state-key-file".as_ref(),
+            key.as_os_str(),
             "--principals".as_ref(),
             principals.as_os_str(),
             "--listen".as_ref(),
             "127.0.0.1:0".as_ref(),
-            "--approvals".as_ref(),
-            "in-band".as_ref(),
-            "--state-key-file".as_ref(),
-            key.as_os_str(),
             "--store".as_ref(),
             url.as_ref(),
+            "--approvals".as_ref(),
+            "in-band".as_ref(),
             "--fleet".as_ref(),
             "notes".as_ref(),
             "--audit-log".as_ref(),

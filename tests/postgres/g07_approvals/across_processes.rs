@@ -131,10 +131,9 @@ fn a_stopped_server_refuses_what_needs_it_and_loses_nothing() {
 
 #[test]
 fn an_answer_is_bound_to_each_field_of_the_binding() {
-    let Some((_serial, url)) = parent_database(CHILD_ROLE, "binding") else {
+    let Some((_serial, url, (gate, refunds, call))) = approved_refund("binding", "bound") else {
         return;
     };
-    let (gate, refunds, call) = approved_refund(&url, "binding", "bound");
     for (column, changed) in [
         ("arguments_digest", "arguments_digest || 'x'"),
         ("shown_digest", "shown_digest || 'x'"),
@@ -178,10 +177,9 @@ fn an_answer_is_bound_to_each_field_of_the_binding() {
 
 #[test]
 fn expiry_is_by_the_database_clock() {
-    let Some((_serial, url)) = parent_database(CHILD_ROLE, "expiry") else {
+    let Some((_serial, url, (gate, refunds, call))) = approved_refund("expiry", "expiry") else {
         return;
     };
-    let (gate, refunds, call) = approved_refund(&url, "expiry", "expiry");
     // The process's clock says ten minutes are left; the database says the request is over.
     query(
         &url,
@@ -293,17 +291,22 @@ fn the_table_keeps_token_hashes_only() {
     );
 }
 
-/// A gate of `agent` over a store of `url`, the count of refunds before its call `refund(note, 1)`
-/// runs, and that call, which an operator approved.
+/// The database `name` (none in a child process), a gate of agent `name` over a store there, the
+/// count of refunds before its call `refund(note, 1)` runs, and that call, which an operator approved.
+#[allow(clippy::type_complexity)]
 fn approved_refund(
-    url: &str,
-    agent: &str,
+    name: &str,
     note: &'static str,
-) -> (Gate, usize, impl Fn() -> Result<(), Denied> + Copy) {
-    let gate = gate(PostgresStore::connect(url).unwrap(), agent);
+) -> Option<(
+    std::sync::MutexGuard<'static, ()>,
+    String,
+    (Gate, usize, impl Fn() -> Result<(), Denied> + Copy),
+)> {
+    let (serial, url) = parent_database(CHILD_ROLE, name)?;
+    let gate = gate(PostgresStore::connect(&url).unwrap(), name);
     let refunds = REFUNDS.load(Ordering::SeqCst);
     let call = move || refund(note.into(), 1);
     let asked = token(gate.run(call));
     gate.approve(&asked).unwrap();
-    (gate, refunds, call)
+    Some((serial, url, (gate, refunds, call)))
 }

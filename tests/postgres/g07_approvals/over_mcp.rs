@@ -103,15 +103,11 @@ fn x24_the_in_band_form_shows_no_hidden_characters_or_forged_lines() {
 /// at most once, whatever was lost in between.
 #[test]
 fn x25_an_approved_call_retried_across_a_stopped_store_runs_at_most_once() {
-    let (_serial, url, runs) = case("x25");
-    let (proxy, store_url) = proxied(&url);
-    let a = start(
-        &runs,
-        &[
-            ("PX_STORE", &store_url),
-            ("PX_BUDGET_URL", &store_url),
-            ("PX_BUDGET_N", "5"),
-        ],
+    let (_serial, url, runs, proxy, a) = held_case(
+        "x25",
+        &["PX_STORE", "PX_BUDGET_URL"],
+        &[],
+        &[("PX_BUDGET_N", "5")],
     );
     let args = json!({"cents": 2525});
     alices_wire_approved(a.addr, &url, args.clone(), &[]);

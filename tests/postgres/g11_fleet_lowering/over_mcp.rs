@@ -9,15 +9,8 @@ use crate::support::mcp_server::*;
 /// at the old mode: the HIGH_WRITE call does not run.
 #[test]
 fn x05_an_in_band_form_answered_after_a_fleet_lowering_runs_nothing() {
-    let (_serial, url, runs) = case("x05");
-    let a = start(
-        &runs,
-        &[
-            ("PX_STORE", &url),
-            ("PX_INBAND", KEY),
-            ("PX_FLEET_URL", &url),
-        ],
-    );
+    let (_serial, url, runs, a) =
+        started_case("x05", &["PX_STORE", "PX_FLEET_URL"], &[("PX_INBAND", KEY)]);
     let args = json!({"cents": 505});
     let (_, state) = alices_form(a.addr, args.clone());
     lower(&url, "px", "PARTIAL_AUTO");
@@ -31,8 +24,7 @@ fn x05_an_in_band_form_answered_after_a_fleet_lowering_runs_nothing() {
 /// Guarantee 11: her retry, decided after the lowering reached the process, does not run.
 #[test]
 fn x06_an_approved_request_retried_after_a_fleet_lowering_does_not_run() {
-    let (_serial, url, runs) = case("x06");
-    let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
+    let (_serial, url, runs, a) = started_case("x06", &["PX_STORE", "PX_FLEET_URL"], &[]);
     let args = json!({"cents": 606});
     alices_wire_approved(a.addr, &url, args.clone(), &[]);
     lower(&url, "px", "PARTIAL_AUTO");
@@ -46,8 +38,7 @@ fn x06_an_approved_request_retried_after_a_fleet_lowering_does_not_run() {
 /// Guarantee 11 (and 4): the task's call, decided after the lowering, does not run.
 #[test]
 fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
-    let (_serial, url, runs) = case("x07");
-    let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
+    let (_serial, url, runs, a) = started_case("x07", &["PX_STORE", "PX_FLEET_URL"], &[]);
     let (task, id) = alices_wire_task(a.addr, &url, 707);
     lower(&url, "px", "PARTIAL_AUTO");
     thread::sleep(Duration::from_millis(1500));
@@ -61,16 +52,11 @@ fn x07_a_task_approved_after_a_fleet_lowering_runs_nothing() {
 /// whose decision completes after the process read the lowering, does not run.
 #[test]
 fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
-    let (_serial, url, runs) = case("x12");
-    let (proxy, budget_url) = proxied(&url);
-    let a = start(
-        &runs,
-        &[
-            ("PX_BUDGET_URL", &budget_url),
-            ("PX_BUDGET_N", "5"),
-            ("PX_BUDGET_TIMEOUT", "6000"),
-            ("PX_FLEET_URL", &url),
-        ],
+    let (_serial, url, runs, proxy, a) = held_case(
+        "x12",
+        &["PX_BUDGET_URL"],
+        &["PX_FLEET_URL"],
+        &[("PX_BUDGET_N", "5"), ("PX_BUDGET_TIMEOUT", "6000")],
     );
     let warm = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     assert_eq!(warm.code, "OK", "{warm:?}");
@@ -87,8 +73,7 @@ fn x12_a_call_waiting_on_its_budget_when_the_fleet_is_lowered_does_not_run() {
 /// running gate): the approved HIGH_WRITE call does not run.
 #[test]
 fn x18_a_fleet_raised_again_does_not_revive_a_pending_call() {
-    let (_serial, url, runs) = case("x18");
-    let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
+    let (_serial, url, runs, a) = started_case("x18", &["PX_STORE", "PX_FLEET_URL"], &[]);
     let args = json!({"cents": 1818});
     let _ = call(a.addr, ALICE, "px.wire", args.clone(), json!({}), None);
     let id = pending_id(&url, "px.wire", "alice");
@@ -119,9 +104,7 @@ fn x18_a_fleet_raised_again_does_not_revive_a_pending_call() {
 /// task's HIGH_WRITE call does not run while the link is down.
 #[test]
 fn x19_a_task_approved_while_its_process_has_lost_the_fleet_does_not_run() {
-    let (_serial, url, runs) = case("x19");
-    let (proxy, fleet_url) = proxied(&url);
-    let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &fleet_url)]);
+    let (_serial, url, runs, proxy, a) = held_case("x19", &["PX_FLEET_URL"], &["PX_STORE"], &[]);
     let (task, id) = alices_wire_task(a.addr, &url, 1919);
     proxy.hold(true);
     thread::sleep(Duration::from_millis(2500));
@@ -162,9 +145,7 @@ fn x28_an_in_band_answer_sent_to_another_process_after_a_fleet_lowering_runs_not
 /// the call decided after the process read the lowering does not run.
 #[test]
 fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_run() {
-    let (_serial, url, runs) = case("x40");
-    let (proxy, store_url) = proxied(&url);
-    let a = start(&runs, &[("PX_STORE", &store_url), ("PX_FLEET_URL", &url)]);
+    let (_serial, url, runs, proxy, a) = held_case("x40", &["PX_STORE"], &["PX_FLEET_URL"], &[]);
     let args = json!({"cents": 4040});
     alices_wire_approved(a.addr, &url, args.clone(), &[]);
     let addr = a.addr;
@@ -179,8 +160,7 @@ fn x40_an_approved_call_waiting_on_its_store_when_the_fleet_is_lowered_does_not_
 /// reaches every joined gate: neither principal's LOW_WRITE note runs.
 #[test]
 fn x42_a_fleet_lowering_reaches_every_principals_gate() {
-    let (_serial, url, runs) = case("x42");
-    let a = start(&runs, &[("PX_STORE", &url), ("PX_FLEET_URL", &url)]);
+    let (_serial, url, runs, a) = started_case("x42", &["PX_STORE", "PX_FLEET_URL"], &[]);
     lower(&url, "px", "ADVISORY");
     thread::sleep(Duration::from_millis(1500));
     let by_alice = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));

@@ -49,15 +49,11 @@ fn x10_asking_again_while_pending_spends_nothing_and_the_budget_holds_across_pro
 /// server answers again, calls run.
 #[test]
 fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
-    let (_serial, url, runs) = case("x11");
-    let (proxy, budget_url) = proxied(&url);
-    let a = start(
-        &runs,
-        &[
-            ("PX_BUDGET_URL", &budget_url),
-            ("PX_BUDGET_N", "5"),
-            ("PX_BUDGET_TIMEOUT", "1500"),
-        ],
+    let (_serial, url, runs, proxy, a) = held_case(
+        "x11",
+        &["PX_BUDGET_URL"],
+        &[],
+        &[("PX_BUDGET_N", "5"), ("PX_BUDGET_TIMEOUT", "1500")],
     );
     let warm = plain(a.addr, ALICE, "px.note", json!({"text": "a"}));
     assert_eq!(warm.code, "OK", "{warm:?}");
@@ -67,7 +63,7 @@ fn x11_a_budget_store_that_stops_answering_refuses_in_time_and_runs_nothing() {
     let took = started.elapsed();
     eprintln!("x11: the held call answered {} after {took:?}", held.code);
     // The proxy still holds: a query through it gets no answer while it does.
-    let probe_url = budget_url.clone();
+    let probe_url = proxy.url(&url);
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(common::postgres::query(&probe_url, "SELECT 1"));
@@ -188,15 +184,11 @@ fn x36_unanswered_in_band_forms_keep_no_unit_of_a_shared_budget() {
 /// while the store cannot answer, and once it answers the budget's one call runs at most once.
 #[test]
 fn x41_a_task_approved_while_its_budget_store_is_held_runs_at_most_once_after() {
-    let (_serial, url, runs) = case("x41");
-    let (proxy, budget_url) = proxied(&url);
-    let a = start(
-        &runs,
-        &[
-            ("PX_STORE", &url),
-            ("PX_BUDGET_URL", &budget_url),
-            ("PX_BUDGET_TIMEOUT", "1000"),
-        ],
+    let (_serial, url, runs, proxy, a) = held_case(
+        "x41",
+        &["PX_BUDGET_URL"],
+        &["PX_STORE"],
+        &[("PX_BUDGET_TIMEOUT", "1000")],
     );
     let (task, id) = alices_wire_task(a.addr, &url, 4141);
     proxy.hold(true);

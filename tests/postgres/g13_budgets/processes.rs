@@ -55,9 +55,9 @@ fn the_window_slides_by_the_database_clock_and_async_calls_count() {
     let store = Arc::new(PostgresStore::connect(&url).unwrap());
     let window = Duration::from_millis(1500);
     let gate = Gate::builder()
+        .budget_store_shared(store.clone())
         .mode(Mode::PartialAuto)
         .budget(BudgetScope::tool("mail.send*"), 2, window)
-        .budget_store_shared(store.clone())
         .build()
         .unwrap();
     gate.run(|| send(1)).unwrap();

@@ -17,9 +17,10 @@ pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 pub(crate) use std::time::Duration;
 
 pub(crate) use crate::common::postgres::{database, query};
-pub(crate) use toolgate::approval::store::ApproveError;
-pub(crate) use toolgate::postgres::{PostgresStore, RequestState};
-pub(crate) use toolgate::{DenialCode, Denied, Gate, Mode, tool};
+pub(crate) use toolgate::{
+    DenialCode, Denied, Gate, Mode, approval::store::ApproveError, postgres::PostgresStore,
+    postgres::RequestState, tool,
+};
 
 /// The role a re-executed test binary plays, and where it reaches the database.
 pub(crate) const CHILD_ROLE: &str = "TOOLGATE_PG_CHILD";
@@ -38,6 +39,8 @@ pub(crate) fn transfer(round: u64) -> Result<(), Denied> {
 }
 
 pub(crate) static WIRES: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static REFUNDS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static CLOSES: AtomicUsize = AtomicUsize::new(0);
 
 /// Wire money to an account, with a PIN that no log or operator sees.
 #[tool(risk = "HIGH_WRITE", domain = "bank", redact = [pin], record_arguments)]
@@ -47,8 +50,6 @@ pub(crate) fn wire(account: String, cents: u64, pin: String) -> Result<(), Denie
     Ok(())
 }
 
-pub(crate) static REFUNDS: AtomicUsize = AtomicUsize::new(0);
-
 /// Refund a payment.
 #[tool(risk = "HIGH_WRITE", domain = "bank")]
 pub(crate) fn refund(account: String, cents: u64) -> Result<(), Denied> {
@@ -56,8 +57,6 @@ pub(crate) fn refund(account: String, cents: u64) -> Result<(), Denied> {
     REFUNDS.fetch_add(1, Ordering::SeqCst);
     Ok(())
 }
-
-pub(crate) static CLOSES: AtomicUsize = AtomicUsize::new(0);
 
 /// Close an account, asynchronously.
 #[tool(risk = "HIGH_WRITE", domain = "bank")]

@@ -34,6 +34,7 @@ pub(crate) const AUDIT_FILE: &str = "TOOLGATE_FLEET_AUDIT";
 pub(crate) const TIMEOUT_MS: &str = "TOOLGATE_FLEET_TIMEOUT_MS";
 
 pub(crate) static WORKED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static COUNTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 /// Change something small: one unit of work of a writer.
 #[tool(risk = "LOW_WRITE", domain = "fleet")]
@@ -49,8 +50,6 @@ pub(crate) fn hang() -> Result<(), Denied> {
     std::thread::sleep(Duration::from_secs(3600));
     Ok(())
 }
-
-pub(crate) static COUNTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 /// Count a number, recording its arguments, so that the log shows which bodies ran.
 #[tool(risk = "LOW_WRITE", domain = "fleet", record_arguments)]

@@ -228,6 +228,12 @@ pub(crate) fn count(path: &Path, what: &str) -> usize {
         .count()
 }
 
+/// Asserts that `what` ran `times` times, saying `why` where it did not.
+#[track_caller]
+pub(crate) fn assert_ran(runs: &Path, what: &str, times: usize, why: &str) {
+    assert_eq!(count(runs, what), times, "{why}");
+}
+
 pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("toolgate-px-{}-{name}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
@@ -270,11 +276,11 @@ pub(crate) fn post_raw(
     limit: Duration,
 ) -> (u16, Vec<Value>, String) {
     let method = body["method"].as_str().unwrap_or("").to_owned();
-    let name = body["params"]["name"]
-        .as_str()
-        .or(body["params"]["taskId"].as_str())
-        .map(|n| format!("Mcp-Name: {n}\r\n"))
-        .unwrap_or_default();
+    // A tool call names its tool, a task request its task.
+    let name = ["name", "taskId"]
+        .iter()
+        .find_map(|key| body["params"][key].as_str())
+        .map_or(String::new(), |n| format!("Mcp-Name: {n}\r\n"));
     let text = body.to_string();
     let version = match session {
         Some(session) => {
@@ -577,6 +583,39 @@ pub(crate) fn proxied(url: &str) -> (Proxy, String) {
     let proxy = Proxy::new(port_of(url));
     let through = proxy.url(url);
     (proxy, through)
+}
+
+/// What `case` holds for its test while it runs.
+pub(crate) type Serial = std::sync::MutexGuard<'static, ()>;
+
+/// A case whose server is started with the variables `direct` set to the database's URL, and `more`.
+pub(crate) fn started_case(
+    name: &str,
+    direct: &[&str],
+    more: &[(&str, &str)],
+) -> (Serial, String, PathBuf, Server) {
+    let (serial, url, runs) = case(name);
+    let mut envs = more.to_vec();
+    envs.extend(direct.iter().map(|var| (*var, url.as_str())));
+    let server = start(&runs, &envs);
+    (serial, url, runs, server)
+}
+
+/// A case whose server reaches PostgreSQL through a proxy that can hold every byte: the variables
+/// `held` get the proxied URL, `direct` the database's own, `more` their values.
+pub(crate) fn held_case(
+    name: &str,
+    held: &[&str],
+    direct: &[&str],
+    more: &[(&str, &str)],
+) -> (Serial, String, PathBuf, Proxy, Server) {
+    let (serial, url, runs) = case(name);
+    let (proxy, through) = proxied(&url);
+    let mut envs = more.to_vec();
+    envs.extend(held.iter().map(|var| (*var, through.as_str())));
+    envs.extend(direct.iter().map(|var| (*var, url.as_str())));
+    let server = start(&runs, &envs);
+    (serial, url, runs, proxy, server)
 }
 
 pub(crate) struct Proxy {
