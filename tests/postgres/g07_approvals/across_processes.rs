@@ -287,7 +287,9 @@ fn the_table_keeps_token_hashes_only() {
     );
     assert_eq!(
         versions,
-        [["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"]].map(|v| vec![Some(v[0].to_owned())])
+        (1..=8)
+            .map(|v| vec![Some(v.to_string())])
+            .collect::<Vec<_>>()
     );
 }
 

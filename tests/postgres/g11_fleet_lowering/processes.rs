@@ -57,7 +57,12 @@ fn fleet_lower_reaches_every_busy_process_and_never_raises_a_running_gate() {
 
     // Raising the fleet does not raise a running gate; a gate joined after it starts under it.
     ana_changes_payments(&url, "raise", "FULL_AUTO", "resolved", 0);
-    let fleet = Fleet::connect(&url, "payments").unwrap();
+    // Its subject is not a slow server: on a loaded machine, leaving the fleet may take more than the
+    // default timeout, which would leave its row behind.
+    let fleet = Fleet::builder()
+        .timeout(Duration::from_secs(30))
+        .connect(&url, "payments")
+        .unwrap();
     let fresh = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
     assert_eq!(fresh.mode(), Mode::PartialAuto);
     std::thread::sleep(Duration::from_millis(500));
