@@ -50,11 +50,23 @@ pub(crate) fn member() {
     drop(fleet);
 }
 
-fn apply(url: &str, file: &std::path::Path) -> std::process::Output {
+/// `text` written to `name` in `scratch`, then applied to the fleet `ops` by `toolgate policy apply`.
+fn apply(url: &str, scratch: &common::Scratch, name: &str, text: &str) -> std::process::Output {
+    let file = scratch.path(name);
+    std::fs::write(&file, text).unwrap();
     let path = file.display().to_string();
     toolgate(&[
         "policy", "apply", "--store", url, "--fleet", "ops", "--by", "ana", &path,
     ])
+}
+
+/// A member of the fleet `ops`, running until `stop` exists.
+fn spawn_member(url: &str, stop: &std::path::Path) -> Proc {
+    let vars = [
+        (FLEET, "ops".to_owned()),
+        (STOP_FILE, stop.display().to_string()),
+    ];
+    Proc::spawn("policy_member", url, &vars)
 }
 
 #[test]
@@ -62,33 +74,20 @@ fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refu
     let url = database("fleet_policy");
     let scratch = common::Scratch::new("fleet-policy");
     let stop = scratch.path("stop");
-    let mut procs: Vec<Proc> = (0..3)
-        .map(|_| {
-            Proc::spawn(
-                "policy_member",
-                &url,
-                &[
-                    (FLEET, "ops".into()),
-                    (STOP_FILE, stop.display().to_string()),
-                ],
-            )
-        })
-        .collect();
+    let mut procs: Vec<Proc> = (0..3).map(|_| spawn_member(&url, &stop)).collect();
     for proc in &mut procs {
         proc.expect("ready");
         assert_eq!(proc.expect("came "), "ran");
         assert_eq!(proc.expect("policy "), "none");
     }
 
-    let deny = scratch.path("deny.toml");
-    std::fs::write(&deny, "format = 1\n[defaults]\ndeny = [\"fleet.work\"]\n").unwrap();
-    let applied = apply(&url, &deny);
+    let deny = "format = 1\n[defaults]\ndeny = [\"fleet.work\"]\n";
+    let applied = apply(&url, &scratch, "deny.toml", deny);
     assert_eq!(applied.status.code(), Some(0), "{}", text(&applied));
-    let digest =
-        toolgate::policy_file::PolicyFile::parse("x", &std::fs::read_to_string(&deny).unwrap())
-            .unwrap()
-            .digest()
-            .to_owned();
+    let digest = toolgate::policy_file::PolicyFile::parse("x", deny)
+        .unwrap()
+        .digest()
+        .to_owned();
     assert!(text(&applied).contains(&digest), "{}", text(&applied));
     for proc in &mut procs {
         assert_eq!(proc.expect("came "), "DENY_LISTED");
@@ -119,22 +118,12 @@ fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refu
 
     // A file of the right shape that names a tool these processes do not link: each refuses it and
     // keeps denying.
-    let foreign = scratch.path("foreign.toml");
-    std::fs::write(
-        &foreign,
-        "format = 1\n[defaults]\ndeny = [\"payments.refund\"]\n",
-    )
-    .unwrap();
-    let applied = apply(&url, &foreign);
+    let foreign = "format = 1\n[defaults]\ndeny = [\"payments.refund\"]\n";
+    let applied = apply(&url, &scratch, "foreign.toml", foreign);
     assert_eq!(applied.status.code(), Some(0), "{}", text(&applied));
     // The command itself refuses what is not a policy file at all.
-    let garbage = scratch.path("garbage.toml");
-    std::fs::write(
-        &garbage,
-        "format = 1\n[defaults]\nallow = [\"fleet.work\"]\n",
-    )
-    .unwrap();
-    let refused = apply(&url, &garbage);
+    let garbage = "format = 1\n[defaults]\nallow = [\"fleet.work\"]\n";
+    let refused = apply(&url, &scratch, "garbage.toml", garbage);
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     assert!(
         text(&refused).contains("unknown field `allow`"),
@@ -143,9 +132,7 @@ fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refu
     );
 
     // Removing the policy gives back what the code allows.
-    let empty = scratch.path("empty.toml");
-    std::fs::write(&empty, "").unwrap();
-    let removed = apply(&url, &empty);
+    let removed = apply(&url, &scratch, "empty.toml", "");
     assert_eq!(removed.status.code(), Some(0), "{}", text(&removed));
     for proc in &mut procs {
         // Nothing changed between the deny and the removal: the foreign file was refused.
