@@ -12,6 +12,7 @@ use toolgate::{
 
 use crate::common::gates;
 use crate::common::serial;
+use crate::fixtures::support::full_auto_denying;
 
 // ---------------------------------------------------------------------------------------------------------
 // The suite
@@ -798,12 +799,7 @@ fn deny_by_glob_refuses_in_every_mode() {
 
 #[test]
 fn a_dead_deny_rule_fails_the_build() {
-    let error = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("accounts.get")
-        .deny("accounts.remove")
-        .build()
-        .unwrap_err();
+    let error = full_auto_denying(&["accounts.get", "accounts.remove"]).unwrap_err();
     assert_eq!(
         error,
         GateError::DenyRules(vec![DenyRuleError::MatchesNothing {

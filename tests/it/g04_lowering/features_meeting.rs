@@ -126,11 +126,7 @@ fn p43_an_async_grant_for_a_call_refused_by_a_lowering_is_never_made() {
     assert!(pause.reached());
     gate.lower(Mode::PartialAuto).unwrap();
     pause.go();
-    let refused = rt
-        .block_on(async { tokio::time::timeout(WAIT, waiting).await })
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let refused = awaited(&rt, waiting).unwrap_err();
     assert_eq!(refused.code(), DenialCode::ModeNotAllowed);
     assert_eq!(count(&WIRES), before);
     assert!(gate.grants().is_empty(), "a grant for a refused call");

@@ -18,6 +18,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 use crate::common::gates;
 use crate::common::scripted;
 use crate::common::serial;
+use crate::fixtures::support::assert_record_says;
 #[cfg(feature = "mcp")]
 use crate::g07_approvals::checks::refused_over_mcp;
 use crate::g07_approvals::checks::{assert_denied, built, entered, refused_by_name};
@@ -519,14 +520,7 @@ fn a_failing_store_refuses_with_its_own_code_and_the_log_says_why() {
         let refused = records(&sink, Stage::Refused);
         assert_eq!(refused.len(), 2);
         for record in &refused {
-            assert_eq!(record.code.as_deref(), Some("APPROVAL_STORE_UNAVAILABLE"));
-            assert!(
-                record
-                    .message
-                    .as_deref()
-                    .unwrap()
-                    .contains(&error.to_string())
-            );
+            assert_record_says(record, "APPROVAL_STORE_UNAVAILABLE", &error.to_string());
         }
         assert!(records(&sink, Stage::Enter).is_empty());
         assert_eq!(gate.approve("any"), Err(ApproveError::Store(error.clone())));

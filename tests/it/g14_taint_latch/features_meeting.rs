@@ -406,10 +406,7 @@ fn p30_an_async_approval_asked_before_the_latch_closed_runs_no_tainted_write() {
             .unwrap();
         assert!(gate.taint().is_some());
         pause.go();
-        let ran = rt
-            .block_on(async { tokio::time::timeout(WAIT, waiting).await })
-            .unwrap()
-            .unwrap();
+        let ran = awaited(&rt, waiting);
         assert!(!ran, "{path}: a clean-session approval ran a tainted write");
         assert_eq!(count(&WIRES), before, "{path}");
     }
