@@ -46,11 +46,5 @@ fn i16_a_nested_gate_refusal_closes_the_allowing_gates_span() {
             "the allowing gate's span is left open: {records:#?}"
         );
     }
-    for span in edit {
-        let a = attributes(span);
-        assert!(
-            a.contains_key("error.type"),
-            "a refused call's span: {a:#?}"
-        );
-    }
+    assert_each_refused(&edit);
 }

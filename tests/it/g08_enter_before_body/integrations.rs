@@ -194,13 +194,7 @@ fn i17_a_failed_enter_leaves_no_span_open() {
         !edit.is_empty(),
         "the span opened at the enter record was never closed"
     );
-    for span in edit {
-        let a = attributes(span);
-        assert!(
-            a.contains_key("error.type"),
-            "a refused call's span: {a:#?}"
-        );
-    }
+    assert_each_refused(&edit);
 }
 
 /// i17 with the gate's own sinks (`.audit` given twice) rather than a hand-written tee: the failing

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolgate::approval::SessionGrant;
-use toolgate::approval::store::Answer;
 use toolgate::audit::{AuditRecord, JsonlSink, Outcome, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::MemoryBudgets;
@@ -20,6 +19,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, registry};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::{assert_denied, built};
 use crate::g07_approvals::meeting::*;
 
@@ -457,14 +457,7 @@ fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
         })
     });
     let pending = gate.run(|| wire(1)).unwrap_err();
-    gate.answer(
-        pending.approval_token().unwrap(),
-        Answer::Approve {
-            by: "ops".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    approve_for_session(&gate, pending.approval_token().unwrap(), "ops");
     pause.arm();
     let caller = {
         let gate = gate.clone();

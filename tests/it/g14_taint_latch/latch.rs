@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use serde_json::json;
-use toolgate::approval::store::Answer;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::policy::{self, Facts, ModeSet, TaintPolicy, Verdict};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool};
@@ -15,6 +14,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 use crate::common::KeepingStore;
 use crate::common::gates;
 use crate::common::serial;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::{assert_denied, built, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
@@ -523,14 +523,7 @@ fn an_operators_session_answer_in_a_tainted_session_runs_one_call() {
     let denied = gate.run(|| post("x".into())).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalPending);
     assert!(denied.to_string().contains("tainted"), "{denied}");
-    gate.answer(
-        denied.approval_token().unwrap(),
-        Answer::Approve {
-            by: "ops".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    approve_for_session(&gate, denied.approval_token().unwrap(), "ops");
     let before = POSTS.load(Ordering::SeqCst);
     gate.run(|| post("x".into())).unwrap();
     // Used: the same call again is told so, and files a request of its own.

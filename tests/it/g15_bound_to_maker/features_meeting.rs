@@ -14,6 +14,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::{assert_denied, built};
 use crate::g07_approvals::meeting::*;
 
@@ -178,14 +179,7 @@ fn p28_an_operators_session_answer_grants_no_other_principals_gate() {
     let alice = two_step_gate(&store, "alice", "desk");
     let bob = two_step_gate(&store, "bob", "desk");
     let pending = alice.run(|| wire(7)).unwrap_err();
-    bob.answer(
-        pending.approval_token().unwrap(),
-        Answer::Approve {
-            by: "ops".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    approve_for_session(&bob, pending.approval_token().unwrap(), "ops");
     let before = count(&WIRES);
     for _ in 0..3 {
         assert_denied(bob.run(|| wire(7)), DenialCode::ApprovalPending);
