@@ -75,10 +75,7 @@ fn atk2_a_future_parked_in_its_approver_or_first_polled_after_lower_never_runs_a
 #[test]
 fn atk2_a_grant_lifts_neither_a_lowered_mode_nor_the_ceiling() {
     let _serial = serial();
-    let (asked, approver) = scripted(vec![
-        grant_for(Duration::from_secs(600)),
-        grant_for(Duration::from_secs(600)),
-    ]);
+    let (asked, approver) = scripted(vec![grant_for(Duration::from_secs(600)); 2]);
     let gate = gates::approved(Mode::FullAuto, approver);
     let (wires, shells) = (SYNC_WIRE.load(SeqCst), SHELL.load(SeqCst));
     gate.run(|| sync_wire("a".into(), 1)).unwrap();

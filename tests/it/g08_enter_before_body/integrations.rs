@@ -135,11 +135,7 @@ fn i14_a_call_refused_after_its_enter_closes_its_span_with_error_type() {
 /// ends, dropped futures included (`cancelled`), and it closes the span with `error.type`.
 #[test]
 fn i15_a_cancelled_rig_call_closes_its_span() {
-    let memory = MemorySink::new();
-    let gate = gates::audited(
-        Mode::Shadow,
-        Tee(vec![Arc::new(TracingSink::new()), Arc::new(memory.clone())]),
-    );
+    let (gate, memory) = traced_gate(Mode::Shadow);
     let spans = exported(|| {
         runtime().block_on(async {
             let tools = iatk(&gate);
@@ -291,11 +287,7 @@ fn i19_a_map_key_is_argument_data_and_never_reaches_a_span() {
 /// included (`panic`), and it closes the call's span with `error.type` = `panic`.
 #[test]
 fn i20_a_panicking_body_through_rig_closes_its_span() {
-    let memory = MemorySink::new();
-    let gate = gates::audited(
-        Mode::Shadow,
-        Tee(vec![Arc::new(TracingSink::new()), Arc::new(memory.clone())]),
-    );
+    let (gate, memory) = traced_gate(Mode::Shadow);
     let spans = exported(|| {
         runtime().block_on(async {
             let tools = iatk(&gate);

@@ -247,10 +247,8 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.run(|| post("reply".into())).unwrap();
     assert_eq!(posts(), before + 1);
-    assert_denied(
-        gate.run(|| post("reply".into())),
-        DenialCode::ApprovalReused,
-    );
+    let reused = gate.run(|| post("reply".into()));
+    assert_denied(reused, DenialCode::ApprovalReused);
 }
 
 #[test]
