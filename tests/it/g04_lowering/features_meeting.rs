@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use std::sync::atomic::Ordering::SeqCst;
 use toolgate::approval::SessionGrant;
-use toolgate::audit::{AuditRecord, Outcome, Stage};
+use toolgate::audit::{AuditRecord, Stage};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
 use crate::common::gates;
@@ -72,10 +72,7 @@ fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
         DenialCode::ApprovalRejected,
         "refused by the mode: {code:?}"
     );
-    assert_eq!(count(&WIRES), before);
-    let records = sink.records();
-    assert_paired(&records);
-    assert_eq!(exits(&records, "pairs.wire", Outcome::Refused), 1);
+    assert_one_wire_refused(&sink.records(), before);
 }
 
 /// lowering × two-step (4, 7). An operator approves a pending HIGH_WRITE call; the gate is lowered

@@ -30,23 +30,13 @@ fn i13_arguments_not_opted_in_never_reach_a_span() {
             )
             .await
             .unwrap();
-            let _ = run(
-                &tools,
-                "iatk.memo",
+            for arguments in [
                 json!({"id": 1302, "text": "x", "extra": "PLAIN-ARG-TWO"}),
-            )
-            .await
-            .unwrap_err();
-            let _ = run(
-                &tools,
-                "iatk.memo",
                 json!({"id": "PLAIN-ARG-THREE", "text": "x"}),
-            )
-            .await
-            .unwrap_err();
-            let _ = run(&tools, "iatk.memo", json!({"id": 1304, "text": 7_770_777}))
-                .await
-                .unwrap_err();
+                json!({"id": 1304, "text": 7_770_777}),
+            ] {
+                let _ = run(&tools, "iatk.memo", arguments).await.unwrap_err();
+            }
             // A refused tool's arguments.
             let _ = run(
                 &tools,
