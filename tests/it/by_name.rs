@@ -962,12 +962,7 @@ fn every_refusal_code_survives_any_error_type() {
 fn a_deny_listed_tool_is_refused_in_every_mode_and_does_not_run() {
     let _serial = serial();
     for mode in Mode::ALL {
-        let gate = Gate::builder()
-            .mode(mode)
-            .deny("users.g*")
-            .approver(toolgate::AllowAllApprover)
-            .build()
-            .unwrap();
+        let gate = crate::fixtures::support::denying_approving_in(mode, &["users.g*"]);
         let (result, ran) = runs(&GETS, || call(&gate, "users.get", json!({"id": 1})));
         let error = result.unwrap_err();
         assert_eq!(error.code(), "DENY_LISTED", "{mode}");

@@ -26,6 +26,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 
 use crate::common::gates;
 use crate::common::{Scratch, serial};
+use crate::fixtures::support::full_auto_with_ttl;
 
 pub(crate) const CHILD_ENV: &str = "TOOLGATE_FAULT_CHILD";
 
@@ -789,11 +790,7 @@ fn an_approver_whose_operator_is_gone_refuses_the_call() {
 fn an_expired_two_step_approval_stays_expired() {
     let _serial = serial();
     const TTL: Duration = Duration::from_millis(200);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_ttl(TTL)
-        .build()
-        .unwrap();
+    let gate = full_auto_with_ttl(TTL);
     let settlements = count(&SETTLEMENTS);
     let token_of = |denied: Denied| denied.approval_token().unwrap().to_owned();
 

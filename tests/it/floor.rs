@@ -12,6 +12,7 @@ use toolgate::{
 
 use crate::common::gates;
 use crate::common::serial;
+use crate::fixtures::support::{denying_approving_in, full_auto_denying};
 
 // ---------------------------------------------------------------------------------------------------------
 // The suite
@@ -758,13 +759,7 @@ fn deny_by_exact_id_beats_an_approver() {
 fn deny_by_glob_refuses_in_every_mode() {
     let _serial = serial();
     for mode in Mode::ALL {
-        let gate = Gate::builder()
-            .mode(mode)
-            .deny("accounts.*")
-            .deny("*.log")
-            .approver(AllowAllApprover)
-            .build()
-            .unwrap();
+        let gate = denying_approving_in(mode, &["accounts.*", "*.log"]);
         assert_eq!(
             gate.deny_rules().collect::<Vec<_>>(),
             ["accounts.*", "*.log"]
@@ -798,12 +793,7 @@ fn deny_by_glob_refuses_in_every_mode() {
 
 #[test]
 fn a_dead_deny_rule_fails_the_build() {
-    let error = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("accounts.get")
-        .deny("accounts.remove")
-        .build()
-        .unwrap_err();
+    let error = full_auto_denying(&["accounts.get", "accounts.remove"]).unwrap_err();
     assert_eq!(
         error,
         GateError::DenyRules(vec![DenyRuleError::MatchesNothing {

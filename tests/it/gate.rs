@@ -17,7 +17,7 @@ use toolgate::{
 };
 
 use crate::common::gates;
-use crate::fixtures::support::{YieldOnce, counted_tools};
+use crate::fixtures::support::{YieldOnce, counted_tools, full_auto_denying};
 
 mod probe {
     use super::*;
@@ -642,12 +642,7 @@ fn glob_rules_match_whole_ids() {
 
 #[test]
 fn the_first_matching_rule_is_the_one_reported() {
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .deny("probe.write")
-        .deny("probe.*")
-        .build()
-        .unwrap();
+    let gate = full_auto_denying(&["probe.write", "probe.*"]).unwrap();
     let ran = counter();
     let write = gate.run(|| probe::write(&ran)).unwrap_err();
     let read = gate.run(|| probe::read(&ran)).unwrap_err();

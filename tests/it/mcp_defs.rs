@@ -13,6 +13,7 @@ use toolgate::serde::Serialize;
 use toolgate::{AllowAllApprover, Denied, Gate, Mode, tool};
 
 use crate::common::gates;
+use crate::fixtures::support::DiskError;
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(crate = "toolgate::serde")]
@@ -53,31 +54,10 @@ async fn count(to: u32) -> Result<u32, Denied> {
     Ok(to)
 }
 
-#[derive(Debug)]
-enum Broken {
-    Refused(Denied),
-    Disk,
-}
-
-impl From<Denied> for Broken {
-    fn from(denied: Denied) -> Self {
-        Broken::Refused(denied)
-    }
-}
-
-impl std::fmt::Display for Broken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Broken::Refused(denied) => denied.fmt(f),
-            Broken::Disk => f.write_str("the disk is full"),
-        }
-    }
-}
-
 /// Always fails.
 #[tool(risk = "READ_ONLY", domain = "defs", callable)]
-fn fails() -> Result<u32, Broken> {
-    Err(Broken::Disk)
+fn fails() -> Result<u32, DiskError> {
+    Err(DiskError::Full)
 }
 
 /// Not callable by name.

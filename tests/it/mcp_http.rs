@@ -99,14 +99,7 @@ mod raw {
                 "Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-06-18\r\n"
             ));
         }
-        if !body.is_empty() {
-            request.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
-        }
-        request.push_str("\r\n");
-        request.push_str(&body);
+        crate::fixtures::support::push_json_body(&mut request, &body);
         let text = crate::common::http::exchange(addr, &request, limit, done).await;
         let status = crate::common::http::status(&text);
         let session = text

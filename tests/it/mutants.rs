@@ -11,7 +11,7 @@ use toolgate::{AllowAllApprover, Approval, ApprovalRequest, DenialCode, Gate, Mo
 
 use crate::common::gates;
 use crate::common::serial;
-use crate::fixtures::support::counted_tools;
+use crate::fixtures::support::{counted_tools, full_auto_with_ttl};
 
 static PAYMENTS: AtomicUsize = AtomicUsize::new(0);
 static COMMANDS: AtomicUsize = AtomicUsize::new(0);
@@ -234,11 +234,7 @@ fn approve_errors_say_what_went_wrong() {
 fn an_expired_request_is_forgotten_one_time_to_live_later() {
     let _serial = serial();
     const TTL: Duration = Duration::from_millis(300);
-    let gate = Gate::builder()
-        .mode(Mode::FullAuto)
-        .approval_ttl(TTL)
-        .build()
-        .unwrap();
+    let gate = full_auto_with_ttl(TTL);
     let before = PAYMENTS.load(Ordering::SeqCst);
     let first = gate.run(|| pay(9)).unwrap_err();
     let token = first.approval_token().unwrap().to_owned();

@@ -17,7 +17,7 @@ use toolgate::{Approval, Denied, Gate, Mode, Risk, tool};
 
 use crate::common::gates;
 use crate::fixtures::integrations::run;
-use crate::fixtures::support::counted_tools;
+use crate::fixtures::support::{DiskError, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
 static DELETES: AtomicUsize = AtomicUsize::new(0);
@@ -82,27 +82,6 @@ impl AuditSink for Unwritable {
 async fn count() -> Result<Vec<u64>, Denied> {
     tokio::task::yield_now().await;
     Ok(vec![7, 8])
-}
-
-#[derive(Debug)]
-enum DiskError {
-    Refused(Denied),
-    Full,
-}
-
-impl From<Denied> for DiskError {
-    fn from(denied: Denied) -> Self {
-        DiskError::Refused(denied)
-    }
-}
-
-impl std::fmt::Display for DiskError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DiskError::Refused(denied) => denied.fmt(f),
-            DiskError::Full => f.write_str("the disk is full"),
-        }
-    }
 }
 
 /// Save the notes.

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
-use toolgate::approval::SessionGrant;
 use toolgate::approval::store::{Answer, Consumed};
 use toolgate::audit::{MemorySink, Stage};
 use toolgate::{Approval, DenialCode, Gate, Mode, Risk};
 
 use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
+use crate::fixtures::support::grant_for;
 use crate::g07_approvals::checks::{assert_denied, built};
 
 // Attacks: the gate lowered from outside while a call's future is parked in its async approver, and a
@@ -22,10 +22,7 @@ use crate::g07_approvals::checks::{assert_denied, built};
 #[test]
 fn atk2_a_future_parked_in_its_approver_or_first_polled_after_lower_never_runs_at_the_old_mode() {
     let _serial = serial();
-    for answer in [
-        Approval::Approve,
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
-    ] {
+    for answer in [Approval::Approve, grant_for(Duration::from_secs(600))] {
         let sink = MemorySink::new();
         let (slot, asked, approver) = answered_by_channel("parked");
         let gate = built(Mode::FullAuto, |b| {
@@ -78,10 +75,7 @@ fn atk2_a_future_parked_in_its_approver_or_first_polled_after_lower_never_runs_a
 #[test]
 fn atk2_a_grant_lifts_neither_a_lowered_mode_nor_the_ceiling() {
     let _serial = serial();
-    let (asked, approver) = scripted(vec![
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
-    ]);
+    let (asked, approver) = scripted(vec![grant_for(Duration::from_secs(600)); 2]);
     let gate = gates::approved(Mode::FullAuto, approver);
     let (wires, shells) = (SYNC_WIRE.load(SeqCst), SHELL.load(SeqCst));
     gate.run(|| sync_wire("a".into(), 1)).unwrap();

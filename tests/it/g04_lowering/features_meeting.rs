@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use std::sync::atomic::Ordering::SeqCst;
 use toolgate::approval::SessionGrant;
-use toolgate::audit::{AuditRecord, Outcome, Stage};
+use toolgate::audit::{AuditRecord, Stage};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 
 use crate::common::gates;
@@ -72,10 +72,7 @@ fn p18_a_stop_given_while_a_granted_call_writes_its_enter_refuses_it() {
         DenialCode::ApprovalRejected,
         "refused by the mode: {code:?}"
     );
-    assert_eq!(count(&WIRES), before);
-    let records = sink.records();
-    assert_paired(&records);
-    assert_eq!(exits(&records, "pairs.wire", Outcome::Refused), 1);
+    assert_one_wire_refused(&sink.records(), before);
 }
 
 /// lowering × two-step (4, 7). An operator approves a pending HIGH_WRITE call; the gate is lowered
@@ -126,11 +123,7 @@ fn p43_an_async_grant_for_a_call_refused_by_a_lowering_is_never_made() {
     assert!(pause.reached());
     gate.lower(Mode::PartialAuto).unwrap();
     pause.go();
-    let refused = rt
-        .block_on(async { tokio::time::timeout(WAIT, waiting).await })
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let refused = awaited(&rt, waiting).unwrap_err();
     assert_eq!(refused.code(), DenialCode::ModeNotAllowed);
     assert_eq!(count(&WIRES), before);
     assert!(gate.grants().is_empty(), "a grant for a refused call");

@@ -35,16 +35,15 @@ fn a6_body_calling_itself_by_name_under_a_narrower_gate() {
 #[test]
 fn a7_call_by_name_inside_a_narrower_gate() {
     let _s = serial();
-    let (gate, sink) = fresh(Mode::FullAuto);
-    let narrow = Gate::new(Mode::Shadow).unwrap();
+    let (gate, sink, narrow) = fresh_under_shadow(Mode::FullAuto);
     for id in ["rt2.lo", "rt2.hi", "rt2.glo", "rt2.esc_lo", "rt2set.assoc"] {
         let r = narrow.run(|| call(&gate, id, json!({"x": 3})));
         assert_eq!(r.unwrap_err().code(), "MODE_NOT_ALLOWED", "{id}");
     }
-    let r = narrow.run(|| block_on(registry().call(&gate, "rt2.alo", json!({"x": 3}))));
-    assert_eq!(r.unwrap_err().code(), "MODE_NOT_ALLOWED");
-    let r = narrow.run(|| block_on(registry().call(&gate, "rt2.ahi", json!({"x": 3}))));
-    assert_eq!(r.unwrap_err().code(), "MODE_NOT_ALLOWED");
+    for id in ["rt2.alo", "rt2.ahi"] {
+        let r = narrow.run(|| block_on(registry().call(&gate, id, json!({"x": 3}))));
+        assert_eq!(r.unwrap_err().code(), "MODE_NOT_ALLOWED", "{id}");
+    }
     assert!(take_runs().is_empty());
     assert_eq!(APPROVALS.load(SeqCst), 0);
     assert_balanced(&sink.0.records());
@@ -56,8 +55,7 @@ fn a7_call_by_name_inside_a_narrower_gate() {
 #[test]
 fn a16_async_by_name_created_in_scope_of_narrow_polled_later() {
     let _s = serial();
-    let (gate, sink) = fresh(Mode::PartialAuto);
-    let narrow = Gate::new(Mode::Shadow).unwrap();
+    let (gate, sink, narrow) = fresh_under_shadow(Mode::PartialAuto);
     // created inside a narrower gate, polled outside it
     let fut = narrow.run(|| registry().call(&gate, "rt2.alo", json!({"x": 11})));
     let r = block_on(fut);
@@ -92,4 +90,10 @@ fn b3_async_first_polled_inside_a_narrower_gate() {
     };
     assert_eq!(d.map(|v| json!(v)), n, "direct vs by name");
     assert!(take_runs().is_empty());
+}
+
+/// A fresh gate at `mode`, its sink, and a SHADOW gate to call it from.
+fn fresh_under_shadow(mode: Mode) -> (Gate, HookSink, Gate) {
+    let (gate, sink) = fresh(mode);
+    (gate, sink, Gate::new(Mode::Shadow).unwrap())
 }

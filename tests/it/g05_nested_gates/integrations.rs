@@ -4,11 +4,8 @@
 #![cfg(feature = "rig")]
 
 use serde_json::json;
-use std::sync::Arc;
-use toolgate::audit::{MemorySink, TracingSink};
 use toolgate::{Gate, Mode};
 
-use crate::common::gates;
 use crate::fixtures::integrations::*;
 
 /// Tries: a rig call whose gate allows it, run inside another gate's scope that refuses it (nested
@@ -17,11 +14,7 @@ use crate::fixtures::integrations::*;
 /// refusal by another gate is recorded in the log of the gate that allowed it, with its code.
 #[test]
 fn i16_a_nested_gate_refusal_closes_the_allowing_gates_span() {
-    let memory = MemorySink::new();
-    let partial = gates::audited(
-        Mode::PartialAuto,
-        Tee(vec![Arc::new(TracingSink::new()), Arc::new(memory.clone())]),
-    );
+    let (partial, memory) = traced_gate(Mode::PartialAuto);
     let shadow = Gate::new(Mode::Shadow).unwrap();
     let mut code = None;
     let spans = exported(|| {
@@ -46,11 +39,5 @@ fn i16_a_nested_gate_refusal_closes_the_allowing_gates_span() {
             "the allowing gate's span is left open: {records:#?}"
         );
     }
-    for span in edit {
-        let a = attributes(span);
-        assert!(
-            a.contains_key("error.type"),
-            "a refused call's span: {a:#?}"
-        );
-    }
+    assert_each_refused(&edit);
 }

@@ -18,6 +18,9 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 use crate::common::gates;
 use crate::common::scripted;
 use crate::common::serial;
+use crate::fixtures::support::approve_for_session;
+use crate::fixtures::support::assert_record_says;
+use crate::fixtures::support::grant_for;
 #[cfg(feature = "mcp")]
 use crate::g07_approvals::checks::refused_over_mcp;
 use crate::g07_approvals::checks::{assert_denied, built, entered, refused_by_name};
@@ -106,6 +109,13 @@ impl Slow {
 
 struct Shared(Arc<Slow>);
 
+/// A FULL_AUTO gate whose async approver is a new `Slow`, and that approver.
+fn slow_gate(delay: Duration, answer: Approval) -> (Arc<Slow>, Gate) {
+    let slow = Slow::new(delay, answer);
+    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
+    (slow, gate)
+}
+
 impl AsyncApprover for Shared {
     fn approve<'a>(&'a self, _request: &'a ApprovalRequest<'a>) -> ApprovalFuture<'a> {
         Box::pin(async move {
@@ -129,8 +139,7 @@ impl AsyncApprover for Shared {
 #[test]
 fn an_async_approver_blocks_no_executor_thread() {
     let _serial = serial();
-    let slow = Slow::new(Duration::from_secs(2), Approval::Approve);
-    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
+    let (slow, gate) = slow_gate(Duration::from_secs(2), Approval::Approve);
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let reads_before = READS.load(Ordering::SeqCst);
     let rt = runtime(2);
@@ -176,8 +185,7 @@ fn an_async_approver_blocks_no_executor_thread() {
 #[test]
 fn a_sync_tool_under_an_async_approver_is_refused_at_once_and_never_runs() {
     let _serial = serial();
-    let slow = Slow::new(Duration::from_secs(3600), Approval::Approve);
-    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
+    let (slow, gate) = slow_gate(Duration::from_secs(3600), Approval::Approve);
     let before = SYNC_RUNS.load(Ordering::SeqCst);
     let denied = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalRequired);
@@ -261,11 +269,10 @@ fn an_async_approver_sees_the_arguments_and_a_lowered_mode_wins() {
 #[test]
 fn an_async_approver_decides_calls_by_name() {
     let _serial = serial();
-    let slow = Slow::new(
+    let (slow, gate) = slow_gate(
         Duration::from_millis(10),
         Approval::Reject("over budget".into()),
     );
-    let gate = built(Mode::FullAuto, |b| b.async_approver(Shared(slow.clone())));
     let before = WIRED_ASYNC.load(Ordering::SeqCst);
     let error = runtime(1)
         .block_on(toolgate::registry().call(&gate, "appr.wire", json!({"to": "x", "cents": 3})))
@@ -288,7 +295,7 @@ fn a_session_grant_lets_the_tool_run_without_asking_until_revoked() {
     let _serial = serial();
     let sink = MemorySink::new();
     let (asked, approver) = scripted(vec![
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
+        grant_for(Duration::from_secs(600)),
         Approval::Approve,
         Approval::Approve,
     ]);
@@ -354,10 +361,7 @@ fn a_grant_of_exact_arguments_covers_only_them_and_ends_with_its_time_or_its_gat
     assert!(gate.grants().is_empty());
 
     // A grant lives in its gate: another gate with the same approver asks.
-    let (asked, approver) = scripted(vec![
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
-        Approval::Approve,
-    ]);
+    let (asked, approver) = scripted(vec![grant_for(Duration::from_secs(600)), Approval::Approve]);
     let approver = Arc::new(approver);
     let build = |approver: Arc<dyn Fn(&ApprovalRequest<'_>) -> Approval + Send + Sync>| {
         gates::approved(Mode::FullAuto, move |r: &ApprovalRequest<'_>| approver(r))
@@ -374,7 +378,7 @@ fn a_grant_of_exact_arguments_covers_only_them_and_ends_with_its_time_or_its_gat
 fn a_grant_covers_no_higher_risk_than_it_was_given_at() {
     let _serial = serial();
     let (asked, approver) = scripted(vec![
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
+        grant_for(Duration::from_secs(600)),
         Approval::Reject("no".into()),
     ]);
     let gate = gates::approved(Mode::FullAuto, approver);
@@ -519,14 +523,7 @@ fn a_failing_store_refuses_with_its_own_code_and_the_log_says_why() {
         let refused = records(&sink, Stage::Refused);
         assert_eq!(refused.len(), 2);
         for record in &refused {
-            assert_eq!(record.code.as_deref(), Some("APPROVAL_STORE_UNAVAILABLE"));
-            assert!(
-                record
-                    .message
-                    .as_deref()
-                    .unwrap()
-                    .contains(&error.to_string())
-            );
+            assert_record_says(record, "APPROVAL_STORE_UNAVAILABLE", &error.to_string());
         }
         assert!(records(&sink, Stage::Enter).is_empty());
         assert_eq!(gate.approve("any"), Err(ApproveError::Store(error.clone())));
@@ -565,14 +562,7 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
     );
     // Approved for the session by carol: runs, then the same call runs again without a token.
     let asked = gate.run(|| wire_sync("a".into(), 1)).unwrap_err();
-    gate.answer(
-        asked.approval_token().unwrap(),
-        Answer::Approve {
-            by: "carol".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    approve_for_session(&gate, asked.approval_token().unwrap(), "carol");
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     gate.run(|| wire_sync("a".into(), 1)).unwrap();
     assert_eq!(SYNC_RUNS.load(Ordering::SeqCst) - before, 2);
@@ -610,10 +600,10 @@ fn an_operator_answer_through_the_store_reaches_the_call_once() {
 fn a_grant_in_a_gate_without_records_holds_its_limits_in_the_inlined_check() {
     let _serial = serial();
     let (asked, approver) = scripted(vec![
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_millis(300))),
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
+        grant_for(Duration::from_millis(300)),
+        grant_for(Duration::from_secs(600)),
         Approval::Approve,
-        Approval::ApproveForSession(SessionGrant::tool(Duration::from_secs(600))),
+        grant_for(Duration::from_secs(600)),
     ]);
     let gate = gates::approved(Mode::FullAuto, approver);
     let before = WIRED.load(Ordering::SeqCst);

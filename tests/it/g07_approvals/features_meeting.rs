@@ -29,9 +29,7 @@ use crate::g07_approvals::meeting::*;
 #[test]
 fn p03_a_granted_call_waiting_on_its_enter_record_is_refused_once_its_grant_is_revoked() {
     let _serial = serial();
-    let (pause, sink) = held_at_enter("pairs.wire");
-    let (gate, _, reply) = granting_with(|b| b.audit_shared(sink.clone()));
-    gate.run(|| wire(1)).unwrap();
+    let (pause, sink, gate, reply) = granted_held_at_wire();
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
     let before = count(&WIRES);
     let caller = held_call(&pause, &gate, |gate| {
@@ -100,16 +98,13 @@ fn p32_an_argument_that_revokes_the_grant_while_it_is_read_is_decided_without_it
     by_name(&gate, "pairs.publish_note", json!({"note": "first"})).unwrap();
     assert_eq!(gate.grants().len(), 1);
     *reply.lock().unwrap() = Approval::Reject("revoked".into());
-    *SLOT.lock().unwrap() = Some(gate.clone());
-    arm_de(|| {
-        let gate = slot();
-        std::thread::spawn(move || gate.revoke_grants(None, "ops"))
-            .join()
-            .unwrap();
-    });
     let before = count(&NOTES);
-    let result = by_name(&gate, "pairs.publish_note", json!({"note": "second"}));
-    SLOT.lock().unwrap().take();
+    let result = by_name_with_hook(
+        &gate,
+        "pairs.publish_note",
+        json!({"note": "second"}),
+        |gate| gate.revoke_grants(None, "ops"),
+    );
     assert!(gate.grants().is_empty(), "the hook ran");
     assert!(
         result.is_err(),

@@ -91,6 +91,15 @@ pub(crate) fn held_call<T: Send + 'static>(
 }
 
 /// A pause, and a sink that waits at it (once armed) while it writes the `enter` record of `tool`.
+/// A granting gate whose `enter` records of `pairs.wire` wait at the pause when it is armed, after a
+/// first call has been granted: the pause, the sink, the gate and its approver's answer.
+pub(crate) fn granted_held_at_wire() -> (Arc<Pause>, Arc<HookSink>, Gate, Arc<Mutex<Approval>>) {
+    let (pause, sink) = held_at_enter("pairs.wire");
+    let (gate, _, reply) = granting_with(|b| b.audit_shared(sink.clone()));
+    gate.run(|| wire(1)).unwrap();
+    (pause, sink, gate, reply)
+}
+
 pub(crate) fn held_at_enter(tool: &'static str) -> (Arc<Pause>, Arc<HookSink>) {
     let pause = Pause::new();
     let sink = HookSink::new(&pause, is(Stage::Enter, tool));

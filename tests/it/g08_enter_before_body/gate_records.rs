@@ -8,7 +8,7 @@ use toolgate::audit::{AuditError, AuditRecord, AuditSink, Decision, Outcome, Sta
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
 
 use crate::common::gates;
-use crate::fixtures::support::{assert_audit_refused, counted_tools};
+use crate::fixtures::support::{assert_audit_refused, assert_record_says, counted_tools};
 
 #[derive(Default, Clone)]
 struct Recorder(Arc<Mutex<Vec<AuditRecord>>>);
@@ -201,14 +201,7 @@ fn a_refusal_is_recorded_with_what_the_agent_would_have_done() {
     let refused = &records[0];
     assert_eq!(refused.stage, Stage::Refused);
     assert_eq!(refused.decision, Some(Decision::Refused));
-    assert_eq!(refused.code.as_deref(), Some("MODE_NOT_ALLOWED"));
-    assert!(
-        refused
-            .message
-            .as_deref()
-            .unwrap()
-            .contains("tickets.label")
-    );
+    assert_record_says(refused, "MODE_NOT_ALLOWED", "tickets.label");
     let mut other = records[0].arguments_digest.clone().unwrap();
     assert_eq!(other.len(), 64);
     // The same call digests the same; another argument digests differently.

@@ -30,23 +30,13 @@ fn i13_arguments_not_opted_in_never_reach_a_span() {
             )
             .await
             .unwrap();
-            let _ = run(
-                &tools,
-                "iatk.memo",
+            for arguments in [
                 json!({"id": 1302, "text": "x", "extra": "PLAIN-ARG-TWO"}),
-            )
-            .await
-            .unwrap_err();
-            let _ = run(
-                &tools,
-                "iatk.memo",
                 json!({"id": "PLAIN-ARG-THREE", "text": "x"}),
-            )
-            .await
-            .unwrap_err();
-            let _ = run(&tools, "iatk.memo", json!({"id": 1304, "text": 7_770_777}))
-                .await
-                .unwrap_err();
+                json!({"id": 1304, "text": 7_770_777}),
+            ] {
+                let _ = run(&tools, "iatk.memo", arguments).await.unwrap_err();
+            }
             // A refused tool's arguments.
             let _ = run(
                 &tools,
@@ -135,11 +125,7 @@ fn i14_a_call_refused_after_its_enter_closes_its_span_with_error_type() {
 /// ends, dropped futures included (`cancelled`), and it closes the span with `error.type`.
 #[test]
 fn i15_a_cancelled_rig_call_closes_its_span() {
-    let memory = MemorySink::new();
-    let gate = gates::audited(
-        Mode::Shadow,
-        Tee(vec![Arc::new(TracingSink::new()), Arc::new(memory.clone())]),
-    );
+    let (gate, memory) = traced_gate(Mode::Shadow);
     let spans = exported(|| {
         runtime().block_on(async {
             let tools = iatk(&gate);
@@ -194,13 +180,7 @@ fn i17_a_failed_enter_leaves_no_span_open() {
         !edit.is_empty(),
         "the span opened at the enter record was never closed"
     );
-    for span in edit {
-        let a = attributes(span);
-        assert!(
-            a.contains_key("error.type"),
-            "a refused call's span: {a:#?}"
-        );
-    }
+    assert_each_refused(&edit);
 }
 
 /// i17 with the gate's own sinks (`.audit` given twice) rather than a hand-written tee: the failing
@@ -297,11 +277,7 @@ fn i19_a_map_key_is_argument_data_and_never_reaches_a_span() {
 /// included (`panic`), and it closes the call's span with `error.type` = `panic`.
 #[test]
 fn i20_a_panicking_body_through_rig_closes_its_span() {
-    let memory = MemorySink::new();
-    let gate = gates::audited(
-        Mode::Shadow,
-        Tee(vec![Arc::new(TracingSink::new()), Arc::new(memory.clone())]),
-    );
+    let (gate, memory) = traced_gate(Mode::Shadow);
     let spans = exported(|| {
         runtime().block_on(async {
             let tools = iatk(&gate);

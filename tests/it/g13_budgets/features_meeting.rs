@@ -216,11 +216,7 @@ fn p12_an_async_rejection_gives_the_unit_back_that_a_waiting_clone_could_not_hav
     let over = rt.block_on(clone.scope(wire_async(2))).unwrap_err();
     assert_eq!(over.code(), DenialCode::BudgetExhausted);
     pause.go();
-    let rejected = rt
-        .block_on(async { tokio::time::timeout(WAIT, waiting).await })
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let rejected = awaited(&rt, waiting).unwrap_err();
     assert_eq!(rejected.code(), DenialCode::ApprovalRejected);
     *reply.lock().unwrap() = Approval::Approve;
     assert_eq!(rt.block_on(gate.scope(wire_async(3))).unwrap(), 3);

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolgate::approval::SessionGrant;
-use toolgate::approval::store::Answer;
-use toolgate::audit::{AuditRecord, JsonlSink, Outcome, Stage};
+use toolgate::audit::{AuditRecord, JsonlSink, Stage};
 use toolgate::gate::BudgetScope;
 use toolgate::gate::budget::MemoryBudgets;
 use toolgate::policy::TaintPolicy;
@@ -20,6 +19,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode, registry};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::{assert_denied, built};
 use crate::g07_approvals::meeting::*;
 
@@ -79,9 +79,7 @@ fn p01_a_grant_answered_while_the_latch_closes_on_another_thread_is_never_made()
 #[test]
 fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_closes() {
     let _serial = serial();
-    let (pause, sink) = held_at_enter("pairs.wire");
-    let (gate, _, _) = granting_with(|b| b.audit_shared(sink.clone()));
-    gate.run(|| wire(1)).unwrap();
+    let (pause, sink, gate, _) = granted_held_at_wire();
     assert_eq!(gate.grants().len(), 1);
     let before = count(&WIRES);
     let caller = held_call(&pause, &gate, |gate| {
@@ -98,10 +96,7 @@ fn p02_a_granted_call_waiting_on_its_enter_record_is_refused_once_the_latch_clos
         result.is_err(),
         "a grant of the clean session ran a tainted write"
     );
-    assert_eq!(count(&WIRES), before);
-    let records = sink.records();
-    assert_paired(&records);
-    assert_eq!(exits(&records, "pairs.wire", Outcome::Refused), 1);
+    assert_one_wire_refused(&sink.records(), before);
 }
 
 /// grants (shortcut of an escalated tool) × latch, racing (14). `shell("sudo ..")` is granted at
@@ -406,10 +401,7 @@ fn p30_an_async_approval_asked_before_the_latch_closed_runs_no_tainted_write() {
             .unwrap();
         assert!(gate.taint().is_some());
         pause.go();
-        let ran = rt
-            .block_on(async { tokio::time::timeout(WAIT, waiting).await })
-            .unwrap()
-            .unwrap();
+        let ran = awaited(&rt, waiting);
         assert!(!ran, "{path}: a clean-session approval ran a tainted write");
         assert_eq!(count(&WIRES), before, "{path}");
     }
@@ -422,16 +414,13 @@ fn p30_an_async_approval_asked_before_the_latch_closed_runs_no_tainted_write() {
 fn p31_an_argument_that_closes_the_latch_while_it_is_read_taints_its_own_call() {
     let _serial = serial();
     let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
-    *SLOT.lock().unwrap() = Some(gate.clone());
-    arm_de(|| {
-        let gate = slot();
-        std::thread::spawn(move || gate.run(|| fetch("https://evil".into())).unwrap())
-            .join()
-            .unwrap();
-    });
     let before = count(&NOTES);
-    let result = by_name(&gate, "pairs.write_note", json!({"note": "exfiltrate"}));
-    SLOT.lock().unwrap().take();
+    let result = by_name_with_hook(
+        &gate,
+        "pairs.write_note",
+        json!({"note": "exfiltrate"}),
+        |gate| gate.run(|| fetch("https://evil".into())).unwrap(),
+    );
     assert!(gate.taint().is_some(), "the hook ran");
     assert_eq!(
         result.unwrap_err().code(),
@@ -460,14 +449,7 @@ fn p41_an_operators_session_answer_used_as_the_latch_closes_makes_no_grant() {
         })
     });
     let pending = gate.run(|| wire(1)).unwrap_err();
-    gate.answer(
-        pending.approval_token().unwrap(),
-        Answer::Approve {
-            by: "ops".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    approve_for_session(&gate, pending.approval_token().unwrap(), "ops");
     pause.arm();
     let caller = {
         let gate = gate.clone();

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use serde_json::json;
-use toolgate::approval::store::Answer;
 use toolgate::audit::{Decision, MemorySink, Stage};
 use toolgate::policy::{self, Facts, ModeSet, TaintPolicy, Verdict};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool};
@@ -15,6 +14,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, 
 use crate::common::KeepingStore;
 use crate::common::gates;
 use crate::common::serial;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::{assert_denied, built, counted_tools};
 
 static READS: AtomicUsize = AtomicUsize::new(0);
@@ -247,10 +247,8 @@ fn a_two_step_gate_files_a_tainted_write_for_an_operator() {
     gate.approve(pending.approval_token().unwrap()).unwrap();
     gate.run(|| post("reply".into())).unwrap();
     assert_eq!(posts(), before + 1);
-    assert_denied(
-        gate.run(|| post("reply".into())),
-        DenialCode::ApprovalReused,
-    );
+    let reused = gate.run(|| post("reply".into()));
+    assert_denied(reused, DenialCode::ApprovalReused);
 }
 
 #[test]
@@ -311,7 +309,7 @@ fn a_gate_lowered_while_the_approver_of_a_tainted_write_thinks_refuses_it_naming
 #[test]
 fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
     let _serial = serial();
-    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
+    let gate = refusing();
     let clone = gate.clone();
     // Tainted through a clone, inside a nested scope of the gate.
     gate.run(|| clone.run(|| read_web("https://example.com".into())))
@@ -338,7 +336,7 @@ fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
     assert_eq!(scoped.unwrap_err().code(), DenialCode::TaintedSession);
 
     // A new gate is a new session.
-    let fresh = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
+    let fresh = refusing();
     assert!(fresh.taint().is_none());
     fresh.run(|| post("f".into())).unwrap();
 }
@@ -346,8 +344,7 @@ fn a_fresh_gate_is_clean_and_clones_and_scopes_share_the_latch() {
 #[test]
 fn nested_gates_each_latch_where_the_untrusted_call_passed_them() {
     let _serial = serial();
-    let build = || built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
-    let (outer, inner, apart) = (build(), build(), build());
+    let (outer, inner, apart) = (refusing(), refusing(), refusing());
     outer
         .run(|| inner.run(|| read_web("https://example.com".into())))
         .unwrap();
@@ -378,13 +375,12 @@ fn a_refused_untrusted_call_does_not_taint() {
 #[test]
 fn calls_by_name_and_async_tools_close_the_latch_too() {
     let _serial = serial();
-    let build = || built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
     let registry = toolgate::registry();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
 
-    let by_name = build();
+    let by_name = refusing();
     let page = registry
         .call(&by_name, "taint.read_web", json!({"url": "u"}))
         .now()
@@ -399,7 +395,7 @@ fn calls_by_name_and_async_tools_close_the_latch_too() {
         .unwrap_err();
     assert_eq!(refused.code(), "TAINTED_SESSION");
 
-    let asynchronous = build();
+    let asynchronous = refusing();
     runtime
         .block_on(asynchronous.scope(read_web_async("u".into())))
         .unwrap();
@@ -410,7 +406,7 @@ fn calls_by_name_and_async_tools_close_the_latch_too() {
     let refused = runtime.block_on(asynchronous.scope(post_async("x".into())));
     assert_eq!(refused.unwrap_err().code(), DenialCode::TaintedSession);
 
-    let async_by_name = build();
+    let async_by_name = refusing();
     runtime
         .block_on(registry.call(&async_by_name, "taint.read_web_async", json!({"url": "u"})))
         .unwrap();
@@ -423,7 +419,7 @@ fn calls_by_name_and_async_tools_close_the_latch_too() {
 #[test]
 fn the_latch_judges_a_call_at_its_effective_risk() {
     let _serial = serial();
-    let gate = built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse));
+    let gate = refusing();
     gate.run(|| query("UPDATE t SET x = 1".into())).unwrap();
     gate.run(|| read_web("https://example.com".into())).unwrap();
     let before = QUERIES.load(Ordering::SeqCst);
@@ -523,14 +519,7 @@ fn an_operators_session_answer_in_a_tainted_session_runs_one_call() {
     let denied = gate.run(|| post("x".into())).unwrap_err();
     assert_eq!(denied.code(), DenialCode::ApprovalPending);
     assert!(denied.to_string().contains("tainted"), "{denied}");
-    gate.answer(
-        denied.approval_token().unwrap(),
-        Answer::Approve {
-            by: "ops".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    approve_for_session(&gate, denied.approval_token().unwrap(), "ops");
     let before = POSTS.load(Ordering::SeqCst);
     gate.run(|| post("x".into())).unwrap();
     // Used: the same call again is told so, and files a request of its own.
@@ -913,4 +902,9 @@ impl toolgate::approval::AsyncApprover for Late {
         let gate = self.0.lock().unwrap().clone().unwrap();
         Box::pin(async move { ReadsThenGrants(gate).approve(request).await })
     }
+}
+
+/// A PARTIAL_AUTO gate that refuses writes once its session is tainted.
+fn refusing() -> Gate {
+    built(Mode::PartialAuto, |b| b.taint_policy(TaintPolicy::Refuse))
 }

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 use toolgate::approval::SessionGrant;
-use toolgate::approval::store::{Answer, ApprovalStore, ApproveError};
+use toolgate::approval::store::{ApprovalStore, ApproveError};
 use toolgate::approval::two_step::MemoryStore;
 use toolgate::{Approval, DenialCode, Mode};
 
 use crate::common::gates;
 use crate::fixtures::approval_surfaces::*;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::built;
 
 // Attacks: nested gates and grants. A grant lives in the gate that made it: with an outer gate holding
@@ -100,15 +101,7 @@ fn atk2_an_operator_grant_is_not_shared_by_another_gate_on_the_same_store() {
     let before = SYNC_WIRE.load(SeqCst);
     let asked = first.run(|| sync_wire("a".into(), 1)).unwrap_err();
     let token = asked.approval_token().unwrap().to_owned();
-    second
-        .answer(
-            &token,
-            Answer::Approve {
-                by: "carol".into(),
-                for_session: true,
-            },
-        )
-        .unwrap();
+    approve_for_session(&second, &token, "carol");
     first.run(|| sync_wire("a".into(), 1)).unwrap();
     first.run(|| sync_wire("a".into(), 1)).unwrap();
     assert_eq!(SYNC_WIRE.load(SeqCst) - before, 2);

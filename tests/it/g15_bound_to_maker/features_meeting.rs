@@ -14,6 +14,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, Mode};
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::{assert_denied, built};
 use crate::g07_approvals::meeting::*;
 
@@ -94,9 +95,7 @@ fn p15_a_grant_on_the_gate_parameter_does_not_approve_for_the_ambient_gate() {
 #[test]
 fn p26_a_stop_answered_through_alices_gate_for_bobs_request_stops_only_bob() {
     let _serial = serial();
-    let store = memory_store();
-    let alice = two_step_gate(&store, "alice", "desk");
-    let bob = two_step_gate(&store, "bob", "desk");
+    let (_, alice, bob) = alice_and_bob();
     let pending = bob.run(|| wire(1)).unwrap_err();
     let token = pending.approval_token().unwrap().to_owned();
     alice
@@ -122,9 +121,7 @@ fn p26_a_stop_answered_through_alices_gate_for_bobs_request_stops_only_bob() {
 #[test]
 fn p27_an_answer_for_one_principal_is_used_by_no_other_racing_for_it() {
     let _serial = serial();
-    let store = memory_store();
-    let alice = two_step_gate(&store, "alice", "desk");
-    let bob = two_step_gate(&store, "bob", "desk");
+    let (store, alice, bob) = alice_and_bob();
     let alice_bot = two_step_gate(&store, "alice", "bot");
     let pending = alice.run(|| wire(42)).unwrap_err();
     let token = pending.approval_token().unwrap().to_owned();
@@ -174,18 +171,9 @@ fn p27_an_answer_for_one_principal_is_used_by_no_other_racing_for_it() {
 #[test]
 fn p28_an_operators_session_answer_grants_no_other_principals_gate() {
     let _serial = serial();
-    let store = memory_store();
-    let alice = two_step_gate(&store, "alice", "desk");
-    let bob = two_step_gate(&store, "bob", "desk");
+    let (_, alice, bob) = alice_and_bob();
     let pending = alice.run(|| wire(7)).unwrap_err();
-    bob.answer(
-        pending.approval_token().unwrap(),
-        Answer::Approve {
-            by: "ops".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    approve_for_session(&bob, pending.approval_token().unwrap(), "ops");
     let before = count(&WIRES);
     for _ in 0..3 {
         assert_denied(bob.run(|| wire(7)), DenialCode::ApprovalPending);
@@ -304,4 +292,12 @@ fn p57_no_principal_and_an_empty_principal_are_two_makers() {
         assert_eq!(count(&WIRES), before);
         assert_eq!(maker.run(|| wire(cents)).unwrap(), cents);
     }
+}
+
+/// A new store, and the two-step gates of Alice and of Bob (agent `desk`) that share it.
+fn alice_and_bob() -> (Arc<toolgate::approval::two_step::MemoryStore>, Gate, Gate) {
+    let store = memory_store();
+    let alice = two_step_gate(&store, "alice", "desk");
+    let bob = two_step_gate(&store, "bob", "desk");
+    (store, alice, bob)
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::fixtures::shared_stores::*;
+use crate::fixtures::support::approve_for_session;
 use crate::g07_approvals::checks::built;
 use toolgate::approval::SessionGrant;
 use toolgate::audit::Stage;
@@ -71,26 +72,12 @@ fn b17_two_step_records_name_the_principal() {
             .audit_shared(sink.clone())
             .two_step_approvals()
     });
-    let t1 = gate
-        .run(|| b17_wire(1))
-        .unwrap_err()
-        .approval_token()
-        .unwrap()
-        .to_owned();
-    let t2 = gate
-        .run(|| b17_wire(2))
-        .unwrap_err()
-        .approval_token()
-        .unwrap()
-        .to_owned();
-    gate.answer(
-        &t1,
-        toolgate::approval::store::Answer::Approve {
-            by: "op".into(),
-            for_session: true,
-        },
-    )
-    .unwrap();
+    let token = |cents| {
+        let asked = gate.run(|| b17_wire(cents)).unwrap_err();
+        asked.approval_token().unwrap().to_owned()
+    };
+    let (t1, t2) = (token(1), token(2));
+    approve_for_session(&gate, &t1, "op");
     gate.answer(
         &t2,
         toolgate::approval::store::Answer::Reject {
