@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::file::PolicyFile;
-use super::model::{At, Rules, Scope};
+use super::model::{At, PolicyErrors, Rules, Scope};
 
 /// Whether a change takes away or gives back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,6 +58,14 @@ impl fmt::Display for Diff {
 }
 
 impl PolicyFile {
+    /// What the policy `new` changes relative to `old`, both checked for their shape only
+    /// ([`PolicyFile::check_shape`]): for a program that links none of the tools, such as the
+    /// `toolgate` command. [`PolicyFile::diff`] compares two files checked against the tools.
+    pub fn diff_texts(old: (&str, &str), new: (&str, &str)) -> Result<Diff, PolicyErrors> {
+        let old = PolicyFile::shaped(old.0, old.1)?;
+        Ok(old.diff(&PolicyFile::shaped(new.0, new.1)?))
+    }
+
     /// What `new` changes relative to `self`: every rule added, removed or changed, and whether
     /// that narrows or widens what gates following it allow.
     pub fn diff(&self, new: &PolicyFile) -> Diff {

@@ -4,7 +4,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::check;
-use super::diff::Diff;
 use super::model::{At, PolicyErrors, Scope, Section};
 use crate::canonical::sha256_hex;
 use crate::gate::budget::BudgetSpec;
@@ -50,19 +49,14 @@ impl PolicyFile {
         check::check(name, text, false).map(drop)
     }
 
-    /// What the policy `new` changes relative to `old`, both checked for their shape only
-    /// ([`PolicyFile::check_shape`]): for a program that links none of the tools, such as the
-    /// `toolgate` command. [`PolicyFile::diff`] compares two files checked against the tools.
-    pub fn diff_texts(old: (&str, &str), new: (&str, &str)) -> Result<Diff, PolicyErrors> {
-        let shaped = |(name, text): (&str, &str)| -> Result<PolicyFile, PolicyErrors> {
-            not_too_large(name, text)?;
-            Ok(PolicyFile {
-                name: name.into(),
-                digest: sha256_hex(text.as_bytes()).into(),
-                sections: check::check(name, text, false)?,
-            })
-        };
-        Ok(shaped(old)?.diff(&shaped(new)?))
+    /// `text` checked for its shape only ([`PolicyFile::check_shape`]), as a policy file.
+    pub(super) fn shaped(name: &str, text: &str) -> Result<PolicyFile, PolicyErrors> {
+        not_too_large(name, text)?;
+        Ok(PolicyFile {
+            name: name.into(),
+            digest: sha256_hex(text.as_bytes()).into(),
+            sections: check::check(name, text, false)?,
+        })
     }
 
     /// The file's name, as given.
