@@ -34,7 +34,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(file) = PolicyFile::parse("fuzz.toml", text) else {
         return;
     };
-    assert!(file.diff(&file).changes.is_empty(), "a file differs from itself");
+    assert!(
+        file.diff(&file).changes.is_empty(),
+        "a file differs from itself"
+    );
     let calls = [
         ("fz.look", json!({"host": "prod-db"})),
         ("fz.pay", json!({"amount": 51, "to": ["a", "b"]})),
@@ -51,7 +54,11 @@ fuzz_target!(|data: &[u8]| {
                 .principal("alice")
                 .agent("bot")
                 .approver(AllowAllApprover);
-            let builder = if policy { builder.policy(live.clone()) } else { builder };
+            let builder = if policy {
+                builder.policy(live.clone())
+            } else {
+                builder
+            };
             builder.build().expect("a gate builds")
         };
         let (with, without) = (build(true), build(false));
@@ -63,7 +70,10 @@ fuzz_target!(|data: &[u8]| {
                     .expect("sync tools answer at once")
                     .is_ok()
             };
-            assert!(!ran(&with) || ran(&without), "the file widened {id} in {mode}");
+            assert!(
+                !ran(&with) || ran(&without),
+                "the file widened {id} in {mode}"
+            );
         }
     }
 });
