@@ -118,6 +118,27 @@ impl CallInfo<'_> {
         Some(sha256_hex(full.as_bytes()))
     }
 
+    /// The value of the argument `name` as the operator's argument rules read it: `null` where the call
+    /// has no such argument, the log's placeholder where it is redacted or not serializable; `None`
+    /// where it cannot be read (bound by a pattern, or its serialization failed). Read from the argument
+    /// itself at each call, so that a value behind a shared handle is read as it is now.
+    pub(crate) fn value(&self, name: &str) -> Option<serde_json::Value> {
+        let Some(arg) = self.arguments.iter().find(|arg| arg.name == name) else {
+            // A parameter bound by a pattern may be the one the rule names.
+            let unnamed = self
+                .arguments
+                .iter()
+                .any(|arg| matches!(arg.value, ArgValue::Unnamed));
+            return (!unnamed).then_some(serde_json::Value::Null);
+        };
+        match arg.value {
+            ArgValue::Json(value) => value.to_value().ok(),
+            ArgValue::Redacted(_) => Some(serde_json::Value::from("[REDACTED]")),
+            ArgValue::Opaque => Some(serde_json::Value::from("[NOT SERIALIZABLE]")),
+            ArgValue::Unnamed => None,
+        }
+    }
+
     /// The arguments as a JSON object, the redacted ones with their value if `unredacted`; `None` when
     /// an argument to write is not serializable.
     fn write(&self, unredacted: bool) -> Option<String> {
@@ -192,12 +213,19 @@ impl ArgRef<'_> {
 trait ToJson {
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error>;
 
+    /// The value as a `serde_json::Value`, for a rule that reads one argument.
+    fn to_value(&self) -> Result<serde_json::Value, serde_json::Error>;
+
     /// The value's type: bound with the value, so that two types that serialize alike (two unit
     /// structs, both `null`) are two calls to a generic tool.
     fn type_name(&self) -> &'static str;
 }
 
 impl<T: Serialize> ToJson for T {
+    fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::to_value(self)
+    }
+
     fn type_name(&self) -> &'static str {
         std::any::type_name::<T>()
     }

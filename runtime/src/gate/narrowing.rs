@@ -141,70 +141,110 @@ impl Narrowing {
         }
     }
 
-    /// The first argument rule of the tool in `slot` that refuses `arguments` (the call's arguments as
-    /// the log writes them, `None` where they cannot be written), and why.
-    pub(crate) fn refuses_arguments(&self, slot: usize, arguments: Option<&str>) -> Option<String> {
-        let rules = &self.tool(slot)?.arguments;
-        if rules.is_empty() {
-            return None;
+    /// The first argument rule of the tool in `slot` that refuses the call, and why. `read` gives the
+    /// value of a named argument as the log writes it (`null` where the call has none), `None` where it
+    /// cannot be read, which refuses.
+    pub(crate) fn refuses_arguments(
+        &self,
+        slot: usize,
+        mut read: impl FnMut(&str) -> Option<Value>,
+    ) -> Option<String> {
+        for rule in &self.tool(slot)?.arguments {
+            match read(&rule.parameter) {
+                Some(value) if rule.passes(&value) => {}
+                value => return Some(rule.refusal(value.as_ref())),
+            }
         }
+        None
+    }
+
+    /// [`refuses_arguments`](Narrowing::refuses_arguments) for arguments written as a JSON object.
+    pub(crate) fn refuses_json(&self, slot: usize, arguments: Option<&str>) -> Option<String> {
         let parsed = arguments.and_then(|json| serde_json::from_str::<Value>(json).ok());
-        let Some(Value::Object(values)) = parsed else {
-            let first = &rules[0];
-            return Some(format!(
-                "rule {}: the arguments cannot be read to check `{}`",
-                first.rule, first.parameter
-            ));
+        let values = match &parsed {
+            Some(Value::Object(values)) => Some(values),
+            _ => None,
         };
-        rules.iter().find_map(|rule| {
-            let value = values.get(&*rule.parameter).unwrap_or(&Value::Null);
-            rule.refuses(value)
-                .map(|why| format!("rule {}: `{}` {why}", rule.rule, rule.parameter))
+        self.refuses_arguments(slot, |name| {
+            Some(values?.get(name).cloned().unwrap_or(Value::Null))
         })
     }
 }
 
 impl ArgumentRule {
-    /// Why `value` is refused, or `None` when it passes. A value the rule cannot judge is refused.
-    fn refuses(&self, value: &Value) -> Option<String> {
+    /// Whether `value` passes. A value the rule cannot judge does not.
+    #[inline]
+    fn passes(&self, value: &Value) -> bool {
         match &self.test {
             ArgumentTest::Refuse(globs) => {
+                let refused =
+                    |s: &str| globs.iter().any(|g| glob_match(g.as_bytes(), s.as_bytes()));
+                match value {
+                    Value::Null => true,
+                    _ if is_placeholder(value) => false,
+                    Value::String(s) => !refused(s),
+                    Value::Array(items) => items
+                        .iter()
+                        .all(|item| item.as_str().is_some_and(|s| !refused(s))),
+                    _ => false,
+                }
+            }
+            ArgumentTest::OneOf(allowed) => allowed.iter().any(|a| same_value(a, value)),
+            ArgumentTest::Range { min, max } => value
+                .as_f64()
+                .is_some_and(|n| min.is_none_or(|m| n >= m) && max.is_none_or(|m| n <= m)),
+        }
+    }
+
+    /// The refusal of a value that does not pass (`None`: it cannot be read), as the rule's place in
+    /// the file, the parameter and why.
+    #[cold]
+    fn refusal(&self, value: Option<&Value>) -> String {
+        let (rule, parameter) = (&self.rule, &self.parameter);
+        match value {
+            Some(value) => format!("rule {rule}: `{parameter}` {}", self.why(value)),
+            None => format!("rule {rule}: the arguments cannot be read to check `{parameter}`"),
+        }
+    }
+
+    /// Why `value` does not pass.
+    fn why(&self, value: &Value) -> String {
+        match &self.test {
+            ArgumentTest::Refuse(globs) => {
+                if is_placeholder(value) {
+                    return "cannot be read (it is redacted or not serializable)".to_owned();
+                }
                 let strings: Vec<&str> = match value {
-                    Value::Null => return None,
                     Value::String(s) => vec![s],
                     Value::Array(items) => {
                         let mut strings = Vec::with_capacity(items.len());
                         for item in items {
                             match item {
                                 Value::String(s) => strings.push(s.as_str()),
-                                _ => return Some("holds a value that is not text".to_owned()),
+                                _ => return "holds a value that is not text".to_owned(),
                             }
                         }
                         strings
                     }
-                    _ => return Some("is not text".to_owned()),
+                    _ => return "is not text".to_owned(),
                 };
-                if is_placeholder(value) {
-                    return Some("cannot be read (it is redacted or not serializable)".to_owned());
-                }
-                strings.iter().find_map(|s| {
-                    globs
-                        .iter()
-                        .find(|g| glob_match(g.as_bytes(), s.as_bytes()))
-                        .map(|g| format!("{} matches the refused pattern {:?}", Shown(s), &**g))
-                })
+                strings
+                    .iter()
+                    .find_map(|s| {
+                        globs
+                            .iter()
+                            .find(|g| glob_match(g.as_bytes(), s.as_bytes()))
+                            .map(|g| format!("{} matches the refused pattern {:?}", Shown(s), &**g))
+                    })
+                    .unwrap_or_else(|| "is refused".to_owned())
             }
-            ArgumentTest::OneOf(allowed) => (!allowed.iter().any(|a| same_value(a, value)))
-                .then(|| format!("{} is not one of the allowed values", shown(value))),
-            ArgumentTest::Range { min, max } => {
-                let Some(n) = value.as_f64() else {
-                    return Some(format!("{} is not a number", shown(value)));
-                };
-                let below = min.is_some_and(|m| n < m);
-                let above = max.is_some_and(|m| n > m);
-                (below || above)
-                    .then(|| format!("{n} is outside {}..={}", Bound(*min), Bound(*max)))
+            ArgumentTest::OneOf(_) => {
+                format!("{} is not one of the allowed values", shown(value))
             }
+            ArgumentTest::Range { min, max } => match value.as_f64() {
+                Some(n) => format!("{n} is outside {}..={}", Bound(*min), Bound(*max)),
+                None => format!("{} is not a number", shown(value)),
+            },
         }
     }
 }
@@ -271,5 +311,132 @@ impl fmt::Debug for Narrowing {
                     .count(),
             )
             .finish()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::needless_borrow)]
+mod tests {
+    use super::*;
+    use crate::gate::call::{Arg, ArgRef, CallInfo, OpaqueArg, SerializableArg};
+    use proptest::prelude::*;
+
+    struct Opaque;
+
+    /// Rules on every kind of argument; `strict` adds two that refuse every call (a redacted argument,
+    /// an absent one) after the others.
+    fn rules(strict: bool) -> Narrowing {
+        let rule = |parameter: &str, test| ArgumentRule {
+            parameter: parameter.into(),
+            test,
+            rule: "t.toml:1:1".into(),
+        };
+        Narrowing {
+            tools: vec![ToolRules {
+                arguments: vec![
+                    rule(
+                        "host",
+                        ArgumentTest::Refuse(vec!["prod-*".into(), "*.internal".into()]),
+                    ),
+                    rule("hosts", ArgumentTest::Refuse(vec!["prod-*".into()])),
+                    rule(
+                        "n",
+                        ArgumentTest::Range {
+                            min: Some(-5.0),
+                            max: Some(100.0),
+                        },
+                    ),
+                    rule(
+                        "ratio",
+                        ArgumentTest::Range {
+                            min: None,
+                            max: Some(0.5),
+                        },
+                    ),
+                    rule(
+                        "unit",
+                        ArgumentTest::OneOf(vec![Value::from("kg"), Value::from(3)]),
+                    ),
+                    rule("maybe", ArgumentTest::OneOf(vec![Value::from(1)])),
+                    rule("secret", ArgumentTest::Refuse(vec!["*".into()])),
+                    rule(
+                        "absent",
+                        ArgumentTest::Range {
+                            min: Some(0.0),
+                            max: None,
+                        },
+                    ),
+                ]
+                .into_iter()
+                .take(if strict { 8 } else { 6 })
+                .collect(),
+                ..ToolRules::default()
+            }],
+            ..Narrowing::default()
+        }
+    }
+
+    proptest! {
+        // The gate reads each argument off the call; `explain` reads the arguments written as JSON.
+        // Both must refuse the same calls, for the same reason.
+        #[test]
+        fn the_gate_and_the_written_arguments_agree(
+            host in prop_oneof![Just("prod-db".to_owned()), Just("a.internal".to_owned()), "[a-z.-]{0,12}"],
+            hosts in proptest::collection::vec(prop_oneof![Just("prod-x".to_owned()), "[a-z-]{0,8}"], 0..4),
+            n in prop_oneof![Just(-5i64), Just(100), Just(101), Just(-6), -200i64..200],
+            ratio in prop_oneof![Just(0.5f64), Just(0.5000001), -1.0f64..1.0],
+            unit in prop_oneof![Just(Value::from("kg")), Just(Value::from(3)), Just(Value::from(3.0)), Just(Value::from("lb")), Just(Value::Null)],
+            maybe in proptest::option::of(0u8..3),
+            secret in "[a-z]{0,4}",
+            opaque in any::<bool>(),
+            order in any::<bool>(),
+            strict in any::<bool>(),
+        ) {
+            let narrowing = rules(strict);
+            let mut args = vec![
+                (&&Arg(&host)).__toolgate_arg("host"),
+                (&&Arg(&hosts)).__toolgate_arg("hosts"),
+                (&&Arg(&n)).__toolgate_arg("n"),
+                (&&Arg(&ratio)).__toolgate_arg("ratio"),
+                (&&Arg(&unit)).__toolgate_arg("unit"),
+                (&&Arg(&maybe)).__toolgate_arg("maybe"),
+                (&&Arg(&secret)).__toolgate_redacted("secret"),
+            ];
+            if opaque {
+                args.push((&&Arg(&Opaque)).__toolgate_arg("pool"));
+            }
+            if order {
+                args.reverse();
+            }
+            let call = CallInfo { arguments: &args, ..CallInfo::default() };
+            let json = call.arguments().map(|a| a.json);
+            let by_gate = narrowing.refuses_arguments(0, |name| call.value(name));
+            let by_json = narrowing.refuses_json(0, json.as_deref());
+            prop_assert_eq!(&by_gate, &by_json);
+            // A redacted argument is never read for what it is: the rule on it refuses it as unreadable.
+            if let Some(why) = by_gate.as_deref().filter(|why| why.contains("`secret`")) {
+                prop_assert!(why.ends_with("cannot be read (it is redacted or not serializable)"), "{}", why);
+            }
+            prop_assert!(!strict || by_gate.is_some());
+        }
+    }
+
+    #[test]
+    fn an_argument_bound_by_a_pattern_cannot_be_read() {
+        let narrowing = rules(false);
+        let host = "dev".to_owned();
+        let args = [(&&Arg(&host)).__toolgate_arg("host"), ArgRef::unnamed()];
+        let call = CallInfo {
+            arguments: &args,
+            ..CallInfo::default()
+        };
+        let why = narrowing
+            .refuses_arguments(0, |name| call.value(name))
+            .unwrap();
+        assert!(why.contains("cannot be read to check `hosts`"), "{why}");
+        let why = narrowing
+            .refuses_json(0, call.arguments().map(|a| a.json).as_deref())
+            .unwrap();
+        assert!(why.contains("cannot be read to check `host`"), "{why}");
     }
 }

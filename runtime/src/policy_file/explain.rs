@@ -96,7 +96,7 @@ impl PolicyFile {
             }
             verdict => {
                 let json = arguments.to_string();
-                match narrowing.refuses_arguments(slot, Some(&json)) {
+                match narrowing.refuses_json(slot, Some(&json)) {
                     Some(why) => (
                         format!("refused ({})", DenialCode::ArgumentRefused),
                         Some(DenialCode::ArgumentRefused),

@@ -1451,6 +1451,122 @@ fn a18_34_argument_changed_behind_a_shared_handle_after_the_decision() {
     );
 }
 
+/// A budget store that holds the decision until the test releases it.
+struct HoldingBudgets(Hold);
+
+impl toolgate::gate::budget::BudgetStore for HoldingBudgets {
+    fn take(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) -> toolgate::gate::budget::BudgetFuture {
+        self.0.arrive_and_wait();
+        Box::pin(async { Ok(toolgate::gate::budget::Taken::Taken) })
+    }
+
+    fn release(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) {
+    }
+}
+
+/// Guarantee 18 on a gate that keeps no record: a decision that waits (here for a budget store) reads
+/// the argument rules again at the commit point, on the values the call has then. A value changed to
+/// one the file refuses is refused; one changed to a value it allows runs with that value.
+#[test]
+fn h18_54_rules_read_again_after_a_wait_on_a_gate_without_records() {
+    let live = LivePolicy::new(pf(
+        "format = 1\n[[defaults.arguments]]\ntool = \"ap.shifty\"\nparameter = \"host\"\nrefuse = [\"prod-*\"]\n",
+    ));
+    for (then, tag, refused) in [
+        ("prod-db", "h18-54-refused", true),
+        ("staging-2", "h18-54-allowed", false),
+    ] {
+        let hold = Hold::default();
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .budget_store(HoldingBudgets(hold.clone()))
+            .budget(
+                BudgetScope::tool("ap.shifty"),
+                100,
+                Duration::from_secs(3600),
+            )
+            .policy(live.clone())
+            .build()
+            .unwrap();
+        let host = Host::new("staging");
+        let (g, h) = (gate.clone(), host.clone());
+        let call = thread::spawn(move || g.run(|| shifty(h, tag.into())));
+        hold.wait_arrived();
+        host.set(then);
+        hold.release();
+        let outcome = call.join().unwrap();
+        if refused {
+            let denied = outcome.expect_err("the value the file refuses ran");
+            assert_eq!(denied.code(), "ARGUMENT_REFUSED");
+            assert!(
+                denied.detail().is_some_and(|d| d.contains("prod-db")),
+                "the refusal names the value the rules read: {denied:?}"
+            );
+            assert!(!has_run(&format!("shifty:{tag}:prod-db")));
+        } else {
+            assert_eq!(outcome.unwrap(), then);
+            assert!(has_run(&format!("shifty:{tag}:{then}")));
+        }
+    }
+}
+
+/// Guarantee 18 on the shortest path: a lone gate that keeps no record and counts nothing reads the
+/// rules off the call's own arguments, refuses what they refuse, and lets the rest run, direct and by
+/// name, sync and async.
+#[test]
+fn h18_55_a_lone_gate_without_records_reads_the_rules_off_the_call() {
+    let live = LivePolicy::new(pf(
+        "format = 1\n[[defaults.arguments]]\ntool = \"ap.shifty\"\nparameter = \"host\"\nrefuse = [\"prod-*\"]\n\n[[defaults.arguments]]\ntool = \"ap.push_async\"\nparameter = \"host\"\nrefuse = [\"prod-*\"]\n",
+    ));
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .policy(live)
+        .build()
+        .unwrap();
+    let denied = gate
+        .run(|| shifty(Host::new("prod-db"), "h18-55".into()))
+        .unwrap_err();
+    assert_eq!(denied.code(), "ARGUMENT_REFUSED");
+    assert_eq!(denied.mode(), Some(Mode::PartialAuto));
+    assert!(
+        denied
+            .detail()
+            .is_some_and(|d| d.contains("\"prod-db\" matches the refused pattern \"prod-*\""))
+    );
+    assert!(!has_run("shifty:h18-55:prod-db"));
+    assert_eq!(
+        gate.run(|| shifty(Host::new("staging"), "h18-55".into()))
+            .unwrap(),
+        "staging"
+    );
+    let by_name = by_name(
+        &gate,
+        "ap.shifty",
+        serde_json::json!({"host": "prod-eu", "tag": "h18-55-by-name"}),
+    );
+    assert_eq!(by_name, "ARGUMENT_REFUSED");
+    assert!(!has_run("shifty:h18-55-by-name:prod-eu"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let refused = runtime.block_on(gate.scope(push_async("prod-h18-55".into())));
+    assert_eq!(refused.unwrap_err().code(), "ARGUMENT_REFUSED");
+    assert!(!has_run("push_async:prod-h18-55"));
+    assert!(
+        runtime
+            .block_on(gate.scope(push_async("dev-h18-55".into())))
+            .is_ok()
+    );
+}
+
 /// Guarantee 18 (and 7) with an approver: the same change while the approver thinks is caught by the
 /// arguments written again before the body.
 #[test]

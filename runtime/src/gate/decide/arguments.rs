@@ -1,6 +1,8 @@
 //! A call's arguments as a decision reads them: written at the first need, and written out for a
 //! decision that waits.
 
+use serde_json::{Map, Value};
+
 use crate::gate::call::{Arguments, CallInfo};
 use crate::gate::permit::{Permit, Seen};
 
@@ -22,6 +24,14 @@ pub(crate) trait ArgumentSource {
     /// now, where the call's arguments are at hand; otherwise kept in `permit`, for [`confirm`] to
     /// compare once the call has them back.
     fn unchanged(&mut self, permit: &mut Permit) -> bool;
+
+    /// The value of the argument `name` as the operator's argument rules read it (see
+    /// [`CallInfo::value`]): read from the call itself each time where it is at hand.
+    fn value(&mut self, name: &str) -> Option<Value>;
+
+    /// The arguments the rules read are the call's own now: nothing to do where the call is at hand;
+    /// written out, they are kept in `permit`, for [`confirm`](super::commit::confirm) to compare once the call has them back.
+    fn read_again(&mut self, permit: &mut Permit);
 }
 
 /// A call's arguments, written once at the first need.
@@ -47,6 +57,7 @@ impl<'a> LazyArguments<'a> {
             written: self.get().cloned(),
             bound,
             record: self.call.record_arguments,
+            parsed: None,
         }
     }
 }
@@ -85,6 +96,12 @@ impl ArgumentSource for LazyArguments<'_> {
         };
         still_seen(call, &seen)
     }
+
+    fn value(&mut self, name: &str) -> Option<Value> {
+        self.call.value(name)
+    }
+
+    fn read_again(&mut self, _permit: &mut Permit) {}
 }
 
 /// Whether `call` writes the arguments an approval saw (and, where it was bound, binds the same).
@@ -104,6 +121,8 @@ pub(crate) struct WrittenArguments {
     written: Option<Arguments>,
     bound: Option<String>,
     record: bool,
+    /// `written`, parsed at the first rule that reads it.
+    parsed: Option<Option<Map<String, Value>>>,
 }
 
 impl ArgumentSource for WrittenArguments {
@@ -134,5 +153,20 @@ impl ArgumentSource for WrittenArguments {
             });
         }
         true
+    }
+
+    fn value(&mut self, name: &str) -> Option<Value> {
+        let written = &self.written;
+        let parsed = self.parsed.get_or_insert_with(|| {
+            match serde_json::from_str(&written.as_ref()?.json) {
+                Ok(Value::Object(values)) => Some(values),
+                _ => None,
+            }
+        });
+        Some(parsed.as_ref()?.get(name).cloned().unwrap_or(Value::Null))
+    }
+
+    fn read_again(&mut self, permit: &mut Permit) {
+        self.unchanged(permit);
     }
 }

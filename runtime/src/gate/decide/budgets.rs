@@ -6,10 +6,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use super::refusal::{refuse, store_panicked};
 use super::waits::Wait;
 use crate::approval::store::StoreError;
-use crate::gate::Gate;
 use crate::gate::budget::{Reservation, Reserved, Taken};
 use crate::gate::call::EffectiveRisk;
 use crate::gate::denied::Denied;
+use crate::gate::{Gate, Table};
 use crate::policy::{DenialCode, Mode};
 use crate::registry::ToolEntry;
 
@@ -25,8 +25,12 @@ pub(super) enum Reserve {
 
 impl Gate {
     /// Reserves a unit of every budget covering the call, or refuses it.
-    pub(super) fn reserve(&self, entry: &'static ToolEntry, risk: EffectiveRisk) -> Reserve {
-        let table = self.inner.table.load();
+    pub(super) fn reserve(
+        &self,
+        table: &Table,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+    ) -> Reserve {
         let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
         let (code, operator) = (&self.inner.budgets, &table.budgets);
         let mut charges = code
@@ -56,6 +60,7 @@ impl Gate {
     /// the refusal (nothing was taken).
     pub(super) fn taken(
         &self,
+        table: &Table,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,
         reserved: Reserved,
@@ -68,7 +73,6 @@ impl Gate {
                 charge,
                 retry_after,
             }) => {
-                let table = self.inner.table.load();
                 let label = match reserved.charges().get(charge) {
                     Some(charge) => [&self.inner.budgets, &table.budgets]
                         .into_iter()

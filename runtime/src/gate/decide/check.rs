@@ -31,6 +31,11 @@ pub(crate) fn check(
     {
         return Err(refuse(entry, code, entry.manifest.risk_level, Some(mode)));
     }
+    if call.escalated.is_none()
+        && let Some(result) = table::lone_ruled(entry, explicit, call)
+    {
+        return result;
+    }
     check_slow(entry, explicit, call)
 }
 
@@ -69,6 +74,11 @@ pub(crate) fn check_async(
             entry.manifest.risk_level,
             Some(mode),
         )));
+    }
+    if call.escalated.is_none()
+        && let Some(result) = table::lone_ruled(entry, explicit, call)
+    {
+        return Entering::Done(result);
     }
     match gates_around(entry, explicit) {
         Ok(gates) => suspension::decide_async(entry, gates, call),

@@ -36,20 +36,41 @@ impl<A: ArgumentSource> Decision<A> {
         }
         // An approval is for the arguments it saw. A receiver behind a lock, or an argument with
         // interior mutability, may have changed while the approver thought or a record was written:
-        // written again last, they must be the same.
-        // The operator's argument rules read them too: what runs must be what they read.
+        // written again last, they must be the same. So must those the operator's argument rules read
+        // where a record shows them.
         let approved = self
             .held
             .iter()
             .any(|h| h.allowed.as_ref().is_some_and(|a| a.confirm));
-        let ruled = self.gates.iter().any(|g| g.reads_arguments(entry));
-        if (approved || ruled) && !self.arguments.unchanged(&mut self.permit) {
+        let ruled = self
+            .held
+            .iter()
+            .any(|h| h.table.narrowing.has_argument_rules(slot_of(entry)));
+        let recorded = ruled && self.gates.iter().any(Gate::audits);
+        if (approved || recorded) && !self.arguments.unchanged(&mut self.permit) {
             let mode = self
                 .held
                 .first()
                 .and_then(|h| h.allowed.as_ref())
                 .map(|a| a.mode);
             return Err(self.fail(changed(entry, risk, mode)));
+        }
+        // Where nothing shows them, the rules judge what runs: they read the call's values again, as
+        // they are after the decision's waits.
+        if ruled && !approved && !recorded {
+            self.arguments.read_again(&mut self.permit);
+            for i in 0..self.gates.len() {
+                let held = &self.held[i];
+                if let Some(denied) = Gate::argument_refusal(
+                    &held.table,
+                    entry,
+                    risk,
+                    held.state,
+                    &mut self.arguments,
+                ) {
+                    return Err(self.fail(denied));
+                }
+            }
         }
         if entry.manifest.untrusted_output {
             for i in 0..self.gates.len() {
@@ -98,16 +119,18 @@ impl<A: ArgumentSource> Decision<A> {
         // The mode only goes down and the latch only closes: an unchanged state and policy are the
         // decision itself; a changed one lets the call run only if it is allowed there outright,
         // since an approval was given for the state and the policy it was asked in.
-        let repolicied = gate.table_generation() != held.generation;
+        let repolicied = gate.inner.generation.load(Ordering::Acquire) != held.table.generation;
         if now != held.state || repolicied {
-            let code = match gate.verdict_in(entry, risk, now) {
+            let table = gate.inner.table.load();
+            let code = match gate.verdict_in(&table, entry, risk, now) {
                 Verdict::Allow => None,
                 Verdict::Refuse(code) => Some(code),
                 Verdict::NeedsApproval => Some(DenialCode::ApprovalRequired),
             };
             if code.is_none()
                 && repolicied
-                && let Some(denied) = gate.argument_refusal(entry, risk, now, &mut self.arguments)
+                && let Some(denied) =
+                    Gate::argument_refusal(&table, entry, risk, now, &mut self.arguments)
             {
                 return Err(denied);
             }
@@ -236,6 +259,10 @@ fn changed(entry: &'static ToolEntry, risk: EffectiveRisk, mode: Option<Mode>) -
          operator's argument rules"
             .into(),
     )
+}
+
+fn slot_of(entry: &'static ToolEntry) -> usize {
+    entry.slot.load(Ordering::Relaxed) as usize
 }
 
 /// Compares the arguments an approval saw, kept in `permit` by a decision that waited, with the call's

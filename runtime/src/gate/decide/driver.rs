@@ -52,14 +52,21 @@ impl<A: ArgumentSource> Decision<A> {
             At::Table(i) => {
                 let gate = &self.gates[i];
                 let state = gate.state();
-                let generation = gate.table_generation();
-                let refused = match gate.verdict_in(entry, risk, state) {
+                let table = gate.table();
+                let refused = match gate.verdict_in(&table, entry, risk, state) {
                     Verdict::Refuse(code) => Err(gate.table_refusal(entry, risk, state, code)),
-                    verdict => match gate.argument_refusal(entry, risk, state, &mut self.arguments)
-                    {
-                        Some(denied) => Err(denied),
-                        None => Ok(verdict),
-                    },
+                    verdict => {
+                        match Gate::argument_refusal(
+                            &table,
+                            entry,
+                            risk,
+                            state,
+                            &mut self.arguments,
+                        ) {
+                            Some(denied) => Err(denied),
+                            None => Ok(verdict),
+                        }
+                    }
                 };
                 match refused {
                     Err(denied) => {
@@ -70,7 +77,7 @@ impl<A: ArgumentSource> Decision<A> {
                     Ok(verdict) => {
                         self.held.push(Held {
                             state,
-                            generation,
+                            table,
                             verdict,
                             reserved: None,
                             allowed: None,
@@ -80,7 +87,7 @@ impl<A: ArgumentSource> Decision<A> {
                 }
             }
             At::Budget(i) if i == count => self.at = At::Approval(0),
-            At::Budget(i) => match self.gates[i].reserve(entry, risk) {
+            At::Budget(i) => match self.gates[i].reserve(&self.held[i].table, entry, risk) {
                 Reserve::Free => self.at = At::Budget(i + 1),
                 Reserve::Refused(denied) => self.failed = Some(denied),
                 Reserve::Waiting(reserved, wait) => {
@@ -118,7 +125,7 @@ impl<A: ArgumentSource> Decision<A> {
                 let Some(reserved) = self.held[i].reserved.take() else {
                     return;
                 };
-                match self.gates[i].taken(entry, risk, reserved, taken) {
+                match self.gates[i].taken(&self.held[i].table, entry, risk, reserved, taken) {
                     Ok(reserved) => {
                         self.held[i].reserved = reserved;
                         self.at = At::Budget(i + 1);

@@ -8,6 +8,7 @@ use super::commit::confirm_slow;
 use super::gates::{distinct, gates_around, stack_shape};
 use super::records::abandon;
 use super::suspension::{Entering, Waiting};
+use super::table::lone_ruled;
 use crate::gate::Gate;
 use crate::gate::ambient::STACK;
 use crate::gate::call::{ArgRef, CallInfo};
@@ -109,7 +110,7 @@ fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), D
 /// the check of the same tool under the same gates: a nested call of the tool from its own body, under
 /// another gate, decides on its own.
 #[derive(Debug)]
-pub struct Decided(Option<Box<Handed>>);
+pub struct Decided(Option<Handed>);
 
 /// A decision to hand over.
 #[derive(Debug)]
@@ -160,11 +161,11 @@ pub(crate) fn decide_by_name_async(
     }
     let entering = check_async(entry, gate_parameter, call);
     match entering {
-        Entering::Done(Ok(permit)) => DecidingByName::Done(Ok(Decided(Some(Box::new(Handed {
+        Entering::Done(Ok(permit)) => DecidingByName::Done(Ok(Decided(Some(Handed {
             entry,
             permit,
             stack: stack_shape(),
-        }))))),
+        })))),
         Entering::Done(Err(denied)) => DecidingByName::Done(Err(denied)),
         Entering::Waiting(waiting) => DecidingByName::Waiting(waiting),
     }
@@ -195,17 +196,26 @@ fn decide_by_name_slow(
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
-    let permit = check(entry, gate_parameter, call)?;
-    Ok(Decided(Some(Box::new(Handed {
+    // The precheck refused what the table refuses: a call the operator's argument rules read is the
+    // likeliest here, and is decided first.
+    let ruled = match entry.in_place {
+        None if call.escalated.is_none() => lone_ruled(entry, gate_parameter, call),
+        _ => None,
+    };
+    let permit = match ruled {
+        Some(result) => result?,
+        None => check(entry, gate_parameter, call)?,
+    };
+    Ok(Decided(Some(Handed {
         entry,
         permit,
         stack: stack_shape(),
-    }))))
+    })))
 }
 
 thread_local! {
     /// The call by name this thread is about to make, decided already.
-    static HANDED: std::cell::RefCell<Option<Box<Handed>>> = const { std::cell::RefCell::new(None) };
+    static HANDED: std::cell::RefCell<Option<Handed>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Runs `call`, which calls the tool `decided` is for, with the decision handed to the tool's check.
@@ -248,11 +258,11 @@ pub(crate) fn handed(entry: &'static ToolEntry) -> Option<Permit> {
 /// A decision on the hand-over slot; dropped, on return or unwind, it puts back what was there
 /// (nothing, or a call by name further out that has not reached its tool yet).
 struct Handing {
-    outer: Option<Box<Handed>>,
+    outer: Option<Handed>,
 }
 
 impl Handing {
-    fn start(handed: Box<Handed>) -> Handing {
+    fn start(handed: Handed) -> Handing {
         let outer = HANDED
             .try_with(|slot| slot.borrow_mut().replace(handed))
             .ok()
@@ -325,10 +335,10 @@ impl Waiting {
     pub(crate) async fn resume_handed(self) -> Result<Decided, Denied> {
         let entry = self.entry();
         let permit = self.resume().await?;
-        Ok(Decided(Some(Box::new(Handed {
+        Ok(Decided(Some(Handed {
             entry,
             permit,
             stack: stack_shape(),
-        }))))
+        })))
     }
 }

@@ -1,13 +1,15 @@
 //! What a decision holds between its steps: where it stands, and what each gate decided so far.
 
+use std::sync::Arc;
+
 use super::arguments::{ArgumentSource, LazyArguments, WrittenArguments};
 use super::records::abandon;
 use super::waits::{Allowed, Waits};
-use crate::gate::Gate;
 use crate::gate::budget::Reserved;
 use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
+use crate::gate::{Gate, Table};
 use crate::policy::Verdict;
 use crate::registry::ToolEntry;
 
@@ -25,9 +27,9 @@ pub(super) enum At {
 pub(super) struct Held {
     /// The gate's mode and taint bit when its table was read: the state its decision is for.
     pub(super) state: u8,
-    /// The generation of the gate's table the decision read (another once the operator's policy
-    /// changed).
-    pub(super) generation: u64,
+    /// The gate's table the decision read, loaded once for all its steps; the commit point compares
+    /// its generation with the table's then.
+    pub(super) table: Arc<Table>,
     pub(super) verdict: Verdict,
     /// The budget units reserved, given back when dropped unless committed.
     pub(super) reserved: Option<Reserved>,

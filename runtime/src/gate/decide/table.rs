@@ -1,15 +1,17 @@
 //! The table: each gate's verdict for a tool in its mode and session, worked out when the gate was
 //! built, and the inlined check that reads it.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::arguments::ArgumentSource;
 use super::refusal::refuse;
 use crate::gate::ambient::STACK;
-use crate::gate::call::EffectiveRisk;
+use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
-use crate::gate::{Gate, TAINTED, cell_verdict};
+use crate::gate::permit::Permit;
+use crate::gate::{Gate, TAINTED, Table, cell_verdict};
 use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
 use crate::registry::ToolEntry;
 
@@ -28,7 +30,7 @@ impl Gate {
         let state = self.state();
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         match inner.allowed_outright.get(slot) {
-            Some(bits) if bits.load(Ordering::Relaxed) >> state & 1 == 1 => true,
+            Some(bits) if (1 << state) & bits.load(Ordering::Relaxed) != 0 => true,
             Some(_) => {
                 matches!(inner.approvals.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
                     && self.granted_outright(slot, state)
@@ -109,17 +111,17 @@ impl Gate {
         }
     }
 
-    /// The verdict for a call judged at `risk` in `state` (a mode and the taint bit): the precomputed
-    /// one at the declared risk, else worked out now.
+    /// The verdict `table` gives a call judged at `risk` in `state` (a mode and the taint bit): the
+    /// precomputed one at the declared risk, else worked out now.
     pub(crate) fn verdict_in(
         &self,
+        table: &Table,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,
         state: u8,
     ) -> Verdict {
         let manifest = &entry.manifest;
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let table = self.inner.table.load();
         if risk.get() == manifest.risk_level {
             return match table.verdicts.get(slot) {
                 Some(row) => row[usize::from(state & 7)],
@@ -147,40 +149,28 @@ impl Gate {
         narrowing.narrow(slot, risk.get(), verdict, can_approve)
     }
 
-    /// Whether the operator's argument rules read the arguments of `entry`'s calls.
-    pub(crate) fn reads_arguments(&self, entry: &'static ToolEntry) -> bool {
-        let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        self.inner.table.load().narrowing.has_argument_rules(slot)
+    /// The table every decision reads now, and the commit point reads again.
+    pub(crate) fn table(&self) -> Arc<Table> {
+        self.inner.table.load_full()
     }
 
-    /// The generation of the gate's table: another once the operator's policy changed.
-    pub(crate) fn table_generation(&self) -> u64 {
-        self.inner.table.load().generation
-    }
-
-    /// The refusal of the operator's argument rules for this call, if one refuses it. Reads the
-    /// arguments only for a tool that a rule names.
+    /// The refusal of the operator's argument rules in `table` for this call, if one refuses it.
+    /// Reads the arguments only for a tool that a rule names, and only the arguments rules name.
     pub(super) fn argument_refusal<A: ArgumentSource>(
-        &self,
+        table: &Table,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,
         state: u8,
         arguments: &mut A,
     ) -> Option<Denied> {
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
-        let table = self.inner.table.load();
         if !table.narrowing.has_argument_rules(slot) {
             return None;
         }
-        let json = arguments.get().map(|a| a.json.as_str());
-        let why = table.narrowing.refuses_arguments(slot, json)?;
-        let denied = refuse(
-            entry,
-            DenialCode::ArgumentRefused,
-            risk.get(),
-            Some(Mode::from_index(state)),
-        );
-        Some(denied.with_detail(why.into()))
+        let why = table
+            .narrowing
+            .refuses_arguments(slot, |name| arguments.value(name))?;
+        Some(argument_refused(entry, risk, state, why))
     }
 
     /// A refusal the table gives in `state`, told what caused it.
@@ -195,6 +185,22 @@ impl Gate {
         let denied = self.refusal(entry, Mode::from_index(state), code);
         self.with_taint(denied, risk.get()).with_risk(risk.get())
     }
+}
+
+#[cold]
+fn argument_refused(
+    entry: &'static ToolEntry,
+    risk: EffectiveRisk,
+    state: u8,
+    why: String,
+) -> Denied {
+    refuse(
+        entry,
+        DenialCode::ArgumentRefused,
+        risk.get(),
+        Some(Mode::from_index(state)),
+    )
+    .with_detail(why.into())
 }
 
 /// Whether a call of `entry` runs outright: one gate (the tool's `&Gate` argument, or the one ambient
@@ -251,6 +257,58 @@ pub(super) fn lone_refusal(
         })
         .ok()
         .flatten()
+}
+
+/// The decision of a lone gate that keeps no record, for a call its table allows and the operator's
+/// argument rules alone read (no budget counts it, no latch to close): the rules read the call's own
+/// arguments and their answer is the decision, with no wait between the rules and the body. `None`
+/// where the full decision is needed.
+#[inline(never)]
+pub(super) fn lone_ruled(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> Option<Result<Permit, Denied>> {
+    STACK
+        .try_with(|stack| {
+            let stack = stack.try_borrow().ok()?;
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) if !gate.audits() => ruled(gate, entry, call),
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+#[inline(always)]
+fn ruled(
+    gate: &Gate,
+    entry: &'static ToolEntry,
+    call: &CallInfo<'_>,
+) -> Option<Result<Permit, Denied>> {
+    let slot = entry.slot.load(Ordering::Relaxed) as usize;
+    if !gate.inner.ruled_hint.get(slot)?.load(Ordering::Acquire) {
+        return None;
+    }
+    let table = gate.inner.table.load();
+    if !table.ruled_only.get(slot).copied().unwrap_or(false) {
+        return None;
+    }
+    let state = gate.state();
+    if table.verdicts[slot][usize::from(state)] != Verdict::Allow {
+        return None;
+    }
+    let risk = EffectiveRisk::new(entry.manifest.risk_level, None);
+    Some(
+        match table
+            .narrowing
+            .refuses_arguments(slot, |name| call.value(name))
+        {
+            None => Ok(Permit::unaudited()),
+            Some(why) => Err(argument_refused(entry, risk, state, why)),
+        },
+    )
 }
 
 /// Nanoseconds from `epoch` to `at`, at least 1 (0 means no grant).
