@@ -8,6 +8,7 @@
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
+use syn::ext::IdentExt as _;
 use syn::spanned::Spanned as _;
 use syn::{Attribute, FnArg, Item, Pat, Receiver, ReturnType, Signature, Type};
 
@@ -237,7 +238,7 @@ impl<'a> CallParts<'a> {
             .filter_map(|param| param.name)
             .map(|name| (name, redact.contains(name)))
             .collect();
-        named.sort_by_key(|(name, _)| name.to_string());
+        named.sort_by_key(|(name, _)| name.unraw().to_string());
         let callable = args
             .callable
             .as_ref()

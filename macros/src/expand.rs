@@ -40,6 +40,7 @@
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
+use syn::ext::IdentExt as _;
 use syn::spanned::Spanned;
 use syn::{Attribute, Block, Item, Type};
 use toolgate_policy::Risk;
@@ -181,7 +182,7 @@ fn argument_refs(
         .named
         .iter()
         .map(|&(ident, redact)| {
-            let name = ident.to_string();
+            let name = ident.unraw().to_string();
             let method = if redact {
                 quote!(__toolgate_redacted)
             } else {
@@ -284,7 +285,12 @@ fn callable_items(
         None => quote!(::core::option::Option::None),
     };
     // Hygienic locals: a parameter named like the function must not hide the function being called.
-    let local = |name: &Ident| Ident::new(&format!("toolgate_arg_{name}"), Span::mixed_site());
+    let local = |name: &Ident| {
+        Ident::new(
+            &format!("toolgate_arg_{}", name.unraw()),
+            Span::mixed_site(),
+        )
+    };
     let locals: Vec<Ident> = names.iter().map(|name| local(name)).collect();
     let call_args: Vec<TokenStream> = receiver
         .iter()
@@ -412,12 +418,12 @@ fn callable_items(
     let arguments = Ident::new("toolgate_arguments", Span::mixed_site());
     let count = params.len();
     let rows = params.iter().map(|(name, ty)| {
-        let name = name.to_string();
+        let name = name.unraw().to_string();
         quote_spanned!(ty.span()=> ::toolgate::__private::Param::of::<#ty>(#name))
     });
     let takes = params.iter().zip(&locals).map(|((name, ty), local)| {
         let redacted = call.named.iter().any(|(n, redact)| *redact && n == name);
-        let name = name.to_string();
+        let name = name.unraw().to_string();
         let take = if redacted {
             quote_spanned!(ty.span()=> #arguments.take_redacted::<#ty>(#name))
         } else {
@@ -685,7 +691,7 @@ fn behaviour(call: &CallParts<'_>, is_async: bool) -> TokenStream {
         .named
         .iter()
         .filter(|(_, redact)| *redact)
-        .map(|(name, _)| name.to_string());
+        .map(|(name, _)| name.unraw().to_string());
     let record_arguments = call.record_arguments;
     quote! {
         ::toolgate::__private::Behaviour {

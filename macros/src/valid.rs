@@ -205,7 +205,12 @@ fn is_result(ty: &Type) -> bool {
 /// `redact` names arguments; `escalate` is handed each argument by name.
 fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
     if let Some(redact) = &tool.args.redact {
-        let names: Vec<String> = tool.call.named.iter().map(|(n, _)| n.to_string()).collect();
+        let names: Vec<String> = tool
+            .call
+            .named
+            .iter()
+            .map(|(n, _)| n.unraw().to_string())
+            .collect();
         let candidates: Vec<&str> = names.iter().map(String::as_str).collect();
         for name in &redact.value {
             if !tool.call.named.iter().any(|(named, _)| *named == name) {

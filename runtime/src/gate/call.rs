@@ -123,7 +123,11 @@ impl CallInfo<'_> {
     /// where it cannot be read (bound by a pattern, or its serialization failed). Read from the argument
     /// itself at each call, so that a value behind a shared handle is read as it is now.
     pub(crate) fn value(&self, name: &str) -> Option<serde_json::Value> {
-        let Some(arg) = self.arguments.iter().find(|arg| arg.name == name) else {
+        // Compared inline: parameter names are short, and a call of `memcmp` per argument costs more
+        // than the comparison.
+        let same =
+            |a: &str| a.len() == name.len() && a.bytes().zip(name.bytes()).all(|(a, b)| a == b);
+        let Some(arg) = self.arguments.iter().find(|arg| same(arg.name)) else {
             // A parameter bound by a pattern may be the one the rule names.
             let unnamed = self
                 .arguments

@@ -9,7 +9,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde_json::Value;
+use std::cmp::Ordering;
+
+use serde_json::{Number, Value};
 
 use crate::gate::budget::BudgetSpec;
 use crate::gate::denylist::glob_match;
@@ -61,8 +63,12 @@ pub(crate) enum ArgumentTest {
     Refuse(Vec<Box<str>>),
     /// Refused unless the value is one of these.
     OneOf(Vec<Value>),
-    /// Refused unless the value is a number within the bounds (inclusive).
-    Range { min: Option<f64>, max: Option<f64> },
+    /// Refused unless the value is a number within the bounds (inclusive), compared exactly (an
+    /// integer past 2^53 is not rounded to a float).
+    Range {
+        min: Option<Number>,
+        max: Option<Number>,
+    },
 }
 
 impl Narrowing {
@@ -180,7 +186,6 @@ impl ArgumentRule {
                 let refused =
                     |s: &str| globs.iter().any(|g| glob_match(g.as_bytes(), s.as_bytes()));
                 match value {
-                    Value::Null => true,
                     _ if is_placeholder(value) => false,
                     Value::String(s) => !refused(s),
                     Value::Array(items) => items
@@ -190,9 +195,14 @@ impl ArgumentRule {
                 }
             }
             ArgumentTest::OneOf(allowed) => allowed.iter().any(|a| same_value(a, value)),
-            ArgumentTest::Range { min, max } => value
-                .as_f64()
-                .is_some_and(|n| min.is_none_or(|m| n >= m) && max.is_none_or(|m| n <= m)),
+            ArgumentTest::Range { min, max } => match value {
+                Value::Number(n) => {
+                    let at_least = |m: &Number| compare(n, m).is_some_and(Ordering::is_ge);
+                    let at_most = |m: &Number| compare(n, m).is_some_and(Ordering::is_le);
+                    min.as_ref().is_none_or(at_least) && max.as_ref().is_none_or(at_most)
+                }
+                _ => false,
+            },
         }
     }
 
@@ -215,6 +225,7 @@ impl ArgumentRule {
                     return "cannot be read (it is redacted or not serializable)".to_owned();
                 }
                 let strings: Vec<&str> = match value {
+                    Value::Null => return "is missing".to_owned(),
                     Value::String(s) => vec![s],
                     Value::Array(items) => {
                         let mut strings = Vec::with_capacity(items.len());
@@ -241,20 +252,69 @@ impl ArgumentRule {
             ArgumentTest::OneOf(_) => {
                 format!("{} is not one of the allowed values", shown(value))
             }
-            ArgumentTest::Range { min, max } => match value.as_f64() {
-                Some(n) => format!("{n} is outside {}..={}", Bound(*min), Bound(*max)),
-                None => format!("{} is not a number", shown(value)),
+            ArgumentTest::Range { min, max } => match value {
+                Value::Number(n) => {
+                    let (min, max) = (Bound(min.as_ref()), Bound(max.as_ref()));
+                    format!("{n} is outside {min}..={max}")
+                }
+                _ => format!("{} is not a number", shown(value)),
             },
         }
     }
 }
 
-/// Whether `value` is `allowed`: numbers by their value (`40` is `40.0`), the rest exactly.
+/// Whether `value` is `allowed`: numbers by their value (`40` is `40.0`, exactly), the rest exactly.
 fn same_value(allowed: &Value, value: &Value) -> bool {
-    match (allowed.as_f64(), value.as_f64()) {
-        (Some(a), Some(v)) => a == v,
+    match (allowed, value) {
+        (Value::Number(a), Value::Number(v)) => compare(v, a) == Some(Ordering::Equal),
         _ => allowed == value,
     }
+}
+
+/// Two numbers compared exactly, integers as integers (an `i64` or `u64` past 2^53 is not rounded);
+/// `None` where one is NaN (which JSON cannot hold, but a bound read from TOML can).
+#[inline]
+pub(crate) fn compare(a: &Number, b: &Number) -> Option<Ordering> {
+    match (a.as_i64(), b.as_i64()) {
+        (Some(a), Some(b)) => Some(a.cmp(&b)),
+        _ => compare_wide(a, b),
+    }
+}
+
+/// [`compare`] past `i64`, or with a float.
+fn compare_wide(a: &Number, b: &Number) -> Option<Ordering> {
+    match (integer(a), integer(b)) {
+        (Some(a), Some(b)) => Some(a.cmp(&b)),
+        (Some(a), None) => compare_integer(a, b.as_f64()?),
+        (None, Some(b)) => compare_integer(b, a.as_f64()?).map(Ordering::reverse),
+        (None, None) => a.as_f64()?.partial_cmp(&b.as_f64()?),
+    }
+}
+
+fn integer(n: &Number) -> Option<i128> {
+    n.as_i64()
+        .map(i128::from)
+        .or_else(|| n.as_u64().map(i128::from))
+}
+
+/// An integer against a float, exactly.
+fn compare_integer(i: i128, f: f64) -> Option<Ordering> {
+    // 2^127: every integral float below it in magnitude is an `i128`.
+    const LIMIT: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
+    if f.is_nan() {
+        return None;
+    }
+    if f >= LIMIT {
+        return Some(Ordering::Less);
+    }
+    if f < -LIMIT {
+        return Some(Ordering::Greater);
+    }
+    let floor = f.floor();
+    Some(match i.cmp(&(floor as i128)) {
+        Ordering::Equal if f > floor => Ordering::Less,
+        other => other,
+    })
 }
 
 /// A value as a refusal shows it: a number as it is, anything holding text through [`Shown`].
@@ -284,9 +344,9 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
-struct Bound(Option<f64>);
+struct Bound<'a>(Option<&'a Number>);
 
-impl fmt::Display for Bound {
+impl fmt::Display for Bound<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Some(n) => write!(f, "{n}"),
@@ -342,15 +402,15 @@ mod tests {
                     rule(
                         "n",
                         ArgumentTest::Range {
-                            min: Some(-5.0),
-                            max: Some(100.0),
+                            min: Some(Number::from(-5)),
+                            max: Number::from_f64(100.0),
                         },
                     ),
                     rule(
                         "ratio",
                         ArgumentTest::Range {
                             min: None,
-                            max: Some(0.5),
+                            max: Number::from_f64(0.5),
                         },
                     ),
                     rule(
@@ -362,7 +422,7 @@ mod tests {
                     rule(
                         "absent",
                         ArgumentTest::Range {
-                            min: Some(0.0),
+                            min: Some(Number::from(0)),
                             max: None,
                         },
                     ),

@@ -3,14 +3,14 @@
 
 use std::str::FromStr;
 
-use serde_json::Value;
+use serde_json::{Number, Value};
 use toml::Spanned;
 
 use super::model::{ArgumentRule, At, Budget, PolicyError, PolicyErrors, Rules, Scope, Section};
 use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc};
 use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
 use crate::gate::denylist::DenyRule;
-use crate::gate::narrowing::ArgumentTest;
+use crate::gate::narrowing::{ArgumentTest, compare};
 use crate::policy::suggest::did_you_mean;
 use crate::policy::{Mode, Risk};
 use crate::registry::{Tool, ToolEntry, registry};
@@ -386,23 +386,38 @@ impl Checker<'_> {
             self.mismatch(at, id, parameter, "a numeric range", &types);
             return None;
         }
-        if let (Some(lo), Some(hi)) = (min, max)
-            && lo.get_ref() > hi.get_ref()
+        let (lo, hi) = (self.bound(min)?, self.bound(max)?);
+        if let (Some(l), Some(h)) = (&lo, &hi)
+            && compare(l, h) == Some(std::cmp::Ordering::Greater)
         {
+            let at = min.expect("a lower bound is given");
             self.error(
-                lo.span().start,
-                format!(
-                    "`min` ({}) is above `max` ({}): the rule would refuse every call",
-                    lo.get_ref(),
-                    hi.get_ref()
-                ),
+                at.span().start,
+                format!("`min` ({l}) is above `max` ({h}): the rule would refuse every call"),
             );
             return None;
         }
-        Some(ArgumentTest::Range {
-            min: min.map(|m| *m.get_ref()),
-            max: max.map(|m| *m.get_ref()),
-        })
+        Some(ArgumentTest::Range { min: lo, max: hi })
+    }
+
+    /// A bound of a range, as written: an integer kept exact, a finite float. `Some(None)` where there
+    /// is none; `None` (an error) where it is not a number.
+    fn bound(&mut self, bound: Option<&Spanned<toml::Value>>) -> Option<Option<Number>> {
+        let Some(bound) = bound else {
+            return Some(None);
+        };
+        let number = match bound.get_ref() {
+            toml::Value::Integer(i) => Some(Number::from(*i)),
+            toml::Value::Float(f) => Number::from_f64(*f),
+            _ => None,
+        };
+        if number.is_none() {
+            self.error(
+                bound.span().start,
+                "`min` and `max` are numbers (an integer, or a finite float)".to_owned(),
+            );
+        }
+        number.map(Some)
     }
 
     /// Whether the rule says exactly one test; an error where it does not.

@@ -50,6 +50,6 @@ pub(super) struct ArgumentDoc {
     #[serde(default)]
     pub(super) refuse: Vec<Spanned<String>>,
     pub(super) one_of: Option<Spanned<Vec<toml::Value>>>,
-    pub(super) min: Option<Spanned<f64>>,
-    pub(super) max: Option<Spanned<f64>>,
+    pub(super) min: Option<Spanned<toml::Value>>,
+    pub(super) max: Option<Spanned<toml::Value>>,
 }

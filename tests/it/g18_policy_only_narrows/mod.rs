@@ -5,6 +5,7 @@
 
 mod attacks;
 mod policy_file;
+mod rules_off_the_call;
 
 use toolgate::gate::GateBuilder;
 use toolgate::policy_file::LivePolicy;

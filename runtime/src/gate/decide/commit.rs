@@ -28,16 +28,47 @@ use crate::registry::ToolEntry;
 impl<A: ArgumentSource> Decision<A> {
     /// Reads again what may have changed while the call was decided, then commits the call.
     pub(super) fn commit(&mut self) -> Result<Permit, Denied> {
-        let (entry, risk) = (self.entry, self.risk);
-        for i in 0..self.gates.len() {
-            if let Err(denied) = self.still_allowed(i) {
+        let entry = self.entry;
+        // Reading the arguments runs their `Serialize`, the application's code, which may wait: it
+        // comes first, and each gate's state and policy are read after it, with no user code between
+        // them and the body. A policy replaced while the arguments were read has its rules read too.
+        for _ in 0..MAX_REREADS {
+            for (gate, held) in self.gates.iter().zip(&mut self.held) {
+                let now = gate.inner.generation.load(Ordering::Acquire);
+                held.now = (now != held.table.generation).then(|| gate.table());
+            }
+            if let Err(denied) = self.arguments_hold() {
                 return Err(self.fail(denied));
             }
+            let settled = self.gates.iter().zip(&self.held).all(|(gate, held)| {
+                gate.inner.generation.load(Ordering::Acquire) == held.current().generation
+            });
+            if settled {
+                for i in 0..self.gates.len() {
+                    if let Err(denied) = self.still_allowed(i) {
+                        return Err(self.fail(denied));
+                    }
+                }
+                return self.made_real();
+            }
         }
+        let mode = self.gates.first().map(Gate::mode);
+        let denied = refuse(entry, DenialCode::ApprovalRequired, self.risk.get(), mode)
+            .with_detail(
+                "the operator's policy kept changing while the call's arguments were read".into(),
+            );
+        Err(self.fail(denied))
+    }
+
+    /// Whether the call's arguments still hold: those an approval saw, or a record shows, the same
+    /// (written again and compared); those the operator's argument rules read, passing the rules of
+    /// each gate's table now, as they are after the decision's waits.
+    fn arguments_hold(&mut self) -> Result<(), Denied> {
+        let (entry, risk) = (self.entry, self.risk);
+        let slot = slot_of(entry);
         // An approval is for the arguments it saw. A receiver behind a lock, or an argument with
         // interior mutability, may have changed while the approver thought or a record was written:
-        // written again last, they must be the same. So must those the operator's argument rules read
-        // where a record shows them.
+        // written again last, they must be the same.
         let approved = self
             .held
             .iter()
@@ -45,33 +76,39 @@ impl<A: ArgumentSource> Decision<A> {
         let ruled = self
             .held
             .iter()
-            .any(|h| h.table.narrowing.has_argument_rules(slot_of(entry)));
-        let recorded = ruled && self.gates.iter().any(Gate::audits);
-        if (approved || recorded) && !self.arguments.unchanged(&mut self.permit) {
+            .any(|h| h.current().narrowing.has_argument_rules(slot));
+        let compared = approved || (ruled && self.gates.iter().any(Gate::audits));
+        if compared && !self.arguments.unchanged(&mut self.permit) {
             let mode = self
                 .held
                 .first()
                 .and_then(|h| h.allowed.as_ref())
                 .map(|a| a.mode);
-            return Err(self.fail(changed(entry, risk, mode)));
+            return Err(changed(entry, risk, mode));
         }
-        // Where nothing shows them, the rules judge what runs: they read the call's values again, as
-        // they are after the decision's waits.
-        if ruled && !approved && !recorded {
+        if !ruled {
+            return Ok(());
+        }
+        if !compared {
             self.arguments.read_again(&mut self.permit);
-            for i in 0..self.gates.len() {
-                let held = &self.held[i];
-                if let Some(denied) = Gate::argument_refusal(
-                    &held.table,
-                    entry,
-                    risk,
-                    held.state,
-                    &mut self.arguments,
-                ) {
-                    return Err(self.fail(denied));
-                }
+        }
+        for (gate, held) in self.gates.iter().zip(&self.held) {
+            // Unchanged arguments passed the rules of the decision's own table already.
+            let (table, fresh) = (held.current(), held.now.is_some());
+            if (fresh || !compared)
+                && let Some(denied) =
+                    Gate::argument_refusal(table, entry, risk, gate.state(), &mut self.arguments)
+            {
+                return Err(denied);
             }
         }
+        Ok(())
+    }
+
+    /// Makes real what the decision reserved: the latch closed by a tool with untrusted output, the
+    /// session grants an answer gave, the budget units kept.
+    fn made_real(&mut self) -> Result<Permit, Denied> {
+        let (entry, risk) = (self.entry, self.risk);
         if entry.manifest.untrusted_output {
             for i in 0..self.gates.len() {
                 if !self.gates[i].close_latch(entry) {
@@ -109,31 +146,25 @@ impl<A: ArgumentSource> Decision<A> {
         Ok(permit)
     }
 
-    /// Whether `gates[i]` still allows the call: its mode and session as they are now, and the grant
-    /// that allowed it still live.
+    /// Whether `gates[i]` still allows the call: its mode and session as they are now, its policy
+    /// (the gate's table now), and the grant that allowed it still live.
     fn still_allowed(&mut self, i: usize) -> Result<(), Denied> {
         let (entry, risk) = (self.entry, self.risk);
         let gate = &self.gates[i];
         let held = &self.held[i];
+        let table = held.current();
         let now = gate.state();
         // The mode only goes down and the latch only closes: an unchanged state and policy are the
         // decision itself; a changed one lets the call run only if it is allowed there outright,
-        // since an approval was given for the state and the policy it was asked in.
-        let repolicied = gate.inner.generation.load(Ordering::Acquire) != held.table.generation;
+        // since an approval was given for the state and the policy it was asked in. (The rules of a
+        // new policy on the arguments were read with them.)
+        let repolicied = held.now.is_some();
         if now != held.state || repolicied {
-            let table = gate.inner.table.load();
-            let code = match gate.verdict_in(&table, entry, risk, now) {
+            let code = match gate.verdict_in(table, entry, risk, now) {
                 Verdict::Allow => None,
                 Verdict::Refuse(code) => Some(code),
                 Verdict::NeedsApproval => Some(DenialCode::ApprovalRequired),
             };
-            if code.is_none()
-                && repolicied
-                && let Some(denied) =
-                    Gate::argument_refusal(&table, entry, risk, now, &mut self.arguments)
-            {
-                return Err(denied);
-            }
             if let Some(code) = code {
                 let denied = gate.table_refusal(entry, risk, now, code);
                 // Tainted while it was decided: the approval or the verdict it had was for a clean
@@ -260,6 +291,10 @@ fn changed(entry: &'static ToolEntry, risk: EffectiveRisk, mode: Option<Mode>) -
             .into(),
     )
 }
+
+/// How many times the commit point reads the arguments again for a policy replaced meanwhile, before
+/// it refuses the call.
+const MAX_REREADS: usize = 4;
 
 fn slot_of(entry: &'static ToolEntry) -> usize {
     entry.slot.load(Ordering::Relaxed) as usize

@@ -78,6 +78,7 @@ impl<A: ArgumentSource> Decision<A> {
                         self.held.push(Held {
                             state,
                             table,
+                            now: None,
                             verdict,
                             reserved: None,
                             allowed: None,

@@ -30,10 +30,19 @@ pub(super) struct Held {
     /// The gate's table the decision read, loaded once for all its steps; the commit point compares
     /// its generation with the table's then.
     pub(super) table: Arc<Table>,
+    /// The gate's table at the commit point, where another replaced `table` meanwhile.
+    pub(super) now: Option<Arc<Table>>,
     pub(super) verdict: Verdict,
     /// The budget units reserved, given back when dropped unless committed.
     pub(super) reserved: Option<Reserved>,
     pub(super) allowed: Option<Allowed>,
+}
+
+impl Held {
+    /// The gate's table as the commit point reads it.
+    pub(super) fn current(&self) -> &Table {
+        self.now.as_deref().unwrap_or(&self.table)
+    }
 }
 
 /// One call's decision, in every gate around it: the driver that sync and async calls share.

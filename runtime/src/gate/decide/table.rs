@@ -30,7 +30,7 @@ impl Gate {
         let state = self.state();
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         match inner.allowed_outright.get(slot) {
-            Some(bits) if (1 << state) & bits.load(Ordering::Relaxed) != 0 => true,
+            Some(bits) if bits.load(Ordering::Relaxed) >> state & 1 == 1 => true,
             Some(_) => {
                 matches!(inner.approvals.granted_until.get(slot), Some(until) if until.load(Ordering::Relaxed) != 0)
                     && self.granted_outright(slot, state)
@@ -300,15 +300,18 @@ fn ruled(
         return None;
     }
     let risk = EffectiveRisk::new(entry.manifest.risk_level, None);
-    Some(
-        match table
-            .narrowing
-            .refuses_arguments(slot, |name| call.value(name))
-        {
-            None => Ok(Permit::unaudited()),
-            Some(why) => Err(argument_refused(entry, risk, state, why)),
-        },
-    )
+    if let Some(why) = table
+        .narrowing
+        .refuses_arguments(slot, |name| call.value(name))
+    {
+        return Some(Err(argument_refused(entry, risk, state, why)));
+    }
+    // Reading the arguments ran their `Serialize`, the application's code, which may have waited:
+    // the gate may have been lowered, its session tainted or its policy replaced meanwhile. Then the
+    // full decision decides the call as the gate is now.
+    let unchanged =
+        gate.state() == state && gate.inner.generation.load(Ordering::Acquire) == table.generation;
+    unchanged.then(|| Ok(Permit::unaudited()))
 }
 
 /// Nanoseconds from `epoch` to `at`, at least 1 (0 means no grant).
