@@ -628,3 +628,133 @@ mod tests {
         }
     }
 }
+
+/// The operator's argument rules read each argument off the call: they agree with the arguments as
+/// the log writes them.
+#[cfg(test)]
+#[allow(clippy::needless_borrow)]
+mod rules_read_off_the_call {
+    use super::*;
+    use crate::gate::narrowing::{ArgumentRule, ArgumentTest, Narrowing, ToolRules};
+    use proptest::prelude::*;
+    use serde_json::{Number, Value};
+
+    struct Opaque;
+
+    /// Rules on every kind of argument; `strict` adds two that refuse every call (a redacted argument,
+    /// an absent one) after the others.
+    fn rules(strict: bool) -> Narrowing {
+        let rule = |parameter: &str, test| ArgumentRule {
+            parameter: parameter.into(),
+            test,
+            rule: "t.toml:1:1".into(),
+        };
+        Narrowing {
+            tools: vec![ToolRules {
+                arguments: vec![
+                    rule(
+                        "host",
+                        ArgumentTest::Refuse(vec!["prod-*".into(), "*.internal".into()]),
+                    ),
+                    rule("hosts", ArgumentTest::Refuse(vec!["prod-*".into()])),
+                    rule(
+                        "n",
+                        ArgumentTest::Range {
+                            min: Some(Number::from(-5)),
+                            max: Number::from_f64(100.0),
+                        },
+                    ),
+                    rule(
+                        "ratio",
+                        ArgumentTest::Range {
+                            min: None,
+                            max: Number::from_f64(0.5),
+                        },
+                    ),
+                    rule(
+                        "unit",
+                        ArgumentTest::OneOf(vec![Value::from("kg"), Value::from(3)]),
+                    ),
+                    rule("maybe", ArgumentTest::OneOf(vec![Value::from(1)])),
+                    rule("secret", ArgumentTest::Refuse(vec!["*".into()])),
+                    rule(
+                        "absent",
+                        ArgumentTest::Range {
+                            min: Some(Number::from(0)),
+                            max: None,
+                        },
+                    ),
+                ]
+                .into_iter()
+                .take(if strict { 8 } else { 6 })
+                .collect(),
+                ..ToolRules::default()
+            }],
+            ..Narrowing::default()
+        }
+    }
+
+    proptest! {
+        // The gate reads each argument off the call; `explain` reads the arguments written as JSON.
+        // Both must refuse the same calls, for the same reason.
+        #[test]
+        fn the_gate_and_the_written_arguments_agree(
+            host in prop_oneof![Just("prod-db".to_owned()), Just("a.internal".to_owned()), "[a-z.-]{0,12}"],
+            hosts in proptest::collection::vec(prop_oneof![Just("prod-x".to_owned()), "[a-z-]{0,8}"], 0..4),
+            n in prop_oneof![Just(-5i64), Just(100), Just(101), Just(-6), -200i64..200],
+            ratio in prop_oneof![Just(0.5f64), Just(0.5000001), -1.0f64..1.0],
+            unit in prop_oneof![Just(Value::from("kg")), Just(Value::from(3)), Just(Value::from(3.0)), Just(Value::from("lb")), Just(Value::Null)],
+            maybe in proptest::option::of(0u8..3),
+            secret in "[a-z]{0,4}",
+            opaque in any::<bool>(),
+            order in any::<bool>(),
+            strict in any::<bool>(),
+        ) {
+            let narrowing = rules(strict);
+            let mut args = vec![
+                (&&Arg(&host)).__toolgate_arg("host"),
+                (&&Arg(&hosts)).__toolgate_arg("hosts"),
+                (&&Arg(&n)).__toolgate_arg("n"),
+                (&&Arg(&ratio)).__toolgate_arg("ratio"),
+                (&&Arg(&unit)).__toolgate_arg("unit"),
+                (&&Arg(&maybe)).__toolgate_arg("maybe"),
+                (&&Arg(&secret)).__toolgate_redacted("secret"),
+            ];
+            if opaque {
+                args.push((&&Arg(&Opaque)).__toolgate_arg("pool"));
+            }
+            if order {
+                args.reverse();
+            }
+            let call = CallInfo { arguments: &args, ..CallInfo::default() };
+            let json = call.arguments().map(|a| a.json);
+            let by_gate = narrowing.refuses_arguments(0, |name| call.value(name));
+            let by_json = narrowing.refuses_json(0, json.as_deref());
+            prop_assert_eq!(&by_gate, &by_json);
+            // A redacted argument is never read for what it is: the rule on it refuses it as unreadable.
+            if let Some(why) = by_gate.as_deref().filter(|why| why.contains("`secret`")) {
+                prop_assert!(why.ends_with("cannot be read (it is redacted or not serializable)"), "{}", why);
+            }
+            prop_assert!(!strict || by_gate.is_some());
+        }
+    }
+
+    #[test]
+    fn an_argument_bound_by_a_pattern_cannot_be_read() {
+        let narrowing = rules(false);
+        let host = "dev".to_owned();
+        let args = [(&&Arg(&host)).__toolgate_arg("host"), ArgRef::unnamed()];
+        let call = CallInfo {
+            arguments: &args,
+            ..CallInfo::default()
+        };
+        let why = narrowing
+            .refuses_arguments(0, |name| call.value(name))
+            .unwrap();
+        assert!(why.contains("cannot be read to check `hosts`"), "{why}");
+        let why = narrowing
+            .refuses_json(0, call.arguments().map(|a| a.json).as_deref())
+            .unwrap();
+        assert!(why.contains("cannot be read to check `host`"), "{why}");
+    }
+}
