@@ -7,11 +7,11 @@ use serde_json::{Number, Value};
 use toml::Spanned;
 
 use super::model::{ArgumentRule, At, Budget, PolicyError, PolicyErrors, Rules, Scope, Section};
-use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc};
+use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc, unknown_keys};
 use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
 use crate::gate::denylist::DenyRule;
 use crate::gate::narrowing::{ArgumentTest, compare};
-use crate::policy::suggest::did_you_mean;
+use crate::policy::suggest::{closest, did_you_mean};
 use crate::policy::{Mode, Risk};
 use crate::registry::{Tool, ToolEntry, registry};
 use crate::terminal::escaped;
@@ -38,8 +38,24 @@ pub(super) fn check(name: &str, text: &str, tools: bool) -> Result<Vec<Section>,
     let doc: FileDoc = match toml::from_str(text) {
         Ok(doc) => doc,
         Err(error) => {
-            let start = error.span().map_or(0, |s| s.start);
-            checker.error(start, error.message().trim_end().to_owned());
+            let unknown = unknown_keys(text);
+            if unknown.is_empty() {
+                let start = error.span().map_or(0, |s| s.start);
+                checker.error(start, error.message().trim_end().to_owned());
+            }
+            for (at, key, known) in unknown {
+                let message = match closest(&key, known) {
+                    Some(close) => {
+                        format!("unknown key `{}`; did you mean `{close}`?", escaped(&key))
+                    }
+                    None => format!(
+                        "unknown key `{}`; this table holds `{}`",
+                        escaped(&key),
+                        known.join("`, `")
+                    ),
+                };
+                checker.error(at, message);
+            }
             return Err(PolicyErrors(checker.errors));
         }
     };

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,4 +53,67 @@ pub(super) struct ArgumentDoc {
     pub(super) one_of: Option<Spanned<Vec<toml::Value>>>,
     pub(super) min: Option<Spanned<toml::Value>>,
     pub(super) max: Option<Spanned<toml::Value>>,
+}
+
+const FILE_KEYS: &[&str] = &["format", "defaults", "principals", "agents"];
+const RULES_KEYS: &[&str] = &[
+    "ceiling",
+    "deny",
+    "ask",
+    "ask_at",
+    "taint",
+    "arguments",
+    "budgets",
+];
+const ARGUMENT_KEYS: &[&str] = &["tool", "parameter", "refuse", "one_of", "min", "max"];
+const BUDGET_KEYS: &[&str] = &["tool", "risk", "agent", "calls", "per"];
+
+/// Every key of `text` that the file's shape does not have, each with its place and the keys its
+/// table may hold: serde stops at the first, and an operator should see them all at once. Empty where
+/// the text is not TOML, or every key is known.
+pub(super) fn unknown_keys(text: &str) -> Vec<(usize, String, &'static [&'static str])> {
+    let Ok(file) = DeTable::parse(text) else {
+        return Vec::new();
+    };
+    let mut unknown = Vec::new();
+    let rules = |table: &DeTable<'_>, unknown: &mut Vec<_>| {
+        keys(table, RULES_KEYS, unknown);
+        for (key, list) in [("arguments", ARGUMENT_KEYS), ("budgets", BUDGET_KEYS)] {
+            if let Some(DeValue::Array(items)) = table.get(key).map(|v| v.get_ref()) {
+                for item in items.iter() {
+                    if let DeValue::Table(item) = item.get_ref() {
+                        keys(item, list, unknown);
+                    }
+                }
+            }
+        }
+    };
+    let file = file.get_ref();
+    keys(file, FILE_KEYS, &mut unknown);
+    if let Some(DeValue::Table(defaults)) = file.get("defaults").map(|v| v.get_ref()) {
+        rules(defaults, &mut unknown);
+    }
+    for scope in ["principals", "agents"] {
+        if let Some(DeValue::Table(named)) = file.get(scope).map(|v| v.get_ref()) {
+            for table in named.values() {
+                if let DeValue::Table(table) = table.get_ref() {
+                    rules(table, &mut unknown);
+                }
+            }
+        }
+    }
+    unknown.sort_by_key(|(at, _, _)| *at);
+    unknown
+}
+
+fn keys(
+    table: &DeTable<'_>,
+    known: &'static [&'static str],
+    unknown: &mut Vec<(usize, String, &'static [&'static str])>,
+) {
+    for key in table.keys() {
+        if !known.contains(&key.get_ref().as_ref()) {
+            unknown.push((key.span().start, key.get_ref().to_string(), known));
+        }
+    }
 }

@@ -84,9 +84,35 @@ colour = "red"
     assert_eq!(
         errors(text),
         vec![
-            "8:1: unknown field `colour`, expected one of `ceiling`, `deny`, `ask`, `ask_at`, `taint`, `arguments`, `budgets`"
+            "8:1: unknown key `colour`; this table holds `ceiling`, `deny`, `ask`, `ask_at`, `taint`, `arguments`, `budgets`"
         ],
-        "serde stops at the first unknown key"
+    );
+    // Every unknown key at once, wherever it is, with the key meant where one is close.
+    let text = r#"format = 1
+fromat = 2
+
+[defaults]
+celing = "SHADOW"
+
+[[principals.alice.arguments]]
+tool = "pf.read"
+parameter = "host"
+refuse = ["prod-*"]
+maxx = 3
+
+[[agents.bot.budgets]]
+calls = 3
+per = "1h"
+window = "1d"
+"#;
+    assert_eq!(
+        errors(text),
+        vec![
+            "2:1: unknown key `fromat`; did you mean `format`?",
+            "5:1: unknown key `celing`; did you mean `ceiling`?",
+            "11:1: unknown key `maxx`; did you mean `max`?",
+            "16:1: unknown key `window`; this table holds `tool`, `risk`, `agent`, `calls`, `per`",
+        ],
     );
     let text = r#"format = 1
 
@@ -466,7 +492,7 @@ fn a_file_that_does_not_check_is_refused_and_the_old_policy_kept() {
     .unwrap();
     let errors = live.reload("ops").unwrap_err();
     assert!(
-        errors.to_string().contains(":4:1: unknown field `allow`"),
+        errors.to_string().contains(":4:1: unknown key `allow`"),
         "{errors}"
     );
     assert_eq!(live.current().unwrap().digest(), kept);
