@@ -23,6 +23,9 @@ struct Held {
 #[derive(Debug, Default)]
 pub(crate) struct Grants {
     held: Vec<Held>,
+    /// How many times grants were revoked: an answer given before a revocation makes no grant after
+    /// it.
+    revocations: u64,
 }
 
 pub(crate) fn lock(grants: &Mutex<Grants>) -> MutexGuard<'_, Grants> {
@@ -144,7 +147,13 @@ impl Grants {
             .collect()
     }
 
+    /// How many times grants were revoked so far.
+    pub(crate) fn revocations(&self) -> u64 {
+        self.revocations
+    }
+
     pub(crate) fn revoke(&mut self, tool: Option<&str>) -> usize {
+        self.revocations += 1;
         let before = self.held.len();
         self.held.retain(|g| tool.is_some_and(|t| t != g.tool));
         before - self.held.len()

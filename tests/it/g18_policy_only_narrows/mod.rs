@@ -4,6 +4,7 @@
 //! grants, budgets, the latch, slow sinks and argument values.
 
 mod attacks;
+mod commit_point;
 mod policy_file;
 mod rules_off_the_call;
 

@@ -128,7 +128,8 @@ impl<A: ArgumentSource> Decision<A> {
                 && let Some(grant) = allowed.grant.take()
             {
                 let by = allowed.by.clone().unwrap_or_default();
-                gate.grant(entry, risk, grant, &by, &mut self.arguments);
+                let asked_at = held.revocations;
+                gate.grant(entry, risk, grant, &by, asked_at, &mut self.arguments);
             }
         }
         let mut permit = std::mem::replace(&mut self.permit, Permit::unaudited());
@@ -160,9 +161,17 @@ impl<A: ArgumentSource> Decision<A> {
         // new policy on the arguments were read with them.)
         let repolicied = held.now.is_some();
         if now != held.state || repolicied {
+            // A policy replaced in the same state that still asks for an approval leaves the one this
+            // call was given standing: the approver saw this call, in this state, with these
+            // arguments (compared already). A changed state needs an approval given in it.
+            let approved = held
+                .allowed
+                .as_ref()
+                .is_some_and(|a| a.decision != Decided::Allowed);
             let code = match gate.verdict_in(table, entry, risk, now) {
                 Verdict::Allow => None,
                 Verdict::Refuse(code) => Some(code),
+                Verdict::NeedsApproval if now == held.state && approved => None,
                 Verdict::NeedsApproval => Some(DenialCode::ApprovalRequired),
             };
             if let Some(code) = code {
@@ -210,12 +219,15 @@ impl Gate {
         risk: EffectiveRisk,
         grant: SessionGrant,
         by: &str,
+        revocations: u64,
         arguments: &mut A,
     ) {
         let binding = arguments.binding();
         let mut held = grants::lock(&self.inner.approvals.grants);
         let now = Instant::now();
-        if self.tainted() || !held.can_grant(&grant, binding.is_some(), now) {
+        // Grants revoked since it was asked: the answer runs its own call, and grants nothing.
+        let revoked = held.revocations() != revocations;
+        if revoked || self.tainted() || !held.can_grant(&grant, binding.is_some(), now) {
             return;
         }
         if let Some(sink) = &self.inner.audit {

@@ -12,9 +12,9 @@ use super::records::audit_unavailable;
 use super::refusal::refuse;
 use super::state::{At, Decision, Held};
 use super::waits::{Allowed, Answered, Wait, Waits};
-use crate::gate::Gate;
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
+use crate::gate::{Gate, grants};
 use crate::policy::{DenialCode, Mode, Verdict};
 
 /// What the driver says: the decision, or what it waits for.
@@ -80,6 +80,7 @@ impl<A: ArgumentSource> Decision<A> {
                             table,
                             now: None,
                             verdict,
+                            revocations: 0,
                             reserved: None,
                             allowed: None,
                         });
@@ -104,8 +105,9 @@ impl<A: ArgumentSource> Decision<A> {
                     self.at = At::Approval(i + 1);
                     return None;
                 }
-                let asked =
-                    self.gates[i].approval(entry, mode, risk, &mut self.arguments, self.waits);
+                let gate = &self.gates[i];
+                self.held[i].revocations = grants::lock(&gate.inner.approvals.grants).revocations();
+                let asked = gate.approval(entry, mode, risk, &mut self.arguments, self.waits);
                 match asked {
                     Approving::Done(result) => self.approved(i, result),
                     Approving::Wait(wait) => return Some(Step::Wait(wait)),

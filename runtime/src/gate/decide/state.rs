@@ -33,6 +33,9 @@ pub(super) struct Held {
     /// The gate's table at the commit point, where another replaced `table` meanwhile.
     pub(super) now: Option<Arc<Table>>,
     pub(super) verdict: Verdict,
+    /// The gate's count of revocations when it asked for an approval: a grant the answer gives is
+    /// made only if no revocation came between.
+    pub(super) revocations: u64,
     /// The budget units reserved, given back when dropped unless committed.
     pub(super) reserved: Option<Reserved>,
     pub(super) allowed: Option<Allowed>,
