@@ -103,8 +103,10 @@ pub struct ProbeInner {
 #[schemars(crate = "toolgate::schemars")]
 pub struct Probe(#[schemars(with = "String")] Arc<ProbeInner>);
 
+/// Per value, the holds to wait at, by the number of the read.
+type Armed = Vec<(String, Vec<(usize, Hold)>)>;
 /// Waits armed for probes made by `Deserialize` (calls by name), by their value.
-static ARMED: Mutex<Vec<(String, Vec<(usize, Hold)>)>> = Mutex::new(Vec::new());
+static ARMED: Mutex<Armed> = Mutex::new(Vec::new());
 /// The probe of the call held now.
 static HELD: Mutex<Vec<(String, Probe)>> = Mutex::new(Vec::new());
 
@@ -199,7 +201,9 @@ impl toolgate::serde::Serialize for Tag {
 
 impl<'de> toolgate::serde::Deserialize<'de> for Tag {
     fn deserialize<D: toolgate::serde::Deserializer<'de>>(d: D) -> Result<Tag, D::Error> {
-        Ok(Tag(<String as toolgate::serde::Deserialize>::deserialize(d)?))
+        Ok(Tag(<String as toolgate::serde::Deserialize>::deserialize(
+            d,
+        )?))
     }
 }
 
@@ -380,7 +384,11 @@ fn setup_with(flavor: Flavor, text: &str, taint: TaintPolicy) -> Setup {
         Flavor::Approve | Flavor::ApproveSink | Flavor::GrantTool | Flavor::GrantExactSink
     );
     let live = LivePolicy::new(pf(&if ask {
-        text.replacen("[defaults]\n", "[defaults]\nask = [\"r2.probe\", \"r2.probe_async\", \"r2.probe_gate\"]\n", 1)
+        text.replacen(
+            "[defaults]\n",
+            "[defaults]\nask = [\"r2.probe\", \"r2.probe_async\", \"r2.probe_gate\"]\n",
+            1,
+        )
     } else {
         text.to_owned()
     }));
@@ -420,11 +428,17 @@ fn setup_with(flavor: Flavor, text: &str, taint: TaintPolicy) -> Setup {
     }
     // without an argument rule these flavors read no argument at their commit point (a granted call,
     // a budget, or a sink's digest before `enter`): a harmless rule makes the commit point read them
-    if matches!(flavor, Flavor::Budget | Flavor::GrantTool | Flavor::SlowSink)
-        && !text.contains("[[defaults.arguments]]")
+    if matches!(
+        flavor,
+        Flavor::Budget | Flavor::GrantTool | Flavor::SlowSink
+    ) && !text.contains("[[defaults.arguments]]")
     {
         let base = if ask {
-            text.replacen("[defaults]\n", "[defaults]\nask = [\"r2.probe\", \"r2.probe_async\", \"r2.probe_gate\"]\n", 1)
+            text.replacen(
+                "[defaults]\n",
+                "[defaults]\nask = [\"r2.probe\", \"r2.probe_async\", \"r2.probe_gate\"]\n",
+                1,
+            )
         } else {
             text.to_owned()
         };
@@ -435,9 +449,11 @@ fn setup_with(flavor: Flavor, text: &str, taint: TaintPolicy) -> Setup {
         live.replace(pf(&with_rule), "setup");
     }
     if flavor == Flavor::Budget {
-        b = b
-            .budget_store(SlowBudgets::default())
-            .budget(BudgetScope::tool("r2.probe*"), 1000, Duration::from_secs(3600));
+        b = b.budget_store(SlowBudgets::default()).budget(
+            BudgetScope::tool("r2.probe*"),
+            1000,
+            Duration::from_secs(3600),
+        );
     }
     Setup {
         flavor,
@@ -493,7 +509,13 @@ fn call(gate: &Gate, path: Path, value: &str, waits: Vec<(usize, Hold)>, tag: &s
 
 /// The number of serializations of a harmless call's argument on this gate and path before its body.
 fn calibrate(s: &Setup, path: Path, tag: &str) -> Option<usize> {
-    let _ = call(&s.gate, path, &format!("cal0-{tag}"), Vec::new(), &format!("{tag}-0"));
+    let _ = call(
+        &s.gate,
+        path,
+        &format!("cal0-{tag}"),
+        Vec::new(),
+        &format!("{tag}-0"),
+    );
     let out = call(&s.gate, path, &format!("cal-{tag}"), Vec::new(), tag);
     let n = count_seen(tag);
     if n.is_none() {
@@ -537,7 +559,7 @@ fn trail_faults(sink: &MemorySink, tag_ran: &dyn Fn(u64) -> Option<bool>) -> Vec
             _ => {}
         }
     }
-    for (call, _) in &enters {
+    for call in enters.keys() {
         match exits.get(call) {
             None => faults.push(format!("enter of call {call} has no exit")),
             Some(x) => {
@@ -683,7 +705,10 @@ fn matrix(
                 ));
             }
             for f in &held.faults {
-                holes.push(format!("{flavor:?}/{path:?}: trail: {f} (outcome {})", held.outcome));
+                holes.push(format!(
+                    "{flavor:?}/{path:?}: trail: {f} (outcome {})",
+                    held.outcome
+                ));
             }
         }
     }
@@ -834,7 +859,10 @@ fn r2_07_rule_removed_during_commit_read_call_not_lost() {
         TaintPolicy::Refuse,
         |s, _| {
             let ask = s.flavor != Flavor::SlowSink && s.flavor != Flavor::Budget;
-            format!("replace returned: {}", replace_now(&s.live, file(&[], ask, "")))
+            format!(
+                "replace returned: {}",
+                replace_now(&s.live, file(&[], ask, ""))
+            )
         },
         must_run,
     );
@@ -944,7 +972,10 @@ fn r2_09_exact_grant_value_changed_during_commit_read() {
 #[test]
 fn r2_10_approved_call_value_changed_during_commit_read() {
     let mut holes = Vec::new();
-    for (i, flavor) in [Flavor::Approve, Flavor::ApproveSink].into_iter().enumerate() {
+    for (i, flavor) in [Flavor::Approve, Flavor::ApproveSink]
+        .into_iter()
+        .enumerate()
+    {
         let s = setup(flavor, BASE);
         let from = format!("staging-r2_10{i}");
         let to = format!("prod-r2_10{i}");
@@ -982,30 +1013,45 @@ fn r2_11_two_step_value_changed_during_commit_read() {
         // the count of serializations before the body, on an approved call: approve a calibration call
         let cal = format!("cal-{tag}");
         let pending = toolgate::registry()
-            .call(&gate, "r2.probe", serde_json::json!({"host": cal, "tag": "x"}))
+            .call(
+                &gate,
+                "r2.probe",
+                serde_json::json!({"host": cal, "tag": "x"}),
+            )
             .now()
             .unwrap()
             .unwrap_err();
         assert_eq!(pending.code(), "APPROVAL_PENDING", "{pending}");
-        gate.approve(pending.denied().unwrap().approval_token().unwrap()).unwrap();
+        gate.approve(pending.denied().unwrap().approval_token().unwrap())
+            .unwrap();
         let o = call(&gate, Path::ByName, &cal, Vec::new(), "x");
         let _ = o;
         // calibrate by a tag carried in the value: use a fresh pending/approve with the tag
         let pending = toolgate::registry()
-            .call(&gate, "r2.probe", serde_json::json!({"host": cal, "tag": format!("{tag}-cal")}))
+            .call(
+                &gate,
+                "r2.probe",
+                serde_json::json!({"host": cal, "tag": format!("{tag}-cal")}),
+            )
             .now()
             .unwrap()
             .unwrap_err();
-        gate.approve(pending.denied().unwrap().approval_token().unwrap()).unwrap();
+        gate.approve(pending.denied().unwrap().approval_token().unwrap())
+            .unwrap();
         let o = call(&gate, Path::ByName, &cal, Vec::new(), &format!("{tag}-cal"));
         let n = count_seen(&format!("{tag}-cal")).unwrap_or_else(|| panic!("calibration: {o}"));
         // the attack
         let pending = toolgate::registry()
-            .call(&gate, "r2.probe", serde_json::json!({"host": from, "tag": tag}))
+            .call(
+                &gate,
+                "r2.probe",
+                serde_json::json!({"host": from, "tag": tag}),
+            )
             .now()
             .unwrap()
             .unwrap_err();
-        gate.approve(pending.denied().unwrap().approval_token().unwrap()).unwrap();
+        gate.approve(pending.denied().unwrap().approval_token().unwrap())
+            .unwrap();
         let hold = Hold::default();
         let g = gate.clone();
         let (h, v, t) = (hold.clone(), from.clone(), tag.clone());
@@ -1058,12 +1104,17 @@ fn r2_12_two_step_policy_replaced_during_commit_read() {
         .unwrap();
     let approve = |v: &str, tag: &str| {
         let pending = toolgate::registry()
-            .call(&gate, "r2.probe", serde_json::json!({"host": v, "tag": tag}))
+            .call(
+                &gate,
+                "r2.probe",
+                serde_json::json!({"host": v, "tag": tag}),
+            )
             .now()
             .unwrap()
             .unwrap_err();
         assert_eq!(pending.code(), "APPROVAL_PENDING", "{pending}");
-        gate.approve(pending.denied().unwrap().approval_token().unwrap()).unwrap();
+        gate.approve(pending.denied().unwrap().approval_token().unwrap())
+            .unwrap();
     };
     approve("cal-r2_12", "r2_12-cal");
     let o = call(&gate, Path::ByName, "cal-r2_12", Vec::new(), "r2_12-cal");
@@ -1077,7 +1128,10 @@ fn r2_12_two_step_policy_replaced_during_commit_read() {
     let returned = replace_now(&live, file(&["staging-*"], true, ""));
     hold.release();
     let out = th.join().unwrap();
-    assert!(runs("r2_12").is_empty(), "ran (replace returned {returned}): {out}");
+    assert!(
+        runs("r2_12").is_empty(),
+        "ran (replace returned {returned}): {out}"
+    );
     // the rule removed again: the approval of the refused call may run it once, never twice
     live.replace(pf(&file(&[], true, "")), "ops");
     let a = call(&gate, Path::ByName, "staging-r2_12", Vec::new(), "r2_12");
@@ -1097,7 +1151,8 @@ fn r2_13_budget_spent_from_another_thread_during_commit_read() {
     let mut holes = Vec::new();
     for (i, with_file_budget) in [false, true].into_iter().enumerate() {
         let text = if with_file_budget {
-            "format = 1\n[[defaults.budgets]]\ntool = \"r2.probe\"\ncalls = 3\nper = \"1h\"\n".to_owned()
+            "format = 1\n[[defaults.budgets]]\ntool = \"r2.probe\"\ncalls = 3\nper = \"1h\"\n"
+                .to_owned()
         } else {
             BASE.to_owned()
         };
@@ -1154,8 +1209,12 @@ fn r2_13_budget_spent_from_another_thread_during_commit_read() {
 #[test]
 fn r2_14_policy_replaced_keeps_the_held_calls_unit() {
     let mut holes = Vec::new();
-    for (i, path) in [Path::Sync, Path::Async, Path::ByName].into_iter().enumerate() {
-        let text = "format = 1\n[[defaults.budgets]]\ntool = \"r2.probe*\"\ncalls = 2\nper = \"1h\"\n";
+    for (i, path) in [Path::Sync, Path::Async, Path::ByName]
+        .into_iter()
+        .enumerate()
+    {
+        let text =
+            "format = 1\n[[defaults.budgets]]\ntool = \"r2.probe*\"\ncalls = 2\nper = \"1h\"\n";
         let live = LivePolicy::new(pf(text));
         let sink = MemorySink::new();
         let gate = Gate::builder()
@@ -1166,7 +1225,13 @@ fn r2_14_policy_replaced_keeps_the_held_calls_unit() {
             .build()
             .unwrap();
         let tag = format!("r2_14{i}");
-        let o = call(&gate, path, &format!("cal-{tag}"), Vec::new(), &format!("{tag}-cal"));
+        let o = call(
+            &gate,
+            path,
+            &format!("cal-{tag}"),
+            Vec::new(),
+            &format!("{tag}-cal"),
+        );
         let n = count_seen(&format!("{tag}-cal")).unwrap_or_else(|| panic!("{o}"));
         let hold = Hold::default();
         let g = gate.clone();
@@ -1174,10 +1239,7 @@ fn r2_14_policy_replaced_keeps_the_held_calls_unit() {
         let v = format!("staging-{tag}");
         let th = thread::spawn(move || call(&g, path, &v, vec![(n, h)], &t));
         assert!(hold.arrived_within(Duration::from_secs(5)));
-        let returned = replace_now(
-            &live,
-            format!("{text}[defaults]\ndeny = [\"r2.other\"]\n"),
-        );
+        let returned = replace_now(&live, format!("{text}[defaults]\ndeny = [\"r2.other\"]\n"));
         hold.release();
         let out = th.join().unwrap();
         let third = call(&gate, path, "staging", Vec::new(), &format!("{tag}-3"));
@@ -1202,19 +1264,30 @@ fn r2_14_policy_replaced_keeps_the_held_calls_unit() {
 #[test]
 fn r2_15_policy_changes_at_every_commit_read() {
     let mut holes = Vec::new();
-    for (i, flavor) in [Flavor::ApproveSink, Flavor::SlowSink, Flavor::Budget, Flavor::Approve]
-        .into_iter()
-        .enumerate()
+    for (i, flavor) in [
+        Flavor::ApproveSink,
+        Flavor::SlowSink,
+        Flavor::Budget,
+        Flavor::Approve,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let mut dry_reads = 0usize;
         for last_denies in [false, true] {
             let s = setup(flavor, BASE);
             let tag = format!("r2_15{i}{}", last_denies as u8);
             let n = calibrate(&s, Path::Sync, &format!("{tag}-cal")).unwrap();
-            println!("{flavor:?}: calibrated {n} ({:?})", runs(&format!("{tag}-cal-0")));
+            println!(
+                "{flavor:?}: calibrated {n} ({:?})",
+                runs(&format!("{tag}-cal-0"))
+            );
             let holds: Vec<Hold> = (0..8).map(|_| Hold::default()).collect();
-            let waits: Vec<(usize, Hold)> =
-                holds.iter().enumerate().map(|(k, h)| (n + k, h.clone())).collect();
+            let waits: Vec<(usize, Hold)> = holds
+                .iter()
+                .enumerate()
+                .map(|(k, h)| (n + k, h.clone()))
+                .collect();
             let g = s.gate.clone();
             let t = tag.clone();
             let th = thread::spawn(move || call(&g, Path::Sync, "staging-x", waits, &t));
@@ -1228,7 +1301,15 @@ fn r2_15_policy_changes_at_every_commit_read() {
                 let text = if last_denies && k + 1 >= dry_reads {
                     file(&[], ask, "deny = [\"r2.probe*\"]\n")
                 } else {
-                    file(&[], ask, if k % 2 == 0 { "deny = [\"r2.other\"]\n" } else { "ask_at = \"HIGH_WRITE\"\n" })
+                    file(
+                        &[],
+                        ask,
+                        if k % 2 == 0 {
+                            "deny = [\"r2.other\"]\n"
+                        } else {
+                            "ask_at = \"HIGH_WRITE\"\n"
+                        },
+                    )
                 };
                 let returned = replace_now(&s.live, text);
                 if !returned {
@@ -1245,10 +1326,14 @@ fn r2_15_policy_changes_at_every_commit_read() {
             }
             println!("{flavor:?} last_denies {last_denies}: {reached} reads held: {out}");
             if last_denies && !runs(&tag).is_empty() {
-                holes.push(format!("{flavor:?}: ran after the deny ({reached} reads): {out}"));
+                holes.push(format!(
+                    "{flavor:?}: ran after the deny ({reached} reads): {out}"
+                ));
             }
             if !last_denies && runs(&tag).is_empty() && !out.contains("kept changing") {
-                holes.push(format!("{flavor:?}: lost without naming why ({reached} reads): {out}"));
+                holes.push(format!(
+                    "{flavor:?}: lost without naming why ({reached} reads): {out}"
+                ));
             }
             if let Some(sink) = &s.sink {
                 let ran_body = !runs(&tag).is_empty();
@@ -1312,20 +1397,29 @@ fn r2_16_policy_replaced_in_a_loop_while_calls_run() {
                 holes.push(format!("{flavor:?}/{path:?}: prod ran: {out}"));
             }
             if !value.starts_with("prod") && !ran_it && !out.contains("kept changing") {
-                holes.push(format!("{flavor:?}/{path:?}: a call every file allows was lost: {out}"));
+                holes.push(format!(
+                    "{flavor:?}/{path:?}: a call every file allows was lost: {out}"
+                ));
             }
-            let key = if ran_it { "ran".to_owned() } else { out.split(':').next().unwrap().to_owned() };
+            let key = if ran_it {
+                "ran".to_owned()
+            } else {
+                out.split(':').next().unwrap().to_owned()
+            };
             *outcomes.entry(key).or_default() += 1;
             j += 1;
         }
         stop.store(true, Ordering::SeqCst);
         let k = replacer.join().unwrap();
-        s.live.replace(pf(&file(&[], ask, "deny = [\"r2.probe*\"]\n")), "final");
+        s.live
+            .replace(pf(&file(&[], ask, "deny = [\"r2.probe*\"]\n")), "final");
         for (jj, path) in PATHS.iter().enumerate() {
             let ctag = format!("{tag}-final-{jj}");
             let out = call(&s.gate, *path, "staging-db", Vec::new(), &ctag);
             if !runs(&ctag).is_empty() {
-                holes.push(format!("{flavor:?}/{path:?}: ran after the deny's replace returned: {out}"));
+                holes.push(format!(
+                    "{flavor:?}/{path:?}: ran after the deny's replace returned: {out}"
+                ));
             }
         }
         println!("{flavor:?}: {k} replacements, outcomes {outcomes:?}");
@@ -1338,7 +1432,12 @@ fn r2_16_policy_replaced_in_a_loop_while_calls_run() {
 #[test]
 fn r2_17_deny_while_concurrent_calls_run() {
     let mut holes = Vec::new();
-    for flavor in [Flavor::Approve, Flavor::SlowSink, Flavor::Budget, Flavor::GrantTool] {
+    for flavor in [
+        Flavor::Approve,
+        Flavor::SlowSink,
+        Flavor::Budget,
+        Flavor::GrantTool,
+    ] {
         let s = setup(flavor, BASE);
         let ask = !matches!(flavor, Flavor::SlowSink | Flavor::Budget);
         prime(&s, Path::Sync, "r2_17-prime");
@@ -1347,7 +1446,12 @@ fn r2_17_deny_while_concurrent_calls_run() {
         let late: Arc<Mutex<Vec<String>>> = Arc::default();
         let mut workers = Vec::new();
         for w in 0..3 {
-            let (g, st, da, late) = (s.gate.clone(), stop.clone(), denied_at.clone(), late.clone());
+            let (g, st, da, late) = (
+                s.gate.clone(),
+                stop.clone(),
+                denied_at.clone(),
+                late.clone(),
+            );
             workers.push(thread::spawn(move || {
                 let mut j = 0;
                 while !st.load(Ordering::SeqCst) {
@@ -1355,12 +1459,11 @@ fn r2_17_deny_while_concurrent_calls_run() {
                     let started = Instant::now();
                     let ctag = format!("r2_17-{flavor:?}-{w}-{j}");
                     let out = call(&g, path, "staging-db", Vec::new(), &ctag);
-                    if !runs(&ctag).is_empty() {
-                        if let Some(at) = *da.lock().unwrap() {
-                            if started > at + Duration::from_millis(50) {
-                                late.lock().unwrap().push(format!("{path:?}: {out}"));
-                            }
-                        }
+                    if !runs(&ctag).is_empty()
+                        && let Some(at) = *da.lock().unwrap()
+                        && started > at + Duration::from_millis(50)
+                    {
+                        late.lock().unwrap().push(format!("{path:?}: {out}"));
                     }
                     j += 1;
                 }
@@ -1369,7 +1472,15 @@ fn r2_17_deny_while_concurrent_calls_run() {
         let l = s.live.clone();
         for k in 0..200 {
             l.replace(
-                pf(&file(&[], ask, if k % 2 == 0 { "deny = [\"r2.other\"]\n" } else { "" })),
+                pf(&file(
+                    &[],
+                    ask,
+                    if k % 2 == 0 {
+                        "deny = [\"r2.other\"]\n"
+                    } else {
+                        ""
+                    },
+                )),
                 "loop",
             );
         }
@@ -1382,7 +1493,11 @@ fn r2_17_deny_while_concurrent_calls_run() {
         }
         let late = late.lock().unwrap().clone();
         if !late.is_empty() {
-            holes.push(format!("{flavor:?}: {} ran after the deny: {:?}", late.len(), &late[..late.len().min(3)]));
+            holes.push(format!(
+                "{flavor:?}: {} ran after the deny: {:?}",
+                late.len(),
+                &late[..late.len().min(3)]
+            ));
         }
     }
     assert!(holes.is_empty(), "{holes:#?}");
@@ -1413,34 +1528,43 @@ fn r2_18_grant_of_a_call_refused_at_its_commit_point() {
             // calibrate on another tool path's first (asking) call: the first call of `value` asks
             let n = {
                 let s2 = setup(flavor, BASE);
-                let o = call(&s2.gate, path, "cal-first", Vec::new(), &format!("{tag}-cal"));
+                let o = call(
+                    &s2.gate,
+                    path,
+                    "cal-first",
+                    Vec::new(),
+                    &format!("{tag}-cal"),
+                );
                 count_seen(&format!("{tag}-cal")).unwrap_or_else(|| panic!("{o}"))
             };
-            let value = if flavor == Flavor::GrantExactSink { "staging-exact" } else { "staging-18" };
+            let value = if flavor == Flavor::GrantExactSink {
+                "staging-exact"
+            } else {
+                "staging-18"
+            };
             let hold = Hold::default();
             let (g, h, t) = (s.gate.clone(), hold.clone(), tag.clone());
             let th = thread::spawn(move || call(&g, path, value, vec![(n, h)], &t));
             if !hold.arrived_within(Duration::from_secs(5)) {
                 hold.release();
-                holes.push(format!("{flavor:?}/{path:?}/{attack}: not reached: {}", th.join().unwrap()));
+                holes.push(format!(
+                    "{flavor:?}/{path:?}/{attack}: not reached: {}",
+                    th.join().unwrap()
+                ));
                 continue;
             }
-            let note;
-            match attack {
-                "rule" => {
-                    note = format!("replaced: {}", replace_now(&s.live, file(&["staging-*"], true, "")));
-                }
-                "revoke" => {
-                    note = format!("revoked {}", s.gate.revoke_grants(None, "ops"));
-                }
-                _ => {
-                    // a plain gate cannot be lowered from here; the policy's ceiling lowers the mode
-                    note = format!(
-                        "replaced: {}",
-                        replace_now(&s.live, file(&[], true, "ceiling = \"SHADOW\"\n"))
-                    );
-                }
-            }
+            let note = match attack {
+                "rule" => format!(
+                    "replaced: {}",
+                    replace_now(&s.live, file(&["staging-*"], true, ""))
+                ),
+                "revoke" => format!("revoked {}", s.gate.revoke_grants(None, "ops")),
+                // a plain gate cannot be lowered from here; the policy's ceiling lowers the mode
+                _ => format!(
+                    "replaced: {}",
+                    replace_now(&s.live, file(&[], true, "ceiling = \"SHADOW\"\n"))
+                ),
+            };
             hold.release();
             let out = th.join().unwrap();
             let ran_first = !runs(&tag).is_empty();
@@ -1452,7 +1576,9 @@ fn r2_18_grant_of_a_call_refused_at_its_commit_point() {
             let asked_again = s.asked.load(Ordering::SeqCst) > asked;
             let ran_again = !runs(&format!("{tag}-again")).is_empty();
             if attack != "revoke" && ran_first {
-                holes.push(format!("{flavor:?}/{path:?}/{attack}: the refused call ran: {out} ({note})"));
+                holes.push(format!(
+                    "{flavor:?}/{path:?}/{attack}: the refused call ran: {out} ({note})"
+                ));
             }
             if ran_again && !asked_again && (!ran_first || attack == "revoke") {
                 holes.push(format!(
@@ -1501,7 +1627,10 @@ fn r2_19_nested_lone_gate_changes_during_the_others_commit_read() {
             let th = thread::spawn(move || run(&a2, &b2, "staging-19", vec![(n, h)], &t));
             if !hold.arrived_within(Duration::from_secs(5)) {
                 hold.release();
-                holes.push(format!("a_outside {a_outside} {attack}: not reached: {}", th.join().unwrap()));
+                holes.push(format!(
+                    "a_outside {a_outside} {attack}: not reached: {}",
+                    th.join().unwrap()
+                ));
                 continue;
             }
             let note = match attack {
@@ -1513,13 +1642,18 @@ fn r2_19_nested_lone_gate_changes_during_the_others_commit_read() {
                     "replaced {}",
                     replace_now(&live_a, file(&[], false, "deny = [\"r2.probe\"]\n"))
                 ),
-                "rule" => format!("replaced {}", replace_now(&live_a, file(&["staging-*"], false, ""))),
+                "rule" => format!(
+                    "replaced {}",
+                    replace_now(&live_a, file(&["staging-*"], false, ""))
+                ),
                 _ => code(a.run(|| fetch("page-19".into()))),
             };
             hold.release();
             let out = th.join().unwrap();
             if !runs(&tag).is_empty() {
-                holes.push(format!("a_outside {a_outside} {attack}: ran: {out} ({note})"));
+                holes.push(format!(
+                    "a_outside {a_outside} {attack}: ran: {out} ({note})"
+                ));
             }
             let sink = sb.sink.as_ref().unwrap();
             let last = sink
@@ -1567,8 +1701,7 @@ fn r2_20_trail_after_commit_refusals() {
         let recs = sink.records();
         let last_enter = recs
             .iter()
-            .filter(|r| r.stage == Stage::Enter && r.tool == "r2.probe")
-            .last()
+            .rfind(|r| r.stage == Stage::Enter && r.tool == "r2.probe")
             .cloned();
         let Some(enter) = last_enter else {
             problems.push(format!("{attack}: no enter at all"));
@@ -1581,7 +1714,10 @@ fn r2_20_trail_after_commit_refusals() {
             None => problems.push(format!("{attack}: enter without exit")),
             Some(x) => {
                 if x.outcome != Some(Outcome::Refused) {
-                    problems.push(format!("{attack}: exit says {:?} ({})", x.outcome, held.outcome));
+                    problems.push(format!(
+                        "{attack}: exit says {:?} ({})",
+                        x.outcome, held.outcome
+                    ));
                 }
                 let refused_code = held.outcome.split(':').next().unwrap_or("").to_owned();
                 if x.code.as_deref() != Some(refused_code.as_str()) {
@@ -1625,18 +1761,38 @@ fn r2_21_two_step_session_answer_revoked_and_tainted_during_commit_read() {
             .unwrap();
         let value = format!("s21-{k}");
         let pending = toolgate::registry()
-            .call(&gate, "r2.probe", serde_json::json!({"host": value, "tag": "x"}))
+            .call(
+                &gate,
+                "r2.probe",
+                serde_json::json!({"host": value, "tag": "x"}),
+            )
             .now()
             .unwrap()
             .unwrap_err();
         gate.answer(
             pending.denied().unwrap().approval_token().unwrap(),
-            Answer::Approve { by: "ops".into(), for_session: true },
+            Answer::Approve {
+                by: "ops".into(),
+                for_session: true,
+            },
         )
         .unwrap();
-        let _ = call(&gate, Path::ByName, &value, Vec::new(), &format!("r2_21{k}-cal"));
-        let o = call(&gate, Path::ByName, &value, Vec::new(), &format!("r2_21{k}-cal2"));
-        let n = count_seen(&format!("r2_21{k}-cal2")).unwrap_or_else(|| panic!("grant did not run: {o}"));
+        let _ = call(
+            &gate,
+            Path::ByName,
+            &value,
+            Vec::new(),
+            &format!("r2_21{k}-cal"),
+        );
+        let o = call(
+            &gate,
+            Path::ByName,
+            &value,
+            Vec::new(),
+            &format!("r2_21{k}-cal2"),
+        );
+        let n = count_seen(&format!("r2_21{k}-cal2"))
+            .unwrap_or_else(|| panic!("grant did not run: {o}"));
         let hold = Hold::default();
         let (g, h) = (gate.clone(), hold.clone());
         let tag = format!("r2_21{k}");

@@ -100,7 +100,7 @@ impl Hooked {
             hook: Mutex::new(None),
         }))
     }
-    fn hooked(v: &str, hold: &Hold) -> Hooked {
+    fn waiting(v: &str, hold: &Hold) -> Hooked {
         let h = Hooked::new(v);
         *h.0.hook.lock().unwrap() = Some(hold.clone());
         h
@@ -520,7 +520,7 @@ fn replace_while_held(live: &LivePolicy, file: PolicyFile, hold: &Hold) {
 fn z01_lone_deny_added_while_ruled_argument_is_read() {
     let (gate, live) = lone(&refuse_prod("rr.hooked", "host"));
     let hold = Hold::default();
-    let host = Hooked::hooked("staging-z01", &hold);
+    let host = Hooked::waiting("staging-z01", &hold);
     let g = gate.clone();
     let call = thread::spawn(move || code(g.run(|| hooked(host, "z01".into()))));
     assert!(
@@ -555,7 +555,7 @@ fn z01_lone_deny_added_while_ruled_argument_is_read() {
 fn z02_lone_kill_switch_while_ruled_argument_is_read() {
     let (gate, _live) = lone(&refuse_prod("rr.hooked", "host"));
     let hold = Hold::default();
-    let host = Hooked::hooked("staging-z02", &hold);
+    let host = Hooked::waiting("staging-z02", &hold);
     let g = gate.clone();
     let call = thread::spawn(move || code(g.run(|| hooked(host, "z02".into()))));
     assert!(hold.arrived_within(Duration::from_secs(5)));
@@ -574,7 +574,7 @@ fn z02_lone_kill_switch_while_ruled_argument_is_read() {
 fn z03_lone_latch_closes_while_ruled_argument_is_read() {
     let (gate, _live) = lone(&refuse_prod("rr.hooked", "host"));
     let hold = Hold::default();
-    let host = Hooked::hooked("staging-z03", &hold);
+    let host = Hooked::waiting("staging-z03", &hold);
     let g = gate.clone();
     let call = thread::spawn(move || code(g.run(|| hooked(host, "z03".into()))));
     assert!(hold.arrived_within(Duration::from_secs(5)));
@@ -1587,7 +1587,7 @@ fn z35_control_full_decision_refuses_what_changed_while_reading() {
             .build()
             .unwrap();
         let hold = Hold::default();
-        let host = Hooked::hooked(&format!("staging-{tag}"), &hold);
+        let host = Hooked::waiting(&format!("staging-{tag}"), &hold);
         let g = gate.clone();
         let t = tag.to_owned();
         let call = thread::spawn(move || code(g.run(|| hooked(host, t))));
@@ -1628,7 +1628,7 @@ fn z35_control_full_decision_refuses_what_changed_while_reading() {
 fn z36_async_lone_kill_switch_while_ruled_argument_is_read() {
     let (gate, _live) = lone(&refuse_prod("rr.hooked_async", "host"));
     let hold = Hold::default();
-    let host = Hooked::hooked("staging-z36", &hold);
+    let host = Hooked::waiting("staging-z36", &hold);
     let g = gate.clone();
     let call =
         thread::spawn(move || code(rt().block_on(g.scope(hooked_async(host, "z36".into())))));
