@@ -8,7 +8,7 @@
 //! Most attacks change one stateful feature (the policy, the mode, the taint latch, a grant, a budget)
 //! while another feature's decision waits (an approver, a two-step approval, a slow audit sink).
 
-use super::following;
+use super::{Hold, HoldingBudgets, following};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -167,42 +167,6 @@ fn pf(text: &str) -> PolicyFile {
 }
 
 const EMPTY: &str = "format = 1\n";
-
-/// A point where one thread waits until the test releases it.
-#[derive(Clone, Default)]
-struct Hold(Arc<(Mutex<(usize, bool)>, Condvar)>);
-
-impl Hold {
-    /// Called by the code under test: says it is here, then waits for `release`.
-    fn arrive_and_wait(&self) {
-        let (lock, cv) = &*self.0;
-        let mut state = lock.lock().unwrap();
-        state.0 += 1;
-        cv.notify_all();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !state.1 {
-            let (s, _) = cv.wait_timeout(state, Duration::from_millis(50)).unwrap();
-            state = s;
-            assert!(Instant::now() < deadline, "never released");
-        }
-    }
-    /// Waits until some thread has arrived.
-    fn wait_arrived(&self) {
-        let (lock, cv) = &*self.0;
-        let mut state = lock.lock().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while state.0 == 0 {
-            let (s, _) = cv.wait_timeout(state, Duration::from_millis(50)).unwrap();
-            state = s;
-            assert!(Instant::now() < deadline, "nothing arrived");
-        }
-    }
-    fn release(&self) {
-        let (lock, cv) = &*self.0;
-        lock.lock().unwrap().1 = true;
-        cv.notify_all();
-    }
-}
 
 /// An approver that waits for the test before it answers `answer`.
 fn holding_approver(
@@ -1449,27 +1413,6 @@ fn a18_34_argument_changed_behind_a_shared_handle_after_the_decision() {
         !has_run("shifty:h18-34:prod-db"),
         "the body ran on `prod-db`, which the file refuses (the call was judged on `staging`): {outcome}"
     );
-}
-
-/// A budget store that holds the decision until the test releases it.
-struct HoldingBudgets(Hold);
-
-impl toolgate::gate::budget::BudgetStore for HoldingBudgets {
-    fn take(
-        &self,
-        _: &[toolgate::gate::budget::BudgetCharge],
-        _: toolgate::gate::budget::Reservation,
-    ) -> toolgate::gate::budget::BudgetFuture {
-        self.0.arrive_and_wait();
-        Box::pin(async { Ok(toolgate::gate::budget::Taken::Taken) })
-    }
-
-    fn release(
-        &self,
-        _: &[toolgate::gate::budget::BudgetCharge],
-        _: toolgate::gate::budget::Reservation,
-    ) {
-    }
 }
 
 /// Guarantee 18 on a gate that keeps no record: a decision that waits (here for a budget store) reads

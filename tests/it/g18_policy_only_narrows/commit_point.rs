@@ -10,9 +10,10 @@
 //!
 //! Every test asserts the SAFE outcome: a test that fails is a hole.
 
+use super::Hold;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -52,42 +53,6 @@ fn count_seen(tag: &str) -> Option<usize> {
 
 // ---------------------------------------------------------------------------------------------------
 // A point where one thread waits until the test releases it.
-
-#[derive(Clone, Default)]
-pub struct Hold(Arc<(Mutex<(usize, bool)>, Condvar)>);
-
-impl Hold {
-    fn arrive_and_wait(&self) {
-        let (lock, cv) = &*self.0;
-        let mut state = lock.lock().unwrap();
-        state.0 += 1;
-        cv.notify_all();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !state.1 {
-            let (s, _) = cv.wait_timeout(state, Duration::from_millis(50)).unwrap();
-            state = s;
-            assert!(Instant::now() < deadline, "never released");
-        }
-    }
-    fn arrived_within(&self, limit: Duration) -> bool {
-        let (lock, cv) = &*self.0;
-        let mut state = lock.lock().unwrap();
-        let deadline = Instant::now() + limit;
-        while state.0 == 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            let (s, _) = cv.wait_timeout(state, Duration::from_millis(20)).unwrap();
-            state = s;
-        }
-        true
-    }
-    fn release(&self) {
-        let (lock, cv) = &*self.0;
-        lock.lock().unwrap().1 = true;
-        cv.notify_all();
-    }
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Probe: a value behind a shared handle whose Serialize counts, may wait at chosen counts, and reads

@@ -10,6 +10,9 @@ mod commit_point;
 mod policy_file;
 mod rules_off_the_call;
 
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
 use toolgate::gate::GateBuilder;
 use toolgate::policy_file::LivePolicy;
 use toolgate::{Gate, Mode};
@@ -19,4 +22,74 @@ fn following(mode: Mode, live: &LivePolicy, then: impl FnOnce(GateBuilder) -> Ga
     then(Gate::builder().mode(mode).policy(live.clone()))
         .build()
         .unwrap()
+}
+
+/// A point where the code under test waits until the test releases it.
+#[derive(Clone, Default)]
+pub struct Hold(Arc<(Mutex<(usize, bool)>, Condvar)>);
+
+impl Hold {
+    /// Called by the code under test: says it is here, then waits for `release` (30 s at most).
+    fn arrive_and_wait(&self) {
+        let (lock, cv) = &*self.0;
+        let mut state = lock.lock().unwrap();
+        state.0 += 1;
+        cv.notify_all();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !state.1 {
+            let (s, _) = cv.wait_timeout(state, Duration::from_millis(20)).unwrap();
+            state = s;
+            assert!(Instant::now() < deadline, "never released");
+        }
+    }
+
+    /// Whether some thread arrived within `limit`.
+    fn arrived_within(&self, limit: Duration) -> bool {
+        let (lock, cv) = &*self.0;
+        let mut state = lock.lock().unwrap();
+        let deadline = Instant::now() + limit;
+        while state.0 == 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            let (s, _) = cv.wait_timeout(state, Duration::from_millis(20)).unwrap();
+            state = s;
+        }
+        true
+    }
+
+    /// Waits until some thread has arrived (30 s at most).
+    fn wait_arrived(&self) {
+        assert!(
+            self.arrived_within(Duration::from_secs(30)),
+            "nothing arrived"
+        );
+    }
+
+    fn release(&self) {
+        let (lock, cv) = &*self.0;
+        lock.lock().unwrap().1 = true;
+        cv.notify_all();
+    }
+}
+
+/// A budget store that holds the decision until the test releases it.
+struct HoldingBudgets(Hold);
+
+impl toolgate::gate::budget::BudgetStore for HoldingBudgets {
+    fn take(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) -> toolgate::gate::budget::BudgetFuture {
+        self.0.arrive_and_wait();
+        Box::pin(async { Ok(toolgate::gate::budget::Taken::Taken) })
+    }
+
+    fn release(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) {
+    }
 }

@@ -4,8 +4,9 @@
 //!
 //! Every test asserts the SAFE outcome: a test that fails is a hole.
 
+use super::{Hold, HoldingBudgets};
 use std::collections::BTreeSet;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -39,43 +40,6 @@ fn ran_with_prefix(prefix: &str) -> Vec<String> {
 
 // ---------------------------------------------------------------------------------------------------
 // A point where one thread waits until the test releases it.
-
-#[derive(Clone, Default)]
-pub struct Hold(Arc<(Mutex<(usize, bool)>, Condvar)>);
-
-impl Hold {
-    fn arrive_and_wait(&self) {
-        let (lock, cv) = &*self.0;
-        let mut state = lock.lock().unwrap();
-        state.0 += 1;
-        cv.notify_all();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !state.1 {
-            let (s, _) = cv.wait_timeout(state, Duration::from_millis(50)).unwrap();
-            state = s;
-            assert!(Instant::now() < deadline, "never released");
-        }
-    }
-    /// Whether some thread arrived within `limit`.
-    fn arrived_within(&self, limit: Duration) -> bool {
-        let (lock, cv) = &*self.0;
-        let mut state = lock.lock().unwrap();
-        let deadline = Instant::now() + limit;
-        while state.0 == 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            let (s, _) = cv.wait_timeout(state, Duration::from_millis(20)).unwrap();
-            state = s;
-        }
-        true
-    }
-    fn release(&self) {
-        let (lock, cv) = &*self.0;
-        lock.lock().unwrap().1 = true;
-        cv.notify_all();
-    }
-}
 
 // ---------------------------------------------------------------------------------------------------
 // A value behind a shared handle whose `Serialize` may wait once (a hook), as a slow or remote value.
@@ -478,26 +442,6 @@ impl AuditSink for AsyncSlowSink {
             release.notified().await;
             Ok(())
         }))
-    }
-}
-
-/// A budget store that holds the decision until released.
-struct HoldingBudgets(Hold);
-
-impl toolgate::gate::budget::BudgetStore for HoldingBudgets {
-    fn take(
-        &self,
-        _: &[toolgate::gate::budget::BudgetCharge],
-        _: toolgate::gate::budget::Reservation,
-    ) -> toolgate::gate::budget::BudgetFuture {
-        self.0.arrive_and_wait();
-        Box::pin(async { Ok(toolgate::gate::budget::Taken::Taken) })
-    }
-    fn release(
-        &self,
-        _: &[toolgate::gate::budget::BudgetCharge],
-        _: toolgate::gate::budget::Reservation,
-    ) {
     }
 }
 
