@@ -156,14 +156,13 @@ impl<A: ArgumentSource> Decision<A> {
         let table = held.current();
         let now = gate.state();
         // The mode only goes down and the latch only closes: an unchanged state and policy are the
-        // decision itself; a changed one lets the call run only if it is allowed there outright,
-        // since an approval was given for the state and the policy it was asked in. (The rules of a
-        // new policy on the arguments were read with them.)
+        // decision itself. A changed state lets the call run only if it is allowed there outright,
+        // since an approval was given for the state it was asked in. A policy replaced in the same
+        // state leaves an approval standing where the new one still asks for it: the approver saw
+        // this call, in this state, with these arguments (compared already, and the new policy's
+        // argument rules read with them).
         let repolicied = held.now.is_some();
         if now != held.state || repolicied {
-            // A policy replaced in the same state that still asks for an approval leaves the one this
-            // call was given standing: the approver saw this call, in this state, with these
-            // arguments (compared already). A changed state needs an approval given in it.
             let approved = held
                 .allowed
                 .as_ref()
