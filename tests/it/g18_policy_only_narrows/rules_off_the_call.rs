@@ -206,6 +206,35 @@ fn pair_rev(other: Hooked, host: Hooked, tag: String) -> Result<String, Denied> 
     Ok(seen)
 }
 
+/// A host whose `Serialize` enters a gate of its own and calls a tool there (the application's code,
+/// run while the gate reads the argument).
+#[derive(Clone, toolgate::schemars::JsonSchema, toolgate::serde::Deserialize)]
+#[schemars(crate = "toolgate::schemars")]
+#[serde(crate = "toolgate::serde")]
+pub struct Nesting(String);
+
+impl toolgate::serde::Serialize for Nesting {
+    fn serialize<S: toolgate::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let inner = Gate::builder().mode(Mode::Shadow).build().unwrap();
+        let looked = inner.run(|| look_up(self.0.clone()));
+        s.serialize_str(&looked.unwrap_or_else(|d| d.code().to_string()))
+    }
+}
+
+/// Look a host up.
+#[tool(risk = "READ_ONLY", domain = "rr")]
+fn look_up(host: String) -> Result<String, Denied> {
+    ran(format!("look_up:{host}"));
+    Ok(host)
+}
+
+/// Push to a host whose argument enters a gate while it is read.
+#[tool(risk = "LOW_WRITE", domain = "rr", callable)]
+fn nested(host: Nesting, tag: String) -> Result<String, Denied> {
+    ran(format!("nested:{tag}:{}", host.0));
+    Ok(host.0)
+}
+
 /// Fetch a page: untrusted output.
 #[tool(risk = "READ_ONLY", domain = "rr", untrusted_output, callable)]
 fn fetch(url: String) -> Result<String, Denied> {
@@ -1615,4 +1644,17 @@ fn z37_by_name_lone_kill_switch_while_ruled_argument_is_read() {
         !has_run("hooked:z37:staging-z37"),
         "a LOW_WRITE by name ran after the gate was lowered to SHADOW: {outcome}"
     );
+}
+
+/// A ruled argument whose `Serialize` enters a gate and calls a tool (the application's code): the
+/// lone gate reads it with the gate stack released, so the nested gate works, and the rules still hold.
+#[test]
+fn z38_a_ruled_argument_that_enters_a_gate_while_it_is_read() {
+    let (gate, _live) = lone(&refuse_prod("rr.nested", "host"));
+    let refused = code(gate.run(|| nested(Nesting("prod-z38".into()), "z38a".into())));
+    assert_eq!(refused, "ARGUMENT_REFUSED");
+    assert!(!has_run("nested:z38a:prod-z38"));
+    assert!(has_run("look_up:prod-z38"), "the nested gate ran its tool");
+    let ran = code(gate.run(|| nested(Nesting("dev-z38".into()), "z38b".into())));
+    assert_eq!(ran, "ran (\"dev-z38\")");
 }

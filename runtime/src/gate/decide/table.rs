@@ -269,16 +269,19 @@ pub(super) fn lone_ruled(
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Option<Result<Permit, Denied>> {
-    STACK
+    // The arguments' `Serialize` is the application's code, which may enter a gate itself: the stack
+    // is released before it runs.
+    let gate = STACK
         .try_with(|stack| {
             let stack = stack.try_borrow().ok()?;
             match (explicit, stack.as_slice()) {
-                (None, [gate]) | (Some(gate), []) if !gate.audits() => ruled(gate, entry, call),
+                (None, [gate]) | (Some(gate), []) if !gate.audits() => Some(gate.clone()),
                 _ => None,
             }
         })
         .ok()
-        .flatten()
+        .flatten()?;
+    ruled(&gate, entry, call)
 }
 
 #[inline(always)]
