@@ -126,7 +126,7 @@ fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refu
     let refused = apply(&url, &scratch, "garbage.toml", garbage);
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     assert!(
-        text(&refused).contains("unknown field `allow`"),
+        text(&refused).contains("unknown key `allow`"),
         "{}",
         text(&refused)
     );
