@@ -8,13 +8,13 @@
 //! Most attacks change one stateful feature (the policy, the mode, the taint latch, a grant, a budget)
 //! while another feature's decision waits (an approver, a two-step approval, a slow audit sink).
 
-use super::{Hold, HoldingBudgets, following};
+use super::{AsyncSlowSink, Hold, HoldingBudgets, SlowSink, following};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use toolgate::approval::{ApprovalFuture, AsyncApprover, SessionGrant};
-use toolgate::audit::{AuditError, AuditRecord, AuditSink, MemorySink, Stage};
+use toolgate::audit::{MemorySink, Stage};
 use toolgate::gate::{BudgetScope, TaintPolicy};
 use toolgate::policy_file::{Direction, LivePolicy, PolicyFile};
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, tool};
@@ -187,22 +187,6 @@ fn clone_approval(a: &Approval) -> Approval {
         Approval::Reject(r) => Approval::Reject(r.clone()),
         Approval::Stop(r) => Approval::Stop(r.clone()),
         _ => Approval::Reject("unknown".into()),
-    }
-}
-
-/// A sink that holds the `enter` record of one tool until the test releases it; records into `inner`.
-struct SlowSink {
-    tool: &'static str,
-    hold: Hold,
-    inner: MemorySink,
-}
-
-impl AuditSink for SlowSink {
-    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        if matches!(record.stage, Stage::Enter) && record.tool == self.tool {
-            self.hold.arrive_and_wait();
-        }
-        self.inner.record(record)
     }
 }
 
@@ -1921,36 +1905,6 @@ fn h18_46_two_replacements_at_once_leave_gates_on_the_current_file() {
         }
     }
     assert_eq!(split, 0, "gates left on a file that is not the current one");
-}
-
-/// A sink that takes records asynchronously, holding the `enter` of one tool until released.
-struct AsyncSlowSink {
-    tool: &'static str,
-    arrived: Arc<tokio::sync::Notify>,
-    release: Arc<tokio::sync::Notify>,
-    inner: MemorySink,
-}
-
-impl AuditSink for AsyncSlowSink {
-    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        self.inner.record(record)
-    }
-    fn record_async(
-        &self,
-        record: &AuditRecord,
-    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), AuditError>> + Send>>>
-    {
-        if !(matches!(record.stage, Stage::Enter) && record.tool == self.tool) {
-            return None;
-        }
-        self.inner.record(record).ok()?;
-        let (arrived, release) = (self.arrived.clone(), self.release.clone());
-        Some(Box::pin(async move {
-            arrived.notify_one();
-            release.notified().await;
-            Ok(())
-        }))
-    }
 }
 
 /// Guarantee 18 on the async path: an async tool's `enter` waits on an async sink; the operator's new

@@ -13,6 +13,7 @@ mod rules_off_the_call;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use toolgate::audit::{AuditError, AuditRecord, AuditSink, MemorySink, Stage};
 use toolgate::gate::GateBuilder;
 use toolgate::policy_file::LivePolicy;
 use toolgate::{Gate, Mode};
@@ -91,5 +92,51 @@ impl toolgate::gate::budget::BudgetStore for HoldingBudgets {
         _: &[toolgate::gate::budget::BudgetCharge],
         _: toolgate::gate::budget::Reservation,
     ) {
+    }
+}
+
+/// A sink that holds the `enter` record of one tool until the test releases it; records into `inner`.
+struct SlowSink {
+    tool: &'static str,
+    hold: Hold,
+    inner: MemorySink,
+}
+
+impl AuditSink for SlowSink {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        if matches!(record.stage, Stage::Enter) && record.tool == self.tool {
+            self.hold.arrive_and_wait();
+        }
+        self.inner.record(record)
+    }
+}
+
+/// A sink that takes records asynchronously, holding the `enter` of one tool until released.
+struct AsyncSlowSink {
+    tool: &'static str,
+    arrived: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+    inner: MemorySink,
+}
+
+impl AuditSink for AsyncSlowSink {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        self.inner.record(record)
+    }
+    fn record_async(
+        &self,
+        record: &AuditRecord,
+    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), AuditError>> + Send>>>
+    {
+        if !(matches!(record.stage, Stage::Enter) && record.tool == self.tool) {
+            return None;
+        }
+        self.inner.record(record).ok()?;
+        let (arrived, release) = (self.arrived.clone(), self.release.clone());
+        Some(Box::pin(async move {
+            arrived.notify_one();
+            release.notified().await;
+            Ok(())
+        }))
     }
 }

@@ -4,14 +4,14 @@
 //!
 //! Every test asserts the SAFE outcome: a test that fails is a hole.
 
-use super::{Hold, HoldingBudgets};
+use super::{AsyncSlowSink, Hold, HoldingBudgets, SlowSink};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use toolgate::approval::SessionGrant;
-use toolgate::audit::{AuditError, AuditRecord, AuditSink, MemorySink, Stage};
+use toolgate::audit::MemorySink;
 use toolgate::gate::BudgetScope;
 use toolgate::policy_file::{LivePolicy, PolicyFile};
 use toolgate::{Approval, ApprovalRequest, Denied, Gate, Mode, Risk, tool};
@@ -402,6 +402,23 @@ fn lone(text: &str) -> (Gate, LivePolicy) {
     (gate, live)
 }
 
+/// Runs `call` on a thread of its own until it reaches `hold`, does `meanwhile`, releases it, and
+/// returns its outcome.
+fn while_held(
+    hold: &Hold,
+    call: impl FnOnce() -> String + Send + 'static,
+    meanwhile: impl FnOnce(),
+) -> String {
+    let call = thread::spawn(call);
+    assert!(
+        hold.arrived_within(Duration::from_secs(5)),
+        "the call never reached the hold"
+    );
+    meanwhile();
+    hold.release();
+    call.join().unwrap()
+}
+
 fn code<T: std::fmt::Debug>(result: Result<T, Denied>) -> String {
     match result {
         Ok(v) => format!("ran ({v:?})"),
@@ -426,52 +443,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// A sink that holds the `enter` record of one tool until released.
-struct SlowSink {
-    tool: &'static str,
-    hold: Hold,
-    inner: MemorySink,
-}
-
-impl AuditSink for SlowSink {
-    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        if matches!(record.stage, Stage::Enter) && record.tool == self.tool {
-            self.hold.arrive_and_wait();
-        }
-        self.inner.record(record)
-    }
-}
-
-/// A sink that takes records asynchronously, holding the `enter` of one tool until released.
-struct AsyncSlowSink {
-    tool: &'static str,
-    arrived: Arc<tokio::sync::Notify>,
-    release: Arc<tokio::sync::Notify>,
-    inner: MemorySink,
-}
-
-impl AuditSink for AsyncSlowSink {
-    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        self.inner.record(record)
-    }
-    fn record_async(
-        &self,
-        record: &AuditRecord,
-    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), AuditError>> + Send>>>
-    {
-        if !(matches!(record.stage, Stage::Enter) && record.tool == self.tool) {
-            return None;
-        }
-        self.inner.record(record).ok()?;
-        let (arrived, release) = (self.arrived.clone(), self.release.clone());
-        Some(Box::pin(async move {
-            arrived.notify_one();
-            release.notified().await;
-            Ok(())
-        }))
-    }
 }
 
 /// Replaces the policy on a thread of its own (it may wait for the held call), gives it a moment,
@@ -530,11 +501,13 @@ fn z02_lone_kill_switch_while_ruled_argument_is_read() {
     let hold = Hold::default();
     let host = Hooked::waiting("staging-z02", &hold);
     let g = gate.clone();
-    let call = thread::spawn(move || code(g.run(|| hooked(host, "z02".into()))));
-    assert!(hold.arrived_within(Duration::from_secs(5)));
-    gate.lower(Mode::Shadow).unwrap();
-    hold.release();
-    let outcome = call.join().unwrap();
+    let outcome = while_held(
+        &hold,
+        move || code(g.run(|| hooked(host, "z02".into()))),
+        || {
+            gate.lower(Mode::Shadow).unwrap();
+        },
+    );
     assert!(
         !has_run("hooked:z02:staging-z02"),
         "a LOW_WRITE ran after the gate was lowered to SHADOW: {outcome}"
@@ -549,12 +522,14 @@ fn z03_lone_latch_closes_while_ruled_argument_is_read() {
     let hold = Hold::default();
     let host = Hooked::waiting("staging-z03", &hold);
     let g = gate.clone();
-    let call = thread::spawn(move || code(g.run(|| hooked(host, "z03".into()))));
-    assert!(hold.arrived_within(Duration::from_secs(5)));
-    gate.run(|| fetch("z03-page".into())).unwrap();
-    assert!(gate.taint().is_some());
-    hold.release();
-    let outcome = call.join().unwrap();
+    let outcome = while_held(
+        &hold,
+        move || code(g.run(|| hooked(host, "z03".into()))),
+        || {
+            gate.run(|| fetch("z03-page".into())).unwrap();
+            assert!(gate.taint().is_some());
+        },
+    );
     assert!(
         !has_run("hooked:z03:staging-z03"),
         "a write ran unasked in a session tainted before its decision completed: {outcome}"
@@ -761,11 +736,13 @@ fn z12_value_changed_while_policy_budget_store_waits() {
         .unwrap();
     let host = Hooked::new("staging-z12");
     let (g, h) = (gate.clone(), host.clone());
-    let call = thread::spawn(move || code(g.run(|| hooked(h, "z12".into()))));
-    assert!(hold.arrived_within(Duration::from_secs(5)));
-    host.set("prod-z12");
-    hold.release();
-    let outcome = call.join().unwrap();
+    let outcome = while_held(
+        &hold,
+        move || code(g.run(|| hooked(h, "z12".into()))),
+        || {
+            host.set("prod-z12");
+        },
+    );
     assert!(!has_run("hooked:z12:prod-z12"), "{outcome}");
 }
 
@@ -773,32 +750,20 @@ fn z12_value_changed_while_policy_budget_store_waits() {
 /// and keeps none. The value changes while the outer's `enter` is written.
 #[test]
 fn z13_nested_outer_sink_inner_policy_value_changed() {
-    let hold = Hold::default();
-    let outer = Gate::builder()
-        .mode(Mode::PartialAuto)
-        .audit(SlowSink {
-            tool: "rr.hooked",
-            hold: hold.clone(),
-            inner: MemorySink::new(),
-        })
-        .build()
-        .unwrap();
-    let (inner, _live) = lone(&refuse_prod("rr.hooked", "host"));
-    let host = Hooked::new("staging-z13");
-    let h = host.clone();
-    let call = thread::spawn(move || code(outer.run(|| inner.run(|| hooked(h, "z13".into())))));
-    assert!(hold.arrived_within(Duration::from_secs(5)));
-    host.set("prod-z13");
-    hold.release();
-    let outcome = call.join().unwrap();
-    assert!(!has_run("hooked:z13:prod-z13"), "{outcome}");
+    nested_value_changed(true, "z13");
 }
 
 /// As z13, the policy gate outside and the recording gate inside.
 #[test]
 fn z14_nested_outer_policy_inner_sink_value_changed() {
+    nested_value_changed(false, "z14");
+}
+
+/// A gate with a slow sink and no policy nested with a lone gate following the file (inside it where
+/// `policy_inside`): the value changes to one the file refuses while the `enter` is written.
+fn nested_value_changed(policy_inside: bool, tag: &'static str) {
     let hold = Hold::default();
-    let inner = Gate::builder()
+    let recording = Gate::builder()
         .mode(Mode::PartialAuto)
         .audit(SlowSink {
             tool: "rr.hooked",
@@ -807,15 +772,20 @@ fn z14_nested_outer_policy_inner_sink_value_changed() {
         })
         .build()
         .unwrap();
-    let (outer, _live) = lone(&refuse_prod("rr.hooked", "host"));
-    let host = Hooked::new("staging-z14");
+    let (following, _live) = lone(&refuse_prod("rr.hooked", "host"));
+    let (outer, inner) = if policy_inside {
+        (recording, following)
+    } else {
+        (following, recording)
+    };
+    let host = Hooked::new(&format!("staging-{tag}"));
     let h = host.clone();
-    let call = thread::spawn(move || code(outer.run(|| inner.run(|| hooked(h, "z14".into())))));
-    assert!(hold.arrived_within(Duration::from_secs(5)));
-    host.set("prod-z14");
-    hold.release();
-    let outcome = call.join().unwrap();
-    assert!(!has_run("hooked:z14:prod-z14"), "{outcome}");
+    let outcome = while_held(
+        &hold,
+        move || code(outer.run(|| inner.run(|| hooked(h, tag.into())))),
+        || host.set(&format!("prod-{tag}")),
+    );
+    assert!(!has_run(&format!("hooked:{tag}:prod-{tag}")), "{outcome}");
 }
 
 /// An approver that waits, with the file's `ask`: the value changes and the file's rules change at
@@ -839,11 +809,13 @@ fn z15_approver_waits_value_changed_on_a_list() {
         .unwrap();
     let host = Hooked::new("staging-z15");
     let (g, h) = (gate.clone(), host.clone());
-    let call = thread::spawn(move || code(g.run(|| hooked(h, "z15".into()))));
-    assert!(hold.arrived_within(Duration::from_secs(5)));
-    host.set("prod-z15");
-    hold.release();
-    let outcome = call.join().unwrap();
+    let outcome = while_held(
+        &hold,
+        move || code(g.run(|| hooked(h, "z15".into()))),
+        || {
+            host.set("prod-z15");
+        },
+    );
     assert!(!has_run("hooked:z15:prod-z15"), "{outcome}");
 }
 

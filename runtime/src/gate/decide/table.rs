@@ -149,6 +149,17 @@ impl Gate {
         narrowing.narrow(slot, risk.get(), verdict, can_approve)
     }
 
+    /// Whether the operator's argument rules alone may take a call of `entry` to the full decision
+    /// (`Inner::ruled_hint`): the table says for sure.
+    #[inline]
+    fn ruled_hint(&self, entry: &'static ToolEntry) -> bool {
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        self.inner
+            .ruled_hint
+            .get(slot)
+            .is_some_and(|hint| hint.load(Ordering::Acquire))
+    }
+
     /// The table every decision reads now, and the commit point reads again.
     pub(crate) fn table(&self) -> Arc<Table> {
         self.inner.table.load_full()
@@ -275,7 +286,9 @@ pub(super) fn lone_ruled(
         .try_with(|stack| {
             let stack = stack.try_borrow().ok()?;
             match (explicit, stack.as_slice()) {
-                (None, [gate]) | (Some(gate), []) if !gate.audits() => Some(gate.clone()),
+                (None, [gate]) | (Some(gate), []) if !gate.audits() && gate.ruled_hint(entry) => {
+                    Some(gate.clone())
+                }
                 _ => None,
             }
         })
@@ -291,9 +304,6 @@ fn ruled(
     call: &CallInfo<'_>,
 ) -> Option<Result<Permit, Denied>> {
     let slot = entry.slot.load(Ordering::Relaxed) as usize;
-    if !gate.inner.ruled_hint.get(slot)?.load(Ordering::Acquire) {
-        return None;
-    }
     let table = gate.inner.table.load();
     if !table.ruled_only.get(slot).copied().unwrap_or(false) {
         return None;
