@@ -377,6 +377,30 @@ fn channel(schema: &str) -> String {
     format!("{schema}_fleet")
 }
 
+/// The columns of `fleet_members` for a set of gates, read without waiting.
+struct Rows {
+    ids: Vec<i64>,
+    agents: Vec<Option<String>>,
+    modes: Vec<String>,
+    partitioned: Vec<bool>,
+    policies: Vec<Option<String>>,
+}
+
+impl Rows {
+    fn of(gates: &[Gate]) -> Rows {
+        Rows {
+            ids: gates.iter().map(|g| g.id() as i64).collect(),
+            agents: gates.iter().map(|g| g.agent().map(str::to_owned)).collect(),
+            modes: gates.iter().map(|g| g.mode().as_str().to_owned()).collect(),
+            partitioned: gates.iter().map(Gate::partitioned).collect(),
+            policies: gates
+                .iter()
+                .map(|g| g.policy_digest().as_deref().map(str::to_owned))
+                .collect(),
+        }
+    }
+}
+
 enum Job {
     Read(std::sync::mpsc::SyncSender<Result<Mode, StoreError>>),
     Join(Gate, std::sync::mpsc::SyncSender<Result<(), StoreError>>),
@@ -567,7 +591,12 @@ impl Worker {
                         gate.set_partitioned(false, &back);
                     }
                 }
-                let _ = self.heartbeat(&gates).await;
+                let rows = Rows::of(&gates);
+                // No strong handle is held across a wait: were the application to drop its last
+                // handle meanwhile, the membership would end on this thread, and the thread that
+                // dropped it would not wait for this process to leave `fleet_members`.
+                drop(gates);
+                let _ = self.heartbeat(rows).await;
                 Ok(mode)
             }
             // `with_conn` has held the gates at SHADOW if the grace period has passed.
@@ -586,7 +615,9 @@ impl Worker {
             &format!("fleet {}: {reason}", self.settings.name),
         );
         self.gates.push(gate.downgrade());
-        self.heartbeat(std::slice::from_ref(&gate)).await
+        let rows = Rows::of(std::slice::from_ref(&gate));
+        drop(gate);
+        self.heartbeat(rows).await
     }
 
     /// Makes the fleet's policy this process's when its digest changed: read, checked against this
@@ -640,19 +671,17 @@ impl Worker {
     }
 
     /// Writes every joined gate's mode and the time of contact into `fleet_members`.
-    async fn heartbeat(&mut self, gates: &[Gate]) -> Result<(), StoreError> {
-        if gates.is_empty() {
+    async fn heartbeat(&mut self, rows: Rows) -> Result<(), StoreError> {
+        if rows.ids.is_empty() {
             return Ok(());
         }
-        let ids: Vec<i64> = gates.iter().map(|g| g.id() as i64).collect();
-        let agents: Vec<Option<String>> =
-            gates.iter().map(|g| g.agent().map(str::to_owned)).collect();
-        let modes: Vec<String> = gates.iter().map(|g| g.mode().as_str().to_owned()).collect();
-        let partitioned: Vec<bool> = gates.iter().map(Gate::partitioned).collect();
-        let policies: Vec<Option<String>> = gates
-            .iter()
-            .map(|g| g.policy_digest().as_deref().map(str::to_owned))
-            .collect();
+        let Rows {
+            ids,
+            agents,
+            modes,
+            partitioned,
+            policies,
+        } = rows;
         let pid = std::process::id() as i32;
         let host = host_name();
         let statement = self.sql(

@@ -322,6 +322,57 @@ fn f20_second_fleet_handle_dropped_does_not_hide_the_first_ones_gate() {
     drop(first);
 }
 
+/// f37: the application drops its last gate and its fleet handle while the fleet's thread waits on
+/// a write of `fleet_members` (the table locked by another session). Guarantee: a process that drops
+/// its fleet has left it when the drop returns, its rows gone; the membership never ends on the
+/// fleet's own thread, where nothing waits for the leave.
+#[test]
+fn f37_dropping_the_last_gate_during_a_heartbeat_leaves_before_the_drop_returns() {
+    let url = database("f37");
+    let fleet = Fleet::builder()
+        .poll_interval(Duration::from_millis(50))
+        .timeout(Duration::from_secs(30))
+        .connect(&url, "f37")
+        .unwrap();
+    let gate = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    let released = Arc::new(AtomicBool::new(false));
+    let locker = std::thread::spawn({
+        let (url, released) = (url.clone(), Arc::clone(&released));
+        move || {
+            common::postgres::execute(
+                &url,
+                "BEGIN; LOCK TABLE toolgate.fleet_members IN ACCESS EXCLUSIVE MODE; \
+                 SELECT pg_sleep(1.5); COMMIT;",
+            );
+            released.store(true, Ordering::SeqCst);
+        }
+    });
+    let waiting = eventually(Duration::from_secs(10), || {
+        !query(
+            &url,
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%INSERT INTO \"toolgate\".fleet_members%'",
+        )
+        .is_empty()
+    });
+    assert!(waiting, "the fleet's heartbeat never waited on the lock");
+    drop(gate);
+    drop(fleet);
+    let waited = released.load(Ordering::SeqCst);
+    let rows = query(
+        &url,
+        "SELECT count(*) FROM toolgate.fleet_members WHERE fleet = 'f37'",
+    );
+    locker.join().unwrap();
+    assert!(
+        waited && rows[0][0].as_deref() == Some("0"),
+        "the drop returned before the process left its fleet (the lock still held: {}); \
+         rows left in fleet_members: {:?}",
+        !waited,
+        rows[0][0]
+    );
+}
+
 /// f21: a member that loses the fleet for longer than the grace period: `toolgate fleet status` must
 /// show it as partitioned or SHADOW, never as a healthy PARTIAL_AUTO member heard from just now; and a
 /// gate that joins while the fleet cannot be read is not started (`JoinError::Fleet`).
