@@ -356,6 +356,7 @@ fn operate(gate: &Gate, pending: &Mutex<Pending>, line: &str) -> String {
                 Answer::Approve {
                     by: "operator".to_owned(),
                     for_session: false,
+                    confirmation: None,
                 }
             } else {
                 Answer::Reject {

@@ -218,8 +218,18 @@ pub(crate) struct CallParts<'a> {
     pub(crate) unnamed: bool,
     pub(crate) escalate: Option<syn::Path>,
     pub(crate) record_arguments: bool,
+    /// What a tool with lasting effects declares.
+    pub(crate) effects: Option<EffectParts>,
     /// Set for a `callable` tool.
     pub(crate) callable: Option<Callable<'a>>,
+}
+
+/// `target`, `evidence`, `rollback` and `irreversible`, as written.
+pub(crate) struct EffectParts {
+    pub(crate) irreversible: bool,
+    pub(crate) target: Option<Ident>,
+    pub(crate) evidence: Option<syn::Path>,
+    pub(crate) rollback: Option<syn::Path>,
 }
 
 /// A `callable` tool's call by name.
@@ -255,8 +265,25 @@ impl<'a> CallParts<'a> {
             unnamed: func.arguments().any(|param| param.name.is_none()),
             escalate: args.escalate.as_ref().map(|e| e.value.clone()),
             record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
+            effects: EffectParts::new(args),
             callable,
         }
+    }
+}
+
+impl EffectParts {
+    fn new(args: &ToolArgs) -> Option<EffectParts> {
+        let parts = EffectParts {
+            irreversible: args.irreversible.as_ref().is_some_and(|i| i.value),
+            target: args.target.as_ref().map(|t| t.value.clone()),
+            evidence: args.evidence.as_ref().map(|e| e.value.clone()),
+            rollback: args.rollback.as_ref().map(|r| r.value.clone()),
+        };
+        let declared = parts.irreversible
+            || parts.target.is_some()
+            || parts.evidence.is_some()
+            || parts.rollback.is_some();
+        declared.then_some(parts)
     }
 }
 

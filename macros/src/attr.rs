@@ -152,11 +152,15 @@ tool_keys! {
     open_world: bool = |arg, _| flag(arg),
     description: String = |arg, _| string(arg, "description = \"Deletes a user.\""),
     skip: () = |arg, _| skip(arg),
-    escalate: syn::Path = |arg, _| path(arg),
+    escalate: syn::Path = |arg, _| path(arg, "escalate = shell::classify"),
     record_arguments: bool = |arg, _| flag(arg),
     redact: Vec<Ident> = |arg, _| names(arg, "redact = [password, token]"),
     callable: bool = |arg, _| flag(arg),
     untrusted_output: bool = |arg, _| flag(arg),
+    irreversible: bool = |arg, _| flag(arg),
+    target: Ident = |arg, _| name(arg, "target = instance_id"),
+    evidence: syn::Path = |arg, _| path(arg, "evidence = describe_instance"),
+    rollback: syn::Path = |arg, _| path(arg, "rollback = restore_plan"),
 }
 
 pub(crate) fn parse_tool_args(tokens: TokenStream, errors: &mut Errors) -> ToolArgs {
@@ -319,12 +323,12 @@ fn modes(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Vec<Ident>>> {
     })
 }
 
-fn path(arg: &Arg) -> syn::Result<Spanned<syn::Path>> {
-    const EXAMPLE: &str = "escalate = shell::classify";
+fn path(arg: &Arg, example: &str) -> syn::Result<Spanned<syn::Path>> {
+    let key = &arg.key;
     let Some(value) = &arg.value else {
         return Err(syn::Error::new(
-            arg.key.span(),
-            format!("`escalate` needs the path of a function: {EXAMPLE}"),
+            key.span(),
+            format!("`{key}` needs the path of a function: {example}"),
         ));
     };
     match syn::parse2::<syn::Path>(value.clone()) {
@@ -334,7 +338,28 @@ fn path(arg: &Arg) -> syn::Result<Spanned<syn::Path>> {
         }),
         Err(_) => Err(syn::Error::new(
             value.span(),
-            format!("`escalate` takes the path of a function: {EXAMPLE}"),
+            format!("`{key}` takes the path of a function: {example}"),
+        )),
+    }
+}
+
+/// `name`: one of the function's arguments, by name.
+fn name(arg: &Arg, example: &str) -> syn::Result<Spanned<Ident>> {
+    let key = &arg.key;
+    let Some(value) = &arg.value else {
+        return Err(syn::Error::new(
+            key.span(),
+            format!("`{key}` needs the name of an argument: {example}"),
+        ));
+    };
+    match syn::parse2::<Ident>(value.clone()) {
+        Ok(name) => Ok(Spanned {
+            span: name.span(),
+            value: name,
+        }),
+        Err(_) => Err(syn::Error::new(
+            value.span(),
+            format!("`{key}` takes the name of an argument, not a string or a path: {example}"),
         )),
     }
 }

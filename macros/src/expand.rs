@@ -225,6 +225,60 @@ fn escalation(
     Some(quote_spanned!(path.span()=> ::toolgate::__private::classify(&#path, (#(#ordered,)*))))
 }
 
+/// What a tool with lasting effects hands the gate, as an argument of its decision: its target, its
+/// rollback plan (made here, from the values named by `value`, where `with_plan`) and its evidence
+/// probe. The references end with the call they are an argument of.
+fn effects_arg(
+    call: &CallParts<'_>,
+    func: &ToolFn<'_>,
+    value: impl Fn(&Ident) -> TokenStream,
+    with_plan: bool,
+) -> TokenStream {
+    let none = quote!(::core::option::Option::None);
+    let Some(effects) = &call.effects else {
+        return none;
+    };
+    let target = match &effects.target {
+        Some(name) => {
+            let named = name.unraw().to_string();
+            let value = value(name);
+            quote!(::core::option::Option::Some(
+                (&&::toolgate::__private::Arg(#value)).__toolgate_arg(#named)
+            ))
+        }
+        None => none.clone(),
+    };
+    let rollback = match (&effects.rollback, with_plan) {
+        (Some(path), true) => {
+            let ordered: Vec<TokenStream> = func
+                .arguments()
+                .filter_map(|param| param.name)
+                .map(&value)
+                .collect();
+            quote_spanned!(path.span()=> ::core::option::Option::Some(
+                ::toolgate::__private::plan(&#path, (#(#ordered,)*))
+            ))
+        }
+        _ => none.clone(),
+    };
+    let evidence = match (&effects.evidence, &effects.target) {
+        (Some(path), Some(target)) => {
+            let value = value(target);
+            quote_spanned!(path.span()=> ::core::option::Option::Some(
+                &|| ::toolgate::__private::probe(&#path, #value)
+            ))
+        }
+        _ => none,
+    };
+    quote! {
+        ::core::option::Option::Some(&::toolgate::__private::Effects {
+            target: #target,
+            rollback: #rollback,
+            evidence: #evidence,
+        })
+    }
+}
+
 /// The adapter of a `callable` tool: its table of parameters, its output schema, and a call of the tool
 /// with its arguments parsed one parameter at a time.
 fn callable_items(
@@ -329,6 +383,8 @@ fn callable_items(
         Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
         None => quote!(::core::option::Option::None),
     };
+    let effects = effects_arg(call, func, by_local, true);
+    let effects_again = effects_arg(call, func, by_local, false);
     let record_arguments = call.record_arguments;
     let outright = Ident::new("toolgate_outright", Span::mixed_site());
     // A tool with a `&Gate` parameter decides with it first, as its own check would.
@@ -342,7 +398,7 @@ fn callable_items(
         use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
         ::toolgate::__private::decide(
             &__TOOLGATE_ENTRY, #outright, #gate_parameter, #escalated, &[#(#arg_refs)*],
-            #record_arguments,
+            #record_arguments, #effects,
         )
     }};
     let decided = Ident::new("toolgate_decided", Span::mixed_site());
@@ -355,7 +411,7 @@ fn callable_items(
             use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
             ::toolgate::__private::decide_async(
                 &__TOOLGATE_ENTRY, #outright, #gate_parameter, #escalated, &[#(#arg_refs)*],
-                #record_arguments,
+                #record_arguments, #effects,
             )
         };
         let #decided = match #step {
@@ -365,7 +421,7 @@ fn callable_items(
                 #[allow(unused_imports)]
                 use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
                 ::toolgate::__private::confirm_handed(
-                    decided, #escalated, &[#(#arg_refs)*], #record_arguments,
+                    decided, #escalated, &[#(#arg_refs)*], #record_arguments, #effects_again,
                 )
             }
         };
@@ -524,9 +580,9 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
     };
     let record_arguments = call.record_arguments;
     let decided = Ident::new("toolgate_decided", Span::mixed_site());
-    let fast = match &call.escalate {
-        Some(_) => quote!(false),
-        None => quote!(::toolgate::__private::allows(&#entry, #gate_arg)),
+    let fast = match (&call.escalate, &call.effects) {
+        (None, None) => quote!(::toolgate::__private::allows(&#entry, #gate_arg)),
+        _ => quote!(false),
     };
     // The arguments, for the gate to look at when it needs to: a reference to each.
     let by_name = |ident: &Ident| quote_spanned!(ident.span()=> &#ident);
@@ -542,9 +598,11 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         Some(_) => quote!(::core::option::Option::Some(#info)),
         None => quote!(::core::option::Option::None),
     };
+    let effects = effects_arg(call, func, by_name, true);
+    let effects_again = effects_arg(call, func, by_name, false);
     let enter = match sig.asyncness.is_some() {
         false => quote!(::toolgate::__private::enter(
-            &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments
+            &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments, #effects
         )),
         // An async tool's decision may wait (an async approver, a store): it is awaited here, inside
         // the tool's own future. The references to the arguments end with the `let`, before the
@@ -552,7 +610,7 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         true => {
             let step = Ident::new("toolgate_step", Span::mixed_site());
             let start = quote!(::toolgate::__private::enter_async(
-                &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments
+                &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments, #effects
             ));
             // After a wait, the arguments must still be those the approval saw.
             quote! {{
@@ -562,7 +620,8 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
                     ::toolgate::__private::Entering::Waiting(waiting) => {
                         let decided = waiting.resume().await;
                         ::toolgate::__private::confirm(
-                            &#entry, decided, #escalated_arg, &[#(#args)*], #record_arguments
+                            &#entry, decided, #escalated_arg, &[#(#args)*], #record_arguments,
+                            #effects_again
                         )
                     }
                 }
@@ -631,6 +690,25 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
             stmt.to_tokens(tokens);
         }
     });
+    // The probe reads the target again after the body, which takes the argument: a copy is kept.
+    let (keep, observe_after) = match call
+        .effects
+        .as_ref()
+        .and_then(|e| e.evidence.as_ref().zip(e.target.as_ref()))
+    {
+        Some((path, target)) => {
+            let kept = hygienic("toolgate_kept_target");
+            (
+                quote_spanned!(target.span()=>
+                    let #kept = ::toolgate::__private::KeepTarget::keep(&#target);
+                ),
+                quote_spanned!(path.span()=>
+                    #permit.observe_after(|| ::toolgate::__private::probe(&#path, &#kept));
+                ),
+            )
+        }
+        None => (TokenStream::new(), TokenStream::new()),
+    };
     let run = match (sig.asyncness.is_some(), func.nameable_output()) {
         (true, _) => quote!(async move #braced.await),
         (false, Some(ty)) => quote!((move || -> #ty #braced)()),
@@ -662,8 +740,10 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
                 }
             }
         };
+        #keep
         #[allow(clippy::redundant_closure_call)]
         let #result = #run;
+        #observe_after
         let #digest = {
             #[allow(unused_imports)]
             use ::toolgate::__private::{OpaqueOutput as _, SerializableOutput as _};
@@ -674,12 +754,28 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
     }
 }
 
-/// What the lockfile locks beside the manifest: `escalate`, `redact` and `record_arguments` as written.
+/// What the lockfile locks beside the manifest: `escalate`, `redact`, `record_arguments`, `evidence`
+/// and `rollback` as written.
 fn behaviour(call: &CallParts<'_>, is_async: bool) -> TokenStream {
     let redacts = call.named.iter().any(|(_, redact)| *redact);
-    if call.escalate.is_none() && !redacts && !call.record_arguments && !is_async {
+    if call.escalate.is_none()
+        && call.effects.is_none()
+        && !redacts
+        && !call.record_arguments
+        && !is_async
+    {
         return quote!(::toolgate::__private::Behaviour::NONE);
     }
+    let written = |path: Option<&syn::Path>| match path {
+        Some(path) => {
+            let text = path.to_token_stream().to_string().replace(' ', "");
+            quote!(::core::option::Option::Some(#text))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let effects = call.effects.as_ref();
+    let evidence = written(effects.and_then(|e| e.evidence.as_ref()));
+    let rollback = written(effects.and_then(|e| e.rollback.as_ref()));
     let escalate = match &call.escalate {
         Some(path) => {
             let text = path.to_token_stream().to_string().replace(' ', "");
@@ -699,6 +795,8 @@ fn behaviour(call: &CallParts<'_>, is_async: bool) -> TokenStream {
             redact: &[#(#redact),*],
             record_arguments: #record_arguments,
             is_async: #is_async,
+            evidence: #evidence,
+            rollback: #rollback,
         }
     }
 }
@@ -721,6 +819,15 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
     let open_world = spec.open_world;
     let line = quote_spanned!(name.span()=> ::core::line!());
     let untrusted_output = spec.untrusted_output.then(|| quote!(.__untrusted_output()));
+    let declared = spec.irreversible || spec.target.is_some() || spec.evidence || spec.rollback;
+    let effects = declared.then(|| {
+        let (irreversible, evidence, rollback) = (spec.irreversible, spec.evidence, spec.rollback);
+        let target = match &spec.target {
+            Some(name) => quote!(::core::option::Option::Some(#name)),
+            None => quote!(::core::option::Option::None),
+        };
+        quote!(.__effects(#irreversible, #target, #evidence, #rollback))
+    });
     quote! {
         ::toolgate::__private::ToolManifest::__new(
             #id,
@@ -738,6 +845,7 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
             ),
         )
         #untrusted_output
+        #effects
     }
 }
 

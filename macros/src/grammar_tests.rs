@@ -79,6 +79,10 @@ fn sample(key: &str) -> &'static str {
         "redact" => "redact = [name]",
         "callable" => "callable",
         "untrusted_output" => "untrusted_output",
+        "target" => "target = name",
+        "evidence" => "target = name, evidence = probe",
+        "rollback" => "rollback = plan",
+        "irreversible" => "irreversible, target = name, evidence = probe",
         other => panic!("a new key of #[tool], `{other}`: give it a sample value here"),
     }
 }
@@ -99,6 +103,7 @@ fn refused(set: &str) -> bool {
 fn arguments(key: &str) -> String {
     match key {
         "risk" | "skip" => sample(key).to_owned(),
+        "irreversible" => format!("risk = \"HIGH_WRITE\", {}", sample(key)),
         _ => format!("{}, {}", sample("risk"), sample(key)),
     }
 }

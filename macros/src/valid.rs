@@ -38,6 +38,11 @@ pub(crate) struct ToolSpec {
     pub(crate) idempotent: bool,
     pub(crate) open_world: bool,
     pub(crate) untrusted_output: bool,
+    pub(crate) irreversible: bool,
+    /// The `target` parameter's name, unraw'd.
+    pub(crate) target: Option<String>,
+    pub(crate) evidence: bool,
+    pub(crate) rollback: bool,
 }
 
 const RISK_NAMES: &[&str] = &Risk::NAMES;
@@ -110,6 +115,23 @@ fn in_place_keys(tool: &Tool<'_>, in_place: &InPlace, errors: &mut Errors) {
             skip.span,
             "an rmcp tool cannot skip its declaration: every tool rmcp serves is decided by a gate",
         ));
+    }
+    let effects = [
+        ("target", args.target.as_ref().map(|t| t.span)),
+        ("evidence", args.evidence.as_ref().map(|e| e.span)),
+        ("rollback", args.rollback.as_ref().map(|r| r.span)),
+        ("irreversible", args.irreversible.as_ref().map(|i| i.span)),
+    ];
+    for (key, span) in effects {
+        if let Some(span) = span {
+            errors.push(syn::Error::new(
+                span,
+                format!(
+                    "`{key}` reads a tool's typed arguments, which an rmcp tool gated in place \
+                     receives through rmcp's extractors: declare it as a toolgate `callable` tool"
+                ),
+            ));
+        }
     }
     match tool.context.owner {
         Owner::Impl(_) => {}
@@ -229,6 +251,83 @@ fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
             escalate.span,
             "`escalate` passes the tool's arguments by name: bind every argument to a name",
         ));
+    }
+    effects(tool, errors);
+}
+
+/// `target` names an argument the approver sees; `evidence` probes it; `rollback` is handed every
+/// argument by name; `irreversible` needs a target and its evidence.
+fn effects(tool: &Tool<'_>, errors: &mut Errors) {
+    let args = &tool.args;
+    if tool.context.in_place.is_some() {
+        return;
+    }
+    if let Some(target) = &args.target {
+        let name = &target.value;
+        let found = tool.call.named.iter().find(|(named, _)| *named == name);
+        match found {
+            None => {
+                let names: Vec<String> = tool
+                    .call
+                    .named
+                    .iter()
+                    .map(|(n, _)| n.unraw().to_string())
+                    .collect();
+                let candidates: Vec<&str> = names.iter().map(String::as_str).collect();
+                errors.push(syn::Error::new(
+                    target.span,
+                    format!(
+                        "`{name}` is not a named argument of this tool{}",
+                        did_you_mean(&name.to_string(), &candidates)
+                    ),
+                ));
+            }
+            Some((_, true)) => errors.push(syn::Error::new(
+                target.span,
+                format!(
+                    "`{name}` is the target, which whoever approves a call sees and types back: it \
+                     cannot be redacted"
+                ),
+            )),
+            Some((_, false)) => {}
+        }
+    }
+    if let (Some(evidence), None) = (&args.evidence, &args.target) {
+        errors.push(syn::Error::new(
+            evidence.span,
+            "`evidence` probes the tool's target: name the argument it reads with `target = ..`",
+        ));
+    }
+    if let (Some(rollback), true) = (&args.rollback, tool.call.unnamed) {
+        errors.push(syn::Error::new(
+            rollback.span,
+            "`rollback` passes the tool's arguments by name: bind every argument to a name",
+        ));
+    }
+    if let Some(irreversible) = args.irreversible.as_ref().filter(|i| i.value) {
+        let lacks: Vec<&str> = [
+            (
+                args.target.is_none(),
+                "`target = ..` (the argument that names what it acts on)",
+            ),
+            (
+                args.evidence.is_none(),
+                "`evidence = ..` (a read-only probe of the target)",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(missing, what)| missing.then_some(what))
+        .collect();
+        if !lacks.is_empty() {
+            errors.push(syn::Error::new(
+                irreversible.span,
+                format!(
+                    "an irreversible tool acts on one target at a time, shown as it is before it \
+                     is approved: add {}",
+                    lacks.join(" and ")
+                ),
+            ));
+        }
     }
 }
 
@@ -450,6 +549,20 @@ fn finish(
 
     let side_effects = risk.and_then(|risk| check_side_effects(risk, args, errors));
     let modes = risk.and_then(|risk| check_modes(risk, args.modes.as_ref(), errors));
+    let irreversible = args.irreversible.as_ref().filter(|i| i.value);
+    if let (Some(irreversible), Some(risk)) = (irreversible, risk)
+        && risk != Risk::HighWrite
+    {
+        errors.push(syn::Error::new(
+            irreversible.span,
+            format!(
+                "`irreversible` marks a HIGH_WRITE tool, and this one is {risk}: a call that cannot \
+                 be undone is the highest risk; declare `risk = \"HIGH_WRITE\"`, or remove \
+                 `irreversible`"
+            ),
+        ));
+        return None;
+    }
 
     Some(ToolSpec {
         id: id?,
@@ -462,6 +575,10 @@ fn finish(
         idempotent: args.idempotent.as_ref().is_some_and(|f| f.value),
         open_world: args.open_world.as_ref().is_some_and(|f| f.value),
         untrusted_output: args.untrusted_output.as_ref().is_some_and(|f| f.value),
+        irreversible: irreversible.is_some(),
+        target: args.target.as_ref().map(|t| t.value.unraw().to_string()),
+        evidence: args.evidence.is_some(),
+        rollback: args.rollback.is_some(),
     })
 }
 

@@ -52,11 +52,26 @@ pub enum DenialCode {
     /// value matching a refused pattern, outside a range, or not among the allowed values); the detail
     /// names the rule and where it is written.
     ArgumentRefused,
+    /// `TARGET_NOT_SINGLE`: the call of an `irreversible` tool names no single target: its target is
+    /// empty, a list, a glob or a wildcard. Refused before any approver is asked.
+    TargetNotSingle,
+    /// `ROLLBACK_UNAVAILABLE`: the tool declares how its calls are undone, and no plan could be made
+    /// for this call (its `rollback` function failed, or the plan names no tool that can be called).
+    RollbackUnavailable,
+    /// `EVIDENCE_UNAVAILABLE`: the tool's `evidence` probe of its target failed, before or after the
+    /// decision; the call did not run.
+    EvidenceUnavailable,
+    /// `EVIDENCE_CHANGED`: the target's state just before the body is not the state the approver saw:
+    /// the approval was for another world. Ask again.
+    EvidenceChanged,
+    /// `CONFIRMATION_MISMATCH`: the approval of an `irreversible` call does not carry its target typed
+    /// back by whoever approved it.
+    ConfirmationMismatch,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 17] = [
+    pub const ALL: [DenialCode; 22] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -74,6 +89,11 @@ impl DenialCode {
         DenialCode::BudgetStoreUnavailable,
         DenialCode::TaintedSession,
         DenialCode::ArgumentRefused,
+        DenialCode::TargetNotSingle,
+        DenialCode::RollbackUnavailable,
+        DenialCode::EvidenceUnavailable,
+        DenialCode::EvidenceChanged,
+        DenialCode::ConfirmationMismatch,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -96,6 +116,11 @@ impl DenialCode {
             DenialCode::BudgetStoreUnavailable => "BUDGET_STORE_UNAVAILABLE",
             DenialCode::TaintedSession => "TAINTED_SESSION",
             DenialCode::ArgumentRefused => "ARGUMENT_REFUSED",
+            DenialCode::TargetNotSingle => "TARGET_NOT_SINGLE",
+            DenialCode::RollbackUnavailable => "ROLLBACK_UNAVAILABLE",
+            DenialCode::EvidenceUnavailable => "EVIDENCE_UNAVAILABLE",
+            DenialCode::EvidenceChanged => "EVIDENCE_CHANGED",
+            DenialCode::ConfirmationMismatch => "CONFIRMATION_MISMATCH",
         }
     }
 }

@@ -31,7 +31,7 @@ pub mod terminal;
 
 pub use approval::store::ApproveError;
 pub use approval::two_step::DEFAULT_APPROVAL_TTL;
-pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver, Taint};
+pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver, Rollback, Taint};
 pub use by_name::provider;
 pub use by_name::{CallError, CallFuture, Instances};
 pub use gate::PolicySource;
@@ -70,8 +70,9 @@ pub mod __private {
         instance, invoke_async, precheck, resume, schema_of,
     };
     pub use crate::gate::call::{
-        Arg, ArgRef, CallInfo, Classify, GateProbe, IsGate, NotGate, OpaqueArg, OpaqueOutput,
-        OutputOf, SerializableArg, SerializableOutput, classify,
+        Arg, ArgRef, CallInfo, Classify, Effects, GateProbe, IsGate, KeepTarget, MakePlan, NotGate,
+        OpaqueArg, OpaqueOutput, OutputOf, PlanOutput, Probe, ProbeOutput, SerializableArg,
+        SerializableOutput, classify, plan, probe,
     };
     pub use crate::gate::decide::{DecidingByName, Entering};
     pub use crate::gate::permit::Permit;
@@ -104,11 +105,13 @@ pub mod __private {
         escalated: Option<Risk>,
         arguments: &[ArgRef<'_>],
         record_arguments: bool,
+        effects: Option<&Effects<'_>>,
     ) -> Result<Permit, Denied> {
         let call = CallInfo {
             escalated,
             arguments,
             record_arguments,
+            effects,
         };
         crate::gate::decide::check(entry, gate, &call)
     }
@@ -122,11 +125,13 @@ pub mod __private {
         escalated: Option<Risk>,
         arguments: &[ArgRef<'_>],
         record_arguments: bool,
+        effects: Option<&Effects<'_>>,
     ) -> Entering {
         let call = CallInfo {
             escalated,
             arguments,
             record_arguments,
+            effects,
         };
         crate::gate::decide::check_async(entry, gate, &call)
     }
@@ -140,11 +145,13 @@ pub mod __private {
         escalated: Option<Risk>,
         arguments: &[ArgRef<'_>],
         record_arguments: bool,
+        effects: Option<&Effects<'_>>,
     ) -> Result<Permit, Denied> {
         let call = CallInfo {
             escalated,
             arguments,
             record_arguments,
+            effects,
         };
         crate::gate::decide::confirm(entry, permit, &call)
     }

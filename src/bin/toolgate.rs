@@ -991,6 +991,7 @@ mod approvals {
                     Answer::Approve {
                         by,
                         for_session: *for_session,
+                        confirmation: None,
                     },
                 ))
             }
@@ -1239,6 +1240,7 @@ mod approvals {
             Answer::Approve {
                 by,
                 for_session: true,
+                confirmation: None,
             } => format!("approved for the session by {}", escaped(by)),
             Answer::Approve { by, .. } => format!("approved by {}", escaped(by)),
             Answer::Reject {

@@ -926,6 +926,11 @@ fn denial_codes_have_their_stable_names() {
         ),
         (DenialCode::TaintedSession, "TAINTED_SESSION"),
         (DenialCode::ArgumentRefused, "ARGUMENT_REFUSED"),
+        (DenialCode::TargetNotSingle, "TARGET_NOT_SINGLE"),
+        (DenialCode::RollbackUnavailable, "ROLLBACK_UNAVAILABLE"),
+        (DenialCode::EvidenceUnavailable, "EVIDENCE_UNAVAILABLE"),
+        (DenialCode::EvidenceChanged, "EVIDENCE_CHANGED"),
+        (DenialCode::ConfirmationMismatch, "CONFIRMATION_MISMATCH"),
     ];
     assert_eq!(
         names.len(),

@@ -218,6 +218,7 @@ fn a12_injection_through_arguments_names_and_reasons_changes_nothing() {
             Answer::Approve {
                 by: "a\u{0}b".into(),
                 for_session: false,
+                confirmation: None,
             },
         )
     }))

@@ -2,8 +2,12 @@
 //! ([`Approver`]) or async ([`AsyncApprover`]), or an operator later, through a store ([`store`],
 //! [`two_step`]).
 
+mod effects;
 pub mod store;
 pub mod two_step;
+
+pub use effects::Rollback;
+pub(crate) use effects::{Evidence, not_single, typed};
 
 use std::fmt;
 use std::future::Future;
@@ -39,6 +43,16 @@ pub struct ApprovalRequest<'a> {
     /// What tainted the gate's session, for a call that writes in a tainted session: the approval is
     /// asked for (also) because the agent has read untrusted output since. `None` in a clean session.
     pub taint: Option<&'a Taint>,
+    /// The call's target, for a tool that names one (`#[tool(target = ..)]`), as it is typed back to
+    /// confirm an irreversible call. The agent wrote it: show it escaped, as the arguments.
+    pub target: Option<&'a str>,
+    /// Whether the tool is `irreversible`: approving it takes typing its target back.
+    pub irreversible: bool,
+    /// What the tool's `evidence` probe read of the target just now, as canonical JSON: the state the
+    /// approval is for. If it differs just before the body, the call is refused (`EVIDENCE_CHANGED`).
+    pub evidence: Option<&'a str>,
+    /// How the call would be undone, for a tool that says (`#[tool(rollback = ..)]`).
+    pub rollback: Option<&'a Rollback>,
 }
 
 /// What closed a gate's taint latch: the first tool with untrusted output (`#[tool(untrusted_output)]`)

@@ -47,6 +47,12 @@ pub struct Binding {
     /// writes): an answer given to a clean session's request never runs a call made once the session
     /// is tainted, which asks again, showing the taint.
     pub tainted: bool,
+    /// The call's target (`#[tool(target = ..)]`), as it is typed back to confirm: an approval of one
+    /// target never runs a call on another.
+    pub target: Option<String>,
+    /// The digest of the evidence the approver is shown (`#[tool(evidence = ..)]`): an answer given
+    /// for one state of the target never runs a call made once it is another.
+    pub evidence_digest: Option<String>,
 }
 
 impl Binding {
@@ -66,6 +72,8 @@ impl Binding {
             principal: None,
             agent: None,
             tainted: false,
+            target: None,
+            evidence_digest: None,
         }
     }
 
@@ -80,6 +88,26 @@ impl Binding {
     pub fn tainted(mut self, tainted: bool) -> Binding {
         self.tainted = tainted;
         self
+    }
+
+    /// The binding of a call on `target`, its target shown with `evidence_digest`.
+    pub fn on_target(mut self, target: Option<String>, evidence_digest: Option<String>) -> Binding {
+        self.target = target;
+        self.evidence_digest = evidence_digest;
+        self
+    }
+
+    /// Whether `other` is this call but for the state of its target: an answer to it is for another
+    /// world.
+    pub fn same_but_evidence(&self, other: &Binding) -> bool {
+        self.evidence_digest != other.evidence_digest
+            && Binding {
+                evidence_digest: None,
+                ..self.clone()
+            } == Binding {
+                evidence_digest: None,
+                ..other.clone()
+            }
     }
 }
 
@@ -108,6 +136,39 @@ pub struct ApprovalCall {
     pub manifest: String,
     /// The arguments as the audit log writes them (redacted ones as `"[REDACTED]"`).
     pub arguments: Option<String>,
+    /// Whether the tool is `irreversible`: an approval must carry the target typed back
+    /// ([`Answer::Approve::confirmation`]); a store refuses one that does not
+    /// ([`ApproveError::ConfirmationMismatch`]).
+    pub irreversible: bool,
+    /// What the tool's `evidence` probe read of the target when the call was made, as canonical JSON;
+    /// its digest is [`Binding::evidence_digest`].
+    pub evidence: Option<String>,
+    /// How the call would be undone, as canonical JSON ([`Rollback::to_json`](crate::Rollback)).
+    pub rollback: Option<String>,
+}
+
+impl ApprovalCall {
+    /// Whether `answer` may answer this call: a rejection always, an approval of an irreversible call
+    /// only with its target typed back exactly.
+    pub fn accepts(&self, answer: &Answer) -> Result<(), ApproveError> {
+        confirmed(self.irreversible, self.binding.target.as_deref(), answer)
+    }
+}
+
+/// Whether `answer` may answer a request: for an irreversible one, an approval must carry the target
+/// typed back exactly.
+pub(crate) fn confirmed(
+    irreversible: bool,
+    target: Option<&str>,
+    answer: &Answer,
+) -> Result<(), ApproveError> {
+    match answer {
+        Answer::Approve { confirmation, .. } if irreversible => match (target, confirmation) {
+            (Some(target), Some(typed)) if typed == target => Ok(()),
+            _ => Err(ApproveError::ConfirmationMismatch),
+        },
+        _ => Ok(()),
+    }
 }
 
 /// How an operator answered a request.
@@ -119,8 +180,12 @@ pub enum Answer {
     Approve {
         /// Who approved.
         by: String,
-        /// Grant the same call for the session of the gate that runs it.
+        /// Grant the same call for the session of the gate that runs it. Not for an irreversible
+        /// call, which asks every time.
         for_session: bool,
+        /// The call's target typed back by whoever approved, which approving an `irreversible` call
+        /// takes; `None` for any other call.
+        confirmation: Option<String>,
     },
     /// Refuse the call with a reason that the agent reads; with `stop`, the gate that reads it lowers
     /// itself to SHADOW.
@@ -241,6 +306,9 @@ pub enum ApproveError {
     AlreadyUsed,
     /// The gate does not take two-step approvals.
     NotEnabled,
+    /// The request is for an irreversible call, and the approval does not carry its target typed back
+    /// exactly: it approves nothing, and the request still waits.
+    ConfirmationMismatch,
     /// The store failed.
     Store(StoreError),
 }
@@ -253,6 +321,10 @@ impl fmt::Display for ApproveError {
             ApproveError::AlreadyApproved => f.write_str("the request is answered already"),
             ApproveError::AlreadyUsed => f.write_str("the answer was used already"),
             ApproveError::NotEnabled => f.write_str("this gate does not take two-step approvals"),
+            ApproveError::ConfirmationMismatch => f.write_str(
+                "the call is irreversible: approve it by typing its target exactly (the request \
+                 still waits)",
+            ),
             ApproveError::Store(StoreError::Unavailable(why)) => {
                 write!(f, "the approval store is unavailable: {why}")
             }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
+    confirmed,
 };
 use crate::policy::DenialCode;
 
@@ -36,6 +37,7 @@ enum State {
 struct Request {
     binding: Binding,
     agent: Option<String>,
+    irreversible: bool,
     state: State,
     expires: Instant,
 }
@@ -74,6 +76,7 @@ impl MemoryStore {
         let mut expired = false;
         let mut used = false;
         let mut other_arguments = false;
+        let mut other_state = false;
         let mut answered = None;
         for (token, request) in requests.iter() {
             // The arguments' digest first: it tells most requests apart with one comparison.
@@ -83,6 +86,11 @@ impl MemoryStore {
                 (true, State::Answered(_), false) => answered = Some(token.clone()),
                 (true, State::Answered(_), true) => expired = true,
                 (true, State::Used, _) => used = true,
+                (false, State::Answered(Answer::Approve { .. }), false)
+                    if request.binding.same_but_evidence(binding) =>
+                {
+                    other_state = true;
+                }
                 (false, State::Answered(Answer::Approve { .. }), false)
                     if request.binding.tool == binding.tool =>
                 {
@@ -101,6 +109,8 @@ impl MemoryStore {
             DenialCode::ApprovalExpired
         } else if used {
             DenialCode::ApprovalReused
+        } else if other_state {
+            DenialCode::EvidenceChanged
         } else if other_arguments {
             DenialCode::ApprovalMismatch
         } else {
@@ -131,6 +141,11 @@ impl MemoryStore {
         }
         match request.state {
             State::Pending => {
+                confirmed(
+                    request.irreversible,
+                    request.binding.target.as_deref(),
+                    &answer,
+                )?;
                 request.state = State::Answered(answer);
                 Ok(request.binding.clone())
             }
@@ -184,6 +199,7 @@ fn ask(
         Request {
             binding: call.binding.clone(),
             agent: call.agent.clone(),
+            irreversible: call.irreversible,
             state: State::Pending,
             expires,
         },
@@ -239,6 +255,9 @@ mod tests {
             mode: Mode::FullAuto,
             manifest: String::new(),
             arguments: None,
+            irreversible: false,
+            evidence: None,
+            rollback: None,
         }
     }
 
@@ -246,7 +265,51 @@ mod tests {
         Answer::Approve {
             by: "ops".into(),
             for_session: false,
+            confirmation: None,
         }
+    }
+
+    /// An irreversible call on `target`, whose target showed `state`.
+    fn on(target: &str, state: &str) -> ApprovalCall {
+        let mut call = call(target);
+        call.irreversible = true;
+        call.binding = call
+            .binding
+            .on_target(Some(target.to_owned()), Some(state.to_owned()));
+        call
+    }
+
+    #[test]
+    fn an_irreversible_call_is_approved_only_with_its_target_typed_back() {
+        let t0 = Instant::now();
+        let store = store(Duration::from_secs(60));
+        let token = token(store.lookup(&on("i-1", "running"), t0));
+        let typed = |text: Option<&str>| Answer::Approve {
+            by: "ops".into(),
+            for_session: false,
+            confirmation: text.map(str::to_owned),
+        };
+        for wrong in [None, Some(""), Some("i-2"), Some("i-1 "), Some("I-1")] {
+            assert_eq!(
+                store.answer_at(&token, typed(wrong), t0),
+                Err(ApproveError::ConfirmationMismatch),
+                "{wrong:?}"
+            );
+        }
+        // A rejection needs nothing typed; a mistyped approval left the request pending.
+        assert!(pending(DenialCode::ApprovalPending)(
+            &store.lookup(&on("i-1", "running"), t0)
+        ));
+        assert!(store.answer_at(&token, typed(Some("i-1")), t0).is_ok());
+        // The target's state changed since the approver saw it: the answer is for another world, and
+        // a new request shows the new state.
+        assert!(pending(DenialCode::EvidenceChanged)(
+            &store.lookup(&on("i-1", "stopped"), t0)
+        ));
+        assert_eq!(
+            store.lookup(&on("i-1", "running"), t0),
+            Consumed::Answered(typed(Some("i-1")))
+        );
     }
 
     fn store(ttl: Duration) -> MemoryStore {

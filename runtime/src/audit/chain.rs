@@ -516,6 +516,9 @@ mod tests {
             declared_risk,
             duration_us,
             effective_risk,
+            evidence,
+            evidence_after,
+            evidence_before,
             gate: _,
             manifest_digest: _,
             message,
@@ -525,6 +528,8 @@ mod tests {
             policy_digest,
             policy_version: _,
             principal,
+            rollback,
+            rollback_of,
             stage: _,
             timestamp: _,
             tool: _,
@@ -543,13 +548,18 @@ mod tests {
         *output_digest = Some("o".into());
         *policy_digest = Some("pd".into());
         *principal = Some("p".into());
+        *evidence = Some("{}".into());
+        *evidence_after = Some("ea".into());
+        *evidence_before = Some("eb".into());
+        *rollback = Some("{}".into());
+        *rollback_of = Some("1/2".into());
         let mut out = Vec::new();
         Encoder::default()
             .encode(&record, 1, &GENESIS, &mut out)
             .expect("AuditRecord's fields must be declared in sorted order");
         let parsed: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&out).unwrap();
-        assert_eq!(parsed.len(), 25);
+        assert_eq!(parsed.len(), 30);
         assert_eq!(serde_json::to_vec(&parsed).unwrap(), out);
     }
 

@@ -116,6 +116,17 @@ pub struct AuditRecord {
     /// The risk the call was judged at: the declared risk, or higher where the arguments escalated it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effective_risk: Option<Risk>,
+    /// What the tool's `evidence` probe read of its target just before the body and after it, as
+    /// `{"after": .., "before": ..}` (`exit` records of a tool that records its arguments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+    /// sha256 (hex) of what the tool's `evidence` probe read of its target after the body (`exit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_after: Option<String>,
+    /// sha256 (hex) of what the tool's `evidence` probe read of its target just before the body
+    /// (`exit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_before: Option<String>,
     /// The gate's id (a gate and its clones share it).
     pub gate: u64,
     /// sha256 (hex) of the sorted canonical JSON of every linked tool's manifest.
@@ -141,6 +152,14 @@ pub struct AuditRecord {
     /// ([`GateBuilder::principal`](crate::GateBuilder::principal)); absent where the gate names none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<Cow<'static, str>>,
+    /// How the call would be undone, as its tool's `rollback` function said (`enter` records), as
+    /// canonical JSON ([`Rollback`](crate::Rollback)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<String>,
+    /// The call this one undoes, as `GATE/CALL` of its `enter` record, for a call made by
+    /// [`Registry::rollback`](crate::Registry::rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_of: Option<String>,
     /// What this record reports.
     pub stage: Stage,
     /// UTC time of the record, RFC 3339 with microseconds (`2026-11-22T03:11:01.123456Z`).

@@ -50,11 +50,17 @@ pub enum CallError {
         /// What went wrong.
         message: String,
     },
+    /// `NO_ROLLBACK`: a rollback was asked of a record that keeps no plan to call: not an `enter`
+    /// record, no `rollback` in it, a plan a person carries out, or one that cannot be read.
+    NoRollback {
+        /// Why.
+        message: String,
+    },
 }
 
 impl CallError {
     /// The stable code: `UNKNOWN_TOOL`, `NOT_CALLABLE`, `NO_INSTANCE`, `INVALID_PARAMS`,
-    /// `HANDLER_ERROR`, `OUTPUT_ERROR`, or the refusal's code.
+    /// `HANDLER_ERROR`, `OUTPUT_ERROR`, `NO_ROLLBACK`, or the refusal's code.
     pub fn code(&self) -> &'static str {
         match self {
             CallError::UnknownTool { .. } => "UNKNOWN_TOOL",
@@ -64,6 +70,7 @@ impl CallError {
             CallError::Denied(denied) => denied.code().as_str(),
             CallError::HandlerError { .. } => "HANDLER_ERROR",
             CallError::OutputError { .. } => "OUTPUT_ERROR",
+            CallError::NoRollback { .. } => "NO_ROLLBACK",
         }
     }
 
@@ -106,6 +113,9 @@ impl fmt::Display for CallError {
             }
             CallError::Denied(denied) => denied.fmt(f),
             CallError::HandlerError { message } => f.write_str(message),
+            CallError::NoRollback { message } => {
+                write!(f, "there is no rollback plan to run: {message}")
+            }
             CallError::OutputError { message } => {
                 write!(f, "the tool's result is not JSON: {message}")
             }

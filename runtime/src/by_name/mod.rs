@@ -25,12 +25,15 @@ use std::task::{Context, Poll};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::approval::Rollback;
+use crate::audit::{AuditRecord, Stage};
 use crate::by_name::params::Param;
 use crate::canonical::sha256_hex;
 use crate::gate::Gate;
-use crate::gate::call::{ArgRef, CallInfo};
+use crate::gate::call::{ArgRef, CallInfo, Effects};
 use crate::gate::decide::{self as deciding, Decided};
 use crate::gate::denied::Denied;
+use crate::gate::undoing::{Undo, Undoing};
 use crate::policy::Risk;
 use crate::registry::{Registry, Tool, ToolEntry, registry};
 
@@ -234,6 +237,72 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Runs the rollback plan an `enter` record keeps (a tool's `rollback` function made it when the
+    /// call was decided): a call of the plan's tool with the plan's arguments, through `gate` like any
+    /// other call by name, decided, approved and recorded as such. Every record written while it runs
+    /// names the call it undoes (`rollback_of`: the `enter` record's `GATE/CALL`).
+    ///
+    /// A record that keeps no plan to call (not an `enter` record, no plan, or steps a person carries
+    /// out) is answered `NO_ROLLBACK`, and nothing runs.
+    ///
+    /// ```no_run
+    /// # extern crate toolgate_runtime as toolgate;
+    /// # async fn demo(gate: &toolgate::Gate, enter: &toolgate::audit::AuditRecord) {
+    /// // `enter`: the `enter` record of the call to undo, read back from the audit trail.
+    /// let undone = toolgate::registry().rollback(gate, enter).await;
+    /// # }
+    /// ```
+    pub fn rollback(&self, gate: &Gate, enter: &AuditRecord) -> CallFuture {
+        static NONE: Instances = Instances::new();
+        self.rollback_with(gate, &NONE, enter)
+    }
+
+    /// [`rollback`](Registry::rollback), where the plan's tool is a method run on its type's instance
+    /// in `instances`.
+    pub fn rollback_with(
+        &self,
+        gate: &Gate,
+        instances: &Instances,
+        enter: &AuditRecord,
+    ) -> CallFuture {
+        let no = |message: String| CallFuture::ready(Err(CallError::NoRollback { message }));
+        if enter.stage != Stage::Enter {
+            let stage = serde_json::to_value(enter.stage).unwrap_or_default();
+            return no(format!(
+                "the record is a {stage} record, not an `enter` record"
+            ));
+        }
+        let Some(plan) = &enter.rollback else {
+            return no(format!(
+                "the `enter` record of call {}/{} of `{}` keeps no plan",
+                enter.gate, enter.call, enter.tool
+            ));
+        };
+        let (tool, arguments) = match serde_json::from_str::<Rollback>(plan) {
+            Ok(Rollback::Call { tool, arguments }) => (tool, arguments),
+            Ok(Rollback::Steps { text }) => {
+                return no(format!(
+                    "the plan is steps a person carries out: {}",
+                    crate::terminal::escaped(&text)
+                ));
+            }
+            Err(error) => return no(format!("the plan cannot be read: {error}")),
+        };
+        let origin: Arc<str> = Arc::from(format!("{}/{}", enter.gate, enter.call));
+        let future = {
+            let _undoing = Undoing::enter(&origin);
+            self.call_with(gate, instances, &tool, arguments)
+        };
+        match future.state {
+            State::Pending(future) => CallFuture {
+                state: State::Pending(Box::pin(Undo { origin, future })),
+            },
+            ready => CallFuture { state: ready },
+        }
+    }
+}
+
 /// Records a call by name of an id no tool has. The id is the caller's text, which may be anything (a
 /// secret pasted in the wrong place): the record has its SHA-256, which matches a known id, and not the
 /// text.
@@ -319,11 +388,13 @@ pub fn decide(
     escalated: Option<Risk>,
     arguments: &[ArgRef<'_>],
     record_arguments: bool,
+    effects: Option<&Effects<'_>>,
 ) -> Result<Decided, Denied> {
     let call = CallInfo {
         escalated,
         arguments,
         record_arguments,
+        effects,
     };
     deciding::decide_by_name(entry, outright, gate_parameter, &call)
 }
@@ -339,11 +410,13 @@ pub fn decide_async(
     escalated: Option<Risk>,
     arguments: &[ArgRef<'_>],
     record_arguments: bool,
+    effects: Option<&Effects<'_>>,
 ) -> deciding::DecidingByName {
     let call = CallInfo {
         escalated,
         arguments,
         record_arguments,
+        effects,
     };
     deciding::decide_by_name_async(entry, outright, gate_parameter, &call)
 }
@@ -361,11 +434,13 @@ pub fn confirm_handed(
     escalated: Option<Risk>,
     arguments: &[ArgRef<'_>],
     record_arguments: bool,
+    effects: Option<&Effects<'_>>,
 ) -> Result<Decided, Denied> {
     let call = CallInfo {
         escalated,
         arguments,
         record_arguments,
+        effects,
     };
     deciding::confirm_handed(decided, &call)
 }

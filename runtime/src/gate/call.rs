@@ -8,6 +8,7 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 
+use crate::approval::Rollback;
 use crate::canonical::sha256_hex;
 use crate::policy::Risk;
 
@@ -21,6 +22,36 @@ pub struct CallInfo<'a> {
     pub arguments: &'a [ArgRef<'a>],
     /// The tool opted in to recording its arguments in the audit log.
     pub record_arguments: bool,
+    /// What a tool with lasting effects adds: its target, its rollback plan, its evidence probe.
+    pub effects: Option<&'a Effects<'a>>,
+}
+
+/// What generated code hands the gate of a call of a tool that declares `target`, `rollback`,
+/// `evidence` or `irreversible`.
+#[doc(hidden)]
+pub struct Effects<'a> {
+    /// The `target` argument.
+    pub target: Option<ArgRef<'a>>,
+    /// What the tool's `rollback` function made of the arguments, or why it could not.
+    pub rollback: Option<Result<Rollback, String>>,
+    /// The tool's `evidence` probe of its target.
+    pub evidence: Option<&'a (dyn Fn() -> Result<serde_json::Value, String> + 'a)>,
+}
+
+impl Effects<'_> {
+    /// The target's value; `Err` where it cannot be read (not serializable).
+    pub(crate) fn target(&self) -> Option<Result<serde_json::Value, String>> {
+        let target = self.target.as_ref()?;
+        Some(match target.value {
+            ArgValue::Json(value) | ArgValue::Redacted(Some(value)) => value
+                .to_value()
+                .map_err(|e| format!("its target `{}` cannot be written: {e}", target.name)),
+            _ => Err(format!(
+                "its target `{}` cannot be read (it is not serializable)",
+                target.name
+            )),
+        })
+    }
 }
 
 /// The risk a call is judged at. The only way to make one takes the maximum, so an escalation can raise
@@ -441,6 +472,159 @@ where
     F: Classify<Args, Borrowed>,
 {
     function.classify(args)
+}
+
+/// What a tool's `rollback` function may return: a plan, a plan or why there is none.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not what a `rollback` function returns",
+    note = "a `rollback` function returns `toolgate::Rollback`, `Option<Rollback>` or \
+            `Result<Rollback, E>` where `E: Display`"
+)]
+pub trait PlanOutput {
+    fn into_plan(self) -> Result<Rollback, String>;
+}
+
+impl PlanOutput for Rollback {
+    fn into_plan(self) -> Result<Rollback, String> {
+        Ok(self)
+    }
+}
+
+impl PlanOutput for Option<Rollback> {
+    fn into_plan(self) -> Result<Rollback, String> {
+        self.ok_or_else(|| "the tool's `rollback` function made no plan".to_owned())
+    }
+}
+
+impl<E: std::fmt::Display> PlanOutput for Result<Rollback, E> {
+    fn into_plan(self) -> Result<Rollback, String> {
+        self.map_err(|e| e.to_string())
+    }
+}
+
+/// A tool's `rollback` function, called with a reference to each argument in order, as an
+/// `escalate` function is ([`Classify`]).
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `rollback` function for this tool",
+    label = "not `fn(&arg1, &arg2, ..) -> Result<toolgate::Rollback, E>` over this tool's arguments",
+    note = "a `rollback` function takes a reference to each of the tool's arguments, in the \
+            signature's order (not its `&Gate`), and returns `Rollback`, `Option<Rollback>` or \
+            `Result<Rollback, E: Display>`; a parameter may take what its argument borrows as"
+)]
+pub trait MakePlan<Args, Borrowed> {
+    fn make_plan(&self, args: Args) -> Result<Rollback, String>;
+}
+
+macro_rules! plan_impls {
+    ($(($($a:ident $b:ident $x:ident),*))*) => {$(
+        impl<F, O, $($a: Borrow<$b>, $b: ?Sized,)*> MakePlan<($(&$a,)*), ($(*const $b,)*)> for F
+        where
+            F: Fn($(&$b),*) -> O,
+            O: PlanOutput,
+        {
+            #[inline]
+            fn make_plan(&self, ($($x,)*): ($(&$a,)*)) -> Result<Rollback, String> {
+                self($($x.borrow()),*).into_plan()
+            }
+        }
+    )*};
+}
+
+plan_impls! {
+    ()
+    (A1 B1 a1)
+    (A1 B1 a1, A2 B2 a2)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6, A7 B7 a7)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6, A7 B7 a7, A8 B8 a8)
+}
+
+/// Calls a tool's `rollback` function on its arguments; a panic is a plan that cannot be made.
+#[doc(hidden)]
+pub fn plan<F, Args, Borrowed>(function: &F, args: Args) -> Result<Rollback, String>
+where
+    F: MakePlan<Args, Borrowed>,
+{
+    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| function.make_plan(args)))
+        .unwrap_or_else(|_| Err("the tool's `rollback` function panicked".to_owned()))?;
+    match made.problem() {
+        Some(problem) => Err(format!("the plan cannot be carried out: {problem}")),
+        None => Ok(made),
+    }
+}
+
+/// What a tool's `evidence` probe may return: the state it read, or why it could not.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not what an `evidence` probe returns",
+    note = "an `evidence` probe returns `Result<T, E>` where `T: Serialize` and `E: Display`"
+)]
+pub trait ProbeOutput {
+    fn into_evidence(self) -> Result<serde_json::Value, String>;
+}
+
+impl<T: Serialize, E: std::fmt::Display> ProbeOutput for Result<T, E> {
+    fn into_evidence(self) -> Result<serde_json::Value, String> {
+        let read = self.map_err(|e| e.to_string())?;
+        serde_json::to_value(&read).map_err(|e| format!("what it read cannot be written: {e}"))
+    }
+}
+
+/// A tool's `evidence` probe: called with a reference to the tool's target argument.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an `evidence` probe of this tool's target",
+    label = "not `fn(&target) -> Result<T, E>` over this tool's target argument",
+    note = "an `evidence` probe takes a reference to the argument `target` names (or what it \
+            borrows as, such as `&str` for a `String`) and returns `Result<T, E>` where \
+            `T: Serialize` and `E: Display`"
+)]
+pub trait Probe<Arg, Borrowed> {
+    fn probe(&self, arg: Arg) -> Result<serde_json::Value, String>;
+}
+
+impl<F, O, A: Borrow<B>, B: ?Sized> Probe<&A, *const B> for F
+where
+    F: Fn(&B) -> O,
+    O: ProbeOutput,
+{
+    #[inline]
+    fn probe(&self, arg: &A) -> Result<serde_json::Value, String> {
+        self(arg.borrow()).into_evidence()
+    }
+}
+
+/// Calls a tool's `evidence` probe on its target; a panic is a probe that failed.
+#[doc(hidden)]
+pub fn probe<F, Arg, Borrowed>(function: &F, arg: Arg) -> Result<serde_json::Value, String>
+where
+    F: Probe<Arg, Borrowed>,
+{
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| function.probe(arg)))
+        .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+}
+
+/// Keeps a copy of a tool's target before its body takes it, for the probe after the body.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "the target `{Self}` of a tool with an `evidence` probe must be `Clone`",
+    note = "the probe reads the target again after the body, which takes the argument: a copy is \
+            kept before it runs"
+)]
+pub trait KeepTarget: Sized {
+    fn keep(&self) -> Self;
+}
+
+impl<T: Clone> KeepTarget for T {
+    #[inline]
+    fn keep(&self) -> T {
+        self.clone()
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,10 @@ struct Extra {
     /// Refused at the declared risk before the arguments were read, for a tool whose arguments may
     /// raise its risk (`escalate`): the modes the message names are those of the declared risk.
     unread_escalation: bool,
+    /// What a pending request of a tool with lasting effects shows its operator.
+    target: Option<Arc<str>>,
+    evidence: Option<Arc<str>>,
+    rollback: Option<Arc<crate::approval::Rollback>>,
 }
 
 impl Denied {
@@ -76,6 +80,41 @@ impl Denied {
     pub(crate) fn with_approval_request_id(mut self, id: Arc<str>) -> Denied {
         self.extra().approval_request_id = Some(id);
         self
+    }
+
+    /// Adds what the operator of a pending request is shown of a tool with lasting effects.
+    pub(crate) fn with_effects(
+        mut self,
+        target: Option<&str>,
+        evidence: Option<&str>,
+        rollback: Option<&crate::approval::Rollback>,
+    ) -> Denied {
+        if target.is_none() && evidence.is_none() && rollback.is_none() {
+            return self;
+        }
+        let extra = self.extra();
+        extra.target = target.map(Arc::from);
+        extra.evidence = evidence.map(Arc::from);
+        extra.rollback = rollback.map(|plan| Arc::new(plan.clone()));
+        self
+    }
+
+    /// The target of the call, as it is typed back to confirm it, on a refusal whose request waits
+    /// for an operator (`APPROVAL_PENDING`, `EVIDENCE_CHANGED`) of a tool that names one.
+    pub fn target(&self) -> Option<&str> {
+        self.extra.as_ref()?.target.as_deref()
+    }
+
+    /// What the tool's `evidence` probe read of the target when the request was filed, as canonical
+    /// JSON: the state the operator approves the call for.
+    pub fn evidence(&self) -> Option<&str> {
+        self.extra.as_ref()?.evidence.as_deref()
+    }
+
+    /// How the call would be undone, for a tool that declares `rollback`, on a refusal whose request
+    /// waits for an operator.
+    pub fn rollback(&self) -> Option<&crate::approval::Rollback> {
+        self.extra.as_ref()?.rollback.as_deref()
     }
 
     /// Marks a refusal made before the arguments of a tool that escalates were read.
@@ -309,6 +348,29 @@ impl fmt::Display for Denied {
             DenialCode::ArgumentRefused => write!(
                 f,
                 "tool `{id}` ({risk}) is refused for its arguments by the operator's policy: {detail}"
+            ),
+            DenialCode::TargetNotSingle => write!(
+                f,
+                "{subject} is irreversible and acts on one target at a time: {detail}; call it once \
+                 per target, naming it exactly"
+            ),
+            DenialCode::RollbackUnavailable => write!(
+                f,
+                "{subject} did not run: no rollback plan could be made for this call ({detail})"
+            ),
+            DenialCode::EvidenceUnavailable => write!(
+                f,
+                "{subject} did not run: its evidence probe of the target failed ({detail})"
+            ),
+            DenialCode::EvidenceChanged => write!(
+                f,
+                "{subject} did not run: its target changed after the call was approved ({detail}); \
+                 the approval was for the state the approver saw: ask again"
+            ),
+            DenialCode::ConfirmationMismatch => write!(
+                f,
+                "{subject} did not run: it is irreversible, and its approval does not carry its \
+                 target typed back by whoever approved it ({detail})"
             ),
             // A code of a newer policy than this runtime knows.
             code => write!(f, "tool `{id}` ({risk}) was refused in mode {mode}: {code}"),

@@ -14,6 +14,7 @@ pub(crate) mod grants;
 pub mod narrowing;
 pub(crate) mod permit;
 pub(crate) mod taint;
+pub(crate) mod undoing;
 pub(crate) mod wait;
 
 use std::borrow::Cow;
@@ -431,6 +432,21 @@ impl Gate {
             Answer::Approve {
                 by: "operator".to_owned(),
                 for_session: false,
+                confirmation: None,
+            },
+        )
+    }
+
+    /// Approves the request of an `irreversible` call, its target typed back as whoever approves reads
+    /// it (as one types a repository's name to delete it): a mistyped target approves nothing
+    /// ([`ApproveError::ConfirmationMismatch`]) and the request still waits.
+    pub fn approve_typed(&self, token: &str, by: &str, target: &str) -> Result<(), ApproveError> {
+        self.answer(
+            token,
+            Answer::Approve {
+                by: by.to_owned(),
+                for_session: false,
+                confirmation: Some(target.to_owned()),
             },
         )
     }
@@ -581,6 +597,7 @@ impl Gate {
                 .principal
                 .as_deref()
                 .map(|p| Cow::Owned(p.to_owned())),
+            rollback_of: undoing::origin(),
             ..AuditRecord::new(stage, tool, mode, self.inner.id)
         }
     }
@@ -981,9 +998,11 @@ impl TableInputs {
                     .as_ref()
                     .is_some_and(|b| b.covers(slot, manifest.risk_level));
             let ruled = narrowing.has_argument_rules(slot);
-            let full = counted || ruled;
+            // A tool with lasting effects has its target checked, its plan made and its evidence read.
+            let full = counted || ruled || manifest.has_effects();
             fulls.push(full);
-            ruled_only.push(ruled && !counted && !manifest.untrusted_output);
+            ruled_only
+                .push(ruled && !counted && !manifest.has_effects() && !manifest.untrusted_output);
             allowed_outright.push(
                 outright_bits(&clean, full || manifest.untrusted_output)
                     | outright_bits(&tainted, full) << TAINTED,

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::Instant;
 
+use crate::approval::Evidence;
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
 use crate::gate::budget::Reserved;
@@ -27,7 +28,24 @@ pub struct Permit {
 /// for an approved call whose decision waited, the arguments the approval saw and the budget units
 /// kept only if they are still the same.
 #[derive(Debug, Default)]
-struct Exits(Vec<Exit>, Option<Seen>, Vec<Reserved>);
+struct Exits(
+    Vec<Exit>,
+    Option<Seen>,
+    Vec<Reserved>,
+    Option<Box<Observed>>,
+);
+
+/// What a tool's `evidence` probe read of its target, for the `exit` records.
+#[derive(Debug, Default)]
+struct Observed {
+    /// The read just before the body is still to be made, by the confirmation of an async call whose
+    /// decision waited; where an approver saw the target, the digest it must have.
+    pending: Option<Option<String>>,
+    before: Option<Evidence>,
+    after: Option<Result<Evidence, String>>,
+    /// The records carry what was read, not only its digest.
+    record: bool,
+}
 
 /// The arguments an approval was given for: the call must still have them when its body starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,10 +115,58 @@ impl Permit {
         self.exits.as_mut().and_then(|exits| exits.1.take())
     }
 
-    /// Whether an approval's arguments must be compared with the call's before the body runs.
+    /// Whether an approval's arguments must be compared with the call's before the body runs, or the
+    /// target read again.
     #[inline]
     pub fn needs_confirmation(&self) -> bool {
-        self.exits.as_ref().is_some_and(|exits| exits.1.is_some())
+        self.exits.as_ref().is_some_and(|exits| {
+            exits.1.is_some() || exits.3.as_ref().is_some_and(|o| o.pending.is_some())
+        })
+    }
+
+    fn observed(&mut self) -> &mut Observed {
+        self.exits
+            .get_or_insert_with(Box::default)
+            .3
+            .get_or_insert_with(Box::default)
+    }
+
+    /// Leaves the read of the target just before the body to the confirmation; `expected`: the digest
+    /// an approver saw.
+    pub(crate) fn expect_evidence(&mut self, expected: Option<String>, record: bool) {
+        let observed = self.observed();
+        observed.pending = Some(expected);
+        observed.record = record;
+    }
+
+    /// The read left to the confirmation, taken out to be made.
+    pub(crate) fn take_expected_evidence(&mut self) -> Option<(Option<String>, bool)> {
+        let observed = self.exits.as_mut()?.3.as_mut()?;
+        Some((observed.pending.take()?, observed.record))
+    }
+
+    /// What the probe read just before the body.
+    pub(crate) fn observed_before(&mut self, before: Evidence, record: bool) {
+        let observed = self.observed();
+        observed.before = Some(before);
+        observed.record = record;
+    }
+
+    /// Reads the target again after the body, where a record will show it (a gate audits the call and
+    /// the probe read it before the body).
+    #[doc(hidden)]
+    pub fn observe_after(&mut self, probe: impl FnOnce() -> Result<serde_json::Value, String>) {
+        let Some(exits) = &mut self.exits else {
+            return;
+        };
+        if exits.0.is_empty() {
+            return;
+        }
+        if let Some(observed) = &mut exits.3
+            && observed.before.is_some()
+        {
+            observed.after = Some(probe().map(|value| Evidence::of(&value)));
+        }
     }
 
     /// The exits owed, taken out to be closed otherwise (the call was refused after its `enter`).
@@ -147,8 +213,13 @@ impl Permit {
         // Every gate gets its `exit`: a sink that panics does not keep the next gates' from being
         // written; its panic goes on once they are (during an unwind, a second panic aborts anyway).
         let mut panicked = None;
+        let evidence = exits.3.as_deref().map(evidence_fields).unwrap_or_default();
         for exit in exits.0 {
             let record = AuditRecord {
+                evidence: evidence.0.clone(),
+                evidence_after: evidence.1.clone(),
+                evidence_before: evidence.2.clone(),
+                message: evidence.3.clone(),
                 arguments_digest: exit.arguments_digest,
                 duration_us: Some(
                     u64::try_from(exit.started.elapsed().as_micros()).unwrap_or(u64::MAX),
@@ -179,6 +250,38 @@ impl Permit {
             resume_unwind(panic);
         }
     }
+}
+
+/// The `evidence`, `evidence_after` and `evidence_before` fields of an `exit` record, and the message of
+/// a probe that failed after the body.
+fn evidence_fields(
+    observed: &Observed,
+) -> (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+) {
+    let before = observed.before.as_ref();
+    let after = observed.after.as_ref().and_then(|a| a.as_ref().ok());
+    let values = (observed.record && before.is_some()).then(|| {
+        let value = |e: Option<&Evidence>| e.map_or("null", |e| e.json.as_str()).to_owned();
+        format!(
+            "{{\"after\":{},\"before\":{}}}",
+            value(after),
+            value(before)
+        )
+    });
+    let failed = match &observed.after {
+        Some(Err(why)) => Some(format!("the evidence probe after the body failed: {why}")),
+        _ => None,
+    };
+    (
+        values,
+        after.map(|e| e.digest.clone()),
+        before.map(|e| e.digest.clone()),
+        failed,
+    )
 }
 
 /// Closes the `enter` records of a call refused after they were written: the body never ran.

@@ -226,6 +226,8 @@ pub(crate) enum StateRefused {
     Mismatch,
     /// Its approval was answered already: a replay.
     Reused,
+    /// An approval of an irreversible call without its target typed back exactly.
+    Unconfirmed,
 }
 
 impl StateRefused {
@@ -235,6 +237,7 @@ impl StateRefused {
             StateRefused::Expired => "APPROVAL_EXPIRED",
             StateRefused::Mismatch => "APPROVAL_MISMATCH",
             StateRefused::Reused => "APPROVAL_REUSED",
+            StateRefused::Unconfirmed => "CONFIRMATION_MISMATCH",
         }
     }
 
@@ -254,6 +257,10 @@ impl StateRefused {
             StateRefused::Reused => format!(
                 "the approval form of this call of `{tool}` was answered already; call the tool \
                  again for a new one"
+            ),
+            StateRefused::Unconfirmed => format!(
+                "`{tool}` is irreversible, and the approval form was not confirmed by typing the \
+                 call's target exactly: it approved nothing; call the tool again"
             ),
         }
     }
@@ -332,33 +339,61 @@ fn form(
     };
     let _ = write!(
         message,
-        "session: {session}\narguments: {arguments}\n\n{description}",
+        "session: {session}\narguments: {arguments}\n",
         arguments = shown_arguments(tool, arguments),
-        description = manifest.description,
+    );
+    if let Some(target) = denied.target() {
+        let _ = writeln!(message, "target: {target}");
+    }
+    if let Some(evidence) = denied.evidence() {
+        let _ = writeln!(message, "the target now: {evidence}");
+    }
+    if let Some(plan) = denied.rollback() {
+        let _ = writeln!(message, "undone by: {plan}");
+    }
+    let confirm = manifest.irreversible.then(|| denied.target()).flatten();
+    if let Some(target) = confirm {
+        let _ = writeln!(
+            message,
+            "\nTHIS CANNOT BE UNDONE. To approve, type the target exactly: {target}"
+        );
+    }
+    let _ = write!(
+        message,
+        "\n{description}",
+        description = manifest.description
     );
     // The arguments are the agent's text: what the user reads must be what the call carries.
     let message = visible(&message);
+    let mut schema = json!({
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Decision",
+                "enum": ["approve", "reject"],
+            },
+            "reason": {
+                "type": "string",
+                "title": "Reason",
+                "description": "Why (the agent reads it when the call is rejected).",
+            },
+        },
+        "required": ["decision"],
+    });
+    if confirm.is_some() {
+        schema["properties"]["confirmation"] = json!({
+            "type": "string",
+            "title": "Confirmation",
+            "description": "To approve, type the call's target exactly, as the message shows it.",
+        });
+    }
     let request = json!({
         "method": "elicitation/create",
         "params": {
             "mode": "form",
             "message": message,
-            "requestedSchema": {
-                "type": "object",
-                "properties": {
-                    "decision": {
-                        "type": "string",
-                        "title": "Decision",
-                        "enum": ["approve", "reject"],
-                    },
-                    "reason": {
-                        "type": "string",
-                        "title": "Reason",
-                        "description": "Why (the agent reads it when the call is rejected).",
-                    },
-                },
-                "required": ["decision"],
-            },
+            "requestedSchema": schema,
         },
     });
     serde_json::from_value(request)
@@ -448,6 +483,10 @@ fn read_answer(response: Option<&Value>) -> Answer {
         (Some("accept"), Some("approve")) => Answer::Approve {
             by,
             for_session: false,
+            confirmation: content
+                .and_then(|c| c.get("confirmation"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         },
         (Some("accept"), _) => Answer::Reject {
             by,

@@ -20,6 +20,19 @@ pub const META_RISK_LEVEL: &str = "dev.toolgate/risk_level";
 /// The `_meta` key of a definition that holds the modes the tool may run in, e.g. `["FULL_AUTO"]`.
 pub const META_ALLOWED_MODES: &str = "dev.toolgate/allowed_modes";
 
+/// The `_meta` key of a definition of an `irreversible` tool: `true` (absent for any other tool).
+pub const META_IRREVERSIBLE: &str = "dev.toolgate/irreversible";
+
+/// The `_meta` key of a definition that names the tool's `target` parameter, where it declares one.
+pub const META_TARGET: &str = "dev.toolgate/target";
+
+/// The `_meta` key of a definition of a tool with an `evidence` probe: `true` (absent otherwise).
+pub const META_EVIDENCE: &str = "dev.toolgate/evidence";
+
+/// The `_meta` key of a definition of a tool that says how its calls are undone: `true` (absent
+/// otherwise).
+pub const META_ROLLBACK: &str = "dev.toolgate/rollback";
+
 /// What `tools/list` does with a tool the gate would refuse in its current mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -59,7 +72,8 @@ pub fn annotations(manifest: &ToolManifest) -> ToolAnnotations {
 }
 
 /// The `_meta` object of a tool's definition: its risk under [`META_RISK_LEVEL`] and its allowed modes
-/// under [`META_ALLOWED_MODES`].
+/// under [`META_ALLOWED_MODES`]; where it declares them, [`META_IRREVERSIBLE`], [`META_TARGET`],
+/// [`META_EVIDENCE`] and [`META_ROLLBACK`].
 pub fn meta(manifest: &ToolManifest) -> MetaObject {
     let mut meta = JsonObject::new();
     meta.insert(
@@ -71,6 +85,17 @@ pub fn meta(manifest: &ToolManifest) -> MetaObject {
         META_ALLOWED_MODES.to_owned(),
         Value::Array(modes.map(Value::from).collect()),
     );
+    let flags = [
+        (META_IRREVERSIBLE, manifest.irreversible),
+        (META_EVIDENCE, manifest.evidence),
+        (META_ROLLBACK, manifest.rollback),
+    ];
+    for (key, _) in flags.into_iter().filter(|(_, declared)| *declared) {
+        meta.insert(key.to_owned(), Value::Bool(true));
+    }
+    if let Some(target) = manifest.target {
+        meta.insert(META_TARGET.to_owned(), Value::from(target));
+    }
     MetaObject(meta)
 }
 

@@ -160,8 +160,8 @@ pub use rmcp;
 
 pub use approvals::{APPROVAL_INPUT, Approvals, DEFAULT_STATE_TTL, InBand, KeyTooShort};
 pub use definition::{
-    META_ALLOWED_MODES, META_RISK_LEVEL, Visibility, annotations, definition, disabled_prefix,
-    listed, meta,
+    META_ALLOWED_MODES, META_EVIDENCE, META_IRREVERSIBLE, META_RISK_LEVEL, META_ROLLBACK,
+    META_TARGET, Visibility, annotations, definition, disabled_prefix, listed, meta,
 };
 pub use handler::Undeclared;
 pub use server::{

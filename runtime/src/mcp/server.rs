@@ -77,6 +77,16 @@ pub struct PendingApproval {
     /// [`Instances::with_named`](crate::Instances::with_named), else its type and a random id), to
     /// which the approval is bound. Show it to the operator.
     pub instance: Option<String>,
+    /// Whether the tool is `irreversible`: approving the call takes typing its `target` back
+    /// ([`Gate::approve_typed`](crate::Gate::approve_typed)).
+    pub irreversible: bool,
+    /// The call's target, for a tool that names one; the agent wrote it: show it escaped.
+    pub target: Option<String>,
+    /// What the tool's `evidence` probe read of the target when the request was filed, as canonical
+    /// JSON: the state the approval is for.
+    pub evidence: Option<String>,
+    /// How the call would be undone, for a tool that declares `rollback`.
+    pub rollback: Option<crate::Rollback>,
 }
 
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
@@ -602,6 +612,9 @@ impl ToolgateServer {
                 Err(ApproveError::AlreadyApproved | ApproveError::AlreadyUsed) => {
                     return state_refused(gate, tool, StateRefused::Reused);
                 }
+                Err(ApproveError::ConfirmationMismatch) => {
+                    return state_refused(gate, tool, StateRefused::Unconfirmed);
+                }
                 Err(ApproveError::UnknownToken | ApproveError::NotEnabled) => {
                     return state_refused(gate, tool, StateRefused::Invalid);
                 }
@@ -668,6 +681,10 @@ impl ToolgateServer {
                             .and_then(|of| self.instances.label_of(of))
                             .map(str::to_owned),
                     },
+                    irreversible: tool.manifest().irreversible,
+                    target: denied.target().map(str::to_owned),
+                    evidence: denied.evidence().map(str::to_owned),
+                    rollback: denied.rollback().cloned(),
                 });
             }
             if let Some((request, context)) = retry

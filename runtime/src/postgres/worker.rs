@@ -425,7 +425,9 @@ impl Worker {
         answer: &Answer,
     ) -> Result<StoredRequest, Failure> {
         let (word, by, reason, for_session, stop) = match answer {
-            Answer::Approve { by, for_session } => ("approve", by, None, *for_session, false),
+            Answer::Approve {
+                by, for_session, ..
+            } => ("approve", by, None, *for_session, false),
             Answer::Reject { by, reason, stop } => ("reject", by, Some(reason), false, *stop),
         };
         let hash;
@@ -616,7 +618,11 @@ fn answer_of_at(row: &Row, at: usize) -> Result<Answer, Failure> {
     let stop: bool = get(row, at + 4)?;
     let by = by.unwrap_or_default();
     match word.as_deref() {
-        Some("approve") => Ok(Answer::Approve { by, for_session }),
+        Some("approve") => Ok(Answer::Approve {
+            by,
+            for_session,
+            confirmation: None,
+        }),
         Some("reject") => Ok(Answer::Reject {
             by,
             reason: reason.unwrap_or_default(),

@@ -42,6 +42,10 @@ pub struct Behaviour {
     pub record_arguments: bool,
     /// Whether the tool is an `async fn`: a sync tool cannot wait for an async approver.
     pub is_async: bool,
+    /// The path of the `evidence` probe, as written.
+    pub evidence: Option<&'static str>,
+    /// The path of the `rollback` function, as written.
+    pub rollback: Option<&'static str>,
 }
 
 impl Behaviour {
@@ -51,6 +55,8 @@ impl Behaviour {
         redact: &[],
         record_arguments: false,
         is_async: false,
+        evidence: None,
+        rollback: None,
     };
 }
 

@@ -222,6 +222,11 @@ struct Entry {
     /// Absent where false, as in the manifest, so that lockfiles written before it still match.
     #[serde(default, skip_serializing_if = "is_false")]
     untrusted_output: bool,
+    /// Absent where not declared, as in the manifest.
+    #[serde(default, skip_serializing_if = "is_false")]
+    irreversible: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    target: Option<String>,
     source: EntrySource,
     /// Whether it can be called by name (and over MCP). Absent in a lockfile written before it was
     /// locked: read as `false`, so that the check lists it.
@@ -233,6 +238,12 @@ struct Entry {
     redact: Vec<String>,
     #[serde(default)]
     record_arguments: bool,
+    /// The `evidence` probe's path as written; absent where none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    evidence: Option<String>,
+    /// The `rollback` function's path as written; absent where none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rollback: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,6 +270,8 @@ impl From<&ToolManifest> for Entry {
             idempotent: m.idempotent,
             open_world: m.open_world,
             untrusted_output: m.untrusted_output,
+            irreversible: m.irreversible,
+            target: m.target.map(str::to_owned),
             source: EntrySource {
                 module_path: m.source.module_path.to_owned(),
             },
@@ -266,7 +279,18 @@ impl From<&ToolManifest> for Entry {
             escalate: behaviour.escalate.map(str::to_owned),
             redact,
             record_arguments: behaviour.record_arguments,
+            evidence: behaviour.evidence.map(str::to_owned),
+            rollback: behaviour.rollback.map(str::to_owned),
         }
+    }
+}
+
+/// `Widened` where what changed asked something of the call that it no longer asks.
+fn widened_or_changed_by(widened: bool) -> ChangeKind {
+    if widened {
+        ChangeKind::Widened
+    } else {
+        ChangeKind::Changed
     }
 }
 
@@ -467,6 +491,41 @@ fn compare(old: &Entry, new: &Entry, out: &mut Vec<Change>) {
             format!(
                 "untrusted_output {} -> {}",
                 old.untrusted_output, new.untrusted_output
+            ),
+        );
+    }
+    // A tool that stops being irreversible, or stops reading evidence of its target or saying how it
+    // is undone, asks less of whoever approves it.
+    if old.irreversible != new.irreversible {
+        push(
+            widened_or_changed_by(old.irreversible),
+            format!("irreversible {} -> {}", old.irreversible, new.irreversible),
+        );
+    }
+    let show = |v: &Option<String>| v.as_deref().unwrap_or("(none)").to_owned();
+    if old.target != new.target {
+        push(
+            widened_or_changed_by(old.target.is_some() && old.irreversible),
+            format!("target {} -> {}", show(&old.target), show(&new.target)),
+        );
+    }
+    if old.evidence != new.evidence {
+        push(
+            widened_or_changed_by(old.evidence.is_some()),
+            format!(
+                "evidence {} -> {}",
+                show(&old.evidence),
+                show(&new.evidence)
+            ),
+        );
+    }
+    if old.rollback != new.rollback {
+        push(
+            widened_or_changed_by(old.rollback.is_some()),
+            format!(
+                "rollback {} -> {}",
+                show(&old.rollback),
+                show(&new.rollback)
             ),
         );
     }

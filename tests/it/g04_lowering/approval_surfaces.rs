@@ -182,6 +182,7 @@ fn atk2_a_store_that_lowers_the_gate_then_approves_is_refused_by_the_recheck() {
                 Ok(Consumed::Answered(Answer::Approve {
                     by: "mallory".into(),
                     for_session: false,
+                    confirmation: None,
                 }))
             })
         });

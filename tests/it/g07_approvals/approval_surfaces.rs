@@ -422,6 +422,7 @@ fn atk2_an_operator_session_grant_is_bound_like_the_approval_it_came_from() {
     let carol = || Answer::Approve {
         by: "carol".into(),
         for_session: true,
+        confirmation: None,
     };
     let mut breaches = Vec::new();
 
@@ -722,6 +723,7 @@ fn atk2_a_custom_stores_answers_are_honoured_as_documented() {
             1 => Consumed::Answered(Answer::Approve {
                 by: "olga".into(),
                 for_session: true,
+                confirmation: None,
             }),
             2 if call.binding.tool == "atk2_a.sync_wire" => Consumed::Pending {
                 code: DenialCode::ApprovalMismatch,

@@ -1801,6 +1801,7 @@ fn h18_43_two_step_session_answer_does_not_outrun_an_argument_rule_added_later()
         toolgate::approval::store::Answer::Approve {
             by: "ops".into(),
             for_session: true,
+            confirmation: None,
         },
     )
     .unwrap();

@@ -1739,6 +1739,7 @@ fn r2_21_two_step_session_answer_revoked_and_tainted_during_commit_read() {
             Answer::Approve {
                 by: "ops".into(),
                 for_session: true,
+                confirmation: None,
             },
         )
         .unwrap();

@@ -366,6 +366,7 @@ fn a6_tokens_are_nowhere_but_in_the_operators_hands() {
         Answer::Approve {
             by: "ops".into(),
             for_session: true,
+            confirmation: None,
         },
     )
     .unwrap();

@@ -139,6 +139,7 @@ pub(crate) fn approve(by: &str) -> Answer {
     Answer::Approve {
         by: by.into(),
         for_session: false,
+        confirmation: None,
     }
 }
 

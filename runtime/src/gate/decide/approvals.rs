@@ -6,9 +6,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 use super::arguments::ArgumentSource;
+use super::effects::Shown;
 use super::refusal::{refuse, store_panicked};
 use super::waits::{Allowed, Answered, Wait, Waits};
-use crate::approval::store::{Answer, ApprovalCall, Binding, Consumed, StoreError};
+use crate::approval::store::{Answer, ApprovalCall, Binding, Consumed, StoreError, confirmed};
 use crate::approval::{AnyApprover, Approval, ApprovalRequest, DEFAULT_SESSION_TTL, SessionGrant};
 use crate::audit::Decision;
 use crate::gate::call::{Arguments, EffectiveRisk};
@@ -32,10 +33,16 @@ impl Gate {
         mode: Mode,
         risk: EffectiveRisk,
         arguments: &mut A,
+        shown: &Shown,
         waits: Waits,
     ) -> Approving {
         let manifest = &entry.manifest;
         let refused = |code| refuse(entry, code, risk.get(), Some(mode));
+        // An irreversible call is confirmed in two steps, its target typed back, every time: no
+        // session grant covers it, and no approver answers it at once.
+        if manifest.irreversible {
+            return self.two_step(entry, mode, risk, arguments, shown);
+        }
         if let Some((by, exact)) = self.granted(entry, risk, arguments) {
             return Approving::Done(Ok(Allowed {
                 mode,
@@ -56,6 +63,10 @@ impl Gate {
                     arguments_digest: written.and_then(Arguments::shown_digest),
                     principal: self.principal(),
                     taint: self.taint_of(risk.get()),
+                    target: shown.target.as_deref(),
+                    irreversible: false,
+                    evidence: shown.seen.as_ref().map(|e| e.json.as_str()),
+                    rollback: shown.plan.as_ref(),
                 };
                 // An approver that panics, in its answer or its name, has rejected.
                 let answered = catch_unwind(AssertUnwindSafe(|| {
@@ -65,7 +76,9 @@ impl Gate {
                 return Approving::Done(self.answered(entry, mode, risk, answered));
             }
             (Some(AnyApprover::Async(_)), Waits::Async) => {
-                return Approving::Wait(self.ask_async_approver(entry, mode, risk, arguments));
+                return Approving::Wait(
+                    self.ask_async_approver(entry, mode, risk, arguments, shown),
+                );
             }
             (Some(AnyApprover::Async(_)), Waits::Blocking) => {
                 return Approving::Done(Err(refused(DenialCode::ApprovalRequired).with_detail(
@@ -76,10 +89,31 @@ impl Gate {
             }
             (None, _) => {}
         }
+        self.two_step(entry, mode, risk, arguments, shown)
+    }
+
+    /// Asks the gate's two-step store: the call is answered by an operator, out of band.
+    fn two_step<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: EffectiveRisk,
+        arguments: &mut A,
+        shown: &Shown,
+    ) -> Approving {
+        let manifest = &entry.manifest;
+        let refused = |code| refuse(entry, code, risk.get(), Some(mode));
         let Some(store) = &self.inner.approvals.store else {
+            if manifest.irreversible {
+                return Approving::Done(Err(refused(DenialCode::ApprovalRequired).with_detail(
+                    "it is irreversible, and is approved in two steps with its target typed back: \
+                     the gate needs an approval store (two-step approvals), whatever its approver"
+                        .into(),
+                )));
+            }
             return Approving::Done(Err(refused(DenialCode::ApprovalRequired)));
         };
-        let Some((digest, shown)) = arguments.binding() else {
+        let Some((digest, shown_digest)) = arguments.binding() else {
             return Approving::Done(Err(refused(DenialCode::ApprovalRequired).with_detail(
                 "a two-step approval is bound to the call's arguments and a method's receiver, \
                  and this call's cannot be written: an argument is not serializable, or the method \
@@ -93,15 +127,22 @@ impl Gate {
         let principal = self.principal().map(str::to_owned);
         let taint = self.taint_of(risk.get()).cloned();
         let call = ApprovalCall {
-            binding: Binding::new(manifest.id, digest, shown, risk.get())
+            binding: Binding::new(manifest.id, digest, shown_digest, risk.get())
                 .made_by(principal.clone(), agent.clone())
-                .tainted(taint.is_some()),
+                .tainted(taint.is_some())
+                .on_target(
+                    shown.target.clone(),
+                    shown.seen.as_ref().map(|e| e.digest.clone()),
+                ),
             agent,
             principal,
             taint,
             mode,
             manifest: serde_json::to_string(manifest).unwrap_or_default(),
             arguments: arguments.get().map(|a| a.json.clone()),
+            irreversible: manifest.irreversible,
+            evidence: shown.seen.as_ref().map(|e| e.json.clone()),
+            rollback: shown.plan.as_ref().map(crate::approval::Rollback::to_json),
         };
         let store = store.clone();
         Approving::Wait(Wait::Answer(Box::pin(async move {
@@ -122,7 +163,11 @@ impl Gate {
         mode: Mode,
         risk: EffectiveRisk,
         arguments: &mut A,
+        shown: &Shown,
     ) -> Wait {
+        let target = shown.target.clone();
+        let evidence = shown.seen.as_ref().map(|e| e.json.clone());
+        let plan = shown.plan.clone();
         let (json, digest) = arguments
             .get()
             .map(|a| (a.json.clone(), a.shown_digest().map(str::to_owned)))
@@ -141,6 +186,10 @@ impl Gate {
                 arguments_digest: digest.as_deref(),
                 principal: gate.principal(),
                 taint: gate.taint_of(risk.get()),
+                target: target.as_deref(),
+                irreversible: false,
+                evidence: evidence.as_deref(),
+                rollback: plan.as_ref(),
             };
             // Panics while making the future, polling it or naming the approver are all its
             // rejection.
@@ -208,7 +257,9 @@ impl Gate {
         mode: Mode,
         risk: EffectiveRisk,
         consumed: Result<Consumed, StoreError>,
+        shown: &Shown,
     ) -> Result<Allowed, Denied> {
+        let irreversible = entry.manifest.irreversible;
         let refused = |code| refuse(entry, code, risk.get(), Some(mode));
         let unexpected = |what: String| {
             refused(DenialCode::ApprovalStoreUnavailable)
@@ -226,13 +277,29 @@ impl Gate {
                     "an answer that names no one who gave it".to_owned(),
                 ));
             }
-            Ok(Consumed::Answered(Answer::Approve { by, for_session })) => {
+            Ok(Consumed::Answered(answer @ Answer::Approve { .. })) => {
+                // The store should have refused an approval without the target typed back: a store
+                // that did not approves nothing here.
+                if confirmed(irreversible, shown.target.as_deref(), &answer).is_err() {
+                    return Err(refused(DenialCode::ConfirmationMismatch)
+                        .with_by(answer.by())
+                        .with_detail(
+                            "the store answered an approval without the call's target typed back"
+                                .into(),
+                        ));
+                }
+                let Answer::Approve {
+                    by, for_session, ..
+                } = answer
+                else {
+                    unreachable!("matched as an approval")
+                };
                 return Ok(Allowed {
                     mode,
                     decision: Decision::Approved,
                     by: Some(by),
                     confirm: true,
-                    grant: for_session
+                    grant: (for_session && !irreversible)
                         .then(|| SessionGrant::tool(DEFAULT_SESSION_TTL).exact_arguments()),
                 });
             }
@@ -251,7 +318,11 @@ impl Gate {
         }
         // A request's id names the request its token answers: without a token, there is none.
         let filed = |denied: Denied, token: String| {
-            let denied = denied.with_approval_token(token.into());
+            let denied = denied.with_approval_token(token.into()).with_effects(
+                shown.target.as_deref(),
+                shown.seen.as_ref().map(|e| e.json.as_str()),
+                shown.plan.as_ref(),
+            );
             match &request {
                 Some(id) => denied.with_approval_request_id(id.as_str().into()),
                 None => denied,
@@ -338,5 +409,6 @@ fn is_store_code(code: DenialCode) -> bool {
             | DenialCode::ApprovalExpired
             | DenialCode::ApprovalReused
             | DenialCode::ApprovalMismatch
+            | DenialCode::EvidenceChanged
     )
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::gate::call::{Arguments, CallInfo};
+use crate::gate::call::{Arguments, CallInfo, Effects};
 use crate::gate::permit::{Permit, Seen};
 
 /// A call's arguments as a decision reads them: borrowed from the call and written at the first need
@@ -32,6 +32,10 @@ pub(crate) trait ArgumentSource {
     /// The arguments the rules read are the call's own now: nothing to do where the call is at hand;
     /// written out, they are kept in `permit`, for [`confirm`](super::commit::confirm) to compare once the call has them back.
     fn read_again(&mut self, permit: &mut Permit);
+
+    /// What a tool with lasting effects adds to the call (its target, plan and probe), where the call
+    /// is at hand; `None` once the arguments are written out.
+    fn effects(&self) -> Option<&Effects<'_>>;
 }
 
 /// A call's arguments, written once at the first need.
@@ -102,6 +106,10 @@ impl ArgumentSource for LazyArguments<'_> {
     }
 
     fn read_again(&mut self, _permit: &mut Permit) {}
+
+    fn effects(&self) -> Option<&Effects<'_>> {
+        self.call.effects
+    }
 }
 
 /// Whether `call` writes the arguments an approval saw (and, where it was bound, binds the same).
@@ -168,5 +176,9 @@ impl ArgumentSource for WrittenArguments {
 
     fn read_again(&mut self, permit: &mut Permit) {
         self.unchanged(permit);
+    }
+
+    fn effects(&self) -> Option<&Effects<'_>> {
+        None
     }
 }

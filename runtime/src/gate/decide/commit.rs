@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::arguments::{ArgumentSource, still_seen};
+use super::effects::confirm_evidence;
 use super::refusal::refuse;
 use super::state::Decision;
 use super::table::since;
@@ -29,9 +30,13 @@ impl<A: ArgumentSource> Decision<A> {
     /// Reads again what may have changed while the call was decided, then commits the call.
     pub(super) fn commit(&mut self) -> Result<Permit, Denied> {
         let entry = self.entry;
-        // Reading the arguments runs their `Serialize`, the application's code, which may wait: it
-        // comes first, and each gate's state and policy are read after it, with no user code between
-        // them and the body. A policy replaced while the arguments were read has its rules read too.
+        // The target's state, read by the tool's probe, and the arguments, read by their `Serialize`,
+        // are the application's code, which may wait: they come first, and each gate's state and
+        // policy are read after them, with no user code between them and the body. A policy replaced
+        // while the arguments were read has its rules read too.
+        if let Err(denied) = self.evidence_holds() {
+            return Err(self.fail(denied));
+        }
         for _ in 0..MAX_REREADS {
             for (gate, held) in self.gates.iter().zip(&mut self.held) {
                 let now = gate.inner.generation.load(Ordering::Acquire);
@@ -333,15 +338,17 @@ pub(super) fn confirm_slow(
     mut permit: Permit,
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    let Some(seen) = permit.take_seen() else {
-        return Ok(permit);
-    };
-    if still_seen(call, &seen) {
-        permit.commit_held();
-        return Ok(permit);
-    }
     let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
-    let denied = changed(entry, risk, None);
+    let denied = match confirm_evidence(entry, &mut permit, call.effects, risk) {
+        Err(denied) => denied,
+        Ok(()) => match permit.take_seen() {
+            Some(seen) if !still_seen(call, &seen) => changed(entry, risk, None),
+            _ => {
+                permit.commit_held();
+                return Ok(permit);
+            }
+        },
+    };
     // Dropping the held units gives them back.
     permit.release_held();
     close_refused(permit.take_exits(), &denied);

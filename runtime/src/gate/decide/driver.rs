@@ -48,7 +48,14 @@ impl<A: ArgumentSource> Decision<A> {
     fn step(&mut self) -> Option<Step> {
         let (entry, risk, count) = (self.entry, self.risk, self.gates.len());
         match self.at {
-            At::Table(i) if i == count => self.at = At::Budget(0),
+            At::Table(i) if i == count => {
+                self.at = At::Budget(0);
+                if entry.manifest.has_effects()
+                    && let Err(denied) = self.effects_ready()
+                {
+                    self.failed = Some(denied);
+                }
+            }
             At::Table(i) => {
                 let gate = &self.gates[i];
                 let state = gate.state();
@@ -107,7 +114,14 @@ impl<A: ArgumentSource> Decision<A> {
                 }
                 let gate = &self.gates[i];
                 self.held[i].revocations = grants::lock(&gate.inner.approvals.grants).revocations();
-                let asked = gate.approval(entry, mode, risk, &mut self.arguments, self.waits);
+                let asked = gate.approval(
+                    entry,
+                    mode,
+                    risk,
+                    &mut self.arguments,
+                    &self.shown,
+                    self.waits,
+                );
                 match asked {
                     Approving::Done(result) => self.approved(i, result),
                     Approving::Wait(wait) => return Some(Step::Wait(wait)),
@@ -143,7 +157,7 @@ impl<A: ArgumentSource> Decision<A> {
             }
             (At::Approval(i), Answered::Store(consumed)) => {
                 let mode = Mode::from_index(self.held[i].state);
-                let result = self.gates[i].consumed(entry, mode, risk, consumed);
+                let result = self.gates[i].consumed(entry, mode, risk, consumed, &self.shown);
                 self.approved(i, result);
             }
             (At::Enter(i), Answered::Record(Ok(()))) => self.at = At::Enter(i + 1),
@@ -179,13 +193,14 @@ impl<A: ArgumentSource> Decision<A> {
         let (entry, risk) = (self.entry, self.risk);
         let gate = &self.gates[i];
         let allowed = self.held[i].allowed.as_ref()?;
-        let (Some(sink), Some((record, mut exit))) = (
+        let (Some(sink), Some((mut record, mut exit))) = (
             gate.inner.audit.as_ref(),
             gate.enter_record(entry, allowed, risk, &mut self.arguments),
         ) else {
             self.at = At::Enter(i + 1);
             return None;
         };
+        record.rollback = self.shown.plan.as_ref().map(crate::Rollback::to_json);
         if self.waits == Waits::Async
             && let Some(written) = sink.record_async(&record)
         {

@@ -82,6 +82,7 @@ fn refuse_from_tables(entry: &'static ToolEntry, gates: &[Gate]) -> Result<(), D
                 escalated: None,
                 arguments: &unknown,
                 record_arguments: false,
+                effects: None,
             };
             let mut arguments = LazyArguments::new(&call);
             let mut denied = gate.refusal(entry, mode, code);

@@ -131,6 +131,7 @@ impl InPlaceCall {
             escalated: None,
             arguments,
             record_arguments: self.entry.behaviour.record_arguments,
+            effects: None,
         }
     }
 

@@ -6,13 +6,15 @@
 //! a person about a call that another gate's own checks refuse:
 //!
 //! 1. **the table** ([`table`]): deny list, allowed modes, the ceiling and the taint latch, worked out
-//!    when the gate was built;
+//!    when the gate was built; then, for a tool with lasting effects ([`effects`]), its target (one,
+//!    for an irreversible tool), its rollback plan and the state of its target an approver is shown;
 //! 2. **budgets** ([`budgets`]): a unit of every budget covering the call is reserved;
 //! 3. **approvals** ([`approvals`]), where the table asks for one: a live session grant, else the
 //!    approver or the two-step store;
 //! 4. **records** ([`records`]): each gate's `enter`;
-//! 5. **the commit point** ([`commit`]): what can change while a decision waits is read again (each
-//!    gate's mode and latch, the grant that allowed the call, the arguments an approval saw), then what
+//! 5. **the commit point** ([`commit`]): what can change while a decision waits is read again (the
+//!    target's state an approval saw, each gate's mode and latch, the grant that allowed the call, the
+//!    arguments an approval saw), then what
 //!    the decision reserved is made real (budget units kept, session grants made). A refusal at any
 //!    step gives everything back and is recorded by every gate that took part.
 //!
@@ -25,7 +27,7 @@
 //! driver: it is one inlined bit test ([`fast_allows`]).
 //!
 //! The modules import one another in one direction only, lowest first: `refusal`, `arguments`,
-//! `waits`, `gates`, `table`; the steps (`budgets`, `approvals`, `records`); `state`, `commit`,
+//! `waits`, `gates`, `table`; the steps (`budgets`, `approvals`, `records`); `state`, `effects`, `commit`,
 //! `driver`, `suspension`, `in_place`, `check`; `hand_off` on top.
 
 mod approvals;
@@ -34,6 +36,7 @@ mod budgets;
 mod check;
 mod commit;
 mod driver;
+mod effects;
 mod gates;
 mod hand_off;
 mod in_place;

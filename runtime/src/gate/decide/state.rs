@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::arguments::{ArgumentSource, LazyArguments, WrittenArguments};
+use super::effects::Shown;
 use super::records::abandon;
 use super::waits::{Allowed, Waits};
 use crate::gate::budget::Reserved;
@@ -63,6 +64,8 @@ pub(super) struct Decision<A> {
     pub(super) failed: Option<Denied>,
     /// A gate whose sink could not write the `enter`: it records nothing of the refusal.
     pub(super) unrecorded: Option<u64>,
+    /// What a tool with lasting effects shows whoever decides it.
+    pub(super) shown: Shown,
 }
 
 impl<A: ArgumentSource> Decision<A> {
@@ -85,6 +88,7 @@ impl<A: ArgumentSource> Decision<A> {
             permit: Permit::unaudited(),
             failed: None,
             unrecorded: None,
+            shown: Shown::default(),
         }
     }
 
@@ -124,6 +128,7 @@ impl Decision<LazyArguments<'_>> {
             permit: self.permit,
             failed: self.failed,
             unrecorded: self.unrecorded,
+            shown: self.shown,
         }
     }
 }

@@ -61,6 +61,7 @@ const CALL: CallInfo<'static> = CallInfo {
     escalated: None,
     arguments: &[],
     record_arguments: false,
+    effects: None,
 };
 
 // The inlined check is a cache of the table: it must let through exactly the calls that one gate

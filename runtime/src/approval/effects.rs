@@ -1,0 +1,240 @@
+//! What an approver of a call with lasting effects is shown besides the call: how the call would be
+//! undone ([`Rollback`], from the tool's `rollback` function) and what its target looks like now (the
+//! evidence its `evidence` probe reads).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical;
+use crate::registry::registry;
+
+/// How a call is undone, as a tool's `rollback` function says for one call: another tool's call, or
+/// steps a person takes.
+///
+/// The approver sees it, the `enter` record keeps it, and a plan that is a call can be run later,
+/// through a gate like any other call ([`Registry::rollback`](crate::Registry::rollback)).
+///
+/// ```
+/// # extern crate toolgate_runtime as toolgate;
+/// use toolgate::Rollback;
+/// use serde_json::json;
+///
+/// let plan = Rollback::call("infra.restore_snapshot", json!({"snapshot": "snap-0a1b"}));
+/// assert_eq!(plan.to_string(), r#"call `infra.restore_snapshot` with {"snapshot":"snap-0a1b"}"#);
+/// let by_hand = Rollback::steps("restore the volume from last night's backup");
+/// assert_eq!(by_hand.to_string(), "by hand: restore the volume from last night's backup");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Rollback {
+    /// Undone by calling `tool`, by name, with `arguments` (a JSON object).
+    Call {
+        /// The id of a `callable` tool.
+        tool: String,
+        /// Its arguments.
+        arguments: Value,
+    },
+    /// Undone by hand, as `text` says.
+    Steps {
+        /// What to do.
+        text: String,
+    },
+}
+
+impl Rollback {
+    /// A plan that calls the `callable` tool `tool` with `arguments`, a JSON object.
+    pub fn call(tool: impl Into<String>, arguments: Value) -> Rollback {
+        Rollback::Call {
+            tool: tool.into(),
+            arguments,
+        }
+    }
+
+    /// A plan a person carries out.
+    pub fn steps(text: impl Into<String>) -> Rollback {
+        Rollback::Steps { text: text.into() }
+    }
+
+    /// Why this plan cannot be carried out, if it cannot: a call of a tool that is not linked or
+    /// cannot be called by name, arguments that are not a JSON object, or steps that say nothing.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            Rollback::Call { tool, arguments } => {
+                match registry().entry(tool) {
+                    None => return Some(format!("it calls `{tool}`, which is no linked tool")),
+                    Some(entry) if entry.callable.is_none() => {
+                        return Some(format!(
+                            "it calls `{tool}`, which cannot be called by name (not `callable`)"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                (!arguments.is_object())
+                    .then(|| format!("its arguments for `{tool}` are not a JSON object"))
+            }
+            Rollback::Steps { text } => text
+                .trim()
+                .is_empty()
+                .then(|| "its steps are empty".to_owned()),
+        }
+    }
+
+    /// The plan as canonical JSON (keys sorted), as records and stores keep it.
+    pub fn to_json(&self) -> String {
+        let value = serde_json::to_value(self).unwrap_or(Value::Null);
+        canonical::to_string(&value)
+    }
+}
+
+impl fmt::Display for Rollback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rollback::Call { tool, arguments } => {
+                write!(f, "call `{tool}` with {}", canonical::to_string(arguments))
+            }
+            Rollback::Steps { text } => write!(f, "by hand: {text}"),
+        }
+    }
+}
+
+/// What a tool's `evidence` probe read of its target, once: canonical JSON and its digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Evidence {
+    pub(crate) json: String,
+    pub(crate) digest: String,
+}
+
+impl Evidence {
+    pub(crate) fn of(value: &Value) -> Evidence {
+        let json = canonical::to_string(value);
+        let digest = canonical::sha256_hex(json.as_bytes());
+        Evidence { json, digest }
+    }
+}
+
+/// Why a call's target is not one target: `None` where it is. Read from the target's JSON: a string
+/// must name something (not empty, no glob or wildcard, no list, nothing a reader cannot see), a number
+/// is one; anything else (a list, an object, `null`, a boolean) is not.
+pub(crate) fn not_single(target: &Value) -> Option<String> {
+    let text = match target {
+        Value::Number(_) => return None,
+        Value::String(text) => text,
+        Value::Array(items) => {
+            return Some(format!("its target is a list of {} values", items.len()));
+        }
+        Value::Null => return Some("its target is empty (null)".to_owned()),
+        Value::Object(_) => return Some("its target is an object, not one name".to_owned()),
+        Value::Bool(_) => return Some("its target is a boolean, not one name".to_owned()),
+    };
+    let shown = format!("`{}`", crate::terminal::escaped(text));
+    if text.trim().is_empty() {
+        return Some("its target is empty".to_owned());
+    }
+    if let Some(c) = text.chars().find(|c| "*?[]{}%".contains(*c)) {
+        return Some(format!("its target {shown} is a pattern (it has `{c}`)"));
+    }
+    if let Some(c) = text.chars().find(|c| ",;|".contains(*c)) {
+        return Some(format!("its target {shown} is a list (it has `{c}`)"));
+    }
+    if text
+        .chars()
+        .any(|c| c.is_whitespace() || crate::terminal::hides(c))
+    {
+        return Some(format!(
+            "its target {shown} has spaces or characters a reader cannot see"
+        ));
+    }
+    let wildcard = [
+        "all",
+        "any",
+        "every",
+        "everything",
+        "none",
+        ".",
+        "..",
+        "-",
+        "~",
+    ];
+    if wildcard.iter().any(|w| w.eq_ignore_ascii_case(text)) {
+        return Some(format!("its target {shown} is a wildcard"));
+    }
+    None
+}
+
+/// The target as an operator types it back to confirm: a string as it is, a number as JSON writes it.
+pub(crate) fn typed(target: &Value) -> String {
+    match target {
+        Value::String(text) => text.clone(),
+        other => canonical::to_string(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn one_target_and_what_is_not() {
+        for single in [
+            json!("i-0abc123"),
+            json!(42),
+            json!("org/repo"),
+            json!("é.txt"),
+        ] {
+            assert_eq!(not_single(&single), None, "{single}");
+        }
+        for many in [
+            json!(""),
+            json!("  "),
+            json!(null),
+            json!(["i-1"]),
+            json!({"id": 1}),
+            json!(true),
+            json!("i-*"),
+            json!("i-?"),
+            json!("i-[12]"),
+            json!("db-{a,b}"),
+            json!("%"),
+            json!("i-1,i-2"),
+            json!("i-1;i-2"),
+            json!("i-1 i-2"),
+            json!("i-1\ni-2"),
+            json!("ALL"),
+            json!("*"),
+            json!("."),
+            json!("i-1\u{200b}"),
+            json!("i-1\u{202e}"),
+        ] {
+            assert!(not_single(&many).is_some(), "{many}");
+        }
+    }
+
+    #[test]
+    fn a_plan_is_checked_and_written_canonically() {
+        assert!(
+            Rollback::steps(" ")
+                .problem()
+                .unwrap()
+                .contains("steps are empty")
+        );
+        assert!(
+            Rollback::call("no.such_tool", json!({}))
+                .problem()
+                .unwrap()
+                .contains("no linked tool")
+        );
+        let plan = Rollback::call("x", json!({"b": 1, "a": 2}));
+        assert_eq!(
+            plan.to_json(),
+            r#"{"arguments":{"a":2,"b":1},"kind":"call","tool":"x"}"#
+        );
+        let back: Rollback = serde_json::from_str(&plan.to_json()).unwrap();
+        assert_eq!(back, plan);
+        assert_eq!(typed(&json!("i-1")), "i-1");
+        assert_eq!(typed(&json!(7)), "7");
+    }
+}
