@@ -95,7 +95,8 @@ pub use toolgate_macros::{tool, toolset};
 // What users write every day; the rest lives in the modules below.
 pub use toolgate_runtime::{
     AllowAllApprover, Approval, ApprovalRequest, Approver, CallError, DenialCode, Denied, Gate,
-    GateBuilder, GateError, Mode, Risk, ToolManifest, check_registry, manifests, registry,
+    GateBuilder, GateError, Mode, Risk, Rollback, ToolManifest, check_registry, manifests,
+    registry,
 };
 
 /// The JSON Schema generator of callable tools' arguments: derive `schemars::JsonSchema` on argument
@@ -123,7 +124,7 @@ pub mod approval {
     };
     pub use toolgate_runtime::{
         AllowAllApprover, Approval, ApprovalRequest, ApproveError, Approver, DEFAULT_APPROVAL_TTL,
-        Taint,
+        Rollback, Taint,
     };
 }
 

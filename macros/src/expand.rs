@@ -700,7 +700,7 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
             let kept = hygienic("toolgate_kept_target");
             (
                 quote_spanned!(target.span()=>
-                    let #kept = ::toolgate::__private::KeepTarget::keep(&#target);
+                    let #kept = ::toolgate::__private::keep_target(&#target);
                 ),
                 quote_spanned!(path.span()=>
                     #permit.observe_after(|| ::toolgate::__private::probe(&#path, &#kept));

@@ -72,7 +72,7 @@ pub mod __private {
     pub use crate::gate::call::{
         Arg, ArgRef, CallInfo, Classify, Effects, GateProbe, IsGate, KeepTarget, MakePlan, NotGate,
         OpaqueArg, OpaqueOutput, OutputOf, PlanOutput, Probe, ProbeOutput, SerializableArg,
-        SerializableOutput, classify, plan, probe,
+        SerializableOutput, classify, keep_target, plan, probe,
     };
     pub use crate::gate::decide::{DecidingByName, Entering};
     pub use crate::gate::permit::Permit;

@@ -627,6 +627,13 @@ impl<T: Clone> KeepTarget for T {
     }
 }
 
+/// A copy of a tool's target, kept for the probe after the body.
+#[doc(hidden)]
+#[inline]
+pub fn keep_target<T: KeepTarget>(target: &T) -> T {
+    target.keep()
+}
+
 #[cfg(test)]
 #[allow(clippy::needless_borrow)]
 mod tests {
