@@ -159,6 +159,7 @@ macro_rules! guide_links {
         "[grammar]: crate::guide::attribute#the-grammar\n\
          [grammar-file]: macro@crate::tool\n\
          [approvals]: crate::guide::approvals\n\
+         [irreversible]: crate::guide::irreversible\n\
          [budgets]: crate::guide::budgets#budgets\n\
          [taint-latch]: crate::guide::budgets#the-taint-latch\n\
          [policy-file]: crate::guide::policy_file\n\
@@ -192,6 +193,10 @@ pub mod guide {
     #[doc = guide_links!()]
     #[doc = include_str!("../docs/approvals.md")]
     pub mod approvals {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/irreversible.md")]
+    pub mod irreversible {}
 
     #[doc = guide_links!()]
     #[doc = include_str!("../docs/budgets.md")]
@@ -238,6 +243,7 @@ mod guide_links {
         include_str!("../docs/attribute.md"),
         include_str!("../docs/policy.md"),
         include_str!("../docs/approvals.md"),
+        include_str!("../docs/irreversible.md"),
         include_str!("../docs/budgets.md"),
         include_str!("../docs/audit.md"),
         include_str!("../docs/fleets.md"),

@@ -32,6 +32,7 @@ mod g16_oauth;
 mod g17_in_place;
 #[cfg(feature = "policy-file")]
 mod g18_policy_only_narrows;
+mod g19_irreversible;
 
 mod audit_cli;
 mod by_name;

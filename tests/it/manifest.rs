@@ -207,6 +207,19 @@ fn a_manifest_serializes_with_exactly_its_keys() {
             expected.push("untrusted_output");
             assert_eq!(json["untrusted_output"], true, "{}", manifest.id);
         }
+        // So are the declarations of a tool with lasting effects.
+        for (key, declared) in [
+            ("evidence", manifest.evidence),
+            ("irreversible", manifest.irreversible),
+            ("rollback", manifest.rollback),
+            ("target", manifest.target.is_some()),
+        ] {
+            if declared {
+                expected.push(key);
+                assert_ne!(json[key], false, "{}", manifest.id);
+            }
+        }
+        expected.sort_unstable();
         assert_eq!(keys, expected, "{}", manifest.id);
         let mut source: Vec<&str> = json["source"]
             .as_object()

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 use super::arguments::ArgumentSource;
-use super::effects::Shown;
+use super::arguments::Shown;
 use super::refusal::{refuse, store_panicked};
 use super::waits::{Allowed, Answered, Wait, Waits};
 use crate::approval::store::{Answer, ApprovalCall, Binding, Consumed, StoreError, confirmed};

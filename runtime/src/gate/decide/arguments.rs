@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::approval::{Evidence, Rollback};
 use crate::gate::call::{Arguments, CallInfo, Effects};
 use crate::gate::permit::{Permit, Seen};
 
@@ -181,4 +182,24 @@ impl ArgumentSource for WrittenArguments {
     fn effects(&self) -> Option<&Effects<'_>> {
         None
     }
+}
+
+/// What a call of a tool with lasting effects shows whoever decides it.
+#[derive(Debug, Default)]
+pub(crate) struct Shown {
+    /// The target, as it is typed back to confirm.
+    pub(crate) target: Option<String>,
+    /// How the call would be undone.
+    pub(crate) plan: Option<Rollback>,
+    /// What the probe read of the target when an approval was to be asked.
+    pub(crate) seen: Option<Evidence>,
+}
+
+impl Shown {
+    /// What a tool without lasting effects shows.
+    pub(super) const NOTHING: &'static Shown = &Shown {
+        target: None,
+        plan: None,
+        seen: None,
+    };
 }

@@ -38,15 +38,17 @@ impl<A: ArgumentSource> Decision<A> {
             return Err(self.fail(denied));
         }
         for _ in 0..MAX_REREADS {
+            // The generation is published after its table is stored (under the gate's mode lock, one
+            // replacement at a time): a table newer than the published generation is the newest.
             for (gate, held) in self.gates.iter().zip(&mut self.held) {
                 let now = gate.inner.generation.load(Ordering::Acquire);
-                held.now = (now != held.table.generation).then(|| gate.table());
+                held.now = (now > held.table.generation).then(|| gate.table());
             }
             if let Err(denied) = self.arguments_hold() {
                 return Err(self.fail(denied));
             }
             let settled = self.gates.iter().zip(&self.held).all(|(gate, held)| {
-                gate.inner.generation.load(Ordering::Acquire) == held.current().generation
+                gate.inner.generation.load(Ordering::Acquire) <= held.current().generation
             });
             if settled {
                 for i in 0..self.gates.len() {

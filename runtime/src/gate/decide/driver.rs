@@ -7,6 +7,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::approvals::Approving;
 use super::arguments::ArgumentSource;
+use super::arguments::Shown;
 use super::budgets::Reserve;
 use super::records::audit_unavailable;
 use super::refusal::refuse;
@@ -114,14 +115,9 @@ impl<A: ArgumentSource> Decision<A> {
                 }
                 let gate = &self.gates[i];
                 self.held[i].revocations = grants::lock(&gate.inner.approvals.grants).revocations();
-                let asked = gate.approval(
-                    entry,
-                    mode,
-                    risk,
-                    &mut self.arguments,
-                    &self.shown,
-                    self.waits,
-                );
+                let shown = self.shown.as_deref().unwrap_or(Shown::NOTHING);
+                let asked =
+                    gate.approval(entry, mode, risk, &mut self.arguments, shown, self.waits);
                 match asked {
                     Approving::Done(result) => self.approved(i, result),
                     Approving::Wait(wait) => return Some(Step::Wait(wait)),
@@ -157,7 +153,7 @@ impl<A: ArgumentSource> Decision<A> {
             }
             (At::Approval(i), Answered::Store(consumed)) => {
                 let mode = Mode::from_index(self.held[i].state);
-                let result = self.gates[i].consumed(entry, mode, risk, consumed, &self.shown);
+                let result = self.gates[i].consumed(entry, mode, risk, consumed, self.shown());
                 self.approved(i, result);
             }
             (At::Enter(i), Answered::Record(Ok(()))) => self.at = At::Enter(i + 1),
@@ -200,7 +196,7 @@ impl<A: ArgumentSource> Decision<A> {
             self.at = At::Enter(i + 1);
             return None;
         };
-        record.rollback = self.shown.plan.as_ref().map(crate::Rollback::to_json);
+        record.rollback = self.shown().plan.as_ref().map(crate::Rollback::to_json);
         if self.waits == Waits::Async
             && let Some(written) = sink.record_async(&record)
         {

@@ -5,24 +5,13 @@
 use super::arguments::ArgumentSource;
 use super::refusal::refuse;
 use super::state::Decision;
-use crate::approval::{Evidence, Rollback, not_single, typed};
+use crate::approval::{Evidence, not_single, typed};
 use crate::audit::Decision as Decided;
 use crate::gate::call::{EffectiveRisk, Effects};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
 use crate::policy::{DenialCode, Mode, Verdict};
 use crate::registry::ToolEntry;
-
-/// What a call of a tool with lasting effects shows whoever decides it.
-#[derive(Debug, Default)]
-pub(crate) struct Shown {
-    /// The target, as it is typed back to confirm.
-    pub(crate) target: Option<String>,
-    /// How the call would be undone.
-    pub(crate) plan: Option<Rollback>,
-    /// What the probe read of the target when an approval was to be asked.
-    pub(crate) seen: Option<Evidence>,
-}
 
 impl<A: ArgumentSource> Decision<A> {
     /// After every gate's table: the target, the plan, and, where some gate asks for an approval,
@@ -46,7 +35,7 @@ impl<A: ArgumentSource> Decision<A> {
                     if let (true, Some(why)) = (manifest.irreversible, not_single(&value)) {
                         return Err(refused(DenialCode::TargetNotSingle, why));
                     }
-                    self.shown.target = Some(typed(&value));
+                    self.shown.get_or_insert_with(Box::default).target = Some(typed(&value));
                 }
                 Some(Err(why)) => return Err(refused(DenialCode::TargetNotSingle, why)),
                 None => {
@@ -59,7 +48,9 @@ impl<A: ArgumentSource> Decision<A> {
         }
         if manifest.rollback {
             match &effects.rollback {
-                Some(Ok(plan)) => self.shown.plan = Some(plan.clone()),
+                Some(Ok(plan)) => {
+                    self.shown.get_or_insert_with(Box::default).plan = Some(plan.clone());
+                }
                 Some(Err(why)) => {
                     return Err(refused(DenialCode::RollbackUnavailable, why.clone()));
                 }
@@ -76,7 +67,8 @@ impl<A: ArgumentSource> Decision<A> {
             .iter()
             .any(|h| h.verdict == Verdict::NeedsApproval);
         if manifest.evidence && asks {
-            self.shown.seen = Some(read(effects, entry, risk, mode)?);
+            let seen = read(effects, entry, risk, mode)?;
+            self.shown.get_or_insert_with(Box::default).seen = Some(seen);
         }
         Ok(())
     }
@@ -95,7 +87,7 @@ impl<A: ArgumentSource> Decision<A> {
                 .is_some_and(|a| a.decision == Decided::Approved)
         });
         let expected = self
-            .shown
+            .shown()
             .seen
             .as_ref()
             .filter(|_| approved)

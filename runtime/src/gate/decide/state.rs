@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use super::arguments::{ArgumentSource, LazyArguments, WrittenArguments};
-use super::effects::Shown;
+use super::arguments::{ArgumentSource, LazyArguments, Shown, WrittenArguments};
 use super::records::abandon;
 use super::waits::{Allowed, Waits};
 use crate::gate::budget::Reserved;
@@ -64,8 +63,8 @@ pub(super) struct Decision<A> {
     pub(super) failed: Option<Denied>,
     /// A gate whose sink could not write the `enter`: it records nothing of the refusal.
     pub(super) unrecorded: Option<u64>,
-    /// What a tool with lasting effects shows whoever decides it.
-    pub(super) shown: Shown,
+    /// What a tool with lasting effects shows whoever decides it: boxed, since most tools have none.
+    pub(super) shown: Option<Box<Shown>>,
 }
 
 impl<A: ArgumentSource> Decision<A> {
@@ -88,7 +87,7 @@ impl<A: ArgumentSource> Decision<A> {
             permit: Permit::unaudited(),
             failed: None,
             unrecorded: None,
-            shown: Shown::default(),
+            shown: None,
         }
     }
 
@@ -111,6 +110,13 @@ impl<A: ArgumentSource> Decision<A> {
         // Dropping the reservations gives the units back.
         self.held.clear();
         abandon(self.entry, &gates, exits, denied, &mut self.arguments)
+    }
+}
+
+impl<A> Decision<A> {
+    /// What the call shows whoever decides it: nothing, for a tool without lasting effects.
+    pub(super) fn shown(&self) -> &Shown {
+        self.shown.as_deref().unwrap_or(Shown::NOTHING)
     }
 }
 

@@ -323,7 +323,7 @@ fn ruled(
     // the gate may have been lowered, its session tainted or its policy replaced meanwhile. Then the
     // full decision decides the call as the gate is now.
     let unchanged =
-        gate.state() == state && gate.inner.generation.load(Ordering::Acquire) == table.generation;
+        gate.state() == state && gate.inner.generation.load(Ordering::Acquire) <= table.generation;
     unchanged.then(|| Ok(Permit::unaudited()))
 }
 
