@@ -490,3 +490,54 @@ fn untrusted_output_is_locked_and_dropping_it_is_a_widening() {
         written.contains("\"open_world\": false,\n    \"untrusted_output\": true,\n    \"source\"")
     );
 }
+
+#[test]
+fn irreversible_target_evidence_and_rollback_are_locked_and_dropping_them_is_a_widening() {
+    let dir = TempDir::new("irreversible");
+    let path = dir.file();
+    let mut value: serde_json::Value = serde_json::from_str(EXPECTED).unwrap();
+    let delete = value
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|entry| entry["id"] == "users.delete_user")
+        .unwrap();
+    delete["irreversible"] = serde_json::Value::Bool(true);
+    delete["target"] = serde_json::Value::from("id");
+    delete["evidence"] = serde_json::Value::from("describe_user");
+    delete["rollback"] = serde_json::Value::from("restore_plan");
+    std::fs::write(&path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    // The tool no longer declares them: it asks less of whoever approves it.
+    let error = lockfile::check_with(&path, toolgate::manifests(), Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        [
+            "  widened            users.delete_user: irreversible true -> false",
+            "  widened            users.delete_user: target id -> (none)",
+            "  widened            users.delete_user: evidence describe_user -> (none)",
+            "  widened            users.delete_user: rollback restore_plan -> (none)",
+        ]
+    );
+
+    // Declaring them is a change, written beside what the manifest says.
+    std::fs::write(&path, EXPECTED).unwrap();
+    let mut declared = base();
+    let tool = tool_mut(&mut declared, "users.delete_user");
+    tool.irreversible = true;
+    tool.target = Some("id");
+    let error = lockfile::check_with(&path, &declared, Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        [
+            "  changed            users.delete_user: irreversible false -> true",
+            "  changed            users.delete_user: target (none) -> id",
+        ]
+    );
+    lockfile::check_with(&path, &declared, Update::Overwrite).unwrap();
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(written.matches("\"irreversible\": true").count(), 1);
+    assert_eq!(written.matches("\"target\": \"id\"").count(), 1);
+    // A lockfile written before these keys still matches the tools that declare none.
+    assert!(!EXPECTED.contains("irreversible"));
+    lockfile::check_with(&path, &declared, Update::Check).unwrap();
+}

@@ -142,13 +142,13 @@ fn json_compact_is_one_line_in_the_given_order() {
 #[test]
 fn markdown_is_a_table_with_first_lines_and_escaped_pipes() {
     let expected = format!(
-        "| id | risk | side effects | allowed modes | idempotent | open world | description | source |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |\n\
-         | `draft_greeting` | PROPOSE_ONLY | no | SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO | no | yes | \
+        "| id | risk | side effects | allowed modes | idempotent | open world | effects | description | source |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n\
+         | `draft_greeting` | PROPOSE_ONLY | no | SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO | no | yes | none | \
          Draft \"hello\", then | `tests/report.rs:{}` |\n\
-         | `users.delete_user` | HIGH_WRITE | yes | FULL_AUTO | no | no | Delete a user \\| for good. | \
+         | `users.delete_user` | HIGH_WRITE | yes | FULL_AUTO | no | no | none | Delete a user \\| for good. | \
          `tests/report.rs:{}` |\n\
-         | `users.get_user` | READ_ONLY | no | SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO | yes | no | \
+         | `users.get_user` | READ_ONLY | no | SHADOW, ADVISORY, PARTIAL_AUTO, FULL_AUTO | yes | no | none | \
          Look a user up. | `tests/report.rs:{}` |\n",
         line("draft_greeting"),
         line("users.delete_user"),
@@ -162,8 +162,8 @@ fn markdown_is_a_table_with_first_lines_and_escaped_pipes() {
 fn markdown_of_no_tools_is_the_header() {
     assert_eq!(
         report::markdown(Vec::<ToolManifest>::new()),
-        "| id | risk | side effects | allowed modes | idempotent | open world | description | source |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| id | risk | side effects | allowed modes | idempotent | open world | effects | description | source |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     );
 }
 
@@ -176,7 +176,33 @@ fn markdown_code_spans_survive_backticks() {
     let row = table.lines().nth(2).unwrap();
     assert_eq!(
         row,
-        "| `demo.tool` | LOW_WRITE | yes | none | no | yes | Say \"hi\", then | `` odd`dir/x.rs:42 `` |"
+        "| `demo.tool` | LOW_WRITE | yes | none | no | yes | none | Say \"hi\", then | `` odd`dir/x.rs:42 `` |"
+    );
+}
+
+#[test]
+fn the_reports_say_what_an_irreversible_tool_declares() {
+    let mut m = fixed("demo.tool");
+    m.risk_level = toolgate::Risk::HighWrite;
+    m.irreversible = true;
+    m.target = Some("instance_id");
+    m.evidence = true;
+    m.rollback = true;
+    let table = report::markdown([m]);
+    let row = table.lines().nth(2).unwrap();
+    assert!(
+        row.contains("| irreversible, target `instance_id`, evidence, rollback |"),
+        "{row}"
+    );
+    let csv = report::csv([m]);
+    let record = csv.split("\r\n").nth(1).unwrap();
+    assert!(record.ends_with(",true,instance_id,true,true"), "{record}");
+    let mut stateful = fixed("demo.stop");
+    stateful.rollback = true;
+    let table = report::markdown([stateful]);
+    assert!(
+        table.lines().nth(2).unwrap().contains("| rollback |"),
+        "{table}"
     );
 }
 
@@ -184,13 +210,13 @@ fn markdown_code_spans_survive_backticks() {
 fn csv_quotes_commas_quotes_and_line_breaks() {
     let expected = format!(
         "id,domain,risk_level,side_effects,allowed_modes,idempotent,open_world,description,\
-         source_file,source_line,source_module_path\r\n\
+         source_file,source_line,source_module_path,irreversible,target,evidence,rollback\r\n\
          draft_greeting,,PROPOSE_ONLY,false,SHADOW ADVISORY PARTIAL_AUTO FULL_AUTO,false,true,\
-         \"Draft \"\"hello\"\", then\nwave.\",tests/report.rs,{},report\r\n\
+         \"Draft \"\"hello\"\", then\nwave.\",tests/report.rs,{},report,false,,false,false\r\n\
          users.delete_user,users,HIGH_WRITE,true,FULL_AUTO,false,false,Delete a user | for good.,\
-         tests/report.rs,{},report\r\n\
+         tests/report.rs,{},report,false,,false,false\r\n\
          users.get_user,users,READ_ONLY,false,SHADOW ADVISORY PARTIAL_AUTO FULL_AUTO,true,false,\
-         \"Look a user up.\n\nOnly the first line goes into the Markdown table.\",tests/report.rs,{},report\r\n",
+         \"Look a user up.\n\nOnly the first line goes into the Markdown table.\",tests/report.rs,{},report,false,,false,false\r\n",
         line("draft_greeting"),
         line("users.delete_user"),
         line("users.get_user"),
@@ -209,7 +235,7 @@ fn csv_quotes_a_carriage_return_and_leaves_plain_fields_bare() {
     let record = csv.split("\r\n").nth(1).unwrap();
     assert_eq!(
         record,
-        "demo.tool,,LOW_WRITE,true,,false,true,\"one\rtwo\",src/demo.rs,42,\"a, b\""
+        "demo.tool,,LOW_WRITE,true,,false,true,\"one\rtwo\",src/demo.rs,42,\"a, b\",false,,false,false"
     );
 }
 

@@ -175,7 +175,31 @@ pub(crate) fn typed(target: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    proptest! {
+        // One name is one target; any pattern, list, space or hidden character in it makes it not one,
+        // wherever it stands.
+        #[test]
+        fn a_name_is_one_target_and_anything_that_could_be_more_is_not(
+            name in "[A-Za-z0-9][A-Za-z0-9._:/-]{0,30}",
+            marker in prop::sample::select(vec![
+                "*", "?", "[", "]", "{", "}", "%", ",", ";", "|", " ", "\t", "\n", "\u{200b}",
+                "\u{202e}", "\u{2066}", "\u{feff}", "\u{00a0}",
+            ]),
+            at in 0usize..32,
+        ) {
+            let wildcard = ["all", "any", "every", "everything", "none", ".", "..", "-", "~"]
+                .iter()
+                .any(|w| w.eq_ignore_ascii_case(&name));
+            prop_assert_eq!(not_single(&Value::from(name.clone())).is_none(), !wildcard);
+            let at = (0..=name.len()).filter(|i| name.is_char_boundary(*i)).nth(at).unwrap_or(name.len());
+            let marked = format!("{}{marker}{}", &name[..at], &name[at..]);
+            prop_assert!(not_single(&Value::from(marked.clone())).is_some(), "{:?}", marked);
+            prop_assert!(not_single(&json!([name])).is_some());
+        }
+    }
 
     #[test]
     fn one_target_and_what_is_not() {

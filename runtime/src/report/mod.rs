@@ -197,7 +197,8 @@ fn code(text: &str) -> String {
 }
 
 /// A Markdown table with the columns id, risk, side effects, allowed modes, idempotent, open world,
-/// description (its first line) and source (`file:line`).
+/// effects (what an irreversible or stateful tool declares: `irreversible`, its `target`, `evidence`,
+/// `rollback`, or `none`), description (its first line) and source (`file:line`).
 ///
 /// Ids and sources are code spans; flags are `yes` or `no`; modes are listed as `SHADOW, ADVISORY` (or
 /// `none`); the description keeps its Markdown, with `|` escaped.
@@ -207,8 +208,8 @@ where
     I::Item: Borrow<ToolManifest>,
 {
     let mut out = String::from(
-        "| id | risk | side effects | allowed modes | idempotent | open world | description | source |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| id | risk | side effects | allowed modes | idempotent | open world | effects | description | source |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for m in manifests {
         let m = m.borrow();
@@ -216,19 +217,39 @@ where
         let source = format!("{}:{}", m.source.file, m.source.line);
         writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             code(m.id),
             m.risk_level,
             yes_no(m.side_effects),
             m.allowed_modes,
             yes_no(m.idempotent),
             yes_no(m.open_world),
+            effects(m),
             cell(first_line),
             code(&source),
         )
         .expect("writing to a String");
     }
     out
+}
+
+/// What a tool with lasting effects declares, for the Markdown table.
+fn effects(m: &ToolManifest) -> String {
+    let target = m.target.map(|t| format!("target {}", code(t)));
+    let declared: Vec<String> = [
+        m.irreversible.then(|| "irreversible".to_owned()),
+        target,
+        m.evidence.then(|| "evidence".to_owned()),
+        m.rollback.then(|| "rollback".to_owned()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if declared.is_empty() {
+        "none".to_owned()
+    } else {
+        declared.join(", ")
+    }
 }
 
 fn csv_field(out: &mut String, field: &str) {
@@ -246,7 +267,8 @@ fn csv_field(out: &mut String, field: &str) {
 ///
 /// Columns: `id`, `domain` (empty when none), `risk_level`, `side_effects`, `allowed_modes` (the names
 /// separated by spaces), `idempotent`, `open_world`, `description` (all of it), `source_file`,
-/// `source_line` and `source_module_path`; flags are `true` or `false`.
+/// `source_line`, `source_module_path`, `irreversible`, `target` (empty when none), `evidence` and
+/// `rollback`; flags are `true` or `false`.
 pub fn csv<I>(manifests: I) -> String
 where
     I: IntoIterator,
@@ -254,7 +276,7 @@ where
 {
     let mut out = String::from(
         "id,domain,risk_level,side_effects,allowed_modes,idempotent,open_world,description,\
-         source_file,source_line,source_module_path\r\n",
+         source_file,source_line,source_module_path,irreversible,target,evidence,rollback\r\n",
     );
     for m in manifests {
         let m = m.borrow();
@@ -271,6 +293,10 @@ where
             m.source.file,
             &m.source.line.to_string(),
             m.source.module_path,
+            if m.irreversible { "true" } else { "false" },
+            m.target.unwrap_or(""),
+            if m.evidence { "true" } else { "false" },
+            if m.rollback { "true" } else { "false" },
         ];
         for (i, field) in fields.iter().enumerate() {
             if i > 0 {
