@@ -226,8 +226,9 @@ fn escalation(
 }
 
 /// What a tool with lasting effects hands the gate, as an argument of its decision: its target, its
-/// rollback plan (made here, from the values named by `value`, where `with_plan`) and its evidence
-/// probe. The references end with the call they are an argument of.
+/// rollback function over the values named by `value` (where `with_plan`) and its evidence probe, each
+/// called by the gate only once the tables allow the call. The references end with the call they are
+/// an argument of.
 fn effects_arg(
     call: &CallParts<'_>,
     func: &ToolFn<'_>,
@@ -256,7 +257,7 @@ fn effects_arg(
                 .map(&value)
                 .collect();
             quote_spanned!(path.span()=> ::core::option::Option::Some(
-                ::toolgate::__private::plan(&#path, (#(#ordered,)*))
+                &|| ::toolgate::__private::plan(&#path, (#(#ordered,)*))
             ))
         }
         _ => none.clone(),

@@ -32,8 +32,9 @@ pub struct CallInfo<'a> {
 pub struct Effects<'a> {
     /// The `target` argument.
     pub target: Option<ArgRef<'a>>,
-    /// What the tool's `rollback` function made of the arguments, or why it could not.
-    pub rollback: Option<Result<Rollback, String>>,
+    /// The tool's `rollback` function over the arguments: the plan, or why there is none. Made only
+    /// once the gates' tables allow the call.
+    pub rollback: Option<&'a (dyn Fn() -> Result<Rollback, String> + 'a)>,
     /// The tool's `evidence` probe of its target.
     pub evidence: Option<&'a (dyn Fn() -> Result<serde_json::Value, String> + 'a)>,
 }

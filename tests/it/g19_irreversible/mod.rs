@@ -86,8 +86,14 @@ pub(crate) fn describe(id: &str) -> Result<Value, String> {
     .ok_or_else(|| format!("no instance `{id}`"))
 }
 
+/// How many plans were made for calls whose reason is `counted`.
+pub(crate) static PLANS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The rollback plan: launch the instance again from its last snapshot; none when told so.
 pub(crate) fn relaunch_plan(instance_id: &str, reason: &str) -> Result<Rollback, String> {
+    if reason == "counted" {
+        PLANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
     if reason == "no snapshot" {
         return Err(format!("`{instance_id}` has no snapshot"));
     }

@@ -236,6 +236,15 @@ fn r07_the_mode_refuses_first_and_nothing_of_the_target_is_read() {
         let denied = terminate_through(path, &gate, &id, "cleanup").unwrap_err();
         assert_eq!(denied.code(), DenialCode::ModeNotAllowed, "{path:?}");
         assert_eq!(reads(&id), 0, "{path:?}");
+        // Nor is a plan made for a call the mode refuses.
+        let plans = PLANS.load(std::sync::atomic::Ordering::SeqCst);
+        let denied = terminate_through(path, &gate, &id, "counted").unwrap_err();
+        assert_eq!(denied.code(), DenialCode::ModeNotAllowed, "{path:?}");
+        assert_eq!(
+            PLANS.load(std::sync::atomic::Ordering::SeqCst),
+            plans,
+            "{path:?}"
+        );
         // A single target is checked before the table allows anything: the mode still speaks first.
         let denied = terminate_through(path, &gate, "*", "cleanup").unwrap_err();
         assert_eq!(denied.code(), DenialCode::ModeNotAllowed, "{path:?}");

@@ -47,12 +47,12 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         if manifest.rollback {
-            match &effects.rollback {
+            match effects.rollback.map(|plan| plan()) {
                 Some(Ok(plan)) => {
-                    self.shown.get_or_insert_with(Box::default).plan = Some(plan.clone());
+                    self.shown.get_or_insert_with(Box::default).plan = Some(plan);
                 }
                 Some(Err(why)) => {
-                    return Err(refused(DenialCode::RollbackUnavailable, why.clone()));
+                    return Err(refused(DenialCode::RollbackUnavailable, why));
                 }
                 None => {
                     return Err(refused(
