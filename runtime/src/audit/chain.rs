@@ -96,10 +96,10 @@ impl Encoder {
 
     /// [`encode`](Encoder::encode) of an [`AuditRecord`], the sink's every line, without scanning the
     /// record's members: its fields are declared in sorted order and hold no object, so the chain's
-    /// members go before `manifest_digest` (`hash`), before `principal` where there is one, else before
-    /// `stage` (`prev_hash`), and before `stage` (`seq`); every record has `manifest_digest` and
-    /// `stage` after `call` and `gate`. `,"stage":` and `,"principal":` cannot stand inside a string
-    /// value, whose quotes are escaped. Gives the same bytes as `encode` (tested), and falls back to it
+    /// members go before `manifest_digest` (`hash`), before the first of `principal`, `rollback` and
+    /// `rollback_of` where there is one, else before `stage` (`prev_hash`), and before `stage` (`seq`);
+    /// every record has `manifest_digest` and `stage` after `call` and `gate`. A key such as
+    /// `,"stage":` cannot stand inside a string value, whose quotes are escaped. Gives the same bytes as `encode` (tested), and falls back to it
     /// otherwise.
     pub(crate) fn encode_record(
         &mut self,
@@ -130,11 +130,14 @@ impl Encoder {
         if digest_at >= stage_at {
             return self.encode_fields(seq, prev_hash, out);
         }
-        // `prev_hash` < `principal` < `seq`: the principal, where there is one, stands between them.
-        let prev_at = match text[digest_at..stage_at].find(",\"principal\":") {
-            Some(at) => digest_at + at,
-            None => stage_at,
-        };
+        // `prev_hash` < `principal` < `rollback` < `rollback_of` < `seq`: the first of those three
+        // that the record has, where it has one, stands right after `prev_hash`.
+        let between = &text[digest_at..stage_at];
+        let prev_at = [",\"principal\":", ",\"rollback\":", ",\"rollback_of\":"]
+            .iter()
+            .filter_map(|key| between.find(key))
+            .min()
+            .map_or(stage_at, |at| digest_at + at);
         let mut seq_buf = [0u8; 20];
         let seq_text = format_u64(seq, &mut seq_buf);
         // What is hashed: the line without its `hash` member.
@@ -576,6 +579,8 @@ mod tests {
             "é\u{0}\n\"}{",
             ",\"principal\":\"x\"",
             "\\\",\"principal\":",
+            ",\"rollback\":\"x\"",
+            "\\\",\"rollback_of\":",
         ];
         let mut fast = Encoder::default();
         let mut slow = Encoder::default();
@@ -596,6 +601,13 @@ mod tests {
                 // Every other record names a principal, which sorts between `prev_hash` and `seq`.
                 if i % 2 == 0 {
                     record.principal = Some((*text).to_owned().into());
+                }
+                // So do a plan and the call a rollback undoes, with or without a principal.
+                if stage == Stage::Enter || i % 3 == 0 {
+                    record.rollback = Some((*text).to_owned());
+                }
+                if stage == Stage::Exit || i % 3 == 1 {
+                    record.rollback_of = Some((*text).to_owned());
                 }
                 record.decision = Some(Decision::Allowed);
                 record.declared_risk = Some(Risk::LowWrite);

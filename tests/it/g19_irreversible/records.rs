@@ -188,3 +188,37 @@ fn d04_the_rollback_is_decided_as_any_call_and_a_record_without_a_plan_runs_noth
     }
     assert_eq!(launched(id), 0);
 }
+
+/// A JSONL log that holds a plan, the states before and after, and a rollback's records (which name
+/// the call they undo, with no principal beside them) verifies as a chain, line for line.
+#[test]
+fn d05_a_log_with_plans_states_and_a_rollback_verifies() {
+    let id = "d05";
+    put(id, "running");
+    let (_scratch, path) = crate::fixtures::support::scratch_log("g19-d05");
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .two_step_approvals()
+        .audit(toolgate::audit::JsonlSink::open(&path).unwrap())
+        .build()
+        .unwrap();
+    let (_, token) = filed(super::every_path::Path::Direct, &gate, id);
+    gate.approve_typed(&token, "ana", id).unwrap();
+    terminate_through(super::every_path::Path::Direct, &gate, id, "decommissioned").unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let enter: AuditRecord = text
+        .lines()
+        .map(|line| serde_json::from_str::<AuditRecord>(line).unwrap())
+        .find(|r| r.stage == Stage::Enter && r.tool == "irr.terminate")
+        .unwrap();
+    runtime()
+        .block_on(registry().rollback(&gate, &enter))
+        .unwrap();
+    drop(gate);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"rollback_of\":"), "{text}");
+    assert!(text.contains("\"evidence_before\":"), "{text}");
+    let report = toolgate::audit::verify_file(&path).unwrap();
+    assert!(report.broken.is_none(), "{report}");
+    assert_eq!(report.records, text.lines().count() as u64, "{report}");
+}
