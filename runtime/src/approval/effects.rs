@@ -89,13 +89,20 @@ impl Rollback {
     }
 }
 
+/// The plan as a person reads it: what the agent may have written into it (the arguments it was made
+/// from) is shown with invisible and reordering characters made visible
+/// ([`terminal::escaped`](crate::terminal::escaped)).
 impl fmt::Display for Rollback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |text: &str| crate::terminal::escaped(text).into_owned();
         match self {
-            Rollback::Call { tool, arguments } => {
-                write!(f, "call `{tool}` with {}", canonical::to_string(arguments))
-            }
-            Rollback::Steps { text } => write!(f, "by hand: {text}"),
+            Rollback::Call { tool, arguments } => write!(
+                f,
+                "call `{}` with {}",
+                shown(tool),
+                shown(&canonical::to_string(arguments))
+            ),
+            Rollback::Steps { text } => write!(f, "by hand: {}", shown(text)),
         }
     }
 }
@@ -147,6 +154,16 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
             "its target {shown} has spaces or characters a reader cannot see"
         ));
     }
+    // A sign beyond ASCII may be a comma, a star or a dot of another script, or one a back end folds
+    // into one (Unicode's compatibility forms): when in doubt, it is not one name.
+    if let Some(c) = text.chars().find(|c| !c.is_ascii() && !c.is_alphanumeric()) {
+        return Some(format!(
+            "its target {shown} has `{}` (U+{:04X}), which may stand for a separator or a wildcard",
+            crate::terminal::escaped(&c.to_string()),
+            u32::from(c)
+        ));
+    }
+    let folded: String = text.chars().map(halfwidth).collect();
     let wildcard = [
         "all",
         "any",
@@ -158,10 +175,18 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
         "-",
         "~",
     ];
-    if wildcard.iter().any(|w| w.eq_ignore_ascii_case(text)) {
+    if wildcard.iter().any(|w| w.eq_ignore_ascii_case(&folded)) {
         return Some(format!("its target {shown} is a wildcard"));
     }
     None
+}
+
+/// A fullwidth form (`Ａ`, `１`) as the ASCII character it folds into; any other as it is.
+fn halfwidth(c: char) -> char {
+    match u32::from(c) {
+        code @ 0xFF01..=0xFF5E => char::from_u32(code - 0xFEE0).unwrap_or(c),
+        _ => c,
+    }
 }
 
 /// The target as an operator types it back to confirm: a string as it is, a number as JSON writes it.
@@ -232,6 +257,19 @@ mod tests {
             json!("."),
             json!("i-1\u{200b}"),
             json!("i-1\u{202e}"),
+            json!("a，b"),
+            json!("a、b"),
+            json!("a；b"),
+            json!("a،b"),
+            json!("a﹐b"),
+            json!("ＡＬＬ"),
+            json!("ａｌｌ"),
+            json!("＊"),
+            json!("﹡"),
+            json!("．"),
+            json!("i-？"),
+            json!("i-1\u{2800}"),
+            json!("e\u{301}"),
         ] {
             assert!(not_single(&many).is_some(), "{many}");
         }

@@ -76,7 +76,7 @@ impl MemoryStore {
         let mut expired = false;
         let mut used = false;
         let mut other_arguments = false;
-        let mut other_state = false;
+        let mut other_state = Vec::new();
         let mut answered = None;
         for (token, request) in requests.iter() {
             // The arguments' digest first: it tells most requests apart with one comparison.
@@ -89,7 +89,7 @@ impl MemoryStore {
                 (false, State::Answered(Answer::Approve { .. }), false)
                     if request.binding.same_but_evidence(binding) =>
                 {
-                    other_state = true;
+                    other_state.push(token.clone());
                 }
                 (false, State::Answered(Answer::Approve { .. }), false)
                     if request.binding.tool == binding.tool =>
@@ -105,11 +105,18 @@ impl MemoryStore {
         {
             return Consumed::Answered(answer);
         }
+        // An approval of the target as it was is for a world that is gone: it is spent, so that the
+        // target coming back to that state later does not bring it back.
+        for token in &other_state {
+            if let Some(request) = requests.get_mut(token) {
+                request.state = State::Used;
+            }
+        }
         let code = if expired {
             DenialCode::ApprovalExpired
         } else if used {
             DenialCode::ApprovalReused
-        } else if other_state {
+        } else if !other_state.is_empty() {
             DenialCode::EvidenceChanged
         } else if other_arguments {
             DenialCode::ApprovalMismatch
@@ -306,10 +313,10 @@ mod tests {
         assert!(pending(DenialCode::EvidenceChanged)(
             &store.lookup(&on("i-1", "stopped"), t0)
         ));
-        assert_eq!(
-            store.lookup(&on("i-1", "running"), t0),
-            Consumed::Answered(typed(Some("i-1")))
-        );
+        // ... and the approval is spent: the target back in the state approved does not revive it.
+        assert!(pending(DenialCode::ApprovalReused)(
+            &store.lookup(&on("i-1", "running"), t0)
+        ));
     }
 
     fn store(ttl: Duration) -> MemoryStore {

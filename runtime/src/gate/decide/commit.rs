@@ -30,13 +30,10 @@ impl<A: ArgumentSource> Decision<A> {
     /// Reads again what may have changed while the call was decided, then commits the call.
     pub(super) fn commit(&mut self) -> Result<Permit, Denied> {
         let entry = self.entry;
-        // The target's state, read by the tool's probe, and the arguments, read by their `Serialize`,
+        // The arguments, read by their `Serialize`, and the target's state, read by the tool's probe,
         // are the application's code, which may wait: they come first, and each gate's state and
         // policy are read after them, with no user code between them and the body. A policy replaced
-        // while the arguments were read has its rules read too.
-        if let Err(denied) = self.evidence_holds() {
-            return Err(self.fail(denied));
-        }
+        // while they were read has its rules read too.
         for _ in 0..MAX_REREADS {
             // The generation is published after its table is stored (under the gate's mode lock, one
             // replacement at a time): a table newer than the published generation is the newest.
@@ -45,6 +42,11 @@ impl<A: ArgumentSource> Decision<A> {
                 held.now = (now > held.table.generation).then(|| gate.table());
             }
             if let Err(denied) = self.arguments_hold() {
+                return Err(self.fail(denied));
+            }
+            // The target's state last: no user code (an argument's `Serialize` included) runs
+            // between this read and the re-check of each gate's state below.
+            if let Err(denied) = self.evidence_holds() {
                 return Err(self.fail(denied));
             }
             let settled = self.gates.iter().zip(&self.held).all(|(gate, held)| {
@@ -341,11 +343,12 @@ pub(super) fn confirm_slow(
     call: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
     let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
-    let denied = match confirm_evidence(entry, &mut permit, call.effects, risk) {
-        Err(denied) => denied,
-        Ok(()) => match permit.take_seen() {
-            Some(seen) if !still_seen(call, &seen) => changed(entry, risk, None),
-            _ => {
+    // The arguments first, the target's state last, as at the commit point.
+    let denied = match permit.take_seen() {
+        Some(seen) if !still_seen(call, &seen) => changed(entry, risk, None),
+        _ => match confirm_evidence(entry, &mut permit, call.effects, risk) {
+            Err(denied) => denied,
+            Ok(()) => {
                 permit.commit_held();
                 return Ok(permit);
             }
