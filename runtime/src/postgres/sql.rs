@@ -274,6 +274,16 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE {s}.fleets ADD COLUMN policy text, ADD COLUMN policy_digest text,
         ADD COLUMN policy_by text, ADD COLUMN policy_at timestamptz;
     ALTER TABLE {s}.fleet_members ADD COLUMN policy_digest text;",
+    // 9: irreversible calls: the call's target (typed back to approve an irreversible one), what its
+    // evidence probe read of it and that reading's digest (bound into the answer), how the call would be
+    // undone, and the target as the approver typed it.
+    "ALTER TABLE {s}.approvals
+        ADD COLUMN target          text,
+        ADD COLUMN irreversible    boolean NOT NULL DEFAULT false,
+        ADD COLUMN evidence        text,
+        ADD COLUMN evidence_digest text,
+        ADD COLUMN rollback        text,
+        ADD COLUMN confirmation    text;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
