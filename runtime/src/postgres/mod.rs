@@ -27,11 +27,13 @@
 //!   UPDATE toolgate.approvals SET consumed_at = now()
 //!   WHERE id = (SELECT id FROM toolgate.approvals
 //!               WHERE tool = $1 AND arguments_digest = $2 AND shown_digest = $3 AND risk = $4
-//!                 AND policy_version = $5 AND answered_at IS NOT NULL AND consumed_at IS NULL
-//!                 AND expires_at > now()
+//!                 AND policy_version = $5 AND coalesce(principal, '') = $6
+//!                 AND coalesce(agent, '') = $7 AND (tainted_by IS NOT NULL) = $8
+//!                 AND target IS NOT DISTINCT FROM $9 AND evidence_digest IS NOT DISTINCT FROM $10
+//!                 AND answered_at IS NOT NULL AND consumed_at IS NULL AND expires_at > now()
 //!               ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 //!     AND consumed_at IS NULL
-//!   RETURNING answer, answered_by, reason, for_session, stop
+//!   RETURNING answer, answered_by, reason, for_session, stop, confirmation
 //!   ```
 //!
 //!   Of calls racing for one answer, in any number of processes, one locks the row and the others skip
@@ -39,9 +41,9 @@
 //!   (READ COMMITTED), so it finds the answer used. `SKIP LOCKED` rather than a plain row lock, because a
 //!   waiter's re-check under `LIMIT 1` would give up on the row without looking for another answer to
 //!   the same call, and because no call should queue behind another's commit.
-//! - **Bound to the call.** Only a call whose tool, both argument digests, risk and policy version are
-//!   equal to the request's uses its answer; agents are not part of the binding (an operator answers
-//!   the call, wherever it is made).
+//! - **Bound to the call.** Only a call whose tool, both argument digests, risk, policy version,
+//!   principal, agent, taint, target and evidence digest are equal to the request's uses its answer
+//!   (an operator answers the call, in whichever of the agent's processes it is made again).
 //! - **Tokens are secrets.** The table holds the SHA-256 of each token, never the token.
 //! - **Fails closed.** Every operation has the store's timeout (2 seconds by default); an error or a
 //!   timeout refuses the call with `APPROVAL_STORE_UNAVAILABLE`. A broken connection is opened again by
@@ -53,12 +55,33 @@
 //!
 //! A second transaction, under an advisory lock per agent, takes an answer given in between, or works
 //! out why the call waits (`APPROVAL_EXPIRED`, `APPROVAL_REUSED` — also for an answer being used by a
-//! call racing this one —, `APPROVAL_MISMATCH`, else `APPROVAL_PENDING`) and keeps one pending request
+//! call racing this one —, `EVIDENCE_CHANGED` where the call was approved for another state of its
+//! target, `APPROVAL_MISMATCH`, else `APPROVAL_PENDING`, in that order) and keeps one pending request
 //! per call and agent. Since only hashes are kept, asking again for a pending call cannot hand back the
 //! token given before: it issues a new token and adds its hash to the same request. Every token handed
 //! out for a request answers it (the newest 16), the operator sees one request per call, and the bound
 //! on pending requests per agent (10,000 by default; past it, calls are refused without a token)
 //! counts calls, not retries. Requests are deleted one time-to-live after they expired.
+//!
+//! # Irreversible calls
+//!
+//! A request of an `irreversible` tool keeps the call's target, what its `evidence` probe read of it
+//! (and that reading's digest, part of the binding) and its rollback plan, for the operator to see. Its
+//! approval must carry the target typed back exactly ([`Answer::Approve`]'s `confirmation`), and the
+//! check is in the one statement that answers it, so that no approval without it is ever written,
+//! however many operators race:
+//!
+//! ```sql
+//! UPDATE toolgate.approvals SET answered_at = now(), answer = $2, ...,
+//!     for_session = $5 AND NOT irreversible, confirmation = $7
+//! WHERE id = $1 AND answered_at IS NULL AND expires_at > now()
+//!   AND (NOT irreversible OR $2 <> 'approve' OR coalesce(target = $7 COLLATE "C", false))
+//! ```
+//!
+//! An approval without it is refused ([`ApproveError::ConfirmationMismatch`]) and the request still
+//! waits; a rejection needs nothing typed. The confirmation is kept with the answer, and the gate that
+//! uses it checks it again. A call whose target reads another state than the one approved finds no
+//! answer: it is refused `EVIDENCE_CHANGED`, and a new request shows the new state.
 //!
 //! # The schema
 //!
@@ -99,6 +122,12 @@
 //!     principal        text,                       -- who the agent acts for (the gate's principal)
 //!     tainted_by       text,                       -- what tainted the gate's session: the tool,
 //!     tainted_at       text,                       -- and when it ran (RFC 3339)
+//!     target           text,                       -- the call's target, typed back to confirm
+//!     irreversible     boolean NOT NULL DEFAULT false,
+//!     evidence         text,                       -- what the evidence probe read (JSON),
+//!     evidence_digest  text,                       -- and its digest, in the binding
+//!     rollback         text,                       -- how the call would be undone (JSON)
+//!     confirmation     text,                       -- the target as the approver typed it
 //!     CHECK ((answer IS NULL) = (answered_at IS NULL)),
 //!     CHECK (consumed_at IS NULL OR answered_at IS NOT NULL)
 //! );

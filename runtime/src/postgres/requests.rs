@@ -45,6 +45,26 @@ pub struct StoredRequest {
     /// What tainted the asking gate's session, if anything: the id of the tool whose output is
     /// untrusted, and when it ran (RFC 3339, as audit records write time).
     pub tainted: Option<(String, String)>,
+    /// The call's target (`#[tool(target = ..)]`), as it is typed back to confirm; also in the
+    /// binding.
+    pub target: Option<String>,
+    /// Whether the tool is `irreversible`: approving the request takes its target typed back exactly
+    /// ([`Answer::Approve::confirmation`](crate::approval::store::Answer::Approve)), and it is never
+    /// granted for the session.
+    pub irreversible: bool,
+    /// What the tool's `evidence` probe read of the target when the call was made, as canonical JSON:
+    /// the state the approval is for (its digest is in the binding).
+    pub evidence: Option<String>,
+    /// How the call would be undone, as the JSON of a [`Rollback`](crate::Rollback).
+    pub rollback: Option<String>,
+}
+
+impl StoredRequest {
+    /// The rollback plan, read back from [`StoredRequest::rollback`]: `None` where there is none, or
+    /// where what the table holds is not a plan this version reads.
+    pub fn rollback_plan(&self) -> Option<crate::Rollback> {
+        serde_json::from_str(self.rollback.as_deref()?).ok()
+    }
 }
 
 /// Where a request stands.

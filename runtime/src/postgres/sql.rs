@@ -299,10 +299,16 @@ pub(super) const SCHEMA_VERSION: &str = "SELECT coalesce(max(version), 0) FROM {
 
 pub(super) const RECORD_VERSION: &str = "INSERT INTO {s}.schema_version (version) VALUES ($1)";
 
-/// The binding's fields, as `$1` to `$8`.
+/// The binding's fields but the evidence's digest, as `$1` to `$9` (`$9` the target, NULL for none).
+const SAME_CALL: &str = "tool = $1 AND arguments_digest = $2 AND shown_digest = $3 AND risk = $4
+    AND policy_version = $5 AND coalesce(principal, '') = $6 AND coalesce(agent, '') = $7
+    AND (tainted_by IS NOT NULL) = $8 AND target IS NOT DISTINCT FROM $9::text";
+
+/// The binding's fields, as `$1` to `$10` (`$10` the evidence's digest, NULL for none).
 const SAME_BINDING: &str = "tool = $1 AND arguments_digest = $2 AND shown_digest = $3 AND risk = $4
     AND policy_version = $5 AND coalesce(principal, '') = $6 AND coalesce(agent, '') = $7
-    AND (tainted_by IS NOT NULL) = $8";
+    AND (tainted_by IS NOT NULL) = $8 AND target IS NOT DISTINCT FROM $9::text
+    AND evidence_digest IS NOT DISTINCT FROM $10::text";
 
 /// Uses the oldest live answer to exactly this call, in one statement. Of concurrent statements, one
 /// locks the row; the others skip it (and find another answer, or none), and one that reads it after
@@ -319,12 +325,13 @@ pub(super) fn consume() -> String {
              LIMIT 1
              FOR UPDATE SKIP LOCKED)
            AND consumed_at IS NULL
-         RETURNING answer, answered_by, reason, for_session, stop"
+         RETURNING answer, answered_by, reason, for_session, stop, confirmation"
     )
 }
 
-/// Why a call found no answer: `expired`, `used` (or being used by a call racing this one), and
-/// `mismatch` (a live approval of the tool for another binding).
+/// Why a call found no answer: `expired`, `used` (or being used by a call racing this one), `changed`
+/// (a live approval of this call for another state of its target: the evidence's digest differs), and
+/// `mismatch` (a live approval of the tool for another binding). The caller tells them in that order.
 pub(super) fn why_waiting() -> String {
     format!(
         "SELECT
@@ -332,9 +339,12 @@ pub(super) fn why_waiting() -> String {
                  AND expires_at <= now()), false),
              coalesce(bool_or(same AND (consumed_at IS NOT NULL
                  OR (answered_at IS NOT NULL AND expires_at > now()))), false),
+             coalesce(bool_or(same_call AND NOT same AND answer = 'approve'
+                 AND consumed_at IS NULL AND expires_at > now()), false),
              coalesce(bool_or(NOT same AND answer = 'approve' AND consumed_at IS NULL
                  AND expires_at > now()), false)
-         FROM (SELECT *, ({SAME_BINDING}) AS same FROM {{s}}.approvals WHERE tool = $1) AS requests"
+         FROM (SELECT *, ({SAME_BINDING}) AS same, ({SAME_CALL}) AS same_call
+               FROM {{s}}.approvals WHERE tool = $1) AS requests"
     )
 }
 
@@ -366,9 +376,9 @@ pub(super) const COUNT_PENDING: &str = "SELECT count(*) FROM (
 
 pub(super) const INSERT: &str = "INSERT INTO {s}.approvals (token_sha256, tool, arguments_digest,
         shown_digest, risk, policy_version, agent, mode, manifest, arguments, expires_at, principal,
-        tainted_by, tainted_at)
+        tainted_by, tainted_at, target, irreversible, evidence, evidence_digest, rollback)
     VALUES (ARRAY[$1::text], $2, $3, $4, $5, $6, $7, $8, $9::text::jsonb, $10,
-        now() + $11::bigint * interval '1 millisecond', $12, $13, $14)
+        now() + $11::bigint * interval '1 millisecond', $12, $13, $14, $15, $16, $17, $18, $19)
     RETURNING id";
 
 /// Forgets requests one time-to-live (`$1`, milliseconds) after they expired.
@@ -382,24 +392,34 @@ const REQUEST: &str = "id, tool, arguments_digest, shown_digest, risk, policy_ve
     extract(epoch FROM now() - created_at)::float8,
     extract(epoch FROM expires_at - now())::float8,
     answer, answered_by, reason, for_session, stop, consumed_at IS NOT NULL,
-    principal, tainted_by, tainted_at";
+    principal, tainted_by, tainted_at,
+    target, irreversible, evidence, evidence_digest, rollback, confirmation";
 
-/// Answers the live pending request that `$1` names: `token_sha256 @> ARRAY[$1]` or `id = $1`.
-pub(super) fn answer(target: &str) -> String {
+/// Answers the live pending request that `$1` names (`token_sha256 @> ARRAY[$1]` or `id = $1`) with
+/// `$2` (`approve` or `reject`), by `$3`, for `$4`, and `$7` the target typed back. An approval of an
+/// irreversible request answers it only where `$7` is its target, byte for byte: the check is part of
+/// the one statement that answers, so no approval without it is ever written, whoever races it. An
+/// irreversible call is never granted for the session.
+pub(super) fn answer(request: &str) -> String {
     format!(
         "UPDATE {{s}}.approvals
-         SET answered_at = now(), answer = $2, answered_by = $3, reason = $4, for_session = $5,
-             stop = $6
-         WHERE {target} AND answered_at IS NULL AND expires_at > now()
+         SET answered_at = now(), answer = $2, answered_by = $3, reason = $4,
+             for_session = $5 AND NOT irreversible, stop = $6,
+             confirmation = CASE WHEN $2 = 'approve' THEN $7::text END
+         WHERE {request} AND answered_at IS NULL AND expires_at > now()
+           AND (NOT irreversible OR $2 <> 'approve'
+                OR coalesce(target = $7::text COLLATE \"C\", false))
          RETURNING {REQUEST}"
     )
 }
 
-/// Why a request could not be answered: expired, answered, used.
-pub(super) fn why_not_answered(target: &str) -> String {
+/// Why a request could not be answered: expired, answered, used; and whether it is irreversible, and
+/// its target, for an approval that did not carry it.
+pub(super) fn why_not_answered(request: &str) -> String {
     format!(
-        "SELECT expires_at <= now(), answered_at IS NOT NULL, consumed_at IS NOT NULL
-         FROM {{s}}.approvals WHERE {target} ORDER BY id DESC LIMIT 1"
+        "SELECT expires_at <= now(), answered_at IS NOT NULL, consumed_at IS NOT NULL, irreversible,
+             target
+         FROM {{s}}.approvals WHERE {request} ORDER BY id DESC LIMIT 1"
     )
 }
 

@@ -15,7 +15,7 @@ use super::requests::{RequestState, Settings, StoredRequest};
 use super::schema::{self, lock_key, store_error};
 use super::sql;
 use crate::approval::store::{
-    Answer, ApprovalCall, ApproveError, Binding, Consumed, Filed, StoreError,
+    Answer, ApprovalCall, ApproveError, Binding, Consumed, Filed, StoreError, confirmed,
 };
 use crate::approval::two_step::new_token;
 use crate::gate::budget::{BudgetCharge, Reservation, Taken};
@@ -300,7 +300,7 @@ impl Worker {
         let version = policy_version(binding)?;
         let principal = binding.principal.as_deref().unwrap_or("");
         let agent = binding.agent.as_deref().unwrap_or("");
-        let key: [&(dyn ToSql + Sync); 8] = [
+        let key: [&(dyn ToSql + Sync); 10] = [
             &binding.tool,
             &binding.arguments_digest,
             &binding.shown_digest,
@@ -309,6 +309,8 @@ impl Worker {
             &principal,
             &agent,
             &binding.tainted,
+            &binding.target,
+            &binding.evidence_digest,
         ];
         if let Some(row) = conn
             .client
@@ -340,6 +342,9 @@ impl Worker {
         } else if get(&why, 1)? {
             DenialCode::ApprovalReused
         } else if get(&why, 2)? {
+            // Approved for another state of its target: the approver saw another world.
+            DenialCode::EvidenceChanged
+        } else if get(&why, 3)? {
             DenialCode::ApprovalMismatch
         } else {
             DenialCode::ApprovalRequired
@@ -397,6 +402,11 @@ impl Worker {
                                 &call.principal,
                                 &call.taint.as_ref().map(|taint| taint.tool),
                                 &call.taint.as_ref().map(|taint| taint.at.as_str()),
+                                &binding.target,
+                                &call.irreversible,
+                                &call.evidence,
+                                &binding.evidence_digest,
+                                &call.rollback,
                             ],
                         )
                         .await?;
@@ -424,11 +434,20 @@ impl Worker {
         target: &Target,
         answer: &Answer,
     ) -> Result<StoredRequest, Failure> {
-        let (word, by, reason, for_session, stop) = match answer {
+        let (word, by, reason, for_session, stop, confirmation) = match answer {
             Answer::Approve {
-                by, for_session, ..
-            } => ("approve", by, None, *for_session, false),
-            Answer::Reject { by, reason, stop } => ("reject", by, Some(reason), false, *stop),
+                by,
+                for_session,
+                confirmation,
+            } => (
+                "approve",
+                by,
+                None,
+                *for_session,
+                false,
+                confirmation.as_deref(),
+            ),
+            Answer::Reject { by, reason, stop } => ("reject", by, Some(reason), false, *stop, None),
         };
         let hash;
         let (condition, target): (&str, &(dyn ToSql + Sync)) = match target {
@@ -442,7 +461,15 @@ impl Worker {
             .client
             .query_opt(
                 &self.sql(&sql::answer(condition)),
-                &[target, &word, by, &reason, &for_session, &stop],
+                &[
+                    target,
+                    &word,
+                    by,
+                    &reason,
+                    &for_session,
+                    &stop,
+                    &confirmation,
+                ],
             )
             .await?;
         if let Some(row) = row {
@@ -457,12 +484,18 @@ impl Worker {
         };
         let (expired, answered, used): (bool, bool, bool) =
             (get(&why, 0)?, get(&why, 1)?, get(&why, 2)?);
+        let irreversible: bool = get(&why, 3)?;
+        let request_target: Option<String> = get(&why, 4)?;
         Err(Failure::Approve(if expired {
             ApproveError::Expired
         } else if used {
             ApproveError::AlreadyUsed
         } else if answered {
             ApproveError::AlreadyApproved
+        } else if let Err(mismatch) = confirmed(irreversible, request_target.as_deref(), answer) {
+            // The statement left the request pending: an approval of an irreversible call without
+            // its target typed back exactly.
+            mismatch
         } else {
             // Answerable a moment ago: another operator's answer and this one crossed.
             ApproveError::AlreadyApproved
@@ -546,8 +579,9 @@ fn unexpected(what: impl Into<String>) -> Failure {
     Failure::Store(StoreError::Unexpected(what.into()))
 }
 
+/// Reads the answer a consuming statement returns ([`sql::consume`]).
 fn answer_of(row: &Row) -> Result<Answer, Failure> {
-    answer_of_at(row, 0)
+    answer_of_at(row, 0, 5)
 }
 
 /// Reads a row of [`sql::REQUEST`]'s columns.
@@ -571,7 +605,8 @@ fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
         .map_err(|_| unexpected(format!("policy version {policy_version}")))?;
     let binding = binding
         .made_by(get(row, 19)?, get(row, 6)?)
-        .tainted(get::<Option<String>>(row, 20)?.is_some());
+        .tainted(get::<Option<String>>(row, 20)?.is_some())
+        .on_target(get(row, 22)?, get(row, 25)?);
     let age: f64 = get(row, 11)?;
     let left: f64 = get(row, 12)?;
     let answered: Option<String> = get(row, 13)?;
@@ -579,7 +614,7 @@ fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
     let state = match answered {
         None => RequestState::Pending,
         Some(_) => {
-            let answer = answer_of_at(row, 13)?;
+            let answer = answer_of_at(row, 13, 27)?;
             if used {
                 RequestState::Used(answer)
             } else {
@@ -607,10 +642,16 @@ fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
             (Some(tool), Some(at)) => Some((tool, at)),
             _ => None,
         },
+        target: get(row, 22)?,
+        irreversible: get(row, 23)?,
+        evidence: get(row, 24)?,
+        rollback: get(row, 26)?,
     })
 }
 
-fn answer_of_at(row: &Row, at: usize) -> Result<Answer, Failure> {
+/// Reads an answer from the columns `answer`, `answered_by`, `reason`, `for_session` and `stop` from
+/// `at` on, and `confirmation` at `confirmation_at`.
+fn answer_of_at(row: &Row, at: usize, confirmation_at: usize) -> Result<Answer, Failure> {
     let word: Option<String> = get(row, at)?;
     let by: Option<String> = get(row, at + 1)?;
     let reason: Option<String> = get(row, at + 2)?;
@@ -621,7 +662,7 @@ fn answer_of_at(row: &Row, at: usize) -> Result<Answer, Failure> {
         Some("approve") => Ok(Answer::Approve {
             by,
             for_session,
-            confirmation: None,
+            confirmation: get(row, confirmation_at)?,
         }),
         Some("reject") => Ok(Answer::Reject {
             by,
