@@ -98,7 +98,9 @@ environment variable TOOLGATE_STORE.
 
 Exit status:
   0   done
-  1   no such request, or it cannot be answered: expired, answered already, or its answer used
+  1   no such request, or it cannot be answered: expired, answered already, or its answer used; or
+      an irreversible request approved without its target typed back exactly (--confirm), or for the
+      session (--for-session): it still waits
   3   the store could not be reached, failed, or did not answer in time
   64  the command line is invalid (no store, or no --by and no name for the operator)";
 
@@ -936,20 +938,27 @@ mod approvals {
         #[command(after_help = APPROVALS_EXIT_STATUS)]
         List,
         /// Shows one request: the tool's manifest, the mode, the risk, the arguments (redacted ones as
-        /// "[REDACTED]") and where it stands.
+        /// "[REDACTED]"), the call's target, what its evidence probe read of it and how the call would
+        /// be undone, and where it stands; for an irreversible request, how to approve it.
         #[command(after_help = APPROVALS_EXIT_STATUS)]
         Show {
             /// The request's id, as `list` shows it.
             id: i64,
         },
-        /// Approves a request: the same call, with the same arguments, then runs once.
+        /// Approves a request: the same call, with the same arguments, then runs once. An irreversible
+        /// request is approved only with its target typed back (--confirm).
         #[command(after_help = APPROVALS_EXIT_STATUS)]
         Approve {
             /// The request's id, as `list` shows it.
             id: i64,
-            /// Also grant the same call for the rest of the session of the gate that runs it.
+            /// Also grant the same call for the rest of the session of the gate that runs it (not for
+            /// an irreversible request, whose calls ask every time).
             #[arg(long)]
             for_session: bool,
+            /// The call's target, typed back exactly: approving an irreversible request takes it
+            /// (`show` says what to type).
+            #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+            confirm: Option<String>,
             /// Who approves, for the audit log [default: USER, then LOGNAME, then the name of the
             /// account the command runs as]
             #[arg(long, value_name = "NAME")]
@@ -983,6 +992,7 @@ mod approvals {
             Action::Approve {
                 id,
                 for_session,
+                confirm,
                 by,
             } => {
                 let Some(by) = who(by) else { return USAGE };
@@ -991,7 +1001,7 @@ mod approvals {
                     Answer::Approve {
                         by,
                         for_session: *for_session,
-                        confirmation: None,
+                        confirmation: confirm.clone(),
                     },
                 ))
             }
@@ -1040,11 +1050,40 @@ mod approvals {
             },
             (_, Some((id, answer))) => {
                 let approved = matches!(answer, Answer::Approve { .. });
+                // An irreversible call asks every time: no approval of one is for the session.
+                if let Answer::Approve {
+                    for_session: true, ..
+                } = answer
+                {
+                    match block_on(store.show(id)) {
+                        Ok(Some(request)) if request.irreversible => {
+                            eprintln!(
+                                "toolgate: request {id} was not approved: `{}` is irreversible, and \
+                                 its calls ask every time: approve this call alone, without \
+                                 --for-session; the request still waits",
+                                escaped(&request.binding.tool)
+                            );
+                            return REFUSED;
+                        }
+                        Ok(_) => {}
+                        Err(e) => return unavailable(&e),
+                    }
+                }
+                let typed = match &answer {
+                    Answer::Approve { confirmation, .. } => confirmation.clone(),
+                    _ => None,
+                };
                 match block_on(store.answer_id(id, answer)) {
                     Ok(request) => {
                         let verb = if approved { "approved" } else { "rejected" };
+                        let on = request
+                            .target
+                            .as_deref()
+                            .map_or_else(String::new, |target| {
+                                format!(" on `{}`", escaped(target))
+                            });
                         print(&format!(
-                            "{verb} request {id}: {} ({}) with arguments {}\n",
+                            "{verb} request {id}: {} ({}){on} with arguments {}\n",
                             escaped(&request.binding.tool),
                             request.binding.risk,
                             request
@@ -1058,6 +1097,9 @@ mod approvals {
                     Err(ApproveError::UnknownToken) => {
                         eprintln!("toolgate: no request {id}");
                         REFUSED
+                    }
+                    Err(ApproveError::ConfirmationMismatch) => {
+                        not_confirmed(&store, id, typed.as_deref())
                     }
                     Err(e) => {
                         eprintln!("toolgate: request {id} cannot be answered: {e}");
@@ -1105,6 +1147,59 @@ mod approvals {
         }
     }
 
+    /// An approval of an irreversible request that did not carry its target typed back (`typed`, as
+    /// given): says what to type. The request still waits.
+    fn not_confirmed(store: &PostgresStore, id: i64, typed: Option<&str>) -> u8 {
+        let request = match block_on(store.show(id)) {
+            Ok(Some(request)) => request,
+            Ok(None) => {
+                eprintln!("toolgate: no request {id}");
+                return REFUSED;
+            }
+            Err(e) => return unavailable(&e),
+        };
+        let tool = escaped(&request.binding.tool);
+        let what = match (typed, request.target.as_deref()) {
+            (_, None) => format!(
+                "`{tool}` is irreversible, and the request names no target to type back: it cannot \
+                 be approved"
+            ),
+            (None, Some(target)) => format!(
+                "`{tool}` is irreversible, and is approved only with its target `{}` typed back \
+                 exactly: {}",
+                escaped(target),
+                how_to_approve(id, target)
+            ),
+            (Some(typed), Some(target)) => format!(
+                "--confirm `{}` is not its target `{}`; type the target exactly: {}",
+                escaped(typed),
+                escaped(target),
+                how_to_approve(id, target)
+            ),
+        };
+        eprintln!("toolgate: request {id} was not approved: {what}; the request still waits");
+        REFUSED
+    }
+
+    /// The command that approves the irreversible request `id` on `target`, for an operator to type.
+    fn how_to_approve(id: i64, target: &str) -> String {
+        let shown = escaped(target);
+        if shown != target {
+            // What the target holds is shown escaped: the command line says where to look.
+            return format!(
+                "`toolgate approvals approve {id} --confirm TARGET`, TARGET the target as shown \
+                 escaped above (`\\\\` is one backslash, `\\u{{..}}` one character)"
+            );
+        }
+        let safe = |c: char| c.is_alphanumeric() || "._-/:@+=".contains(c);
+        let word = if target.chars().all(safe) {
+            target.to_owned()
+        } else {
+            format!("'{}'", target.replace('\'', r"'\''"))
+        };
+        format!("`toolgate approvals approve {id} --confirm {word}`")
+    }
+
     fn who(by: &Option<String>) -> Option<String> {
         let by = super::operator(by.clone());
         if by.is_none() {
@@ -1134,7 +1229,11 @@ mod approvals {
                 [
                     r.id.to_string(),
                     age(r.age),
-                    escaped(&r.binding.tool).into_owned(),
+                    if r.irreversible {
+                        format!("{} (irreversible)", escaped(&r.binding.tool))
+                    } else {
+                        escaped(&r.binding.tool).into_owned()
+                    },
                     r.binding.risk.to_string(),
                     r.mode.to_string(),
                     r.agent
@@ -1181,6 +1280,12 @@ mod approvals {
         for row in &rows {
             line(&row.each_ref().map(String::as_str));
         }
+        if requests.iter().any(|r| r.irreversible) {
+            out.push_str(
+                "(irreversible): approved only with the call's target typed back, `approve ID \
+                 --confirm TARGET`; `show ID` shows the target\n",
+            );
+        }
         out
     }
 
@@ -1196,6 +1301,14 @@ mod approvals {
             .manifest
             .as_deref()
             .map_or_else(|| "(none)".into(), |t| escaped(t).into_owned());
+        let effects = effects(r);
+        let approve = match (&r.state, r.expired, r.target.as_deref()) {
+            (RequestState::Pending, false, Some(target)) if r.irreversible => format!(
+                "approve   {} (its target, typed exactly; no --for-session)\n",
+                how_to_approve(r.id, target)
+            ),
+            _ => String::new(),
+        };
         format!(
             "request   {}\n\
              tool      {}\n\
@@ -1205,8 +1318,10 @@ mod approvals {
              principal {}\n\
              tainted   {}\n\
              arguments {}\n\
+             {effects}\
              made      {} ({} ago)\n\
              state     {state}\n\
+             {approve}\
              manifest  {manifest}\n",
             r.id,
             escaped(&r.binding.tool),
@@ -1235,14 +1350,50 @@ mod approvals {
         )
     }
 
+    /// The lines of what a call with lasting effects shows: its target (and whether the call can be
+    /// undone), what its evidence probe read of the target, and how the call would be undone.
+    fn effects(r: &StoredRequest) -> String {
+        let mut lines = String::new();
+        match (r.target.as_deref(), r.irreversible) {
+            (Some(target), true) => lines.push_str(&format!(
+                "target    {} (irreversible: the call cannot be undone)\n",
+                escaped(target)
+            )),
+            (Some(target), false) => lines.push_str(&format!("target    {}\n", escaped(target))),
+            (None, true) => {
+                lines.push_str("target    (none: irreversible, and nothing to confirm)\n")
+            }
+            (None, false) => {}
+        }
+        if let Some(evidence) = r.evidence.as_deref() {
+            lines.push_str(&format!(
+                "evidence  {} (the target when the call was made: the approval is for this state)\n",
+                escaped(evidence)
+            ));
+        }
+        match (r.rollback_plan(), r.rollback.as_deref()) {
+            (Some(plan), _) => {
+                lines.push_str(&format!("rollback  {}\n", escaped(&plan.to_string())));
+            }
+            (None, Some(json)) => lines.push_str(&format!("rollback  {}\n", escaped(json))),
+            (None, None) => {}
+        }
+        lines
+    }
+
     fn answered(answer: &Answer) -> String {
         match answer {
             Answer::Approve {
                 by,
-                for_session: true,
-                confirmation: None,
-            } => format!("approved for the session by {}", escaped(by)),
-            Answer::Approve { by, .. } => format!("approved by {}", escaped(by)),
+                for_session,
+                confirmation,
+            } => {
+                let session = if *for_session { " for the session" } else { "" };
+                let typed = confirmation.as_deref().map_or_else(String::new, |typed| {
+                    format!(" (confirmed `{}`)", escaped(typed))
+                });
+                format!("approved{session} by {}{typed}", escaped(by))
+            }
             Answer::Reject {
                 by,
                 reason,
