@@ -413,16 +413,22 @@ fn a_target_changed_since_the_approval_is_asked_again_and_does_not_run() {
         Some(r#"{"instance":"i-0ev","state":"serving-traffic"}"#)
     );
     assert_eq!(runs("terminate:i-0ev"), 0);
-    // The first approval is left unused; the new request waits, showing the state now.
+    // The first approval is spent: the world it was for is gone. The new request waits, showing the
+    // state now.
     assert!(matches!(
         state(&store, first),
-        RequestState::Answered(Answer::Approve { .. })
+        RequestState::Used(Answer::Approve { .. })
     ));
     assert_eq!(state(&store, second), RequestState::Pending);
+    // The instance back in the state approved does not bring the spent approval back.
+    set_state("i-0ev", "running");
+    assert_eq!(code(gate.run(call)), DenialCode::ApprovalReused);
+    assert_eq!(runs("terminate:i-0ev"), 0);
+    set_state("i-0ev", "serving-traffic");
     let shown = stdout(&cli_exits(&url, &["show", &second.to_string()], 0));
     assert!(shown.contains(r#""state":"serving-traffic""#), "{shown}");
-    // Asked again in that state: the same new request, still for the changed state.
-    let (_, again) = filed(gate.run(call), DenialCode::EvidenceChanged);
+    // Asked again in that state: the same new request, pending (the other state's approval is spent).
+    let (_, again) = filed(gate.run(call), DenialCode::ApprovalPending);
     assert_eq!(again, second);
     assert_eq!(runs("terminate:i-0ev"), 0);
     // Approved for the state it is in now, it runs once.
@@ -433,7 +439,7 @@ fn a_target_changed_since_the_approval_is_asked_again_and_does_not_run() {
     );
     gate.run(call).expect("approved for this state");
     assert_eq!(runs("terminate:i-0ev"), 1);
-    // Its own answer used tells more than the other state's approval, still live.
+    // Its own answer used is told.
     assert_eq!(code(gate.run(call)), DenialCode::ApprovalReused);
     assert_eq!(runs("terminate:i-0ev"), 1);
 

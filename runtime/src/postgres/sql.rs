@@ -348,6 +348,16 @@ pub(super) fn why_waiting() -> String {
     )
 }
 
+/// Spends the live approvals of this call (`$1` to `$10`) given for another state of its target: the
+/// world they were for is gone, and the target coming back to that state does not bring them back.
+pub(super) fn spend_other_states() -> String {
+    format!(
+        "UPDATE {{s}}.approvals SET consumed_at = now()
+         WHERE {SAME_CALL} AND evidence_digest IS DISTINCT FROM $10::text AND answer = 'approve'
+           AND consumed_at IS NULL AND expires_at > now()"
+    )
+}
+
 /// Serializes the requests of one agent (`$1`) across processes, until the transaction ends; also the
 /// migrations.
 pub(super) const LOCK_AGENT: &str = "SELECT pg_advisory_xact_lock($1)";

@@ -104,6 +104,7 @@ impl Failure {
 struct Prepared {
     consume: Statement,
     why_waiting: Statement,
+    spend_other_states: Statement,
     lock_agent: Statement,
     find_pending: Statement,
     add_token: Statement,
@@ -275,6 +276,7 @@ impl Worker {
         let statements = Prepared {
             consume: prepare(&sql::consume()).await?,
             why_waiting: prepare(&sql::why_waiting()).await?,
+            spend_other_states: prepare(&sql::spend_other_states()).await?,
             lock_agent: prepare(sql::LOCK_AGENT).await?,
             find_pending: prepare(&sql::find_pending()).await?,
             add_token: prepare(sql::ADD_TOKEN).await?,
@@ -342,7 +344,11 @@ impl Worker {
         } else if get(&why, 1)? {
             DenialCode::ApprovalReused
         } else if get(&why, 2)? {
-            // Approved for another state of its target: the approver saw another world.
+            // Approved for another state of its target: the approver saw another world, and the
+            // approval is spent.
+            transaction
+                .execute(&statements.spend_other_states, &key)
+                .await?;
             DenialCode::EvidenceChanged
         } else if get(&why, 3)? {
             DenialCode::ApprovalMismatch
