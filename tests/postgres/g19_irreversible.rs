@@ -62,9 +62,16 @@ fn describe(instance: &str) -> Result<Value, String> {
     }
 }
 
-/// The rollback plan: a restore from the instance's last snapshot, through the callable `restore`.
-fn undo(instance: &str, _note: &str) -> Rollback {
-    Rollback::call("pgirr.restore", json!({"instance": instance}))
+/// The rollback plan: a restore from the instance's last snapshot, through the callable `restore`;
+/// none for an instance noted as having no snapshot.
+fn undo(instance: &str, note: &str) -> Result<Rollback, String> {
+    if note == "no snapshot" {
+        return Err(format!("{instance} has no snapshot to restore"));
+    }
+    Ok(Rollback::call(
+        "pgirr.restore",
+        json!({"instance": instance}),
+    ))
 }
 
 /// Terminate an instance: its disks go with it, and it cannot be brought back.
@@ -651,4 +658,25 @@ fn two_operators_approving_one_irreversible_request_at_once_approve_it_once() {
         assert_eq!(code(gate.run(call)), DenialCode::ApprovalReused);
         assert_eq!(runs(&format!("terminate:{instance}")), 1, "round {round}");
     }
+}
+
+#[test]
+fn a_plan_that_cannot_be_made_files_nothing_and_runs_nothing() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "irr_no_plan") else {
+        return;
+    };
+    let (_store, gate) = ops_gate(&url);
+    set_state("i-0nop", "running");
+    let denied = gate
+        .run(|| terminate("i-0nop".into(), "no snapshot".into()))
+        .unwrap_err();
+    assert_eq!(denied.code(), DenialCode::RollbackUnavailable, "{denied}");
+    assert!(denied.to_string().contains("has no snapshot"), "{denied}");
+    assert_eq!(denied.approval_token(), None);
+    let filed = query(
+        &url,
+        "SELECT count(*) FROM toolgate.approvals WHERE target = 'i-0nop'",
+    );
+    assert_eq!(filed[0][0].as_deref(), Some("0"));
+    assert_eq!(runs("terminate:i-0nop"), 0);
 }

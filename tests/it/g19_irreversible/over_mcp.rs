@@ -129,3 +129,35 @@ fn m03_the_definition_says_what_the_tool_declares() {
         assert!(meta.get(format!("dev.toolgate/{key}")).is_none(), "{meta}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn m04_over_mcp_a_changed_target_and_a_plan_that_cannot_be_made_run_nothing() {
+    let sink = Arc::new(Memory::default());
+    let client = connect(in_band(gate(sink))).await;
+    // Approved in the form, then the instance changes before the retry's body: nothing runs, and the
+    // client is answered with a new form showing the state now.
+    let id = "m04-i";
+    put(id, "running");
+    let args = json!({"instance_id": id, "reason": "cost"});
+    let state = state_of(&call(&client, "irr.terminate", args.clone(), None, None).await);
+    // Read 1 showed the form; the retry reads 2 when it decides and 3 just before the body.
+    flip_at(id, 3, "serving-traffic");
+    let typed = json!({"decision": "approve", "confirmation": id});
+    assert_eq!(
+        answered(&client, &args, &state, typed).await,
+        "EVIDENCE_CHANGED"
+    );
+    assert_eq!(terminated(id), 0);
+    let again = call(&client, "irr.terminate", args.clone(), None, None).await;
+    let message = form(&again)["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains(r#""state":"serving-traffic""#),
+        "{message}"
+    );
+    // A plan that cannot be made: refused before any form is shown.
+    put("m04-j", "running");
+    let no_plan = json!({"instance_id": "m04-j", "reason": "no snapshot"});
+    let refused = call(&client, "irr.terminate", no_plan, None, None).await;
+    assert_eq!(code_of(&refused), "ROLLBACK_UNAVAILABLE");
+    assert_eq!(terminated("m04-j"), 0);
+}
