@@ -12,9 +12,9 @@
 //! the runs of every process. A child (`agent_child_of_b19`, this binary run again with
 //! `TOOLGATE_PG_CHILD=g19atk`) is one agent: a gate over the store, and commands on stdin.
 //!
-//! Got through when written (this test fails until the library is fixed): b19_17 (`rollback_of` is
-//! `GATE/CALL`, and gate ids are counted per process from 1: the records of an undo name two `enter`
-//! records of a shared trail, one of them a call of the undoing writer itself).
+//! Got through when written, fixed since: b19_17 (`rollback_of` was `GATE/CALL`, and gate ids are
+//! counted per process from 1: the records of an undo named two `enter` records of a shared trail, one
+//! of them a call of the undoing writer itself; it is now the record's reference, with its digest).
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -1133,7 +1133,7 @@ fn b19_16_a_rollback_read_back_from_the_trail_runs_through_the_gate_naming_what_
     confirm(&url, id, "i-b16");
     assert_eq!(ask(&mut a, "call terminate i-b16 x"), "ran");
     let enter = enter_of(&url, "i-b16");
-    let origin = format!("{}/{}", enter.gate, enter.call);
+    let origin = enter.reference();
     let store = store_of(&url);
     let gate = b19_gate(
         &url,
@@ -1210,12 +1210,15 @@ fn b19_17_a_rollback_of_one_writer_s_call_names_no_other_writer_s_call() {
     assert_eq!(runs("restore", "i-b17a"), 1);
     let records = toolgate::postgres::read_trail(&url, "toolgate").unwrap();
     let undone = enter_of(&url, "i-b17a");
-    let origin = format!("{}/{}", undone.gate, undone.call);
+    // What the undo's records say they undo.
+    let origin = records
+        .iter()
+        .find_map(|r| r.rollback_of.clone())
+        .expect("the undo's records name the call they undo");
+    assert_eq!(origin, undone.reference());
     let named: Vec<_> = records
         .iter()
-        .filter(|r| {
-            format!("{:?}", r.stage) == "Enter" && format!("{}/{}", r.gate, r.call) == origin
-        })
+        .filter(|r| format!("{:?}", r.stage) == "Enter" && r.reference() == origin)
         .map(|r| format!("{} {}", r.tool, r.arguments.as_deref().unwrap_or("")))
         .collect();
     assert_eq!(

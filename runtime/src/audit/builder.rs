@@ -59,4 +59,18 @@ impl AuditRecord {
             tool: tool.into(),
         }
     }
+
+    /// How another record names this one (a rollback's `rollback_of` names the `enter` record of the
+    /// call it undoes): `GATE/CALL@DIGEST`, the digest the SHA-256 of the record as it serializes (the
+    /// fields of this struct, a log's chain fields left out). Gate ids and call numbers start again in
+    /// every process; the digest tells apart two writers' calls that share them.
+    pub fn reference(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        format!(
+            "{}/{}@{}",
+            self.gate,
+            self.call,
+            crate::canonical::sha256_hex(&json)
+        )
+    }
 }

@@ -156,8 +156,8 @@ pub struct AuditRecord {
     /// canonical JSON ([`Rollback`](crate::Rollback)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<String>,
-    /// The call this one undoes, as `GATE/CALL` of its `enter` record, for a call made by
-    /// [`Registry::rollback`](crate::Registry::rollback).
+    /// The call this one undoes, for a call made by [`Registry::rollback`](crate::Registry::rollback):
+    /// its `enter` record's [`reference`](AuditRecord::reference), `GATE/CALL@DIGEST`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_of: Option<String>,
     /// What this record reports.

@@ -241,7 +241,8 @@ impl Registry {
     /// Runs the rollback plan an `enter` record keeps (a tool's `rollback` function made it when the
     /// call was decided): a call of the plan's tool with the plan's arguments, through `gate` like any
     /// other call by name, decided, approved and recorded as such. Every record written while it runs
-    /// names the call it undoes (`rollback_of`: the `enter` record's `GATE/CALL`).
+    /// names the call it undoes (`rollback_of`: the `enter` record's
+    /// [`reference`](crate::audit::AuditRecord::reference), `GATE/CALL@DIGEST`).
     ///
     /// A record that keeps no plan to call (not an `enter` record, no plan, or steps a person carries
     /// out) is answered `NO_ROLLBACK`, and nothing runs.
@@ -289,7 +290,7 @@ impl Registry {
             }
             Err(error) => return no(format!("the plan cannot be read: {error}")),
         };
-        let origin: Arc<str> = Arc::from(format!("{}/{}", enter.gate, enter.call));
+        let origin: Arc<str> = Arc::from(enter.reference());
         let future = {
             let _undoing = Undoing::enter(&origin);
             self.call_with(gate, instances, &tool, arguments)

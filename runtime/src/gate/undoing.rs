@@ -11,7 +11,8 @@ thread_local! {
     static UNDOING: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The call being undone on this thread, as `GATE/CALL`, if a rollback runs here now.
+/// The call being undone on this thread, as its `enter` record's reference, if a rollback runs here
+/// now.
 pub(crate) fn origin() -> Option<String> {
     UNDOING
         .try_with(|stack| stack.borrow().last().map(|origin| origin.to_string()))

@@ -1841,7 +1841,7 @@ fn a19_29_running_a_rollback_twice_is_decided_and_recorded_each_time() {
     let sink = Arc::new(MemorySink::new());
     let gate = audited(&sink, &[]);
     let enter = terminated_enter(&gate, &sink, "a29", "decommissioned");
-    let origin = format!("{}/{}", enter.gate, enter.call);
+    let origin = enter.reference();
     undo(&gate, &enter).unwrap();
     let first = sink.take();
     // Nothing makes a plan single-use: the second run is a call of its own, decided again...

@@ -123,7 +123,7 @@ fn d03_a_recorded_plan_runs_later_through_the_gate_naming_the_call_it_undoes() {
     assert_eq!(undone, json!(format!("{id} launched")));
     assert_eq!(launched(id), 1);
     let records = sink.take();
-    let origin = format!("{}/{}", enter.gate, enter.call);
+    let origin = enter.reference();
     let launched_enter = one(&records, Stage::Enter, "irr.launch");
     assert_eq!(launched_enter.rollback_of.as_deref(), Some(origin.as_str()));
     let exit = one(&records, Stage::Exit, "irr.launch");
@@ -160,7 +160,7 @@ fn d04_the_rollback_is_decided_as_any_call_and_a_record_without_a_plan_runs_noth
     assert!(
         refusal
             .iter()
-            .any(|r| r.rollback_of == Some(format!("{}/{}", enter.gate, enter.call))),
+            .any(|r| r.rollback_of == Some(enter.reference())),
         "{refusal:#?}"
     );
     // Not an enter record, no plan, steps for a person: NO_ROLLBACK, and nothing runs.
