@@ -1373,7 +1373,8 @@ mod approvals {
         }
         match (r.rollback_plan(), r.rollback.as_deref()) {
             (Some(plan), _) => {
-                lines.push_str(&format!("rollback  {}\n", escaped(&plan.to_string())));
+                // A plan's Display escapes what the agent wrote into it already.
+                lines.push_str(&format!("rollback  {plan}\n"));
             }
             (None, Some(json)) => lines.push_str(&format!("rollback  {}\n", escaped(json))),
             (None, None) => {}
