@@ -96,10 +96,10 @@ impl Encoder {
 
     /// [`encode`](Encoder::encode) of an [`AuditRecord`], the sink's every line, without scanning the
     /// record's members: its fields are declared in sorted order and hold no object, so the chain's
-    /// members go before `manifest_digest` (`hash`), before the first of `principal`, `rollback` and
-    /// `rollback_of` where there is one, else before `stage` (`prev_hash`), and before `stage` (`seq`);
-    /// every record has `manifest_digest` and `stage` after `call` and `gate`. A key such as
-    /// `,"stage":` cannot stand inside a string value, whose quotes are escaped. Gives the same bytes as `encode` (tested), and falls back to it
+    /// members go before `manifest_digest` (`hash`), right after `policy_version`'s number
+    /// (`prev_hash`), and before `stage` (`seq`); every record has `manifest_digest`, `policy_version`
+    /// and `stage`, in that order, after `call` and `gate`. A key such as `,"stage":` cannot stand
+    /// inside a string value, whose quotes are escaped. Gives the same bytes as `encode` (tested), and falls back to it
     /// otherwise.
     pub(crate) fn encode_record(
         &mut self,
@@ -130,14 +130,22 @@ impl Encoder {
         if digest_at >= stage_at {
             return self.encode_fields(seq, prev_hash, out);
         }
-        // `prev_hash` < `principal` < `rollback` < `rollback_of` < `seq`: the first of those three
-        // that the record has, where it has one, stands right after `prev_hash`.
-        let between = &text[digest_at..stage_at];
-        let prev_at = [",\"principal\":", ",\"rollback\":", ",\"rollback_of\":"]
-            .iter()
-            .filter_map(|key| between.find(key))
-            .min()
-            .map_or(stage_at, |at| digest_at + at);
+        // `policy_version` < `prev_hash` < every key after it (`principal`, `rollback`, `rollback_of`,
+        // `stage`): `prev_hash` goes right after `policy_version`, which every record has, and whose
+        // value is digits.
+        const VERSION: &str = ",\"policy_version\":";
+        let Some(version_at) = text[digest_at..stage_at].find(VERSION) else {
+            return self.encode_fields(seq, prev_hash, out);
+        };
+        let value_at = digest_at + version_at + VERSION.len();
+        let prev_at = value_at
+            + fields[value_at..stage_at]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+        if fields.get(prev_at) != Some(&b',') {
+            return self.encode_fields(seq, prev_hash, out);
+        }
         let mut seq_buf = [0u8; 20];
         let seq_text = format_u64(seq, &mut seq_buf);
         // What is hashed: the line without its `hash` member.
