@@ -1303,7 +1303,7 @@ fn b19_19_what_the_agent_reads_of_a_pending_irreversible_call_carries_no_token()
     }
     let shown = text(&cli_exits(
         &url,
-        &["show", &denied.approval_request_id().unwrap().to_owned()],
+        &["show", denied.approval_request_id().unwrap()],
         0,
     ));
     assert!(!shown.contains(&token), "show prints a token:\n{shown}");
