@@ -99,7 +99,7 @@ impl Encoder {
     /// members go before `manifest_digest` (`hash`), right after `policy_version`'s number
     /// (`prev_hash`), and before `stage` (`seq`); every record has `manifest_digest`, `policy_version`
     /// and `stage`, in that order, after `call` and `gate`. A key such as `,"stage":` cannot stand
-    /// inside a string value, whose quotes are escaped. Gives the same bytes as `encode` (tested), and falls back to it
+    /// inside a string value, whose quotes are escaped, so it is found from either end. Gives the same bytes as `encode` (tested), and falls back to it
     /// otherwise.
     pub(crate) fn encode_record(
         &mut self,
@@ -123,7 +123,7 @@ impl Encoder {
         let fields = &self.fields;
         let text = std::str::from_utf8(fields).unwrap_or_default();
         let (Some(digest_at), Some(stage_at)) =
-            (text.find(",\"manifest_digest\":"), text.find(",\"stage\":"))
+            (text.find(",\"manifest_digest\":"), text.rfind(",\"stage\":"))
         else {
             return self.encode_fields(seq, prev_hash, out);
         };
@@ -134,7 +134,8 @@ impl Encoder {
         // `stage`): `prev_hash` goes right after `policy_version`, which every record has, and whose
         // value is digits.
         const VERSION: &str = ",\"policy_version\":";
-        let Some(version_at) = text[digest_at..stage_at].find(VERSION) else {
+        // Searched from the end: only `principal` and a rollback's fields stand between it and `stage`.
+        let Some(version_at) = text[digest_at..stage_at].rfind(VERSION) else {
             return self.encode_fields(seq, prev_hash, out);
         };
         let value_at = digest_at + version_at + VERSION.len();
