@@ -122,9 +122,10 @@ impl Encoder {
     ) -> Result<HashHex, EncodeError> {
         let fields = &self.fields;
         let text = std::str::from_utf8(fields).unwrap_or_default();
-        let (Some(digest_at), Some(stage_at)) =
-            (text.find(",\"manifest_digest\":"), text.rfind(",\"stage\":"))
-        else {
+        let (Some(digest_at), Some(stage_at)) = (
+            text.find(",\"manifest_digest\":"),
+            text.rfind(",\"stage\":"),
+        ) else {
             return self.encode_fields(seq, prev_hash, out);
         };
         if digest_at >= stage_at {
