@@ -301,7 +301,7 @@ impl JsonlSinkBuilder {
         // `verify` could only report as tampering. The lock lives as long as the file handle. A FIFO is
         // locked too (its reader would get two chains); a device is not (it keeps no chain).
         if regular || is_fifo(&file) {
-            file.try_lock().map_err(|error| match error {
+            lock_soon(&file).map_err(|error| match error {
                 std::fs::TryLockError::WouldBlock => io::Error::new(
                     io::ErrorKind::WouldBlock,
                     format!(
@@ -888,4 +888,21 @@ fn sync_parent_dir(path: &Path) -> io::Result<()> {
 #[cfg(not(unix))]
 fn sync_parent_dir(_path: &Path) -> io::Result<()> {
     Ok(())
+}
+
+/// Takes the log's lock, trying again for a moment while another holds it: a process being started
+/// at the same time (by any thread of this one) holds a copy of every handle, a closed log's included,
+/// until it runs its program, so a log closed just before is briefly still locked. A writer that keeps
+/// the log open still holds it after that moment.
+fn lock_soon(file: &File) -> Result<(), std::fs::TryLockError> {
+    const TRIES: u32 = 20;
+    for _ in 1..TRIES {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            done => return done,
+        }
+    }
+    file.try_lock()
 }
