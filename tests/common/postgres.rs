@@ -267,6 +267,8 @@ pub struct Roles {
     pub operator: String,
     /// `toolgate_auditor`: `toolgate audit verify` and `promotion` of the trail.
     pub auditor: String,
+    /// `toolgate_console`: the operator console.
+    pub console: String,
 }
 
 pub fn documented_roles(url: &str) -> Roles {
@@ -289,7 +291,8 @@ pub fn documented_roles(url: &str) -> Roles {
         .join("\n");
     let database = url.rsplit('/').next().unwrap_or_default().to_owned();
     let suffix = format!("{database}_{}", std::process::id());
-    let names = ["agent", "operator", "auditor"].map(|r| (r, format!("toolgate_{r}_{suffix}")));
+    let names =
+        ["agent", "operator", "auditor", "console"].map(|r| (r, format!("toolgate_{r}_{suffix}")));
     let mut sql = String::new();
     for (_, name) in &names {
         sql.push_str(&format!(
@@ -308,6 +311,7 @@ pub fn documented_roles(url: &str) -> Roles {
         agent: as_role(&names[0].1),
         operator: as_role(&names[1].1),
         auditor: as_role(&names[2].1),
+        console: as_role(&names[3].1),
     }
 }
 

@@ -344,22 +344,17 @@ fn f03_no_page_without_a_session_and_no_change_without_the_sessions_token_from_i
             .status,
         403
     );
-    let cross = console.send(format!(
-        "POST {answer} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\nOrigin: http://evil.example\r\n\
-         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
-        console.addr,
-        format!("csrf={csrf}&action=approve").len(),
-        format!("csrf={csrf}&action=approve")
-    ));
-    assert_eq!(cross.status, 403);
-    let site = console.send(format!(
-        "POST {answer} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\nSec-Fetch-Site: cross-site\r\n\
-         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
-        console.addr,
-        format!("csrf={csrf}&action=approve").len(),
-        format!("csrf={csrf}&action=approve")
-    ));
-    assert_eq!(site.status, 403);
+    let body = format!("csrf={csrf}&action=approve");
+    for header in ["Origin: http://evil.example", "Sec-Fetch-Site: cross-site"] {
+        let refused = console.send(format!(
+            "POST {answer} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\n{header}\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            console.addr,
+            body.len(),
+        ));
+        assert_eq!(refused.status, 403, "{header}");
+    }
     assert_eq!(request_state(&store, id), RequestState::Pending);
 
     // Logged out, the cookie opens nothing.
@@ -794,4 +789,35 @@ fn f10_a_trail_written_before_migration_10_is_searched_after_it_and_still_verifi
     let cookie = console.login(TOKEN);
     let found = console.get("/trail?principal=carol", Some(&cookie));
     assert_eq!(found.body.matches("class=\"record\"").count(), 2);
+}
+
+#[test]
+fn f11_the_console_serves_under_exactly_the_documented_grants() {
+    let Some((_serial, url)) = parent_database(ROLE, "console_f11") else {
+        return;
+    };
+    let roles = crate::common::postgres::documented_roles(&url);
+    let (store, gate) = store_gate(&roles.agent, "desk");
+    token(gate.run(|| wire("acme".into(), 21, "1".into())));
+    let id = pending(&store, "pgconsole.wire");
+    let console = serve(&roles.console, operators());
+    let cookie = console.login(TOKEN);
+    let csrf = console.csrf(&cookie);
+    for path in [
+        "/approvals",
+        "/fleet",
+        "/trail",
+        "/trail/verify",
+        "/promotion",
+    ] {
+        assert_eq!(console.get(path, Some(&cookie)).status, 200, "{path}");
+    }
+    console.post(
+        &format!("/approvals/{id}/answer"),
+        &[("csrf", &csrf), ("action", "approve")],
+        Some(&cookie),
+        true,
+    );
+    gate.run(|| wire("acme".into(), 21, "1".into()))
+        .expect("approved on the page, under the console's role");
 }

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use futures_util::Stream;
 use maud::{Markup, html};
 
-use super::html::{OrDash, Shown, page, problem};
+use super::html::{OrDash, Shown, ShownLines, page, problem};
 use super::login::Operator;
 use super::{Shared, unavailable};
 use crate::approval::store::{Answer, ApproveError};
@@ -116,7 +116,7 @@ fn risk(request: &StoredRequest) -> Markup {
 
 fn declared_risk(request: &StoredRequest) -> Option<String> {
     let manifest: serde_json::Value = serde_json::from_str(request.manifest.as_deref()?).ok()?;
-    manifest.get("risk")?.as_str().map(str::to_owned)
+    manifest.get("risk_level")?.as_str().map(str::to_owned)
 }
 
 fn shorten(text: &str, max: usize) -> &str {
@@ -300,12 +300,12 @@ fn facts(request: &StoredRequest) -> Markup {
                 dt { "Target" } dd #target.code { (Shown(target)) }
             }
             @if let Some(evidence) = &evidence {
-                dt { "Target's state" } dd { pre #evidence { (Shown(evidence)) } }
+                dt { "Target's state" } dd { pre #evidence { (ShownLines(evidence)) } }
             }
             @if request.target.is_some() || request.rollback.is_some() {
                 dt { "Rollback" } dd #rollback {
                     @match &rollback {
-                        Some(plan) => { pre { (Shown(plan)) } }
+                        Some(plan) => { pre { (ShownLines(plan)) } }
                         None if request.irreversible => { strong { "none: this call cannot be undone" } }
                         None => { "none declared" }
                     }

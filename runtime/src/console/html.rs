@@ -28,6 +28,21 @@ impl Render for Shown<'_> {
     }
 }
 
+/// Text the console laid out over lines itself (JSON it indented, a plan's steps): its line breaks
+/// are kept, and everything else is shown as [`Shown`] shows it.
+pub(super) struct ShownLines<'a>(pub(super) &'a str);
+
+impl Render for ShownLines<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        for (i, line) in self.0.split('\n').enumerate() {
+            if i > 0 {
+                buffer.push('\n');
+            }
+            Shown(line).render_to(buffer);
+        }
+    }
+}
+
 /// An optional text, or a dash.
 pub(super) struct OrDash<'a>(pub(super) Option<&'a str>);
 

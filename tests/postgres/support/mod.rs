@@ -468,7 +468,7 @@ pub(crate) const BACK_TO_VERSION_9: &str = "
     DROP INDEX toolgate.approvals_open;
     DROP TRIGGER audit_searched ON toolgate.audit;
     DROP FUNCTION toolgate.audit_searched();
-    DROP INDEX toolgate.audit_written, toolgate.audit_call;
+    DROP INDEX toolgate.audit_written, toolgate.audit_call, toolgate.audit_tool;
     ALTER TABLE toolgate.audit DROP COLUMN principal, DROP COLUMN agent, DROP COLUMN mode,
         DROP COLUMN decision, DROP COLUMN outcome, DROP COLUMN code, DROP COLUMN risk;
     DELETE FROM toolgate.schema_version WHERE version = 10;";
