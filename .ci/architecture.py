@@ -34,6 +34,9 @@ RANKS = {
     "cli": 6,
     "postgres": 6,
     "rig": 6,
+    # The operator console: pages on the PostgreSQL store and trail, behind the MCP server's token
+    # verifiers.
+    "console": 7,
 }
 # Crates that only the top of the runtime may import, and where.
 TRANSPORTS = {
@@ -41,7 +44,9 @@ TRANSPORTS = {
     "clap": ("cli",),
     "tokio_postgres": ("postgres",),
     # The MCP server's per-connection watcher and cancellation run on rmcp's tokio.
-    "tokio": ("postgres", "mcp"),
+    "tokio": ("postgres", "mcp", "console"),
+    "axum": ("console",),
+    "maud": ("console",),
     "rig_core": ("rig",),
 }
 # Crates that one module alone may import: the rest of the runtime sees them through its types.

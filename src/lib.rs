@@ -140,6 +140,8 @@ pub mod registry {
 pub use toolgate_runtime::audit;
 #[cfg(feature = "clap")]
 pub use toolgate_runtime::cli;
+#[cfg(feature = "console")]
+pub use toolgate_runtime::console;
 #[cfg(feature = "mcp")]
 pub use toolgate_runtime::mcp;
 #[cfg(feature = "policy-file")]

@@ -16,6 +16,8 @@ mod by_name;
 mod canonical;
 #[cfg(feature = "clap")]
 pub mod cli;
+#[cfg(feature = "console")]
+pub mod console;
 mod gate;
 #[cfg(feature = "mcp")]
 pub mod mcp;

@@ -1074,6 +1074,17 @@ fn distance(a: &str, b: &str) -> usize {
 /// The fleet `name`: its mode and its joined gates, most recently heard from first.
 pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, StoreError> {
     schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
+        status_with(client, schema_name, name).await
+    })
+}
+
+/// [`status`] on a connection of the caller's.
+pub(super) async fn status_with(
+    client: &tokio_postgres::Client,
+    schema_name: &str,
+    name: &str,
+) -> Result<FleetStatus, StoreError> {
+    {
         let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
         let fleet = client
             .query_opt(
@@ -1088,7 +1099,7 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
             .await
             .map_err(|e| store_error(&e))?;
         let Some(fleet) = fleet else {
-            return Err(unknown_fleet(&*client, schema_name, name).await);
+            return Err(unknown_fleet(client, schema_name, name).await);
         };
         let rows = client
             .query(
@@ -1136,5 +1147,5 @@ pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, S
                 digest.map(|d| (d, by.unwrap_or_default()))
             },
         })
-    })
+    }
 }

@@ -208,6 +208,7 @@
 
 mod audit;
 pub mod fleet;
+mod reads;
 mod requests;
 mod schema;
 mod sql;
@@ -216,10 +217,15 @@ mod worker;
 
 pub use audit::{PostgresSink, PostgresSinkBuilder};
 pub use fleet::{Fleet, FleetBuilder, JoinError};
+pub use reads::{
+    Bucket, CallRecords, MAX_PAGE, PendingPage, PromotionPoint, Reader, TrailCursor, TrailQuery,
+    TrailRecord,
+};
 pub use requests::{RequestState, StoredRequest};
 pub use schema::{DEFAULT_MAX_PENDING, DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
 pub use trail::{
     Interrupted, TrailReport, WriterReport, read_trail, verify_signed_trail, verify_trail,
+    verify_trail_with_bound_keys,
 };
 
 use std::fmt;

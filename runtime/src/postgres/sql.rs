@@ -284,6 +284,65 @@ pub(super) const MIGRATIONS: &[&str] = &[
         ADD COLUMN evidence_digest text,
         ADD COLUMN rollback        text,
         ADD COLUMN confirmation    text;",
+    // 10: what an operator searches the trail by, as columns filled from each row's line when it is
+    // written (a line that is not a JSON object leaves them empty), which verification checks against
+    // the line; the indexes a search by tool, principal, agent, decision, outcome or code over a time
+    // range takes; the pending requests by id, for a paged list; and a notification on channel
+    // `toolgate_approvals` (the schema's name as payload) whenever requests change, for pages that
+    // follow them live.
+    "ALTER TABLE {s}.audit
+        ADD COLUMN principal text,
+        ADD COLUMN agent     text,
+        ADD COLUMN mode      text,
+        ADD COLUMN decision  text,
+        ADD COLUMN outcome   text,
+        ADD COLUMN code      text,
+        ADD COLUMN risk      text;
+    CREATE FUNCTION {s}.audit_searched() RETURNS trigger
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    DECLARE
+        j jsonb;
+    BEGIN
+        BEGIN
+            j := NEW.line::jsonb;
+        EXCEPTION WHEN others THEN
+            j := NULL;
+        END;
+        IF jsonb_typeof(j) IS DISTINCT FROM 'object' THEN
+            j := '{}'::jsonb;
+        END IF;
+        NEW.principal := j ->> 'principal';
+        NEW.agent := j ->> 'agent';
+        NEW.mode := j ->> 'mode';
+        NEW.decision := j ->> 'decision';
+        NEW.outcome := j ->> 'outcome';
+        NEW.code := j ->> 'code';
+        NEW.risk := j ->> 'declared_risk';
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER audit_searched BEFORE INSERT OR UPDATE ON {s}.audit
+        FOR EACH ROW EXECUTE FUNCTION {s}.audit_searched();
+    UPDATE {s}.audit SET principal = NULL;
+    CREATE INDEX audit_written ON {s}.audit (written_at, writer, seq);
+    CREATE INDEX audit_tool ON {s}.audit (tool, written_at);
+    CREATE INDEX audit_principal ON {s}.audit (principal, written_at);
+    CREATE INDEX audit_agent ON {s}.audit (agent, written_at);
+    CREATE INDEX audit_decision ON {s}.audit (decision, written_at);
+    CREATE INDEX audit_outcome ON {s}.audit (outcome, written_at);
+    CREATE INDEX audit_code ON {s}.audit (code, written_at) WHERE code IS NOT NULL;
+    CREATE INDEX audit_call ON {s}.audit (writer, gate, call, seq);
+    CREATE INDEX audit_shadow ON {s}.audit (written_at) WHERE mode = 'SHADOW' AND stage = 'enter';
+    CREATE INDEX approvals_open ON {s}.approvals (id) WHERE answered_at IS NULL;
+    CREATE FUNCTION {s}.approvals_changed() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('toolgate_approvals', TG_TABLE_SCHEMA);
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER approvals_changed AFTER INSERT OR UPDATE OR DELETE ON {s}.approvals
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.approvals_changed();",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
@@ -396,7 +455,8 @@ pub(super) const PRUNE: &str =
     "DELETE FROM {s}.approvals WHERE expires_at < now() - $1::bigint * interval '1 millisecond'";
 
 /// A request as operators see it; [`super::request_of`] reads it by position.
-const REQUEST: &str = "id, tool, arguments_digest, shown_digest, risk, policy_version, agent, mode,
+pub(super) const REQUEST: &str =
+    "id, tool, arguments_digest, shown_digest, risk, policy_version, agent, mode,
     manifest::text, arguments,
     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
     extract(epoch FROM now() - created_at)::float8,

@@ -27,8 +27,9 @@ pub struct WriterReport {
     pub writer: String,
     /// Its chain, verified as a JSONL log is, line by line in `seq` order.
     pub chain: VerifyReport,
-    /// The first row whose columns (`seq`, `prev_hash`, `hash`, `stage`, `tool`, `gate`, `call`)
-    /// differ from its line: the row was edited. Its `seq` column.
+    /// The first row whose columns (`seq`, `prev_hash`, `hash`, `stage`, `tool`, `gate`, `call`, and
+    /// what searches read: `principal`, `agent`, `mode`, `decision`, `outcome`, `code`, `risk`) differ
+    /// from its line: the row was edited. Its `seq` column.
     pub columns_differ: Option<i64>,
     /// Calls whose `enter` was committed with no `exit` after it: the writer stopped (was killed, lost
     /// its server) while the call ran, or the last group's reply was lost. Not tampering.
@@ -146,6 +147,65 @@ pub fn verify_signed_trail(
     Ok(report(rows, checkpoints, Some(key)))
 }
 
+/// [`verify_trail`], and the checkpoints of every writer that signs them checked against the public
+/// key bound to its name at its first use (`audit_writers`, which only the schema's owner may change).
+/// Unlike [`verify_signed_trail`], the key comes from the database: it shows a chain rewritten or cut
+/// by a writer's role, not by the owner. A writer bound without a key has no checkpoints checked
+/// (`checkpoints` is `None`).
+pub fn verify_trail_with_bound_keys(url: &str, schema: &str) -> Result<TrailReport, StoreError> {
+    let (rows, checkpoints) = read(url, schema, true)?;
+    let keys = schema::one_shot(
+        url,
+        schema,
+        Duration::from_secs(60),
+        false,
+        async |client| {
+            let rows = client
+            .query(
+                &schema::sql(
+                    "SELECT writer, public_key FROM {s}.audit_writers WHERE public_key IS NOT NULL",
+                    schema,
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+            let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+            rows.iter()
+                .map(|row| {
+                    Ok((
+                        row.try_get(0).map_err(column)?,
+                        row.try_get(1).map_err(column)?,
+                    ))
+                })
+                .collect::<Result<BTreeMap<String, String>, StoreError>>()
+        },
+    )?;
+    let keys: BTreeMap<String, Option<PublicKey>> = keys
+        .into_iter()
+        .map(|(writer, pem)| (writer, PublicKey::from_public_key_pem(&pem).ok()))
+        .collect();
+    let mut writers: BTreeMap<String, (Vec<Row>, Vec<CheckpointRow>)> = BTreeMap::new();
+    for row in rows {
+        writers.entry(row.writer.clone()).or_default().0.push(row);
+    }
+    for checkpoint in checkpoints {
+        writers
+            .entry(checkpoint.writer.clone())
+            .or_default()
+            .1
+            .push(checkpoint);
+    }
+    let writers = writers
+        .into_iter()
+        .map(|(writer, (rows, checkpoints))| {
+            let key = keys.get(&writer).cloned().flatten();
+            verify_writer(writer, &rows, &checkpoints, key.as_ref())
+        })
+        .collect();
+    Ok(TrailReport { writers })
+}
+
 fn report(rows: Vec<Row>, checkpoints: Vec<CheckpointRow>, key: Option<&PublicKey>) -> TrailReport {
     let mut writers: BTreeMap<String, (Vec<Row>, Vec<CheckpointRow>)> = BTreeMap::new();
     for row in rows {
@@ -200,6 +260,8 @@ struct Row {
     gate: i64,
     call: i64,
     line: String,
+    /// `principal`, `agent`, `mode`, `decision`, `outcome`, `code` and `risk`: what searches read.
+    searched: [Option<String>; 7],
 }
 
 fn verify_writer(
@@ -229,7 +291,17 @@ fn verify_writer(
             && serde_json::to_value(members.stage).ok() == Some(row.stage.as_str().into())
             && row.tool == members.tool
             && Some(row.gate) == i64::try_from(members.gate).ok()
-            && Some(row.call) == i64::try_from(members.call).ok();
+            && Some(row.call) == i64::try_from(members.call).ok()
+            && row.searched
+                == [
+                    members.principal,
+                    members.agent,
+                    members.mode,
+                    members.decision,
+                    members.outcome,
+                    members.code,
+                    members.declared_risk,
+                ];
         if columns_differ.is_none() && !same {
             columns_differ = Some(row.seq);
         }
@@ -298,6 +370,13 @@ struct Members {
     tool: String,
     gate: u64,
     call: u64,
+    principal: Option<String>,
+    agent: Option<String>,
+    mode: Option<String>,
+    decision: Option<String>,
+    outcome: Option<String>,
+    code: Option<String>,
+    declared_risk: Option<String>,
 }
 
 fn read(
@@ -321,7 +400,8 @@ fn read(
             let rows = client
                 .query(
                     &schema::sql(
-                        "SELECT writer, seq, prev_hash, hash, stage, tool, gate, call, line
+                        "SELECT writer, seq, prev_hash, hash, stage, tool, gate, call, line,
+                         principal, agent, mode, decision, outcome, code, risk
                      FROM {s}.audit ORDER BY writer, seq",
                         schema,
                     ),
@@ -342,6 +422,15 @@ fn read(
                         gate: row.try_get(6).map_err(column)?,
                         call: row.try_get(7).map_err(column)?,
                         line: row.try_get(8).map_err(column)?,
+                        searched: [
+                            row.try_get(9).map_err(column)?,
+                            row.try_get(10).map_err(column)?,
+                            row.try_get(11).map_err(column)?,
+                            row.try_get(12).map_err(column)?,
+                            row.try_get(13).map_err(column)?,
+                            row.try_get(14).map_err(column)?,
+                            row.try_get(15).map_err(column)?,
+                        ],
                     })
                 })
                 .collect::<Result<Vec<Row>, StoreError>>()?;

@@ -591,6 +591,11 @@ fn answer_of(row: &Row) -> Result<Answer, Failure> {
 }
 
 /// Reads a row of [`sql::REQUEST`]'s columns.
+/// A request read by [`sql::REQUEST`]'s columns, for readers outside the store's thread.
+pub(super) fn stored_request(row: &Row) -> Result<StoredRequest, StoreError> {
+    request_of(row).map_err(Failure::into_store)
+}
+
 fn request_of(row: &Row) -> Result<StoredRequest, Failure> {
     let risk: String = get(row, 4)?;
     let risk: Risk = risk

@@ -1,0 +1,419 @@
+//! Who may use the console, and how a browser proves it: an operator's token (kept as its SHA-256) or
+//! an access token a [`TokenVerifier`] accepts, exchanged once for a session cookie; every change
+//! carries the session's CSRF token, and comes from the console's own origin.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+use sha2::{Digest, Sha256};
+
+use super::html::{CONTENT_SECURITY_POLICY, page, problem};
+use super::{Console, Shared};
+use crate::mcp::http::{TokenVerifier, Verification};
+
+const COOKIE: &str = "toolgate_console";
+
+/// The most sessions the console keeps at once; past it, logging in ends the oldest.
+const MAX_SESSIONS: usize = 10_000;
+
+/// The operators the console lets in: static tokens, each naming an operator, and optionally a
+/// [`TokenVerifier`] for access tokens (`toolgate::mcp::oauth::OAuth`, whose principal's name is the
+/// operator's). The name is what the store records as who answered.
+#[derive(Default, Clone)]
+pub struct Operators {
+    tokens: HashMap<[u8; 32], Arc<str>>,
+    verifier: Option<Arc<dyn TokenVerifier>>,
+}
+
+/// A list of operators that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorsError(String);
+
+impl fmt::Display for OperatorsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OperatorsError {}
+
+impl Operators {
+    /// No operator yet.
+    pub fn new() -> Operators {
+        Operators::default()
+    }
+
+    /// The operator `name` logs in with `token`.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a [valid name](Operators::token_sha256).
+    pub fn token(self, token: &str, name: &str) -> Operators {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.add(digest, name)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// The operator `name` logs in with the token whose SHA-256 is `sha256_hex` (64 hex digits), so
+    /// that the console's configuration holds no token. A name is 1 to 64 characters, none of them
+    /// a control, a space other than U+0020, or one that hides or reorders text.
+    pub fn token_sha256(self, sha256_hex: &str, name: &str) -> Result<Operators, OperatorsError> {
+        let hex = sha256_hex.trim();
+        let bytes = hex.as_bytes();
+        if bytes.len() != 64 || !bytes.iter().all(u8::is_ascii_hexdigit) {
+            return Err(OperatorsError(format!(
+                "the token of operator {name:?} is not a SHA-256 in hex (64 digits)"
+            )));
+        }
+        let mut digest = [0u8; 32];
+        for (i, pair) in bytes.chunks(2).enumerate() {
+            let text = std::str::from_utf8(pair).unwrap_or("00");
+            digest[i] = u8::from_str_radix(text, 16).unwrap_or(0);
+        }
+        self.add(digest, name)
+    }
+
+    fn add(mut self, digest: [u8; 32], name: &str) -> Result<Operators, OperatorsError> {
+        valid_name(name)?;
+        if let Some(other) = self.tokens.get(&digest) {
+            return Err(OperatorsError(format!(
+                "operators {other:?} and {name:?} have the same token"
+            )));
+        }
+        self.tokens.insert(digest, name.into());
+        Ok(self)
+    }
+
+    /// Access tokens that none of the static tokens are: `verifier` names their operator.
+    pub fn verifier(mut self, verifier: impl TokenVerifier) -> Operators {
+        self.verifier = Some(Arc::new(verifier));
+        self
+    }
+
+    /// Operators read from TOML: a table `[operators]` mapping each name to its token's SHA-256 in hex
+    /// (`olga = "9f86d0…"`). `sha256sum` of a token, without its line break, gives it.
+    pub fn from_toml(text: &str) -> Result<Operators, OperatorsError> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            operators: std::collections::BTreeMap<String, String>,
+        }
+        let file: File = toml::from_str(text).map_err(|e| OperatorsError(e.to_string()))?;
+        file.operators
+            .iter()
+            .try_fold(Operators::new(), |operators, (name, hash)| {
+                operators.token_sha256(hash, name)
+            })
+    }
+
+    /// Whether no one could log in.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty() && self.verifier.is_none()
+    }
+
+    /// The operator `token` names, if any.
+    async fn who(&self, token: &str) -> Option<Arc<str>> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(name) = self.tokens.get(&digest) {
+            return Some(name.clone());
+        }
+        let verified = match self.verifier.as_ref()?.verify(token) {
+            Verification::Ready(result) => result,
+            Verification::Pending(future) => future.await,
+        };
+        let principal = verified.ok()?;
+        valid_name(principal.name()).ok()?;
+        Some(principal.name().into())
+    }
+}
+
+impl fmt::Debug for Operators {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.tokens.values().map(|n| &**n).collect();
+        names.sort_unstable();
+        f.debug_struct("Operators")
+            .field("tokens", &names)
+            .field("verifier", &self.verifier.is_some())
+            .finish()
+    }
+}
+
+fn valid_name(name: &str) -> Result<(), OperatorsError> {
+    let count = name.chars().count();
+    if count == 0 || count > 64 {
+        return Err(OperatorsError(format!(
+            "an operator's name is 1 to 64 characters, not {count}: {name:?}"
+        )));
+    }
+    if name.chars().any(crate::terminal::hides) {
+        return Err(OperatorsError(format!(
+            "the operator's name {:?} holds a character that hides or reorders text",
+            crate::terminal::escaped(name)
+        )));
+    }
+    Ok(())
+}
+
+/// A logged-in browser.
+#[derive(Clone)]
+pub(super) struct Session {
+    operator: Arc<str>,
+    csrf: String,
+    expires: Instant,
+}
+
+/// The sessions, by the SHA-256 of their cookie.
+#[derive(Default)]
+pub(super) struct Sessions {
+    by_cookie: Mutex<HashMap<[u8; 32], Session>>,
+}
+
+impl Sessions {
+    fn start(&self, operator: Arc<str>, ttl: Duration) -> String {
+        let cookie = random_hex();
+        let session = Session {
+            operator,
+            csrf: random_hex(),
+            expires: Instant::now() + ttl,
+        };
+        let mut sessions = self.by_cookie.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        sessions.retain(|_, s| s.expires > now);
+        if sessions.len() >= MAX_SESSIONS
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.expires)
+                .map(|(key, _)| *key)
+        {
+            sessions.remove(&oldest);
+        }
+        sessions.insert(digest(&cookie), session);
+        cookie
+    }
+
+    fn find(&self, cookie: &str) -> Option<Session> {
+        let mut sessions = self.by_cookie.lock().unwrap_or_else(|e| e.into_inner());
+        let key = digest(cookie);
+        match sessions.get(&key) {
+            Some(session) if session.expires > Instant::now() => Some(session.clone()),
+            Some(_) => {
+                sessions.remove(&key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn end(&self, cookie: &str) {
+        let mut sessions = self.by_cookie.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.remove(&digest(cookie));
+    }
+}
+
+fn digest(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn random_hex() -> String {
+    let mut bytes = [0u8; 32];
+    // Without the system's randomness there is no safe session: refuse to serve rather than guess.
+    getrandom::fill(&mut bytes).expect("the system's random number generator");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn cookie_of(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value)
+}
+
+/// The operator of a request's session. A page asked for without one redirects to the log-in page; a
+/// change asked for without one is refused.
+pub(super) struct Operator {
+    pub(super) name: Arc<str>,
+    csrf: String,
+}
+
+impl Operator {
+    /// The session's CSRF token, for the forms of a page.
+    pub(super) fn csrf(&self) -> &str {
+        &self.csrf
+    }
+
+    /// Whether a form's CSRF token is this session's.
+    pub(super) fn checks(&self, csrf: &str) -> bool {
+        // Compared as digests, so that the time taken tells nothing of a prefix.
+        digest(csrf) == digest(&self.csrf)
+    }
+
+    /// The refusal of a change whose form does not carry the session's CSRF token.
+    pub(super) fn forged() -> Response {
+        (
+            StatusCode::FORBIDDEN,
+            "the form does not carry this session's token: reload the page and try again",
+        )
+            .into_response()
+    }
+}
+
+impl FromRequestParts<Shared> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Shared) -> Result<Self, Response> {
+        let session = cookie_of(&parts.headers).and_then(|cookie| console.sessions.find(cookie));
+        match session {
+            Some(session) => Ok(Operator {
+                name: session.operator,
+                csrf: session.csrf,
+            }),
+            None if parts.method == Method::GET || parts.method == Method::HEAD => {
+                Err(Redirect::to("/login").into_response())
+            }
+            None => Err((StatusCode::UNAUTHORIZED, "log in first").into_response()),
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct LoginForm {
+    token: String,
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct CsrfForm {
+    csrf: String,
+}
+
+pub(super) async fn login_page() -> Response {
+    login_form(None, StatusCode::OK)
+}
+
+fn login_form(error: Option<&str>, status: StatusCode) -> Response {
+    let body = html! {
+        section.login {
+            h1 { "Operator log-in" }
+            (problem(error))
+            form #login method="post" action="/login" {
+                label for="token" { "Token" }
+                input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                button #login-submit.primary type="submit" { "Log in" }
+            }
+            p.muted { "An operator's token, or an access token of the authorization server." }
+        }
+    };
+    (status, page("Log in", "/login", None, body)).into_response()
+}
+
+pub(super) async fn login(
+    State(console): State<Shared>,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Response {
+    let Some(operator) = console.operators.who(form.token.trim()).await else {
+        return login_form(
+            Some("That token names no operator of this console."),
+            StatusCode::UNAUTHORIZED,
+        );
+    };
+    let cookie = console.sessions.start(operator, console.session_ttl);
+    let mut response = Redirect::to("/approvals").into_response();
+    if let Ok(value) = HeaderValue::from_str(&format!(
+        "{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        console.session_ttl.as_secs()
+    )) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+pub(super) async fn logout(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    operator: Operator,
+    axum::Form(form): axum::Form<CsrfForm>,
+) -> Response {
+    if !operator.checks(&form.csrf) {
+        return Operator::forged();
+    }
+    if let Some(cookie) = cookie_of(&headers) {
+        console.sessions.end(cookie);
+    }
+    let mut response = Redirect::to("/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("toolgate_console=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    response
+}
+
+/// Every response: the page's content policy and no caching; every change: from the console's own
+/// origin, as the browser tells it (`Origin`, `Sec-Fetch-Site`), whatever the cookie.
+pub(super) async fn guard(request: Request, next: Next) -> Response {
+    if request.method() != Method::GET
+        && request.method() != Method::HEAD
+        && !same_origin(request.headers())
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            "a change must come from the console's own pages",
+        )
+            .into_response();
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site"))
+        && site != "same-origin"
+        && site != "none"
+    {
+        return false;
+    }
+    match (text(header::ORIGIN), text(header::HOST)) {
+        (None, _) => true,
+        (Some(origin), Some(host)) => {
+            origin == format!("http://{host}") || origin == format!("https://{host}")
+        }
+        (Some(_), None) => false,
+    }
+}
+
+impl Console {
+    /// Whether the console lets anyone in (a console without operators refuses to start).
+    pub fn has_operators(&self) -> bool {
+        !self.shared.operators.is_empty()
+    }
+}

@@ -1,0 +1,500 @@
+//! What an operator reads of the approval store, the audit trail and the fleets, on one connection in
+//! the caller's tokio runtime: [`Reader`]. Pages of pending requests, searches of the trail by the
+//! columns migration 10 keeps beside each line, a call's `enter` and `exit` side by side, every fleet,
+//! and the shadow-mode promotion over time. The operator console shows them; an application's own
+//! tools may read them too.
+//!
+//! Every value here comes from the database as written by agents' processes: show it escaped
+//! ([`escaped`](crate::terminal::escaped) on a terminal).
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
+
+use super::fleet::{self, FleetStatus};
+use super::schema::{self, store_error};
+use super::{StoredRequest, sql, worker};
+use crate::approval::store::StoreError;
+use crate::policy::Risk;
+
+/// The channel migration 10's trigger notifies, with the schema's name as payload, whenever requests
+/// change.
+const CHANNEL: &str = "toolgate_approvals";
+
+/// The most rows one page or search answers.
+pub const MAX_PAGE: u32 = 500;
+
+/// One connection for reading what operators see; see the [module](self).
+pub struct Reader {
+    client: Client,
+    schema: String,
+    timeout: Duration,
+    changes: watch::Receiver<u64>,
+}
+
+/// A page of the pending requests, oldest first.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PendingPage {
+    /// The requests of this page.
+    pub requests: Vec<StoredRequest>,
+    /// How many requests are pending and not expired in all.
+    pub total: u64,
+    /// The id to page on from (`after`), when there are more.
+    pub next: Option<i64>,
+}
+
+/// A search of the audit trail: every field given narrows it. Records come newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrailQuery {
+    /// The tool's id, exactly.
+    pub tool: Option<String>,
+    /// The principal, exactly.
+    pub principal: Option<String>,
+    /// The agent label, exactly.
+    pub agent: Option<String>,
+    /// An `enter` record's decision: `allowed`, `approved`, `granted`, `refused`.
+    pub decision: Option<String>,
+    /// An `exit` record's outcome: `ok`, `error`, `panic`, `cancelled`, `refused`.
+    pub outcome: Option<String>,
+    /// A refusal's code (`APPROVAL_REQUIRED`, ...).
+    pub code: Option<String>,
+    /// The writer (one chain), exactly.
+    pub writer: Option<String>,
+    /// Written at or after this time (RFC 3339, or any time PostgreSQL reads).
+    pub since: Option<String>,
+    /// Written before this time.
+    pub until: Option<String>,
+    /// Records before this one in the search's order (`written_at`, `writer`, `seq`): the last of the
+    /// previous page.
+    pub before: Option<TrailCursor>,
+    /// At most this many records (50 unless set; at most [`MAX_PAGE`]).
+    pub limit: Option<u32>,
+}
+
+/// Where a page of a trail search ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrailCursor {
+    /// The record's `written_at`, as [`TrailRecord::written_at`] gives it.
+    pub written_at: String,
+    /// Its writer.
+    pub writer: String,
+    /// Its sequence number in the writer's chain.
+    pub seq: i64,
+}
+
+/// A row of the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrailRecord {
+    /// The writer: whose chain the record is in.
+    pub writer: String,
+    /// Its sequence number in that chain.
+    pub seq: i64,
+    /// `enter`, `exit`, ...
+    pub stage: String,
+    /// The tool's id.
+    pub tool: String,
+    /// The gate and call numbers that pair a call's records (within one writer).
+    pub gate: i64,
+    /// See `gate`.
+    pub call: i64,
+    /// When the database took it, to the microsecond (UTC, RFC 3339).
+    pub written_at: String,
+    /// The principal the call was made for.
+    pub principal: Option<String>,
+    /// The agent label.
+    pub agent: Option<String>,
+    /// The gate's mode.
+    pub mode: Option<String>,
+    /// An `enter` record's decision.
+    pub decision: Option<String>,
+    /// An `exit` record's outcome.
+    pub outcome: Option<String>,
+    /// The refusal's code.
+    pub code: Option<String>,
+    /// The risk the tool declares.
+    pub risk: Option<String>,
+    /// The record as the writer wrote it: JSON, one line.
+    pub line: String,
+}
+
+impl TrailRecord {
+    /// Where a search continues after this record.
+    pub fn cursor(&self) -> TrailCursor {
+        TrailCursor {
+            written_at: self.written_at.clone(),
+            writer: self.writer.clone(),
+            seq: self.seq,
+        }
+    }
+}
+
+/// A call's two records: the one asked for and its partner, where the trail has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallRecords {
+    /// The `enter` record: the decision.
+    pub enter: Option<TrailRecord>,
+    /// The `exit` record: how the body ended.
+    pub exit: Option<TrailRecord>,
+    /// The record asked for, when it is neither (`mode_lowered`, `approval_granted`, ...).
+    pub other: Option<TrailRecord>,
+}
+
+/// How a [`Reader::promotion`] groups time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Bucket {
+    /// An hour.
+    Hour,
+    /// A day (UTC).
+    Day,
+}
+
+/// The calls of gates in SHADOW mode in one bucket of time, for one declared risk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PromotionPoint {
+    /// The bucket's start, UTC (`YYYY-MM-DDTHH:MMZ`).
+    pub bucket: String,
+    /// The risk the tools declare (`None`: records without one).
+    pub risk: Option<Risk>,
+    /// Calls decided.
+    pub calls: u64,
+    /// Calls SHADOW allowed.
+    pub allowed: u64,
+    /// Calls refused only for the mode (`MODE_NOT_ALLOWED`, `ABOVE_CEILING`): a mode whose ceiling
+    /// covers their risk would have run them.
+    pub would_have_run: u64,
+}
+
+const RECORD: &str = "writer, seq, stage, tool, gate, call,
+    to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
+    principal, agent, mode, decision, outcome, code, risk, line";
+
+fn record_of(row: &Row) -> Result<TrailRecord, StoreError> {
+    let column = |e: tokio_postgres::Error| StoreError::Unexpected(format!("audit row: {e}"));
+    Ok(TrailRecord {
+        writer: row.try_get(0).map_err(column)?,
+        seq: row.try_get(1).map_err(column)?,
+        stage: row.try_get(2).map_err(column)?,
+        tool: row.try_get(3).map_err(column)?,
+        gate: row.try_get(4).map_err(column)?,
+        call: row.try_get(5).map_err(column)?,
+        written_at: row.try_get(6).map_err(column)?,
+        principal: row.try_get(7).map_err(column)?,
+        agent: row.try_get(8).map_err(column)?,
+        mode: row.try_get(9).map_err(column)?,
+        decision: row.try_get(10).map_err(column)?,
+        outcome: row.try_get(11).map_err(column)?,
+        code: row.try_get(12).map_err(column)?,
+        risk: row.try_get(13).map_err(column)?,
+        line: row.try_get(14).map_err(column)?,
+    })
+}
+
+impl Reader {
+    /// Connects to `url` within `timeout` and checks the schema `schema`'s version; listens for
+    /// changes of the requests ([`Reader::changes`]). The connection runs on the caller's tokio
+    /// runtime.
+    pub async fn connect(url: &str, schema: &str, timeout: Duration) -> Result<Reader, StoreError> {
+        if !schema::valid_schema(schema) {
+            return Err(StoreError::Unavailable(format!(
+                "not configured: the schema name {schema:?} is not lowercase letters, digits and `_`"
+            )));
+        }
+        let config = schema::config(url, timeout, "toolgate-console")?;
+        let connecting = async {
+            let (client, mut connection) =
+                config.connect(NoTls).await.map_err(|e| store_error(&e))?;
+            let (notify, changes) = watch::channel(0u64);
+            let ours = schema.to_owned();
+            tokio::spawn(async move {
+                let mut count = 0u64;
+                while let Some(message) =
+                    std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                {
+                    match message {
+                        Ok(AsyncMessage::Notification(n))
+                            if n.channel() == CHANNEL && n.payload() == ours =>
+                        {
+                            count += 1;
+                            notify.send_replace(count);
+                        }
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+            });
+            schema::check(&client, schema).await?;
+            client
+                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .await
+                .map_err(|e| store_error(&e))?;
+            Ok::<_, StoreError>((client, changes))
+        };
+        let (client, changes) = tokio::time::timeout(timeout, connecting)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))?;
+        Ok(Reader {
+            client,
+            schema: schema.to_owned(),
+            timeout,
+            changes,
+        })
+    }
+
+    /// Whether the connection is gone: connect again.
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// A counter that moves whenever requests are made, answered or used (by any process): wait on
+    /// it to follow the pending list live. It stops moving when the connection is lost.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    async fn query(
+        &self,
+        text: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let text = schema::sql(text, &self.schema);
+        tokio::time::timeout(self.timeout, self.client.query(&text, params))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(|e| store_error(&e))
+    }
+
+    /// Up to `limit` pending requests (at most [`MAX_PAGE`]) after the id `after`, oldest first, and
+    /// how many are pending in all.
+    pub async fn pending(&self, after: Option<i64>, limit: u32) -> Result<PendingPage, StoreError> {
+        let limit = i64::from(limit.clamp(1, MAX_PAGE));
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT {} FROM {{s}}.approvals
+                     WHERE answered_at IS NULL AND expires_at > now() AND id > $1
+                     ORDER BY id LIMIT $2",
+                    sql::REQUEST
+                ),
+                &[&after.unwrap_or(0), &(limit + 1)],
+            )
+            .await?;
+        let total = self
+            .query(
+                "SELECT count(*) FROM {s}.approvals WHERE answered_at IS NULL AND expires_at > now()",
+                &[],
+            )
+            .await?;
+        let total: i64 = total
+            .first()
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(|e| StoreError::Unexpected(e.to_string()))?
+            .unwrap_or(0);
+        let mut requests = rows
+            .iter()
+            .map(worker::stored_request)
+            .collect::<Result<Vec<_>, _>>()?;
+        let more = requests.len() as i64 > limit;
+        requests.truncate(limit as usize);
+        Ok(PendingPage {
+            next: more.then(|| requests.last().map(|r| r.id)).flatten(),
+            requests,
+            total: total.max(0) as u64,
+        })
+    }
+
+    /// The request `id`, in whatever state.
+    pub async fn request(&self, id: i64) -> Result<Option<StoredRequest>, StoreError> {
+        let rows = self.query(&sql::show(), &[&id]).await?;
+        rows.first().map(worker::stored_request).transpose()
+    }
+
+    /// The records the query finds, newest first.
+    pub async fn search(&self, query: &TrailQuery) -> Result<Vec<TrailRecord>, StoreError> {
+        let mut conditions: Vec<String> = Vec::new();
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        let exact = [
+            ("tool", &query.tool),
+            ("principal", &query.principal),
+            ("agent", &query.agent),
+            ("decision", &query.decision),
+            ("outcome", &query.outcome),
+            ("code", &query.code),
+            ("writer", &query.writer),
+        ];
+        for (column, value) in exact {
+            if let Some(value) = value {
+                params.push(value);
+                conditions.push(format!("{column} = ${}", params.len()));
+            }
+        }
+        if let Some(since) = &query.since {
+            params.push(since);
+            conditions.push(format!("written_at >= ${}::timestamptz", params.len()));
+        }
+        if let Some(until) = &query.until {
+            params.push(until);
+            conditions.push(format!("written_at < ${}::timestamptz", params.len()));
+        }
+        if let Some(before) = &query.before {
+            params.push(&before.written_at);
+            let at = params.len();
+            params.push(&before.writer);
+            params.push(&before.seq);
+            conditions.push(format!(
+                "(written_at, writer, seq) < (${at}::timestamptz, ${}, ${})",
+                at + 1,
+                at + 2
+            ));
+        }
+        let limit = i64::from(query.limit.unwrap_or(50).clamp(1, MAX_PAGE));
+        params.push(&limit);
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", conditions.join(" AND "))
+        };
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT {RECORD} FROM {{s}}.audit {filter}
+                     ORDER BY written_at DESC, writer DESC, seq DESC LIMIT ${}",
+                    params.len()
+                ),
+                &params,
+            )
+            .await?;
+        rows.iter().map(record_of).collect()
+    }
+
+    /// The record `seq` of `writer`, with its partner: for an `enter`, the `exit` of the same call
+    /// after it; for an `exit`, the `enter` before it. `None` when there is no such record.
+    pub async fn call(&self, writer: &str, seq: i64) -> Result<Option<CallRecords>, StoreError> {
+        let rows = self
+            .query(
+                &format!("SELECT {RECORD} FROM {{s}}.audit WHERE writer = $1 AND seq = $2"),
+                &[&writer, &seq],
+            )
+            .await?;
+        let Some(record) = rows.first().map(record_of).transpose()? else {
+            return Ok(None);
+        };
+        let partner = |stage: &'static str, after: bool| {
+            let (comparison, order) = if after { (">", "ASC") } else { ("<", "DESC") };
+            format!(
+                "SELECT {RECORD} FROM {{s}}.audit
+                 WHERE writer = $1 AND gate = $2 AND call = $3 AND stage = '{stage}'
+                   AND seq {comparison} $4
+                 ORDER BY seq {order} LIMIT 1"
+            )
+        };
+        let find = async |text: String| -> Result<Option<TrailRecord>, StoreError> {
+            let rows = self
+                .query(&text, &[&writer, &record.gate, &record.call, &seq])
+                .await?;
+            rows.first().map(record_of).transpose()
+        };
+        Ok(Some(match record.stage.as_str() {
+            "enter" => CallRecords {
+                exit: find(partner("exit", true)).await?,
+                enter: Some(record),
+                other: None,
+            },
+            "exit" => CallRecords {
+                enter: find(partner("enter", false)).await?,
+                exit: Some(record),
+                other: None,
+            },
+            _ => CallRecords {
+                enter: None,
+                exit: None,
+                other: Some(record),
+            },
+        }))
+    }
+
+    /// Every fleet, by name, with its joined gates.
+    pub async fn fleets(&self) -> Result<Vec<FleetStatus>, StoreError> {
+        let names = self
+            .query("SELECT name FROM {s}.fleets ORDER BY name", &[])
+            .await?;
+        let mut fleets = Vec::with_capacity(names.len());
+        for row in &names {
+            let name: String = row
+                .try_get(0)
+                .map_err(|e| StoreError::Unexpected(e.to_string()))?;
+            let status = tokio::time::timeout(
+                self.timeout,
+                fleet::status_with(&self.client, &self.schema, &name),
+            )
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+            fleets.push(status);
+        }
+        Ok(fleets)
+    }
+
+    /// The decisions of gates in SHADOW mode over the last `span`, by `bucket` and declared risk,
+    /// oldest first; of the agent `agent` only, when given.
+    pub async fn promotion(
+        &self,
+        agent: Option<&str>,
+        bucket: Bucket,
+        span: Duration,
+    ) -> Result<Vec<PromotionPoint>, StoreError> {
+        let unit = match bucket {
+            Bucket::Hour => "hour",
+            Bucket::Day => "day",
+        };
+        let seconds = span.as_secs_f64();
+        let rows = self
+            .query(
+                "SELECT to_char(date_trunc($1, written_at AT TIME ZONE 'UTC'),
+                        'YYYY-MM-DD\"T\"HH24:MI\"Z\"'),
+                     risk, count(*),
+                     count(*) FILTER (WHERE decision IN ('allowed', 'approved', 'granted')),
+                     count(*) FILTER (WHERE code IN ('MODE_NOT_ALLOWED', 'ABOVE_CEILING'))
+                 FROM {s}.audit
+                 WHERE mode = 'SHADOW' AND stage = 'enter'
+                   AND written_at >= now() - $2::float8 * interval '1 second'
+                   AND ($3::text IS NULL OR agent = $3)
+                 GROUP BY 1, 2 ORDER BY 1, 2",
+                &[&unit, &seconds, &agent],
+            )
+            .await?;
+        let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+        rows.iter()
+            .map(|row| {
+                let risk: Option<String> = row.try_get(1).map_err(column)?;
+                let count = |at: usize| -> Result<u64, StoreError> {
+                    let n: i64 = row.try_get(at).map_err(column)?;
+                    Ok(n.max(0) as u64)
+                };
+                Ok(PromotionPoint {
+                    bucket: row.try_get(0).map_err(column)?,
+                    risk: risk.and_then(|r| r.parse().ok()),
+                    calls: count(2)?,
+                    allowed: count(3)?,
+                    would_have_run: count(4)?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("schema", &self.schema)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
