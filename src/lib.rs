@@ -63,6 +63,7 @@
 //! - [`guide::policy_file`]: the operator's policy file, which narrows every gate and is replaced
 //!   while they run;
 //! - [`guide::fleets`]: one kill switch and one audit trail for every process (PostgreSQL);
+//! - [`guide::console`]: the operator console in the browser: approvals, fleets, the trail;
 //! - [`guide::call_by_name`]: [`registry()`]`.call(&gate, id, arguments)`, definitions for model APIs
 //!   ([`provider`]), the command line;
 //! - [`guide::mcp`]: MCP servers, toolgate's own and rmcp's gated in place;
@@ -166,6 +167,9 @@ macro_rules! guide_links {
          [taint-latch]: crate::guide::budgets#the-taint-latch\n\
          [policy-file]: crate::guide::policy_file\n\
          [fleets]: crate::guide::fleets\n\
+         [mcp-guide]: crate::guide::mcp\n\
+         [audit-guide]: crate::guide::audit\n\
+         [testing-guide]: crate::guide::testing\n\
          [function-calling]: crate::guide::call_by_name#function-calling-with-a-models-api\n\
          [benchmarks]: https://github.com/toolgate/toolgate/blob/main/BENCHMARKS.md\n\
          [security]: https://github.com/toolgate/toolgate/blob/main/SECURITY.md\n\
@@ -218,6 +222,11 @@ pub mod guide {
     #[doc = include_str!("../docs/call_by_name.md")]
     pub mod call_by_name {}
 
+    #[cfg(any(not(doctest), feature = "console"))]
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/console.md")]
+    pub mod console {}
+
     #[cfg(any(not(doctest), feature = "policy-file"))]
     #[doc = guide_links!()]
     #[doc = include_str!("../docs/policy_file.md")]
@@ -250,6 +259,7 @@ mod guide_links {
         include_str!("../docs/audit.md"),
         include_str!("../docs/fleets.md"),
         include_str!("../docs/call_by_name.md"),
+        include_str!("../docs/console.md"),
         include_str!("../docs/policy_file.md"),
         include_str!("../docs/mcp.md"),
         include_str!("../docs/rig.md"),

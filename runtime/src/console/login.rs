@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use super::html::{CONTENT_SECURITY_POLICY, page, problem};
 use super::{Console, Shared};
 use crate::mcp::http::{TokenVerifier, Verification};
+use crate::mcp::oauth::OAuth;
 
 const COOKIE: &str = "toolgate_console";
 
@@ -31,6 +32,7 @@ const MAX_SESSIONS: usize = 10_000;
 pub struct Operators {
     tokens: HashMap<[u8; 32], Arc<str>>,
     verifier: Option<Arc<dyn TokenVerifier>>,
+    access: Option<Arc<(OAuth, String)>>,
 }
 
 /// A list of operators that cannot be used.
@@ -114,16 +116,33 @@ impl Operators {
             })
     }
 
-    /// Whether no one could log in.
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty() && self.verifier.is_none()
+    /// Access tokens that `oauth` verifies and that grant `scope`: the operator is the token's
+    /// subject, and the session ends when the token expires.
+    pub(super) fn access_tokens(mut self, oauth: OAuth, scope: String) -> Operators {
+        self.access = Some(Arc::new((oauth, scope)));
+        self
     }
 
-    /// The operator `token` names, if any.
-    async fn who(&self, token: &str) -> Option<Arc<str>> {
+    /// Whether no one could log in.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty() && self.verifier.is_none() && self.access.is_none()
+    }
+
+    /// The operator `token` names, if any, and when the token stops naming them.
+    async fn who(&self, token: &str) -> Option<(Arc<str>, Option<SystemTime>)> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(name) = self.tokens.get(&digest) {
-            return Some(name.clone());
+            return Some((name.clone(), None));
+        }
+        if let Some(access) = &self.access
+            && let Some(claims) = access.0.claims(token).await
+        {
+            let subject = claims.subject().filter(|_| claims.has_scope(&access.1))?;
+            valid_name(subject).ok()?;
+            let expires = claims
+                .expires()
+                .map(|exp| SystemTime::UNIX_EPOCH + Duration::from_secs(exp));
+            return Some((subject.into(), expires));
         }
         let verified = match self.verifier.as_ref()?.verify(token) {
             Verification::Ready(result) => result,
@@ -131,7 +150,7 @@ impl Operators {
         };
         let principal = verified.ok()?;
         valid_name(principal.name()).ok()?;
-        Some(principal.name().into())
+        Some((principal.name().into(), None))
     }
 }
 
@@ -142,6 +161,7 @@ impl fmt::Debug for Operators {
         f.debug_struct("Operators")
             .field("tokens", &names)
             .field("verifier", &self.verifier.is_some())
+            .field("access_tokens", &self.access.is_some())
             .finish()
     }
 }
@@ -321,17 +341,30 @@ pub(super) async fn login(
     State(console): State<Shared>,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Response {
-    let Some(operator) = console.operators.who(form.token.trim()).await else {
+    let Some((operator, expires)) = console.operators.who(form.token.trim()).await else {
         return login_form(
             Some("That token names no operator of this console."),
             StatusCode::UNAUTHORIZED,
         );
     };
-    let cookie = console.sessions.start(operator, console.session_ttl);
+    // A session lasts no longer than the access token it was made with.
+    let ttl = match expires {
+        Some(at) => match at.duration_since(SystemTime::now()) {
+            Ok(left) if !left.is_zero() => left.min(console.session_ttl),
+            _ => {
+                return login_form(
+                    Some("That token names no operator of this console."),
+                    StatusCode::UNAUTHORIZED,
+                );
+            }
+        },
+        None => console.session_ttl,
+    };
+    let cookie = console.sessions.start(operator, ttl);
     let mut response = Redirect::to("/approvals").into_response();
     if let Ok(value) = HeaderValue::from_str(&format!(
         "{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        console.session_ttl.as_secs()
+        ttl.as_secs().max(1)
     )) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }

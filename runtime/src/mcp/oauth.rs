@@ -298,7 +298,8 @@ impl Claims {
     }
 
     /// `exp` in seconds since the epoch (a float is rounded down).
-    fn expires(&self) -> Option<u64> {
+    /// When the token expires (`exp`), in seconds since the Unix epoch.
+    pub fn expires(&self) -> Option<u64> {
         let exp = self.map.get("exp")?;
         exp.as_u64()
             .or_else(|| exp.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
@@ -1450,6 +1451,29 @@ fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
+}
+
+impl OAuth {
+    /// The claims of `token` if it verifies (signature, algorithm, issuer, audience, time), loading
+    /// the keys again where the token names one not yet known, as [`TokenVerifier::verify`] does;
+    /// no rule is applied. For a caller that needs more of a verified token than a principal (the
+    /// operator console bounds a session by its `exp`).
+    pub async fn claims(&self, token: &str) -> Option<Claims> {
+        let inner = &self.inner;
+        let mut keys = inner.keys.current();
+        if inner.keys.claim_stale(&keys) {
+            let _claim = StaleClaim(Arc::clone(inner));
+            keys = inner.keys.refresh().await;
+        }
+        match inner.check(token, &keys) {
+            Ok(claims) => Some(claims),
+            Err(Failure::UnknownKey) if inner.keys.may_refresh() => {
+                let keys = inner.keys.refresh().await;
+                inner.check(token, &keys).ok()
+            }
+            Err(_) => None,
+        }
+    }
 }
 
 impl TokenVerifier for OAuth {

@@ -165,6 +165,11 @@
 //! GRANT SELECT ON toolgate.fleet_members TO toolgate_operator;
 //! -- Auditors: `toolgate audit verify` and `toolgate audit promotion` of the trail.
 //! GRANT SELECT ON toolgate.audit, toolgate.audit_checkpoints TO toolgate_auditor;
+//! -- The operator console (feature `console`): an operator's grants, the trail, and each writer's
+//! -- key to check its checkpoints with.
+//! GRANT toolgate_operator TO toolgate_console;
+//! GRANT SELECT ON toolgate.audit, toolgate.audit_checkpoints, toolgate.audit_writers
+//!     TO toolgate_console;
 //! ```
 //!
 //! No role but the owner has `UPDATE` or `DELETE` on the audit tables. Whoever can update `approvals`
