@@ -116,7 +116,7 @@ impl Browser {
         save_png(Path::new(&dir), name, &png);
     }
 
-    /// Ends the WebDriver session (Chromium quits); dropping the browser then only stops chromedriver.
+    /// Quits Chromium through WebDriver; dropping the browser then only stops chromedriver.
     pub async fn close(mut self) {
         if let Some(client) = self.client.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), client.close()).await;
