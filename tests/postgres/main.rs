@@ -18,6 +18,8 @@ mod g19_attacks;
 mod g19_irreversible;
 
 mod approvals_cli;
+#[cfg(feature = "console")]
+mod console;
 mod fleet_cli;
 mod mcp_example;
 mod schema_and_roles;
