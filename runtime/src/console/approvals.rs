@@ -145,7 +145,9 @@ pub(super) async fn events(
         .reader()
         .await
         .map_err(|error| unavailable(&operator, &error))?;
-    let changes = reader.changes();
+    let mut changes = reader.changes();
+    // A page follows what changes after it opened.
+    changes.borrow_and_update();
     let stream = futures_util::stream::unfold(changes, |mut changes| async move {
         let changed = tokio::time::timeout(Duration::from_secs(15), changes.changed()).await;
         match changed {

@@ -188,3 +188,55 @@ pub(super) const JS: &str = r#"
 pub(super) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; \
      frame-ancestors 'none'; base-uri 'none'";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(text: &str) -> String {
+        let mut out = String::new();
+        Shown(text).render_to(&mut out);
+        out
+    }
+
+    /// Every character of Unicode, alone and between markup: what could hide or reorder text is a
+    /// marker naming it, what HTML reads as markup is an entity, the rest is itself.
+    #[test]
+    fn every_character_is_shown_as_itself_an_entity_or_a_visible_marker() {
+        for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+            let out = shown(&format!("<{c}>"));
+            let inner = out
+                .strip_prefix("&lt;")
+                .and_then(|rest| rest.strip_suffix("&gt;"))
+                .unwrap_or_else(|| panic!("{c:?}: {out}"));
+            if crate::terminal::hides(c) {
+                let code = format!("U+{:04X}", u32::from(c));
+                assert_eq!(
+                    inner,
+                    format!(
+                        "<span class=\"invisible\" title=\"{code} (hidden or reordering character)\">{code}</span>"
+                    ),
+                    "{c:?}"
+                );
+            } else {
+                let expected = match c {
+                    '&' => "&amp;".to_owned(),
+                    '<' => "&lt;".to_owned(),
+                    '>' => "&gt;".to_owned(),
+                    '"' => "&quot;".to_owned(),
+                    '\'' => "&#39;".to_owned(),
+                    c => c.to_string(),
+                };
+                assert_eq!(inner, expected, "{c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_typed_marker_is_not_a_marker() {
+        // Text that spells a marker's markup is escaped: only a real hidden character makes a span.
+        let typed = "<span class=\"invisible\">U+202E</span>";
+        assert!(!shown(typed).contains("<span"));
+        assert_ne!(shown("U+202E"), shown("\u{202E}"));
+    }
+}

@@ -450,3 +450,98 @@ impl Console {
         !self.shared.operators.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HASH: &str = "e83babeabef696679198ec477d63ec85e49a35304c2e9b1ccea6fb0571d758c3";
+
+    #[test]
+    fn an_operators_file_that_cannot_be_used_is_refused_with_the_reason() {
+        for (text, says) in [
+            ("[operators]\nolga = \"abc\"", "not a SHA-256"),
+            (
+                "[operators]\nolga = \"zz3babeabef696679198ec477d63ec85e49a35304c2e9b1ccea6fb0571d758c3\"",
+                "not a SHA-256",
+            ),
+            (
+                &format!("[operators]\nolga = \"{HASH}\"\nravi = \"{HASH}\""),
+                "the same token",
+            ),
+            (
+                &format!("[operators]\n\"ol\\u202Ega\" = \"{HASH}\""),
+                "hides or reorders",
+            ),
+            (&format!("[operators]\n\"\" = \"{HASH}\""), "1 to 64"),
+            (&format!("[operator]\nolga = \"{HASH}\""), "unknown field"),
+            ("operators = 3", "invalid type"),
+        ] {
+            let error = Operators::from_toml(text).expect_err(text).to_string();
+            assert!(error.contains(says), "{text}: {error}");
+        }
+        let operators = Operators::from_toml(&format!("[operators]\nolga = \"{HASH}\"")).unwrap();
+        assert!(!operators.is_empty());
+        assert!(Operators::new().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_token_names_its_operator_and_nothing_else_does() {
+        let operators = Operators::from_toml(&format!("[operators]\nolga = \"{HASH}\"")).unwrap();
+        assert_eq!(
+            operators.who("olga-token").await.map(|(name, _)| name),
+            Some("olga".into())
+        );
+        for wrong in ["", "olga-token ", "OLGA-TOKEN", HASH, "olga"] {
+            assert!(operators.who(wrong).await.is_none(), "{wrong:?}");
+        }
+    }
+
+    #[test]
+    fn a_session_is_found_by_its_cookie_until_it_ends_or_expires() {
+        let sessions = Sessions::default();
+        let cookie = sessions.start("olga".into(), Duration::from_secs(60));
+        let session = sessions.find(&cookie).expect("the session");
+        assert_eq!(&*session.operator, "olga");
+        assert_eq!(session.csrf.len(), 64);
+        assert_ne!(session.csrf, cookie);
+        assert!(sessions.find(&cookie[..63]).is_none());
+        sessions.end(&cookie);
+        assert!(sessions.find(&cookie).is_none());
+        let short = sessions.start("olga".into(), Duration::ZERO);
+        assert!(sessions.find(&short).is_none(), "an expired session");
+    }
+
+    #[test]
+    fn a_change_from_another_site_is_refused() {
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_str(value).unwrap());
+            }
+            map
+        };
+        assert!(same_origin(&headers(&[("host", "127.0.0.1:8640")])));
+        assert!(same_origin(&headers(&[
+            ("host", "127.0.0.1:8640"),
+            ("origin", "http://127.0.0.1:8640"),
+            ("sec-fetch-site", "same-origin"),
+        ])));
+        for refused in [
+            &[
+                ("host", "127.0.0.1:8640"),
+                ("origin", "http://evil.example"),
+            ][..],
+            &[
+                ("host", "127.0.0.1:8640"),
+                ("origin", "http://127.0.0.1:8640.evil.example"),
+            ],
+            &[("host", "127.0.0.1:8640"), ("origin", "null")],
+            &[("origin", "http://127.0.0.1:8640")],
+            &[("host", "127.0.0.1:8640"), ("sec-fetch-site", "cross-site")],
+            &[("host", "127.0.0.1:8640"), ("sec-fetch-site", "same-site")],
+        ] {
+            assert!(!same_origin(&headers(refused)), "{refused:?}");
+        }
+    }
+}
