@@ -1,7 +1,8 @@
 //! The agent of the console's tests: this binary run again (`TOOLGATE_PG_CHILD=console-agent`) as an
-//! agent of `alice` that makes one call of `console.refund` needing an operator's approval, asking
-//! again every 200 ms while it waits, and says on stdout what came of it. And the processes of those
-//! tests, with what they print kept for the failure messages.
+//! agent of `alice` that makes one call needing an operator's approval (`console.refund`, or the
+//! irreversible `console.close_account`), asking again every 200 ms while it waits, and says on stdout
+//! what came of it. And the processes of those tests, with what they print kept for the failure
+//! messages.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -16,6 +17,7 @@ use super::bank::CHILD_ROLE;
 
 const ROLE: &str = "console-agent";
 const URL_ENV: &str = "TOOLGATE_CONSOLE_URL";
+const TOOL_ENV: &str = "TOOLGATE_CONSOLE_TOOL";
 const RUNS_ENV: &str = "TOOLGATE_CONSOLE_RUNS";
 const ACCOUNT_ENV: &str = "TOOLGATE_CONSOLE_ACCOUNT";
 const AMOUNT_ENV: &str = "TOOLGATE_CONSOLE_AMOUNT";
@@ -38,21 +40,58 @@ pub(crate) fn refund(account: String, amount: u64) -> Result<(), Denied> {
     Ok(())
 }
 
+fn account_state(account: &str) -> Result<serde_json::Value, String> {
+    Ok(serde_json::json!({ "account": account, "state": "open" }))
+}
+
+/// Close a customer's account, which cannot be opened again: says so on stdout, and appends a line
+/// to the runs file.
+#[tool(
+    risk = "HIGH_WRITE",
+    domain = "console",
+    irreversible,
+    target = account,
+    evidence = account_state,
+    record_arguments
+)]
+pub(crate) fn close_account(account: String) -> Result<(), Denied> {
+    println!("RAN close_account {account}");
+    super::append_run(
+        std::env::var(RUNS_ENV).expect("the runs file"),
+        &format!("close_account {account}"),
+    );
+    Ok(())
+}
+
+/// What an agent calls.
+pub(crate) enum Call<'a> {
+    /// `refund(account, amount)`.
+    Refund(&'a str, u64),
+    /// `close_account(account)`.
+    CloseAccount(&'a str),
+}
+
 /// The agent, when the parent runs this binary again with [`CHILD_ROLE`] `console-agent`: a FULL_AUTO
 /// gate of `alice`'s agent `ops-agent` over the store and the trail of the database, calling
-/// `refund(ACCOUNT, AMOUNT)` until an operator answers. It prints `PENDING ID` once it waits, then
-/// `RAN refund ACCOUNT AMOUNT` (from the body), `REJECTED REASON`, or `REFUSED CODE MESSAGE`.
+/// `refund(ACCOUNT, AMOUNT)` or `close_account(ACCOUNT)` until an operator answers. It prints
+/// `PENDING ID` once it waits, then `RAN TOOL ARGUMENTS` (from the body), `REJECTED REASON`, or
+/// `REFUSED CODE MESSAGE`.
 #[test]
 fn console_agent_child() {
     if std::env::var(CHILD_ROLE).as_deref() != Ok(ROLE) {
         return;
     }
     let url = std::env::var(URL_ENV).expect("the database's URL");
+    let tool = std::env::var(TOOL_ENV).expect("the tool");
     let account = std::env::var(ACCOUNT_ENV).expect("the account");
     let amount: u64 = std::env::var(AMOUNT_ENV)
-        .expect("the amount")
-        .parse()
-        .expect("an amount");
+        .ok()
+        .map_or(0, |amount| amount.parse().expect("an amount"));
+    let call = || match tool.as_str() {
+        "refund" => refund(account.clone(), amount),
+        "close_account" => close_account(account.clone()),
+        other => panic!("no tool {other}"),
+    };
     let store = PostgresStore::connect(&url).expect("the store");
     let sink = PostgresSink::builder()
         .writer(AGENT)
@@ -69,7 +108,7 @@ fn console_agent_child() {
     let started = Instant::now();
     let mut waiting = false;
     loop {
-        let denied = match gate.run(|| refund(account.clone(), amount)) {
+        let denied = match gate.run(call) {
             Ok(()) => break,
             Err(denied) => denied,
         };
@@ -100,16 +139,23 @@ fn console_agent_child() {
     }
 }
 
-/// An agent in a process of its own over the database of `url`, calling `refund(account, amount)`
-/// and appending each run of the body to `runs`.
-pub(crate) fn spawn_agent(url: &str, runs: &Path, account: &str, amount: u64) -> Watched {
+/// An agent in a process of its own over the database of `url`, making `call` and appending each
+/// run of a body to `runs`.
+pub(crate) fn spawn_agent(url: &str, runs: &Path, call: Call<'_>) -> Watched {
     let mut command = super::child(module_path!(), "console_agent_child");
     command
         .env(CHILD_ROLE, ROLE)
         .env(URL_ENV, url)
-        .env(RUNS_ENV, runs)
-        .env(ACCOUNT_ENV, account)
-        .env(AMOUNT_ENV, amount.to_string());
+        .env(RUNS_ENV, runs);
+    match call {
+        Call::Refund(account, amount) => command
+            .env(TOOL_ENV, "refund")
+            .env(ACCOUNT_ENV, account)
+            .env(AMOUNT_ENV, amount.to_string()),
+        Call::CloseAccount(account) => command
+            .env(TOOL_ENV, "close_account")
+            .env(ACCOUNT_ENV, account),
+    };
     Watched::spawn("the agent", &mut command)
 }
 
