@@ -499,7 +499,10 @@ fn a_database_at_the_previous_version_migrates_and_its_requests_still_answer() {
         wait(store.answer_id(approved, crate::support::approve("bob"))).unwrap();
         (pending, approved)
     };
-    crate::common::postgres::execute(&url, BACK_TO_VERSION_8);
+    crate::common::postgres::execute(
+        &url,
+        &format!("{}{BACK_TO_VERSION_8}", crate::support::BACK_TO_VERSION_9),
+    );
     let columns = query(
         &url,
         "SELECT count(*) FROM information_schema.columns
@@ -524,7 +527,7 @@ fn a_database_at_the_previous_version_migrates_and_its_requests_still_answer() {
 
     let migrated = toolgate_exits(&["migrate", "--store", &url], 0);
     assert!(
-        text(&migrated).contains("from version 8 to version 9"),
+        text(&migrated).contains("from version 8 to version 10"),
         "{}",
         text(&migrated)
     );
@@ -534,7 +537,7 @@ fn a_database_at_the_previous_version_migrates_and_its_requests_still_answer() {
     );
     assert_eq!(
         versions,
-        (1..=9)
+        (1..=10)
             .map(|v| vec![Some(v.to_string())])
             .collect::<Vec<_>>()
     );

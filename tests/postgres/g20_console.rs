@@ -739,3 +739,59 @@ fn f09_the_live_list_moves_when_a_request_arrives() {
         "{text}"
     );
 }
+
+#[test]
+fn f10_a_trail_written_before_migration_10_is_searched_after_it_and_still_verifies() {
+    let Some((_serial, url)) = parent_database(ROLE, "console_f10") else {
+        return;
+    };
+    let sink = PostgresSink::builder()
+        .writer("old-1")
+        .connect(&url)
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::Shadow)
+        .principal("carol")
+        .audit(sink)
+        .build()
+        .unwrap();
+    gate.run(|| balance("acme".into())).unwrap();
+    drop(gate);
+    crate::common::postgres::execute(&url, crate::support::BACK_TO_VERSION_9);
+    // A line that is not JSON, as a hostile writer might leave: the migration fills nothing for it.
+    query(
+        &url,
+        "INSERT INTO toolgate.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
+         VALUES ('junk', 1, '', '', 'enter', 'x', 1, 1, 'not json {')",
+    );
+    toolgate::postgres::migrate(&url, "toolgate").unwrap();
+    let filled = query(
+        &url,
+        "SELECT writer, principal, mode, decision FROM toolgate.audit ORDER BY writer, seq",
+    );
+    assert_eq!(
+        filled,
+        [
+            ["junk", "", "", ""].map(|v| (!v.is_empty()).then(|| v.to_owned())),
+            [
+                Some("old-1".into()),
+                Some("carol".into()),
+                Some("SHADOW".into()),
+                Some("allowed".into())
+            ],
+            [
+                Some("old-1".into()),
+                Some("carol".into()),
+                Some("SHADOW".into()),
+                None
+            ],
+        ]
+        .map(Vec::from)
+    );
+    let report = toolgate::postgres::verify_trail(&url, "toolgate").unwrap();
+    assert!(report.writer("old-1").unwrap().is_intact(), "{report}");
+    let console = serve(&url, operators());
+    let cookie = console.login(TOKEN);
+    let found = console.get("/trail?principal=carol", Some(&cookie));
+    assert_eq!(found.body.matches("class=\"record\"").count(), 2);
+}

@@ -108,7 +108,7 @@ pub(super) async fn list(
                             td { (OrDash(member.agent.as_deref())) }
                             td { (member.mode.to_string()) @if member.partitioned { " " span.broken { "(lost the fleet: acts as SHADOW)" } } }
                             td { (ago(member.last_contact_ms as f64 / 1000.0)) " ago" }
-                            td.code { (OrDash(member.policy_digest.as_deref().map(|d| &d[..d.len().min(12)]))) }
+                            td.code { (OrDash(member.policy_digest.as_deref().map(|d| d.char_indices().nth(12).map_or(d, |(at, _)| &d[..at])))) }
                         }
                     }
                 }

@@ -25,6 +25,10 @@ const COOKIE: &str = "toolgate_console";
 /// The most sessions the console keeps at once; past it, logging in ends the oldest.
 const MAX_SESSIONS: usize = 10_000;
 
+/// Failed log-ins the console takes in a minute; past it, every log-in waits for the minute to pass,
+/// so that guessing a token goes no faster than this.
+const MAX_FAILURES_PER_MINUTE: usize = 60;
+
 /// The operators the console lets in: static tokens, each naming an operator, and optionally a
 /// [`TokenVerifier`] for access tokens (`toolgate::mcp::oauth::OAuth`, whose principal's name is the
 /// operator's). The name is what the store records as who answered.
@@ -194,9 +198,30 @@ pub(super) struct Session {
 #[derive(Default)]
 pub(super) struct Sessions {
     by_cookie: Mutex<HashMap<[u8; 32], Session>>,
+    failures: Mutex<std::collections::VecDeque<Instant>>,
 }
 
 impl Sessions {
+    /// Whether log-ins are held back: too many failed in the last minute.
+    fn held_back(&self) -> bool {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let minute_ago = Instant::now().checked_sub(Duration::from_secs(60));
+        while failures
+            .front()
+            .is_some_and(|at| minute_ago.is_some_and(|m| *at < m))
+        {
+            failures.pop_front();
+        }
+        failures.len() >= MAX_FAILURES_PER_MINUTE
+    }
+
+    fn failed(&self) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if failures.len() < MAX_FAILURES_PER_MINUTE {
+            failures.push_back(Instant::now());
+        }
+    }
+
     fn start(&self, operator: Arc<str>, ttl: Duration) -> String {
         let cookie = random_hex();
         let session = Session {
@@ -341,7 +366,14 @@ pub(super) async fn login(
     State(console): State<Shared>,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Response {
+    if console.sessions.held_back() {
+        return login_form(
+            Some("Too many failed log-ins: wait a minute, then try again."),
+            StatusCode::TOO_MANY_REQUESTS,
+        );
+    }
     let Some((operator, expires)) = console.operators.who(form.token.trim()).await else {
+        console.sessions.failed();
         return login_form(
             Some("That token names no operator of this console."),
             StatusCode::UNAUTHORIZED,
@@ -510,6 +542,18 @@ mod tests {
         assert!(sessions.find(&cookie).is_none());
         let short = sessions.start("olga".into(), Duration::ZERO);
         assert!(sessions.find(&short).is_none(), "an expired session");
+    }
+
+    #[test]
+    fn guessing_goes_no_faster_than_the_failures_a_minute_allows() {
+        let sessions = Sessions::default();
+        for _ in 0..MAX_FAILURES_PER_MINUTE - 1 {
+            assert!(!sessions.held_back());
+            sessions.failed();
+        }
+        assert!(!sessions.held_back());
+        sessions.failed();
+        assert!(sessions.held_back());
     }
 
     #[test]

@@ -461,3 +461,16 @@ pub(crate) fn chained_hash(prev: &str, body: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Undoes migration 10 (the trail's searched columns and indexes, the pending list's index, the
+/// notification of changed requests), for the tests of a database at version 9 that migrates.
+pub(crate) const BACK_TO_VERSION_9: &str = "
+    DROP TRIGGER approvals_changed ON toolgate.approvals;
+    DROP FUNCTION toolgate.approvals_changed();
+    DROP INDEX toolgate.approvals_open;
+    DROP TRIGGER audit_searched ON toolgate.audit;
+    DROP FUNCTION toolgate.audit_searched();
+    DROP INDEX toolgate.audit_written, toolgate.audit_call;
+    ALTER TABLE toolgate.audit DROP COLUMN principal, DROP COLUMN agent, DROP COLUMN mode,
+        DROP COLUMN decision, DROP COLUMN outcome, DROP COLUMN code, DROP COLUMN risk;
+    DELETE FROM toolgate.schema_version WHERE version = 10;";
