@@ -8,6 +8,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "console")]
+pub mod browser;
 pub mod gates;
 pub mod http;
 #[cfg(feature = "mcp")]

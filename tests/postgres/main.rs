@@ -20,6 +20,8 @@ mod g19_irreversible;
 mod g20_console;
 
 mod approvals_cli;
+#[cfg(feature = "console")]
+mod console;
 mod fleet_cli;
 mod mcp_example;
 mod schema_and_roles;
