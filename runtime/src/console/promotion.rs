@@ -107,11 +107,11 @@ fn svg(points: &[PromotionPoint]) -> Markup {
     let mut buckets: Vec<&str> = points.iter().map(|p| p.bucket.as_str()).collect();
     buckets.dedup();
     let risks = Risk::ALL;
-    let (width, panel, gap, left) = (960.0f64, 120.0f64, 34.0f64, 120.0f64);
+    let (width, panel, gap, left) = (960.0f64, 80.0f64, 30.0f64, 190.0f64);
     let height = (panel + gap) * risks.len() as f64 + 30.0;
     let plot = width - left - 20.0;
     let slot = plot / buckets.len().max(1) as f64;
-    let bar = (slot * 0.7).max(1.0);
+    let bar = (slot * 0.7).clamp(1.0, 36.0);
     let highest = points
         .iter()
         .map(|p| p.allowed + p.would_have_run)
@@ -129,6 +129,8 @@ fn svg(points: &[PromotionPoint]) -> Markup {
                 text x="0" y=(top + 14.0) font-weight="600" { (risk.to_string()) }
                 text x="0" y=(top + 30.0) { "runs from " (mode.to_string()) }
                 line x1=(left) y1=(top + panel) x2=(left + plot) y2=(top + panel) stroke="#8792a0" {}
+                line x1=(left) y1=(top + 10.0) x2=(left) y2=(top + panel) stroke="#d8dde3" {}
+                text x=(left - 4.0) y=(top + 14.0) text-anchor="end" { (highest as u64) }
                 @for point in points.iter().filter(|p| p.risk == Some(*risk)) {
                     @let at = buckets.iter().position(|b| *b == point.bucket).unwrap_or(0) as f64;
                     @let x = left + at * slot + (slot - bar) / 2.0;
@@ -144,7 +146,7 @@ fn svg(points: &[PromotionPoint]) -> Markup {
             }
             @for (i, bucket) in buckets.iter().enumerate() {
                 @if i % label_every == 0 {
-                    text x=(left + i as f64 * slot) y=(height - 8.0) { (Shown(bucket)) }
+                    text x=(left + i as f64 * slot + slot / 2.0) y=(height - 8.0) text-anchor="middle" { (Shown(bucket)) }
                 }
             }
             rect x=(width - 330.0) y="2" width="10" height="10" fill="#8792a0" {}

@@ -442,8 +442,9 @@ impl Reader {
         Ok(fleets)
     }
 
-    /// The decisions of gates in SHADOW mode over the last `span`, by `bucket` and declared risk,
-    /// oldest first; of the agent `agent` only, when given.
+    /// The decisions of gates in SHADOW mode over the last `span` (their `enter` records, and the
+    /// `refused` records of calls refused before them), by `bucket` and declared risk, oldest first;
+    /// of the agent `agent` only, when given.
     pub async fn promotion(
         &self,
         agent: Option<&str>,
@@ -463,7 +464,7 @@ impl Reader {
                      count(*) FILTER (WHERE decision IN ('allowed', 'approved', 'granted')),
                      count(*) FILTER (WHERE code IN ('MODE_NOT_ALLOWED', 'ABOVE_CEILING'))
                  FROM {s}.audit
-                 WHERE mode = 'SHADOW' AND stage = 'enter'
+                 WHERE mode = 'SHADOW' AND stage IN ('enter', 'refused')
                    AND written_at >= now() - $2::float8 * interval '1 second'
                    AND ($3::text IS NULL OR agent = $3)
                  GROUP BY 1, 2 ORDER BY 1, 2",

@@ -332,7 +332,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX audit_outcome ON {s}.audit (outcome, written_at);
     CREATE INDEX audit_code ON {s}.audit (code, written_at) WHERE code IS NOT NULL;
     CREATE INDEX audit_call ON {s}.audit (writer, gate, call, seq);
-    CREATE INDEX audit_shadow ON {s}.audit (written_at) WHERE mode = 'SHADOW' AND stage = 'enter';
+    CREATE INDEX audit_shadow ON {s}.audit (written_at)
+        WHERE mode = 'SHADOW' AND stage IN ('enter', 'refused');
     CREATE INDEX approvals_open ON {s}.approvals (id) WHERE answered_at IS NULL;
     CREATE FUNCTION {s}.approvals_changed() RETURNS trigger
     LANGUAGE plpgsql AS $$

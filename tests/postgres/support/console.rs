@@ -63,6 +63,46 @@ pub(crate) fn close_account(account: String) -> Result<(), Denied> {
     Ok(())
 }
 
+/// Look an account up.
+#[tool(risk = "READ_ONLY", domain = "console")]
+pub(crate) fn lookup(account: String) -> Result<u64, Denied> {
+    Ok(account.len() as u64)
+}
+
+/// Note something on an account.
+#[tool(risk = "LOW_WRITE", domain = "console", modes = [PARTIAL_AUTO, FULL_AUTO])]
+pub(crate) fn note(account: String, text: String) -> Result<(), Denied> {
+    let _ = (account, text);
+    Ok(())
+}
+
+/// A triage agent in SHADOW, as one runs before it is promoted: its decisions in the trail (writer
+/// `triage-bot`) for the promotion page to draw.
+pub(crate) fn shadow_history(url: &str) {
+    let sink = PostgresSink::builder()
+        .writer("triage-bot")
+        .connect(url)
+        .expect("the trail");
+    let gate = Gate::builder()
+        .mode(Mode::Shadow)
+        .principal("bob")
+        .agent("triage")
+        .audit(sink)
+        .build()
+        .expect("a gate");
+    for round in 0..12u64 {
+        let account = format!("acct-{round}");
+        gate.run(|| lookup(account.clone()))
+            .expect("a read runs in SHADOW");
+        if round % 2 == 0 {
+            let _ = gate.run(|| note(account.clone(), "called back".into()));
+        }
+        if round % 3 == 0 {
+            let _ = gate.run(|| refund(account.clone(), round * 10));
+        }
+    }
+}
+
 /// What an agent calls.
 pub(crate) enum Call<'a> {
     /// `refund(account, amount)`.
