@@ -145,6 +145,7 @@ table { border-collapse: collapse; width: 100%; background: #fff; border: 1px so
 th, td { text-align: left; padding: .4rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top;
   font-size: .9rem; }
 th { background: #eef1f4; font-weight: 600; }
+td.written { white-space: nowrap; }
 td.code, pre, code { font-family: ui-monospace, monospace; font-size: .85rem; }
 pre { white-space: pre-wrap; word-break: break-all; background: #fff; border: 1px solid var(--line);
   padding: .6rem; margin: 0; }

@@ -123,7 +123,7 @@ pub(super) async fn search(
             tbody {
                 @for record in &records {
                     tr.record {
-                        td { a.call href={ "/trail/call?" (call_query(record)) } { (record.written_at) } }
+                        td.written { a.call href={ "/trail/call?" (call_query(record)) } title=(record.written_at) { (short_time(&record.written_at)) } }
                         td.code { (Shown(&record.writer)) }
                         td { (record.seq) }
                         td { (Shown(&record.stage)) }
@@ -149,6 +149,14 @@ pub(super) async fn search(
         body,
     )
     .into_response()
+}
+
+/// A record's time to the second, for the table; the title holds it to the microsecond.
+fn short_time(written_at: &str) -> String {
+    written_at
+        .get(..19)
+        .unwrap_or(written_at)
+        .replacen('T', " ", 1)
 }
 
 fn form_copy(form: &SearchForm) -> SearchForm {
