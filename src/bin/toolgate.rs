@@ -1472,7 +1472,7 @@ mod console {
 
     use clap::Args;
     use toolgate::console::{Console, Operators, RunError};
-    use toolgate::mcp::oauth::{Jwks, OAuth};
+    use toolgate::mcp::oauth::{Algorithm, Jwks, OAuth};
     use toolgate::terminal::escaped;
 
     const REFUSED: u8 = 1;
@@ -1498,6 +1498,14 @@ mod console {
         /// The issuer's keys: a JWKS file, or an https:// URL.
         #[arg(long, value_name = "FILE|URL")]
         jwks: Option<String>,
+        /// The algorithms an access token may be signed with (comma-separated JOSE names).
+        #[arg(
+            long,
+            value_name = "ALG",
+            value_delimiter = ',',
+            default_value = "RS256"
+        )]
+        jwt_algorithms: Vec<Algorithm>,
         /// The scope an access token must grant to log in.
         #[arg(long, value_name = "SCOPE", default_value = "toolgate:console")]
         jwt_scope: String,
@@ -1544,9 +1552,11 @@ mod console {
             } else {
                 Jwks::file(jwks)
             };
-            let oauth = OAuth::builder(audience.clone())
+            // The console's own address is the resource the tokens are for; their audience is given.
+            let oauth = OAuth::builder(format!("http://{}/", args.listen))
                 .authorization_server(issuer)
                 .audience(audience)
+                .algorithms(args.jwt_algorithms)
                 .jwks(keys);
             builder = builder.access_tokens(oauth, args.jwt_scope);
         }

@@ -821,3 +821,208 @@ fn f11_the_console_serves_under_exactly_the_documented_grants() {
     gate.run(|| wire("acme".into(), 21, "1".into()))
         .expect("approved on the page, under the console's role");
 }
+
+/// An Ed25519 key of the tests (from a fixed label, no one's key material) signing access tokens, and
+/// its JWKS.
+fn access_token(claims: serde_json::Value) -> String {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some("console-key".into());
+    jsonwebtoken::encode(&header, &claims, &console_key().0).expect("a signed token")
+}
+
+fn console_key() -> (jsonwebtoken::EncodingKey, String) {
+    use base64::Engine as _;
+    use ed25519_dalek::pkcs8::EncodePrivateKey;
+    use sha2::Digest as _;
+    let seed: [u8; 32] = sha2::Sha256::digest(b"toolgate console test key").into();
+    let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+    let der = key.to_pkcs8_der().expect("a PKCS#8 document");
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.verifying_key().to_bytes());
+    let jwks = serde_json::json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "use": "sig",
+        "kid": "console-key", "x": x}]});
+    (
+        jsonwebtoken::EncodingKey::from_ed_der(der.as_bytes()),
+        jwks.to_string(),
+    )
+}
+
+const ISSUER: &str = "https://auth.console.test";
+const AUDIENCE: &str = "https://console.example";
+
+fn claims(sub: &str, scope: &str, lives: i64) -> serde_json::Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    serde_json::json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "scope": scope,
+        "iat": now, "exp": now + lives})
+}
+
+#[test]
+fn f12_an_access_token_logs_its_subject_in_for_no_longer_than_it_lives() {
+    use toolgate::mcp::oauth::{Algorithm, Jwks, OAuth};
+    let Some((_serial, url)) = parent_database(ROLE, "console_f12") else {
+        return;
+    };
+    let (store, gate) = store_gate(&url, "desk");
+    token(gate.run(|| wire("acme".into(), 31, "1".into())));
+    let id = pending(&store, "pgconsole.wire");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = runtime.block_on(async {
+        let oauth = OAuth::builder("http://127.0.0.1/")
+            .authorization_server(ISSUER)
+            .audience(AUDIENCE)
+            .algorithms([Algorithm::EdDSA])
+            .leeway(Duration::ZERO)
+            .jwks(Jwks::json(console_key().1));
+        let console = Console::builder()
+            .access_tokens(oauth, "toolgate:console")
+            .connect(&url)
+            .await
+            .expect("a console of access tokens alone");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(console.serve(listener));
+        addr
+    });
+    let console = Served { addr, runtime };
+
+    for (why, token) in [
+        ("no scope", access_token(claims("ravi", "profile", 300))),
+        (
+            "expired",
+            access_token(claims("ravi", "toolgate:console", -10)),
+        ),
+        ("another audience", {
+            let mut c = claims("ravi", "toolgate:console", 300);
+            c["aud"] = "https://elsewhere.example".into();
+            access_token(c)
+        }),
+        ("another issuer", {
+            let mut c = claims("ravi", "toolgate:console", 300);
+            c["iss"] = "https://auth.evil.test".into();
+            access_token(c)
+        }),
+        (
+            "a subject that hides a character",
+            access_token(claims("ra\u{202E}vi", "toolgate:console", 300)),
+        ),
+        ("unsigned", {
+            let token = access_token(claims("ravi", "toolgate:console", 300));
+            let (head_body, _) = token.rsplit_once('.').unwrap();
+            format!("{head_body}.")
+        }),
+    ] {
+        let page = console.post("/login", &[("token", &token)], None, true);
+        assert_eq!(page.status, 401, "{why}");
+    }
+    let cookie = console.login(&access_token(claims("ravi", "toolgate:console", 4)));
+    let csrf = console.csrf(&cookie);
+    console.post(
+        &format!("/approvals/{id}/answer"),
+        &[
+            ("csrf", &csrf),
+            ("action", "reject"),
+            ("reason", "not today"),
+        ],
+        Some(&cookie),
+        true,
+    );
+    match request_state(&store, id) {
+        RequestState::Answered(Answer::Reject { by, .. }) => assert_eq!(by, "ravi"),
+        other => panic!("not rejected by the token's subject: {other:?}"),
+    }
+    // The session ends with the token.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while console.get("/approvals", Some(&cookie)).status == 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session outlived its token"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn f13_the_console_command_refuses_what_it_cannot_serve_with_its_documented_exit_codes() {
+    use crate::support::toolgate_prints;
+    let Some((_serial, url)) = parent_database(ROLE, "console_f13") else {
+        return;
+    };
+    let dir = crate::support::scratch_dir("console_f13");
+    let good = dir.join("operators.toml");
+    std::fs::write(
+        &good,
+        format!(
+            "[operators]\nolga = \"{}\"\n",
+            crate::support::sha256_hex(TOKEN)
+        ),
+    )
+    .unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[operators]\nolga = \"not a hash\"\n").unwrap();
+    let (good, bad) = (good.to_str().unwrap(), bad.to_str().unwrap());
+    let listen = ["--listen", "127.0.0.1:0"];
+    toolgate_prints(&["console", "--operators", good], 64, "which store?");
+    toolgate_prints(
+        &[&["console", "--store", &url][..], &listen].concat(),
+        1,
+        "no operators",
+    );
+    toolgate_prints(
+        &[
+            &["console", "--store", &url, "--operators", bad][..],
+            &listen,
+        ]
+        .concat(),
+        1,
+        "not a SHA-256",
+    );
+    toolgate_prints(
+        &[
+            &[
+                "console",
+                "--store",
+                &url,
+                "--operators",
+                "/nonexistent/operators.toml",
+            ][..],
+            &listen,
+        ]
+        .concat(),
+        1,
+        "cannot read",
+    );
+    toolgate_prints(
+        &[
+            &[
+                "console",
+                "--store",
+                "postgres://toolgate@127.0.0.1:1/none",
+                "--operators",
+                good,
+            ][..],
+            &listen,
+        ]
+        .concat(),
+        3,
+        "toolgate console:",
+    );
+    toolgate_prints(
+        &[
+            "console",
+            "--store",
+            &url,
+            "--operators",
+            good,
+            "--jwt-issuer",
+            ISSUER,
+        ],
+        64,
+        "--jwks",
+    );
+}

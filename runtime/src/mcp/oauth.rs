@@ -133,6 +133,21 @@ pub enum Algorithm {
     EdDSA,
 }
 
+/// Reads an algorithm by its JOSE name, exactly (`"RS256"`, `"EdDSA"`, ...).
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Algorithm, String> {
+        Algorithm::from_name(name).ok_or_else(|| {
+            let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            format!(
+                "{name:?} is not an accepted algorithm: one of {}",
+                names.join(", ")
+            )
+        })
+    }
+}
+
 /// What a key is, as far as which algorithms it verifies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KeyKind {
