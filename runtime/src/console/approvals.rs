@@ -11,8 +11,8 @@ use futures_util::Stream;
 use maud::{Markup, html};
 
 use super::html::{OrDash, Shown, ShownLines, page, problem};
-use super::login::Operator;
-use super::{Shared, unavailable};
+use super::shared::Operator;
+use super::shared::{Shared, unavailable};
 use crate::approval::store::{Answer, ApproveError};
 use crate::postgres::{PendingPage, RequestState, StoredRequest};
 

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
 use super::html::{OrDash, Shown, page, problem};
-use super::login::Operator;
-use super::{Shared, unavailable};
+use super::shared::Operator;
+use super::shared::{Shared, unavailable};
 use crate::policy::Mode;
 
 const MODES: [Mode; 4] = [

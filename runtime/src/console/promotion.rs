@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 
 use super::html::{Shown, page};
-use super::login::Operator;
-use super::{Shared, unavailable};
+use super::shared::Operator;
+use super::shared::{Shared, unavailable};
 use crate::policy::{Mode, Risk, ceiling};
 use crate::postgres::{Bucket, PromotionPoint};
 

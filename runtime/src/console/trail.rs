@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 
 use super::html::{OrDash, Shown, page};
-use super::login::Operator;
-use super::{Shared, unavailable};
+use super::shared::Operator;
+use super::shared::{Shared, unavailable};
 use crate::postgres::{TrailCursor, TrailQuery, TrailRecord};
 
 /// Records per page of a search.

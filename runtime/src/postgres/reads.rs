@@ -14,8 +14,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
 
 use super::fleet::{self, FleetStatus};
+use super::requests::StoredRequest;
 use super::schema::{self, store_error};
-use super::{StoredRequest, sql, worker};
+use super::{sql, worker};
 use crate::approval::store::StoreError;
 use crate::policy::Risk;
 
