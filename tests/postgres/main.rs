@@ -16,6 +16,8 @@ mod g15_bound_to_maker;
 mod g18_fleet_policy;
 mod g19_attacks;
 mod g19_irreversible;
+#[cfg(feature = "console")]
+mod g20_attacks;
 
 mod approvals_cli;
 mod fleet_cli;

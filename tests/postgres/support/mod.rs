@@ -2,6 +2,8 @@
 //! tests, and the helpers they all use.
 
 pub(crate) mod bank;
+#[cfg(feature = "console")]
+pub(crate) mod console_attacks;
 pub(crate) mod fleet;
 pub(crate) mod mail;
 pub(crate) mod mcp_server;
