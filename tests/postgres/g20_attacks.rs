@@ -496,3 +496,324 @@ fn a20_10_a_log_in_posted_by_another_site_opens_no_session() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Access tokens.
+
+const ISSUER: &str = "https://auth.example.test";
+const AUDIENCE: &str = "https://console.example.test";
+const SCOPE: &str = "toolgate:console";
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// The DER document of a PEM one.
+fn pem_der(pem: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .expect("a PEM document")
+}
+
+/// An RS256 key of the authorization server (made for these tests alone), and its public JWK.
+struct TestKey {
+    kid: String,
+    encoding: jsonwebtoken::EncodingKey,
+    jwk: Value,
+}
+
+impl TestKey {
+    /// The trusted key, under the key id `kid`.
+    fn new(kid: &str) -> TestKey {
+        TestKey {
+            kid: kid.to_owned(),
+            encoding: jsonwebtoken::EncodingKey::from_rsa_der(&pem_der(RSA_KEY)),
+            jwk: json!({"kty": "RSA", "use": "sig", "alg": "RS256", "kid": kid, "n": RSA_N,
+                "e": "AQAB"}),
+        }
+    }
+
+    fn sign(&self, claims: &Value) -> String {
+        self.sign_with(jsonwebtoken::Algorithm::RS256, &self.encoding, claims)
+    }
+
+    fn sign_with(
+        &self,
+        alg: jsonwebtoken::Algorithm,
+        key: &jsonwebtoken::EncodingKey,
+        claims: &Value,
+    ) -> String {
+        let mut header = jsonwebtoken::Header::new(alg);
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, claims, key).expect("a signed token")
+    }
+}
+
+/// Claims for the console, of subject `sub`, valid for `secs` more seconds.
+fn claims(sub: &str, secs: i64) -> Value {
+    let now = now_secs() as i64;
+    json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "scope": SCOPE, "iat": now - 5,
+        "exp": now + secs})
+}
+
+/// The console as a command that also takes access tokens signed by `key` (its JWKS a file).
+fn jwt_bench(name: &str, key: &TestKey, extra: &[&str]) -> Option<Bench> {
+    let (serial, url) = parent_database(CHILD_ROLE, name)?;
+    let dir = scratch_dir(name);
+    let ops = operators_file(&dir, &[("olga", OLGA), ("ravi", RAVI)]);
+    let jwks = dir.join("jwks.json");
+    std::fs::write(&jwks, json!({"keys": [key.jwk]}).to_string()).unwrap();
+    let mut args = vec![
+        "--jwt-issuer",
+        ISSUER,
+        "--jwt-audience",
+        AUDIENCE,
+        "--jwks",
+        jwks.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let console = ConsoleProcess::start(&url, &ops, &args);
+    let store = store_of(&url);
+    Some(Bench {
+        _serial: serial,
+        url,
+        dir,
+        ops,
+        console,
+        store,
+    })
+}
+
+/// Asserts that `token` opens no session, nor any page.
+#[track_caller]
+fn assert_no_session(bench: &Bench, token: &str, what: &str) {
+    if let Ok(browser) = try_login(bench.console.addr, token) {
+        panic!(
+            "{what} opened a session: {}",
+            browser.get("/approvals").describe()
+        );
+    }
+}
+
+/// Attack: tokens of `alg: none` (with the claims of a good token), in every spelling.
+/// Guarantee 20: a session only for an access token that verifies.
+#[test]
+fn a20_11_an_unsigned_access_token_opens_no_session() {
+    let key = TestKey::new("a20-11");
+    let Some(bench) = jwt_bench("a20_11", &key, &[]) else {
+        return;
+    };
+    use base64::Engine as _;
+    let part = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let good = claims("mallory", 300);
+    // The well-signed token passes, so the refusals below are the header's.
+    let _ = login(bench.console.addr, &key.sign(&good));
+    for header in [
+        json!({"alg": "none", "typ": "JWT"}),
+        json!({"alg": "none", "kid": key.kid}),
+        json!({"alg": "None", "kid": key.kid}),
+        json!({"alg": "NONE", "kid": key.kid}),
+    ] {
+        for signature in ["", "AAAA"] {
+            let token = format!("{}.{}.{signature}", part(&header), part(&good));
+            assert_no_session(&bench, &token, &format!("{header}"));
+        }
+    }
+    // HS256 keyed with the public key's modulus, its JWK, and the JWKS document.
+    for secret in [
+        RSA_N.as_bytes().to_vec(),
+        key.jwk.to_string().into_bytes(),
+        json!({"keys": [key.jwk]}).to_string().into_bytes(),
+    ] {
+        let token = key.sign_with(
+            jsonwebtoken::Algorithm::HS256,
+            &jsonwebtoken::EncodingKey::from_secret(&secret),
+            &good,
+        );
+        assert_no_session(&bench, &token, "HS256 with the public key");
+    }
+    // Another key under the trusted kid.
+    let forger = jsonwebtoken::EncodingKey::from_rsa_der(&pem_der(RSA_FORGER_KEY));
+    let token = key.sign_with(jsonwebtoken::Algorithm::RS256, &forger, &good);
+    assert_no_session(
+        &bench,
+        &token,
+        "a token of another key under the trusted kid",
+    );
+}
+
+/// Attack: well-signed tokens of another issuer, for another audience, expired beyond the leeway,
+/// not yet valid, without a subject.
+/// Guarantee 20: a session only for an access token that verifies (issuer, audience, expiry).
+#[test]
+fn a20_12_a_token_of_another_issuer_audience_or_time_opens_no_session() {
+    let key = TestKey::new("a20-12");
+    let Some(bench) = jwt_bench("a20_12", &key, &[]) else {
+        return;
+    };
+    let now = now_secs() as i64;
+    let mut cases: Vec<(&str, Value)> = Vec::new();
+    let with = |name: &str, value: Value| {
+        let mut c = claims("mallory", 300);
+        c[name] = value;
+        c
+    };
+    cases.push((
+        "another issuer",
+        with("iss", json!("https://evil.example.test")),
+    ));
+    cases.push((
+        "an issuer with a trailing slash",
+        with("iss", json!(format!("{ISSUER}/"))),
+    ));
+    cases.push((
+        "another audience",
+        with("aud", json!("https://other.example.test")),
+    ));
+    cases.push((
+        "an audience list without ours",
+        with("aud", json!(["https://other.example.test"])),
+    ));
+    cases.push(("expired an hour ago", with("exp", json!(now - 3600))));
+    cases.push(("not valid for an hour", with("nbf", json!(now + 3600))));
+    let mut no_sub = claims("mallory", 300);
+    no_sub.as_object_mut().unwrap().remove("sub");
+    cases.push(("no subject", no_sub));
+    let mut no_exp = claims("mallory", 300);
+    no_exp.as_object_mut().unwrap().remove("exp");
+    cases.push(("no expiry", no_exp));
+    cases.push(("an empty subject", with("sub", json!(""))));
+    cases.push((
+        "a subject that is not a string",
+        with("sub", json!({"name": "olga"})),
+    ));
+    for (what, claims) in cases {
+        assert_no_session(&bench, &key.sign(&claims), what);
+    }
+}
+
+/// Attack: tokens that do not grant the console's scope, or grant one that only looks like it.
+/// Guarantee 20: the access token must grant `--jwt-scope` (`toolgate:console`), compared exactly.
+#[test]
+fn a20_13_a_token_without_the_console_s_scope_opens_no_session() {
+    let key = TestKey::new("a20-13");
+    let Some(bench) = jwt_bench("a20_13", &key, &[]) else {
+        return;
+    };
+    for scope in [
+        json!(""),
+        json!("toolgate"),
+        json!("toolgate:consoles"),
+        json!("toolgate:console-read"),
+        json!("xtoolgate:console"),
+        json!("TOOLGATE:CONSOLE"),
+        json!("toolgate:console\u{200b}"),
+        json!("read,toolgate:console"),
+        json!("tickets:read"),
+    ] {
+        let mut c = claims("mallory", 300);
+        c["scope"] = scope.clone();
+        assert_no_session(&bench, &key.sign(&c), &format!("scope {scope}"));
+    }
+    let mut c = claims("mallory", 300);
+    c.as_object_mut().unwrap().remove("scope");
+    assert_no_session(&bench, &key.sign(&c), "no scope");
+}
+
+/// Attack: a token expired a few seconds ago, within the verifier's leeway for clocks apart.
+/// Guarantee 20 (docs/console.md): the session ends when the token expires: a token already past
+/// its `exp` opens no page.
+#[test]
+fn a20_14_a_token_past_its_expiry_within_the_leeway_opens_no_page() {
+    let key = TestKey::new("a20-14");
+    let Some(bench) = jwt_bench("a20_14", &key, &[]) else {
+        return;
+    };
+    let id = pending_wire(&bench.gate(), "a-14", "x");
+    let token = key.sign(&claims("mallory", -10));
+    let Ok(browser) = try_login(bench.console.addr, &token) else {
+        return;
+    };
+    let page = browser.get("/approvals");
+    assert!(
+        page.to_login(),
+        "a token expired 10 s ago opened a page: {}",
+        page.describe()
+    );
+    let answered = browser.post(
+        &answer_path(id),
+        &[
+            (
+                "csrf",
+                input_value(&page.body, "csrf").as_deref().unwrap_or(""),
+            ),
+            ("action", "approve"),
+        ],
+    );
+    assert!(answered.status >= 300);
+    assert_pending_state(&bench, id, "a token past its expiry");
+}
+
+/// Attack: keep a session got with a short-lived access token past the token's expiry (the
+/// console's own sessions last 8 hours).
+/// Guarantee 20 (docs/console.md): the session ends when the token expires.
+#[test]
+fn a20_15_a_session_of_an_access_token_ends_with_the_token() {
+    let key = TestKey::new("a20-15");
+    let Some(bench) = jwt_bench("a20_15", &key, &[]) else {
+        return;
+    };
+    let id = pending_wire(&bench.gate(), "a-15", "x");
+    let exp = now_secs() + 3;
+    let mut c = claims("mallory", 0);
+    c["exp"] = json!(exp);
+    let browser = login(bench.console.addr, &key.sign(&c));
+    let csrf = browser.csrf();
+    while now_secs() <= exp + 1 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let page = browser.get("/approvals");
+    assert!(
+        page.to_login(),
+        "a session outlived its token: {}",
+        page.describe()
+    );
+    let answered = browser.post(&answer_path(id), &[("csrf", &csrf), ("action", "approve")]);
+    assert!(answered.status >= 300, "{}", answered.describe());
+    assert_pending_state(&bench, id, "a session past its token");
+}
+
+/// Attack: a token whose subject (the operator's name, which the store records and every page
+/// shows) holds a right-to-left override, a line break, a zero-width space, markup.
+/// Guarantee 20: every text is escaped and every hiding character shown as a marker: the name is
+/// refused at log-in, or shown marked and inert.
+#[test]
+fn a20_16_a_subject_that_hides_reorders_or_marks_up_is_refused_or_shown_marked() {
+    let key = TestKey::new("a20-16");
+    let Some(bench) = jwt_bench("a20_16", &key, &[]) else {
+        return;
+    };
+    for (sub, hidden) in [
+        ("olga\u{202e}agl", Some('\u{202e}')),
+        ("olga\nravi", Some('\n')),
+        ("olga\u{2028}ravi", Some('\u{2028}')),
+        ("olga\u{200b}", Some('\u{200b}')),
+        ("<svg onload=g20mark()>", None),
+        ("\" autofocus onfocus=g20mark() x=\"", None),
+    ] {
+        let Ok(browser) = try_login(bench.console.addr, &key.sign(&claims(sub, 300))) else {
+            continue;
+        };
+        let page = browser.get("/approvals");
+        assert_eq!(page.status, 200);
+        assert_inert(&format!("the operator {sub:?}"), &page, "g20mark");
+        if let Some(c) = hidden {
+            assert_marked(&format!("the operator {sub:?}"), &page, &[c]);
+        }
+    }
+}

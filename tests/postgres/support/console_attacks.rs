@@ -958,3 +958,66 @@ impl Drop for InProcessConsole {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Keys of an authorization server made for these tests alone (RS256, what `toolgate console --jwks`
+// pins), with the modulus of each in base64url for its JWK.
+
+/// The authorization server's key.
+pub(crate) const RSA_KEY: &str = "-----BEGIN RSA PRIVATE KEY-----
+MIIEogIBAAKCAQEArpMXuCqnZBnd3KPy+KOnDx6yue69zOU4ZAagkx/RBqbKmTzz
++iKaGzxhFNZIweJLdQpNvTTLlmSTDdChi+hhcRdT6A1dxcIxFD9qWl+/NR+HcWbU
+cfuCvCOqBPx9kjkLpH88QchnQrQD/yRPekF1K/iYtAmN8b0wpwVJUX7HqDB7cqof
+aJogzpuX0NY+T7hNPBbYKqIpxjOXXX3tiM1jsNG4pB46Pl3YT423rsm5B7BGJhZL
+ujsqESJGI/WIwGuxZNnT1UZeDr9WpCNKC4BVumcKu6h9iwMs0BDes3IRn5LwnJwL
+l4At5bbNjhrE0WX8xjIqTYHuE6uyrfbo0752+wIDAQABAoIBAAgTlg1XK9dduv3y
+N9N4/smcSfiAKxfHoww9okAsQKdmIAlm4IK6Bxcre/JS15rgtUz85QvT3Xdfv83r
+0Q1/+sIYqjEaLTRw/4RISstTkq0KgGGmuD1tvWam377LT6PsL7W0jT0d4GkdmvG6
+5FJrpNgb8DSkHIUKk62mePXkP6hwQjY5rns8A/bEayPM1rZn8cX7tGYGoPScBL8z
+l3oNa5qvkjLKAeIUD5iHi5BB+frk5/hdRb8Igxuvro8VpCAkuco2gOm0nTJstV6L
+NRlSwN79SWmnIkMz8rY2a0HoPCPU+JVuXND51Li/doF2bXprsea24bMhQ7h2C4rq
+NbWp6oECgYEA041T0fmWe7sj/gOWs6j5zwUTq5/ouzCGj5KtcWMkCehDvCKOv9H/
+gJ2AVQnSuwcSRN0DQzqnw80tWA/fZ9mR1bbb/qYKFLHzA8ZyS/ik2qg43M0Dsx/8
+c+KtYYPuCIVwk0aQ+QBca5sUGDaMKt6QX/vJzYlWrphA65I3EltdyVMCgYEA00Df
+BhhYJS3HJO2sFCvsaMZsWE0AcQNbL19jK/dRECYs+6GgpU7SYXCa4v+vNE22wVjX
+wIkt5j+rHXcGUmXEFIIPzmmItNeSQFqaZQlp0WIKWJNpBPxm0GLS0OpS5EiltPF9
+CTCVblEJcQrQNeiae31Ww/Essio2bd3L8X/W3rkCgYAzUYNV2m/wz/LpOcGjD4iZ
++adN6NqyHhFmXrSIXv5tENTtnIx4Z97NOmfZOSrPh+WcouiZtG7iBrHLPP562MKR
+z2wKmAi2AHztG4S6fTSwfkJc/ba6CzZYflKE51Yk5wnqECI25SmGSPZU8VaLR7ZK
+MnA/1eMbM3/8JVoKr/NOVQKBgEFL/uOiaLRtNu3aLOM7RGKKWnjcrDNCZ0/4Ou4f
+DsZgFm1c4wvVlj+aD7X0dBJFpySSMnYHsNFHgrujy6dyXy47mWkiw6eqLkGH/8sV
+IskedbY1MjPhVGI6+ZCrrR10uwt3zT8m7jlgAPwY7IyNLhrXfhcol7kmRRamhOBL
+tH25AoGAekrZnoaxzxH9QHFAdjstrhdh3riahzf+0z39LUMSF1WKW51AuRqarELP
+k2Az5tyxDnuylgVHnfzoOqVv0N7D1GYGbz77CQd/yZEgGF2CZ+vlNiGvDrAd2B1w
+c3CqlIvocXdzs4oHT9n8Kl/ULPn1y+MJmM1fR3eMgfibd48KSEY=
+-----END RSA PRIVATE KEY-----";
+/// Its modulus.
+pub(crate) const RSA_N: &str = "rpMXuCqnZBnd3KPy-KOnDx6yue69zOU4ZAagkx_RBqbKmTzz-iKaGzxhFNZIweJLdQpNvTTLlmSTDdChi-hhcRdT6A1dxcIxFD9qWl-_NR-HcWbUcfuCvCOqBPx9kjkLpH88QchnQrQD_yRPekF1K_iYtAmN8b0wpwVJUX7HqDB7cqofaJogzpuX0NY-T7hNPBbYKqIpxjOXXX3tiM1jsNG4pB46Pl3YT423rsm5B7BGJhZLujsqESJGI_WIwGuxZNnT1UZeDr9WpCNKC4BVumcKu6h9iwMs0BDes3IRn5LwnJwLl4At5bbNjhrE0WX8xjIqTYHuE6uyrfbo0752-w";
+/// A key the console does not trust.
+pub(crate) const RSA_FORGER_KEY: &str = "-----BEGIN RSA PRIVATE KEY-----
+MIIEpAIBAAKCAQEAwrEH11TkRCvOOO3sjsvZGlVHhfO21AXjIG9/byYPKuClYtMt
+oYzZx1z6UHGNhBWYyOx0wjQdeiMmGPwsy6IsAi9dJMRd03rsExHxam9RArmkPjCC
+Lo1IiRrxqIIOZgDcVcB1iiYObigc84XNr5J4Y1zdKZSXlsTX0SAVsfieFPAbEHwN
+JvEYPUTtfKWyZD2srgJxFvfJQrKlT3dT24jA0CK2XGFouIC49uT1vGzopbwOuYib
+a+Prnh2u8MVGuzH/wS0l1T+jgvML2X0CfWDMIN8lqVvRFcrCxU8waOl/5ujLe9T1
+Rp1rEl9q3dPmOG+V+jZM7bvz8d+erKvrP/+0rwIDAQABAoIBAC4ey9G53X08t1SL
+ID/PkHWJgDD+Q/BEGMLlRtXouS0aHHOlvSiI+koc/3sw+yowB4qJYTtkJxt42hyP
+GHmAyFYYLEN6dROVCfmWhY8GIbW4jmzhBuXKOEWqaVbWwFxvlcKGnhGE5GQ6Amm5
+57jQxM4dAJNKDQL9THbQ1/LaB3DD6l0kZYgmP8GujIk+4s53mHz1dsPq/VtMs4Il
+2pURKwudBFeS39gNwlBWF+nloK6CjTRN5Gyi8eWO+N0Nf8lWce0Cu7/7OAtSi+zm
+ElxMN6zUsXkO3Eqo2icT5ZdPGto6F2OYhhzD+9cfhYWHYGk6MJItotVyb32ExKCr
+UF4NoWECgYEA7UkS3tLRe7QTUtekGaHLJFOIk0fY6KNpzEgpqoZwjST45E5DH4hp
+AUQfFLOwTv66pU26i80MHGDcWTGxsNsR8zr8E0R6GMsH+4VdIqCUj+W79KBTNkRI
+JUc7C1Q8seQ36tbfxwUZmIlW5YFjbJxmBzXbZFBYkK4z/SEziwSyF78CgYEA0gv2
+OKiWI8jBgTAnicw4E/YOOjGRMeC7BkMFwUsBzqQOKxbBWBAG7Nevsk2OG06q0ECR
+Wd03gYhErOSmcaJaAVpvIGep6+YYfQUwbPlMdVVdweIpi4pfO1TaooNkCKRORsTq
+d6ErS+3xeXRu7Q8sgJiv+lstpj7eItT/fZO0HxECgYEA6d4Y1Dcystq0JPVWztCR
+WHdgZ9Drb7cIIoiJUIH60pI7IUIllCGtZMsQWyYTQnh720r17q4lHp807lA1UxtH
+4NQk+JSIRoFtl7BFMEjWw9Do5F1URmscNGm1PyBCRg6qMjKgEhbruFS8qa1SIg0v
+3jFtz7wE3mxj3zvnAkCZix8CgYB/GrHyc0H3gYJnFKa4YhYFLj5JxLjh/+Xs0h3n
+a+Y6D1hrhqeVDI3EQHiXYwr9R0tiHdBXGuB9x+IW5X47AU2JyBm6+EAA+goTjVJS
+f0FfNzs3Gg6d3CvokV6EPRIJkLO1a2+e2K6EkgYvwt9lIGuDneHPk+E52o09crrw
+WLMEoQKBgQDJ3M6Kq4kpeH+d384cEUZwWT570lj97V4+AzWqurZH8/bczPifrekd
+G7KKQ91UKu7ov6osiaITitguyyRXjPhExN/OZhbsRF5nzZL3ts9LtNC+a0KCOFjq
+lGi0gqFkiJBAGbZvPuRT0zUisD1XVAu+2JqhpqMHbS7Bv0KoC0o+ZA==
+-----END RSA PRIVATE KEY-----";
