@@ -817,3 +817,181 @@ fn a20_16_a_subject_that_hides_reorders_or_marks_up_is_refused_or_shown_marked()
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// CSRF and origin.
+
+/// Attack: approve with the session's cookie but no CSRF token, an empty one, a made-up one, one cut
+/// short.
+/// Guarantee 20: every change needs the session's CSRF token.
+#[test]
+fn a20_17_an_answer_without_the_session_s_csrf_token_is_refused() {
+    let Some(bench) = bench("a20_17") else {
+        return;
+    };
+    let id = pending_wire(&bench.gate(), "a-17", "x");
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let cut = &csrf[..csrf.len() - 1];
+    let zeros = "0".repeat(csrf.len());
+    for fields in [
+        vec![("action", "approve")],
+        vec![("csrf", ""), ("action", "approve")],
+        vec![("csrf", zeros.as_str()), ("action", "approve")],
+        vec![("csrf", cut), ("action", "approve")],
+        vec![
+            ("csrf", "0"),
+            ("csrf", csrf.as_str()),
+            ("action", "approve"),
+        ],
+    ] {
+        let reply = olga.post(&answer_path(id), &fields);
+        assert!(reply.status >= 300, "{fields:?}: {}", reply.describe());
+        assert_pending_state(&bench, id, &format!("{fields:?}"));
+    }
+}
+
+/// Attack: approve as olga with ravi's CSRF token, and with olga's token of a session she logged out
+/// of.
+/// Guarantee 20: every change needs the session's own CSRF token.
+#[test]
+fn a20_18_an_answer_with_another_session_s_csrf_token_is_refused() {
+    let Some(bench) = bench("a20_18") else {
+        return;
+    };
+    let id = pending_wire(&bench.gate(), "a-18", "x");
+    let ravi = bench.ravi();
+    let old = bench.olga();
+    let old_csrf = old.csrf();
+    let _ = old.post("/logout", &[("csrf", &old_csrf)]);
+    let olga = bench.olga();
+    for csrf in [ravi.csrf(), old_csrf] {
+        let reply = olga.post(&answer_path(id), &[("csrf", &csrf), ("action", "approve")]);
+        assert!(reply.status >= 300, "{}", reply.describe());
+        assert_pending_state(&bench, id, "another session's CSRF token");
+    }
+}
+
+/// Attack: a well-formed answer (session cookie, CSRF token) sent by another site: `Origin` of
+/// another site, `null`, another port of the same host, another host name, a name that starts like the
+/// console's, and `Sec-Fetch-Site: cross-site` with or without an `Origin`.
+/// Guarantee 20: every change comes from the console's own origin; another's is refused whatever it
+/// carries.
+#[test]
+fn a20_19_an_answer_from_another_origin_is_refused_whatever_it_carries() {
+    let Some(bench) = bench("a20_19") else {
+        return;
+    };
+    let id = pending_wire(&bench.gate(), "a-19", "x");
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let body = form(&[("csrf", &csrf), ("action", "approve")]);
+    let own = olga.origin();
+    let port = bench.console.addr.port();
+    let other_port = format!("http://127.0.0.1:{}", port.wrapping_add(1).max(1));
+    let localhost = format!("http://localhost:{port}");
+    let suffixed = format!("{own}.evil.example");
+    let userinfo = format!("http://127.0.0.1:{port}@evil.example");
+    let cases: Vec<Vec<(&str, &str)>> = vec![
+        vec![("Origin", "http://evil.example")],
+        vec![
+            ("Origin", "http://evil.example"),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
+        vec![("Origin", "null")],
+        vec![("Origin", &other_port)],
+        vec![("Origin", &localhost)],
+        vec![("Origin", &suffixed)],
+        vec![("Origin", &userinfo)],
+        vec![("Origin", &own), ("Sec-Fetch-Site", "cross-site")],
+        vec![("Sec-Fetch-Site", "cross-site")],
+    ];
+    for headers in cases {
+        let reply = olga.post_raw(&answer_path(id), &body, &headers);
+        assert!(reply.status >= 300, "{headers:?}: {}", reply.describe());
+        assert_pending_state(&bench, id, &format!("{headers:?}"));
+    }
+    // The same answer from the console's own page is taken.
+    let reply = olga.post(&answer_path(id), &[("csrf", &csrf), ("action", "approve")]);
+    assert!(reply.status < 400, "{}", reply.describe());
+    assert_eq!(answered_by(&bench.state(id)).as_deref(), Some("olga"));
+}
+
+/// Attack: answer through a link (GET with the CSRF token and the action in the query), or post an
+/// empty form whose URL carries them.
+/// Guarantee 20: every change is a form posted with the session's CSRF token.
+#[test]
+fn a20_20_an_answer_by_get_or_with_its_token_in_the_query_changes_nothing() {
+    let Some(bench) = bench("a20_20") else {
+        return;
+    };
+    let id = pending_wire(&bench.gate(), "a-20", "x");
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let query = format!(
+        "{}?{}",
+        answer_path(id),
+        form(&[("csrf", &csrf), ("action", "approve")])
+    );
+    let page = olga.get(&query);
+    assert_pending_state(&bench, id, &format!("GET: {}", page.status));
+    let origin = olga.origin();
+    let same = [
+        ("Origin", origin.as_str()),
+        ("Sec-Fetch-Site", "same-origin"),
+    ];
+    for body in [String::new(), form(&[("action", "approve")])] {
+        let reply = olga.post_raw(&query, &body, &same);
+        assert!(reply.status >= 300, "{body:?}: {}", reply.describe());
+        assert_pending_state(
+            &bench,
+            id,
+            &format!("the token in the query, body {body:?}"),
+        );
+    }
+    // Nor the fleet's form.
+    let fleet = format!(
+        "/fleet/lower?{}",
+        form(&[
+            ("csrf", &csrf),
+            ("fleet", "f20"),
+            ("mode", "SHADOW"),
+            ("reason", "r")
+        ])
+    );
+    let reply = olga.get(&fleet);
+    assert!(
+        !(200..300).contains(&reply.status) || !reply.body.contains("lowered"),
+        "{}",
+        reply.describe()
+    );
+}
+
+/// Attack: another site (or a form without the token) logs the operator out.
+/// Guarantee 20: every change (the log-out form carries the token too) needs the session's CSRF token
+/// and the console's own origin.
+#[test]
+fn a20_21_a_log_out_without_the_csrf_token_or_from_another_site_ends_no_session() {
+    let Some(bench) = bench("a20_21") else {
+        return;
+    };
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let _ = olga.post("/logout", &[]);
+    let _ = olga.post("/logout", &[("csrf", "0")]);
+    let _ = olga.post_raw(
+        "/logout",
+        &form(&[("csrf", &csrf)]),
+        &[
+            ("Origin", "http://evil.example"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+    );
+    let page = olga.get("/approvals");
+    assert_eq!(
+        page.status,
+        200,
+        "a log-out without the token or from another site ended the session: {}",
+        page.describe()
+    );
+}
