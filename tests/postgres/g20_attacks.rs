@@ -995,3 +995,414 @@ fn a20_21_a_log_out_without_the_csrf_token_or_from_another_site_ends_no_session(
         page.describe()
     );
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Who answers, and what.
+
+/// Whether the console took an answer: it sends the browser back to the request's page without a
+/// problem.
+fn taken(reply: &Reply) -> bool {
+    (300..400).contains(&reply.status)
+        && reply
+            .header("location")
+            .is_some_and(|l| l.starts_with("/approvals") && !l.contains("problem"))
+}
+
+/// Attack: a form that names another operator (`by`, `answered_by`, `operator`, ...) or headers a
+/// proxy would set, on an approval and a rejection.
+/// Guarantee 20: an answer is recorded under the session's operator, never a name the request
+/// carries.
+#[test]
+fn a20_22_an_answer_is_recorded_under_the_session_s_operator_whatever_the_form_names() {
+    let Some(bench) = bench("a20_22") else {
+        return;
+    };
+    let gate = bench.gate();
+    let approved = pending_wire(&gate, "a-22a", "x");
+    let rejected = pending_wire(&gate, "a-22b", "x");
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let names = [
+        ("by", "mallory"),
+        ("answered_by", "mallory"),
+        ("operator", "mallory"),
+        ("name", "mallory"),
+        ("user", "mallory"),
+        ("by[]", "mallory"),
+        ("answer[by]", "mallory"),
+    ];
+    let headers = [
+        ("Origin", olga.origin()),
+        ("Sec-Fetch-Site", "same-origin".to_owned()),
+        ("X-Forwarded-User", "mallory".to_owned()),
+        ("Remote-User", "mallory".to_owned()),
+        ("X-Remote-User", "mallory".to_owned()),
+        ("X-Toolgate-Operator", "mallory".to_owned()),
+    ];
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    for (id, mut fields) in [
+        (
+            approved,
+            vec![("csrf", csrf.as_str()), ("action", "approve")],
+        ),
+        (
+            rejected,
+            vec![
+                ("csrf", csrf.as_str()),
+                ("action", "reject"),
+                ("reason", "no"),
+            ],
+        ),
+    ] {
+        fields.splice(0..0, names.iter().copied());
+        fields.extend(names.iter().copied());
+        let reply = olga.post_raw(&answer_path(id), &form(&fields), &headers);
+        assert!(taken(&reply), "{}", reply.describe());
+        assert_eq!(answered_by(&bench.state(id)).as_deref(), Some("olga"));
+    }
+}
+
+/// Attack: answer ids that are no request of this store: zero, negative, past 64 bits, SQL, and the
+/// id of a request pending in another schema of the same database.
+/// Guarantee 20: the console answers only the requests of its store; the other schema's request
+/// stays pending.
+#[test]
+fn a20_23_ids_that_are_no_request_of_the_store_answer_nothing() {
+    let Some(bench) = bench("a20_23") else {
+        return;
+    };
+    toolgate::postgres::migrate(&bench.url, "other").expect("a second schema");
+    let other = Arc::new(
+        PostgresStore::builder()
+            .schema("other")
+            .connect(&bench.url)
+            .expect("the other schema's store"),
+    );
+    let theirs = pending_wire(&gate_of(other.clone(), "desk", None), "a-23-other", "x");
+    let ours = pending_wire(&bench.gate(), "a-23", "x");
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let missing = (theirs.max(ours) + 1).to_string();
+    for id in [
+        "0",
+        "-1",
+        "99999999999999999999999",
+        "1%20OR%201%3D1",
+        "1;DELETE%20FROM%20toolgate.approvals",
+        "%27",
+        missing.as_str(),
+    ] {
+        let _ = olga.post(
+            &format!("/approvals/{id}/answer"),
+            &[("csrf", &csrf), ("action", "approve")],
+        );
+    }
+    let theirs_now = wait(other.show(theirs)).unwrap().unwrap().state;
+    if theirs != ours {
+        assert_eq!(
+            theirs_now,
+            RequestState::Pending,
+            "the other schema's request"
+        );
+        assert_pending_state(&bench, ours, "our request");
+    }
+    // The other schema's request, by its id, from a console of this schema.
+    let reply = approve(&olga, theirs, &[]);
+    let theirs_now = wait(other.show(theirs)).unwrap().unwrap().state;
+    assert_eq!(
+        theirs_now,
+        RequestState::Pending,
+        "a console of schema `toolgate` answered a request of schema `other` ({})",
+        reply.describe()
+    );
+}
+
+/// Attack: approve an irreversible call without its target, or with a near miss: spaces around it,
+/// another case, look-alike letters and hyphens, fullwidth forms, a zero-width space, a line break.
+/// Guarantee 20: an irreversible call is approved only with its target typed back (exactly); a near
+/// miss leaves it waiting.
+#[test]
+fn a20_24_an_irreversible_call_is_approved_only_with_its_target_typed_back_exactly() {
+    let Some(bench) = bench("a20_24") else {
+        return;
+    };
+    let gate = bench.gate();
+    let call = || gate.run(|| terminate("db-24".into(), "x".into()));
+    let id = request_id(call());
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let near = [
+        None,
+        Some(""),
+        Some("db-24 "),
+        Some(" db-24"),
+        Some("\tdb-24"),
+        Some("db-24\n"),
+        Some("db-24\r\n"),
+        Some("DB-24"),
+        Some("Db-24"),
+        Some("db\u{2010}24"),
+        Some("db\u{2011}24"),
+        Some("db\u{2212}24"),
+        Some("d\u{0431}-24"),
+        Some("\u{ff44}\u{ff42}-24"),
+        Some("db-\u{ff12}\u{ff14}"),
+        Some("db-24\u{200b}"),
+        Some("db\u{200d}-24"),
+        Some("db-24\u{0}"),
+        Some("db-2"),
+        Some("db-244"),
+        Some("db-2%"),
+        Some("db-2_"),
+    ];
+    for confirmation in near {
+        let mut fields = vec![("csrf", csrf.as_str()), ("action", "approve")];
+        if let Some(c) = confirmation {
+            fields.push(("confirmation", c));
+        }
+        let reply = olga.post(&answer_path(id), &fields);
+        assert!(!taken(&reply), "{confirmation:?}: {}", reply.describe());
+        assert_pending_state(&bench, id, &format!("confirmation {confirmation:?}"));
+    }
+    assert_eq!(runs("terminate:db-24:x"), 0);
+    assert!(call().is_err());
+    let reply = approve(&olga, id, &[("confirmation", "db-24")]);
+    assert!(taken(&reply), "{}", reply.describe());
+    assert!(call().is_ok());
+    assert_eq!(runs("terminate:db-24:x"), 1);
+}
+
+/// Attack: approve an irreversible call "for the session" (the button the page leaves out, posted by
+/// hand), with its target typed back, then make the call twice.
+/// Guarantee 20 (docs/console.md): an irreversible call is never approved for the session.
+#[test]
+fn a20_25_an_irreversible_call_is_never_approved_for_the_session() {
+    let Some(bench) = bench("a20_25") else {
+        return;
+    };
+    let gate = bench.gate();
+    let call = || gate.run(|| terminate("db-25".into(), "x".into()));
+    let id = request_id(call());
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let reply = olga.post(
+        &answer_path(id),
+        &[
+            ("csrf", csrf.as_str()),
+            ("action", "approve-session"),
+            ("confirmation", "db-25"),
+        ],
+    );
+    let state = bench.state(id);
+    if let RequestState::Answered(Answer::Approve { for_session, .. }) = &state {
+        assert!(
+            !for_session,
+            "an irreversible call approved for the session ({})",
+            reply.describe()
+        );
+    }
+    if taken(&reply) {
+        let _ = call();
+    }
+    let _ = call();
+    assert!(
+        runs("terminate:db-25:x") <= 1,
+        "an irreversible call ran twice on one answer"
+    );
+}
+
+/// Attack: approve a request that expired (the store's requests live a second here).
+/// Guarantee 20: an answer is recorded only for what it can answer; an expired request answers no
+/// call and is left as it was.
+#[test]
+fn a20_26_an_expired_request_is_not_answered_and_runs_nothing() {
+    let Some(bench) = bench("a20_26") else {
+        return;
+    };
+    let short = Arc::new(
+        PostgresStore::builder()
+            .ttl(Duration::from_secs(1))
+            .connect(&bench.url)
+            .unwrap(),
+    );
+    let gate = gate_of(short.clone(), "desk", None);
+    let id = pending_wire(&gate, "a-26", "x");
+    assert!(eventually(|| wait(short.show(id))
+        .unwrap()
+        .unwrap()
+        .expired));
+    let olga = bench.olga();
+    let reply = approve(&olga, id, &[]);
+    assert!(!taken(&reply), "{}", reply.describe());
+    assert!(matches!(bench.state(id), RequestState::Pending));
+    assert!(
+        gate.run(|| wire("a-26".into(), "x".into(), "0000".into()))
+            .is_err()
+    );
+    assert_eq!(runs("wire:a-26:x:0000"), 0);
+}
+
+/// Attack: answer a request again after it was answered: ravi rejects what olga approved, olga
+/// approves what ravi rejected, and one approves twice.
+/// Guarantee 20: one answer per request; the first stands.
+#[test]
+fn a20_27_an_answered_request_is_not_answered_again() {
+    let Some(bench) = bench("a20_27") else {
+        return;
+    };
+    let gate = bench.gate();
+    let first = pending_wire(&gate, "a-27a", "x");
+    let second = pending_wire(&gate, "a-27b", "x");
+    let olga = bench.olga();
+    let ravi = bench.ravi();
+    assert!(taken(&approve(&olga, first, &[])));
+    let reply = ravi.post(
+        &answer_path(first),
+        &[
+            ("csrf", &ravi.csrf()),
+            ("action", "reject"),
+            ("reason", "no"),
+        ],
+    );
+    assert!(!taken(&reply), "{}", reply.describe());
+    assert!(!taken(&approve(
+        &olga,
+        first,
+        &[("action", "approve-session")]
+    )));
+    assert_eq!(
+        bench.state(first),
+        RequestState::Answered(Answer::Approve {
+            by: "olga".into(),
+            for_session: false,
+            confirmation: None
+        })
+    );
+    let reply = ravi.post(
+        &answer_path(second),
+        &[
+            ("csrf", &ravi.csrf()),
+            ("action", "reject"),
+            ("reason", "no"),
+        ],
+    );
+    assert!(taken(&reply), "{}", reply.describe());
+    assert!(!taken(&approve(&olga, second, &[])));
+    assert_eq!(answered_by(&bench.state(second)).as_deref(), Some("ravi"));
+    assert!(
+        gate.run(|| wire("a-27b".into(), "x".into(), "0000".into()))
+            .is_err()
+    );
+    assert!(
+        gate.run(|| wire("a-27a".into(), "x".into(), "0000".into()))
+            .is_ok()
+    );
+    assert!(
+        gate.run(|| wire("a-27a".into(), "x".into(), "0000".into()))
+            .is_err()
+    );
+    assert_eq!(runs("wire:a-27a:x:0000"), 1);
+}
+
+/// Attack: olga approves and ravi rejects the same request at the same moment, many times over.
+/// Guarantee 20: of two operators racing, one answer is recorded, under its operator, and the other
+/// is told the request was answered.
+#[test]
+fn a20_28_two_operators_racing_on_one_request_record_one_answer() {
+    let Some(bench) = bench("a20_28") else {
+        return;
+    };
+    let gate = bench.gate();
+    let olga = bench.olga();
+    let ravi = bench.ravi();
+    let (olga_csrf, ravi_csrf) = (olga.csrf(), ravi.csrf());
+    for round in 0..20 {
+        let account = format!("a-28-{round}");
+        let id = pending_wire(&gate, &account, "x");
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let answer = |browser: Browser, fields: Vec<(&'static str, String)>| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let fields: Vec<(&str, &str)> =
+                    fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                barrier.wait();
+                browser.post(&answer_path(id), &fields)
+            })
+        };
+        let a = answer(
+            olga.clone(),
+            vec![("csrf", olga_csrf.clone()), ("action", "approve".into())],
+        );
+        let r = answer(
+            ravi.clone(),
+            vec![
+                ("csrf", ravi_csrf.clone()),
+                ("action", "reject".into()),
+                ("reason", "mine".into()),
+            ],
+        );
+        let (a, r) = (a.join().unwrap(), r.join().unwrap());
+        let by = answered_by(&bench.state(id)).expect("answered");
+        assert_eq!(
+            usize::from(taken(&a)) + usize::from(taken(&r)),
+            1,
+            "round {round}: {}\n{}",
+            a.describe(),
+            r.describe()
+        );
+        let winner = if taken(&a) { "olga" } else { "ravi" };
+        assert_eq!(by, winner, "round {round}");
+        let _ = gate.run(|| wire(account.clone(), "x".into(), "0000".into()));
+        let _ = gate.run(|| wire(account.clone(), "x".into(), "0000".into()));
+        let expected = usize::from(winner == "olga");
+        assert_eq!(runs(&format!("wire:{account}:x:0000")), expected);
+    }
+}
+
+/// Attack: make a refused answer tell the operator something of the attacker's: markup in the
+/// action, the confirmation, the reason, and in the `problem` of the request's page.
+/// Guarantee 20 (docs/console.md): a refused answer comes back as one of the console's sentences,
+/// never as text from the request.
+#[test]
+fn a20_29_a_refused_answer_is_told_in_the_console_s_own_words() {
+    let Some(bench) = bench("a20_29") else {
+        return;
+    };
+    let gate = bench.gate();
+    let id = request_id(gate.run(|| terminate("db-29".into(), "x".into())));
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    let mark = "<b>g20mark</b>";
+    for fields in [
+        vec![("action", mark)],
+        vec![("action", "approve"), ("confirmation", mark)],
+        vec![("action", "approve-session"), ("confirmation", mark)],
+        vec![("action", "reject"), ("reason", "")],
+    ] {
+        let mut fields = fields;
+        fields.insert(0, ("csrf", &csrf));
+        let reply = olga.post(&answer_path(id), &fields);
+        assert!(!reply.body.contains("g20mark"), "{}", reply.describe());
+        if let Some(location) = reply.header("location") {
+            let page = olga.get(location);
+            assert!(
+                !page.body.contains("g20mark"),
+                "{location}: {}",
+                page.describe()
+            );
+        }
+    }
+    for problem in [
+        "%3Cscript%3Eg20mark()%3C%2Fscript%3E",
+        "g20mark",
+        "answered%22%3E%3Cb%3Eg20mark",
+    ] {
+        let page = olga.get(&format!("/approvals/{id}?problem={problem}"));
+        assert!(
+            !page.body.contains("g20mark"),
+            "problem={problem}: {}",
+            page.describe()
+        );
+    }
+    assert_pending_state(&bench, id, "refused answers");
+}
