@@ -75,6 +75,13 @@ pub(crate) fn terminate(instance: String, note: String) -> Result<(), Denied> {
     Ok(())
 }
 
+/// Post a document the agent wrote, whatever its shape.
+#[tool(risk = "HIGH_WRITE", domain = "c20", record_arguments)]
+pub(crate) fn post(payload: Value) -> Result<(), Denied> {
+    ran(format!("post:{}", payload.to_string().len()));
+    Ok(())
+}
+
 /// Read a ticket a customer wrote: untrusted.
 #[tool(risk = "READ_ONLY", domain = "c20", untrusted_output)]
 pub(crate) fn read_ticket(id: u64) -> Result<String, Denied> {
@@ -1405,4 +1412,307 @@ fn a20_29_a_refused_answer_is_told_in_the_console_s_own_words() {
         );
     }
     assert_pending_state(&bench, id, "refused answers");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// What agents write, shown to a human.
+
+/// Texts that would act on a page if it were not escaped: each carries `g20mark`.
+const PAYLOADS: &[&str] = &[
+    "<script>g20mark()</script>",
+    "<img src=x onerror=g20mark()>",
+    "\"><svg onload=g20mark()>",
+    "'><svg onload=g20mark()>",
+    "\" autofocus onfocus=g20mark() x=\"",
+    "' autofocus onfocus=g20mark() x='",
+    "javascript:g20mark()",
+    "</pre></dd><style>*{background:url(//evil.example/g20mark)}</style>",
+    "</textarea><script>g20mark()</script>",
+    "</title><script>g20mark()</script>",
+    "<a href=\"javascript:g20mark()\">open</a>",
+    "<meta http-equiv=\"refresh\" content=\"0;url=http://evil.example/g20mark\">",
+    "<base href=\"http://evil.example/g20mark/\">",
+    "<form action=\"http://evil.example/g20mark\"><button>approve</button></form>",
+    "<iframe srcdoc=\"<script>g20mark()</script>\"></iframe>",
+    "<g20mark onclick=x>",
+    "<!--g20mark--><p",
+    "<![CDATA[<g20mark>]]>",
+    "&lt;script&gt;g20mark()&lt;/script&gt;",
+];
+
+/// The text on the page of the entity payload, which must read as it was written.
+const ENTITIES: &str = "&lt;script&gt;g20mark()&lt;/script&gt;";
+
+/// Asserts that `page` is a page (not an error), inert, and shows the entity payload as written
+/// when `entities` says it holds it.
+#[track_caller]
+fn assert_clean(what: &str, page: &Reply, entities: bool) {
+    assert!(page.status < 500, "{what}: {}", page.describe());
+    assert_inert(what, page, "g20mark");
+    if entities {
+        assert!(
+            visible_text(&page.body).contains(ENTITIES),
+            "{what}: the entities an agent wrote are not shown as written\n{}",
+            page.describe()
+        );
+    }
+}
+
+/// The inner HTML of the element whose `id` is `id`, up to the close of its tag `tag`.
+fn section<'a>(html: &'a str, tag: &str, id: &str) -> Option<&'a str> {
+    let at = html.find(&format!("id=\"{id}\""))?;
+    let start = at + html[at..].find('>')? + 1;
+    let end = start + html[start..].find(&format!("</{tag}>"))?;
+    Some(&html[start..end])
+}
+
+/// Asserts that each of `chars` shows in `html` (a part of a page) as a visible marker naming its
+/// code point (`U+202E`, `\u{202e}` as the terminal writes it, or a control as JSON escapes it),
+/// never raw.
+#[track_caller]
+fn assert_part_marked(what: &str, html: &str, chars: &[char]) {
+    let text = visible_text(html);
+    for &c in chars {
+        assert!(
+            !html.contains(c) && !text.contains(c),
+            "{what}: {c:?} reaches the page raw\n{html}"
+        );
+        let marker = marker_of(c);
+        let terminal = format!("\\u{{{:04x}}}", u32::from(c));
+        // Inside JSON, a control is written as JSON writes it: visible too.
+        let json = serde_json::to_string(&c.to_string()).unwrap();
+        let json = json.trim_matches('"');
+        assert!(
+            text.contains(&marker)
+                || text.contains(&terminal)
+                || (json.starts_with('\\') && text.contains(json)),
+            "{what}: no visible {marker} for {c:?}\n{html}"
+        );
+    }
+}
+
+/// Attack: an agent's arguments carrying markup, attribute breakouts, `javascript:` URLs, style
+/// sheets, entities.
+/// Guarantee 20: every text from the store is escaped for HTML; the list, its live table and the
+/// request's page run nothing of it.
+#[test]
+fn a20_30_markup_in_arguments_is_inert_on_every_approvals_page() {
+    let Some(bench) = bench("a20_30") else {
+        return;
+    };
+    let gate = bench.gate();
+    let ids: Vec<i64> = PAYLOADS
+        .iter()
+        .enumerate()
+        .map(|(n, p)| pending_wire(&gate, &format!("{p}{n}"), p))
+        .collect();
+    let olga = bench.olga();
+    assert_clean("the list", &olga.get("/approvals"), true);
+    assert_clean("the live table", &olga.get("/approvals/table"), true);
+    for (id, payload) in ids.iter().zip(PAYLOADS) {
+        let page = olga.get(&format!("/approvals/{id}"));
+        assert_clean(
+            &format!("the request of {payload:?}"),
+            &page,
+            *payload == ENTITIES,
+        );
+    }
+}
+
+/// Attack: a gate whose principal and agent label are markup (the application took them from a
+/// request).
+/// Guarantee 20: every text from the store is escaped for HTML.
+#[test]
+fn a20_31_markup_in_the_principal_and_agent_label_is_inert() {
+    let Some(bench) = bench("a20_31") else {
+        return;
+    };
+    let olga = bench.olga();
+    for (n, payload) in PAYLOADS.iter().enumerate() {
+        let Ok(gate) = Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent(*payload)
+            .principal(*payload)
+            .approval_store_shared(bench.store.clone())
+            .build()
+        else {
+            continue;
+        };
+        let id = pending_wire(&gate, &format!("a-31-{n}"), "x");
+        let entities = *payload == ENTITIES;
+        assert_clean("the list", &olga.get("/approvals"), false);
+        assert_clean(
+            &format!("the request of {payload:?}"),
+            &olga.get(&format!("/approvals/{id}")),
+            entities,
+        );
+    }
+    assert_clean("the list", &olga.get("/approvals"), true);
+    assert_clean("the live table", &olga.get("/approvals/table"), true);
+}
+
+/// Attack: characters that hide or reorder text (right-to-left override, zero-width and other
+/// invisible characters, line and paragraph separators, controls) in the arguments, the principal
+/// and the agent label.
+/// Guarantee 20: every character that could hide or reorder a text is shown as a visible marker
+/// naming its code point, never raw.
+#[test]
+fn a20_32_hidden_characters_are_drawn_as_markers_on_every_approvals_page() {
+    let Some(bench) = bench("a20_32") else {
+        return;
+    };
+    // PostgreSQL holds no NUL in a text: the principal and label carry the others.
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let text: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    let gate = gate_of(bench.store.clone(), &text, Some(&text));
+    let id = pending_wire(&gate, "a-32", &hiding_text());
+    let olga = bench.olga();
+    for path in [
+        "/approvals".to_owned(),
+        "/approvals/table".to_owned(),
+        format!("/approvals/{id}"),
+    ] {
+        let page = olga.get(&path);
+        assert_eq!(page.status, 200, "{path}");
+        assert_part_marked(&path, &page.body, &hiding);
+    }
+    let page = olga.get(&format!("/approvals/{id}"));
+    for part in ["principal", "agent"] {
+        let html = section(&page.body, "dd", part).unwrap_or_else(|| panic!("no {part}"));
+        assert_part_marked(part, html, &hiding);
+    }
+    let html = section(&page.body, "pre", "arguments").expect("the arguments");
+    assert_part_marked("the arguments", html, &hiding);
+}
+
+/// Attack: an irreversible call whose target's state (as the probe read it) and rollback plan (the
+/// tool's function of the arguments) carry markup and hiding characters, and whose target is markup.
+/// Guarantee 20: the target, the state and the plan are escaped, hiding characters shown as markers.
+#[test]
+fn a20_33_the_target_state_and_plan_of_an_irreversible_call_are_inert_and_marked() {
+    let Some(bench) = bench("a20_33") else {
+        return;
+    };
+    let gate = bench.gate();
+    let olga = bench.olga();
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let hidden: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    for (n, payload) in PAYLOADS.iter().enumerate() {
+        let instance = format!("db-33-{n}");
+        set_state(&instance, &format!("{payload}{hidden}"));
+        let id = request_id(gate.run(|| terminate(instance.clone(), format!("{payload}{hidden}"))));
+        let page = olga.get(&format!("/approvals/{id}"));
+        assert_clean(
+            &format!("the state and plan of {payload:?}"),
+            &page,
+            *payload == ENTITIES,
+        );
+        let evidence = section(&page.body, "pre", "evidence").expect("the state");
+        assert_part_marked("the target's state", evidence, &hiding);
+        let plan = section(&page.body, "dd", "rollback").expect("the plan");
+        assert_part_marked("the rollback plan", plan, &hiding);
+    }
+    // Targets that are markup, where the gate lets them be one target.
+    for (n, target) in [
+        "<svg/onload=g20mark()>",
+        "\"><g20mark>",
+        "db'onfocus='g20mark()",
+        "javascript:g20mark()",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let Err(denied) = gate.run(|| terminate((*target).to_owned(), format!("t{n}"))) else {
+            panic!("ran");
+        };
+        let Some(id) = denied.approval_request_id() else {
+            continue;
+        };
+        let page = olga.get(&format!("/approvals/{id}"));
+        assert_clean(&format!("the target {target:?}"), &page, false);
+    }
+}
+
+/// Attack: ravi rejects with a reason that marks up and hides; olga opens the request.
+/// Guarantee 20: a reason (written by another operator, read back from the store) is escaped, its
+/// hiding characters shown as markers.
+#[test]
+fn a20_34_a_rejection_reason_of_another_operator_is_inert_and_marked() {
+    let Some(bench) = bench("a20_34") else {
+        return;
+    };
+    let gate = bench.gate();
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let hidden: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    let ravi = bench.ravi();
+    let olga = bench.olga();
+    for (n, payload) in PAYLOADS.iter().enumerate() {
+        let id = pending_wire(&gate, &format!("a-34-{n}"), "x");
+        let reason = format!("{payload}{hidden}");
+        let reply = ravi.post(
+            &answer_path(id),
+            &[
+                ("csrf", &ravi.csrf()),
+                ("action", "reject"),
+                ("reason", &reason),
+            ],
+        );
+        assert!(taken(&reply), "{}", reply.describe());
+        let page = olga.get(&format!("/approvals/{id}"));
+        assert_clean(
+            &format!("the reason {payload:?}"),
+            &page,
+            *payload == ENTITIES && page.body.contains("g20mark"),
+        );
+        if page.body.contains("g20mark") {
+            let main = section(&page.body, "main", "").unwrap_or(&page.body);
+            assert_part_marked("the reason", main, &hiding);
+        }
+    }
+}
+
+/// Attack: arguments of a megabyte, and JSON nested thousands deep.
+/// Guarantee 20: the pages show what the store holds, escaped; the console stays up to show it.
+#[test]
+fn a20_35_huge_and_deeply_nested_arguments_render_inert() {
+    let Some(mut bench) = bench("a20_35") else {
+        return;
+    };
+    let gate = bench.gate();
+    let huge = format!("{}<script>g20mark()</script>", "A".repeat(1 << 20));
+    let long = pending_wire(&gate, "a-35", &huge);
+    // Built, called and dropped on a thread whose stack holds the nesting.
+    let deep = {
+        let gate = gate.clone();
+        std::thread::Builder::new()
+            .stack_size(1 << 29)
+            .spawn(move || {
+                let mut nested = json!("<img src=x onerror=g20mark()>");
+                for _ in 0..3000 {
+                    nested = json!([nested]);
+                }
+                request_id(gate.run(|| post(nested.clone())))
+            })
+            .unwrap()
+            .join()
+            .expect("the nested call")
+    };
+    let mut wide = json!({});
+    for n in 0..2000 {
+        wide[format!("k{n}<b>")] = json!({"v": "\u{202e}"});
+    }
+    let wide = request_id(gate.run(|| post(wide.clone())));
+    let olga = bench.olga();
+    for path in [
+        "/approvals".to_owned(),
+        "/approvals/table".to_owned(),
+        format!("/approvals/{long}"),
+        format!("/approvals/{deep}"),
+        format!("/approvals/{wide}"),
+    ] {
+        let page = olga.get(&path);
+        assert_clean(&path, &page, false);
+    }
+    assert!(bench.console.running(), "the console stopped");
+    assert_eq!(olga.get("/approvals").status, 200);
 }
