@@ -12,8 +12,11 @@ use toolgate::approval::store::Answer;
 use toolgate::postgres::{PostgresStore, RequestState};
 use toolgate::{Denied, Gate, Mode, Rollback, tool};
 
+use crate::common::postgres::query;
 use crate::support::console_attacks::*;
 use crate::support::{parent_database, scratch_dir, wait};
+use toolgate::postgres::PostgresSink;
+use toolgate::postgres::fleet::{self, Fleet};
 
 const CHILD_ROLE: &str = "TOOLGATE_G20_CHILD";
 
@@ -79,6 +82,13 @@ pub(crate) fn terminate(instance: String, note: String) -> Result<(), Denied> {
 #[tool(risk = "HIGH_WRITE", domain = "c20", record_arguments)]
 pub(crate) fn post(payload: Value) -> Result<(), Denied> {
     ran(format!("post:{}", payload.to_string().len()));
+    Ok(())
+}
+
+/// Write a note: a small change, its text recorded.
+#[tool(risk = "LOW_WRITE", domain = "c20", record_arguments)]
+pub(crate) fn note(text: String) -> Result<(), Denied> {
+    ran(format!("note:{text}"));
     Ok(())
 }
 
@@ -1715,4 +1725,487 @@ fn a20_35_huge_and_deeply_nested_arguments_render_inert() {
     }
     assert!(bench.console.running(), "the console stopped");
     assert_eq!(olga.get("/approvals").status, 200);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The trail.
+
+/// A gate of `agent` for `principal` writing the trail as `writer`; `None` when the sink refuses the
+/// name.
+fn trail_gate(url: &str, writer: &str, agent: &str, principal: &str) -> Option<Gate> {
+    let sink = PostgresSink::builder().writer(writer).connect(url).ok()?;
+    Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent(agent)
+        .principal(principal)
+        .audit(sink)
+        .build()
+        .ok()
+}
+
+/// The links of a trail page to its records' calls.
+fn call_links(html: &str) -> Vec<String> {
+    elements(html)
+        .into_iter()
+        .filter(|e| e.name == "a" && e.attr("class") == Some("call"))
+        .filter_map(|e| e.attr("href").map(unescape))
+        .collect()
+}
+
+/// How many records a trail page lists.
+fn records_listed(html: &str) -> usize {
+    elements(html)
+        .iter()
+        .filter(|e| e.name == "tr" && e.attr("class") == Some("record"))
+        .count()
+}
+
+/// Attack: writers of the trail named with markup, gates whose principal and agent are markup, and
+/// recorded arguments that mark up and hide.
+/// Guarantee 20: every text of the trail (writer names, records, lines) is escaped for HTML, and
+/// every hiding character shown as a marker, on the search, a call's page and the verification.
+#[test]
+fn a20_36_the_trail_s_writers_records_and_lines_are_inert_and_marked() {
+    let Some(bench) = bench("a20_36") else {
+        return;
+    };
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let hidden: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    let mut gates = Vec::new();
+    for (n, payload) in PAYLOADS.iter().enumerate() {
+        let writer = format!("{payload}{n}");
+        let gate = trail_gate(&bench.url, &writer, payload, payload)
+            .or_else(|| trail_gate(&bench.url, &format!("w36-{n}"), payload, payload))
+            .expect("a gate writing the trail");
+        gate.run(|| note(format!("{payload}{hidden}")))
+            .expect("a note");
+        gates.push(gate);
+    }
+    let gate = trail_gate(&bench.url, &format!("w36{hidden}"), &hidden, &hidden)
+        .or_else(|| trail_gate(&bench.url, "w36-hidden", &hidden, &hidden))
+        .expect("a gate writing the trail");
+    gate.run(|| note(hidden.clone())).expect("a note");
+    gates.push(gate);
+    drop(gates);
+    let olga = bench.olga();
+    let page = olga.get("/trail");
+    assert_clean("the trail", &page, true);
+    assert_part_marked("the trail", &page.body, &hiding);
+    let links = call_links(&page.body);
+    assert!(!links.is_empty(), "{}", page.describe());
+    for link in &links {
+        let page = olga.get(link);
+        assert_clean(link, &page, false);
+    }
+    let page = olga.get("/trail/verify");
+    assert_clean("the verification", &page, false);
+    // Each record's call page, read by every link: markers for what hides.
+    let marked = links
+        .iter()
+        .map(|link| olga.get(link))
+        .find(|page| page.body.contains("U+202E"))
+        .expect("a call page with the hidden text");
+    assert_part_marked("a call page", &marked.body, &hiding);
+    // The search itself, with every payload in every field.
+    for payload in PAYLOADS {
+        let query = form(&[
+            ("tool", payload),
+            ("principal", payload),
+            ("agent", payload),
+            ("code", payload),
+            ("since", payload),
+            ("until", payload),
+        ]);
+        assert_clean(
+            &format!("a search for {payload:?}"),
+            &olga.get(&format!("/trail?{query}")),
+            false,
+        );
+    }
+}
+
+/// Attack: writer names that would bend a record's link to another writer's call (`&`, `#`, `?`,
+/// `+`, `%26`, a space).
+/// Guarantee 20 (docs/console.md): a record opens its call; the writer's name, escaped, cannot send
+/// the operator to another writer's record.
+#[test]
+fn a20_37_a_writer_name_cannot_send_a_record_s_link_to_another_writer() {
+    let Some(bench) = bench("a20_37") else {
+        return;
+    };
+    let names = [
+        "w37 a",
+        "w37+a",
+        "w37&seq=1",
+        "w37#x",
+        "w37?seq=1",
+        "w37%26seq%3D1",
+        "w37%2Ba",
+    ];
+    for name in names {
+        let gate = trail_gate(&bench.url, name, "desk", name).expect("a writer");
+        gate.run(|| note(format!("by {name}"))).expect("a note");
+    }
+    let olga = bench.olga();
+    let page = olga.get(&format!("/trail?{}", form(&[("tool", "c20.note")])));
+    let links = call_links(&page.body);
+    assert_eq!(links.len(), names.len() * 2, "{}", page.describe());
+    for name in names {
+        let page = olga.get(&format!("/trail?{}", form(&[("principal", name)])));
+        let links = call_links(&page.body);
+        assert_eq!(links.len(), 2, "{name}: {}", page.describe());
+        for link in links {
+            let call = olga.get(&link);
+            let shown = visible_text(&call.body);
+            assert!(
+                shown.contains(&format!("by {name}")),
+                "the record of writer {name:?} opens another call ({link}): {}",
+                call.describe()
+            );
+        }
+    }
+}
+
+/// Attack: SQL through every field of the trail's search, and the paging cursor's.
+/// Guarantee 20: the search finds only what it names; the trail is read, never changed.
+#[test]
+fn a20_38_sql_through_the_trail_s_search_finds_nothing_and_changes_nothing() {
+    let Some(bench) = bench("a20_38") else {
+        return;
+    };
+    for who in ["alice", "bob"] {
+        let gate = trail_gate(&bench.url, &format!("w38-{who}"), "desk", who).expect("a writer");
+        gate.run(|| note(format!("{who}'s note"))).expect("a note");
+    }
+    let count = || query(&bench.url, "SELECT count(*) FROM toolgate.audit")[0][0].clone();
+    let before = count();
+    let olga = bench.olga();
+    let injections = [
+        "alice' OR '1'='1",
+        "alice' OR 1=1 --",
+        "alice'; DROP TABLE toolgate.audit; --",
+        "alice\\' OR 1=1 --",
+        "alice\" OR \"1\"=\"1",
+        "x' UNION SELECT * FROM toolgate.approvals --",
+        "$$ OR true --",
+        "alice'||'",
+    ];
+    for field in ["tool", "principal", "agent", "code"] {
+        for injection in injections {
+            let page = olga.get(&format!("/trail?{}", form(&[(field, injection)])));
+            assert!(
+                page.status < 500,
+                "{field}={injection}: {}",
+                page.describe()
+            );
+            assert_eq!(
+                records_listed(&page.body),
+                0,
+                "{field}={injection:?} found records: {}",
+                page.describe()
+            );
+        }
+    }
+    for field in [
+        "decision",
+        "outcome",
+        "since",
+        "until",
+        "before_at",
+        "before_writer",
+        "before_seq",
+    ] {
+        for injection in injections {
+            let page = olga.get(&format!(
+                "/trail?{}",
+                form(&[("principal", "alice"), (field, injection)])
+            ));
+            assert!(
+                page.status < 500,
+                "{field}={injection}: {}",
+                page.describe()
+            );
+            assert!(
+                !page.body.contains("bob&#39;s note") && !page.body.contains("w38-bob"),
+                "{field}={injection:?} found bob's records: {}",
+                page.describe()
+            );
+        }
+    }
+    assert_eq!(count(), before, "the search changed the trail");
+    let report = toolgate::postgres::verify_trail(&bench.url, "toolgate").expect("the trail");
+    assert!(report.is_intact());
+}
+
+/// Attack: a `since` that is not a time, a forged paging cursor, huge and negative limits and pages,
+/// each carrying markup.
+/// Guarantee 20: the pages stay the console's: no error of the server, nothing of the request acting
+/// on the page, and a problem told in the console's own words.
+#[test]
+fn a20_39_a_search_that_is_not_a_time_or_a_forged_cursor_is_told_in_the_console_s_words() {
+    let Some(bench) = bench("a20_39") else {
+        return;
+    };
+    let gate = trail_gate(&bench.url, "w39", "desk", "alice").expect("a writer");
+    gate.run(|| note("n".into())).expect("a note");
+    let _ = pending_wire(&bench.gate(), "a-39", "x");
+    let olga = bench.olga();
+    let mark = "<b>g20mark</b>";
+    let huge = "9".repeat(40);
+    let mut asks: Vec<String> = Vec::new();
+    for (field, value) in [
+        ("since", mark),
+        ("since", "yesterday"),
+        ("until", mark),
+        ("since", "2026-13-45T99:99Z"),
+        ("before_at", mark),
+        ("before_seq", "abc"),
+        ("before_seq", "-1"),
+        ("before_seq", huge.as_str()),
+        ("before_writer", mark),
+        ("limit", "100000000"),
+        ("limit", "-1"),
+        ("decision", mark),
+        ("outcome", mark),
+    ] {
+        asks.push(format!("/trail?{}", form(&[(field, value)])));
+    }
+    for value in [mark, "-1", "abc", huge.as_str()] {
+        for field in ["after", "limit"] {
+            asks.push(format!("/approvals?{}", form(&[(field, value)])));
+            asks.push(format!("/approvals/table?{}", form(&[(field, value)])));
+        }
+    }
+    for value in [mark, "0", "-1", huge.as_str()] {
+        for field in ["days", "bucket", "agent"] {
+            asks.push(format!("/promotion?{}", form(&[(field, value)])));
+        }
+    }
+    asks.push(format!(
+        "/trail/call?{}",
+        form(&[("writer", mark), ("seq", "1")])
+    ));
+    asks.push(format!(
+        "/trail/call?{}",
+        form(&[("writer", "w39"), ("seq", &huge)])
+    ));
+    for ask in asks {
+        let page = olga.get(&ask);
+        assert!(page.status < 500, "{ask}: {}", page.describe());
+        assert_inert(&ask, &page, "g20mark");
+        for element in ["p", "div"] {
+            if let Some(problem) = section(&page.body, element, "error") {
+                assert!(
+                    !problem.contains("g20mark"),
+                    "{ask}: the problem repeats the request: {problem}"
+                );
+            }
+        }
+    }
+    assert_eq!(olga.get("/approvals").status, 200);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Fleets.
+
+/// The mode of fleet `name` as the store has it.
+fn fleet_mode(url: &str, name: &str) -> Mode {
+    fleet::status(url, "toolgate", name)
+        .expect("the fleet")
+        .mode
+}
+
+/// A fleet `name` with one joined gate (`agent`), at FULL_AUTO.
+fn joined(url: &str, name: &str, agent: &str) -> (Fleet, Gate) {
+    let fleet = Fleet::connect(url, name).expect("the fleet");
+    let gate = fleet
+        .join(Gate::builder().mode(Mode::FullAuto).agent(agent))
+        .expect("joined");
+    (fleet, gate)
+}
+
+/// Lowers fleet `name` from the fleet page, as olga's browser would; extra fields after.
+fn lower_on_page(browser: &Browser, name: &str, mode: &str, extra: &[(&str, &str)]) -> Reply {
+    let csrf = browser.csrf();
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("fleet", name),
+        ("mode", mode),
+        ("reason", "incident 20"),
+    ];
+    fields.extend_from_slice(extra);
+    browser.post("/fleet/lower", &fields)
+}
+
+/// Attack: fleets, members and a lowering (by and why) named with markup and hiding characters.
+/// Guarantee 20: every text of a fleet is escaped for HTML, every hiding character shown as a marker.
+#[test]
+fn a20_40_fleets_members_and_lowerings_are_inert_and_marked() {
+    let Some(bench) = bench("a20_40") else {
+        return;
+    };
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let hidden: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    let mut held = Vec::new();
+    for (n, payload) in PAYLOADS.iter().enumerate() {
+        let name = format!("{payload}{n}");
+        let Ok(fleet) = Fleet::connect(&bench.url, &name) else {
+            continue;
+        };
+        let gate = fleet
+            .join(Gate::builder().mode(Mode::FullAuto).agent(*payload))
+            .expect("joined");
+        let by = format!("{payload}{hidden}");
+        let _ = fleet::lower(&bench.url, "toolgate", &name, Mode::PartialAuto, &by, &by);
+        held.push((fleet, gate));
+    }
+    if let Ok(fleet) = Fleet::connect(&bench.url, &format!("f40{hidden}")) {
+        let gate = fleet
+            .join(Gate::builder().mode(Mode::FullAuto).agent(&hidden))
+            .expect("joined");
+        held.push((fleet, gate));
+    }
+    assert!(!held.is_empty(), "no fleet could be made");
+    let page = bench.olga().get("/fleet");
+    assert_clean("the fleets", &page, true);
+    assert_part_marked("the fleets", &page.body, &hiding);
+}
+
+/// Attack: raise a fleet from the page: a mode above the fleet's posted by hand, in other spellings,
+/// twice in one form, and a `raise` route.
+/// Guarantee 20: the console lowers fleets and never raises one.
+#[test]
+fn a20_41_the_fleet_form_lowers_and_never_raises() {
+    let Some(bench) = bench("a20_41") else {
+        return;
+    };
+    let (_fleet, _gate) = joined(&bench.url, "f41", "desk");
+    fleet::lower(
+        &bench.url,
+        "toolgate",
+        "f41",
+        Mode::Advisory,
+        "ana",
+        "drill",
+    )
+    .unwrap();
+    let olga = bench.olga();
+    for (mode, extra) in [
+        ("FULL_AUTO", vec![]),
+        ("PARTIAL_AUTO", vec![]),
+        ("full_auto", vec![]),
+        ("FullAuto", vec![]),
+        (" FULL_AUTO", vec![]),
+        ("FULL_AUTO", vec![("direction", "raise")]),
+        ("FULL_AUTO", vec![("raise", "1")]),
+        ("ADVISORY", vec![("mode", "FULL_AUTO")]),
+        ("3", vec![]),
+        ("4", vec![]),
+    ] {
+        let _ = lower_on_page(&olga, "f41", mode, &extra);
+        let now = fleet_mode(&bench.url, "f41");
+        assert!(
+            now <= Mode::Advisory,
+            "the page raised the fleet to {now:?} ({mode} {extra:?})"
+        );
+    }
+    let csrf = olga.csrf();
+    for path in [
+        "/fleet/raise",
+        "/fleet/f41/raise",
+        "/fleet/lower?direction=raise",
+    ] {
+        let _ = olga.post(
+            path,
+            &[
+                ("csrf", &csrf),
+                ("fleet", "f41"),
+                ("mode", "FULL_AUTO"),
+                ("reason", "r"),
+            ],
+        );
+        assert!(fleet_mode(&bench.url, "f41") <= Mode::Advisory, "{path}");
+    }
+}
+
+/// Attack: lower a fleet by a name that is not quite one (another case, a space, a wildcard, SQL, an
+/// empty name), naming another operator as who lowered, from another origin, without the token.
+/// Guarantee 20: only the named fleet is lowered, under the session's operator; every change needs
+/// the CSRF token and the console's origin; nothing is created.
+#[test]
+fn a20_42_a_lowering_touches_only_the_named_fleet_under_the_session_s_operator() {
+    let Some(bench) = bench("a20_42") else {
+        return;
+    };
+    let (_a, _ga) = joined(&bench.url, "pay", "desk");
+    let (_b, _gb) = joined(&bench.url, "payroll", "desk");
+    let fleets = || query(&bench.url, "SELECT count(*) FROM toolgate.fleets")[0][0].clone();
+    let before = fleets();
+    let olga = bench.olga();
+    for name in [
+        "Pay",
+        "pay ",
+        " pay",
+        "pay%",
+        "pa_",
+        "%",
+        "*",
+        "",
+        "pay' OR '1'='1",
+        "pay\u{200b}",
+        "payroll' --",
+    ] {
+        let _ = lower_on_page(&olga, name, "SHADOW", &[]);
+        assert_eq!(fleet_mode(&bench.url, "pay"), Mode::FullAuto, "{name:?}");
+        assert_eq!(
+            fleet_mode(&bench.url, "payroll"),
+            Mode::FullAuto,
+            "{name:?}"
+        );
+        assert_eq!(fleets(), before, "{name:?} created a fleet");
+    }
+    let csrf = olga.csrf();
+    let body = form(&[
+        ("csrf", &csrf),
+        ("fleet", "pay"),
+        ("mode", "SHADOW"),
+        ("reason", "r"),
+    ]);
+    let _ = olga.post_raw(
+        "/fleet/lower",
+        &body,
+        &[
+            ("Origin", "http://evil.example"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+    );
+    let _ = olga.post(
+        "/fleet/lower",
+        &[("fleet", "pay"), ("mode", "SHADOW"), ("reason", "r")],
+    );
+    let _ = Browser::new(bench.console.addr).post(
+        "/fleet/lower",
+        &[
+            ("csrf", &csrf),
+            ("fleet", "pay"),
+            ("mode", "SHADOW"),
+            ("reason", "r"),
+        ],
+    );
+    assert_eq!(fleet_mode(&bench.url, "pay"), Mode::FullAuto);
+    let reply = lower_on_page(
+        &olga,
+        "pay",
+        "ADVISORY",
+        &[
+            ("by", "mallory"),
+            ("changed_by", "mallory"),
+            ("operator", "mallory"),
+        ],
+    );
+    assert!(reply.status < 400, "{}", reply.describe());
+    let status = fleet::status(&bench.url, "toolgate", "pay").unwrap();
+    assert_eq!(status.mode, Mode::Advisory);
+    assert_eq!(status.changed_by, "olga");
+    assert_eq!(fleet_mode(&bench.url, "payroll"), Mode::FullAuto);
 }
