@@ -2209,3 +2209,291 @@ fn a20_42_a_lowering_touches_only_the_named_fleet_under_the_session_s_operator()
     assert_eq!(status.changed_by, "olga");
     assert_eq!(fleet_mode(&bench.url, "payroll"), Mode::FullAuto);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Redaction.
+
+/// Attack: find a redacted PIN anywhere the console shows: the pending list and its live table, the
+/// request's page before and after its answer, the trail's search, every call's page, the
+/// verification, the promotion, the live stream.
+/// Guarantee 20: arguments are shown as the audit log writes them, redacted values replaced.
+#[test]
+fn a20_43_a_redacted_argument_reaches_no_page() {
+    let Some(bench) = bench("a20_43") else {
+        return;
+    };
+    let sink = PostgresSink::builder()
+        .writer("w43")
+        .connect(&bench.url)
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("desk")
+        .principal("alice")
+        .approval_store_shared(bench.store.clone())
+        .audit(sink)
+        .build()
+        .unwrap();
+    let pins = ["PIN4g20x5531", "PIN<g20>&\"7"];
+    let call = |n: usize| gate.run(|| wire(format!("a-43-{n}"), "x".into(), pins[n].into()));
+    let ids: Vec<i64> = (0..2).map(|n| request_id(call(n))).collect();
+    let olga = bench.olga();
+    let mut pages = Vec::new();
+    let cookie = olga.cookie.clone().unwrap();
+    let stream = EventStream::open(bench.console.addr, Some(&cookie));
+    let mut look = |pages: &mut Vec<(String, String)>| {
+        for path in [
+            "/approvals".to_owned(),
+            "/approvals/table".to_owned(),
+            "/trail".to_owned(),
+            "/trail?tool=c20.wire".to_owned(),
+            "/trail/verify".to_owned(),
+            "/promotion".to_owned(),
+        ]
+        .into_iter()
+        .chain(ids.iter().map(|id| format!("/approvals/{id}")))
+        {
+            let page = olga.get(&path);
+            for link in call_links(&page.body) {
+                let call = olga.get(&link);
+                pages.push((link, call.body));
+            }
+            pages.push((path, page.body));
+        }
+    };
+    look(&mut pages);
+    assert!(taken(&approve(&olga, ids[0], &[])));
+    let reply = olga.post(
+        &answer_path(ids[1]),
+        &[
+            ("csrf", &olga.csrf()),
+            ("action", "reject"),
+            ("reason", "no"),
+        ],
+    );
+    assert!(taken(&reply));
+    assert!(call(0).is_ok());
+    assert!(call(1).is_err());
+    // Dropping the gate flushes its sink.
+    drop(gate);
+    look(&mut pages);
+    pages.push(("the live stream".to_owned(), stream.text()));
+    for pin in pins {
+        let escaped = pin
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;");
+        let digest = crate::support::sha256_hex(pin);
+        for (path, body) in &pages {
+            for secret in [pin, escaped.as_str(), &digest, &urlencode(pin)] {
+                assert!(
+                    !body.contains(secret),
+                    "{path} shows the redacted PIN as {secret:?}"
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The live list.
+
+/// A stream of server-sent events from the console, read on a thread of its own.
+struct EventStream {
+    text: Arc<Mutex<String>>,
+    closed: Arc<std::sync::atomic::AtomicBool>,
+    stream: std::net::TcpStream,
+}
+
+impl EventStream {
+    /// `GET /approvals/events` with the session cookie `cookie`, if any.
+    fn open(addr: std::net::SocketAddr, cookie: Option<&str>) -> EventStream {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).expect("a connection");
+        let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {COOKIE}={c}\r\n"));
+        write!(
+            stream,
+            "GET /approvals/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\
+             {cookie}\r\n"
+        )
+        .unwrap();
+        let text = Arc::new(Mutex::new(String::new()));
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut reader = stream.try_clone().unwrap();
+        {
+            let text = text.clone();
+            let closed = closed.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0_u8; 4096];
+                loop {
+                    match reader.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => text
+                            .lock()
+                            .unwrap()
+                            .push_str(&String::from_utf8_lossy(&buf[..n])),
+                    }
+                }
+                closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        EventStream {
+            text,
+            closed,
+            stream,
+        }
+    }
+
+    fn text(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// The events received so far (`data:` lines).
+    fn events(&self) -> usize {
+        self.text()
+            .lines()
+            .filter(|l| l.trim_start().starts_with("data:"))
+            .count()
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (up to a minute) for more than `seen` events.
+    fn wait_past(&self, seen: usize) -> bool {
+        eventually(|| self.events() > seen)
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Attack: follow the live list without a session (none, a forged cookie), while requests arrive.
+/// Guarantee 20: the console answers only for a logged-in operator: a browser that is not logged in
+/// is told nothing of the requests.
+#[test]
+fn a20_44_the_live_list_tells_nothing_to_a_browser_without_a_session() {
+    let Some(bench) = bench("a20_44") else {
+        return;
+    };
+    let olga = bench.olga();
+    let control = EventStream::open(bench.console.addr, olga.cookie.as_deref());
+    let strangers = [
+        EventStream::open(bench.console.addr, None),
+        EventStream::open(bench.console.addr, Some(&"0".repeat(64))),
+    ];
+    let gate = bench.gate();
+    let seen = control.events();
+    let _ = pending_wire(&gate, "a-44-secret", "x");
+    assert!(
+        control.wait_past(seen),
+        "the operator's live list got no event"
+    );
+    let seen = control.events();
+    let _ = pending_wire(&gate, "a-44-second", "x");
+    assert!(control.wait_past(seen));
+    for (n, stranger) in strangers.iter().enumerate() {
+        let text = stranger.text();
+        let status = Reply::parse_head(&text);
+        assert!(
+            status != 200 && stranger.events() == 0 && !text.contains("a-44"),
+            "a browser without a session ({n}) follows the live list: {text}"
+        );
+    }
+    for path in ["/approvals/table", "/approvals/table?after=0"] {
+        let page = Browser::new(bench.console.addr).get(path);
+        assert!(
+            !page.body.contains("a-44") && page.status != 200,
+            "{path}: {}",
+            page.describe()
+        );
+    }
+}
+
+/// Attack: keep the live list open after logging out (or after the session ended), while requests
+/// arrive.
+/// Guarantee 20: the console answers only for a logged-in operator: a stream opened by a session
+/// tells nothing once it ended.
+#[test]
+fn a20_45_the_live_list_stops_when_its_session_ends() {
+    let Some(bench) = bench("a20_45") else {
+        return;
+    };
+    let olga = bench.olga();
+    let ravi = bench.ravi();
+    let leaving = EventStream::open(bench.console.addr, olga.cookie.as_deref());
+    let control = EventStream::open(bench.console.addr, ravi.cookie.as_deref());
+    let gate = bench.gate();
+    let seen = (leaving.events(), control.events());
+    let _ = pending_wire(&gate, "a-45-first", "x");
+    assert!(leaving.wait_past(seen.0) && control.wait_past(seen.1));
+    let out = olga.post("/logout", &[("csrf", &olga.csrf())]);
+    assert!(out.status < 400);
+    assert!(olga.get("/approvals").to_login());
+    let after_logout = leaving.events();
+    for n in 0..3 {
+        let seen = control.events();
+        let _ = pending_wire(&gate, &format!("a-45-after-{n}"), "x");
+        assert!(control.wait_past(seen), "the control stream got no event");
+    }
+    assert!(
+        leaving.closed() || leaving.events() == after_logout,
+        "a stream of a session that ended got {} more event(s) of requests made after the log-out:\n{}",
+        leaving.events() - after_logout,
+        leaving
+            .text()
+            .chars()
+            .rev()
+            .take(200)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<String>()
+    );
+}
+
+/// Attack: log in with a short-lived access token, open the live list, and keep it open past the
+/// token's expiry while requests arrive.
+/// Guarantee 20 (docs/console.md): the session ends when the token expires; the console answers only
+/// for a logged-in operator.
+#[test]
+fn a20_46_the_live_list_stops_when_its_access_token_expires() {
+    let key = TestKey::new("a20-46");
+    let Some(bench) = jwt_bench("a20_46", &key, &[]) else {
+        return;
+    };
+    let exp = now_secs() + 3;
+    let mut c = claims("mallory", 0);
+    c["exp"] = json!(exp);
+    let mallory = login(bench.console.addr, &key.sign(&c));
+    let leaving = EventStream::open(bench.console.addr, mallory.cookie.as_deref());
+    let ravi = bench.ravi();
+    let control = EventStream::open(bench.console.addr, ravi.cookie.as_deref());
+    let gate = bench.gate();
+    let seen = (leaving.events(), control.events());
+    let _ = pending_wire(&gate, "a-46-first", "x");
+    assert!(leaving.wait_past(seen.0) && control.wait_past(seen.1));
+    while now_secs() <= exp + 1 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        mallory.get("/approvals").to_login(),
+        "the session outlived its token"
+    );
+    let after_expiry = leaving.events();
+    for n in 0..3 {
+        let seen = control.events();
+        let _ = pending_wire(&gate, &format!("a-46-after-{n}"), "x");
+        assert!(control.wait_past(seen), "the control stream got no event");
+    }
+    assert!(
+        leaving.closed() || leaving.events() == after_expiry,
+        "the live list of a session whose token expired got {} more event(s)",
+        leaving.events() - after_expiry
+    );
+}

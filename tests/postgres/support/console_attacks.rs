@@ -50,6 +50,11 @@ impl Reply {
         reply
     }
 
+    /// The status of an answer whose head is at the start of `text` (0 if none came).
+    pub(crate) fn parse_head(text: &str) -> u16 {
+        Reply::parse(text.as_bytes()).status
+    }
+
     /// The first value of the header `name` (any case).
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers(name).into_iter().next()
