@@ -14,7 +14,7 @@ use toolgate::{Denied, Gate, Mode, Rollback, tool};
 
 use crate::common::postgres::query;
 use crate::support::console_attacks::*;
-use crate::support::{parent_database, scratch_dir, wait};
+use crate::support::{Racer, parent_database, scratch_dir, wait};
 use toolgate::postgres::PostgresSink;
 use toolgate::postgres::fleet::{self, Fleet};
 
@@ -2495,5 +2495,275 @@ fn a20_46_the_live_list_stops_when_its_access_token_expires() {
         leaving.closed() || leaving.events() == after_expiry,
         "the live list of a session whose token expired got {} more event(s)",
         leaving.events() - after_expiry
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Where the console meets the gates, the fleet and the server.
+
+const URL_ENV: &str = "TOOLGATE_G20_URL";
+const FLEET_ENV: &str = "TOOLGATE_G20_FLEET";
+
+/// An agent, when the parent runs this binary again with [`CHILD_ROLE`] `agent`: a gate of agent
+/// `desk` for `alice` over the store (joined to the fleet [`FLEET_ENV`] names, if any), and a call a
+/// line on stdin (`wire ACCOUNT`), each answered `@ran` or `@CODE ID` on stdout.
+#[test]
+fn agent_child_of_g20() {
+    use std::io::{BufRead, Write};
+    if std::env::var(CHILD_ROLE).as_deref() != Ok("agent") {
+        return;
+    }
+    let url = std::env::var(URL_ENV).expect("the database's URL");
+    let store = PostgresStore::builder()
+        .timeout(Duration::from_secs(2))
+        .connect(&url)
+        .expect("the store");
+    let builder = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("desk")
+        .principal("alice")
+        .approval_store(store);
+    let _fleet;
+    let gate = match std::env::var(FLEET_ENV) {
+        Ok(name) => {
+            let fleet = Fleet::connect(&url, &name).expect("the fleet");
+            let gate = fleet.join(builder).expect("joined");
+            _fleet = fleet;
+            gate
+        }
+        Err(_) => builder.build().expect("a gate"),
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@ready").unwrap();
+    out.flush().unwrap();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let said = match line.split(' ').collect::<Vec<_>>().as_slice() {
+            ["wire", account] => {
+                match gate.run(|| wire((*account).to_owned(), "x".into(), "0000".into())) {
+                    Ok(()) => "ran".to_owned(),
+                    Err(denied) => format!(
+                        "{} {}",
+                        denied.code().as_str(),
+                        denied.approval_request_id().unwrap_or("-")
+                    ),
+                }
+            }
+            other => panic!("an unknown command {other:?}"),
+        };
+        writeln!(out, "@{said}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// The agent in a process of its own, over the store of `url`, joined to `fleet` if named.
+fn spawn_agent(url: &str, fleet: Option<&str>) -> Racer {
+    let mut command = crate::support::child(module_path!(), "agent_child_of_g20");
+    command.env(CHILD_ROLE, "agent").env(URL_ENV, url);
+    if let Some(fleet) = fleet {
+        command.env(FLEET_ENV, fleet);
+    }
+    Racer::spawn(&mut command)
+}
+
+fn ask(agent: &mut Racer, command: &str) -> String {
+    agent.tell(command);
+    agent.said()
+}
+
+/// The request id of an agent's answer `APPROVAL_PENDING ID`.
+#[track_caller]
+fn pending_of(said: &str) -> i64 {
+    let (code, id) = said
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("ran: {said}"));
+    assert_eq!(code, "APPROVAL_PENDING", "{said}");
+    id.parse().expect("a request id")
+}
+
+/// Attack: an operator lowers the agent's fleet on the page (an incident), then approves its pending
+/// call anyway (another operator, or the same by habit); the agent, in another process, retries.
+/// Guarantee 20 with 11: the console lowers the fleet for every process; an approval given after it
+/// runs nothing above the fleet's mode.
+#[test]
+fn a20_47_an_approval_on_the_page_after_the_page_lowered_the_fleet_runs_nothing() {
+    let Some(bench) = bench("a20_47") else {
+        return;
+    };
+    let mut agent = spawn_agent(&bench.url, Some("f47"));
+    let id = pending_of(&ask(&mut agent, "wire a-47"));
+    let olga = bench.olga();
+    let reply = lower_on_page(&olga, "f47", "PARTIAL_AUTO", &[]);
+    assert!(reply.status < 400, "{}", reply.describe());
+    assert_eq!(fleet_mode(&bench.url, "f47"), Mode::PartialAuto);
+    // The agent's process has read the lowering (its membership says so).
+    assert!(eventually(|| {
+        let members = fleet::status(&bench.url, "toolgate", "f47")
+            .unwrap()
+            .members;
+        !members.is_empty() && members.iter().all(|m| m.mode == Mode::PartialAuto)
+    }));
+    let ravi = bench.ravi();
+    assert!(taken(&approve(&ravi, id, &[])));
+    let said = ask(&mut agent, "wire a-47");
+    assert_ne!(
+        said, "ran",
+        "a call above the fleet's new mode ran on the page's approval"
+    );
+    // The same from the gate's own side: an approval, then the gate lowered in its process.
+    let gate = bench.gate();
+    let id = pending_wire(&gate, "a-47b", "x");
+    assert!(taken(&approve(&olga, id, &[])));
+    gate.lower(Mode::Advisory).unwrap();
+    assert!(
+        gate.run(|| wire("a-47b".into(), "x".into(), "0000".into()))
+            .is_err()
+    );
+    assert_eq!(runs("wire:a-47b:x:0000"), 0);
+}
+
+/// Attack: reject and stop an agent from the page; the agent's gate reads the answer.
+/// Guarantee 20 with 7: the answer is recorded under the session's operator, and the gate that reads
+/// it refuses the call and lowers itself to SHADOW.
+#[test]
+fn a20_48_reject_and_stop_on_the_page_stops_the_agent_under_the_operator_s_name() {
+    let Some(bench) = bench("a20_48") else {
+        return;
+    };
+    let gate = bench.gate();
+    let id = pending_wire(&gate, "a-48", "x");
+    let olga = bench.olga();
+    let reply = olga.post(
+        &answer_path(id),
+        &[
+            ("csrf", &olga.csrf()),
+            ("action", "reject-stop"),
+            ("reason", "stop now"),
+            ("by", "mallory"),
+            ("stop", "false"),
+        ],
+    );
+    assert!(taken(&reply), "{}", reply.describe());
+    assert!(matches!(
+        bench.state(id),
+        RequestState::Answered(Answer::Reject { ref by, stop: true, .. }) if by == "olga"
+    ));
+    assert!(
+        gate.run(|| wire("a-48".into(), "x".into(), "0000".into()))
+            .is_err()
+    );
+    assert_eq!(gate.mode(), Mode::Shadow);
+    assert!(gate.run(|| note("after the stop".into())).is_err());
+    assert_eq!(runs("wire:a-48:x:0000"), 0);
+}
+
+/// Attack: approve requests just as they expire (the store's requests live a second), many times.
+/// Guarantee 20: the console says an answer was taken exactly when the store recorded it, and an
+/// answer recorded for an expired request runs nothing.
+#[test]
+fn a20_49_an_approval_racing_the_request_s_expiry_is_told_as_recorded() {
+    let Some(bench) = bench("a20_49") else {
+        return;
+    };
+    let short = Arc::new(
+        PostgresStore::builder()
+            .ttl(Duration::from_secs(1))
+            .connect(&bench.url)
+            .unwrap(),
+    );
+    let gate = gate_of(short.clone(), "desk", None);
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    for round in 0..12 {
+        let account = format!("a-49-{round}");
+        let id = pending_wire(&gate, &account, "x");
+        let made = Instant::now();
+        let delay = Duration::from_millis(800 + 40 * round);
+        while made.elapsed() < delay {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let reply = olga.post(&answer_path(id), &[("csrf", &csrf), ("action", "approve")]);
+        let state = bench.state(id);
+        assert_eq!(
+            taken(&reply),
+            answered_by(&state).is_some(),
+            "round {round}: the page says {:?}, the store holds {state:?}",
+            reply.header("location")
+        );
+        let _ = gate.run(|| wire(account.clone(), "x".into(), "0000".into()));
+        let ran = runs(&format!("wire:{account}:x:0000"));
+        assert!(ran <= 1);
+        if ran == 1 {
+            assert!(
+                answered_by(&state).is_some(),
+                "round {round}: ran without an answer"
+            );
+        }
+    }
+}
+
+/// Attack: stop PostgreSQL while an operator has the request's page open and answers it, start it
+/// again, and answer again (as a browser sends a form again).
+/// Guarantee 20: the console recovers, records no answer it did not take and none twice, and the
+/// agent's call runs once; the live list follows the store again.
+#[test]
+fn a20_50_the_store_stopped_and_started_again_under_an_open_page_records_one_answer() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let _serial = crate::common::serial();
+    let cluster = crate::common::postgres::Cluster::new(&["fsync=off"]);
+    let url = cluster.database("a20_50");
+    let dir = scratch_dir("a20_50");
+    let ops = operators_file(&dir, &[("olga", OLGA), ("ravi", RAVI)]);
+    let mut console = ConsoleProcess::start(&url, &ops, &[]);
+    let mut agent = spawn_agent(&url, None);
+    let id = pending_of(&ask(&mut agent, "wire a-50"));
+    let olga = login(console.addr, OLGA);
+    let csrf = olga.csrf();
+    let page = olga.get(&format!("/approvals/{id}"));
+    assert_eq!(page.status, 200);
+    cluster.stop();
+    let reply = olga.post(&answer_path(id), &[("csrf", &csrf), ("action", "approve")]);
+    assert!(
+        !taken(&reply),
+        "an answer taken with the store stopped: {}",
+        reply.describe()
+    );
+    let down = olga.get(&format!("/approvals/{id}"));
+    assert_inert("a page with the store stopped", &down, "g20mark");
+    assert_ne!(ask(&mut agent, "wire a-50"), "ran");
+    assert!(console.running(), "the console stopped with the store");
+    cluster.start();
+    let store = PostgresStore::connect(&url).expect("the store is back");
+    assert!(
+        eventually(|| {
+            let page = olga.get("/approvals");
+            page.status == 200 && page.body.contains(&format!("/approvals/{id}\""))
+        }),
+        "the console did not recover"
+    );
+    let state = wait(store.show(id)).unwrap().unwrap().state;
+    assert_eq!(
+        state,
+        RequestState::Pending,
+        "an answer not taken was recorded"
+    );
+    let stream = EventStream::open(console.addr, olga.cookie.as_deref());
+    let first = approve(&olga, id, &[]);
+    assert!(taken(&first), "{}", first.describe());
+    let again = olga.post(&answer_path(id), &[("csrf", &csrf), ("action", "approve")]);
+    assert!(!taken(&again), "answered twice: {}", again.describe());
+    let state = wait(store.show(id)).unwrap().unwrap().state;
+    assert_eq!(answered_by(&state).as_deref(), Some("olga"));
+    let said = [ask(&mut agent, "wire a-50"), ask(&mut agent, "wire a-50")];
+    assert_eq!(said.iter().filter(|s| *s == "ran").count(), 1, "{said:?}");
+    // The live list follows the store again: a new request reaches the open stream.
+    let seen = stream.events();
+    let _ = pending_of(&ask(&mut agent, "wire a-50-after"));
+    assert!(
+        stream.wait_past(seen),
+        "the live list no longer follows the store after its restart: {}",
+        stream.text()
     );
 }
