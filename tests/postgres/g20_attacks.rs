@@ -1476,25 +1476,49 @@ fn section<'a>(html: &'a str, tag: &str, id: &str) -> Option<&'a str> {
     Some(&html[start..end])
 }
 
+/// What a reader is shown of `html`: its text, and the attributes a browser shows (titles,
+/// placeholders, alternative texts, labels, the values of fields that are not hidden). The fields a
+/// form sends unseen (hidden inputs, `data-` attributes) carry a text as it is, to name it.
+fn displayed(html: &str) -> String {
+    let mut shown = visible_text(html);
+    for element in elements(html) {
+        let hidden_input = element.name == "input" && element.attr("type") == Some("hidden");
+        for (name, value) in &element.attrs {
+            let seen = matches!(
+                name.as_str(),
+                "title" | "placeholder" | "alt" | "aria-label"
+            ) || (name == "value" && !hidden_input);
+            if seen && let Some(value) = value {
+                shown.push(' ');
+                shown.push_str(&unescape(value));
+            }
+        }
+    }
+    shown
+}
+
 /// Asserts that each of `chars` shows in `html` (a part of a page) as a visible marker naming its
 /// code point (`U+202E`, `\u{202e}` as the terminal writes it, or a control as JSON escapes it),
 /// never raw.
 #[track_caller]
 fn assert_part_marked(what: &str, html: &str, chars: &[char]) {
     let text = visible_text(html);
+    let shown = displayed(html);
     for &c in chars {
         assert!(
-            !html.contains(c) && !text.contains(c),
+            !shown.contains(c),
             "{what}: {c:?} reaches the page raw\n{html}"
         );
         let marker = marker_of(c);
         let terminal = format!("\\u{{{:04x}}}", u32::from(c));
+        let debug = format!("\\u{{{:x}}}", u32::from(c));
         // Inside JSON, a control is written as JSON writes it: visible too.
         let json = serde_json::to_string(&c.to_string()).unwrap();
         let json = json.trim_matches('"');
         assert!(
             text.contains(&marker)
                 || text.contains(&terminal)
+                || text.contains(&debug)
                 || (json.starts_with('\\') && text.contains(json)),
             "{what}: no visible {marker} for {c:?}\n{html}"
         );
@@ -2766,4 +2790,375 @@ fn a20_50_the_store_stopped_and_started_again_under_an_open_page_records_one_ans
         "the live list no longer follows the store after its restart: {}",
         stream.text()
     );
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Whatever the tables hold.
+
+/// `text` as a PostgreSQL literal (dollar-quoted: nothing in the payloads ends it).
+fn literal(text: &str) -> String {
+    assert!(!text.contains("$g20$"));
+    format!("$g20${text}$g20$")
+}
+
+/// Asserts that no character of `chars` is raw on `page`, and that where the text tagged `tag` shows,
+/// each is drawn as a marker.
+#[track_caller]
+fn assert_no_raw_and_marked_where_shown(what: &str, page: &Reply, tag: &str, chars: &[char]) {
+    let shown = displayed(&page.body);
+    for &c in chars {
+        if let Some(at) = shown.find(c) {
+            let from = shown[..at]
+                .char_indices()
+                .rev()
+                .nth(150)
+                .map_or(0, |(i, _)| i);
+            let context: String = shown[from..].chars().take(300).collect();
+            panic!("{what}: {c:?} is shown raw, in: {context:?}");
+        }
+    }
+    if visible_text(&page.body).contains(tag) {
+        assert_part_marked(what, &page.body, chars);
+    }
+}
+
+/// Attack: every text column of a request's row written by whoever can write the table (or a store
+/// of another version), with markup and hiding characters: the tool, agent, principal, arguments,
+/// taint, target, state, plan, manifest, digests, risk and mode, and an answer's operator, reason
+/// and confirmation.
+/// Guarantee 20: every text from the store is escaped for HTML and every hiding character shown as a
+/// marker, whatever wrote it.
+#[test]
+fn a20_51_every_text_of_a_request_s_row_is_inert_and_marked() {
+    let Some(bench) = bench("a20_51") else {
+        return;
+    };
+    let gate = bench.gate();
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let hidden: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    let olga = bench.olga();
+    let columns = [
+        "tool",
+        "agent",
+        "principal",
+        "arguments",
+        "tainted_by",
+        "tainted_at",
+        "target",
+        "evidence",
+        "rollback",
+        "manifest",
+        "arguments_digest",
+        "shown_digest",
+        "evidence_digest",
+        "risk",
+        "mode",
+        "answered_by",
+        "reason",
+        "confirmation",
+    ];
+    let mut n = 0;
+    for column in columns {
+        for payload in [PAYLOADS[1], PAYLOADS[2], PAYLOADS[4], PAYLOADS[7]] {
+            n += 1;
+            let tag = format!("col{n}-{column}");
+            let value = format!("{payload}{tag}{hidden}");
+            let id = request_id(gate.run(|| terminate(format!("db-51-{n}"), "x".into())));
+            let set = match column {
+                "manifest" => format!("manifest = to_jsonb({}::text)", literal(&value)),
+                "answered_by" | "reason" => format!(
+                    "answer = 'reject', answered_at = now(), answered_by = {v}, reason = {v}",
+                    v = literal(&value)
+                ),
+                "confirmation" => format!(
+                    "answer = 'approve', answered_at = now(), answered_by = 'ana', \
+                     confirmation = {}",
+                    literal(&value)
+                ),
+                other => format!("{other} = {}", literal(&value)),
+            };
+            crate::common::postgres::execute(
+                &bench.url,
+                &format!("UPDATE toolgate.approvals SET {set} WHERE id = {id}"),
+            );
+            for path in [
+                "/approvals".to_owned(),
+                "/approvals/table".to_owned(),
+                format!("/approvals/{id}"),
+            ] {
+                let page = olga.get(&path);
+                let what = format!("{path} with {column} = {payload:?}");
+                assert_inert(&what, &page, "g20mark");
+                assert_no_raw_and_marked_where_shown(&what, &page, &tag, &hiding);
+            }
+        }
+    }
+}
+
+/// Attack: rows of the trail written directly (a writer's role may insert rows under a name no one
+/// used): a writer name, tool, stage, principal, agent, mode, decision, outcome, code and message
+/// that mark up and hide, in a line that is not even a record.
+/// Guarantee 20: every text of the trail is escaped for HTML and every hiding character shown as a
+/// marker, on the search, the call's page and the verification.
+#[test]
+fn a20_52_every_text_of_a_trail_row_is_inert_and_marked() {
+    let Some(bench) = bench("a20_52") else {
+        return;
+    };
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let hidden: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    let olga = bench.olga();
+    for (n, payload) in [PAYLOADS[0], PAYLOADS[2], PAYLOADS[4], PAYLOADS[7]]
+        .iter()
+        .enumerate()
+    {
+        let v = |field: &str| format!("{payload}col{n}-{field}{hidden}");
+        let writer = v("writer");
+        let line = json!({
+            "agent": v("agent"), "principal": v("principal"), "tool": v("tool"),
+            "stage": "enter", "mode": "SHADOW", "decision": v("decision"),
+            "outcome": v("outcome"), "code": v("code"), "message": v("message"),
+            "arguments": v("arguments"), "declared_risk": v("risk"), "gate": 1, "call": 1,
+            "seq": 1, "timestamp": "2026-01-01T00:00:00Z", "hash": v("hash"),
+            "prev_hash": v("prev"),
+        })
+        .to_string();
+        let lines = [line, format!("{payload}col{n}-line{hidden}")];
+        for (seq, line) in lines.iter().enumerate() {
+            crate::common::postgres::execute(
+                &bench.url,
+                &format!(
+                    "INSERT INTO toolgate.audit (writer, seq, prev_hash, hash, stage, tool, gate, \
+                     call, line) VALUES ({w}, {s}, {p}, {h}, 'enter', {t}, 1, 1, {l})",
+                    w = literal(&writer),
+                    s = seq + 1,
+                    p = literal(&v("prev")),
+                    h = literal(&v("hash")),
+                    t = literal(&v("tool")),
+                    l = literal(line),
+                ),
+            );
+        }
+        let tag = format!("col{n}-");
+        let mut asks = vec![
+            "/trail".to_owned(),
+            "/trail/verify".to_owned(),
+            "/promotion".to_owned(),
+        ];
+        for seq in 1..=2 {
+            asks.push(format!(
+                "/trail/call?{}",
+                form(&[("writer", &writer), ("seq", &seq.to_string())])
+            ));
+        }
+        for ask in asks {
+            let page = olga.get(&ask);
+            let what = format!("{ask} with {payload:?}");
+            assert_inert(&what, &page, "g20mark");
+            assert_no_raw_and_marked_where_shown(&what, &page, &tag, &hiding);
+        }
+    }
+}
+
+/// Attack: a fleet's rows written directly (a member process writes its own row): the fleet's name,
+/// who set it and why, its policy, a member's process, host and agent, a change's operator and
+/// reason, marked up and hiding.
+/// Guarantee 20: every text of a fleet is escaped for HTML and every hiding character shown as a
+/// marker.
+#[test]
+fn a20_53_every_text_of_a_fleet_s_rows_is_inert_and_marked() {
+    let Some(bench) = bench("a20_53") else {
+        return;
+    };
+    let hiding: Vec<char> = HIDING.iter().copied().filter(|c| *c != '\0').collect();
+    let hidden: String = hiding.iter().map(|c| format!("x{c}")).collect();
+    let olga = bench.olga();
+    for (n, payload) in [PAYLOADS[0], PAYLOADS[2], PAYLOADS[4], PAYLOADS[7]]
+        .iter()
+        .enumerate()
+    {
+        let v = |field: &str| literal(&format!("{payload}col{n}-{field}{hidden}"));
+        crate::common::postgres::execute(
+            &bench.url,
+            &format!(
+                "INSERT INTO toolgate.fleets (name, mode, changed_by, reason, policy, policy_digest, \
+                 policy_by, policy_at) VALUES ({name}, 'PARTIAL_AUTO', {by}, {why}, {policy}, \
+                 {digest}, {pby}, now());
+                 INSERT INTO toolgate.fleet_members (fleet, member, gate, host, pid, agent, mode, \
+                 policy_digest) VALUES ({name}, {member}, 1, {host}, 1, {agent}, 'SHADOW', \
+                 {mdigest});
+                 INSERT INTO toolgate.fleet_changes (fleet, mode, changed_by, reason) VALUES \
+                 ({name}, 'PARTIAL_AUTO', {by}, {why});",
+                name = v("name"),
+                by = v("by"),
+                why = v("why"),
+                policy = v("policy"),
+                digest = v("digest"),
+                pby = v("pby"),
+                member = v("member"),
+                host = v("host"),
+                agent = v("agent"),
+                mdigest = v("mdigest"),
+            ),
+        );
+        let page = olga.get("/fleet");
+        let what = format!("the fleets with {payload:?}");
+        assert_inert(&what, &page, "g20mark");
+        assert_no_raw_and_marked_where_shown(&what, &page, &format!("col{n}-"), &hiding);
+    }
+}
+
+/// Attack: a request for a request id that is not a number, naming something of the attacker's
+/// (markup, a line that reads as a warning, a right-to-left override), on the request's page and
+/// its answer.
+/// Guarantee 20 (docs/console.md): a refused answer comes back as one of the console's sentences,
+/// never as text from the request; no hiding character reaches the operator raw.
+#[test]
+fn a20_54_a_request_id_that_is_no_number_is_refused_in_the_console_s_words() {
+    let Some(bench) = bench("a20_54") else {
+        return;
+    };
+    let olga = bench.olga();
+    let csrf = olga.csrf();
+    for id in [
+        "%3Cb%3Eg20mark%3C%2Fb%3E",
+        "g20mark%20session%20ended%2C%20log%20in%20at%20evil.example",
+        "g20mark%E2%80%AEkram",
+    ] {
+        let answer = olga.post(
+            &format!("/approvals/{id}/answer"),
+            &[("csrf", &csrf), ("action", "approve")],
+        );
+        let page = olga.get(&format!("/approvals/{id}"));
+        for (what, reply) in [("the answer", &answer), ("the page", &page)] {
+            assert!(
+                !reply.body.contains("g20mark") && !reply.body.contains('\u{202e}'),
+                "{what} for id {id} repeats the request: {}",
+                reply.describe()
+            );
+        }
+    }
+}
+
+/// Attack: frame the console, or run an inline script on it, from any of its answers: pages, the
+/// live table, errors, assets, redirects.
+/// Guarantee 20: the pages run no script but the console's own and load nothing from elsewhere, in no
+/// frame: every answer says so.
+#[test]
+fn a20_55_every_answer_forbids_frames_inline_scripts_and_sniffing() {
+    let Some(bench) = bench("a20_55") else {
+        return;
+    };
+    let id = pending_wire(&bench.gate(), "a-55", "x");
+    let olga = bench.olga();
+    let anonymous = bench.console.browser();
+    let mut replies = Vec::new();
+    for path in [
+        "/".to_owned(),
+        "/login".to_owned(),
+        "/approvals".to_owned(),
+        "/approvals/table".to_owned(),
+        format!("/approvals/{id}"),
+        "/approvals/999999".to_owned(),
+        "/approvals/x".to_owned(),
+        "/fleet".to_owned(),
+        "/trail".to_owned(),
+        "/trail?before_seq=x".to_owned(),
+        "/trail/call?writer=x&seq=1".to_owned(),
+        "/trail/verify".to_owned(),
+        "/promotion".to_owned(),
+        "/assets/console.js".to_owned(),
+        "/assets/console.css".to_owned(),
+        "/no-such-page".to_owned(),
+    ] {
+        replies.push((format!("GET {path}"), olga.get(&path)));
+        replies.push((
+            format!("GET {path} without a session"),
+            anonymous.get(&path),
+        ));
+    }
+    replies.push((
+        "a refused answer".to_owned(),
+        olga.post(&answer_path(id), &[]),
+    ));
+    replies.push((
+        "a log-in refused".to_owned(),
+        anonymous.post("/login", &[("token", "x")]),
+    ));
+    for (what, reply) in replies {
+        let csp = reply.header("content-security-policy").unwrap_or("");
+        let directives: Vec<&str> = csp.split(';').map(str::trim).collect();
+        assert!(
+            directives.contains(&"frame-ancestors 'none'")
+                && directives.contains(&"script-src 'self'")
+                && directives.contains(&"default-src 'none'")
+                && !csp.contains("unsafe"),
+            "{what}: content policy {csp:?}"
+        );
+        assert_eq!(
+            reply.header("x-content-type-options"),
+            Some("nosniff"),
+            "{what}"
+        );
+    }
+}
+
+/// Attack: log in by a link (`GET /login?token=..`, as an image of another site would), or with the
+/// token in the query of an empty form.
+/// Guarantee 20: a session is got only by posting a token to the log-in form; a link changes nothing.
+#[test]
+fn a20_56_a_log_in_by_a_link_opens_no_session() {
+    let Some(bench) = bench("a20_56") else {
+        return;
+    };
+    let browser = bench.console.browser();
+    let query = form(&[("token", OLGA)]);
+    for reply in [
+        browser.get(&format!("/login?{query}")),
+        browser.get_with(
+            &format!("/login?{query}"),
+            &[("Sec-Fetch-Site", "cross-site")],
+        ),
+        browser.get(&format!("/?{query}")),
+        browser.get(&format!("/approvals?{query}")),
+    ] {
+        assert!(
+            reply.session_cookie().is_none(),
+            "a link opened a session: {}",
+            reply.describe()
+        );
+    }
+}
+
+/// Attack: a log-in that names where to go next (`next`, `redirect`, `return_to`, in the form or the
+/// query): another site, a scheme-relative path.
+/// Guarantee 20: the console sends the browser only to its own pages.
+#[test]
+fn a20_57_a_log_in_sends_the_browser_to_no_other_site() {
+    let Some(bench) = bench("a20_57") else {
+        return;
+    };
+    let browser = bench.console.browser();
+    for target in [
+        "http://evil.example/",
+        "//evil.example/",
+        "/\\evil.example/",
+        "https:evil.example",
+    ] {
+        for field in ["next", "redirect", "return_to", "url", "to"] {
+            let query = form(&[(field, target)]);
+            for reply in [
+                browser.post(&format!("/login?{query}"), &[("token", OLGA)]),
+                browser.post("/login", &[("token", OLGA), (field, target)]),
+            ] {
+                let location = reply.header("location").unwrap_or("/");
+                assert!(
+                    location.starts_with('/')
+                        && !location.starts_with("//")
+                        && !location.starts_with("/\\"),
+                    "{field}={target}: sent to {location}"
+                );
+            }
+        }
+    }
 }
