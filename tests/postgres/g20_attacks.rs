@@ -3162,3 +3162,94 @@ fn a20_57_a_log_in_sends_the_browser_to_no_other_site() {
         }
     }
 }
+
+/// A console in this process whose operators are olga (a token) and whoever an `OAuth` verifier
+/// names (`Operators::verifier`, as the `Operators` documentation offers), trusting the test key.
+fn console_with_verifier(url: &str, key: &TestKey) -> InProcessConsole {
+    let jwks = json!({"keys": [key.jwk]}).to_string();
+    InProcessConsole::start_with(
+        move || async move {
+            let oauth = toolgate::mcp::oauth::OAuth::builder(AUDIENCE)
+                .authorization_server(ISSUER)
+                .jwks(toolgate::mcp::oauth::Jwks::json(jwks))
+                .algorithms([toolgate::mcp::oauth::Algorithm::RS256])
+                .scope(SCOPE, "ops", Gate::new(Mode::Shadow).expect("a gate"))
+                .build()
+                .await
+                .expect("a verifier");
+            toolgate::console::Console::builder().operators(
+                toolgate::console::Operators::new()
+                    .token(OLGA, "olga")
+                    .verifier(oauth),
+            )
+        },
+        url,
+    )
+}
+
+/// Attack: in a console whose operators include an `OAuth` verifier (`Operators::verifier`), log in
+/// with an access token that expires in three seconds and keep the session past it.
+/// Guarantee 20: a page needs a session got for an access token that verifies; the session ends
+/// when the token expires.
+#[test]
+fn a20_58_a_session_of_a_verifier_s_access_token_ends_with_the_token() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "a20_58") else {
+        return;
+    };
+    let key = TestKey::new("a20-58");
+    let store = store_of(&url);
+    let id = pending_wire(&gate_of(store.clone(), "desk", None), "a-58", "x");
+    let console = console_with_verifier(&url, &key);
+    let exp = now_secs() + 3;
+    let mut c = claims("mallory", 0);
+    c["exp"] = json!(exp);
+    let browser = login(console.addr, &key.sign(&c));
+    let csrf = browser.csrf();
+    while now_secs() <= exp + 1 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let page = browser.get("/approvals");
+    let answered = browser.post(&answer_path(id), &[("csrf", &csrf), ("action", "approve")]);
+    let state = wait(store.show(id)).unwrap().unwrap().state;
+    assert!(
+        page.to_login() && state == RequestState::Pending,
+        "a session outlived its access token: the page answered {}, and the request is {state:?} \
+         (the answer: {:?})",
+        page.status,
+        answered.header("location")
+    );
+}
+
+/// Attack: through an `OAuth` verifier given to `Operators::verifier`, log in with a subject that
+/// hides or reorders text, or marks up.
+/// Guarantee 20: the operator's name (which the store records) is refused at log-in, or every page
+/// shows it escaped with its hiding characters as markers.
+#[test]
+fn a20_59_a_verifier_s_subject_that_hides_is_refused_or_shown_marked() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "a20_59") else {
+        return;
+    };
+    let key = TestKey::new("a20-59");
+    let store = store_of(&url);
+    let id = pending_wire(&gate_of(store.clone(), "desk", None), "a-59", "x");
+    let console = console_with_verifier(&url, &key);
+    for (sub, hidden) in [
+        ("olga\u{202e}agl", Some('\u{202e}')),
+        ("olga\u{200b}", Some('\u{200b}')),
+        ("olga\nravi", Some('\n')),
+        ("<svg onload=g20mark()>", None),
+    ] {
+        let Ok(browser) = try_login(console.addr, &key.sign(&claims(sub, 300))) else {
+            continue;
+        };
+        for path in ["/approvals".to_owned(), format!("/approvals/{id}")] {
+            let page = browser.get(&path);
+            assert_eq!(page.status, 200);
+            assert_inert(&format!("the operator {sub:?}"), &page, "g20mark");
+            if let Some(c) = hidden {
+                let header = page.body.split("</header>").next().unwrap_or_default();
+                assert_part_marked(&format!("the operator {sub:?} on {path}"), header, &[c]);
+            }
+        }
+    }
+}

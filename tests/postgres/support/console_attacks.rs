@@ -914,6 +914,16 @@ pub(crate) struct InProcessConsole {
 impl InProcessConsole {
     /// `builder` connected to `url` and served on a port of its own.
     pub(crate) fn start(builder: toolgate::console::ConsoleBuilder, url: &str) -> InProcessConsole {
+        Self::start_with(move || async move { builder }, url)
+    }
+
+    /// The builder `make` makes on the console's runtime (for what must be built there), connected to
+    /// `url` and served on a port of its own.
+    pub(crate) fn start_with<F, Fut>(make: F, url: &str) -> InProcessConsole
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = toolgate::console::ConsoleBuilder>,
+    {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (tx, rx) = std::sync::mpsc::channel();
         let url = url.to_owned();
@@ -924,6 +934,7 @@ impl InProcessConsole {
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
+                let builder = make().await;
                 let console = match builder.connect(&url).await {
                     Ok(console) => console,
                     Err(e) => {
