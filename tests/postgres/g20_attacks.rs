@@ -1,6 +1,24 @@
-//! Outside attacks on guarantee 20 (the operator console), against the real `toolgate console`
-//! command or a console served in this process, a real PostgreSQL and gates in this process or in
-//! agent processes of their own.
+//! Outside attacks on guarantee 20 (the operator console) and where it meets the other features:
+//! the log-in (operators' tokens, JWT access tokens), CSRF and origin, who an answer is recorded
+//! under, irreversible calls, everything agents, writers of the trail and fleet members write, the
+//! redaction of arguments, the fleet's form, the trail's search, the live list, and the console
+//! beside lowered fleets, expiring requests, racing operators and a server stopped and started.
+//!
+//! Written from the documentation and the public API only, against the real `toolgate console`
+//! command (or a console served in this process), a real PostgreSQL, and gates in this process or
+//! in an agent process of its own (`agent_child_of_g20`: this binary run again with
+//! `TOOLGATE_G20_CHILD=agent`). Every test asserts the guarantee as it should hold: a test that fails
+//! is an attack that got through.
+//!
+//! Got through when written:
+//! - a20_45, a20_46: the live list (`/approvals/events`) of a session that ended (logged out, or
+//!   past its access token's expiry) goes on telling that browser of every change to the requests.
+//! - a20_54: a request id that is no number (`/approvals/ID`, `/approvals/ID/answer`) is refused
+//!   with text that repeats the request ("Invalid URL: Cannot parse ... to a i64"), its hiding
+//!   characters raw.
+//! - a20_58: a console whose operators include an `OAuth` verifier (`Operators::verifier`) keeps a
+//!   log-in with an access token for the console's whole session: an answer is recorded under the
+//!   token's subject after the token expired.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -1535,6 +1553,8 @@ fn a20_30_markup_in_arguments_is_inert_on_every_approvals_page() {
         return;
     };
     let gate = bench.gate();
+    // The session is tainted: the pages say by what.
+    gate.run(|| read_ticket(30)).expect("a read");
     let ids: Vec<i64> = PAYLOADS
         .iter()
         .enumerate()
@@ -2265,7 +2285,7 @@ fn a20_43_a_redacted_argument_reaches_no_page() {
     let mut pages = Vec::new();
     let cookie = olga.cookie.clone().unwrap();
     let stream = EventStream::open(bench.console.addr, Some(&cookie));
-    let mut look = |pages: &mut Vec<(String, String)>| {
+    let look = |pages: &mut Vec<(String, String)>| {
         for path in [
             "/approvals".to_owned(),
             "/approvals/table".to_owned(),

@@ -101,10 +101,7 @@ impl Reply {
 fn dechunk(body: &str) -> String {
     let mut out = String::new();
     let mut rest = body;
-    loop {
-        let Some((size, after)) = rest.split_once("\r\n") else {
-            break;
-        };
+    while let Some((size, after)) = rest.split_once("\r\n") {
         let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
             break;
         };
@@ -133,40 +130,6 @@ pub(crate) fn exchange(addr: SocketAddr, request: &[u8]) -> Reply {
         }
     }
     Reply::parse(&raw)
-}
-
-/// Sends `request` and reads what comes until `done` says what came so far is enough, or `limit`
-/// passes (for a stream that does not end: server-sent events).
-pub(crate) fn read_until(
-    addr: SocketAddr,
-    request: &str,
-    limit: Duration,
-    done: impl Fn(&str) -> bool,
-) -> String {
-    let mut stream = TcpStream::connect(addr).expect("the console accepts a connection");
-    stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let _ = stream.write_all(request.as_bytes());
-    let started = Instant::now();
-    let mut raw = Vec::new();
-    let mut buf = [0_u8; 8192];
-    while started.elapsed() < limit {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => break,
-        }
-        if done(&String::from_utf8_lossy(&raw)) {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&raw).into_owned()
 }
 
 /// `text` encoded for a URL's query or a form's body.
@@ -306,53 +269,6 @@ pub(crate) fn input_value(html: &str, name: &str) -> Option<String> {
         .into_iter()
         .find(|e| e.name == "input" && e.attr("name") == Some(name))
         .and_then(|e| e.attr("value").map(unescape))
-}
-
-/// The forms of `html`: each one's action, method and fields (inputs, selects, textareas and buttons
-/// with a name), in order.
-pub(crate) fn forms(html: &str) -> Vec<Form> {
-    let mut forms = Vec::new();
-    for element in elements(html) {
-        match element.name.as_str() {
-            "form" => forms.push(Form {
-                id: element.attr("id").map(str::to_owned),
-                action: element.attr("action").map(unescape).unwrap_or_default(),
-                method: element.attr("method").unwrap_or("get").to_ascii_lowercase(),
-                fields: Vec::new(),
-            }),
-            "input" | "select" | "textarea" | "button" => {
-                if let (Some(form), Some(name)) = (forms.last_mut(), element.attr("name")) {
-                    form.fields.push((
-                        name.to_owned(),
-                        element.attr("value").map(unescape).unwrap_or_default(),
-                        element.attr("type").unwrap_or(&element.name).to_owned(),
-                    ));
-                }
-            }
-            _ => {}
-        }
-    }
-    forms
-}
-
-/// A form of a page.
-#[derive(Debug, Clone)]
-pub(crate) struct Form {
-    pub(crate) id: Option<String>,
-    pub(crate) action: String,
-    pub(crate) method: String,
-    /// Name, value, type.
-    pub(crate) fields: Vec<(String, String, String)>,
-}
-
-impl Form {
-    /// The value of the field `name`.
-    pub(crate) fn value(&self, name: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, v, _)| v.as_str())
-    }
 }
 
 /// An element's start tag, as the page's HTML has it.
@@ -799,7 +715,6 @@ fn toml_key(name: &str) -> String {
 pub(crate) struct ConsoleProcess {
     child: Child,
     pub(crate) addr: SocketAddr,
-    pub(crate) stderr: Arc<Mutex<String>>,
 }
 
 impl ConsoleProcess {
@@ -860,7 +775,6 @@ impl ConsoleProcess {
             Ok(addr) => Ok(ConsoleProcess {
                 child,
                 addr: addr.parse().expect("the console's address"),
-                stderr,
             }),
             Err(_) => {
                 let _ = child.kill();
