@@ -17,6 +17,8 @@ mod g18_fleet_policy;
 mod g19_attacks;
 mod g19_irreversible;
 #[cfg(feature = "console")]
+mod g20_attacks;
+#[cfg(feature = "console")]
 mod g20_console;
 
 mod approvals_cli;

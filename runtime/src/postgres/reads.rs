@@ -27,7 +27,8 @@ const CHANNEL: &str = "toolgate_approvals";
 /// The most rows one page or search answers.
 pub const MAX_PAGE: u32 = 500;
 
-/// One connection for reading what operators see; see the [module](self).
+/// One connection for reading what operators see: pages of pending requests, searches of the trail,
+/// a call's two records, the fleets, the shadow-mode promotion over time.
 pub struct Reader {
     client: Client,
     schema: String,

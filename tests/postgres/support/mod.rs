@@ -4,6 +4,8 @@
 pub(crate) mod bank;
 #[cfg(feature = "console")]
 pub(crate) mod console;
+#[cfg(feature = "console")]
+pub(crate) mod console_attacks;
 pub(crate) mod fleet;
 pub(crate) mod mail;
 pub(crate) mod mcp_server;
