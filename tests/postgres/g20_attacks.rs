@@ -16,9 +16,9 @@
 //! - a20_54: a request id that is no number (`/approvals/ID`, `/approvals/ID/answer`) is refused
 //!   with text that repeats the request ("Invalid URL: Cannot parse ... to a i64"), its hiding
 //!   characters raw.
-//! - a20_58: a console whose operators include an `OAuth` verifier (`Operators::verifier`) keeps a
-//!   log-in with an access token for the console's whole session: an answer is recorded under the
-//!   token's subject after the token expired.
+//! - a20_58: a console whose operators included any token verifier (`Operators::verifier`, since
+//!   replaced by `Operators::access_tokens`) kept a log-in with an access token for the console's
+//!   whole session: an answer was recorded under the token's subject after the token expired.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -3183,8 +3183,9 @@ fn a20_57_a_log_in_sends_the_browser_to_no_other_site() {
     }
 }
 
-/// A console in this process whose operators are olga (a token) and whoever an `OAuth` verifier
-/// names (`Operators::verifier`, as the `Operators` documentation offers), trusting the test key.
+/// A console in this process whose operators are olga (a token) and the subjects of access tokens an
+/// `OAuth` verifies (`Operators::access_tokens`, as the `Operators` documentation offers), trusting
+/// the test key.
 fn console_with_verifier(url: &str, key: &TestKey) -> InProcessConsole {
     let jwks = json!({"keys": [key.jwk]}).to_string();
     InProcessConsole::start_with(
@@ -3200,14 +3201,14 @@ fn console_with_verifier(url: &str, key: &TestKey) -> InProcessConsole {
             toolgate::console::Console::builder().operators(
                 toolgate::console::Operators::new()
                     .token(OLGA, "olga")
-                    .verifier(oauth),
+                    .access_tokens(oauth, SCOPE),
             )
         },
         url,
     )
 }
 
-/// Attack: in a console whose operators include an `OAuth` verifier (`Operators::verifier`), log in
+/// Attack: in a console whose operators include an `OAuth` verifier (`Operators::access_tokens`), log in
 /// with an access token that expires in three seconds and keep the session past it.
 /// Guarantee 20: a page needs a session got for an access token that verifies; the session ends
 /// when the token expires.
@@ -3240,7 +3241,7 @@ fn a20_58_a_session_of_a_verifier_s_access_token_ends_with_the_token() {
     );
 }
 
-/// Attack: through an `OAuth` verifier given to `Operators::verifier`, log in with a subject that
+/// Attack: through an `OAuth` verifier given to `Operators::access_tokens`, log in with a subject that
 /// hides or reorders text, or marks up.
 /// Guarantee 20: the operator's name (which the store records) is refused at log-in, or every page
 /// shows it escaped with its hiding characters as markers.

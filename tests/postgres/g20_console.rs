@@ -619,6 +619,31 @@ fn f07_the_trail_is_searched_by_what_its_lines_say_and_an_edited_row_shows_on_ve
     assert!(by_decision.body.contains("pgconsole.wire"));
     let nobody = console.get("/trail?principal=bob", Some(&cookie));
     assert_eq!(nobody.body.matches("class=\"record\"").count(), 0);
+    // A time range, and the next page of a search, each narrow it.
+    let within = console.get(
+        "/trail?since=2000-01-01T00%3A00%3A00Z&until=2999-01-01",
+        Some(&cookie),
+    );
+    assert_eq!(
+        within.body.matches("class=\"record\"").count(),
+        3,
+        "{}",
+        within.body
+    );
+    let before = console.get("/trail?until=2000-01-01", Some(&cookie));
+    assert_eq!(before.body.matches("class=\"record\"").count(), 0);
+    let paged = console.get(
+        &format!(
+            "/trail?before_at={}&before_writer=desk-1&before_seq=3",
+            encoded("2999-01-01T00:00:00Z")
+        ),
+        Some(&cookie),
+    );
+    assert_eq!(paged.status, 200);
+    assert!(!paged.body.contains("id=\"error\""), "{}", paged.body);
+    // A decision and an outcome are never on one record: nothing is found, at once.
+    let never = console.get("/trail?decision=allowed&outcome=ok", Some(&cookie));
+    assert_eq!(never.body.matches("class=\"record\"").count(), 0);
     let not_a_time = console.get("/trail?since=yesterday-ish", Some(&cookie));
     assert_eq!(not_a_time.status, 200);
     assert!(not_a_time.body.contains("id=\"error\""));

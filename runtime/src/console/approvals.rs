@@ -4,13 +4,14 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use futures_util::Stream;
 use maud::{Markup, html};
 
 use super::html::{OrDash, Shown, ShownLines, page, problem};
+use super::operators::cookie_of;
 use super::shared::Operator;
 use super::shared::{Shared, unavailable};
 use crate::approval::store::{Answer, ApproveError};
@@ -136,25 +137,35 @@ fn age(duration: Duration) -> String {
 }
 
 /// The store's changes as server-sent events: one `changed` event per change, and one every 15
-/// seconds, when requests may have expired.
+/// seconds, when requests may have expired; the stream ends with its session.
 pub(super) async fn events(
     State(console): State<Shared>,
     operator: Operator,
+    headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Response> {
     let reader = console
         .reader()
         .await
         .map_err(|error| unavailable(&operator, &error))?;
+    let cookie = cookie_of(&headers).unwrap_or_default().to_owned();
     let mut changes = reader.changes();
     // A page follows what changes after it opened.
     changes.borrow_and_update();
-    let stream = futures_util::stream::unfold(changes, |mut changes| async move {
-        let changed = tokio::time::timeout(Duration::from_secs(15), changes.changed()).await;
-        match changed {
-            Ok(Err(_)) => None,
-            _ => Some((Ok(Event::default().data("changed")), changes)),
-        }
-    });
+    let stream = futures_util::stream::unfold(
+        (changes, console, cookie),
+        |(mut changes, console, cookie)| async move {
+            let changed = tokio::time::timeout(Duration::from_secs(15), changes.changed()).await;
+            if matches!(changed, Ok(Err(_))) {
+                return None;
+            }
+            // Nothing is told to a browser whose session has ended since the stream opened.
+            console.session(&cookie)?;
+            Some((
+                Ok(Event::default().data("changed")),
+                (changes, console, cookie),
+            ))
+        },
+    );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
@@ -191,9 +202,11 @@ const PROBLEMS: [(&str, &str); 6] = [
 pub(super) async fn detail(
     State(console): State<Shared>,
     operator: Operator,
-    Path(id): Path<i64>,
+    Path(id): Path<String>,
     Query(query): Query<DetailQuery>,
 ) -> Response {
+    // An id that is no number names no request; the path is not repeated back.
+    let id = id.parse::<i64>().unwrap_or(0);
     let request = match console.reader().await {
         Ok(reader) => reader.request(id).await,
         Err(error) => Err(error),
@@ -202,7 +215,7 @@ pub(super) async fn detail(
         Ok(Some(request)) => request,
         Ok(None) => {
             let body = html! {
-                h1 { "No request #" (id) }
+                h1 { "No such request" }
                 p.muted { "It does not exist, or was forgotten a while after it expired." }
                 p { a href="/approvals" { "Back to the pending approvals" } }
             };
@@ -268,10 +281,8 @@ fn state(request: &StoredRequest) -> Markup {
 
 fn facts(request: &StoredRequest) -> Markup {
     let evidence = request.evidence.as_deref().map(pretty);
-    let rollback = request
-        .rollback_plan()
-        .map(|plan| plan.to_string())
-        .or_else(|| request.rollback.clone());
+    // The plan as JSON, so that what the agent wrote in it is shown as every other field is.
+    let rollback = request.rollback.as_deref().map(pretty);
     html! {
         dl.facts {
             dt { "State" } dd #state { (state(request)) }
@@ -363,12 +374,15 @@ pub(super) struct AnswerForm {
 pub(super) async fn answer(
     State(console): State<Shared>,
     operator: Operator,
-    Path(id): Path<i64>,
+    Path(id): Path<String>,
     axum::Form(form): axum::Form<AnswerForm>,
 ) -> Response {
     if !operator.checks(&form.csrf) {
         return Operator::forged();
     }
+    let Ok(id) = id.parse::<i64>() else {
+        return (StatusCode::NOT_FOUND, "no such request").into_response();
+    };
     let back = |problem: Option<&str>| {
         let to = match problem {
             Some(key) => format!("/approvals/{id}?problem={key}"),

@@ -51,7 +51,7 @@ pub(super) async fn login(
             StatusCode::TOO_MANY_REQUESTS,
         );
     }
-    let Some((operator, expires)) = console.operators.who(form.token.trim()).await else {
+    let Some(login) = console.operators.who(form.token.trim()).await else {
         console.sessions.failed();
         return login_form(
             Some("That token names no operator of this console."),
@@ -59,7 +59,7 @@ pub(super) async fn login(
         );
     };
     // A session lasts no longer than the access token it was made with.
-    let ttl = match expires {
+    let ttl = match login.expires {
         Some(at) => match at.duration_since(SystemTime::now()) {
             Ok(left) if !left.is_zero() => left.min(console.session_ttl),
             _ => {
@@ -71,7 +71,7 @@ pub(super) async fn login(
         },
         None => console.session_ttl,
     };
-    let cookie = console.sessions.start(operator, ttl);
+    let cookie = console.sessions.start(login.operator, ttl);
     let mut response = Redirect::to("/approvals").into_response();
     if let Ok(value) = HeaderValue::from_str(&format!(
         "{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",

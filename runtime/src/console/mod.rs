@@ -16,10 +16,10 @@
 //!
 //! # Safe as a control surface
 //!
-//! Operators log in with a token of theirs (kept as its SHA-256) or an access token that a
-//! [`TokenVerifier`](crate::mcp::http::TokenVerifier) accepts (`toolgate::mcp::oauth::OAuth`, which
-//! checks JWTs as the MCP server does), in exchange for a session cookie (`HttpOnly`,
-//! `SameSite=Strict`). Every change is a form carrying the session's CSRF token, from the console's
+//! Operators log in with a token of theirs (kept as its SHA-256) or a JWT access token that
+//! [`OAuth`](crate::mcp::oauth::OAuth) verifies as the MCP server does
+//! ([`Operators::access_tokens`]), in exchange for a session cookie (`HttpOnly`, `SameSite=Strict`)
+//! that lasts no longer than the token. Every change is a form carrying the session's CSRF token, from the console's
 //! own origin. Every text an agent controls is escaped for HTML, and every character that could hide
 //! or reorder text is shown as a visible marker naming its code point; the pages load nothing but
 //! the console's own style sheet and script (a content security policy says so), and arguments the

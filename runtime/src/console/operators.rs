@@ -1,5 +1,5 @@
 //! Who may use the console, and how a browser proves it: an operator's token (kept as its SHA-256) or
-//! an access token a verifier accepts, exchanged once for a session cookie; and the guard every
+//! an access token of the authorization server, exchanged once for a session cookie; and the guard every
 //! request passes: changes come from the console's own origin, and every page says what it may load.
 
 use std::collections::HashMap;
@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use super::html::CONTENT_SECURITY_POLICY;
-use crate::mcp::http::{TokenVerifier, Verification};
 use crate::mcp::oauth::OAuth;
 
 pub(super) const COOKIE: &str = "toolgate_console";
@@ -26,13 +25,12 @@ const MAX_SESSIONS: usize = 10_000;
 /// so that guessing a token goes no faster than this.
 const MAX_FAILURES_PER_MINUTE: usize = 60;
 
-/// The operators the console lets in: static tokens, each naming an operator, and optionally a
-/// [`TokenVerifier`] for access tokens (`toolgate::mcp::oauth::OAuth`, whose principal's name is the
-/// operator's). The name is what the store records as who answered.
+/// The operators the console lets in: static tokens, each naming an operator, and optionally access
+/// tokens of an authorization server ([`Operators::access_tokens`]). The name is what the store
+/// records as who answered.
 #[derive(Default, Clone)]
 pub struct Operators {
     tokens: HashMap<[u8; 32], Arc<str>>,
-    verifier: Option<Arc<dyn TokenVerifier>>,
     access: Option<Arc<(OAuth, String)>>,
 }
 
@@ -95,12 +93,6 @@ impl Operators {
         Ok(self)
     }
 
-    /// Access tokens that none of the static tokens are: `verifier` names their operator.
-    pub fn verifier(mut self, verifier: impl TokenVerifier) -> Operators {
-        self.verifier = Some(Arc::new(verifier));
-        self
-    }
-
     /// Operators read from TOML: a table `[operators]` mapping each name to its token's SHA-256 in hex
     /// (`olga = "9f86d0…"`). `sha256sum` of a token, without its line break, gives it.
     pub fn from_toml(text: &str) -> Result<Operators, OperatorsError> {
@@ -117,23 +109,28 @@ impl Operators {
             })
     }
 
-    /// Access tokens that `oauth` verifies and that grant `scope`: the operator is the token's
-    /// subject, and the session ends when the token expires.
-    pub(super) fn access_tokens(mut self, oauth: OAuth, scope: String) -> Operators {
-        self.access = Some(Arc::new((oauth, scope)));
+    /// Operators may also log in with an access token that `oauth` verifies (signature, algorithm,
+    /// issuer, audience, time, as the MCP server checks one) and that grants `scope`: the operator is
+    /// the token's subject (`sub`), and the session lasts no longer than the token (its `exp`, without
+    /// the verifier's leeway). Rules given to `oauth` are not used.
+    pub fn access_tokens(mut self, oauth: OAuth, scope: impl Into<String>) -> Operators {
+        self.access = Some(Arc::new((oauth, scope.into())));
         self
     }
 
     /// Whether no one could log in.
     pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty() && self.verifier.is_none() && self.access.is_none()
+        self.tokens.is_empty() && self.access.is_none()
     }
 
     /// The operator `token` names, if any, and when the token stops naming them.
-    pub(super) async fn who(&self, token: &str) -> Option<(Arc<str>, Option<SystemTime>)> {
+    pub(super) async fn who(&self, token: &str) -> Option<Login> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(name) = self.tokens.get(&digest) {
-            return Some((name.clone(), None));
+            return Some(Login {
+                operator: name.clone(),
+                expires: None,
+            });
         }
         if let Some(access) = &self.access
             && let Some(claims) = access.0.claims(token).await
@@ -143,16 +140,19 @@ impl Operators {
             let expires = claims
                 .expires()
                 .map(|exp| SystemTime::UNIX_EPOCH + Duration::from_secs(exp));
-            return Some((subject.into(), expires));
+            return Some(Login {
+                operator: subject.into(),
+                expires,
+            });
         }
-        let verified = match self.verifier.as_ref()?.verify(token) {
-            Verification::Ready(result) => result,
-            Verification::Pending(future) => future.await,
-        };
-        let principal = verified.ok()?;
-        valid_name(principal.name()).ok()?;
-        Some((principal.name().into(), None))
+        None
     }
+}
+
+/// Who a token logs in, and until when.
+pub(super) struct Login {
+    pub(super) operator: Arc<str>,
+    pub(super) expires: Option<SystemTime>,
 }
 
 impl fmt::Debug for Operators {
@@ -161,7 +161,6 @@ impl fmt::Debug for Operators {
         names.sort_unstable();
         f.debug_struct("Operators")
             .field("tokens", &names)
-            .field("verifier", &self.verifier.is_some())
             .field("access_tokens", &self.access.is_some())
             .finish()
     }
@@ -374,7 +373,10 @@ mod tests {
     async fn a_token_names_its_operator_and_nothing_else_does() {
         let operators = Operators::from_toml(&format!("[operators]\nolga = \"{HASH}\"")).unwrap();
         assert_eq!(
-            operators.who("olga-token").await.map(|(name, _)| name),
+            operators
+                .who("olga-token")
+                .await
+                .map(|login| login.operator),
             Some("olga".into())
         );
         for wrong in ["", "olga-token ", "OLGA-TOKEN", HASH, "olga"] {

@@ -12,7 +12,7 @@ use maud::html;
 use tokio::sync::Mutex;
 
 use super::html::{self, page};
-use super::operators::{Operators, Sessions, cookie_of, digest};
+use super::operators::{Operators, Session, Sessions, cookie_of, digest};
 use crate::approval::store::StoreError;
 use crate::postgres::{PostgresStore, Reader};
 
@@ -40,6 +40,13 @@ impl Inner {
         let reader = Arc::new(Reader::connect(&self.url, &self.schema, self.timeout).await?);
         *slot = Some(reader.clone());
         Ok(reader)
+    }
+}
+
+impl Inner {
+    /// The session of `cookie`, if it is live: not ended, not expired.
+    pub(super) fn session(&self, cookie: &str) -> Option<Session> {
+        self.sessions.find(cookie)
     }
 }
 
@@ -76,7 +83,10 @@ impl FromRequestParts<Shared> for Operator {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, console: &Shared) -> Result<Self, Response> {
-        let session = cookie_of(&parts.headers).and_then(|cookie| console.sessions.find(cookie));
+        let session = match cookie_of(&parts.headers) {
+            Some(cookie) => console.session(cookie),
+            None => None,
+        };
         match session {
             Some(session) => Ok(Operator {
                 name: session.operator,

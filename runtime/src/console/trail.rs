@@ -8,6 +8,7 @@ use maud::{Markup, html};
 use super::html::{OrDash, Shown, page};
 use super::shared::Operator;
 use super::shared::{Shared, unavailable};
+use crate::approval::store::StoreError;
 use crate::postgres::{TrailCursor, TrailQuery, TrailRecord};
 
 /// Records per page of a search.
@@ -77,8 +78,15 @@ pub(super) async fn search(
     };
     let (records, problem) = match found {
         Ok(records) => (records, None),
-        // A time PostgreSQL cannot read is the operator's typo, not an outage.
-        Err(error) => (Vec::new(), Some(error.to_string())),
+        // What the server could not read is a time or a cursor of the query, said in the console's
+        // words (the server's message would repeat it); an outage is one.
+        Err(StoreError::Unexpected(_)) => (
+            Vec::new(),
+            Some(
+                "a time or a page link of this search cannot be read: write times as 2026-11-26T08:00Z",
+            ),
+        ),
+        Err(error) => return unavailable(&operator, &error),
     };
     let next = (records.len() as u32 == PAGE)
         .then(|| records.last().map(TrailRecord::cursor))
@@ -113,7 +121,7 @@ pub(super) async fn search(
             a href="/trail/verify" { "Verify every chain" }
         }
         @if let Some(problem) = &problem {
-            p #error.problem { "The search failed: " (Shown(problem)) }
+            p #error.problem { "The search failed: " (problem) "." }
         }
         table #results {
             thead { tr {

@@ -321,6 +321,15 @@ impl Reader {
 
     /// The records the query finds, newest first.
     pub async fn search(&self, query: &TrailQuery) -> Result<Vec<TrailRecord>, StoreError> {
+        // A decision is on `enter` and `refused` records, an outcome on `exit` records, a code only
+        // where something was refused: a search no record can match is answered without asking,
+        // since the server would read every record of one filter looking for the other.
+        let refused = |value: &Option<String>| value.as_deref().is_none_or(|v| v == "refused");
+        if (query.decision.is_some() && query.outcome.is_some())
+            || (query.code.is_some() && !(refused(&query.decision) && refused(&query.outcome)))
+        {
+            return Ok(Vec::new());
+        }
         let mut conditions: Vec<String> = Vec::new();
         let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
         let exact = [
@@ -340,11 +349,14 @@ impl Reader {
         }
         if let Some(since) = &query.since {
             params.push(since);
-            conditions.push(format!("written_at >= ${}::timestamptz", params.len()));
+            conditions.push(format!(
+                "written_at >= ${}::text::timestamptz",
+                params.len()
+            ));
         }
         if let Some(until) = &query.until {
             params.push(until);
-            conditions.push(format!("written_at < ${}::timestamptz", params.len()));
+            conditions.push(format!("written_at < ${}::text::timestamptz", params.len()));
         }
         if let Some(before) = &query.before {
             params.push(&before.written_at);
@@ -352,7 +364,7 @@ impl Reader {
             params.push(&before.writer);
             params.push(&before.seq);
             conditions.push(format!(
-                "(written_at, writer, seq) < (${at}::timestamptz, ${}, ${})",
+                "(written_at, writer, seq) < (${at}::text::timestamptz, ${}, ${})",
                 at + 1,
                 at + 2
             ));

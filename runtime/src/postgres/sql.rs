@@ -334,7 +334,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX audit_call ON {s}.audit (writer, gate, call, seq);
     CREATE INDEX audit_shadow ON {s}.audit (written_at)
         WHERE mode = 'SHADOW' AND stage IN ('enter', 'refused');
-    CREATE INDEX approvals_open ON {s}.approvals (id) WHERE answered_at IS NULL;
+    CREATE INDEX approvals_open ON {s}.approvals (id) INCLUDE (expires_at)
+        WHERE answered_at IS NULL;
     CREATE FUNCTION {s}.approvals_changed() RETURNS trigger
     LANGUAGE plpgsql AS $$
     BEGIN
