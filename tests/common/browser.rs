@@ -32,9 +32,7 @@ pub struct Browser {
 impl Browser {
     /// Starts chromedriver and a headless Chromium (1280×900), or fails the test with what to install.
     pub async fn start() -> Browser {
-        let chromedriver = program("chromedriver");
-        let chromium = program("chromium");
-        let (Some(chromedriver), Some(chromium)) = (chromedriver, chromium) else {
+        let (Some(chromedriver), Some(chromium)) = programs().or_else(install).unzip() else {
             panic!(
                 "the browser tests need Chromium and its WebDriver: \
                  `apt-get install chromium chromium-driver`"
@@ -151,6 +149,39 @@ pub fn save_png(dir: &Path, name: &str, png: &[u8]) {
     fs::create_dir_all(dir).unwrap_or_else(|e| panic!("cannot make {}: {e}", dir.display()));
     let path = dir.join(format!("{name}.png"));
     fs::write(&path, png).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+/// chromedriver and Chromium, where they are installed.
+fn programs() -> Option<(PathBuf, PathBuf)> {
+    Some((program("chromedriver")?, program("chromium")?))
+}
+
+/// Debian's `chromium` and `chromium-driver`, installed with apt-get where they are missing and the
+/// tests run as root (as the PostgreSQL tests install `postgresql`).
+fn install() -> Option<(PathBuf, PathBuf)> {
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(found) = programs() {
+        return Some(found);
+    }
+    if !is_root() {
+        return None;
+    }
+    eprintln!("installing Debian's chromium and chromium-driver for the console's browser tests");
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    let _ = apt(&["update", "-qq"]);
+    apt(&["install", "-y", "-qq", "chromium", "chromium-driver"])
+        .then(programs)
+        .flatten()
 }
 
 /// `/usr/bin/NAME` where Debian installs it, else `NAME` on the PATH.
