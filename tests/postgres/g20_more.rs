@@ -392,11 +392,19 @@ fn a20_101_an_argument_holding_a_nul_hides_no_record_from_the_search() {
     let olga = bench.olga();
     assert!(search_finds(&olga, &[("principal", "mallory")], "w101c"));
     let intact = verified_intact(&bench.url, "w101");
+    let line = query(
+        &bench.url,
+        "SELECT line FROM toolgate.audit WHERE writer = 'w101c' ORDER BY seq LIMIT 1",
+    )[0][0]
+        .clone()
+        .unwrap();
+    let line: Value = serde_json::from_str(&line).unwrap();
+    let decision = line["decision"].as_str().expect("a decision").to_owned();
     for fields in [
         vec![("principal", "mallory")],
         vec![("tool", "m20.jot")],
         vec![("agent", "desk")],
-        vec![("decision", "allow")],
+        vec![("decision", decision.as_str())],
     ] {
         let found = search_finds(&olga, &fields, "w101");
         assert!(
@@ -430,7 +438,8 @@ fn a20_102_lines_that_name_the_principal_oddly_are_searched_as_verified() {
     };
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
     let huge = json!("h".repeat(17 << 20)).to_string();
-    // (writer, members, the principal the line carries as text; None: none, or two).
+    // (writer, members, the principal the line carries as text; None: none, or two). A value that
+    // is no text is looked for by the names below only.
     let mut cases: Vec<(&str, Vec<(String, String)>, Option<&str>)> = vec![
         ("w102-number", with("\"principal\"", "7"), None),
         (
@@ -475,15 +484,8 @@ fn a20_102_lines_that_name_the_principal_oddly_are_searched_as_verified() {
         cases.push((writer, Vec::new(), None));
     }
     let olga = bench.olga();
-    let names = [
-        "alice",
-        "mallory",
-        "7",
-        "{\"name\":\"mallory\"}",
-        "[\"mallory\"]",
-        "null",
-        "",
-    ];
+    // (An empty field searches no principal.)
+    let names = ["alice", "mallory", "null", "Mallory"];
     let mut through = Vec::new();
     for (writer, _, carries) in &cases {
         let intact = verified_intact(&bench.url, writer);
@@ -1385,39 +1387,79 @@ fn a20_118_a_huge_form_leaves_the_console_up() {
     assert_eq!(runs("pay:a-118"), 0);
 }
 
-/// Attack: three thousand wrong log-ins from eight browsers at once, then the operators log in.
+/// A browser on `addr` whose connections come from the loopback address `from`.
+fn try_login_from(addr: std::net::SocketAddr, from: std::net::Ipv4Addr, token: &str) -> Reply {
+    let body = form(&[("token", token)]);
+    let request = format!(
+        "POST /login HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: \
+         application/x-www-form-urlencoded\r\nContent-Length: {}\r\nOrigin: http://{addr}\r\n\
+         Sec-Fetch-Site: same-origin\r\n\r\n{body}",
+        body.len()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stream = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(std::net::SocketAddr::new(from.into(), 0))
+            .expect("a loopback address of its own");
+        socket.connect(addr).await.expect("a connection")
+    });
+    let mut stream = stream.into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    use std::io::{Read, Write};
+    stream.set_read_timeout(Some(EXCHANGE_WITHIN)).unwrap();
+    let _ = stream.write_all(request.as_bytes());
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Reply {
+        status: Reply::parse_head(head),
+        head: head.to_owned(),
+        body: body.to_owned(),
+    }
+}
+
+/// Attack: wrong log-ins, one after another, until the console stops taking them (at most three
+/// thousand); then the operators log in, from the same address (as every browser behind the TLS
+/// proxy the docs ask for) and from another.
 /// Guarantee 20: a session only for a token of the operators file; the console stays up and lets
-/// its operators in.
+/// its operators in (the docs promise no limit on log-ins; none may lock an operator out).
 #[test]
-fn a20_119_thousands_of_wrong_log_ins_lock_no_operator_out() {
+fn a20_119_wrong_log_ins_lock_no_operator_out() {
     let Some(mut bench) = bench("a20_119") else {
         return;
     };
     let addr = bench.console.addr;
-    let threads: Vec<_> = (0..8)
-        .map(|t| {
-            std::thread::spawn(move || {
-                let mut opened = 0;
-                for n in 0..375 {
-                    let guess = format!("olga-token-of-g20-mor{t}{n}");
-                    if try_login(addr, &guess).is_ok() {
-                        opened += 1;
-                    }
-                }
-                opened
-            })
-        })
-        .collect();
-    let opened: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-    assert_eq!(opened, 0, "a wrong token opened a session");
+    let mut tried = 0;
+    let mut refused_at = None;
+    while tried < 3000 {
+        tried += 1;
+        match try_login(addr, &format!("olga-token-of-g20-mor{tried}")) {
+            Ok(_) => panic!("a wrong token opened a session"),
+            Err(reply) if reply.status == 429 => {
+                refused_at = Some(tried);
+                break;
+            }
+            Err(_) => {}
+        }
+    }
     assert!(bench.console.running(), "the console stopped");
-    let olga = try_login(addr, OLGA);
-    let ravi = try_login(addr, RAVI);
+    let same = try_login(addr, OLGA);
+    let other = try_login_from(addr, std::net::Ipv4Addr::new(127, 0, 0, 2), RAVI);
     assert!(
-        olga.is_ok() && ravi.is_ok(),
-        "an operator is locked out: olga {:?}, ravi {:?}",
-        olga.err().map(|r| r.describe()),
-        ravi.err().map(|r| r.describe())
+        same.is_ok() && other.session_cookie().is_some(),
+        "after {tried} wrong log-ins (the console answering 429 from the {refused_at:?}th), olga \
+         from the same address: {}; ravi from another address: {}",
+        same.map_or_else(|r| format!("refused {}", r.status), |_| "let in".into()),
+        if other.session_cookie().is_some() {
+            "let in".to_owned()
+        } else {
+            format!("refused {}", other.status)
+        }
     );
 }
 
@@ -1452,4 +1494,112 @@ fn a20_120_slow_clients_leave_the_operators_working() {
     assert!(bench.console.running());
     assert!(gate.run(|| pay("a-120".into())).is_ok());
     drop(slow);
+}
+
+/// Attack: three hundred fleets of ten members each written directly (a member process writes its
+/// own row), some named with markup and hiding characters; then the last fleet lowered from the page.
+/// Guarantee 20 (docs/console.md): the fleet page shows every fleet and member, escaped and marked,
+/// and lowers the one named.
+#[test]
+fn a20_121_the_fleet_page_of_hundreds_of_fleets_is_inert_marked_and_lowers() {
+    let Some(bench) = bench("a20_121") else {
+        return;
+    };
+    let mut sql = String::new();
+    for n in 0..300 {
+        let name = if n % 50 == 7 {
+            format!("f121-{n}<b>g20mark</b>\u{202e}")
+        } else {
+            format!("f121-{n}")
+        };
+        sql.push_str(&format!(
+            "INSERT INTO toolgate.fleets (name, mode, changed_by, reason) VALUES ({name}, \
+             'FULL_AUTO', 'ops', 'start');",
+            name = literal(&name)
+        ));
+        for m in 0..10 {
+            sql.push_str(&format!(
+                "INSERT INTO toolgate.fleet_members (fleet, member, gate, host, pid, agent, mode) \
+                 VALUES ({name}, {member}, 1, 'h', 1, 'desk', 'FULL_AUTO');",
+                name = literal(&name),
+                member = literal(&format!("m{n}-{m}\u{200b}<i>g20mark</i>")),
+            ));
+        }
+    }
+    execute(&bench.url, &sql);
+    let olga = bench.olga();
+    let page = olga.get("/fleet");
+    assert_eq!(page.status, 200, "{}", page.describe());
+    assert_inert("the fleet page", &page, "g20mark");
+    assert_shown_marked("the fleet page", &page, &['\u{202e}', '\u{200b}']);
+    let text = visible_text(&page.body);
+    for n in [0, 150, 299] {
+        assert!(
+            text.contains(&format!("f121-{n}")),
+            "fleet {n} is not shown"
+        );
+    }
+    let csrf = olga.csrf();
+    let reply = olga.post(
+        "/fleet/lower",
+        &[
+            ("csrf", &csrf),
+            ("fleet", "f121-299"),
+            ("mode", "SHADOW"),
+            ("reason", "incident 121"),
+        ],
+    );
+    assert!(reply.status < 400, "{}", reply.describe());
+    let modes = query(
+        &bench.url,
+        "SELECT name, mode FROM toolgate.fleets WHERE mode <> 'FULL_AUTO'",
+    );
+    assert_eq!(
+        modes,
+        vec![vec![Some("f121-299".to_owned()), Some("SHADOW".to_owned())]],
+        "the lowering touched other fleets, or not the named one"
+    );
+}
+
+/// Attack: a hundred live lists open while any role floods the store's channel with ten thousand
+/// notifications; then a request is made and an operator logs in.
+/// Guarantee 20 (docs/console.md): the page reads its table again when the store notifies; the work a
+/// flood makes does not keep the console from its operators: the new request reaches the live list,
+/// another operator logs in and reads the list.
+#[test]
+fn a20_122_a_flood_of_notifications_under_many_live_lists_leaves_the_console_answering() {
+    let Some(mut bench) = bench("a20_122") else {
+        return;
+    };
+    let channel = notify_channel(&bench.url);
+    let olga = bench.olga();
+    let streams: Vec<EventStream> = (0..100)
+        .map(|_| EventStream::open(bench.console.addr, olga.cookie.as_deref()))
+        .collect();
+    let gate = bench.gate();
+    let seen = streams[99].events();
+    let _ = request_id(gate.run(|| pay("a-122".into())));
+    assert!(streams[99].wait_past(seen), "no event for a request");
+    for _ in 0..5 {
+        execute(
+            &bench.url,
+            &format!(
+                "SELECT pg_notify({c}, 'm20flood' || n) FROM generate_series(1, 2000) AS n",
+                c = literal(&channel)
+            ),
+        );
+    }
+    let seen = streams[0].events();
+    let _ = request_id(gate.run(|| pay("a-122-after".into())));
+    assert!(
+        streams[0].wait_past(seen),
+        "no event for a request after the flood, within a minute"
+    );
+    let ravi = login(bench.console.addr, RAVI);
+    let page = ravi.get("/approvals");
+    assert_eq!(page.status, 200, "{}", page.describe());
+    assert!(visible_text(&page.body).contains("a-122-after"));
+    assert!(bench.console.running(), "the console stopped");
+    let events: usize = streams.iter().map(EventStream::events).sum();
+    eprintln!("a20_122: {events} events over 100 streams for 10000 notifications and 2 requests");
 }
