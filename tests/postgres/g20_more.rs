@@ -9,6 +9,16 @@
 //! command (or a console served in this process), a real PostgreSQL, and gates in this process.
 //! Every test asserts the guarantee as it should hold: a test that fails is an attack that got
 //! through.
+//!
+//! Got through when written:
+//! - a20_110: an access token whose subject is `olga` logs in and answers; the store records the
+//!   answer as `olga`'s, the same as the operators file's olga: the record cannot tell them apart.
+//! - a20_117: reject and stop on one request of an agent, then an approval of its other pending
+//!   request: the agent retries only the other one, and it runs (the gate never reads the stop and
+//!   stays FULL_AUTO).
+//! - a20_119: after some sixty wrong log-ins from anyone, the console answers every log-in `429 Too
+//!   Many Requests`, the operators' own tokens included, from every address: anyone who reaches the
+//!   log-in form locks every operator out.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -257,6 +267,9 @@ fn search_finds(browser: &Browser, fields: &[(&str, &str)], writer: &str) -> boo
     call_links(&page.body).iter().any(|l| l.contains(&needle))
 }
 
+/// The members of a line: each key and value as JSON text.
+type Members = Vec<(String, String)>;
+
 /// A line as a writer writes it: the members in the order given, each key and value as given.
 fn raw_line(members: &[(String, String)]) -> String {
     let inner: Vec<String> = members.iter().map(|(k, v)| format!("{k}:{v}")).collect();
@@ -440,7 +453,7 @@ fn a20_102_lines_that_name_the_principal_oddly_are_searched_as_verified() {
     let huge = json!("h".repeat(17 << 20)).to_string();
     // (writer, members, the principal the line carries as text; None: none, or two). A value that
     // is no text is looked for by the names below only.
-    let mut cases: Vec<(&str, Vec<(String, String)>, Option<&str>)> = vec![
+    let mut cases: Vec<(&str, Members, Option<&str>)> = vec![
         ("w102-number", with("\"principal\"", "7"), None),
         (
             "w102-object",
@@ -561,7 +574,7 @@ fn a20_103_a_row_written_at_another_time_than_its_line_hides_from_no_time_search
         }
     }
     let since = since_form.expect("a search since the day finds the genuine record");
-    let until = format!("{}", &since.replacen(day, "2002-01-01", 1));
+    let until = since.replacen(day, "2002-01-01", 1);
     let mut through = Vec::new();
     for writer in ["w103-past", "w103-future"] {
         if !verified_intact(&bench.url, writer) {
