@@ -20,6 +20,8 @@ mod g19_irreversible;
 mod g20_attacks;
 #[cfg(feature = "console")]
 mod g20_console;
+#[cfg(feature = "console")]
+mod g20_more;
 
 mod approvals_cli;
 #[cfg(feature = "console")]

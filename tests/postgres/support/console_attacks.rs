@@ -951,3 +951,49 @@ WLMEoQKBgQDJ3M6Kq4kpeH+d384cEUZwWT570lj97V4+AzWqurZH8/bczPifrekd
 G7KKQ91UKu7ov6osiaITitguyyRXjPhExN/OZhbsRF5nzZL3ts9LtNC+a0KCOFjq
 lGi0gqFkiJBAGbZvPuRT0zUisD1XVAu+2JqhpqMHbS7Bv0KoC0o+ZA==
 -----END RSA PRIVATE KEY-----";
+
+/// What a reader is shown of `html`: its text, and the attributes a browser shows (titles,
+/// placeholders, alternative texts, labels, the values of fields that are not hidden). The fields a
+/// form sends unseen (hidden inputs) carry a text as it is, to name it.
+pub(crate) fn shown_text(html: &str) -> String {
+    let mut shown = visible_text(html);
+    for element in elements(html) {
+        let hidden_input = element.name == "input" && element.attr("type") == Some("hidden");
+        for (name, value) in &element.attrs {
+            let seen = matches!(
+                name.as_str(),
+                "title" | "placeholder" | "alt" | "aria-label"
+            ) || (name == "value" && !hidden_input);
+            if seen && let Some(value) = value {
+                shown.push(' ');
+                shown.push_str(&unescape(value));
+            }
+        }
+    }
+    shown
+}
+
+/// Asserts that what `page` shows (see [`shown_text`]) holds none of `chars` raw, and shows each as
+/// its visible marker.
+#[track_caller]
+pub(crate) fn assert_shown_marked(what: &str, page: &Reply, chars: &[char]) {
+    let shown = shown_text(&page.body);
+    let text = visible_text(&page.body).to_ascii_uppercase();
+    for &c in chars {
+        let marker = marker_of(c);
+        if let Some(at) = shown.find(c) {
+            let from = shown[..at]
+                .char_indices()
+                .rev()
+                .nth(100)
+                .map_or(0, |(i, _)| i);
+            let context: String = shown[from..].chars().take(200).collect();
+            panic!("{what}: {c:?} is shown raw, not as {marker}, in: {context:?}");
+        }
+        assert!(
+            text.contains(&marker),
+            "{what}: no visible {marker} for {c:?} on the page\n{}",
+            page.describe()
+        );
+    }
+}
