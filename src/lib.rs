@@ -170,6 +170,7 @@ macro_rules! guide_links {
          [mcp-guide]: crate::guide::mcp\n\
          [audit-guide]: crate::guide::audit\n\
          [testing-guide]: crate::guide::testing\n\
+         [console-guide]: crate::guide::console\n\
          [function-calling]: crate::guide::call_by_name#function-calling-with-a-models-api\n\
          [benchmarks]: https://github.com/toolgate/toolgate/blob/main/BENCHMARKS.md\n\
          [security]: https://github.com/toolgate/toolgate/blob/main/SECURITY.md\n\

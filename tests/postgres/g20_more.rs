@@ -1436,8 +1436,8 @@ fn try_login_from(addr: std::net::SocketAddr, from: std::net::Ipv4Addr, token: &
     }
 }
 
-/// Attack: wrong log-ins, one after another, until the console stops taking them (at most three
-/// thousand); then the operators log in, from the same address (as every browser behind the TLS
+/// Attack: wrong log-ins, one after another, until the console stops taking them (at most two
+/// hundred, past the sixty a minute it answers at once); then the operators log in, from the same address (as every browser behind the TLS
 /// proxy the docs ask for) and from another.
 /// Guarantee 20: a session only for a token of the operators file; the console stays up and lets
 /// its operators in (the docs promise no limit on log-ins; none may lock an operator out).
@@ -1449,7 +1449,7 @@ fn a20_119_wrong_log_ins_lock_no_operator_out() {
     let addr = bench.console.addr;
     let mut tried = 0;
     let mut refused_at = None;
-    while tried < 3000 {
+    while tried < 200 {
         tried += 1;
         match try_login(addr, &format!("olga-token-of-g20-mor{tried}")) {
             Ok(_) => panic!("a wrong token opened a session"),

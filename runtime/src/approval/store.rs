@@ -188,7 +188,8 @@ pub enum Answer {
         confirmation: Option<String>,
     },
     /// Refuse the call with a reason that the agent reads; with `stop`, the gate that reads it lowers
-    /// itself to SHADOW.
+    /// itself to SHADOW, and the store gives the same answer to every other request of the same agent
+    /// and principal not yet used, so that the agent reads the stop whichever call it makes again.
     Reject {
         /// Who rejected.
         by: String,

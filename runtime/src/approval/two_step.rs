@@ -153,8 +153,23 @@ impl MemoryStore {
                     request.binding.target.as_deref(),
                     &answer,
                 )?;
-                request.state = State::Answered(answer);
-                Ok(request.binding.clone())
+                let binding = request.binding.clone();
+                let stops = matches!(answer, Answer::Reject { stop: true, .. });
+                request.state = State::Answered(answer.clone());
+                if stops {
+                    // A stop reaches the agent whichever of its requests it makes again: every other
+                    // request of its agent and principal not yet used reads the same answer.
+                    for other in requests.values_mut() {
+                        if other.binding.agent == binding.agent
+                            && other.binding.principal == binding.principal
+                            && now < other.expires
+                            && !matches!(other.state, State::Used)
+                        {
+                            other.state = State::Answered(answer.clone());
+                        }
+                    }
+                }
+                Ok(binding)
             }
             State::Answered(_) => Err(ApproveError::AlreadyApproved),
             State::Used => Err(ApproveError::AlreadyUsed),
@@ -395,6 +410,54 @@ mod tests {
         assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(reject));
         assert!(pending(DenialCode::ApprovalReused)(
             &store.lookup(&call("a"), t0)
+        ));
+    }
+
+    #[test]
+    fn a_stop_reaches_every_request_of_its_agent_not_yet_used() {
+        let t0 = Instant::now();
+        let store = store(Duration::from_secs(60));
+        let of = |digest: &str, agent: &str| {
+            let mut call = call(digest);
+            call.binding.agent = Some(agent.to_owned());
+            call
+        };
+        let stopped = token(store.lookup(&of("a", "desk"), t0));
+        let waiting = token(store.lookup(&of("b", "desk"), t0));
+        let approved = token(store.lookup(&of("c", "desk"), t0));
+        let other = token(store.lookup(&of("d", "billing"), t0));
+        let used = token(store.lookup(&of("e", "desk"), t0));
+        store.answer_at(&approved, approve(), t0).unwrap();
+        store.answer_at(&used, approve(), t0).unwrap();
+        assert_eq!(
+            store.lookup(&of("e", "desk"), t0),
+            Consumed::Answered(approve())
+        );
+        let stop = Answer::Reject {
+            by: "ops".into(),
+            reason: "enough".into(),
+            stop: true,
+        };
+        store.answer_at(&stopped, stop.clone(), t0).unwrap();
+        // Whichever call of the agent comes back, pending or approved, it reads the stop.
+        for digest in ["a", "b", "c"] {
+            assert_eq!(
+                store.lookup(&of(digest, "desk"), t0),
+                Consumed::Answered(stop.clone()),
+                "{digest}"
+            );
+        }
+        assert_eq!(
+            store.answer_at(&waiting, approve(), t0),
+            Err(ApproveError::AlreadyUsed)
+        );
+        // Another agent's request waits; a used one stays used.
+        assert_eq!(
+            store.answer_at(&other, approve(), t0),
+            Ok(of("d", "billing").binding)
+        );
+        assert!(pending(DenialCode::ApprovalReused)(
+            &store.lookup(&of("e", "desk"), t0)
         ));
     }
 

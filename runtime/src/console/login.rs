@@ -45,14 +45,8 @@ pub(super) async fn login(
     State(console): State<Shared>,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Response {
-    if console.sessions.held_back() {
-        return login_form(
-            Some("Too many failed log-ins: wait a minute, then try again."),
-            StatusCode::TOO_MANY_REQUESTS,
-        );
-    }
     let Some(login) = console.operators.who(form.token.trim()).await else {
-        console.sessions.failed();
+        console.sessions.failed_slowly().await;
         return login_form(
             Some("That token names no operator of this console."),
             StatusCode::UNAUTHORIZED,

@@ -21,9 +21,13 @@ pub(super) const COOKIE: &str = "toolgate_console";
 /// The most sessions the console keeps at once; past it, logging in ends the oldest.
 const MAX_SESSIONS: usize = 10_000;
 
-/// Failed log-ins the console takes in a minute; past it, every log-in waits for the minute to pass,
-/// so that guessing a token goes no faster than this.
+/// Failed log-ins the console answers at once in a minute; past it, wrong tokens are answered one at a
+/// time, each after [`SLOW_FAILURE`], so that guessing goes no faster than ten a second, while a right
+/// token is always answered at once: a flood of wrong ones locks no operator out.
 const MAX_FAILURES_PER_MINUTE: usize = 60;
+
+/// How long a wrong token waits for its answer once failures are past the minute's allowance.
+const SLOW_FAILURE: Duration = Duration::from_millis(100);
 
 /// The operators the console lets in: static tokens, each naming an operator, and optionally access
 /// tokens of an authorization server ([`Operators::access_tokens`]). The name is what the store
@@ -137,6 +141,11 @@ impl Operators {
         {
             let subject = claims.subject().filter(|_| claims.has_scope(&access.1))?;
             valid_name(subject).ok()?;
+            // An operator of the file is named by the file alone: a token's subject that is one of
+            // those names would record its answers as theirs.
+            if self.tokens.values().any(|name| **name == *subject) {
+                return None;
+            }
             let expires = claims
                 .expires()
                 .map(|exp| SystemTime::UNIX_EPOCH + Duration::from_secs(exp));
@@ -191,15 +200,34 @@ pub(super) struct Session {
 }
 
 /// The sessions, by the SHA-256 of their cookie.
-#[derive(Default)]
 pub(super) struct Sessions {
     by_cookie: Mutex<HashMap<[u8; 32], Session>>,
     failures: Mutex<std::collections::VecDeque<Instant>>,
+    slow: tokio::sync::Semaphore,
+}
+
+impl Default for Sessions {
+    fn default() -> Sessions {
+        Sessions {
+            by_cookie: Mutex::default(),
+            failures: Mutex::default(),
+            slow: tokio::sync::Semaphore::new(1),
+        }
+    }
 }
 
 impl Sessions {
-    /// Whether log-ins are held back: too many failed in the last minute.
-    pub(super) fn held_back(&self) -> bool {
+    /// A wrong token's answer: at once within the minute's allowance, else one at a time, slowly.
+    pub(super) async fn failed_slowly(&self) {
+        self.failed();
+        if self.held_back() {
+            let _one_at_a_time = self.slow.acquire().await;
+            tokio::time::sleep(SLOW_FAILURE).await;
+        }
+    }
+
+    /// Whether failures are past the minute's allowance.
+    fn held_back(&self) -> bool {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let minute_ago = Instant::now().checked_sub(Duration::from_secs(60));
         while failures
@@ -211,7 +239,7 @@ impl Sessions {
         failures.len() >= MAX_FAILURES_PER_MINUTE
     }
 
-    pub(super) fn failed(&self) {
+    fn failed(&self) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if failures.len() < MAX_FAILURES_PER_MINUTE {
             failures.push_back(Instant::now());

@@ -472,16 +472,32 @@ pub(super) const REQUEST: &str =
 /// irreversible request answers it only where `$7` is its target, byte for byte: the check is part of
 /// the one statement that answers, so no approval without it is ever written, whoever races it. An
 /// irreversible call is never granted for the session.
+///
+/// A rejection that stops (`$6`) is given, in the same statement, to every other request of the same
+/// agent and principal not yet used, answered or not: whichever of them the agent makes again, it
+/// reads the stop, and nothing of it runs after one.
 pub(super) fn answer(request: &str) -> String {
     format!(
-        "UPDATE {{s}}.approvals
-         SET answered_at = now(), answer = $2, answered_by = $3, reason = $4,
-             for_session = $5 AND NOT irreversible, stop = $6,
-             confirmation = CASE WHEN $2 = 'approve' THEN $7::text END
-         WHERE {request} AND answered_at IS NULL AND expires_at > now()
-           AND (NOT irreversible OR $2 <> 'approve'
-                OR coalesce(target = $7::text COLLATE \"C\", false))
-         RETURNING {REQUEST}"
+        "WITH answered AS (
+             UPDATE {{s}}.approvals
+             SET answered_at = now(), answer = $2, answered_by = $3, reason = $4,
+                 for_session = $5 AND NOT irreversible, stop = $6,
+                 confirmation = CASE WHEN $2 = 'approve' THEN $7::text END
+             WHERE {request} AND answered_at IS NULL AND expires_at > now()
+               AND (NOT irreversible OR $2 <> 'approve'
+                    OR coalesce(target = $7::text COLLATE \"C\", false))
+             RETURNING {REQUEST}, id AS stopped_id, agent AS stopped_agent,
+                 principal AS stopped_principal),
+         stopped AS (
+             UPDATE {{s}}.approvals o
+             SET answered_at = now(), answer = 'reject', answered_by = $3, reason = $4,
+                 for_session = false, stop = true, confirmation = NULL
+             FROM answered a
+             WHERE $6 AND o.id <> a.stopped_id AND o.agent IS NOT DISTINCT FROM a.stopped_agent
+               AND o.principal IS NOT DISTINCT FROM a.stopped_principal
+               AND o.consumed_at IS NULL AND o.expires_at > now()
+             RETURNING o.id)
+         SELECT * FROM answered"
     )
 }
 
