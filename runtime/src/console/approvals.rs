@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use futures_util::Stream;
 use maud::{Markup, html};
 
-use super::html::{OrDash, Shown, ShownLines, page, problem};
+use super::html::{OrDash, Shown, ShownLines, page, problem, problem_named};
 use super::operators::cookie_of;
 use super::shared::Operator;
 use super::shared::{Shared, unavailable};
@@ -232,11 +232,7 @@ pub(super) async fn detail(
         }
         Err(error) => return unavailable(&operator, &error),
     };
-    let problem_text = query
-        .problem
-        .as_deref()
-        .and_then(|key| PROBLEMS.iter().find(|(k, _)| *k == key))
-        .map(|(_, text)| *text);
+    let problem_text = problem_named(query.problem.as_deref(), &PROBLEMS);
     let body = html! {
         h1 { "Request #" (request.id) }
         (problem(problem_text))

@@ -8,7 +8,7 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
-use super::html::{OrDash, Shown, page, problem};
+use super::html::{OrDash, Shown, page, problem, problem_named};
 use super::shared::Operator;
 use super::shared::{Shared, unavailable};
 use crate::policy::Mode;
@@ -55,11 +55,7 @@ pub(super) async fn list(
         Ok(fleets) => fleets,
         Err(error) => return unavailable(&operator, &error),
     };
-    let problem_text = query
-        .problem
-        .as_deref()
-        .and_then(|key| PROBLEMS.iter().find(|(k, _)| *k == key))
-        .map(|(_, text)| *text);
+    let problem_text = problem_named(query.problem.as_deref(), &PROBLEMS);
     let body = html! {
         h1 { "Fleets" }
         (problem(problem_text))

@@ -116,6 +116,19 @@ pub(super) fn page(
     }
 }
 
+/// The sentence of a page's table of problems that a query's `problem` key names: the key only
+/// chooses, so that nothing of the request is repeated.
+pub(super) fn problem_named(
+    key: Option<&str>,
+    problems: &[(&str, &'static str)],
+) -> Option<&'static str> {
+    let key = key?;
+    problems
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, text)| *text)
+}
+
 /// A problem to show at the top of a page: one of the console's own sentences, never text from a
 /// request.
 pub(super) fn problem(text: Option<&str>) -> Markup {

@@ -131,7 +131,7 @@ impl fmt::Display for Shown<'_> {
 /// table cannot be read.
 pub fn verify_trail(url: &str, schema: &str) -> Result<TrailReport, StoreError> {
     let (rows, _) = read(url, schema, false)?;
-    Ok(report(rows, Vec::new(), None))
+    Ok(report(rows, Vec::new(), |_| None))
 }
 
 /// [`verify_trail`], and every writer's signed checkpoints (`audit_checkpoints`) checked against its
@@ -144,7 +144,7 @@ pub fn verify_signed_trail(
     key: &PublicKey,
 ) -> Result<TrailReport, StoreError> {
     let (rows, checkpoints) = read(url, schema, true)?;
-    Ok(report(rows, checkpoints, Some(key)))
+    Ok(report(rows, checkpoints, |_| Some(key.clone())))
 }
 
 /// [`verify_trail`], and the checkpoints of every writer that signs them checked against the public
@@ -185,6 +185,17 @@ pub fn verify_trail_with_bound_keys(url: &str, schema: &str) -> Result<TrailRepo
         .into_iter()
         .map(|(writer, pem)| (writer, PublicKey::from_public_key_pem(&pem).ok()))
         .collect();
+    Ok(report(rows, checkpoints, |writer| {
+        keys.get(writer).cloned().flatten()
+    }))
+}
+
+/// Every writer's report, its checkpoints checked with the key `key_of` gives for its name, if any.
+fn report(
+    rows: Vec<Row>,
+    checkpoints: Vec<CheckpointRow>,
+    key_of: impl Fn(&str) -> Option<PublicKey>,
+) -> TrailReport {
     let mut writers: BTreeMap<String, (Vec<Row>, Vec<CheckpointRow>)> = BTreeMap::new();
     for row in rows {
         writers.entry(row.writer.clone()).or_default().0.push(row);
@@ -199,28 +210,9 @@ pub fn verify_trail_with_bound_keys(url: &str, schema: &str) -> Result<TrailRepo
     let writers = writers
         .into_iter()
         .map(|(writer, (rows, checkpoints))| {
-            let key = keys.get(&writer).cloned().flatten();
+            let key = key_of(&writer);
             verify_writer(writer, &rows, &checkpoints, key.as_ref())
         })
-        .collect();
-    Ok(TrailReport { writers })
-}
-
-fn report(rows: Vec<Row>, checkpoints: Vec<CheckpointRow>, key: Option<&PublicKey>) -> TrailReport {
-    let mut writers: BTreeMap<String, (Vec<Row>, Vec<CheckpointRow>)> = BTreeMap::new();
-    for row in rows {
-        writers.entry(row.writer.clone()).or_default().0.push(row);
-    }
-    for checkpoint in checkpoints {
-        writers
-            .entry(checkpoint.writer.clone())
-            .or_default()
-            .1
-            .push(checkpoint);
-    }
-    let writers = writers
-        .into_iter()
-        .map(|(writer, (rows, checkpoints))| verify_writer(writer, &rows, &checkpoints, key))
         .collect();
     TrailReport { writers }
 }
