@@ -1494,34 +1494,13 @@ fn section<'a>(html: &'a str, tag: &str, id: &str) -> Option<&'a str> {
     Some(&html[start..end])
 }
 
-/// What a reader is shown of `html`: its text, and the attributes a browser shows (titles,
-/// placeholders, alternative texts, labels, the values of fields that are not hidden). The fields a
-/// form sends unseen (hidden inputs, `data-` attributes) carry a text as it is, to name it.
-fn displayed(html: &str) -> String {
-    let mut shown = visible_text(html);
-    for element in elements(html) {
-        let hidden_input = element.name == "input" && element.attr("type") == Some("hidden");
-        for (name, value) in &element.attrs {
-            let seen = matches!(
-                name.as_str(),
-                "title" | "placeholder" | "alt" | "aria-label"
-            ) || (name == "value" && !hidden_input);
-            if seen && let Some(value) = value {
-                shown.push(' ');
-                shown.push_str(&unescape(value));
-            }
-        }
-    }
-    shown
-}
-
 /// Asserts that each of `chars` shows in `html` (a part of a page) as a visible marker naming its
 /// code point (`U+202E`, `\u{202e}` as the terminal writes it, or a control as JSON escapes it),
 /// never raw.
 #[track_caller]
 fn assert_part_marked(what: &str, html: &str, chars: &[char]) {
     let text = visible_text(html);
-    let shown = displayed(html);
+    let shown = shown_text(html);
     for &c in chars {
         assert!(
             !shown.contains(c),
@@ -2825,7 +2804,7 @@ fn literal(text: &str) -> String {
 /// each is drawn as a marker.
 #[track_caller]
 fn assert_no_raw_and_marked_where_shown(what: &str, page: &Reply, tag: &str, chars: &[char]) {
-    let shown = displayed(&page.body);
+    let shown = shown_text(&page.body);
     for &c in chars {
         if let Some(at) = shown.find(c) {
             let from = shown[..at]
