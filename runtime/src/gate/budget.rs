@@ -109,6 +109,9 @@ pub enum Taken {
 /// await of an async tool.
 pub type BudgetFuture = StoreFuture<'static, Result<Taken, StoreError>>;
 
+/// A release to come: it resolves once the store has given the units back, or has given up.
+pub type ReleaseFuture = StoreFuture<'static, ()>;
+
 /// Counts the calls of budgets, in memory or shared by several processes.
 ///
 /// Implementations guarantee, whatever number of gates and processes share them, for every budget
@@ -124,10 +127,14 @@ pub trait BudgetStore: Send + Sync + 'static {
     fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture;
 
     /// Gives back the units that `reservation` took of `charges`: its call was refused after its
-    /// budget check and did not run. Nothing where it took none. The gate does not wait for it: the
-    /// store works from the call on, and a release that fails leaves the units counted (the budget
-    /// errs towards fewer calls, never more).
-    fn release(&self, charges: &[BudgetCharge], reservation: Reservation);
+    /// budget check and did not run. Nothing where it took none.
+    ///
+    /// The store works from the call on. The gate awaits the future before it returns the refusal, so
+    /// that a unit is back before the caller (or anyone it tells) can ask again; a decision dropped
+    /// unfinished drops the future and the release still lands. A release that fails, or does not
+    /// finish within the store's own timeout, resolves and leaves the units counted (the budget errs
+    /// towards fewer calls, never more).
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture;
 }
 
 /// Names the units one call took of its budgets, so that a call refused after its budget check gives
@@ -200,6 +207,16 @@ impl Reserved {
         self.armed = false;
     }
 
+    /// The call is refused: the units are given back, and the future says when.
+    pub(crate) fn give_back(mut self) -> Option<ReleaseFuture> {
+        self.armed = false;
+        // A store that panics in its release has kept the units.
+        catch_unwind(AssertUnwindSafe(|| {
+            self.store.release(&self.charges, self.id)
+        }))
+        .ok()
+    }
+
     /// Nothing was taken: nothing to give back.
     pub(crate) fn disarm(mut self) {
         self.armed = false;
@@ -218,10 +235,10 @@ impl std::fmt::Debug for Reserved {
 impl Drop for Reserved {
     fn drop(&mut self) {
         if self.armed {
-            // A store that panics in its release has kept the units: the budget errs towards fewer
-            // calls.
+            // Unwaited: the store works from the call on. A store that panics in its release has kept
+            // the units: the budget errs towards fewer calls.
             let _ = catch_unwind(AssertUnwindSafe(|| {
-                self.store.release(&self.charges, self.id);
+                drop(self.store.release(&self.charges, self.id));
             }));
         }
     }
@@ -362,8 +379,9 @@ impl BudgetStore for MemoryBudgets {
         ))))
     }
 
-    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) {
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
         self.release_now(charges, reservation);
+        Box::pin(std::future::ready(()))
     }
 }
 

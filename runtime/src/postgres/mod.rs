@@ -243,7 +243,7 @@ use crate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
-use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, Reservation};
+use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, ReleaseFuture, Reservation};
 use requests::Settings;
 use schema::valid_schema;
 use worker::{Job, Target};
@@ -488,9 +488,16 @@ impl BudgetStore for PostgresStore {
         })
     }
 
-    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) {
-        // The thread works from the call on; a release it cannot send leaves the units counted.
-        let _ = self.send(Job::Release(charges.to_vec(), reservation));
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
+        // The thread works from the call on, answered or not; a release it cannot send, or that fails,
+        // leaves the units counted.
+        let (reply, released) = oneshot::channel();
+        let sent = self.send(Job::Release(charges.to_vec(), reservation, reply));
+        Box::pin(async move {
+            if sent.is_ok() {
+                let _ = released.await;
+            }
+        })
     }
 }
 

@@ -52,7 +52,7 @@ pub(super) enum Job {
         Reservation,
         oneshot::Sender<Result<Taken, StoreError>>,
     ),
-    Release(Vec<BudgetCharge>, Reservation),
+    Release(Vec<BudgetCharge>, Reservation, oneshot::Sender<()>),
     List(oneshot::Sender<Result<Vec<StoredRequest>, StoreError>>),
     Show(
         i64,
@@ -189,8 +189,8 @@ impl Worker {
                     .map_err(Failure::into_store);
                 let _ = reply.send(done);
             }
-            Job::Release(charges, reservation) => {
-                // No one waits for it: a release that fails leaves the units counted, and says so.
+            Job::Release(charges, reservation, reply) => {
+                // A release that fails leaves the units counted, and says so.
                 let done = self
                     .with_conn(async |conn| release(conn, &charges, reservation).await)
                     .await
@@ -198,6 +198,7 @@ impl Worker {
                 if let Err(error) = done {
                     tracing::warn!(target: "toolgate::budget", %error, "a refused call's budget units were not given back");
                 }
+                let _ = reply.send(());
             }
             Job::List(reply) => {
                 let done = self

@@ -405,8 +405,12 @@ fn p29_one_agents_calls_never_spend_anothers_budget_in_a_shared_store() {
             }
             self.0.take(charges, reservation)
         }
-        fn release(&self, charges: &[BudgetCharge], reservation: Reservation) {
-            self.0.release(charges, reservation);
+        fn release(
+            &self,
+            charges: &[BudgetCharge],
+            reservation: Reservation,
+        ) -> toolgate::gate::budget::ReleaseFuture {
+            self.0.release(charges, reservation)
         }
     }
     let gate = |agent: &str| {
@@ -662,7 +666,13 @@ fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
                 },
             )))
         }
-        fn release(&self, _: &[BudgetCharge], _: Reservation) {}
+        fn release(
+            &self,
+            _: &[BudgetCharge],
+            _: Reservation,
+        ) -> toolgate::gate::budget::ReleaseFuture {
+            Box::pin(async {})
+        }
     }
     let sink = Arc::new(MemorySink::new());
     let gate = built(Mode::PartialAuto, |b| {
@@ -693,4 +703,70 @@ fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
     gate.run(|| read(1)).unwrap();
     let value = serde_json::to_value(sink.records()).unwrap();
     assert!(value.is_array());
+}
+
+/// budgets × approvals (13). A store whose release lands a while after it is asked for, as one in
+/// another process does: a call refused after its budget check (its approver rejects it) returns its
+/// refusal only once the unit is back, so that another gate sharing the store, asked right after, runs
+/// its call. Direct, async and by name.
+#[test]
+fn p58_a_refusal_is_returned_only_once_its_unit_is_back_in_the_shared_store() {
+    let _serial = serial();
+    /// Gives units back on a thread of its own, 50 ms after it is asked.
+    struct Lagging(Arc<MemoryBudgets>);
+    impl BudgetStore for Lagging {
+        fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+            self.0.take(charges, reservation)
+        }
+        fn release(
+            &self,
+            charges: &[BudgetCharge],
+            reservation: Reservation,
+        ) -> toolgate::gate::budget::ReleaseFuture {
+            let (budgets, charges) = (self.0.clone(), charges.to_vec());
+            let (landed, released) = tokio::sync::oneshot::channel();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                drop(budgets.release(&charges, reservation));
+                let _ = landed.send(());
+            });
+            Box::pin(async move {
+                let _ = released.await;
+            })
+        }
+    }
+    let store: Arc<dyn BudgetStore> = Arc::new(Lagging(Arc::new(MemoryBudgets::new())));
+    // Each way its own agent, so its own budget, in the one store.
+    let gate = |agent: &str, approval: fn() -> Approval| {
+        built(Mode::FullAuto, |b| {
+            b.agent(agent)
+                .budget(BudgetScope::tool("pairs.wire*"), 1, HOUR)
+                .budget_store_shared(store.clone())
+                .approver(move |_: &ApprovalRequest<'_>| approval())
+        })
+    };
+    let rt = runtime();
+    let before = count(&WIRES);
+    for way in ["direct", "async", "by name"] {
+        let rejecting = gate(way, || Approval::Reject("not this one".into()));
+        let refused = match way {
+            "direct" => rejecting.run(|| wire(1)).map(drop).map_err(|d| d.code()),
+            "async" => rt
+                .block_on(rejecting.scope(wire_async(1)))
+                .map(drop)
+                .map_err(|d| d.code()),
+            _ => by_name(&rejecting, "pairs.wire", json!({"cents": 1}))
+                .map(drop)
+                .map_err(|e| e.denied().expect("a refusal").code()),
+        };
+        assert_eq!(refused, Err(DenialCode::ApprovalRejected), "{way}");
+        // Another gate of the same agent sharing the store, the moment the refusal is known.
+        let other = gate(way, || Approval::Approve);
+        other
+            .run(|| wire(2))
+            .unwrap_or_else(|d| panic!("{way}: the rejected call's unit was still counted: {d}"));
+        // It spent the one unit: the budget still holds.
+        assert_denied(other.run(|| wire(3)), DenialCode::BudgetExhausted);
+    }
+    assert_eq!(count(&WIRES), before + 3);
 }

@@ -282,7 +282,13 @@ fn b10_session_grant_does_not_skip_the_budget() {
 fn b11_failing_store_refuses() {
     struct Failing;
     impl BudgetStore for Failing {
-        fn release(&self, _: &[BudgetCharge], _: toolgate::gate::budget::Reservation) {}
+        fn release(
+            &self,
+            _: &[BudgetCharge],
+            _: toolgate::gate::budget::Reservation,
+        ) -> toolgate::gate::budget::ReleaseFuture {
+            Box::pin(async {})
+        }
         fn take(
             &self,
             _charges: &[BudgetCharge],
@@ -297,7 +303,13 @@ fn b11_failing_store_refuses() {
     }
     struct Panicking;
     impl BudgetStore for Panicking {
-        fn release(&self, _: &[BudgetCharge], _: toolgate::gate::budget::Reservation) {}
+        fn release(
+            &self,
+            _: &[BudgetCharge],
+            _: toolgate::gate::budget::Reservation,
+        ) -> toolgate::gate::budget::ReleaseFuture {
+            Box::pin(async {})
+        }
         fn take(
             &self,
             _charges: &[BudgetCharge],

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolgate::approval::store::StoreError;
 use toolgate::gate::budget::{
-    BudgetCharge, BudgetError, BudgetFuture, BudgetStore, Reservation, Taken,
+    BudgetCharge, BudgetError, BudgetFuture, BudgetStore, MemoryBudgets, Reservation, Taken,
 };
 use toolgate::gate::{BudgetScope, GateError};
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, Risk, tool};
@@ -446,8 +446,9 @@ struct Remote {
 }
 
 impl BudgetStore for Remote {
-    fn release(&self, _: &[BudgetCharge], _: Reservation) {
+    fn release(&self, _: &[BudgetCharge], _: Reservation) -> toolgate::gate::budget::ReleaseFuture {
         self.takes.fetch_sub(1, Ordering::SeqCst);
+        Box::pin(async {})
     }
 
     fn take(&self, charges: &[BudgetCharge], _: Reservation) -> BudgetFuture {
@@ -581,7 +582,7 @@ struct Panicking {
 }
 
 impl BudgetStore for Panicking {
-    fn release(&self, _: &[BudgetCharge], _: Reservation) {
+    fn release(&self, _: &[BudgetCharge], _: Reservation) -> toolgate::gate::budget::ReleaseFuture {
         panic!("the store panics when giving units back");
     }
 
@@ -600,6 +601,50 @@ fn a_store_that_panics_refuses_and_the_gate_still_works() {
                 .budget_store(Panicking { in_take })
         });
         store_unavailable(&gate, "the store panicked");
+    }
+}
+
+/// Takes units in memory and panics giving them back: when asked, or when its release is awaited.
+struct PanicsReleasing {
+    budgets: MemoryBudgets,
+    when_asked: bool,
+}
+
+impl BudgetStore for PanicsReleasing {
+    fn release(&self, _: &[BudgetCharge], _: Reservation) -> toolgate::gate::budget::ReleaseFuture {
+        assert!(!self.when_asked, "the store panics when asked to give back");
+        Box::pin(async { panic!("the store panics when its release is awaited") })
+    }
+
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.budgets.take(charges, reservation)
+    }
+}
+
+// A refusal waits for its units' release: one that panics is a release that failed. The refusal is
+// still given, on the caller's thread, sync and async, and the units stay counted (fewer calls).
+#[test]
+fn a_release_that_panics_still_gives_the_refusal_and_keeps_the_unit() {
+    let _serial = serial();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for when_asked in [true, false] {
+        let gate = built(Mode::FullAuto, |b| {
+            b.approver(|_: &ApprovalRequest<'_>| Approval::Reject("no".into()))
+                .budget(BudgetScope::tool("budget.wire*"), 2, HOUR)
+                .budget_store(PanicsReleasing {
+                    budgets: MemoryBudgets::new(),
+                    when_asked,
+                })
+        });
+        let before = WIRES.load(Ordering::SeqCst);
+        assert_eq!(code(gate.run(|| wire(1))), DenialCode::ApprovalRejected);
+        let refused = rt.block_on(gate.scope(wire_async(1)));
+        assert_eq!(code(refused), DenialCode::ApprovalRejected);
+        // Both units were kept by the releases that failed.
+        assert_eq!(code(gate.run(|| wire(1))), DenialCode::BudgetExhausted);
+        assert_eq!(WIRES.load(Ordering::SeqCst), before);
     }
 }
 

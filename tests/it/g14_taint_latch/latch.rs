@@ -554,7 +554,8 @@ impl toolgate::gate::budget::BudgetStore for SlowBudgets {
         &self,
         _: &[toolgate::gate::budget::BudgetCharge],
         _: toolgate::gate::budget::Reservation,
-    ) {
+    ) -> toolgate::gate::budget::ReleaseFuture {
+        Box::pin(async {})
     }
 }
 

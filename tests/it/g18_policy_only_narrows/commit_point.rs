@@ -282,7 +282,11 @@ impl BudgetStore for SlowBudgets {
         thread::sleep(Duration::from_millis(5));
         self.0.take(charges, reservation)
     }
-    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) {
+    fn release(
+        &self,
+        charges: &[BudgetCharge],
+        reservation: Reservation,
+    ) -> toolgate::gate::budget::ReleaseFuture {
         self.0.release(charges, reservation)
     }
 }

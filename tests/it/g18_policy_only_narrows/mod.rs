@@ -91,7 +91,8 @@ impl toolgate::gate::budget::BudgetStore for HoldingBudgets {
         &self,
         _: &[toolgate::gate::budget::BudgetCharge],
         _: toolgate::gate::budget::Reservation,
-    ) {
+    ) -> toolgate::gate::budget::ReleaseFuture {
+        Box::pin(async {})
     }
 }
 

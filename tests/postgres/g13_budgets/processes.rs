@@ -139,11 +139,11 @@ fn refused_calls_give_their_units_back_to_the_shared_budget() {
         assert_eq!(denied.code(), DenialCode::ApprovalPending);
         token = denied.approval_token().map(str::to_owned);
     }
-    uses_settle_at(&url, "0");
+    uses_are(&url, "0");
     gate.approve(&token.unwrap()).unwrap();
     gate.run(|| wipe("ops".into())).unwrap();
     assert_eq!(WIPES.load(Ordering::SeqCst), before + 1);
-    uses_settle_at(&url, "1");
+    uses_are(&url, "1");
     let over = gate.run(|| wipe("sales".into())).unwrap_err();
     assert_eq!(over.code(), DenialCode::BudgetExhausted);
     assert!(over.approval_token().is_none());

@@ -41,22 +41,16 @@ impl<A: ArgumentSource> Decision<A> {
                 let now = gate.inner.generation.load(Ordering::Acquire);
                 held.now = (now > held.table.generation).then(|| gate.table());
             }
-            if let Err(denied) = self.arguments_hold() {
-                return Err(self.fail(denied));
-            }
+            self.arguments_hold()?;
             // The target's state last: no user code (an argument's `Serialize` included) runs
             // between this read and the re-check of each gate's state below.
-            if let Err(denied) = self.evidence_holds() {
-                return Err(self.fail(denied));
-            }
+            self.evidence_holds()?;
             let settled = self.gates.iter().zip(&self.held).all(|(gate, held)| {
                 gate.inner.generation.load(Ordering::Acquire) <= held.current().generation
             });
             if settled {
                 for i in 0..self.gates.len() {
-                    if let Err(denied) = self.still_allowed(i) {
-                        return Err(self.fail(denied));
-                    }
+                    self.still_allowed(i)?;
                 }
                 return self.made_real();
             }
@@ -66,7 +60,7 @@ impl<A: ArgumentSource> Decision<A> {
             .with_detail(
                 "the operator's policy kept changing while the call's arguments were read".into(),
             );
-        Err(self.fail(denied))
+        Err(denied)
     }
 
     /// Whether the call's arguments still hold: those an approval saw, or a record shows, the same
@@ -128,7 +122,7 @@ impl<A: ArgumentSource> Decision<A> {
                                 "its `session_tainted` record: its output taints the session"
                                     .into(),
                             );
-                    return Err(self.fail(denied));
+                    return Err(denied);
                 }
             }
         }

@@ -29,19 +29,38 @@ impl<A: ArgumentSource> Decision<A> {
     /// taken without stopping.
     pub(super) fn advance(&mut self) -> Next {
         loop {
-            if let Some(denied) = self.failed.take() {
-                return Next::Done(Err(self.fail(denied)));
-            }
-            let mut wait = match self.step() {
-                Some(Step::Done(result)) => return Next::Done(result),
-                Some(Step::Wait(wait)) => wait,
-                None => continue,
+            let mut wait = match self.failed.take() {
+                Some(denied) if self.at == At::Refused => return Next::Done(Err(denied)),
+                Some(denied) => {
+                    let denied = self.fail(denied);
+                    match self.given_back(denied) {
+                        Ok(wait) => wait,
+                        Err(denied) => return Next::Done(Err(denied)),
+                    }
+                }
+                None => match self.step() {
+                    Some(Step::Done(permit)) => return Next::Done(Ok(permit)),
+                    Some(Step::Wait(wait)) => wait,
+                    None => continue,
+                },
             };
             match Pin::new(&mut wait).poll(&mut Context::from_waker(Waker::noop())) {
                 Poll::Ready(answered) => self.resume(answered),
                 Poll::Pending => return Next::Wait(wait),
             }
         }
+    }
+
+    /// A refusal, given once the budget units its decision reserved are back (what to wait for), or
+    /// at once where it reserved none: a caller told of it may ask again at once, in any process
+    /// sharing the store.
+    fn given_back(&mut self, denied: Denied) -> Result<Wait, Denied> {
+        if self.releases.is_empty() {
+            return Err(denied);
+        }
+        self.at = At::Refused;
+        self.failed = Some(denied);
+        Ok(Wait::Release(self.releases.drain(..).map(Some).collect()))
     }
 
     /// One step: `None` to go on. Its only caller is `advance`'s loop.
@@ -125,7 +144,12 @@ impl<A: ArgumentSource> Decision<A> {
             }
             At::Enter(i) if i == count => self.at = At::Commit,
             At::Enter(i) => return self.enter(i).map(Step::Wait),
-            At::Commit => return Some(Step::Done(self.commit())),
+            At::Commit => match self.commit() {
+                Ok(permit) => return Some(Step::Done(permit)),
+                Err(denied) => self.failed = Some(denied),
+            },
+            // The driver gives the refusal itself.
+            At::Refused => {}
         }
         None
     }
@@ -156,6 +180,7 @@ impl<A: ArgumentSource> Decision<A> {
                 let result = self.gates[i].consumed(entry, mode, risk, consumed, self.shown());
                 self.approved(i, result);
             }
+            (_, Answered::Released) => {}
             (At::Enter(i), Answered::Record(Ok(()))) => self.at = At::Enter(i + 1),
             (At::Enter(i), Answered::Record(Err(error))) => {
                 let mode = Mode::from_index(self.held[i].state);
@@ -226,6 +251,7 @@ impl<A: ArgumentSource> Decision<A> {
 }
 
 enum Step {
-    Done(Result<Permit, Denied>),
+    /// Allowed: every refusal is carried out by [`Decision::fail`], at the loop's next turn.
+    Done(Permit),
     Wait(Wait),
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::arguments::{ArgumentSource, LazyArguments, Shown, WrittenArguments};
 use super::records::abandon;
 use super::waits::{Allowed, Waits};
-use crate::gate::budget::Reserved;
+use crate::gate::budget::{ReleaseFuture, Reserved};
 use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
@@ -21,6 +21,9 @@ pub(super) enum At {
     Approval(usize),
     Enter(usize),
     Commit,
+    /// Refused (the refusal in `failed`): the budget units its decision reserved are being given
+    /// back.
+    Refused,
 }
 
 /// What one gate decided so far.
@@ -61,6 +64,8 @@ pub(super) struct Decision<A> {
     pub(super) permit: Permit,
     /// A refusal to give at the next step.
     pub(super) failed: Option<Denied>,
+    /// The releases of a refused call's budget units, awaited before its refusal is given.
+    pub(super) releases: Vec<ReleaseFuture>,
     /// A gate whose sink could not write the `enter`: it records nothing of the refusal.
     pub(super) unrecorded: Option<u64>,
     /// What a tool with lasting effects shows whoever decides it: boxed, since most tools have none.
@@ -86,13 +91,15 @@ impl<A: ArgumentSource> Decision<A> {
             at: At::Table(0),
             permit: Permit::unaudited(),
             failed: None,
+            releases: Vec::new(),
             unrecorded: None,
             shown: None,
         }
     }
 
     /// The decision ends in a refusal: every gate that took part records it (an `exit` of outcome
-    /// `refused` where it wrote the `enter`), and every reserved budget unit is given back.
+    /// `refused` where it wrote the `enter`), and every reserved budget unit is given back (the driver
+    /// awaits the releases before it gives the refusal).
     pub(super) fn fail(&mut self, denied: Denied) -> Denied {
         let denied = denied.with_risk(self.risk.get());
         let mut exits = self.permit.take_exits();
@@ -107,7 +114,11 @@ impl<A: ArgumentSource> Decision<A> {
             }
             None => std::mem::take(&mut self.gates),
         };
-        // Dropping the reservations gives the units back.
+        for held in &mut self.held {
+            if let Some(release) = held.reserved.take().and_then(|r| r.give_back()) {
+                self.releases.push(release);
+            }
+        }
         self.held.clear();
         abandon(self.entry, &gates, exits, denied, &mut self.arguments)
     }
@@ -133,6 +144,7 @@ impl Decision<LazyArguments<'_>> {
             at: self.at,
             permit: self.permit,
             failed: self.failed,
+            releases: self.releases,
             unrecorded: self.unrecorded,
             shown: self.shown,
         }

@@ -10,7 +10,7 @@ use crate::approval::Approval;
 use crate::approval::SessionGrant;
 use crate::approval::store::{Consumed, StoreError};
 use crate::audit::{AuditError, AuditFuture, Decision as Decided};
-use crate::gate::budget::{BudgetFuture, Taken};
+use crate::gate::budget::{BudgetFuture, ReleaseFuture, Taken};
 use crate::policy::Mode;
 
 /// What one gate decided of a call it allows.
@@ -57,6 +57,8 @@ pub(super) enum Wait {
     Answer(Pin<Box<dyn Future<Output = Answered> + Send>>),
     /// A sink writing an `enter` record.
     Record(AuditFuture),
+    /// Budget stores giving back a refused call's units.
+    Release(Box<[Option<ReleaseFuture>]>),
 }
 
 /// What came of a [`Wait`].
@@ -66,6 +68,7 @@ pub(super) enum Answered {
     Approver(Option<(Approval, String)>),
     Store(Result<Consumed, StoreError>),
     Record(Result<(), AuditError>),
+    Released,
 }
 
 impl Future for Wait {
@@ -82,6 +85,22 @@ impl Future for Wait {
             }
             Wait::Answer(future) => future.as_mut().poll(cx),
             Wait::Record(future) => future.as_mut().poll(cx).map(Answered::Record),
+            Wait::Release(releases) => {
+                for slot in releases.iter_mut() {
+                    if let Some(release) = slot
+                        // A store that panics in its release has kept the units, as one that fails.
+                        && !catch_unwind(AssertUnwindSafe(|| release.as_mut().poll(cx)))
+                            .is_ok_and(|polled| polled.is_pending())
+                    {
+                        *slot = None;
+                    }
+                }
+                if releases.iter().all(Option::is_none) {
+                    Poll::Ready(Answered::Released)
+                } else {
+                    Poll::Pending
+                }
+            }
         }
     }
 }
