@@ -1,5 +1,6 @@
 //! Guarantee 13 of SECURITY.md: A budget is never exceeded, and counts the calls that run.
 
+mod attacks;
 mod features_meeting;
 mod handlers;
 mod mcp_in_band;

@@ -1,5 +1,6 @@
 //! Guarantee 13: a budget kept in PostgreSQL is never exceeded by the processes sharing it, and
 //! counts the calls that run.
 
+mod attacks;
 mod over_mcp;
 mod processes;
