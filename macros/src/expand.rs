@@ -406,6 +406,10 @@ fn callable_items(
     // An async tool's decision may wait (an async approver, a store); the references to the
     // arguments end with the first `let`, before any await.
     let step = Ident::new("toolgate_step", Span::mixed_site());
+    // The generated code's own locals: hygienic, so that no parameter of the tool is taken for one.
+    let waiting = Ident::new("toolgate_waiting", Span::mixed_site());
+    let confirming = Ident::new("toolgate_confirming", Span::mixed_site());
+    let refusing = Ident::new("toolgate_refusing", Span::mixed_site());
     let take_decision = quote! {
         let #step = {
             #[allow(unused_imports)]
@@ -416,14 +420,21 @@ fn callable_items(
             )
         };
         let #decided = match #step {
-            ::toolgate::__private::DecidingByName::Done(decided) => decided,
-            ::toolgate::__private::DecidingByName::Waiting(waiting) => {
-                let decided = ::toolgate::__private::resume(waiting).await;
+            ::toolgate::__private::DecidingByName::Done(#decided) => #decided,
+            ::toolgate::__private::DecidingByName::Waiting(#waiting) => {
+                let #decided = ::toolgate::__private::resume(#waiting).await;
                 #[allow(unused_imports)]
                 use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
-                ::toolgate::__private::confirm_handed(
-                    decided, #escalated, &[#(#arg_refs)*], #record_arguments, #effects_again,
-                )
+                // The references to the arguments end with the `let`, before the await.
+                let #confirming = ::toolgate::__private::confirm_handed(
+                    #decided, #escalated, &[#(#arg_refs)*], #record_arguments, #effects_again,
+                );
+                match #confirming {
+                    ::core::result::Result::Ok(#decided) => ::core::result::Result::Ok(#decided),
+                    ::core::result::Result::Err(#refusing) => {
+                        ::core::result::Result::Err(#refusing.await)
+                    }
+                }
             }
         };
         let #decided = match #decided {
@@ -610,6 +621,11 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         // await, so the future stays `Send`.
         true => {
             let step = Ident::new("toolgate_step", Span::mixed_site());
+            let waiting = Ident::new("toolgate_waiting", Span::mixed_site());
+            let resuming = Ident::new("toolgate_resuming", Span::mixed_site());
+            let refused = Ident::new("toolgate_refused", Span::mixed_site());
+            let confirming = Ident::new("toolgate_confirming", Span::mixed_site());
+            let refusing = Ident::new("toolgate_refusing", Span::mixed_site());
             let start = quote!(::toolgate::__private::enter_async(
                 &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments, #effects
             ));
@@ -617,13 +633,33 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
             quote! {{
                 let #step = #start;
                 match #step {
-                    ::toolgate::__private::Entering::Done(decided) => decided,
-                    ::toolgate::__private::Entering::Waiting(waiting) => {
-                        let decided = waiting.resume().await;
-                        ::toolgate::__private::confirm(
-                            &#entry, decided, #escalated_arg, &[#(#args)*], #record_arguments,
-                            #effects_again
-                        )
+                    ::toolgate::__private::Entering::Done(#decided) => #decided,
+                    // One await for the decision and, if the last comparison refuses the call, the
+                    // release of its budget units: a second would grow every async tool's future.
+                    ::toolgate::__private::Entering::Waiting(#waiting) => {
+                        let mut #resuming = ::toolgate::__private::Resuming::Deciding(#waiting);
+                        loop {
+                            match (&mut #resuming).await {
+                                ::toolgate::__private::Resumed::Decided(#decided) => {
+                                    let #confirming = ::toolgate::__private::confirm(
+                                        &#entry, #decided, #escalated_arg, &[#(#args)*],
+                                        #record_arguments, #effects_again
+                                    );
+                                    match #confirming {
+                                        ::core::result::Result::Ok(#decided) => {
+                                            break ::core::result::Result::Ok(#decided);
+                                        }
+                                        ::core::result::Result::Err(#refusing) => {
+                                            #resuming =
+                                                ::toolgate::__private::Resuming::Refusing(#refusing);
+                                        }
+                                    }
+                                }
+                                ::toolgate::__private::Resumed::Refused(#refused) => {
+                                    break ::core::result::Result::Err(#refused);
+                                }
+                            }
+                        }
                     }
                 }
             }}

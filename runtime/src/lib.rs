@@ -76,7 +76,7 @@ pub mod __private {
         OpaqueArg, OpaqueOutput, OutputOf, PlanOutput, Probe, ProbeOutput, SerializableArg,
         SerializableOutput, classify, keep_target, plan, probe,
     };
-    pub use crate::gate::decide::{DecidingByName, Entering};
+    pub use crate::gate::decide::{DecidingByName, Entering, Refusing, Resumed, Resuming};
     pub use crate::gate::permit::Permit;
     pub use crate::policy::Risk;
     pub use crate::policy::{Mode, ModeSet};
@@ -139,7 +139,8 @@ pub mod __private {
     }
 
     /// The last step before an async tool's body, after a decision that waited: the call must still
-    /// have the arguments its approval saw.
+    /// have the arguments its approval saw. A refusal is awaited: it is given once the call's budget
+    /// units are back.
     #[inline]
     pub fn confirm(
         entry: &'static ToolEntry,
@@ -148,7 +149,7 @@ pub mod __private {
         arguments: &[ArgRef<'_>],
         record_arguments: bool,
         effects: Option<&Effects<'_>>,
-    ) -> Result<Permit, Denied> {
+    ) -> Result<Permit, Refusing> {
         let call = CallInfo {
             escalated,
             arguments,

@@ -428,7 +428,8 @@ pub async fn resume(waiting: deciding::Waiting) -> Result<Decided, Denied> {
     waiting.resume_handed().await
 }
 
-/// After [`resume`]: the call must still have the arguments its approval saw.
+/// After [`resume`]: the call must still have the arguments its approval saw. A refusal is awaited: it
+/// is given once the call's budget units are back.
 #[doc(hidden)]
 pub fn confirm_handed(
     decided: Result<Decided, Denied>,
@@ -436,7 +437,7 @@ pub fn confirm_handed(
     arguments: &[ArgRef<'_>],
     record_arguments: bool,
     effects: Option<&Effects<'_>>,
-) -> Result<Decided, Denied> {
+) -> Result<Decided, deciding::Refusing> {
     let call = CallInfo {
         escalated,
         arguments,

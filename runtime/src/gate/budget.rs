@@ -131,9 +131,10 @@ pub trait BudgetStore: Send + Sync + 'static {
     ///
     /// The store works from the call on. The gate awaits the future before it returns the refusal, so
     /// that a unit is back before the caller (or anyone it tells) can ask again; a decision dropped
-    /// unfinished drops the future and the release still lands. A release that fails, or does not
-    /// finish within the store's own timeout, resolves and leaves the units counted (the budget errs
-    /// towards fewer calls, never more).
+    /// unfinished drops the future and the release still lands. The future must resolve, as
+    /// [`take`](BudgetStore::take)'s must: a release that fails, or does not finish within the store's
+    /// own timeout, resolves and leaves the units counted (the budget errs towards fewer calls, never
+    /// more). A call whose check failed is refused at once, its release not awaited.
     fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture;
 }
 
@@ -240,6 +241,41 @@ impl Drop for Reserved {
             let _ = catch_unwind(AssertUnwindSafe(|| {
                 drop(self.store.release(&self.charges, self.id));
             }));
+        }
+    }
+}
+
+/// The releases a refusal waits for: ready once each has landed, failed or panicked (a store that
+/// panics has kept the units, as one that fails). One word, so that what a decision waits for stays
+/// two.
+pub(crate) struct Releases(Box<Pending>);
+
+struct Pending(Vec<ReleaseFuture>);
+
+impl Releases {
+    pub(crate) fn new(releases: Vec<ReleaseFuture>) -> Releases {
+        Releases(Box::new(Pending(releases)))
+    }
+}
+
+impl std::future::Future for Releases {
+    type Output = ();
+
+    // Only refusals wait for releases: kept out of the decision's own code.
+    #[cold]
+    #[inline(never)]
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        self.0.0.retain_mut(|release| {
+            catch_unwind(AssertUnwindSafe(|| release.as_mut().poll(cx)))
+                .is_ok_and(|polled| polled.is_pending())
+        });
+        if self.0.0.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::approval::Evidence;
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
-use crate::gate::budget::Reserved;
+use crate::gate::budget::{ReleaseFuture, Reserved};
 use crate::policy::Mode;
 use crate::policy::Risk;
 use crate::registry::ToolManifest;
@@ -103,10 +103,11 @@ impl Permit {
         }
     }
 
-    /// The call is refused: the held units are given back.
-    pub(crate) fn release_held(&mut self) {
-        if let Some(exits) = &mut self.exits {
-            exits.2.clear();
+    /// The call is refused: the held units are given back, and the releases to await.
+    pub(crate) fn give_back_held(&mut self) -> Vec<ReleaseFuture> {
+        match &mut self.exits {
+            Some(exits) => exits.2.drain(..).filter_map(Reserved::give_back).collect(),
+            None => Vec::new(),
         }
     }
 

@@ -108,3 +108,40 @@ fn a_callable_function_of_a_toolset_trait_impl_is_gated() {
     assert_eq!(count(&WRONG_RUNS), wrong);
     assert!(make("direct".into()).is_ok());
 }
+
+// Finding: an async tool's generated code, once its decision has waited for an approver, compared the
+// arguments under names of its own (`waiting`, `decided`): a parameter of the same name was shadowed,
+// and such a tool did not compile. Its parameters are compared as the call has them, direct and by name.
+#[test]
+fn an_async_tool_whose_parameters_are_named_like_the_generated_locals_is_decided_with_them() {
+    let _serial = serial();
+    /// Approves every call, after a wait.
+    struct Approving;
+    impl toolgate::approval::AsyncApprover for Approving {
+        fn approve<'a>(
+            &'a self,
+            _: &'a toolgate::ApprovalRequest<'a>,
+        ) -> toolgate::approval::ApprovalFuture<'a> {
+            Box::pin(async {
+                tokio::task::yield_now().await;
+                toolgate::Approval::Approve
+            })
+        }
+    }
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .async_approver(Approving)
+        .build()
+        .unwrap();
+    let rt = crate::fixtures::support::runtime();
+    let before = count(&NAMED_LIKE_LOCALS);
+    let direct = rt.block_on(gate.scope(pay_named_like_locals("w".into(), 7, true, "s".into())));
+    assert_eq!(direct.unwrap(), "w 7 true s");
+    let named = rt.block_on(registry().call(
+        &gate,
+        "locals.pay_named_like_locals",
+        json!({"waiting": "x", "decided": 8, "confirming": false, "step": "t"}),
+    ));
+    assert_eq!(named.unwrap(), json!("x 8 false t"));
+    assert_eq!(count(&NAMED_LIKE_LOCALS), before + 2);
+}

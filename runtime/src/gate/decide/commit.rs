@@ -8,8 +8,11 @@
 //! no user code and no I/O.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use super::arguments::{ArgumentSource, still_seen};
@@ -19,6 +22,7 @@ use super::state::Decision;
 use super::table::since;
 use crate::approval::SessionGrant;
 use crate::audit::{AuditRecord, Decision as Decided, Stage};
+use crate::gate::budget::Releases;
 use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Permit, close_refused};
@@ -316,16 +320,17 @@ fn slot_of(entry: &'static ToolEntry) -> usize {
 
 /// Compares the arguments an approval saw, kept in `permit` by a decision that waited, with the call's
 /// arguments now: the last step before an async tool's body. The budget units the permit holds are
-/// kept if they are the same, given back if not.
+/// kept if they are the same, given back if not: the refusal is given once they are back.
 #[inline]
 pub(crate) fn confirm(
     entry: &'static ToolEntry,
     permit: Result<Permit, Denied>,
     call: &CallInfo<'_>,
-) -> Result<Permit, Denied> {
+) -> Result<Permit, Refusing> {
     match permit {
         Ok(permit) if permit.needs_confirmation() => confirm_slow(entry, permit, call),
-        other => other,
+        Ok(permit) => Ok(permit),
+        Err(denied) => Err(Refusing::now(denied)),
     }
 }
 
@@ -335,7 +340,7 @@ pub(super) fn confirm_slow(
     entry: &'static ToolEntry,
     mut permit: Permit,
     call: &CallInfo<'_>,
-) -> Result<Permit, Denied> {
+) -> Result<Permit, Refusing> {
     let risk = EffectiveRisk::new(entry.manifest.risk_level, call.escalated);
     // The arguments first, the target's state last, as at the commit point.
     let denied = match permit.take_seen() {
@@ -348,8 +353,35 @@ pub(super) fn confirm_slow(
             }
         },
     };
-    // Dropping the held units gives them back.
-    permit.release_held();
+    let releases = permit.give_back_held();
     close_refused(permit.take_exits(), &denied);
-    Err(denied)
+    Err(Refusing(Box::new((Some(denied), Releases::new(releases)))))
+}
+
+/// A refusal at the last step before an async tool's body, to await: given once the budget units the
+/// call held are back, as every refusal is. Boxed, so that the tool's future stays small.
+#[doc(hidden)]
+#[must_use = "a future does nothing unless awaited"]
+pub struct Refusing(Box<(Option<Denied>, Releases)>);
+
+impl Refusing {
+    pub(super) fn now(denied: Denied) -> Refusing {
+        Refusing(Box::new((Some(denied), Releases::new(Vec::new()))))
+    }
+}
+
+impl Future for Refusing {
+    type Output = Denied;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Denied> {
+        let (denied, releases) = &mut *self.0;
+        if Pin::new(releases).poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(
+            denied
+                .take()
+                .expect("a `Refusing` polled again after it completed"),
+        )
+    }
 }

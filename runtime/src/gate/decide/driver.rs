@@ -13,6 +13,7 @@ use super::records::audit_unavailable;
 use super::refusal::refuse;
 use super::state::{At, Decision, Held};
 use super::waits::{Allowed, Answered, Wait, Waits};
+use crate::gate::budget::Releases;
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
 use crate::gate::{Gate, grants};
@@ -60,7 +61,9 @@ impl<A: ArgumentSource> Decision<A> {
         }
         self.at = At::Refused;
         self.failed = Some(denied);
-        Ok(Wait::Release(self.releases.drain(..).map(Some).collect()))
+        Ok(Wait::Release(Releases::new(std::mem::take(
+            &mut self.releases,
+        ))))
     }
 
     /// One step: `None` to go on. Its only caller is `advance`'s loop.

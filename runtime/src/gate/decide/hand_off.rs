@@ -4,7 +4,7 @@
 
 use super::arguments::LazyArguments;
 use super::check::{check, check_async};
-use super::commit::confirm_slow;
+use super::commit::{Refusing, confirm_slow};
 use super::gates::{distinct, gates_around, stack_shape};
 use super::records::abandon;
 use super::suspension::{Entering, Waiting};
@@ -320,14 +320,14 @@ impl<F: Future> Future for HandAsync<F> {
 pub(crate) fn confirm_handed(
     result: Result<Decided, Denied>,
     call: &CallInfo<'_>,
-) -> Result<Decided, Denied> {
+) -> Result<Decided, Refusing> {
     match result {
         Ok(Decided(Some(mut handed))) if handed.permit.needs_confirmation() => {
             let permit = std::mem::replace(&mut handed.permit, Permit::unaudited());
             handed.permit = confirm_slow(handed.entry, permit, call)?;
             Ok(Decided(Some(handed)))
         }
-        other => other,
+        other => other.map_err(Refusing::now),
     }
 }
 

@@ -16,7 +16,9 @@
 //!    target's state an approval saw, each gate's mode and latch, the grant that allowed the call, the
 //!    arguments an approval saw), then what
 //!    the decision reserved is made real (budget units kept, session grants made). A refusal at any
-//!    step gives everything back and is recorded by every gate that took part.
+//!    step gives everything back and is recorded by every gate that took part, and is returned once
+//!    the budget units are back in their stores; so is one at an async call's last comparison of its
+//!    arguments, after the driver ([`Resuming`]).
 //!
 //! One driver ([`driver`]) runs these steps for sync and async calls alike, over what a decision
 //! holds ([`state`]): where it must wait it says for what ([`waits`]); a sync call parks its thread on it, an async one awaits it
@@ -50,6 +52,7 @@ mod tests;
 mod waits;
 
 pub(crate) use check::{check, check_async};
+pub use commit::Refusing;
 pub(crate) use commit::confirm;
 pub use hand_off::{Decided, DecidingByName, HandOver};
 pub(crate) use hand_off::{
@@ -57,5 +60,5 @@ pub(crate) use hand_off::{
 };
 #[cfg(feature = "mcp")]
 pub(crate) use in_place::with_arguments;
-pub use suspension::{Entering, Waiting};
+pub use suspension::{Entering, Resumed, Resuming, Waiting};
 pub(crate) use table::fast_allows;

@@ -2,7 +2,12 @@
 //! decision stops there, holding everything it needs (the call's arguments written out, so that the
 //! tool's future stays `Send`), and is awaited.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
 use super::arguments::{LazyArguments, WrittenArguments};
+use super::commit::Refusing;
 use super::driver::Next;
 use super::state::Decision;
 use super::waits::{Wait, Waits};
@@ -82,13 +87,17 @@ impl Waiting {
     }
 
     /// Waits for what the decision waits for, then decides the rest of it.
-    pub async fn resume(self) -> Result<Permit, Denied> {
-        // The decision stays in its box: moved out, it would be part of every async tool's future,
-        // which is copied on each call however it is decided.
-        let Waiting(mut held, outcome) = self;
+    pub async fn resume(mut self) -> Result<Permit, Denied> {
+        std::future::poll_fn(|cx| self.poll_resume(cx)).await
+    }
+
+    /// [`Waiting::resume`], polled. The decision stays in its box: moved out, it would be part of every
+    /// async tool's future, which is copied on each call however it is decided.
+    fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, Denied>> {
+        let Waiting(held, outcome) = self;
         let mut result = loop {
-            let (decision, wait) = &mut *held;
-            let answered = wait.await;
+            let (decision, wait) = &mut **held;
+            let answered = ready!(Pin::new(wait).poll(cx));
             decision.resume(answered);
             match decision.advance() {
                 Next::Done(result) => break result,
@@ -111,7 +120,39 @@ impl Waiting {
                 }
             }
         }
-        result
+        Poll::Ready(result)
+    }
+}
+
+/// An async tool's decision that waited, awaited at one point of the tool's future: first the decision,
+/// then, if the last comparison before the body refuses the call, the release of its budget units.
+#[doc(hidden)]
+pub enum Resuming {
+    Deciding(Waiting),
+    Refusing(Refusing),
+    Done,
+}
+
+/// What [`Resuming`] comes to.
+#[doc(hidden)]
+pub enum Resumed {
+    /// The decision: to confirm against the call's arguments now.
+    Decided(Result<Permit, Denied>),
+    /// The refusal of that confirmation, its units back.
+    Refused(Denied),
+}
+
+impl Future for Resuming {
+    type Output = Resumed;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Resumed> {
+        let resumed = match &mut *self {
+            Resuming::Deciding(waiting) => Resumed::Decided(ready!(waiting.poll_resume(cx))),
+            Resuming::Refusing(refusing) => Resumed::Refused(ready!(Pin::new(refusing).poll(cx))),
+            Resuming::Done => panic!("a `Resuming` polled again after it completed"),
+        };
+        *self = Resuming::Done;
+        Poll::Ready(resumed)
     }
 }
 

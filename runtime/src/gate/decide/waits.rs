@@ -10,7 +10,7 @@ use crate::approval::Approval;
 use crate::approval::SessionGrant;
 use crate::approval::store::{Consumed, StoreError};
 use crate::audit::{AuditError, AuditFuture, Decision as Decided};
-use crate::gate::budget::{BudgetFuture, ReleaseFuture, Taken};
+use crate::gate::budget::{BudgetFuture, Releases, Taken};
 use crate::policy::Mode;
 
 /// What one gate decided of a call it allows.
@@ -58,7 +58,7 @@ pub(super) enum Wait {
     /// A sink writing an `enter` record.
     Record(AuditFuture),
     /// Budget stores giving back a refused call's units.
-    Release(Box<[Option<ReleaseFuture>]>),
+    Release(Releases),
 }
 
 /// What came of a [`Wait`].
@@ -85,22 +85,7 @@ impl Future for Wait {
             }
             Wait::Answer(future) => future.as_mut().poll(cx),
             Wait::Record(future) => future.as_mut().poll(cx).map(Answered::Record),
-            Wait::Release(releases) => {
-                for slot in releases.iter_mut() {
-                    if let Some(release) = slot
-                        // A store that panics in its release has kept the units, as one that fails.
-                        && !catch_unwind(AssertUnwindSafe(|| release.as_mut().poll(cx)))
-                            .is_ok_and(|polled| polled.is_pending())
-                    {
-                        *slot = None;
-                    }
-                }
-                if releases.iter().all(Option::is_none) {
-                    Poll::Ready(Answered::Released)
-                } else {
-                    Poll::Pending
-                }
-            }
+            Wait::Release(releases) => Pin::new(releases).poll(cx).map(|()| Answered::Released),
         }
     }
 }
