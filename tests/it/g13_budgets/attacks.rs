@@ -11,11 +11,11 @@ use serde_json::json;
 use toolgate::approval::store::{ApprovalCall, ApprovalStore, Consumed, StoreError, StoreFuture};
 use toolgate::approval::{ApprovalFuture, AsyncApprover, SessionGrant};
 use toolgate::audit::{AuditError, AuditRecord, AuditSink};
-use toolgate::gate::budget::{
-    BudgetCharge, BudgetFuture, BudgetStore, MemoryBudgets, ReleaseFuture, Reservation,
-};
+use toolgate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, ReleaseFuture, Reservation};
 use toolgate::policy::TaintPolicy;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
+
+use crate::fixtures::lagging_budgets::{Lagging as Store, Release, SLOW, lagging as store};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -45,80 +45,6 @@ async fn purge_async(n: u64) -> Result<u64, Denied> {
 fn fetch(url: String) -> Result<String, Denied> {
     Ok(url)
 }
-
-#[derive(Clone, Copy, PartialEq)]
-enum Release {
-    /// Gives the units back on a thread after a delay; resolves then.
-    Slow(Duration),
-    /// Gives them back at once; the future resolves only when the test lets it (`HELD`).
-    Held,
-    /// Gives them back at once; the future panics when polled.
-    PanicInPoll,
-    /// `release` itself panics (keeps the units).
-    PanicInCall,
-}
-
-/// A memory store whose releases misbehave as told; counts the releases that landed.
-struct Store {
-    inner: Arc<MemoryBudgets>,
-    release: Release,
-    landed: Arc<AtomicUsize>,
-}
-
-fn store(release: Release) -> (Arc<Store>, Arc<AtomicUsize>) {
-    let landed = Arc::new(AtomicUsize::new(0));
-    let store = Arc::new(Store {
-        inner: Arc::new(MemoryBudgets::new()),
-        release,
-        landed: landed.clone(),
-    });
-    (store, landed)
-}
-
-impl BudgetStore for Store {
-    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
-        self.inner.take(charges, reservation)
-    }
-
-    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
-        match self.release {
-            Release::Slow(delay) => {
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                let (inner, landed, charges) =
-                    (self.inner.clone(), self.landed.clone(), charges.to_vec());
-                std::thread::spawn(move || {
-                    std::thread::sleep(delay);
-                    drop(inner.release(&charges, reservation));
-                    landed.fetch_add(1, Ordering::SeqCst);
-                    let _ = tx.send(());
-                });
-                Box::pin(async move {
-                    let _ = rx.await;
-                })
-            }
-            Release::Held => {
-                drop(self.inner.release(charges, reservation));
-                self.landed.fetch_add(1, Ordering::SeqCst);
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                HELD.lock().unwrap().push(tx);
-                Box::pin(async move {
-                    let _ = rx.await;
-                })
-            }
-            Release::PanicInPoll => {
-                drop(self.inner.release(charges, reservation));
-                self.landed.fetch_add(1, Ordering::SeqCst);
-                Box::pin(async { panic!("a13: the release future panics") })
-            }
-            Release::PanicInCall => panic!("a13: release panics"),
-        }
-    }
-}
-
-const SLOW: Release = Release::Slow(Duration::from_millis(300));
-
-/// The releases of `Release::Held` waiting for the test to let them resolve.
-static HELD: Mutex<Vec<tokio::sync::oneshot::Sender<()>>> = Mutex::new(Vec::new());
 
 fn builder(store: &Arc<Store>, n: u32) -> toolgate::GateBuilder {
     Gate::builder()
@@ -310,7 +236,6 @@ fn a13_21_async_refusal_is_returned_only_after_its_release_landed() {
 #[test]
 fn a13_22_a_release_that_does_not_resolve_holds_up_only_its_own_refusal() {
     let _serial = crate::common::serial();
-    HELD.lock().unwrap().clear();
     let (store, landed) = store(Release::Held);
     let gate = builder(&store, 2)
         .approver(|_: &ApprovalRequest<'_>| Approval::Reject("no".into()))
@@ -322,7 +247,7 @@ fn a13_22_a_release_that_does_not_resolve_holds_up_only_its_own_refusal() {
         let _ = tx.send(refused.run(|| purge(1)).map_err(|d| d.code()));
     });
     let deadline = Instant::now() + Duration::from_secs(10);
-    while HELD.lock().unwrap().is_empty() {
+    while store.waiting() == 0 {
         assert!(Instant::now() < deadline, "the release was never asked for");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -338,9 +263,7 @@ fn a13_22_a_release_that_does_not_resolve_holds_up_only_its_own_refusal() {
         gate.run(|| post(3)).unwrap_err().code(),
         DenialCode::ModeNotAllowed
     );
-    for release in HELD.lock().unwrap().drain(..) {
-        let _ = release.send(());
-    }
+    store.let_go();
     let got = rx.recv_timeout(Duration::from_secs(10));
     assert_eq!(got, Ok(Err(DenialCode::ApprovalRejected)));
 }

@@ -15,87 +15,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use toolgate::approval::{ApprovalFuture, AsyncApprover};
 use toolgate::audit::{AuditRecord, MemorySink, Outcome, Stage};
-use toolgate::gate::budget::{
-    BudgetCharge, BudgetFuture, BudgetStore, MemoryBudgets, ReleaseFuture, Reservation,
-};
 use toolgate::policy::TaintPolicy;
 use toolgate::{Approval, ApprovalRequest, DenialCode, Denied, Gate, Mode, tool};
 
+use crate::fixtures::lagging_budgets::{Lagging as Store, Release, SLOW, lagging as make_store};
+
 const HOUR: Duration = Duration::from_secs(3600);
-
-// ---------------------------------------------------------------------------------------------------
-// Plumbing: a memory store whose release is slow or held (after attacks.rs), counting releases landed.
-
-#[derive(Clone, Copy, PartialEq)]
-enum Release {
-    Slow(Duration),
-    Held,
-}
-
-struct Store {
-    inner: Arc<MemoryBudgets>,
-    release: Release,
-    landed: Arc<AtomicUsize>,
-    held: Arc<Mutex<Vec<tokio::sync::oneshot::Sender<()>>>>,
-}
-
-impl Store {
-    fn let_go(&self) {
-        for tx in self.held.lock().unwrap().drain(..) {
-            let _ = tx.send(());
-        }
-    }
-    fn waiting(&self) -> usize {
-        self.held.lock().unwrap().len()
-    }
-}
-
-fn make_store(release: Release) -> (Arc<Store>, Arc<AtomicUsize>) {
-    let landed = Arc::new(AtomicUsize::new(0));
-    let store = Arc::new(Store {
-        inner: Arc::new(MemoryBudgets::new()),
-        release,
-        landed: landed.clone(),
-        held: Arc::new(Mutex::new(Vec::new())),
-    });
-    (store, landed)
-}
-
-impl BudgetStore for Store {
-    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
-        self.inner.take(charges, reservation)
-    }
-
-    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
-        match self.release {
-            Release::Slow(delay) => {
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                let (inner, landed, charges) =
-                    (self.inner.clone(), self.landed.clone(), charges.to_vec());
-                std::thread::spawn(move || {
-                    std::thread::sleep(delay);
-                    drop(inner.release(&charges, reservation));
-                    landed.fetch_add(1, Ordering::SeqCst);
-                    let _ = tx.send(());
-                });
-                Box::pin(async move {
-                    let _ = rx.await;
-                })
-            }
-            Release::Held => {
-                drop(self.inner.release(charges, reservation));
-                self.landed.fetch_add(1, Ordering::SeqCst);
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                self.held.lock().unwrap().push(tx);
-                Box::pin(async move {
-                    let _ = rx.await;
-                })
-            }
-        }
-    }
-}
-
-const SLOW: Release = Release::Slow(Duration::from_millis(300));
 
 fn builder(store: &Arc<Store>, n: u32) -> toolgate::GateBuilder {
     Gate::builder()

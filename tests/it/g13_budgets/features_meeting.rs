@@ -22,6 +22,7 @@ use toolgate::{Approval, ApprovalRequest, DenialCode, Gate, GateBuilder, Mode, R
 use crate::common::gates;
 use crate::common::serial;
 use crate::fixtures::features_meeting::*;
+use crate::fixtures::lagging_budgets::{Release, lagging};
 use crate::g07_approvals::checks::{assert_denied, built, denial};
 use crate::g07_approvals::meeting::*;
 
@@ -712,30 +713,9 @@ fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
 #[test]
 fn p58_a_refusal_is_returned_only_once_its_unit_is_back_in_the_shared_store() {
     let _serial = serial();
-    /// Gives units back on a thread of its own, 50 ms after it is asked.
-    struct Lagging(Arc<MemoryBudgets>);
-    impl BudgetStore for Lagging {
-        fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
-            self.0.take(charges, reservation)
-        }
-        fn release(
-            &self,
-            charges: &[BudgetCharge],
-            reservation: Reservation,
-        ) -> toolgate::gate::budget::ReleaseFuture {
-            let (budgets, charges) = (self.0.clone(), charges.to_vec());
-            let (landed, released) = tokio::sync::oneshot::channel();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(50));
-                drop(budgets.release(&charges, reservation));
-                let _ = landed.send(());
-            });
-            Box::pin(async move {
-                let _ = released.await;
-            })
-        }
-    }
-    let store: Arc<dyn BudgetStore> = Arc::new(Lagging(Arc::new(MemoryBudgets::new())));
+    // Its releases land 50 ms after they are asked for, on a thread of their own.
+    let (lagging, _) = lagging(Release::Slow(Duration::from_millis(50)));
+    let store: Arc<dyn BudgetStore> = lagging;
     // Each way its own agent, so its own budget, in the one store.
     let gate = |agent: &str, approval: fn() -> Approval| {
         built(Mode::FullAuto, |b| {
