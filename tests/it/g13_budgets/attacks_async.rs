@@ -798,6 +798,8 @@ async fn names_target(waiting: String, refusing: u64, step: u64) -> Result<u64, 
 }
 
 /// Names 4: more names a generated body might use.
+// The parameters are the point: named as a generated body's locals.
+#[allow(clippy::too_many_arguments)]
 #[tool(risk = "HIGH_WRITE", domain = "a135names", callable)]
 async fn names_more(
     gate: u64,
@@ -832,6 +834,8 @@ struct Names;
 #[toolgate::toolset(domain = "a135names")]
 impl Names {
     /// Names 5.
+    // The parameters are the point: named as a generated body's locals.
+    #[allow(clippy::too_many_arguments)]
     #[tool(risk = "HIGH_WRITE", callable)]
     pub async fn m_async(
         &self,
@@ -847,6 +851,8 @@ impl Names {
     }
 
     /// Names 6.
+    // The parameters are the point: named as a generated body's locals.
+    #[allow(clippy::too_many_arguments)]
     #[tool(risk = "HIGH_WRITE")]
     pub fn m_sync(
         &self,
@@ -1319,14 +1325,16 @@ fn a13_69_a_tool_future_never_polled_in_its_scope_spends_nothing() {
     let (store, _) = make_store(SLOW);
     let gate = builder(&store, 1).build().unwrap();
     let rt = rt();
+    // A future made in the scope and returned unpolled from it.
+    #[allow(clippy::async_yields_async)]
     let made = rt.block_on(gate.scope(async {
         let dropped = note_async(1);
         drop(dropped);
         note_async(2)
     }));
     let got = rt.block_on(made);
-    if got.is_err() {
-        assert_eq!(got.unwrap_err().code(), DenialCode::NoGate);
+    if let Err(denied) = &got {
+        assert_eq!(denied.code(), DenialCode::NoGate);
         assert!(
             rt.block_on(gate.scope(note_async(3))).is_ok(),
             "a unit was spent by calls that never ran"
@@ -1458,6 +1466,8 @@ struct MoreNames;
 #[toolgate::toolset(domain = "a135names")]
 impl MoreNames {
     /// Names 8: a method with a target and evidence, more names a generated body might use.
+    // The parameters are the point: named as a generated body's locals.
+    #[allow(clippy::too_many_arguments)]
     #[tool(risk = "HIGH_WRITE", target = state, evidence = probe_state, callable)]
     pub async fn m_more(
         &self,
