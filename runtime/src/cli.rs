@@ -27,8 +27,8 @@ use std::io;
 use clap::ValueEnum;
 use clap::builder::PossibleValue;
 
-use crate::policy::{MODE_ENV_VAR, Mode};
 use crate::report::{self, Format};
+use toolgate_policy::{MODE_ENV_VAR, Mode};
 
 /// A `--mode` argument, read from `TOOLGATE_MODE` when not given, `SHADOW` when neither is: flatten it
 /// into an application's arguments. A value that is not a mode, from either, is a usage error, never a

@@ -78,11 +78,11 @@ pub mod __private {
     };
     pub use crate::gate::decide::{DecidingByName, Entering, Refusing, Resumed, Resuming};
     pub use crate::gate::permit::Permit;
-    pub use crate::policy::Risk;
-    pub use crate::policy::{Mode, ModeSet};
     pub use crate::registry::{Behaviour, Registration, ToolEntry};
     pub use crate::registry::{Source, ToolManifest};
     use crate::{Denied, Gate};
+    pub use toolgate_policy::Risk;
+    pub use toolgate_policy::{Mode, ModeSet};
 
     /// Whether a call of a tool runs outright: one gate (ambient, or the tool's `&Gate` argument), no
     /// record to write, and its table allows the call in the current mode. `false` means: ask [`enter`].

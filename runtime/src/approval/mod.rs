@@ -2,7 +2,7 @@
 //! ([`Approver`]) or async ([`AsyncApprover`]), or an operator later, through a store ([`store`],
 //! [`two_step`]).
 
-mod effects;
+pub(crate) mod effects;
 pub mod store;
 pub mod two_step;
 
@@ -14,9 +14,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::policy::Mode;
-use crate::policy::Risk;
 use crate::registry::ToolManifest;
+use toolgate_policy::Mode;
+use toolgate_policy::Risk;
 
 /// What an approver is asked.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +57,7 @@ pub struct ApprovalRequest<'a> {
 
 /// What closed a gate's taint latch: the first tool with untrusted output (`#[tool(untrusted_output)]`)
 /// that ran in the gate's session, and when. From then on every call that writes, through the gate or
-/// a clone, needs an approval or is refused ([`TaintPolicy`](crate::policy::TaintPolicy)).
+/// a clone, needs an approval or is refused ([`TaintPolicy`](toolgate_policy::TaintPolicy)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Taint {
@@ -243,7 +243,7 @@ pub struct Grant {
     /// The granted tool's id.
     pub tool: &'static str,
     /// The highest risk it covers: the risk of the approved call.
-    pub risk: crate::policy::Risk,
+    pub risk: toolgate_policy::Risk,
     /// Whether it covers only the approved arguments.
     pub exact_arguments: bool,
     /// Who granted it.

@@ -14,7 +14,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::policy::{DenialCode, Mode, Risk};
+use toolgate_policy::{DenialCode, Mode, Risk};
 
 /// A store's answer to come: a boxed future, so that the trait stays object-safe.
 ///
@@ -36,7 +36,7 @@ pub struct Binding {
     pub shown_digest: String,
     /// The risk the call is judged at (escalation included).
     pub risk: Risk,
-    /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that asked.
+    /// [`POLICY_VERSION`](toolgate_policy::POLICY_VERSION) of the rules that asked.
     pub policy_version: u32,
     /// Who the agent acts for ([`GateBuilder::principal`](crate::GateBuilder::principal)): an answer
     /// to one principal's call never runs another's.
@@ -68,7 +68,7 @@ impl Binding {
             arguments_digest: arguments_digest.into(),
             shown_digest: shown_digest.into(),
             risk,
-            policy_version: crate::policy::POLICY_VERSION,
+            policy_version: toolgate_policy::POLICY_VERSION,
             principal: None,
             agent: None,
             tainted: false,

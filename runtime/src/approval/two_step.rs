@@ -14,7 +14,7 @@ use crate::approval::store::{
     Answer, ApprovalCall, ApprovalStore, ApproveError, Binding, Consumed, StoreError, StoreFuture,
     confirmed,
 };
-use crate::policy::DenialCode;
+use toolgate_policy::DenialCode;
 
 /// How long an approval request stays valid, unless the gate is built with another duration.
 pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(10 * 60);
@@ -261,7 +261,7 @@ pub(crate) fn new_token() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Mode, Risk};
+    use toolgate_policy::{Mode, Risk};
 
     fn call(digest: &str) -> ApprovalCall {
         ApprovalCall {

@@ -4,12 +4,12 @@ use std::borrow::Cow;
 
 use crate::audit::record::{AuditRecord, Stage};
 use crate::audit::time::now_rfc3339;
-use crate::policy::Mode;
-use crate::policy::POLICY_VERSION;
+use toolgate_policy::Mode;
+use toolgate_policy::POLICY_VERSION;
 
 impl AuditRecord {
     /// A record of `stage` for `tool`, stamped now, with the current
-    /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION), call number 0, an empty manifest digest and
+    /// [`POLICY_VERSION`](toolgate_policy::POLICY_VERSION), call number 0, an empty manifest digest and
     /// every optional field absent. The fields are public: set the others after construction.
     ///
     /// ```

@@ -9,10 +9,10 @@ use std::path::Path;
 
 use crate::audit::record::{AuditRecord, Decision, Outcome, Stage};
 use crate::audit::verify::{Line, read_line};
-use crate::policy::DenialCode;
-use crate::policy::Mode;
-use crate::policy::Risk;
 use crate::terminal::escaped;
+use toolgate_policy::DenialCode;
+use toolgate_policy::Mode;
+use toolgate_policy::Risk;
 
 /// Refusal codes that mean "only the mode stood in the way": with a mode that allows the tool, the
 /// call would have run (possibly after an approval).

@@ -4,8 +4,8 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::Mode;
-use crate::policy::Risk;
+use toolgate_policy::Mode;
+use toolgate_policy::Risk;
 
 /// What a record reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -146,7 +146,7 @@ pub struct AuditRecord {
     /// ([`GateBuilder::policy`](crate::GateBuilder::policy)); absent where it followed none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_digest: Option<String>,
-    /// [`POLICY_VERSION`](crate::policy::POLICY_VERSION) of the rules that decided.
+    /// [`POLICY_VERSION`](toolgate_policy::POLICY_VERSION) of the rules that decided.
     pub policy_version: u32,
     /// Who the agent acts for, as the application identified its caller
     /// ([`GateBuilder::principal`](crate::GateBuilder::principal)); absent where the gate names none.

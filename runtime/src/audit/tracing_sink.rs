@@ -261,8 +261,8 @@ mod tests {
     use tracing::{Event, Metadata, Subscriber};
 
     use super::*;
-    use crate::policy::Mode;
-    use crate::policy::Risk;
+    use toolgate_policy::Mode;
+    use toolgate_policy::Risk;
 
     type Captured = Vec<(String, String, BTreeMap<String, String>)>;
 

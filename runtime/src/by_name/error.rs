@@ -6,7 +6,7 @@ use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
 use crate::gate::denied::{Denied, ceil_millis};
-use crate::policy::suggest::did_you_mean;
+use toolgate_policy::suggest::did_you_mean;
 
 /// Why a call by name did not return the tool's result.
 #[derive(Debug, Clone)]

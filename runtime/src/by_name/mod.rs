@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::approval::Rollback;
+use crate::approval::effects::Rollback;
 use crate::audit::{AuditRecord, Stage};
 use crate::by_name::params::Param;
 use crate::canonical::sha256_hex;
@@ -34,8 +34,8 @@ use crate::gate::call::{ArgRef, CallInfo, Effects};
 use crate::gate::decide::{self as deciding, Decided};
 use crate::gate::denied::Denied;
 use crate::gate::undoing::{Undo, Undoing};
-use crate::policy::Risk;
 use crate::registry::{Registry, Tool, ToolEntry, registry};
+use toolgate_policy::Risk;
 
 /// What a callable tool adds to its registration: its adapter, its parameters and its output schema.
 #[doc(hidden)]

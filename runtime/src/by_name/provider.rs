@@ -36,8 +36,8 @@ use serde_json::{Map, Value, json};
 use crate::by_name::error::CallError;
 use crate::by_name::instances::Instances;
 use crate::gate::Gate;
-use crate::policy::Verdict;
 use crate::registry::{Registry, Tool, manifests};
+use toolgate_policy::Verdict;
 
 /// The model API a definition is rendered for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

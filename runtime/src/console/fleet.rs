@@ -11,7 +11,7 @@ use maud::html;
 use super::html::{OrDash, Shown, page, problem, problem_named};
 use super::shared::Operator;
 use super::shared::{Shared, unavailable};
-use crate::policy::Mode;
+use toolgate_policy::Mode;
 
 const MODES: [Mode; 4] = [
     Mode::Shadow,

@@ -12,8 +12,8 @@ use maud::{Markup, html};
 use super::html::{Shown, page};
 use super::shared::Operator;
 use super::shared::{Shared, unavailable};
-use crate::policy::{Mode, Risk, ceiling};
 use crate::postgres::{Bucket, PromotionPoint};
+use toolgate_policy::{Mode, Risk, ceiling};
 
 #[derive(serde::Deserialize, Default)]
 pub(super) struct ChartQuery {

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use crate::approval::store::{StoreError, StoreFuture};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
-use crate::policy::Risk;
 use crate::registry::registry;
+use toolgate_policy::Risk;
 
 /// The most calls a budget may count: a sliding window keeps one instant per call it counts.
 pub const MAX_BUDGET_CALLS: u32 = 100_000;

@@ -8,9 +8,9 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 
-use crate::approval::Rollback;
+use crate::approval::effects::Rollback;
 use crate::canonical::sha256_hex;
-use crate::policy::Risk;
+use toolgate_policy::Risk;
 
 /// The per-call facts generated code passes to the gate.
 #[doc(hidden)]

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use crate::policy::{self, DenialCode, Mode, ModeSet, Risk};
 use crate::registry::ToolManifest;
+use toolgate_policy::{self as policy, DenialCode, Mode, ModeSet, Risk};
 
 /// A call the gate refused; the tool's body did not run.
 ///
@@ -40,7 +40,7 @@ struct Extra {
     /// What a pending request of a tool with lasting effects shows its operator.
     target: Option<Arc<str>>,
     evidence: Option<Arc<str>>,
-    rollback: Option<Arc<crate::approval::Rollback>>,
+    rollback: Option<Arc<crate::approval::effects::Rollback>>,
 }
 
 impl Denied {
@@ -87,7 +87,7 @@ impl Denied {
         mut self,
         target: Option<&str>,
         evidence: Option<&str>,
-        rollback: Option<&crate::approval::Rollback>,
+        rollback: Option<&crate::approval::effects::Rollback>,
     ) -> Denied {
         if target.is_none() && evidence.is_none() && rollback.is_none() {
             return self;
@@ -113,7 +113,7 @@ impl Denied {
 
     /// How the call would be undone, for a tool that declares `rollback`, on a refusal whose request
     /// waits for an operator.
-    pub fn rollback(&self) -> Option<&crate::approval::Rollback> {
+    pub fn rollback(&self) -> Option<&crate::approval::effects::Rollback> {
         self.extra.as_ref()?.rollback.as_deref()
     }
 

@@ -108,7 +108,7 @@ impl fmt::Display for DenyRuleError {
             }
             DenyRuleError::MatchesNothing { pattern } => {
                 let ids: Vec<&str> = crate::registry::manifests().map(|m| m.id).collect();
-                match crate::policy::suggest::closest(pattern, &ids) {
+                match toolgate_policy::suggest::closest(pattern, &ids) {
                     Some(id) if !pattern.contains('*') => write!(
                         f,
                         "deny rule `{pattern}` matches no registered tool; did you mean `{id}`?"

@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::approval::{Grant, SessionGrant};
-use crate::policy::Risk;
+use toolgate_policy::Risk;
 
 /// Grants kept at most; a grant past it is not made (the call it came with still runs once).
 const MAX_GRANTS: usize = 1_000;

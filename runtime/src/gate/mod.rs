@@ -30,10 +30,10 @@ use crate::audit::{AuditRecord, AuditSink, Decision, Stage};
 use crate::gate::budget::{BudgetError, BudgetScope, BudgetSpec, BudgetStore, Budgets};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::gate::narrowing::Narrowing;
-use crate::policy::Mode;
-use crate::policy::{self, DenialCode, Facts, TaintPolicy, Verdict};
 use crate::registry::ToolManifest;
 use crate::registry::{RegistryError, registry};
+use toolgate_policy::Mode;
+use toolgate_policy::{self as policy, DenialCode, Facts, TaintPolicy, Verdict};
 
 /// Decides every call of every `#[tool]`.
 ///
@@ -1151,7 +1151,7 @@ pub enum GateError {
     /// Deny rules that are not valid or match no linked tool.
     DenyRules(Vec<DenyRuleError>),
     /// `TOOLGATE_MODE` does not name a mode.
-    Mode(crate::policy::ModeEnvError),
+    Mode(toolgate_policy::ModeEnvError),
     /// The two-step approvals' time to live is zero or longer than
     /// [`MAX_APPROVAL_TTL`](crate::approval::two_step::MAX_APPROVAL_TTL).
     ApprovalTtl(Duration),

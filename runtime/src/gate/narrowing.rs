@@ -15,7 +15,7 @@ use serde_json::{Number, Value};
 
 use crate::gate::budget::BudgetSpec;
 use crate::gate::denylist::glob_match;
-use crate::policy::{DenialCode, Mode, Risk, TaintPolicy, Verdict};
+use toolgate_policy::{DenialCode, Mode, Risk, TaintPolicy, Verdict};
 
 /// What an operator's policy takes away from one gate, compiled against the linked tools.
 ///

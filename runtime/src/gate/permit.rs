@@ -12,9 +12,9 @@ use crate::approval::Evidence;
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
 use crate::gate::budget::{ReleaseFuture, Reserved};
-use crate::policy::Mode;
-use crate::policy::Risk;
 use crate::registry::ToolManifest;
+use toolgate_policy::Mode;
+use toolgate_policy::Risk;
 
 /// Proof that a call was decided and allowed; generated code holds it for the length of the body.
 #[doc(hidden)]

@@ -18,8 +18,8 @@ use crate::audit::time::now_rfc3339;
 use crate::audit::{AuditRecord, Stage};
 use crate::gate::denied::Denied;
 use crate::gate::{Gate, TAINTED, grants};
-use crate::policy::{self, DenialCode, Risk, TaintPolicy};
 use crate::registry::{ToolEntry, registry};
+use toolgate_policy::{self as policy, DenialCode, Risk, TaintPolicy};
 
 impl Gate {
     /// What tainted this gate's session, if anything has: the first tool with untrusted output

@@ -8,11 +8,11 @@ use rmcp::model::{JsonObject, MetaObject, ToolAnnotations};
 use serde_json::Value;
 
 use crate::gate::Gate;
-use crate::policy::Mode;
-use crate::policy::Risk;
-use crate::policy::Verdict;
 use crate::registry::Tool;
 use crate::registry::ToolManifest;
+use toolgate_policy::Mode;
+use toolgate_policy::Risk;
+use toolgate_policy::Verdict;
 
 /// The `_meta` key of a definition that holds the tool's declared risk, e.g. `"HIGH_WRITE"`.
 pub const META_RISK_LEVEL: &str = "dev.toolgate/risk_level";

@@ -30,8 +30,8 @@ use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
 use crate::gate::decide as deciding;
 use crate::gate::denied::Denied;
-use crate::policy::{DenialCode, Mode, Risk, Verdict};
 use crate::registry::{Tool, ToolEntry, ToolManifest, manifests, registry};
+use toolgate_policy::{DenialCode, Mode, Risk, Verdict};
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
 type OnPending = Arc<dyn Fn(&PendingApproval) + Send + Sync>;
@@ -86,7 +86,7 @@ pub struct PendingApproval {
     /// JSON: the state the approval is for.
     pub evidence: Option<String>,
     /// How the call would be undone, for a tool that declares `rollback`.
-    pub rollback: Option<crate::Rollback>,
+    pub rollback: Option<crate::approval::effects::Rollback>,
 }
 
 /// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].

@@ -11,10 +11,10 @@ use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc, unknown_keys};
 use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
 use crate::gate::denylist::DenyRule;
 use crate::gate::narrowing::{ArgumentTest, compare};
-use crate::policy::suggest::{closest, did_you_mean};
-use crate::policy::{Mode, Risk};
 use crate::registry::{Tool, ToolEntry, registry};
 use crate::terminal::escaped;
+use toolgate_policy::suggest::{closest, did_you_mean};
+use toolgate_policy::{Mode, Risk};
 
 /// The file format this runtime reads.
 const FORMAT: i64 = 1;

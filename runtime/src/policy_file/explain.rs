@@ -5,8 +5,8 @@ use std::fmt;
 use serde_json::Value;
 
 use super::file::PolicyFile;
-use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
 use crate::registry::registry;
+use toolgate_policy::{self as policy, DenialCode, Facts, Mode, Verdict};
 
 /// A decision as a policy file and the code's manifest make it ([`PolicyFile::explain`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::gate::budget::BudgetScope;
 use crate::gate::narrowing::ArgumentTest;
-use crate::policy::{Mode, Risk};
+use toolgate_policy::{Mode, Risk};
 
 /// Whom a table of rules is for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -14,8 +14,8 @@ use tokio_postgres::{AsyncMessage, Client, NoTls};
 use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, store_error, valid_schema};
 use crate::approval::store::StoreError;
 use crate::gate::{Gate, GateBuilder, GateError, WeakGate};
-use crate::policy::Mode;
 use crate::policy_file::{LivePolicy, PolicyFile};
+use toolgate_policy::Mode;
 
 /// How long a gate may lose its fleet before it acts as SHADOW, unless the builder sets a shorter one.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);

@@ -18,7 +18,7 @@ use super::requests::StoredRequest;
 use super::schema::{self, store_error};
 use super::{sql, worker};
 use crate::approval::store::StoreError;
-use crate::policy::Risk;
+use toolgate_policy::Risk;
 
 /// The channel migration 10's trigger notifies, with the schema's name as payload, whenever requests
 /// change.

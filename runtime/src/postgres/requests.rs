@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::approval::store::{Answer, Binding};
-use crate::policy::Mode;
+use toolgate_policy::Mode;
 
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
@@ -62,7 +62,7 @@ pub struct StoredRequest {
 impl StoredRequest {
     /// The rollback plan, read back from [`StoredRequest::rollback`]: `None` where there is none, or
     /// where what the table holds is not a plan this version reads.
-    pub fn rollback_plan(&self) -> Option<crate::Rollback> {
+    pub fn rollback_plan(&self) -> Option<crate::approval::effects::Rollback> {
         serde_json::from_str(self.rollback.as_deref()?).ok()
     }
 }

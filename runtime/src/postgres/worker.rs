@@ -19,7 +19,7 @@ use crate::approval::store::{
 };
 use crate::approval::two_step::new_token;
 use crate::gate::budget::{BudgetCharge, Reservation, Taken};
-use crate::policy::{DenialCode, Mode, Risk};
+use toolgate_policy::{DenialCode, Mode, Risk};
 
 /// Hashes of a pending request's tokens kept at most: asking again for the same pending call adds one,
 /// and the oldest stops answering past this many.

@@ -73,9 +73,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::ModeSet;
-use crate::policy::Risk;
 use crate::registry::{Behaviour, ToolManifest, manifests, registry};
+use toolgate_policy::ModeSet;
+use toolgate_policy::Risk;
 
 /// The environment variable that [`check`] and [`check_manifests`] read: `overwrite` rewrites the
 /// lockfile; unset, empty or `check` only compares.

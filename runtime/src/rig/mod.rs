@@ -52,8 +52,8 @@ pub use rig_core;
 use crate::by_name::provider::function_name;
 use crate::by_name::{CallError, Instances};
 use crate::gate::Gate;
-use crate::policy::Verdict;
 use crate::registry::{Tool, ToolManifest, manifests, registry};
+use toolgate_policy::Verdict;
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
 

@@ -16,8 +16,8 @@ use crate::gate::call::{Arguments, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::wait::catch_unwind_future;
 use crate::gate::{Gate, grants};
-use crate::policy::{self, DenialCode, Mode};
 use crate::registry::ToolEntry;
+use toolgate_policy::{self as policy, DenialCode, Mode};
 
 /// An approval step: decided, or waiting for an async approver or the store.
 pub(super) enum Approving {
@@ -142,7 +142,10 @@ impl Gate {
             arguments: arguments.get().map(|a| a.json.clone()),
             irreversible: manifest.irreversible,
             evidence: shown.seen.as_ref().map(|e| e.json.clone()),
-            rollback: shown.plan.as_ref().map(crate::approval::Rollback::to_json),
+            rollback: shown
+                .plan
+                .as_ref()
+                .map(crate::approval::effects::Rollback::to_json),
         };
         let store = store.clone();
         Approving::Wait(Wait::Answer(Box::pin(async move {

@@ -10,8 +10,8 @@ use crate::gate::budget::{Reservation, Reserved, Taken};
 use crate::gate::call::EffectiveRisk;
 use crate::gate::denied::Denied;
 use crate::gate::{Gate, Table};
-use crate::policy::{DenialCode, Mode};
 use crate::registry::ToolEntry;
+use toolgate_policy::{DenialCode, Mode};
 
 /// What the budgets say of a call, in one gate.
 pub(super) enum Reserve {

@@ -27,8 +27,8 @@ use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Permit, close_refused};
 use crate::gate::{Gate, TAINTED, grants};
-use crate::policy::{DenialCode, Mode, Verdict};
 use crate::registry::ToolEntry;
+use toolgate_policy::{DenialCode, Mode, Verdict};
 
 impl<A: ArgumentSource> Decision<A> {
     /// Reads again what may have changed while the call was decided, then commits the call.

@@ -17,7 +17,7 @@ use crate::gate::budget::Releases;
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
 use crate::gate::{Gate, grants};
-use crate::policy::{DenialCode, Mode, Verdict};
+use toolgate_policy::{DenialCode, Mode, Verdict};
 
 /// What the driver says: the decision, or what it waits for.
 pub(super) enum Next {
@@ -224,7 +224,11 @@ impl<A: ArgumentSource> Decision<A> {
             self.at = At::Enter(i + 1);
             return None;
         };
-        record.rollback = self.shown().plan.as_ref().map(crate::Rollback::to_json);
+        record.rollback = self
+            .shown()
+            .plan
+            .as_ref()
+            .map(crate::approval::effects::Rollback::to_json);
         if self.waits == Waits::Async
             && let Some(written) = sink.record_async(&record)
         {

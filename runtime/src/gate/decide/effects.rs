@@ -10,8 +10,8 @@ use crate::audit::Decision as Decided;
 use crate::gate::call::{EffectiveRisk, Effects};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
-use crate::policy::{DenialCode, Mode, Verdict};
 use crate::registry::ToolEntry;
+use toolgate_policy::{DenialCode, Mode, Verdict};
 
 impl<A: ArgumentSource> Decision<A> {
     /// After every gate's table: the target, the plan, and, where some gate asks for an approval,

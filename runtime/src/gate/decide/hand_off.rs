@@ -14,8 +14,8 @@ use crate::gate::ambient::STACK;
 use crate::gate::call::{ArgRef, CallInfo};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
-use crate::policy::Verdict;
 use crate::registry::ToolEntry;
+use toolgate_policy::Verdict;
 
 /// The part of a call by name's decision that needs no arguments: each gate's table (deny list, allowed
 /// modes, ceiling, an approval path), so that a tool the gates refuse answers its refusal whatever its

@@ -13,8 +13,8 @@ use crate::gate::Gate;
 use crate::gate::call::{Arguments, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Exit, close_refused};
-use crate::policy::{DenialCode, Mode, Risk};
 use crate::registry::ToolEntry;
+use toolgate_policy::{DenialCode, Mode, Risk};
 
 impl Gate {
     /// Records a call by name that stopped at the door, before any decision: an unknown id, a tool with

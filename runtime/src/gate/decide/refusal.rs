@@ -2,8 +2,8 @@
 
 use crate::approval::store::StoreError;
 use crate::gate::denied::Denied;
-use crate::policy::{DenialCode, Mode, Risk};
 use crate::registry::ToolEntry;
+use toolgate_policy::{DenialCode, Mode, Risk};
 
 #[cold]
 pub(super) fn store_panicked() -> StoreError {

@@ -10,8 +10,8 @@ use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
 use crate::gate::{Gate, Table};
-use crate::policy::Verdict;
 use crate::registry::ToolEntry;
+use toolgate_policy::Verdict;
 
 /// Where a decision stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

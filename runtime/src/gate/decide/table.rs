@@ -12,8 +12,8 @@ use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
 use crate::gate::{Gate, TAINTED, Table, cell_verdict};
-use crate::policy::{self, DenialCode, Facts, Mode, Verdict};
 use crate::registry::ToolEntry;
+use toolgate_policy::{self as policy, DenialCode, Facts, Mode, Verdict};
 
 impl Gate {
     /// The gate's mode and, in [`TAINTED`], whether its session is tainted: the state a decision is

@@ -5,12 +5,12 @@ use crate::approval::AllowAllApprover;
 use crate::audit::MemorySink;
 use crate::gate::Gate;
 use crate::gate::call::CallInfo;
-use crate::policy::Risk;
-use crate::policy::Verdict;
-use crate::policy::{Mode, ModeSet};
 use crate::registry::Registration;
 use crate::registry::ToolEntry;
 use crate::registry::{Source, ToolManifest};
+use toolgate_policy::Risk;
+use toolgate_policy::Verdict;
+use toolgate_policy::{Mode, ModeSet};
 
 // Tools over every risk, allowed in every mode, in FULL_AUTO only, or in SHADOW only.
 macro_rules! tools {

@@ -11,7 +11,7 @@ use crate::approval::SessionGrant;
 use crate::approval::store::{Consumed, StoreError};
 use crate::audit::{AuditError, AuditFuture, Decision as Decided};
 use crate::gate::budget::{BudgetFuture, Releases, Taken};
-use crate::policy::Mode;
+use toolgate_policy::Mode;
 
 /// What one gate decided of a call it allows.
 #[derive(Debug, Clone)]
