@@ -72,20 +72,16 @@
 //!
 //! # Feature flags
 //!
-//! | feature | what it adds |
-//! | --- | --- |
-//! | `clap` | `Mode`, `Risk` and `report::Format` as `clap::ValueEnum`, and the `--list-tools` flag (`cli`) |
-//! | `checkpoints` | signed checkpoints of the audit log: `audit::Checkpoints` for `JsonlSinkBuilder::checkpoints`, `audit::verify_signed_file`, Ed25519 keys from PEM files ([ed25519-dalek](https://crates.io/crates/ed25519-dalek)) |
-//! | `cli` | the `toolgate` command: `toolgate audit verify FILE [--public-key PUB]`, `toolgate audit promotion FILE`, `toolgate audit keygen --out KEY`; enables `checkpoints` |
-//! | `mcp` | `mcp`: an [rmcp](https://crates.io/crates/rmcp) server handler over the registry |
-//! | `mcp-http` | `mcp::http`: the MCP server over rmcp's streamable HTTP transport, each bearer token mapped to a principal and its gate |
-//! | `mcp-oauth` | `mcp::oauth`: the HTTP server as an OAuth 2.1 resource server (MCP's authorization): JWT access tokens verified against a JWKS ([jsonwebtoken](https://crates.io/crates/jsonwebtoken)), their claims mapped to principals, RFC 9728 metadata served |
-//! | `postgres` | `postgres`, on PostgreSQL ([tokio-postgres](https://crates.io/crates/tokio-postgres)): an approval store shared by processes, one audit trail for every process (`PostgresSink`, signed checkpoints), fleets (`Fleet`: one kill switch for every process); with `cli`, `toolgate approvals`, `toolgate fleet`, `toolgate audit verify postgres://…` |
-//! | `rig` | `rig`: callable tools as [rig](https://crates.io/crates/rig-core) tools (rig-core 0.44), every call through the gate |
+//! Each feature adds what its line says; add them to the dependency, `toolgate = { version = "0.1",
+//! features = ["mcp-http", "postgres"] }`. On docs.rs every feature is built, and each item that needs
+//! one says which.
+//!
+#![doc = document_features::document_features!()]
 //!
 //! Nothing is on by default: the attribute, the gate, call by name, the audit log, the reports, tool
 //! definitions for model APIs ([`provider`]) and the tracing sink's OpenTelemetry spans need no feature.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

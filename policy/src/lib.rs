@@ -24,6 +24,7 @@
 //! assert_eq!(verdict, Verdict::Refuse(DenialCode::AboveCeiling));
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

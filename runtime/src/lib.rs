@@ -4,6 +4,7 @@
 //! Depend on `toolgate`, which re-exports this crate and the `#[tool]` attribute; this crate's items are
 //! documented there.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

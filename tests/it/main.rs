@@ -53,6 +53,7 @@ mod mutants;
 mod otel;
 mod policy_table;
 mod provider_defs;
+mod readme;
 mod return_types;
 mod rig;
 mod stateful;
