@@ -20,7 +20,7 @@ pub(crate) mod wait;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::approval::store::{Answer, ApprovalStore, ApproveError, StoreError};
@@ -316,6 +316,7 @@ impl Gate {
     }
 
     /// Records that a policy was refused and the gate kept the one it follows.
+    #[cfg(feature = "policy-file")]
     pub(crate) fn note_policy_refused(&self, why: &str, by: &str) {
         if self.inner.audit.is_some() {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
@@ -418,6 +419,7 @@ impl Gate {
     }
 
     /// A reference that does not keep the gate alive.
+    #[cfg(feature = "policy-file")]
     pub(crate) fn downgrade(&self) -> WeakGate {
         WeakGate(Arc::downgrade(&self.inner))
     }
@@ -1091,9 +1093,11 @@ impl ModeParts {
 }
 
 /// A [`Gate`] that may have been dropped.
+#[cfg(feature = "policy-file")]
 #[derive(Clone)]
-pub(crate) struct WeakGate(Weak<Inner>);
+pub(crate) struct WeakGate(std::sync::Weak<Inner>);
 
+#[cfg(feature = "policy-file")]
 impl WeakGate {
     pub(crate) fn upgrade(&self) -> Option<Gate> {
         self.0.upgrade().map(|inner| Gate { inner })

@@ -58,6 +58,10 @@ pub(crate) struct ArgumentRule {
 
 /// What an argument rule asks of a value.
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(feature = "policy-file"),
+    expect(dead_code, reason = "only an operator's policy file writes rules on arguments")
+)]
 pub(crate) enum ArgumentTest {
     /// Refused when the string (or any string of a list) matches one of the globs.
     Refuse(Vec<Box<str>>),
@@ -165,6 +169,7 @@ impl Narrowing {
     }
 
     /// [`refuses_arguments`](Narrowing::refuses_arguments) for arguments written as a JSON object.
+    #[cfg(feature = "policy-file")]
     pub(crate) fn refuses_json(&self, slot: usize, arguments: Option<&str>) -> Option<String> {
         let parsed = arguments.and_then(|json| serde_json::from_str::<Value>(json).ok());
         let values = match &parsed {

@@ -1061,6 +1061,7 @@ struct Caller {
 /// Whose a request's session is.
 enum Of {
     /// Over HTTP, the principal's of this name.
+    #[cfg(feature = "mcp-http")]
     Principal(Arc<str>),
     /// Elsewhere, the connection's, by its random id.
     Connection(Arc<OnceLock<Arc<str>>>),
@@ -1070,6 +1071,7 @@ impl Caller {
     /// The session a request's in-band approval states and tasks are bound to.
     fn session(&self) -> Arc<str> {
         match &self.of {
+            #[cfg(feature = "mcp-http")]
             Of::Principal(name) => format!("principal\n{name}").into(),
             Of::Connection(id) => format!("connection\n{}", id.get_or_init(session_id)).into(),
         }
