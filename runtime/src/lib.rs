@@ -37,14 +37,16 @@ pub use approval::two_step::DEFAULT_APPROVAL_TTL;
 pub use approval::{AllowAllApprover, Approval, ApprovalRequest, Approver, Rollback, Taint};
 pub use by_name::provider;
 pub use by_name::{CallError, CallFuture, Instances};
-pub use gate::PolicySource;
+pub use gate::Gate;
 pub use gate::ambient::Scoped;
 pub use gate::budget;
 pub use gate::budget::BudgetScope;
+pub use gate::builder::GateBuilder;
+pub use gate::builder::PolicySource;
 pub use gate::denied::Denied;
 pub use gate::denylist::DenyRuleError;
+pub use gate::error::{GateError, RaiseRefused};
 pub use gate::narrowing::Narrowing;
-pub use gate::{Gate, GateBuilder, GateError, RaiseRefused};
 pub use registry::{
     Duplicate, Manifests, Registry, RegistryError, Source, Tool, ToolManifest, check_registry,
     manifests, registry,

@@ -52,7 +52,9 @@ fn the_first_examples_are_the_programs_of_examples_word_for_word() {
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         assert_eq!(block, file, "the README's block of {path} is not the file");
         assert!(
-            !block.lines().any(|line| line == "#" || line.starts_with("# ")),
+            !block
+                .lines()
+                .any(|line| line == "#" || line.starts_with("# ")),
             "{path}: a line hidden from rustdoc shows raw on GitHub"
         );
     }

@@ -60,7 +60,10 @@ pub(crate) struct ArgumentRule {
 #[derive(Debug, Clone)]
 #[cfg_attr(
     not(feature = "policy-file"),
-    expect(dead_code, reason = "only an operator's policy file writes rules on arguments")
+    expect(
+        dead_code,
+        reason = "only an operator's policy file writes rules on arguments"
+    )
 )]
 pub(crate) enum ArgumentTest {
     /// Refused when the string (or any string of a list) matches one of the globs.

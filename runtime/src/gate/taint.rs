@@ -16,8 +16,9 @@ use std::sync::atomic::Ordering;
 use crate::approval::Taint;
 use crate::audit::time::now_rfc3339;
 use crate::audit::{AuditRecord, Stage};
+use crate::gate::compile::TAINTED;
 use crate::gate::denied::Denied;
-use crate::gate::{Gate, TAINTED, grants};
+use crate::gate::{Gate, grants};
 use crate::registry::{ToolEntry, registry};
 use toolgate_policy::{self as policy, DenialCode, Risk, TaintPolicy};
 

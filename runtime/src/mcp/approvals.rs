@@ -31,7 +31,7 @@ pub const DEFAULT_STATE_TTL: Duration = Duration::from_secs(10 * 60);
 /// How a [`ToolgateServer`](super::ToolgateServer) answers a call that needs an approval.
 ///
 /// Either way the gate decides: its two-step approvals
-/// ([`GateBuilder::two_step_approvals`](crate::gate::GateBuilder::two_step_approvals), or an
+/// ([`GateBuilder::two_step_approvals`](crate::gate::builder::GateBuilder::two_step_approvals), or an
 /// approval store) bind an approval to the exact call, and the call runs once.
 #[derive(Clone, Default)]
 #[non_exhaustive]

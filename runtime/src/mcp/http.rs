@@ -133,7 +133,7 @@ pub trait TokenVerifier: Send + Sync + 'static {
 ///
 /// Tokens are kept as their SHA-256, and looked up by it: neither a token nor a prefix of one is
 /// compared byte by byte. Give each principal a gate of its own (its mode, its deny list, and
-/// [`GateBuilder::principal`](crate::gate::GateBuilder::principal) with its name, which approvers and
+/// [`GateBuilder::principal`](crate::gate::builder::GateBuilder::principal) with its name, which approvers and
 /// the audit log see); the gates may share one audit sink and one approval store.
 #[derive(Default)]
 pub struct Principals {

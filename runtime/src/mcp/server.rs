@@ -244,7 +244,7 @@ impl ToolgateServer {
 
     /// How a call that needs an approval is answered: [`Approvals::OutOfBand`] (the default) or
     /// [`Approvals::InBand`]. Either needs a gate that takes two-step approvals
-    /// ([`GateBuilder::two_step_approvals`](crate::gate::GateBuilder::two_step_approvals) or an
+    /// ([`GateBuilder::two_step_approvals`](crate::gate::builder::GateBuilder::two_step_approvals) or an
     /// approval store); a gate with an approver asks its approver instead.
     #[must_use]
     pub fn approvals(mut self, approvals: Approvals) -> ToolgateServer {

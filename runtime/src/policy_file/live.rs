@@ -9,8 +9,9 @@ use std::time::Duration;
 use super::file::PolicyFile;
 use super::model::PolicyErrors;
 use crate::canonical::sha256_hex;
+use crate::gate::builder::PolicySource;
 use crate::gate::narrowing::Narrowing;
-use crate::gate::{Gate, PolicySource, WeakGate};
+use crate::gate::{Gate, WeakGate};
 
 /// A policy file that gates follow while it changes: build gates with
 /// [`GateBuilder::policy`](crate::GateBuilder::policy)`(live.clone())`, then replace the file

@@ -60,5 +60,5 @@ pub use live::{LivePolicy, PolicyWatch};
 pub use lock::{PolicyLockError, assert_policy_lock, check_policy_lock};
 pub use model::{PolicyError, PolicyErrors};
 
-pub use crate::gate::PolicySource;
+pub use crate::gate::builder::PolicySource;
 pub use crate::gate::narrowing::Narrowing;

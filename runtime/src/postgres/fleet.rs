@@ -13,7 +13,9 @@ use tokio_postgres::{AsyncMessage, Client, NoTls};
 
 use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, store_error, valid_schema};
 use crate::approval::store::StoreError;
-use crate::gate::{Gate, GateBuilder, GateError, WeakGate};
+use crate::gate::builder::GateBuilder;
+use crate::gate::error::GateError;
+use crate::gate::{Gate, WeakGate};
 use crate::policy_file::{LivePolicy, PolicyFile};
 use toolgate_policy::Mode;
 

@@ -6,10 +6,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use super::refusal::{refuse, store_panicked};
 use super::waits::Wait;
 use crate::approval::store::StoreError;
+use crate::gate::Gate;
 use crate::gate::budget::{Reservation, Reserved, Taken};
 use crate::gate::call::EffectiveRisk;
+use crate::gate::compile::Table;
 use crate::gate::denied::Denied;
-use crate::gate::{Gate, Table};
 use crate::registry::ToolEntry;
 use toolgate_policy::{DenialCode, Mode};
 

@@ -24,9 +24,10 @@ use crate::approval::SessionGrant;
 use crate::audit::{AuditRecord, Decision as Decided, Stage};
 use crate::gate::budget::Releases;
 use crate::gate::call::{CallInfo, EffectiveRisk};
+use crate::gate::compile::TAINTED;
 use crate::gate::denied::Denied;
 use crate::gate::permit::{Permit, close_refused};
-use crate::gate::{Gate, TAINTED, grants};
+use crate::gate::{Gate, grants};
 use crate::registry::ToolEntry;
 use toolgate_policy::{DenialCode, Mode, Verdict};
 

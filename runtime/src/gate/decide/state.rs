@@ -5,11 +5,12 @@ use std::sync::Arc;
 use super::arguments::{ArgumentSource, LazyArguments, Shown, WrittenArguments};
 use super::records::abandon;
 use super::waits::{Allowed, Waits};
+use crate::gate::Gate;
 use crate::gate::budget::{ReleaseFuture, Reserved};
 use crate::gate::call::{CallInfo, EffectiveRisk};
+use crate::gate::compile::Table;
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
-use crate::gate::{Gate, Table};
 use crate::registry::ToolEntry;
 use toolgate_policy::Verdict;
 

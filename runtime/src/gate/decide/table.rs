@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use super::arguments::ArgumentSource;
 use super::refusal::refuse;
+use crate::gate::Gate;
 use crate::gate::ambient::STACK;
 use crate::gate::call::{CallInfo, EffectiveRisk};
+use crate::gate::compile::{TAINTED, Table, cell_verdict};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
-use crate::gate::{Gate, TAINTED, Table, cell_verdict};
 use crate::registry::ToolEntry;
 use toolgate_policy::{self as policy, DenialCode, Facts, Mode, Verdict};
 

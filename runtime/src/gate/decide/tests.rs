@@ -44,7 +44,7 @@ tools! {
 }
 
 fn gates(mode: Mode) -> Vec<(&'static str, Gate)> {
-    let build = |builder: crate::gate::GateBuilder| builder.mode(mode).build().unwrap();
+    let build = |builder: crate::gate::builder::GateBuilder| builder.mode(mode).build().unwrap();
     vec![
         ("plain", build(Gate::builder())),
         ("audited", build(Gate::builder().audit(MemorySink::new()))),
