@@ -213,10 +213,12 @@
 
 mod audit;
 pub mod fleet;
+mod link;
 mod reads;
 mod requests;
 mod schema;
 mod sql;
+mod tls;
 mod trail;
 mod worker;
 
@@ -244,6 +246,7 @@ use crate::approval::store::{
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
 use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, ReleaseFuture, Reservation};
+use link::Link;
 use requests::Settings;
 use schema::valid_schema;
 use worker::{Job, Target};
@@ -327,9 +330,9 @@ impl PostgresStoreBuilder {
                 settings.schema
             ));
         }
-        let config = schema::config(url, settings.timeout, "toolgate")?;
+        let link = Link::new(url, settings.timeout, "toolgate")?;
         let (jobs, receiver) = mpsc::unbounded_channel();
-        let thread = worker::run(settings.clone(), config, receiver).map_err(|e| {
+        let thread = worker::run(settings.clone(), link, receiver).map_err(|e| {
             StoreError::Unavailable(format!("cannot start the store's thread: {e}"))
         })?;
         let store = PostgresStore {
@@ -367,7 +370,7 @@ pub struct Migrated {
 /// the schema after; the others need only the grants of [Roles](self#roles). Running it again
 /// changes nothing. A schema newer than this crate is refused.
 pub fn migrate(url: &str, schema: &str) -> Result<Migrated, StoreError> {
-    let (from, to) = schema::migrate_url(url, schema)?;
+    let (from, to) = link::migrate_url(url, schema)?;
     let version = |v: i32| u32::try_from(v).unwrap_or(0);
     Ok(Migrated {
         from: version(from),
