@@ -30,3 +30,4 @@ mod fleet_cli;
 mod mcp_example;
 mod schema_and_roles;
 mod sql_semantics;
+mod tls;

@@ -122,18 +122,26 @@ impl Link {
         if let Some(why) = tls::failure(error, &self.config, &self.tls) {
             return StoreError::Unavailable(why);
         }
-        if let Some(db) = error.as_db_error()
-            && db.code().code() == "28000"
-            && db.message().ends_with("no encryption")
-            && matches!(self.tls.mode, SslMode::Disable | SslMode::Prefer)
-        {
-            return StoreError::Unavailable(format!(
-                "the server takes only encrypted connections ({}), and this one was not: set \
-                 sslmode=verify-full",
-                db.message()
-            ));
+        match error.as_db_error() {
+            Some(db)
+                if db.code().code() == "28000"
+                    && db.message().ends_with("no encryption")
+                    && matches!(self.tls.mode, SslMode::Disable | SslMode::Prefer) =>
+            {
+                StoreError::Unavailable(format!(
+                    "the server takes only encrypted connections ({}), and this one was not: set \
+                     sslmode=verify-full",
+                    db.message()
+                ))
+            }
+            // Invalid authorization: the role, its password or its client certificate.
+            Some(db) if db.code().code().starts_with("28") => StoreError::Unavailable(format!(
+                "the server refused the connection: {} ({})",
+                db.message(),
+                db.code().code()
+            )),
+            _ => store_error(error),
         }
-        store_error(error)
     }
 }
 

@@ -117,7 +117,10 @@ impl Params {
 /// A connection's TLS: what tokio-postgres is given, and what the messages of its failures say.
 #[derive(Clone)]
 pub(super) struct Tls {
+    /// The mode in force: `require` with a root file is `verify-ca`.
     pub(super) mode: SslMode,
+    /// The mode as the URL named it, for messages.
+    asked: SslMode,
     /// The roots checked against, where the mode checks the certificate.
     roots: Option<Roots>,
     pub(super) connector: MakeRustlsConnect,
@@ -171,6 +174,7 @@ fn tls(params: &Params) -> Result<Tls, String> {
         _ => Some(Roots::System),
     };
     // `require` with a root file checks the chain, as libpq does.
+    let asked = mode;
     let mode = match (mode, &roots) {
         (SslMode::Require, Some(_)) => SslMode::VerifyCa,
         (mode, _) => mode,
@@ -215,6 +219,7 @@ fn tls(params: &Params) -> Result<Tls, String> {
     };
     Ok(Tls {
         mode,
+        asked,
         roots,
         connector: MakeRustlsConnect::new(config),
     })
@@ -366,7 +371,7 @@ fn key_values(text: &str) -> Result<Vec<(String, String)>, String> {
 /// client says it. `None` when the failure is not TLS's.
 pub(super) fn failure(error: &tokio_postgres::Error, config: &Config, tls: &Tls) -> Option<String> {
     let cause = std::error::Error::source(error)?;
-    let mode = tls.mode.as_str();
+    let mode = tls.asked.as_str();
     if cause.to_string() == "server does not support TLS" {
         return Some(format!(
             "the server at {} does not offer TLS, and sslmode={mode} needs it",
