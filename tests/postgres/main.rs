@@ -24,6 +24,7 @@ mod g20_console;
 mod g20_more;
 
 mod approvals_cli;
+mod connections;
 #[cfg(feature = "console")]
 mod console;
 mod fleet_cli;
