@@ -30,21 +30,32 @@ fn counts(url: &str, database: &str) -> BTreeMap<String, usize> {
         &admin,
         &format!("SELECT application_name FROM pg_stat_activity WHERE datname = '{database}'"),
     ) {
-        *counts.entry(row[0].clone().unwrap_or_default()).or_insert(0) += 1;
+        *counts
+            .entry(row[0].clone().unwrap_or_default())
+            .or_insert(0) += 1;
     }
     counts
 }
 
 fn one_each() -> BTreeMap<String, usize> {
-    ["toolgate", "toolgate-audit", "toolgate-console", "toolgate-fleet"]
-        .into_iter()
-        .map(|name| (name.to_owned(), 1))
-        .collect()
+    [
+        "toolgate",
+        "toolgate-audit",
+        "toolgate-console",
+        "toolgate-fleet",
+    ]
+    .into_iter()
+    .map(|name| (name.to_owned(), 1))
+    .collect()
 }
 
 /// The counts once they are `expected` (a cut connection's backend may take a moment to leave), or
 /// as they are after 10 seconds.
-fn settled(url: &str, database: &str, expected: &BTreeMap<String, usize>) -> BTreeMap<String, usize> {
+fn settled(
+    url: &str,
+    database: &str,
+    expected: &BTreeMap<String, usize>,
+) -> BTreeMap<String, usize> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let now = counts(url, database);
@@ -83,7 +94,7 @@ fn a_process_opens_one_connection_per_store_sink_fleet_and_reader_however_many_g
                 .join(
                     Gate::builder()
                         .mode(Mode::PartialAuto)
-                        .agent(&format!("agent-{i}"))
+                        .agent(format!("agent-{i}"))
                         .audit_shared(Arc::clone(&sink))
                         .approval_store_shared(store.clone())
                         .budget(BudgetScope::Agent, 100_000, Duration::from_secs(3600))
@@ -119,11 +130,8 @@ fn a_process_opens_one_connection_per_store_sink_fleet_and_reader_however_many_g
             let callers: Vec<_> = gates
                 .iter()
                 .map(|gate| {
-                    scope.spawn(move || {
-                        (0..calls)
-                            .filter(|&i| gate.run(|| tick(i)).is_ok())
-                            .count()
-                    })
+                    scope
+                        .spawn(move || (0..calls).filter(|&i| gate.run(|| tick(i)).is_ok()).count())
                 })
                 .collect();
             runtime.block_on(async {
@@ -154,7 +162,10 @@ fn a_process_opens_one_connection_per_store_sink_fleet_and_reader_however_many_g
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     while !reader.is_closed() {
-        assert!(Instant::now() < deadline, "the reader did not see its connection cut");
+        assert!(
+            Instant::now() < deadline,
+            "the reader did not see its connection cut"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let reader = runtime

@@ -13,7 +13,7 @@ use toolgate::postgres::{Fleet, PostgresSink, PostgresStore, Reader};
 use toolgate::{Denied, Gate, Mode, tool};
 
 use crate::common::postgres::{Cluster, empty_database, execute, query};
-use crate::support::fleet::{FLEET, Proc, STOP_FILE, THREADS, CALLS, TIMEOUT_MS};
+use crate::support::fleet::{CALLS, FLEET, Proc, STOP_FILE, THREADS, TIMEOUT_MS};
 use crate::support::{text, toolgate, toolgate_exits};
 
 /// The role whose `pg_hba.conf` line asks for a client certificate (`cert`), named in its subject.
@@ -54,7 +54,9 @@ fn authority(name: &str) -> (String, Issuer<'static, KeyPair>) {
 fn leaf(names: &[&str], common_name: &str, issuer: &Issuer<'_, KeyPair>) -> (String, String) {
     let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
     let mut params = CertificateParams::new(names).unwrap();
-    params.distinguished_name.push(DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
     let key = KeyPair::generate().unwrap();
     let cert = params.signed_by(&key, issuer).unwrap();
     (cert.pem(), key.serialize_pem())
@@ -349,7 +351,10 @@ fn each_refusal_names_its_cause() {
     // A certificate authority that signed nothing the server shows; the system's roots, which do
     // not hold the test's authority.
     assert_eq!(
-        refusal(PostgresStore::connect(&verified("localhost", &tls.other_ca))),
+        refusal(PostgresStore::connect(&verified(
+            "localhost",
+            &tls.other_ca
+        ))),
         format!(
             "unavailable: the server's certificate is not signed by a certificate authority of \
              sslrootcert {} (sslmode=verify-full)",
@@ -374,9 +379,11 @@ fn each_refusal_names_its_cause() {
 
     // A client that sends no TLS, to a server that takes TLS connections alone.
     assert_eq!(
-        refusal(PostgresStore::connect(
-            &tls.url("127.0.0.1", &database, "sslmode=disable")
-        )),
+        refusal(PostgresStore::connect(&tls.url(
+            "127.0.0.1",
+            &database,
+            "sslmode=disable"
+        ))),
         format!(
             "unavailable: the server takes only encrypted connections (no pg_hba.conf entry for \
              host \"127.0.0.1\", user \"toolgate\", database \"{database}\", no encryption), and \

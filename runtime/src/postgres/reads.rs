@@ -211,7 +211,8 @@ impl Reader {
             )));
         }
         let link = Link::new(url, timeout, "toolgate-console")?;
-        let mut opened = link::within(timeout, link.open(schema, Schema::Check, Some(CHANNEL))).await?;
+        let mut opened =
+            link::within(timeout, link.open(schema, Schema::Check, Some(CHANNEL))).await?;
         let (notify, changes) = watch::channel(0u64);
         let ours = schema.to_owned();
         tokio::spawn(async move {

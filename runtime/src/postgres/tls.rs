@@ -22,7 +22,9 @@ use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signat
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 use tokio_postgres::Config;
 use tokio_postgres::config::{Host, SslMode as WireMode};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -48,9 +50,11 @@ impl SslMode {
             "verify-ca" => SslMode::VerifyCa,
             "verify-full" => SslMode::VerifyFull,
             "allow" => {
-                return Err("sslmode=allow is not supported: use prefer (TLS when the server offers \
+                return Err(
+                    "sslmode=allow is not supported: use prefer (TLS when the server offers \
                             it) or a stronger mode"
-                    .into());
+                        .into(),
+                );
             }
             other => {
                 return Err(format!(
@@ -230,9 +234,9 @@ fn root_store(roots: &Roots) -> Result<RootCertStore, String> {
     match roots {
         Roots::File(path) => {
             for cert in certificates(path, "sslrootcert")? {
-                store
-                    .add(cert)
-                    .map_err(|e| format!("sslrootcert {path} holds a certificate rustls refuses: {e}"))?;
+                store.add(cert).map_err(|e| {
+                    format!("sslrootcert {path} holds a certificate rustls refuses: {e}")
+                })?;
             }
         }
         Roots::System => {
@@ -382,9 +386,10 @@ pub(super) fn failure(error: &tokio_postgres::Error, config: &Config, tls: &Tls)
         .downcast_ref::<std::io::Error>()
         .and_then(|io| io.get_ref())
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())?;
-    let roots = tls.roots.as_ref().map_or(Cow::Borrowed("no roots"), |r| {
-        Cow::Owned(r.to_string())
-    });
+    let roots = tls
+        .roots
+        .as_ref()
+        .map_or(Cow::Borrowed("no roots"), |r| Cow::Owned(r.to_string()));
     Some(match rustls {
         rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
             expected,
@@ -583,7 +588,10 @@ mod tests {
         let (rest, taken) = params(
             "postgres://u@db:5432/app?application_name=x&sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&connect_timeout=3",
         );
-        assert_eq!(rest, "postgres://u@db:5432/app?application_name=x&connect_timeout=3");
+        assert_eq!(
+            rest,
+            "postgres://u@db:5432/app?application_name=x&connect_timeout=3"
+        );
         assert_eq!(taken.sslmode.as_deref(), Some("verify-full"));
         assert_eq!(taken.sslrootcert.as_deref(), Some("/etc/ca.pem"));
         let (rest, taken) = params("postgresql://u@db/app?sslmode=require");
@@ -681,22 +689,31 @@ mod tests {
     }
 
     #[test]
-    fn require_with_a_root_file_checks_the_chain_and_system_roots_check_names() {
-        let (_, tls) = configure("host=db sslrootcert=system").unwrap_or_else(|e| {
-            // A machine without a root store: the refusal says so.
-            assert!(e.to_string().contains("the system has no root certificates"), "{e}");
-            panic!("no system roots to test with")
-        });
-        assert_eq!(tls.mode, SslMode::VerifyFull);
-        assert_eq!(tls.roots, Some(Roots::System));
+    fn system_roots_mean_verify_full_and_require_alone_checks_nothing() {
+        let (_, tls) = configure("host=db sslrootcert=system").expect("the system's roots");
+        assert_eq!(
+            (tls.mode, tls.roots),
+            (SslMode::VerifyFull, Some(Roots::System))
+        );
+        let (_, tls) = configure("host=db sslmode=verify-ca").expect("the system's roots");
+        assert_eq!(
+            (tls.mode, tls.roots),
+            (SslMode::VerifyCa, Some(Roots::System))
+        );
         let (_, tls) = configure("host=db sslmode=require").unwrap();
-        assert_eq!((tls.mode, tls.roots), (SslMode::Require, None));
+        assert_eq!(
+            (tls.mode, tls.asked, tls.roots),
+            (SslMode::Require, SslMode::Require, None)
+        );
     }
 
     #[test]
     fn presented_names_are_shown_plainly() {
         assert_eq!(
-            names(&["DnsName(\"localhost\")".into(), "IpAddress(10.0.0.1)".into()]),
+            names(&[
+                "DnsName(\"localhost\")".into(),
+                "IpAddress(10.0.0.1)".into()
+            ]),
             "localhost, 10.0.0.1"
         );
         assert_eq!(names(&[]), "no name");
