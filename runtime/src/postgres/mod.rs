@@ -226,7 +226,8 @@
 //! needs `verify-full`, as libpq). Without it, `verify-ca` and `verify-full` trust the system's store
 //! (`SSL_CERT_FILE` and `SSL_CERT_DIR` where set), where libpq would read `~/.postgresql/root.crt`.
 //! `sslcert` and `sslkey` (PEM, both or neither) give a client certificate, for `cert` lines of
-//! `pg_hba.conf`. `require` and `prefer` encrypt against a passive eavesdropper only: whoever can
+//! `pg_hba.conf`. A Unix socket (`host=/run/postgresql`) carries no TLS: `prefer` (or `disable`) there,
+//! since the stronger modes refuse a server that offers none. `require` and `prefer` encrypt against a passive eavesdropper only: whoever can
 //! answer in the server's place can read and change everything, so use `verify-full` across any network
 //! you do not trust. Errors name the cause: `the server's certificate is not valid for the host name
 //! 10.0.0.5 (it names db.internal): ...`, `... is not signed by a certificate authority of sslrootcert
