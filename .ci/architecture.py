@@ -49,15 +49,19 @@ TRANSPORTS = {
     "maud": ("console",),
     "rig_core": ("rig",),
 }
-# Crates that one module alone may import: the rest of the runtime sees them through its types.
+# Crates that one module alone (or each of a few, for a crate two features use apart) may import: the
+# rest of the runtime sees them through its types.
 SOLE_IMPORTERS = {
-    "ed25519_dalek": "audit::checkpoint",
+    "ed25519_dalek": ("audit::checkpoint",),
     # The OAuth resource server (feature `mcp-oauth`): tokens, keys and the JWKS's HTTPS client.
-    "jsonwebtoken": "mcp::oauth",
-    "hyper_util": "mcp::oauth",
-    "hyper_rustls": "mcp::oauth",
-    "rustls": "mcp::oauth",
-    "base64": "mcp::oauth",
+    "jsonwebtoken": ("mcp::oauth",),
+    "hyper_util": ("mcp::oauth",),
+    "hyper_rustls": ("mcp::oauth",),
+    "base64": ("mcp::oauth",),
+    # TLS: the JWKS's HTTPS client (`mcp-oauth`) and every PostgreSQL connection (`postgres`).
+    "rustls": ("mcp::oauth", "postgres::tls"),
+    "tokio_postgres_rustls": ("postgres::tls",),
+    "rustls_native_certs": ("postgres::tls",),
 }
 # Crates no module of the runtime imports: its spans go out through `tracing`, and the application's
 # subscriber exports them (to OpenTelemetry, with the versions it chooses).
@@ -198,9 +202,9 @@ def runtime_graph():
         for crate_name, homes in TRANSPORTS.items():
             if re.search(rf"\b{crate_name}::", code) and here.split("::")[0] not in homes and here != "":
                 problems.append(f"runtime `{here}` uses `{crate_name}`: only {' and '.join(f'`{h}`' for h in homes)} may")
-        for crate_name, home in SOLE_IMPORTERS.items():
-            if re.search(rf"\b{crate_name}::", code) and here != home:
-                problems.append(f"runtime `{here}` uses `{crate_name}`: only `{home}` may")
+        for crate_name, homes in SOLE_IMPORTERS.items():
+            if re.search(rf"\b{crate_name}::", code) and here not in homes:
+                problems.append(f"runtime `{here}` uses `{crate_name}`: only {' and '.join(f'`{h}`' for h in homes)} may")
         for crate_name in NOWHERE:
             if re.search(rf"\b{crate_name}::", code):
                 problems.append(f"runtime `{here or 'lib'}` uses `{crate_name}`: no module of the runtime may")

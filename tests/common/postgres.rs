@@ -31,6 +31,12 @@ pub struct Cluster {
 impl Cluster {
     /// A new cluster, started; `options` are server settings (`fsync=off`).
     pub fn new(options: &[&str]) -> Cluster {
+        Cluster::with_files(options, &[], None)
+    }
+
+    /// A new cluster whose data directory holds `files` (name, contents: certificates and keys, readable
+    /// by the server's user alone) and, if given, `hba` as its `pg_hba.conf`, started with `options`.
+    pub fn with_files(options: &[&str], files: &[(&str, &str)], hba: Option<&str>) -> Cluster {
         remove_leftovers();
         let bin = binaries().or_else(install).unwrap_or_else(|| {
             panic!(
@@ -90,6 +96,10 @@ impl Cluster {
             "initdb failed: {}",
             String::from_utf8_lossy(&initdb.stderr)
         );
+        let hba = hba.map(|hba| ("pg_hba.conf", hba));
+        for (name, contents) in files.iter().copied().chain(hba) {
+            cluster.write_private(&data.join(name), contents);
+        }
         let mut tries = 0;
         loop {
             cluster.port = free_port();
@@ -104,6 +114,40 @@ impl Cluster {
 
     fn data(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// Writes `contents` at `path`, mode 0600, owned by the user the server runs as.
+    fn write_private(&self, path: &Path, contents: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::write(path, contents).expect("a file of the cluster");
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).expect("chmod 0600");
+        if let Some(user) = &self.run_as {
+            assert!(
+                status(Command::new("chown").arg(user).arg(path)),
+                "chown of {}",
+                path.display()
+            );
+        }
+    }
+
+    /// The cluster's directory (its data directory in `data/`), removed with it.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The port the server listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The key-value address of `database` over the cluster's Unix socket, which `pg_hba.conf` may
+    /// treat apart from TCP.
+    pub fn socket(&self, database: &str) -> String {
+        format!(
+            "host={} port={} user=toolgate dbname={database}",
+            self.dir.join("sock").display(),
+            self.port
+        )
     }
 
     fn log(&self) -> String {
@@ -191,9 +235,10 @@ impl Cluster {
         url
     }
 
-    /// A new empty database, and its URL.
+    /// A new empty database, made over the cluster's socket, and its URL (over TCP).
     pub fn empty_database(&self, name: &str) -> String {
-        create_database(&self.url("postgres"), name)
+        let made = create_database(&self.socket("postgres"), name);
+        with_database(&self.url("postgres"), &made)
     }
 
     /// A shell that outlives this process by as long as it takes to stop the cluster and remove its
@@ -244,7 +289,7 @@ pub fn database(name: &str) -> String {
 pub fn empty_database(name: &str) -> String {
     static SHARED: OnceLock<Cluster> = OnceLock::new();
     match std::env::var(SERVER_ENV) {
-        Ok(url) if !url.is_empty() => create_database(&url, name),
+        Ok(url) if !url.is_empty() => with_database(&url, &create_database(&url, name)),
         _ => SHARED
             .get_or_init(|| Cluster::new(&["fsync=off"]))
             .empty_database(name),
@@ -325,7 +370,7 @@ pub fn execute(url: &str, sql: &str) {
     });
 }
 
-/// Creates (or empties) database `name` on the server of `url`, and returns the URL that names it.
+/// Creates (or empties) database `name` on the server of `url`, and returns the name it was given.
 fn create_database(url: &str, name: &str) -> String {
     let name = format!("t_{}_{}", name, std::process::id());
     with_client(url, async |client| {
@@ -339,7 +384,7 @@ fn create_database(url: &str, name: &str) -> String {
                 .expect("a database for the test");
         }
     });
-    with_database(url, &name)
+    name
 }
 
 /// `url` with its database replaced by `database`.

@@ -24,9 +24,11 @@ mod g20_console;
 mod g20_more;
 
 mod approvals_cli;
+mod connections;
 #[cfg(feature = "console")]
 mod console;
 mod fleet_cli;
 mod mcp_example;
 mod schema_and_roles;
 mod sql_semantics;
+mod tls;

@@ -7,8 +7,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
+use super::link::{self, Link, Schema};
 use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, lock_key, store_error, valid_schema};
 use crate::approval::store::StoreError;
 use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
@@ -204,9 +205,9 @@ impl PostgresSinkBuilder {
             Some(writer) => writer,
             None => default_writer(),
         };
-        let config = schema::config(url, self.timeout, "toolgate-audit")?;
+        let link = Link::new(url, self.timeout, "toolgate-audit")?;
         let worker = Worker {
-            config,
+            link,
             schema: self.schema,
             migrate: self.migrate,
             writer: writer.clone(),
@@ -388,7 +389,7 @@ struct Conn {
 }
 
 struct Worker {
-    config: tokio_postgres::Config,
+    link: Link,
     schema: String,
     migrate: bool,
     writer: String,
@@ -431,12 +432,7 @@ struct Rows {
 
 impl Worker {
     fn spawn(self, jobs: mpsc::UnboundedReceiver<Job>) -> std::io::Result<JoinHandle<()>> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        std::thread::Builder::new()
-            .name("toolgate-audit-postgres".into())
-            .spawn(move || runtime.block_on(self.run(jobs)))
+        link::thread("toolgate-audit-postgres", move || self.run(jobs))
     }
 
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
@@ -748,15 +744,8 @@ impl Worker {
     }
 
     async fn open(&self) -> Result<Conn, StoreError> {
-        let (mut client, connection) = self
-            .config
-            .connect(NoTls)
-            .await
-            .map_err(|e| store_error(&e))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        schema::check_or_migrate(&mut client, &self.schema, self.migrate).await?;
+        let step = Schema::migrating(self.migrate);
+        let client = self.link.open(&self.schema, step, None).await?.client;
         // The lock of a sink that just ended (or a process just killed) is released when the server
         // notices its session is gone: a new sink of the same writer waits a little for it.
         let key = self.lock_key();

@@ -9,8 +9,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{Client, Notification};
 
+use super::link::{self, Link, Schema};
 use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, store_error, valid_schema};
 use crate::approval::store::StoreError;
 use crate::gate::builder::GateBuilder;
@@ -181,7 +182,7 @@ impl FleetBuilder {
             return invalid("the timeout must be more than zero".into());
         }
         valid_name(name).map_err(StoreError::Unavailable)?;
-        let config = schema::config(url, self.timeout, "toolgate-fleet")?;
+        let link = Link::new(url, self.timeout, "toolgate-fleet")?;
         let settings = Arc::new(Settings {
             name: name.to_owned(),
             schema: self.schema,
@@ -194,7 +195,7 @@ impl FleetBuilder {
         let policy = LivePolicy::none();
         let worker = Worker {
             settings: Arc::clone(&settings),
-            config,
+            link,
             conn: None,
             gates: Vec::new(),
             last_contact: Instant::now(),
@@ -410,12 +411,12 @@ enum Job {
 
 struct Conn {
     client: Client,
-    notified: mpsc::UnboundedReceiver<()>,
+    notified: mpsc::UnboundedReceiver<Notification>,
 }
 
 struct Worker {
     settings: Arc<Settings>,
-    config: tokio_postgres::Config,
+    link: Link,
     conn: Option<Conn>,
     gates: Vec<WeakGate>,
     /// The last time the fleet's mode was read.
@@ -429,12 +430,7 @@ struct Worker {
 
 impl Worker {
     fn spawn(self, jobs: mpsc::UnboundedReceiver<Job>) -> std::io::Result<JoinHandle<()>> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        std::thread::Builder::new()
-            .name("toolgate-fleet".into())
-            .spawn(move || runtime.block_on(self.run(jobs)))
+        link::thread("toolgate-fleet", move || self.run(jobs))
     }
 
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
@@ -539,32 +535,16 @@ impl Worker {
     }
 
     async fn open(&self) -> Result<Conn, StoreError> {
-        let (mut client, mut connection) = self
-            .config
-            .connect(NoTls)
-            .await
-            .map_err(|e| store_error(&e))?;
-        let (tell, notified) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            // Drives the connection; its notifications are all about this fleet's row.
-            while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                match message {
-                    Ok(AsyncMessage::Notification(_)) => {
-                        if tell.send(()).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => return,
-                }
-            }
-        });
-        schema::check_or_migrate(&mut client, &self.settings.schema, false).await?;
-        client
-            .batch_execute(&format!("LISTEN \"{}\"", channel(&self.settings.schema)))
-            .await
-            .map_err(|e| store_error(&e))?;
-        Ok(Conn { client, notified })
+        // Its notifications are all about this fleet's row.
+        let schema = &self.settings.schema;
+        let opened = self
+            .link
+            .open(schema, Schema::Check, Some(&channel(schema)))
+            .await?;
+        Ok(Conn {
+            client: opened.client,
+            notified: opened.notifications,
+        })
     }
 
     /// Reads the fleet's mode, holds every joined gate under it, and refreshes their rows; past the
@@ -881,7 +861,7 @@ fn change(
             "not configured: a change of a fleet's mode names who makes it and why".into(),
         ));
     }
-    schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
+    link::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
         let transaction = client.transaction().await.map_err(|e| store_error(&e))?;
         let current = transaction
             .query_opt(
@@ -970,7 +950,7 @@ pub fn apply_policy(
     }
     let digest = (!text.is_empty()).then(|| crate::canonical::sha256_hex(text.as_bytes()));
     let stored = (!text.is_empty()).then_some(text);
-    schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
+    link::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
         let transaction = client.transaction().await.map_err(|e| store_error(&e))?;
         let updated = transaction
             .execute(
@@ -1075,7 +1055,7 @@ fn distance(a: &str, b: &str) -> usize {
 
 /// The fleet `name`: its mode and its joined gates, most recently heard from first.
 pub fn status(url: &str, schema_name: &str, name: &str) -> Result<FleetStatus, StoreError> {
-    schema::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
+    link::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
         status_with(client, schema_name, name).await
     })
 }

@@ -207,16 +207,52 @@
 //!
 //! The store runs a current-thread tokio runtime on a thread of its own, with one connection to the
 //! server: its futures complete on any executor, or none (a sync tool's thread waits for them), and
-//! operations from one process go through that connection one after another. The connection is not
-//! encrypted (tokio-postgres with `NoTls`): connect over loopback, a Unix socket (`host=/run/postgresql`)
-//! or a network you trust.
+//! operations from one process go through that connection one after another.
+//!
+//! Every connection, the store's, the sink's, the fleet's, the console's and the `toolgate`
+//! command's, is encrypted as the URL's `sslmode` says (rustls with ring; libpq's parameters,
+//! `postgres://agent@db.internal/agents?sslmode=verify-full&sslrootcert=/etc/toolgate/db-ca.pem`, or
+//! `sslmode=verify-full sslrootcert=...` among key-value pairs):
+//!
+//! | `sslmode` | encrypted | what is checked of the server's certificate |
+//! | --- | --- | --- |
+//! | `disable` | never | nothing |
+//! | `prefer` (no `sslmode`) | when the server offers TLS, else not | nothing |
+//! | `require` | always: a server without TLS is refused | nothing, as libpq without a root file; with `sslrootcert=FILE`, as `verify-ca` |
+//! | `verify-ca` | always | signed by a root of `sslrootcert`, valid today; not its host name |
+//! | `verify-full` | always | as `verify-ca`, and it names the host connected to (the URL's host, a DNS name or an IP address) |
+//!
+//! `sslrootcert` is a PEM file of the roots to trust, or `system` for the system's store (which then
+//! needs `verify-full`, as libpq). Without it, `verify-ca` and `verify-full` trust the system's store
+//! (`SSL_CERT_FILE` and `SSL_CERT_DIR` where set), where libpq would read `~/.postgresql/root.crt`.
+//! `sslcert` and `sslkey` (PEM, both or neither) give a client certificate, for `cert` lines of
+//! `pg_hba.conf`. A Unix socket (`host=/run/postgresql`) carries no TLS: `prefer` (or `disable`) there,
+//! since the stronger modes refuse a server that offers none. `require` and `prefer` encrypt against a passive eavesdropper only: whoever can
+//! answer in the server's place can read and change everything, so use `verify-full` across any network
+//! you do not trust. Errors name the cause: `the server's certificate is not valid for the host name
+//! 10.0.0.5 (it names db.internal): ...`, `... is not signed by a certificate authority of sslrootcert
+//! /etc/toolgate/db-ca.pem ...`, `the server at db.internal does not offer TLS, and sslmode=require
+//! needs it`, `the server takes only encrypted connections (...), and this one was not`.
+//!
+//! A process holds one connection per [`PostgresStore`] (its approvals and its budgets, for every gate
+//! that shares it), one per [`PostgresSink`], one per [`Fleet`] membership (every gate joined through
+//! it) and one per [`Reader`]; the operator console two (its store and its reader), and one more while
+//! a lowering or a verification asked from its pages runs; a `toolgate` command one, while it runs. A
+//! part opens another only once it has lost the one it held, never two at once: so a process of one
+//! store, one sink and one fleet holds three, however many gates and calls. Behind a pooler such as
+//! PgBouncer, use session pooling (`pool_mode = session`): the fleet and the console's reader `LISTEN`,
+//! the sink holds its writer's name by a session advisory lock, and the store prepares its statements
+//! once per connection, none of which survives transaction or statement pooling. `sslmode` then
+//! applies to the link to the pooler.
 
 mod audit;
 pub mod fleet;
+mod link;
 mod reads;
 mod requests;
 mod schema;
 mod sql;
+mod tls;
 mod trail;
 mod worker;
 
@@ -244,6 +280,7 @@ use crate::approval::store::{
 };
 use crate::approval::two_step::{DEFAULT_APPROVAL_TTL, MAX_APPROVAL_TTL};
 use crate::gate::budget::{BudgetCharge, BudgetFuture, BudgetStore, ReleaseFuture, Reservation};
+use link::Link;
 use requests::Settings;
 use schema::valid_schema;
 use worker::{Job, Target};
@@ -327,9 +364,9 @@ impl PostgresStoreBuilder {
                 settings.schema
             ));
         }
-        let config = schema::config(url, settings.timeout, "toolgate")?;
+        let link = Link::new(url, settings.timeout, "toolgate")?;
         let (jobs, receiver) = mpsc::unbounded_channel();
-        let thread = worker::run(settings.clone(), config, receiver).map_err(|e| {
+        let thread = worker::run(settings.clone(), link, receiver).map_err(|e| {
             StoreError::Unavailable(format!("cannot start the store's thread: {e}"))
         })?;
         let store = PostgresStore {
@@ -367,7 +404,7 @@ pub struct Migrated {
 /// the schema after; the others need only the grants of [Roles](self#roles). Running it again
 /// changes nothing. A schema newer than this crate is refused.
 pub fn migrate(url: &str, schema: &str) -> Result<Migrated, StoreError> {
-    let (from, to) = schema::migrate_url(url, schema)?;
+    let (from, to) = link::migrate_url(url, schema)?;
     let version = |v: i32| u32::try_from(v).unwrap_or(0);
     Ok(Migrated {
         from: version(from),

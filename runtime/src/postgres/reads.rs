@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
+use tokio_postgres::{Client, Row};
 
 use super::fleet::{self, FleetStatus};
+use super::link::{self, Link, Schema};
 use super::requests::StoredRequest;
 use super::schema::{self, store_error};
 use super::{sql, worker};
@@ -209,39 +210,21 @@ impl Reader {
                 "not configured: the schema name {schema:?} is not lowercase letters, digits and `_`"
             )));
         }
-        let config = schema::config(url, timeout, "toolgate-console")?;
-        let connecting = async {
-            let (client, mut connection) =
-                config.connect(NoTls).await.map_err(|e| store_error(&e))?;
-            let (notify, changes) = watch::channel(0u64);
-            let ours = schema.to_owned();
-            tokio::spawn(async move {
-                let mut count = 0u64;
-                while let Some(message) =
-                    std::future::poll_fn(|cx| connection.poll_message(cx)).await
-                {
-                    match message {
-                        Ok(AsyncMessage::Notification(n))
-                            if n.channel() == CHANNEL && n.payload() == ours =>
-                        {
-                            count += 1;
-                            notify.send_replace(count);
-                        }
-                        Ok(_) => {}
-                        Err(_) => break,
-                    }
+        let link = Link::new(url, timeout, "toolgate-console")?;
+        let mut opened =
+            link::within(timeout, link.open(schema, Schema::Check, Some(CHANNEL))).await?;
+        let (notify, changes) = watch::channel(0u64);
+        let ours = schema.to_owned();
+        tokio::spawn(async move {
+            let mut count = 0u64;
+            while let Some(n) = opened.notifications.recv().await {
+                if n.channel() == CHANNEL && n.payload() == ours {
+                    count += 1;
+                    notify.send_replace(count);
                 }
-            });
-            schema::check(&client, schema).await?;
-            client
-                .batch_execute(&format!("LISTEN {CHANNEL}"))
-                .await
-                .map_err(|e| store_error(&e))?;
-            Ok::<_, StoreError>((client, changes))
-        };
-        let (client, changes) = tokio::time::timeout(timeout, connecting)
-            .await
-            .unwrap_or(Err(StoreError::Timeout))?;
+            }
+        });
+        let client = opened.client;
         Ok(Reader {
             client,
             schema: schema.to_owned(),

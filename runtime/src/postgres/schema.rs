@@ -2,11 +2,10 @@
 //! version that every other connection makes; the errors of the server as the parts report them, and
 //! advisory lock keys.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 use super::sql;
 use crate::approval::store::StoreError;
@@ -66,9 +65,6 @@ pub(super) fn lock_key(schema: &str, what: &str) -> i64 {
     bytes.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(bytes)
 }
-
-/// How long `toolgate migrate` may take, connecting included.
-const MIGRATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The schema's version this crate uses: the number of its migrations.
 pub(super) fn known_version() -> i32 {
@@ -163,26 +159,6 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(i32, i
     Ok((version, known.max(version)))
 }
 
-/// [`migrate`] on a connection of its own, for `toolgate migrate` and [`super::migrate`].
-pub(super) fn migrate_url(url: &str, schema: &str) -> Result<(i32, i32), StoreError> {
-    one_shot(url, schema, MIGRATE_TIMEOUT, false, async |client| {
-        migrate(client, schema).await
-    })
-}
-
-/// [`check`], or [`migrate`] where the part was told to (`.migrate(true)`).
-pub(super) async fn check_or_migrate(
-    client: &mut Client,
-    schema: &str,
-    migrating: bool,
-) -> Result<(), StoreError> {
-    if migrating {
-        migrate(client, schema).await.map(drop)
-    } else {
-        check(client, schema).await
-    }
-}
-
 /// `error`, saying which part failed (`the fleet`, `the audit trail`): a part's connection reports
 /// its errors so.
 pub(super) fn naming(error: StoreError, part: &str) -> StoreError {
@@ -191,57 +167,4 @@ pub(super) fn naming(error: StoreError, part: &str) -> StoreError {
         StoreError::Timeout => StoreError::Unavailable(format!("{part}: no answer in time")),
         StoreError::Unexpected(what) => StoreError::Unexpected(format!("{part}: {what}")),
     }
-}
-
-/// The client's configuration of `url`, connecting within `timeout`, named `application` to the server
-/// unless the URL names one.
-pub(super) fn config(
-    url: &str,
-    timeout: Duration,
-    application: &str,
-) -> Result<Config, StoreError> {
-    let mut config = Config::from_str(url)
-        .map_err(|e| StoreError::Unavailable(format!("not a PostgreSQL address: {e}")))?;
-    config.connect_timeout(timeout);
-    if config.get_application_name().is_none() {
-        config.application_name(application);
-    }
-    Ok(config)
-}
-
-/// Runs `op` on a connection of its own to `url`, on a runtime of its own, all within `timeout`: the
-/// operators' commands (`toolgate fleet`, `toolgate audit verify`, `toolgate migrate`). With `check`,
-/// the schema's version is checked first ([`check`]); nothing is created or migrated.
-pub(super) fn one_shot<T>(
-    url: &str,
-    schema: &str,
-    timeout: Duration,
-    check: bool,
-    op: impl AsyncFnOnce(&mut Client) -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
-    if !valid_schema(schema) {
-        return Err(StoreError::Unavailable(format!(
-            "not configured: the schema name {schema:?} is not lowercase letters, digits and `_`"
-        )));
-    }
-    let config = config(url, timeout, "toolgate")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
-    let work = async {
-        let (mut client, connection) = config.connect(NoTls).await.map_err(|e| store_error(&e))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        if check {
-            self::check(&client, schema).await?;
-        }
-        op(&mut client).await
-    };
-    runtime.block_on(async {
-        tokio::time::timeout(timeout, work)
-            .await
-            .unwrap_or(Err(StoreError::Timeout))
-    })
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use super::link;
 use super::schema::{self, store_error};
 use crate::approval::store::StoreError;
 use crate::audit::checkpoint::{Checkpoint, SeriesVerifier};
@@ -154,7 +155,7 @@ pub fn verify_signed_trail(
 /// (`checkpoints` is `None`).
 pub fn verify_trail_with_bound_keys(url: &str, schema: &str) -> Result<TrailReport, StoreError> {
     let (rows, checkpoints) = read(url, schema, true)?;
-    let keys = schema::one_shot(
+    let keys = link::one_shot(
         url,
         schema,
         Duration::from_secs(60),
@@ -377,7 +378,7 @@ fn read(
     with_checkpoints: bool,
 ) -> Result<(Vec<Row>, Vec<CheckpointRow>), StoreError> {
     // Reading a large trail takes its time: a minute, rather than an operation's seconds.
-    schema::one_shot(
+    link::one_shot(
         url,
         schema,
         Duration::from_secs(60),

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Row, Statement};
+use tokio_postgres::{Client, Row, Statement};
 
+use super::link::{self, Link, Schema};
 use super::requests::{RequestState, Settings, StoredRequest};
 use super::schema::{self, lock_key, store_error};
 use super::sql;
@@ -122,7 +123,7 @@ struct Conn {
 
 struct Worker {
     settings: Settings,
-    config: tokio_postgres::Config,
+    link: Link,
     conn: Mutex<Option<Conn>>,
     /// Set when an operation was cut short by the timeout: the connection's state is then unknown, and
     /// the next operation opens another.
@@ -133,29 +134,21 @@ struct Worker {
 /// Runs the store's thread until every sender of `jobs` is gone.
 pub(super) fn run(
     settings: Settings,
-    config: tokio_postgres::Config,
+    link: Link,
     mut jobs: mpsc::UnboundedReceiver<Job>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("toolgate-postgres".into())
-        .spawn(move || {
-            let worker = Rc::new(Worker {
-                settings,
-                config,
-                conn: Mutex::new(None),
-                broken: Cell::new(false),
-                last_prune: Cell::new(None),
-            });
-            let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, async move {
-                while let Some(job) = jobs.recv().await {
-                    tokio::task::spawn_local(Rc::clone(&worker).handle(job));
-                }
-            });
-        })
+    link::thread("toolgate-postgres", move || async move {
+        let worker = Rc::new(Worker {
+            settings,
+            link,
+            conn: Mutex::new(None),
+            broken: Cell::new(false),
+            last_prune: Cell::new(None),
+        });
+        while let Some(job) = jobs.recv().await {
+            tokio::task::spawn_local(Rc::clone(&worker).handle(job));
+        }
+    })
 }
 
 impl Worker {
@@ -266,13 +259,9 @@ impl Worker {
     }
 
     async fn open(&self) -> Result<Conn, Failure> {
-        let (mut client, connection) = self.config.connect(NoTls).await?;
-        tokio::task::spawn_local(async move {
-            // The connection ends with an error when the server goes away; the client then reports
-            // itself closed, which is all the store needs to know.
-            let _ = connection.await;
-        });
-        self.check_schema(&mut client).await?;
+        let schema = &self.settings.schema;
+        let step = Schema::migrating(self.settings.migrate);
+        let client = self.link.open(schema, step, None).await?.client;
         let prepare = async |text: &str| client.prepare(&self.sql(text)).await;
         let statements = Prepared {
             consume: prepare(&sql::consume()).await?,
@@ -288,13 +277,6 @@ impl Worker {
             budget_release: prepare(sql::BUDGET_RELEASE).await?,
         };
         Ok(Conn { client, statements })
-    }
-
-    /// Checks the schema's version, or migrates it where the builder said to.
-    async fn check_schema(&self, client: &mut Client) -> Result<(), Failure> {
-        schema::check_or_migrate(client, &self.settings.schema, self.settings.migrate)
-            .await
-            .map_err(Failure::Store)
     }
 
     async fn consume(&self, conn: &mut Conn, call: &ApprovalCall) -> Result<Consumed, Failure> {
