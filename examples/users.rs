@@ -78,13 +78,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
 
     println!("{}", gate.run(|| users.get(7))?); // sync code
-    for refused in [
+    let refusals = [
         gate.scope(async { users.delete(7) }).await.err(), // async code, on any executor
         gate.run(|| users.purge_deleted()).err(),
-    ] {
-        if let Some(refused) = refused {
-            println!("{refused}");
-        }
+    ];
+    for refused in refusals.into_iter().flatten() {
+        println!("{refused}");
     }
     println!("cache: {}", users.cache_size()); // not a tool: no gate is asked
     gate.lower(Mode::Shadow)?; // the kill switch: every thread, at once; never raised again
