@@ -151,6 +151,7 @@ pub use toolgate_runtime::policy_file;
 pub use toolgate_runtime::postgres;
 #[cfg(feature = "rig")]
 pub use toolgate_runtime::rig;
+pub use toolgate_runtime::names;
 pub use toolgate_runtime::terminal;
 pub use toolgate_runtime::{lockfile, provider, report};
 

@@ -29,6 +29,7 @@ mod registry;
 pub mod report;
 #[cfg(feature = "rig")]
 pub mod rig;
+pub mod names;
 pub mod terminal;
 
 pub use approval::store::ApproveError;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "console")]
 pub mod browser;
 pub mod gates;
+pub mod lookalikes;
 pub mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;
