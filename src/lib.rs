@@ -145,13 +145,13 @@ pub use toolgate_runtime::cli;
 pub use toolgate_runtime::console;
 #[cfg(feature = "mcp")]
 pub use toolgate_runtime::mcp;
+pub use toolgate_runtime::names;
 #[cfg(feature = "policy-file")]
 pub use toolgate_runtime::policy_file;
 #[cfg(feature = "postgres")]
 pub use toolgate_runtime::postgres;
 #[cfg(feature = "rig")]
 pub use toolgate_runtime::rig;
-pub use toolgate_runtime::names;
 pub use toolgate_runtime::terminal;
 pub use toolgate_runtime::{lockfile, provider, report};
 

@@ -21,6 +21,7 @@ pub mod console;
 mod gate;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+pub mod names;
 #[cfg(feature = "policy-file")]
 pub mod policy_file;
 #[cfg(feature = "postgres")]
@@ -29,7 +30,6 @@ mod registry;
 pub mod report;
 #[cfg(feature = "rig")]
 pub mod rig;
-pub mod names;
 pub mod terminal;
 
 pub use approval::store::ApproveError;

@@ -52,7 +52,11 @@ pub fn reading(name: &str) -> String {
     }
     let seen = seen.trim_end();
     let read: String = skeleton(seen).collect();
-    if read.contains('/') { path(&read) } else { read }
+    if read.contains('/') {
+        path(&read)
+    } else {
+        read
+    }
 }
 
 /// A path's spellings made one: empty and `.` segments dropped, `.` for a relative path left empty.
@@ -174,14 +178,31 @@ mod tests {
             let why = refusal(name).unwrap_or_default();
             assert!(why.contains(cause), "{name:?}: {why}");
         }
-        for fine in ["olga", "olga k", "Ольга", "Όλγα", "日本", "tanaka-田中", "é.txt", "org/repo"] {
+        for fine in [
+            "olga",
+            "olga k",
+            "Ольга",
+            "Όλγα",
+            "日本",
+            "tanaka-田中",
+            "é.txt",
+            "org/repo",
+        ] {
             assert_eq!(refusal(fine), None, "{fine:?}");
         }
     }
 
     #[test]
     fn an_ascii_name_reads_as_itself_unless_a_confusable_or_a_path_spelling() {
-        for name in ["olga", "ravi", "desk", "fleet-a", "writer_a", "org/repo", "ops:alice"] {
+        for name in [
+            "olga",
+            "ravi",
+            "desk",
+            "fleet-a",
+            "writer_a",
+            "org/repo",
+            "ops:alice",
+        ] {
             assert_eq!(reading(name), name);
         }
         assert_eq!(reading("a//b/./c/"), "a/b/c");

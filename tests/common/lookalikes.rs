@@ -52,25 +52,64 @@ pub const LOOK_ALIKES: &[(&str, &[&str])] = &[
     ),
     (
         "ALL",
-        &["ＡＬＬ", "\u{1d2c}\u{1d38}\u{1d38}", "\u{1d400}\u{1d40b}\u{1d40b}", "\u{410}LL"],
+        &[
+            "ＡＬＬ",
+            "\u{1d2c}\u{1d38}\u{1d38}",
+            "\u{1d400}\u{1d40b}\u{1d40b}",
+            "\u{410}LL",
+        ],
     ),
     (".", &["./", "./.", ".//", "./././", "．", " . "]),
     ("..", &["../", "..//", "./..", "．．", "../."]),
     ("~", &["~/", "~//", "～", "~/."]),
     ("desk", &["d\u{435}sk", "ｄｅｓｋ", "desk\u{200b}"]),
-    ("ops:alice", &["ops:\u{430}lice", "ｏｐｓ：ａｌｉｃｅ", "ops:alice "]),
+    (
+        "ops:alice",
+        &["ops:\u{430}lice", "ｏｐｓ：ａｌｉｃｅ", "ops:alice "],
+    ),
 ];
 
 /// Names that read differently: no two of them are one name.
 pub const DISTINCT: &[&str] = &[
-    "olga", "Olga", "ravi", "alice", "bob", "desk", "ops", "olga-k", "fleet-a", "fleet-b", "writer-a",
-    "i-0abc123", "org/repo", "org/repo2", "/", ".", "..", "~", "all", "any", "Ольга", "日本",
+    "olga",
+    "Olga",
+    "ravi",
+    "alice",
+    "bob",
+    "desk",
+    "ops",
+    "olga-k",
+    "fleet-a",
+    "fleet-b",
+    "writer-a",
+    "i-0abc123",
+    "org/repo",
+    "org/repo2",
+    "/",
+    ".",
+    "..",
+    "~",
+    "all",
+    "any",
+    "Ольга",
+    "日本",
 ];
 
 /// Characters a reader cannot see, or that reorder text: put anywhere in a name, it reads the same.
 pub const HIDDEN: &[&str] = &[
-    "\u{200b}", "\u{200c}", "\u{200d}", "\u{2060}", "\u{feff}", "\u{ad}", "\u{202e}", "\u{202d}",
-    "\u{2066}", "\u{2069}", "\u{200e}", "\u{e0041}", "\u{180e}",
+    "\u{200b}",
+    "\u{200c}",
+    "\u{200d}",
+    "\u{2060}",
+    "\u{feff}",
+    "\u{ad}",
+    "\u{202e}",
+    "\u{202d}",
+    "\u{2066}",
+    "\u{2069}",
+    "\u{200e}",
+    "\u{e0041}",
+    "\u{180e}",
 ];
 
 /// Each plain character's look-alikes: fullwidth, mathematical bold and circled forms, and the letters

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "console")]
 pub mod browser;
 pub mod gates;
-pub mod lookalikes;
 pub mod http;
+pub mod lookalikes;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 #[cfg(feature = "postgres")]

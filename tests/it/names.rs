@@ -5,7 +5,8 @@
 #![cfg(feature = "postgres")]
 
 use toolgate::Mode;
-use toolgate::postgres::{Fleet, PostgresSink, lower};
+use toolgate::postgres::fleet::lower;
+use toolgate::postgres::{Fleet, PostgresSink};
 
 use crate::common::lookalikes::{HIDDEN, LOOK_ALIKES};
 
@@ -54,8 +55,8 @@ fn a_fleet_named_by_a_look_alike_is_neither_joined_nor_lowered() {
             panic!("the fleet {name:?} was joined");
         };
         refused("the fleet", &name, error);
-        let error = lower(NOWHERE, "toolgate", &name, Mode::Shadow, "olga", "drill")
-            .expect_err("lowered");
+        let error =
+            lower(NOWHERE, "toolgate", &name, Mode::Shadow, "olga", "drill").expect_err("lowered");
         refused("the fleet", &name, error);
     }
     let Err(error) = Fleet::connect(NOWHERE, "desk") else {

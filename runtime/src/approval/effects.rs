@@ -175,7 +175,9 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
     // A target a reader takes for another (compatibility forms, mixed scripts) is not the one they
     // confirm.
     if let Some(why) = crate::names::refusal(text) {
-        return Some(format!("its target is not one name a reader can tell: {why}"));
+        return Some(format!(
+            "its target is not one name a reader can tell: {why}"
+        ));
     }
     None
 }

@@ -69,7 +69,9 @@ impl Operators {
 
     /// The operator `name` logs in with the token whose SHA-256 is `sha256_hex` (64 hex digits), so
     /// that the console's configuration holds no token. A name is 1 to 64 characters, none of them
-    /// a control, a space other than U+0020, or one that hides or reorders text.
+    /// a control, a space other than U+0020, or one that hides or reorders text, and one that
+    /// [`names::refusal`](crate::names::refusal) does not refuse; no two operators' names read alike
+    /// ([`names::same`](crate::names::same)).
     pub fn token_sha256(self, sha256_hex: &str, name: &str) -> Result<Operators, OperatorsError> {
         let hex = sha256_hex.trim();
         let bytes = hex.as_bytes();
@@ -211,7 +213,9 @@ fn valid_name(name: &str) -> Result<(), OperatorsError> {
         )));
     }
     match crate::names::refusal(name) {
-        Some(why) => Err(OperatorsError(format!("an operator's name is refused: {why}"))),
+        Some(why) => Err(OperatorsError(format!(
+            "an operator's name is refused: {why}"
+        ))),
         None => Ok(()),
     }
 }
@@ -446,7 +450,10 @@ mod tests {
             }
         }
         for name in DISTINCT.iter().filter(|n| !n.contains(['.', '~', '/'])) {
-            assert!(operators.admits(name).is_ok() || *name == "olga", "{name:?}");
+            assert!(
+                operators.admits(name).is_ok() || *name == "olga",
+                "{name:?}"
+            );
         }
     }
 

@@ -249,17 +249,28 @@ fn an_operator_named_by_a_look_alike_is_refused_by_the_command() {
         .filter(|(name, _)| !name.contains(['.', '~', '/']))
         .flat_map(|(_, alikes)| alikes.iter().copied())
         .filter(|alike| alike.trim() == *alike);
-    for by in ["\u{43e}lga", "ｏｌｇａ", "ol\u{200b}ga"].into_iter().chain(people) {
+    for by in ["\u{43e}lga", "ｏｌｇａ", "ol\u{200b}ga"]
+        .into_iter()
+        .chain(people)
+    {
         for answer in [vec!["approve", "1"], vec!["reject", "1", "--reason", "no"]] {
             let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
                 .arg("approvals")
                 .args(&answer)
-                .args(["--store", "postgres://toolgate@127.0.0.1:1/none", "--by", by])
+                .args([
+                    "--store",
+                    "postgres://toolgate@127.0.0.1:1/none",
+                    "--by",
+                    by,
+                ])
                 .output()
                 .unwrap();
             let said = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(64), "{by:?} {answer:?}: {said}");
-            assert!(said.contains("the operator's name is refused"), "{by:?}: {said}");
+            assert!(
+                said.contains("the operator's name is refused"),
+                "{by:?}: {said}"
+            );
         }
     }
 }

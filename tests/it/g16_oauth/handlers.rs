@@ -5,8 +5,8 @@
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
 use serde_json::json;
+use toolgate::mcp::ToolgateServer;
 use toolgate::mcp::http::Principals;
-use toolgate::mcp::{APPROVAL_INPUT, ToolgateServer};
 use toolgate::{Gate, Mode};
 
 use crate::common::gates;

@@ -1040,7 +1040,10 @@ fn a_partner_s_subject_is_not_the_company_s_subject_of_the_same_name() {
         let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
             "params": {"name": READ, "arguments": {"id": 7}}});
         let called = post(addr, Some(&partner), Some(&session), call.clone()).await;
-        assert_eq!(called.status, 404, "the partner's alice called in her session: {called:?}");
+        assert_eq!(
+            called.status, 404,
+            "the partner's alice called in her session: {called:?}"
+        );
         assert!(called.messages().is_empty(), "{called:?}");
         let listed = list(addr, Some(&partner), &session).await;
         assert_eq!(listed.status, 404, "{listed:?}");
@@ -1057,7 +1060,11 @@ fn a_partner_s_subject_is_not_the_company_s_subject_of_the_same_name() {
             None,
         )
         .await;
-        assert_ne!(ended.status / 100, 2, "the partner's alice ended her session: {ended:?}");
+        assert_ne!(
+            ended.status / 100,
+            2,
+            "the partner's alice ended her session: {ended:?}"
+        );
         // Her session stands, and is hers.
         let hers = list(addr, Some(&company), &session).await;
         assert_eq!(hers.status, 200, "{hers:?}");
@@ -1094,7 +1101,11 @@ fn one_issuer_keeps_name_and_subject_and_a_look_alike_subject_maps_to_no_princip
             for alike in *alikes {
                 let token = key.sign(&claims(&resource, alike, "tickets:write"));
                 let claimed = oauth.claims(&token).await.expect("it verifies");
-                assert_eq!(claimed.identity(), None, "{alike:?}, a look-alike of {name:?}");
+                assert_eq!(
+                    claimed.identity(),
+                    None,
+                    "{alike:?}, a look-alike of {name:?}"
+                );
             }
         }
         for alike in ["olga ", " olga", "\u{43e}lga", "ｏｌｇａ"] {

@@ -1039,7 +1039,11 @@ fn a_table_is_found_by_its_name_s_reading_and_two_tables_that_read_alike_are_ref
         )));
         for alike in alikes.iter().chain([name]) {
             let principal = following(Mode::FullAuto, &live, |b| b.principal(*alike));
-            assert_eq!(principal.mode(), Mode::Shadow, "principal {alike:?} of {name:?}");
+            assert_eq!(
+                principal.mode(),
+                Mode::Shadow,
+                "principal {alike:?} of {name:?}"
+            );
             let agent = following(Mode::FullAuto, &live, |b| b.agent(*alike));
             assert_eq!(agent.mode(), Mode::Advisory, "agent {alike:?} of {name:?}");
             for table in ["principals", "agents"] {
@@ -1057,7 +1061,10 @@ fn a_table_is_found_by_its_name_s_reading_and_two_tables_that_read_alike_are_ref
                 );
             }
         }
-        for other in DISTINCT.iter().filter(|other| !toolgate::names::same(other, name)) {
+        for other in DISTINCT
+            .iter()
+            .filter(|other| !toolgate::names::same(other, name))
+        {
             let gate = following(Mode::FullAuto, &live, |b| b.principal(*other).agent(*other));
             assert_eq!(gate.mode(), Mode::FullAuto, "{other:?} is not {name:?}");
         }
