@@ -133,11 +133,14 @@ impl Operators {
         self
     }
 
-    /// Whether an access token's subject may be an operator: a [valid name](Operators::token_sha256)
-    /// that reads as no operator of the file, who is named by the file alone (a token's `olga `,
-    /// `оlga` or `ｏｌｇａ` would record its answers under a name that reads as `olga`).
+    /// Whether an access token's subject (with its issuer where several are accepted) may be an
+    /// operator: a name the rule of names does not refuse, that reads as no operator of the file, who
+    /// is named by the file alone (a token's `olga `, `оlga` or `ｏｌｇａ` would record its answers
+    /// under a name that reads as `olga`).
     fn admits(&self, subject: &str) -> Result<(), OperatorsError> {
-        valid_name(subject)?;
+        if let Some(why) = crate::names::refusal(subject) {
+            return Err(OperatorsError(format!("an operator's name is refused: {why}")));
+        }
         match self
             .tokens
             .values()
@@ -168,7 +171,10 @@ impl Operators {
         if let Some(access) = &self.access
             && let Some(claims) = access.0.claims(token).await
         {
-            let subject = claims.identity().filter(|_| claims.has_scope(&access.1))?;
+            let subject = claims.subject().filter(|_| claims.has_scope(&access.1))?;
+            valid_name(subject).ok()?;
+            // With several issuers, the issuer is part of who the operator is: `<iss>#<sub>`.
+            let subject = claims.identity()?;
             self.admits(&subject).ok()?;
             let expires = claims
                 .expires()
