@@ -162,7 +162,7 @@ mod tests {
     }
 
     #[test]
-    fn the_issue_s_names_are_refused_each_for_its_cause() {
+    fn look_alikes_are_refused_each_for_its_cause() {
         for (name, cause) in [
             ("", "empty"),
             ("  ", "empty"),

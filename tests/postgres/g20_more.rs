@@ -1077,7 +1077,10 @@ fn a20_111_a_subject_that_reads_as_an_operator_of_the_file_logs_no_one_in() {
         .map(|(_, alikes)| *alikes)
         .unwrap_or_default();
     assert!(!corpus.is_empty());
-    for sub in ["olga ", " olga", "\u{43e}lga", "ｏｌｇａ"].iter().chain(corpus) {
+    for sub in ["olga ", " olga", "\u{43e}lga", "ｏｌｇａ"]
+        .iter()
+        .chain(corpus)
+    {
         let refused = try_login(bench.console.addr, &key.sign(&claims(sub, 300)));
         assert!(refused.is_err(), "{sub:?} logged in");
     }

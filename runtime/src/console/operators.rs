@@ -139,7 +139,9 @@ impl Operators {
     /// under a name that reads as `olga`).
     fn admits(&self, subject: &str) -> Result<(), OperatorsError> {
         if let Some(why) = crate::names::refusal(subject) {
-            return Err(OperatorsError(format!("an operator's name is refused: {why}")));
+            return Err(OperatorsError(format!(
+                "an operator's name is refused: {why}"
+            )));
         }
         match self
             .tokens
@@ -439,7 +441,7 @@ mod tests {
     use corpus::*;
 
     // Guarantee 20: an access token whose subject reads as an operator of the file is refused at
-    // log-in (the issue's `olga `, ` olga`, Cyrillic `оlga`, fullwidth `ｏｌｇａ`, and the corpus).
+    // log-in (`olga `, ` olga`, Cyrillic `оlga`, fullwidth `ｏｌｇａ`, and the corpus).
     #[test]
     fn a_subject_that_reads_as_an_operator_of_the_file_is_refused() {
         let operators = Operators::from_toml(&format!("[operators]\nolga = \"{HASH}\"")).unwrap();

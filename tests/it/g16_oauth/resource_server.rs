@@ -1003,7 +1003,7 @@ fn the_jwks_is_read_from_a_file_and_bad_configurations_are_refused_at_build() {
 /// A second authorization server, a partner's, whose subjects are its own.
 const PARTNER: &str = "https://partner.example.test";
 
-/// The case: with two authorization servers, a partner's `sub: alice` is not the company's
+/// With two authorization servers, a partner's `sub: alice` is not the company's
 /// alice. It is another principal (`writer:<iss>#<sub>`): it cannot call a tool in her session, read
 /// her result, or end her session, and each issuer's alice is her own principal.
 #[test]

@@ -49,7 +49,7 @@ fn r01_a_target_that_is_not_one_is_refused_before_anyone_is_asked() {
     }
 }
 
-/// The case: path spellings of `.`, `..` and `~`, and `all` in mathematical bold, circled and
+/// Path spellings of `.`, `..` and `~`, and `all` in mathematical bold, circled and
 /// modifier letters, read as wildcards; they are refused as not one target on every path, as is every
 /// look-alike of the shared corpus of a wildcard or a person's name.
 #[test]
