@@ -1064,13 +1064,13 @@ fn a20_109_a_long_access_token_does_not_outlive_the_console_s_session() {
 /// Guarantee 20 (SECURITY.md, names that read alike): none logs in, so no answer is ever recorded under
 /// a name that reads as `olga`; the request stays pending.
 #[test]
-fn a20_111_a_subject_that_reads_as_an_operator_of_the_file_logs_no_one_in() {
-    let key = TestKey::new("a20-111");
-    let Some(bench) = jwt_bench("a20_111", &key) else {
+fn a20_114_a_subject_that_reads_as_an_operator_of_the_file_logs_no_one_in() {
+    let key = TestKey::new("a20-114");
+    let Some(bench) = jwt_bench("a20_114", &key) else {
         return;
     };
     let gate = bench.gate();
-    let id = request_id(gate.run(|| pay("a-111".into())));
+    let id = request_id(gate.run(|| pay("a-114".into())));
     let corpus = crate::common::lookalikes::LOOK_ALIKES
         .iter()
         .find(|(name, _)| *name == "olga")
