@@ -30,7 +30,7 @@ use crate::terminal::{escaped, hides};
 ///
 /// In order: Unicode's compatibility forms folded (NFKC: fullwidth, mathematical, circled and
 /// modifier letters as the letters they are); every character a reader cannot see or that reorders
-/// text dropped ([`hides`](crate::terminal::hides), except spaces); each run of spaces made one space,
+/// text dropped ([`hides`], except spaces); each run of spaces made one space,
 /// and the spaces around the name dropped; each character replaced by its prototype among Unicode's
 /// confusables (the skeleton of UTS #39: Cyrillic `о` as `o`, `I` as `l`); then, in a name with a
 /// `/`, the spellings of one path made one (empty and `.` segments dropped, a trailing `/` too:
