@@ -22,21 +22,23 @@ MACROS = ROOT / "macros" / "src"
 RANKS = {
     "canonical": 0,
     "terminal": 0,
-    "registry": 1,
-    "approval": 2,
-    "audit": 2,
-    "gate": 3,
-    "by_name": 4,
-    "report": 4,
+    # Names compared as a person reads them: it knows what `terminal` hides.
+    "names": 1,
+    "registry": 2,
+    "approval": 3,
+    "audit": 3,
+    "gate": 4,
+    "by_name": 5,
+    "report": 5,
     # An operator's policy file: checked against the tools' parameters (by_name), followed by gates.
-    "policy_file": 5,
-    "mcp": 6,
-    "cli": 6,
-    "postgres": 6,
-    "rig": 6,
+    "policy_file": 6,
+    "mcp": 7,
+    "cli": 7,
+    "postgres": 7,
+    "rig": 7,
     # The operator console: pages on the PostgreSQL store and trail, behind the MCP server's token
     # verifiers.
-    "console": 7,
+    "console": 8,
 }
 # Crates that only the top of the runtime may import, and where.
 TRANSPORTS = {
@@ -62,6 +64,9 @@ SOLE_IMPORTERS = {
     "rustls": ("mcp::oauth", "postgres::tls"),
     "tokio_postgres_rustls": ("postgres::tls",),
     "rustls_native_certs": ("postgres::tls",),
+    # Unicode's normalization and confusables: the rest of the runtime compares names through `names`.
+    "unicode_normalization": ("names",),
+    "unicode_security": ("names",),
 }
 # Crates no module of the runtime imports: its spans go out through `tracing`, and the application's
 # subscriber exports them (to OpenTelemetry, with the versions it chooses).

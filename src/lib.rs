@@ -141,6 +141,7 @@ pub use toolgate_runtime::cli;
 pub use toolgate_runtime::console;
 #[cfg(feature = "mcp")]
 pub use toolgate_runtime::mcp;
+pub use toolgate_runtime::names;
 #[cfg(feature = "policy-file")]
 pub use toolgate_runtime::policy_file;
 #[cfg(feature = "postgres")]

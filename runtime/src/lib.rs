@@ -22,6 +22,7 @@ pub mod console;
 mod gate;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+pub mod names;
 #[cfg(feature = "policy-file")]
 pub mod policy_file;
 #[cfg(feature = "postgres")]

@@ -62,7 +62,19 @@ Exit status: as for `toolgate audit verify`:
 /// then LOGNAME), else the name of the account the command runs as.
 #[cfg(feature = "postgres")]
 fn operator(by: Option<String>) -> Option<String> {
-    let named = |name: String| Some(name.trim().to_owned()).filter(|name| !name.is_empty());
+    // A name that reads as another (SECURITY.md, names that read alike) would record an answer under
+    // a name a person takes for someone else's.
+    let named = |name: String| {
+        Some(name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .filter(|name| match toolgate::names::refusal(name) {
+                Some(why) => {
+                    eprintln!("toolgate: the operator's name is refused: {why}");
+                    false
+                }
+                None => true,
+            })
+    };
     // A `--by` that names no one is a mistake, not a question for the environment.
     if let Some(by) = by {
         return named(by);

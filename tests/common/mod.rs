@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 pub mod browser;
 pub mod gates;
 pub mod http;
+pub mod lookalikes;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 #[cfg(feature = "postgres")]

@@ -50,6 +50,7 @@ mod mcp_http;
 mod mcp_stdio;
 mod mcp_tasks;
 mod mutants;
+mod names;
 mod otel;
 mod policy_table;
 mod provider_defs;

@@ -1059,6 +1059,35 @@ fn a20_109_a_long_access_token_does_not_outlive_the_console_s_session() {
     assert!(through.is_empty(), "{}", through.join("\n"));
 }
 
+/// Attack: access tokens whose subjects read as `olga`, an operator of the operators file: `olga `,
+/// ` olga`, `оlga` with a Cyrillic `о`, `ｏｌｇａ`, and every look-alike of the shared corpus.
+/// Guarantee 20 (SECURITY.md, names that read alike): none logs in, so no answer is ever recorded under
+/// a name that reads as `olga`; the request stays pending.
+#[test]
+fn a20_114_a_subject_that_reads_as_an_operator_of_the_file_logs_no_one_in() {
+    let key = TestKey::new("a20-114");
+    let Some(bench) = jwt_bench("a20_114", &key) else {
+        return;
+    };
+    let gate = bench.gate();
+    let id = request_id(gate.run(|| pay("a-114".into())));
+    let corpus = crate::common::lookalikes::LOOK_ALIKES
+        .iter()
+        .find(|(name, _)| *name == "olga")
+        .map(|(_, alikes)| *alikes)
+        .unwrap_or_default();
+    assert!(!corpus.is_empty());
+    for sub in ["olga ", " olga", "\u{43e}lga", "ｏｌｇａ"]
+        .iter()
+        .chain(corpus)
+    {
+        let refused = try_login(bench.console.addr, &key.sign(&claims(sub, 300)));
+        assert!(refused.is_err(), "{sub:?} logged in");
+    }
+    let state = bench.state(id);
+    assert_eq!(answered_by(&state), None, "{state:?}");
+}
+
 /// Attack: an access token whose subject is `olga`, the name of an operator of the operators file
 /// (another person of the authorization server, or its subject chosen), approving a request.
 /// Guarantee 20 (docs/console.md): the name is what the store records as who answered; an answer of

@@ -163,31 +163,38 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
             u32::from(c)
         ));
     }
-    let folded: String = text.chars().map(halfwidth).collect();
-    let wildcard = [
-        "all",
-        "any",
-        "every",
-        "everything",
-        "none",
-        ".",
-        "..",
-        "-",
-        "~",
-    ];
-    if wildcard.iter().any(|w| w.eq_ignore_ascii_case(&folded)) {
-        return Some(format!("its target {shown} is a wildcard"));
+    // Compared by its reading (crate::names): `./`, `.//`, `~/`, `𝐚𝐥𝐥` and `ⓐⓛⓛ` are the wildcards a
+    // back end reads them as, whatever their case.
+    let read = crate::names::reading(text).to_lowercase();
+    if let Some(w) = WILDCARDS
+        .iter()
+        .find(|w| crate::names::reading(w).to_lowercase() == read)
+    {
+        return Some(format!("its target {shown} reads as `{w}`, a wildcard"));
+    }
+    // A target a reader takes for another (compatibility forms, mixed scripts) is not the one they
+    // confirm.
+    if let Some(why) = crate::names::refusal(text) {
+        return Some(format!(
+            "its target is not one name a reader can tell: {why}"
+        ));
     }
     None
 }
 
-/// A fullwidth form (`Ａ`, `１`) as the ASCII character it folds into; any other as it is.
-fn halfwidth(c: char) -> char {
-    match u32::from(c) {
-        code @ 0xFF01..=0xFF5E => char::from_u32(code - 0xFEE0).unwrap_or(c),
-        _ => c,
-    }
-}
+/// The names that stand for more than one target.
+const WILDCARDS: [&str; 10] = [
+    "all",
+    "any",
+    "every",
+    "everything",
+    "none",
+    ".",
+    "..",
+    "-",
+    "~",
+    "/",
+];
 
 /// The target as an operator types it back to confirm: a string as it is, a number as JSON writes it.
 pub(crate) fn typed(target: &Value) -> String {
@@ -215,9 +222,10 @@ mod tests {
             ]),
             at in 0usize..32,
         ) {
-            let wildcard = ["all", "any", "every", "everything", "none", ".", "..", "-", "~"]
+            let read = crate::names::reading(&name).to_lowercase();
+            let wildcard = WILDCARDS
                 .iter()
-                .any(|w| w.eq_ignore_ascii_case(&name));
+                .any(|w| w.eq_ignore_ascii_case(&name) || crate::names::reading(w) == read);
             prop_assert_eq!(not_single(&Value::from(name.clone())).is_none(), !wildcard);
             let at = (0..=name.len()).filter(|i| name.is_char_boundary(*i)).nth(at).unwrap_or(name.len());
             let marked = format!("{}{marker}{}", &name[..at], &name[at..]);

@@ -69,7 +69,9 @@ impl Operators {
 
     /// The operator `name` logs in with the token whose SHA-256 is `sha256_hex` (64 hex digits), so
     /// that the console's configuration holds no token. A name is 1 to 64 characters, none of them
-    /// a control, a space other than U+0020, or one that hides or reorders text.
+    /// a control, a space other than U+0020, or one that hides or reorders text, and one that
+    /// [`names::refusal`](crate::names::refusal) does not refuse; no two operators' names read alike
+    /// ([`names::same`](crate::names::same)).
     pub fn token_sha256(self, sha256_hex: &str, name: &str) -> Result<Operators, OperatorsError> {
         let hex = sha256_hex.trim();
         let bytes = hex.as_bytes();
@@ -88,6 +90,15 @@ impl Operators {
 
     fn add(mut self, digest: [u8; 32], name: &str) -> Result<Operators, OperatorsError> {
         valid_name(name)?;
+        if let Some(other) = self
+            .tokens
+            .values()
+            .find(|other| crate::names::same(other, name))
+        {
+            return Err(OperatorsError(format!(
+                "operators {other:?} and {name:?} read as one name (SECURITY.md, names that read alike)"
+            )));
+        }
         if let Some(other) = self.tokens.get(&digest) {
             return Err(OperatorsError(format!(
                 "operators {other:?} and {name:?} have the same token"
@@ -122,6 +133,29 @@ impl Operators {
         self
     }
 
+    /// Whether an access token's subject (with its issuer where several are accepted) may be an
+    /// operator: a name the rule of names does not refuse, that reads as no operator of the file, who
+    /// is named by the file alone (a token's `olga `, `оlga` or `ｏｌｇａ` would record its answers
+    /// under a name that reads as `olga`).
+    fn admits(&self, subject: &str) -> Result<(), OperatorsError> {
+        if let Some(why) = crate::names::refusal(subject) {
+            return Err(OperatorsError(format!(
+                "an operator's name is refused: {why}"
+            )));
+        }
+        match self
+            .tokens
+            .values()
+            .find(|name| crate::names::same(name, subject))
+        {
+            Some(name) => Err(OperatorsError(format!(
+                "the subject {:?} reads as the operator {name:?} of the operators file",
+                crate::terminal::escaped(subject)
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Whether no one could log in.
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty() && self.access.is_none()
@@ -141,11 +175,9 @@ impl Operators {
         {
             let subject = claims.subject().filter(|_| claims.has_scope(&access.1))?;
             valid_name(subject).ok()?;
-            // An operator of the file is named by the file alone: a token's subject that is one of
-            // those names would record its answers as theirs.
-            if self.tokens.values().any(|name| **name == *subject) {
-                return None;
-            }
+            // With several issuers, the issuer is part of who the operator is: `<iss>#<sub>`.
+            let subject = claims.identity()?;
+            self.admits(&subject).ok()?;
             let expires = claims
                 .expires()
                 .map(|exp| SystemTime::UNIX_EPOCH + Duration::from_secs(exp));
@@ -188,7 +220,12 @@ fn valid_name(name: &str) -> Result<(), OperatorsError> {
             crate::terminal::escaped(name)
         )));
     }
-    Ok(())
+    match crate::names::refusal(name) {
+        Some(why) => Err(OperatorsError(format!(
+            "an operator's name is refused: {why}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A logged-in browser.
@@ -395,6 +432,58 @@ mod tests {
         let operators = Operators::from_toml(&format!("[operators]\nolga = \"{HASH}\"")).unwrap();
         assert!(!operators.is_empty());
         assert!(Operators::new().is_empty());
+    }
+
+    #[allow(dead_code)]
+    mod corpus {
+        include!("../../../tests/common/lookalikes.rs");
+    }
+    use corpus::*;
+
+    // Guarantee 20: an access token whose subject reads as an operator of the file is refused at
+    // log-in (`olga `, ` olga`, Cyrillic `оlga`, fullwidth `ｏｌｇａ`, and the corpus).
+    #[test]
+    fn a_subject_that_reads_as_an_operator_of_the_file_is_refused() {
+        let operators = Operators::from_toml(&format!("[operators]\nolga = \"{HASH}\"")).unwrap();
+        for subject in ["olga ", " olga", "\u{43e}lga", "ｏｌｇａ", "olga"] {
+            assert!(operators.admits(subject).is_err(), "{subject:?}");
+        }
+        for (name, alikes) in LOOK_ALIKES {
+            if name.contains(['.', '~', '/']) {
+                continue;
+            }
+            let file = Operators::new().token("t", name);
+            for alike in alikes.iter().chain([name]) {
+                assert!(file.admits(alike).is_err(), "{alike:?} against {name:?}");
+            }
+        }
+        for name in DISTINCT.iter().filter(|n| !n.contains(['.', '~', '/'])) {
+            assert!(
+                operators.admits(name).is_ok() || *name == "olga",
+                "{name:?}"
+            );
+        }
+    }
+
+    // An operators file naming two operators that read alike is refused, whichever comes first.
+    #[test]
+    fn an_operators_file_naming_two_operators_that_read_alike_is_refused() {
+        for (name, alikes) in LOOK_ALIKES {
+            if name.contains(['.', '~', '/']) {
+                continue;
+            }
+            for alike in *alikes {
+                let pair = [
+                    Operators::new().token("a", name).token_sha256(HASH, alike),
+                    Operators::new()
+                        .token_sha256(HASH, alike)
+                        .and_then(|o| o.token_sha256(&"0".repeat(64), name)),
+                ];
+                for operators in pair {
+                    assert!(operators.is_err(), "{name:?} and {alike:?}");
+                }
+            }
+        }
     }
 
     #[tokio::test]

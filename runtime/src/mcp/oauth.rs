@@ -258,6 +258,8 @@ impl Jwks {
 #[derive(Debug, Clone)]
 pub struct Claims {
     map: Map<String, Value>,
+    /// Whether the verifier accepts tokens of more than one issuer.
+    several_issuers: bool,
 }
 
 impl Claims {
@@ -269,6 +271,24 @@ impl Claims {
     /// The issuer (`iss`).
     pub fn issuer(&self) -> Option<&str> {
         self.str("iss")
+    }
+
+    /// Whom the token names, the issuer always part of it: the subject (`sub`) where the verifier
+    /// accepts one issuer alone, so that the issuer is the only one a subject can come from, and
+    /// `<iss>#<sub>` where it accepts several (an issuer has no fragment, so the first `#` ends it),
+    /// so that two issuers' `alice` are two identities. `None` without a subject, or for a subject
+    /// that is no name a person can read as one ([`names::refusal`](crate::names::refusal): spaces
+    /// around it, characters a reader cannot see, compatibility forms, mixed scripts).
+    pub fn identity(&self) -> Option<String> {
+        let subject = self.subject()?;
+        if crate::names::refusal(subject).is_some() {
+            return None;
+        }
+        match (self.several_issuers, self.issuer()) {
+            (false, _) => Some(subject.to_owned()),
+            (true, Some(issuer)) => Some(format!("{issuer}#{subject}")),
+            (true, None) => None,
+        }
     }
 
     /// The client the token was issued to: `client_id` (RFC 9068), else `azp`.
@@ -419,8 +439,10 @@ impl OAuthBuilder {
         self
     }
 
-    /// A token granted `scope` is the principal `<name>:<sub>`, whose calls `gate` decides: one name
-    /// per subject, so that subjects sharing a gate never share a session, a task or an in-band
+    /// A token granted `scope` is the principal `<name>:<identity>`, whose calls `gate` decides, its
+    /// identity [`Claims::identity`]: `<name>:<sub>` where one authorization server is configured,
+    /// `<name>:<iss>#<sub>` where several are, so that a partner's `alice` is never the company's; a
+    /// subject that is no name a person can read as one maps to no principal. One name per subject, so that subjects sharing a gate never share a session, a task or an in-band
     /// approval. What the gate keeps is the group's: its mode, its taint latch, its budgets, its
     /// session grants, and its two-step approvals, which are bound to the gate's own principal
     /// ([`GateBuilder::principal`](crate::GateBuilder::principal)); where each subject must have
@@ -436,17 +458,18 @@ impl OAuthBuilder {
         let (scope, name) = (scope.into(), name.into());
         self.rule_scopes.push(scope.clone());
         self.rules.push(Arc::new(move |claims: &Claims| {
-            let subject = claims.subject()?;
+            let identity = claims.identity()?;
             claims
                 .has_scope(&scope)
-                .then(|| Principal::new(format!("{name}:{subject}"), gate.clone()))
+                .then(|| Principal::new(format!("{name}:{identity}"), gate.clone()))
         }));
         self
     }
 
     /// A rule of the application's: the principal a verified token's claims map to, if any. Tried in
     /// order with the [`scope`](OAuthBuilder::scope) rules. Mind that the principal's name is what its
-    /// sessions, tasks and in-band approvals are bound to.
+    /// sessions, tasks and in-band approvals are bound to: build it from [`Claims::identity`], which
+    /// holds the issuer where several are configured, not from the subject alone.
     pub fn map(
         mut self,
         rule: impl Fn(&Claims) -> Option<Principal> + Send + Sync + 'static,
@@ -1410,7 +1433,10 @@ impl Inner {
         };
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, validation)
             .map_err(|error| Failure::Invalid(describe(error.kind())))?;
-        let claims = Claims { map: data.claims };
+        let claims = Claims {
+            map: data.claims,
+            several_issuers: self.issuers.iter().any(|iss| *iss != self.issuers[0]),
+        };
         // One issuer, as a string: the library would take a list naming one of them.
         if !claims
             .issuer()
@@ -1535,7 +1561,10 @@ mod tests {
         let Value::Object(map) = value else {
             panic!("claims are an object")
         };
-        Claims { map }
+        Claims {
+            map,
+            several_issuers: false,
+        }
     }
 
     fn b64(bytes: &[u8]) -> String {

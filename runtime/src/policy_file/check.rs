@@ -72,6 +72,8 @@ pub(super) fn check(name: &str, text: &str, tools: bool) -> Result<Vec<Section>,
     if let Some(defaults) = doc.defaults {
         sections.push(checker.section(Scope::Defaults, defaults.into_inner()));
     }
+    checker.names_read_apart("principals", doc.principals.keys());
+    checker.names_read_apart("agents", doc.agents.keys());
     for (principal, rules) in doc.principals {
         let scope = Scope::Principal(principal.into_inner());
         sections.push(checker.section(scope, rules.into_inner()));
@@ -107,6 +109,35 @@ impl Checker<'_> {
             // terminal: nothing in it may hide, fake or reorder a line.
             message: escaped(&message).into_owned(),
         });
+    }
+
+    /// No two tables of `[principals]` or `[agents]` have names that read alike (SECURITY.md, names
+    /// that read alike): a gate is narrowed by the table whose name reads as its principal's or
+    /// agent's, so two such tables would be one.
+    fn names_read_apart<'a>(
+        &mut self,
+        table: &str,
+        names: impl Iterator<Item = &'a Spanned<String>>,
+    ) {
+        let mut seen: Vec<&Spanned<String>> = Vec::new();
+        for name in names {
+            if let Some(first) = seen
+                .iter()
+                .find(|first| crate::names::same(first.get_ref(), name.get_ref()))
+            {
+                let (line, _) = place(self.text, first.span().start);
+                self.error(
+                    name.span().start,
+                    format!(
+                        "[{table}]: {:?} reads as {:?} (line {line}): two tables of names that read \
+                         alike are one",
+                        name.get_ref(),
+                        first.get_ref()
+                    ),
+                );
+            }
+            seen.push(name);
+        }
     }
 
     fn at<T>(&self, spanned: &Spanned<impl Sized>, value: T) -> At<T> {

@@ -71,7 +71,8 @@ impl PolicyFile {
     }
 
     /// The rules that apply to a gate of `principal` and `agent`: `[defaults]`, then the principal's
-    /// table, then the agent's.
+    /// table, then the agent's, each found by its name's reading (SECURITY.md, names that read alike):
+    /// a gate of `оlga`, written with a Cyrillic `о`, is narrowed as `olga`'s.
     pub(crate) fn applying<'a>(
         &'a self,
         principal: Option<&'a str>,
@@ -79,8 +80,8 @@ impl PolicyFile {
     ) -> impl Iterator<Item = &'a Section> + 'a {
         self.sections.iter().filter(move |s| match &s.scope {
             Scope::Defaults => true,
-            Scope::Principal(p) => principal == Some(p.as_str()),
-            Scope::Agent(a) => agent == Some(a.as_str()),
+            Scope::Principal(p) => principal.is_some_and(|name| crate::names::same(name, p)),
+            Scope::Agent(a) => agent.is_some_and(|name| crate::names::same(name, a)),
         })
     }
 

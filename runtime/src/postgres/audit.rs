@@ -205,6 +205,11 @@ impl PostgresSinkBuilder {
             Some(writer) => writer,
             None => default_writer(),
         };
+        // A writer a person reads as another would have its chain taken for theirs (SECURITY.md,
+        // names that read alike).
+        if let Some(why) = crate::names::refusal(&writer) {
+            return invalid(format!("the writer name is refused: {why}"));
+        }
         let link = Link::new(url, self.timeout, "toolgate-audit")?;
         let worker = Worker {
             link,

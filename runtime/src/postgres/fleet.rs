@@ -360,7 +360,12 @@ fn valid_name(name: &str) -> Result<(), String> {
              characters"
         ));
     }
-    Ok(())
+    // A fleet a person reads as another would be lowered, or joined, in its place (SECURITY.md,
+    // names that read alike).
+    match crate::names::refusal(name) {
+        Some(why) => Err(format!("not configured: the fleet name is refused: {why}")),
+        None => Ok(()),
+    }
 }
 
 fn member_name() -> String {

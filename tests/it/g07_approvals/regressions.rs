@@ -236,3 +236,41 @@ fn a_generic_tool_is_bound_to_its_arguments_value_nested_maps_included() {
     let again = gate.run(|| put(settings())).unwrap_err();
     assert_eq!(again.code().as_str(), "APPROVAL_REUSED");
 }
+
+/// Names that read alike (SECURITY.md): the `toolgate` command refuses an operator's `--by` that a
+/// person would read as another name (`оlga` with a Cyrillic `о`, `ｏｌｇａ`, a hidden character, and
+/// every look-alike of the shared corpus but spaces around a name, which it trims), before it
+/// reaches the store: answers are never recorded under a name that reads as someone else's.
+#[cfg(feature = "postgres")]
+#[test]
+fn an_operator_named_by_a_look_alike_is_refused_by_the_command() {
+    let people = crate::common::lookalikes::LOOK_ALIKES
+        .iter()
+        .filter(|(name, _)| !name.contains(['.', '~', '/']))
+        .flat_map(|(_, alikes)| alikes.iter().copied())
+        .filter(|alike| alike.trim() == *alike);
+    for by in ["\u{43e}lga", "ｏｌｇａ", "ol\u{200b}ga"]
+        .into_iter()
+        .chain(people)
+    {
+        for answer in [vec!["approve", "1"], vec!["reject", "1", "--reason", "no"]] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+                .arg("approvals")
+                .args(&answer)
+                .args([
+                    "--store",
+                    "postgres://toolgate@127.0.0.1:1/none",
+                    "--by",
+                    by,
+                ])
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{by:?} {answer:?}: {said}");
+            assert!(
+                said.contains("the operator's name is refused"),
+                "{by:?}: {said}"
+            );
+        }
+    }
+}

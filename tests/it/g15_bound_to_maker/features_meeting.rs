@@ -294,6 +294,41 @@ fn p57_no_principal_and_an_empty_principal_are_two_makers() {
     }
 }
 
+/// Names that read alike (SECURITY.md): an approval is bound to the bytes of its maker's principal
+/// and agent, so a gate whose principal or agent is a look-alike of the corpus (`аlice` with a
+/// Cyrillic `а`, `alice` with a zero-width joiner, ...) never runs the approved call of the name it
+/// reads as: it is asked again, with a token of its own.
+#[test]
+fn p58_a_look_alike_principal_or_agent_never_runs_its_original_s_approval() {
+    let _serial = serial();
+    let alikes = crate::common::lookalikes::LOOK_ALIKES
+        .iter()
+        .find(|(name, _)| *name == "alice")
+        .map(|(_, alikes)| *alikes)
+        .unwrap_or_default();
+    assert!(!alikes.is_empty());
+    for (i, alike) in alikes.iter().enumerate() {
+        let store = memory_store();
+        let maker = two_step_gate(&store, "alice", "desk");
+        let cents = 800 + i as u64;
+        let pending = maker.run(|| wire(cents)).unwrap_err();
+        let token = pending.approval_token().unwrap().to_owned();
+        maker.approve(&token).unwrap();
+        let before = count(&WIRES);
+        for other in [
+            two_step_gate(&store, alike, "desk"),
+            two_step_gate(&store, "alice", "d\u{435}sk"),
+            two_step_gate(&store, "alice", "desk\u{200b}"),
+        ] {
+            let refused = other.run(|| wire(cents)).unwrap_err();
+            assert_eq!(refused.code(), DenialCode::ApprovalPending, "{alike:?}");
+            assert_ne!(refused.approval_token(), Some(token.as_str()), "{alike:?}");
+        }
+        assert_eq!(count(&WIRES), before);
+        assert_eq!(maker.run(|| wire(cents)).unwrap(), cents);
+    }
+}
+
 /// A new store, and the two-step gates of Alice and of Bob (agent `desk`) that share it.
 fn alice_and_bob() -> (Arc<toolgate::approval::two_step::MemoryStore>, Gate, Gate) {
     let store = memory_store();

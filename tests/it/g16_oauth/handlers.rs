@@ -5,8 +5,8 @@
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
 use serde_json::json;
+use toolgate::mcp::ToolgateServer;
 use toolgate::mcp::http::Principals;
-use toolgate::mcp::{APPROVAL_INPUT, ToolgateServer};
 use toolgate::{Gate, Mode};
 
 use crate::common::gates;
@@ -202,29 +202,22 @@ fn a32_subjects_sharing_a_scope_gate_do_not_share_in_band_states() {
 }
 
 /// a40. OAuth x what a person reads: a subject whose `sub` carries a right-to-left override and a
-/// zero-width space (an identity provider that lets users pick their id). The in-band form names the
-/// principal; every invisible or reordering character it shows is written as `\u{..}`. Broken: the
-/// form carries the characters as they are.
+/// zero-width space (an identity provider that lets users pick their id). Such a subject is no name a
+/// person can read as one (SECURITY.md, names that read alike): it maps to no principal, so no form
+/// ever names it and nothing runs. Broken: the form carries the characters as they are.
 #[test]
-fn a40_a_subject_with_hidden_characters_is_shown_escaped_in_the_form() {
+fn a40_a_subject_with_hidden_characters_is_no_principal() {
     runtime().block_on(async {
         let (key, ops) = (TestKey::ed25519("a40"), Ops::default());
         let (addr, resource) = oauth_server(&ops, &key, two_step_writers(), None).await;
         let sub = "alice\u{202E}nimda\u{200B}";
         let token = writer_bearer(&key, &resource, sub);
         let asked = http_call(addr, &[&token], "ops_wipe", json!({"target": "db"}), None).await;
-        let form = asked
-            .messages()
-            .into_iter()
-            .find_map(|m| {
-                m["result"]["inputRequests"][APPROVAL_INPUT]["params"]["message"]
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| panic!("a form: {asked:?}"));
+        assert_eq!(asked.status, 403, "{asked:?}");
+        let body = format!("{asked:?}");
         assert!(
-            !form.contains('\u{202E}') && !form.contains('\u{200B}'),
-            "{form:?}"
+            !body.contains('\u{202E}') && !body.contains('\u{200B}'),
+            "{body:?}"
         );
         assert_eq!(ops.wiped(), 0);
     });

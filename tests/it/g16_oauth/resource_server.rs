@@ -999,3 +999,119 @@ fn the_jwks_is_read_from_a_file_and_bad_configurations_are_refused_at_build() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+/// A second authorization server, a partner's, whose subjects are its own.
+const PARTNER: &str = "https://partner.example.test";
+
+/// With two authorization servers, a partner's `sub: alice` is not the company's
+/// alice. It is another principal (`writer:<iss>#<sub>`): it cannot call a tool in her session, read
+/// her result, or end her session, and each issuer's alice is her own principal.
+#[test]
+fn a_partner_s_subject_is_not_the_company_s_subject_of_the_same_name() {
+    runtime().block_on(async {
+        let key = TestKey::ed25519("desk-two-issuers");
+        let mcp = Mcp::bind().await;
+        let resource = mcp.resource();
+        let oauth = desk(resource.clone(), Jwks::json(jwks(&[&key])))
+            .authorization_server(PARTNER)
+            .build()
+            .await
+            .expect("a verifier");
+        let company = key.sign(&claims(&resource, "alice", "tickets:write"));
+        let mut partner_claims = claims(&resource, "alice", "tickets:write");
+        partner_claims["iss"] = json!(PARTNER);
+        let partner = key.sign(&partner_claims);
+
+        let identity = |token: String| {
+            let oauth = oauth.clone();
+            async move { oauth.claims(&token).await.and_then(|c| c.identity()) }
+        };
+        assert_eq!(
+            identity(company.clone()).await.as_deref(),
+            Some("https://auth.example.test#alice")
+        );
+        assert_eq!(
+            identity(partner.clone()).await.as_deref(),
+            Some("https://partner.example.test#alice")
+        );
+
+        let addr = mcp.serve(Principals::new().verifier(oauth));
+        let session = open(addr, Some(&company)).await.expect("her session");
+        let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": READ, "arguments": {"id": 7}}});
+        let called = post(addr, Some(&partner), Some(&session), call.clone()).await;
+        assert_eq!(
+            called.status, 404,
+            "the partner's alice called in her session: {called:?}"
+        );
+        assert!(called.messages().is_empty(), "{called:?}");
+        let listed = list(addr, Some(&partner), &session).await;
+        assert_eq!(listed.status, 404, "{listed:?}");
+        let bearer = format!("Bearer {partner}");
+        let ended = request(
+            addr,
+            "DELETE",
+            "/mcp",
+            &[
+                ("Authorization", &bearer),
+                ("Mcp-Session-Id", &session),
+                ("Mcp-Protocol-Version", "2025-06-18"),
+            ],
+            None,
+        )
+        .await;
+        assert_ne!(
+            ended.status / 100,
+            2,
+            "the partner's alice ended her session: {ended:?}"
+        );
+        // Her session stands, and is hers.
+        let hers = list(addr, Some(&company), &session).await;
+        assert_eq!(hers.status, 200, "{hers:?}");
+        assert_eq!(hers.tools(), [CLOSE, READ]);
+        // The partner's alice has sessions of her own.
+        assert_eq!(
+            tools_of(addr, Some(&partner)).await.expect("listed"),
+            [CLOSE, READ]
+        );
+    });
+}
+
+/// With one authorization server, the issuer is the only one a subject can come from: the principal
+/// stays `<name>:<sub>`, as before. A subject that is no name a person can read as one (spaces around
+/// it, a hidden character, compatibility forms, mixed scripts) maps to no principal.
+#[test]
+fn one_issuer_keeps_name_and_subject_and_a_look_alike_subject_maps_to_no_principal() {
+    runtime().block_on(async {
+        let key = TestKey::ed25519("desk-one-issuer");
+        let mcp = Mcp::bind().await;
+        let resource = mcp.resource();
+        let oauth = desk(resource.clone(), Jwks::json(jwks(&[&key])))
+            .build()
+            .await
+            .expect("a verifier");
+        let token = key.sign(&claims(&resource, "alice", "tickets:write"));
+        let claimed = oauth.claims(&token).await.expect("it verifies");
+        assert_eq!(claimed.identity().as_deref(), Some("alice"));
+        let addr = mcp.serve(Principals::new().verifier(oauth.clone()));
+        let people = crate::common::lookalikes::LOOK_ALIKES
+            .iter()
+            .filter(|(name, _)| !name.contains(['.', '~', '/']));
+        for (name, alikes) in people {
+            for alike in *alikes {
+                let token = key.sign(&claims(&resource, alike, "tickets:write"));
+                let claimed = oauth.claims(&token).await.expect("it verifies");
+                assert_eq!(
+                    claimed.identity(),
+                    None,
+                    "{alike:?}, a look-alike of {name:?}"
+                );
+            }
+        }
+        for alike in ["olga ", " olga", "\u{43e}lga", "ｏｌｇａ"] {
+            let token = key.sign(&claims(&resource, alike, "tickets:write"));
+            let refused = open(addr, Some(&token)).await.expect_err("no principal");
+            assert_eq!(refused.status, 403, "{alike:?}: {refused:?}");
+        }
+    });
+}

@@ -1011,3 +1011,62 @@ fn one_of_compares_numbers_by_value() {
         "{denied}"
     );
 }
+
+/// `text` as a TOML quoted key, every character beyond printable ASCII as its `\U` escape.
+fn toml_key(text: &str) -> String {
+    let mut key = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => key.push_str(&format!("\\{c}")),
+            ' '..='~' => key.push(c),
+            _ => key.push_str(&format!("\\U{:08X}", u32::from(c))),
+        }
+    }
+    key.push('"');
+    key
+}
+
+/// Names that read alike (SECURITY.md): a gate whose principal or agent reads as a table's name is
+/// narrowed by that table, for every look-alike of the shared corpus, and a gate of a name that reads
+/// otherwise is not; a file naming two tables that read alike does not check.
+#[test]
+fn a_table_is_found_by_its_name_s_reading_and_two_tables_that_read_alike_are_refused() {
+    use crate::common::lookalikes::{DISTINCT, LOOK_ALIKES};
+    for (name, alikes) in LOOK_ALIKES {
+        let key = toml_key(name);
+        let live = LivePolicy::new(policy(&format!(
+            "format = 1\n[principals.{key}]\nceiling = \"SHADOW\"\n[agents.{key}]\nceiling = \"ADVISORY\"\n"
+        )));
+        for alike in alikes.iter().chain([name]) {
+            let principal = following(Mode::FullAuto, &live, |b| b.principal(*alike));
+            assert_eq!(
+                principal.mode(),
+                Mode::Shadow,
+                "principal {alike:?} of {name:?}"
+            );
+            let agent = following(Mode::FullAuto, &live, |b| b.agent(*alike));
+            assert_eq!(agent.mode(), Mode::Advisory, "agent {alike:?} of {name:?}");
+            for table in ["principals", "agents"] {
+                let text = format!(
+                    "format = 1\n[{table}.{key}]\nceiling = \"SHADOW\"\n[{table}.{}]\nceiling = \"SHADOW\"\n",
+                    toml_key(alike)
+                );
+                if alike == name {
+                    continue;
+                }
+                let found = errors(&text);
+                assert!(
+                    found.len() == 1 && found[0].contains("reads as"),
+                    "{table} {name:?} and {alike:?}: {found:#?}"
+                );
+            }
+        }
+        for other in DISTINCT
+            .iter()
+            .filter(|other| !toolgate::names::same(other, name))
+        {
+            let gate = following(Mode::FullAuto, &live, |b| b.principal(*other).agent(*other));
+            assert_eq!(gate.mode(), Mode::FullAuto, "{other:?} is not {name:?}");
+        }
+    }
+}

@@ -49,6 +49,41 @@ fn r01_a_target_that_is_not_one_is_refused_before_anyone_is_asked() {
     }
 }
 
+/// Path spellings of `.`, `..` and `~`, and `all` in mathematical bold, circled and
+/// modifier letters, read as wildcards; they are refused as not one target on every path, as is every
+/// look-alike of the shared corpus of a wildcard or a person's name.
+#[test]
+fn r01b_a_target_that_reads_as_a_wildcard_or_as_another_name_is_refused() {
+    let issue = [
+        "./",
+        "../",
+        "~/",
+        "./.",
+        ".//",
+        "\u{1d41a}\u{1d425}\u{1d425}",
+        "\u{24d0}\u{24db}\u{24db}",
+        "\u{1d43}\u{2e1}\u{2e1}",
+        "\u{1d2c}\u{1d38}\u{1d38}",
+        "/",
+    ];
+    let corpus = crate::common::lookalikes::LOOK_ALIKES
+        .iter()
+        .flat_map(|(_, alikes)| alikes.iter().copied());
+    let targets: Vec<&str> = issue.into_iter().chain(corpus).collect();
+    for path in PATHS {
+        for target in &targets {
+            let gate = two_step();
+            let denied = terminate_through(path, &gate, target, "cleanup").unwrap_err();
+            assert_eq!(
+                denied.code(),
+                DenialCode::TargetNotSingle,
+                "{path:?} {target:?}: {denied}"
+            );
+            assert_eq!(denied.approval_token(), None, "{path:?} {target:?}");
+        }
+    }
+}
+
 #[test]
 fn r02_a_probe_that_fails_refuses_the_call() {
     for path in PATHS {

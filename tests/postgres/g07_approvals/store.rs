@@ -1081,7 +1081,12 @@ fn a20_every_approvals_command_shows_what_an_agent_wrote_escaped() {
     assert_eq!(shown.status.code(), Some(0), "{}", out(&shown));
     assert_shown_escaped("show", HIDDEN, &shown);
 
-    let approved = cli(&url, &["approve", &ids[0], "--by", &format!("bob{hidden}")]);
+    // An operator's name that hides characters is refused (SECURITY.md, names that read alike), and
+    // shown escaped in the refusal.
+    let refused = cli(&url, &["approve", &ids[0], "--by", &format!("bob{hidden}")]);
+    assert_eq!(refused.status.code(), Some(64), "{}", out(&refused));
+    assert_shown_escaped("approve --by", HIDDEN, &refused);
+    let approved = cli(&url, &["approve", &ids[0], "--by", "bob"]);
     assert_eq!(approved.status.code(), Some(0), "{}", out(&approved));
     assert_shown_escaped("approve", HIDDEN, &approved);
     let rejected = cli(
