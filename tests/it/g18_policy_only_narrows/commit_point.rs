@@ -1783,3 +1783,118 @@ fn r2_21_two_step_session_answer_revoked_and_tainted_during_commit_read() {
         assert!(runs(&tag).is_empty(), "{attack}: ran: {out}");
     }
 }
+
+// ===================================================================================================
+// 6. What a replacement adds, decided again at the commit point of a call that waited for its approver.
+
+/// A memory budget store that counts, per key, the units taken and not given back.
+#[derive(Clone, Default)]
+struct CountedBudgets {
+    inner: Arc<MemoryBudgets>,
+    net: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+impl CountedBudgets {
+    fn count(&self, charges: &[BudgetCharge], by: i64) {
+        let mut net = self.net.lock().unwrap();
+        for charge in charges {
+            *net.entry(charge.key.to_string()).or_default() += by;
+        }
+    }
+
+    /// The units kept, over every key.
+    fn kept(&self) -> i64 {
+        self.net.lock().unwrap().values().sum()
+    }
+}
+
+impl BudgetStore for CountedBudgets {
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        let (this, owned) = (self.clone(), charges.to_vec());
+        let taking = self.inner.take(charges, reservation);
+        Box::pin(async move {
+            let taken = taking.await;
+            if matches!(taken, Ok(toolgate::gate::budget::Taken::Taken)) {
+                this.count(&owned, 1);
+            }
+            taken
+        })
+    }
+    fn release(
+        &self,
+        charges: &[BudgetCharge],
+        reservation: Reservation,
+    ) -> toolgate::gate::budget::ReleaseFuture {
+        let (this, owned) = (self.clone(), charges.to_vec());
+        let releasing = self.inner.release(charges, reservation);
+        Box::pin(async move {
+            releasing.await;
+            this.count(&owned, -1);
+        })
+    }
+}
+
+/// A gate following `live` whose approver approves every call, holding the first it is asked for at
+/// `hold` until the test releases it; its budgets in `store`, its records in `sink`.
+fn held_by_its_approver(
+    live: &LivePolicy,
+    hold: &Hold,
+    store: &CountedBudgets,
+    sink: &MemorySink,
+) -> Gate {
+    let (armed, hold) = (Arc::new(AtomicBool::new(true)), hold.clone());
+    Gate::builder()
+        .mode(Mode::PartialAuto)
+        .policy(live.clone())
+        .budget_store(store.clone())
+        .audit(sink.clone())
+        .approver(move |_: &ApprovalRequest<'_>| {
+            if armed.swap(false, Ordering::SeqCst) {
+                hold.arrive_and_wait();
+            }
+            Approval::Approve
+        })
+        .build()
+        .unwrap()
+}
+
+/// Guarantees 13 and 18: a call waits for its approver; `LivePolicy::replace` adds a budget of one
+/// call; another call takes it and runs; the waiting call is approved. It must be refused
+/// `BUDGET_EXHAUSTED` at its commit point, its units given back: the store keeps one unit, the one
+/// of the call that ran, and the trail closes every `enter`.
+#[test]
+fn r2_22_a_budget_added_while_a_call_waits_for_its_approver_is_charged_at_its_commit_point() {
+    let mut holes = Vec::new();
+    for (i, path) in PATHS.into_iter().enumerate() {
+        let base = file(&[], true, "");
+        let live = LivePolicy::new(pf(&base));
+        let (hold, store, sink) = (Hold::default(), CountedBudgets::default(), MemorySink::new());
+        let gate = held_by_its_approver(&live, &hold, &store, &sink);
+        let tag = format!("r2_22{i}");
+        let (g, t) = (gate.clone(), tag.clone());
+        let waiting = thread::spawn(move || call(&g, path, &format!("b-{t}"), Vec::new(), &t));
+        hold.wait_arrived();
+        replace_now(
+            &live,
+            format!("{base}[[defaults.budgets]]\ntool = \"r2.probe*\"\ncalls = 1\nper = \"1h\"\n"),
+        );
+        let other = call(&gate, path, &format!("o-{tag}"), Vec::new(), &format!("{tag}-o"));
+        hold.release();
+        let out = waiting.join().unwrap();
+        if runs(&format!("{tag}-o")).is_empty() {
+            holes.push(format!("{path:?}: the other call did not run: {other}"));
+        }
+        if !runs(&tag).is_empty() || !out.starts_with("BUDGET_EXHAUSTED") {
+            holes.push(format!("{path:?}: two calls ran in a window of one: {out}"));
+        }
+        if store.kept() != 1 {
+            holes.push(format!(
+                "{path:?}: the store keeps {} units for the one call that ran",
+                store.kept()
+            ));
+        }
+        let faults = trail_faults(&sink, &|_| None);
+        holes.extend(faults.into_iter().map(|f| format!("{path:?}: trail: {f}")));
+    }
+    assert!(holes.is_empty(), "{holes:#?}");
+}
