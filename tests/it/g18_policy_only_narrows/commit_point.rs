@@ -1868,7 +1868,11 @@ fn r2_22_a_budget_added_while_a_call_waits_for_its_approver_is_charged_at_its_co
     for (i, path) in PATHS.into_iter().enumerate() {
         let base = file(&[], true, "");
         let live = LivePolicy::new(pf(&base));
-        let (hold, store, sink) = (Hold::default(), CountedBudgets::default(), MemorySink::new());
+        let (hold, store, sink) = (
+            Hold::default(),
+            CountedBudgets::default(),
+            MemorySink::new(),
+        );
         let gate = held_by_its_approver(&live, &hold, &store, &sink);
         let tag = format!("r2_22{i}");
         let (g, t) = (gate.clone(), tag.clone());
@@ -1878,7 +1882,13 @@ fn r2_22_a_budget_added_while_a_call_waits_for_its_approver_is_charged_at_its_co
             &live,
             format!("{base}[[defaults.budgets]]\ntool = \"r2.probe*\"\ncalls = 1\nper = \"1h\"\n"),
         );
-        let other = call(&gate, path, &format!("o-{tag}"), Vec::new(), &format!("{tag}-o"));
+        let other = call(
+            &gate,
+            path,
+            &format!("o-{tag}"),
+            Vec::new(),
+            &format!("{tag}-o"),
+        );
         hold.release();
         let out = waiting.join().unwrap();
         if runs(&format!("{tag}-o")).is_empty() {

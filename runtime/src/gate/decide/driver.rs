@@ -9,6 +9,7 @@ use super::approvals::Approving;
 use super::arguments::ArgumentSource;
 use super::arguments::Shown;
 use super::budgets::Reserve;
+use super::commit::Committed;
 use super::records::audit_unavailable;
 use super::refusal::refuse;
 use super::state::{At, Decision, Held};
@@ -111,7 +112,7 @@ impl<A: ArgumentSource> Decision<A> {
                             now: None,
                             verdict,
                             revocations: 0,
-                            reserved: None,
+                            reserved: Vec::new(),
                             allowed: None,
                         });
                         self.at = At::Table(i + 1);
@@ -123,7 +124,7 @@ impl<A: ArgumentSource> Decision<A> {
                 Reserve::Free => self.at = At::Budget(i + 1),
                 Reserve::Refused(denied) => self.failed = Some(denied),
                 Reserve::Waiting(reserved, wait) => {
-                    self.held[i].reserved = Some(reserved);
+                    self.held[i].reserved.push(reserved);
                     return Some(Step::Wait(wait));
                 }
             },
@@ -148,9 +149,15 @@ impl<A: ArgumentSource> Decision<A> {
             At::Enter(i) if i == count => self.at = At::Commit,
             At::Enter(i) => return self.enter(i).map(Step::Wait),
             At::Commit => match self.commit() {
-                Ok(permit) => return Some(Step::Done(permit)),
+                Ok(Committed::Done(permit)) => return Some(Step::Done(permit)),
+                Ok(Committed::Charging(i, wait)) => {
+                    self.at = At::Charge(i);
+                    return Some(Step::Wait(wait));
+                }
                 Err(denied) => self.failed = Some(denied),
             },
+            // Only `resume` leaves this state.
+            At::Charge(_) => {}
             // The driver gives the refusal itself.
             At::Refused => {}
         }
@@ -161,14 +168,19 @@ impl<A: ArgumentSource> Decision<A> {
     pub(super) fn resume(&mut self, answered: Answered) {
         let (entry, risk) = (self.entry, self.risk);
         match (self.at, answered) {
-            (At::Budget(i), Answered::Budget(taken)) => {
-                let Some(reserved) = self.held[i].reserved.take() else {
+            (At::Budget(i) | At::Charge(i), Answered::Budget(taken)) => {
+                let held = &mut self.held[i];
+                let Some(reserved) = held.reserved.pop() else {
                     return;
                 };
-                match self.gates[i].taken(&self.held[i].table, entry, risk, reserved, taken) {
+                match self.gates[i].taken(held.current(), entry, risk, reserved, taken) {
                     Ok(reserved) => {
-                        self.held[i].reserved = reserved;
-                        self.at = At::Budget(i + 1);
+                        held.reserved.extend(reserved);
+                        // A unit added at the commit point: the commit point reads everything again.
+                        self.at = match self.at {
+                            At::Budget(i) => At::Budget(i + 1),
+                            _ => At::Commit,
+                        };
                     }
                     Err(denied) => self.failed = Some(denied),
                 }

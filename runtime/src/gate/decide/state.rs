@@ -21,6 +21,9 @@ pub(super) enum At {
     Approval(usize),
     Enter(usize),
     Commit,
+    /// At the commit point, taking a unit of each budget that a replacement of `gates[i]`'s policy
+    /// added.
+    Charge(usize),
     /// Refused (the refusal in `failed`): the budget units its decision reserved are being given
     /// back.
     Refused,
@@ -39,8 +42,10 @@ pub(super) struct Held {
     /// The gate's count of revocations when it asked for an approval: a grant the answer gives is
     /// made only if no revocation came between.
     pub(super) revocations: u64,
-    /// The budget units reserved, given back when dropped unless committed.
-    pub(super) reserved: Option<Reserved>,
+    /// The budget units reserved (the last one asked for first), given back when dropped unless
+    /// committed: those of the decision's table, then those a replacement added, reserved at the
+    /// commit point.
+    pub(super) reserved: Vec<Reserved>,
     pub(super) allowed: Option<Allowed>,
 }
 
@@ -115,8 +120,10 @@ impl<A: ArgumentSource> Decision<A> {
             None => std::mem::take(&mut self.gates),
         };
         for held in &mut self.held {
-            if let Some(release) = held.reserved.take().and_then(|r| r.give_back()) {
-                self.releases.push(release);
+            for reserved in held.reserved.drain(..) {
+                if let Some(release) = reserved.give_back() {
+                    self.releases.push(release);
+                }
             }
         }
         self.held.clear();
