@@ -2,6 +2,7 @@
 //! decision ends or must wait, and says for what.
 
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
@@ -13,10 +14,10 @@ use super::commit::Committed;
 use super::records::audit_unavailable;
 use super::refusal::refuse;
 use super::state::{At, Decision, Held};
-use super::waits::{Allowed, Answered, Wait, Waits};
+use super::waits::{Allowed, Answered, Wait, Waits, Writing, sink_panicked};
 use crate::gate::budget::Releases;
 use crate::gate::denied::Denied;
-use crate::gate::permit::Permit;
+use crate::gate::permit::{Exit, Permit};
 use crate::gate::{Gate, grants};
 use toolgate_policy::{DenialCode, Mode, Verdict};
 
@@ -196,10 +197,13 @@ impl<A: ArgumentSource> Decision<A> {
                 self.approved(i, result);
             }
             (_, Answered::Released) => {}
-            (At::Enter(i), Answered::Record(Ok(()))) => self.at = At::Enter(i + 1),
-            (At::Enter(i), Answered::Record(Err(error))) => {
-                let mode = Mode::from_index(self.held[i].state);
-                self.entry_failed(i, audit_unavailable(entry, risk, mode, &error));
+            (At::Enter(i), Answered::Record(Some(exit), Ok(()))) => {
+                self.permit.push(exit);
+                self.at = At::Enter(i + 1);
+            }
+            (At::Enter(_), Answered::Record(Some(exit), Err(error))) => {
+                let mode = exit.mode;
+                self.entry_failed(exit, audit_unavailable(entry, risk, mode, &error));
             }
             // An answer to a question not asked: the driver's own invariant, and it refuses.
             _ => {
@@ -241,30 +245,36 @@ impl<A: ArgumentSource> Decision<A> {
             .plan
             .as_ref()
             .map(crate::approval::effects::Rollback::to_json);
-        if self.waits == Waits::Async
-            && let Some(written) = sink.record_async(&record)
-        {
-            exit.arguments_digest = record.arguments_digest;
-            self.permit.push(exit);
-            return Some(Wait::Record(written));
-        }
-        match sink.record(&record) {
-            Ok(()) => {
+        let mode = allowed.mode;
+        // A sink that panics on an `enter` has refused it.
+        let asked = match self.waits {
+            Waits::Async => catch_unwind(AssertUnwindSafe(|| sink.record_async(&record))),
+            Waits::Blocking => Ok(None),
+        };
+        let written = match asked {
+            Ok(Some(written)) => {
                 exit.arguments_digest = record.arguments_digest;
+                return Some(Wait::Record(Writing::new(written, exit)));
+            }
+            Ok(None) => catch_unwind(AssertUnwindSafe(|| sink.record(&record)))
+                .unwrap_or_else(|_| Err(sink_panicked())),
+            Err(_) => Err(sink_panicked()),
+        };
+        exit.arguments_digest = record.arguments_digest;
+        match written {
+            Ok(()) => {
                 self.permit.push(exit);
                 self.at = At::Enter(i + 1);
             }
-            Err(error) => {
-                let mode = allowed.mode;
-                self.entry_failed(i, audit_unavailable(entry, risk, mode, &error));
-            }
+            Err(error) => self.entry_failed(exit, audit_unavailable(entry, risk, mode, &error)),
         }
         None
     }
 
-    /// `gates[i]`'s sink could not write the `enter`: it owes no `exit`, and records nothing more.
-    fn entry_failed(&mut self, i: usize, denied: Denied) {
-        self.unrecorded = Some(self.gates[i].id());
+    /// A gate's sink refused the `enter` of `exit`: it is handed that `exit` (the sink may have handed
+    /// the `enter` on before it failed), and the gate records nothing more of the call.
+    fn entry_failed(&mut self, exit: Exit, denied: Denied) {
+        self.unrecorded = Some(exit);
         self.failed = Some(denied);
     }
 }

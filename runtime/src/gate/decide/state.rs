@@ -8,7 +8,7 @@ use super::waits::{Allowed, Waits};
 use crate::gate::budget::{ReleaseFuture, Reserved};
 use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::denied::Denied;
-use crate::gate::permit::Permit;
+use crate::gate::permit::{Exit, Permit, abandon_enter};
 use crate::gate::{Gate, Table};
 use crate::registry::ToolEntry;
 use toolgate_policy::Verdict;
@@ -71,8 +71,9 @@ pub(super) struct Decision<A> {
     pub(super) failed: Option<Denied>,
     /// The releases of a refused call's budget units, awaited before its refusal is given.
     pub(super) releases: Vec<ReleaseFuture>,
-    /// A gate whose sink could not write the `enter`: it records nothing of the refusal.
-    pub(super) unrecorded: Option<u64>,
+    /// The `exit` owed to a gate whose sink refused the `enter`: it is handed to the sink's
+    /// `abandoned`, and the gate records nothing else of the refusal.
+    pub(super) unrecorded: Option<Exit>,
     /// What a tool with lasting effects shows whoever decides it: boxed, since most tools have none.
     pub(super) shown: Option<Box<Shown>>,
 }
@@ -107,10 +108,11 @@ impl<A: ArgumentSource> Decision<A> {
     /// awaits the releases before it gives the refusal).
     pub(super) fn fail(&mut self, denied: Denied) -> Denied {
         let denied = denied.with_risk(self.risk.get());
-        let mut exits = self.permit.take_exits();
-        let gates: Vec<Gate> = match self.unrecorded {
-            Some(id) => {
-                exits.retain(|exit| exit.gate.id() != id);
+        let exits = self.permit.take_exits();
+        let unrecorded = self.unrecorded.take();
+        let gates: Vec<Gate> = match &unrecorded {
+            Some(exit) => {
+                let id = exit.gate.id();
                 self.gates
                     .iter()
                     .filter(|g| g.id() != id)
@@ -127,7 +129,11 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         self.held.clear();
-        abandon(self.entry, &gates, exits, denied, &mut self.arguments)
+        let denied = abandon(self.entry, &gates, exits, denied, &mut self.arguments);
+        if let Some(exit) = unrecorded {
+            abandon_enter(exit, Some(&denied));
+        }
+        denied
     }
 }
 
