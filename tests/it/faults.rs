@@ -689,10 +689,15 @@ fn a_sink_that_panics_on_enter_stops_the_call_before_the_body() {
     let _serial = serial();
     let gate = gates::audited(Mode::PartialAuto, PanicsOn(Stage::Enter));
     let appends = count(&APPENDS);
+    // A sink that panics on the `enter` has refused it, as an approver that panics has rejected.
     let caught = std::panic::catch_unwind(|| gate.run(|| append(1, "x".into())));
-    assert!(caught.is_err(), "the panic reaches the caller");
+    let denied = caught
+        .expect("the sink's panic is a refusal, not an unwind through the caller")
+        .unwrap_err();
+    assert_eq!(denied.code(), DenialCode::AuditUnavailable);
+    assert!(denied.to_string().contains("panicked"), "{denied}");
     assert_eq!(count(&APPENDS), appends, "the body did not run");
-    // The unwind left the gate.
+    // The call left the gate.
     assert_eq!(balance().unwrap_err().code(), DenialCode::NoGate);
 }
 

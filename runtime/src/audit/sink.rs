@@ -36,6 +36,19 @@ pub trait AuditSink: Send + Sync + 'static {
         let _ = record;
         None
     }
+
+    /// The `enter` record this sink refused (its `record` or `record_async`, or the future, failed or
+    /// panicked), or whose future was dropped before it resolved: the call's body does not run, and
+    /// `exit` is that call's `exit` (outcome `refused`, or `cancelled`).
+    ///
+    /// The default writes `exit` with [`record`](AuditSink::record) and ignores its error: a sink that
+    /// hands a record on to others before it fails (one that wraps a
+    /// [`TracingSink`](crate::audit::TracingSink), say) closes there what the `enter` opened, and a sink
+    /// that kept nothing of the `enter` holds an `exit` that names its refusal. A sink that closes
+    /// what it handed on itself, when it refuses, overrides this to do nothing.
+    fn abandoned(&self, exit: &AuditRecord) {
+        let _ = self.record(exit);
+    }
 }
 
 /// A sink could not record.

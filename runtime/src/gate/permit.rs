@@ -289,22 +289,49 @@ fn evidence_fields(
 #[cold]
 pub(crate) fn close_refused(exits: Vec<Exit>, denied: &crate::gate::denied::Denied) {
     for exit in exits {
-        let record = AuditRecord {
-            arguments_digest: exit.arguments_digest,
-            code: Some(Cow::Borrowed(denied.code().as_str())),
-            declared_risk: Some(exit.tool.risk_level),
-            duration_us: Some(0),
-            effective_risk: Some(exit.risk),
-            message: Some(denied.to_string()),
-            outcome: Some(Outcome::Refused),
-            ..exit.gate.record(
-                Stage::Exit,
-                Cow::Borrowed(exit.tool.id),
-                exit.mode,
-                exit.call,
-            )
-        };
-        exit.gate.write_after_the_fact(&record);
+        let gate = exit.gate.clone();
+        gate.write_after_the_fact(&unran(exit, Some(denied)));
+    }
+}
+
+/// Hands the `exit` of a call whose `enter` its gate's sink refused (`denied`), or whose decision was
+/// dropped while the sink wrote it (`None`), to that sink's [`abandoned`](crate::audit::AuditSink::abandoned):
+/// the body never runs, and what the sink took of the `enter` is closed.
+#[cold]
+pub(crate) fn abandon_enter(exit: Exit, denied: Option<&crate::gate::denied::Denied>) {
+    let gate = exit.gate.clone();
+    let Some(sink) = &gate.inner.audit else {
+        return;
+    };
+    let record = unran(exit, denied);
+    // A sink that panics here has refused its `exit` as well: there is nothing more to close.
+    let _ = catch_unwind(AssertUnwindSafe(|| sink.abandoned(&record)));
+}
+
+/// The `exit` record of a call whose body never ran: refused by `denied`, or cancelled.
+fn unran(exit: Exit, denied: Option<&crate::gate::denied::Denied>) -> AuditRecord {
+    let (code, message, outcome) = match denied {
+        Some(denied) => (
+            Some(Cow::Borrowed(denied.code().as_str())),
+            Some(denied.to_string()),
+            Outcome::Refused,
+        ),
+        None => (None, None, Outcome::Cancelled),
+    };
+    AuditRecord {
+        arguments_digest: exit.arguments_digest,
+        code,
+        declared_risk: Some(exit.tool.risk_level),
+        duration_us: Some(0),
+        effective_risk: Some(exit.risk),
+        message,
+        outcome: Some(outcome),
+        ..exit.gate.record(
+            Stage::Exit,
+            Cow::Borrowed(exit.tool.id),
+            exit.mode,
+            exit.call,
+        )
     }
 }
 

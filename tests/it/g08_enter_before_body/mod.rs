@@ -6,6 +6,7 @@ mod features_meeting;
 mod gate_records;
 mod handlers;
 mod integrations;
+mod misbehaving_sinks;
 mod receivers;
 mod regressions;
 mod several_sinks;

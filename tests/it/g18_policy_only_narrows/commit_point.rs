@@ -1783,3 +1783,289 @@ fn r2_21_two_step_session_answer_revoked_and_tainted_during_commit_read() {
         assert!(runs(&tag).is_empty(), "{attack}: ran: {out}");
     }
 }
+
+// ===================================================================================================
+// 6. What a replacement adds, decided again at the commit point of a call that waited for its approver.
+
+/// A memory budget store that counts, per key, the units taken and not given back.
+#[derive(Clone, Default)]
+struct CountedBudgets {
+    inner: Arc<MemoryBudgets>,
+    net: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+impl CountedBudgets {
+    fn count(&self, charges: &[BudgetCharge], by: i64) {
+        let mut net = self.net.lock().unwrap();
+        for charge in charges {
+            *net.entry(charge.key.to_string()).or_default() += by;
+        }
+    }
+
+    /// The units kept, over every key.
+    fn kept(&self) -> i64 {
+        self.net.lock().unwrap().values().sum()
+    }
+}
+
+impl BudgetStore for CountedBudgets {
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        let (this, owned) = (self.clone(), charges.to_vec());
+        let taking = self.inner.take(charges, reservation);
+        Box::pin(async move {
+            let taken = taking.await;
+            if matches!(taken, Ok(toolgate::gate::budget::Taken::Taken)) {
+                this.count(&owned, 1);
+            }
+            taken
+        })
+    }
+    fn release(
+        &self,
+        charges: &[BudgetCharge],
+        reservation: Reservation,
+    ) -> toolgate::gate::budget::ReleaseFuture {
+        let (this, owned) = (self.clone(), charges.to_vec());
+        let releasing = self.inner.release(charges, reservation);
+        Box::pin(async move {
+            releasing.await;
+            this.count(&owned, -1);
+        })
+    }
+}
+
+/// A gate following `live` whose approver approves every call, holding the first it is asked for at
+/// `hold` until the test releases it; its budgets in `store`, its records in `sink`, its agent label
+/// `agent`.
+fn held_by_its_approver(
+    live: &LivePolicy,
+    hold: &Hold,
+    store: &CountedBudgets,
+    sink: &MemorySink,
+    agent: Option<&str>,
+) -> Gate {
+    let (armed, hold) = (Arc::new(AtomicBool::new(true)), hold.clone());
+    let mut b = Gate::builder();
+    if let Some(agent) = agent {
+        b = b.agent(agent);
+    }
+    b.mode(Mode::PartialAuto)
+        .policy(live.clone())
+        .budget_store(store.clone())
+        .audit(sink.clone())
+        .approver(move |_: &ApprovalRequest<'_>| {
+            if armed.swap(false, Ordering::SeqCst) {
+                hold.arrive_and_wait();
+            }
+            Approval::Approve
+        })
+        .build()
+        .unwrap()
+}
+
+/// Guarantees 13 and 18: a call waits for its approver; `LivePolicy::replace` adds a budget of one
+/// call; another call takes it and runs; the waiting call is approved. It must be refused
+/// `BUDGET_EXHAUSTED` at its commit point, its units given back: the store keeps one unit, the one
+/// of the call that ran, and the trail closes every `enter`.
+#[test]
+fn r2_22_a_budget_added_while_a_call_waits_for_its_approver_is_charged_at_its_commit_point() {
+    let mut holes = Vec::new();
+    for (i, path) in PATHS.into_iter().enumerate() {
+        let base = file(&[], true, "");
+        let live = LivePolicy::new(pf(&base));
+        let (hold, store, sink) = (
+            Hold::default(),
+            CountedBudgets::default(),
+            MemorySink::new(),
+        );
+        let gate = held_by_its_approver(&live, &hold, &store, &sink, None);
+        let tag = format!("r2_22{i}");
+        let (g, t) = (gate.clone(), tag.clone());
+        let waiting = thread::spawn(move || call(&g, path, &format!("b-{t}"), Vec::new(), &t));
+        hold.wait_arrived();
+        replace_now(
+            &live,
+            format!("{base}[[defaults.budgets]]\ntool = \"r2.probe*\"\ncalls = 1\nper = \"1h\"\n"),
+        );
+        let other = call(
+            &gate,
+            path,
+            &format!("o-{tag}"),
+            Vec::new(),
+            &format!("{tag}-o"),
+        );
+        hold.release();
+        let out = waiting.join().unwrap();
+        if runs(&format!("{tag}-o")).is_empty() {
+            holes.push(format!("{path:?}: the other call did not run: {other}"));
+        }
+        if !runs(&tag).is_empty() || !out.starts_with("BUDGET_EXHAUSTED") {
+            holes.push(format!("{path:?}: two calls ran in a window of one: {out}"));
+        }
+        if store.kept() != 1 {
+            holes.push(format!(
+                "{path:?}: the store keeps {} units for the one call that ran",
+                store.kept()
+            ));
+        }
+        let faults = trail_faults(&sink, &|_| None);
+        holes.extend(faults.into_iter().map(|f| format!("{path:?}: trail: {f}")));
+    }
+    assert!(holes.is_empty(), "{holes:#?}");
+}
+
+/// What a replacement can add, in the table of one gate's agent: its keys, an array of tables
+/// (`[[agents.<agent>.` and this), and the refusal it must give at the commit point.
+const ADDED: [(&str, &str, Option<&str>, &str); 6] = [
+    ("deny", "deny = [\"r2.probe*\"]\n", None, "DENY_LISTED"),
+    (
+        "ask",
+        "ask = [\"r2.probe\", \"r2.probe_async\"]\n",
+        None,
+        "APPROVAL_REQUIRED",
+    ),
+    (
+        "ceiling",
+        "ceiling = \"SHADOW\"\n",
+        None,
+        "MODE_NOT_ALLOWED",
+    ),
+    (
+        "argument rule",
+        "",
+        Some("arguments]]\ntool = \"r2.probe\"\nparameter = \"host\"\nrefuse = [\"w-*\"]\n"),
+        "ARGUMENT_REFUSED",
+    ),
+    (
+        "taint rule",
+        "taint = \"refuse\"\n",
+        None,
+        "TAINTED_SESSION",
+    ),
+    (
+        "budget",
+        "",
+        Some("budgets]]\ntool = \"r2.probe*\"\ncalls = 1\nper = \"1h\"\n"),
+        "BUDGET_EXHAUSTED",
+    ),
+];
+
+/// A file whose agent `outer` asks for the probes, and whose agent `target` has `keys` and the array
+/// `array` where given.
+fn agents_file(target: &str, keys: &str, array: Option<&str>) -> String {
+    let ask = "ask = [\"r2.probe\", \"r2.probe_async\"]\n";
+    // A deny of the tools makes the ask of them dead, which the file's check refuses.
+    let ask = if target == "outer" && keys.starts_with("deny") {
+        ""
+    } else {
+        ask
+    };
+    let mut t = format!("format = 1\n[agents.outer]\n{ask}");
+    if target == "outer" && !keys.starts_with("ask") {
+        t.push_str(keys);
+    } else if target != "outer" && !keys.is_empty() {
+        t.push_str(&format!("[agents.{target}]\n{keys}"));
+    }
+    if let Some(array) = array {
+        t.push_str(&format!("[[agents.{target}.{array}"));
+        if array.starts_with("arguments") {
+            let again = array.replace("r2.probe\"", "r2.probe_async\"");
+            t.push_str(&format!("[[agents.{target}.{again}"));
+        }
+    }
+    t
+}
+
+/// A call of `value` inside `inner`, inside `outer`, along `path` (sync, async or by name).
+fn around(outer: &Gate, inner: &Gate, path: Path, value: &str, tag: &str) -> String {
+    let (probe_of, tag) = (Probe::new(value), Tag(tag.to_owned()));
+    match path {
+        Path::Async => code(rt().block_on(outer.scope(inner.scope(probe_async(probe_of, tag))))),
+        Path::ByName => {
+            let json = serde_json::json!({"host": value, "tag": tag.0});
+            let by_name = || rt().block_on(toolgate::registry().call(inner, "r2.probe", json));
+            match outer.run(by_name) {
+                Ok(v) => format!("ran ({v})"),
+                Err(e) => format!("{}: {e}", e.code()),
+            }
+        }
+        _ => code(outer.run(|| inner.run(|| probe(probe_of, tag)))),
+    }
+}
+
+/// Guarantees 18, 13 and 14: a call of the tool waits for the approver of gate `outer`, inside gate
+/// `inner` that allowed it outright; meanwhile `LivePolicy::replace` adds, for one of the two gates, a
+/// deny rule, an `ask`, a ceiling, an argument rule, the latch set to refuse (the gate's session then
+/// tainted) or a budget of one call (another call then runs). Whatever it adds is decided again at
+/// the waiting call's commit point, and refuses it with its code; but an `ask` added for the gate
+/// whose approver approved this very call is answered already, and the call runs. The budget store
+/// keeps only the units of the calls that ran, and each gate's trail closes every `enter`. Sync,
+/// async and by name.
+#[test]
+fn r2_23_everything_a_replacement_adds_is_decided_again_at_the_commit_point() {
+    let mut holes = Vec::new();
+    for (what, keys, array, refused) in ADDED {
+        for target in ["outer", "inner"] {
+            for path in [Path::Sync, Path::Async, Path::ByName] {
+                let case = format!("{what} for {target}, {path:?}");
+                let live = LivePolicy::new(pf(&agents_file("outer", "", None)));
+                let (hold, store) = (Hold::default(), CountedBudgets::default());
+                let (outer_sink, inner_sink) = (MemorySink::new(), MemorySink::new());
+                let outer = held_by_its_approver(&live, &hold, &store, &outer_sink, Some("outer"));
+                let inner = Gate::builder()
+                    .mode(Mode::PartialAuto)
+                    .agent("inner")
+                    .policy(live.clone())
+                    .budget_store(store.clone())
+                    .audit(inner_sink.clone())
+                    .build()
+                    .unwrap();
+                let tag = format!("r2_23 {what} {target} {path:?}");
+                let (o, i, t) = (outer.clone(), inner.clone(), tag.clone());
+                let waiting = thread::spawn(move || around(&o, &i, path, &format!("w-{t}"), &t));
+                if !hold.arrived_within(Duration::from_secs(10)) {
+                    hold.release();
+                    panic!(
+                        "{case}: the approver was never asked: {}",
+                        waiting.join().unwrap()
+                    );
+                }
+                replace_now(&live, agents_file(target, keys, array));
+                let mut ran_others = 0;
+                if what == "budget" {
+                    let o = format!("{tag}-o");
+                    let other = around(&outer, &inner, path, &format!("o-{tag}"), &o);
+                    if runs(&o).is_empty() {
+                        holes.push(format!("{case}: the other call did not run: {other}"));
+                    }
+                    ran_others = 1;
+                } else if what == "taint rule" {
+                    let tainted = if target == "outer" { &outer } else { &inner };
+                    tainted.run(|| fetch(format!("page-{tag}"))).unwrap();
+                }
+                hold.release();
+                let out = waiting.join().unwrap();
+                let ran = !runs(&tag).is_empty();
+                if (what, target) == ("ask", "outer") {
+                    if !ran {
+                        holes.push(format!("{case}: approved, it must run: {out}"));
+                    }
+                } else if ran || !out.starts_with(refused) {
+                    holes.push(format!("{case}: must be refused {refused}: {out}"));
+                }
+                let units = i64::from(ran_others) + i64::from(ran && what == "budget");
+                if store.kept() != units {
+                    holes.push(format!(
+                        "{case}: the store keeps {} units for {units} calls that ran",
+                        store.kept()
+                    ));
+                }
+                for sink in [&outer_sink, &inner_sink] {
+                    let faults = trail_faults(sink, &|_| None);
+                    holes.extend(faults.into_iter().map(|f| format!("{case}: trail: {f}")));
+                }
+            }
+        }
+    }
+    assert!(holes.is_empty(), "{holes:#?}");
+}

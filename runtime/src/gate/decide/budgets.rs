@@ -1,13 +1,15 @@
 //! Budgets in a decision: a unit of every budget covering the call is reserved after the table's
-//! checks, before any approver is asked; the commit point keeps it, and any refusal gives it back.
+//! checks, before any approver is asked; the commit point keeps it, and any refusal gives it back. A
+//! budget that a policy replaced during the decision adds is reserved at the commit point.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use super::refusal::{refuse, store_panicked};
 use super::waits::Wait;
 use crate::approval::store::StoreError;
 use crate::gate::Gate;
-use crate::gate::budget::{Reservation, Reserved, Taken};
+use crate::gate::budget::{BudgetCharge, BudgetStore, Reservation, Reserved, Taken};
 use crate::gate::call::EffectiveRisk;
 use crate::gate::compile::Table;
 use crate::gate::denied::Denied;
@@ -47,6 +49,45 @@ impl Gate {
             charges.sort_by(|a, b| a.key.cmp(&b.key));
             charges.dedup_by(|a, b| a.key == b.key);
         }
+        self.take_units(store, charges, entry, risk)
+    }
+
+    /// At the commit point, where `table` replaced the table the call was decided by: reserves a unit
+    /// of each budget of `table` covering the call that none of `reserved` holds yet (a budget the
+    /// replacement added), or refuses it. A budget the replacement kept keeps its unit.
+    pub(super) fn reserve_added(
+        &self,
+        table: &Table,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        reserved: &[Reserved],
+    ) -> Reserve {
+        let Some(operator) = &table.budgets else {
+            return Reserve::Free;
+        };
+        let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let mut charges = operator.charges(slot, risk.get());
+        charges.retain(|charge| {
+            !reserved
+                .iter()
+                .flat_map(Reserved::charges)
+                .any(|held| held.key == charge.key)
+        });
+        let store = match &self.inner.budgets {
+            Some(code) => code.store.clone(),
+            None => operator.store.clone(),
+        };
+        self.take_units(store, charges, entry, risk)
+    }
+
+    /// Asks `store` for a unit of each of `charges` (sorted by key, each once) under a new reservation.
+    fn take_units(
+        &self,
+        store: Arc<dyn BudgetStore>,
+        charges: Vec<BudgetCharge>,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+    ) -> Reserve {
         if charges.is_empty() {
             return Reserve::Free;
         }

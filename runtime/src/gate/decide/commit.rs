@@ -16,10 +16,12 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use super::arguments::{ArgumentSource, still_seen};
+use super::budgets::Reserve;
 use super::effects::confirm_evidence;
 use super::refusal::refuse;
 use super::state::Decision;
 use super::table::since;
+use super::waits::Wait;
 use crate::approval::SessionGrant;
 use crate::audit::{AuditRecord, Decision as Decided, Stage};
 use crate::gate::budget::Releases;
@@ -31,9 +33,19 @@ use crate::gate::{Gate, grants};
 use crate::registry::ToolEntry;
 use toolgate_policy::{DenialCode, Mode, Verdict};
 
+/// What the commit point comes to, short of a refusal.
+pub(super) enum Committed {
+    /// The call runs.
+    Done(Permit),
+    /// A unit of a budget that a replacement of `gates[i]`'s policy added is asked for: the answer to
+    /// wait for, then the commit point again.
+    Charging(usize, Wait),
+}
+
 impl<A: ArgumentSource> Decision<A> {
-    /// Reads again what may have changed while the call was decided, then commits the call.
-    pub(super) fn commit(&mut self) -> Result<Permit, Denied> {
+    /// Reads again what may have changed while the call was decided, then commits the call; or
+    /// waits for the units of a budget that a replaced policy added, and reads everything again.
+    pub(super) fn commit(&mut self) -> Result<Committed, Denied> {
         let entry = self.entry;
         // The arguments, read by their `Serialize`, and the target's state, read by the tool's probe,
         // are the application's code, which may wait: they come first, and each gate's state and
@@ -57,7 +69,12 @@ impl<A: ArgumentSource> Decision<A> {
                 for i in 0..self.gates.len() {
                     self.still_allowed(i)?;
                 }
-                return self.made_real();
+                for i in 0..self.gates.len() {
+                    if let Some(wait) = self.charge_added(i)? {
+                        return Ok(Committed::Charging(i, wait));
+                    }
+                }
+                return self.made_real().map(Committed::Done);
             }
         }
         let mode = self.gates.first().map(Gate::mode);
@@ -143,7 +160,7 @@ impl<A: ArgumentSource> Decision<A> {
         let mut permit = std::mem::replace(&mut self.permit, Permit::unaudited());
         let confirming = permit.needs_confirmation();
         for held in &mut self.held {
-            if let Some(reserved) = held.reserved.take() {
+            for reserved in held.reserved.drain(..) {
                 // An async call compares its arguments once more after this: its units are kept then.
                 if confirming {
                     permit.hold(reserved);
@@ -153,6 +170,25 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         Ok(permit)
+    }
+
+    /// Reserves a unit of each budget that a replacement of `gates[i]`'s policy added while the call
+    /// was decided (the units of the budgets it kept are held already): a budget is decided again at
+    /// the commit point, as every other rule the replacement adds. `Some`: the store's answer to wait
+    /// for.
+    fn charge_added(&mut self, i: usize) -> Result<Option<Wait>, Denied> {
+        let held = &mut self.held[i];
+        let Some(table) = &held.now else {
+            return Ok(None);
+        };
+        match self.gates[i].reserve_added(table, self.entry, self.risk, &held.reserved) {
+            Reserve::Free => Ok(None),
+            Reserve::Refused(denied) => Err(denied),
+            Reserve::Waiting(reserved, wait) => {
+                held.reserved.push(reserved);
+                Ok(Some(wait))
+            }
+        }
     }
 
     /// Whether `gates[i]` still allows the call: its mode and session as they are now, its policy

@@ -2,6 +2,7 @@
 //! decision ends or must wait, and says for what.
 
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
@@ -9,13 +10,14 @@ use super::approvals::Approving;
 use super::arguments::ArgumentSource;
 use super::arguments::Shown;
 use super::budgets::Reserve;
+use super::commit::Committed;
 use super::records::audit_unavailable;
 use super::refusal::refuse;
 use super::state::{At, Decision, Held};
-use super::waits::{Allowed, Answered, Wait, Waits};
+use super::waits::{Allowed, Answered, Wait, Waits, Writing, sink_panicked};
 use crate::gate::budget::Releases;
 use crate::gate::denied::Denied;
-use crate::gate::permit::Permit;
+use crate::gate::permit::{Exit, Permit};
 use crate::gate::{Gate, grants};
 use toolgate_policy::{DenialCode, Mode, Verdict};
 
@@ -111,7 +113,7 @@ impl<A: ArgumentSource> Decision<A> {
                             now: None,
                             verdict,
                             revocations: 0,
-                            reserved: None,
+                            reserved: Vec::new(),
                             allowed: None,
                         });
                         self.at = At::Table(i + 1);
@@ -123,7 +125,7 @@ impl<A: ArgumentSource> Decision<A> {
                 Reserve::Free => self.at = At::Budget(i + 1),
                 Reserve::Refused(denied) => self.failed = Some(denied),
                 Reserve::Waiting(reserved, wait) => {
-                    self.held[i].reserved = Some(reserved);
+                    self.held[i].reserved.push(reserved);
                     return Some(Step::Wait(wait));
                 }
             },
@@ -148,9 +150,15 @@ impl<A: ArgumentSource> Decision<A> {
             At::Enter(i) if i == count => self.at = At::Commit,
             At::Enter(i) => return self.enter(i).map(Step::Wait),
             At::Commit => match self.commit() {
-                Ok(permit) => return Some(Step::Done(permit)),
+                Ok(Committed::Done(permit)) => return Some(Step::Done(permit)),
+                Ok(Committed::Charging(i, wait)) => {
+                    self.at = At::Charge(i);
+                    return Some(Step::Wait(wait));
+                }
                 Err(denied) => self.failed = Some(denied),
             },
+            // Only `resume` leaves this state.
+            At::Charge(_) => {}
             // The driver gives the refusal itself.
             At::Refused => {}
         }
@@ -161,14 +169,19 @@ impl<A: ArgumentSource> Decision<A> {
     pub(super) fn resume(&mut self, answered: Answered) {
         let (entry, risk) = (self.entry, self.risk);
         match (self.at, answered) {
-            (At::Budget(i), Answered::Budget(taken)) => {
-                let Some(reserved) = self.held[i].reserved.take() else {
+            (At::Budget(i) | At::Charge(i), Answered::Budget(taken)) => {
+                let held = &mut self.held[i];
+                let Some(reserved) = held.reserved.pop() else {
                     return;
                 };
-                match self.gates[i].taken(&self.held[i].table, entry, risk, reserved, taken) {
+                match self.gates[i].taken(held.current(), entry, risk, reserved, taken) {
                     Ok(reserved) => {
-                        self.held[i].reserved = reserved;
-                        self.at = At::Budget(i + 1);
+                        held.reserved.extend(reserved);
+                        // A unit added at the commit point: the commit point reads everything again.
+                        self.at = match self.at {
+                            At::Budget(i) => At::Budget(i + 1),
+                            _ => At::Commit,
+                        };
                     }
                     Err(denied) => self.failed = Some(denied),
                 }
@@ -184,10 +197,13 @@ impl<A: ArgumentSource> Decision<A> {
                 self.approved(i, result);
             }
             (_, Answered::Released) => {}
-            (At::Enter(i), Answered::Record(Ok(()))) => self.at = At::Enter(i + 1),
-            (At::Enter(i), Answered::Record(Err(error))) => {
-                let mode = Mode::from_index(self.held[i].state);
-                self.entry_failed(i, audit_unavailable(entry, risk, mode, &error));
+            (At::Enter(i), Answered::Record(Some(exit), Ok(()))) => {
+                self.permit.push(exit);
+                self.at = At::Enter(i + 1);
+            }
+            (At::Enter(_), Answered::Record(Some(exit), Err(error))) => {
+                let mode = exit.mode;
+                self.entry_failed(exit, audit_unavailable(entry, risk, mode, &error));
             }
             // An answer to a question not asked: the driver's own invariant, and it refuses.
             _ => {
@@ -229,30 +245,36 @@ impl<A: ArgumentSource> Decision<A> {
             .plan
             .as_ref()
             .map(crate::approval::effects::Rollback::to_json);
-        if self.waits == Waits::Async
-            && let Some(written) = sink.record_async(&record)
-        {
-            exit.arguments_digest = record.arguments_digest;
-            self.permit.push(exit);
-            return Some(Wait::Record(written));
-        }
-        match sink.record(&record) {
-            Ok(()) => {
+        let mode = allowed.mode;
+        // A sink that panics on an `enter` has refused it.
+        let asked = match self.waits {
+            Waits::Async => catch_unwind(AssertUnwindSafe(|| sink.record_async(&record))),
+            Waits::Blocking => Ok(None),
+        };
+        let written = match asked {
+            Ok(Some(written)) => {
                 exit.arguments_digest = record.arguments_digest;
+                return Some(Wait::Record(Writing::new(written, exit)));
+            }
+            Ok(None) => catch_unwind(AssertUnwindSafe(|| sink.record(&record)))
+                .unwrap_or_else(|_| Err(sink_panicked())),
+            Err(_) => Err(sink_panicked()),
+        };
+        exit.arguments_digest = record.arguments_digest;
+        match written {
+            Ok(()) => {
                 self.permit.push(exit);
                 self.at = At::Enter(i + 1);
             }
-            Err(error) => {
-                let mode = allowed.mode;
-                self.entry_failed(i, audit_unavailable(entry, risk, mode, &error));
-            }
+            Err(error) => self.entry_failed(exit, audit_unavailable(entry, risk, mode, &error)),
         }
         None
     }
 
-    /// `gates[i]`'s sink could not write the `enter`: it owes no `exit`, and records nothing more.
-    fn entry_failed(&mut self, i: usize, denied: Denied) {
-        self.unrecorded = Some(self.gates[i].id());
+    /// A gate's sink refused the `enter` of `exit`: it is handed that `exit` (the sink may have handed
+    /// the `enter` on before it failed), and the gate records nothing more of the call.
+    fn entry_failed(&mut self, exit: Exit, denied: Denied) {
+        self.unrecorded = Some(exit);
         self.failed = Some(denied);
     }
 }

@@ -10,7 +10,7 @@ use crate::gate::budget::{ReleaseFuture, Reserved};
 use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::compile::Table;
 use crate::gate::denied::Denied;
-use crate::gate::permit::Permit;
+use crate::gate::permit::{Exit, Permit, abandon_enter};
 use crate::registry::ToolEntry;
 use toolgate_policy::Verdict;
 
@@ -22,6 +22,9 @@ pub(super) enum At {
     Approval(usize),
     Enter(usize),
     Commit,
+    /// At the commit point, taking a unit of each budget that a replacement of `gates[i]`'s policy
+    /// added.
+    Charge(usize),
     /// Refused (the refusal in `failed`): the budget units its decision reserved are being given
     /// back.
     Refused,
@@ -40,8 +43,10 @@ pub(super) struct Held {
     /// The gate's count of revocations when it asked for an approval: a grant the answer gives is
     /// made only if no revocation came between.
     pub(super) revocations: u64,
-    /// The budget units reserved, given back when dropped unless committed.
-    pub(super) reserved: Option<Reserved>,
+    /// The budget units reserved (the last one asked for first), given back when dropped unless
+    /// committed: those of the decision's table, then those a replacement added, reserved at the
+    /// commit point.
+    pub(super) reserved: Vec<Reserved>,
     pub(super) allowed: Option<Allowed>,
 }
 
@@ -67,8 +72,9 @@ pub(super) struct Decision<A> {
     pub(super) failed: Option<Denied>,
     /// The releases of a refused call's budget units, awaited before its refusal is given.
     pub(super) releases: Vec<ReleaseFuture>,
-    /// A gate whose sink could not write the `enter`: it records nothing of the refusal.
-    pub(super) unrecorded: Option<u64>,
+    /// The `exit` owed to a gate whose sink refused the `enter`: it is handed to the sink's
+    /// `abandoned`, and the gate records nothing else of the refusal.
+    pub(super) unrecorded: Option<Exit>,
     /// What a tool with lasting effects shows whoever decides it: boxed, since most tools have none.
     pub(super) shown: Option<Box<Shown>>,
 }
@@ -103,10 +109,11 @@ impl<A: ArgumentSource> Decision<A> {
     /// awaits the releases before it gives the refusal).
     pub(super) fn fail(&mut self, denied: Denied) -> Denied {
         let denied = denied.with_risk(self.risk.get());
-        let mut exits = self.permit.take_exits();
-        let gates: Vec<Gate> = match self.unrecorded {
-            Some(id) => {
-                exits.retain(|exit| exit.gate.id() != id);
+        let exits = self.permit.take_exits();
+        let unrecorded = self.unrecorded.take();
+        let gates: Vec<Gate> = match &unrecorded {
+            Some(exit) => {
+                let id = exit.gate.id();
                 self.gates
                     .iter()
                     .filter(|g| g.id() != id)
@@ -116,12 +123,18 @@ impl<A: ArgumentSource> Decision<A> {
             None => std::mem::take(&mut self.gates),
         };
         for held in &mut self.held {
-            if let Some(release) = held.reserved.take().and_then(|r| r.give_back()) {
-                self.releases.push(release);
+            for reserved in held.reserved.drain(..) {
+                if let Some(release) = reserved.give_back() {
+                    self.releases.push(release);
+                }
             }
         }
         self.held.clear();
-        abandon(self.entry, &gates, exits, denied, &mut self.arguments)
+        let denied = abandon(self.entry, &gates, exits, denied, &mut self.arguments);
+        if let Some(exit) = unrecorded {
+            abandon_enter(exit, Some(&denied));
+        }
+        denied
     }
 }
 

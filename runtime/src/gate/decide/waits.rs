@@ -11,6 +11,7 @@ use crate::approval::SessionGrant;
 use crate::approval::store::{Consumed, StoreError};
 use crate::audit::{AuditError, AuditFuture, Decision as Decided};
 use crate::gate::budget::{BudgetFuture, Releases, Taken};
+use crate::gate::permit::{Exit, abandon_enter};
 use toolgate_policy::Mode;
 
 /// What one gate decided of a call it allows.
@@ -56,7 +57,7 @@ pub(super) enum Wait {
     /// An async approver's or the approval store's answer.
     Answer(Pin<Box<dyn Future<Output = Answered> + Send>>),
     /// A sink writing an `enter` record.
-    Record(AuditFuture),
+    Record(Writing),
     /// Budget stores giving back a refused call's units.
     Release(Releases),
 }
@@ -67,8 +68,45 @@ pub(super) enum Answered {
     /// `None`: the approver panicked.
     Approver(Option<(Approval, String)>),
     Store(Result<Consumed, StoreError>),
-    Record(Result<(), AuditError>),
+    /// The sink's answer, and the `exit` the call owes it (`None` only once taken).
+    Record(Option<Exit>, Result<(), AuditError>),
     Released,
+}
+
+/// A sink writing an async call's `enter` record, and the `exit` the call will owe it: dropped before
+/// the sink answered (the call's future was), the sink is handed that `exit` as `cancelled`.
+pub(super) struct Writing {
+    future: AuditFuture,
+    exit: Option<Exit>,
+}
+
+impl Writing {
+    pub(super) fn new(future: AuditFuture, exit: Exit) -> Writing {
+        Writing {
+            future,
+            exit: Some(exit),
+        }
+    }
+
+    /// The sink's answer; a sink that panics has refused the record.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Answered> {
+        let polled = catch_unwind(AssertUnwindSafe(|| self.future.as_mut().poll(cx)))
+            .unwrap_or_else(|_| Poll::Ready(Err(sink_panicked())));
+        polled.map(|written| Answered::Record(self.exit.take(), written))
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        if let Some(exit) = self.exit.take() {
+            abandon_enter(exit, None);
+        }
+    }
+}
+
+/// What a sink that panicked on an `enter` record is taken to have answered.
+pub(super) fn sink_panicked() -> AuditError {
+    AuditError::new("the audit sink panicked")
 }
 
 impl Future for Wait {
@@ -84,7 +122,7 @@ impl Future for Wait {
                 }
             }
             Wait::Answer(future) => future.as_mut().poll(cx),
-            Wait::Record(future) => future.as_mut().poll(cx).map(Answered::Record),
+            Wait::Record(writing) => writing.poll(cx),
             Wait::Release(releases) => Pin::new(releases).poll(cx).map(|()| Answered::Released),
         }
     }
