@@ -144,7 +144,7 @@
 
 mod approvals;
 mod definition;
-mod handler;
+pub(crate) mod handler;
 #[cfg(feature = "mcp-http")]
 pub mod http;
 #[cfg(feature = "mcp-oauth")]
@@ -163,7 +163,7 @@ pub use definition::{
     META_ALLOWED_MODES, META_EVIDENCE, META_IRREVERSIBLE, META_RISK_LEVEL, META_ROLLBACK,
     META_TARGET, Visibility, annotations, definition, disabled_prefix, listed, meta,
 };
-pub use handler::Undeclared;
+pub use handler::{RouteMismatch, Undeclared};
 pub use server::{
     DEFAULT_MODE_POLL, PendingApproval, REFUSED, ToolgateServer, tool_result, unknown_tool,
 };
