@@ -1,5 +1,6 @@
-//! An application's own rmcp handler inside a [`ToolgateServer`](super::ToolgateServer): its tools are
-//! decided by the caller's gate before its router runs them, everything else passes through.
+//! An application's own rmcp handler inside a [`ToolgateServer`](super::ToolgateServer): each tool it
+//! declares runs as the method it was declared on, decided by the caller's gate; everything else passes
+//! through.
 //!
 //! The handler is held behind an object-safe mirror of [`ServerHandler`], so that the server stays one
 //! type whatever the handler's is; each passed-through request costs one boxed future.
@@ -8,6 +9,8 @@ use std::any::{Any, TypeId};
 use std::future::Future;
 use std::pin::Pin;
 
+use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
+use rmcp::handler::server::tool::{CallToolHandler, ToolCallContext};
 #[allow(deprecated)]
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
@@ -15,8 +18,6 @@ use rmcp::model::{
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
 };
-use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
-use rmcp::handler::server::tool::{CallToolHandler, ToolCallContext};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
@@ -270,7 +271,11 @@ impl<H: ServerHandler> DynHandler for Bound<H> {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ListResourcesResult, ErrorData>> {
-        Box::pin(ServerHandler::list_resources(&self.handler, request, context))
+        Box::pin(ServerHandler::list_resources(
+            &self.handler,
+            request,
+            context,
+        ))
     }
 
     fn list_resource_templates<'a>(
@@ -290,7 +295,11 @@ impl<H: ServerHandler> DynHandler for Bound<H> {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ReadResourceResponse, ErrorData>> {
-        Box::pin(ServerHandler::read_resource(&self.handler, request, context))
+        Box::pin(ServerHandler::read_resource(
+            &self.handler,
+            request,
+            context,
+        ))
     }
 
     fn accepted_subscription_filter(

@@ -202,7 +202,7 @@ impl ToolgateServer {
     ///
     /// Each tool of the handler declared in place (`#[toolgate(risk = ..)]` beside rmcp's `#[tool]`,
     /// in a `#[toolgate::toolset]` impl of the handler's type) is decided by the caller's gate before
-    /// the handler's router runs it, and listed as that gate allows; approvals, tasks, budgets and the
+    /// its method runs, and listed as that gate allows; approvals, tasks, budgets and the
     /// audit log work for it as for a `callable` tool. A tool of the handler that declares no risk is
     /// refused ([`undeclared`](ToolgateServer::undeclared)). Resources, prompts, completions, logging
     /// levels and subscriptions pass through to the handler; a capability the handler does not
@@ -236,7 +236,10 @@ impl ToolgateServer {
 
     /// [`handler`](ToolgateServer::handler), returning a router that answers the name of a tool
     /// declared in place with another route as an error rather than a panic.
-    pub fn try_handler<H: ServerHandler>(self, handler: H) -> Result<ToolgateServer, RouteMismatch> {
+    pub fn try_handler<H: ServerHandler>(
+        self,
+        handler: H,
+    ) -> Result<ToolgateServer, RouteMismatch> {
         let label = crate::by_name::instances::registration_label(std::any::type_name::<H>());
         self.with_handler(handler, label)
     }
@@ -946,7 +949,7 @@ impl ToolgateServer {
     }
 
     /// Runs the call through its gate: a `callable` tool through the registry, a tool of the handler
-    /// decided here and then run by the handler's router with the decision handed to its check.
+    /// as its declared method, whose own check decides it with the call's arguments.
     async fn dispatch(
         &self,
         gate: &Gate,

@@ -155,7 +155,10 @@ impl Registry {
 
     /// Every tool that the rmcp handler of type `owner` declares in place.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn in_place_of(&self, owner: TypeId) -> impl Iterator<Item = &'static ToolEntry> + '_ {
+    pub(crate) fn in_place_of(
+        &self,
+        owner: TypeId,
+    ) -> impl Iterator<Item = &'static ToolEntry> + '_ {
         self.entries
             .iter()
             .copied()

@@ -141,9 +141,10 @@ impl Copied {
 impl Copied {
     fn shadowed() -> ToolRouter<Self> {
         Self::tool_router()
-            + ToolRouter::new().with_route(ungated_route(Self::copied_wipe_tool_attr(), |c: &Copied| {
-                &c.ran
-            }))
+            + ToolRouter::new().with_route(ungated_route(
+                Self::copied_wipe_tool_attr(),
+                |c: &Copied| &c.ran,
+            ))
     }
 }
 
@@ -167,7 +168,10 @@ fn r02_a_merged_route_with_the_declared_definition_never_runs() {
         assert_eq!(copied.ran.counts(), (0, 0), "a body ran under SHADOW");
         let full = gates::approved(Mode::FullAuto, AllowAllApprover);
         let client = connect(ToolgateServer::new(full).handler(copied.clone())).await;
-        assert_eq!(code_of(&call(&client, "copied_wipe", json!({})).await), "OK");
+        assert_eq!(
+            code_of(&call(&client, "copied_wipe", json!({})).await),
+            "OK"
+        );
         assert_eq!(copied.ran.counts(), (1, 0), "not the declared body");
     });
 }
@@ -264,7 +268,11 @@ fn r04_a_route_the_handler_removed_is_not_served() {
         let swappable = Swappable::new();
         let full = Gate::new(Mode::FullAuto).unwrap();
         let client = connect(ToolgateServer::new(full).handler(swappable.clone())).await;
-        swappable.router.write().unwrap().remove_route("swappable_wipe");
+        swappable
+            .router
+            .write()
+            .unwrap()
+            .remove_route("swappable_wipe");
         assert_eq!(
             code_of(&call(&client, "swappable_wipe", json!({})).await),
             "RPC -32602 UNKNOWN_TOOL"
@@ -335,7 +343,10 @@ fn r05_a_second_router_impl_without_declarations_is_not_served() {
         let served = ToolgateServer::new(gate).handler(split.clone());
         let client = connect(served.undeclared(toolgate::mcp::Undeclared::Serve)).await;
         assert_eq!(code_of(&call(&client, "split_read", json!({})).await), "OK");
-        assert_eq!(code_of(&call(&client, "split_purge", json!({})).await), "OK");
+        assert_eq!(
+            code_of(&call(&client, "split_purge", json!({})).await),
+            "OK"
+        );
         assert_eq!(split.ran.counts(), (1, 1));
     });
 }
