@@ -5,7 +5,6 @@
 #![cfg(all(feature = "mcp-http", feature = "mcp-oauth"))]
 
 use serde_json::json;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use toolgate::Mode;
