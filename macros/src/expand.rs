@@ -39,7 +39,7 @@
 //! user's, and it disappears with a `#[cfg]` that removes the function.
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::{ToTokens, quote, quote_spanned};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ext::IdentExt as _;
 use syn::spanned::Spanned;
 use syn::{Attribute, Block, Item, Type};
@@ -693,8 +693,17 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
     let new_entry = match (context.in_place, context.owner) {
         (Some(_), Owner::Impl(of)) => {
             let owner = of.self_ty;
+            let method = &sig.ident;
+            let attr = format_ident!("{}_tool_attr", method);
+            // The method's own route, as rmcp's `#[tool_router]` makes it: the server runs it for the
+            // tool's name, whatever route of that name the handler's router holds.
             quote!(::toolgate::__private::ToolEntry::__in_place(
-                #manifest, #behaviour, ::core::any::TypeId::of::<#owner>
+                #manifest, #behaviour, ::core::any::TypeId::of::<#owner>, {
+                    fn toolgate_route() -> ::toolgate::__private::InPlaceRoute {
+                        ::toolgate::__private::in_place_route(<#owner>::#attr, <#owner>::#method)
+                    }
+                    toolgate_route
+                }
             ))
         }
         _ => quote!(::toolgate::__private::ToolEntry::__new(

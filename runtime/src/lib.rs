@@ -83,6 +83,10 @@ pub mod __private {
     pub use crate::gate::decide::{DecidingByName, Entering, Refusing, Resumed, Resuming};
     pub use crate::gate::permit::Permit;
     pub use crate::registry::{Behaviour, Registration, ToolEntry};
+    /// The route of a method of an rmcp handler gated in place, as its registry entry holds it.
+    pub type InPlaceRoute = Box<dyn std::any::Any + Send + Sync>;
+    #[cfg(feature = "mcp")]
+    pub use crate::mcp::handler::in_place_route;
     pub use crate::registry::{Source, ToolManifest};
     use crate::{Denied, Gate};
     pub use toolgate_policy::Risk;

@@ -1,13 +1,16 @@
-//! An application's own rmcp handler inside a [`ToolgateServer`](super::ToolgateServer): its tools are
-//! decided by the caller's gate before its router runs them, everything else passes through.
+//! An application's own rmcp handler inside a [`ToolgateServer`](super::ToolgateServer): each tool it
+//! declares runs as the method it was declared on, decided by the caller's gate; everything else passes
+//! through.
 //!
 //! The handler is held behind an object-safe mirror of [`ServerHandler`], so that the server stays one
 //! type whatever the handler's is; each passed-through request costs one boxed future.
 
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::future::Future;
 use std::pin::Pin;
 
+use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
+use rmcp::handler::server::tool::{CallToolHandler, ToolCallContext};
 #[allow(deprecated)]
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
@@ -17,6 +20,8 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+use crate::registry::registry;
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -35,11 +40,87 @@ pub enum Undeclared {
     Serve,
 }
 
+/// The route of the method `method` of the rmcp handler `S`, whose rmcp attributes `attr` gives: what
+/// `#[toolgate(..)]` beside rmcp's `#[tool]` registers, for the server to run under the tool's name.
+pub fn in_place_route<S, C, A>(attr: fn() -> Tool, method: C) -> Box<dyn Any + Send + Sync>
+where
+    S: Send + Sync + 'static,
+    C: CallToolHandler<S, A> + Send + Sync + Clone + 'static,
+{
+    Box::new(ToolRoute::<S>::new(attr(), method))
+}
+
+/// An application's handler, with the routes of the tools its type declares in place.
+pub(crate) struct Bound<H> {
+    handler: H,
+    /// Each declared tool's own method, under its rmcp name.
+    declared: ToolRouter<H>,
+}
+
+/// The handler's router serves a tool declared in place with a route that is not the declared
+/// method (a router merged with `+`, a route added or replaced by hand): the server refuses to serve
+/// it, rather than have a tool's name stand for a body that no gate decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteMismatch {
+    tool: String,
+    handler: &'static str,
+}
+
+impl RouteMismatch {
+    /// The tool whose route is not its declared method.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+}
+
+impl std::fmt::Display for RouteMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the router of {} serves tool `{}` with a route that is not the method declared for it \
+             with #[toolgate(..)] (a router merged with `+` or a route added by hand that has the \
+             same name): give the other route another name, or declare it in its place",
+            self.handler, self.tool
+        )
+    }
+}
+
+impl std::error::Error for RouteMismatch {}
+
+/// Binds `handler` to the routes of the tools its type declares in place, refusing a handler whose
+/// router answers one of their names with another tool's definition.
+pub(crate) fn bind<H: ServerHandler>(handler: H) -> Result<Bound<H>, RouteMismatch> {
+    let mut declared = ToolRouter::new();
+    for entry in registry().in_place_of(TypeId::of::<H>()) {
+        let mismatch = || RouteMismatch {
+            tool: entry.manifest.id.to_owned(),
+            handler: std::any::type_name::<H>(),
+        };
+        let route = entry
+            .route
+            .map(|make| make())
+            .and_then(|route| route.downcast::<ToolRoute<H>>().ok())
+            .ok_or_else(mismatch)?;
+        if route.attr.name != entry.manifest.id {
+            return Err(mismatch());
+        }
+        if let Some(held) = ServerHandler::get_tool(&handler, entry.manifest.id)
+            && held != route.attr
+        {
+            return Err(mismatch());
+        }
+        declared.add_route(*route);
+    }
+    Ok(Bound { handler, declared })
+}
+
 /// The application's handler, as the server calls it.
 pub(crate) trait DynHandler: Send + Sync + 'static {
     /// The handler's type: its tools gated in place are registered under it.
     fn owner(&self) -> TypeId;
     fn type_name(&self) -> &'static str;
+    /// Whether the handler's type declares tools in place.
+    fn declares(&self) -> bool;
     fn info(&self) -> ServerConfig;
     fn tool(&self, name: &str) -> Option<Tool>;
     fn list_tools<'a>(
@@ -48,6 +129,13 @@ pub(crate) trait DynHandler: Send + Sync + 'static {
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ListToolsResult, ErrorData>>;
     fn call_tool<'a>(
+        &'a self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Boxed<'a, Result<CallToolResponse, ErrorData>>;
+    /// Runs the tool the handler's type declares in place under the request's name: its own method,
+    /// with the handler as `self`, never another route of that name in the handler's router.
+    fn call_declared<'a>(
         &'a self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -97,7 +185,7 @@ pub(crate) trait DynHandler: Send + Sync + 'static {
     fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) -> Boxed<'_, ()>;
 }
 
-impl<H: ServerHandler> DynHandler for H {
+impl<H: ServerHandler> DynHandler for Bound<H> {
     fn owner(&self) -> TypeId {
         TypeId::of::<H>()
     }
@@ -106,12 +194,16 @@ impl<H: ServerHandler> DynHandler for H {
         std::any::type_name::<H>()
     }
 
+    fn declares(&self) -> bool {
+        !self.declared.map.is_empty()
+    }
+
     fn info(&self) -> ServerConfig {
-        ServerHandler::get_info(self)
+        ServerHandler::get_info(&self.handler)
     }
 
     fn tool(&self, name: &str) -> Option<Tool> {
-        ServerHandler::get_tool(self, name)
+        ServerHandler::get_tool(&self.handler, name)
     }
 
     fn list_tools<'a>(
@@ -119,7 +211,7 @@ impl<H: ServerHandler> DynHandler for H {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ListToolsResult, ErrorData>> {
-        Box::pin(ServerHandler::list_tools(self, request, context))
+        Box::pin(ServerHandler::list_tools(&self.handler, request, context))
     }
 
     fn call_tool<'a>(
@@ -127,7 +219,18 @@ impl<H: ServerHandler> DynHandler for H {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<CallToolResponse, ErrorData>> {
-        Box::pin(ServerHandler::call_tool(self, request, context))
+        Box::pin(ServerHandler::call_tool(&self.handler, request, context))
+    }
+
+    fn call_declared<'a>(
+        &'a self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Boxed<'a, Result<CallToolResponse, ErrorData>> {
+        Box::pin(async move {
+            let call = ToolCallContext::new(&self.handler, request, context);
+            self.declared.call(call).await
+        })
     }
 
     fn complete<'a>(
@@ -135,7 +238,7 @@ impl<H: ServerHandler> DynHandler for H {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<CompleteResult, ErrorData>> {
-        Box::pin(ServerHandler::complete(self, request, context))
+        Box::pin(ServerHandler::complete(&self.handler, request, context))
     }
 
     #[allow(deprecated)] // Passed through for clients of protocols that still have it.
@@ -144,7 +247,7 @@ impl<H: ServerHandler> DynHandler for H {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<(), ErrorData>> {
-        Box::pin(ServerHandler::set_level(self, request, context))
+        Box::pin(ServerHandler::set_level(&self.handler, request, context))
     }
 
     fn get_prompt<'a>(
@@ -152,7 +255,7 @@ impl<H: ServerHandler> DynHandler for H {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<GetPromptResponse, ErrorData>> {
-        Box::pin(ServerHandler::get_prompt(self, request, context))
+        Box::pin(ServerHandler::get_prompt(&self.handler, request, context))
     }
 
     fn list_prompts<'a>(
@@ -160,7 +263,7 @@ impl<H: ServerHandler> DynHandler for H {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ListPromptsResult, ErrorData>> {
-        Box::pin(ServerHandler::list_prompts(self, request, context))
+        Box::pin(ServerHandler::list_prompts(&self.handler, request, context))
     }
 
     fn list_resources<'a>(
@@ -168,7 +271,11 @@ impl<H: ServerHandler> DynHandler for H {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ListResourcesResult, ErrorData>> {
-        Box::pin(ServerHandler::list_resources(self, request, context))
+        Box::pin(ServerHandler::list_resources(
+            &self.handler,
+            request,
+            context,
+        ))
     }
 
     fn list_resource_templates<'a>(
@@ -177,7 +284,9 @@ impl<H: ServerHandler> DynHandler for H {
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ListResourceTemplatesResult, ErrorData>> {
         Box::pin(ServerHandler::list_resource_templates(
-            self, request, context,
+            &self.handler,
+            request,
+            context,
         ))
     }
 
@@ -186,25 +295,29 @@ impl<H: ServerHandler> DynHandler for H {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Boxed<'a, Result<ReadResourceResponse, ErrorData>> {
-        Box::pin(ServerHandler::read_resource(self, request, context))
+        Box::pin(ServerHandler::read_resource(
+            &self.handler,
+            request,
+            context,
+        ))
     }
 
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        ServerHandler::accepted_subscription_filter(self, requested)
+        ServerHandler::accepted_subscription_filter(&self.handler, requested)
     }
 
     fn listen(&self, context: SubscriptionContext) -> Boxed<'_, Result<(), ErrorData>> {
-        Box::pin(ServerHandler::listen(self, context))
+        Box::pin(ServerHandler::listen(&self.handler, context))
     }
 
     fn on_initialized(&self, context: NotificationContext<RoleServer>) -> Boxed<'_, ()> {
-        Box::pin(ServerHandler::on_initialized(self, context))
+        Box::pin(ServerHandler::on_initialized(&self.handler, context))
     }
 
     fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) -> Boxed<'_, ()> {
-        Box::pin(ServerHandler::on_roots_list_changed(self, context))
+        Box::pin(ServerHandler::on_roots_list_changed(&self.handler, context))
     }
 }

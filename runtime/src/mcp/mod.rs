@@ -136,15 +136,18 @@
 //!
 //! An rmcp `#[tool_router]` impl with `#[toolgate::toolset]` above it and `#[toolgate(risk = ..)]`
 //! beside each rmcp `#[tool]` keeps its methods as they are; [`ToolgateServer::handler`] serves the
-//! handler, each `tools/call` decided by the caller's gate with the call's JSON arguments before
-//! rmcp's router runs the method, and hands the method's own check that decision. Resources, prompts
+//! handler, each `tools/call` of a declared name running the method it was declared on (never another
+//! route of that name), decided by the method's own check with the call's JSON arguments in the
+//! caller's gate. A router that serves a declared name with another tool is refused when the server
+//! is built ([`RouteMismatch`]); one that serves a tool with no declaration beside declared ones is
+//! served no tool. Resources, prompts
 //! and completions pass through; a tool of the handler that declares no risk is refused
 //! ([`Undeclared`]). A refusal of a direct call of such a method is an [`ErrorData`](rmcp::ErrorData)
 //! of code [`REFUSED`]. The README's "An rmcp server, gated in place" walks through one.
 
 mod approvals;
 mod definition;
-mod handler;
+pub(crate) mod handler;
 #[cfg(feature = "mcp-http")]
 pub mod http;
 #[cfg(feature = "mcp-oauth")]
@@ -163,7 +166,7 @@ pub use definition::{
     META_ALLOWED_MODES, META_EVIDENCE, META_IRREVERSIBLE, META_RISK_LEVEL, META_ROLLBACK,
     META_TARGET, Visibility, annotations, definition, disabled_prefix, listed, meta,
 };
-pub use handler::Undeclared;
+pub use handler::{RouteMismatch, Undeclared};
 pub use server::{
     DEFAULT_MODE_POLL, PendingApproval, REFUSED, ToolgateServer, tool_result, unknown_tool,
 };

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::approvals::{About, Approvals, StateRefused, shown_arguments};
 use super::definition::{self, Visibility};
-use super::handler::{DynHandler, Undeclared};
+use super::handler::{DynHandler, RouteMismatch, Undeclared};
 use super::tasks::{
     DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE, TASK_POLL_FIRST, TASK_POLL_MAX, Tasks, TooManyTasks,
 };
@@ -124,6 +124,9 @@ pub struct ToolgateServer {
     /// What a call of the handler's tools runs on, as approvals bind it and operators read it.
     handler_label: Arc<String>,
     undeclared: Undeclared,
+    /// The first tool of a handler gated in place that its router serves with no declaration, once
+    /// its list has been read (with the first request's context): the server serves no tool then.
+    unrouted: Arc<OnceLock<Option<String>>>,
     /// `server_info` was given: it names the server rather than the handler's own.
     named: bool,
 }
@@ -189,6 +192,7 @@ impl ToolgateServer {
             handler: None,
             handler_label: Arc::new(String::new()),
             undeclared: Undeclared::Refuse,
+            unrouted: Arc::default(),
             named: false,
         }
     }
@@ -198,7 +202,7 @@ impl ToolgateServer {
     ///
     /// Each tool of the handler declared in place (`#[toolgate(risk = ..)]` beside rmcp's `#[tool]`,
     /// in a `#[toolgate::toolset]` impl of the handler's type) is decided by the caller's gate before
-    /// the handler's router runs it, and listed as that gate allows; approvals, tasks, budgets and the
+    /// its method runs, and listed as that gate allows; approvals, tasks, budgets and the
     /// audit log work for it as for a `callable` tool. A tool of the handler that declares no risk is
     /// refused ([`undeclared`](ToolgateServer::undeclared)). Resources, prompts, completions, logging
     /// levels and subscriptions pass through to the handler; a capability the handler does not
@@ -209,8 +213,33 @@ impl ToolgateServer {
     /// A two-step approval of the handler's tools is bound to the handler instance, which operators
     /// see as the call's `self`: its type and a random id, or the name given to
     /// [`handler_named`](ToolgateServer::handler_named).
+    ///
+    /// A tool declared in place runs as the method it was declared on, with the handler as `self`:
+    /// the server calls that method itself, not the handler's `call_tool` or its router, so that no
+    /// other route of the same name (a router merged with `+`, a route added or replaced at run time)
+    /// is what a call of the tool runs. The handler's `call_tool` serves only the tools it declares no
+    /// risk for, where [`Undeclared::Serve`] says so.
+    ///
+    /// # Panics
+    ///
+    /// Where the handler's router answers the name of a tool declared in place with a definition
+    /// other than the declared method's (a route of the same name merged in or added by hand), naming
+    /// the tool: [`try_handler`](ToolgateServer::try_handler) returns that as an error.
     #[must_use]
+    #[track_caller]
     pub fn handler<H: ServerHandler>(self, handler: H) -> ToolgateServer {
+        match self.try_handler(handler) {
+            Ok(server) => server,
+            Err(mismatch) => panic!("{mismatch}"),
+        }
+    }
+
+    /// [`handler`](ToolgateServer::handler), returning a router that answers the name of a tool
+    /// declared in place with another route as an error rather than a panic.
+    pub fn try_handler<H: ServerHandler>(
+        self,
+        handler: H,
+    ) -> Result<ToolgateServer, RouteMismatch> {
         let label = crate::by_name::instances::registration_label(std::any::type_name::<H>());
         self.with_handler(handler, label)
     }
@@ -218,20 +247,32 @@ impl ToolgateServer {
     /// [`handler`](ToolgateServer::handler), naming the instance: the name operators read as the
     /// call's `self`, to which approvals are bound. Name it where approvals must carry over between
     /// processes serving the same thing (replicas behind one PostgreSQL approval store).
+    ///
+    /// # Panics
+    ///
+    /// As [`handler`](ToolgateServer::handler) does.
     #[must_use]
+    #[track_caller]
     pub fn handler_named<H: ServerHandler>(
         self,
         name: impl Into<String>,
         handler: H,
     ) -> ToolgateServer {
         let label = format!("{} ({})", name.into(), std::any::type_name::<H>());
-        self.with_handler(handler, label)
+        match self.with_handler(handler, label) {
+            Ok(server) => server,
+            Err(mismatch) => panic!("{mismatch}"),
+        }
     }
 
-    fn with_handler<H: ServerHandler>(mut self, handler: H, label: String) -> ToolgateServer {
-        self.handler = Some(Arc::new(handler));
+    fn with_handler<H: ServerHandler>(
+        mut self,
+        handler: H,
+        label: String,
+    ) -> Result<ToolgateServer, RouteMismatch> {
+        self.handler = Some(Arc::new(super::handler::bind(handler)?));
         self.handler_label = Arc::new(label);
-        self
+        Ok(self)
     }
 
     /// What a tool of the [`handler`](ToolgateServer::handler) that declares no risk gets:
@@ -754,6 +795,55 @@ impl ToolgateServer {
         Ok(refusal("UNDECLARED_TOOL", &message).into())
     }
 
+    /// Refuses to serve a handler whose type declares tools in place and whose router also serves a
+    /// tool with no declaration (a second `#[tool_router]` impl of the type, a route added by hand),
+    /// unless the application serves such tools on purpose ([`Undeclared::Serve`]). No macro sees
+    /// every router of a type: the server reads the handler's list with the first request's context,
+    /// and from then on answers every `tools/list` and `tools/call` with the error that names the tool.
+    async fn check_routes(&self, context: &RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        let Some(handler) = &self.handler else {
+            return Ok(());
+        };
+        if self.undeclared == Undeclared::Serve || !handler.declares() {
+            return Ok(());
+        }
+        let unrouted = match self.unrouted.get() {
+            Some(unrouted) => unrouted.clone(),
+            None => {
+                let mut request: Option<PaginatedRequestParams> = None;
+                let unrouted = loop {
+                    let listed = handler.list_tools(request, context.clone()).await?;
+                    let found = listed
+                        .tools
+                        .iter()
+                        .find(|tool| registry().in_place(handler.owner(), &tool.name).is_none());
+                    match (found, listed.next_cursor) {
+                        (Some(tool), _) => break Some(tool.name.to_string()),
+                        (None, Some(cursor)) => {
+                            request =
+                                Some(PaginatedRequestParams::default().with_cursor(Some(cursor)));
+                        }
+                        (None, None) => break None,
+                    }
+                };
+                self.unrouted.get_or_init(|| unrouted).clone()
+            }
+        };
+        match unrouted {
+            None => Ok(()),
+            Some(name) => Err(ErrorData::internal_error(
+                format!(
+                    "the router of {} serves tool `{name}`, which declares no risk, beside tools \
+                     declared in place, so this server serves none: declare it with \
+                     #[toolgate(risk = \"...\")] beside its #[tool], in a #[toolgate::toolset] impl, or \
+                     serve it ungated on purpose with Undeclared::Serve",
+                    handler.type_name()
+                ),
+                Some(json!({ "code": "UNDECLARED_TOOL", "tool": name })),
+            )),
+        }
+    }
+
     /// Whether the handler lists the tool `name`, for a handler that does not say so by name.
     async fn handler_lists(
         &self,
@@ -859,7 +949,7 @@ impl ToolgateServer {
     }
 
     /// Runs the call through its gate: a `callable` tool through the registry, a tool of the handler
-    /// decided here and then run by the handler's router with the decision handed to its check.
+    /// as its declared method, whose own check decides it with the call's arguments.
     async fn dispatch(
         &self,
         gate: &Gate,
@@ -869,11 +959,19 @@ impl ToolgateServer {
     ) -> Result<Ran, ErrorData> {
         match (target, &self.handler) {
             (Target::InPlace(entry), Some(handler)) => {
+                // The handler's router still says which of its tools it serves (one it removed or
+                // disabled is not), but never what runs for a declared name: the declared method does.
+                if handler.tool(&request.name).is_none()
+                    && !self.handler_lists(handler, &request.name, &context).await
+                {
+                    crate::by_name::record_unknown(gate, &request.name);
+                    return Err(unknown_tool(&request.name));
+                }
                 // Decided by the tool's own check when rmcp's router reaches it, with the call's JSON
                 // arguments: once, right before the body, however long the handler takes to get there.
                 let arguments = request.arguments.clone().unwrap_or_default();
                 let label = self.handler_label.to_string();
-                let call = handler.call_tool(request, context);
+                let call = handler.call_declared(request, context);
                 let (call, outcome) = deciding::with_arguments(entry, arguments, label, call);
                 let response = gate.scope(call).await;
                 let refused = outcome
@@ -1172,6 +1270,7 @@ impl ServerHandler for ToolgateServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.check_routes(&context).await?;
         let caller = self.caller(&context.extensions);
         self.list_for(&caller.gate, request, context).await
     }
@@ -1181,6 +1280,7 @@ impl ServerHandler for ToolgateServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.check_routes(&context).await?;
         // A form goes only to a client that declared it can show one: `elicitation` with `form`, or
         // empty, which means forms.
         let shows_forms = context

@@ -26,6 +26,10 @@ pub struct ToolEntry {
     /// For a method of an rmcp handler gated in place (`#[toolgate(..)]` beside rmcp's `#[tool]`): the
     /// handler's type, whose router serves the tool under its id.
     pub(crate) in_place: Option<fn() -> TypeId>,
+    /// For a method gated in place: its own rmcp route (rmcp's `ToolRoute` of the handler's type, of
+    /// the method and its rmcp attributes), which the server runs for the tool's name, so that no other
+    /// route of that name in the handler's router is what a call of the tool runs.
+    pub(crate) route: Option<fn() -> Box<dyn Any + Send + Sync>>,
     pub(crate) slot: AtomicU32,
 }
 
@@ -86,22 +90,26 @@ impl ToolEntry {
             callable,
             behaviour,
             in_place: None,
+            route: None,
             slot: AtomicU32::new(NO_SLOT),
         }
     }
 
-    /// The entry of a method of the rmcp handler `owner`, served by the handler's own router.
+    /// The entry of a method of the rmcp handler `owner`, served under its rmcp name by its own
+    /// `route`.
     #[doc(hidden)]
     pub const fn __in_place(
         manifest: ToolManifest,
         behaviour: Behaviour,
         owner: fn() -> TypeId,
+        route: fn() -> Box<dyn Any + Send + Sync>,
     ) -> ToolEntry {
         ToolEntry {
             manifest,
             callable: None,
             behaviour,
             in_place: Some(owner),
+            route: Some(route),
             slot: AtomicU32::new(NO_SLOT),
         }
     }
@@ -143,6 +151,18 @@ impl Registry {
     pub(crate) fn in_place(&self, owner: TypeId, id: &str) -> Option<&'static ToolEntry> {
         self.entry(id)
             .filter(|entry| entry.in_place.is_some_and(|of| of() == owner))
+    }
+
+    /// Every tool that the rmcp handler of type `owner` declares in place.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn in_place_of(
+        &self,
+        owner: TypeId,
+    ) -> impl Iterator<Item = &'static ToolEntry> + '_ {
+        self.entries
+            .iter()
+            .copied()
+            .filter(move |entry| entry.in_place.is_some_and(|of| of() == owner))
     }
 
     /// The tool with this id, looked up in constant time; ids are compared exactly.

@@ -114,7 +114,8 @@ fn a09_a_handler_tool_calling_another_is_decided_for_each() {
 
 /// a10. A handler whose `call_tool` ignores the name it was asked for and calls another method by an
 /// argument: `lazy_read` (READ_ONLY, allowed in SHADOW) with `{"op": "wipe"}`. The decision made for
-/// `lazy_read` must not be taken by `lazy_wipe`'s check. Broken: the HIGH_WRITE body runs in SHADOW.
+/// `lazy_read` must not be taken by `lazy_wipe`'s check: a declared name runs its declared method, not
+/// the handler's `call_tool`, so `lazy_read` reads. Broken: the HIGH_WRITE body runs in SHADOW.
 #[test]
 fn a10_a_decision_for_one_tool_is_not_taken_by_another_method() {
     runtime().block_on(async {
@@ -123,7 +124,7 @@ fn a10_a_decision_for_one_tool_is_not_taken_by_another_method() {
         let client = connect(ToolgateServer::new(gate).handler(lazy.clone())).await;
         let said = call(&client, "lazy_read", json!({"op": "wipe"})).await;
         assert_eq!(lazy.wipes.load(Ordering::SeqCst), 0, "{said:?}");
-        assert_ne!(code_of(&said), "OK");
+        assert_eq!(code_of(&said), "OK", "the declared READ_ONLY method reads");
     });
 }
 

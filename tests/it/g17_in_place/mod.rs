@@ -3,3 +3,4 @@
 
 mod handlers;
 mod rmcp_handler;
+mod routes;
