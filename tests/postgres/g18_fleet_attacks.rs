@@ -290,17 +290,18 @@ fn a18_63_a_fleet_ceiling_lifted_raises_no_gate_above_its_own_lowering_or_the_fl
     assert_eq!(WIRES.load(Ordering::SeqCst), wires);
 }
 
-/// Guarantee 7: a two-step approval runs one call "at the same risk and policy version". Attack: the
-/// fleet's file asks for `fpx.push`; the member's call files a request in the PostgreSQL store and the
-/// operator approves it; the fleet's file is then replaced by another that still asks for it (and
-/// denies another tool). Asserts: the retry under the new file does not run on the approval given
-/// under the old one.
+/// Guarantee 3 ("a deny rule refuses its tools in every mode ... no mode and no approval lifts it") and
+/// 7 ("a two-step approval runs one call"), across a fleet's policy changes. Attack: the fleet's file
+/// asks for `fpx.push`; the member's call files a request in the PostgreSQL store and the operator
+/// approves it; the fleet's file then denies the tool; the agent retries; the first file comes back
+/// and the agent retries twice more. Asserts: the retry under the deny is refused `DENY_LISTED`
+/// without spending the approval, and of the two later retries at most one runs.
 #[test]
-fn a07_60_an_approval_given_under_one_fleet_policy_runs_nothing_under_the_next() {
+fn a18_65_a_stored_approval_lifts_no_fleet_deny_and_runs_once_after_it() {
     let _serial = common::serial();
-    let url = database("a07_60");
-    let scratch = common::Scratch::new("a07-60");
-    let fleet = connect(&url, "a70");
+    let url = database("a18_65");
+    let scratch = common::Scratch::new("a18-65");
+    let fleet = connect(&url, "a65");
     let gate = fleet
         .join(
             Gate::builder()
@@ -308,32 +309,34 @@ fn a07_60_an_approval_given_under_one_fleet_policy_runs_nothing_under_the_next()
                 .approval_store(PostgresStore::connect(&url).unwrap()),
         )
         .expect("joined");
-    let first = apply(
-        &url,
-        &scratch,
-        "a70",
-        "ask.toml",
-        "format = 1\n[defaults]\nask = [\"fpx.push\"]\n",
-    );
+    let ask = "format = 1\n[defaults]\nask = [\"fpx.push\"]\n";
+    let first = apply(&url, &scratch, "a65", "ask.toml", ask);
     wait_for_policy(&gate, &first);
     let before = PUSHES.load(Ordering::SeqCst);
-    let asked = token(gate.run(|| push(70)));
+    let asked = token(gate.run(|| push(65)));
     gate.answer(&asked, approve("ops")).unwrap();
-    let second = apply(
+    let deny = apply(
         &url,
         &scratch,
-        "a70",
-        "ask2.toml",
-        "format = 1\n[defaults]\nask = [\"fpx.push\"]\ndeny = [\"fpx.browse\"]\n",
+        "a65",
+        "deny.toml",
+        "format = 1\n[defaults]\ndeny = [\"fpx.push\"]\n",
     );
-    assert_ne!(first, second);
-    wait_for_policy(&gate, &second);
-    let retried = outcome(gate.run(|| push(70)));
-    assert_ne!(
-        retried, "ran",
-        "an approval of the old policy ran under the new one"
+    wait_for_policy(&gate, &deny);
+    assert_eq!(outcome(gate.run(|| push(65))), "DENY_LISTED");
+    assert_eq!(
+        PUSHES.load(Ordering::SeqCst),
+        before,
+        "an approval lifted a deny"
     );
-    assert_eq!(PUSHES.load(Ordering::SeqCst), before);
+    let back = apply(&url, &scratch, "a65", "ask-again.toml", ask);
+    wait_for_policy(&gate, &back);
+    let retries = [
+        outcome(gate.run(|| push(65))),
+        outcome(gate.run(|| push(65))),
+    ];
+    let ran = PUSHES.load(Ordering::SeqCst) - before;
+    assert!(ran <= 1, "one approval ran {ran} calls: {retries:?}");
 }
 
 /// Guarantee 13 ("a budget is never exceeded ... a call takes a unit of each budget that covers it ...
@@ -374,19 +377,19 @@ fn a13_60_a_fleet_budget_applied_while_a_call_is_approved_counts_that_call() {
     wait_for_policy(&gate, &digest);
     go.send(Approval::Approve).unwrap();
     let first = waiting.join().unwrap();
-    let second = {
+    let mut later = Vec::new();
+    for n in 2..4 {
         let gate = gate.clone();
-        let answer = std::thread::spawn(move || outcome(gate.run(|| wire(2))));
-        asked
-            .recv_timeout(Duration::from_secs(2))
-            .map(|()| go.send(Approval::Approve).unwrap())
-            .ok();
-        answer.join().unwrap()
-    };
+        let answer = std::thread::spawn(move || outcome(gate.run(|| wire(n))));
+        if asked.recv_timeout(Duration::from_secs(2)).is_ok() {
+            go.send(Approval::Approve).unwrap();
+        }
+        later.push(answer.join().unwrap());
+    }
     let ran = WIRES.load(Ordering::SeqCst) - before;
     assert!(
         ran <= 1,
-        "a budget of one ran {ran} calls in its window ({first}, then {second})"
+        "a budget of one ran {ran} calls in its window ({first}, then {later:?})"
     );
 }
 
