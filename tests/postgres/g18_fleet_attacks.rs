@@ -481,3 +481,54 @@ fn a15_60_a_principals_fleet_deny_applied_after_his_approval_runs_nothing_of_his
     );
     assert_eq!(WIRES.load(Ordering::SeqCst), before);
 }
+
+/// Guarantee 13 ("In any window of a budget's length, at most its N calls pass it") with guarantee 15
+/// and the file's limits ("A budget of a principal's table counts that principal's calls"). Attack: the
+/// fleet's file gives alice one `fpx.push` an hour; two gates of alice (two handles on the fleet, as
+/// two workers) and one of bob share a PostgreSQL budget store; bob pushes three times first, then
+/// each of alice's gates pushes twice. Asserts: bob's calls take nothing of alice's budget (her first
+/// call runs), and of alice's four calls exactly one runs.
+#[test]
+fn a13_61_a_principals_fleet_budget_holds_across_her_gates_and_is_not_spent_by_another() {
+    let _serial = common::serial();
+    let url = database("a13_61");
+    let scratch = common::Scratch::new("a13-61");
+    let store = std::sync::Arc::new(PostgresStore::connect(&url).unwrap());
+    let fleets = [connect(&url, "a61b"), connect(&url, "a61b")];
+    let gate_of = |fleet: &Fleet, principal: &str| {
+        fleet
+            .join(
+                Gate::builder()
+                    .mode(Mode::FullAuto)
+                    .principal(principal)
+                    .agent("desk")
+                    .budget_store_shared(store.clone()),
+            )
+            .expect("joined")
+    };
+    let alices = [gate_of(&fleets[0], "alice"), gate_of(&fleets[1], "alice")];
+    let bob = gate_of(&fleets[0], "bob");
+    let digest = apply(
+        &url,
+        &scratch,
+        "a61b",
+        "alice.toml",
+        "format = 1\n[[principals.alice.budgets]]\ntool = \"fpx.push\"\ncalls = 1\nper = \"1h\"\n",
+    );
+    for gate in alices.iter().chain([&bob]) {
+        wait_for_policy(gate, &digest);
+    }
+    for n in 0..3 {
+        assert_eq!(outcome(bob.run(|| push(n))), "ran", "bob has no budget");
+    }
+    let mut hers = Vec::new();
+    for gate in alices.iter().chain(alices.iter()) {
+        hers.push(outcome(gate.run(|| push(161))));
+    }
+    assert_eq!(hers[0], "ran", "bob's calls spent alice's budget: {hers:?}");
+    assert_eq!(
+        hers.iter().filter(|h| *h == "ran").count(),
+        1,
+        "alice's budget of one: {hers:?}"
+    );
+}

@@ -11,6 +11,7 @@ mod g07_approvals;
 mod g11_fleet_lowering;
 mod g12_postgres_trail;
 mod g13_budgets;
+mod g14_attacks;
 mod g14_taint_latch;
 mod g15_bound_to_maker;
 mod g18_fleet_attacks;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::postgres::database;
+use crate::support::trail::Held;
 use crate::support::{approve, child, cli_exits, pending_id, token};
 use toolgate::audit::{AuditError, AuditRecord, AuditSink, Stage};
 use toolgate::postgres::PostgresStore;
@@ -158,4 +159,60 @@ fn code_or_ran<T>(result: Result<T, Denied>) -> String {
         Ok(_) => "ran".to_owned(),
         Err(denied) => denied.code().as_str().to_owned(),
     }
+}
+
+/// Guarantee 7 ("A two-step approval runs one call ... before it expires"; with PostgreSQL, by the
+/// database's clock). Attack: a request that lives 3 s is approved; the approvals table is then locked
+/// by another session, so that the retry's consuming statement waits; the lock is held until the
+/// request has expired, then released. Asserts: the retry does not run its body after the request
+/// expired (it is refused, `APPROVAL_EXPIRED` or another refusal), as a second approval of the same
+/// age used without waiting is refused `APPROVAL_EXPIRED`.
+#[test]
+fn a07_65_an_approval_whose_use_waits_on_a_lock_past_its_expiry_runs_nothing() {
+    if std::env::var(CHILD_URL).is_ok() {
+        return;
+    }
+    let _serial = crate::common::serial();
+    let url = database("a07_65");
+    let store = PostgresStore::builder()
+        .ttl(Duration::from_secs(3))
+        .timeout(Duration::from_secs(20))
+        .connect(&url)
+        .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .principal("alice")
+        .agent("desk")
+        .approval_store(store)
+        .build()
+        .unwrap();
+    let filed = Instant::now();
+    let asked = token(gate.run(|| refund(650)));
+    gate.answer(&asked, approve("ops")).unwrap();
+    // The control: the same kind of approval, used after its expiry without waiting on a lock.
+    let control = token(gate.run(|| refund(651)));
+    gate.answer(&control, approve("ops")).unwrap();
+    let held = Held::new(&url, "LOCK TABLE toolgate.approvals IN EXCLUSIVE MODE");
+    let before = REFUNDS.load(Ordering::SeqCst);
+    let retry = {
+        let gate = gate.clone();
+        std::thread::spawn(move || {
+            let result = gate.run(|| refund(650)).map_err(|d| d.code());
+            (result, Instant::now())
+        })
+    };
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(filed.elapsed()));
+    drop(held);
+    let (result, at) = retry.join().unwrap();
+    let ran = REFUNDS.load(Ordering::SeqCst) - before;
+    assert_eq!(
+        gate.run(|| refund(651)).map_err(|d| d.code()),
+        Err(DenialCode::ApprovalExpired),
+        "the control"
+    );
+    assert!(
+        result.is_err() && ran == 0,
+        "the approval of a request that lives 3 s ran its call {:?} after filing: {result:?}",
+        at - filed
+    );
 }
