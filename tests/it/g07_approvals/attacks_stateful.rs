@@ -163,3 +163,51 @@ fn a07_62_a_session_answer_to_a_dropped_gates_request_grants_nothing_to_another_
     );
     assert!(PAYS.load(Ordering::SeqCst) - before <= 1);
 }
+
+/// A sink that holds the `enter` record of `a7s.pay` for `hold` once armed.
+struct SlowEnter {
+    armed: AtomicBool,
+    hold: Duration,
+}
+
+impl AuditSink for SlowEnter {
+    fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        if record.stage == Stage::Enter
+            && record.tool == "a7s.pay"
+            && self.armed.swap(false, Ordering::SeqCst)
+        {
+            std::thread::sleep(self.hold);
+        }
+        Ok(())
+    }
+}
+
+/// Guarantee 7: "A two-step approval runs one call ... before it expires by the monotonic clock."
+/// Attack: approvals live 1 s; a call is approved; its retry takes the approval at once, then its
+/// `enter` record takes 1.5 s to write. Asserts: the body does not run after the approval expired.
+#[test]
+fn a07_66_an_approved_call_whose_enter_outlasts_the_approval_runs_nothing_after_its_expiry() {
+    let _serial = serial();
+    let sink = Arc::new(SlowEnter {
+        armed: AtomicBool::new(false),
+        hold: Duration::from_millis(1_500),
+    });
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approval_ttl(Duration::from_secs(1))
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let filed = std::time::Instant::now();
+    let pending = gate.run(|| pay(660)).expect_err("needs an approval");
+    gate.answer(pending.approval_token().unwrap(), approve("ops", false))
+        .unwrap();
+    sink.armed.store(true, Ordering::SeqCst);
+    let before = PAYS.load(Ordering::SeqCst);
+    let result = gate.run(|| pay(660)).map_err(|d| d.code());
+    let ran_at = filed.elapsed();
+    assert!(
+        result.is_err() && PAYS.load(Ordering::SeqCst) == before,
+        "an approval that lives 1 s ran its call {ran_at:?} after it was filed: {result:?}"
+    );
+}
