@@ -39,7 +39,7 @@ fn browse(url: String) -> Result<String, Denied> {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Helpers.
+// What the attacks share.
 
 /// A fleet handle of this process that reads its fleet every 100 ms.
 fn connect(url: &str, name: &str) -> Fleet {
