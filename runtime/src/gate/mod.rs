@@ -164,6 +164,12 @@ pub(super) struct Approvals {
     /// taint latch clears these under its lock.
     pub(super) granted_until: Box<[AtomicU64]>,
     pub(super) epoch: std::time::Instant,
+    /// The gate's id in its store's requests ([`ApprovalCall::gate`]): 128 random bits, shared by its
+    /// clones, so that an answer for the session grants to the gate that filed its request alone.
+    /// `None` without a store, or without randomness (then no store answer grants it anything).
+    ///
+    /// [`ApprovalCall::gate`]: crate::approval::store::ApprovalCall::gate
+    pub(super) filer: Option<Arc<str>>,
 }
 
 impl Gate {
@@ -896,6 +902,10 @@ impl GateBuilder {
             .iter()
             .map(|&r| AtomicBool::new(r))
             .collect();
+        let filer = store
+            .as_ref()
+            .and_then(|_| crate::approval::two_step::new_token())
+            .map(Arc::from);
         let gate = Gate {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -926,6 +936,7 @@ impl GateBuilder {
                     grants: Mutex::new(grants::Grants::default()),
                     granted_until: registry.entries.iter().map(|_| AtomicU64::new(0)).collect(),
                     epoch: std::time::Instant::now(),
+                    filer,
                 },
                 audit: match self.audit.len() {
                     0 | 1 => self.audit.pop(),

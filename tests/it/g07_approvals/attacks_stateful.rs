@@ -122,8 +122,9 @@ fn a07_61_an_async_call_dropped_while_its_enter_is_pending_leaves_its_approval_u
 /// files a request in a store it shares with another gate of the same principal and agent (a process
 /// restarted, a second worker); the first gate is dropped; the operator answers its request "for the
 /// session"; the second gate makes the same call, then another call of the tool and the same call
-/// again. Asserts: both later calls are asked for (`APPROVAL_PENDING`), not run, and the second gate
-/// holds no session grant from the dropped gate's answer.
+/// again. Asserts: both later calls are asked for, not run (the other call `APPROVAL_PENDING`; the
+/// answered call repeated `APPROVAL_REUSED`, as docs/approvals.md says of a second run, or
+/// `APPROVAL_PENDING`), and the second gate holds no session grant from the dropped gate's answer.
 #[test]
 fn a07_62_a_session_answer_to_a_dropped_gates_request_grants_nothing_to_another_gate() {
     let _serial = serial();
@@ -147,14 +148,14 @@ fn a07_62_a_session_answer_to_a_dropped_gates_request_grants_nothing_to_another_
     let same = second.run(|| pay(620)).map_err(|d| d.code());
     let other = second.run(|| pay(621)).map_err(|d| d.code());
     let again = second.run(|| pay(620)).map_err(|d| d.code());
-    assert_eq!(
-        (other, again),
-        (
-            Err(DenialCode::ApprovalPending),
-            Err(DenialCode::ApprovalPending)
-        ),
+    assert!(
+        other == Err(DenialCode::ApprovalPending)
+            && matches!(
+                again,
+                Err(DenialCode::ApprovalReused | DenialCode::ApprovalPending)
+            ),
         "a call ran again on the dropped gate's session answer (the answered one: {same:?}; \
-         grants {:?})",
+         another: {other:?}; the answered one again: {again:?}; grants {:?})",
         second.grants()
     );
     assert!(

@@ -15,4 +15,5 @@ mod regressions;
 pub(crate) mod rounds;
 pub(crate) mod served_ops;
 mod shared_stores;
+mod stored_answers;
 mod user_code;
