@@ -192,7 +192,7 @@ fn a_session_answer_grants_to_the_filing_gates_clones_and_to_no_other_gate() {
     assert_eq!(filer.run(|| transfer(70)).map_err(|d| d.code()), Ok(70));
     assert_eq!(
         other.run(|| transfer(70)).map_err(|d| d.code()),
-        Err(DenialCode::ApprovalPending),
+        Err(DenialCode::ApprovalReused),
         "another gate of the same maker is not covered by the filer's grant"
     );
 
