@@ -13,6 +13,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 
 use toolgate_policy::{DenialCode, Mode, Risk};
 
@@ -145,6 +146,11 @@ pub struct ApprovalCall {
     pub evidence: Option<String>,
     /// How the call would be undone, as canonical JSON ([`Rollback::to_json`](crate::Rollback)).
     pub rollback: Option<String>,
+    /// The gate that asks: a random id of the gate, shared by its clones and never by another gate, in
+    /// any process. Not in the binding (any gate of the same principal and agent may run the call
+    /// once): a store keeps the id of the gate that filed a request, and gives an answer for the
+    /// session as one only to a call with that id (`None`: to no call).
+    pub gate: Option<String>,
 }
 
 impl ApprovalCall {
@@ -175,13 +181,15 @@ pub(crate) fn confirmed(
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Answer {
-    /// Run the call once; with `for_session`, the gate that uses it also grants the tool, with these
-    /// arguments, for the rest of its session (see [`SessionGrant`](crate::approval::SessionGrant)).
+    /// Run the call once; with `for_session`, the gate that filed the request also grants the tool,
+    /// with these arguments, for the rest of its session (see
+    /// [`SessionGrant`](crate::approval::SessionGrant)).
     Approve {
         /// Who approved.
         by: String,
-        /// Grant the same call for the session of the gate that runs it. Not for an irreversible
-        /// call, which asks every time.
+        /// Grant the same call for the session of the gate that filed the request, once it runs the
+        /// call: another gate that runs it (the same principal and agent) runs it once, and is
+        /// granted nothing. Not for an irreversible call, which asks every time.
         for_session: bool,
         /// The call's target typed back by whoever approved, which approving an `irreversible` call
         /// takes; `None` for any other call.
@@ -215,6 +223,12 @@ impl Answer {
 pub enum Consumed {
     /// An operator answered exactly this call; the answer is now used and answers no other call.
     Answered(Answer),
+    /// As [`Consumed::Answered`], from a store that knows when the request expires, as an instant of
+    /// this process's monotonic clock (no later than the store's own expiry): the call runs only if it
+    /// reaches its commit point, the last step before its body, before then, and is refused
+    /// `APPROVAL_EXPIRED` otherwise, whatever it waited for meanwhile (a record, a lock). Both stores
+    /// of this crate answer so.
+    AnsweredUntil(Answer, Instant),
     /// No answer for this call: refused with `code` (`APPROVAL_PENDING` where a request for it is
     /// pending, or `APPROVAL_EXPIRED`, `APPROVAL_REUSED` where an answer for it exists but cannot be
     /// used, and `APPROVAL_MISMATCH` where the only live approval is for the tool with other
@@ -348,7 +362,11 @@ impl std::error::Error for ApproveError {}
 /// - an answer is used at most once, atomically: of many calls racing for one approval, one runs;
 /// - an answer is used only by a call whose [`Binding`] is equal, field by field, to the request's
 ///   (its principal and agent included: one principal's answer never runs another's call);
-/// - a request expires by the store's own clock, and an expired request answers nothing;
+/// - a request expires by the store's own clock, and an expired request answers nothing; a store that
+///   knows when an answer's request expires says so ([`Consumed::AnsweredUntil`]), and the gate checks
+///   it again just before the body;
+/// - an answer for the session is given as one only to a call of the gate that filed the request
+///   ([`ApprovalCall::gate`]); to any other call it is an answer for that call alone;
 /// - the token is a secret: a store that persists requests keeps only a hash of it.
 ///
 /// [`MemoryStore`](crate::approval::two_step::MemoryStore) is the default; `PostgresStore` (feature

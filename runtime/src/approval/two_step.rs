@@ -40,6 +40,8 @@ struct Request {
     irreversible: bool,
     state: State,
     expires: Instant,
+    /// The gate that filed it: the only one an answer for the session grants to.
+    gate: Option<String>,
 }
 
 /// The default [`ApprovalStore`]: requests in this process's memory, gone when it exits.
@@ -103,7 +105,8 @@ impl MemoryStore {
             && let Some(request) = requests.get_mut(&token)
             && let State::Answered(answer) = std::mem::replace(&mut request.state, State::Used)
         {
-            return Consumed::Answered(answer);
+            let filer = request.gate.is_some() && request.gate == call.gate;
+            return Consumed::AnsweredUntil(for_the_filer(answer, filer), request.expires);
         }
         // An approval of the target as it was is for a world that is gone: it is spent, so that the
         // target coming back to that state later does not bring it back.
@@ -183,6 +186,23 @@ impl MemoryStore {
     }
 }
 
+/// `answer` as a call gets it: an answer for the session stays one only for the gate that filed the
+/// request (`filer`); any other gate runs its call once.
+pub(crate) fn for_the_filer(answer: Answer, filer: bool) -> Answer {
+    match answer {
+        Answer::Approve {
+            by,
+            for_session,
+            confirmation,
+        } => Answer::Approve {
+            by,
+            for_session: for_session && filer,
+            confirmation,
+        },
+        reject => reject,
+    }
+}
+
 /// What a store answers a call with no usable answer: a request filed for it (`filed`) is pending,
 /// whatever another call's approval of the tool says; an expired or used answer of its own is told.
 pub(crate) fn pending_code(code: DenialCode, filed: bool) -> DenialCode {
@@ -224,6 +244,7 @@ fn ask(
             irreversible: call.irreversible,
             state: State::Pending,
             expires,
+            gate: call.gate.clone(),
         },
     );
     Some(token)
@@ -280,7 +301,13 @@ mod tests {
             irreversible: false,
             evidence: None,
             rollback: None,
+            gate: None,
         }
+    }
+
+    /// What a call of a request made at `t0` in a store of 60 s gets for `answer`.
+    fn answered(answer: Answer, t0: Instant) -> Consumed {
+        Consumed::AnsweredUntil(answer, t0 + Duration::from_secs(60))
     }
 
     fn approve() -> Answer {
@@ -378,7 +405,7 @@ mod tests {
         assert!(pending(DenialCode::ApprovalPending)(
             &store.lookup(&call("b"), t0)
         ));
-        assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(approve()));
+        assert_eq!(store.lookup(&call("a"), t0), answered(approve(), t0));
         assert!(pending(DenialCode::ApprovalReused)(
             &store.lookup(&call("a"), t0)
         ));
@@ -389,6 +416,45 @@ mod tests {
         assert_eq!(
             store.answer_at("nope", approve(), t0),
             Err(ApproveError::UnknownToken)
+        );
+    }
+
+    #[test]
+    fn an_answer_for_the_session_is_one_only_for_the_gate_that_filed_the_request() {
+        let t0 = Instant::now();
+        let store = store(Duration::from_secs(60));
+        let by = |gate: Option<&str>, digest: &str| {
+            let mut call = call(digest);
+            call.gate = gate.map(str::to_owned);
+            call
+        };
+        let for_session = |yes| Answer::Approve {
+            by: "ops".into(),
+            for_session: yes,
+            confirmation: None,
+        };
+        // Filed by gate `a`, used by `a`; filed by `a`, used by `b`; filed by no gate, used by none.
+        for (filer, user, digest, granted) in [
+            (Some("a"), Some("a"), "1", true),
+            (Some("a"), Some("b"), "2", false),
+            (Some("a"), None, "3", false),
+            (None, None, "4", false),
+        ] {
+            let token = token(store.lookup(&by(filer, digest), t0));
+            store.answer_at(&token, for_session(true), t0).unwrap();
+            assert_eq!(
+                store.lookup(&by(user, digest), t0),
+                answered(for_session(granted), t0),
+                "filed by {filer:?}, used by {user:?}"
+            );
+        }
+        // Another gate asking again for a pending request does not make it its own.
+        let asked = token(store.lookup(&by(Some("a"), "5"), t0));
+        assert_eq!(asked, token(store.lookup(&by(Some("b"), "5"), t0)));
+        store.answer_at(&asked, for_session(true), t0).unwrap();
+        assert_eq!(
+            store.lookup(&by(Some("b"), "5"), t0),
+            answered(for_session(false), t0)
         );
     }
 
@@ -407,7 +473,7 @@ mod tests {
         assert!(pending(DenialCode::ApprovalPending)(
             &store.lookup(&call("b"), t0)
         ));
-        assert_eq!(store.lookup(&call("a"), t0), Consumed::Answered(reject));
+        assert_eq!(store.lookup(&call("a"), t0), answered(reject, t0));
         assert!(pending(DenialCode::ApprovalReused)(
             &store.lookup(&call("a"), t0)
         ));
@@ -429,10 +495,7 @@ mod tests {
         let used = token(store.lookup(&of("e", "desk"), t0));
         store.answer_at(&approved, approve(), t0).unwrap();
         store.answer_at(&used, approve(), t0).unwrap();
-        assert_eq!(
-            store.lookup(&of("e", "desk"), t0),
-            Consumed::Answered(approve())
-        );
+        assert_eq!(store.lookup(&of("e", "desk"), t0), answered(approve(), t0));
         let stop = Answer::Reject {
             by: "ops".into(),
             reason: "enough".into(),
@@ -443,7 +506,7 @@ mod tests {
         for digest in ["a", "b", "c"] {
             assert_eq!(
                 store.lookup(&of(digest, "desk"), t0),
-                Consumed::Answered(stop.clone()),
+                answered(stop.clone(), t0),
                 "{digest}"
             );
         }

@@ -312,6 +312,10 @@ impl GateBuilder {
             .iter()
             .map(|&r| AtomicBool::new(r))
             .collect();
+        let filer = store
+            .as_ref()
+            .and_then(|_| crate::approval::two_step::new_token())
+            .map(Arc::from);
         let gate = Gate {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -342,6 +346,7 @@ impl GateBuilder {
                     grants: Mutex::new(grants::Grants::default()),
                     granted_until: registry.entries.iter().map(|_| AtomicU64::new(0)).collect(),
                     epoch: std::time::Instant::now(),
+                    filer,
                 },
                 audit: match self.audit.len() {
                     0 | 1 => self.audit.pop(),

@@ -124,6 +124,12 @@ pub(super) struct Approvals {
     /// taint latch clears these under its lock.
     pub(super) granted_until: Box<[AtomicU64]>,
     pub(super) epoch: std::time::Instant,
+    /// The gate's id in its store's requests ([`ApprovalCall::gate`]): 128 random bits, shared by its
+    /// clones, so that an answer for the session grants to the gate that filed its request alone.
+    /// `None` without a store, or without randomness (then no store answer grants it anything).
+    ///
+    /// [`ApprovalCall::gate`]: crate::approval::store::ApprovalCall::gate
+    pub(super) filer: Option<Arc<str>>,
 }
 
 impl Gate {

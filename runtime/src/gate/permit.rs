@@ -25,14 +25,15 @@ pub struct Permit {
 }
 
 /// The exits of one call, behind one thin pointer so that an unaudited permit is a single word; and,
-/// for an approved call whose decision waited, the arguments the approval saw and the budget units
-/// kept only if they are still the same.
+/// for an approved call whose decision waited, the arguments the approval saw, the budget units
+/// kept only if they are still the same, and when a store's approval of the call expires.
 #[derive(Debug, Default)]
 struct Exits(
     Vec<Exit>,
     Option<Seen>,
     Vec<Reserved>,
     Option<Box<Observed>>,
+    Option<Instant>,
 );
 
 /// What a tool's `evidence` probe read of its target, for the `exit` records.
@@ -109,6 +110,16 @@ impl Permit {
             Some(exits) => exits.2.drain(..).filter_map(Reserved::give_back).collect(),
             None => Vec::new(),
         }
+    }
+
+    /// Keeps when the store's approval of the call expires, for the last comparison before the body.
+    pub(crate) fn approved_until(&mut self, expires: Instant) {
+        self.exits.get_or_insert_with(Box::default).4 = Some(expires);
+    }
+
+    /// When the store's approval of the call expires, where the last comparison must read it.
+    pub(crate) fn approval_expires(&self) -> Option<Instant> {
+        self.exits.as_ref()?.4
     }
 
     /// What an approval saw, taken out to be compared.

@@ -30,10 +30,12 @@
 //!                 AND policy_version = $5 AND coalesce(principal, '') = $6
 //!                 AND coalesce(agent, '') = $7 AND (tainted_by IS NOT NULL) = $8
 //!                 AND target IS NOT DISTINCT FROM $9 AND evidence_digest IS NOT DISTINCT FROM $10
-//!                 AND answered_at IS NOT NULL AND consumed_at IS NULL AND expires_at > now()
+//!                 AND answered_at IS NOT NULL AND consumed_at IS NULL
+//!                 AND expires_at > clock_timestamp()
 //!               ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 //!     AND consumed_at IS NULL
-//!   RETURNING answer, answered_by, reason, for_session, stop, confirmation
+//!   RETURNING answer, answered_by, reason, for_session AND coalesce(gate = $11, false), stop,
+//!     confirmation, extract(epoch FROM expires_at - clock_timestamp())
 //!   ```
 //!
 //!   Of calls racing for one answer, in any number of processes, one locks the row and the others skip
@@ -44,6 +46,15 @@
 //! - **Bound to the call.** Only a call whose tool, both argument digests, risk, policy version,
 //!   principal, agent, taint, target and evidence digest are equal to the request's uses its answer
 //!   (an operator answers the call, in whichever of the agent's processes it is made again).
+//! - **Live until the body.** Expiry is read by the clock as the statement runs, so one that waited on
+//!   a lock past the request's expiry uses nothing; the answer comes back with the time its request
+//!   had left, counted on this process's monotonic clock from before the statement was sent, and the
+//!   gate refuses the call `APPROVAL_EXPIRED` if it reaches its body later (its `enter` records slow,
+//!   say).
+//! - **A session answer is its gate's.** A request keeps the random id of the gate that filed it
+//!   (`gate`, migration 11); an answer `--for-session` is returned as one only to a call of that gate
+//!   (or its clones). Another gate of the same principal and agent, a process started again, runs the
+//!   call once and is granted nothing.
 //! - **Tokens are secrets.** The table holds the SHA-256 of each token, never the token.
 //! - **Fails closed.** Every operation has the store's timeout (2 seconds by default); an error or a
 //!   timeout refuses the call with `APPROVAL_STORE_UNAVAILABLE`. A broken connection is opened again by
@@ -128,6 +139,7 @@
 //!     evidence_digest  text,                       -- and its digest, in the binding
 //!     rollback         text,                       -- how the call would be undone (JSON)
 //!     confirmation     text,                       -- the target as the approver typed it
+//!     gate             text,                       -- the gate that filed it (a random id)
 //!     CHECK ((answer IS NULL) = (answered_at IS NULL)),
 //!     CHECK (consumed_at IS NULL OR answered_at IS NOT NULL)
 //! );
@@ -193,10 +205,12 @@
 //! CREATE INDEX budget_uses_key ON toolgate.budget_uses (key, used_at);
 //! ```
 //!
-//! A call's check is one statement, `SELECT toolgate.budget_take(keys, limits, windows_us)`, a
-//! PL/pgSQL function of migration 4 that, for each of the call's budgets in key order, makes its row if
-//! missing and locks it (`FOR UPDATE`), deletes the uses that left the window and counts what it holds
-//! (after the lock, so it reads what the last check committed); then either records the call in every
+//! A call's check is one statement, `SELECT toolgate.budget_take(keys, limits, windows_us, r)`, a
+//! PL/pgSQL function (migrations 4, 7 and 11) that, for each of the call's budgets in key order, makes
+//! its row if missing and locks it (`FOR UPDATE`); then reads the clock (`clock_timestamp()`, once
+//! every lock is held, so a check that waited on one counts from when it was allowed, not from when it
+//! was sent), deletes the uses that left the window and counts what each holds (after the lock, so it
+//! reads what the last check committed); then either records the call in every
 //! budget, or records nothing and answers which budget is out and for how long (from its oldest use
 //! that must leave, found by the index). A check costs what it deletes, not what the window holds.
 //! Locking in key order serializes the checks that share a budget, in any number of processes, and

@@ -345,6 +345,56 @@ pub(super) const MIGRATIONS: &[&str] = &[
     $$;
     CREATE TRIGGER approvals_changed AFTER INSERT OR UPDATE OR DELETE ON {s}.approvals
         FOR EACH STATEMENT EXECUTE FUNCTION {s}.approvals_changed();",
+    // 11: the gate that filed a request (a random id, shared by its clones, never another gate's):
+    // an answer for the session grants only to it. A budget check stamps its call once it holds its
+    // budgets' rows, not when it started: a check that waited on a lock counts from when it was
+    // allowed.
+    "ALTER TABLE {s}.approvals ADD COLUMN gate text;
+    CREATE OR REPLACE FUNCTION {s}.budget_take(keys text[], limits integer[], windows_us bigint[],
+        r bytea)
+    RETURNS bigint[] LANGUAGE plpgsql AS $$
+    DECLARE
+        now_at  timestamptz;
+        live    integer;
+        oldest  timestamptz;
+        worst   integer := 0;
+        wait_us bigint := -1;
+        this_us bigint;
+    BEGIN
+        LOCK TABLE {s}.budget_uses IN ROW EXCLUSIVE MODE;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budgets (key, held) VALUES (keys[i], 0) ON CONFLICT (key) DO NOTHING;
+            PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
+        END LOOP;
+        now_at := clock_timestamp();
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            WITH gone AS (
+                DELETE FROM {s}.budget_uses
+                WHERE key = keys[i] AND used_at <= now_at - windows_us[i] * interval '1 microsecond'
+                RETURNING 1)
+            UPDATE {s}.budgets SET held = held - (SELECT count(*) FROM gone)
+                WHERE key = keys[i] RETURNING held INTO live;
+            IF live >= limits[i] THEN
+                SELECT used_at INTO oldest FROM {s}.budget_uses WHERE key = keys[i]
+                    ORDER BY used_at OFFSET live - limits[i] LIMIT 1;
+                this_us := ceil(extract(epoch FROM oldest + windows_us[i] * interval '1 microsecond'
+                    - now_at) * 1000000)::bigint;
+                IF this_us > wait_us THEN
+                    worst := i;
+                    wait_us := this_us;
+                END IF;
+            END IF;
+        END LOOP;
+        IF wait_us >= 0 THEN
+            RETURN ARRAY[worst - 1, greatest(wait_us, 0)];
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budget_uses (key, used_at, reservation) VALUES (keys[i], now_at, r);
+            UPDATE {s}.budgets SET held = held + 1 WHERE key = keys[i];
+        END LOOP;
+        RETURN ARRAY[-1, 0];
+    END
+    $$;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
@@ -374,19 +424,24 @@ const SAME_BINDING: &str = "tool = $1 AND arguments_digest = $2 AND shown_digest
 /// Uses the oldest live answer to exactly this call, in one statement. Of concurrent statements, one
 /// locks the row; the others skip it (and find another answer, or none), and one that reads it after
 /// the winner committed re-checks `consumed_at` on the new row version (READ COMMITTED), so no answer is
-/// used twice.
+/// used twice. Expiry is read by the clock as the statement runs (`clock_timestamp()`), not as it
+/// started (`now()`): a statement that waited on a lock past the request's expiry uses nothing. An
+/// answer for the session stays one only for the gate that filed the request (`$11`); the last
+/// column is how long the request has left, in seconds.
 pub(super) fn consume() -> String {
     format!(
         "UPDATE {{s}}.approvals SET consumed_at = now()
          WHERE id = (
              SELECT id FROM {{s}}.approvals
              WHERE {SAME_BINDING} AND answered_at IS NOT NULL AND consumed_at IS NULL
-               AND expires_at > now()
+               AND expires_at > clock_timestamp()
              ORDER BY id
              LIMIT 1
              FOR UPDATE SKIP LOCKED)
            AND consumed_at IS NULL
-         RETURNING answer, answered_by, reason, for_session, stop, confirmation"
+         RETURNING answer, answered_by, reason,
+             for_session AND coalesce(gate = $11::text, false), stop, confirmation,
+             extract(epoch FROM expires_at - clock_timestamp())::float8"
     )
 }
 
@@ -447,9 +502,10 @@ pub(super) const COUNT_PENDING: &str = "SELECT count(*) FROM (
 
 pub(super) const INSERT: &str = "INSERT INTO {s}.approvals (token_sha256, tool, arguments_digest,
         shown_digest, risk, policy_version, agent, mode, manifest, arguments, expires_at, principal,
-        tainted_by, tainted_at, target, irreversible, evidence, evidence_digest, rollback)
+        tainted_by, tainted_at, target, irreversible, evidence, evidence_digest, rollback, gate)
     VALUES (ARRAY[$1::text], $2, $3, $4, $5, $6, $7, $8, $9::text::jsonb, $10,
-        now() + $11::bigint * interval '1 millisecond', $12, $13, $14, $15, $16, $17, $18, $19)
+        now() + $11::bigint * interval '1 millisecond', $12, $13, $14, $15, $16, $17, $18, $19,
+        $20)
     RETURNING id";
 
 /// Forgets requests one time-to-live (`$1`, milliseconds) after they expired.

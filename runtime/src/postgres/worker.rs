@@ -162,8 +162,10 @@ impl Worker {
                 let _ = reply.send(done);
             }
             Job::Consume(call, reply) => {
+                // Before the store is asked: the answer's expiry is counted from here, never later.
+                let asked = Instant::now();
                 let done = self
-                    .with_conn(async |conn| self.consume(conn, &call).await)
+                    .with_conn(async |conn| self.consume(conn, &call, asked).await)
                     .await
                     .map_err(Failure::into_store);
                 let _ = reply.send(done);
@@ -279,7 +281,12 @@ impl Worker {
         Ok(Conn { client, statements })
     }
 
-    async fn consume(&self, conn: &mut Conn, call: &ApprovalCall) -> Result<Consumed, Failure> {
+    async fn consume(
+        &self,
+        conn: &mut Conn,
+        call: &ApprovalCall,
+        asked: Instant,
+    ) -> Result<Consumed, Failure> {
         let binding = &call.binding;
         let risk = binding.risk.as_str();
         let version = policy_version(binding)?;
@@ -297,12 +304,16 @@ impl Worker {
             &binding.target,
             &binding.evidence_digest,
         ];
+        let gate = call.gate.as_deref();
+        let used: [&(dyn ToSql + Sync); 11] = [
+            key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8], key[9], &gate,
+        ];
         if let Some(row) = conn
             .client
-            .query_opt(&conn.statements.consume, &key)
+            .query_opt(&conn.statements.consume, &used)
             .await?
         {
-            return Ok(Consumed::Answered(answer_of(&row)?));
+            return used_answer(&row, asked);
         }
         let prune = self
             .last_prune
@@ -317,9 +328,9 @@ impl Worker {
             )
             .await?;
         // An operator may have answered since the statement above: take the answer now.
-        if let Some(row) = transaction.query_opt(&statements.consume, &key).await? {
+        if let Some(row) = transaction.query_opt(&statements.consume, &used).await? {
             transaction.commit().await?;
-            return Ok(Consumed::Answered(answer_of(&row)?));
+            return used_answer(&row, asked);
         }
         let why = transaction.query_one(&statements.why_waiting, &key).await?;
         let code = if get(&why, 0)? {
@@ -396,6 +407,7 @@ impl Worker {
                                 &call.evidence,
                                 &binding.evidence_digest,
                                 &call.rollback,
+                                &gate,
                             ],
                         )
                         .await?;
@@ -568,9 +580,17 @@ fn unexpected(what: impl Into<String>) -> Failure {
     Failure::Store(StoreError::Unexpected(what.into()))
 }
 
-/// Reads the answer a consuming statement returns ([`sql::consume`]).
-fn answer_of(row: &Row) -> Result<Answer, Failure> {
-    answer_of_at(row, 0, 5)
+/// Reads the answer a consuming statement returns ([`sql::consume`]), and when its request expires:
+/// the time it had left when the statement used it, counted from `asked` (before the statement was
+/// sent), so never later than the database's own expiry.
+fn used_answer(row: &Row, asked: Instant) -> Result<Consumed, Failure> {
+    let answer = answer_of_at(row, 0, 5)?;
+    let left: f64 = get(row, 6)?;
+    let left = Duration::try_from_secs_f64(left.max(0.0)).unwrap_or_default();
+    let expires = asked
+        .checked_add(left)
+        .ok_or_else(|| unexpected(format!("an answer that lives {left:?} more")))?;
+    Ok(Consumed::AnsweredUntil(answer, expires))
 }
 
 /// Reads a row of [`sql::REQUEST`]'s columns.

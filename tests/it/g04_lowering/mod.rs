@@ -2,6 +2,7 @@
 //! yet started.
 
 mod approval_surfaces;
+mod attacks_stateful;
 mod by_name;
 mod features_meeting;
 mod handlers;

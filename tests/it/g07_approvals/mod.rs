@@ -2,6 +2,7 @@
 
 mod approval_surfaces;
 mod approvers;
+mod attacks_stateful;
 mod by_name;
 pub(crate) mod checks;
 mod features_meeting;
@@ -14,4 +15,5 @@ mod regressions;
 pub(crate) mod rounds;
 pub(crate) mod served_ops;
 mod shared_stores;
+mod stored_answers;
 mod user_code;

@@ -4,5 +4,6 @@
 //! refuses the call; the `toolgate` command escapes what it shows an operator.
 
 mod across_processes;
+mod attacks_stateful;
 mod over_mcp;
 mod store;

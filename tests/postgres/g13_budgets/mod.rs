@@ -2,5 +2,6 @@
 //! counts the calls that run.
 
 mod attacks;
+mod attacks_stateful;
 mod over_mcp;
 mod processes;

@@ -464,9 +464,13 @@ pub(crate) fn chained_hash(prev: &str, body: &str) -> String {
         .collect()
 }
 
-/// Undoes migration 10 (the trail's searched columns and indexes, the pending list's index, the
-/// notification of changed requests), for the tests of a database at version 9 that migrates.
+/// Undoes migrations 11 (the column of the gate that filed a request; the budget check's function,
+/// made again by the migration, is left as it is) and 10 (the trail's searched columns and indexes,
+/// the pending list's index, the notification of changed requests), for the tests of a database at
+/// version 9 that migrates.
 pub(crate) const BACK_TO_VERSION_9: &str = "
+    ALTER TABLE toolgate.approvals DROP COLUMN gate;
+    DELETE FROM toolgate.schema_version WHERE version = 11;
     DROP TRIGGER approvals_changed ON toolgate.approvals;
     DROP FUNCTION toolgate.approvals_changed();
     DROP INDEX toolgate.approvals_open;

@@ -146,6 +146,7 @@ impl Gate {
                 .plan
                 .as_ref()
                 .map(crate::approval::effects::Rollback::to_json),
+            gate: self.inner.approvals.filer.as_deref().map(str::to_owned),
         };
         let store = store.clone();
         Approving::Wait(Wait::Answer(Box::pin(async move {
@@ -268,6 +269,7 @@ impl Gate {
             refused(DenialCode::ApprovalStoreUnavailable)
                 .with_detail(StoreError::Unexpected(what).to_string().into())
         };
+        let (consumed, _) = expiring(consumed);
         let (code, token, request) = match consumed {
             Err(error) => {
                 return Err(refused(DenialCode::ApprovalStoreUnavailable)
@@ -311,6 +313,7 @@ impl Gate {
             }
             Ok(Consumed::Pending { code, token }) => (code, token, None),
             Ok(Consumed::Filed(filed)) => (filed.code, filed.token, filed.request_id),
+            Ok(Consumed::AnsweredUntil(..)) => unreachable!("read as `Answered` above"),
         };
         // A store refuses only as a store may: any other code would blame a deny rule, the mode or the
         // audit for what the store said.
@@ -400,6 +403,19 @@ impl Gate {
             None => format!("asked because {taint}"),
         };
         denied.with_detail(detail.into())
+    }
+}
+
+/// A store's answer, and when its request expires where the store says: an answer with an expiry is
+/// read as any other, and the expiry is checked again at the commit point.
+pub(super) fn expiring(
+    consumed: Result<Consumed, StoreError>,
+) -> (Result<Consumed, StoreError>, Option<Instant>) {
+    match consumed {
+        Ok(Consumed::AnsweredUntil(answer, expires)) => {
+            (Ok(Consumed::Answered(answer)), Some(expires))
+        }
+        other => (other, None),
     }
 }
 

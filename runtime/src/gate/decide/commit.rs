@@ -18,6 +18,7 @@ use std::time::Instant;
 use super::arguments::{ArgumentSource, still_seen};
 use super::budgets::Reserve;
 use super::effects::confirm_evidence;
+use super::expiry::still_unexpired;
 use super::refusal::refuse;
 use super::state::Decision;
 use super::table::since;
@@ -66,6 +67,7 @@ impl<A: ArgumentSource> Decision<A> {
                 gate.inner.generation.load(Ordering::Acquire) <= held.current().generation
             });
             if settled {
+                self.approval_unexpired()?;
                 for i in 0..self.gates.len() {
                     self.still_allowed(i)?;
                 }
@@ -382,7 +384,9 @@ pub(super) fn confirm_slow(
     // The arguments first, the target's state last, as at the commit point.
     let denied = match permit.take_seen() {
         Some(seen) if !still_seen(call, &seen) => changed(entry, risk, None),
-        _ => match confirm_evidence(entry, &mut permit, call.effects, risk) {
+        _ => match confirm_evidence(entry, &mut permit, call.effects, risk)
+            .and_then(|()| still_unexpired(entry, &permit, risk))
+        {
             Err(denied) => denied,
             Ok(()) => {
                 permit.commit_held();

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use super::approvals::Approving;
+use super::approvals::{Approving, expiring};
 use super::arguments::ArgumentSource;
 use super::arguments::Shown;
 use super::budgets::Reserve;
@@ -193,7 +193,11 @@ impl<A: ArgumentSource> Decision<A> {
             }
             (At::Approval(i), Answered::Store(consumed)) => {
                 let mode = Mode::from_index(self.held[i].state);
+                let (consumed, expires) = expiring(consumed);
                 let result = self.gates[i].consumed(entry, mode, risk, consumed, self.shown());
+                if result.is_ok() {
+                    self.expires = self.expires.into_iter().chain(expires).min();
+                }
                 self.approved(i, result);
             }
             (_, Answered::Released) => {}

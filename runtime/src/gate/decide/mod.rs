@@ -14,7 +14,7 @@
 //! 4. **records** ([`records`]): each gate's `enter`;
 //! 5. **the commit point** ([`commit`]): what can change while a decision waits is read again (the
 //!    target's state an approval saw, each gate's mode and latch, the grant that allowed the call, the
-//!    arguments an approval saw), then what
+//!    arguments an approval saw, the expiry of a store's approval: [`expiry`]), then what
 //!    the decision reserved is made real (budget units kept, session grants made). A refusal at any
 //!    step gives everything back and is recorded by every gate that took part, and is returned once
 //!    the budget units are back in their stores; so is one at an async call's last comparison of its
@@ -29,7 +29,7 @@
 //! driver: it is one inlined bit test ([`fast_allows`]).
 //!
 //! The modules import one another in one direction only, lowest first: `refusal`, `arguments`,
-//! `waits`, `gates`, `table`; the steps (`budgets`, `approvals`, `records`); `state`, `effects`, `commit`,
+//! `waits`, `gates`, `table`; the steps (`budgets`, `approvals`, `records`); `state`, `effects`, `expiry`, `commit`,
 //! `driver`, `suspension`, `in_place`, `check`; `hand_off` on top.
 
 mod approvals;
@@ -39,6 +39,7 @@ mod check;
 mod commit;
 mod driver;
 mod effects;
+mod expiry;
 mod gates;
 mod hand_off;
 mod in_place;

@@ -77,6 +77,9 @@ pub(super) struct Decision<A> {
     pub(super) unrecorded: Option<Exit>,
     /// What a tool with lasting effects shows whoever decides it: boxed, since most tools have none.
     pub(super) shown: Option<Box<Shown>>,
+    /// When the earliest of the store answers that approved the call expires, where a store said:
+    /// the commit point refuses the call from then on.
+    pub(super) expires: Option<std::time::Instant>,
 }
 
 impl<A: ArgumentSource> Decision<A> {
@@ -101,6 +104,7 @@ impl<A: ArgumentSource> Decision<A> {
             releases: Vec::new(),
             unrecorded: None,
             shown: None,
+            expires: None,
         }
     }
 
@@ -161,6 +165,7 @@ impl Decision<LazyArguments<'_>> {
             releases: self.releases,
             unrecorded: self.unrecorded,
             shown: self.shown,
+            expires: self.expires,
         }
     }
 }
