@@ -74,6 +74,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::registry::{Behaviour, ToolManifest, manifests, registry};
+use crate::terminal::escaped;
 use toolgate_policy::ModeSet;
 use toolgate_policy::Risk;
 
@@ -318,7 +319,9 @@ fn sort(entries: &mut [Entry]) {
 }
 
 fn to_text(entries: &[Entry]) -> String {
-    let mut text = serde_json::to_string_pretty(entries).expect("an entry serializes");
+    let mut text = super::json_one_line_per_line(
+        serde_json::to_string_pretty(entries).expect("an entry serializes"),
+    );
     text.push('\n');
     text
 }
@@ -393,8 +396,16 @@ pub struct Change {
 }
 
 impl fmt::Display for Change {
+    /// One line: the id escaped for a terminal ([`escaped`]), the values in the detail quoted as Rust
+    /// quotes them, which leaves no line terminator raw either.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:<18} {}: {}", self.kind.label(), self.id, self.detail)
+        write!(
+            f,
+            "{:<18} {}: {}",
+            self.kind.label(),
+            escaped(&self.id),
+            escaped(&self.detail)
+        )
     }
 }
 

@@ -43,6 +43,27 @@ use std::str::FromStr;
 use crate::registry::ToolManifest;
 pub use crate::registry::digest::{canonical_json, digest_of, manifest_digest};
 use crate::registry::manifests;
+use crate::terminal::hides;
+
+/// Every character that ends a line where a report may be read: CommonMark's line endings (a line
+/// feed, and a carriage return alone or before one), and those other readers and editors honour (the
+/// next line, line and paragraph separators, form feed and vertical tab). A field of a manifest
+/// holding one must not start a row, a record or a line of its own in any report.
+pub const LINE_TERMINATORS: [char; 7] = [
+    '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{c}', '\u{b}',
+];
+
+/// JSON text with the line terminators JSON leaves raw in a string (the next line, line and paragraph
+/// separators) written as `\uXXXX` escapes: the value is the same, and no reader breaks a line there.
+/// Outside strings JSON holds none of them, so only strings change.
+pub(crate) fn json_one_line_per_line(text: String) -> String {
+    if !text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+        return text;
+    }
+    text.replace('\u{85}', "\\u0085")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+}
 
 /// A report format: `json` (pretty), `md` (a Markdown table) or `csv`.
 ///
@@ -159,7 +180,9 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    serde_json::to_string_pretty(&collect(manifests)).expect("a manifest serializes")
+    json_one_line_per_line(
+        serde_json::to_string_pretty(&collect(manifests)).expect("a manifest serializes"),
+    )
 }
 
 /// A JSON array of `manifests` on one line, keys in declaration order.
@@ -168,16 +191,28 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    serde_json::to_string(&collect(manifests)).expect("a manifest serializes")
+    json_one_line_per_line(serde_json::to_string(&collect(manifests)).expect("a manifest serializes"))
 }
 
 fn yes_no(value: bool) -> &'static str {
     if value { "yes" } else { "no" }
 }
 
-/// `text` as a Markdown table cell: `|` escaped so that it cannot end the cell.
+/// `text` as a Markdown table cell: `|` escaped so that it cannot end the cell, and every character
+/// that could end the row or hide what follows (line terminators, controls, invisible and reordering
+/// characters: [`hides`]) written as its escape `\u{..}`.
 fn cell(text: &str) -> String {
-    text.replace('|', "\\|")
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '|' {
+            out.push_str("\\|");
+        } else if hides(c) {
+            write!(out, "\\u{{{:04x}}}", u32::from(c)).expect("writing to a String");
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `text` as a code span, with a fence longer than any run of backticks inside it.
@@ -201,7 +236,10 @@ fn code(text: &str) -> String {
 /// `rollback`, or `none`), description (its first line) and source (`file:line`).
 ///
 /// Ids and sources are code spans; flags are `yes` or `no`; modes are listed as `SHADOW, ADVISORY` (or
-/// `none`); the description keeps its Markdown, with `|` escaped.
+/// `none`); the description (up to its first line terminator, [`LINE_TERMINATORS`]) keeps its Markdown,
+/// with `|` escaped. In every cell, a character that could end the row or hide text (a line terminator,
+/// a control, an invisible or reordering character) is written as its escape `\u{..}`, so that each
+/// tool is one row and no text of one tool shows in another's.
 pub fn markdown<I>(manifests: I) -> String
 where
     I: IntoIterator,
@@ -213,7 +251,12 @@ where
     );
     for m in manifests {
         let m = m.borrow();
-        let first_line = m.description.lines().next().unwrap_or("").trim();
+        let first_line = m
+            .description
+            .split(LINE_TERMINATORS)
+            .next()
+            .unwrap_or("")
+            .trim();
         let source = format!("{}:{}", m.source.file, m.source.line);
         writeln!(
             out,
@@ -253,7 +296,7 @@ fn effects(m: &ToolManifest) -> String {
 }
 
 fn csv_field(out: &mut String, field: &str) {
-    if field.contains([',', '"', '\n', '\r']) {
+    if field.contains([',', '"']) || field.contains(LINE_TERMINATORS) {
         out.push('"');
         out.push_str(&field.replace('"', "\"\""));
         out.push('"');
@@ -263,7 +306,7 @@ fn csv_field(out: &mut String, field: &str) {
 }
 
 /// CSV as RFC 4180 defines it: a header row, records ending with CRLF, and a field quoted when it holds a
-/// comma, a double quote or a line break, its quotes doubled.
+/// comma, a double quote or a line terminator ([`LINE_TERMINATORS`]), its quotes doubled.
 ///
 /// Columns: `id`, `domain` (empty when none), `risk_level`, `side_effects`, `allowed_modes` (the names
 /// separated by spaces), `idempotent`, `open_world`, `description` (all of it), `source_file`,
