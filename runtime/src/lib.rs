@@ -14,6 +14,7 @@ pub mod approval;
 pub mod audit;
 mod by_name;
 mod canonical;
+mod files;
 #[cfg(feature = "clap")]
 pub mod cli;
 #[cfg(feature = "console")]

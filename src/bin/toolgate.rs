@@ -846,20 +846,21 @@ fn signed_status(signed: &CheckpointReport, chain: u8) -> u8 {
 fn keygen(out: &Path) -> u8 {
     let public_path = public_key_path(out);
     for path in [out, public_path.as_path()] {
-        if path.exists() {
-            eprintln!(
-                "toolgate: {} exists already; not overwritten",
-                path.display()
-            );
+        // A link, even a dangling one, counts: nothing is written through it.
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            let what = if meta.file_type().is_symlink() {
+                "is a symbolic link"
+            } else {
+                "exists already"
+            };
+            eprintln!("toolgate: {} {what}; not overwritten", path.display());
             return IO_ERROR;
         }
     }
     let written = SigningKey::generate().and_then(|key| {
         key.write_pem_file(out)?;
         let public = key.public_key();
-        std::fs::write(&public_path, public.to_public_key_pem())
-            .map(|()| public)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", public_path.display())))
+        public.write_pem_file(&public_path).map(|()| public)
     });
     match written {
         Ok(public) => {

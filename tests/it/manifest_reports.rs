@@ -265,3 +265,49 @@ fn a_declared_description_with_a_carriage_return_shows_one_row() {
     assert!(!table.contains("reports.forged"), "{table:?}");
     let _ = (carriage(1), plain(1));
 }
+
+/// The lockfile is never written through a symbolic link: one at its name, dangling or to a file, is
+/// refused, as is one at the name of the temporary file it is written through; the link's target is
+/// untouched either way.
+#[cfg(unix)]
+#[test]
+fn the_lockfile_is_not_written_through_a_link() {
+    let tools = three("description", "");
+    for dangling in [true, false] {
+        let dir = crate::common::Scratch::new("lockfile-links");
+        let target = dir.path("target");
+        if !dangling {
+            std::fs::write(&target, "the planter's file\n").unwrap();
+        }
+        let path = dir.path("tools.lock.json");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let error = lockfile::check_with(&path, &tools, Update::Overwrite).unwrap_err();
+        assert!(
+            matches!(error, LockfileError::Io { .. }) && error.to_string().contains("symbolic link"),
+            "{error}"
+        );
+        let untouched = |what: &str| {
+            if dangling {
+                assert!(std::fs::symlink_metadata(&target).is_err(), "{what}");
+            } else {
+                assert_eq!(
+                    std::fs::read_to_string(&target).unwrap(),
+                    "the planter's file\n",
+                    "{what}"
+                );
+            }
+        };
+        untouched("a link at the lockfile's name");
+
+        // Links at every temporary name the next writes could take.
+        std::fs::remove_file(&path).unwrap();
+        let temporary = |n: u64| dir.path(&format!("tools.lock.json.{}.{n}.tmp", std::process::id()));
+        for n in 0..1_000 {
+            std::os::unix::fs::symlink(&target, temporary(n)).unwrap();
+        }
+        let error = lockfile::check_with(&path, &tools, Update::Overwrite).unwrap_err();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        untouched("a link at the temporary name");
+        assert!(std::fs::symlink_metadata(&path).is_err(), "nothing was renamed into place");
+    }
+}

@@ -34,7 +34,9 @@ pub fn check_policy_lock(
     if update == Update::Overwrite {
         let same = std::fs::read(&lock).ok() == std::fs::read(&policy).ok();
         if !same {
-            std::fs::copy(&policy, &lock)
+            // Never through a link planted at the lock's name.
+            std::fs::read(&policy)
+                .and_then(|text| crate::files::replace(&lock, &text))
                 .map_err(|e| PolicyLockError::Lockfile(format!("{}: {e}", lock.display())))?;
         }
         return Ok(());

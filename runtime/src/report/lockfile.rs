@@ -69,7 +69,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -326,23 +325,10 @@ fn to_text(entries: &[Entry]) -> String {
     text
 }
 
-/// Writes through a temporary file and a rename, so that a concurrent reader never sees half a file.
+/// Writes through a new temporary file and a rename, so that a concurrent reader never sees half a
+/// file, and never through a symbolic link: one at the lockfile's name is refused.
 fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    crate::files::replace(path, text.as_bytes())
 }
 
 /// The kind of a [`Change`], in the order the list of changes shows them.

@@ -1,3 +1,5 @@
 //! Guarantee 10 of SECURITY.md: A signed JSONL log shows a rewrite of the whole log.
 
 mod checkpoints;
+#[cfg(unix)]
+mod planted_links;
