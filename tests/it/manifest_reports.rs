@@ -39,7 +39,14 @@ fn leak(text: String) -> &'static str {
 }
 
 /// The fields a tool sets that a report shows.
-const FIELDS: [&str; 6] = ["id", "domain", "description", "target", "file", "module_path"];
+const FIELDS: [&str; 6] = [
+    "id",
+    "domain",
+    "description",
+    "target",
+    "file",
+    "module_path",
+];
 
 /// Three tools, the middle one with `field` hostile.
 fn three(field: &str, terminator: &str) -> Vec<ToolManifest> {
@@ -134,7 +141,10 @@ fn markdown_keeps_each_tool_to_one_row_whatever_terminator_any_field_holds() {
             let rows = lines(&table);
             assert_eq!(rows.len(), 5, "{what}: {table:?}");
             for (row, id) in rows[2..].iter().zip(["a_before", "m_hostile", "z_after"]) {
-                assert!(row.starts_with("| `") && row.ends_with(" |"), "{what}: {row:?}");
+                assert!(
+                    row.starts_with("| `") && row.ends_with(" |"),
+                    "{what}: {row:?}"
+                );
                 assert!(row.contains(id), "{what}: {row:?}");
                 assert_eq!(cell_ends(row), 10, "{what}: {row:?}");
             }
@@ -189,7 +199,11 @@ fn csv_keeps_each_tool_to_one_record_whatever_terminator_any_field_holds() {
             assert_eq!(records.len(), 4, "{what}: {text:?}");
             assert!(records.iter().all(|r| r.len() == 15), "{what}: {records:?}");
             let ids: Vec<&str> = records[1..].iter().map(|r| r[0].as_str()).collect();
-            assert_eq!(ids, tools.iter().map(|m| m.id).collect::<Vec<_>>(), "{what}");
+            assert_eq!(
+                ids,
+                tools.iter().map(|m| m.id).collect::<Vec<_>>(),
+                "{what}"
+            );
             let column = match field {
                 "id" => 0,
                 "domain" => 1,
@@ -206,7 +220,10 @@ fn csv_keeps_each_tool_to_one_record_whatever_terminator_any_field_holds() {
                 "module_path" => tools[1].source.module_path,
                 _ => tools[1].target.unwrap(),
             };
-            assert_eq!(records[2][column], expected, "{what}: the field survives whole");
+            assert_eq!(
+                records[2][column], expected,
+                "{what}: the field survives whole"
+            );
             for record in [&records[1], &records[3]] {
                 assert!(record.iter().all(|f| !f.contains("FORGED")), "{what}");
             }
@@ -283,7 +300,8 @@ fn the_lockfile_is_not_written_through_a_link() {
         std::os::unix::fs::symlink(&target, &path).unwrap();
         let error = lockfile::check_with(&path, &tools, Update::Overwrite).unwrap_err();
         assert!(
-            matches!(error, LockfileError::Io { .. }) && error.to_string().contains("symbolic link"),
+            matches!(error, LockfileError::Io { .. })
+                && error.to_string().contains("symbolic link"),
             "{error}"
         );
         let untouched = |what: &str| {
@@ -301,13 +319,17 @@ fn the_lockfile_is_not_written_through_a_link() {
 
         // Links at every temporary name the next writes could take.
         std::fs::remove_file(&path).unwrap();
-        let temporary = |n: u64| dir.path(&format!("tools.lock.json.{}.{n}.tmp", std::process::id()));
+        let temporary =
+            |n: u64| dir.path(&format!("tools.lock.json.{}.{n}.tmp", std::process::id()));
         for n in 0..1_000 {
             std::os::unix::fs::symlink(&target, temporary(n)).unwrap();
         }
         let error = lockfile::check_with(&path, &tools, Update::Overwrite).unwrap_err();
         assert!(error.to_string().contains("symbolic link"), "{error}");
         untouched("a link at the temporary name");
-        assert!(std::fs::symlink_metadata(&path).is_err(), "nothing was renamed into place");
+        assert!(
+            std::fs::symlink_metadata(&path).is_err(),
+            "nothing was renamed into place"
+        );
     }
 }

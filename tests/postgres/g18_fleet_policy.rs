@@ -170,7 +170,9 @@ fn policy_apply_narrows_every_process_and_a_policy_a_member_cannot_check_is_refu
 fn stored_digests(url: &str, fleet: &str) -> (Option<String>, Option<String>) {
     let rows = query(
         url,
-        &format!("SELECT policy_digest, accepted_digest FROM toolgate.fleets WHERE name = '{fleet}'"),
+        &format!(
+            "SELECT policy_digest, accepted_digest FROM toolgate.fleets WHERE name = '{fleet}'"
+        ),
     );
     (rows[0][0].clone(), rows[0][1].clone())
 }
@@ -212,7 +214,10 @@ fn a_refused_fleet_policy_never_leaves_a_restarted_process_under_no_policy() {
     assert_eq!(first.expect("policy "), digest_of(a));
     let deadline = Instant::now() + Duration::from_secs(60);
     while stored_digests(&url, "ops").1.as_deref() != Some(digest_of(a).as_str()) {
-        assert!(Instant::now() < deadline, "policy A was never recorded as accepted");
+        assert!(
+            Instant::now() < deadline,
+            "policy A was never recorded as accepted"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
@@ -235,7 +240,10 @@ fn a_refused_fleet_policy_never_leaves_a_restarted_process_under_no_policy() {
     let foreign = "format = 1\n[defaults]\ndeny = [\"payments.refund\"]\n";
     let foreign_digest = query(
         &url,
-        &format!("SELECT encode(sha256(convert_to('{}', 'UTF8')), 'hex')", foreign.replace('\'', "''")),
+        &format!(
+            "SELECT encode(sha256(convert_to('{}', 'UTF8')), 'hex')",
+            foreign.replace('\'', "''")
+        ),
     )[0][0]
         .clone()
         .unwrap();

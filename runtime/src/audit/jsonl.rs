@@ -435,8 +435,12 @@ impl State {
                 ),
             )
         };
-        let in_sidecar =
-            |e: io::Error| io::Error::new(e.kind(), format!("checkpoints {}: {e}", sidecar_path.display()));
+        let in_sidecar = |e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("checkpoints {}: {e}", sidecar_path.display()),
+            )
+        };
         // Neither read nor written through a link planted at its name.
         let (existed, mut sidecar) =
             match crate::files::open(OpenOptions::new().read(true), &sidecar_path) {
@@ -475,11 +479,8 @@ impl State {
                 problems.join("; ")
             )));
         }
-        let file = crate::files::open(
-            OpenOptions::new().append(true).create(true),
-            &sidecar_path,
-        )
-        .map_err(in_sidecar)?;
+        let file = crate::files::open(OpenOptions::new().append(true).create(true), &sidecar_path)
+            .map_err(in_sidecar)?;
         if cut_torn {
             file.set_len(sidecar.whole_len)?;
         }

@@ -120,7 +120,11 @@ struct Checker<'a> {
     tools: Tools<'a>,
 }
 
-pub(super) fn check(name: &str, text: &str, tools: Tools<'_>) -> Result<Vec<Section>, PolicyErrors> {
+pub(super) fn check(
+    name: &str,
+    text: &str,
+    tools: Tools<'_>,
+) -> Result<Vec<Section>, PolicyErrors> {
     let mut checker = Checker {
         name,
         text,
@@ -193,7 +197,11 @@ impl<'a> Checker<'a> {
     fn known(&self) -> Vec<Known<'a>> {
         match self.tools {
             Tools::Shape => Vec::new(),
-            Tools::Linked => registry().entries.iter().map(|&e| Known::Linked(e)).collect(),
+            Tools::Linked => registry()
+                .entries
+                .iter()
+                .map(|&e| Known::Linked(e))
+                .collect(),
             Tools::Declared(tools) => tools.iter().map(Known::Declared).collect(),
         }
     }

@@ -84,7 +84,17 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 ///     joined_at timestamptz NOT NULL DEFAULT now(), last_contact timestamptz NOT NULL DEFAULT now(),
 ///     PRIMARY KEY (fleet, member, gate)
 /// );
+/// CREATE TABLE toolgate.fleet_tools (            -- the tools each member declares, for `policy apply`
+///     fleet text NOT NULL, id text NOT NULL, names text[] NOT NULL, parameters text,
+///     redact text[] NOT NULL, member text NOT NULL, declared_at timestamptz NOT NULL DEFAULT now(),
+///     PRIMARY KEY (fleet, id)
+/// );
 /// ```
+///
+/// `fleets` also holds the policy applied last (`policy`, `policy_digest`, `policy_by`, `policy_at`)
+/// and the policy in force, the last a member accepted (`accepted_policy`, `accepted_digest`,
+/// `accepted_by`, `accepted_at`), which a member's role records only through
+/// `fleet_policy_accepted(fleet, digest)`: the policy applied last, by its digest, and no other text.
 ///
 /// A fleet that has no row yet is created at FULL_AUTO by the first gate that joins it: it holds no
 /// gate lower than its own mode until it is lowered. [`lower`] and [`raise`] never create one: an
@@ -893,7 +903,10 @@ async fn read_mode(
         mode,
         row.try_get(1).map_err(column)?,
         row.try_get(2).map_err(column)?,
-        (row.try_get(3).map_err(column)?, row.try_get(4).map_err(column)?),
+        (
+            row.try_get(3).map_err(column)?,
+            row.try_get(4).map_err(column)?,
+        ),
     ))
 }
 

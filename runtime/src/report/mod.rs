@@ -191,7 +191,9 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    json_one_line_per_line(serde_json::to_string(&collect(manifests)).expect("a manifest serializes"))
+    json_one_line_per_line(
+        serde_json::to_string(&collect(manifests)).expect("a manifest serializes"),
+    )
 }
 
 fn yes_no(value: bool) -> &'static str {
