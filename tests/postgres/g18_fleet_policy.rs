@@ -293,3 +293,64 @@ fn a_refused_fleet_policy_never_leaves_a_restarted_process_under_no_policy() {
     std::fs::write(&stop, "").unwrap();
     again.wait();
 }
+
+/// The other ways a fleet's policy cannot be followed: `policy apply` while no member has declared its
+/// tools is refused and stores nothing; a process that can check neither the policy applied last nor
+/// the one in force does not join, and says why.
+#[test]
+fn a_policy_no_member_can_check_is_never_followed_as_no_policy() {
+    let url = database("fleet_policy_unfollowable");
+    let scratch = common::Scratch::new("fleet-policy-unfollowable");
+    // Connected, no gate joined: no tool is declared yet.
+    let fleet = Fleet::connect(&url, "bare").expect("the fleet");
+    let deny = "format = 1\n[defaults]\ndeny = [\"fleet.work\"]\n";
+    let refused = apply_to(&url, "bare", &scratch, "deny.toml", deny);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("has declared its tools"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(stored_digests(&url, "bare"), (None, None));
+
+    // Applied and in force, both naming a tool this process does not link (another member's).
+    let foreign = "format = 1\n[defaults]\ndeny = [\"payments.refund\"]\n";
+    let other = "format = 1\n[defaults]\nask = [\"payments.refund\"]\n";
+    query(
+        &url,
+        &format!(
+            "UPDATE toolgate.fleets SET policy = '{other}', policy_digest = 'b', policy_by = 'ana',
+                 accepted_policy = '{foreign}', accepted_digest = 'a', accepted_by = 'ana'
+             WHERE name = 'bare'"
+        ),
+    );
+    drop(fleet);
+    let fleet = Fleet::connect(&url, "bare").expect("the fleet");
+    let refused = fleet
+        .join(Gate::builder().mode(Mode::FullAuto))
+        .expect_err("no gate joins under no policy");
+    let why = refused.to_string();
+    assert!(
+        matches!(refused, fleet::JoinError::Policy(_))
+            && why.contains("does not check against this process's tools")
+            && why.contains("nor does the policy in force")
+            && why.contains("payments.refund"),
+        "{why}"
+    );
+    // The policy in force checks here: the process follows it.
+    query(
+        &url,
+        &format!(
+            "UPDATE toolgate.fleets SET accepted_policy = '{deny}', accepted_digest = 'c' WHERE name = 'bare'"
+        ),
+    );
+    drop(fleet);
+    let fleet = Fleet::connect(&url, "bare").expect("the fleet");
+    let gate = fleet
+        .join(Gate::builder().mode(Mode::FullAuto))
+        .expect("joined under the policy in force");
+    assert_eq!(
+        gate.run(|| work(1)).unwrap_err().code(),
+        DenialCode::DenyListed
+    );
+}
