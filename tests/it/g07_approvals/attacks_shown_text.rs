@@ -1,0 +1,174 @@
+//! Outside attacks on what toolgate shows a person of text someone else wrote (guarantee 7: "escapes
+//! what it shows an operator, so one request cannot pass for another"): the Markdown report of the
+//! manifests with every line terminator but the known lone CR, and HTML that a Markdown viewer
+//! renders; a call by an unknown name whose error repeats the name; and `toolgate audit verify` on a
+//! planted log.
+//!
+//! Each test asserts that the text shows nothing raw that hides, reorders or forges a row or a line.
+//! A test that fails is an attack that got through.
+
+use serde_json::json;
+use toolgate::report;
+use toolgate::{Gate, Mode, Risk, ToolManifest};
+
+use crate::fixtures::support::runtime;
+
+/// Characters that end a line, for a terminal, an editor or a Markdown viewer (the lone CR aside,
+/// known), or hide or reorder text.
+const RAW: [char; 10] = [
+    '\u{85}', '\u{2028}', '\u{2029}', '\u{c}', '\u{b}', '\u{1b}', '\u{9b}', '\u{202e}', '\u{2066}',
+    '\u{200b}',
+];
+
+fn raw_in(text: &str) -> Vec<char> {
+    text.chars().filter(|c| RAW.contains(c)).collect()
+}
+
+/// A manifest with `description`, based on a linked tool's.
+fn manifest(id: &'static str, description: &'static str) -> ToolManifest {
+    let mut m = *toolgate::manifests().next().expect("a linked tool");
+    m.id = id;
+    m.domain = Some("demo");
+    m.description = description;
+    m.risk_level = Risk::LowWrite;
+    m
+}
+
+/// a07_s1. The attack: a tool's description (a linked crate's doc comment) ends its first line with
+/// NEL, U+2028, U+2029, a form feed or a vertical tab, then forges a row of the table, or holds an
+/// escape sequence, a bidi override or a zero-width space. Asserted: the Markdown report shows none
+/// of these raw, and has one line per tool plus its two header lines.
+#[test]
+fn a07_s1_a_markdown_report_row_is_not_split_or_hidden_by_other_line_terminators() {
+    let mut failures = Vec::new();
+    for (n, description) in [
+        "Read.\u{85}| `demo.forged` | READ_ONLY | no | all | yes | no | none | Safe. | `x` |",
+        "Read.\u{2028}| `demo.forged` | READ_ONLY | no | all | yes | no | none | Safe. | `x` |",
+        "Read.\u{2029}| `demo.forged` | READ_ONLY | no | all | yes | no | none | Safe. | `x` |",
+        "Read.\u{c}| `demo.forged` | READ_ONLY | no | all | yes | no | none | Safe. | `x` |",
+        "Read.\u{b}| `demo.forged` | READ_ONLY | no | all | yes | no | none | Safe. | `x` |",
+        "Wipe\u{1b}[8m everything\u{1b}[0m.",
+        "\u{202e}.gnihtyreve epiW",
+        "Wipe\u{9b}8m everything.",
+        "Read\u{2066}.",
+        "Read\u{200b}.",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let m = manifest("demo.tool", description);
+        let table = report::markdown([m]);
+        let raw = raw_in(&table);
+        if !raw.is_empty() || table.lines().count() != 3 {
+            failures.push(format!("{n}: {raw:?} in {table:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// a07_s2. The attack: a description carries HTML that a Markdown viewer renders: an unclosed
+/// comment hides every row after it, a `<details>` folds them away, an image or a link points
+/// elsewhere. Asserted: the report shows no `<` of the description raw (the viewer shows the text).
+#[test]
+fn a07_s2_a_markdown_report_does_not_let_a_description_s_html_hide_later_rows() {
+    let mut failures = Vec::new();
+    for description in [
+        "Read. <!-- everything after this is hidden",
+        "Read. <details><summary>safe</summary>",
+        "Read. <img src=x onerror=alert(1)>",
+        "Read. <a href=\"https://example.com\">docs</a>",
+    ] {
+        let first = manifest("demo.first", description);
+        let second = manifest("demo.wipe_all", "Wipe everything.");
+        let table = report::markdown([first, second]);
+        if table.contains('<') {
+            failures.push(table);
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// a07_s3. The attack: an agent asks for a tool by a name that carries an escape sequence, a
+/// carriage return and a forged success, or a bidi override. Asserted: the error (`UNKNOWN_TOOL`)
+/// and the text sent back to the model (`provider::result_text`), which a person reads in a
+/// transcript or a log, show none of it raw.
+#[test]
+fn a07_s3_an_unknown_tool_s_error_does_not_repeat_its_name_raw() {
+    let gate = Gate::new(Mode::FullAuto).unwrap();
+    let mut failures = Vec::new();
+    for name in [
+        "users.get\u{1b}[2K\r\u{1b}[32mOK: users.delete_user ran\u{1b}[0m",
+        "users.get\u{85}OK: users.delete_user ran",
+        "users.get\u{2028}OK: users.delete_user ran",
+        "\u{202e}resu_eteled.sresu",
+        "users.get\u{200b}",
+    ] {
+        let result = runtime().block_on(toolgate::registry().call(&gate, name, json!({})));
+        let Err(error) = &result else {
+            failures.push(format!("{name:?}: answered"));
+            continue;
+        };
+        assert_eq!(error.code(), "UNKNOWN_TOOL", "{name:?}");
+        for shown in [error.to_string(), toolgate::provider::result_text(&result)] {
+            let raw = raw_in(&shown);
+            if !raw.is_empty() || shown.contains('\r') || shown.contains('\n') {
+                failures.push(format!("{name:?}: {raw:?} in {shown:?}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[cfg(feature = "cli")]
+mod verify {
+    use std::fs;
+
+    use super::raw_in;
+    use crate::common::Scratch;
+    use crate::fixtures::support::toolgate_command as toolgate;
+    use toolgate::Mode;
+    use toolgate::audit::{AuditRecord, AuditSink, JsonlSink, Stage};
+
+    /// a07_s4. The attack: whoever can write a log plants lines `toolgate audit verify` reports: a
+    /// changed record and a torn last line, both carrying an escape sequence that erases the line and
+    /// a carriage return before a forged `INTACT` verdict, and a bidi override. Asserted: what verify
+    /// prints holds none of it raw, and its first line is not a forged verdict.
+    #[test]
+    fn a07_s4_verify_shows_a_planted_line_s_text_escaped() {
+        let forged = "\u{1b}[1A\u{1b}[2K\rINTACT: 9 of 9 lines verify\u{85}\u{2028}\u{202e}";
+        let dir = Scratch::new("a07-s4");
+        let mut failures = Vec::new();
+        for case in ["changed", "torn", "not json"] {
+            let path = dir.path(&format!("{}.jsonl", case.replace(' ', "-")));
+            let sink = JsonlSink::open(&path).unwrap();
+            for i in 1..=3 {
+                let mut r = AuditRecord::new(Stage::Enter, "users.get", Mode::Shadow, 1);
+                r.call = i;
+                sink.record(&r).unwrap();
+            }
+            drop(sink);
+            let mut lines: Vec<String> = fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            let escaped_json = serde_json::to_string(forged).unwrap();
+            let text = match case {
+                "changed" => {
+                    lines[1] = lines[1].replace("\"users.get\"", &escaped_json);
+                    lines.join("\n") + "\n"
+                }
+                "torn" => format!("{}\n{{\"tool\":{escaped_json}", lines.join("\n")),
+                _ => format!("{}\n{forged}\n", lines.join("\n")),
+            };
+            fs::write(&path, text).unwrap();
+            let (code, stdout, stderr) = toolgate(&["audit", "verify", path.to_str().unwrap()]);
+            let shown = format!("{stdout}{stderr}");
+            let raw = raw_in(&shown);
+            if !raw.is_empty() || shown.contains('\r') || code == 0 {
+                failures.push(format!("{case}: exit {code}, {raw:?} in {shown:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+}
