@@ -172,3 +172,65 @@ mod verify {
         assert!(failures.is_empty(), "{failures:#?}");
     }
 }
+
+/// a07_s5. The attack: names an agent or another writer controls (a principal, an agent label, a
+/// tool id in a log, an operator's `--by`) carrying a character of each class that
+/// `toolgate::terminal::escaped` promises to show as `\u{..}` (docs/approvals.md: control,
+/// bidirectional, invisible (default-ignorable) and format characters, spaces other than U+0020),
+/// beyond those its own tests use. Asserted: each is shown escaped, so `alice` followed by it does
+/// not read as `alice`.
+#[test]
+fn a07_s5_escaped_shows_every_invisible_format_and_space_character() {
+    let promised: &[(u32, &str)] = &[
+        (0x115f, "hangul choseong filler (default-ignorable)"),
+        (0x1160, "hangul jungseong filler (default-ignorable)"),
+        (0x3164, "hangul filler (default-ignorable)"),
+        (0xffa0, "halfwidth hangul filler (default-ignorable)"),
+        (0x17b4, "khmer vowel inherent aq (default-ignorable)"),
+        (0x17b5, "khmer vowel inherent aa (default-ignorable)"),
+        (
+            0x180b,
+            "mongolian free variation selector (default-ignorable)",
+        ),
+        (
+            0x180f,
+            "mongolian free variation selector four (default-ignorable)",
+        ),
+        (0x034f, "combining grapheme joiner (default-ignorable)"),
+        (0x061c, "arabic letter mark"),
+        (0x2061, "function application (format)"),
+        (0x2064, "invisible plus (format)"),
+        (0x206a, "inhibit symmetric swapping (format)"),
+        (0x206f, "nominal digit shapes (format)"),
+        (0xfe00, "variation selector-1 (default-ignorable)"),
+        (0xe0100, "variation selector-17 (default-ignorable)"),
+        (0xe0001, "language tag (format)"),
+        (0xe007f, "cancel tag (format)"),
+        (0x1bca0, "shorthand format letter overlap (format)"),
+        (0x1d173, "musical symbol begin beam (format)"),
+        (0x13430, "egyptian hieroglyph vertical joiner (format)"),
+        (0xfff9, "interlinear annotation anchor (format)"),
+        (0x0600, "arabic number sign (format)"),
+        (0x06dd, "arabic end of ayah (format)"),
+        (0x070f, "syriac abbreviation mark (format)"),
+        (0x08e2, "arabic disputed end of ayah (format)"),
+        (0x110bd, "kaithi number sign (format)"),
+        (0x1680, "ogham space mark (space)"),
+        (0x2007, "figure space (space)"),
+        (0x202f, "narrow no-break space (space)"),
+        (0x205f, "medium mathematical space (space)"),
+        (0x3000, "ideographic space (space)"),
+        (0x0085, "next line (control)"),
+        (0x009b, "control sequence introducer (control)"),
+    ];
+    let mut raw = Vec::new();
+    for (code, what) in promised {
+        let c = char::from_u32(*code).unwrap();
+        let name = format!("alice{c}");
+        let shown = toolgate::terminal::escaped(&name);
+        if shown.contains(c) || !shown.contains("\\u{") {
+            raw.push(format!("U+{code:04X} {what}: shown {shown:?}"));
+        }
+    }
+    assert!(raw.is_empty(), "{raw:#?}");
+}
