@@ -234,3 +234,57 @@ fn a07_s5_escaped_shows_every_invisible_format_and_space_character() {
     }
     assert!(raw.is_empty(), "{raw:#?}");
 }
+
+/// a07_s6. The attack: the other fields of a manifest that a report shows (the id, which an rmcp
+/// `#[tool(name = ..)]` makes any text; the target; the source file and module) carry a backtick and a
+/// pipe that end the code span and the cell, an HTML comment, U+2028, NEL, an escape sequence and a
+/// bidi override. Asserted: the Markdown report has one row for the tool, with nine cells (held when
+/// written: pipes are escaped, HTML stays in code spans), and shows none of the line terminators,
+/// escape sequences or bidi controls raw.
+#[test]
+fn a07_s6_a_markdown_report_row_is_not_forged_by_ids_targets_or_sources() {
+    let mut m = manifest("demo.x` | <!-- \u{2028}\u{1b}[8m\u{202e}", "Read a file.");
+    m.risk_level = Risk::HighWrite;
+    m.irreversible = true;
+    m.target = Some("path` | yes | <!--\u{2028}");
+    m.evidence = true;
+    m.source.file = "src/a.rs` | <b>x</b>\u{85}";
+    m.source.module_path = "app\u{202e}";
+    let table = report::markdown([m]);
+    let row = table.lines().nth(2).unwrap_or_default();
+    let unescaped_pipes = row.replace("\\|", "").matches('|').count();
+    let raw = raw_in(&table);
+    assert!(
+        raw.is_empty() && table.lines().count() == 3 && unescaped_pipes == 10,
+        "{raw:?}, {unescaped_pipes} cell borders in {table:?}"
+    );
+}
+
+/// a07_s7. The attack: a tool of a linked crate changes its description to text that hides or forges
+/// lines of the lockfile a reviewer reads (`lockfile::render`) and of the error listing the changes
+/// (`lockfile::check_manifests`). Asserted: neither shows a line terminator other than LF, an escape
+/// sequence or a bidi override raw.
+#[test]
+fn a07_s7_the_lockfile_and_its_changes_show_a_description_s_text_escaped() {
+    let dir = crate::common::Scratch::new("a07-s7");
+    let path = dir.path("toolgate.lock");
+    let before = manifest("demo.tool", "Read a file.");
+    std::fs::write(&path, toolgate::lockfile::render([before])).unwrap();
+    let mut after = manifest(
+        "demo.tool",
+        "Read a file.\u{2028}risk = \"READ_ONLY\"\u{1b}[2K\r\u{202e}",
+    );
+    after.risk_level = Risk::HighWrite;
+    let rendered = toolgate::lockfile::render([after]);
+    let error = toolgate::lockfile::check_manifests(&path, [after])
+        .expect_err("a change")
+        .to_string();
+    let mut failures = Vec::new();
+    for (what, shown) in [("render", rendered), ("check", error)] {
+        let raw = raw_in(&shown);
+        if !raw.is_empty() || shown.contains('\r') {
+            failures.push(format!("{what}: {raw:?} in {shown:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
