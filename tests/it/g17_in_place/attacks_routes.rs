@@ -94,6 +94,9 @@ fn loose_route(name: &str) -> ToolRoute<Desk> {
     ToolRoute::new_dyn(attr, loose_call)
 }
 
+/// A way of extending the gated router.
+type Extend = fn(ToolRouter<Desk>) -> ToolRouter<Desk>;
+
 /// A gate that refuses the declared tool: SHADOW, so nothing writes.
 fn shadow() -> Gate {
     Gate::new(Mode::Shadow).expect("a gate")
@@ -122,7 +125,7 @@ fn call_on(gate: &Gate, desk: &Desk, name: &str) -> String {
 /// Asserted: under a SHADOW gate, no body runs for `desk_restart`.
 #[test]
 fn a17_01_a_route_replaced_by_with_route_add_route_or_add_assign_runs_nothing_ungated() {
-    let ways: [(&str, fn(ToolRouter<Desk>) -> ToolRouter<Desk>); 3] = [
+    let ways: [(&str, Extend); 3] = [
         ("with_route", |r| r.with_route(loose_route("desk_restart"))),
         ("add_route", |mut r| {
             r.add_route(loose_route("desk_restart"));
