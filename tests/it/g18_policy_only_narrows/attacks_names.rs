@@ -115,3 +115,45 @@ fn a18_n2_a_table_renamed_to_an_invisible_lookalike_does_not_read_as_the_same_on
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// a18_n3. The attack: as a18_n2, the operator asks `explain` (`app policy explain --principal P`)
+/// about a principal or agent whose table's name holds a default-ignorable or blank character (the
+/// principal the application mapped a token to). Asserted: the rule `explain` names shows that
+/// character escaped, never raw, so the operator does not read the table as `alice`'s. (Held when
+/// written: `explain` names a rule by its file and line, not by its table's name.)
+#[test]
+fn a18_n3_explain_shows_a_lookalike_table_s_name_escaped() {
+    let mut failures = Vec::new();
+    for hidden in ['\u{3164}', '\u{115f}', '\u{2800}', '\u{200b}', '\u{2060}'] {
+        for table in ["principals", "agents"] {
+            let escaped = format!("\\u{:04x}", u32::from(hidden));
+            let Ok(file) = PolicyFile::parse(
+                "ops.toml",
+                &format!("format = 1\n[{table}.\"alice{escaped}\"]\ndeny = [\"atkp.deploy\"]\n"),
+            ) else {
+                continue;
+            };
+            let name = format!("alice{hidden}");
+            let (principal, agent) = if table == "principals" {
+                (Some(name.as_str()), None)
+            } else {
+                (None, Some(name.as_str()))
+            };
+            let explained = file.explain(
+                principal,
+                agent,
+                Mode::FullAuto,
+                "atkp.deploy",
+                &serde_json::json!({"build": "b1"}),
+            );
+            let shown = match explained {
+                Ok(e) => e.to_string(),
+                Err(e) => e,
+            };
+            if shown.contains(hidden) {
+                failures.push(format!("{table} U+{:04X}: {shown:?}", u32::from(hidden)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
