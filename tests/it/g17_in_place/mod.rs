@@ -1,5 +1,6 @@
 //! Guarantee 17 of SECURITY.md: A tool of an rmcp handler gated in place is decided before rmcp's
 //! router runs it.
 
+mod attacks_routes;
 mod handlers;
 mod rmcp_handler;

@@ -6,6 +6,7 @@
 //! `commit_point`: the commit point's reads while the gate is lowered, tainted, revoked or re-policied.
 
 mod attacks;
+mod attacks_names;
 mod commit_point;
 mod policy_file;
 mod rules_off_the_call;
