@@ -1,7 +1,9 @@
 //! The files toolgate writes (keys, audit logs, their checkpoint files, lockfiles), opened without
 //! following a symbolic link at their name: whoever can plant a link where one will be written must
 //! not choose where it is written. A link there is refused, with an error that names it; links in the
-//! directories above are the directory owner's business, as for any file.
+//! directories above are the directory owner's business, as for any file. A file toolgate creates
+//! beside one a user names (a checkpoint file) is created new, and appended to again only while it
+//! has that one name: a hard link planted there would have it write into a file kept elsewhere.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
@@ -14,6 +16,30 @@ pub(crate) fn open(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::custom_flags(options, libc::O_NOFOLLOW);
     options.open(path).map_err(|error| linked(path, error))
+}
+
+/// Opens the existing file `path` that toolgate created, to append to it, as [`open`] does, refusing
+/// a regular file with more than one name (hard links): one planted at `path`, to a file someone keeps
+/// elsewhere, would otherwise get toolgate's writes. Create such a file with `create_new`.
+pub(crate) fn open_own(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    let file = open(options, path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = file.metadata()?;
+        if meta.is_file() && meta.nlink() != 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "it has {} names (hard links), and a file toolgate created is appended to only \
+                     under its one name: a link planted there would have it write into a file kept \
+                     elsewhere; remove the other names, or copy it to a file of its own",
+                    meta.nlink()
+                ),
+            ));
+        }
+    }
+    Ok(file)
 }
 
 /// Creates `path` with `bytes`, synced, refusing an existing file or link (mode `mode` on Unix).

@@ -441,15 +441,20 @@ impl State {
                 format!("checkpoints {}: {e}", sidecar_path.display()),
             )
         };
-        // Neither read nor written through a link planted at its name.
-        let (existed, mut sidecar) =
-            match crate::files::open(OpenOptions::new().read(true), &sidecar_path) {
-                Ok(file) => (true, Sidecar::read(file)?),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    (false, Sidecar::read(io::empty())?)
-                }
-                Err(e) => return Err(in_sidecar(e)),
-            };
+        // Neither read nor written through a link planted at its name, nor into a file of other
+        // names; the file read is the one appended to, and one created is created new.
+        let (found, mut sidecar) = match crate::files::open_own(
+            OpenOptions::new().read(true).append(true),
+            &sidecar_path,
+        ) {
+            Ok(file) => {
+                let sidecar = Sidecar::read(&file)?;
+                (Some(file), sidecar)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (None, Sidecar::read(io::empty())?),
+            Err(e) => return Err(in_sidecar(e)),
+        };
+        let existed = found.is_some();
         let kept = self.resume(path, recover_torn_tail, sidecar.heads())?;
         if !existed && self.seq > 0 {
             // Signing a log found without its checkpoints would sign whatever someone left there.
@@ -479,8 +484,14 @@ impl State {
                 problems.join("; ")
             )));
         }
-        let file = crate::files::open(OpenOptions::new().append(true).create(true), &sidecar_path)
-            .map_err(in_sidecar)?;
+        let file = match found {
+            Some(file) => file,
+            None => crate::files::open(
+                OpenOptions::new().read(true).append(true).create_new(true),
+                &sidecar_path,
+            )
+            .map_err(in_sidecar)?,
+        };
         if cut_torn {
             file.set_len(sidecar.whole_len)?;
         }

@@ -318,7 +318,7 @@ fn sort(entries: &mut [Entry]) {
 }
 
 fn to_text(entries: &[Entry]) -> String {
-    let mut text = super::json_one_line_per_line(
+    let mut text = crate::terminal::escaped_json(
         serde_json::to_string_pretty(entries).expect("an entry serializes"),
     );
     text.push('\n');

@@ -43,7 +43,7 @@ use std::str::FromStr;
 use crate::registry::ToolManifest;
 pub use crate::registry::digest::{canonical_json, digest_of, manifest_digest};
 use crate::registry::manifests;
-use crate::terminal::hides;
+use crate::terminal::{escaped_json, push_shown};
 
 /// Every character that ends a line where a report may be read: CommonMark's line endings (a line
 /// feed, and a carriage return alone or before one), and those other readers and editors honour (the
@@ -52,18 +52,6 @@ use crate::terminal::hides;
 pub const LINE_TERMINATORS: [char; 7] = [
     '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{c}', '\u{b}',
 ];
-
-/// JSON text with the line terminators JSON leaves raw in a string (the next line, line and paragraph
-/// separators) written as `\uXXXX` escapes: the value is the same, and no reader breaks a line there.
-/// Outside strings JSON holds none of them, so only strings change.
-pub(crate) fn json_one_line_per_line(text: String) -> String {
-    if !text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
-        return text;
-    }
-    text.replace('\u{85}', "\\u0085")
-        .replace('\u{2028}', "\\u2028")
-        .replace('\u{2029}', "\\u2029")
-}
 
 /// A report format: `json` (pretty), `md` (a Markdown table) or `csv`.
 ///
@@ -180,7 +168,7 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    json_one_line_per_line(
+    escaped_json(
         serde_json::to_string_pretty(&collect(manifests)).expect("a manifest serializes"),
     )
 }
@@ -191,7 +179,7 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    json_one_line_per_line(
+    escaped_json(
         serde_json::to_string(&collect(manifests)).expect("a manifest serializes"),
     )
 }
@@ -200,18 +188,34 @@ fn yes_no(value: bool) -> &'static str {
     if value { "yes" } else { "no" }
 }
 
-/// `text` as a Markdown table cell: `|` escaped so that it cannot end the cell, and every character
-/// that could end the row or hide what follows (line terminators, controls, invisible and reordering
-/// characters: [`hides`]) written as its escape `\u{..}`.
+/// `text` as a Markdown table cell: `|` escaped so that it cannot end the cell, `<`, `>` and `&` as
+/// their character references so that a viewer shows them as text rather than render HTML (a comment
+/// that hides every row after it, a folded `<details>`, an image or a link), and every character that
+/// could end the row or hide what follows (line terminators, controls, invisible and reordering
+/// characters) as [`escaped`](crate::terminal::escaped) shows it.
 fn cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '|' => out.push_str("\\|"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            c => push_shown(&mut out, c),
+        }
+    }
+    out
+}
+
+/// `text` in a code span's cell: a code span renders no HTML and no character reference, so only `|`
+/// and what could end the row or hide what follows are escaped, as in [`cell`].
+fn code_cell(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if c == '|' {
             out.push_str("\\|");
-        } else if hides(c) {
-            write!(out, "\\u{{{:04x}}}", u32::from(c)).expect("writing to a String");
         } else {
-            out.push(c);
+            push_shown(&mut out, c);
         }
     }
     out
@@ -227,9 +231,9 @@ fn code(text: &str) -> String {
     }
     let fence = "`".repeat(longest + 1);
     if longest == 0 {
-        format!("{fence}{}{fence}", cell(text))
+        format!("{fence}{}{fence}", code_cell(text))
     } else {
-        format!("{fence} {} {fence}", cell(text))
+        format!("{fence} {} {fence}", code_cell(text))
     }
 }
 
@@ -239,7 +243,8 @@ fn code(text: &str) -> String {
 ///
 /// Ids and sources are code spans; flags are `yes` or `no`; modes are listed as `SHADOW, ADVISORY` (or
 /// `none`); the description (up to its first line terminator, [`LINE_TERMINATORS`]) keeps its Markdown,
-/// with `|` escaped. In every cell, a character that could end the row or hide text (a line terminator,
+/// with `|` escaped and `<`, `>` and `&` written `&lt;`, `&gt;` and `&amp;`, so that a viewer renders
+/// none of it as HTML. In every cell, a character that could end the row or hide text (a line terminator,
 /// a control, an invisible or reordering character) is written as its escape `\u{..}`, so that each
 /// tool is one row and no text of one tool shows in another's.
 pub fn markdown<I>(manifests: I) -> String
