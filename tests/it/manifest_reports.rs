@@ -333,3 +333,70 @@ fn the_lockfile_is_not_written_through_a_link() {
         );
     }
 }
+
+/// A description's `&` is shown as typed: `&lt;` in it is not shown as `<`.
+#[test]
+fn a_markdown_description_shows_a_character_reference_as_typed() {
+    let mut m = *toolgate::registry().manifest("reports.plain").unwrap();
+    m.description = "Read &lt;b&gt; & <b>.";
+    let table = report::markdown([m]);
+    assert!(
+        table.contains("| Read &amp;lt;b&amp;gt; &amp; &lt;b&gt;. |"),
+        "{table:?}"
+    );
+}
+
+/// Characters a field may hold: any, and more often one that ends a line, hides or reorders text, or
+/// is HTML or a cell border.
+fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let marked = [
+        '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{c}', '\u{b}', '\u{1b}', '\u{9b}', '\u{7f}',
+        '\u{202e}', '\u{2066}', '\u{200b}', '\u{feff}', '\u{e0041}', '\u{a0}', '<', '>', '&', '|',
+        '`', '\\', '"',
+    ];
+    proptest::collection::vec(
+        prop_oneof![any::<char>(), proptest::sample::select(marked.to_vec())],
+        0..24,
+    )
+    .prop_map(|chars| chars.into_iter().collect())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Whatever a description holds, the Markdown report shows one row per tool, no character that
+    /// hides raw and no `<` (no HTML); the JSON reports and the lockfile show no such character
+    /// outside the whitespace between tokens, and read back to the same value.
+    #[test]
+    fn every_report_shows_any_description_escaped_and_keeps_its_value(description in hostile_text()) {
+        let mut tools = three("description", "");
+        tools[1].description = leak(description.clone());
+        let hides_raw = |text: &str| {
+            text.chars()
+                .filter(|&c| toolgate::terminal::hides(c) && !matches!(c, '\n' | '\r' | '\t'))
+                .collect::<Vec<char>>()
+        };
+        let table = report::markdown(&tools);
+        proptest::prop_assert!(hides_raw(&table).is_empty(), "{table:?}");
+        proptest::prop_assert!(!table.contains('\r') && !table.contains('<'), "{table:?}");
+        proptest::prop_assert_eq!(table.lines().count(), 5, "{:?}", table);
+        for text in [report::json_pretty(&tools), report::json_compact(&tools)] {
+            proptest::prop_assert!(hides_raw(&text).is_empty(), "{text:?}");
+            let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(&back[1], &serde_json::to_value(tools[1]).unwrap());
+        }
+        let locked = lockfile::render(&tools);
+        proptest::prop_assert!(hides_raw(&locked).is_empty(), "{locked:?}");
+        let back: serde_json::Value = serde_json::from_str(&locked).unwrap();
+        proptest::prop_assert_eq!(back[1]["description"].as_str(), Some(description.as_str()));
+        // The digest's canonical form keeps the text as JSON requires, unchanged.
+        let canonical = report::canonical_json(&tools);
+        let required = serde_json::to_string(&description).unwrap();
+        proptest::prop_assert!(canonical.contains(&required), "{canonical:?}");
+    }
+}

@@ -1,6 +1,7 @@
 //! A key, a log or a checkpoint file is never written through a symbolic link planted at its name:
 //! whoever plants one would choose where the key `verify` trusts goes, or where the records and
-//! checkpoints go. Each is refused, dangling link or not, the link's target untouched.
+//! checkpoints go. Each is refused, dangling link or not, the link's target untouched. A checkpoint
+//! file, which the sink creates, is appended to only under its one name: not through a hard link.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,47 @@ fn a_checkpoint_file_is_not_written_through_a_link_at_its_name() {
         assert_says_link(&error, &sidecar, "checkpoint file");
         assert_untouched(&target, planted, "checkpoint file");
     }
+}
+
+/// A checkpoint file is appended to only under its one name: one found with another name (a hard
+/// link, planted, or a copy kept by linking) is refused, with an error that says why and names it, the
+/// other name's bytes untouched; once it has its one name again, the log reopens and its series goes on.
+#[cfg(unix)]
+#[test]
+fn a_checkpoint_file_with_another_name_is_refused_until_it_has_one() {
+    let dir = Scratch::new("sidecar-hard-link");
+    let log = dir.path("audit.jsonl");
+    let sidecar = checkpoints_path(&log);
+    let pem = dir.path("key.pem");
+    SigningKey::generate().unwrap().write_pem_file(&pem).unwrap();
+    let open = || {
+        JsonlSink::builder(&log)
+            .checkpoints(Checkpoints::new(SigningKey::read_pem_file(&pem).unwrap()).every_records(1))
+            .open()
+    };
+    let write = |sink: JsonlSink, call: u64| {
+        let mut record = AuditRecord::new(Stage::Enter, "t.t", Mode::Shadow, 1);
+        record.call = call;
+        sink.record(&record).unwrap();
+        sink.close().unwrap();
+    };
+    write(open().unwrap(), 1);
+    let other = dir.path("kept-elsewhere");
+    fs::hard_link(&sidecar, &other).unwrap();
+    let before = fs::read(&other).unwrap();
+    let error = open().map(drop).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("2 names (hard links)") && text.contains(&sidecar.display().to_string()),
+        "{text}"
+    );
+    assert_eq!(fs::read(&other).unwrap(), before, "the other name's file changed");
+    fs::remove_file(&other).unwrap();
+    write(open().unwrap(), 2);
+    assert!(
+        fs::read(&sidecar).unwrap().len() > before.len(),
+        "the reopened log's checkpoints go on"
+    );
 }
 
 #[cfg(feature = "cli")]
