@@ -165,8 +165,14 @@ mod tests {
             serde_json::to_string_pretty(&value).unwrap(),
         ] {
             let shown = escaped_json(text.clone());
-            assert!(!shown.chars().any(|c| hides(c) && !matches!(c, '\n' | ' ')), "{shown}");
-            assert!(shown.contains("\\u2028") && shown.contains("\\udb40\\udc41"), "{shown}");
+            assert!(
+                !shown.chars().any(|c| hides(c) && !matches!(c, '\n' | ' ')),
+                "{shown}"
+            );
+            assert!(
+                shown.contains("\\u2028") && shown.contains("\\udb40\\udc41"),
+                "{shown}"
+            );
             assert!(shown.contains("é 😀"), "{shown}");
             let parsed: serde_json::Value = serde_json::from_str(&shown).unwrap();
             assert_eq!(parsed, value);

@@ -351,9 +351,29 @@ fn a_markdown_description_shows_a_character_reference_as_typed() {
 fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
     use proptest::prelude::*;
     let marked = [
-        '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{c}', '\u{b}', '\u{1b}', '\u{9b}', '\u{7f}',
-        '\u{202e}', '\u{2066}', '\u{200b}', '\u{feff}', '\u{e0041}', '\u{a0}', '<', '>', '&', '|',
-        '`', '\\', '"',
+        '\n',
+        '\r',
+        '\u{85}',
+        '\u{2028}',
+        '\u{2029}',
+        '\u{c}',
+        '\u{b}',
+        '\u{1b}',
+        '\u{9b}',
+        '\u{7f}',
+        '\u{202e}',
+        '\u{2066}',
+        '\u{200b}',
+        '\u{feff}',
+        '\u{e0041}',
+        '\u{a0}',
+        '<',
+        '>',
+        '&',
+        '|',
+        '`',
+        '\\',
+        '"',
     ];
     proptest::collection::vec(
         prop_oneof![any::<char>(), proptest::sample::select(marked.to_vec())],

@@ -443,17 +443,18 @@ impl State {
         };
         // Neither read nor written through a link planted at its name, nor into a file of other
         // names; the file read is the one appended to, and one created is created new.
-        let (found, mut sidecar) = match crate::files::open_own(
-            OpenOptions::new().read(true).append(true),
-            &sidecar_path,
-        ) {
-            Ok(file) => {
-                let sidecar = Sidecar::read(&file)?;
-                (Some(file), sidecar)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => (None, Sidecar::read(io::empty())?),
-            Err(e) => return Err(in_sidecar(e)),
-        };
+        let (found, mut sidecar) =
+            match crate::files::open_own(OpenOptions::new().read(true).append(true), &sidecar_path)
+            {
+                Ok(file) => {
+                    let sidecar = Sidecar::read(&file)?;
+                    (Some(file), sidecar)
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    (None, Sidecar::read(io::empty())?)
+                }
+                Err(e) => return Err(in_sidecar(e)),
+            };
         let existed = found.is_some();
         let kept = self.resume(path, recover_torn_tail, sidecar.heads())?;
         if !existed && self.seq > 0 {

@@ -168,9 +168,7 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    escaped_json(
-        serde_json::to_string_pretty(&collect(manifests)).expect("a manifest serializes"),
-    )
+    escaped_json(serde_json::to_string_pretty(&collect(manifests)).expect("a manifest serializes"))
 }
 
 /// A JSON array of `manifests` on one line, keys in declaration order.
@@ -179,9 +177,7 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    escaped_json(
-        serde_json::to_string(&collect(manifests)).expect("a manifest serializes"),
-    )
+    escaped_json(serde_json::to_string(&collect(manifests)).expect("a manifest serializes"))
 }
 
 fn yes_no(value: bool) -> &'static str {

@@ -120,10 +120,15 @@ fn a_checkpoint_file_with_another_name_is_refused_until_it_has_one() {
     let log = dir.path("audit.jsonl");
     let sidecar = checkpoints_path(&log);
     let pem = dir.path("key.pem");
-    SigningKey::generate().unwrap().write_pem_file(&pem).unwrap();
+    SigningKey::generate()
+        .unwrap()
+        .write_pem_file(&pem)
+        .unwrap();
     let open = || {
         JsonlSink::builder(&log)
-            .checkpoints(Checkpoints::new(SigningKey::read_pem_file(&pem).unwrap()).every_records(1))
+            .checkpoints(
+                Checkpoints::new(SigningKey::read_pem_file(&pem).unwrap()).every_records(1),
+            )
             .open()
     };
     let write = |sink: JsonlSink, call: u64| {
@@ -142,7 +147,11 @@ fn a_checkpoint_file_with_another_name_is_refused_until_it_has_one() {
         text.contains("2 names (hard links)") && text.contains(&sidecar.display().to_string()),
         "{text}"
     );
-    assert_eq!(fs::read(&other).unwrap(), before, "the other name's file changed");
+    assert_eq!(
+        fs::read(&other).unwrap(),
+        before,
+        "the other name's file changed"
+    );
     fs::remove_file(&other).unwrap();
     write(open().unwrap(), 2);
     assert!(
