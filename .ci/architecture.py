@@ -22,6 +22,8 @@ MACROS = ROOT / "macros" / "src"
 RANKS = {
     "canonical": 0,
     "terminal": 0,
+    # The files toolgate writes, never through a link planted at their name.
+    "files": 0,
     # Names compared as a person reads them: it knows what `terminal` hides.
     "names": 1,
     "registry": 2,

@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Imports point down: `policy` (its own crate) < `canonical`, `terminal` < `registry` < `approval`, `audit` < `gate`
+// Imports point down: `policy` (its own crate) < `canonical`, `terminal`, `files` < `registry` < `approval`, `audit` < `gate`
 // < `by_name` < `report` < `mcp`, `cli`, `postgres`, `rig`. ARCHITECTURE.md states the rules and how to check
 // them.
 pub mod approval;
@@ -19,6 +19,7 @@ mod canonical;
 pub mod cli;
 #[cfg(feature = "console")]
 pub mod console;
+mod files;
 mod gate;
 #[cfg(feature = "mcp")]
 pub mod mcp;

@@ -35,13 +35,44 @@ pub fn escaped(text: &str) -> Cow<'_, str> {
     for c in text.chars() {
         if c == '\\' {
             out.push_str("\\\\");
-        } else if hides(c) {
-            let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+        } else {
+            push_shown(&mut out, c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Pushes `c` to `out` as [`escaped`] shows it, a backslash aside: its escape `\u{..}` where it
+/// [`hides`], else itself. For shown text with escapes of its own (a Markdown cell).
+pub(crate) fn push_shown(out: &mut String, c: char) {
+    if hides(c) {
+        let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+    } else {
+        out.push(c);
+    }
+}
+
+/// JSON text a person reads (a report, a lockfile and its diff) with every character that [`hides`]
+/// written as JSON's escape `\uXXXX` (a pair of them above U+FFFF), the whitespace between tokens
+/// aside: the value it parses to is the same, and no reader hides, reorders or breaks a line there.
+/// A JSON serializer leaves such characters raw only inside strings, so only strings change.
+pub(crate) fn escaped_json(text: String) -> String {
+    let shown = |c: char| hides(c) && !matches!(c, ' ' | '\t' | '\n' | '\r');
+    if !text.chars().any(shown) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if shown(c) {
+            let mut units = [0; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
         } else {
             out.push(c);
         }
     }
-    Cow::Owned(out)
+    out
 }
 
 /// Whether [`escaped`] writes `c` as its escape: it could hide, fake or reorder shown text.
@@ -121,6 +152,33 @@ mod tests {
         // The text `alice\u{200b}`, typed, is not shown as the name with a zero-width space.
         assert_eq!(escaped("alice\\u{200b}"), "alice\\\\u{200b}");
         assert_ne!(escaped("alice\\u{200b}"), escaped("alice\u{200b}"));
+    }
+
+    #[test]
+    fn json_shows_what_hides_as_its_escape_and_parses_to_the_same_value() {
+        let value = serde_json::json!({
+            "description": "a\u{2028}b\u{202e}c\u{85}d\u{1b}[2J\u{7f}\u{200b}\u{e0041}\n\t é 😀",
+            "k\u{2066}": [1, "\u{a0}"],
+        });
+        for text in [
+            serde_json::to_string(&value).unwrap(),
+            serde_json::to_string_pretty(&value).unwrap(),
+        ] {
+            let shown = escaped_json(text.clone());
+            assert!(
+                !shown.chars().any(|c| hides(c) && !matches!(c, '\n' | ' ')),
+                "{shown}"
+            );
+            assert!(
+                shown.contains("\\u2028") && shown.contains("\\udb40\\udc41"),
+                "{shown}"
+            );
+            assert!(shown.contains("é 😀"), "{shown}");
+            let parsed: serde_json::Value = serde_json::from_str(&shown).unwrap();
+            assert_eq!(parsed, value);
+        }
+        let plain = serde_json::to_string_pretty(&serde_json::json!({"a": ["b", 1]})).unwrap();
+        assert_eq!(escaped_json(plain.clone()), plain);
     }
 
     #[test]

@@ -130,13 +130,16 @@ Exit status:
 #[cfg(feature = "postgres")]
 const POLICY_EXIT_STATUS: &str = "\
 The fleet lives in the PostgreSQL database its gates join: --store URL, or the environment variable
-TOOLGATE_STORE; the fleet's name: --fleet NAME, or TOOLGATE_FLEET. Each joined process checks the policy
-against its own tools: check it first with the application's `policy check FILE`. A process where it does
-not check keeps the policy it follows and records `policy_refused`.
+TOOLGATE_STORE; the fleet's name: --fleet NAME, or TOOLGATE_FLEET. The file is checked against the tools
+the fleet's members declare before it is stored, and each joined process checks it again against its own
+tools: a process where it does not check keeps the policy it follows and records `policy_refused`. The
+policy in force is the last one a member accepted: a process that joins follows it where the one applied
+last does not check, or does not join.
 
 Exit status:
   0   applied (every joined process reads it within its poll interval)
-  1   refused: the file is not a policy file, or no such fleet
+  1   refused: the file is not a policy file, does not check against the tools the fleet's members
+      declare (or none has declared its tools), or no such fleet
   3   the database could not be reached, failed, or did not answer in time
   64  the command line is invalid (no store, no fleet, or no --by and no name for the operator)";
 
@@ -453,7 +456,17 @@ mod fleet {
                 ));
                 DONE
             }
-            Err(error) => failed(&name, &error),
+            Err(fleet::ApplyError::Refused(errors)) => {
+                eprintln!(
+                    "toolgate: the fleet `{}`: the policy does not check against the tools its \
+                     members declare, and was not applied:",
+                    escaped(&name)
+                );
+                eprintln!("{}", escaped(&errors.to_string()));
+                REFUSED
+            }
+            Err(fleet::ApplyError::Store(error)) => failed(&name, &error),
+            Err(error) => failed(&name, &StoreError::Unexpected(error.to_string())),
         }
     }
 
@@ -573,6 +586,16 @@ mod fleet {
                 out.push_str(&format!("policy {digest} (applied by {})\n", escaped(by)));
             }
             None => out.push_str("no policy applied\n"),
+        }
+        match &status.in_force {
+            Some((digest, by)) => out.push_str(&format!(
+                "policy in force {digest} (accepted by a member; applied by {})\n",
+                escaped(by)
+            )),
+            None if status.policy.is_some() => {
+                out.push_str("no policy in force: no member has accepted one\n");
+            }
+            None => {}
         }
         if status.members.is_empty() {
             out.push_str("no gate is joined\n");
@@ -835,20 +858,21 @@ fn signed_status(signed: &CheckpointReport, chain: u8) -> u8 {
 fn keygen(out: &Path) -> u8 {
     let public_path = public_key_path(out);
     for path in [out, public_path.as_path()] {
-        if path.exists() {
-            eprintln!(
-                "toolgate: {} exists already; not overwritten",
-                path.display()
-            );
+        // A link, even a dangling one, counts: nothing is written through it.
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            let what = if meta.file_type().is_symlink() {
+                "is a symbolic link"
+            } else {
+                "exists already"
+            };
+            eprintln!("toolgate: {} {what}; not overwritten", path.display());
             return IO_ERROR;
         }
     }
     let written = SigningKey::generate().and_then(|key| {
         key.write_pem_file(out)?;
         let public = key.public_key();
-        std::fs::write(&public_path, public.to_public_key_pem())
-            .map(|()| public)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", public_path.display())))
+        public.write_pem_file(&public_path).map(|()| public)
     });
     match written {
         Ok(public) => {

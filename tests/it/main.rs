@@ -44,6 +44,7 @@ mod faults;
 mod floor;
 mod gate;
 mod manifest;
+mod manifest_reports;
 mod mcp_defs;
 mod mcp_e2e;
 mod mcp_http;

@@ -13,6 +13,7 @@ mod g12_postgres_trail;
 mod g13_budgets;
 mod g14_attacks;
 mod g14_taint_latch;
+mod g15_attacks_names;
 mod g15_bound_to_maker;
 mod g18_fleet_attacks;
 mod g18_fleet_policy;

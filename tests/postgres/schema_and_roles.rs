@@ -162,6 +162,56 @@ fn roles_with_exactly_the_documented_grants_write_join_lower_and_audit() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The operators' role applies a policy, checked against the tools the gates' role declared; the
+    // gates' role records that it accepted it, the one way its grants allow.
+    let scratch = common::Scratch::new("roles-policy");
+    let policy = scratch.path("policy.toml");
+    std::fs::write(&policy, "format = 1\n[defaults]\nask = [\"fleet.count\"]\n").unwrap();
+    let apply = |file: &std::path::Path, code: i32| {
+        let path = file.display().to_string();
+        toolgate_exits(
+            &[
+                "policy",
+                "apply",
+                "--store",
+                &roles.operator,
+                "--fleet",
+                "roles",
+                "--by",
+                "ana",
+                &path,
+            ],
+            code,
+        )
+    };
+    apply(&policy, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while query(
+        &url,
+        "SELECT accepted_digest IS NOT NULL FROM toolgate.fleets WHERE name = 'roles'",
+    )[0][0]
+        .as_deref()
+        != Some("t")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the acceptance was never recorded"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(&policy, "format = 1\n[defaults]\nask = [\"fleet.cuont\"]\n").unwrap();
+    apply(&policy, 1);
+    // The gates' role cannot write a policy in force of its own.
+    let forged = std::panic::catch_unwind(|| {
+        query(
+            &roles.agent,
+            "UPDATE toolgate.fleets SET accepted_policy = NULL, accepted_digest = NULL",
+        )
+    });
+    assert!(
+        forged.is_err(),
+        "the gates' role changed the policy in force"
+    );
     drop(gate);
     drop(fleet);
     // The auditors' role verifies the trail and reports on it.

@@ -7,8 +7,8 @@
 //! [`PublicKey`].
 
 use std::fmt;
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +70,7 @@ impl SigningKey {
     }
 
     /// Writes the key as a PKCS#8 PEM file that only its owner may read (mode 0600 on Unix); refuses to
-    /// overwrite an existing file.
+    /// overwrite an existing file, and to write through a symbolic link at `path`, dangling or not.
     pub fn write_pem_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
         let path = path.as_ref();
         // The private key alone (PKCS#8 v1), as OpenSSL writes it: OpenSSL 3 refuses the v2 form with
@@ -81,14 +81,7 @@ impl SigningKey {
         }
         .to_pkcs8_pem(LineEnding::LF)
         .map_err(|e| io::Error::other(format!("encoding the private key: {e}")))?;
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(path).map_err(|e| in_file(path, e))?;
-        file.write_all(pem.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| in_file(path, e))
+        crate::files::create_new(path, pem.as_bytes(), 0o600).map_err(|e| in_file(path, e))
     }
 
     /// The public key that verifies this key's signatures.
@@ -123,6 +116,15 @@ impl PublicKey {
         let path = path.as_ref();
         let text = fs::read_to_string(path).map_err(|e| in_file(path, e))?;
         PublicKey::from_public_key_pem(&text).map_err(|e| in_file(path, e))
+    }
+
+    /// Writes the key as a SubjectPublicKeyInfo PEM file (mode 0644 on Unix); refuses to overwrite an
+    /// existing file, and to write through a symbolic link at `path`, dangling or not: whoever planted
+    /// one would choose where the key that `verify` trusts is written.
+    pub fn write_pem_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let path = path.as_ref();
+        crate::files::create_new(path, self.to_public_key_pem().as_bytes(), 0o644)
+            .map_err(|e| in_file(path, e))
     }
 
     /// The key as an SPKI PEM text.

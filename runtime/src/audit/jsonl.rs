@@ -290,12 +290,12 @@ impl JsonlSinkBuilder {
         let context =
             |e: io::Error| io::Error::new(e.kind(), format!("audit log {}: {e}", path.display()));
         let existed = path.exists();
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(context)?;
+        // Never through a link planted at the log's name: it would choose where the records go.
+        let file = crate::files::open(
+            OpenOptions::new().read(true).append(true).create(true),
+            &path,
+        )
+        .map_err(context)?;
         let regular = file.metadata().map_err(context)?.is_file();
         // One writer per log: a second sink (in this process or another) would fork the chain, which
         // `verify` could only report as tampering. The lock lives as long as the file handle. A FIFO is
@@ -435,11 +435,27 @@ impl State {
                 ),
             )
         };
-        let (existed, mut sidecar) = match File::open(&sidecar_path) {
-            Ok(file) => (true, Sidecar::read(file)?),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => (false, Sidecar::read(io::empty())?),
-            Err(e) => return Err(e),
+        let in_sidecar = |e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("checkpoints {}: {e}", sidecar_path.display()),
+            )
         };
+        // Neither read nor written through a link planted at its name, nor into a file of other
+        // names; the file read is the one appended to, and one created is created new.
+        let (found, mut sidecar) =
+            match crate::files::open_own(OpenOptions::new().read(true).append(true), &sidecar_path)
+            {
+                Ok(file) => {
+                    let sidecar = Sidecar::read(&file)?;
+                    (Some(file), sidecar)
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    (None, Sidecar::read(io::empty())?)
+                }
+                Err(e) => return Err(in_sidecar(e)),
+            };
+        let existed = found.is_some();
         let kept = self.resume(path, recover_torn_tail, sidecar.heads())?;
         if !existed && self.seq > 0 {
             // Signing a log found without its checkpoints would sign whatever someone left there.
@@ -469,10 +485,14 @@ impl State {
                 problems.join("; ")
             )));
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&sidecar_path)?;
+        let file = match found {
+            Some(file) => file,
+            None => crate::files::open(
+                OpenOptions::new().read(true).append(true).create_new(true),
+                &sidecar_path,
+            )
+            .map_err(in_sidecar)?,
+        };
         if cut_torn {
             file.set_len(sidecar.whole_len)?;
         }

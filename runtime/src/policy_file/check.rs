@@ -19,16 +19,112 @@ use toolgate_policy::{Mode, Risk};
 /// The file format this runtime reads.
 const FORMAT: i64 = 1;
 
+/// The tools a file's rules are checked against.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Tools<'a> {
+    /// None: the file's shape alone.
+    Shape,
+    /// The tools linked into this program.
+    Linked,
+    /// The tools a fleet's members declared (`toolgate policy apply`, which links none).
+    Declared(&'a [ToolDeclaration]),
+}
+
+/// A tool as a policy file is checked against it, declared by a process that links it to one that
+/// does not (a fleet's member to `toolgate policy apply`, through the fleet's tables).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDeclaration {
+    /// The tool's id.
+    pub id: String,
+    /// The names a deny or ask pattern matches it by: its id, and for a tool of an rmcp handler gated
+    /// in place, its id under its domain too.
+    pub names: Vec<String>,
+    /// The JSON Schema of its parameters (a `callable` tool's; `None` otherwise).
+    pub parameters: Option<Value>,
+    /// The parameters it redacts.
+    pub redact: Vec<String>,
+}
+
+impl ToolDeclaration {
+    /// Every tool linked into this program, declared.
+    pub fn linked() -> Vec<ToolDeclaration> {
+        registry()
+            .entries
+            .iter()
+            .map(|&entry| {
+                let manifest = &entry.manifest;
+                let mut names = vec![manifest.id.to_owned()];
+                if let (Some(_), Some(domain)) = (entry.in_place, manifest.domain) {
+                    names.push(format!("{domain}.{}", manifest.id));
+                }
+                ToolDeclaration {
+                    id: manifest.id.to_owned(),
+                    names,
+                    parameters: Tool { entry }.input_schema(),
+                    redact: entry
+                        .behaviour
+                        .redact
+                        .iter()
+                        .map(|&p| p.to_owned())
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A tool the rules are checked against: linked, or declared.
+#[derive(Clone, Copy)]
+enum Known<'a> {
+    Linked(&'static ToolEntry),
+    Declared(&'a ToolDeclaration),
+}
+
+impl Known<'_> {
+    fn id(&self) -> &str {
+        match self {
+            Known::Linked(entry) => entry.manifest.id,
+            Known::Declared(tool) => &tool.id,
+        }
+    }
+
+    fn reached_by(&self, pattern: &str) -> bool {
+        match self {
+            Known::Linked(entry) => pattern_reaches(pattern, entry),
+            Known::Declared(tool) => DenyRule::parse(pattern)
+                .is_ok_and(|rule| tool.names.iter().any(|name| rule.matches(name))),
+        }
+    }
+
+    fn parameters(&self) -> Option<Value> {
+        match self {
+            Known::Linked(entry) => Tool { entry }.input_schema(),
+            Known::Declared(tool) => tool.parameters.clone(),
+        }
+    }
+
+    fn redacts(&self, parameter: &str) -> bool {
+        match self {
+            Known::Linked(entry) => entry.behaviour.redact.contains(&parameter),
+            Known::Declared(tool) => tool.redact.iter().any(|p| p == parameter),
+        }
+    }
+}
+
 struct Checker<'a> {
     name: &'a str,
     text: &'a str,
     errors: Vec<PolicyError>,
-    /// Whether the rules are checked against the linked tools too (not where none are linked, as in
-    /// the `toolgate` command, which only forwards a file to a fleet).
-    tools: bool,
+    /// The tools the rules are checked against (none where none are linked, as in the `toolgate`
+    /// command, which only forwards a file to a fleet, unless the fleet's members declared theirs).
+    tools: Tools<'a>,
 }
 
-pub(super) fn check(name: &str, text: &str, tools: bool) -> Result<Vec<Section>, PolicyErrors> {
+pub(super) fn check(
+    name: &str,
+    text: &str,
+    tools: Tools<'_>,
+) -> Result<Vec<Section>, PolicyErrors> {
     let mut checker = Checker {
         name,
         text,
@@ -82,7 +178,7 @@ pub(super) fn check(name: &str, text: &str, tools: bool) -> Result<Vec<Section>,
         let scope = Scope::Agent(agent.into_inner());
         sections.push(checker.section(scope, rules.into_inner()));
     }
-    if tools {
+    if !matches!(tools, Tools::Shape) {
         checker.shadowed(&sections);
     }
     if checker.errors.is_empty() {
@@ -98,7 +194,28 @@ pub(super) fn pattern_reaches(pattern: &str, entry: &ToolEntry) -> bool {
     DenyRule::parse(pattern).is_ok_and(|rule| rule.matches_entry(entry))
 }
 
-impl Checker<'_> {
+impl<'a> Checker<'a> {
+    /// The tools the rules are checked against (none for a check of the shape alone).
+    fn known(&self) -> Vec<Known<'a>> {
+        match self.tools {
+            Tools::Shape => Vec::new(),
+            Tools::Linked => registry()
+                .entries
+                .iter()
+                .map(|&e| Known::Linked(e))
+                .collect(),
+            Tools::Declared(tools) => tools.iter().map(Known::Declared).collect(),
+        }
+    }
+
+    /// How errors name the tools checked against.
+    fn which(&self) -> &'static str {
+        match self.tools {
+            Tools::Declared(_) => "tool the fleet's members declare",
+            _ => "linked tool",
+        }
+    }
+
     fn error(&mut self, offset: usize, message: String) {
         let (line, column) = place(self.text, offset);
         self.errors.push(PolicyError {
@@ -316,53 +433,54 @@ impl Checker<'_> {
 
     /// Checks a deny or ask pattern: valid, and reaching a linked tool.
     fn pattern(&mut self, key: &str, pattern: &Spanned<String>) -> bool {
-        let registry = registry();
-        match DenyRule::parse(pattern.get_ref()) {
-            Err(error) => {
-                self.error(pattern.span().start, format!("`{key}`: {error}"));
-                false
-            }
-            Ok(_) if !self.tools => true,
-            Ok(rule) if !registry.entries.iter().any(|e| rule.matches_entry(e)) => {
-                let ids: Vec<&str> = registry.entries.iter().map(|e| e.manifest.id).collect();
-                self.error(
-                    pattern.span().start,
-                    format!(
-                        "`{key}` pattern {:?} matches no linked tool, so it does nothing{}",
-                        pattern.get_ref(),
-                        did_you_mean(pattern.get_ref(), &ids)
-                    ),
-                );
-                false
-            }
-            Ok(_) => true,
+        if let Err(error) = DenyRule::parse(pattern.get_ref()) {
+            self.error(pattern.span().start, format!("`{key}`: {error}"));
+            return false;
         }
+        if matches!(self.tools, Tools::Shape) {
+            return true;
+        }
+        let known = self.known();
+        if known.iter().any(|k| k.reached_by(pattern.get_ref())) {
+            return true;
+        }
+        let ids: Vec<&str> = known.iter().map(Known::id).collect();
+        let message = format!(
+            "`{key}` pattern {:?} matches no {}, so it does nothing{}",
+            pattern.get_ref(),
+            self.which(),
+            did_you_mean(pattern.get_ref(), &ids)
+        );
+        self.error(pattern.span().start, message);
+        false
     }
 
     /// Checks an argument rule against its tool's parameters.
     fn argument(&mut self, doc: &ArgumentDoc) -> Option<ArgumentTest> {
-        if !self.tools {
+        if matches!(self.tools, Tools::Shape) {
             return self.test_alone(doc);
         }
-        let registry = registry();
+        let known = self.known();
         let id = doc.tool.get_ref();
-        let Some(tool) = registry.get(id) else {
-            let ids: Vec<&str> = registry.entries.iter().map(|e| e.manifest.id).collect();
-            self.error(
-                doc.tool.span().start,
-                format!("no linked tool has the id {id:?}{}", did_you_mean(id, &ids)),
+        let Some(tool) = known.iter().find(|k| k.id() == id) else {
+            let ids: Vec<&str> = known.iter().map(Known::id).collect();
+            let message = format!(
+                "no {} has the id {id:?}{}",
+                self.which(),
+                did_you_mean(id, &ids)
             );
+            self.error(doc.tool.span().start, message);
             return None;
         };
         let parameter = doc.parameter.get_ref();
-        let types = match parameter_types(&tool, parameter) {
+        let types = match parameter_types(tool.parameters(), parameter) {
             Ok(types) => types,
             Err(why) => {
                 self.error(doc.parameter.span().start, format!("tool `{id}`: {why}"));
                 return None;
             }
         };
-        if tool.entry.behaviour.redact.contains(&parameter.as_str()) {
+        if tool.redacts(parameter) {
             self.error(
                 doc.parameter.span().start,
                 format!(
@@ -516,7 +634,7 @@ impl Checker<'_> {
     /// Rules that another rule makes dead: an `ask` or an argument rule on a tool every gate it
     /// reaches refuses anyway, and a ceiling or `ask_at` that `[defaults]` already holds lower.
     fn shadowed(&mut self, sections: &[Section]) {
-        let registry = registry();
+        let known = self.known();
         let defaults = sections.iter().find(|s| s.scope == Scope::Defaults);
         for section in sections {
             let denies: Vec<&At<String>> = defaults
@@ -524,15 +642,10 @@ impl Checker<'_> {
                 .chain((section.scope != Scope::Defaults).then_some(section))
                 .flat_map(|s| &s.rules.deny)
                 .collect();
-            let denied =
-                |entry: &ToolEntry| denies.iter().find(|d| pattern_reaches(&d.value, entry));
+            let denied = |tool: &Known<'_>| denies.iter().find(|d| tool.reached_by(&d.value));
             for ask in &section.rules.ask {
-                let reached: Vec<&ToolEntry> = registry
-                    .entries
-                    .iter()
-                    .filter(|e| pattern_reaches(&ask.value, e))
-                    .copied()
-                    .collect();
+                let reached: Vec<&Known<'_>> =
+                    known.iter().filter(|k| k.reached_by(&ask.value)).collect();
                 if let Some(by) = reached
                     .iter()
                     .map(|e| denied(e))
@@ -547,11 +660,8 @@ impl Checker<'_> {
                 }
             }
             for rule in &section.rules.arguments {
-                if let Some(entry) = registry
-                    .entries
-                    .iter()
-                    .find(|e| e.manifest.id == rule.value.tool)
-                    && let Some(by) = denied(entry)
+                if let Some(tool) = known.iter().find(|k| k.id() == rule.value.tool)
+                    && let Some(by) = denied(tool)
                 {
                     let message = format!(
                         "this argument rule is dead: `{}` is denied (by {:?} at line {})",
@@ -596,8 +706,8 @@ impl Checker<'_> {
 
 /// The JSON types a tool's parameter takes (`None`: its schema does not say), or why a rule cannot
 /// name it.
-fn parameter_types(tool: &Tool, parameter: &str) -> Result<Option<Vec<String>>, String> {
-    let Some(schema) = tool.input_schema() else {
+fn parameter_types(schema: Option<Value>, parameter: &str) -> Result<Option<Vec<String>>, String> {
+    let Some(schema) = schema else {
         return Err(
             "its parameters are known only for a `callable` tool: declare it `callable`, or write no \
              argument rule for it"

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::check;
+use super::check::{self, ToolDeclaration};
 use super::model::{At, PolicyErrors, Scope, Section};
 use crate::canonical::sha256_hex;
 use crate::gate::budget::BudgetSpec;
@@ -33,7 +33,7 @@ impl PolicyFile {
     /// Checks `text`, a policy file named `name` in rules and errors, against the linked tools.
     pub fn parse(name: &str, text: &str) -> Result<PolicyFile, PolicyErrors> {
         not_too_large(name, text)?;
-        let sections = check::check(name, text, true)?;
+        let sections = check::check(name, text, check::Tools::Linked)?;
         Ok(PolicyFile {
             name: name.into(),
             digest: sha256_hex(text.as_bytes()).into(),
@@ -46,7 +46,19 @@ impl PolicyFile {
     /// their tools (`toolgate policy apply`); [`PolicyFile::parse`] checks everything.
     pub fn check_shape(name: &str, text: &str) -> Result<(), PolicyErrors> {
         not_too_large(name, text)?;
-        check::check(name, text, false).map(drop)
+        check::check(name, text, check::Tools::Shape).map(drop)
+    }
+
+    /// Checks `text` against tools declared by the processes that link them, as [`PolicyFile::parse`]
+    /// checks it against the linked ones: for a program that links none of them, such as `toolgate
+    /// policy apply` checking a file against the tools a fleet's members declare.
+    pub fn check_declared(
+        name: &str,
+        text: &str,
+        tools: &[ToolDeclaration],
+    ) -> Result<(), PolicyErrors> {
+        not_too_large(name, text)?;
+        check::check(name, text, check::Tools::Declared(tools)).map(drop)
     }
 
     /// `text` checked for its shape only ([`PolicyFile::check_shape`]), as a policy file.
@@ -55,7 +67,7 @@ impl PolicyFile {
         Ok(PolicyFile {
             name: name.into(),
             digest: sha256_hex(text.as_bytes()).into(),
-            sections: check::check(name, text, false)?,
+            sections: check::check(name, text, check::Tools::Shape)?,
         })
     }
 

@@ -26,15 +26,19 @@ pub fn check_policy_lock(
     lock: impl AsRef<Path>,
 ) -> Result<(), PolicyLockError> {
     let update = Update::from_env().map_err(|e| PolicyLockError::Lockfile(e.to_string()))?;
-    let (policy, lock) = (
-        lockfile::resolve(policy.as_ref()),
-        lockfile::resolve(lock.as_ref()),
-    );
+    check_with(policy.as_ref(), lock.as_ref(), update)
+}
+
+/// [`check_policy_lock`] in the mode given.
+fn check_with(policy: &Path, lock: &Path, update: Update) -> Result<(), PolicyLockError> {
+    let (policy, lock) = (lockfile::resolve(policy), lockfile::resolve(lock));
     let current = PolicyFile::load(&policy).map_err(PolicyLockError::Policy)?;
     if update == Update::Overwrite {
         let same = std::fs::read(&lock).ok() == std::fs::read(&policy).ok();
         if !same {
-            std::fs::copy(&policy, &lock)
+            // Never through a link planted at the lock's name.
+            std::fs::read(&policy)
+                .and_then(|text| crate::files::replace(&lock, &text))
                 .map_err(|e| PolicyLockError::Lockfile(format!("{}: {e}", lock.display())))?;
         }
         return Ok(());
@@ -115,3 +119,42 @@ impl fmt::Debug for PolicyLockError {
 }
 
 impl std::error::Error for PolicyLockError {}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// Accepting a policy never writes its lock through a symbolic link at the lock's name, dangling
+    /// or not: it is refused, naming the link, and the link's target is untouched.
+    #[test]
+    fn the_lock_is_not_written_through_a_link() {
+        let dir = std::env::temp_dir().join(format!("toolgate-policy-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let policy = dir.join("ops.toml");
+        std::fs::write(&policy, "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n").unwrap();
+        for dangling in [true, false] {
+            let (lock, target) = (dir.join("ops.lock.toml"), dir.join("target"));
+            let _ = std::fs::remove_file(&lock);
+            let _ = std::fs::remove_file(&target);
+            if !dangling {
+                std::fs::write(&target, "the planter's file\n").unwrap();
+            }
+            std::os::unix::fs::symlink(&target, &lock).unwrap();
+            let error = check_with(&policy, &lock, Update::Overwrite).unwrap_err();
+            assert!(error.to_string().contains("symbolic link"), "{error}");
+            if dangling {
+                assert!(std::fs::symlink_metadata(&target).is_err());
+            } else {
+                assert_eq!(
+                    std::fs::read_to_string(&target).unwrap(),
+                    "the planter's file\n"
+                );
+            }
+        }
+        // Without a link, the lock is written.
+        std::fs::remove_file(dir.join("ops.lock.toml")).unwrap();
+        check_with(&policy, &dir.join("ops.lock.toml"), Update::Overwrite).unwrap();
+        check_with(&policy, &dir.join("ops.lock.toml"), Update::Check).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

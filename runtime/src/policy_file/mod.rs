@@ -53,6 +53,7 @@ mod lock;
 mod model;
 mod toml_doc;
 
+pub use check::ToolDeclaration;
 pub use diff::{Change, Diff, Direction};
 pub use explain::Explanation;
 pub use file::{MAX_POLICY_BYTES, PolicyFile};

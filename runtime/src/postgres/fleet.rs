@@ -17,7 +17,7 @@ use crate::approval::store::StoreError;
 use crate::gate::builder::GateBuilder;
 use crate::gate::error::GateError;
 use crate::gate::{Gate, WeakGate};
-use crate::policy_file::{LivePolicy, PolicyFile};
+use crate::policy_file::{LivePolicy, PolicyErrors, PolicyFile, ToolDeclaration};
 use toolgate_policy::Mode;
 
 /// How long a gate may lose its fleet before it acts as SHADOW, unless the builder sets a shorter one.
@@ -87,7 +87,17 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 ///     joined_at timestamptz NOT NULL DEFAULT now(), last_contact timestamptz NOT NULL DEFAULT now(),
 ///     PRIMARY KEY (fleet, member, gate)
 /// );
+/// CREATE TABLE toolgate.fleet_tools (            -- the tools each member declares, for `policy apply`
+///     fleet text NOT NULL, id text NOT NULL, names text[] NOT NULL, parameters text,
+///     redact text[] NOT NULL, member text NOT NULL, declared_at timestamptz NOT NULL DEFAULT now(),
+///     PRIMARY KEY (fleet, id)
+/// );
 /// ```
+///
+/// `fleets` also holds the policy applied last (`policy`, `policy_digest`, `policy_by`, `policy_at`)
+/// and the policy in force, the last a member accepted (`accepted_policy`, `accepted_digest`,
+/// `accepted_by`, `accepted_at`), which a member's role records only through
+/// `fleet_policy_accepted(fleet, digest)`: the policy applied last, by its digest, and no other text.
 ///
 /// A fleet that has no row yet is created at FULL_AUTO by the first gate that joins it: it holds no
 /// gate lower than its own mode until it is lowered. [`lower`] and [`raise`] never create one: an
@@ -202,6 +212,8 @@ impl FleetBuilder {
             lost_since: None,
             policy: policy.clone(),
             policy_seen: None,
+            unfollowable: None,
+            declared: false,
         };
         let thread = worker.spawn(receiver).map_err(|e| {
             StoreError::Unavailable(format!("cannot start the fleet's thread: {e}"))
@@ -234,6 +246,10 @@ pub enum JoinError {
     /// The builder was given an operator policy: a gate joined to a fleet follows the fleet's
     /// ([`apply_policy`]) and no other.
     OwnPolicy,
+    /// The fleet has a policy this process cannot follow: the one applied last does not check
+    /// against its tools, and no policy a member accepted before it does either. A gate joined now
+    /// would follow no policy at all; the text says why.
+    Policy(String),
 }
 
 impl fmt::Display for JoinError {
@@ -245,6 +261,7 @@ impl fmt::Display for JoinError {
                 "cannot join the fleet: the gate was given an operator policy of its own, and a gate \
                  joined to a fleet follows the fleet's (apply it with `policy apply`)",
             ),
+            JoinError::Policy(why) => write!(f, "cannot join the fleet: {why}"),
         }
     }
 }
@@ -254,7 +271,7 @@ impl std::error::Error for JoinError {
         match self {
             JoinError::Gate(error) => Some(error),
             JoinError::Fleet(error) => Some(error),
-            JoinError::OwnPolicy => None,
+            JoinError::OwnPolicy | JoinError::Policy(_) => None,
         }
     }
 }
@@ -311,8 +328,7 @@ impl Fleet {
             .map_err(JoinError::Fleet)?;
         joined
             .recv()
-            .unwrap_or_else(|_| Err(thread_gone()))
-            .map_err(JoinError::Fleet)?;
+            .unwrap_or_else(|_| Err(JoinError::Fleet(thread_gone())))?;
         Ok(gate)
     }
 
@@ -411,7 +427,7 @@ impl Rows {
 
 enum Job {
     Read(std::sync::mpsc::SyncSender<Result<Mode, StoreError>>),
-    Join(Gate, std::sync::mpsc::SyncSender<Result<(), StoreError>>),
+    Join(Gate, std::sync::mpsc::SyncSender<Result<(), JoinError>>),
 }
 
 struct Conn {
@@ -429,8 +445,13 @@ struct Worker {
     /// Since when reads fail, and why.
     lost_since: Option<(Instant, String)>,
     policy: LivePolicy,
-    /// The digest of the fleet's policy last read (`Some(None)`: the fleet has none).
-    policy_seen: Option<Option<String>>,
+    /// The digests of the fleet's policy applied last and of the one in force (accepted) last read.
+    policy_seen: Option<(Option<String>, Option<String>)>,
+    /// Why this process follows no policy while its fleet has one it cannot follow: a gate does not
+    /// join while it is set.
+    unfollowable: Option<String>,
+    /// Whether this process's tools are declared in `fleet_tools`.
+    declared: bool,
 }
 
 impl Worker {
@@ -561,7 +582,7 @@ impl Worker {
             .await;
         match read {
             Ok((mode, by, reason, policy)) => {
-                self.follow_policy(policy).await;
+                self.follow_policy(policy.0, policy.1).await;
                 self.last_contact = Instant::now();
                 let gates: Vec<Gate> = self.gates.iter().filter_map(WeakGate::upgrade).collect();
                 let why = format!("fleet {}: {reason}", self.settings.name);
@@ -591,11 +612,19 @@ impl Worker {
         }
     }
 
-    async fn join(&mut self, gate: Gate) -> Result<(), StoreError> {
+    async fn join(&mut self, gate: Gate) -> Result<(), JoinError> {
         let (mode, by, reason, policy) = self
             .with_conn(async |client, settings| read_mode(client, settings).await)
-            .await?;
-        self.follow_policy(policy).await;
+            .await
+            .map_err(JoinError::Fleet)?;
+        if !self.declared {
+            self.declare().await.map_err(JoinError::Fleet)?;
+            self.declared = true;
+        }
+        self.follow_policy(policy.0, policy.1).await;
+        if let Some(why) = &self.unfollowable {
+            return Err(JoinError::Policy(why.clone()));
+        }
         gate.hold_under(
             mode,
             &by,
@@ -604,57 +633,154 @@ impl Worker {
         self.gates.push(gate.downgrade());
         let rows = Rows::of(std::slice::from_ref(&gate));
         drop(gate);
-        self.heartbeat(rows).await
+        self.heartbeat(rows).await.map_err(JoinError::Fleet)
+    }
+
+    /// Declares this process's tools in `fleet_tools`, which `policy apply` checks a file against.
+    async fn declare(&mut self) -> Result<(), StoreError> {
+        let mut declared: Vec<serde_json::Value> = ToolDeclaration::linked()
+            .into_iter()
+            .map(|tool| {
+                serde_json::json!({
+                    "id": tool.id,
+                    "names": tool.names,
+                    "parameters": tool.parameters.map(|p| p.to_string()),
+                    "redact": tool.redact,
+                })
+            })
+            .collect();
+        declared.dedup_by(|a, b| a["id"] == b["id"]);
+        let declared = serde_json::Value::from(declared).to_string();
+        let statement = self.sql(
+            "INSERT INTO {s}.fleet_tools (fleet, id, names, parameters, redact, member)
+             SELECT $1, d ->> 'id', ARRAY(SELECT jsonb_array_elements_text(d -> 'names')),
+                 d ->> 'parameters', ARRAY(SELECT jsonb_array_elements_text(d -> 'redact')), $2
+             FROM jsonb_array_elements($3::text::jsonb) AS d
+             ON CONFLICT (fleet, id) DO UPDATE SET names = EXCLUDED.names,
+                 parameters = EXCLUDED.parameters, redact = EXCLUDED.redact,
+                 member = EXCLUDED.member, declared_at = now()",
+        );
+        self.with_conn(async |client, settings| {
+            client
+                .execute(&statement, &[&settings.name, &settings.member, &declared])
+                .await
+                .map_err(|e| store_error(&e))
+                .map(drop)
+        })
+        .await
     }
 
     /// Makes the fleet's policy this process's when its digest changed: read, checked against this
-    /// process's tools, and replaced; a text that does not check here is refused (each gate records
-    /// `policy_refused`) and the policy in force kept.
-    async fn follow_policy(&mut self, digest: Option<String>) {
-        if self.policy_seen.as_ref() == Some(&digest) {
+    /// process's tools, and replaced, its acceptance recorded (the policy in force from then on). A
+    /// text that does not check here is refused (each gate records `policy_refused`) and the policy in
+    /// force kept; a process that follows none yet takes the last policy a member accepted, and where
+    /// it cannot check that either, no gate joins it ([`JoinError::Policy`]).
+    async fn follow_policy(&mut self, applied: Option<String>, accepted: Option<String>) {
+        let seen = (applied, accepted);
+        if self.policy_seen.as_ref() == Some(&seen) {
             return;
         }
-        let Some(wanted) = &digest else {
+        if seen.0.is_none() {
             self.policy.clear("fleet policy removed");
-            self.policy_seen = Some(None);
+            self.unfollowable = None;
+            self.policy_seen = Some(seen);
             return;
-        };
-        let statement = self.sql("SELECT policy, policy_by FROM {s}.fleets WHERE name = $1");
+        }
+        let statement = self.sql(
+            "SELECT policy, policy_by, accepted_policy, accepted_by FROM {s}.fleets WHERE name = $1",
+        );
         let read = self
             .with_conn(async |client, settings| {
                 let row = client
                     .query_one(&statement, &[&settings.name])
                     .await
                     .map_err(|e| store_error(&e))?;
-                let text: Option<String> = row
-                    .try_get(0)
-                    .map_err(|e| StoreError::Unexpected(e.to_string()))?;
-                let by: Option<String> = row
-                    .try_get(1)
-                    .map_err(|e| StoreError::Unexpected(e.to_string()))?;
-                Ok((
-                    text.unwrap_or_default(),
-                    by.unwrap_or_else(|| "fleet".to_owned()),
-                ))
+                let column = |i: usize| {
+                    row.try_get::<_, Option<String>>(i)
+                        .map_err(|e| StoreError::Unexpected(e.to_string()))
+                };
+                Ok((column(0)?, column(1)?, column(2)?, column(3)?))
             })
             .await;
         // Not read: the next refresh tries again, and the grace period holds the gates meanwhile.
-        let Ok((text, by)) = read else {
+        let Ok((text, by, accepted_text, accepted_by)) = read else {
             return;
         };
+        let by = by.unwrap_or_else(|| "fleet".to_owned());
         let name = format!("fleet {} policy", self.settings.name);
+        // Another apply may have landed between the two reads: what was read is what is followed, and
+        // the next refresh sees the newer digest.
+        let Some(text) = text else {
+            self.policy.clear("fleet policy removed");
+            self.unfollowable = None;
+            return;
+        };
         match PolicyFile::parse(&name, &text) {
-            // Another apply may have landed between the two reads: what was read is what is followed,
-            // and the next refresh sees the newer digest.
             Ok(file) => {
-                self.policy_seen = Some(Some(file.digest().to_owned()));
-                self.policy.replace(file, &by);
+                let digest = file.digest().to_owned();
+                if self.policy.current().is_none_or(|c| c.digest() != digest) {
+                    self.policy.replace(file, &by);
+                }
+                self.unfollowable = None;
+                let accept = self.sql("SELECT {s}.fleet_policy_accepted($1, $2)");
+                let recorded = self
+                    .with_conn(async |client, settings| {
+                        client
+                            .execute(&accept, &[&settings.name, &digest])
+                            .await
+                            .map_err(|e| store_error(&e))
+                            .map(drop)
+                    })
+                    .await;
+                // Unrecorded, it is recorded at the next read.
+                if recorded.is_ok() {
+                    self.policy_seen = Some(seen);
+                }
             }
             Err(errors) => {
                 self.policy.refused(&errors, &by);
-                self.policy_seen = Some(Some(wanted.clone()));
+                if self.policy.current().is_none() {
+                    self.fall_back(&name, &text, &errors, accepted_text, accepted_by);
+                }
+                self.policy_seen = Some(seen);
             }
         }
+    }
+
+    /// For a process that follows no policy while its fleet's applied one does not check here: the
+    /// last policy a member accepted, if it checks, or the reason no gate may join.
+    fn fall_back(
+        &mut self,
+        name: &str,
+        text: &str,
+        errors: &PolicyErrors,
+        accepted: Option<String>,
+        accepted_by: Option<String>,
+    ) {
+        let digest = crate::canonical::sha256_hex(text.as_bytes());
+        let refused = format!(
+            "fleet {}'s policy {digest} does not check against this process's tools ({})",
+            self.settings.name,
+            errors.to_string().replace('\n', "; ")
+        );
+        let why = match accepted.map(|text| PolicyFile::parse(name, &text)) {
+            Some(Ok(file)) => {
+                self.policy
+                    .replace(file, accepted_by.as_deref().unwrap_or("fleet"));
+                self.unfollowable = None;
+                return;
+            }
+            Some(Err(errors)) => format!(
+                "{refused}, nor does the policy in force, the last its members accepted ({}): a \
+                 gate joined now would follow no policy",
+                errors.to_string().replace('\n', "; ")
+            ),
+            None => format!(
+                "{refused}, and no member has accepted a policy of the fleet before it: a gate \
+                 joined now would follow no policy"
+            ),
+        };
+        self.unfollowable = Some(why);
     }
 
     /// Writes every joined gate's mode and the time of contact into `fleet_members`.
@@ -723,15 +849,16 @@ impl Worker {
 async fn read_mode(
     client: &Client,
     settings: &Settings,
-) -> Result<(Mode, String, String, Option<String>), StoreError> {
+) -> Result<(Mode, String, String, (Option<String>, Option<String>)), StoreError> {
     let statement = schema::sql(
         "WITH created AS (
              INSERT INTO {s}.fleets (name, mode, changed_by, reason)
              VALUES ($1, 'FULL_AUTO', 'toolgate', 'created by the first gate to join')
              ON CONFLICT (name) DO NOTHING
-             RETURNING mode, changed_by, reason, policy_digest)
-         SELECT mode, changed_by, reason, policy_digest FROM created
-         UNION ALL SELECT mode, changed_by, reason, policy_digest FROM {s}.fleets WHERE name = $1
+             RETURNING mode, changed_by, reason, policy_digest, accepted_digest)
+         SELECT mode, changed_by, reason, policy_digest, accepted_digest FROM created
+         UNION ALL SELECT mode, changed_by, reason, policy_digest, accepted_digest FROM {s}.fleets
+             WHERE name = $1
          LIMIT 1",
         &settings.schema,
     );
@@ -745,7 +872,8 @@ async fn read_mode(
         // commit, but its snapshot is older. A new statement sees the row.
         None => {
             let again = schema::sql(
-                "SELECT mode, changed_by, reason, policy_digest FROM {s}.fleets WHERE name = $1",
+                "SELECT mode, changed_by, reason, policy_digest, accepted_digest FROM {s}.fleets
+                 WHERE name = $1",
                 &settings.schema,
             );
             client
@@ -762,7 +890,10 @@ async fn read_mode(
         mode,
         row.try_get(1).map_err(column)?,
         row.try_get(2).map_err(column)?,
-        row.try_get(3).map_err(column)?,
+        (
+            row.try_get(3).map_err(column)?,
+            row.try_get(4).map_err(column)?,
+        ),
     ))
 }
 
@@ -784,6 +915,9 @@ pub struct FleetStatus {
     pub members: Vec<FleetMember>,
     /// The digest of the fleet's operator policy ([`apply_policy`]), and who applied it.
     pub policy: Option<(String, String)>,
+    /// The digest of the policy in force, the last a member accepted, and who applied it: a process
+    /// that joins follows it where the one applied last does not check against its tools.
+    pub in_force: Option<(String, String)>,
 }
 
 /// A gate joined to a fleet, as its process last reported it.
@@ -926,42 +1060,110 @@ fn change(
     })
 }
 
-/// Makes `text` the operator policy of the fleet `name`, `by` naming who applied it, and notifies
-/// every joined process: each reads it within its poll interval (at once on the notification),
-/// checks it against its own tools, and narrows its gates by it, or refuses it (each gate records
-/// `policy_refused`) and keeps the policy in force. Check the file with the application's
-/// `policy check` first: this function cannot, since the tools live in the application. An empty
-/// `text` removes the fleet's policy. Returns the policy's digest; a fleet no gate has joined yet is an
-/// error, as for [`lower`].
+/// Why [`apply_policy`] did not store a policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// The database could not be reached, failed, or refused (no such fleet, say).
+    Store(StoreError),
+    /// The text does not check against the tools the fleet's members declare: nothing was stored.
+    Refused(PolicyErrors),
+}
+
+impl fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApplyError::Store(error) => error.fmt(f),
+            ApplyError::Refused(errors) => write!(
+                f,
+                "the policy does not check against the tools the fleet's members declare, and \
+                 was not applied:\n{errors}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ApplyError {}
+
+impl From<StoreError> for ApplyError {
+    fn from(error: StoreError) -> ApplyError {
+        ApplyError::Store(error)
+    }
+}
+
+/// Checks `text` against the tools the fleet `name`'s members declare (each process declares its own
+/// when its first gate joins), then makes it the fleet's operator policy, `by` naming who applied
+/// it, and notifies every joined process: each reads it within its poll interval (at once on the
+/// notification), checks it against its own tools, and narrows its gates by it, recording it as
+/// accepted: the policy in force, which a process that joins later follows should the one applied
+/// last not check there. A process where it does not check refuses it (each gate records
+/// `policy_refused`) and keeps the policy in force. A text that does not check against the declared
+/// tools is refused ([`ApplyError::Refused`]) and nothing stored; so is any text while no member
+/// has declared its tools. An empty `text` removes the fleet's policy, the one in force too. Returns
+/// the policy's digest; a fleet no gate has joined yet is an error, as for [`lower`].
 pub fn apply_policy(
     url: &str,
     schema_name: &str,
     name: &str,
     text: &str,
     by: &str,
-) -> Result<Option<String>, StoreError> {
+) -> Result<Option<String>, ApplyError> {
     valid_name(name).map_err(StoreError::Unavailable)?;
     if by.trim().is_empty() {
         return Err(StoreError::Unavailable(
             "not configured: applying a fleet's policy names who applies it".into(),
-        ));
+        )
+        .into());
     }
     if text.len() > crate::policy_file::MAX_POLICY_BYTES {
         return Err(StoreError::Unavailable(format!(
             "not configured: the policy is {} bytes, more than {}",
             text.len(),
             crate::policy_file::MAX_POLICY_BYTES
-        )));
+        ))
+        .into());
     }
     let digest = (!text.is_empty()).then(|| crate::canonical::sha256_hex(text.as_bytes()));
     let stored = (!text.is_empty()).then_some(text);
-    link::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
+    let file_name = format!("fleet {name} policy");
+    let applied = link::one_shot(url, schema_name, OPERATOR_TIMEOUT, true, async |client| {
         let transaction = client.transaction().await.map_err(|e| store_error(&e))?;
-        let updated = transaction
+        let fleet = transaction
+            .query_opt(
+                &schema::sql(
+                    "SELECT 1 FROM {s}.fleets WHERE name = $1 FOR UPDATE",
+                    schema_name,
+                ),
+                &[&name],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+        if fleet.is_none() {
+            return Err(unknown_fleet(&transaction, schema_name, name).await);
+        }
+        if let Some(text) = stored {
+            let tools = declared_tools(&transaction, schema_name, name).await?;
+            if tools.is_empty() {
+                return Err(StoreError::Unexpected(format!(
+                    "no member of fleet {name:?} has declared its tools (a process declares them \
+                     when its first gate joins), so the policy cannot be checked against them: \
+                     join a gate first"
+                )));
+            }
+            if let Err(errors) = PolicyFile::check_declared(&file_name, text, &tools) {
+                return Ok(Err(errors));
+            }
+        }
+        // A removal needs no member's check: it is in force at once.
+        transaction
             .execute(
                 &schema::sql(
                     "UPDATE {s}.fleets SET policy = $2, policy_digest = $3, policy_by = $4,
-                         policy_at = now()
+                         policy_at = now(),
+                         accepted_policy = CASE WHEN $2::text IS NULL THEN NULL ELSE accepted_policy END,
+                         accepted_digest = CASE WHEN $2::text IS NULL THEN NULL ELSE accepted_digest END,
+                         accepted_by = CASE WHEN $2::text IS NULL THEN NULL ELSE accepted_by END,
+                         accepted_at = CASE WHEN $2::text IS NULL THEN NULL ELSE accepted_at END
                      WHERE name = $1",
                     schema_name,
                 ),
@@ -969,16 +1171,51 @@ pub fn apply_policy(
             )
             .await
             .map_err(|e| store_error(&e))?;
-        if updated == 0 {
-            return Err(unknown_fleet(&transaction, schema_name, name).await);
-        }
         transaction
             .execute("SELECT pg_notify($1, $2)", &[&channel(schema_name), &name])
             .await
             .map_err(|e| store_error(&e))?;
         transaction.commit().await.map_err(|e| store_error(&e))?;
-        Ok(digest.clone())
-    })
+        Ok(Ok(digest.clone()))
+    })?;
+    applied.map_err(ApplyError::Refused)
+}
+
+/// The tools the fleet `name`'s members declared.
+async fn declared_tools(
+    client: &impl tokio_postgres::GenericClient,
+    schema_name: &str,
+    name: &str,
+) -> Result<Vec<ToolDeclaration>, StoreError> {
+    let rows = client
+        .query(
+            &schema::sql(
+                "SELECT id, names, parameters, redact FROM {s}.fleet_tools WHERE fleet = $1
+                 ORDER BY id",
+                schema_name,
+            ),
+            &[&name],
+        )
+        .await
+        .map_err(|e| store_error(&e))?;
+    let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+    rows.iter()
+        .map(|row| {
+            let parameters: Option<String> = row.try_get(2).map_err(column)?;
+            let parameters = parameters
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| {
+                    StoreError::Unexpected(format!("a declared tool's parameters: {e}"))
+                })?;
+            Ok(ToolDeclaration {
+                id: row.try_get(0).map_err(column)?,
+                names: row.try_get(1).map_err(column)?,
+                parameters,
+                redact: row.try_get(3).map_err(column)?,
+            })
+        })
+        .collect()
 }
 
 /// The error for a fleet that has no row: it names the fleets there are, the closest first.
@@ -1077,7 +1314,8 @@ pub(super) async fn status_with(
             .query_opt(
                 &schema::sql(
                     "SELECT mode, changed_by, reason,
-                         extract(epoch FROM now() - changed_at)::float8, policy_digest, policy_by
+                         extract(epoch FROM now() - changed_at)::float8, policy_digest, policy_by,
+                         accepted_digest, accepted_by
                      FROM {s}.fleets WHERE name = $1",
                     schema_name,
                 ),
@@ -1131,6 +1369,11 @@ pub(super) async fn status_with(
             policy: {
                 let digest: Option<String> = fleet.try_get(4).map_err(column)?;
                 let by: Option<String> = fleet.try_get(5).map_err(column)?;
+                digest.map(|d| (d, by.unwrap_or_default()))
+            },
+            in_force: {
+                let digest: Option<String> = fleet.try_get(6).map_err(column)?;
+                let by: Option<String> = fleet.try_get(7).map_err(column)?;
                 digest.map(|d| (d, by.unwrap_or_default()))
             },
         })

@@ -169,12 +169,14 @@
 //! GRANT SELECT, INSERT ON toolgate.audit, toolgate.audit_checkpoints TO toolgate_agent;
 //! GRANT SELECT, INSERT ON toolgate.fleets TO toolgate_agent;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON toolgate.fleet_members TO toolgate_agent;
+//! GRANT SELECT, INSERT, UPDATE ON toolgate.fleet_tools TO toolgate_agent;
+//! GRANT EXECUTE ON FUNCTION toolgate.fleet_policy_accepted(text, text) TO toolgate_agent;
 //! -- Operators: `toolgate approvals`, `toolgate fleet`.
 //! GRANT SELECT, UPDATE ON toolgate.approvals TO toolgate_operator;
 //! GRANT SELECT, INSERT, UPDATE ON toolgate.fleets TO toolgate_operator;
 //! GRANT INSERT ON toolgate.fleet_changes TO toolgate_operator;
 //! GRANT USAGE ON SEQUENCE toolgate.fleet_changes_id_seq TO toolgate_operator;
-//! GRANT SELECT ON toolgate.fleet_members TO toolgate_operator;
+//! GRANT SELECT ON toolgate.fleet_members, toolgate.fleet_tools TO toolgate_operator;
 //! -- Auditors: `toolgate audit verify` and `toolgate audit promotion` of the trail.
 //! GRANT SELECT ON toolgate.audit, toolgate.audit_checkpoints TO toolgate_auditor;
 //! -- The operator console (feature `console`): an operator's grants, the trail, and each writer's

@@ -395,6 +395,31 @@ pub(super) const MIGRATIONS: &[&str] = &[
         RETURN ARRAY[-1, 0];
     END
     $$;",
+    // 12: a fleet's policy in force, kept: the last policy a member accepted (checked against its
+    // tools), which a process that joins follows when it cannot check the one applied last; the tools
+    // each member declares, which `policy apply` checks a file against before storing it; and the one
+    // way a member's role records an acceptance, of the policy applied last and no other text.
+    "ALTER TABLE {s}.fleets ADD COLUMN accepted_policy text, ADD COLUMN accepted_digest text,
+        ADD COLUMN accepted_by text, ADD COLUMN accepted_at timestamptz;
+    CREATE TABLE {s}.fleet_tools (
+        fleet       text NOT NULL,
+        id          text NOT NULL,
+        names       text[] NOT NULL,
+        parameters  text,
+        redact      text[] NOT NULL,
+        member      text NOT NULL,
+        declared_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (fleet, id)
+    );
+    CREATE FUNCTION {s}.fleet_policy_accepted(fleet_name text, digest text)
+    RETURNS boolean LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+        UPDATE {s}.fleets SET accepted_policy = policy, accepted_digest = policy_digest,
+            accepted_by = policy_by, accepted_at = now()
+        WHERE name = fleet_name AND policy_digest = digest
+            AND accepted_digest IS DISTINCT FROM digest
+        RETURNING true
+    $$;
+    REVOKE EXECUTE ON FUNCTION {s}.fleet_policy_accepted(text, text) FROM PUBLIC;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first

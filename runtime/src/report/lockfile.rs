@@ -69,11 +69,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use crate::registry::{Behaviour, ToolManifest, manifests, registry};
+use crate::terminal::escaped;
 use toolgate_policy::ModeSet;
 use toolgate_policy::Risk;
 
@@ -318,28 +318,17 @@ fn sort(entries: &mut [Entry]) {
 }
 
 fn to_text(entries: &[Entry]) -> String {
-    let mut text = serde_json::to_string_pretty(entries).expect("an entry serializes");
+    let mut text = crate::terminal::escaped_json(
+        serde_json::to_string_pretty(entries).expect("an entry serializes"),
+    );
     text.push('\n');
     text
 }
 
-/// Writes through a temporary file and a rename, so that a concurrent reader never sees half a file.
+/// Writes through a new temporary file and a rename, so that a concurrent reader never sees half a
+/// file, and never through a symbolic link: one at the lockfile's name is refused.
 fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    crate::files::replace(path, text.as_bytes())
 }
 
 /// The kind of a [`Change`], in the order the list of changes shows them.
@@ -393,8 +382,16 @@ pub struct Change {
 }
 
 impl fmt::Display for Change {
+    /// One line: the id escaped for a terminal ([`escaped`]), the values in the detail quoted as Rust
+    /// quotes them, which leaves no line terminator raw either.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:<18} {}: {}", self.kind.label(), self.id, self.detail)
+        write!(
+            f,
+            "{:<18} {}: {}",
+            self.kind.label(),
+            escaped(&self.id),
+            escaped(&self.detail)
+        )
     }
 }
 

@@ -43,6 +43,15 @@ use std::str::FromStr;
 use crate::registry::ToolManifest;
 pub use crate::registry::digest::{canonical_json, digest_of, manifest_digest};
 use crate::registry::manifests;
+use crate::terminal::{escaped_json, push_shown};
+
+/// Every character that ends a line where a report may be read: CommonMark's line endings (a line
+/// feed, and a carriage return alone or before one), and those other readers and editors honour (the
+/// next line, line and paragraph separators, form feed and vertical tab). A field of a manifest
+/// holding one must not start a row, a record or a line of its own in any report.
+pub const LINE_TERMINATORS: [char; 7] = [
+    '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{c}', '\u{b}',
+];
 
 /// A report format: `json` (pretty), `md` (a Markdown table) or `csv`.
 ///
@@ -159,7 +168,7 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    serde_json::to_string_pretty(&collect(manifests)).expect("a manifest serializes")
+    escaped_json(serde_json::to_string_pretty(&collect(manifests)).expect("a manifest serializes"))
 }
 
 /// A JSON array of `manifests` on one line, keys in declaration order.
@@ -168,16 +177,44 @@ where
     I: IntoIterator,
     I::Item: Borrow<ToolManifest>,
 {
-    serde_json::to_string(&collect(manifests)).expect("a manifest serializes")
+    escaped_json(serde_json::to_string(&collect(manifests)).expect("a manifest serializes"))
 }
 
 fn yes_no(value: bool) -> &'static str {
     if value { "yes" } else { "no" }
 }
 
-/// `text` as a Markdown table cell: `|` escaped so that it cannot end the cell.
+/// `text` as a Markdown table cell: `|` escaped so that it cannot end the cell, `<`, `>` and `&` as
+/// their character references so that a viewer shows them as text rather than render HTML (a comment
+/// that hides every row after it, a folded `<details>`, an image or a link), and every character that
+/// could end the row or hide what follows (line terminators, controls, invisible and reordering
+/// characters) as [`escaped`](crate::terminal::escaped) shows it.
 fn cell(text: &str) -> String {
-    text.replace('|', "\\|")
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '|' => out.push_str("\\|"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            c => push_shown(&mut out, c),
+        }
+    }
+    out
+}
+
+/// `text` in a code span's cell: a code span renders no HTML and no character reference, so only `|`
+/// and what could end the row or hide what follows are escaped, as in [`cell`].
+fn code_cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '|' {
+            out.push_str("\\|");
+        } else {
+            push_shown(&mut out, c);
+        }
+    }
+    out
 }
 
 /// `text` as a code span, with a fence longer than any run of backticks inside it.
@@ -190,9 +227,9 @@ fn code(text: &str) -> String {
     }
     let fence = "`".repeat(longest + 1);
     if longest == 0 {
-        format!("{fence}{}{fence}", cell(text))
+        format!("{fence}{}{fence}", code_cell(text))
     } else {
-        format!("{fence} {} {fence}", cell(text))
+        format!("{fence} {} {fence}", code_cell(text))
     }
 }
 
@@ -201,7 +238,11 @@ fn code(text: &str) -> String {
 /// `rollback`, or `none`), description (its first line) and source (`file:line`).
 ///
 /// Ids and sources are code spans; flags are `yes` or `no`; modes are listed as `SHADOW, ADVISORY` (or
-/// `none`); the description keeps its Markdown, with `|` escaped.
+/// `none`); the description (up to its first line terminator, [`LINE_TERMINATORS`]) keeps its Markdown,
+/// with `|` escaped and `<`, `>` and `&` written `&lt;`, `&gt;` and `&amp;`, so that a viewer renders
+/// none of it as HTML. In every cell, a character that could end the row or hide text (a line terminator,
+/// a control, an invisible or reordering character) is written as its escape `\u{..}`, so that each
+/// tool is one row and no text of one tool shows in another's.
 pub fn markdown<I>(manifests: I) -> String
 where
     I: IntoIterator,
@@ -213,7 +254,12 @@ where
     );
     for m in manifests {
         let m = m.borrow();
-        let first_line = m.description.lines().next().unwrap_or("").trim();
+        let first_line = m
+            .description
+            .split(LINE_TERMINATORS)
+            .next()
+            .unwrap_or("")
+            .trim();
         let source = format!("{}:{}", m.source.file, m.source.line);
         writeln!(
             out,
@@ -253,7 +299,7 @@ fn effects(m: &ToolManifest) -> String {
 }
 
 fn csv_field(out: &mut String, field: &str) {
-    if field.contains([',', '"', '\n', '\r']) {
+    if field.contains([',', '"']) || field.contains(LINE_TERMINATORS) {
         out.push('"');
         out.push_str(&field.replace('"', "\"\""));
         out.push('"');
@@ -263,7 +309,7 @@ fn csv_field(out: &mut String, field: &str) {
 }
 
 /// CSV as RFC 4180 defines it: a header row, records ending with CRLF, and a field quoted when it holds a
-/// comma, a double quote or a line break, its quotes doubled.
+/// comma, a double quote or a line terminator ([`LINE_TERMINATORS`]), its quotes doubled.
 ///
 /// Columns: `id`, `domain` (empty when none), `risk_level`, `side_effects`, `allowed_modes` (the names
 /// separated by spaces), `idempotent`, `open_world`, `description` (all of it), `source_file`,

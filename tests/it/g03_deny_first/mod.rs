@@ -1,5 +1,6 @@
 //! Guarantee 3 of SECURITY.md: Deny first.
 
+mod attacks_names;
 mod features_meeting;
 mod handlers;
 mod integrations;

@@ -3,6 +3,7 @@
 mod approval_surfaces;
 mod approvers;
 mod attacks_stateful;
+mod attacks_shown_text;
 mod by_name;
 pub(crate) mod checks;
 mod features_meeting;

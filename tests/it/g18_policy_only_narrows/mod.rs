@@ -7,6 +7,7 @@
 
 mod attacks;
 mod attacks_stateful;
+mod attacks_names;
 mod commit_point;
 mod policy_file;
 mod rules_off_the_call;

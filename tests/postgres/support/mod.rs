@@ -464,11 +464,16 @@ pub(crate) fn chained_hash(prev: &str, body: &str) -> String {
         .collect()
 }
 
-/// Undoes migrations 11 (the column of the gate that filed a request; the budget check's function,
-/// made again by the migration, is left as it is) and 10 (the trail's searched columns and indexes,
-/// the pending list's index, the notification of changed requests), for the tests of a database at
-/// version 9 that migrates.
+/// Undoes migrations 12 (a fleet's policy in force, its members' tools), 11 (the column of the gate
+/// that filed a request; the budget check's function, made again by the migration, is left as it is)
+/// and 10 (the trail's searched columns and indexes, the pending list's index, the notification of
+/// changed requests), for the tests of a database at version 9 that migrates.
 pub(crate) const BACK_TO_VERSION_9: &str = "
+    DROP FUNCTION toolgate.fleet_policy_accepted(text, text);
+    DROP TABLE toolgate.fleet_tools;
+    ALTER TABLE toolgate.fleets DROP COLUMN accepted_policy, DROP COLUMN accepted_digest,
+        DROP COLUMN accepted_by, DROP COLUMN accepted_at;
+    DELETE FROM toolgate.schema_version WHERE version = 12;
     ALTER TABLE toolgate.approvals DROP COLUMN gate;
     DELETE FROM toolgate.schema_version WHERE version = 11;
     DROP TRIGGER approvals_changed ON toolgate.approvals;
