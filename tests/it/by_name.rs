@@ -1743,7 +1743,8 @@ fn pick(colour: Colour, note: String) -> Result<Note, AppError> {
 /// Characters that hide, fake or reorder what a person reads: an escape, a carriage return, NEL, the
 /// line and paragraph separators, a right-to-left override, an isolate, a zero-width space, a BOM.
 const HOSTILE: [char; 9] = [
-    '\u{1b}', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{202e}', '\u{2066}', '\u{200b}', '\u{feff}',
+    '\u{1b}', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{202e}', '\u{2066}', '\u{200b}',
+    '\u{feff}',
 ];
 
 /// Every error of a call by name that repeats the caller's text (a tool name, an argument's key, a
@@ -1828,14 +1829,21 @@ fn every_error_of_a_call_by_name_shows_the_callers_text_escaped() {
             (
                 "a rollback plan with an unknown key",
                 "NO_ROLLBACK",
-                rollback("users.get", Some(json!({"kind": "steps", "text": "t", text.as_str(): 1}))),
+                rollback(
+                    "users.get",
+                    Some(json!({"kind": "steps", "text": "t", text.as_str(): 1})),
+                ),
             ),
             (
                 "a rollback plan of steps",
                 "NO_ROLLBACK",
                 rollback("users.get", Some(json!({"kind": "steps", "text": text}))),
             ),
-            ("a record's tool, with no plan", "NO_ROLLBACK", rollback(&text, None)),
+            (
+                "a record's tool, with no plan",
+                "NO_ROLLBACK",
+                rollback(&text, None),
+            ),
             (
                 "a rollback plan calling an unknown tool",
                 "UNKNOWN_TOOL",

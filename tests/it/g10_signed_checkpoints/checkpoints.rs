@@ -890,7 +890,10 @@ mod cli {
         assert_text(
             &stdout,
             None,
-            &["NO CHECKPOINT: 0 of 0 checkpoints verify", "there is no checkpoint"],
+            &[
+                "NO CHECKPOINT: 0 of 0 checkpoints verify",
+                "there is no checkpoint",
+            ],
         );
         assert!(!stdout.contains("signed by nothing"), "{stdout}");
 
