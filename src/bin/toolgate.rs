@@ -30,11 +30,15 @@ Exit status:
       an intact chain (past a break, they were edited: 1, reported as LOG EDITED)
   8   a line is longer than any record a sink writes (16 MiB): it is not a record, and the log is not
       read past it, so that a file of any size is read in bounded memory
+  9   with --public-key: the log has records and no checkpoint that verifies covers any of them (the
+      checkpoint file is empty, or its writer has not signed yet): it is signed by nothing, and could
+      have been rewritten whole
   64  the command line is invalid
 
-When several apply, the first of 3, 5, 1, 8, 6, 7, 4, 2 is the status. Records after the last checkpoint
-are not covered by any signature: the report says how many, and whether the last checkpoint is final
-(written when the writer shut down) or not (still running, crashed, or its tail cut off with the log's).";
+When several apply, the first of 3, 5, 1, 8, 6, 7, 4, 9, 2 is the status. Records after the last
+checkpoint are not covered by any signature: the report says how many, and whether the last checkpoint
+is final (written when the writer shut down) or not (still running, crashed, or its tail cut off with
+the log's). A log with no record verifies with no checkpoint: there is nothing to sign.";
 
 const KEYGEN_EXIT_STATUS: &str = "\
 Writes the private key to KEY (PKCS#8 PEM, readable by its owner only) and the public key to KEY.pub
@@ -259,6 +263,7 @@ const CHECKPOINTS_TAMPERED: u8 = 5;
 const REWRITTEN: u8 = 6;
 const CUT_BEFORE_CHECKPOINT: u8 = 7;
 const TOO_LONG: u8 = 8;
+const SIGNED_BY_NOTHING: u8 = 9;
 const USAGE: u8 = 64;
 
 fn main() -> ExitCode {
@@ -640,8 +645,8 @@ mod trail {
     use toolgate::terminal::escaped;
 
     use super::{
-        BROKEN, CHECKPOINTS_TAMPERED, CUT_BEFORE_CHECKPOINT, INTACT, IO_ERROR, REWRITTEN, TOO_LONG,
-        TORN, USAGE, print, signed_status, status,
+        BROKEN, CHECKPOINTS_TAMPERED, CUT_BEFORE_CHECKPOINT, INTACT, IO_ERROR, REWRITTEN,
+        SIGNED_BY_NOTHING, TOO_LONG, TORN, USAGE, print, signed_status, status,
     };
 
     pub(super) fn verify(
@@ -701,6 +706,7 @@ mod trail {
             TOO_LONG,
             REWRITTEN,
             CUT_BEFORE_CHECKPOINT,
+            SIGNED_BY_NOTHING,
             TORN,
         ]
         .into_iter()
@@ -848,6 +854,10 @@ fn signed_status(signed: &CheckpointReport, chain: u8) -> u8 {
         REWRITTEN
     } else if signed.log_cut_short() {
         CUT_BEFORE_CHECKPOINT
+    } else if chain == CUT {
+        CUT
+    } else if signed.signed_by_nothing() {
+        SIGNED_BY_NOTHING
     } else if chain == INTACT && signed.torn_tail {
         TORN
     } else {

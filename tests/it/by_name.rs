@@ -59,6 +59,8 @@ fn gate_in(mode: Mode) -> Gate {
 enum AppError {
     Refused(Denied),
     NotFound(u64),
+    /// A message that quotes the caller's text.
+    Quoting(String),
 }
 
 impl From<Denied> for AppError {
@@ -73,6 +75,7 @@ impl fmt::Display for AppError {
         match self {
             AppError::Refused(_) => f.write_str("refused"),
             AppError::NotFound(id) => write!(f, "no user with id {id}"),
+            AppError::Quoting(text) => write!(f, "no note `{text}`"),
         }
     }
 }
@@ -1696,4 +1699,187 @@ fn a_call_by_name_refused_before_its_arguments_says_they_may_raise_its_risk() {
         .run(|| run_command("uptime".into()))
         .expect_err("LOW_WRITE in SHADOW");
     assert!(!direct.to_string().contains("may raise"), "{direct}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The caller's text, in errors
+// ---------------------------------------------------------------------------------------------------------
+
+/// What `shown.pick` picks.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(crate = "toolgate::serde", rename_all = "snake_case")]
+#[schemars(crate = "toolgate::schemars")]
+enum Colour {
+    Red,
+    Green,
+}
+
+/// A note as `shown.pick` returns it: one that starts with `fail:` does not serialize, and its
+/// serializer's error quotes it.
+#[derive(Debug)]
+struct Note(String);
+
+impl Serialize for Note {
+    fn serialize<S: toolgate::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0.strip_prefix("fail:") {
+            Some(rest) => Err(toolgate::serde::ser::Error::custom(format!(
+                "cannot show `{rest}`"
+            ))),
+            None => serializer.serialize_str(&self.0),
+        }
+    }
+}
+
+/// Pick a colour, with a note; a note that starts with `no:` is an error that quotes it.
+#[tool(risk = "READ_ONLY", domain = "shown", callable)]
+fn pick(colour: Colour, note: String) -> Result<Note, AppError> {
+    let _ = colour;
+    match note.strip_prefix("no:") {
+        Some(rest) => Err(AppError::Quoting(rest.to_owned())),
+        None => Ok(Note(note)),
+    }
+}
+
+/// Characters that hide, fake or reorder what a person reads: an escape, a carriage return, NEL, the
+/// line and paragraph separators, a right-to-left override, an isolate, a zero-width space, a BOM.
+const HOSTILE: [char; 9] = [
+    '\u{1b}', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{202e}', '\u{2066}', '\u{200b}',
+    '\u{feff}',
+];
+
+/// Every error of a call by name that repeats the caller's text (a tool name, an argument's key, a
+/// value, a parser's or a tool's message quoting it, a rollback plan's text) shows each character of
+/// [`HOSTILE`] escaped: not raw in its message, its `Debug`, its JSON or the text sent to the model,
+/// and still named there (`\u{001b}`, or `\u{1b}` where a parser quoted it as Rust does).
+#[test]
+fn every_error_of_a_call_by_name_shows_the_callers_text_escaped() {
+    let _serial = serial();
+    let gate = gate_in(Mode::FullAuto);
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for c in HOSTILE {
+        let text = format!("x{c}[2K\rOK y");
+        let rollback = |tool: &str, plan: Option<Value>| {
+            let mut enter = AuditRecord::new(Stage::Enter, tool.to_owned(), Mode::FullAuto, 1);
+            enter.rollback = plan.map(|p| p.to_string());
+            registry().rollback(&gate, &enter).now().expect("sync")
+        };
+        let cases: Vec<(&str, &str, Result<Value, CallError>)> = vec![
+            (
+                "a tool name",
+                "UNKNOWN_TOOL",
+                call(&gate, &format!("users.get{text}"), json!({"id": 1})),
+            ),
+            (
+                "an argument's key",
+                "INVALID_PARAMS",
+                call(&gate, "users.get", json!({"id": 1, text.as_str(): 1})),
+            ),
+            (
+                "a nested key",
+                "INVALID_PARAMS",
+                call(
+                    &gate,
+                    "users.search",
+                    json!({"filter": {"limit": 1, "prefix": "a", text.as_str(): 1}, "ids": []}),
+                ),
+            ),
+            (
+                "a value of the wrong type",
+                "INVALID_PARAMS",
+                call(&gate, "users.get", json!({"id": text})),
+            ),
+            (
+                "a nested value of the wrong type",
+                "INVALID_PARAMS",
+                call(
+                    &gate,
+                    "users.search",
+                    json!({"filter": {"limit": text, "prefix": "a"}, "ids": []}),
+                ),
+            ),
+            (
+                "an unknown variant",
+                "INVALID_PARAMS",
+                call(&gate, "shown.pick", json!({"colour": text, "note": "n"})),
+            ),
+            (
+                "a tool's error quoting a value",
+                "HANDLER_ERROR",
+                call(
+                    &gate,
+                    "shown.pick",
+                    json!({"colour": "red", "note": format!("no:{text}")}),
+                ),
+            ),
+            (
+                "a serializer's error quoting the result",
+                "OUTPUT_ERROR",
+                call(
+                    &gate,
+                    "shown.pick",
+                    json!({"colour": "red", "note": format!("fail:{text}")}),
+                ),
+            ),
+            (
+                "a rollback plan of an unknown kind",
+                "NO_ROLLBACK",
+                rollback("users.get", Some(json!({"kind": text}))),
+            ),
+            (
+                "a rollback plan with an unknown key",
+                "NO_ROLLBACK",
+                rollback(
+                    "users.get",
+                    Some(json!({"kind": "steps", "text": "t", text.as_str(): 1})),
+                ),
+            ),
+            (
+                "a rollback plan of steps",
+                "NO_ROLLBACK",
+                rollback("users.get", Some(json!({"kind": "steps", "text": text}))),
+            ),
+            (
+                "a record's tool, with no plan",
+                "NO_ROLLBACK",
+                rollback(&text, None),
+            ),
+            (
+                "a rollback plan calling an unknown tool",
+                "UNKNOWN_TOOL",
+                rollback(
+                    "users.get",
+                    Some(json!({"kind": "call", "tool": text, "arguments": {}})),
+                ),
+            ),
+        ];
+        for (what, code, result) in cases {
+            checked += 1;
+            let Err(error) = &result else {
+                failures.push(format!("{what} {c:?}: answered {result:?}"));
+                continue;
+            };
+            if error.code() != code {
+                failures.push(format!("{what} {c:?}: {} ({error})", error.code()));
+                continue;
+            }
+            let shown = [
+                ("Display", error.to_string()),
+                ("Debug", format!("{error:?}")),
+                ("JSON", serde_json::to_string(error).unwrap()),
+                ("result_text", toolgate::provider::result_text(&result)),
+            ];
+            let names = |s: &str| {
+                s.contains(&format!("\\u{{{:04x}}}", u32::from(c)))
+                    || s.contains(&c.escape_debug().to_string())
+            };
+            for (how, s) in shown {
+                if s.contains(HOSTILE) || !names(&s) {
+                    failures.push(format!("{what} {c:?}, {how}: {s:?}"));
+                }
+            }
+        }
+    }
+    assert_eq!(checked, HOSTILE.len() * 13);
+    assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -496,9 +496,18 @@ impl CheckpointReport {
         self.chain_last_seq.saturating_sub(self.covered_through)
     }
 
-    /// Whether every checkpoint verified and covers the chain as it is.
+    /// Whether every checkpoint verified and covers the chain as it is. A chain no checkpoint covers
+    /// has no problem to report: see [`signed_by_nothing`](CheckpointReport::signed_by_nothing).
     pub fn is_intact(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// Whether the chain has records and no checkpoint that verified covers any of them: nothing signed
+    /// shows that they were not rewritten whole, as an emptied checkpoint file leaves them. A log found
+    /// so has not been verified by its key (`toolgate audit verify --public-key` fails it). A chain with
+    /// no record is not: there is nothing to sign.
+    pub fn signed_by_nothing(&self) -> bool {
+        self.chain_last_seq > 0 && self.covered_through == 0
     }
 
     /// Whether a checkpoint itself is forged, changed, from another writer, or missing from the series.
@@ -591,6 +600,8 @@ impl fmt::Display for CheckpointReport {
             } else {
                 "LOG CUT SHORT"
             }
+        } else if self.signed_by_nothing() {
+            "SIGNED BY NOTHING"
         } else if self.checkpoints == 0 {
             "NO CHECKPOINT"
         } else {
@@ -613,7 +624,14 @@ impl fmt::Display for CheckpointReport {
             )?;
         }
         let uncovered = self.uncovered();
-        if uncovered > 0 {
+        if self.signed_by_nothing() {
+            writeln!(
+                f,
+                "signed by nothing: no checkpoint that verifies covers the log's {uncovered} records \
+                 (seq 1 to {}), which could have been rewritten whole unseen",
+                self.chain_last_seq
+            )?;
+        } else if uncovered > 0 {
             writeln!(
                 f,
                 "not covered: {uncovered} records after the last signed checkpoint (seq {} to {}) could \
@@ -993,9 +1011,18 @@ MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
 
         let report = check(&key.public_key(), &[], 4);
         assert!(report.is_intact());
+        assert!(report.signed_by_nothing());
+        let text = report.to_string();
+        assert!(text.starts_with("SIGNED BY NOTHING: 0 of 0"), "{text}");
+        assert!(text.contains("signed by nothing: no checkpoint"), "{text}");
+        assert!(text.contains("4 records (seq 1 to 4)"), "{text}");
+
+        // A chain with no record has nothing to sign.
+        let report = check(&key.public_key(), &[], 0);
+        assert!(report.is_intact() && !report.signed_by_nothing());
         let text = report.to_string();
         assert!(text.starts_with("NO CHECKPOINT: 0 of 0"), "{text}");
-        assert!(text.contains("not covered: 4 records"), "{text}");
+        assert!(!text.contains("not covered"), "{text}");
 
         let report = check(&key.public_key(), &checkpoints[..2], 11);
         assert!(report.is_intact());

@@ -114,6 +114,8 @@ impl Sidecar {
 /// The checkpoints are checked against the records that verify: when the chain is broken, a
 /// checkpoint past the break is [`ProblemKind::EditedBefore`] (its records are there but were
 /// edited), and one past the end of an intact chain is [`ProblemKind::BeyondEnd`] (they were cut).
+/// A log with records and an empty checkpoint file has no problem to report, and is
+/// [`signed_by_nothing`](CheckpointReport::signed_by_nothing): not verified by the key.
 pub fn verify_signed_file(
     log: impl AsRef<Path>,
     checkpoints: impl AsRef<Path>,

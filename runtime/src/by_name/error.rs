@@ -6,15 +6,20 @@ use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
 use crate::gate::denied::{Denied, ceil_millis};
+use crate::terminal::escaped;
 use toolgate_policy::suggest::did_you_mean;
 
 /// Why a call by name did not return the tool's result.
+///
+/// Its message (`Display`, and `message` when serialized) shows the caller's text, and the tool's
+/// error, which may quote it, [`escaped`]: a tool name, an argument's key, a value or a parser's
+/// message cannot hide, fake or reorder what a person reads in a transcript or a log.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum CallError {
     /// `UNKNOWN_TOOL`: no linked tool has this id (ids are compared exactly).
     UnknownTool {
-        /// The id asked for.
+        /// The id asked for, as given (its message shows it escaped).
         id: String,
     },
     /// `NOT_CALLABLE`: the tool exists but is not declared `callable`, so it has no JSON interface.
@@ -33,27 +38,28 @@ pub enum CallError {
     /// `INVALID_PARAMS`: the arguments are not an object of the tool's parameters: an unknown key, a
     /// missing one, or a value of the wrong type.
     InvalidParams {
-        /// Where in the arguments the problem is (`.` for the arguments object itself).
+        /// Where in the arguments the problem is (`.` for the arguments object itself); a key the
+        /// caller wrote is [`escaped`].
         path: String,
-        /// What is wrong.
+        /// What is wrong, with the caller's text in it [`escaped`].
         message: String,
     },
     /// The gate refused the call; the body did not run. The code is the refusal's.
     Denied(Denied),
     /// `HANDLER_ERROR`: the tool ran and returned an error.
     HandlerError {
-        /// The error's message.
+        /// The error's message, as the tool gave it (its message shows it escaped).
         message: String,
     },
     /// `OUTPUT_ERROR`: the tool's result could not be turned into JSON.
     OutputError {
-        /// What went wrong.
+        /// What went wrong, as the serializer said (its message shows it escaped).
         message: String,
     },
     /// `NO_ROLLBACK`: a rollback was asked of a record that keeps no plan to call: not an `enter`
     /// record, no `rollback` in it, a plan a person carries out, or one that cannot be read.
     NoRollback {
-        /// Why.
+        /// Why, with the record's text in it [`escaped`].
         message: String,
     },
 }
@@ -95,7 +101,12 @@ impl fmt::Display for CallError {
                             .is_some_and(|t| t.is_callable())
                     })
                     .collect();
-                write!(f, "no tool is named `{id}`{}", did_you_mean(id, &callable))
+                write!(
+                    f,
+                    "no tool is named `{}`{}",
+                    escaped(id),
+                    did_you_mean(id, &callable)
+                )
             }
             CallError::NotCallable { id } => {
                 write!(
@@ -112,12 +123,12 @@ impl fmt::Display for CallError {
                 write!(f, "invalid arguments at `{path}`: {message}")
             }
             CallError::Denied(denied) => denied.fmt(f),
-            CallError::HandlerError { message } => f.write_str(message),
+            CallError::HandlerError { message } => f.write_str(&escaped(message)),
             CallError::NoRollback { message } => {
                 write!(f, "there is no rollback plan to run: {message}")
             }
             CallError::OutputError { message } => {
-                write!(f, "the tool's result is not JSON: {message}")
+                write!(f, "the tool's result is not JSON: {}", escaped(message))
             }
         }
     }

@@ -277,7 +277,9 @@ impl Registry {
         let Some(plan) = &enter.rollback else {
             return no(format!(
                 "the `enter` record of call {}/{} of `{}` keeps no plan",
-                enter.gate, enter.call, enter.tool
+                enter.gate,
+                enter.call,
+                crate::terminal::escaped(&enter.tool)
             ));
         };
         let (tool, arguments) = match serde_json::from_str::<Rollback>(plan) {
@@ -288,7 +290,12 @@ impl Registry {
                     crate::terminal::escaped(&text)
                 ));
             }
-            Err(error) => return no(format!("the plan cannot be read: {error}")),
+            Err(error) => {
+                return no(format!(
+                    "the plan cannot be read: {}",
+                    crate::terminal::escaped(&error.to_string())
+                ));
+            }
         };
         let origin: Arc<str> = Arc::from(enter.reference());
         let future = {

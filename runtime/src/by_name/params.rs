@@ -201,9 +201,10 @@ fn bad_value<T: DeserializeOwned>(
         }
         Err(error) => error,
     };
+    // The parser's message may quote the value: an unknown variant's name, a character, a string.
     CallError::InvalidParams {
         path: strict::shown_path(schema, name, error.path()),
-        message: error.into_inner().to_string(),
+        message: crate::terminal::escaped(&error.into_inner().to_string()).into_owned(),
     }
 }
 

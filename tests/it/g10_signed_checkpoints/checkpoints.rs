@@ -829,6 +829,80 @@ mod cli {
         );
     }
 
+    /// With the key, a log whose records no checkpoint covers is signed by nothing and fails (9),
+    /// whatever emptied its checkpoint file; 3, 1, 4 still come first; a log with no record has
+    /// nothing to sign and verifies.
+    #[test]
+    fn a_log_no_checkpoint_covers_exits_9_and_one_with_no_record_exits_0() {
+        let (_dir, log, public) = signed_log_in("cli-signed-by-nothing");
+        let sidecar = checkpoints_path(&log);
+        let signed = fs::read(&sidecar).unwrap();
+        let records = lines(&log);
+
+        // Emptied, or holding only a torn first checkpoint.
+        for (what, left) in [("emptied", &b""[..]), ("torn", &signed[..40])] {
+            fs::write(&sidecar, left).unwrap();
+            let (stdout, _) = exited(9, verify(&log, &public));
+            assert_text(
+                &stdout,
+                None,
+                &[
+                    "SIGNED BY NOTHING: 0 of 0 checkpoints verify",
+                    "signed by nothing: no checkpoint that verifies covers the log's 10 records \
+                     (seq 1 to 10)",
+                ],
+            );
+            assert!(!stdout.contains("not covered"), "{what}: {stdout}");
+        }
+        fs::write(&sidecar, "").unwrap();
+
+        // A torn last line of the log does not hide it: 9 before 2.
+        let mut torn = fs::read(&log).unwrap();
+        torn.extend_from_slice(b"{\"agent\":");
+        fs::write(&log, &torn).unwrap();
+        exited(9, verify(&log, &public));
+
+        // A broken chain (1) and a cut the expected hash shows (4) come first.
+        let mut broken = records.clone();
+        broken.swap(3, 4);
+        write_lines(&log, &broken);
+        exited(1, verify(&log, &public));
+        write_lines(&log, &records);
+        let mut args = vec![
+            "audit",
+            "verify",
+            log.to_str().unwrap(),
+            "--public-key",
+            public.to_str().unwrap(),
+        ];
+        let wrong_last = "0".repeat(64);
+        args.extend(["--expect-last", &wrong_last]);
+        exited(4, toolgate(&args));
+
+        // No checkpoint file at all cannot be read (3).
+        fs::remove_file(&sidecar).unwrap();
+        exited(3, verify(&log, &public));
+
+        // A log with no record, and an empty checkpoint file: nothing to sign.
+        fs::write(&log, "").unwrap();
+        fs::write(&sidecar, "").unwrap();
+        let (stdout, _) = exited(0, verify(&log, &public));
+        assert_text(
+            &stdout,
+            None,
+            &[
+                "NO CHECKPOINT: 0 of 0 checkpoints verify",
+                "there is no checkpoint",
+            ],
+        );
+        assert!(!stdout.contains("signed by nothing"), "{stdout}");
+
+        // The signed log as written verifies.
+        write_lines(&log, &records);
+        fs::write(&sidecar, &signed).unwrap();
+        exited(0, verify(&log, &public));
+    }
+
     #[test]
     fn verify_without_a_public_key_says_the_checkpoints_were_not_checked() {
         let dir = Scratch::new("cli-unchecked");
