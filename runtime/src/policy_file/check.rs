@@ -231,10 +231,10 @@ impl<'a> Checker<'a> {
     /// No two tables of `[principals]` or `[agents]` have names that read alike (SECURITY.md, names
     /// that read alike): a gate is narrowed by the table whose name reads as its principal's or
     /// agent's, so two such tables would be one.
-    fn names_read_apart<'a>(
+    fn names_read_apart<'n>(
         &mut self,
         table: &str,
-        names: impl Iterator<Item = &'a Spanned<String>>,
+        names: impl Iterator<Item = &'n Spanned<String>>,
     ) {
         let mut seen: Vec<&Spanned<String>> = Vec::new();
         for name in names {
