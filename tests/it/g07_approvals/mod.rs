@@ -2,8 +2,8 @@
 
 mod approval_surfaces;
 mod approvers;
-mod attacks_stateful;
 mod attacks_shown_text;
+mod attacks_stateful;
 mod by_name;
 pub(crate) mod checks;
 mod features_meeting;

@@ -6,8 +6,8 @@
 //! `commit_point`: the commit point's reads while the gate is lowered, tainted, revoked or re-policied.
 
 mod attacks;
-mod attacks_stateful;
 mod attacks_names;
+mod attacks_stateful;
 mod commit_point;
 mod policy_file;
 mod rules_off_the_call;
