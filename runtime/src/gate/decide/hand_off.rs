@@ -3,12 +3,14 @@
 //! deciding again.
 
 use super::arguments::LazyArguments;
-use super::check::{self, check_around, check_async_around};
+use super::check::{check, check_async};
 use super::commit::{Refusing, confirm_slow};
-use super::gates::{Answer, Around, Ask, distinct, stack_shape};
+use super::gates::{distinct, gates_around, stack_shape};
 use super::records::abandon;
 use super::suspension::{Entering, Waiting};
+use super::table::lone_ruled;
 use crate::gate::Gate;
+use crate::gate::ambient::STACK;
 use crate::gate::call::{ArgRef, CallInfo};
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
@@ -31,9 +33,9 @@ pub(crate) fn precheck(
     gate: &Gate,
     gate_parameter: bool,
 ) -> Result<bool, Denied> {
-    // The gates around the call before it enters `gate`, read once.
-    let around = Around::read(entry, gate_parameter.then_some(gate), Ask::Gates);
-    let lone = around.shape().0 == 0;
+    let lone = STACK
+        .try_with(|stack| stack.try_borrow().is_ok_and(|stack| stack.is_empty()))
+        .unwrap_or(false);
     if lone {
         if gate.allows_unaudited(entry) {
             return Ok(true);
@@ -42,7 +44,7 @@ pub(crate) fn precheck(
             return Ok(false);
         }
     }
-    precheck_slow(entry, gate, &around, lone, gate_parameter).map(|()| false)
+    precheck_slow(entry, gate, lone, gate_parameter).map(|()| false)
 }
 
 #[cold]
@@ -50,7 +52,6 @@ pub(crate) fn precheck(
 fn precheck_slow(
     entry: &'static ToolEntry,
     gate: &Gate,
-    around: &Around<'_>,
     lone: bool,
     gate_parameter: bool,
 ) -> Result<(), Denied> {
@@ -58,9 +59,17 @@ fn precheck_slow(
         return refuse_from_tables(entry, std::slice::from_ref(gate));
     }
     let gates = if gate_parameter {
-        around.gates(entry)?
+        gates_around(entry, Some(gate))?
     } else {
-        distinct(around.ambient().chain([gate]))
+        let ambient = STACK
+            .try_with(|stack| {
+                stack
+                    .try_borrow()
+                    .map(|stack| stack.clone())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        distinct(ambient.iter().chain([gate]))
     };
     refuse_from_tables(entry, &gates)
 }
@@ -125,23 +134,10 @@ pub(crate) fn decide_by_name(
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
-    let around = Around::read(entry, gate_parameter, ask(entry, outright, call));
-    if let Some(Answer::Outright) = around.answer() {
+    if call.escalated.is_none() && outright && still_outright(entry) {
         return Ok(Decided(None));
     }
-    decide_by_name_slow(entry, &around, call)
-}
-
-/// What a call by name asks of the gates while it reads them: whether the gate it is made through
-/// still allows it outright, where [`precheck`] said so. An async call's decision runs at its first
-/// poll, and the gate may have been lowered since; then the call is decided in full, so that its
-/// refusal is the gate's, not the tool's error.
-#[inline]
-fn ask(entry: &'static ToolEntry, outright: bool, call: &CallInfo<'_>) -> Ask {
-    match check::ask(entry, call) {
-        Ask::LoneRefusal if outright => Ask::Outright,
-        ask => ask,
-    }
+    decide_by_name_slow(entry, gate_parameter, call)
 }
 
 /// An async call by name's decision: made now, or waiting for an approver or a store.
@@ -161,35 +157,60 @@ pub(crate) fn decide_by_name_async(
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> DecidingByName {
-    let around = Around::read(entry, gate_parameter, ask(entry, outright, call));
-    if let Some(Answer::Outright) = around.answer() {
+    if call.escalated.is_none() && outright && still_outright(entry) {
         return DecidingByName::Done(Ok(Decided(None)));
     }
-    match check_async_around(entry, &around, call) {
+    let entering = check_async(entry, gate_parameter, call);
+    match entering {
         Entering::Done(Ok(permit)) => DecidingByName::Done(Ok(Decided(Some(Handed {
             entry,
             permit,
-            stack: around.shape(),
+            stack: stack_shape(),
         })))),
         Entering::Done(Err(denied)) => DecidingByName::Done(Err(denied)),
         Entering::Waiting(waiting) => DecidingByName::Waiting(waiting),
     }
 }
 
-/// Decides as the tool's own check would, under the gates read already: its `&Gate` parameter, if
-/// it has one, first.
+/// Whether the gate the call by name was made through (the innermost entered) still allows it outright:
+/// an async call's decision runs at its first poll, and the gate may have been lowered since the
+/// [`precheck`]; then the call is decided in full, so that its refusal is the gate's, not the tool's
+/// error.
+#[inline]
+fn still_outright(entry: &'static ToolEntry) -> bool {
+    STACK
+        .try_with(|stack| {
+            stack.try_borrow().is_ok_and(|stack| {
+                stack
+                    .last()
+                    .is_some_and(|gate| gate.allows_unaudited(entry))
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Decides as the tool's own check would: with its `&Gate` parameter, if it has one, first.
 #[cold]
 #[inline(never)]
 fn decide_by_name_slow(
     entry: &'static ToolEntry,
-    around: &Around<'_>,
+    gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
-    let permit = check_around(entry, around, call)?;
+    // The precheck refused what the table refuses: a call the operator's argument rules read is the
+    // likeliest here, and is decided first.
+    let ruled = match entry.in_place {
+        None if call.escalated.is_none() => lone_ruled(entry, gate_parameter, call),
+        _ => None,
+    };
+    let permit = match ruled {
+        Some(result) => result?,
+        None => check(entry, gate_parameter, call)?,
+    };
     Ok(Decided(Some(Handed {
         entry,
         permit,
-        stack: around.shape(),
+        stack: stack_shape(),
     })))
 }
 

@@ -105,19 +105,18 @@ impl<F: Future> Future for WithArguments<F> {
 }
 
 /// The call of `entry` handed its arguments, if this check is the one it waits for: the same tool, under
-/// the same gates (`shape`, read where the check started).
+/// the same gates.
 #[inline]
-pub(crate) fn take_in_place(
-    entry: &'static ToolEntry,
-    shape: (usize, u64),
-) -> Option<Box<InPlaceCall>> {
+pub(crate) fn take_in_place(entry: &'static ToolEntry) -> Option<Box<InPlaceCall>> {
     // Only a tool gated in place looks at the slot: every other check pays one field read.
     entry.in_place?;
     IN_PLACE
         .try_with(|slot| {
             let mut slot = slot.try_borrow_mut().ok()?;
             match &*slot {
-                Some(call) if std::ptr::eq(call.entry, entry) && call.stack == shape => slot.take(),
+                Some(call) if std::ptr::eq(call.entry, entry) && call.stack == stack_shape() => {
+                    slot.take()
+                }
                 _ => None,
             }
         })

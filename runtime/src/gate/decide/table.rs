@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::arguments::ArgumentSource;
-use super::gates::Around;
 use super::refusal::refuse;
 use crate::gate::Gate;
 use crate::gate::ambient::STACK;
@@ -235,6 +234,43 @@ pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) ->
         .unwrap_or(false)
 }
 
+/// The refusal of a lone gate that keeps no record, from its table, when nothing else is to be asked,
+/// written or told (a deny-listed call is told its rule, and the latch its cause, on the full path).
+/// Inlined into the two checks, which are out of line themselves.
+#[inline(always)]
+pub(super) fn lone_refusal(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+) -> Option<(Mode, DenialCode)> {
+    STACK
+        .try_with(|stack| {
+            let stack = stack.try_borrow().ok()?;
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) if !gate.audits() => {
+                    match gate.table_verdict(entry) {
+                        (
+                            mode,
+                            Verdict::Refuse(
+                                code @ (DenialCode::ModeNotAllowed
+                                | DenialCode::AboveCeiling
+                                | DenialCode::UnregisteredTool),
+                            ),
+                        ) => Some((mode, code)),
+                        (mode, Verdict::Refuse(DenialCode::ApprovalRequired))
+                            if !gate.tainted() =>
+                        {
+                            Some((mode, DenialCode::ApprovalRequired))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
 /// The decision of a lone gate that keeps no record, for a call its table allows and the operator's
 /// argument rules alone read (no budget counts it, no latch to close): the rules read the call's own
 /// arguments and their answer is the decision, with no wait between the rules and the body. `None`
@@ -242,15 +278,24 @@ pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) ->
 #[inline(never)]
 pub(super) fn lone_ruled(
     entry: &'static ToolEntry,
-    around: &Around<'_>,
+    explicit: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Option<Result<Permit, Denied>> {
-    // The arguments' `Serialize` is the application's code, which may enter a gate itself: the gate
-    // was taken off the stack, which is not borrowed while it runs.
-    let gate = around
-        .lone()
-        .filter(|gate| !gate.audits() && gate.ruled_hint(entry))?;
-    ruled(gate, entry, call)
+    // The arguments' `Serialize` is the application's code, which may enter a gate itself: the stack
+    // is released before it runs.
+    let gate = STACK
+        .try_with(|stack| {
+            let stack = stack.try_borrow().ok()?;
+            match (explicit, stack.as_slice()) {
+                (None, [gate]) | (Some(gate), []) if !gate.audits() && gate.ruled_hint(entry) => {
+                    Some(gate.clone())
+                }
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()?;
+    ruled(&gate, entry, call)
 }
 
 #[inline(always)]
