@@ -100,6 +100,8 @@ pub fn hides(c: char) -> bool {
                 | '\u{1BCA0}'..='\u{1BCA3}'
                 | '\u{1D173}'..='\u{1D17A}'
                 | '\u{E0000}'..='\u{E0FFF}'
+                // The Braille pattern blank: it draws nothing, yet is no space.
+                | '\u{2800}'
                 // Line and paragraph separators.
                 | '\u{2028}'..='\u{2029}'
                 // Other format characters.

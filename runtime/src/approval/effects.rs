@@ -166,10 +166,11 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
     // Compared by its reading (crate::names): `./`, `.//`, `~/`, `𝐚𝐥𝐥` and `ⓐⓛⓛ` are the wildcards a
     // back end reads them as, whatever their case.
     let read = crate::names::reading(text).to_lowercase();
-    if let Some(w) = WILDCARDS
-        .iter()
-        .find(|w| crate::names::reading(w).to_lowercase() == read)
-    {
+    let as_path = crate::names::reading(&as_path(text)).to_lowercase();
+    if let Some(w) = WILDCARDS.iter().find(|w| {
+        let w = crate::names::reading(w).to_lowercase();
+        w == read || w == as_path
+    }) {
         return Some(format!("its target {shown} reads as `{w}`, a wildcard"));
     }
     // A target a reader takes for another (compatibility forms, mixed scripts) is not the one they
@@ -180,6 +181,25 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
         ));
     }
     None
+}
+
+/// The target as a path a back end may read it as: a backslash as a slash, a URL's scheme and a
+/// drive's letter taken off, so that `..\`, `file:///` and `C:\` read as the parent and the root.
+fn as_path(text: &str) -> String {
+    let mut path = text.replace('\\', "/");
+    if let Some((scheme, rest)) = path.split_once("://")
+        && !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    {
+        path = rest.to_owned();
+    }
+    let bytes = path.as_bytes();
+    if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+        path = format!("/{}", &path[2..]);
+    }
+    path
 }
 
 /// The names that stand for more than one target.

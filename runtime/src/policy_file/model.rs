@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::gate::budget::BudgetScope;
 use crate::gate::narrowing::ArgumentTest;
+use crate::terminal::push_shown;
 use toolgate_policy::{Mode, Risk};
 
 /// Whom a table of rules is for.
@@ -20,10 +21,21 @@ impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Scope::Defaults => f.write_str("[defaults]"),
-            Scope::Principal(p) => write!(f, "[principals.{p:?}]"),
-            Scope::Agent(a) => write!(f, "[agents.{a:?}]"),
+            // Quoted as Rust quotes a string, then with what a reader cannot see drawn too: a table
+            // whose name holds a blank that is no space never reads as another.
+            Scope::Principal(p) => write!(f, "[principals.{}]", quoted(p)),
+            Scope::Agent(a) => write!(f, "[agents.{}]", quoted(a)),
         }
     }
+}
+
+/// A table's name as Rust quotes a string, with every character a reader cannot see drawn too.
+fn quoted(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    for c in format!("{name:?}").chars() {
+        push_shown(&mut out, c);
+    }
+    out
 }
 
 #[derive(Debug, Clone)]

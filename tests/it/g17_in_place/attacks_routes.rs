@@ -104,7 +104,11 @@ fn shadow() -> Gate {
 
 /// Calls `name` on `desk` under `gate` and says what happened: the refusal code, or `ran`.
 fn call_on(gate: &Gate, desk: &Desk, name: &str) -> String {
-    let server = ToolgateServer::new(gate.clone()).handler(desk.clone());
+    // A router that serves a declared name with another route is not served at all.
+    let server = match ToolgateServer::new(gate.clone()).try_handler(desk.clone()) {
+        Ok(server) => server,
+        Err(mismatch) => return format!("not served: {mismatch}"),
+    };
     runtime().block_on(async {
         let client = connect(server).await;
         match client
@@ -114,6 +118,10 @@ fn call_on(gate: &Gate, desk: &Desk, name: &str) -> String {
             Ok(response) => {
                 let result = complete(response);
                 refused(&result).unwrap_or_else(|| "ran".to_owned())
+            }
+            // A router that serves an undeclared tool beside declared ones serves none of them.
+            Err(error) if error.to_string().contains(r#""code":"UNDECLARED_TOOL""#) => {
+                "UNDECLARED_TOOL".to_owned()
             }
             Err(error) => format!("error: {error}"),
         }
