@@ -21,6 +21,7 @@ pub(crate) fn open(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
 /// Opens the existing file `path` that toolgate created, to append to it, as [`open`] does, refusing
 /// a regular file with more than one name (hard links): one planted at `path`, to a file someone keeps
 /// elsewhere, would otherwise get toolgate's writes. Create such a file with `create_new`.
+#[cfg(feature = "checkpoints")]
 pub(crate) fn open_own(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
     let file = open(options, path)?;
     #[cfg(unix)]

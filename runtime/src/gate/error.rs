@@ -92,7 +92,7 @@ impl std::error::Error for GateError {
     }
 }
 
-/// [`Gate::lower`] was asked for a higher mode than the gate's; the mode did not change.
+/// [`Gate::lower`](crate::Gate::lower) was asked for a higher mode than the gate's; the mode did not change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RaiseRefused {
     /// The gate's mode, unchanged.

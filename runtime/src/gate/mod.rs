@@ -185,7 +185,7 @@ impl Gate {
     }
 
     /// Follows the operator's policy from now on: `narrowing` replaces what the previous policy took
-    /// away (a [`PolicySource`] that changes calls this), and a `policy_changed` record says so, `by`
+    /// away (a [`PolicySource`](crate::PolicySource) that changes calls this), and a `policy_changed` record says so, `by`
     /// naming who changed it.
     ///
     /// What the new policy takes away is taken before its table is in place, and what it gives back
@@ -478,7 +478,7 @@ impl Gate {
         self.inner.agent.as_deref()
     }
 
-    /// Who the agent acts for, as the gate was built with ([`GateBuilder::principal`]).
+    /// Who the agent acts for, as the gate was built with ([`GateBuilder::principal`](crate::GateBuilder::principal)).
     pub fn principal(&self) -> Option<&str> {
         self.inner.principal.as_deref()
     }

@@ -29,6 +29,10 @@ pub struct ToolEntry {
     /// For a method gated in place: its own rmcp route (rmcp's `ToolRoute` of the handler's type, of
     /// the method and its rmcp attributes), which the server runs for the tool's name, so that no other
     /// route of that name in the handler's router is what a call of the tool runs.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        expect(dead_code, reason = "only the MCP server runs a tool's own route")
+    )]
     pub(crate) route: Option<fn() -> Box<dyn Any + Send + Sync>>,
     pub(crate) slot: AtomicU32,
 }
