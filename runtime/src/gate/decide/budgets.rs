@@ -26,6 +26,43 @@ pub(super) enum Reserve {
     Waiting(Reserved, Wait),
 }
 
+/// The budget units one gate's part of a decision reserved, the last one asked for first: the unit of
+/// the decision's table, then any a replacement of the gate's policy added at the commit point. The
+/// first is kept inline: the common decision reserves one and allocates nothing for it.
+#[derive(Default)]
+pub(super) struct Units {
+    first: Option<Reserved>,
+    added: Vec<Reserved>,
+}
+
+impl Units {
+    pub(super) fn push(&mut self, reserved: Reserved) {
+        if self.first.is_none() && self.added.is_empty() {
+            self.first = Some(reserved);
+        } else {
+            self.added.push(reserved);
+        }
+    }
+
+    /// The last one reserved.
+    pub(super) fn pop(&mut self) -> Option<Reserved> {
+        self.added.pop().or_else(|| self.first.take())
+    }
+
+    /// Every unit, first reserved first, leaving none.
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = Reserved> + use<'_> {
+        self.first.take().into_iter().chain(self.added.drain(..))
+    }
+
+    fn holds(&self, charge: &BudgetCharge) -> bool {
+        self.first
+            .iter()
+            .chain(&self.added)
+            .flat_map(Reserved::charges)
+            .any(|held| held.key == charge.key)
+    }
+}
+
 impl Gate {
     /// Reserves a unit of every budget covering the call, or refuses it.
     pub(super) fn reserve(
@@ -60,19 +97,14 @@ impl Gate {
         table: &Table,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,
-        reserved: &[Reserved],
+        reserved: &Units,
     ) -> Reserve {
         let Some(operator) = &table.budgets else {
             return Reserve::Free;
         };
         let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
         let mut charges = operator.charges(slot, risk.get());
-        charges.retain(|charge| {
-            !reserved
-                .iter()
-                .flat_map(Reserved::charges)
-                .any(|held| held.key == charge.key)
-        });
+        charges.retain(|charge| !reserved.holds(charge));
         let store = match &self.inner.budgets {
             Some(code) => code.store.clone(),
             None => operator.store.clone(),

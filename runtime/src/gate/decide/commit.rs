@@ -162,7 +162,7 @@ impl<A: ArgumentSource> Decision<A> {
         let mut permit = std::mem::replace(&mut self.permit, Permit::unaudited());
         let confirming = permit.needs_confirmation();
         for held in &mut self.held {
-            for reserved in held.reserved.drain(..) {
+            for reserved in held.reserved.drain() {
                 // An async call compares its arguments once more after this: its units are kept then.
                 if confirming {
                     permit.hold(reserved);

@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use super::approvals::{Approving, expiring};
 use super::arguments::ArgumentSource;
 use super::arguments::Shown;
-use super::budgets::Reserve;
+use super::budgets::{Reserve, Units};
 use super::commit::Committed;
 use super::records::audit_unavailable;
 use super::refusal::refuse;
@@ -113,7 +113,7 @@ impl<A: ArgumentSource> Decision<A> {
                             now: None,
                             verdict,
                             revocations: 0,
-                            reserved: Vec::new(),
+                            reserved: Units::default(),
                             allowed: None,
                         });
                         self.at = At::Table(i + 1);
@@ -176,7 +176,9 @@ impl<A: ArgumentSource> Decision<A> {
                 };
                 match self.gates[i].taken(held.current(), entry, risk, reserved, taken) {
                     Ok(reserved) => {
-                        held.reserved.extend(reserved);
+                        if let Some(reserved) = reserved {
+                            held.reserved.push(reserved);
+                        }
                         // A unit added at the commit point: the commit point reads everything again.
                         self.at = match self.at {
                             At::Budget(i) => At::Budget(i + 1),

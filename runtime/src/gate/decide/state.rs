@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use super::arguments::{ArgumentSource, LazyArguments, Shown, WrittenArguments};
+use super::budgets::Units;
 use super::records::abandon;
 use super::waits::{Allowed, Waits};
 use crate::gate::Gate;
-use crate::gate::budget::{ReleaseFuture, Reserved};
+use crate::gate::budget::ReleaseFuture;
 use crate::gate::call::{CallInfo, EffectiveRisk};
 use crate::gate::compile::Table;
 use crate::gate::denied::Denied;
@@ -46,7 +47,7 @@ pub(super) struct Held {
     /// The budget units reserved (the last one asked for first), given back when dropped unless
     /// committed: those of the decision's table, then those a replacement added, reserved at the
     /// commit point.
-    pub(super) reserved: Vec<Reserved>,
+    pub(super) reserved: Units,
     pub(super) allowed: Option<Allowed>,
 }
 
@@ -127,7 +128,7 @@ impl<A: ArgumentSource> Decision<A> {
             None => std::mem::take(&mut self.gates),
         };
         for held in &mut self.held {
-            for reserved in held.reserved.drain(..) {
+            for reserved in held.reserved.drain() {
                 if let Some(release) = reserved.give_back() {
                     self.releases.push(release);
                 }
