@@ -398,7 +398,7 @@ fn callable_items(
         #[allow(unused_imports)]
         use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
         ::toolgate::__private::decide(
-            &__TOOLGATE_ENTRY, #outright, #gate_parameter, #escalated, &[#(#arg_refs)*],
+            &__TOOLGATE_ENTRY, #outright.then_some(#invoke_gate), #gate_parameter, #escalated, &[#(#arg_refs)*],
             #record_arguments, #effects,
         )
     }};
@@ -415,7 +415,7 @@ fn callable_items(
             #[allow(unused_imports)]
             use ::toolgate::__private::{OpaqueArg as _, SerializableArg as _};
             ::toolgate::__private::decide_async(
-                &__TOOLGATE_ENTRY, #outright, #gate_parameter, #escalated, &[#(#arg_refs)*],
+                &__TOOLGATE_ENTRY, #outright.then_some(#invoke_gate), #gate_parameter, #escalated, &[#(#arg_refs)*],
                 #record_arguments, #effects,
             )
         };

@@ -387,11 +387,13 @@ pub fn instance<T: Send + Sync + 'static>(
 }
 
 /// Decides a call by name with its parsed arguments; see [`finish_sync`] and [`invoke_async`].
+/// `outright`: the gate the call is made through, where [`precheck`] found that it alone allows the
+/// call outright.
 #[doc(hidden)]
 #[inline]
 pub fn decide(
     entry: &'static ToolEntry,
-    outright: bool,
+    outright: Option<&Gate>,
     gate_parameter: Option<&Gate>,
     escalated: Option<Risk>,
     arguments: &[ArgRef<'_>],
@@ -413,7 +415,7 @@ pub fn decide(
 #[inline]
 pub fn decide_async(
     entry: &'static ToolEntry,
-    outright: bool,
+    outright: Option<&Gate>,
     gate_parameter: Option<&Gate>,
     escalated: Option<Risk>,
     arguments: &[ArgRef<'_>],

@@ -34,7 +34,7 @@ pub(crate) struct Table {
     pub(crate) full: Box<[bool]>,
     /// Per registry slot, whether the operator's argument rules are all that takes a call to the full
     /// decision: no record, no budget, no latch to close. A lone gate then reads the rules and lets the
-    /// call run from its check (`decide::table::lone_ruled`).
+    /// call run from its check (`decide::table::ruled`).
     pub(crate) ruled_only: Box<[bool]>,
 }
 

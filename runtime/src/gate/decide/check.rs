@@ -1,9 +1,9 @@
 //! A tool's check: where the decision of every call starts, direct, by name or handed its arguments
 //! by an MCP server.
 
-use super::gates::gates_around;
+use super::gates::{Around, Shape, around};
 use super::in_place::InPlaceCall;
-use super::refusal::refuse;
+use super::refusal::{no_gate, refuse};
 use super::suspension::{self, Entering};
 use super::{in_place, table};
 use crate::gate::Gate;
@@ -12,7 +12,8 @@ use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
 use crate::registry::ToolEntry;
 
-/// Decides a call that [`fast_allows`] did not let through, its risk escalated or not.
+/// Decides a call that [`fast_allows`](super::table::fast_allows) did not let through, its risk
+/// escalated or not.
 #[cold]
 #[inline(never)]
 pub(crate) fn check(
@@ -31,24 +32,29 @@ pub(crate) fn check(
     {
         return Err(refuse(entry, code, entry.manifest.risk_level, Some(mode)));
     }
-    if call.escalated.is_none()
-        && let Some(result) = table::lone_ruled(entry, explicit, call)
-    {
-        return result;
-    }
-    check_slow(entry, explicit, call)
+    check_around(entry, explicit, call).map(|(permit, _)| permit)
 }
 
+/// The decision past a lone gate's table: the gates around the call asked once, and the stack's shape
+/// the decision was made under.
 #[cold]
 #[inline(never)]
-fn check_slow(
+pub(super) fn check_around(
     entry: &'static ToolEntry,
     explicit: Option<&Gate>,
     call: &CallInfo<'_>,
-) -> Result<Permit, Denied> {
-    // Approvers and sinks run with the stack released, so that they may enter gates themselves.
-    let gates = gates_around(entry, explicit)?;
-    suspension::decide_blocking(entry, gates, call)
+) -> Result<(Permit, Shape), Denied> {
+    let (around, shape) = around(entry, explicit, call.escalated.is_none());
+    let permit = match around {
+        Around::None => return Err(no_gate(entry)),
+        Around::Ruled(gate) => match table::ruled(&gate, entry, call) {
+            Some(result) => result?,
+            None => suspension::decide_blocking(entry, vec![gate], call)?,
+        },
+        // Approvers and sinks run with the stack released, so that they may enter gates themselves.
+        Around::Gates(gates) => suspension::decide_blocking(entry, gates, call)?,
+    };
+    Ok((permit, shape))
 }
 
 /// [`check`] for an async tool: the decision may wait for an async approver or a store.
@@ -75,15 +81,27 @@ pub(crate) fn check_async(
             Some(mode),
         )));
     }
-    if call.escalated.is_none()
-        && let Some(result) = table::lone_ruled(entry, explicit, call)
-    {
-        return Entering::Done(result);
-    }
-    match gates_around(entry, explicit) {
-        Ok(gates) => suspension::decide_async(entry, gates, call),
-        Err(denied) => Entering::Done(Err(denied)),
-    }
+    check_async_around(entry, explicit, call).0
+}
+
+/// [`check_around`] for an async call.
+#[cold]
+#[inline(never)]
+pub(super) fn check_async_around(
+    entry: &'static ToolEntry,
+    explicit: Option<&Gate>,
+    call: &CallInfo<'_>,
+) -> (Entering, Shape) {
+    let (around, shape) = around(entry, explicit, call.escalated.is_none());
+    let entering = match around {
+        Around::None => Entering::Done(Err(no_gate(entry))),
+        Around::Ruled(gate) => match table::ruled(&gate, entry, call) {
+            Some(result) => Entering::Done(result),
+            None => suspension::decide_async(entry, vec![gate], call),
+        },
+        Around::Gates(gates) => suspension::decide_async(entry, gates, call),
+    };
+    (entering, shape)
 }
 
 /// Decides a sync call of a tool gated in place with the arguments it was handed.

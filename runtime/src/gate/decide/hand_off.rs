@@ -3,12 +3,11 @@
 //! deciding again.
 
 use super::arguments::LazyArguments;
-use super::check::{check, check_async};
+use super::check::{check, check_around, check_async, check_async_around};
 use super::commit::{Refusing, confirm_slow};
-use super::gates::{distinct, gates_around, stack_shape};
+use super::gates::{Shape, distinct, gates_around, stack_shape};
 use super::records::abandon;
 use super::suspension::{Entering, Waiting};
-use super::table::lone_ruled;
 use crate::gate::Gate;
 use crate::gate::ambient::STACK;
 use crate::gate::call::{ArgRef, CallInfo};
@@ -119,22 +118,23 @@ struct Handed {
     entry: &'static ToolEntry,
     permit: Permit,
     /// The ambient gates when it was decided: how many, and the innermost one's id.
-    stack: (usize, u64),
+    stack: Shape,
 }
 
 /// Decides a call by name in full, inside the gate it is made through (the caller has entered it):
 /// every gate around, with the arguments parsed from JSON, as a direct call is decided.
 ///
-/// `outright` is what [`precheck`] said: a call that one gate keeping no record allows outright hands
-/// nothing over, and the tool's own check, which reads the mode again, decides it as a direct call.
+/// `outright` is the gate the call is made through, where [`precheck`] found that it alone allows the
+/// call outright: such a call hands nothing over, and the tool's own check, which reads the mode
+/// again, decides it as a direct call.
 #[inline]
 pub(crate) fn decide_by_name(
     entry: &'static ToolEntry,
-    outright: bool,
+    outright: Option<&Gate>,
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
-    if call.escalated.is_none() && outright && still_outright(entry) {
+    if call.escalated.is_none() && outright.is_some_and(|gate| gate.allows_unaudited(entry)) {
         return Ok(Decided(None));
     }
     decide_by_name_slow(entry, gate_parameter, call)
@@ -153,40 +153,30 @@ pub enum DecidingByName {
 #[inline]
 pub(crate) fn decide_by_name_async(
     entry: &'static ToolEntry,
-    outright: bool,
+    outright: Option<&Gate>,
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> DecidingByName {
-    if call.escalated.is_none() && outright && still_outright(entry) {
+    // An async call's decision runs at its first poll, and the gate may have been lowered since the
+    // [`precheck`]: then the call is decided in full, so that its refusal is the gate's, not the
+    // tool's error.
+    if call.escalated.is_none() && outright.is_some_and(|gate| gate.allows_unaudited(entry)) {
         return DecidingByName::Done(Ok(Decided(None)));
     }
-    let entering = check_async(entry, gate_parameter, call);
+    let (entering, stack) = if entry.in_place.is_some() {
+        (check_async(entry, gate_parameter, call), stack_shape())
+    } else {
+        check_async_around(entry, gate_parameter, call)
+    };
     match entering {
         Entering::Done(Ok(permit)) => DecidingByName::Done(Ok(Decided(Some(Handed {
             entry,
             permit,
-            stack: stack_shape(),
+            stack,
         })))),
         Entering::Done(Err(denied)) => DecidingByName::Done(Err(denied)),
         Entering::Waiting(waiting) => DecidingByName::Waiting(waiting),
     }
-}
-
-/// Whether the gate the call by name was made through (the innermost entered) still allows it outright:
-/// an async call's decision runs at its first poll, and the gate may have been lowered since the
-/// [`precheck`]; then the call is decided in full, so that its refusal is the gate's, not the tool's
-/// error.
-#[inline]
-fn still_outright(entry: &'static ToolEntry) -> bool {
-    STACK
-        .try_with(|stack| {
-            stack.try_borrow().is_ok_and(|stack| {
-                stack
-                    .last()
-                    .is_some_and(|gate| gate.allows_unaudited(entry))
-            })
-        })
-        .unwrap_or(false)
 }
 
 /// Decides as the tool's own check would: with its `&Gate` parameter, if it has one, first.
@@ -197,20 +187,16 @@ fn decide_by_name_slow(
     gate_parameter: Option<&Gate>,
     call: &CallInfo<'_>,
 ) -> Result<Decided, Denied> {
-    // The precheck refused what the table refuses: a call the operator's argument rules read is the
-    // likeliest here, and is decided first.
-    let ruled = match entry.in_place {
-        None if call.escalated.is_none() => lone_ruled(entry, gate_parameter, call),
-        _ => None,
-    };
-    let permit = match ruled {
-        Some(result) => result?,
-        None => check(entry, gate_parameter, call)?,
+    // A tool gated in place takes the arguments its server hands it, in its own check.
+    let (permit, stack) = if entry.in_place.is_some() {
+        (check(entry, gate_parameter, call)?, stack_shape())
+    } else {
+        check_around(entry, gate_parameter, call)?
     };
     Ok(Decided(Some(Handed {
         entry,
         permit,
-        stack: stack_shape(),
+        stack,
     })))
 }
 

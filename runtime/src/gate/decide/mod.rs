@@ -20,6 +20,10 @@
 //!    the budget units are back in their stores; so is one at an async call's last comparison of its
 //!    arguments, after the driver ([`Resuming`]).
 //!
+//! Past the table of a lone gate, a decision asks once which gates decide the call ([`gates::around`]),
+//! and hands that one value down, with the shape of the stack a call by name hands over with its
+//! decision.
+//!
 //! One driver ([`driver`]) runs these steps for sync and async calls alike, over what a decision
 //! holds ([`state`]): where it must wait it says for what ([`waits`]); a sync call parks its thread on it, an async one awaits it
 //! ([`suspension`]). Every call's decision starts in the tool's check ([`check`]); calls by name hand theirs to it

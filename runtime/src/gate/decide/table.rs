@@ -153,7 +153,7 @@ impl Gate {
     /// Whether the operator's argument rules alone may take a call of `entry` to the full decision
     /// (`Inner::ruled_hint`): the table says for sure.
     #[inline]
-    fn ruled_hint(&self, entry: &'static ToolEntry) -> bool {
+    pub(super) fn ruled_hint(&self, entry: &'static ToolEntry) -> bool {
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         self.inner
             .ruled_hint
@@ -235,8 +235,9 @@ pub(crate) fn fast_allows(entry: &'static ToolEntry, explicit: Option<&Gate>) ->
 }
 
 /// The refusal of a lone gate that keeps no record, from its table, when nothing else is to be asked,
-/// written or told (a deny-listed call is told its rule, and the latch its cause, on the full path).
-/// Inlined into the two checks, which are out of line themselves.
+/// written or told (a deny-listed call is told its rule, and the latch its cause, on the full path):
+/// a copy of the answer, read from the stack before anything further is asked of it. Inlined into the
+/// two checks, which are out of line themselves.
 #[inline(always)]
 pub(super) fn lone_refusal(
     entry: &'static ToolEntry,
@@ -275,31 +276,11 @@ pub(super) fn lone_refusal(
 /// argument rules alone read (no budget counts it, no latch to close): the rules read the call's own
 /// arguments and their answer is the decision, with no wait between the rules and the body. `None`
 /// where the full decision is needed.
-#[inline(never)]
-pub(super) fn lone_ruled(
-    entry: &'static ToolEntry,
-    explicit: Option<&Gate>,
-    call: &CallInfo<'_>,
-) -> Option<Result<Permit, Denied>> {
-    // The arguments' `Serialize` is the application's code, which may enter a gate itself: the stack
-    // is released before it runs.
-    let gate = STACK
-        .try_with(|stack| {
-            let stack = stack.try_borrow().ok()?;
-            match (explicit, stack.as_slice()) {
-                (None, [gate]) | (Some(gate), []) if !gate.audits() && gate.ruled_hint(entry) => {
-                    Some(gate.clone())
-                }
-                _ => None,
-            }
-        })
-        .ok()
-        .flatten()?;
-    ruled(&gate, entry, call)
-}
-
+///
+/// The arguments' `Serialize` is the application's code, which may enter a gate itself: the caller
+/// holds no borrow of the stack while this runs.
 #[inline(always)]
-fn ruled(
+pub(super) fn ruled(
     gate: &Gate,
     entry: &'static ToolEntry,
     call: &CallInfo<'_>,
