@@ -14,11 +14,13 @@ use rmcp::model::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use super::codes::McpCode;
 use crate::approval::Taint;
 use crate::approval::store::Answer;
 use crate::canonical;
 use crate::gate::denied::Denied;
 use crate::registry::Tool;
+use toolgate_policy::DenialCode;
 
 /// The key of the approval form in an `InputRequiredResult`'s `inputRequests`, and of its answer in
 /// the retry's `inputResponses`.
@@ -231,13 +233,13 @@ pub(crate) enum StateRefused {
 }
 
 impl StateRefused {
-    pub(crate) fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> McpCode {
         match self {
-            StateRefused::Invalid => "APPROVAL_STATE_INVALID",
-            StateRefused::Expired => "APPROVAL_EXPIRED",
-            StateRefused::Mismatch => "APPROVAL_MISMATCH",
-            StateRefused::Reused => "APPROVAL_REUSED",
-            StateRefused::Unconfirmed => "CONFIRMATION_MISMATCH",
+            StateRefused::Invalid => McpCode::ApprovalStateInvalid,
+            StateRefused::Expired => McpCode::Denied(DenialCode::ApprovalExpired),
+            StateRefused::Mismatch => McpCode::Denied(DenialCode::ApprovalMismatch),
+            StateRefused::Reused => McpCode::Denied(DenialCode::ApprovalReused),
+            StateRefused::Unconfirmed => McpCode::Denied(DenialCode::ConfirmationMismatch),
         }
     }
 

@@ -72,6 +72,9 @@
 //! the text is `"<CODE>: <message>"`, e.g. `"MODE_NOT_ALLOWED: tool `tickets.delete` (HIGH_WRITE) is
 //! not allowed in mode SHADOW; it is allowed in FULL_AUTO"`, and the structured content
 //! `{"code", "message"}`. Only a name that is no tool of the server is a JSON-RPC error (`-32602`).
+//! Every code the server answers with is an [`McpCode`]: the gate's [`DenialCode`](crate::DenialCode)s,
+//! and the few that only the server's protocol has (`UNKNOWN_TOOL`, `UNKNOWN_TASK`, `TOO_MANY_TASKS`,
+//! ...).
 //!
 //! A sync tool runs on the thread that polls the call: keep sync tools quick, or make them `async`.
 //!
@@ -146,6 +149,7 @@
 //! of code [`REFUSED`]. The README's "An rmcp server, gated in place" walks through one.
 
 mod approvals;
+mod codes;
 mod definition;
 pub(crate) mod handler;
 #[cfg(feature = "mcp-http")]
@@ -162,6 +166,7 @@ mod tasks;
 pub use rmcp;
 
 pub use approvals::{APPROVAL_INPUT, Approvals, DEFAULT_STATE_TTL, InBand, KeyTooShort};
+pub use codes::McpCode;
 pub use definition::{
     META_ALLOWED_MODES, META_EVIDENCE, META_IRREVERSIBLE, META_RISK_LEVEL, META_ROLLBACK,
     META_TARGET, Visibility, annotations, definition, disabled_prefix, listed, meta,

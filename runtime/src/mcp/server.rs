@@ -19,6 +19,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use super::approvals::{About, Approvals, StateRefused, shown_arguments};
+use super::codes::McpCode;
 use super::definition::{self, Visibility};
 use super::handler::{DynHandler, RouteMismatch, Undeclared};
 use super::tasks::{
@@ -660,12 +661,13 @@ impl ToolgateServer {
                     return state_refused(gate, tool, StateRefused::Invalid);
                 }
                 Err(ApproveError::Store(error)) => {
-                    let (code, message) = ("APPROVAL_STORE_UNAVAILABLE", error.to_string());
+                    let code = McpCode::Denied(DenialCode::ApprovalStoreUnavailable);
+                    let message = error.to_string();
                     let manifest = tool.manifest();
                     gate.record_probe(
                         std::borrow::Cow::Borrowed(manifest.id),
                         Some(manifest.risk_level),
-                        code,
+                        code.as_str(),
                         message.clone(),
                     );
                     return Ok(refusal(code, &message).into());
@@ -742,7 +744,9 @@ impl ToolgateServer {
                         &caller.session(),
                     ) {
                         Ok(created) => created.into(),
-                        Err(too_many) => refusal("TOO_MANY_TASKS", &too_many.to_string()).into(),
+                        Err(too_many) => {
+                            refusal(McpCode::TooManyTasks, &too_many.to_string()).into()
+                        }
                     },
                 );
             }
@@ -773,7 +777,7 @@ impl ToolgateServer {
             );
             if let Err(error) = gate.record_ungated(name.to_string(), message) {
                 let message = format!("the audit log could not record the call: {error}");
-                return Ok(refusal("AUDIT_UNAVAILABLE", &message).into());
+                return Ok(refusal(McpCode::Denied(DenialCode::AuditUnavailable), &message).into());
             }
             return handler.call_tool(request, context).await;
         }
@@ -789,10 +793,10 @@ impl ToolgateServer {
         gate.record_probe(
             std::borrow::Cow::Owned(name.to_string()),
             None,
-            "UNDECLARED_TOOL",
+            McpCode::UndeclaredTool.as_str(),
             message.clone(),
         );
-        Ok(refusal("UNDECLARED_TOOL", &message).into())
+        Ok(refusal(McpCode::UndeclaredTool, &message).into())
     }
 
     /// Refuses to serve a handler whose type declares tools in place and whose router also serves a
@@ -839,7 +843,7 @@ impl ToolgateServer {
                      serve it ungated on purpose with Undeclared::Serve",
                     handler.type_name()
                 ),
-                Some(json!({ "code": "UNDECLARED_TOOL", "tool": name })),
+                Some(json!({ "code": McpCode::UndeclaredTool.as_str(), "tool": name })),
             )),
         }
     }
@@ -892,7 +896,10 @@ impl ToolgateServer {
                          {deadline:?}; its approval request stays pending until it expires: call \
                          again to wait for it again"
                     );
-                    tasks.fail(&task_id, task_error("APPROVAL_EXPIRED", &message));
+                    tasks.fail(
+                        &task_id,
+                        task_error(McpCode::Denied(DenialCode::ApprovalExpired), &message),
+                    );
                     return;
                 }
                 // The last try is at the deadline.
@@ -905,7 +912,7 @@ impl ToolgateServer {
                 let ran = match server.dispatch(&gate, target, request.clone(), retry).await {
                     Ok(ran) => ran,
                     Err(error) => {
-                        tasks.complete(&task_id, refusal("UNKNOWN_TOOL", &error.message));
+                        tasks.complete(&task_id, refusal(McpCode::UnknownTool, &error.message));
                         return;
                     }
                 };
@@ -921,7 +928,10 @@ impl ToolgateServer {
                             "the approval request of this call of `{id}` expired before an \
                              operator decided on it; call again to ask again"
                         );
-                        tasks.fail(&task_id, task_error("APPROVAL_EXPIRED", &message));
+                        tasks.fail(
+                            &task_id,
+                            task_error(McpCode::Denied(DenialCode::ApprovalExpired), &message),
+                        );
                         return;
                     }
                     None => {
@@ -932,7 +942,7 @@ impl ToolgateServer {
                             Ok(_) => tasks.fail(
                                 &task_id,
                                 task_error(
-                                    "UNSUPPORTED_RESPONSE",
+                                    McpCode::UnsupportedResponse,
                                     "the tool answered with a response a task cannot carry",
                                 ),
                             ),
@@ -1069,7 +1079,7 @@ fn refusal_in(error: &ErrorData) -> Option<CallToolResult> {
     let code = data.get("code")?.as_str()?;
     let code = DenialCode::ALL.into_iter().find(|c| c.as_str() == code)?;
     let message = data.get("message")?.as_str()?;
-    Some(refusal(code.as_str(), message))
+    Some(refusal_written(code.as_str(), message))
 }
 
 /// A JSON-RPC error as the object a failed task carries.
@@ -1179,13 +1189,13 @@ impl Caller {
 fn unknown_task(id: &str) -> ErrorData {
     ErrorData::invalid_params(
         format!("no task {id} of this caller"),
-        Some(json!({ "code": "UNKNOWN_TASK" })),
+        Some(json!({ "code": McpCode::UnknownTask.as_str() })),
     )
 }
 
 /// The JSON-RPC error of a task that ended without its call's result: `-32001` (the request timed
 /// out), the text `"<CODE>: <message>"`, and `{"code", "message"}` as its data.
-fn task_error(code: &str, message: &str) -> JsonObject {
+fn task_error(code: McpCode, message: &str) -> JsonObject {
     let error = ErrorData::new(
         rmcp::model::ErrorCode(-32001),
         format!("{code}: {message}"),
@@ -1211,13 +1221,13 @@ fn state_refused(
     gate.record_probe(
         std::borrow::Cow::Borrowed(manifest.id),
         Some(manifest.risk_level),
-        refused.code(),
+        refused.code().as_str(),
         message.clone(),
     );
     match refused {
         StateRefused::Invalid => Err(ErrorData::invalid_params(
             format!("{}: {message}", refused.code()),
-            Some(json!({ "code": refused.code(), "message": message })),
+            Some(json!({ "code": refused.code().as_str(), "message": message })),
         )),
         _ => Ok(refusal(refused.code(), &message).into()),
     }
@@ -1225,7 +1235,12 @@ fn state_refused(
 
 /// A refusal of the server's own, shaped as the gate's are: `isError`, `"<CODE>: <message>"`, and
 /// `{"code", "message"}`.
-fn refusal(code: &str, message: &str) -> CallToolResult {
+fn refusal(code: McpCode, message: &str) -> CallToolResult {
+    refusal_written(code.as_str(), message)
+}
+
+/// [`refusal`] with a code as it was written in an error's data.
+fn refusal_written(code: &str, message: &str) -> CallToolResult {
     let mut result = CallToolResult::error(vec![ContentBlock::text(format!("{code}: {message}"))]);
     result.structured_content = Some(json!({ "code": code, "message": message }));
     result
@@ -1236,7 +1251,7 @@ fn refusal(code: &str, message: &str) -> CallToolResult {
 pub fn unknown_tool(name: &str) -> ErrorData {
     ErrorData::invalid_params(
         format!("Unknown tool: {name}"),
-        Some(json!({ "code": "UNKNOWN_TOOL" })),
+        Some(json!({ "code": McpCode::UnknownTool.as_str() })),
     )
 }
 
@@ -1303,7 +1318,7 @@ impl ServerHandler for ToolgateServer {
             biased;
             () = context.ct.cancelled() => Err(ErrorData::internal_error(
                 "the client cancelled the call",
-                Some(json!({ "code": "CANCELLED" })),
+                Some(json!({ "code": McpCode::Cancelled.as_str() })),
             )),
             response = self.respond(request, context.clone(), client, &caller) => response,
         }
@@ -1346,7 +1361,7 @@ impl ServerHandler for ToolgateServer {
                 .cloned();
             return Err(ErrorData::invalid_request(
                 "the message is larger than this server's limit; it was dropped unread",
-                Some(json!({ "code": "MESSAGE_TOO_LARGE", "limit": limit })),
+                Some(json!({ "code": McpCode::MessageTooLarge.as_str(), "limit": limit })),
             ));
         }
         Err(ErrorData::new(
