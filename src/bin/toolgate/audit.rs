@@ -194,6 +194,7 @@ mod trail {
             }
         };
         print(&report.to_string());
+        resets(url, schema);
         // The most serious finding of any writer, in the order of the exit status list.
         let codes: Vec<u8> = report
             .writers
@@ -222,6 +223,22 @@ mod trail {
         .into_iter()
         .find(|code| codes.contains(code))
         .unwrap_or(INTACT)
+    }
+
+    /// Names the operators' resets of budgets, which are recorded beside the writers' chains, not in
+    /// them. A role that may not read them (or a schema from before them) is told nothing more.
+    fn resets(url: &str, schema: &str) {
+        if let Ok((count, Some(last))) = toolgate::postgres::budgets::last_reset(url, schema) {
+            print(&format!(
+                "\nbudgets reset by operators: {count}, recorded beside the writers' chains (table \
+                 budget_resets); the last, reset {}, by {} at {}: {}\n(`toolgate budgets history` \
+                 lists them)\n",
+                last.id,
+                escaped(&last.by),
+                last.at,
+                escaped(&last.reason)
+            ));
+        }
     }
 
     pub(super) fn promotion(url: &str, schema: &str) -> u8 {

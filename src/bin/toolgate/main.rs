@@ -8,6 +8,8 @@
 #[cfg(feature = "postgres")]
 mod approvals;
 mod audit;
+#[cfg(feature = "postgres")]
+mod budgets;
 #[cfg(feature = "console")]
 mod console;
 #[cfg(feature = "postgres")]
@@ -27,8 +29,8 @@ use audit::{Audit, VERIFY_EXIT_STATUS};
 use console::CONSOLE_EXIT_STATUS;
 #[cfg(feature = "postgres")]
 use {
-    approvals::APPROVALS_EXIT_STATUS, fleet::FLEET_EXIT_STATUS, migrate::MIGRATE_EXIT_STATUS,
-    policy::POLICY_EXIT_STATUS,
+    approvals::APPROVALS_EXIT_STATUS, budgets::BUDGETS_EXIT_STATUS, fleet::FLEET_EXIT_STATUS,
+    migrate::MIGRATE_EXIT_STATUS, policy::POLICY_EXIT_STATUS,
 };
 
 /// Who answers or changes something: `--by`, else where the environment names the operator (USER,
@@ -102,6 +104,11 @@ enum Command {
     #[cfg(feature = "postgres")]
     #[command(subcommand, after_help = POLICY_EXIT_STATUS)]
     Policy(policy::PolicyCommand),
+    /// Budgets shared through PostgreSQL: how many calls each one's window holds, a reset of the ones
+    /// selected (recorded: who, when, why), and the resets' records.
+    #[cfg(feature = "postgres")]
+    #[command(after_help = BUDGETS_EXIT_STATUS)]
+    Budgets(budgets::BudgetsCommand),
     /// Makes the schema of the PostgreSQL tables, or brings it to this toolgate's version: the owner's
     /// step, before anyone else connects.
     #[cfg(feature = "postgres")]
@@ -134,6 +141,8 @@ fn main() -> ExitCode {
         Command::Fleet(command) => fleet::run(command),
         #[cfg(feature = "postgres")]
         Command::Policy(command) => policy::run(command),
+        #[cfg(feature = "postgres")]
+        Command::Budgets(command) => budgets::run(command),
         #[cfg(feature = "postgres")]
         Command::Migrate(database) => migrate::run(database),
         #[cfg(feature = "console")]
