@@ -69,9 +69,8 @@
 //! );
 //! ```
 //!
-//! Every value here was written by gates' processes or operators: show it escaped
-//! ([`escaped`](crate::terminal::escaped) on a terminal, [`json_list`] and [`json_resets`] for
-//! machines).
+//! Every value here was written by gates' processes or operators: show it escaped ([`escaped`] on a
+//! terminal, [`json_list`] and [`json_resets`] for machines).
 
 use std::fmt;
 use std::time::Duration;
