@@ -1,7 +1,8 @@
 //! Text that an agent, or another writer of a log or a database, controls, as it may be shown to a
 //! person on a terminal: [`escaped`]. Every report of the `toolgate` command (`audit verify`, `audit
-//! promotion`, `approvals`, `fleet`) shows such text through it: tool ids, arguments, codes, reasons,
-//! principals, agent labels, writer and member names, anything read from a log or the database.
+//! promotion`, `approvals`, `fleet`, `budgets`) shows such text through it: tool ids, arguments,
+//! codes, reasons, principals, agent labels, writer and member names, budgets' keys, anything read
+//! from a log or the database.
 //!
 //! ```
 //! # extern crate toolgate_runtime as toolgate;

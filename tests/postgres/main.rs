@@ -27,6 +27,7 @@ mod g20_console;
 mod g20_more;
 
 mod approvals_cli;
+mod budgets_cli;
 mod connections;
 #[cfg(feature = "console")]
 mod console;

@@ -171,14 +171,20 @@
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON toolgate.fleet_members TO toolgate_agent;
 //! GRANT SELECT, INSERT, UPDATE ON toolgate.fleet_tools TO toolgate_agent;
 //! GRANT EXECUTE ON FUNCTION toolgate.fleet_policy_accepted(text, text) TO toolgate_agent;
-//! -- Operators: `toolgate approvals`, `toolgate fleet`.
+//! -- Operators: `toolgate approvals`, `toolgate fleet`, `toolgate budgets` (a reset only through
+//! -- budget_reset, which records it).
 //! GRANT SELECT, UPDATE ON toolgate.approvals TO toolgate_operator;
 //! GRANT SELECT, INSERT, UPDATE ON toolgate.fleets TO toolgate_operator;
 //! GRANT INSERT ON toolgate.fleet_changes TO toolgate_operator;
 //! GRANT USAGE ON SEQUENCE toolgate.fleet_changes_id_seq TO toolgate_operator;
 //! GRANT SELECT ON toolgate.fleet_members, toolgate.fleet_tools TO toolgate_operator;
-//! -- Auditors: `toolgate audit verify` and `toolgate audit promotion` of the trail.
-//! GRANT SELECT ON toolgate.audit, toolgate.audit_checkpoints TO toolgate_auditor;
+//! GRANT SELECT ON toolgate.budgets, toolgate.budget_uses, toolgate.budget_resets TO toolgate_operator;
+//! GRANT EXECUTE ON FUNCTION toolgate.budget_reset(text[], bigint[], text, text, text)
+//!     TO toolgate_operator;
+//! -- Auditors: `toolgate audit verify` and `toolgate audit promotion` of the trail, and the resets
+//! -- of budgets that `verify` names beside it.
+//! GRANT SELECT ON toolgate.audit, toolgate.audit_checkpoints, toolgate.budget_resets
+//!     TO toolgate_auditor;
 //! -- The operator console (feature `console`): an operator's grants, the trail, and each writer's
 //! -- key to check its checkpoints with.
 //! GRANT toolgate_operator TO toolgate_console;
@@ -188,7 +194,9 @@
 //!
 //! No role but the owner has `UPDATE` or `DELETE` on the audit tables. Whoever can update `approvals`
 //! can answer a request, the gates' role included (SECURITY.md): give the sink, or the store, a role
-//! of its own where that matters.
+//! of its own where that matters. Likewise, whoever can delete from `budget_uses` can clear a budget
+//! without a record, the gates' role included; the operators' role clears one only through
+//! `budget_reset`, which records who reset what ([`budgets`]).
 //!
 //! # Budgets
 //!
@@ -218,6 +226,11 @@
 //! Locking in key order serializes the checks that share a budget, in any number of processes, and
 //! never deadlocks. An error or a timeout refuses the call with `BUDGET_STORE_UNAVAILABLE`; a check
 //! that committed but whose answer was lost is refused and keeps its unit.
+//!
+//! Operators read how many calls each budget's window holds, and reset the budgets they select, with
+//! `toolgate budgets` or [`budgets`]: a reset locks the budgets' rows as a check does, deletes their
+//! uses and records who reset what, when and why in `budget_resets` (migration 13), in one
+//! transaction.
 //!
 //! # The connection
 //!
@@ -262,6 +275,7 @@
 //! applies to the link to the pooler.
 
 mod audit;
+pub mod budgets;
 pub mod fleet;
 mod link;
 mod reads;

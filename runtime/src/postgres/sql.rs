@@ -420,6 +420,62 @@ pub(super) const MIGRATIONS: &[&str] = &[
         RETURNING true
     $$;
     REVOKE EXECUTE ON FUNCTION {s}.fleet_policy_accepted(text, text) FROM PUBLIC;",
+    // 13: an operator's reset of budgets: the uses of the budgets it names deleted, each budget's row
+    // locked in key order as budget_take locks it, and a record of who reset what, when, why and how
+    // many calls each window held, in the same transaction. The function runs as the schema's owner,
+    // so that the operators' role needs no right on `budget_uses`: a reset it makes leaves its record.
+    "CREATE TABLE {s}.budget_resets (
+        id       bigserial PRIMARY KEY,
+        reset_at timestamptz NOT NULL,
+        reset_by text NOT NULL,
+        role     text NOT NULL,
+        reason   text NOT NULL,
+        selected text NOT NULL,
+        keys     text[] NOT NULL,
+        cleared  integer[] NOT NULL
+    );
+    CREATE FUNCTION {s}.budget_reset(budget_keys text[], windows_us bigint[], by_name text,
+        why text, selection text)
+    RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    DECLARE
+        sorted    text[];
+        windows   bigint[];
+        now_at    timestamptz;
+        live      integer;
+        counts    integer[] := '{}';
+        record_id bigint;
+    BEGIN
+        IF coalesce(btrim(by_name), '') = '' OR coalesce(btrim(why), '') = '' THEN
+            RAISE EXCEPTION 'a reset of budgets names who makes it and why' USING ERRCODE = '22023';
+        END IF;
+        -- Each key once, in the order of its bytes: the order budget_take locks in.
+        SELECT coalesce(array_agg(k ORDER BY k COLLATE \"C\"), '{}'),
+               coalesce(array_agg(w ORDER BY k COLLATE \"C\"), '{}')
+            INTO sorted, windows
+            FROM (SELECT DISTINCT ON (k) k, w
+                  FROM unnest(budget_keys, windows_us) AS given(k, w)
+                  WHERE k IS NOT NULL ORDER BY k, w) AS once;
+        LOCK TABLE {s}.budget_uses IN ROW EXCLUSIVE MODE;
+        FOR i IN 1 .. cardinality(sorted) LOOP
+            PERFORM 1 FROM {s}.budgets WHERE key = sorted[i] FOR UPDATE;
+        END LOOP;
+        now_at := clock_timestamp();
+        FOR i IN 1 .. cardinality(sorted) LOOP
+            WITH gone AS (
+                DELETE FROM {s}.budget_uses WHERE key = sorted[i] RETURNING used_at)
+            SELECT count(*) FILTER (WHERE windows[i] IS NULL
+                    OR used_at > now_at - windows[i] * interval '1 microsecond')
+                INTO live FROM gone;
+            UPDATE {s}.budgets SET held = 0 WHERE key = sorted[i];
+            counts := counts || live;
+        END LOOP;
+        INSERT INTO {s}.budget_resets (reset_at, reset_by, role, reason, selected, keys, cleared)
+            VALUES (now_at, by_name, session_user, why, selection, sorted, counts)
+            RETURNING id INTO record_id;
+        RETURN record_id;
+    END
+    $$;
+    REVOKE EXECUTE ON FUNCTION {s}.budget_reset(text[], bigint[], text, text, text) FROM PUBLIC;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first
