@@ -19,6 +19,11 @@
 //! once it is back, the part works again in the same process. A refusal of the server's over a
 //! statement (an unexpected answer) leaves the connection as it is. What a part made on its connection
 //! (its prepared statements, its writer's lock, its `LISTEN`) is made again on the next one.
+//!
+//! The bound of one operation, opening a connection included, is set once per part, where it calls
+//! [`Held::run`]: the store's timeout from when the operation is asked (the wait for the one before it
+//! included); the sink's timeout per group commit; the fleet's timeout, and no more than what is left
+//! of its grace period; the reader's timeout per statement.
 
 use std::future::{Future, poll_fn};
 use std::sync::Arc;
@@ -199,7 +204,7 @@ impl Lost for StoreError {
 
 /// The connection a part holds from one operation to the next: where it connects, the schema it
 /// checks (or migrates) and the channel it listens on whenever it opens one, and the one open now with
-/// the part's session, if any. Every operation goes through [`Held::run`].
+/// the part's session, if any. Every operation goes through [`Held::run`] (or [`run_shared`]).
 pub(super) struct Held<S: Session> {
     link: Link,
     schema: String,
