@@ -322,7 +322,10 @@ pub(super) async fn run_shared<S: Session, T>(
         .unwrap_or(Err(StoreError::Timeout));
     if done.as_ref().is_err_and(Lost::lost) {
         let mut held = held.lock().await;
-        let same = matches!((&held.current, &used), (Some(current), Some(used)) if Arc::ptr_eq(current, used));
+        let same = match (&held.current, &used) {
+            (Some(current), Some(used)) => Arc::ptr_eq(current, used),
+            _ => false,
+        };
         if same {
             held.broken();
         }

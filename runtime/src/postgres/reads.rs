@@ -1,8 +1,8 @@
 //! What an operator reads of the approval store, the audit trail and the fleets, on one connection in
-//! the caller's tokio runtime, opened again when it is lost: [`Reader`]. Pages of pending requests, searches of the trail by the
-//! columns migration 10 keeps beside each line, a call's `enter` and `exit` side by side, every fleet,
-//! and the shadow-mode promotion over time. The operator console shows them; an application's own
-//! tools may read them too.
+//! the caller's tokio runtime, opened again when it is lost: [`Reader`]. Pages of pending requests,
+//! searches of the trail by the columns migration 10 keeps beside each line, a call's `enter` and
+//! `exit` side by side, every fleet, and the shadow-mode promotion over time. The operator console
+//! shows them; an application's own tools may read them too.
 //!
 //! Every value here comes from the database as written by agents' processes: show it escaped
 //! ([`escaped`](crate::terminal::escaped) on a terminal).

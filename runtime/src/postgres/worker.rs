@@ -273,11 +273,11 @@ impl Worker {
         &self,
         op: impl AsyncFnOnce(&mut Conn) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
-        let deadline = tokio::time::Instant::now() + self.settings.timeout;
-        let Ok(mut held) = tokio::time::timeout_at(deadline, self.conn.lock()).await else {
+        let (asked, timeout) = (Instant::now(), self.settings.timeout);
+        let Ok(mut held) = tokio::time::timeout(timeout, self.conn.lock()).await else {
             return Err(Failure::Store(StoreError::Timeout));
         };
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let left = timeout.saturating_sub(asked.elapsed());
         held.run(left, async |conn, _| op(conn).await).await
     }
 
