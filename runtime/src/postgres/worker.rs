@@ -278,6 +278,10 @@ impl Worker {
             return Err(Failure::Store(StoreError::Timeout));
         };
         let left = timeout.saturating_sub(asked.elapsed());
+        if left.is_zero() {
+            // Spent waiting for the operations before it: the connection is not in doubt.
+            return Err(Failure::Store(StoreError::Timeout));
+        }
         held.run(left, async |conn, _| op(conn).await).await
     }
 
