@@ -33,6 +33,7 @@ mod connections;
 mod console;
 mod fleet_cli;
 mod mcp_example;
+mod restarts;
 mod schema_and_roles;
 mod sql_semantics;
 mod tls;

@@ -64,7 +64,7 @@ async fn read_page(
     console: &Shared,
     after: Option<i64>,
 ) -> Result<PendingPage, crate::approval::store::StoreError> {
-    console.reader().await?.pending(after, PAGE).await
+    console.reader.pending(after, PAGE).await
 }
 
 fn pending_table(pending: &PendingPage, after: Option<i64>) -> Markup {
@@ -136,19 +136,16 @@ fn age(duration: Duration) -> String {
     }
 }
 
-/// The store's changes as server-sent events: one `changed` event per change, and one every 15
-/// seconds, when requests may have expired; the stream ends with its session.
+/// The store's changes as server-sent events: one `changed` event per change (and when the reader's
+/// connection is lost, so that the page reads again), and one every 15 seconds, when requests may have
+/// expired; the stream ends with its session. Only a session follows it (`_operator`).
 pub(super) async fn events(
     State(console): State<Shared>,
-    operator: Operator,
+    _operator: Operator,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Response> {
-    let reader = console
-        .reader()
-        .await
-        .map_err(|error| unavailable(&operator, &error))?;
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let cookie = cookie_of(&headers).unwrap_or_default().to_owned();
-    let mut changes = reader.changes();
+    let mut changes = console.reader.changes();
     // A page follows what changes after it opened.
     changes.borrow_and_update();
     let stream = futures_util::stream::unfold(
@@ -166,7 +163,7 @@ pub(super) async fn events(
             ))
         },
     );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 #[derive(serde::Deserialize)]
@@ -207,10 +204,7 @@ pub(super) async fn detail(
 ) -> Response {
     // An id that is no number names no request; the path is not repeated back.
     let id = id.parse::<i64>().unwrap_or(0);
-    let request = match console.reader().await {
-        Ok(reader) => reader.request(id).await,
-        Err(error) => Err(error),
-    };
+    let request = console.reader.request(id).await;
     let request = match request {
         Ok(Some(request)) => request,
         Ok(None) => {
@@ -410,12 +404,9 @@ pub(super) async fn answer(
         for_session: true, ..
     } = &answer
     {
-        match console.reader().await {
-            Ok(reader) => match reader.request(id).await {
-                Ok(Some(request)) if request.irreversible => return back(Some("session")),
-                Ok(_) => {}
-                Err(_) => return back(Some("store")),
-            },
+        match console.reader.request(id).await {
+            Ok(Some(request)) if request.irreversible => return back(Some("session")),
+            Ok(_) => {}
             Err(_) => return back(Some("store")),
         }
     }

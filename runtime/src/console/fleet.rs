@@ -47,11 +47,7 @@ pub(super) async fn list(
     operator: Operator,
     Query(query): Query<FleetQuery>,
 ) -> Response {
-    let fleets = match console.reader().await {
-        Ok(reader) => reader.fleets().await,
-        Err(error) => Err(error),
-    };
-    let fleets = match fleets {
+    let fleets = match console.reader.fleets().await {
         Ok(fleets) => fleets,
         Err(error) => return unavailable(&operator, &error),
     };
@@ -155,15 +151,13 @@ pub(super) async fn lower(
         return back("problem=reason");
     }
     // The fleet's mode now: a mode above it is a raise, which the page refuses before asking.
-    let current = match console.reader().await {
-        Ok(reader) => reader
-            .fleets()
-            .await
-            .ok()
-            .and_then(|fleets| fleets.into_iter().find(|f| f.name == form.fleet))
-            .map(|f| f.mode),
-        Err(_) => None,
-    };
+    let current = console
+        .reader
+        .fleets()
+        .await
+        .ok()
+        .and_then(|fleets| fleets.into_iter().find(|f| f.name == form.fleet))
+        .map(|f| f.mode);
     match current {
         Some(mode) if to > mode => return back("problem=raise"),
         Some(_) => {}

@@ -41,18 +41,14 @@ pub(super) async fn chart(
         .unwrap_or(if bucket == Bucket::Day { 30 } else { 2 })
         .clamp(1, 366);
     let agent = query.agent.trim();
-    let points = match console.reader().await {
-        Ok(reader) => {
-            reader
-                .promotion(
-                    (!agent.is_empty()).then_some(agent),
-                    bucket,
-                    Duration::from_secs(u64::from(days) * 86_400),
-                )
-                .await
-        }
-        Err(error) => Err(error),
-    };
+    let points = console
+        .reader
+        .promotion(
+            (!agent.is_empty()).then_some(agent),
+            bucket,
+            Duration::from_secs(u64::from(days) * 86_400),
+        )
+        .await;
     let points = match points {
         Ok(points) => points,
         Err(error) => return unavailable(&operator, &error),

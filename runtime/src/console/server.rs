@@ -7,7 +7,6 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use tokio::sync::Mutex;
 
 use super::operators::{self, Operators, Sessions};
 use super::shared::{Inner, Shared};
@@ -101,12 +100,11 @@ impl ConsoleBuilder {
             shared: Arc::new(Inner {
                 url: url.to_owned(),
                 schema: self.schema,
-                timeout: self.timeout,
                 operators: self.operators,
                 session_ttl: self.session_ttl,
                 sessions: Sessions::default(),
                 store,
-                reader: Mutex::new(Some(Arc::new(reader))),
+                reader,
             }),
         })
     }

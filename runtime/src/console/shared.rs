@@ -9,7 +9,6 @@ use axum::http::request::Parts;
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
-use tokio::sync::Mutex;
 
 use super::html::{self, page};
 use super::operators::{Operators, Session, Sessions, cookie_of, digest};
@@ -21,26 +20,12 @@ pub(super) type Shared = Arc<Inner>;
 pub(super) struct Inner {
     pub(super) url: String,
     pub(super) schema: String,
-    pub(super) timeout: Duration,
     pub(super) operators: Operators,
     pub(super) session_ttl: Duration,
     pub(super) sessions: Sessions,
     pub(super) store: PostgresStore,
-    pub(super) reader: Mutex<Option<Arc<Reader>>>,
-}
-
-impl Inner {
-    /// The reader, connected again when its connection was lost.
-    pub(super) async fn reader(&self) -> Result<Arc<Reader>, StoreError> {
-        let mut slot = self.reader.lock().await;
-        if let Some(reader) = slot.as_ref().filter(|r| !r.is_closed()) {
-            return Ok(reader.clone());
-        }
-        *slot = None;
-        let reader = Arc::new(Reader::connect(&self.url, &self.schema, self.timeout).await?);
-        *slot = Some(reader.clone());
-        Ok(reader)
-    }
+    /// Opens its connection again when it is lost.
+    pub(super) reader: Reader,
 }
 
 impl Inner {

@@ -72,10 +72,7 @@ pub(super) async fn search(
             seq,
         });
     }
-    let found = match console.reader().await {
-        Ok(reader) => reader.search(&query).await,
-        Err(error) => return unavailable(&operator, &error),
-    };
+    let found = console.reader.search(&query).await;
     let (records, problem) = match found {
         Ok(records) => (records, None),
         // What the server could not read is a time or a cursor of the query, said in the console's
@@ -200,10 +197,7 @@ pub(super) async fn call(
     operator: Operator,
     Query(query): Query<CallQuery>,
 ) -> Response {
-    let found = match console.reader().await {
-        Ok(reader) => reader.call(&query.writer, query.seq).await,
-        Err(error) => Err(error),
-    };
+    let found = console.reader.call(&query.writer, query.seq).await;
     let records = match found {
         Ok(Some(records)) => records,
         Ok(None) => {

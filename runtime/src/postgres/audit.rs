@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, Statement};
 
-use super::link::{self, Link, Schema};
+use super::link::{self, Held, Link, Opened, Schema, Session};
 use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, lock_key, store_error, valid_schema};
 use crate::approval::store::StoreError;
 use crate::audit::chain::{Encoder, GENESIS, HashHex, parse_hash};
@@ -211,22 +211,32 @@ impl PostgresSinkBuilder {
             return invalid(format!("the writer name is refused: {why}"));
         }
         let link = Link::new(url, self.timeout, "toolgate-audit")?;
-        let worker = Worker {
-            link,
-            schema: self.schema,
-            migrate: self.migrate,
+        let claim = Claim {
+            lock: writer_lock(&self.schema, &writer),
+            schema: self.schema.clone(),
             writer: writer.clone(),
+            key: self
+                .checkpoints
+                .as_ref()
+                .map(|policy| policy.public_key().to_public_key_pem()),
+        };
+        let step = Schema::migrating(self.migrate);
+        let worker = Worker {
+            held: Held::new(link, &self.schema, step, None, claim),
             timeout: self.timeout,
-            conn: None,
-            head: None,
-            known: None,
-            attempts: Vec::new(),
-            encoder: Encoder::default(),
-            policy: self.checkpoints,
-            unsent: Vec::new(),
-            failed_head: None,
-            failed_covers: 0,
-            signer: None,
+            chain: Chain {
+                schema: self.schema,
+                writer: writer.clone(),
+                head: None,
+                known: None,
+                attempts: Vec::new(),
+                encoder: Encoder::default(),
+                policy: self.checkpoints,
+                unsent: Vec::new(),
+                failed_head: None,
+                failed_covers: 0,
+                signer: None,
+            },
         };
         let (jobs, receiver) = mpsc::unbounded_channel();
         let thread = worker
@@ -387,21 +397,102 @@ enum Job {
     Flush(sync_mpsc::SyncSender<Result<(), AuditError>>),
 }
 
+/// The sink's session: its writer's name locked and bound, and its statements prepared.
 struct Conn {
     client: Client,
     insert: Statement,
     insert_checkpoint: Statement,
 }
 
-struct Worker {
-    link: Link,
+/// What the sink's session is made of.
+struct Claim {
     schema: String,
-    migrate: bool,
     writer: String,
+    /// The writer's session advisory lock.
+    lock: i64,
+    /// The public key of its checkpoints (PEM), if it signs them.
+    key: Option<String>,
+}
+
+impl Session for Conn {
+    type Setup = Claim;
+
+    async fn start(opened: Opened, claim: &Claim) -> Result<Conn, StoreError> {
+        let client = opened.client;
+        // The lock of a sink that just ended (or a process just killed) is released when the server
+        // notices its session is gone: a new sink of the same writer waits a little for it.
+        let mut locked = false;
+        for attempt in 0..20 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            locked = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&claim.lock])
+                .await
+                .map_err(|e| store_error(&e))?
+                .try_get(0)
+                .map_err(unexpected)?;
+            if locked {
+                break;
+            }
+        }
+        if !locked {
+            return Err(StoreError::Unavailable(format!(
+                "another sink writes as writer {:?}; a writer has one chain, so one sink",
+                claim.writer
+            )));
+        }
+        // The name is bound to this role and this key (or to no key) at its first use; another role,
+        // another key, or no key for a name that has one is refused.
+        client
+            .execute(
+                &schema::sql("SELECT {s}.audit_bind($1, $2)", &claim.schema),
+                &[&claim.writer, &claim.key],
+            )
+            .await
+            .map_err(|e| store_error(&e))?;
+        let insert = client
+            .prepare(&schema::sql(
+                "INSERT INTO {s}.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
+                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[],
+                     $6::text[], $7::bigint[], $8::bigint[], $9::text[])",
+                &claim.schema,
+            ))
+            .await
+            .map_err(|e| store_error(&e))?;
+        let insert_checkpoint = client
+            .prepare(&schema::sql(
+                "INSERT INTO {s}.audit_checkpoints (writer, seq, head_seq, checkpoint)
+                 VALUES ($1, $2, $3, $4)",
+                &claim.schema,
+            ))
+            .await
+            .map_err(|e| store_error(&e))?;
+        Ok(Conn {
+            client,
+            insert,
+            insert_checkpoint,
+        })
+    }
+
+    fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+struct Worker {
+    held: Held<Conn>,
+    /// How long a commit may take, connecting included.
     timeout: Duration,
-    conn: Option<Conn>,
+    chain: Chain,
+}
+
+/// What the sink knows of its writer's chain, and the records that wait for the server.
+struct Chain {
+    schema: String,
+    writer: String,
     /// The writer's last committed record, as the table has it; `None` until read from it, and again
-    /// after any failure, whose commit may or may not have happened.
+    /// after any failure, whose commit may or may not have happened, and on a new connection.
     head: Option<(u64, HashHex)>,
     /// The last record this sink knows it wrote (or adopted when it connected): a row the table shows
     /// after a failure is taken up only if it is this one or one of `attempts`.
@@ -445,18 +536,18 @@ impl Worker {
         let mut flushes = Vec::new();
         loop {
             // Idle, a checkpoint falls due by time alone.
-            let first = match self.policy.as_ref().map(Checkpoints::interval) {
+            let first = match self.chain.policy.as_ref().map(Checkpoints::interval) {
                 Some(interval) => match tokio::time::timeout(interval, jobs.recv()).await {
                     Ok(job) => job,
                     Err(_) => {
-                        if !self.unsent.is_empty() {
+                        if !self.chain.unsent.is_empty() {
                             let _ = self.commit_group(&[]).await;
                         }
                         self.checkpoint_if_due(false).await;
                         continue;
                     }
                 },
-                None if !self.unsent.is_empty() => {
+                None if !self.chain.unsent.is_empty() => {
                     // Records wait for the server: try again every so often, new records or not.
                     match tokio::time::timeout(self.timeout, jobs.recv()).await {
                         Ok(job) => job,
@@ -473,7 +564,7 @@ impl Worker {
             while let Some(job) = next.take() {
                 match job {
                     Job::Connect(reply) => {
-                        let connected = self.within_timeout(Worker::ready).await;
+                        let connected = self.within_timeout(async |_, _| Ok(())).await;
                         let _ = reply.send(connected);
                     }
                     Job::Record(queued) => group.push(queued),
@@ -483,7 +574,7 @@ impl Worker {
                     next = jobs.try_recv().ok();
                 }
             }
-            let committed = match group.is_empty() && self.unsent.is_empty() {
+            let committed = match group.is_empty() && self.chain.unsent.is_empty() {
                 true => Ok(()),
                 false => self.commit_group(&group).await,
             };
@@ -495,7 +586,7 @@ impl Worker {
             };
             for queued in group.drain(..) {
                 match queued.reply {
-                    Reply::None if committed.is_err() => self.keep_unsent(queued),
+                    Reply::None if committed.is_err() => self.chain.keep_unsent(queued),
                     _ => queued.reply.send(result()),
                 }
             }
@@ -506,40 +597,39 @@ impl Worker {
                 self.checkpoint_if_due(false).await;
             }
         }
-        if !self.unsent.is_empty() && self.commit_group(&[]).await.is_err() {
+        if !self.chain.unsent.is_empty() && self.commit_group(&[]).await.is_err() {
             tracing::error!(
                 target: "toolgate::audit",
-                writer = %self.writer,
+                writer = %self.chain.writer,
                 "{} audit records lost: the server could not be reached before the sink closed",
-                self.unsent.len()
+                self.chain.unsent.len()
             );
         }
         self.checkpoint_if_due(true).await;
-        if let Some(conn) = &self.conn {
+        let lock = self.chain.lock_key();
+        if let Some(conn) = self.held.current() {
             // Frees the writer's name at once, rather than when the server sees the session end.
             let _ = conn
                 .client
-                .execute("SELECT pg_advisory_unlock($1)", &[&self.lock_key()])
+                .execute("SELECT pg_advisory_unlock($1)", &[&lock])
                 .await;
         }
-    }
-
-    fn lock_key(&self) -> i64 {
-        lock_key(&self.schema, &format!("audit writer {}", self.writer))
     }
 
     /// Signs and stores a checkpoint over the committed head when one is due (or, `at_end`, a final
     /// one over every record). A failure is reported through `tracing` and forgets the series: it is
     /// read again from the table with the head.
     async fn checkpoint_if_due(&mut self, at_end: bool) {
-        if self.policy.is_none() {
+        if self.chain.policy.is_none() {
             return;
         }
-        if at_end && self.within_timeout(Worker::ready).await.is_err() {
-            tracing::error!(target: "toolgate::audit", writer = %self.writer, "final checkpoint not written");
+        if at_end && self.within_timeout(async |_, _| Ok(())).await.is_err() {
+            tracing::error!(target: "toolgate::audit", writer = %self.chain.writer, "final checkpoint not written");
             return;
         }
-        let (Some((head_seq, head_hash)), Some(signer)) = (self.head, self.signer.as_mut()) else {
+        let chain = &mut self.chain;
+        let (Some((head_seq, head_hash)), Some(signer)) = (chain.head, chain.signer.as_mut())
+        else {
             return;
         };
         let since = head_seq.saturating_sub(signer.last_head_seq());
@@ -553,15 +643,12 @@ impl Worker {
         }
         let checkpoint = signer.sign(head_seq, &hex(&head_hash), head_seq, at_end);
         let stored = self
-            .within_timeout(async |worker: &mut Worker| {
-                let Some(conn) = &worker.conn else {
-                    return Err(StoreError::Unexpected("no connection".into()));
-                };
+            .within_timeout(async |chain: &mut Chain, conn: &Conn| {
                 conn.client
                     .execute(
                         &conn.insert_checkpoint,
                         &[
-                            &worker.writer,
+                            &chain.writer,
                             &(checkpoint.seq as i64),
                             &(checkpoint.head_seq as i64),
                             &checkpoint.to_canonical_json(),
@@ -573,48 +660,56 @@ impl Worker {
             })
             .await;
         if let Err(error) = stored {
-            tracing::error!(target: "toolgate::audit", %error, writer = %self.writer, "checkpoint not written");
+            tracing::error!(target: "toolgate::audit", %error, writer = %self.chain.writer, "checkpoint not written");
         }
     }
 
+    /// `op` on the connection, within the sink's timeout ([`Held::run`]), once the writer's head is
+    /// known: read from the table on a new connection, before anything is chained on it, since
+    /// another group (or process) may have committed while the sink had none. After any failure the
+    /// sink knows nothing of what the table holds, and reads it again.
     async fn within_timeout<T>(
         &mut self,
-        op: impl AsyncFnOnce(&mut Worker) -> Result<T, StoreError>,
+        op: impl AsyncFnOnce(&mut Chain, &Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let timeout = self.timeout;
-        match tokio::time::timeout(timeout, op(self)).await {
-            Ok(Ok(done)) => Ok(done),
-            Ok(Err(error)) => {
-                self.forget();
-                Err(error)
-            }
-            Err(_) => {
-                self.forget();
-                Err(StoreError::Timeout)
-            }
+        let chain = &mut self.chain;
+        let done = self
+            .held
+            .run(self.timeout, async |conn, opened| {
+                if opened {
+                    chain.head = None;
+                }
+                chain.ready(conn).await?;
+                op(chain, conn).await
+            })
+            .await;
+        if done.is_err() {
+            self.chain.forget();
         }
+        done
     }
 
-    /// After a failure, nothing is known of the connection or of what the table holds.
+    /// Chains and inserts a group in one statement, one commit.
+    async fn commit_group(&mut self, group: &[Queued]) -> Result<(), StoreError> {
+        self.within_timeout(async |chain, conn| chain.commit(conn, group).await)
+            .await
+    }
+}
+
+impl Chain {
+    fn lock_key(&self) -> i64 {
+        writer_lock(&self.schema, &self.writer)
+    }
+
+    /// After a failure, nothing is known of what the table holds.
     fn forget(&mut self) {
-        self.conn = None;
         self.head = None;
         self.signer = None;
     }
 
-    /// Opens the connection where needed and reads the writer's head.
-    async fn ready(&mut self) -> Result<(), StoreError> {
-        if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
-            self.conn = None;
-            self.head = None;
-            self.conn = Some(self.open().await?);
-        }
+    /// Reads the writer's head where it is not known, and its checkpoint series.
+    async fn ready(&mut self, conn: &Conn) -> Result<(), StoreError> {
         if self.head.is_none() {
-            let Some(conn) = &self.conn else {
-                return Err(StoreError::Unexpected(
-                    "no connection after opening one".into(),
-                ));
-            };
             let row = conn
                 .client
                 .query_opt(
@@ -641,10 +736,10 @@ impl Worker {
                     (u64::try_from(seq).map_err(unexpected)?, hash)
                 }
             };
-            self.adopt(last).await?;
+            self.adopt(conn, last).await?;
         }
         if let (Some(policy), None) = (&self.policy, &self.signer) {
-            let last = self.last_checkpoint(policy).await?;
+            let last = self.last_checkpoint(conn, policy).await?;
             self.signer = Some(Checkpointer::new(
                 policy,
                 self.writer.clone(),
@@ -660,13 +755,13 @@ impl Worker {
     /// keyless sink starting takes the chain as it finds it: nothing signs it. Anything else is a row
     /// the sink did not write, after its own: it refuses to chain on it (and so to sign it), and every
     /// call it would carry is refused, until an operator has looked (`toolgate audit verify`).
-    async fn adopt(&mut self, last: (u64, HashHex)) -> Result<(), StoreError> {
+    async fn adopt(&mut self, conn: &Conn, last: (u64, HashHex)) -> Result<(), StoreError> {
         let accounted = match self.known {
             Some(known) => known == last || self.attempts.contains(&last),
             None => match &self.policy {
                 None => true,
                 Some(policy) => {
-                    let checkpoint = self.last_checkpoint(policy).await?;
+                    let checkpoint = self.last_checkpoint(conn, policy).await?;
                     let covered = checkpoint.as_ref().map_or((0, Some(GENESIS)), |c| {
                         (c.head_seq, parse_hash(&c.head_hash))
                     });
@@ -706,11 +801,9 @@ impl Worker {
     /// key, for this writer, over a record the table holds with that hash.
     async fn last_checkpoint(
         &self,
+        conn: &Conn,
         policy: &Checkpoints,
     ) -> Result<Option<Checkpoint>, StoreError> {
-        let Some(conn) = &self.conn else {
-            return Err(StoreError::Unexpected("no connection".into()));
-        };
         let row = conn
             .client
             .query_opt(
@@ -748,135 +841,64 @@ impl Worker {
         Ok(Some(checkpoint))
     }
 
-    async fn open(&self) -> Result<Conn, StoreError> {
-        let step = Schema::migrating(self.migrate);
-        let client = self.link.open(&self.schema, step, None).await?.client;
-        // The lock of a sink that just ended (or a process just killed) is released when the server
-        // notices its session is gone: a new sink of the same writer waits a little for it.
-        let key = self.lock_key();
-        let mut locked = false;
-        for attempt in 0..20 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            locked = client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-                .await
-                .map_err(|e| store_error(&e))?
-                .try_get(0)
-                .map_err(unexpected)?;
-            if locked {
-                break;
-            }
+    /// Chains `group` (after the records that wait) onto the head and inserts it in one statement.
+    async fn commit(&mut self, conn: &Conn, group: &[Queued]) -> Result<(), StoreError> {
+        // A group whose commit timed out or lost its reply may have committed after all: the head
+        // the table has now tells. Its records that no call waited on are sent again otherwise.
+        if let Some(failed) = self.failed_head.take()
+            && self.head == Some(failed)
+        {
+            // Only what that group carried: records kept since it failed were not in it.
+            let covered = self.failed_covers.min(self.unsent.len());
+            self.unsent.drain(..covered);
         }
-        if !locked {
-            return Err(StoreError::Unavailable(format!(
-                "another sink writes as writer {:?}; a writer has one chain, so one sink",
-                self.writer
-            )));
+        let unsent = std::mem::take(&mut self.unsent);
+        let encoded = encode(&mut self.encoder, self.head, unsent.iter().chain(group));
+        let kept_from_group = group
+            .iter()
+            .filter(|queued| matches!(queued.reply, Reply::None))
+            .count();
+        self.failed_covers = unsent.len() + kept_from_group;
+        self.unsent = unsent;
+        let rows = encoded?;
+        let last = rows.hashes.last().and_then(|h| parse_hash(h));
+        let attempted = rows
+            .seqs
+            .last()
+            .zip(last)
+            .map(|(seq, hash)| (*seq as u64, hash));
+        self.failed_head = attempted;
+        if let Some(attempt) = attempted {
+            if self.attempts.len() >= MAX_ATTEMPTS {
+                self.attempts.remove(0);
+            }
+            self.attempts.push(attempt);
         }
-        // The name is bound to this role and this key (or to no key) at its first use; another role,
-        // another key, or no key for a name that has one is refused.
-        let key = self
-            .policy
-            .as_ref()
-            .map(|policy| policy.public_key().to_public_key_pem());
-        client
+        conn.client
             .execute(
-                &schema::sql("SELECT {s}.audit_bind($1, $2)", &self.schema),
-                &[&self.writer, &key],
+                &conn.insert,
+                &[
+                    &self.writer,
+                    &rows.seqs,
+                    &rows.prev_hashes,
+                    &rows.hashes,
+                    &rows.stages,
+                    &rows.tools,
+                    &rows.gates,
+                    &rows.calls,
+                    &rows.lines,
+                ],
             )
             .await
             .map_err(|e| store_error(&e))?;
-        let insert = client
-            .prepare(&schema::sql(
-                "INSERT INTO {s}.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
-                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[],
-                     $6::text[], $7::bigint[], $8::bigint[], $9::text[])",
-                &self.schema,
-            ))
-            .await
-            .map_err(|e| store_error(&e))?;
-        let insert_checkpoint = client
-            .prepare(&schema::sql(
-                "INSERT INTO {s}.audit_checkpoints (writer, seq, head_seq, checkpoint)
-                 VALUES ($1, $2, $3, $4)",
-                &self.schema,
-            ))
-            .await
-            .map_err(|e| store_error(&e))?;
-        Ok(Conn {
-            client,
-            insert,
-            insert_checkpoint,
-        })
-    }
-
-    /// Chains and inserts a group in one statement, one commit.
-    async fn commit_group(&mut self, group: &[Queued]) -> Result<(), StoreError> {
-        self.within_timeout(async |worker: &mut Worker| {
-            worker.ready().await?;
-            // A group whose commit timed out or lost its reply may have committed after all: the head
-            // the table has now tells. Its records that no call waited on are sent again otherwise.
-            if let Some(failed) = worker.failed_head.take()
-                && worker.head == Some(failed)
-            {
-                // Only what that group carried: records kept since it failed were not in it.
-                let covered = worker.failed_covers.min(worker.unsent.len());
-                worker.unsent.drain(..covered);
-            }
-            let unsent = std::mem::take(&mut worker.unsent);
-            let encoded = encode(&mut worker.encoder, worker.head, unsent.iter().chain(group));
-            let kept_from_group = group
-                .iter()
-                .filter(|queued| matches!(queued.reply, Reply::None))
-                .count();
-            worker.failed_covers = unsent.len() + kept_from_group;
-            worker.unsent = unsent;
-            let rows = encoded?;
-            let last = rows.hashes.last().and_then(|h| parse_hash(h));
-            let attempted = rows
-                .seqs
-                .last()
-                .zip(last)
-                .map(|(seq, hash)| (*seq as u64, hash));
-            worker.failed_head = attempted;
-            if let Some(attempt) = attempted {
-                if worker.attempts.len() >= MAX_ATTEMPTS {
-                    worker.attempts.remove(0);
-                }
-                worker.attempts.push(attempt);
-            }
-            let Some(conn) = &worker.conn else {
-                return Err(StoreError::Unexpected("no connection".into()));
-            };
-            conn.client
-                .execute(
-                    &conn.insert,
-                    &[
-                        &worker.writer,
-                        &rows.seqs,
-                        &rows.prev_hashes,
-                        &rows.hashes,
-                        &rows.stages,
-                        &rows.tools,
-                        &rows.gates,
-                        &rows.calls,
-                        &rows.lines,
-                    ],
-                )
-                .await
-                .map_err(|e| store_error(&e))?;
-            worker.failed_head = None;
-            worker.unsent.clear();
-            if attempted.is_some() {
-                worker.head = attempted;
-                worker.known = attempted;
-                worker.attempts.clear();
-            }
-            Ok(())
-        })
-        .await
+        self.failed_head = None;
+        self.unsent.clear();
+        if attempted.is_some() {
+            self.head = attempted;
+            self.known = attempted;
+            self.attempts.clear();
+        }
+        Ok(())
     }
 
     /// Keeps the records of a failed group that no call waits on (exits, refusals, lowered modes), to
@@ -933,6 +955,11 @@ fn stage_name(stage: Stage) -> String {
         Ok(serde_json::Value::String(name)) => name,
         _ => format!("{stage:?}"),
     }
+}
+
+/// The key of the session advisory lock that holds a writer's name.
+fn writer_lock(schema: &str, writer: &str) -> i64 {
+    lock_key(schema, &format!("audit writer {writer}"))
 }
 
 fn unexpected(error: impl fmt::Display) -> StoreError {

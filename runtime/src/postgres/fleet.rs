@@ -9,9 +9,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio_postgres::{Client, Notification};
+use tokio_postgres::Client;
 
-use super::link::{self, Link, Schema};
+use super::link::{self, Held, Link, Opened, Schema};
 use super::schema::{self, DEFAULT_SCHEMA, DEFAULT_TIMEOUT, store_error, valid_schema};
 use crate::approval::store::StoreError;
 use crate::gate::builder::GateBuilder;
@@ -193,6 +193,14 @@ impl FleetBuilder {
         }
         valid_name(name).map_err(StoreError::Unavailable)?;
         let link = Link::new(url, self.timeout, "toolgate-fleet")?;
+        // Its notifications are all about this fleet's row.
+        let held = Held::new(
+            link,
+            &self.schema,
+            Schema::Check,
+            Some(&channel(&self.schema)),
+            (),
+        );
         let settings = Arc::new(Settings {
             name: name.to_owned(),
             schema: self.schema,
@@ -205,8 +213,8 @@ impl FleetBuilder {
         let policy = LivePolicy::none();
         let worker = Worker {
             settings: Arc::clone(&settings),
-            link,
-            conn: None,
+            held,
+            missed: false,
             gates: Vec::new(),
             last_contact: Instant::now(),
             lost_since: None,
@@ -430,15 +438,12 @@ enum Job {
     Join(Gate, std::sync::mpsc::SyncSender<Result<(), JoinError>>),
 }
 
-struct Conn {
-    client: Client,
-    notified: mpsc::UnboundedReceiver<Notification>,
-}
-
 struct Worker {
     settings: Arc<Settings>,
-    link: Link,
-    conn: Option<Conn>,
+    held: Held<Opened>,
+    /// Set when a statement opened the connection: a change notified while the fleet had none was not
+    /// heard, so the mode is read again at once, for every joined gate.
+    missed: bool,
     gates: Vec<WeakGate>,
     /// The last time the fleet's mode was read.
     last_contact: Instant,
@@ -463,9 +468,12 @@ impl Worker {
         let poll = self.settings.poll;
         let mut next_read = tokio::time::Instant::now() + poll;
         loop {
+            if std::mem::take(&mut self.missed) {
+                next_read = tokio::time::Instant::now();
+            }
             let notified = async {
-                match self.conn.as_mut() {
-                    Some(conn) => conn.notified.recv().await,
+                match self.held.current() {
+                    Some(opened) => opened.notifications.recv().await,
                     None => std::future::pending().await,
                 }
             };
@@ -481,8 +489,8 @@ impl Worker {
                 },
                 signal = notified => {
                     if signal.is_none() {
-                        // The connection ended: the next read opens another.
-                        self.conn = None;
+                        // The connection ended: the read opens another, and listens again.
+                        self.held.broken();
                     }
                     let _ = self.refresh().await;
                     next_read = tokio::time::Instant::now() + poll;
@@ -500,10 +508,10 @@ impl Worker {
         schema::sql(text, &self.settings.schema)
     }
 
-    /// Runs `op` on the connection, opened where needed, within the timeout and, until the grace
-    /// period has passed, within what is left of it: a server that stops answering (frozen, or behind
-    /// a link that drops packets) never holds the gates above SHADOW past the grace period. A failure
-    /// drops the connection, and past the grace period holds every joined gate at SHADOW.
+    /// Runs `op` on the connection, opened where needed ([`Held::run`]), within the timeout and,
+    /// until the grace period has passed, within what is left of it: a server that stops answering
+    /// (frozen, or behind a link that drops packets) never holds the gates above SHADOW past the grace
+    /// period. A failure past the grace period holds every joined gate at SHADOW.
     async fn with_conn<T>(
         &mut self,
         op: impl AsyncFnOnce(&Client, &Settings) -> Result<T, StoreError>,
@@ -516,25 +524,19 @@ impl Worker {
         } else {
             settings.timeout.min(left)
         };
-        let work = async {
-            if self.conn.as_ref().is_none_or(|c| c.client.is_closed()) {
-                self.conn = None;
-                self.conn = Some(self.open().await?);
-            }
-            let Some(conn) = &self.conn else {
-                return Err(StoreError::Unexpected(
-                    "no connection after opening one".into(),
-                ));
-            };
-            op(&conn.client, &settings).await
-        };
-        let done = match tokio::time::timeout(limit, work).await {
-            Ok(done) => done,
-            Err(_) => Err(StoreError::Timeout),
-        };
-        if let Err(error) = &done {
-            self.conn = None;
-            self.lost(error);
+        let mut opened_here = false;
+        let done = self
+            .held
+            .run(limit, async |opened, fresh| {
+                opened_here = fresh;
+                op(&opened.client, &settings).await
+            })
+            .await;
+        match &done {
+            // A new connection listens from now on: what was notified before it is read again at
+            // once (`refresh`, whose read is that, clears this).
+            Ok(_) => self.missed |= opened_here,
+            Err(error) => self.lost(error),
         }
         done
     }
@@ -560,19 +562,6 @@ impl Worker {
         }
     }
 
-    async fn open(&self) -> Result<Conn, StoreError> {
-        // Its notifications are all about this fleet's row.
-        let schema = &self.settings.schema;
-        let opened = self
-            .link
-            .open(schema, Schema::Check, Some(&channel(schema)))
-            .await?;
-        Ok(Conn {
-            client: opened.client,
-            notified: opened.notifications,
-        })
-    }
-
     /// Reads the fleet's mode, holds every joined gate under it, and refreshes their rows; past the
     /// grace period without a read, holds them at SHADOW.
     async fn refresh(&mut self) -> Result<Mode, StoreError> {
@@ -582,6 +571,8 @@ impl Worker {
             .await;
         match read {
             Ok((mode, by, reason, policy)) => {
+                // Read on the connection as it is now, which listens: nothing before it was missed.
+                self.missed = false;
                 self.follow_policy(policy.0, policy.1).await;
                 self.last_contact = Instant::now();
                 let gates: Vec<Gate> = self.gates.iter().filter_map(WeakGate::upgrade).collect();

@@ -1,19 +1,36 @@
 //! The one way every part reaches the database: the address and its TLS read from the URL
 //! ([`tls`](super::tls)), a connection opened and driven, the schema's version checked (or migrated),
-//! its notifications handed on; a thread with a runtime of its own for the parts that hold a
-//! connection (the store, the trail, the fleet), and one-shot connections for the operators' commands.
+//! its notifications handed on; the connection a part holds from one operation to the next
+//! ([`Held`]), opened again once it is lost; a thread with a runtime of its own for the parts that
+//! hold one on a thread (the store, the trail, the fleet), and one-shot connections for the operators'
+//! commands.
 //!
 //! Each part holds one connection at a time and opens another only when it has lost the one it held:
 //! a process opens one per [`PostgresStore`](super::PostgresStore), one per
 //! [`PostgresSink`](super::PostgresSink), one per [`Fleet`](super::Fleet) membership (however many
-//! gates share them), and a console two (its store and its [`Reader`](super::Reader)); each operator's
-//! command one, for as long as it runs.
+//! gates share them) and one per [`Reader`](super::Reader), and a console two (its store and its
+//! reader); each operator's command one, for as long as it runs.
+//!
+//! Every part loses and regains its connection the same way. A connection the server closed (it
+//! stopped, restarted, or ended the session) or one an operation left in doubt (the server unreachable,
+//! no answer within the part's timeout) is dropped; the part's next operation opens another, within
+//! the same timeout as the operation itself, so that while the server is away each operation is
+//! refused with the cause (`unavailable: error connecting to server: ...`, `no answer in time`) and,
+//! once it is back, the part works again in the same process. A refusal of the server's over a
+//! statement (an unexpected answer) leaves the connection as it is. What a part made on its connection
+//! (its prepared statements, its writer's lock, its `LISTEN`) is made again on the next one.
+//!
+//! The bound of one operation, opening a connection included, is set once per part, where it calls
+//! [`Held::run`]: the store's timeout from when the operation is asked (the wait for the one before it
+//! included); the sink's timeout per group commit; the fleet's timeout, and no more than what is left
+//! of its grace period; the reader's timeout per statement.
 
 use std::future::{Future, poll_fn};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{Mutex, mpsc};
 use tokio_postgres::{AsyncMessage, Client, Config, Notification};
 
 use super::schema::{self, store_error, valid_schema};
@@ -53,6 +70,7 @@ pub(super) struct Link {
 }
 
 /// An open connection, driven by a task of the runtime that opened it.
+#[derive(Debug)]
 pub(super) struct Opened {
     pub(super) client: Client,
     /// The notifications of the channels listened to; closed when the connection ends.
@@ -143,6 +161,176 @@ impl Link {
             _ => store_error(error),
         }
     }
+}
+
+/// What a part makes on each connection it opens (its prepared statements, its writer's lock, its
+/// listener) and keeps with it: a session, gone with the connection and made again on the next one.
+pub(super) trait Session: Sized {
+    /// What making it needs, kept by the [`Held`] connection.
+    type Setup;
+
+    /// Makes the session on a connection just opened, its schema checked and its channel listened to.
+    async fn start(opened: Opened, setup: &Self::Setup) -> Result<Self, StoreError>;
+
+    /// The connection's client.
+    fn client(&self) -> &Client;
+}
+
+/// The fleet's session: the connection and its notifications, nothing more.
+impl Session for Opened {
+    type Setup = ();
+
+    async fn start(opened: Opened, (): &()) -> Result<Opened, StoreError> {
+        Ok(opened)
+    }
+
+    fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+/// Whether an error leaves the connection it happened on in doubt, so that it is not used again: the
+/// server unreachable or gone, the connection cut, no answer in time. A statement the server refused
+/// leaves it as it was.
+pub(super) trait Lost {
+    fn lost(&self) -> bool;
+}
+
+impl Lost for StoreError {
+    fn lost(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Timeout)
+    }
+}
+
+/// The connection a part holds from one operation to the next: where it connects, the schema it
+/// checks (or migrates) and the channel it listens on whenever it opens one, and the one open now with
+/// the part's session, if any. Every operation goes through [`Held::run`] (or [`run_shared`]).
+pub(super) struct Held<S: Session> {
+    link: Link,
+    schema: String,
+    step: Schema,
+    listen: Option<String>,
+    setup: S::Setup,
+    current: Option<S>,
+}
+
+impl<S: Session> Held<S> {
+    /// Nothing open yet: the first operation opens the connection.
+    pub(super) fn new(
+        link: Link,
+        schema: &str,
+        step: Schema,
+        listen: Option<&str>,
+        setup: S::Setup,
+    ) -> Held<S> {
+        Held {
+            link,
+            schema: schema.to_owned(),
+            step,
+            listen: listen.map(str::to_owned),
+            setup,
+            current: None,
+        }
+    }
+
+    /// The session held, if any; the server may have closed its connection since.
+    pub(super) fn current(&mut self) -> Option<&mut S> {
+        self.current.as_mut()
+    }
+
+    /// Drops the connection held, if any: the next operation opens another.
+    pub(super) fn broken(&mut self) {
+        self.current = None;
+    }
+
+    /// The connection, opened and its session made where none is held or the server closed it; with
+    /// `true` when this call opened it, so that the part reads again what may have changed while it
+    /// had none. The caller bounds the time it takes.
+    pub(super) async fn live(&mut self) -> Result<(&mut S, bool), StoreError> {
+        let opening = self
+            .current
+            .as_ref()
+            .is_none_or(|session| session.client().is_closed());
+        if opening {
+            self.current = None;
+            let listen = self.listen.as_deref();
+            let opened = self.link.open(&self.schema, self.step, listen).await?;
+            let session = S::start(opened, &self.setup).await?;
+            return Ok((self.current.insert(session), true));
+        }
+        self.current
+            .as_mut()
+            .map(|session| (session, false))
+            .ok_or_else(|| StoreError::Unexpected("no connection held".into()))
+    }
+
+    /// `op` on the connection, opened where needed (see [`Held::live`]), all within `limit`: the
+    /// part's timeout, stated where the part calls it. Past it, or after an error that leaves the
+    /// connection in doubt ([`Lost`]), the connection is dropped and the next operation opens another.
+    pub(super) async fn run<T, E>(
+        &mut self,
+        limit: Duration,
+        op: impl AsyncFnOnce(&mut S, bool) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<StoreError> + Lost,
+    {
+        let work = async {
+            let (session, opened) = self.live().await?;
+            op(session, opened).await
+        };
+        let done = tokio::time::timeout(limit, work)
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Timeout.into()));
+        if done.as_ref().is_err_and(Lost::lost) {
+            self.broken();
+        }
+        done
+    }
+}
+
+/// A session shared by operations at once: made as `S` is, held behind an [`Arc`].
+impl<S: Session> Session for Arc<S> {
+    type Setup = S::Setup;
+
+    async fn start(opened: Opened, setup: &S::Setup) -> Result<Arc<S>, StoreError> {
+        S::start(opened, setup).await.map(Arc::new)
+    }
+
+    fn client(&self) -> &Client {
+        S::client(self)
+    }
+}
+
+/// [`Held::run`] for a connection that operations use at once (the console's reads, one per page
+/// asked): the lock is held while the connection is checked or opened, not while `op` runs on it.
+/// After an error that leaves it in doubt, it is dropped if it is still the one held (another
+/// operation may have opened the next one already).
+pub(super) async fn run_shared<S: Session, T>(
+    held: &Mutex<Held<Arc<S>>>,
+    limit: Duration,
+    op: impl AsyncFnOnce(&S) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let mut used = None;
+    let work = async {
+        let session = Arc::clone(held.lock().await.live().await?.0);
+        used = Some(Arc::clone(&session));
+        op(&session).await
+    };
+    let done = tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or(Err(StoreError::Timeout));
+    if done.as_ref().is_err_and(Lost::lost) {
+        let mut held = held.lock().await;
+        let same = match (&held.current, &used) {
+            (Some(current), Some(used)) => Arc::ptr_eq(current, used),
+            _ => false,
+        };
+        if same {
+            held.broken();
+        }
+    }
+    done
 }
 
 /// `work` within `limit`: past it, [`StoreError::Timeout`].

@@ -1,20 +1,21 @@
 //! What an operator reads of the approval store, the audit trail and the fleets, on one connection in
-//! the caller's tokio runtime: [`Reader`]. Pages of pending requests, searches of the trail by the
-//! columns migration 10 keeps beside each line, a call's `enter` and `exit` side by side, every fleet,
-//! and the shadow-mode promotion over time. The operator console shows them; an application's own
-//! tools may read them too.
+//! the caller's tokio runtime, opened again when it is lost: [`Reader`]. Pages of pending requests,
+//! searches of the trail by the columns migration 10 keeps beside each line, a call's `enter` and
+//! `exit` side by side, every fleet, and the shadow-mode promotion over time. The operator console
+//! shows them; an application's own tools may read them too.
 //!
 //! Every value here comes from the database as written by agents' processes: show it escaped
 //! ([`escaped`](crate::terminal::escaped) on a terminal).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Mutex, watch};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use super::fleet::{self, FleetStatus};
-use super::link::{self, Link, Schema};
+use super::link::{self, Held, Link, Opened, Schema, Session};
 use super::requests::StoredRequest;
 use super::schema::{self, store_error};
 use super::{sql, worker};
@@ -29,12 +30,49 @@ const CHANNEL: &str = "toolgate_approvals";
 pub const MAX_PAGE: u32 = 500;
 
 /// One connection for reading what operators see: pages of pending requests, searches of the trail,
-/// a call's two records, the fleets, the shadow-mode promotion over time.
+/// a call's two records, the fleets, the shadow-mode promotion over time. Reads share it at once; one
+/// that finds it lost (the server restarted, say) opens another, within the same timeout.
 pub struct Reader {
-    client: Client,
+    held: Mutex<Held<Arc<Listening>>>,
     schema: String,
     timeout: Duration,
     changes: watch::Receiver<u64>,
+}
+
+/// The reader's session: its connection, whose notifications move the reader's counter of changes.
+struct Listening {
+    client: Client,
+}
+
+/// What a session of the reader needs: the schema whose changes count, and the counter.
+struct Changes {
+    schema: String,
+    count: Arc<watch::Sender<u64>>,
+}
+
+impl Session for Listening {
+    type Setup = Changes;
+
+    async fn start(mut opened: Opened, changes: &Changes) -> Result<Listening, StoreError> {
+        let (ours, count) = (changes.schema.clone(), Arc::clone(&changes.count));
+        tokio::spawn(async move {
+            while let Some(n) = opened.notifications.recv().await {
+                if n.channel() == CHANNEL && n.payload() == ours {
+                    count.send_modify(|count| *count += 1);
+                }
+            }
+            // The connection ended: what changed from now until the next one listens is not heard,
+            // so those who follow read again (and that read opens the next connection).
+            count.send_modify(|count| *count += 1);
+        });
+        Ok(Listening {
+            client: opened.client,
+        })
+    }
+
+    fn client(&self) -> &Client {
+        &self.client
+    }
 }
 
 /// A page of the pending requests, oldest first.
@@ -203,7 +241,8 @@ fn record_of(row: &Row) -> Result<TrailRecord, StoreError> {
 impl Reader {
     /// Connects to `url` within `timeout` and checks the schema `schema`'s version; listens for
     /// changes of the requests ([`Reader::changes`]). The connection runs on the caller's tokio
-    /// runtime.
+    /// runtime, as does the next one a read opens when this one is lost. Each read, opening a
+    /// connection included, takes at most `timeout`.
     pub async fn connect(url: &str, schema: &str, timeout: Duration) -> Result<Reader, StoreError> {
         if !schema::valid_schema(schema) {
             return Err(StoreError::Unavailable(format!(
@@ -211,37 +250,37 @@ impl Reader {
             )));
         }
         let link = Link::new(url, timeout, "toolgate-console")?;
-        let mut opened =
-            link::within(timeout, link.open(schema, Schema::Check, Some(CHANNEL))).await?;
-        let (notify, changes) = watch::channel(0u64);
-        let ours = schema.to_owned();
-        tokio::spawn(async move {
-            let mut count = 0u64;
-            while let Some(n) = opened.notifications.recv().await {
-                if n.channel() == CHANNEL && n.payload() == ours {
-                    count += 1;
-                    notify.send_replace(count);
-                }
-            }
-        });
-        let client = opened.client;
-        Ok(Reader {
-            client,
+        let (count, changes) = watch::channel(0u64);
+        let setup = Changes {
+            schema: schema.to_owned(),
+            count: Arc::new(count),
+        };
+        let reader = Reader {
+            held: Mutex::new(Held::new(link, schema, Schema::Check, Some(CHANNEL), setup)),
             schema: schema.to_owned(),
             timeout,
             changes,
-        })
-    }
-
-    /// Whether the connection is gone: connect again.
-    pub fn is_closed(&self) -> bool {
-        self.client.is_closed()
+        };
+        reader.with_client(async |_| Ok(())).await?;
+        Ok(reader)
     }
 
     /// A counter that moves whenever requests are made, answered or used (by any process): wait on
-    /// it to follow the pending list live. It stops moving when the connection is lost.
+    /// it to follow the pending list live. It moves too when the connection is lost, since changes
+    /// are not heard until a read opens the next one: read again then. It ends with the reader.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
+    }
+
+    /// `op` on the connection, opened where it is lost, all within the reader's timeout.
+    async fn with_client<T>(
+        &self,
+        op: impl AsyncFnOnce(&Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        link::run_shared(&self.held, self.timeout, async |session| {
+            op(&session.client).await
+        })
+        .await
     }
 
     async fn query(
@@ -250,10 +289,13 @@ impl Reader {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
         let text = schema::sql(text, &self.schema);
-        tokio::time::timeout(self.timeout, self.client.query(&text, params))
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(|e| store_error(&e))
+        self.with_client(async |client| {
+            client
+                .query(&text, params)
+                .await
+                .map_err(|e| store_error(&e))
+        })
+        .await
     }
 
     /// Up to `limit` pending requests (at most [`MAX_PAGE`]) after the id `after`, oldest first, and
@@ -428,12 +470,9 @@ impl Reader {
             let name: String = row
                 .try_get(0)
                 .map_err(|e| StoreError::Unexpected(e.to_string()))?;
-            let status = tokio::time::timeout(
-                self.timeout,
-                fleet::status_with(&self.client, &self.schema, &name),
-            )
-            .await
-            .map_err(|_| StoreError::Timeout)??;
+            let status = self
+                .with_client(async |client| fleet::status_with(client, &self.schema, &name).await)
+                .await?;
             fleets.push(status);
         }
         Ok(fleets)

@@ -1,6 +1,6 @@
-//! The store's own thread: a current-thread tokio runtime holding one connection, which it opens again
-//! when it breaks. Callers send it jobs over a channel and wait on a oneshot reply, which completes on
-//! any executor or none.
+//! The store's own thread: a current-thread tokio runtime holding one connection ([`Held`]), which it
+//! opens again when it breaks. Callers send it jobs over a channel and wait on a oneshot reply, which
+//! completes on any executor or none.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -11,7 +11,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
-use super::link::{self, Link, Schema};
+use super::link::{self, Held, Link, Lost, Schema, Session};
 use super::requests::{RequestState, Settings, StoredRequest};
 use super::schema::{self, lock_key, store_error};
 use super::sql;
@@ -79,6 +79,16 @@ impl From<StoreError> for Failure {
     }
 }
 
+impl Lost for Failure {
+    fn lost(&self) -> bool {
+        match self {
+            Failure::Store(error) | Failure::Approve(ApproveError::Store(error)) => error.lost(),
+            // The server answered: the request's state, not the connection's.
+            Failure::Approve(_) => false,
+        }
+    }
+}
+
 /// A column of a row; a type that does not match is the store answering unexpectedly.
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, at: usize) -> Result<T, Failure> {
     row.try_get(at)
@@ -116,18 +126,49 @@ struct Prepared {
     budget_release: Statement,
 }
 
+/// The store's session: its statements, prepared once per connection.
 struct Conn {
     client: Client,
     statements: Prepared,
 }
 
+impl Session for Conn {
+    /// The schema's name.
+    type Setup = String;
+
+    async fn start(opened: link::Opened, schema: &String) -> Result<Conn, StoreError> {
+        let client = opened.client;
+        let prepare = async |text: &str| {
+            client
+                .prepare(&schema::sql(text, schema))
+                .await
+                .map_err(|e| store_error(&e))
+        };
+        let statements = Prepared {
+            consume: prepare(&sql::consume()).await?,
+            why_waiting: prepare(&sql::why_waiting()).await?,
+            spend_other_states: prepare(&sql::spend_other_states()).await?,
+            lock_agent: prepare(sql::LOCK_AGENT).await?,
+            find_pending: prepare(&sql::find_pending()).await?,
+            add_token: prepare(sql::ADD_TOKEN).await?,
+            count_pending: prepare(sql::COUNT_PENDING).await?,
+            insert: prepare(sql::INSERT).await?,
+            prune: prepare(sql::PRUNE).await?,
+            budget_take: prepare(sql::BUDGET_TAKE).await?,
+            budget_release: prepare(sql::BUDGET_RELEASE).await?,
+        };
+        Ok(Conn { client, statements })
+    }
+
+    fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
 struct Worker {
     settings: Settings,
-    link: Link,
-    conn: Mutex<Option<Conn>>,
-    /// Set when an operation was cut short by the timeout: the connection's state is then unknown, and
-    /// the next operation opens another.
-    broken: Cell<bool>,
+    /// One operation at a time: a transaction needs the connection to itself.
+    conn: Mutex<Held<Conn>>,
     last_prune: Cell<Option<Instant>>,
 }
 
@@ -138,11 +179,12 @@ pub(super) fn run(
     mut jobs: mpsc::UnboundedReceiver<Job>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     link::thread("toolgate-postgres", move || async move {
+        let step = Schema::migrating(settings.migrate);
+        let schema = settings.schema.clone();
+        let held = Held::new(link, &schema, step, None, schema.clone());
         let worker = Rc::new(Worker {
             settings,
-            link,
-            conn: Mutex::new(None),
-            broken: Cell::new(false),
+            conn: Mutex::new(held),
             last_prune: Cell::new(None),
         });
         while let Some(job) = jobs.recv().await {
@@ -226,59 +268,21 @@ impl Worker {
     }
 
     /// Runs `op` on the connection, opened (and the schema checked) where needed, all within the
-    /// store's timeout. A connection that failed or was cut short is dropped, and the next operation
-    /// opens another.
+    /// store's timeout, waiting for the operations before it included ([`Held::run`]).
     async fn with_conn<T>(
         &self,
         op: impl AsyncFnOnce(&mut Conn) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
-        let work = async {
-            let mut guard = self.conn.lock().await;
-            let stale = self.broken.replace(false)
-                || guard.as_ref().is_none_or(|conn| conn.client.is_closed());
-            if stale {
-                *guard = None;
-                *guard = Some(self.open().await?);
-            }
-            let Some(conn) = guard.as_mut() else {
-                return Err(Failure::Store(StoreError::Unexpected(
-                    "no connection after opening one".into(),
-                )));
-            };
-            let done = op(conn).await;
-            if let Err(Failure::Store(StoreError::Unavailable(_))) = &done {
-                *guard = None;
-            }
-            done
+        let (asked, timeout) = (Instant::now(), self.settings.timeout);
+        let Ok(mut held) = tokio::time::timeout(timeout, self.conn.lock()).await else {
+            return Err(Failure::Store(StoreError::Timeout));
         };
-        match tokio::time::timeout(self.settings.timeout, work).await {
-            Ok(done) => done,
-            Err(_) => {
-                self.broken.set(true);
-                Err(Failure::Store(StoreError::Timeout))
-            }
+        let left = timeout.saturating_sub(asked.elapsed());
+        if left.is_zero() {
+            // Spent waiting for the operations before it: the connection is not in doubt.
+            return Err(Failure::Store(StoreError::Timeout));
         }
-    }
-
-    async fn open(&self) -> Result<Conn, Failure> {
-        let schema = &self.settings.schema;
-        let step = Schema::migrating(self.settings.migrate);
-        let client = self.link.open(schema, step, None).await?.client;
-        let prepare = async |text: &str| client.prepare(&self.sql(text)).await;
-        let statements = Prepared {
-            consume: prepare(&sql::consume()).await?,
-            why_waiting: prepare(&sql::why_waiting()).await?,
-            spend_other_states: prepare(&sql::spend_other_states()).await?,
-            lock_agent: prepare(sql::LOCK_AGENT).await?,
-            find_pending: prepare(&sql::find_pending()).await?,
-            add_token: prepare(sql::ADD_TOKEN).await?,
-            count_pending: prepare(sql::COUNT_PENDING).await?,
-            insert: prepare(sql::INSERT).await?,
-            prune: prepare(sql::PRUNE).await?,
-            budget_take: prepare(sql::BUDGET_TAKE).await?,
-            budget_release: prepare(sql::BUDGET_RELEASE).await?,
-        };
-        Ok(Conn { client, statements })
+        held.run(left, async |conn, _| op(conn).await).await
     }
 
     async fn consume(
