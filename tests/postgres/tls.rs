@@ -620,3 +620,28 @@ fn a4_t2_a_root_file_that_holds_no_root_is_not_taken_for_none() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// a4_t3. The attack: `sslrootcert=system` with a mode weaker than `verify-full` (`require`,
+/// `verify-ca`, `prefer`), against a server whose certificate no root of the system's store signed.
+/// Asserted (docs/fleets.md: `system`, "as in libpq, needs `verify-full`"): no part connects, the
+/// certificate unchecked.
+#[test]
+fn a4_t3_the_system_s_roots_with_a_weaker_mode_check_or_refuse() {
+    let tls = server();
+    let database = tls.database("a4_t3");
+    let mut failures = Vec::new();
+    for mode in ["prefer", "require", "verify-ca"] {
+        let url = tls.url(
+            "localhost",
+            &database,
+            &format!("sslmode={mode}&sslrootcert=system"),
+        );
+        let parts = connected_parts(&url);
+        if !parts.is_empty() {
+            failures.push(format!(
+                "sslmode={mode} sslrootcert=system: {parts:?} connected, the certificate unchecked"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

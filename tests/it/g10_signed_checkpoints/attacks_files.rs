@@ -222,3 +222,34 @@ fn a4_f2_a_directory_or_a_dangling_link_at_the_log_s_name_opens_no_sink() {
         "the link's target was created"
     );
 }
+
+/// a4_f3. The attack: while a signed sink runs, its checkpoint file is replaced by renaming another
+/// file onto its name, so that the file the sink holds has no name left. Asserted (guarantee 10:
+/// the checkpoint file is "appended to only while it has its one name"): the sink appends no
+/// checkpoint to a file no folder names; it refuses the record instead, so that no call runs whose
+/// record a checkpoint will never vouch for.
+#[test]
+fn a4_f3_a_checkpoint_file_replaced_by_a_rename_while_the_sink_runs_gets_nothing_unseen() {
+    let dir = Scratch::new("a4-f3");
+    let log = dir.path("audit.jsonl");
+    let sink = JsonlSink::builder(&log)
+        .checkpoints(Checkpoints::new(SigningKey::generate().unwrap()).every_records(1))
+        .open()
+        .unwrap();
+    sink.record(&record(1, "users.get")).unwrap();
+    let held = fs::File::open(checkpoints_path(&log)).unwrap();
+    let before = std::io::read_to_string(&held).unwrap();
+    let planted = dir.path("planted");
+    fs::write(&planted, "").unwrap();
+    fs::rename(&planted, checkpoints_path(&log)).unwrap();
+    let second = sink.record(&record(2, "users.get"));
+    let closed = sink.close();
+    let mut held = held;
+    std::io::Seek::seek(&mut held, std::io::SeekFrom::Start(0)).unwrap();
+    let after = std::io::read_to_string(&held).unwrap();
+    assert!(
+        after == before || second.is_err(),
+        "record 2 was acknowledged ({second:?}, close {closed:?}) and its checkpoint written to a \
+         file no folder names"
+    );
+}
