@@ -3,7 +3,9 @@
 //! not choose where it is written. A link there is refused, with an error that names it; links in the
 //! directories above are the directory owner's business, as for any file. A file toolgate creates
 //! beside one a user names (a checkpoint file) is created new, and appended to again only while it
-//! has that one name: a hard link planted there would have it write into a file kept elsewhere.
+//! has that one name: a hard link planted there would have it write into a file kept elsewhere. That
+//! is checked when it is opened and again before each append, so that a link made, or another file
+//! renamed onto its name, while it is open is seen too.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
@@ -41,6 +43,51 @@ pub(crate) fn open_own(options: &mut OpenOptions, path: &Path) -> io::Result<Fil
         }
     }
     Ok(file)
+}
+
+/// Whether `file`, opened at `path` with [`open_own`] or created new there, is still the file `path`
+/// names and has no other name, checked before each append: a hard link made since it was opened, or
+/// another file renamed onto `path`, would have the write land in a file kept elsewhere, or in one no
+/// folder names. An error naming which, for the caller to refuse the write as any failed one.
+#[cfg(feature = "checkpoints")]
+pub(crate) fn still_own(file: &File, path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let held = file.metadata()?;
+        let refused = |what: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{what} since it was opened, and a file toolgate created is appended to only \
+                     under its one name"
+                ),
+            )
+        };
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(refused(
+                    "its name names no file (removed or renamed)".to_owned(),
+                ));
+            }
+            Err(e) => return Err(e),
+            Ok(named) if (named.dev(), named.ino()) != (held.dev(), held.ino()) => {
+                return Err(refused(
+                    "its name names another file (one renamed or put in its place)".to_owned(),
+                ));
+            }
+            Ok(_) => {}
+        }
+        if held.nlink() != 1 {
+            return Err(refused(format!(
+                "it has {} names (hard links), a link having been made to it",
+                held.nlink()
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (file, path);
+    Ok(())
 }
 
 /// Creates `path` with `bytes`, synced, refusing an existing file or link (mode `mode` on Unix).

@@ -5,7 +5,10 @@
 
 /// Each name, and spellings that read as it: spaces around it, characters a reader cannot see or that
 /// reorder text, Unicode's compatibility forms (fullwidth, mathematical bold, circled, modifier
-/// letters), letters of other scripts that look the same, and path spellings of `.`, `..` and `~`.
+/// letters), letters of other scripts that look the same (Cyrillic, Greek, Armenian, Hebrew, a whole
+/// word in Cyrillic), Latin letters beyond ASCII that read as ASCII ones (a dotless `ı`), dashes and
+/// quotes that read as ASCII ones, and path spellings of `.`, `..` and `~` (one through a folder and
+/// back: `x/..`).
 pub const LOOK_ALIKES: &[(&str, &[&str])] = &[
     (
         "olga",
@@ -24,6 +27,9 @@ pub const LOOK_ALIKES: &[(&str, &[&str])] = &[
             "olga\u{feff}",
             "\u{2066}olga\u{2069}",
             "ol\u{ad}ga",
+            "\u{585}lga",
+            "o\u{5d5}ga",
+            "olg\u{251}",
         ],
     ),
     (
@@ -59,10 +65,41 @@ pub const LOOK_ALIKES: &[(&str, &[&str])] = &[
             "\u{410}LL",
         ],
     ),
-    (".", &["./", "./.", ".//", "./././", "．", " . "]),
-    ("..", &["../", "..//", "./..", "．．", "../."]),
-    ("~", &["~/", "~//", "～", "~/."]),
+    (
+        ".",
+        &[
+            "./",
+            "./.",
+            ".//",
+            "./././",
+            "．",
+            " . ",
+            "x/..",
+            "a/b/../..",
+        ],
+    ),
+    (
+        "..",
+        &["../", "..//", "./..", "．．", "../.", "x/../..", "../x/.."],
+    ),
+    ("~", &["~/", "~//", "～", "~/.", "~/x/.."]),
     ("desk", &["d\u{435}sk", "ｄｅｓｋ", "desk\u{200b}"]),
+    ("prod", &["pr\u{585}d", "pr\u{5e1}d", "pr\u{43e}d"]),
+    ("link", &["l\u{131}nk", "\u{5d5}ink", "l\u{456}nk"]),
+    (
+        "desk-a",
+        &[
+            "desk\u{2013}a",
+            "desk\u{2010}a",
+            "desk\u{2212}a",
+            "desk\u{2d7}a",
+        ],
+    ),
+    (
+        "o'brien",
+        &["o\u{2019}brien", "o\u{2bc}brien", "o\u{5f3}brien"],
+    ),
+    ("oca", &["\u{43e}\u{441}\u{430}"]),
     (
         "ops:alice",
         &["ops:\u{430}lice", "ｏｐｓ：ａｌｉｃｅ", "ops:alice "],
@@ -93,6 +130,11 @@ pub const DISTINCT: &[&str] = &[
     "any",
     "Ольга",
     "日本",
+    "prod",
+    "link",
+    "desk-a",
+    "o'brien",
+    "oca",
 ];
 
 /// Characters a reader cannot see, or that reorder text: put anywhere in a name, it reads the same.
@@ -112,8 +154,8 @@ pub const HIDDEN: &[&str] = &[
     "\u{180e}",
 ];
 
-/// Each plain character's look-alikes: fullwidth, mathematical bold and circled forms, and the letters
-/// of Cyrillic and Greek that look the same.
+/// Each plain character's look-alikes: fullwidth, mathematical bold and circled forms, the letters of
+/// Cyrillic, Greek, Armenian and Hebrew that look the same, Latin's dotless `ı`, and dashes.
 pub fn look_alikes_of(c: char) -> Vec<String> {
     let code = u32::from(c);
     let mut forms = Vec::new();
@@ -129,16 +171,24 @@ pub fn look_alikes_of(c: char) -> Vec<String> {
         forms.extend(char::from_u32(0x1D7CE + code - u32::from('0')));
     }
     let other = match c {
-        'a' => "\u{430}",
+        'a' => "\u{430}\u{251}",
         'c' => "\u{441}",
         'e' => "\u{435}",
-        'i' => "\u{456}",
-        'j' => "\u{458}",
-        'o' => "\u{43e}\u{3bf}",
+        'g' => "\u{581}",
+        'h' => "\u{570}",
+        'i' => "\u{456}\u{131}",
+        'j' => "\u{458}\u{575}",
+        'l' => "\u{5d5}\u{5c0}",
+        'n' => "\u{578}",
+        'o' => "\u{43e}\u{3bf}\u{585}\u{5e1}",
         'p' => "\u{440}",
+        'q' => "\u{563}",
         's' => "\u{455}",
+        'u' => "\u{57d}",
         'x' => "\u{445}",
         'y' => "\u{443}",
+        '-' => "\u{2010}\u{2013}\u{2212}",
+        '_' => "\u{640}",
         _ => "",
     };
     forms.extend(other.chars());

@@ -514,3 +514,134 @@ fn a_fleet_of_processes_runs_against_a_tls_only_server() {
     }
     toolgate_exits(&["audit", "verify", &url], 0);
 }
+
+/// Whether connecting with `url` connected: each part that takes a URL (the store, the trail, the
+/// fleet) and `migrate`; the parts that connected.
+fn connected_parts(url: &str) -> Vec<&'static str> {
+    let mut parts = Vec::new();
+    if PostgresStore::connect(url).is_ok() {
+        parts.push("store");
+    }
+    if PostgresSink::connect(url).is_ok() {
+        parts.push("trail");
+    }
+    if Fleet::connect(url, "tls").is_ok() {
+        parts.push("fleet");
+    }
+    if toolgate::postgres::migrate(url, "toolgate").is_ok() {
+        parts.push("migrate");
+    }
+    parts
+}
+
+/// a4_t1. The attack: a URL whose `sslmode` asks for TLS but is written so that one reader of it may
+/// take another mode: named twice with the stronger last (libpq takes the last), in capitals or
+/// another spelling libpq refuses, percent-encoded in its value or its key (libpq decodes both), and
+/// the key-value form. Against a server without TLS. Asserted (SECURITY.md: every connection "is
+/// encrypted and checked as its URL's `sslmode` says"): no part connects in the clear.
+#[test]
+fn a4_t1_an_sslmode_asking_for_tls_in_another_spelling_never_connects_in_the_clear() {
+    let plain = crate::common::postgres::database("a4_t1_plain");
+    let (address, database) = plain.rsplit_once('/').unwrap();
+    let port = address.rsplit_once(':').unwrap().1;
+    assert_eq!(
+        connected_parts(&format!("{plain}?sslmode=prefer")),
+        ["store", "trail", "fleet", "migrate"],
+        "the plain server takes connections in the clear"
+    );
+    let mut failures = Vec::new();
+    for query in [
+        "sslmode=prefer&sslmode=require",
+        "sslmode=disable&sslmode=verify-full",
+        "sslmode=REQUIRE",
+        "sslmode=Verify-Full",
+        "sslmode=verify_full",
+        "sslmode=require%20",
+        "sslmode=requir%65",
+        "ssl%6dode=require",
+        "sslmode=verify-ca&sslmode=prefer&sslmode=require",
+    ] {
+        let url = format!("{plain}?{query}");
+        let parts = connected_parts(&url);
+        if !parts.is_empty() {
+            failures.push(format!("{query}: {parts:?} connected in the clear"));
+        }
+    }
+    let key_value =
+        format!("host=127.0.0.1 port={port} user=toolgate dbname={database} sslmode=require");
+    let parts = connected_parts(&key_value);
+    if !parts.is_empty() {
+        failures.push(format!("{key_value}: {parts:?} connected in the clear"));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// a4_t2. The attack: `sslmode=require` (or `verify-ca`) with a `sslrootcert` that names no
+/// certificate: a file that does not exist, an empty file, a file of no PEM, a folder. Against the
+/// TLS server. Asserted (docs/fleets.md: `require` with `sslrootcert=FILE` is as `verify-ca`): no
+/// part connects; a root file that holds no root is not taken for none given.
+#[test]
+fn a4_t2_a_root_file_that_holds_no_root_is_not_taken_for_none() {
+    let tls = server();
+    let database = tls.database("a4_t2");
+    let dir = tls.cluster.dir();
+    let empty = dir.join("a4-empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let garbage = dir.join("a4-garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let folder = dir.join("a4-folder");
+    let _ = std::fs::create_dir(&folder);
+    let missing = dir.join("a4-missing.pem");
+    let good = tls.url(
+        "localhost",
+        &database,
+        &format!("sslmode=verify-full&sslrootcert={}", tls.ca),
+    );
+    assert_eq!(
+        connected_parts(&good),
+        ["store", "trail", "fleet", "migrate"]
+    );
+    let mut failures = Vec::new();
+    for mode in ["require", "verify-ca", "verify-full"] {
+        for root in [&missing, &empty, &garbage, &folder] {
+            let url = tls.url(
+                "localhost",
+                &database,
+                &format!("sslmode={mode}&sslrootcert={}", root.display()),
+            );
+            let parts = connected_parts(&url);
+            if !parts.is_empty() {
+                failures.push(format!(
+                    "sslmode={mode} sslrootcert={}: {parts:?} connected, the certificate unchecked",
+                    root.display()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// a4_t3. The attack: `sslrootcert=system` with a mode weaker than `verify-full` (`require`,
+/// `verify-ca`, `prefer`), against a server whose certificate no root of the system's store signed.
+/// Asserted (docs/fleets.md: `system`, "as in libpq, needs `verify-full`"): no part connects, the
+/// certificate unchecked.
+#[test]
+fn a4_t3_the_system_s_roots_with_a_weaker_mode_check_or_refuse() {
+    let tls = server();
+    let database = tls.database("a4_t3");
+    let mut failures = Vec::new();
+    for mode in ["prefer", "require", "verify-ca"] {
+        let url = tls.url(
+            "localhost",
+            &database,
+            &format!("sslmode={mode}&sslrootcert=system"),
+        );
+        let parts = connected_parts(&url);
+        if !parts.is_empty() {
+            failures.push(format!(
+                "sslmode={mode} sslrootcert=system: {parts:?} connected, the certificate unchecked"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -163,15 +163,34 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
             u32::from(c)
         ));
     }
-    // Compared by its reading (crate::names): `./`, `.//`, `~/`, `𝐚𝐥𝐥` and `ⓐⓛⓛ` are the wildcards a
-    // back end reads them as, whatever their case.
+    if let Some(expansion) = shell_expansion(text) {
+        return Some(format!(
+            "its target {shown} has `{expansion}`, which a shell expands to what it holds"
+        ));
+    }
+    // Compared by its reading (crate::names), and by what it names read as a path: `./`, `x/..`,
+    // `~/`, `C:\`, `\\host\share\`, `𝐚𝐥𝐥` and `ⓐⓛⓛ` are the wildcards a back end reads them as,
+    // whatever their case.
     let read = crate::names::reading(text).to_lowercase();
-    let as_path = crate::names::reading(&as_path(text)).to_lowercase();
+    let path = crate::names::path(&crate::names::reading(&as_path(text)));
     if let Some(w) = WILDCARDS.iter().find(|w| {
         let w = crate::names::reading(w).to_lowercase();
-        w == read || w == as_path
+        w == read || w == path.to_lowercase()
     }) {
         return Some(format!("its target {shown} reads as `{w}`, a wildcard"));
+    }
+    let from_root = path
+        .strip_prefix('/')
+        .or_else(|| path.strip_prefix('~'))
+        .unwrap_or(&path);
+    if from_root
+        .split('/')
+        .all(|segment| matches!(segment, "" | "." | ".."))
+    {
+        return Some(format!(
+            "its target {shown} reads as the path `{}`, a root, the current folder or one above it",
+            crate::terminal::escaped(&path)
+        ));
     }
     // A target a reader takes for another (compatibility forms, mixed scripts) is not the one they
     // confirm.
@@ -183,8 +202,23 @@ pub(crate) fn not_single(target: &Value) -> Option<String> {
     None
 }
 
-/// The target as a path a back end may read it as: a backslash as a slash, a URL's scheme and a
-/// drive's letter taken off, so that `..\`, `file:///` and `C:\` read as the parent and the root.
+/// What a shell would expand in `text`: a variable (`$HOME`, `${PWD}`, `$1`) or a command in
+/// backquotes. A `$` that ends the text or a segment (`\\host\C$\`) is a character like another.
+fn shell_expansion(text: &str) -> Option<&str> {
+    if let Some(at) = text.find('`') {
+        return Some(&text[at..=at]);
+    }
+    text.match_indices('$').find_map(|(at, _)| {
+        let next = text[at + 1..].chars().next()?;
+        (!matches!(next, '/' | '\\')).then(|| &text[at..at + 1 + next.len_utf8()])
+    })
+}
+
+/// The target as a path a back end may read it as, for [`names::path`](crate::names::path) to read
+/// lexically: a backslash as a slash; a `file:` URL as its path, and another URL as what follows its
+/// scheme; a network or device path (`\\host\share\x`, `\\.\C:\x`, `\\?\UNC\host\share\x`)
+/// and a drive's (`C:\x`) as the path from their root, `/x`; a drive's relative path (`C:x`) as
+/// relative; a home or working folder a shell names (`~user`, `~-`) as `~`, and `~+` as `.`.
 fn as_path(text: &str) -> String {
     let mut path = text.replace('\\', "/");
     if let Some((scheme, rest)) = path.split_once("://")
@@ -193,11 +227,53 @@ fn as_path(text: &str) -> String {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
     {
+        path = if scheme.eq_ignore_ascii_case("file") {
+            // `file://host/x`: no host, or the local one, is this machine's root; another is a
+            // network path.
+            let (host, rest) = rest.split_once('/').unwrap_or((rest, ""));
+            if host.is_empty() || host.eq_ignore_ascii_case("localhost") {
+                format!("/{rest}")
+            } else {
+                format!("//{host}/{rest}")
+            }
+        } else {
+            rest.to_owned()
+        };
+    } else if let Some(rest) = path
+        .get(..5)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("file:"))
+        .and_then(|_| path.get(5..))
+    {
         path = rest.to_owned();
+    }
+    if let Some(network) = path.strip_prefix("//")
+        && !network.starts_with('/')
+    {
+        let mut segments = network.split('/');
+        let first = segments.next().unwrap_or_default();
+        let rest: Vec<&str> = segments.collect();
+        path = if first == "." || first == "?" {
+            match rest.split_first() {
+                // `\\?\UNC\host\share\x` is `\\host\share\x`; the device (a drive, a volume) is
+                // the root of what follows it.
+                Some((unc, rest)) if unc.eq_ignore_ascii_case("UNC") => {
+                    format!("/{}", rest.get(2..).unwrap_or_default().join("/"))
+                }
+                _ => format!("/{}", rest.get(1..).unwrap_or_default().join("/")),
+            }
+        } else {
+            // `\\host\share\x`: the share is the root.
+            format!("/{}", rest.get(1..).unwrap_or_default().join("/"))
+        };
     }
     let bytes = path.as_bytes();
     if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
-        path = format!("/{}", &path[2..]);
+        path = path[2..].to_owned();
+    }
+    if let Some(home) = path.strip_prefix('~') {
+        let (user, rest) = home.split_once('/').unwrap_or((home, ""));
+        let root = if user == "+" { "." } else { "~" };
+        path = format!("{root}/{rest}");
     }
     path
 }
@@ -243,15 +319,135 @@ mod tests {
             at in 0usize..32,
         ) {
             let read = crate::names::reading(&name).to_lowercase();
-            let wildcard = WILDCARDS
-                .iter()
-                .any(|w| w.eq_ignore_ascii_case(&name) || crate::names::reading(w) == read);
-            prop_assert_eq!(not_single(&Value::from(name.clone())).is_none(), !wildcard);
+            let after_scheme = name.split_once("://").map_or(name.as_str(), |(_, after)| after);
+            let wildcard = WILDCARDS.iter().any(|w| {
+                w.eq_ignore_ascii_case(&name)
+                    || w.eq_ignore_ascii_case(after_scheme)
+                    || crate::names::reading(w) == read
+            });
+            let folder = names_a_folder(&name);
+            prop_assert_eq!(
+                not_single(&Value::from(name.clone())).is_none(),
+                !wildcard && !folder,
+                "{:?}: a wildcard {}, a folder {}", name, wildcard, folder
+            );
             let at = (0..=name.len()).filter(|i| name.is_char_boundary(*i)).nth(at).unwrap_or(name.len());
             let marked = format!("{}{marker}{}", &name[..at], &name[at..]);
             prop_assert!(not_single(&Value::from(marked.clone())).is_some(), "{:?}", marked);
             prop_assert!(not_single(&json!([name])).is_some());
         }
+    }
+
+    /// Whether a back end that takes `name` as a path (a URL's scheme, a drive's letter and the root
+    /// of a network or device path taken off) reaches, from a working folder deep below the root,
+    /// that folder, one above it or a root: found by walking a tree, not by reading the spelling.
+    fn names_a_folder(name: &str) -> bool {
+        let mut rest = name.replace('\\', "/");
+        if let Some((scheme, after)) = rest.clone().split_once("://")
+            && !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        {
+            rest = match (scheme.eq_ignore_ascii_case("file"), after.split_once('/')) {
+                (true, Some(("" | "localhost", path))) => format!("/{path}"),
+                (true, None) if after.is_empty() || after == "localhost" => "/".to_owned(),
+                (true, _) => format!("//{after}"),
+                (false, _) => after.to_owned(),
+            };
+        }
+        if let Some(after) = rest
+            .get(..5)
+            .filter(|scheme| scheme.eq_ignore_ascii_case("file:"))
+            .and_then(|_| rest.get(5..))
+        {
+            rest = after.to_owned();
+        }
+        if let Some(network) = rest.strip_prefix("//").filter(|n| !n.starts_with('/')) {
+            let parts: Vec<&str> = network.split('/').collect();
+            let root = match parts.as_slice() {
+                ["." | "?", unc, ..] if unc.eq_ignore_ascii_case("unc") => 4,
+                _ => 2,
+            };
+            rest = format!("/{}", parts.get(root..).unwrap_or_default().join("/"));
+        }
+        if rest.len() >= 2 && rest.as_bytes()[0].is_ascii_alphabetic() && rest.as_bytes()[1] == b':'
+        {
+            rest = rest[2..].to_owned();
+        }
+        let cwd: Vec<String> = (0..64).map(|i| format!("c{i}")).collect();
+        let mut at = if rest.starts_with('/') {
+            Vec::new()
+        } else {
+            cwd.clone()
+        };
+        for segment in rest.split('/') {
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    at.pop();
+                }
+                named => at.push(named.to_owned()),
+            }
+        }
+        cwd.starts_with(&at)
+    }
+
+    // Over every path of up to four segments of `a`, `.`, `..` and empty, joined by `/` or `\`, after
+    // each spelling of a root a back end takes (a drive, a network share, a device, a `file:` URL,
+    // another URL): it is one target exactly when, walked from a working folder deep below the
+    // root, it leads neither to that folder, nor above it, nor to a root.
+    #[test]
+    fn a_path_is_one_target_exactly_when_it_leads_below_where_it_starts() {
+        let roots = [
+            "",
+            "/",
+            "\\",
+            "C:",
+            "C:/",
+            "c:\\",
+            "\\\\host\\share\\",
+            "//host/share/",
+            "\\\\.\\C:\\",
+            "//./UNC/host/share/",
+            "file:///",
+            "file://localhost/",
+            "FILE://host/share/",
+            "file:/",
+            "s3://",
+            "https://host/",
+        ];
+        let mut paths: Vec<Vec<&str>> = vec![Vec::new()];
+        let mut every = vec![Vec::new()];
+        for _ in 0..4 {
+            paths = paths
+                .iter()
+                .flat_map(|p| {
+                    ["a", ".", "..", ""].into_iter().map(move |s| {
+                        let mut p = p.clone();
+                        p.push(s);
+                        p
+                    })
+                })
+                .collect();
+            every.extend(paths.iter().cloned());
+        }
+        let mut tried = 0;
+        for root in roots {
+            for separator in ["/", "\\"] {
+                for segments in &every {
+                    let target = format!("{root}{}", segments.join(separator));
+                    let refused = not_single(&Value::from(target.clone()));
+                    assert_eq!(
+                        refused.is_some(),
+                        names_a_folder(&target),
+                        "{target:?}: {refused:?}"
+                    );
+                    tried += 1;
+                }
+            }
+        }
+        assert!(tried > 10_000, "{tried}");
     }
 
     #[test]
@@ -261,6 +457,18 @@ mod tests {
             json!(42),
             json!("org/repo"),
             json!("é.txt"),
+            json!("/tmp/x"),
+            json!("../x"),
+            json!("a/b/../c"),
+            json!("~/notes.txt"),
+            json!("~root/notes.txt"),
+            json!("~+/x"),
+            json!("C:\\Users\\x"),
+            json!("\\\\host\\share\\x"),
+            json!("\\\\host\\C$\\x"),
+            json!("file:///tmp/x"),
+            json!("file://localhost/tmp/x"),
+            json!("C$"),
         ] {
             assert_eq!(not_single(&single), None, "{single}");
         }
@@ -298,6 +506,41 @@ mod tests {
             json!("i-？"),
             json!("i-1\u{2800}"),
             json!("e\u{301}"),
+            json!("x/.."),
+            json!("x\\.."),
+            json!("a/b/../.."),
+            json!("../.."),
+            json!("x/../../.."),
+            json!("/.."),
+            json!("/tmp/.."),
+            json!("C:/.."),
+            json!("C:"),
+            json!("C:.."),
+            json!("\\\\.\\C:\\"),
+            json!("\\\\localhost\\C$\\"),
+            json!("\\\\host\\share"),
+            json!("\\\\host\\share\\x\\.."),
+            json!("//./UNC/host/share/"),
+            json!("file://localhost/"),
+            json!("file://host/share/"),
+            json!("file:/.."),
+            json!("~/.."),
+            json!("~/x/.."),
+            json!("~+"),
+            json!("~-"),
+            json!("~root"),
+            json!("~root/"),
+            json!("~root/x/.."),
+            json!("$HOME"),
+            json!("$PWD/"),
+            json!("a/$X/b"),
+            json!("$1"),
+            json!("`id`"),
+            json!("x$(id)"),
+            json!("pr\u{585}d"),
+            json!("desk\u{2013}a"),
+            json!("l\u{131}nk"),
+            json!("s3://all"),
         ] {
             assert!(not_single(&many).is_some(), "{many}");
         }

@@ -134,7 +134,9 @@ impl Durability {
 /// of the machine may lose the last checkpoint, never a record it names. A record that makes a
 /// checkpoint due is acknowledged after the checkpoint is written; if the checkpoint cannot be
 /// written, that record's call is refused (the record stays in the log) and the sink refuses every
-/// record until it is opened again.
+/// record until it is opened again. On Unix the checkpoint file is appended to only while it has its
+/// one name, checked when it is opened and before each checkpoint: a hard link made to it, another
+/// file renamed onto its name, or its name removed, while the sink runs, is such a failure.
 ///
 /// Opening a log with checkpoints reads the checkpoint file back and checks it against the log with
 /// the key's public key; a checkpoint that does not verify, names another writer, or names a record the
@@ -553,6 +555,15 @@ impl State {
             .sign(self.seq, &head, self.seq, close)
             .to_canonical_json();
         line.push('\n');
+        // A hard link made to the file, or another file renamed onto its name, since it was opened:
+        // refused as a failed write, and nothing written into a file kept elsewhere or unnamed.
+        if let Err(e) = crate::files::still_own(&signing.file, &signing.path) {
+            self.failed = Some(format!("a checkpoint was not written ({e})"));
+            return Err(AuditError::io(
+                format!("writing checkpoints {}", signing.path.display()),
+                e,
+            ));
+        }
         let written = signing.file.write_all(line.as_bytes()).and_then(|()| {
             if durability.syncs() {
                 signing.file.sync_data()

@@ -176,3 +176,80 @@ fn a10_06_keygen_writes_nothing_through_a_public_key_file_planted_as_a_hard_link
         "keygen exited {code} ({stderr}) and wrote into the hard-linked file"
     );
 }
+
+/// a4_f1. The attack: while a signed sink runs, whoever can write the log's folder gives its
+/// checkpoint file a second name, kept elsewhere (`ln audit.jsonl.checkpoints kept`). Asserted
+/// (SECURITY.md, guarantee 10: the checkpoint file is "appended to only while it has its one name:
+/// a hard link planted there, to a file kept elsewhere, is refused rather than written into"): no
+/// checkpoint is written into the file under its other name; the sink refuses instead.
+#[test]
+fn a4_f1_a_checkpoint_file_given_a_second_name_while_the_sink_runs_is_not_written_into() {
+    let dir = Scratch::new("a4-f1");
+    let log = dir.path("audit.jsonl");
+    let sink = JsonlSink::builder(&log)
+        .checkpoints(Checkpoints::new(SigningKey::generate().unwrap()).every_records(1))
+        .open()
+        .unwrap();
+    sink.record(&record(1, "users.get")).unwrap();
+    let kept = dir.path("kept-elsewhere");
+    fs::hard_link(checkpoints_path(&log), &kept).unwrap();
+    let before = fs::read(&kept).unwrap();
+    let second = sink.record(&record(2, "users.get"));
+    let closed = sink.close();
+    assert_eq!(
+        fs::read(&kept).unwrap(),
+        before,
+        "checkpoints were appended to the file under its second name (record: {second:?}, close: \
+         {closed:?})"
+    );
+}
+
+/// a4_f2. The attack: a directory and a dangling symbolic link planted at the log's own name. Asserted (guarantee 10: a log is never written through a link at its name; guarantee 2: a
+/// sink that cannot write refuses): the sink does not open, and nothing is created at the link's
+/// target.
+#[test]
+fn a4_f2_a_directory_or_a_dangling_link_at_the_log_s_name_opens_no_sink() {
+    let dir = Scratch::new("a4-f2");
+    let as_dir = dir.path("dir.jsonl");
+    fs::create_dir(&as_dir).unwrap();
+    assert!(JsonlSink::open(&as_dir).is_err(), "a directory opened");
+    let link = dir.path("link.jsonl");
+    let target = dir.path("chosen-by-the-planter");
+    symlink(&target, &link).unwrap();
+    assert!(JsonlSink::open(&link).is_err(), "a dangling link opened");
+    assert!(
+        fs::symlink_metadata(&target).is_err(),
+        "the link's target was created"
+    );
+}
+
+/// a4_f3. The attack: while a signed sink runs, its checkpoint file is replaced by renaming another
+/// file onto its name, so that the file the sink holds has no name left. Asserted (guarantee 10:
+/// the checkpoint file is "appended to only while it has its one name"): the sink appends no
+/// checkpoint to a file no folder names; it refuses the record instead, so that no call runs whose
+/// record a checkpoint will never vouch for.
+#[test]
+fn a4_f3_a_checkpoint_file_replaced_by_a_rename_while_the_sink_runs_gets_nothing_unseen() {
+    let dir = Scratch::new("a4-f3");
+    let log = dir.path("audit.jsonl");
+    let sink = JsonlSink::builder(&log)
+        .checkpoints(Checkpoints::new(SigningKey::generate().unwrap()).every_records(1))
+        .open()
+        .unwrap();
+    sink.record(&record(1, "users.get")).unwrap();
+    let held = fs::File::open(checkpoints_path(&log)).unwrap();
+    let before = std::io::read_to_string(&held).unwrap();
+    let planted = dir.path("planted");
+    fs::write(&planted, "").unwrap();
+    fs::rename(&planted, checkpoints_path(&log)).unwrap();
+    let second = sink.record(&record(2, "users.get"));
+    let closed = sink.close();
+    let mut held = held;
+    std::io::Seek::seek(&mut held, std::io::SeekFrom::Start(0)).unwrap();
+    let after = std::io::read_to_string(&held).unwrap();
+    assert!(
+        after == before || second.is_err(),
+        "record 2 was acknowledged ({second:?}, close {closed:?}) and its checkpoint written to a \
+         file no folder names"
+    );
+}

@@ -160,6 +160,166 @@ fn a_checkpoint_file_with_another_name_is_refused_until_it_has_one() {
     );
 }
 
+static ONE_NAME_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Rotate a credential (a checkpoint file's one name).
+#[toolgate::tool(risk = "LOW_WRITE", domain = "onename")]
+fn rotate(credential: String) -> Result<(), toolgate::Denied> {
+    let _ = credential;
+    ONE_NAME_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// What is done to a running signed sink's checkpoint file, and what the refusal then says.
+#[cfg(unix)]
+const WHILE_OPEN: [(&str, &str); 3] = [
+    ("linked", "2 names (hard links)"),
+    ("renamed onto", "names another file"),
+    ("removed", "names no file"),
+];
+
+/// Does `what` to the checkpoint file `sidecar` in `dir`: the file kept under another name, if any,
+/// and its bytes.
+#[cfg(unix)]
+fn done_to(dir: &Scratch, sidecar: &Path, what: &str) -> Option<(PathBuf, Vec<u8>)> {
+    let other = dir.path("kept-elsewhere");
+    match what {
+        "linked" => fs::hard_link(sidecar, &other).unwrap(),
+        "renamed onto" => {
+            fs::write(&other, "").unwrap();
+            fs::rename(&other, sidecar).unwrap();
+            return Some((sidecar.to_owned(), Vec::new()));
+        }
+        _ => {
+            fs::remove_file(sidecar).unwrap();
+            return None;
+        }
+    }
+    let bytes = fs::read(&other).unwrap();
+    Some((other, bytes))
+}
+
+/// The one name is checked before each append, not only at open: a hard link made to a running
+/// sink's checkpoint file, another file renamed onto its name, or its name removed, and the record
+/// that makes a checkpoint due is refused with a sentence naming the cause (its call refused
+/// `AUDIT_UNAVAILABLE`, its body not run), the sink refuses every record after it, and no byte goes
+/// to the file under its other name, to the file renamed there, or to the file no folder names.
+#[cfg(unix)]
+#[test]
+fn a_checkpoint_file_given_another_name_or_replaced_while_the_sink_runs_gets_no_checkpoint() {
+    use std::io::{Read as _, Seek as _};
+    use std::sync::atomic::Ordering;
+    for (what, said) in WHILE_OPEN {
+        let dir = Scratch::new("sidecar-while-open");
+        let log = dir.path("audit.jsonl");
+        let sidecar = checkpoints_path(&log);
+        let sink = std::sync::Arc::new(
+            JsonlSink::builder(&log)
+                .checkpoints(Checkpoints::new(SigningKey::generate().unwrap()).every_records(1))
+                .open()
+                .unwrap(),
+        );
+        let gate = toolgate::Gate::builder()
+            .mode(Mode::FullAuto)
+            .audit_shared(sink.clone())
+            .build()
+            .unwrap();
+        gate.run(|| rotate("a".into())).unwrap();
+        let mut held = fs::File::open(&sidecar).unwrap();
+        let mut before = Vec::new();
+        held.read_to_end(&mut before).unwrap();
+        assert!(!before.is_empty(), "{what}: a checkpoint before");
+        let other = done_to(&dir, &sidecar, what);
+
+        let runs = ONE_NAME_RUNS.load(Ordering::SeqCst);
+        let denied = gate.run(|| rotate("b".into())).unwrap_err();
+        assert_eq!(denied.code(), "AUDIT_UNAVAILABLE", "{what}: {denied}");
+        assert!(
+            denied.to_string().contains(said)
+                && denied.to_string().contains(&sidecar.display().to_string()),
+            "{what}: {denied}"
+        );
+        assert_eq!(ONE_NAME_RUNS.load(Ordering::SeqCst), runs, "{what}: it ran");
+        let again = gate.run(|| rotate("c".into())).unwrap_err();
+        assert!(again.to_string().contains("unusable"), "{what}: {again}");
+        assert!(sink.close_shared().is_err(), "{what}: closed");
+        drop(gate);
+        drop(sink);
+
+        let mut after = Vec::new();
+        held.rewind().unwrap();
+        held.read_to_end(&mut after).unwrap();
+        assert_eq!(after, before, "{what}: the file opened first was written");
+        if let Some((other, bytes)) = other {
+            assert_eq!(
+                fs::read(&other).unwrap(),
+                bytes,
+                "{what}: {other:?} was written"
+            );
+        }
+    }
+}
+
+/// The same between checkpoints: a link made, then a flush or a close that writes a checkpoint is
+/// refused, the other name's bytes untouched; with the link removed, the log reopens and its series
+/// goes on, every checkpoint verifying.
+#[cfg(unix)]
+#[test]
+fn a_flush_or_close_writes_no_checkpoint_into_a_file_linked_since_it_was_opened() {
+    for close in [false, true] {
+        let dir = Scratch::new("sidecar-linked-flush");
+        let log = dir.path("audit.jsonl");
+        let sidecar = checkpoints_path(&log);
+        let pem = dir.path("key.pem");
+        SigningKey::generate()
+            .unwrap()
+            .write_pem_file(&pem)
+            .unwrap();
+        let open = || {
+            JsonlSink::builder(&log)
+                .checkpoints(
+                    Checkpoints::new(SigningKey::read_pem_file(&pem).unwrap()).every_records(100),
+                )
+                .open()
+                .unwrap()
+        };
+        let sink = open();
+        sink.record(&AuditRecord::new(Stage::Enter, "t.t", Mode::Shadow, 1))
+            .unwrap();
+        let other = dir.path("kept-elsewhere");
+        fs::hard_link(&sidecar, &other).unwrap();
+        let refused = if close {
+            sink.close().unwrap_err()
+        } else {
+            let refused = sink.flush().unwrap_err();
+            drop(sink);
+            refused
+        };
+        assert!(
+            refused.to_string().contains("2 names (hard links)"),
+            "{refused}"
+        );
+        assert_eq!(fs::read(&other).unwrap(), b"", "close {close}: written");
+        fs::remove_file(&other).unwrap();
+        let sink = open();
+        sink.record(&AuditRecord::new(Stage::Enter, "t.t", Mode::Shadow, 1))
+            .unwrap();
+        sink.close().unwrap();
+        let (chain, signed) = toolgate::audit::verify_signed_file(
+            &log,
+            &sidecar,
+            &SigningKey::read_pem_file(&pem).unwrap().public_key(),
+        )
+        .unwrap();
+        assert!(
+            chain.is_intact()
+                && signed.is_intact()
+                && signed.last.as_ref().is_some_and(|c| c.is_final),
+            "close {close}: {chain:?} {signed:?}"
+        );
+    }
+}
+
 #[cfg(feature = "cli")]
 #[test]
 fn keygen_writes_no_key_through_a_link_at_either_name() {

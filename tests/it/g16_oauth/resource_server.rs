@@ -1115,3 +1115,37 @@ fn one_issuer_keeps_name_and_subject_and_a_look_alike_subject_maps_to_no_princip
         }
     });
 }
+
+/// a4_16_n1. The attack: access tokens whose `sub` reads as `olga` (the rule's reading says so) but
+/// mixes Latin with Armenian or Hebrew: `օlga` with an Armenian `օ`, `oוga` with a Hebrew `ו`. Asserted (SECURITY.md, guarantee 16: "a subject
+/// refused by the rule of names is no principal"; the rule refuses a name "mixing scripts that a
+/// reader takes for one another"): none maps to a principal, and none opens a session (403).
+#[test]
+fn a4_16_n1_a_subject_mixing_latin_with_armenian_or_hebrew_look_alikes_is_no_principal() {
+    runtime().block_on(async {
+        let key = TestKey::ed25519("desk-a4-16-n1");
+        let mcp = Mcp::bind().await;
+        let resource = mcp.resource();
+        let oauth = desk(resource.clone(), Jwks::json(jwks(&[&key])))
+            .build()
+            .await
+            .expect("a verifier");
+        let addr = mcp.serve(Principals::new().verifier(oauth.clone()));
+        let mut failures = Vec::new();
+        for (name, alike) in [("olga", "\u{585}lga"), ("olga", "o\u{5d5}ga")] {
+            assert!(toolgate::names::same(name, alike), "{alike:?}");
+            let token = key.sign(&claims(&resource, alike, "tickets:write"));
+            let claimed = oauth.claims(&token).await.expect("it verifies");
+            if let Some(identity) = claimed.identity() {
+                failures.push(format!(
+                    "{alike:?} (reads as {name:?}) is the principal {identity:?}"
+                ));
+            }
+            match open(addr, Some(&token)).await {
+                Err(refused) if refused.status == 403 => {}
+                other => failures.push(format!("{alike:?}: {other:?}")),
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
+    });
+}

@@ -157,3 +157,57 @@ fn a18_n3_explain_shows_a_lookalike_table_s_name_escaped() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// a4_18_n1. The attack: the operator's file names `[principals.olga]` (or `[agents.olga]`) and the
+/// gate's principal (or agent) is a spelling that reads as it without a Cyrillic or Greek letter,
+/// a hidden character or a compatibility form: an Armenian `օ`, a Hebrew `ו`; and a file naming both
+/// spellings as two tables. Asserted (docs/policy_file.md: a gate follows the table whose name reads
+/// as its principal's or agent's; two tables that read alike do not check): the gate is narrowed,
+/// and the file with both does not check.
+#[test]
+fn a4_18_n1_a_table_reaches_a_principal_or_agent_named_by_an_armenian_or_hebrew_look_alike() {
+    let mut failures = Vec::new();
+    let file = PolicyFile::parse(
+        "ops.toml",
+        "format = 1\n[principals.olga]\ndeny = [\"atkp.deploy\"]\n[agents.olga]\ndeny = [\"atkp.deploy\"]\n",
+    )
+    .unwrap();
+    let live = LivePolicy::new(file);
+    for alike in ["\u{585}lga", "o\u{5d5}ga"] {
+        for by_agent in [false, true] {
+            let builder = Gate::builder().mode(Mode::FullAuto).policy(live.clone());
+            let gate = if by_agent {
+                builder.agent(alike)
+            } else {
+                builder.principal(alike)
+            }
+            .build()
+            .unwrap();
+            if gate.run(|| deploy("b1".into())).is_ok() {
+                failures.push(format!(
+                    "{} {alike:?}: not narrowed by olga's table",
+                    if by_agent { "agent" } else { "principal" }
+                ));
+            }
+        }
+        for table in ["principals", "agents"] {
+            let escaped: String = alike
+                .chars()
+                .map(|c| {
+                    if c.is_ascii() {
+                        c.to_string()
+                    } else {
+                        format!("\\U{:08X}", u32::from(c))
+                    }
+                })
+                .collect();
+            let text = format!(
+                "format = 1\n[{table}.olga]\nceiling = \"SHADOW\"\n[{table}.\"{escaped}\"]\nceiling = \"SHADOW\"\n"
+            );
+            if PolicyFile::parse("ops.toml", &text).is_ok() {
+                failures.push(format!("{table} olga and {alike:?}: the file checks"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

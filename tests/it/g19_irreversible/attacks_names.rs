@@ -142,3 +142,42 @@ fn a19_n3_a_number_target_typed_in_another_spelling_confirms_nothing() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// a19_n4. The attack: the current folder, the parent and the root written as a path that climbs
+/// back out of a folder it names (`x/..` is `.`, `/..` and `/tmp/..` are `/`), the root of a drive
+/// in Windows' device and UNC spellings (`\\?\C:\`, `\\.\C:\`, `\\localhost\C$\`), a drive's current
+/// folder (`C:`, `C:.`), a URL naming the local host (`file://localhost/`), and a dot written with
+/// another script's digit (`٠`, which reads as `.`). Asserted (SECURITY.md, guarantee 19: a target
+/// read as the path a back end may take it for, `..\`, `.\`, `\`, `file:///` and `C:\` the parent,
+/// the current folder and the root, is a wildcard): each is refused `TARGET_NOT_SINGLE` before an
+/// operator is asked.
+#[test]
+fn a19_n4_a_path_that_climbs_back_to_a_folder_root_or_drive_is_not_one_target() {
+    let failures = taken_as_one(&[
+        "x/..",
+        "x\\..",
+        "a/b/../..",
+        "/..",
+        "/tmp/..",
+        "C:/..",
+        "\\\\?\\C:\\",
+        "\\\\.\\C:\\",
+        "\\\\localhost\\C$\\",
+        "C:",
+        "C:.",
+        "file://localhost/",
+        "\u{660}",
+        "\u{660}/",
+    ]);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// a19_n5. The attack: the home and working folders as a shell takes them (`~+` is `$PWD`, `~-` is
+/// `$OLDPWD`, `~root` a home), and the same through a variable (`$HOME`, `${PWD}`), which a back end
+/// that runs a shell expands. Asserted (guarantee 19: `~/` is a wildcard, a target read as the path
+/// a back end may take it for): each is refused `TARGET_NOT_SINGLE` before an operator is asked.
+#[test]
+fn a19_n5_a_home_or_working_folder_a_shell_expands_is_not_one_target() {
+    let failures = taken_as_one(&["~+", "~-", "~root", "~root/", "$HOME", "${PWD}", "$PWD/"]);
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -2,6 +2,7 @@
 //! writer; `verify` reports an `enter` without its `exit` as interrupted, not tampered, and with
 //! checkpoints a rewrite shows per writer.
 
+mod attacks_split;
 mod attacks_stateful;
 mod outages;
 mod processes;
