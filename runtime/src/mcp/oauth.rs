@@ -72,13 +72,17 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+#[cfg(feature = "mcp-http")]
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use http::header::ACCEPT;
-use http::{HeaderValue, Uri};
+#[cfg(feature = "mcp-http")]
+use http::HeaderValue;
+use http::Uri;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -88,7 +92,9 @@ use jsonwebtoken::errors::ErrorKind;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+#[cfg(feature = "mcp-http")]
 use super::http::{Principal, Refusal, TokenVerifier, Verification};
+#[cfg(feature = "mcp-http")]
 use crate::gate::Gate;
 
 /// The path of RFC 9728's protected resource metadata, before the resource's own path.
@@ -342,6 +348,7 @@ impl Claims {
 }
 
 /// A rule that maps a verified token's claims to a principal.
+#[cfg(feature = "mcp-http")]
 type Rule = Arc<dyn Fn(&Claims) -> Option<Principal> + Send + Sync>;
 
 /// An [`OAuth`] verifier, configured: see [`OAuth::builder`].
@@ -356,7 +363,9 @@ pub struct OAuthBuilder {
     refresh_interval: Duration,
     keys_max_age: Duration,
     fetch_timeout: Duration,
+    #[cfg(feature = "mcp-http")]
     cache_size: usize,
+    #[cfg(feature = "mcp-http")]
     rules: Vec<Rule>,
     rule_scopes: Vec<String>,
     challenge_scope: Option<Vec<String>>,
@@ -367,13 +376,15 @@ pub struct OAuthBuilder {
 
 impl fmt::Debug for OAuthBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OAuthBuilder")
+        let mut debug = f.debug_struct("OAuthBuilder");
+        debug
             .field("resource", &self.resource)
             .field("authorization_servers", &self.authorization_servers)
             .field("jwks", &self.jwks)
-            .field("algorithms", &self.algorithms)
-            .field("rules", &self.rules.len())
-            .finish_non_exhaustive()
+            .field("algorithms", &self.algorithms);
+        #[cfg(feature = "mcp-http")]
+        debug.field("rules", &self.rules.len());
+        debug.finish_non_exhaustive()
     }
 }
 
@@ -434,6 +445,7 @@ impl OAuthBuilder {
     }
 
     /// How many verified tokens are kept ([`DEFAULT_CACHE_SIZE`]); `0` verifies every request.
+    #[cfg(feature = "mcp-http")]
     pub fn cache_size(mut self, entries: usize) -> OAuthBuilder {
         self.cache_size = entries;
         self
@@ -449,6 +461,7 @@ impl OAuthBuilder {
     /// its own, map each to a gate of its own with [`map`](OAuthBuilder::map). Rules are tried in
     /// the order given, the first match wins: give the broadest scope first. The scope is listed in the metadata's `scopes_supported` unless that is
     /// [given](OAuthBuilder::scopes_supported).
+    #[cfg(feature = "mcp-http")]
     pub fn scope(
         mut self,
         scope: impl Into<String>,
@@ -470,6 +483,7 @@ impl OAuthBuilder {
     /// order with the [`scope`](OAuthBuilder::scope) rules. Mind that the principal's name is what its
     /// sessions, tasks and in-band approvals are bound to: build it from [`Claims::identity`], which
     /// holds the issuer where several are configured, not from the subject alone.
+    #[cfg(feature = "mcp-http")]
     pub fn map(
         mut self,
         rule: impl Fn(&Claims) -> Option<Principal> + Send + Sync + 'static,
@@ -538,6 +552,7 @@ impl OAuthBuilder {
         if algorithms.is_empty() {
             return Err(OAuthError::NoAlgorithm);
         }
+        #[cfg(feature = "mcp-http")]
         if self.rules.is_empty() {
             return Err(OAuthError::NoRule);
         }
@@ -626,13 +641,17 @@ impl OAuthBuilder {
                 validations,
                 algorithms,
                 issuers: self.authorization_servers,
+                #[cfg(feature = "mcp-http")]
                 rules: self.rules,
+                #[cfg(feature = "mcp-http")]
                 cache: Cache::new(self.cache_size),
                 challenge: Challenge {
                     metadata_url,
+                    #[cfg(feature = "mcp-http")]
                     scope: challenge_scope.join(" "),
                 },
                 document: Bytes::from(document.to_string()),
+                #[cfg(feature = "mcp-http")]
                 metadata_path,
                 resource,
             }),
@@ -1194,14 +1213,17 @@ impl Drop for StaleClaim {
 }
 
 /// What a token verified to: its principal, or the refusal of a valid token that maps to none.
+#[cfg(feature = "mcp-http")]
 type Outcome = Result<Principal, Refusal>;
 
 /// Verified tokens' outcomes, by the SHA-256 of the token.
+#[cfg(feature = "mcp-http")]
 struct Cache {
     capacity: usize,
     entries: Mutex<HashMap<[u8; 32], Entry>>,
 }
 
+#[cfg(feature = "mcp-http")]
 struct Entry {
     outcome: Outcome,
     /// The token's `exp`: the entry serves no later.
@@ -1209,6 +1231,7 @@ struct Entry {
     generation: u64,
 }
 
+#[cfg(feature = "mcp-http")]
 impl Cache {
     fn new(capacity: usize) -> Cache {
         Cache {
@@ -1252,9 +1275,11 @@ impl Cache {
 struct Challenge {
     metadata_url: String,
     /// Space-separated; empty when none is known.
+    #[cfg(feature = "mcp-http")]
     scope: String,
 }
 
+#[cfg(feature = "mcp-http")]
 impl Challenge {
     /// `Bearer` with `error` and its description first (if any), then `resource_metadata` and `scope`.
     fn header(&self, error: Option<(&str, &str)>) -> HeaderValue {
@@ -1311,10 +1336,13 @@ struct Inner {
     validations: HashMap<Algorithm, jsonwebtoken::Validation>,
     algorithms: Vec<Algorithm>,
     issuers: Vec<String>,
+    #[cfg(feature = "mcp-http")]
     rules: Vec<Rule>,
+    #[cfg(feature = "mcp-http")]
     cache: Cache,
     challenge: Challenge,
     document: Bytes,
+    #[cfg(feature = "mcp-http")]
     metadata_path: String,
     resource: String,
 }
@@ -1345,7 +1373,9 @@ impl OAuth {
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
             keys_max_age: DEFAULT_KEYS_MAX_AGE,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+            #[cfg(feature = "mcp-http")]
             cache_size: DEFAULT_CACHE_SIZE,
+            #[cfg(feature = "mcp-http")]
             rules: Vec::new(),
             rule_scopes: Vec::new(),
             challenge_scope: None,
@@ -1369,6 +1399,7 @@ impl OAuth {
 
 impl Inner {
     /// The outcome of `token` against `keys`, cached when it verified.
+    #[cfg(feature = "mcp-http")]
     fn decide(&self, token: &str, digest: [u8; 32], keys: &KeySet) -> Result<Outcome, Failure> {
         let claims = self.check(token, keys)?;
         let outcome = self
@@ -1448,11 +1479,13 @@ impl Inner {
     }
 
     /// Decides `token` after loading the keys again (at most once per interval).
+    #[cfg(feature = "mcp-http")]
     async fn refreshed(self: Arc<Self>, token: String, digest: [u8; 32]) -> Outcome {
         let keys = self.keys.refresh().await;
         self.finish(self.decide(&token, digest, &keys))
     }
 
+    #[cfg(feature = "mcp-http")]
     fn finish(&self, decided: Result<Outcome, Failure>) -> Outcome {
         decided.unwrap_or_else(|failure| {
             Err(self.challenge.invalid(match failure {
@@ -1488,6 +1521,7 @@ fn describe(error: &ErrorKind) -> &'static str {
 }
 
 /// Seconds since the epoch.
+#[cfg(feature = "mcp-http")]
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -1517,6 +1551,7 @@ impl OAuth {
     }
 }
 
+#[cfg(feature = "mcp-http")]
 impl TokenVerifier for OAuth {
     fn verify(&self, token: &str) -> Verification {
         let inner = &self.inner;
