@@ -79,10 +79,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
-use http::header::ACCEPT;
 #[cfg(feature = "mcp-http")]
 use http::HeaderValue;
 use http::Uri;
+use http::header::ACCEPT;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -1589,7 +1589,10 @@ impl TokenVerifier for OAuth {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
     use super::*;
+    #[cfg(feature = "mcp-http")]
     use crate::Mode;
 
     fn claims(value: Value) -> Claims {
@@ -1754,10 +1757,12 @@ mod tests {
         assert_eq!(rsa_bits(&[0, 0x7f, 0]), 15);
     }
 
+    #[cfg(feature = "mcp-http")]
     fn principal(name: &str) -> Principal {
         Principal::new(name, Gate::new(Mode::Shadow).expect("a gate"))
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn the_cache_serves_a_token_until_its_exp_in_its_generation_and_stays_bounded() {
         let cache = Cache::new(2);
@@ -1791,6 +1796,7 @@ mod tests {
         assert!(none.get(&[1; 32], 60, 0).is_none());
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn challenges_are_written_as_rfc_6750_has_them() {
         let challenge = Challenge {
@@ -1848,17 +1854,20 @@ mod tests {
     }
 
     fn desk(resource: &str) -> OAuthBuilder {
-        OAuth::builder(resource)
+        let builder = OAuth::builder(resource)
             .authorization_server("https://auth.example.com")
             .jwks(ed_jwks())
-            .algorithms([Algorithm::EdDSA])
-            .scope(
-                "tickets:read",
-                "reader",
-                Gate::new(Mode::Shadow).expect("a gate"),
-            )
+            .algorithms([Algorithm::EdDSA]);
+        #[cfg(feature = "mcp-http")]
+        let builder = builder.scope(
+            "tickets:read",
+            "reader",
+            Gate::new(Mode::Shadow).expect("a gate"),
+        );
+        builder
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn the_metadata_is_served_at_the_root_and_at_the_resources_path() {
         let oauth = built(desk("https://mcp.example.com/tenant/mcp")).expect("a verifier");
@@ -1907,6 +1916,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn a_configuration_that_cannot_work_is_refused_with_what_is_wrong() {
         let message = |builder: OAuthBuilder| built(builder).expect_err("refused").to_string();
@@ -2003,5 +2013,73 @@ mod tests {
             oauth.inner.check(&unnamed, &keys).map(|_| ()),
             Err(Failure::Invalid("the token's signature does not verify"))
         );
+    }
+
+    // RFC 8032's first Ed25519 test key (§7.1): its secret and its public key.
+    const RFC8032_SECRET: [u8; 32] = [
+        0x9d, 0x61, 0xb1, 0x9d, 0xef, 0xfd, 0x5a, 0x60, 0xba, 0x84, 0x4a, 0xf4, 0x92, 0xec, 0x2c,
+        0xc4, 0x44, 0x49, 0xc5, 0x69, 0x7b, 0x32, 0x69, 0x19, 0x70, 0x3b, 0xac, 0x03, 0x1c, 0xae,
+        0x7f, 0x60,
+    ];
+    const RFC8032_PUBLIC: [u8; 32] = [
+        0xd7, 0x5a, 0x98, 0x01, 0x82, 0xb1, 0x0a, 0xb7, 0xd5, 0x4b, 0xfe, 0xd3, 0xc9, 0x64, 0x07,
+        0x3a, 0x0e, 0xe1, 0x72, 0xf3, 0xda, 0xa6, 0x23, 0x25, 0xaf, 0x02, 0x1a, 0x68, 0xf7, 0x07,
+        0x51, 0x1a,
+    ];
+
+    // What the console asks of the verifier, with the MCP server built or not (`console` alone
+    // builds it without rules): the claims of a token its key signed, and none of one altered after.
+    #[test]
+    fn a_token_signed_by_a_key_of_the_set_gives_its_claims_and_an_altered_one_none() {
+        let resource = "https://console.example.com/";
+        let jwks = serde_json::json!({"keys": [
+            {"kid": "k", "kty": "OKP", "crv": "Ed25519", "x": b64(&RFC8032_PUBLIC)},
+        ]});
+        let oauth = built(desk(resource).jwks(Jwks::json(jwks.to_string()))).expect("a verifier");
+        // The secret as PKCS #8 (RFC 8410): the fixed prefix of an Ed25519 key, then the key.
+        let mut pkcs8 = vec![
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        pkcs8.extend_from_slice(&RFC8032_SECRET);
+        let key = jsonwebtoken::EncodingKey::from_ed_der(&pkcs8);
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+        header.kid = Some("k".into());
+        let exp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_secs()
+            + 600;
+        let claims = |sub: &str, aud: &str| {
+            serde_json::json!({
+                "iss": "https://auth.example.com",
+                "aud": aud,
+                "sub": sub,
+                "exp": exp,
+                "scope": "toolgate:console",
+            })
+        };
+        let token = jsonwebtoken::encode(&header, &claims("olga", resource), &key).expect("signed");
+        let read = |token: &str| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+                .block_on(oauth.claims(token))
+        };
+        let verified = read(&token).expect("the token verifies");
+        assert_eq!(verified.subject(), Some("olga"));
+        assert!(verified.has_scope("toolgate:console"));
+        assert_eq!(verified.expires(), Some(exp));
+        // Another subject put in place of the signed one: the signature no longer covers it.
+        let (signed_header, rest) = token.split_once('.').expect("three parts");
+        let (_, signature) = rest.split_once('.').expect("three parts");
+        let altered_claims = b64(claims("ravi", resource).to_string().as_bytes());
+        assert!(read(&format!("{signed_header}.{altered_claims}.{signature}")).is_none());
+        // Signed by the right key, for another audience.
+        let elsewhere =
+            jsonwebtoken::encode(&header, &claims("olga", "https://other.example"), &key)
+                .expect("signed");
+        assert!(read(&elsewhere).is_none());
     }
 }
