@@ -139,7 +139,8 @@ pub use toolgate_runtime::audit;
 pub use toolgate_runtime::cli;
 #[cfg(feature = "console")]
 pub use toolgate_runtime::console;
-#[cfg(feature = "mcp")]
+// With `console` alone, `mcp` holds the access tokens' verifier (`mcp::oauth`) and no server.
+#[cfg(any(feature = "mcp", feature = "console"))]
 pub use toolgate_runtime::mcp;
 pub use toolgate_runtime::names;
 #[cfg(feature = "policy-file")]

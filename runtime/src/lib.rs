@@ -23,6 +23,13 @@ mod files;
 mod gate;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+/// The verifier of JWT access tokens, [`oauth`](mcp::oauth), without the MCP server: what the
+/// operator console checks operators' access tokens with (feature `console`). Feature `mcp` brings
+/// the MCP server around it.
+#[cfg(all(feature = "jwt", not(feature = "mcp")))]
+pub mod mcp {
+    pub mod oauth;
+}
 pub mod names;
 #[cfg(feature = "policy-file")]
 pub mod policy_file;

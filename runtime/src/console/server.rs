@@ -110,12 +110,13 @@ impl ConsoleBuilder {
     }
 }
 
-/// The verifier of operators' access tokens. `OAuth` maps tokens to principals by rules, one of which
-/// it requires; the console reads the claims itself (the subject, the scope, the expiry), so the rule
-/// names no one.
+/// The verifier of operators' access tokens. With the MCP server (`mcp-http`), `OAuth` maps tokens to
+/// principals by rules, one of which it requires; the console reads the claims itself (the subject,
+/// the scope, the expiry), so the rule names no one.
 async fn access_tokens(oauth: OAuthBuilder) -> Result<OAuth, StoreError> {
+    #[cfg(feature = "mcp-http")]
+    let oauth = oauth.map(|_| None);
     oauth
-        .map(|_| None)
         .build()
         .await
         .map_err(|e| StoreError::Unavailable(format!("not configured: access tokens: {e}")))

@@ -72,13 +72,17 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+#[cfg(feature = "mcp-http")]
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
+#[cfg(feature = "mcp-http")]
+use http::HeaderValue;
+use http::Uri;
 use http::header::ACCEPT;
-use http::{HeaderValue, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -88,7 +92,9 @@ use jsonwebtoken::errors::ErrorKind;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+#[cfg(feature = "mcp-http")]
 use super::http::{Principal, Refusal, TokenVerifier, Verification};
+#[cfg(feature = "mcp-http")]
 use crate::gate::Gate;
 
 /// The path of RFC 9728's protected resource metadata, before the resource's own path.
@@ -342,6 +348,7 @@ impl Claims {
 }
 
 /// A rule that maps a verified token's claims to a principal.
+#[cfg(feature = "mcp-http")]
 type Rule = Arc<dyn Fn(&Claims) -> Option<Principal> + Send + Sync>;
 
 /// An [`OAuth`] verifier, configured: see [`OAuth::builder`].
@@ -356,7 +363,9 @@ pub struct OAuthBuilder {
     refresh_interval: Duration,
     keys_max_age: Duration,
     fetch_timeout: Duration,
+    #[cfg(feature = "mcp-http")]
     cache_size: usize,
+    #[cfg(feature = "mcp-http")]
     rules: Vec<Rule>,
     rule_scopes: Vec<String>,
     challenge_scope: Option<Vec<String>>,
@@ -367,13 +376,15 @@ pub struct OAuthBuilder {
 
 impl fmt::Debug for OAuthBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OAuthBuilder")
+        let mut debug = f.debug_struct("OAuthBuilder");
+        debug
             .field("resource", &self.resource)
             .field("authorization_servers", &self.authorization_servers)
             .field("jwks", &self.jwks)
-            .field("algorithms", &self.algorithms)
-            .field("rules", &self.rules.len())
-            .finish_non_exhaustive()
+            .field("algorithms", &self.algorithms);
+        #[cfg(feature = "mcp-http")]
+        debug.field("rules", &self.rules.len());
+        debug.finish_non_exhaustive()
     }
 }
 
@@ -434,6 +445,7 @@ impl OAuthBuilder {
     }
 
     /// How many verified tokens are kept ([`DEFAULT_CACHE_SIZE`]); `0` verifies every request.
+    #[cfg(feature = "mcp-http")]
     pub fn cache_size(mut self, entries: usize) -> OAuthBuilder {
         self.cache_size = entries;
         self
@@ -449,6 +461,7 @@ impl OAuthBuilder {
     /// its own, map each to a gate of its own with [`map`](OAuthBuilder::map). Rules are tried in
     /// the order given, the first match wins: give the broadest scope first. The scope is listed in the metadata's `scopes_supported` unless that is
     /// [given](OAuthBuilder::scopes_supported).
+    #[cfg(feature = "mcp-http")]
     pub fn scope(
         mut self,
         scope: impl Into<String>,
@@ -470,6 +483,7 @@ impl OAuthBuilder {
     /// order with the [`scope`](OAuthBuilder::scope) rules. Mind that the principal's name is what its
     /// sessions, tasks and in-band approvals are bound to: build it from [`Claims::identity`], which
     /// holds the issuer where several are configured, not from the subject alone.
+    #[cfg(feature = "mcp-http")]
     pub fn map(
         mut self,
         rule: impl Fn(&Claims) -> Option<Principal> + Send + Sync + 'static,
@@ -538,6 +552,7 @@ impl OAuthBuilder {
         if algorithms.is_empty() {
             return Err(OAuthError::NoAlgorithm);
         }
+        #[cfg(feature = "mcp-http")]
         if self.rules.is_empty() {
             return Err(OAuthError::NoRule);
         }
@@ -626,13 +641,17 @@ impl OAuthBuilder {
                 validations,
                 algorithms,
                 issuers: self.authorization_servers,
+                #[cfg(feature = "mcp-http")]
                 rules: self.rules,
+                #[cfg(feature = "mcp-http")]
                 cache: Cache::new(self.cache_size),
                 challenge: Challenge {
                     metadata_url,
+                    #[cfg(feature = "mcp-http")]
                     scope: challenge_scope.join(" "),
                 },
                 document: Bytes::from(document.to_string()),
+                #[cfg(feature = "mcp-http")]
                 metadata_path,
                 resource,
             }),
@@ -1194,14 +1213,17 @@ impl Drop for StaleClaim {
 }
 
 /// What a token verified to: its principal, or the refusal of a valid token that maps to none.
+#[cfg(feature = "mcp-http")]
 type Outcome = Result<Principal, Refusal>;
 
 /// Verified tokens' outcomes, by the SHA-256 of the token.
+#[cfg(feature = "mcp-http")]
 struct Cache {
     capacity: usize,
     entries: Mutex<HashMap<[u8; 32], Entry>>,
 }
 
+#[cfg(feature = "mcp-http")]
 struct Entry {
     outcome: Outcome,
     /// The token's `exp`: the entry serves no later.
@@ -1209,6 +1231,7 @@ struct Entry {
     generation: u64,
 }
 
+#[cfg(feature = "mcp-http")]
 impl Cache {
     fn new(capacity: usize) -> Cache {
         Cache {
@@ -1252,9 +1275,11 @@ impl Cache {
 struct Challenge {
     metadata_url: String,
     /// Space-separated; empty when none is known.
+    #[cfg(feature = "mcp-http")]
     scope: String,
 }
 
+#[cfg(feature = "mcp-http")]
 impl Challenge {
     /// `Bearer` with `error` and its description first (if any), then `resource_metadata` and `scope`.
     fn header(&self, error: Option<(&str, &str)>) -> HeaderValue {
@@ -1311,10 +1336,13 @@ struct Inner {
     validations: HashMap<Algorithm, jsonwebtoken::Validation>,
     algorithms: Vec<Algorithm>,
     issuers: Vec<String>,
+    #[cfg(feature = "mcp-http")]
     rules: Vec<Rule>,
+    #[cfg(feature = "mcp-http")]
     cache: Cache,
     challenge: Challenge,
     document: Bytes,
+    #[cfg(feature = "mcp-http")]
     metadata_path: String,
     resource: String,
 }
@@ -1345,7 +1373,9 @@ impl OAuth {
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
             keys_max_age: DEFAULT_KEYS_MAX_AGE,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+            #[cfg(feature = "mcp-http")]
             cache_size: DEFAULT_CACHE_SIZE,
+            #[cfg(feature = "mcp-http")]
             rules: Vec::new(),
             rule_scopes: Vec::new(),
             challenge_scope: None,
@@ -1369,6 +1399,7 @@ impl OAuth {
 
 impl Inner {
     /// The outcome of `token` against `keys`, cached when it verified.
+    #[cfg(feature = "mcp-http")]
     fn decide(&self, token: &str, digest: [u8; 32], keys: &KeySet) -> Result<Outcome, Failure> {
         let claims = self.check(token, keys)?;
         let outcome = self
@@ -1448,11 +1479,13 @@ impl Inner {
     }
 
     /// Decides `token` after loading the keys again (at most once per interval).
+    #[cfg(feature = "mcp-http")]
     async fn refreshed(self: Arc<Self>, token: String, digest: [u8; 32]) -> Outcome {
         let keys = self.keys.refresh().await;
         self.finish(self.decide(&token, digest, &keys))
     }
 
+    #[cfg(feature = "mcp-http")]
     fn finish(&self, decided: Result<Outcome, Failure>) -> Outcome {
         decided.unwrap_or_else(|failure| {
             Err(self.challenge.invalid(match failure {
@@ -1488,6 +1521,7 @@ fn describe(error: &ErrorKind) -> &'static str {
 }
 
 /// Seconds since the epoch.
+#[cfg(feature = "mcp-http")]
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -1517,6 +1551,7 @@ impl OAuth {
     }
 }
 
+#[cfg(feature = "mcp-http")]
 impl TokenVerifier for OAuth {
     fn verify(&self, token: &str) -> Verification {
         let inner = &self.inner;
@@ -1554,7 +1589,10 @@ impl TokenVerifier for OAuth {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
     use super::*;
+    #[cfg(feature = "mcp-http")]
     use crate::Mode;
 
     fn claims(value: Value) -> Claims {
@@ -1719,10 +1757,12 @@ mod tests {
         assert_eq!(rsa_bits(&[0, 0x7f, 0]), 15);
     }
 
+    #[cfg(feature = "mcp-http")]
     fn principal(name: &str) -> Principal {
         Principal::new(name, Gate::new(Mode::Shadow).expect("a gate"))
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn the_cache_serves_a_token_until_its_exp_in_its_generation_and_stays_bounded() {
         let cache = Cache::new(2);
@@ -1756,6 +1796,7 @@ mod tests {
         assert!(none.get(&[1; 32], 60, 0).is_none());
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn challenges_are_written_as_rfc_6750_has_them() {
         let challenge = Challenge {
@@ -1813,17 +1854,20 @@ mod tests {
     }
 
     fn desk(resource: &str) -> OAuthBuilder {
-        OAuth::builder(resource)
+        let builder = OAuth::builder(resource)
             .authorization_server("https://auth.example.com")
             .jwks(ed_jwks())
-            .algorithms([Algorithm::EdDSA])
-            .scope(
-                "tickets:read",
-                "reader",
-                Gate::new(Mode::Shadow).expect("a gate"),
-            )
+            .algorithms([Algorithm::EdDSA]);
+        #[cfg(feature = "mcp-http")]
+        let builder = builder.scope(
+            "tickets:read",
+            "reader",
+            Gate::new(Mode::Shadow).expect("a gate"),
+        );
+        builder
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn the_metadata_is_served_at_the_root_and_at_the_resources_path() {
         let oauth = built(desk("https://mcp.example.com/tenant/mcp")).expect("a verifier");
@@ -1872,6 +1916,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "mcp-http")]
     #[test]
     fn a_configuration_that_cannot_work_is_refused_with_what_is_wrong() {
         let message = |builder: OAuthBuilder| built(builder).expect_err("refused").to_string();
@@ -1968,5 +2013,73 @@ mod tests {
             oauth.inner.check(&unnamed, &keys).map(|_| ()),
             Err(Failure::Invalid("the token's signature does not verify"))
         );
+    }
+
+    // RFC 8032's first Ed25519 test key (§7.1): its secret and its public key.
+    const RFC8032_SECRET: [u8; 32] = [
+        0x9d, 0x61, 0xb1, 0x9d, 0xef, 0xfd, 0x5a, 0x60, 0xba, 0x84, 0x4a, 0xf4, 0x92, 0xec, 0x2c,
+        0xc4, 0x44, 0x49, 0xc5, 0x69, 0x7b, 0x32, 0x69, 0x19, 0x70, 0x3b, 0xac, 0x03, 0x1c, 0xae,
+        0x7f, 0x60,
+    ];
+    const RFC8032_PUBLIC: [u8; 32] = [
+        0xd7, 0x5a, 0x98, 0x01, 0x82, 0xb1, 0x0a, 0xb7, 0xd5, 0x4b, 0xfe, 0xd3, 0xc9, 0x64, 0x07,
+        0x3a, 0x0e, 0xe1, 0x72, 0xf3, 0xda, 0xa6, 0x23, 0x25, 0xaf, 0x02, 0x1a, 0x68, 0xf7, 0x07,
+        0x51, 0x1a,
+    ];
+
+    // What the console asks of the verifier, with the MCP server built or not (`console` alone
+    // builds it without rules): the claims of a token its key signed, and none of one altered after.
+    #[test]
+    fn a_token_signed_by_a_key_of_the_set_gives_its_claims_and_an_altered_one_none() {
+        let resource = "https://console.example.com/";
+        let jwks = serde_json::json!({"keys": [
+            {"kid": "k", "kty": "OKP", "crv": "Ed25519", "x": b64(&RFC8032_PUBLIC)},
+        ]});
+        let oauth = built(desk(resource).jwks(Jwks::json(jwks.to_string()))).expect("a verifier");
+        // The secret as PKCS #8 (RFC 8410): the fixed prefix of an Ed25519 key, then the key.
+        let mut pkcs8 = vec![
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        pkcs8.extend_from_slice(&RFC8032_SECRET);
+        let key = jsonwebtoken::EncodingKey::from_ed_der(&pkcs8);
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+        header.kid = Some("k".into());
+        let exp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_secs()
+            + 600;
+        let claims = |sub: &str, aud: &str| {
+            serde_json::json!({
+                "iss": "https://auth.example.com",
+                "aud": aud,
+                "sub": sub,
+                "exp": exp,
+                "scope": "toolgate:console",
+            })
+        };
+        let token = jsonwebtoken::encode(&header, &claims("olga", resource), &key).expect("signed");
+        let read = |token: &str| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+                .block_on(oauth.claims(token))
+        };
+        let verified = read(&token).expect("the token verifies");
+        assert_eq!(verified.subject(), Some("olga"));
+        assert!(verified.has_scope("toolgate:console"));
+        assert_eq!(verified.expires(), Some(exp));
+        // Another subject put in place of the signed one: the signature no longer covers it.
+        let (signed_header, rest) = token.split_once('.').expect("three parts");
+        let (_, signature) = rest.split_once('.').expect("three parts");
+        let altered_claims = b64(claims("ravi", resource).to_string().as_bytes());
+        assert!(read(&format!("{signed_header}.{altered_claims}.{signature}")).is_none());
+        // Signed by the right key, for another audience.
+        let elsewhere =
+            jsonwebtoken::encode(&header, &claims("olga", "https://other.example"), &key)
+                .expect("signed");
+        assert!(read(&elsewhere).is_none());
     }
 }
