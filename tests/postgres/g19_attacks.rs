@@ -1153,9 +1153,20 @@ fn b19_16_a_rollback_read_back_from_the_trail_runs_through_the_gate_naming_what_
     let said = call_error_outcome(wait(toolgate::registry().rollback(&gate, &enter)));
     assert_eq!(said, "ran");
     assert_eq!(runs("restore", "i-b16"), 1);
-    // Every record of the undo names the call it undoes; none is left unnamed.
-    let records = toolgate::postgres::read_trail(&url, "toolgate").unwrap();
-    let restores: Vec<_> = records.iter().filter(|r| r.tool == "b19.restore").collect();
+    // Every record of the undo names the call it undoes; none is left unnamed. The sink writes the
+    // `exit` after the body returns, on its own thread: the trail is read until it holds it.
+    let mut restores = Vec::new();
+    for _ in 0..600 {
+        restores = toolgate::postgres::read_trail(&url, "toolgate")
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.tool == "b19.restore")
+            .collect();
+        if restores.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(restores.len() >= 3, "{restores:?}");
     for record in &restores {
         assert_eq!(
