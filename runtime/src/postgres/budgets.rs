@@ -31,7 +31,7 @@
 //! # What a reset does
 //!
 //! [`reset`] reads the keys, keeps those the filter selects, and hands them to one statement,
-//! `SELECT toolgate.budget_reset(keys, windows_us, by, reason, selection)` (migration 13), which in
+//! `SELECT toolgate.budget_reset(keys, by, reason, selection)` (migration 13), which in
 //! one transaction locks each budget's row in the order of the keys' bytes, as `budget_take` does
 //! (so that a call's check in any process waits for the reset or the reset for it, and neither
 //! deadlocks), deletes every use of those budgets, sets what each holds to zero, and inserts a row of
@@ -443,14 +443,13 @@ pub fn reset(
             if keys.is_empty() {
                 return Ok(None);
             }
-            let windows = windows_us(&keys);
             let row = client
                 .query_one(
                     &schema::sql(
-                        "SELECT {s}.budget_reset($1::text[], $2::bigint[], $3, $4, $5)",
+                        "SELECT {s}.budget_reset($1::text[], $2, $3, $4)",
                         schema,
                     ),
-                    &[&keys, &windows, &by, &reason, &selection],
+                    &[&keys, &by, &reason, &selection],
                 )
                 .await
                 .map_err(|e| store_error(&e))?;

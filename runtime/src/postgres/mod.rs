@@ -179,7 +179,7 @@
 //! GRANT USAGE ON SEQUENCE toolgate.fleet_changes_id_seq TO toolgate_operator;
 //! GRANT SELECT ON toolgate.fleet_members, toolgate.fleet_tools TO toolgate_operator;
 //! GRANT SELECT ON toolgate.budgets, toolgate.budget_uses, toolgate.budget_resets TO toolgate_operator;
-//! GRANT EXECUTE ON FUNCTION toolgate.budget_reset(text[], bigint[], text, text, text)
+//! GRANT EXECUTE ON FUNCTION toolgate.budget_reset(text[], text, text, text)
 //!     TO toolgate_operator;
 //! -- Auditors: `toolgate audit verify` and `toolgate audit promotion` of the trail, and the resets
 //! -- of budgets that `verify` names beside it.

@@ -434,12 +434,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
         keys     text[] NOT NULL,
         cleared  integer[] NOT NULL
     );
-    CREATE FUNCTION {s}.budget_reset(budget_keys text[], windows_us bigint[], by_name text,
-        why text, selection text)
+    CREATE FUNCTION {s}.budget_reset(budget_keys text[], by_name text, why text, selection text)
     RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     DECLARE
         sorted    text[];
-        windows   bigint[];
+        window_ns text;
         now_at    timestamptz;
         live      integer;
         counts    integer[] := '{}';
@@ -449,22 +448,22 @@ pub(super) const MIGRATIONS: &[&str] = &[
             RAISE EXCEPTION 'a reset of budgets names who makes it and why' USING ERRCODE = '22023';
         END IF;
         -- Each key once, in the order of its bytes: the order budget_take locks in.
-        SELECT coalesce(array_agg(k ORDER BY k COLLATE \"C\"), '{}'),
-               coalesce(array_agg(w ORDER BY k COLLATE \"C\"), '{}')
-            INTO sorted, windows
-            FROM (SELECT DISTINCT ON (k) k, w
-                  FROM unnest(budget_keys, windows_us) AS given(k, w)
-                  WHERE k IS NOT NULL ORDER BY k, w) AS once;
+        SELECT coalesce(array_agg(k ORDER BY k COLLATE \"C\"), '{}')
+            INTO sorted
+            FROM (SELECT DISTINCT k FROM unnest(budget_keys) AS given(k) WHERE k IS NOT NULL) AS once;
         LOCK TABLE {s}.budget_uses IN ROW EXCLUSIVE MODE;
         FOR i IN 1 .. cardinality(sorted) LOOP
             PERFORM 1 FROM {s}.budgets WHERE key = sorted[i] FOR UPDATE;
         END LOOP;
         now_at := clock_timestamp();
         FOR i IN 1 .. cardinality(sorted) LOOP
+            -- The window is the key's own (its last field, in nanoseconds, after the limit), never
+            -- the caller's: the record says how many calls the window held, whoever resets.
+            window_ns := substring(sorted[i] from '\\x1f[0-9]+\\x1f([0-9]+)$');
             WITH gone AS (
                 DELETE FROM {s}.budget_uses WHERE key = sorted[i] RETURNING used_at)
-            SELECT count(*) FILTER (WHERE windows[i] IS NULL
-                    OR used_at > now_at - windows[i] * interval '1 microsecond')
+            SELECT count(*) FILTER (WHERE window_ns IS NULL
+                    OR used_at > now_at - make_interval(secs => window_ns::float8 / 1e9))
                 INTO live FROM gone;
             UPDATE {s}.budgets SET held = 0 WHERE key = sorted[i];
             counts := counts || live;
@@ -475,7 +474,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
         RETURN record_id;
     END
     $$;
-    REVOKE EXECUTE ON FUNCTION {s}.budget_reset(text[], bigint[], text, text, text) FROM PUBLIC;",
+    REVOKE EXECUTE ON FUNCTION {s}.budget_reset(text[], text, text, text) FROM PUBLIC;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first

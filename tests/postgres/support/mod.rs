@@ -470,7 +470,7 @@ pub(crate) fn chained_hash(prev: &str, body: &str) -> String {
 /// indexes, the pending list's index, the notification of changed requests), for the tests of a
 /// database at version 9 that migrates.
 pub(crate) const BACK_TO_VERSION_9: &str = "
-    DROP FUNCTION toolgate.budget_reset(text[], bigint[], text, text, text);
+    DROP FUNCTION toolgate.budget_reset(text[], text, text, text);
     DROP TABLE toolgate.budget_resets;
     DELETE FROM toolgate.schema_version WHERE version = 13;
     DROP FUNCTION toolgate.fleet_policy_accepted(text, text);
