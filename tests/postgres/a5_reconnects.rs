@@ -176,8 +176,8 @@ fn a5_c2_a_trail_restarted_under_calls_in_flight_verifies_and_holds_every_body_t
     );
     let repeated = query(
         &url,
-        "SELECT count(*) FROM (SELECT line::jsonb ->> 'arguments' FROM toolgate.audit
-         WHERE stage = 'exit' GROUP BY 1 HAVING count(*) > 1) d",
+        "SELECT count(*) FROM (SELECT gate, call FROM toolgate.audit
+         WHERE stage = 'exit' GROUP BY gate, call HAVING count(*) > 1) d",
     );
     assert_eq!(
         repeated[0][0].as_deref(),
