@@ -26,6 +26,7 @@ mod g20_console;
 #[cfg(feature = "console")]
 mod g20_more;
 
+mod a5_reconnects;
 mod approvals_cli;
 mod budgets_cli;
 mod connections;
