@@ -445,10 +445,7 @@ pub fn reset(
             }
             let row = client
                 .query_one(
-                    &schema::sql(
-                        "SELECT {s}.budget_reset($1::text[], $2, $3, $4)",
-                        schema,
-                    ),
+                    &schema::sql("SELECT {s}.budget_reset($1::text[], $2, $3, $4)", schema),
                     &[&keys, &by, &reason, &selection],
                 )
                 .await
