@@ -28,25 +28,27 @@ pub(crate) fn member() {
     };
     let stop_file = PathBuf::from(env(STOP_FILE));
     println!("ready");
-    let (mut came, mut policy) = (String::new(), None::<String>);
-    let mut first = true;
+    // What a call came to and the policy it was decided under, printed as a pair ("came", then
+    // "policy") whenever the pair changes: only a call the policy did not change across is a pair,
+    // so a reader never sees a policy beside the outcome of the one before it.
+    let mut seen: Option<(String, Option<String>)> = None;
     for i in 0.. {
         if stop_file.exists() {
             break;
         }
+        let before = gate.policy_digest();
         let now = match gate.run(|| work(i)) {
             Ok(_) => "ran".to_owned(),
             Err(denied) => denied.code().as_str().to_owned(),
         };
-        if now != came {
-            println!("came {now}");
-            came = now;
-        }
-        let digest = gate.policy_digest().as_deref().map(str::to_owned);
-        if first || digest != policy {
-            println!("policy {}", digest.as_deref().unwrap_or("none"));
-            policy = digest;
-            first = false;
+        let digest = gate.policy_digest();
+        if digest == before {
+            let pair = (now, digest.as_deref().map(str::to_owned));
+            if seen.as_ref() != Some(&pair) {
+                println!("came {}", pair.0);
+                println!("policy {}", pair.1.as_deref().unwrap_or("none"));
+                seen = Some(pair);
+            }
         }
         std::thread::sleep(Duration::from_millis(5));
     }
