@@ -57,7 +57,8 @@ TRANSPORTS = {
 # rest of the runtime sees them through its types.
 SOLE_IMPORTERS = {
     "ed25519_dalek": ("audit::checkpoint",),
-    # The OAuth resource server (feature `mcp-oauth`): tokens, keys and the JWKS's HTTPS client.
+    # The access tokens' verifier (features `mcp-oauth` and `console`): tokens, keys and the JWKS's
+    # HTTPS client.
     "jsonwebtoken": ("mcp::oauth",),
     "hyper_util": ("mcp::oauth",),
     "hyper_rustls": ("mcp::oauth",),
