@@ -329,28 +329,7 @@ fn table(requests: &[StoredRequest]) -> String {
         "PRINCIPAL",
         "ARGUMENTS",
     ];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &[&str]| {
-        let last = cells.len() - 1;
-        for (i, cell) in cells.iter().enumerate() {
-            if i == last {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
-            }
-        }
-        out.push('\n');
-    };
-    line(&header);
-    for row in &rows {
-        line(&row.each_ref().map(String::as_str));
-    }
+    let mut out = crate::table(&header, &rows);
     if requests.iter().any(|r| r.irreversible) {
         out.push_str(
             "(irreversible): approved only with the call's target typed back, `approve ID \

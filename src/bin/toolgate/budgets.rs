@@ -283,29 +283,7 @@ fn table(list: &[StoredBudget]) -> String {
     let header = [
         "AGENT", "SCOPE", "CALLS", "WINDOW", "FREES", "POLICY", "KEY",
     ];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &[&str]| {
-        let last = cells.len() - 1;
-        for (i, cell) in cells.iter().enumerate() {
-            if i == last {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
-            }
-        }
-        out.push('\n');
-    };
-    line(&header);
-    for row in &rows {
-        line(&row.each_ref().map(String::as_str));
-    }
-    out
+    crate::table(&header, &rows)
 }
 
 /// The budgets a reset cleared, a line each.

@@ -187,6 +187,32 @@ fn age(duration: std::time::Duration) -> String {
 }
 
 /// Prints to stdout, ignoring a closed pipe (`toolgate audit promotion log | head`).
+/// Rows under a header, each column as wide as its widest cell (the last one left as it is).
+fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str; N]| {
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        out.push('\n');
+    };
+    line(header);
+    for row in rows {
+        line(&row.each_ref().map(String::as_str));
+    }
+    out
+}
+
 fn print(text: &str) {
     let _ = io::stdout().lock().write_all(text.as_bytes());
 }
