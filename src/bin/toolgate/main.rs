@@ -186,8 +186,8 @@ fn age(duration: std::time::Duration) -> String {
     }
 }
 
-/// Prints to stdout, ignoring a closed pipe (`toolgate audit promotion log | head`).
 /// Rows under a header, each column as wide as its widest cell (the last one left as it is).
+#[cfg(feature = "postgres")]
 fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(str::len);
     for row in rows {
@@ -213,6 +213,7 @@ fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     out
 }
 
+/// Prints to stdout, ignoring a closed pipe (`toolgate audit promotion log | head`).
 fn print(text: &str) {
     let _ = io::stdout().lock().write_all(text.as_bytes());
 }
