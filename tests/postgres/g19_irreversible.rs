@@ -527,7 +527,7 @@ fn a_database_at_the_previous_version_migrates_and_its_requests_still_answer() {
 
     let migrated = toolgate_exits(&["migrate", "--store", &url], 0);
     assert!(
-        text(&migrated).contains("from version 8 to version 13"),
+        text(&migrated).contains("from version 8 to version 14"),
         "{}",
         text(&migrated)
     );
@@ -537,7 +537,7 @@ fn a_database_at_the_previous_version_migrates_and_its_requests_still_answer() {
     );
     assert_eq!(
         versions,
-        (1..=13)
+        (1..=14)
             .map(|v| vec![Some(v.to_string())])
             .collect::<Vec<_>>()
     );

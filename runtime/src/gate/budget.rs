@@ -136,6 +136,18 @@ pub trait BudgetStore: Send + Sync + 'static {
     /// own timeout, resolves and leaves the units counted (the budget errs towards fewer calls, never
     /// more). A call whose check failed is refused at once, its release not awaited.
     fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture;
+
+    /// Makes sure, at the commit point of a call that waited for its approver, that `reservation`
+    /// still holds a unit of each budget in `charges`: while the approver thought, the unit may have
+    /// left its window, or an operator may have reset the budget. A unit still held is kept and
+    /// charged nothing more; the units lost are taken again, all or none, within the limits as they
+    /// are now. `Exhausted` refuses the call, which then gives back what `reservation` still holds. So
+    /// a call that waited is counted in the window it runs in, and after a reset that came while it
+    /// waited.
+    ///
+    /// A store whose units only their windows and releases remove may answer as
+    /// [`take`](BudgetStore::take) does, skipping the budgets `reservation` holds a unit of.
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture;
 }
 
 /// Names the units one call took of its budgets, so that a call refused after its budget check gives
@@ -197,6 +209,11 @@ impl Reserved {
     /// Asks the store for the units.
     pub(crate) fn take(&self) -> BudgetFuture {
         self.store.take(&self.charges, self.id)
+    }
+
+    /// Asks the store whether the units are still held, and for those lost again.
+    pub(crate) fn hold(&self) -> BudgetFuture {
+        self.store.hold(&self.charges, self.id)
     }
 
     pub(crate) fn charges(&self) -> &[BudgetCharge] {
@@ -337,6 +354,28 @@ impl MemoryBudgets {
         reservation: Reservation,
         now: Instant,
     ) -> Taken {
+        self.charge(charges, reservation, now, false)
+    }
+
+    /// [`BudgetStore::hold`] at the instant `now`.
+    pub(crate) fn hold_at(
+        &self,
+        charges: &[BudgetCharge],
+        reservation: Reservation,
+        now: Instant,
+    ) -> Taken {
+        self.charge(charges, reservation, now, true)
+    }
+
+    /// Takes a unit of each of `charges`, all or none; with `again`, a budget `reservation` holds a
+    /// unit of still is charged nothing.
+    fn charge(
+        &self,
+        charges: &[BudgetCharge],
+        reservation: Reservation,
+        now: Instant,
+        again: bool,
+    ) -> Taken {
         // Each update below is complete before the next: a poisoned lock holds consistent logs.
         let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
         let mut exhausted: Option<(usize, Duration)> = None;
@@ -351,6 +390,9 @@ impl MemoryBudgets {
                 while log.front().is_some_and(|&(at, _)| at <= start) {
                     log.pop_front();
                 }
+            }
+            if again && log.iter().any(|&(_, r)| r == reservation) {
+                continue;
             }
             let limit = charge.limit as usize;
             if log.len() >= limit {
@@ -370,6 +412,8 @@ impl MemoryBudgets {
         }
         for charge in charges {
             match uses.get_mut(&charge.key) {
+                // Read as the check above read it: nothing changed under the lock.
+                Some(log) if again && log.iter().any(|&(_, r)| r == reservation) => {}
                 Some(log) => log.push_back((now, reservation)),
                 None => {
                     uses.insert(charge.key.clone(), VecDeque::from([(now, reservation)]));
@@ -418,6 +462,14 @@ impl BudgetStore for MemoryBudgets {
     fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
         self.release_now(charges, reservation);
         Box::pin(std::future::ready(()))
+    }
+
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        Box::pin(std::future::ready(Ok(self.hold_at(
+            charges,
+            reservation,
+            Instant::now(),
+        ))))
     }
 }
 

@@ -216,13 +216,16 @@
 //! ```
 //!
 //! A call's check is one statement, `SELECT toolgate.budget_take(keys, limits, windows_us, r)`, a
-//! PL/pgSQL function (migrations 4, 7 and 11) that, for each of the call's budgets in key order, makes
-//! its row if missing and locks it (`FOR UPDATE`); then reads the clock (`clock_timestamp()`, once
-//! every lock is held, so a check that waited on one counts from when it was allowed, not from when it
-//! was sent), deletes the uses that left the window and counts what each holds (after the lock, so it
-//! reads what the last check committed); then either records the call in every
-//! budget, or records nothing and answers which budget is out and for how long (from its oldest use
-//! that must leave, found by the index). A check costs what it deletes, not what the window holds.
+//! PL/pgSQL function (migrations 4, 7, 11 and 14) that, for each of the call's budgets in key order,
+//! makes its row if missing and locks it (`FOR UPDATE`); then reads the clock (`clock_timestamp()`,
+//! once every lock is held, so a check that waited on one counts from when it was allowed, not from
+//! when it was sent), deletes the uses that left the window and counts what each holds (after the
+//! lock, so it reads what the last check committed); then either records the call in every budget
+//! its reservation `r` holds no unit of, or records nothing and answers which budget is out and for
+//! how long (from its oldest use that must leave, found by the index). A call that waited for its
+//! approver sends the statement again, under the same reservation, at its commit point
+//! ([`BudgetStore::hold`]): a unit a reset cleared, or that left its window, while the approver
+//! thought is taken again, or the call refused. A check costs what it deletes, not what the window holds.
 //! Locking in key order serializes the checks that share a budget, in any number of processes, and
 //! never deadlocks. An error or a timeout refuses the call with `BUDGET_STORE_UNAVAILABLE`; a check
 //! that committed but whose answer was lost is refused and keeps its unit.
@@ -553,6 +556,12 @@ impl BudgetStore for PostgresStore {
             sent?;
             answered.await.unwrap_or_else(|_| Err(thread_gone()))
         })
+    }
+
+    /// The same statement as [`take`](BudgetStore::take): since migration 14 it charges nothing for
+    /// a budget the reservation holds a unit of.
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.take(charges, reservation)
     }
 
     fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {

@@ -475,6 +475,60 @@ pub(super) const MIGRATIONS: &[&str] = &[
     END
     $$;
     REVOKE EXECUTE ON FUNCTION {s}.budget_reset(text[], text, text, text) FROM PUBLIC;",
+    // 14: a take under a reservation that holds a unit of a budget already charges that budget
+    // nothing: the commit point of a decision that waited for its approver takes its units again,
+    // so that a unit an operator's reset cleared, or that left its window, while the approver
+    // thought is taken anew, within the limit as it is then, or the call refused.
+    "CREATE OR REPLACE FUNCTION {s}.budget_take(keys text[], limits integer[], windows_us bigint[],
+        r bytea)
+    RETURNS bigint[] LANGUAGE plpgsql AS $$
+    DECLARE
+        now_at  timestamptz;
+        live    integer;
+        oldest  timestamptz;
+        worst   integer := 0;
+        wait_us bigint := -1;
+        this_us bigint;
+        mine    boolean[] := '{}';
+    BEGIN
+        LOCK TABLE {s}.budget_uses IN ROW EXCLUSIVE MODE;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budgets (key, held) VALUES (keys[i], 0) ON CONFLICT (key) DO NOTHING;
+            PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
+        END LOOP;
+        now_at := clock_timestamp();
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            WITH gone AS (
+                DELETE FROM {s}.budget_uses
+                WHERE key = keys[i] AND used_at <= now_at - windows_us[i] * interval '1 microsecond'
+                RETURNING 1)
+            UPDATE {s}.budgets SET held = held - (SELECT count(*) FROM gone)
+                WHERE key = keys[i] RETURNING held INTO live;
+            mine := mine || (r IS NOT NULL AND EXISTS (
+                SELECT 1 FROM {s}.budget_uses WHERE key = keys[i] AND reservation = r));
+            IF NOT mine[i] AND live >= limits[i] THEN
+                SELECT used_at INTO oldest FROM {s}.budget_uses WHERE key = keys[i]
+                    ORDER BY used_at OFFSET live - limits[i] LIMIT 1;
+                this_us := ceil(extract(epoch FROM oldest + windows_us[i] * interval '1 microsecond'
+                    - now_at) * 1000000)::bigint;
+                IF this_us > wait_us THEN
+                    worst := i;
+                    wait_us := this_us;
+                END IF;
+            END IF;
+        END LOOP;
+        IF wait_us >= 0 THEN
+            RETURN ARRAY[worst - 1, greatest(wait_us, 0)];
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            IF NOT mine[i] THEN
+                INSERT INTO {s}.budget_uses (key, used_at, reservation) VALUES (keys[i], now_at, r);
+                UPDATE {s}.budgets SET held = held + 1 WHERE key = keys[i];
+            END IF;
+        END LOOP;
+        RETURN ARRAY[-1, 0];
+    END
+    $$;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first

@@ -30,6 +30,10 @@ struct Holding {
 }
 
 impl BudgetStore for Holding {
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.inner.hold(charges, reservation)
+    }
+
     fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
         if self.armed.swap(false, Ordering::SeqCst) {
             let _ = self.arrived.lock().unwrap().send(());

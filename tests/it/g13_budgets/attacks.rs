@@ -590,6 +590,10 @@ impl BudgetStore for LostAnswer {
     fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
         self.0.release(charges, reservation)
     }
+
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.0.hold(charges, reservation)
+    }
 }
 
 // A store that took the unit but whose answer was lost: the call is refused BUDGET_STORE_UNAVAILABLE

@@ -413,6 +413,9 @@ fn p29_one_agents_calls_never_spend_anothers_budget_in_a_shared_store() {
         ) -> toolgate::gate::budget::ReleaseFuture {
             self.0.release(charges, reservation)
         }
+        fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+            self.0.hold(charges, reservation)
+        }
     }
     let gate = |agent: &str| {
         Gate::builder()
@@ -673,6 +676,9 @@ fn p54_a_budget_store_answering_nonsense_refuses_and_panics_nowhere() {
             _: Reservation,
         ) -> toolgate::gate::budget::ReleaseFuture {
             Box::pin(async {})
+        }
+        fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+            self.take(charges, reservation)
         }
     }
     let sink = Arc::new(MemorySink::new());

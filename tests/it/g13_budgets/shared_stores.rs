@@ -300,6 +300,13 @@ fn b11_failing_store_refuses() {
                 ))
             })
         }
+        fn hold(
+            &self,
+            charges: &[BudgetCharge],
+            r: toolgate::gate::budget::Reservation,
+        ) -> BudgetFuture {
+            self.take(charges, r)
+        }
     }
     struct Panicking;
     impl BudgetStore for Panicking {
@@ -315,6 +322,9 @@ fn b11_failing_store_refuses() {
             _charges: &[BudgetCharge],
             _: toolgate::gate::budget::Reservation,
         ) -> BudgetFuture {
+            panic!("store panics")
+        }
+        fn hold(&self, _: &[BudgetCharge], _: toolgate::gate::budget::Reservation) -> BudgetFuture {
             panic!("store panics")
         }
     }

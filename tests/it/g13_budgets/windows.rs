@@ -446,6 +446,11 @@ struct Remote {
 }
 
 impl BudgetStore for Remote {
+    // Units the remote store took stay taken until released: nothing else clears them.
+    fn hold(&self, _: &[BudgetCharge], _: Reservation) -> BudgetFuture {
+        Box::pin(std::future::ready(Ok(Taken::Taken)))
+    }
+
     fn release(&self, _: &[BudgetCharge], _: Reservation) -> toolgate::gate::budget::ReleaseFuture {
         self.takes.fetch_sub(1, Ordering::SeqCst);
         Box::pin(async {})
@@ -582,6 +587,10 @@ struct Panicking {
 }
 
 impl BudgetStore for Panicking {
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.take(charges, reservation)
+    }
+
     fn release(&self, _: &[BudgetCharge], _: Reservation) -> toolgate::gate::budget::ReleaseFuture {
         panic!("the store panics when giving units back");
     }
@@ -618,6 +627,10 @@ impl BudgetStore for PanicsReleasing {
 
     fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
         self.budgets.take(charges, reservation)
+    }
+
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.budgets.hold(charges, reservation)
     }
 }
 
@@ -670,4 +683,91 @@ fn a_call_refused_for_its_audit_record_gives_its_unit_back() {
         assert_eq!(code(gate.run(|| read(i))), DenialCode::AuditUnavailable);
     }
     assert_eq!(READS.load(Ordering::SeqCst), before);
+}
+
+/// A gate of agent `desk` at FULL_AUTO whose budget of `limit` calls per `window` is counted in
+/// `store`, and whose approver runs `meanwhile` before it approves.
+fn desk(
+    store: &Arc<MemoryBudgets>,
+    limit: u32,
+    window: Duration,
+    meanwhile: impl Fn() + Send + Sync + 'static,
+) -> Gate {
+    let store: Arc<dyn BudgetStore> = store.clone();
+    Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("desk")
+        .budget(BudgetScope::Agent, limit, window)
+        .budget_store_shared(store)
+        .approver(move |_: &ApprovalRequest<'_>| {
+            meanwhile();
+            Approval::Approve
+        })
+        .build()
+        .unwrap()
+}
+
+// A call's unit is reserved before its approver is asked. An approver slower than the budget's
+// window lets that unit leave the window: another call of the agent takes the free unit meanwhile,
+// and the approved call, run then, would make two calls in one window of a budget of one. At its
+// commit point the call takes its unit again, and is refused.
+#[test]
+fn a_call_whose_unit_left_its_window_while_its_approver_thought_is_counted_again() {
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let other = Arc::new(desk(&store, 1, WINDOW, || {}));
+    let inside = other.clone();
+    let noted = Arc::new(std::sync::Mutex::new(None));
+    let said = noted.clone();
+    let gate = desk(&store, 1, WINDOW, move || {
+        std::thread::sleep(WINDOW + Duration::from_millis(300));
+        let other = inside.clone();
+        let b = std::thread::spawn(move || other.run(|| note("meanwhile".into())))
+            .join()
+            .unwrap();
+        *said.lock().unwrap() = Some(b.map_err(|d| d.code()));
+    });
+    let (wires, notes) = (WIRES.load(Ordering::SeqCst), NOTES.load(Ordering::SeqCst));
+    let denied = gate.run(|| wire(1)).unwrap_err();
+    assert_eq!(*noted.lock().unwrap(), Some(Ok(())), "the call meanwhile");
+    assert_refusal_says(
+        &denied,
+        DenialCode::BudgetExhausted,
+        "while its approver answered",
+    );
+    assert_eq!(WIRES.load(Ordering::SeqCst), wires);
+    assert_eq!(NOTES.load(Ordering::SeqCst), notes + 1);
+    // Refused, it gave back what it held: nothing. The note's unit is the window's only one.
+    assert_eq!(
+        code(other.run(|| note("after".into()))),
+        DenialCode::BudgetExhausted
+    );
+}
+
+// An approved call whose unit is still in its window keeps it, and is not charged a second one.
+#[test]
+fn an_approved_call_still_holding_its_unit_is_charged_once() {
+    let _serial = serial();
+    let store = Arc::new(MemoryBudgets::new());
+    let gate = desk(&store, 2, HOUR, || {});
+    let before = WIRES.load(Ordering::SeqCst);
+    assert_eq!(gate.run(|| wire(1)).unwrap(), 1);
+    assert_eq!(WIRES.load(Ordering::SeqCst), before + 1);
+    gate.run(|| note("second".into()))
+        .expect("the budget's second unit");
+    assert_eq!(
+        code(gate.run(|| note("third".into()))),
+        DenialCode::BudgetExhausted
+    );
+    let rt = runtime();
+    let store = Arc::new(MemoryBudgets::new());
+    let gate = desk(&store, 2, HOUR, || {});
+    assert_eq!(rt.block_on(gate.scope(wire_async(1))).unwrap(), 1);
+    gate.run(|| note("second".into()))
+        .expect("the budget's second unit, async");
+    assert_eq!(
+        code(gate.run(|| note("third".into()))),
+        DenialCode::BudgetExhausted
+    );
 }

@@ -536,6 +536,15 @@ fn an_operators_session_answer_in_a_tainted_session_runs_one_call() {
 struct SlowBudgets(std::time::Duration);
 
 impl toolgate::gate::budget::BudgetStore for SlowBudgets {
+    // Its units are never lost: held at once.
+    fn hold(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) -> toolgate::gate::budget::BudgetFuture {
+        Box::pin(async { Ok(toolgate::gate::budget::Taken::Taken) })
+    }
+
     fn take(
         &self,
         _: &[toolgate::gate::budget::BudgetCharge],

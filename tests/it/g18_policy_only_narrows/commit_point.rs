@@ -278,6 +278,10 @@ impl AuditSink for SleepySink {
 struct SlowBudgets(Arc<MemoryBudgets>);
 
 impl BudgetStore for SlowBudgets {
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.0.hold(charges, reservation)
+    }
+
     fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
         thread::sleep(Duration::from_millis(5));
         self.0.take(charges, reservation)
@@ -1809,6 +1813,11 @@ impl CountedBudgets {
 }
 
 impl BudgetStore for CountedBudgets {
+    // Units are lost only when an hour passes: none is taken again.
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.inner.hold(charges, reservation)
+    }
+
     fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
         let (this, owned) = (self.clone(), charges.to_vec());
         let taking = self.inner.take(charges, reservation);

@@ -80,6 +80,15 @@ impl Hold {
 struct HoldingBudgets(Hold);
 
 impl toolgate::gate::budget::BudgetStore for HoldingBudgets {
+    // Its units are never lost: held at once.
+    fn hold(
+        &self,
+        _: &[toolgate::gate::budget::BudgetCharge],
+        _: toolgate::gate::budget::Reservation,
+    ) -> toolgate::gate::budget::BudgetFuture {
+        Box::pin(async { Ok(toolgate::gate::budget::Taken::Taken) })
+    }
+
     fn take(
         &self,
         _: &[toolgate::gate::budget::BudgetCharge],

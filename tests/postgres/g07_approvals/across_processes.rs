@@ -287,7 +287,7 @@ fn the_table_keeps_token_hashes_only() {
     );
     assert_eq!(
         versions,
-        (1..=13)
+        (1..=14)
             .map(|v| vec![Some(v.to_string())])
             .collect::<Vec<_>>()
     );

@@ -500,8 +500,14 @@ fn a13_09_a_fleet_lowered_while_the_decision_waits_gives_the_unit_back_first() {
 
 static DISK: AtomicUsize = AtomicUsize::new(0);
 
+/// The link to hold from the disk's next reading on, once the approver armed it.
+static HOLD_ON_READ: std::sync::Mutex<Option<Arc<AtomicBool>>> = std::sync::Mutex::new(None);
+
 fn disk_state(disk: &str) -> Result<u64, String> {
     let _ = disk;
+    if let Some(hold) = HOLD_ON_READ.lock().unwrap().take() {
+        hold.store(true, Ordering::SeqCst);
+    }
     Ok(DISK.load(Ordering::SeqCst) as u64)
 }
 
@@ -512,8 +518,9 @@ async fn resize(disk: String) -> Result<(), Denied> {
     Ok(())
 }
 
-/// Changes the disk's state while it decides and holds the link to the server from then on; approves
-/// after a yield, so that the async call's decision waits for it.
+/// Changes the disk's state while it decides, and has the link to the server held from the disk's
+/// next reading on (just before the body, once the commit point found the call's unit still held);
+/// approves after a yield, so that the async call's decision waits for it.
 struct Shifty(Arc<AtomicBool>);
 
 impl toolgate::approval::AsyncApprover for Shifty {
@@ -523,7 +530,7 @@ impl toolgate::approval::AsyncApprover for Shifty {
     ) -> toolgate::approval::ApprovalFuture<'a> {
         Box::pin(async {
             DISK.fetch_add(1, Ordering::SeqCst);
-            self.0.store(true, Ordering::SeqCst);
+            *HOLD_ON_READ.lock().unwrap() = Some(self.0.clone());
             tokio::task::yield_now().await;
             Approval::Approve
         })

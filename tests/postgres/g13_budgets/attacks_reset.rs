@@ -125,6 +125,26 @@ fn a5_r1_a_reset_while_a_rejected_call_waits_does_not_let_its_give_back_free_ano
     );
 }
 
+// The same, A approved: its unit, reserved before the reset, was cleared by it; B took the reset
+// budget's one unit. A then runs at its commit point, after the reset: the window after the reset
+// must hold at most one call.
+#[test]
+fn a5_r2_a_reset_while_an_approved_call_waits_lets_at_most_n_run_after_it() {
+    let Some((_serial, url)) = parent_database(ROLE, "a5_reset_approve") else {
+        return;
+    };
+    let (ran, log, (held, uses)) = reset_while_decided(&url, Approval::Approve);
+    assert_eq!(held, uses, "held vs the uses kept: {log:?}");
+    assert!(
+        ran <= 1,
+        "{ran} calls ran after the reset of a budget of 1 an hour: {log:?}"
+    );
+    assert!(
+        held.parse::<u64>().unwrap() >= ran as u64,
+        "calls ran after the reset that the budget does not count: held {held}, ran {ran}: {log:?}"
+    );
+}
+
 // Names in ASCII that read alike (`0` reads as `O`, `I` as `l`) stay two names (SECURITY.md, "Names
 // that read alike"): a reset of `desk-0` clears neither `desk-O`'s budget nor `bilIing`'s, and one of
 // `Desk-0` (case is kept) selects nothing.
@@ -293,4 +313,29 @@ fn a5_r5_a_name_the_command_refuses_is_not_recorded_raw_through_the_function() {
     // Noted, not asserted: the function records `by` names the command's rule refuses (a Cyrillic
     // `а` in `ana` is shown as written); the role may write any name as `by` anyway.
     let _ = accepted;
+}
+
+// The commit point of an approved call asks the store again under the call's reservation: a unit
+// still held is charged nothing more, in any process's count.
+#[test]
+fn an_approved_call_still_holding_its_unit_is_charged_once_in_the_shared_store() {
+    let Some((_serial, url)) = parent_database(ROLE, "a5_held_once") else {
+        return;
+    };
+    let store = Arc::new(PostgresStore::connect(&url).unwrap());
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("once")
+        .budget(BudgetScope::Agent, 2, HOUR)
+        .budget_store_shared(store)
+        .approver(|_: &toolgate::ApprovalRequest<'_>| Approval::Approve)
+        .build()
+        .unwrap();
+    assert_eq!(gate.run(|| purge(1)).unwrap(), 1);
+    assert_eq!(held_and_uses(&url), ("1".into(), "1".into()));
+    assert_eq!(gate.run(|| jot(2)).unwrap(), 2);
+    assert_eq!(
+        gate.run(|| jot(3)).unwrap_err().code(),
+        DenialCode::BudgetExhausted
+    );
 }

@@ -44,6 +44,11 @@ impl Units {
         }
     }
 
+    /// The unit of the decision's table: the one reserved before any approver was asked.
+    pub(super) fn first(&self) -> Option<&Reserved> {
+        self.first.as_ref()
+    }
+
     /// The last one reserved.
     pub(super) fn pop(&mut self) -> Option<Reserved> {
         self.added.pop().or_else(|| self.first.take())
@@ -147,14 +152,7 @@ impl Gate {
                 charge,
                 retry_after,
             }) => {
-                let label = match reserved.charges().get(charge) {
-                    Some(charge) => [&self.inner.budgets, &table.budgets]
-                        .into_iter()
-                        .flatten()
-                        .find(|b| b.has(&charge.key))
-                        .map_or_else(|| "a budget".into(), |b| b.label(&charge.key)),
-                    None => "a budget".into(),
-                };
+                let label = self.label(table, reserved.charges(), charge);
                 // Nothing was taken: nothing to give back.
                 reserved.disarm();
                 Err(
@@ -168,8 +166,55 @@ impl Gate {
         }
     }
 
+    /// A budget store's answer to whether `reserved`'s units are still held after the decision waited
+    /// for its approver ([`BudgetStore::hold`]). A refusal leaves `reserved` as it is: the decision's
+    /// refusal gives back what it still holds.
+    pub(super) fn held_again(
+        &self,
+        table: &Table,
+        entry: &'static ToolEntry,
+        risk: EffectiveRisk,
+        reserved: &[BudgetCharge],
+        held: Result<Taken, StoreError>,
+    ) -> Result<(), Denied> {
+        match held {
+            Ok(Taken::Taken) => Ok(()),
+            Ok(Taken::Exhausted {
+                charge,
+                retry_after,
+            }) => {
+                let label = self.label(table, reserved, charge);
+                let mode = self.mode();
+                Err(
+                    refuse(entry, DenialCode::BudgetExhausted, risk.get(), Some(mode))
+                        .with_detail(
+                            format!(
+                                "{label}: the unit it held was cleared (reset, or out of its \
+                                 window) while its approver answered"
+                            )
+                            .into(),
+                        )
+                        .with_retry_after(retry_after),
+                )
+            }
+            Err(error) => Err(self.unavailable(entry, risk, error)),
+        }
+    }
+
+    /// The label of the budget at `charge` in `charges`, as a refusal names it.
+    fn label(&self, table: &Table, charges: &[BudgetCharge], charge: usize) -> Arc<str> {
+        match charges.get(charge) {
+            Some(charge) => [&self.inner.budgets, &table.budgets]
+                .into_iter()
+                .flatten()
+                .find(|b| b.has(&charge.key))
+                .map_or_else(|| "a budget".into(), |b| b.label(&charge.key)),
+            None => "a budget".into(),
+        }
+    }
+
     #[cold]
-    fn unavailable(
+    pub(super) fn unavailable(
         &self,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,

@@ -19,7 +19,7 @@ use super::arguments::{ArgumentSource, still_seen};
 use super::budgets::Reserve;
 use super::effects::confirm_evidence;
 use super::expiry::still_unexpired;
-use super::refusal::refuse;
+use super::refusal::{refuse, store_panicked};
 use super::state::Decision;
 use super::table::since;
 use super::waits::Wait;
@@ -41,6 +41,9 @@ pub(super) enum Committed {
     /// A unit of a budget that a replacement of `gates[i]`'s policy added is asked for: the answer to
     /// wait for, then the commit point again.
     Charging(usize, Wait),
+    /// The call waited for its approver: whether `gates[i]`'s store still holds the units reserved
+    /// before, the answer to wait for, then the commit point again.
+    Holding(usize, Wait),
 }
 
 impl<A: ArgumentSource> Decision<A> {
@@ -70,6 +73,11 @@ impl<A: ArgumentSource> Decision<A> {
                 self.approval_unexpired()?;
                 for i in 0..self.gates.len() {
                     self.still_allowed(i)?;
+                }
+                for i in 0..self.gates.len() {
+                    if let Some(wait) = self.hold_again(i)? {
+                        return Ok(Committed::Holding(i, wait));
+                    }
                 }
                 for i in 0..self.gates.len() {
                     if let Some(wait) = self.charge_added(i)? {
@@ -172,6 +180,30 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         Ok(permit)
+    }
+
+    /// Once a call waited for an approver, asks `gates[i]`'s store whether it still holds the units
+    /// reserved before the approver was asked: while the approver thought, a unit may have left its
+    /// window, or an operator reset its budget, and the call would run counted nowhere. `Some`: the
+    /// store's answer to wait for (a unit lost is taken again, or the call refused).
+    fn hold_again(&mut self, i: usize) -> Result<Option<Wait>, Denied> {
+        let approved = self.held.iter().any(|h| {
+            h.allowed
+                .as_ref()
+                .is_some_and(|a| a.decision == Decided::Approved)
+        });
+        let held = &mut self.held[i];
+        if !approved || held.held_again {
+            return Ok(None);
+        }
+        held.held_again = true;
+        let Some(reserved) = held.reserved.first() else {
+            return Ok(None);
+        };
+        match catch_unwind(AssertUnwindSafe(|| reserved.hold())) {
+            Ok(future) => Ok(Some(Wait::Budget(future))),
+            Err(_) => Err(self.gates[i].unavailable(self.entry, self.risk, store_panicked())),
+        }
     }
 
     /// Reserves a unit of each budget that a replacement of `gates[i]`'s policy added while the call

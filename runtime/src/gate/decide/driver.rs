@@ -115,6 +115,7 @@ impl<A: ArgumentSource> Decision<A> {
                             revocations: 0,
                             reserved: Units::default(),
                             allowed: None,
+                            held_again: false,
                         });
                         self.at = At::Table(i + 1);
                     }
@@ -155,10 +156,14 @@ impl<A: ArgumentSource> Decision<A> {
                     self.at = At::Charge(i);
                     return Some(Step::Wait(wait));
                 }
+                Ok(Committed::Holding(i, wait)) => {
+                    self.at = At::Hold(i);
+                    return Some(Step::Wait(wait));
+                }
                 Err(denied) => self.failed = Some(denied),
             },
-            // Only `resume` leaves this state.
-            At::Charge(_) => {}
+            // Only `resume` leaves these states.
+            At::Charge(_) | At::Hold(_) => {}
             // The driver gives the refusal itself.
             At::Refused => {}
         }
@@ -185,6 +190,17 @@ impl<A: ArgumentSource> Decision<A> {
                             _ => At::Commit,
                         };
                     }
+                    Err(denied) => self.failed = Some(denied),
+                }
+            }
+            (At::Hold(i), Answered::Budget(held)) => {
+                let charges = self.held[i]
+                    .reserved
+                    .first()
+                    .map_or(&[][..], |r| r.charges());
+                let table = self.held[i].current();
+                match self.gates[i].held_again(table, entry, risk, charges, held) {
+                    Ok(()) => self.at = At::Commit,
                     Err(denied) => self.failed = Some(denied),
                 }
             }

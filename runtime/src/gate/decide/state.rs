@@ -26,6 +26,9 @@ pub(super) enum At {
     /// At the commit point, taking a unit of each budget that a replacement of `gates[i]`'s policy
     /// added.
     Charge(usize),
+    /// At the commit point of a call that waited for its approver, asking whether `gates[i]`'s store
+    /// still holds the units reserved before the approver was asked.
+    Hold(usize),
     /// Refused (the refusal in `failed`): the budget units its decision reserved are being given
     /// back.
     Refused,
@@ -49,6 +52,8 @@ pub(super) struct Held {
     /// commit point.
     pub(super) reserved: Units,
     pub(super) allowed: Option<Allowed>,
+    /// Whether the commit point asked the store to hold the units again after an approval.
+    pub(super) held_again: bool,
 }
 
 impl Held {
