@@ -1645,3 +1645,53 @@ fn a20_122_a_flood_of_notifications_under_many_live_lists_leaves_the_console_ans
     let events: usize = streams.iter().map(EventStream::events).sum();
     eprintln!("a20_122: {events} events over 100 streams for 10000 notifications and 2 requests");
 }
+
+/// A console taking access tokens, served beyond loopback: the resource its tokens are for is the
+/// URL its operators reach it by. Without `--public-url` the command says so (it once made
+/// `http://0.0.0.0:PORT/` of its address, which no verifier accepts); plain http beyond loopback is
+/// refused; with an https URL it serves, and a token logs in.
+#[test]
+fn a_console_beyond_loopback_takes_access_tokens_for_its_public_url() {
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "console_public_url") else {
+        return;
+    };
+    let dir = scratch_dir("console_public_url");
+    let ops = operators_file(&dir, &[("olga", OLGA)]);
+    let key = TestKey::new("public-url");
+    let jwks = dir.join("jwks.json");
+    std::fs::write(&jwks, json!({"keys": [key.jwk]}).to_string()).unwrap();
+    let jwt = [
+        "--jwt-issuer",
+        ISSUER,
+        "--jwt-audience",
+        AUDIENCE,
+        "--jwks",
+        jwks.to_str().unwrap(),
+    ];
+    fn with<'a>(jwt: &[&'a str], public: &'a str) -> Vec<&'a str> {
+        [jwt, &["--public-url", public]].concat()
+    }
+    let said = ConsoleProcess::try_start_at(&url, &ops, "0.0.0.0:0", &jwt)
+        .err()
+        .expect("served beyond loopback without --public-url");
+    assert!(
+        said.contains("beyond this machine: give --public-url"),
+        "{said}"
+    );
+    let said =
+        ConsoleProcess::try_start_at(&url, &ops, "0.0.0.0:0", &with(&jwt, "http://10.1.2.3/"))
+            .err()
+            .expect("a plain http resource beyond loopback");
+    assert!(said.contains("only https"), "{said}");
+    let console = ConsoleProcess::try_start_at(
+        &url,
+        &ops,
+        "0.0.0.0:0",
+        &with(&jwt, "https://console.example/"),
+    )
+    .expect("served beyond loopback with its public URL");
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], console.addr.port()));
+    let browser = try_login(local, &key.sign(&claims("ravi", 300)))
+        .unwrap_or_else(|reply| panic!("a token did not log in: {}", reply.describe()));
+    assert_eq!(browser.get("/approvals").status, 200);
+}

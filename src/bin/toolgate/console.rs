@@ -17,12 +17,13 @@ Serves the console until stopped, on loopback unless --listen names another addr
 proxy in front: the session cookie would otherwise cross the network in the clear). Operators log in
 with a token of --operators FILE (TOML: `[operators]`, each name mapped to the SHA-256 of its token in
 hex, as `sha256sum` prints it), or with an access token of --jwt-issuer (checked against --jwks, for
---jwt-audience, granting --jwt-scope; the operator is its subject). The store records who answered.
+--jwt-audience, granting --jwt-scope; the operator is its subject; beyond loopback, --public-url names
+the console's https:// URL). The store records who answered.
 
 Exit status:
   1   refused: no operators, an operators file that does not read, or a JWT setting refused
   3   the store could not be reached, or the address could not be listened on
-  64  the command line is invalid (no store)";
+  64  the command line is invalid (no store; --jwt-issuer beyond loopback without --public-url)";
 
 #[derive(Debug, Args)]
 pub(super) struct ConsoleArgs {
@@ -31,6 +32,11 @@ pub(super) struct ConsoleArgs {
     /// Where to listen.
     #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:8640")]
     listen: SocketAddr,
+    /// The console's URL as its operators reach it (the TLS proxy's, beyond this machine): the
+    /// resource its access tokens are for. Default: http://ADDRESS/ on a loopback --listen; needed
+    /// with --jwt-issuer on any other.
+    #[arg(long, value_name = "URL", requires = "jwt_issuer")]
+    public_url: Option<String>,
     /// The operators and the SHA-256 of their tokens (TOML: `[operators]`, `name = "hex"`).
     #[arg(long, env = "TOOLGATE_CONSOLE_OPERATORS", value_name = "FILE")]
     operators: Option<PathBuf>,
@@ -98,8 +104,21 @@ pub(super) fn run(args: ConsoleArgs) -> u8 {
         } else {
             Jwks::file(jwks)
         };
-        // The console's own address is the resource the tokens are for; their audience is given.
-        let oauth = OAuth::builder(format!("http://{}/", args.listen))
+        // The console's own URL is the resource the tokens are for; their audience is given. Plain
+        // http is a resource only on loopback: beyond it, the URL is the TLS proxy's.
+        let resource = match args.public_url {
+            Some(url) => url,
+            None if args.listen.ip().is_loopback() => format!("http://{}/", args.listen),
+            None => {
+                eprintln!(
+                    "toolgate: --listen {} is beyond this machine: give --public-url, the console's \
+                     https:// URL as its operators reach it, the resource its access tokens are for",
+                    args.listen
+                );
+                return super::USAGE;
+            }
+        };
+        let oauth = OAuth::builder(resource)
             .authorization_server(issuer)
             .audience(audience)
             .algorithms(args.jwt_algorithms)
