@@ -127,6 +127,35 @@ pub(crate) struct ToolFn<'a> {
     pub(crate) gate: Option<&'a Ident>,
     /// The declared return type, if one is written.
     pub(crate) output: Option<&'a Type>,
+    /// The first parameter of type `Parameters<T>`: an rmcp tool's typed arguments.
+    pub(crate) typed: Option<Typed<'a>>,
+}
+
+/// A parameter `Parameters<T>`, through which rmcp hands a tool the call's arguments, deserialized.
+pub(crate) struct Typed<'a> {
+    /// Where the value of its `T` is bound, if a name holds it.
+    pub(crate) binding: Option<TypedBinding<'a>>,
+    /// The parameter's pattern, for errors about its binding.
+    pub(crate) pat: &'a Pat,
+}
+
+/// The name that holds a `Parameters<T>`'s `T`.
+#[derive(Clone, Copy)]
+pub(crate) enum TypedBinding<'a> {
+    /// `Parameters(args): Parameters<T>`: `args` is the `T`.
+    Inner(&'a Ident),
+    /// `params: Parameters<T>`: `params.0` is the `T`.
+    Outer(&'a Ident),
+}
+
+impl TypedBinding<'_> {
+    /// A place expression of the `T`, with the user's spans, so that it names the user's binding.
+    pub(crate) fn value(self) -> TokenStream {
+        match self {
+            TypedBinding::Inner(name) => quote!(#name),
+            TypedBinding::Outer(name) => quote!(#name.0),
+        }
+    }
 }
 
 /// One typed parameter.
@@ -166,12 +195,20 @@ impl<'a> ToolFn<'a> {
             .iter()
             .filter(|param| param.is_gate)
             .find_map(|param| param.name);
+        let typed = params
+            .iter()
+            .find(|param| is_parameters(param.ty))
+            .map(|param| Typed {
+                binding: typed_binding(param.pat),
+                pat: param.pat,
+            });
         ToolFn {
             sig,
             params,
             receiver: sig.receiver(),
             gate,
             output,
+            typed,
         }
     }
 
@@ -217,6 +254,9 @@ pub(crate) struct CallParts<'a> {
     /// Some argument is bound by a pattern, not a name: the arguments cannot be written.
     pub(crate) unnamed: bool,
     pub(crate) escalate: Option<syn::Path>,
+    /// The names `redact` lists, as written: for an rmcp tool gated in place, fields of its typed
+    /// arguments.
+    pub(crate) redacted: Vec<Ident>,
     pub(crate) record_arguments: bool,
     /// What a tool with lasting effects declares.
     pub(crate) effects: Option<EffectParts>,
@@ -264,6 +304,7 @@ impl<'a> CallParts<'a> {
             named,
             unnamed: func.arguments().any(|param| param.name.is_none()),
             escalate: args.escalate.as_ref().map(|e| e.value.clone()),
+            redacted: redact.to_vec(),
             record_arguments: args.record_arguments.as_ref().is_some_and(|r| r.value),
             effects: EffectParts::new(args),
             callable,
@@ -302,6 +343,38 @@ fn mentions_impl_trait(ty: &Type) -> bool {
 /// `Self`, as a receiver's type names it.
 pub(crate) fn is_self_type(ty: &Type) -> bool {
     matches!(ty, Type::Path(path) if path.qself.is_none() && path.path.is_ident("Self"))
+}
+
+/// `Parameters<T>`, under any path: rmcp's wrapper of a tool's typed arguments.
+fn is_parameters(ty: &Type) -> bool {
+    let Type::Path(path) = ty else {
+        return false;
+    };
+    path.qself.is_none()
+        && path.path.segments.last().is_some_and(|last| {
+            last.ident == "Parameters"
+                && matches!(&last.arguments, syn::PathArguments::AngleBracketed(args)
+                    if args.args.len() == 1
+                        && matches!(args.args[0], syn::GenericArgument::Type(_)))
+        })
+}
+
+/// The name a `Parameters<T>` parameter's pattern binds its `T` to: `Parameters(args)` or `params`.
+fn typed_binding(pat: &Pat) -> Option<TypedBinding<'_>> {
+    fn plain(pat: &Pat) -> Option<&Ident> {
+        match pat {
+            Pat::Ident(ident) if ident.subpat.is_none() && ident.by_ref.is_none() => {
+                Some(&ident.ident)
+            }
+            _ => None,
+        }
+    }
+    match pat {
+        Pat::TupleStruct(tuple) if tuple.elems.len() == 1 && tuple.qself.is_none() => {
+            plain(&tuple.elems[0]).map(TypedBinding::Inner)
+        }
+        other => plain(other).map(TypedBinding::Outer),
+    }
 }
 
 /// `&Gate`, `&'a Gate`, `&toolgate::Gate` or `&::toolgate::Gate`.

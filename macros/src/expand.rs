@@ -45,7 +45,9 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Block, Item, Type};
 use toolgate_policy::Risk;
 
-use crate::ast::{CallParts, Context, Declaration, Owner, Tool, ToolFn, is_self_type};
+use crate::ast::{
+    CallParts, Context, Declaration, Owner, Tool, ToolFn, TypedBinding, is_self_type,
+};
 use crate::ctxt::Errors;
 use crate::doc;
 use crate::marker::{self, Marker};
@@ -216,11 +218,11 @@ fn argument_refs(
 fn escalation(
     call: &CallParts<'_>,
     func: &ToolFn<'_>,
+    reading: Reading<'_>,
     value: impl Fn(&Ident) -> TokenStream,
 ) -> Option<TokenStream> {
     let path = call.escalate.as_ref()?;
-    let ordered = func.arguments().filter_map(|param| param.name).map(value);
-    let ordered: Vec<TokenStream> = ordered.collect();
+    let ordered = every_argument(reading, func, &value);
     // Through a trait, so that a wrong signature is one error that says what the signature must be.
     Some(quote_spanned!(path.span()=> ::toolgate::__private::classify(&#path, (#(#ordered,)*))))
 }
@@ -232,6 +234,7 @@ fn escalation(
 fn effects_arg(
     call: &CallParts<'_>,
     func: &ToolFn<'_>,
+    reading: Reading<'_>,
     value: impl Fn(&Ident) -> TokenStream,
     with_plan: bool,
 ) -> TokenStream {
@@ -242,7 +245,7 @@ fn effects_arg(
     let target = match &effects.target {
         Some(name) => {
             let named = name.unraw().to_string();
-            let value = value(name);
+            let value = target_value(reading, name, &value);
             quote!(::core::option::Option::Some(
                 (&&::toolgate::__private::Arg(#value)).__toolgate_arg(#named)
             ))
@@ -251,11 +254,7 @@ fn effects_arg(
     };
     let rollback = match (&effects.rollback, with_plan) {
         (Some(path), true) => {
-            let ordered: Vec<TokenStream> = func
-                .arguments()
-                .filter_map(|param| param.name)
-                .map(&value)
-                .collect();
+            let ordered = every_argument(reading, func, &value);
             quote_spanned!(path.span()=> ::core::option::Option::Some(
                 &|| ::toolgate::__private::plan(&#path, (#(#ordered,)*))
             ))
@@ -264,7 +263,7 @@ fn effects_arg(
     };
     let evidence = match (&effects.evidence, &effects.target) {
         (Some(path), Some(target)) => {
-            let value = value(target);
+            let value = target_value(reading, target, &value);
             quote_spanned!(path.span()=> ::core::option::Option::Some(
                 &|| ::toolgate::__private::probe(&#path, #value)
             ))
@@ -277,6 +276,60 @@ fn effects_arg(
             rollback: #rollback,
             evidence: #evidence,
         })
+    }
+}
+
+/// Where the keys that read a tool's arguments find them: its parameters by name, or, for an rmcp tool
+/// gated in place, the `T` of its `Parameters<T>` (the value rmcp deserialized and hands the body), with
+/// `target` naming a field of it.
+#[derive(Clone, Copy)]
+enum Reading<'a> {
+    Named,
+    Typed(TypedBinding<'a>),
+}
+
+impl Reading<'_> {
+    fn of<'a>(tool: &Tool<'a>) -> Reading<'a> {
+        match (tool.context.in_place, &tool.func.typed) {
+            (Some(_), Some(typed)) => typed.binding.map_or(Reading::Named, Reading::Typed),
+            _ => Reading::Named,
+        }
+    }
+}
+
+/// The target's value, as a place: the argument `target` names, or that field of the typed arguments.
+fn target_value(
+    reading: Reading<'_>,
+    target: &Ident,
+    by_name: &impl Fn(&Ident) -> TokenStream,
+) -> TokenStream {
+    match reading {
+        Reading::Named => by_name(target),
+        Reading::Typed(binding) => {
+            let value = binding.value();
+            // The field spanned as written in the declaration: a `T` without it is reported there.
+            quote_spanned!(target.span()=> &#value.#target)
+        }
+    }
+}
+
+/// What the keys that read every argument are handed: a reference to each, in signature order, or to
+/// the typed arguments.
+fn every_argument(
+    reading: Reading<'_>,
+    func: &ToolFn<'_>,
+    by_name: &impl Fn(&Ident) -> TokenStream,
+) -> Vec<TokenStream> {
+    match reading {
+        Reading::Named => func
+            .arguments()
+            .filter_map(|param| param.name)
+            .map(by_name)
+            .collect(),
+        Reading::Typed(binding) => {
+            let value = binding.value();
+            vec![quote!(&#value)]
+        }
     }
 }
 
@@ -380,12 +433,12 @@ fn callable_items(
         label: Some(&label_ref),
     });
     let arg_refs = argument_refs(call, by_local, receiving);
-    let escalated = match escalation(call, func, by_local) {
+    let escalated = match escalation(call, func, Reading::Named, by_local) {
         Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
         None => quote!(::core::option::Option::None),
     };
-    let effects = effects_arg(call, func, by_local, true);
-    let effects_again = effects_arg(call, func, by_local, false);
+    let effects = effects_arg(call, func, Reading::Named, by_local, true);
+    let effects_again = effects_arg(call, func, Reading::Named, by_local, false);
     let record_arguments = call.record_arguments;
     let outright = Ident::new("toolgate_outright", Span::mixed_site());
     // A tool with a `&Gate` parameter decides with it first, as its own check would.
@@ -610,8 +663,9 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         Some(_) => quote!(::core::option::Option::Some(#info)),
         None => quote!(::core::option::Option::None),
     };
-    let effects = effects_arg(call, func, by_name, true);
-    let effects_again = effects_arg(call, func, by_name, false);
+    let reading = Reading::of(tool);
+    let effects = effects_arg(call, func, reading, by_name, true);
+    let effects_again = effects_arg(call, func, reading, by_name, false);
     let enter = match sig.asyncness.is_some() {
         false => quote!(::toolgate::__private::enter(
             &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments, #effects
@@ -665,7 +719,17 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
             }}
         }
     };
-    let escalated = escalation(call, func, by_name).map(|escalate| {
+    // In place, each field `redact` names is one of the typed arguments': a borrow of it says so, or
+    // reports the name where it is written.
+    let redacted_fields = match reading {
+        Reading::Typed(binding) => {
+            let value = binding.value();
+            let fields = call.redacted.iter();
+            quote!(#(let _ = &#value.#fields;)*)
+        }
+        Reading::Named => TokenStream::new(),
+    };
+    let escalated = escalation(call, func, reading, by_name).map(|escalate| {
         let risk = quote_spanned!(escalate.span()=> ::toolgate::__private::Risk);
         quote! {
             let #info: #risk = #escalate;
@@ -682,7 +746,7 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
             } else
         }
     });
-    let behaviour = behaviour(call, sig.asyncness.is_some());
+    let behaviour = behaviour(call, sig.asyncness.is_some(), reading);
     let (callable_items, callable_ref) = match &call.callable {
         Some(callable) => (
             callable_items(func, call, &callable.params, context.owner),
@@ -744,9 +808,10 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
     {
         Some((path, target)) => {
             let kept = hygienic("toolgate_kept_target");
+            let value = target_value(reading, target, &by_name);
             (
                 quote_spanned!(target.span()=>
-                    let #kept = ::toolgate::__private::keep_target(&#target);
+                    let #kept = ::toolgate::__private::keep_target(#value);
                 ),
                 quote_spanned!(path.span()=>
                     #permit.observe_after(|| ::toolgate::__private::probe(&#path, &#kept));
@@ -764,6 +829,7 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         #[allow(unused_mut)]
         let mut #permit = {
             static #entry: ::toolgate::__private::ToolEntry = #new_entry;
+            #redacted_fields
             #callable_items
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)
@@ -802,8 +868,22 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
 
 /// What the lockfile locks beside the manifest: `escalate`, `redact`, `record_arguments`, `evidence`
 /// and `rollback` as written.
-fn behaviour(call: &CallParts<'_>, is_async: bool) -> TokenStream {
-    let redacts = call.named.iter().any(|(_, redact)| *redact);
+fn behaviour(call: &CallParts<'_>, is_async: bool, reading: Reading<'_>) -> TokenStream {
+    // A tool's named arguments, or, read from typed arguments, the fields `redact` lists.
+    let redact: Vec<String> = match reading {
+        Reading::Named => call
+            .named
+            .iter()
+            .filter(|(_, redact)| *redact)
+            .map(|(name, _)| name.unraw().to_string())
+            .collect(),
+        Reading::Typed(_) => call
+            .redacted
+            .iter()
+            .map(|n| n.unraw().to_string())
+            .collect(),
+    };
+    let redacts = !redact.is_empty();
     if call.escalate.is_none()
         && call.effects.is_none()
         && !redacts
@@ -829,11 +909,6 @@ fn behaviour(call: &CallParts<'_>, is_async: bool) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
-    let redact = call
-        .named
-        .iter()
-        .filter(|(_, redact)| *redact)
-        .map(|(name, _)| name.unraw().to_string());
     let record_arguments = call.record_arguments;
     quote! {
         ::toolgate::__private::Behaviour {

@@ -111,6 +111,9 @@ fn arguments(key: &str) -> String {
 #[test]
 fn the_keys_toolgate_refuses_in_place_are_the_ones_the_grammar_names() {
     const METHOD: &str = "async fn restart(&self, name: String) -> Result<String, E> { Ok(name) }";
+    // In place, the keys read the typed arguments, of which `name` is a field.
+    const IN_PLACE: &str = "async fn restart(&self, Parameters(args): Parameters<Restart>) \
+                            -> Result<String, E> { Ok(args.name) }";
     let mut refused_in_place = BTreeSet::new();
     for key in TOOL_KEYS {
         let declaration = arguments(key);
@@ -122,7 +125,7 @@ fn the_keys_toolgate_refuses_in_place_are_the_ones_the_grammar_names() {
             expand_set(&as_a_tool)
         );
         let in_place = format!(
-            "#[tool_router] impl Ops {{ /// Restart a service.\n #[tool] #[toolgate({declaration})] {METHOD} }}"
+            "#[tool_router] impl Ops {{ /// Restart a service.\n #[tool] #[toolgate({declaration})] {IN_PLACE} }}"
         );
         if refused(&in_place) {
             refused_in_place.insert((*key).to_owned());

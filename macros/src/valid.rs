@@ -102,37 +102,13 @@ fn in_place_keys(tool: &Tool<'_>, in_place: &InPlace, errors: &mut Errors) {
              remove `callable`",
         ));
     }
-    if let Some(escalate) = &args.escalate {
-        errors.push(syn::Error::new(
-            escalate.span,
-            "`escalate` reads a tool's typed arguments, which an rmcp tool gated in place receives \
-             through rmcp's extractors: declare the tool at the highest risk its arguments reach, \
-             or declare it as a toolgate `callable` tool",
-        ));
-    }
     if let Some(skip) = &args.skip {
         errors.push(syn::Error::new(
             skip.span,
             "an rmcp tool cannot skip its declaration: every tool rmcp serves is decided by a gate",
         ));
     }
-    let effects = [
-        ("target", args.target.as_ref().map(|t| t.span)),
-        ("evidence", args.evidence.as_ref().map(|e| e.span)),
-        ("rollback", args.rollback.as_ref().map(|r| r.span)),
-        ("irreversible", args.irreversible.as_ref().map(|i| i.span)),
-    ];
-    for (key, span) in effects {
-        if let Some(span) = span {
-            errors.push(syn::Error::new(
-                span,
-                format!(
-                    "`{key}` reads a tool's typed arguments, which an rmcp tool gated in place \
-                     receives through rmcp's extractors: declare it as a toolgate `callable` tool"
-                ),
-            ));
-        }
-    }
+    typed_arguments(tool, errors);
     match tool.context.owner {
         Owner::Impl(_) => {}
         Owner::Free => errors.push(syn::Error::new(
@@ -226,7 +202,20 @@ fn is_result(ty: &Type) -> bool {
 
 /// `redact` names arguments; `escalate` is handed each argument by name.
 fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
-    if let Some(redact) = &tool.args.redact {
+    // In place, `redact` names fields of the typed arguments: the compiler checks that they exist.
+    if let (Some(redact), Some(target), Some(_)) =
+        (&tool.args.redact, &tool.args.target, tool.context.in_place)
+        && let Some(name) = redact.value.iter().find(|name| **name == target.value)
+    {
+        errors.push(syn::Error::new(
+            name.span(),
+            format!(
+                "`{name}` is the target, which whoever approves a call sees and types back: it \
+                 cannot be redacted"
+            ),
+        ));
+    }
+    if let (Some(redact), None) = (&tool.args.redact, tool.context.in_place) {
         let names: Vec<String> = tool
             .call
             .named
@@ -246,7 +235,11 @@ fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
             }
         }
     }
-    if let (Some(escalate), true) = (&tool.args.escalate, tool.call.unnamed) {
+    if let (Some(escalate), true, None) = (
+        &tool.args.escalate,
+        tool.call.unnamed,
+        tool.context.in_place,
+    ) {
         errors.push(syn::Error::new(
             escalate.span,
             "`escalate` passes the tool's arguments by name: bind every argument to a name",
@@ -259,10 +252,9 @@ fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
 /// argument by name; `irreversible` needs a target and its evidence.
 fn effects(tool: &Tool<'_>, errors: &mut Errors) {
     let args = &tool.args;
-    if tool.context.in_place.is_some() {
-        return;
-    }
-    if let Some(target) = &args.target {
+    let in_place = tool.context.in_place.is_some();
+    // In place, `target` names a field of the typed arguments: the compiler checks that it has one.
+    if let (Some(target), false) = (&args.target, in_place) {
         let name = &target.value;
         let found = tool.call.named.iter().find(|(named, _)| *named == name);
         match found {
@@ -298,7 +290,7 @@ fn effects(tool: &Tool<'_>, errors: &mut Errors) {
             "`evidence` probes the tool's target: name the argument it reads with `target = ..`",
         ));
     }
-    if let (Some(rollback), true) = (&args.rollback, tool.call.unnamed) {
+    if let (Some(rollback), true, false) = (&args.rollback, tool.call.unnamed, in_place) {
         errors.push(syn::Error::new(
             rollback.span,
             "`rollback` passes the tool's arguments by name: bind every argument to a name",
@@ -474,6 +466,48 @@ fn spec(tool: &Tool<'_>, errors: &mut Errors) -> Option<ToolSpec> {
         }
     };
     finish(args, id, id_span, domain, (tool.attr_span, "tool"), errors)
+}
+
+/// The keys that read a tool's typed arguments read, in place, the `T` of its `Parameters<T>`: the
+/// value rmcp deserialized from the call and hands the body. They need it bound to a name.
+fn typed_arguments(tool: &Tool<'_>, errors: &mut Errors) {
+    let args = &tool.args;
+    let readers = [
+        ("escalate", args.escalate.as_ref().map(|e| e.span)),
+        ("target", args.target.as_ref().map(|t| t.span)),
+        ("rollback", args.rollback.as_ref().map(|r| r.span)),
+        ("redact", args.redact.as_ref().map(|r| r.span)),
+    ];
+    let readers: Vec<(&str, Span)> = readers
+        .into_iter()
+        .filter_map(|(key, span)| Some((key, span?)))
+        .collect();
+    match &tool.func.typed {
+        None => {
+            for (key, span) in readers {
+                errors.push(syn::Error::new(
+                    span,
+                    format!(
+                        "`{key}` reads the tool's typed arguments, the `T` of a `Parameters<T>` \
+                         parameter, which this method does not take"
+                    ),
+                ));
+            }
+        }
+        Some(typed) if typed.binding.is_none() && !readers.is_empty() => {
+            let keys: Vec<String> = readers.iter().map(|(key, _)| format!("`{key}`")).collect();
+            errors.push(syn::Error::new(
+                typed.pat.span(),
+                format!(
+                    "{} {} the tool's typed arguments: bind them to a name, as in \
+                     `Parameters(args): Parameters<T>`",
+                    keys.join(" and "),
+                    if keys.len() == 1 { "reads" } else { "read" },
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
 }
 
 /// [`spec`] for a method of an rmcp handler, declared with `#[toolgate(..)]`: its id is its name in

@@ -116,10 +116,11 @@ impl CallInfo<'_> {
         let json = self.write(false)?;
         // What the log shows hides redacted values and cannot show opaque ones: the binding is then
         // written apart, with the real values, and is impossible where one is opaque.
-        let redacts = self
-            .arguments
-            .iter()
-            .any(|arg| matches!(arg.value, ArgValue::Redacted(_) | ArgValue::Opaque));
+        let redacts = self.arguments.iter().any(|arg| match arg.value {
+            ArgValue::Redacted(_) | ArgValue::Opaque => true,
+            ArgValue::Whole(object, redact) => redact.iter().any(|name| object.get(name).is_some()),
+            ArgValue::Json(_) | ArgValue::Unnamed => false,
+        });
         let opaque = self
             .arguments
             .iter()
@@ -159,6 +160,18 @@ impl CallInfo<'_> {
         // than the comparison.
         let same =
             |a: &str| a.len() == name.len() && a.bytes().zip(name.bytes()).all(|(a, b)| a == b);
+        if let [
+            ArgRef {
+                value: ArgValue::Whole(object, redact),
+                ..
+            },
+        ] = self.arguments
+        {
+            if redact.contains(&name) && object.get(name).is_some() {
+                return Some(serde_json::Value::from("[REDACTED]"));
+            }
+            return Some(object.get(name).cloned().unwrap_or_default());
+        }
         let Some(arg) = self.arguments.iter().find(|arg| same(arg.name)) else {
             // A parameter bound by a pattern may be the one the rule names.
             let unnamed = self
@@ -171,7 +184,7 @@ impl CallInfo<'_> {
             ArgValue::Json(value) => value.to_value().ok(),
             ArgValue::Redacted(_) => Some(serde_json::Value::from("[REDACTED]")),
             ArgValue::Opaque => Some(serde_json::Value::from("[NOT SERIALIZABLE]")),
-            ArgValue::Unnamed => None,
+            ArgValue::Unnamed | ArgValue::Whole(..) => None,
         }
     }
 
@@ -179,6 +192,27 @@ impl CallInfo<'_> {
     /// an argument to write is not serializable.
     fn write(&self, unredacted: bool) -> Option<String> {
         let mut buf = Vec::with_capacity(64);
+        if let [
+            ArgRef {
+                value: ArgValue::Whole(object, redact),
+                ..
+            },
+        ] = self.arguments
+        {
+            match object {
+                serde_json::Value::Object(map) if !unredacted && !redact.is_empty() => {
+                    let mut shown = map.clone();
+                    for name in *redact {
+                        if let Some(value) = shown.get_mut(*name) {
+                            *value = serde_json::Value::from("[REDACTED]");
+                        }
+                    }
+                    crate::canonical::write(&serde_json::Value::Object(shown), &mut buf);
+                }
+                _ => crate::canonical::write(object, &mut buf),
+            }
+            return String::from_utf8(buf).ok();
+        }
         buf.push(b'{');
         for (i, arg) in self.arguments.iter().enumerate() {
             let value = match arg.value {
@@ -186,7 +220,10 @@ impl CallInfo<'_> {
                 ArgValue::Redacted(_) if !unredacted => Err(&b"\"[REDACTED]\""[..]),
                 ArgValue::Opaque if !unredacted => Err(&b"\"[NOT SERIALIZABLE]\""[..]),
                 ArgValue::Redacted(Some(value)) => Ok(value),
-                ArgValue::Redacted(None) | ArgValue::Opaque | ArgValue::Unnamed => return None,
+                ArgValue::Redacted(None)
+                | ArgValue::Opaque
+                | ArgValue::Unnamed
+                | ArgValue::Whole(..) => return None,
             };
             if i > 0 {
                 buf.push(b',');
@@ -220,6 +257,9 @@ enum ArgValue<'a> {
     Redacted(Option<&'a dyn ToJson>),
     Opaque,
     Unnamed,
+    /// Every argument of the call at once, as a JSON object, and the names of the redacted ones: a
+    /// call handed its arguments as JSON.
+    Whole(&'a serde_json::Value, &'static [&'static str]),
 }
 
 impl<'a> ArgRef<'a> {
@@ -229,6 +269,18 @@ impl<'a> ArgRef<'a> {
         ArgRef {
             name,
             value: ArgValue::Json(value),
+        }
+    }
+
+    /// Every argument of a call at once, `object` a JSON object of them by name, those `redact` names
+    /// hidden as a redacted argument is: the only [`ArgRef`] of its call.
+    pub(crate) fn whole(
+        object: &'a serde_json::Value,
+        redact: &'static [&'static str],
+    ) -> ArgRef<'a> {
+        ArgRef {
+            name: "",
+            value: ArgValue::Whole(object, redact),
         }
     }
 }

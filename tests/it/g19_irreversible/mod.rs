@@ -7,6 +7,7 @@
 mod attacks;
 mod attacks_names;
 mod every_path;
+mod in_place;
 mod over_mcp;
 mod records;
 mod refusals;

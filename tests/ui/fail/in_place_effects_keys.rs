@@ -1,4 +1,5 @@
-// What reads a tool's typed arguments cannot be said in #[toolgate(..)]: rmcp's extractors hold them.
+// The keys that read a tool's typed arguments read, in place, the `T` of its `Parameters<T>`: a method
+// without one cannot declare them.
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{ErrorData, tool, tool_router};
 use toolgate::Rollback;
@@ -6,11 +7,11 @@ use toolgate::Rollback;
 #[derive(Clone)]
 pub struct Ops;
 
-fn describe() -> Result<String, String> {
+fn describe(_: &str) -> Result<String, String> {
     Ok(String::new())
 }
 
-fn plan() -> Rollback {
+fn plan(_: &()) -> Rollback {
     Rollback::steps("restore it")
 }
 

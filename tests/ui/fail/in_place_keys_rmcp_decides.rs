@@ -1,5 +1,5 @@
 // What rmcp decides for its tools cannot be said in #[toolgate(..)]: the id (rmcp's name), `callable`
-// (rmcp's router calls it), `escalate` (rmcp's extractors hold the arguments) and `skip`.
+// (rmcp's router calls it) and `skip`; `escalate` reads the typed arguments, which `run` does not take.
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{ErrorData, tool, tool_router};
 use toolgate::Risk;

@@ -11,6 +11,7 @@ use crate::gate::call::CallInfo;
 use crate::gate::denied::Denied;
 use crate::gate::permit::Permit;
 use crate::registry::ToolEntry;
+use toolgate_policy::DenialCode;
 
 /// Decides a call that [`fast_allows`](super::table::fast_allows) did not let through, its risk
 /// escalated or not.
@@ -25,7 +26,7 @@ pub(crate) fn check(
     if entry.in_place.is_some()
         && let Some(in_place) = in_place::take_in_place(entry)
     {
-        return check_in_place(entry, explicit, &in_place);
+        return check_in_place(entry, explicit, &in_place, call);
     }
     if call.escalated.is_none()
         && let Some((mode, code)) = table::lone_refusal(entry, explicit)
@@ -69,7 +70,7 @@ pub(crate) fn check_async(
     if entry.in_place.is_some()
         && let Some(in_place) = in_place::take_in_place(entry)
     {
-        return check_async_in_place(entry, explicit, &in_place);
+        return check_async_in_place(entry, explicit, &in_place, call);
     }
     if call.escalated.is_none()
         && let Some((mode, code)) = table::lone_refusal(entry, explicit)
@@ -104,14 +105,19 @@ pub(super) fn check_async_around(
     (entering, shape)
 }
 
-/// Decides a sync call of a tool gated in place with the arguments it was handed.
+/// Decides a sync call of a tool gated in place with the arguments it was handed, and what its check
+/// read of them (`typed`).
 fn check_in_place(
     entry: &'static ToolEntry,
     explicit: Option<&Gate>,
     call: &InPlaceCall,
+    typed: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
     let args = call.args();
-    let result = check(entry, explicit, &call.info(&args));
+    let result = match names_self(entry, call) {
+        Some(denied) => Err(denied),
+        None => check(entry, explicit, &call.info(&args, typed)),
+    };
     call.report(&result);
     result
 }
@@ -121,13 +127,33 @@ fn check_async_in_place(
     entry: &'static ToolEntry,
     explicit: Option<&Gate>,
     call: &InPlaceCall,
+    typed: &CallInfo<'_>,
 ) -> Entering {
+    if let Some(denied) = names_self(entry, call) {
+        call.report(&Err(denied.clone()));
+        return Entering::Done(Err(denied));
+    }
     let args = call.args();
-    match check_async(entry, explicit, &call.info(&args)) {
+    match check_async(entry, explicit, &call.info(&args, typed)) {
         Entering::Done(result) => {
             call.report(&result);
             Entering::Done(result)
         }
         Entering::Waiting(waiting) => Entering::Waiting(waiting.reporting(call.outcome.clone())),
     }
+}
+
+/// A call whose client named an argument `self`: that name stands for the handler instance the call
+/// runs on, which the rules and the records read, so the call is refused rather than either dropped.
+fn names_self(entry: &'static ToolEntry, call: &InPlaceCall) -> Option<Denied> {
+    call.names_self().then(|| {
+        let detail = "the call names an argument `self`, which stands for the handler it runs on";
+        refuse(
+            entry,
+            DenialCode::ArgumentRefused,
+            entry.manifest.risk_level,
+            None,
+        )
+        .with_detail(detail.into())
+    })
 }

@@ -14,9 +14,11 @@ use crate::registry::ToolEntry;
 /// decided there, once, at its commit point right before the body.
 pub(crate) struct InPlaceCall {
     entry: &'static ToolEntry,
-    arguments: serde_json::Map<String, serde_json::Value>,
-    /// The handler instance, the call's `self`.
-    label: String,
+    /// The call's arguments by name, and the handler instance as `self`: the shape a `callable`
+    /// method's arguments have.
+    arguments: serde_json::Value,
+    /// The client named an argument `self`, which stands for the handler instance.
+    names_self: bool,
     pub(super) outcome: Outcome,
     /// The ambient gates when it was put on the slot: how many, and the innermost one's id.
     stack: (usize, u64),
@@ -48,10 +50,14 @@ pub(crate) fn with_arguments<F: Future>(
     future: F,
 ) -> (WithArguments<F>, Outcome) {
     let outcome = Outcome::default();
+    let mut arguments = arguments;
+    let names_self = arguments
+        .insert("self".to_owned(), serde_json::Value::String(label))
+        .is_some();
     let call = InPlaceCall {
         entry,
-        arguments,
-        label,
+        arguments: serde_json::Value::Object(arguments),
+        names_self,
         outcome: outcome.clone(),
         stack: (usize::MAX, 0),
     };
@@ -125,21 +131,29 @@ pub(crate) fn take_in_place(entry: &'static ToolEntry) -> Option<Box<InPlaceCall
 }
 
 impl InPlaceCall {
-    /// The call as a decision reads it: its JSON arguments, and the handler instance as `self`.
-    pub(super) fn info<'a>(&'a self, arguments: &'a [ArgRef<'a>; 2]) -> CallInfo<'a> {
+    /// The call as a decision reads it: its JSON arguments and the handler instance as `self`, with
+    /// what the tool's own check read of its typed arguments (`escalate`, `target`, `evidence`,
+    /// `rollback`), which rmcp deserialized from the same JSON.
+    pub(super) fn info<'a>(
+        &'a self,
+        arguments: &'a [ArgRef<'a>; 1],
+        typed: &CallInfo<'a>,
+    ) -> CallInfo<'a> {
         CallInfo {
-            escalated: None,
+            escalated: typed.escalated,
             arguments,
             record_arguments: self.entry.behaviour.record_arguments,
-            effects: None,
+            effects: typed.effects,
         }
     }
 
-    pub(super) fn args(&self) -> [ArgRef<'_>; 2] {
-        [
-            ArgRef::json("arguments", &self.arguments),
-            ArgRef::json("self", &self.label),
-        ]
+    pub(super) fn args(&self) -> [ArgRef<'_>; 1] {
+        [ArgRef::whole(&self.arguments, self.entry.behaviour.redact)]
+    }
+
+    /// Whether the client named an argument `self`, which would pass for the handler instance.
+    pub(super) fn names_self(&self) -> bool {
+        self.names_self
     }
 
     pub(super) fn report(&self, result: &Result<Permit, Denied>) {

@@ -107,9 +107,11 @@ impl Waiting {
         if let Some(outcome) = outcome {
             match &mut result {
                 // The arguments were handed over as owned JSON, which nothing can change while the
-                // decision waited: what the approval saw is what the call has.
+                // decision waited: what the approval saw is what the call has. The target's state
+                // may have changed: a call with evidence is confirmed, and its units committed, at
+                // the tool's own last step.
                 Ok(permit) => {
-                    if permit.take_seen().is_some() {
+                    if permit.take_seen().is_some() && !permit.needs_confirmation() {
                         permit.commit_held();
                     }
                 }
