@@ -48,7 +48,10 @@ pub enum Approvals {
     /// The call answers `InputRequired` with an elicitation form that the client shows its user; the
     /// client retries with the answer. Trusts the client's user interface: whoever controls the client
     /// approves. Falls back to [`Approvals::OutOfBand`] for clients of protocol revisions before
-    /// `2026-07-28`, which cannot answer `InputRequired`.
+    /// `2026-07-28`, which cannot answer `InputRequired`, and for every call of an `irreversible`
+    /// tool: an answer from whoever drives the client (possibly the agent itself) confirms a call, it
+    /// does not authorize one that cannot be undone, so such a call always waits for an operator, and
+    /// a request state sent with it is refused.
     InBand(InBand),
 }
 
@@ -353,13 +356,6 @@ fn form(
     if let Some(plan) = denied.rollback() {
         let _ = writeln!(message, "undone by: {plan}");
     }
-    let confirm = manifest.irreversible.then(|| denied.target()).flatten();
-    if let Some(target) = confirm {
-        let _ = writeln!(
-            message,
-            "\nTHIS CANNOT BE UNDONE. To approve, type the target exactly: {target}"
-        );
-    }
     let _ = write!(
         message,
         "\n{description}",
@@ -367,7 +363,7 @@ fn form(
     );
     // The arguments are the agent's text: what the user reads must be what the call carries.
     let message = visible(&message);
-    let mut schema = json!({
+    let schema = json!({
         "type": "object",
         "properties": {
             "decision": {
@@ -383,13 +379,6 @@ fn form(
         },
         "required": ["decision"],
     });
-    if confirm.is_some() {
-        schema["properties"]["confirmation"] = json!({
-            "type": "string",
-            "title": "Confirmation",
-            "description": "To approve, type the call's target exactly, as the message shows it.",
-        });
-    }
     let request = json!({
         "method": "elicitation/create",
         "params": {

@@ -622,8 +622,12 @@ impl ToolgateServer {
             return self.undeclared_call(request, context, gate).await;
         };
         let tool = target.tool();
+        // In band, whoever drives the client answers, possibly the agent itself: that confirms a call,
+        // it does not authorize one that cannot be undone. An irreversible call waits for an operator.
         let in_band = match &self.approvals {
-            Approvals::InBand(in_band) if client.answers_forms => Some(in_band),
+            Approvals::InBand(in_band) if client.answers_forms && !tool.manifest().irreversible => {
+                Some(in_band)
+            }
             _ => None,
         };
         // A state this server did not seal for its approval forms is the handler's own, for a tool

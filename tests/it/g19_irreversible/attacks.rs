@@ -165,6 +165,15 @@ pub(crate) async fn terminate_async(id: String, note: String) -> Result<String, 
     Ok(body(&id))
 }
 
+/// Stop an instance (attack 19): a target, its state and a plan, but not irreversible, so an
+/// in-band form may approve it.
+#[tool(risk = "HIGH_WRITE", modes = [FULL_AUTO], domain = "atk19", callable, record_arguments,
+       target = id, evidence = probe, rollback = plan)]
+pub(crate) fn stop(id: String, note: String) -> Result<String, Denied> {
+    let _ = note;
+    Ok(body(&id))
+}
+
 /// Launch an instance again: the plan that undoes a termination.
 #[tool(risk = "LOW_WRITE", domain = "atk19", callable)]
 pub(crate) fn relaunch(id: String) -> Result<String, Denied> {
@@ -1992,46 +2001,64 @@ mod over_mcp {
         }
     }
 
-    fn typed(target: &str) -> Value {
-        json!({"decision": "approve", "confirmation": target})
+    async fn first_state(client: &Client, tool: &str, args: &Value) -> String {
+        state_of(&call(client, tool, args.clone(), None, None).await)
     }
 
-    async fn first_state(client: &Client, args: &Value) -> String {
-        state_of(&call(client, "atk19.terminate", args.clone(), None, None).await)
-    }
-
+    /// An in-band server never asks the client to approve an irreversible call: whoever drives the
+    /// client (the agent, possibly) would authorize what cannot be undone. No form is sent, and no
+    /// state answers one: not another call's, not a forged one, whatever confirmation it carries.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a19_31_a_form_answered_with_another_call_s_confirmation_or_state_runs_nothing() {
+    async fn a19_31_an_in_band_server_sends_no_form_for_an_irreversible_call_and_no_state_answers_one()
+     {
         let (a, b) = ("a31-a", "a31-b");
         put(a, "running");
         put(b, "running");
-        let client = connect(in_band(gate(Arc::new(Memory::default())))).await;
+        let server_gate = gate(Arc::new(Memory::default()));
+        let tokens: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let server = {
+            let tokens = tokens.clone();
+            in_band(server_gate.clone())
+                .on_pending(move |p| tokens.lock().unwrap().push(p.token.clone()))
+        };
+        let client = connect(server).await;
         let args_a = json!({"id": a, "note": "x"});
-        let args_b = json!({"id": b, "note": "x"});
         let mut failures = Vec::new();
-        let tries: [(&str, &Value, bool, &str); 4] = [
-            ("A's form, A's call, B typed", &args_a, true, b),
-            ("A's form, B's call, B typed", &args_b, true, b),
-            ("B's form, A's call, A typed", &args_a, false, a),
-            ("A's form, B's call, A typed", &args_b, true, a),
-        ];
-        for (label, args, use_a, confirmation) in tries {
-            let state_a = first_state(&client, &args_a).await;
-            let state_b = first_state(&client, &args_b).await;
-            let state = if use_a { &state_a } else { &state_b };
-            let code = answered(&client, "atk19.terminate", args, state, typed(confirmation)).await;
-            if code == "OK" || ran(a) + ran(b) != 0 {
-                failures.push(format!("{label}: {code}"));
+        for (tool, args) in [
+            ("atk19.terminate", args_a.clone()),
+            ("atk19.terminate_async", args_a.clone()),
+            ("atk19.terminate_n", json!({"n": 31})),
+        ] {
+            let said = call(&client, tool, args, None, None).await;
+            if matches!(said, CallToolResponse::InputRequired(_)) {
+                failures.push(format!("{tool}: a form was sent: {said:?}"));
+            } else if code_of(&said) != "APPROVAL_PENDING" {
+                failures.push(format!("{tool}: {}", code_of(&said)));
             }
         }
-        // The right answer still works.
-        let state = first_state(&client, &args_a).await;
-        assert_eq!(
-            answered(&client, "atk19.terminate", &args_a, &state, typed(a)).await,
-            "OK"
-        );
-        assert_eq!(ran(b), 0);
-        assert_no_failures("crossed forms", &failures);
+        // A valid state of another call's form (B, a tool that may be approved in band), and states
+        // that are not this server's, sent with A and its target typed back in every shape.
+        let stop_b = json!({"id": b, "note": "x"});
+        let foreign = first_state(&client, "atk19.stop", &stop_b).await;
+        for state in [foreign.as_str(), "toolgate.forged", "toolgate."] {
+            for confirmation in [json!(a), json!(7), json!([a]), json!(null)] {
+                let content = json!({"decision": "approve", "confirmation": confirmation});
+                let code = answered(&client, "atk19.terminate", &args_a, state, content).await;
+                if code == "OK" {
+                    failures.push(format!("a state {state:.20} with {confirmation}: OK"));
+                }
+            }
+        }
+        if ran(a) + ran(b) != 0 {
+            failures.push(format!("bodies ran: a {}, b {}", ran(a), ran(b)));
+        }
+        assert_no_failures("in-band answers of irreversible calls", &failures);
+        // The operator, out of band, with the target typed back: the call runs once.
+        let token = tokens.lock().unwrap()[0].clone();
+        server_gate.approve_typed(&token, "ops", a).unwrap();
+        let said = call(&client, "atk19.terminate", args_a.clone(), None, None).await;
+        assert_eq!(code_of(&said), "OK");
+        assert_eq!(ran(a), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2042,9 +2069,9 @@ mod over_mcp {
         let server_gate = gate(Arc::new(Memory::default()));
         let client = connect(in_band(server_gate.clone())).await;
         let args = json!({"id": id, "note": "x"});
-        let state = first_state(&client, &args).await;
+        let state = first_state(&client, "atk19.stop", &args).await;
         set(id, "serving traffic");
-        let code = answered(&client, "atk19.terminate", &args, &state, typed(id)).await;
+        let code = answered(&client, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(
             code, "OK",
             "a form read on `running` ran on `serving traffic`"
@@ -2054,85 +2081,47 @@ mod over_mcp {
         let id = "a32-b";
         put(id, "running");
         let args = json!({"id": id, "note": "x"});
-        let state = first_state(&client, &args).await;
+        let state = first_state(&client, "atk19.stop", &args).await;
         let other = connect(in_band(server_gate)).await;
-        let code = answered(&other, "atk19.terminate", &args, &state, typed(id)).await;
+        let code = answered(&other, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(code, "OK", "a form of another connection ran");
         assert_eq!(ran(id), 0);
         // Answered on its own connection, it runs once; replayed, never again.
-        let state = first_state(&client, &args).await;
-        let code = answered(&client, "atk19.terminate", &args, &state, typed(id)).await;
+        let state = first_state(&client, "atk19.stop", &args).await;
+        let code = answered(&client, "atk19.stop", &args, &state, approve()).await;
         assert_eq!(code, "OK");
         set(id, "running");
-        let replayed = answered(&client, "atk19.terminate", &args, &state, typed(id)).await;
+        let replayed = answered(&client, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(replayed, "OK");
         assert_eq!(ran(id), 1);
     }
 
+    fn approve() -> Value {
+        json!({"decision": "approve"})
+    }
+
     /// The form's answer was refused EVIDENCE_CHANGED (the operator is told the approval was for
-    /// another world); when the target reads as it did, a plain call, with no form answered, runs.
+    /// another world); when the target reads as it did, a plain call, with no form answered, runs
+    /// nothing either.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a19_39_a_form_answer_refused_for_a_changed_target_does_not_come_back_to_life() {
         let id = "a39";
         put(id, "running");
         let client = connect(in_band(gate(Arc::new(Memory::default())))).await;
         let args = json!({"id": id, "note": "x"});
-        let state = first_state(&client, &args).await;
+        let state = first_state(&client, "atk19.stop", &args).await;
         set(id, "serving traffic");
-        let code = answered(&client, "atk19.terminate", &args, &state, typed(id)).await;
+        let code = answered(&client, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(code, "OK");
         // Later the instance reads `running` again (restarted, or another machine under its id).
         set(id, "running");
-        let later = code_of(&call(&client, "atk19.terminate", args.clone(), None, None).await);
-        assert_ne!(
-            later, "OK",
-            "an answer refused EVIDENCE_CHANGED ran a later call no one was asked about ({})",
-            code
+        let later = call(&client, "atk19.stop", args.clone(), None, None).await;
+        assert!(
+            matches!(later, CallToolResponse::InputRequired(_)),
+            "an answer refused EVIDENCE_CHANGED ran a later call no one was asked about ({code}): \
+             {later:?}"
         );
         assert_eq!(ran(id), 0);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a19_33_a_confirmation_of_another_json_type_or_spelling_approves_nothing() {
-        let id = "007";
-        let id = format!("a33-{id}");
-        put(&id, "running");
-        let client = connect(in_band(gate(Arc::new(Memory::default())))).await;
-        let args = json!({"id": id, "note": "x"});
-        let mut failures = Vec::new();
-        for confirmation in [
-            json!(7),
-            json!([id]),
-            json!({"id": id}),
-            json!(null),
-            json!(true),
-            json!(format!("{id} ")),
-            json!(id.to_uppercase()),
-            json!(format!("\u{202e}{id}")),
-        ] {
-            let state = first_state(&client, &args).await;
-            let content = json!({"decision": "approve", "confirmation": confirmation});
-            let code = answered(&client, "atk19.terminate", &args, &state, content).await;
-            if code == "OK" {
-                failures.push(format!("{confirmation}: OK"));
-            }
-        }
-        // A numeric target: a number typed back is what it is, a string `"07"` is not.
-        let state =
-            state_of(&call(&client, "atk19.terminate_n", json!({"n": 7}), None, None).await);
-        let code = answered(
-            &client,
-            "atk19.terminate_n",
-            &json!({"n": 7}),
-            &state,
-            json!({"decision": "approve", "confirmation": "07"}),
-        )
-        .await;
-        if code == "OK" {
-            failures.push("n=7 confirmed by \"07\"".into());
-        }
-        assert_eq!(ran(&id), 0);
-        assert_no_failures("confirmations of other types", &failures);
     }
 
     /// The characters no text shown to a person may carry raw: controls but the line break,
@@ -2190,7 +2179,7 @@ mod over_mcp {
             put(id, state);
             let response = call(
                 &client,
-                "atk19.terminate",
+                "atk19.stop",
                 json!({"id": id, "note": note}),
                 None,
                 None,

@@ -10,11 +10,11 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 use toolgate::mcp::rmcp::model::CallToolResponse;
-use toolgate::mcp::{APPROVAL_INPUT, PendingApproval, ToolgateServer};
+use toolgate::mcp::{PendingApproval, ToolgateServer};
 use toolgate::{Denied, Gate, Mode, Risk};
 
 use super::*;
-use crate::fixtures::mcp_in_band::{Client, call, code_of, connect, in_band, state_of};
+use crate::fixtures::mcp_in_band::{Client, call, code_of, connect, in_band};
 use crate::fixtures::shared_stores::Memory;
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -177,6 +177,7 @@ type Scenario = for<'a> fn(
     &'a Client,
     &'a str,
     &'a Pending,
+    &'a Gate,
 ) -> std::pin::Pin<Box<dyn Future<Output = Vec<String>> + 'a>>;
 
 type Pending = Arc<Mutex<Vec<PendingApproval>>>;
@@ -185,10 +186,11 @@ type Pending = Arc<Mutex<Vec<PendingApproval>>>;
 async fn run(mode: Mode, name: &str, in_band_approvals: bool, scenario: Scenario) -> Seen {
     let sink = Arc::new(Memory::default());
     let pending: Pending = Arc::default();
+    let server_gate = gate(mode, &sink);
     let server = if in_band_approvals {
-        in_band(gate(mode, &sink))
+        in_band(server_gate.clone())
     } else {
-        ToolgateServer::new(gate(mode, &sink))
+        ToolgateServer::new(server_gate.clone())
     };
     let server = {
         let pending = pending.clone();
@@ -198,7 +200,7 @@ async fn run(mode: Mode, name: &str, in_band_approvals: bool, scenario: Scenario
             .on_pending(move |p| pending.lock().unwrap().push(p.clone()))
     };
     let client = connect(server).await;
-    let codes = scenario(&client, name, &pending).await;
+    let codes = scenario(&client, name, &pending, &server_gate).await;
     let records = sink.records().iter().map(|r| comparable(r, name)).collect();
     let pending = pending
         .lock()
@@ -235,40 +237,9 @@ async fn alike(
     in_place
 }
 
-fn answered_with(decision: Value) -> toolgate::mcp::rmcp::model::InputResponses {
-    let mut responses = std::collections::BTreeMap::new();
-    responses.insert(
-        APPROVAL_INPUT.to_owned(),
-        json!({"action": "accept", "content": decision}),
-    );
-    responses
-}
-
-async fn answer(client: &Client, name: &str, args: &Value, state: &str, decision: Value) -> String {
-    let Value::Object(arguments) = args.clone() else {
-        panic!("an object: {args}")
-    };
-    let params = toolgate::mcp::rmcp::model::CallToolRequestParams::new(name.to_owned())
-        .with_arguments(arguments)
-        .with_request_state(state.to_owned())
-        .with_input_responses(answered_with(decision));
-    code_of(&client.call_tool_once(params).await.unwrap())
-}
-
-fn form_message(response: &CallToolResponse) -> String {
-    match response {
-        CallToolResponse::InputRequired(input) => serde_json::to_value(&input.input_requests)
-            .unwrap()[APPROVAL_INPUT]["params"]["message"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
-        other => panic!("not InputRequired: {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escalate_reads_the_typed_arguments_as_it_reads_a_callable_tools() {
-    let seen = alike(SHELL, Mode::PartialAuto, false, |client, name, _| {
+    let seen = alike(SHELL, Mode::PartialAuto, false, |client, name, _, _| {
         Box::pin(async move {
             let mut codes = Vec::new();
             for command in ["ls -l", "sudo reboot", "rm -rf /srv", "echo sudo-less"] {
@@ -288,7 +259,7 @@ async fn escalate_reads_the_typed_arguments_as_it_reads_a_callable_tools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalated_call_is_approved_out_of_band_with_the_same_request() {
-    let seen = alike(SHELL, Mode::FullAuto, false, |client, name, _| {
+    let seen = alike(SHELL, Mode::FullAuto, false, |client, name, _, _| {
         Box::pin(async move {
             let said = call(client, name, json!({"command": "sudo halt"}), None, None).await;
             vec![code_of(&said)]
@@ -302,7 +273,7 @@ async fn an_escalated_call_is_approved_out_of_band_with_the_same_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_irreversible_call_hands_the_operator_its_target_state_and_plan() {
-    let seen = alike(TERMINATE, Mode::FullAuto, false, |client, name, _| {
+    let seen = alike(TERMINATE, Mode::FullAuto, false, |client, name, _, _| {
         Box::pin(async move {
             let id = "ip01";
             put(id, "running");
@@ -323,7 +294,7 @@ async fn an_irreversible_call_hands_the_operator_its_target_state_and_plan() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_irreversible_call_refuses_a_wildcard_and_a_missing_plan_before_anyone_is_asked() {
-    let seen = alike(TERMINATE, Mode::FullAuto, false, |client, name, _| {
+    let seen = alike(TERMINATE, Mode::FullAuto, false, |client, name, _, _| {
         Box::pin(async move {
             let mut codes = Vec::new();
             for (id, reason) in [("*", "cost"), ("./", "cost"), ("ip02", "no snapshot")] {
@@ -346,44 +317,60 @@ async fn an_irreversible_call_refuses_a_wildcard_and_a_missing_plan_before_anyon
     assert!(seen.pending.is_empty());
 }
 
+/// In place as for a `callable` tool, an irreversible call is never approved in band: its operator
+/// approves it with the target typed back, it runs once on the state approved, and not on another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_irreversible_call_runs_once_on_the_approved_state_and_not_on_another() {
-    let seen = alike(TERMINATE, Mode::FullAuto, true, |client, name, _| {
-        Box::pin(async move {
-            let mut codes = Vec::new();
-            // Approved with the target typed back: runs once, and the approval is spent.
-            let id = "ip03";
-            put(id, "running");
-            let args = json!({"instance_id": id, "reason": "cost"});
-            let first = call(client, name, args.clone(), None, None).await;
-            codes.push(form_message(&first).replace(name, "TOOL"));
-            let state = state_of(&first);
-            let typed = json!({"decision": "approve", "confirmation": id});
-            codes.push(answer(client, name, &args, &state, typed.clone()).await);
-            codes.push(terminated(id).to_string());
-            codes.push(answer(client, name, &args, &state, typed).await);
-            // The target changes between the approval and the body: refused, the body never runs.
-            let id = "ip04";
-            put(id, "running");
-            let args = json!({"instance_id": id, "reason": "cost"});
-            let first = call(client, name, args.clone(), None, None).await;
-            let state = state_of(&first);
-            set(id, "busy");
-            let typed = json!({"decision": "approve", "confirmation": id});
-            codes.push(answer(client, name, &args, &state, typed).await);
-            codes.push(terminated(id).to_string());
-            codes
-        })
-    })
+    let seen = alike(
+        TERMINATE,
+        Mode::FullAuto,
+        true,
+        |client, name, pending, gate| {
+            Box::pin(async move {
+                let mut codes = Vec::new();
+                let token = |n: usize| pending.lock().unwrap()[n].token.clone();
+                // No form: the operator approves, with the target typed back; it runs once.
+                let id = "ip03";
+                put(id, "running");
+                let args = json!({"instance_id": id, "reason": "cost"});
+                let first = call(client, name, args.clone(), None, None).await;
+                codes.push(match first {
+                    CallToolResponse::InputRequired(_) => "FORM".to_owned(),
+                    other => code_of(&other),
+                });
+                codes.push(format!(
+                    "{:?}",
+                    gate.approve_typed(&token(0), "ops", "ip0").is_ok()
+                ));
+                gate.approve_typed(&token(0), "ops", id).unwrap();
+                codes.push(code_of(&call(client, name, args.clone(), None, None).await));
+                codes.push(terminated(id).to_string());
+                codes.push(code_of(&call(client, name, args, None, None).await));
+                // The target changes between the approval and the body: refused, the body never runs.
+                let id = "ip04";
+                put(id, "running");
+                let args = json!({"instance_id": id, "reason": "cost"});
+                let _ = call(client, name, args.clone(), None, None).await;
+                gate.approve_typed(&token(2), "ops", id).unwrap();
+                set(id, "busy");
+                codes.push(code_of(&call(client, name, args, None, None).await));
+                codes.push(terminated(id).to_string());
+                codes
+            })
+        },
+    )
     .await;
-    assert!(
-        seen.codes[0].contains("THIS CANNOT BE UNDONE"),
-        "{}",
-        seen.codes[0]
-    );
     assert_eq!(
-        seen.codes[1..],
-        ["OK", "1", "APPROVAL_REUSED", "EVIDENCE_CHANGED", "0"]
+        seen.codes,
+        [
+            "APPROVAL_PENDING",
+            "false",
+            "OK",
+            "1",
+            "APPROVAL_PENDING",
+            "EVIDENCE_CHANGED",
+            "0"
+        ]
     );
     let ran = seen
         .records
@@ -420,7 +407,7 @@ fn target_and_escalate_name_what_the_definition_of_the_tool_says() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_argument_named_self_cannot_pass_for_the_handler() {
-    let seen = run(Mode::PartialAuto, SHELL.0, false, |client, name, _| {
+    let seen = run(Mode::PartialAuto, SHELL.0, false, |client, name, _, _| {
         Box::pin(async move {
             let args = json!({"command": "ls", "self": "staging"});
             vec![code_of(&call(client, name, args, None, None).await)]
@@ -433,7 +420,7 @@ async fn an_argument_named_self_cannot_pass_for_the_handler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redacted_field_is_hidden_from_the_records() {
-    let seen = alike(LOGIN, Mode::FullAuto, false, |client, name, _| {
+    let seen = alike(LOGIN, Mode::FullAuto, false, |client, name, _, _| {
         Box::pin(async move {
             let args = json!({"user": "ada", "password": "hunter2"});
             vec![code_of(&call(client, name, args, None, None).await)]

@@ -1,89 +1,57 @@
-//! An irreversible tool over MCP: its definition says what it is; the in-band form shows the target,
-//! its state and the plan, and approves only with the target typed back; the operator of an
-//! out-of-band request is handed the same.
+//! An irreversible tool over MCP: its definition says what it is; an in-band server sends no form for
+//! it; its operator is handed the target, its state and the plan, and approves only with the target
+//! typed back.
 #![cfg(feature = "mcp-http")]
 
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use toolgate::mcp::rmcp::model::CallToolResponse;
-use toolgate::mcp::{APPROVAL_INPUT, PendingApproval, ToolgateServer};
+use toolgate::mcp::{PendingApproval, ToolgateServer};
 use toolgate::{Rollback, registry};
 
 use super::*;
-use crate::fixtures::mcp_in_band::{Client, call, code_of, connect, gate, in_band, state_of};
+use crate::fixtures::mcp_in_band::{call, code_of, connect, gate, in_band};
 use crate::fixtures::shared_stores::Memory;
 
-fn form(response: &CallToolResponse) -> Value {
-    match response {
-        CallToolResponse::InputRequired(input) => {
-            serde_json::to_value(&input.input_requests).unwrap()[APPROVAL_INPUT]["params"].clone()
-        }
-        other => panic!("not InputRequired: {other:?}"),
-    }
-}
-
-async fn answered(client: &Client, args: &Value, state: &str, content: Value) -> String {
-    let Value::Object(arguments) = args.clone() else {
-        panic!()
-    };
-    let mut responses = std::collections::BTreeMap::new();
-    responses.insert(
-        APPROVAL_INPUT.to_owned(),
-        json!({"action": "accept", "content": content}),
-    );
-    let params = toolgate::mcp::rmcp::model::CallToolRequestParams::new("irr.terminate")
-        .with_arguments(arguments)
-        .with_request_state(state.to_owned())
-        .with_input_responses(responses);
-    code_of(&client.call_tool_once(params).await.unwrap())
-}
-
+/// An in-band server sends no form for an irreversible call: its operator approves it, out of band,
+/// with the target typed back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn m01_the_form_shows_the_target_its_state_and_the_plan_and_asks_for_the_target() {
+async fn m01_an_in_band_server_hands_an_irreversible_call_to_its_operator_not_its_client() {
     let id = "m01-i";
     put(id, "running");
-    let sink = Arc::new(Memory::default());
-    let client = connect(in_band(gate(sink))).await;
-    let args = json!({"instance_id": id, "reason": "cost \u{202e}cleanup"});
+    let server_gate = gate(Arc::new(Memory::default()));
+    let pending: Arc<Mutex<Vec<PendingApproval>>> = Arc::default();
+    let server = {
+        let pending = pending.clone();
+        in_band(server_gate.clone()).on_pending(move |p| pending.lock().unwrap().push(p.clone()))
+    };
+    let client = connect(server).await;
+    let args = json!({"instance_id": id, "reason": "cost"});
     let first = call(&client, "irr.terminate", args.clone(), None, None).await;
-    let params = form(&first);
-    let message = params["message"].as_str().unwrap();
-    for part in [
-        "target: m01-i",
-        r#"the target now: {"id":"m01-i","state":"running"}"#,
-        r#"undone by: call `irr.launch` with {"instance_id":"m01-i"}"#,
-        "THIS CANNOT BE UNDONE. To approve, type the target exactly: m01-i",
-        // The agent's text is shown with its reordering character visible.
-        "cost \\u{202E}cleanup",
-    ] {
-        assert!(message.contains(part), "{part:?} in {message}");
-    }
-    assert!(!message.contains('\u{202e}'));
-    assert_eq!(
-        params["requestedSchema"]["properties"]["confirmation"]["type"],
-        "string"
+    assert!(
+        !matches!(first, CallToolResponse::InputRequired(_)),
+        "{first:?}"
     );
-    // Approved without the target, or mistyped: nothing runs.
-    let state = state_of(&first);
-    let missing = answered(&client, &args, &state, json!({"decision": "approve"})).await;
-    assert_eq!(missing, "CONFIRMATION_MISMATCH");
-    let state = state_of(&call(&client, "irr.terminate", args.clone(), None, None).await);
-    let wrong = json!({"decision": "approve", "confirmation": "m01"});
-    assert_eq!(
-        answered(&client, &args, &state, wrong).await,
-        "CONFIRMATION_MISMATCH"
-    );
+    assert_eq!(code_of(&first), "APPROVAL_PENDING");
+    let token = {
+        let pending = pending.lock().unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].target.as_deref(), Some(id));
+        pending[0].token.clone()
+    };
+    // Mistyped: nothing is approved.
+    assert!(server_gate.approve_typed(&token, "ops", "m01").is_err());
+    let again = call(&client, "irr.terminate", args.clone(), None, None).await;
+    assert_eq!(code_of(&again), "APPROVAL_PENDING");
     assert_eq!(terminated(id), 0);
-    // Typed: it runs once.
-    let state = state_of(&call(&client, "irr.terminate", args.clone(), None, None).await);
-    let typed = json!({"decision": "approve", "confirmation": id});
-    assert_eq!(answered(&client, &args, &state, typed.clone()).await, "OK");
+    // Typed: it runs once, and the next call asks again.
+    server_gate.approve_typed(&token, "ops", id).unwrap();
+    let ran = call(&client, "irr.terminate", args.clone(), None, None).await;
+    assert_eq!(code_of(&ran), "OK");
     assert_eq!(terminated(id), 1);
-    assert_eq!(
-        answered(&client, &args, &state, typed).await,
-        "APPROVAL_REUSED"
-    );
+    let next = call(&client, "irr.terminate", args, None, None).await;
+    assert_eq!(code_of(&next), "APPROVAL_PENDING");
     assert_eq!(terminated(id), 1);
 }
 
@@ -132,32 +100,46 @@ fn m03_the_definition_says_what_the_tool_declares() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn m04_over_mcp_a_changed_target_and_a_plan_that_cannot_be_made_run_nothing() {
-    let sink = Arc::new(Memory::default());
-    let client = connect(in_band(gate(sink))).await;
-    // Approved in the form, then the instance changes before the retry's body: nothing runs, and the
-    // client is answered with a new form showing the state now.
+    let server_gate = gate(Arc::new(Memory::default()));
+    let pending: Arc<Mutex<Vec<PendingApproval>>> = Arc::default();
+    let server = {
+        let pending = pending.clone();
+        in_band(server_gate.clone()).on_pending(move |p| pending.lock().unwrap().push(p.clone()))
+    };
+    let client = connect(server).await;
+    // Approved by its operator, then the instance changes before the retry's body: nothing runs,
+    // and the operator is handed a new request showing the state now.
     let id = "m04-i";
     put(id, "running");
     let args = json!({"instance_id": id, "reason": "cost"});
-    let state = state_of(&call(&client, "irr.terminate", args.clone(), None, None).await);
-    // Read 1 showed the form; the retry reads 2 when it decides and 3 just before the body.
+    let first = call(&client, "irr.terminate", args.clone(), None, None).await;
+    assert_eq!(code_of(&first), "APPROVAL_PENDING");
+    let token = pending.lock().unwrap()[0].token.clone();
+    server_gate.approve_typed(&token, "ops", id).unwrap();
+    // Read 1 was for the request; the retry reads 2 when it decides and 3 just before the body.
     flip_at(id, 3, "serving-traffic");
-    let typed = json!({"decision": "approve", "confirmation": id});
-    assert_eq!(
-        answered(&client, &args, &state, typed).await,
-        "EVIDENCE_CHANGED"
-    );
+    let retried = call(&client, "irr.terminate", args.clone(), None, None).await;
+    assert_eq!(code_of(&retried), "EVIDENCE_CHANGED");
     assert_eq!(terminated(id), 0);
     let again = call(&client, "irr.terminate", args.clone(), None, None).await;
-    let message = form(&again)["message"].as_str().unwrap().to_owned();
+    assert_eq!(code_of(&again), "APPROVAL_PENDING");
+    let evidence = pending
+        .lock()
+        .unwrap()
+        .last()
+        .unwrap()
+        .evidence
+        .clone()
+        .unwrap();
     assert!(
-        message.contains(r#""state":"serving-traffic""#),
-        "{message}"
+        evidence.contains(r#""state":"serving-traffic""#),
+        "{evidence}"
     );
-    // A plan that cannot be made: refused before any form is shown.
+    // A plan that cannot be made: refused before anyone is asked.
     put("m04-j", "running");
     let no_plan = json!({"instance_id": "m04-j", "reason": "no snapshot"});
     let refused = call(&client, "irr.terminate", no_plan, None, None).await;
     assert_eq!(code_of(&refused), "ROLLBACK_UNAVAILABLE");
     assert_eq!(terminated("m04-j"), 0);
+    assert_eq!(pending.lock().unwrap().len(), 2);
 }
