@@ -604,3 +604,129 @@ fn h11_an_async_call_whose_unit_left_its_window_while_its_approver_thought_is_re
     assert_eq!(a, Err(DenialCode::BudgetExhausted));
     assert_eq!(WIRES.load(Ordering::SeqCst), before);
 }
+
+/// An async approver that, before it approves, runs `meanwhile` on a blocking thread.
+struct Later(Arc<dyn Fn() + Send + Sync>);
+
+impl toolgate::approval::AsyncApprover for Later {
+    fn approve<'a>(&'a self, _: &'a ApprovalRequest<'a>) -> toolgate::approval::ApprovalFuture<'a> {
+        let meanwhile = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || meanwhile())
+                .await
+                .unwrap();
+            Approval::Approve
+        })
+    }
+}
+
+// The same through an async approver: its approved call's unit left the window while it thought.
+#[test]
+fn h12_a_call_whose_unit_left_its_window_while_its_async_approver_thought_is_refused() {
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let other = Arc::new(slow_desk(&store, WINDOW, None));
+    let b = Arc::new(Mutex::new(None));
+    let said = b.clone();
+    let shared: Arc<dyn BudgetStore> = store.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("slow")
+        .budget(BudgetScope::Agent, 1, WINDOW)
+        .budget_store_shared(shared)
+        .async_approver(Later(Arc::new(move || {
+            *said.lock().unwrap() = Some(run_when_free(&other, 2));
+        })))
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = WIRES.load(Ordering::SeqCst);
+    let a = rt.block_on(gate.scope(wire_async(1))).map_err(|d| d.code());
+    assert_eq!(b.lock().unwrap().clone(), Some(Ok(2)));
+    assert_eq!(a, Err(DenialCode::BudgetExhausted));
+    assert_eq!(WIRES.load(Ordering::SeqCst), before);
+}
+
+// Nested gates: the outer gate allows a note outright and takes its unit (one per 2 s); the inner
+// gate, its session tainted, asks its approver, who thinks until that unit has left the window and
+// another gate of the outer's budget has run a note on it. The approved call's unit of the outer
+// gate's budget is the one that left its window while the approver thought: the call must take
+// one again at its commit point, and find none.
+#[test]
+fn h13_a_nested_call_whose_outer_unit_left_its_window_while_the_inner_approver_thought_is_refused()
+{
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let other = Arc::new(slow_desk(&store, WINDOW, None));
+    let outer = slow_desk(&store, WINDOW, None);
+    let b = Arc::new(Mutex::new(None));
+    let said = b.clone();
+    let inner = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("inner")
+        .approver(move |_: &ApprovalRequest<'_>| {
+            let other = other.clone();
+            let ran = std::thread::spawn(move || run_when_free(&other, 2))
+                .join()
+                .unwrap();
+            *said.lock().unwrap() = Some(ran);
+            Approval::Approve
+        })
+        .build()
+        .unwrap();
+    inner.run(|| browse("https://example.com".into())).unwrap();
+    assert!(inner.taint().is_some() && outer.taint().is_none());
+    let notes = NOTES.load(Ordering::SeqCst);
+    let a = outer.run(|| inner.run(|| note(1))).map_err(|d| d.code());
+    let b = b.lock().unwrap().clone();
+    assert_eq!(b, Some(Ok(2)), "B ran on the outer budget's freed unit");
+    assert_eq!(
+        a,
+        Err(DenialCode::BudgetExhausted),
+        "A ran within B's window, under the outer gate's budget of one call per window"
+    );
+    assert_eq!(NOTES.load(Ordering::SeqCst), notes + 1);
+}
+
+// docs/policy_file.md: "A budget of a principal's table counts that principal's calls"; the key's
+// fields are "apart by U+001F". Attack: bob's gate, of an agent label that holds U+001F and spells
+// the head of alice's policy budget's key, with a budget in its code of one call an hour: its key
+// is the key of alice's budget. Bob's call must not spend alice's budget.
+#[test]
+fn h14_an_agent_label_spelling_a_policy_key_never_spends_a_principals_budget() {
+    let _serial = serial();
+    let text = "format = 1\n[[principals.alice.budgets]]\nagent = true\ncalls = 1\nper = \"1h\"\n";
+    let live = LivePolicy::new(PolicyFile::parse("p.toml", text).unwrap());
+    let store: Arc<dyn BudgetStore> = Arc::new(MemoryBudgets::new());
+    let alice = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("shared-desk")
+        .principal("alice")
+        .policy(live.clone())
+        .budget_store_shared(store.clone())
+        .build()
+        .unwrap();
+    let bob = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("policy [principals.\"alice\"]\u{1f}shared-desk")
+        .principal("bob")
+        .policy(live.clone())
+        .budget(BudgetScope::Agent, 1, HOUR)
+        .budget_store_shared(store.clone())
+        .build();
+    let Ok(bob) = bob else {
+        return; // a label with a control character is refused: nothing to collide
+    };
+    bob.run(|| note(1)).expect("bob's own budget's one call");
+    let alices = alice.run(|| note(2));
+    assert!(
+        alices.is_ok(),
+        "alice's first call, refused after bob's: {alices:?}"
+    );
+}
