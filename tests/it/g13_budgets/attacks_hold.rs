@@ -730,3 +730,33 @@ fn h14_an_agent_label_spelling_a_policy_key_never_spends_a_principals_budget() {
         "alice's first call, refused after bob's: {alices:?}"
     );
 }
+
+// SECURITY.md 13: "an approved call whose unit left its window while its approver thought takes one
+// again there". Attack: no other call touches the budget while the approver thinks past the window,
+// so nothing has pruned the unit that left it: the commit point must still see it as gone. If the
+// call runs on it, its unit counts from its old instant, and a call right after it (C) finds the
+// budget free: two calls within one window of a budget of one.
+#[test]
+fn h15_a_unit_that_left_its_window_unpruned_is_not_held_at_the_commit_point() {
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let shared: Arc<dyn BudgetStore> = store.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("quiet")
+        .budget(BudgetScope::Agent, 1, WINDOW)
+        .budget_store_shared(shared)
+        .approver(|_: &ApprovalRequest<'_>| {
+            std::thread::sleep(WINDOW + Duration::from_millis(300));
+            Approval::Approve
+        })
+        .build()
+        .unwrap();
+    let a = gate.run(|| wire(1)).map_err(|d| d.code());
+    let c = gate.run(|| note(2)).map_err(|d| d.code());
+    assert!(
+        a.is_err() || c.is_err(),
+        "A ran after its window on the unit it took before, and C right after it: A {a:?}, C {c:?}"
+    );
+}

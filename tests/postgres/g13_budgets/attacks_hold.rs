@@ -381,3 +381,109 @@ fn pg_h06_a_reset_of_one_principals_budget_never_clears_anothers() {
     );
     assert_eq!(bob.run(|| jot(5)).map_err(|d| d.code()), Ok(5));
 }
+
+// The same in PostgreSQL, by the database's clock: the approver waits until `list` says the budget's
+// window holds no call (the unit left it; its row waits for the next check to delete it), and no
+// other check runs meanwhile. At the commit point the call must take a unit again, counted from
+// then: a call C right after it is refused.
+#[test]
+fn pg_h07_a_unit_that_left_its_window_unpruned_is_taken_again_at_the_commit_point() {
+    let Some((_serial, url)) = parent_database(ROLE, "a7h_unpruned") else {
+        return;
+    };
+    let store = Arc::new(PostgresStore::connect(&url).unwrap());
+    let window = Duration::from_secs(2);
+    let list_url = url.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("quiet")
+        .budget(BudgetScope::Agent, 1, window)
+        .budget_store_shared(store.clone())
+        .approver(move |_: &ApprovalRequest<'_>| {
+            loop {
+                let listed =
+                    budgets::list(&list_url, "toolgate", &BudgetFilter::default()).unwrap();
+                if listed.iter().all(|b| b.calls == 0) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Approval::Approve
+        })
+        .build()
+        .unwrap();
+    let a = gate.run(|| purge(1)).map_err(|d| d.code());
+    let c = gate.run(|| jot(2)).map_err(|d| d.code());
+    assert!(
+        a.is_err() || c.is_err(),
+        "A ran after its window on the unit it took before, and C right after it: A {a:?}, C {c:?}"
+    );
+}
+
+// SECURITY.md 13: "A budget store that fails or does not answer in time refuses". Attack: while the
+// approver thinks, another session locks the budgets' tables; the approved call's commit point asks
+// the store (timeout 1 s), which cannot answer in time. The call must be refused, its body not run.
+#[test]
+fn pg_h08_a_hold_that_times_out_on_a_lock_refuses_the_approved_call() {
+    let Some((_serial, url)) = parent_database(ROLE, "a7h_hold_timeout") else {
+        return;
+    };
+    let store = Arc::new(
+        PostgresStore::builder()
+            .timeout(Duration::from_secs(1))
+            .connect(&url)
+            .unwrap(),
+    );
+    let held = Arc::new(Mutex::new(None));
+    let holding = held.clone();
+    let lock_url = url.clone();
+    let gate = desk(&store, "locked", 5, move || {
+        *holding.lock().unwrap() = Some(crate::support::trail::Held::new(
+            &lock_url,
+            "LOCK TABLE toolgate.budgets, toolgate.budget_uses IN EXCLUSIVE MODE",
+        ));
+    });
+    let before = BODIES.load(Ordering::SeqCst);
+    let denied = gate.run(|| purge(1)).unwrap_err();
+    drop(held.lock().unwrap().take());
+    assert_eq!(
+        denied.code(),
+        DenialCode::BudgetStoreUnavailable,
+        "{denied}"
+    );
+    assert_eq!(BODIES.load(Ordering::SeqCst), before);
+}
+
+// The key's fields are "apart by U+001F" (`toolgate::postgres::budgets`, "A budget's key"). Attack:
+// bob's gate, its agent label spelling the head of alice's policy budget's key, spends a budget of
+// its code; `list --principal alice` must not show bob's call as alice's, nor a reset of alice's
+// budgets clear bob's.
+#[test]
+fn pg_h09_a_label_spelling_a_policy_key_is_not_listed_as_a_principals_budget() {
+    let Some((_serial, url)) = parent_database(ROLE, "a7h_label_key") else {
+        return;
+    };
+    let text = "format = 1\n[[principals.alice.budgets]]\nagent = true\ncalls = 1\nper = \"1h\"\n";
+    let live = LivePolicy::new(PolicyFile::parse("p.toml", text).unwrap());
+    let store = Arc::new(PostgresStore::connect(&url).unwrap());
+    let Ok(bob) = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("policy [principals.\"alice\"]\u{1f}shared-desk")
+        .principal("bob")
+        .policy(live.clone())
+        .budget(BudgetScope::Agent, 1, HOUR)
+        .budget_store_shared(store.clone())
+        .build()
+    else {
+        return; // a label with a control character is refused: nothing to collide
+    };
+    bob.run(|| jot(1)).expect("bob's own budget's one call");
+    let alices = budgets::list(
+        &url,
+        "toolgate",
+        &BudgetFilter::default().principal("alice"),
+    )
+    .unwrap();
+    let calls: u64 = alices.iter().map(|b| b.calls).sum();
+    assert_eq!(calls, 0, "bob's call listed as alice's: {alices:?}");
+}
