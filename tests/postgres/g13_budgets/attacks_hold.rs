@@ -487,3 +487,52 @@ fn pg_h09_a_label_spelling_a_policy_key_is_not_listed_as_a_principals_budget() {
     let calls: u64 = alices.iter().map(|b| b.calls).sum();
     assert_eq!(calls, 0, "bob's call listed as alice's: {alices:?}");
 }
+
+// docs/budgets.md: `--key` selects "one budget, its key as `list` shows it, escaped"; "Everything an
+// agent or a program wrote (agent labels, scopes, keys ...) is shown escaped". Attack: two agents,
+// one labelled with a real right-to-left override, one with the text of its escape (a backslash,
+// `u{202e}`): `list` must show them apart, and a reset of the key one of them shows must clear that
+// budget alone.
+#[test]
+fn pg_h10_a_label_spelling_an_escape_is_shown_and_reset_apart_from_the_real_character() {
+    let Some((_serial, url)) = parent_database(ROLE, "a7h_escapes") else {
+        return;
+    };
+    let store = Arc::new(PostgresStore::connect(&url).unwrap());
+    let gate = |agent: &str| {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent(agent)
+            .budget(BudgetScope::Agent, 1, HOUR)
+            .budget_store_shared(store.clone())
+            .build()
+            .unwrap()
+    };
+    let real = gate("evil\u{202e}");
+    let spelled = gate("evil\\u{202e}");
+    real.run(|| jot(1)).unwrap();
+    spelled.run(|| jot(2)).unwrap();
+    let shown = crate::support::text(&crate::support::toolgate(&[
+        "budgets", "list", "--store", &url,
+    ]));
+    let lines: Vec<&str> = shown.lines().filter(|l| l.contains("evil")).collect();
+    assert_eq!(lines.len(), 2, "{shown}");
+    assert_ne!(lines[0], lines[1], "two budgets shown alike:\n{shown}");
+    let key = "evil\\u{202e}\\u{001f}agent\\u{001f}1\\u{001f}3600000000000";
+    assert!(shown.contains(key), "{shown}");
+    let reset = crate::support::toolgate(&[
+        "budgets", "reset", "--store", &url, "--key", key, "--reason", "r", "--by", "ana",
+    ]);
+    assert_eq!(
+        reset.status.code(),
+        Some(0),
+        "{}",
+        crate::support::out(&reset)
+    );
+    assert_eq!(real.run(|| jot(3)).map_err(|d| d.code()), Ok(3));
+    assert_eq!(
+        spelled.run(|| jot(4)).map_err(|d| d.code()),
+        Err(DenialCode::BudgetExhausted),
+        "a reset of the real character's key cleared the spelled one's"
+    );
+}
