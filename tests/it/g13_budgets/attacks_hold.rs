@@ -67,6 +67,7 @@ enum AtHold {
     Memory,
     Fails,
     Exhausted,
+    Panics,
 }
 
 /// A memory store whose `hold`, while armed, says it was asked and waits for the test before it
@@ -113,11 +114,13 @@ impl BudgetStore for Held {
             let _ = self.arrived.lock().unwrap().send(());
             let _ = self.go.lock().unwrap().recv_timeout(WAIT);
         }
-        match *self.answer.lock().unwrap() {
+        let answer = *self.answer.lock().unwrap();
+        match answer {
             AtHold::Memory => self.inner.hold(charges, reservation),
             AtHold::Fails => Box::pin(std::future::ready(Err(StoreError::Unavailable(
                 "the budget store went away".into(),
             )))),
+            AtHold::Panics => panic!("the budget store panics at hold"),
             AtHold::Exhausted => Box::pin(std::future::ready(Ok(Taken::Exhausted {
                 charge: 0,
                 retry_after: Duration::from_secs(7),
@@ -759,4 +762,106 @@ fn h15_a_unit_that_left_its_window_unpruned_is_not_held_at_the_commit_point() {
         a.is_err() || c.is_err(),
         "A ran after its window on the unit it took before, and C right after it: A {a:?}, C {c:?}"
     );
+}
+
+// A store that panics at `hold`: the approved call is refused (the store failed), the caller does
+// not panic, its unit comes back.
+#[test]
+fn h16_a_store_panicking_at_hold_refuses_and_the_unit_comes_back() {
+    let _serial = serial();
+    let (store, _arrived, _go) = held(AtHold::Panics);
+    let gate = desk(&store, 1, |b| b);
+    let before = WIRES.load(Ordering::SeqCst);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.run(|| wire(1))));
+    let denied = result.expect("the caller does not panic").unwrap_err();
+    assert_eq!(
+        denied.code(),
+        DenialCode::BudgetStoreUnavailable,
+        "{denied}"
+    );
+    assert_eq!(WIRES.load(Ordering::SeqCst), before);
+    *store.answer.lock().unwrap() = AtHold::Memory;
+    assert_eq!(gate.run(|| note(2)).map_err(|d| d.code()), Ok(2));
+}
+
+/// A memory store whose `hold`, once armed, answers only when the test says so, without blocking
+/// the executor.
+struct Parked {
+    inner: MemoryBudgets,
+    armed: AtomicBool,
+    arrived: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    go: Arc<tokio::sync::Notify>,
+    releases: AtomicUsize,
+}
+
+impl BudgetStore for Parked {
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.inner.take(charges, reservation)
+    }
+
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(charges, reservation)
+    }
+
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        let answer = self.inner.hold(charges, reservation);
+        if !self.armed.swap(false, Ordering::SeqCst) {
+            return answer;
+        }
+        if let Some(arrived) = self.arrived.lock().unwrap().take() {
+            let _ = arrived.send(());
+        }
+        let go = self.go.clone();
+        Box::pin(async move {
+            go.notified().await;
+            answer.await
+        })
+    }
+}
+
+// docs/budgets.md: "a call refused later (... an async call dropped while it waits) gives it back".
+// Attack: an approved async call is dropped while its commit point waits for the store's `hold`.
+// Its unit must come back: a call of the budget of one runs after it.
+#[test]
+fn h17_an_async_call_dropped_while_its_hold_waits_gives_its_unit_back() {
+    let _serial = serial();
+    let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
+    let store = Arc::new(Parked {
+        inner: MemoryBudgets::new(),
+        armed: AtomicBool::new(true),
+        arrived: Mutex::new(Some(arrived_tx)),
+        go: Arc::new(tokio::sync::Notify::new()),
+        releases: AtomicUsize::new(0),
+    });
+    let shared: Arc<dyn BudgetStore> = store.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("dropped")
+        .budget(BudgetScope::Agent, 1, HOUR)
+        .budget_store_shared(shared)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = WIRES.load(Ordering::SeqCst);
+    rt.block_on(async {
+        let task = tokio::spawn(gate.scope(wire_async(1)));
+        arrived
+            .await
+            .expect("the commit point asks the store to hold the unit");
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+    });
+    assert_eq!(WIRES.load(Ordering::SeqCst), before);
+    assert_eq!(
+        store.releases.load(Ordering::SeqCst),
+        1,
+        "the dropped call's release"
+    );
+    assert_eq!(gate.run(|| note(2)).map_err(|d| d.code()), Ok(2));
 }
