@@ -865,3 +865,145 @@ fn h17_an_async_call_dropped_while_its_hold_waits_gives_its_unit_back() {
     );
     assert_eq!(gate.run(|| note(2)).map_err(|d| d.code()), Ok(2));
 }
+
+// SECURITY.md 13: "a call takes a unit of each budget that covers it or of none"; docs/budgets.md:
+// "gates (and processes) configured alike share a budget through a shared store". Attack: a call
+// passes two nested gates configured alike on one store (one budget, one key, of two calls an hour),
+// and its approver (the inner gate's) approves. One call must take one unit of that budget: two
+// such calls run.
+#[test]
+fn h18_a_call_through_two_gates_configured_alike_takes_one_unit_of_their_one_budget() {
+    let _serial = serial();
+    let store: Arc<dyn BudgetStore> = Arc::new(MemoryBudgets::new());
+    let alike = || {
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent("alike")
+            .budget(BudgetScope::Agent, 2, HOUR)
+            .budget_store_shared(store.clone())
+            .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+            .build()
+            .unwrap()
+    };
+    let (outer, inner) = (alike(), alike());
+    let first = outer.run(|| inner.run(|| wire(1))).map_err(|d| d.code());
+    let second = outer.run(|| inner.run(|| wire(2))).map_err(|d| d.code());
+    assert_eq!(
+        (first, second),
+        (Ok(1), Ok(2)),
+        "one call took two units of one budget"
+    );
+}
+
+/// Pay an invoice: needs an approval at FULL_AUTO; callable by name.
+#[tool(risk = "HIGH_WRITE", domain = "a7h", callable)]
+fn pay(cents: u64) -> Result<u64, Denied> {
+    WIRES.fetch_add(1, Ordering::SeqCst);
+    Ok(cents)
+}
+
+// docs/budgets.md: "Direct calls, calls by name and async calls all count once." Attack: the window's
+// end while the approver thinks, for a call by name (the registry's `call`).
+#[test]
+fn h19_a_call_by_name_whose_unit_left_its_window_while_its_approver_thought_is_refused() {
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let other = Arc::new(slow_desk(&store, WINDOW, None));
+    let b = Arc::new(Mutex::new(None));
+    let said = b.clone();
+    let shared: Arc<dyn BudgetStore> = store.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("slow")
+        .budget(BudgetScope::Agent, 1, WINDOW)
+        .budget_store_shared(shared)
+        .approver(move |_: &ApprovalRequest<'_>| {
+            let other = other.clone();
+            let ran = std::thread::spawn(move || run_when_free(&other, 2))
+                .join()
+                .unwrap();
+            *said.lock().unwrap() = Some(ran);
+            Approval::Approve
+        })
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = WIRES.load(Ordering::SeqCst);
+    let a =
+        rt.block_on(toolgate::registry().call(&gate, "a7h.pay", serde_json::json!({"cents": 1})));
+    assert_eq!(b.lock().unwrap().clone(), Some(Ok(2)));
+    let code = a.as_ref().map_err(|e| e.code());
+    assert_eq!(code, Err("BUDGET_EXHAUSTED"), "{a:?}");
+    assert_eq!(WIRES.load(Ordering::SeqCst), before);
+}
+
+/// A memory store whose `take`, once armed, runs `meanwhile` before it takes.
+struct SlowTake {
+    inner: MemoryBudgets,
+    meanwhile: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl BudgetStore for SlowTake {
+    fn take(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        let meanwhile = self.meanwhile.lock().unwrap().take();
+        if let Some(meanwhile) = meanwhile {
+            meanwhile();
+        }
+        self.inner.take(charges, reservation)
+    }
+
+    fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
+        self.inner.release(charges, reservation)
+    }
+
+    fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture {
+        self.inner.hold(charges, reservation)
+    }
+}
+
+// SECURITY.md 13: "In any window of a budget's length, at most its N calls pass it"; docs/budgets.md:
+// "in no window of that length do more than N calls run". Attack, no approver: the outer gate takes
+// its unit (one call per 2 s); the inner gate's budget store is slow, and answers only once that unit
+// has left the window and another gate of the outer's budget has run a call on it. If A then runs,
+// two calls ran within one window of the outer's budget of one.
+#[test]
+fn h20_a_nested_call_whose_outer_unit_left_its_window_while_the_inner_store_answered_is_refused() {
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let other = Arc::new(slow_desk(&store, WINDOW, None));
+    let outer = slow_desk(&store, WINDOW, None);
+    let b = Arc::new(Mutex::new(None));
+    let said = b.clone();
+    let slow = SlowTake {
+        inner: MemoryBudgets::new(),
+        meanwhile: Mutex::new(Some(Box::new(move || {
+            let ran = std::thread::spawn(move || run_when_free(&other, 2))
+                .join()
+                .unwrap();
+            *said.lock().unwrap() = Some(ran);
+        }))),
+    };
+    let inner = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("inner")
+        .budget(BudgetScope::tool("a7h.note"), 100, HOUR)
+        .budget_store(slow)
+        .build()
+        .unwrap();
+    let notes = NOTES.load(Ordering::SeqCst);
+    let a = outer.run(|| inner.run(|| note(1))).map_err(|d| d.code());
+    let b = b.lock().unwrap().clone();
+    assert_eq!(b, Some(Ok(2)), "B ran on the outer budget's freed unit");
+    assert_eq!(
+        a,
+        Err(DenialCode::BudgetExhausted),
+        "A ran within B's window, under the outer gate's budget of one call per window"
+    );
+    assert_eq!(NOTES.load(Ordering::SeqCst), notes + 1);
+}
