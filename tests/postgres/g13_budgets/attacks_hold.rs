@@ -536,3 +536,61 @@ fn pg_h10_a_label_spelling_an_escape_is_shown_and_reset_apart_from_the_real_char
         "a reset of the real character's key cleared the spelled one's"
     );
 }
+
+// SECURITY.md 13: "the bound holds between resets". Attack with real stores only, no approver: the
+// outer gate takes its unit (one an hour) in database 1; the inner gate's check, in database 2, waits
+// on a lock another session holds there; meanwhile an operator resets the outer budget and another
+// gate runs B on it; the lock goes. If A then runs, two calls ran after the reset of a budget of one.
+#[test]
+fn pg_h11_a_nested_call_waiting_on_the_inner_store_across_a_reset_is_counted_again() {
+    let Some((_serial, url)) = parent_database(ROLE, "a7h_nested_reset") else {
+        return;
+    };
+    let url2 = database("a7h_nested_reset_inner");
+    let outer_store = Arc::new(PostgresStore::connect(&url).unwrap());
+    let inner_store = Arc::new(
+        PostgresStore::builder()
+            .timeout(Duration::from_secs(30))
+            .connect(&url2)
+            .unwrap(),
+    );
+    let outer = desk(&outer_store, "nested", 1, || {});
+    let other = desk(&outer_store, "nested", 1, || {});
+    let inner = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("inner")
+        .budget(BudgetScope::tool("a7hp.jot"), 100, HOUR)
+        .budget_store_shared(inner_store)
+        .build()
+        .unwrap();
+    // The inner budget's row exists before the lock.
+    inner.run(|| jot(0)).unwrap();
+    let lock = crate::support::trail::Held::new(
+        &url2,
+        "LOCK TABLE toolgate.budgets, toolgate.budget_uses IN EXCLUSIVE MODE",
+    );
+    let a = std::thread::spawn(move || outer.run(|| inner.run(|| jot(1))).map_err(|d| d.code()));
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND query LIKE '%budget_take%'";
+    while query(&url2, waiting)[0][0].as_deref() == Some("0") {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let outer_took = query(&url, "SELECT count(*) FROM toolgate.budget_uses")[0][0].clone();
+    let done = budgets::reset(
+        &url,
+        "toolgate",
+        &BudgetFilter::default().agent("nested"),
+        "ana",
+        "a replayed job",
+    );
+    let mark = BODIES.load(Ordering::SeqCst);
+    let b = other.run(|| jot(2)).map_err(|d| d.code());
+    drop(lock);
+    let a = a.join().unwrap();
+    let ran = BODIES.load(Ordering::SeqCst) - mark;
+    assert!(
+        ran <= 1,
+        "{ran} calls ran after the reset of a budget of one an hour (A {a:?}, B {b:?}; the outer \
+         unit was taken before the reset: {outer_took:?}, reset {done:?})"
+    );
+}
