@@ -1007,3 +1007,53 @@ fn h20_a_nested_call_whose_outer_unit_left_its_window_while_the_inner_store_answ
     );
     assert_eq!(NOTES.load(Ordering::SeqCst), notes + 1);
 }
+
+// The two-step path: the call approved out of band takes its unit when it is asked again, then waits
+// on its audit sink (its `enter` record) until its unit has left the window and another gate of the
+// budget has run B on it. If the approved call then runs, two calls ran within one window of a
+// budget of one.
+#[test]
+fn h21_a_two_step_call_whose_unit_left_its_window_while_its_sink_wrote_is_counted_again() {
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let other = Arc::new(slow_desk(&store, WINDOW, None));
+    let b = Arc::new(Mutex::new(None));
+    let said = b.clone();
+    let sink = Arc::new(Slow {
+        armed: AtomicBool::new(false),
+        meanwhile: Mutex::new(Some(Box::new(move || {
+            let ran = std::thread::spawn(move || run_when_free(&other, 2))
+                .join()
+                .unwrap();
+            *said.lock().unwrap() = Some(ran);
+        }))),
+    });
+    let shared: Arc<dyn BudgetStore> = store.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("slow")
+        .budget(BudgetScope::Agent, 1, WINDOW)
+        .budget_store_shared(shared)
+        .two_step_approvals()
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    let pending = gate.run(|| wire(1)).unwrap_err();
+    assert_eq!(pending.code(), DenialCode::ApprovalPending, "{pending}");
+    gate.approve(pending.approval_token().unwrap()).unwrap();
+    sink.armed.store(true, Ordering::SeqCst);
+    let before = WIRES.load(Ordering::SeqCst);
+    let a = gate.run(|| wire(1)).map_err(|d| d.code());
+    assert_eq!(
+        b.lock().unwrap().clone(),
+        Some(Ok(2)),
+        "B on the freed unit"
+    );
+    assert_eq!(
+        a,
+        Err(DenialCode::BudgetExhausted),
+        "the approved call ran within B's window, under a budget of one call per window"
+    );
+    assert_eq!(WIRES.load(Ordering::SeqCst), before);
+}
