@@ -1057,3 +1057,54 @@ fn h21_a_two_step_call_whose_unit_left_its_window_while_its_sink_wrote_is_counte
     );
     assert_eq!(WIRES.load(Ordering::SeqCst), before);
 }
+
+// SECURITY.md 13: "a budget that a policy replacement adds while a call is decided takes its unit at
+// that call's commit point". Attack, no approver: call A (a note) waits on its audit sink while the
+// operator's policy adds a budget of one call an hour for the agent and another gate of the same
+// policy runs B, which takes that unit. At its commit point A must take a unit of the added budget,
+// and find none.
+#[test]
+fn h22_a_budget_added_while_a_call_waits_on_its_sink_is_charged_at_its_commit_point() {
+    let _serial = serial();
+    let none = PolicyFile::parse("p.toml", "format = 1\n").unwrap();
+    let one = "format = 1\n[[defaults.budgets]]\nagent = true\ncalls = 1\nper = \"1h\"\n";
+    let one = PolicyFile::parse("p.toml", one).unwrap();
+    let live = LivePolicy::new(none);
+    let store: Arc<dyn BudgetStore> = Arc::new(MemoryBudgets::new());
+    let build = |sink: Option<Arc<Slow>>| {
+        let builder = Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent("added")
+            .policy(live.clone())
+            .budget_store_shared(store.clone());
+        match sink {
+            Some(sink) => builder.audit_shared(sink),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let other = Arc::new(build(None));
+    let replaced = live.clone();
+    let b = Arc::new(Mutex::new(None));
+    let said = b.clone();
+    let sink = Arc::new(Slow {
+        armed: AtomicBool::new(true),
+        meanwhile: Mutex::new(Some(Box::new(move || {
+            assert!(replaced.replace(one, "ana"));
+            let ran = std::thread::spawn(move || other.run(|| note(2)))
+                .join()
+                .unwrap();
+            *said.lock().unwrap() = Some(ran.map_err(|d| d.code()));
+        }))),
+    });
+    let gate = build(Some(sink));
+    let a = gate.run(|| note(1)).map_err(|d| d.code());
+    let b = b.lock().unwrap().clone().expect("the sink was asked");
+    assert_eq!(b, Ok(2), "B took the added budget's one unit");
+    assert_eq!(
+        a,
+        Err(DenialCode::BudgetExhausted),
+        "A ran under the added budget of one an hour that B had spent"
+    );
+}
