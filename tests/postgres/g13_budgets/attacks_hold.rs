@@ -594,3 +594,43 @@ fn pg_h11_a_nested_call_waiting_on_the_inner_store_across_a_reset_is_counted_aga
          unit was taken before the reset: {outer_took:?}, reset {done:?})"
     );
 }
+
+// docs/budgets.md: "the operators' role has `EXECUTE` on it and may only read `budget_uses` and
+// `budget_resets`, so through its grants a budget is cleared only with its record". Attack: the
+// operators' role reads a call's reservation in `budget_uses` and calls the gates' own give-back,
+// `toolgate.budget_release` (and `budget_take` with a window of 1 µs, which prunes what left it), on
+// that budget. The budget must stay spent, and no unit leave without a record.
+#[test]
+fn pg_h12_the_operators_role_cannot_give_a_unit_back_without_a_record() {
+    let Some((_serial, url)) = parent_database(ROLE, "a7h_operator_release") else {
+        return;
+    };
+    let roles = crate::common::postgres::documented_roles(&url);
+    let store = Arc::new(PostgresStore::connect(&roles.agent).unwrap());
+    let gate = desk(&store, "spent", 1, || {});
+    gate.run(|| jot(1)).unwrap();
+    let row = query(
+        &roles.operator,
+        "SELECT key, encode(reservation, 'hex') FROM toolgate.budget_uses",
+    );
+    let (key, reservation) = (row[0][0].clone().unwrap(), row[0][1].clone().unwrap());
+    let key = key.replace('\'', "''");
+    let attempts = [
+        format!("SELECT toolgate.budget_release(ARRAY['{key}'], decode('{reservation}', 'hex'))"),
+        format!(
+            "SELECT toolgate.budget_take(ARRAY['{key}'], ARRAY[5], ARRAY[1::bigint], \
+             decode('00', 'hex'))"
+        ),
+    ];
+    let mut accepted = Vec::new();
+    for sql in &attempts {
+        if std::panic::catch_unwind(|| query(&roles.operator, sql)).is_ok() {
+            accepted.push(sql.clone());
+        }
+    }
+    assert_eq!(
+        gate.run(|| jot(2)).map_err(|d| d.code()),
+        Err(DenialCode::BudgetExhausted),
+        "the operators' role gave the unit back without a reset ({accepted:?})"
+    );
+}
