@@ -1108,3 +1108,55 @@ fn h22_a_budget_added_while_a_call_waits_on_its_sink_is_charged_at_its_commit_po
         "A ran under the added budget of one an hour that B had spent"
     );
 }
+
+// The session grant's path: a call the grant runs without asking takes its unit, then waits on its
+// audit sink until its unit has left the window and another gate of the budget has run B on it. If
+// it then runs, two calls ran within one window of a budget of one.
+#[test]
+fn h23_a_granted_call_whose_unit_left_its_window_while_its_sink_wrote_is_counted_again() {
+    let _serial = serial();
+    const WINDOW: Duration = Duration::from_secs(2);
+    let store = Arc::new(MemoryBudgets::new());
+    let other = Arc::new(slow_desk(&store, WINDOW, None));
+    let b = Arc::new(Mutex::new(None));
+    let said = b.clone();
+    let sink = Arc::new(Slow {
+        armed: AtomicBool::new(false),
+        meanwhile: Mutex::new(Some(Box::new(move || {
+            let ran = std::thread::spawn(move || run_when_free(&other, 2))
+                .join()
+                .unwrap();
+            *said.lock().unwrap() = Some(ran);
+        }))),
+    });
+    let shared: Arc<dyn BudgetStore> = store.clone();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("slow")
+        .budget(BudgetScope::Agent, 1, WINDOW)
+        .budget_store_shared(shared)
+        .approver(|_: &ApprovalRequest<'_>| Approval::ApproveForSession(SessionGrant::tool(HOUR)))
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap();
+    gate.run(|| wire(1)).expect("granted for the session");
+    assert_eq!(gate.grants().len(), 1);
+    // The granted call, once the first call's unit has left the window: it takes the unit, then
+    // waits on its sink.
+    sink.armed.store(true, Ordering::SeqCst);
+    let a = loop {
+        match gate.run(|| wire(3)) {
+            Err(d) if d.code() == DenialCode::BudgetExhausted && b.lock().unwrap().is_none() => {
+                std::thread::sleep(d.retry_after().unwrap() + Duration::from_millis(20));
+            }
+            other => break other.map_err(|d| d.code()),
+        }
+    };
+    let b = b.lock().unwrap().clone();
+    assert_eq!(b, Some(Ok(2)), "B on the freed unit");
+    assert_eq!(
+        a,
+        Err(DenialCode::BudgetExhausted),
+        "the granted call ran within B's window, under a budget of one call per window"
+    );
+}
