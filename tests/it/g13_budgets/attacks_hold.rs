@@ -327,7 +327,7 @@ fn h06_a_budget_narrowed_while_a_call_waits_is_charged_at_its_commit_point() {
     }));
     let before = WIRES.load(Ordering::SeqCst);
     let a = gate.run(|| wire(1)).map_err(|d| d.code());
-    let b = b.lock().unwrap().clone().expect("the approver was asked");
+    let b = (*b.lock().unwrap()).expect("the approver was asked");
     let ran = usize::from(b.is_ok()) + (WIRES.load(Ordering::SeqCst) - before);
     assert!(
         ran <= 1,
@@ -349,10 +349,11 @@ struct Slow {
 
 impl AuditSink for Slow {
     fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        if record.stage == Stage::Enter && self.armed.swap(false, Ordering::SeqCst) {
-            if let Some(meanwhile) = self.meanwhile.lock().unwrap().take() {
-                meanwhile();
-            }
+        if record.stage == Stage::Enter
+            && self.armed.swap(false, Ordering::SeqCst)
+            && let Some(meanwhile) = self.meanwhile.lock().unwrap().take()
+        {
+            meanwhile();
         }
         Ok(())
     }
@@ -418,7 +419,7 @@ fn window_ends_while_the_sink_writes(
     } else {
         gate.run(|| note(1)).map_err(|d| d.code())
     };
-    let b = b.lock().unwrap().clone().expect("the sink was asked");
+    let b = (*b.lock().unwrap()).expect("the sink was asked");
     (a, b)
 }
 
@@ -603,7 +604,7 @@ fn h11_an_async_call_whose_unit_left_its_window_while_its_approver_thought_is_re
         .unwrap();
     let before = WIRES.load(Ordering::SeqCst);
     let a = rt.block_on(gate.scope(wire_async(1))).map_err(|d| d.code());
-    assert_eq!(b.lock().unwrap().clone(), Some(Ok(2)));
+    assert_eq!((*b.lock().unwrap()), Some(Ok(2)));
     assert_eq!(a, Err(DenialCode::BudgetExhausted));
     assert_eq!(WIRES.load(Ordering::SeqCst), before);
 }
@@ -650,7 +651,7 @@ fn h12_a_call_whose_unit_left_its_window_while_its_async_approver_thought_is_ref
         .unwrap();
     let before = WIRES.load(Ordering::SeqCst);
     let a = rt.block_on(gate.scope(wire_async(1))).map_err(|d| d.code());
-    assert_eq!(b.lock().unwrap().clone(), Some(Ok(2)));
+    assert_eq!((*b.lock().unwrap()), Some(Ok(2)));
     assert_eq!(a, Err(DenialCode::BudgetExhausted));
     assert_eq!(WIRES.load(Ordering::SeqCst), before);
 }
@@ -687,7 +688,7 @@ fn h13_a_nested_call_whose_outer_unit_left_its_window_while_the_inner_approver_t
     assert!(inner.taint().is_some() && outer.taint().is_none());
     let notes = NOTES.load(Ordering::SeqCst);
     let a = outer.run(|| inner.run(|| note(1))).map_err(|d| d.code());
-    let b = b.lock().unwrap().clone();
+    let b = *b.lock().unwrap();
     assert_eq!(b, Some(Ok(2)), "B ran on the outer budget's freed unit");
     assert_eq!(
         a,
@@ -936,7 +937,7 @@ fn h19_a_call_by_name_whose_unit_left_its_window_while_its_approver_thought_is_r
     let before = WIRES.load(Ordering::SeqCst);
     let a =
         rt.block_on(toolgate::registry().call(&gate, "a7h.pay", serde_json::json!({"cents": 1})));
-    assert_eq!(b.lock().unwrap().clone(), Some(Ok(2)));
+    assert_eq!((*b.lock().unwrap()), Some(Ok(2)));
     let code = a.as_ref().map_err(|e| e.code());
     assert_eq!(code, Err("BUDGET_EXHAUSTED"), "{a:?}");
     assert_eq!(WIRES.load(Ordering::SeqCst), before);
@@ -998,7 +999,7 @@ fn h20_a_nested_call_whose_outer_unit_left_its_window_while_the_inner_store_answ
         .unwrap();
     let notes = NOTES.load(Ordering::SeqCst);
     let a = outer.run(|| inner.run(|| note(1))).map_err(|d| d.code());
-    let b = b.lock().unwrap().clone();
+    let b = *b.lock().unwrap();
     assert_eq!(b, Some(Ok(2)), "B ran on the outer budget's freed unit");
     assert_eq!(
         a,
@@ -1045,11 +1046,7 @@ fn h21_a_two_step_call_whose_unit_left_its_window_while_its_sink_wrote_is_counte
     sink.armed.store(true, Ordering::SeqCst);
     let before = WIRES.load(Ordering::SeqCst);
     let a = gate.run(|| wire(1)).map_err(|d| d.code());
-    assert_eq!(
-        b.lock().unwrap().clone(),
-        Some(Ok(2)),
-        "B on the freed unit"
-    );
+    assert_eq!((*b.lock().unwrap()), Some(Ok(2)), "B on the freed unit");
     assert_eq!(
         a,
         Err(DenialCode::BudgetExhausted),
@@ -1100,7 +1097,7 @@ fn h22_a_budget_added_while_a_call_waits_on_its_sink_is_charged_at_its_commit_po
     });
     let gate = build(Some(sink));
     let a = gate.run(|| note(1)).map_err(|d| d.code());
-    let b = b.lock().unwrap().clone().expect("the sink was asked");
+    let b = (*b.lock().unwrap()).expect("the sink was asked");
     assert_eq!(b, Ok(2), "B took the added budget's one unit");
     assert_eq!(
         a,
@@ -1152,7 +1149,7 @@ fn h23_a_granted_call_whose_unit_left_its_window_while_its_sink_wrote_is_counted
             other => break other.map_err(|d| d.code()),
         }
     };
-    let b = b.lock().unwrap().clone();
+    let b = *b.lock().unwrap();
     assert_eq!(b, Some(Ok(2)), "B on the freed unit");
     assert_eq!(
         a,

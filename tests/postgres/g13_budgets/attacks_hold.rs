@@ -88,10 +88,11 @@ struct Slow {
 
 impl AuditSink for Slow {
     fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        if record.stage == Stage::Enter && self.armed.swap(false, Ordering::SeqCst) {
-            if let Some(meanwhile) = self.meanwhile.lock().unwrap().take() {
-                meanwhile();
-            }
+        if record.stage == Stage::Enter
+            && self.armed.swap(false, Ordering::SeqCst)
+            && let Some(meanwhile) = self.meanwhile.lock().unwrap().take()
+        {
+            meanwhile();
         }
         Ok(())
     }
@@ -135,7 +136,7 @@ fn pg_h01_a_call_waiting_on_its_sink_across_a_reset_is_counted_again() {
         .build()
         .unwrap();
     let a = gate.run(|| jot(1)).map_err(|d| d.code());
-    let b = b.lock().unwrap().clone().expect("the sink was asked");
+    let b = (*b.lock().unwrap()).expect("the sink was asked");
     let ran = BODIES.load(Ordering::SeqCst) - mark.load(Ordering::SeqCst);
     let (held, uses) = held_and_uses(&url);
     assert_eq!(held, uses, "A {a:?}, B {b:?}");
