@@ -2,6 +2,7 @@
 
 mod attacks;
 mod attacks_async;
+mod attacks_hold;
 mod features_meeting;
 mod handlers;
 mod mcp_in_band;

@@ -2,6 +2,7 @@
 //! counts the calls that run.
 
 mod attacks;
+mod attacks_hold;
 mod attacks_reset;
 mod attacks_stateful;
 mod over_mcp;
