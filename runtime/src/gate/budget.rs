@@ -192,6 +192,12 @@ pub(crate) struct Reserved {
 }
 
 impl Reserved {
+    /// Whether this reservation holds a unit of `key` in `store` (the same store, not one alike).
+    pub(crate) fn holds_in(&self, store: &Arc<dyn BudgetStore>, key: &str) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.store), Arc::as_ptr(store))
+            && self.charges.iter().any(|charge| &*charge.key == key)
+    }
+
     /// Units about to be asked for under `id`: given back when dropped, unless committed.
     pub(crate) fn new(
         store: Arc<dyn BudgetStore>,
@@ -505,6 +511,9 @@ pub enum BudgetError {
     Window(BudgetScope, Duration),
     /// A tool pattern that is not valid or matches no linked tool.
     Pattern(DenyRuleError),
+    /// The gate's agent label, part of every budget's key, holds a control character: the key's
+    /// fields are kept apart by one (U+001F), and a label holding it could spell another's key.
+    AgentLabel(String),
 }
 
 impl fmt::Display for BudgetError {
@@ -526,6 +535,11 @@ impl fmt::Display for BudgetError {
                 MAX_BUDGET_WINDOW.as_secs()
             ),
             BudgetError::Pattern(error) => write!(f, "a budget's tool pattern: {error}"),
+            BudgetError::AgentLabel(label) => write!(
+                f,
+                "the agent label {label:?}, part of every budget's key, holds a control \
+                 character: name the agent without one"
+            ),
         }
     }
 }
@@ -563,6 +577,9 @@ impl Budgets {
         }
         let entries = &registry().entries;
         let mut errors = Vec::new();
+        if let Some(agent) = agent.filter(|a| a.chars().any(char::is_control)) {
+            errors.push(BudgetError::AgentLabel(agent.to_owned()));
+        }
         let mut built: Vec<(Budget, Option<DenyRule>, Option<Risk>)> = Vec::new();
         for spec in specs {
             let scope = spec.scope.clone();
@@ -605,7 +622,7 @@ impl Budgets {
                 ),
                 None => format!("{} calls of {what} per {window}", spec.limit),
             };
-            // Fields apart by a separator that no label, id or risk holds.
+            // Fields apart by a separator that no label (refused above), id or risk holds.
             let mut key = format!(
                 "{}\u{1f}{}\u{1f}{}\u{1f}{}",
                 agent.unwrap_or(""),

@@ -734,7 +734,7 @@ fn a_call_whose_unit_left_its_window_while_its_approver_thought_is_counted_again
     assert_refusal_says(
         &denied,
         DenialCode::BudgetExhausted,
-        "while its approver answered",
+        "while the call waited",
     );
     assert_eq!(WIRES.load(Ordering::SeqCst), wires);
     assert_eq!(NOTES.load(Ordering::SeqCst), notes + 1);

@@ -59,6 +59,14 @@ impl Units {
         self.first.take().into_iter().chain(self.added.drain(..))
     }
 
+    /// Whether a unit of `key` in `store` is held here already.
+    fn holds_in(&self, store: &Arc<dyn BudgetStore>, key: &str) -> bool {
+        self.first
+            .iter()
+            .chain(&self.added)
+            .any(|reserved| reserved.holds_in(store, key))
+    }
+
     fn holds(&self, charge: &BudgetCharge) -> bool {
         self.first
             .iter()
@@ -69,12 +77,15 @@ impl Units {
 }
 
 impl Gate {
-    /// Reserves a unit of every budget covering the call, or refuses it.
-    pub(super) fn reserve(
+    /// Reserves a unit of every budget covering the call that the gates around it (`outer`, their
+    /// units) did not reserve in the same store already, or refuses it: gates configured alike share a
+    /// budget, and a call through both takes one unit of it.
+    pub(super) fn reserve<'a>(
         &self,
         table: &Table,
         entry: &'static ToolEntry,
         risk: EffectiveRisk,
+        outer: impl Iterator<Item = &'a Units> + Clone,
     ) -> Reserve {
         let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
         let (code, operator) = (&self.inner.budgets, &table.budgets);
@@ -91,6 +102,11 @@ impl Gate {
             charges.sort_by(|a, b| a.key.cmp(&b.key));
             charges.dedup_by(|a, b| a.key == b.key);
         }
+        charges.retain(|charge| {
+            !outer
+                .clone()
+                .any(|units| units.holds_in(&store, &charge.key))
+        });
         self.take_units(store, charges, entry, risk)
     }
 
@@ -167,7 +183,7 @@ impl Gate {
     }
 
     /// A budget store's answer to whether `reserved`'s units are still held after the decision waited
-    /// for its approver ([`BudgetStore::hold`]). A refusal leaves `reserved` as it is: the decision's
+    /// ([`BudgetStore::hold`]). A refusal leaves `reserved` as it is: the decision's
     /// refusal gives back what it still holds.
     pub(super) fn held_again(
         &self,
@@ -190,7 +206,7 @@ impl Gate {
                         .with_detail(
                             format!(
                                 "{label}: the unit it held was cleared (reset, or out of its \
-                                 window) while its approver answered"
+                                 window) while the call waited"
                             )
                             .into(),
                         )

@@ -182,10 +182,11 @@ impl<A: ArgumentSource> Decision<A> {
         Ok(permit)
     }
 
-    /// Once a call waited for an approver, asks `gates[i]`'s store whether it still holds the units
-    /// reserved before the approver was asked: while the approver thought, a unit may have left its
-    /// window, or an operator reset its budget, and the call would run counted nowhere. `Some`: the
-    /// store's answer to wait for (a unit lost is taken again, or the call refused).
+    /// Once a call waited while it held budget units (an approver thought, a store or a sink took its
+    /// time), asks `gates[i]`'s store whether it still holds the units it reserved: meanwhile a unit
+    /// may have left its window, or an operator reset its budget, and the call would run counted
+    /// nowhere. `Some`: the store's answer to wait for (a unit lost is taken again, or the call
+    /// refused).
     fn hold_again(&mut self, i: usize) -> Result<Option<Wait>, Denied> {
         let approved = self.held.iter().any(|h| {
             h.allowed
@@ -193,7 +194,7 @@ impl<A: ArgumentSource> Decision<A> {
                 .is_some_and(|a| a.decision == Decided::Approved)
         });
         let held = &mut self.held[i];
-        if !approved || held.held_again {
+        if !(approved || self.waited) || held.held_again {
             return Ok(None);
         }
         held.held_again = true;

@@ -122,10 +122,17 @@ impl<A: ArgumentSource> Decision<A> {
                 }
             }
             At::Budget(i) if i == count => self.at = At::Approval(0),
-            At::Budget(i) => match self.gates[i].reserve(&self.held[i].table, entry, risk) {
+            At::Budget(i) => match self.gates[i].reserve(
+                &self.held[i].table,
+                entry,
+                risk,
+                self.held[..i].iter().map(|held| &held.reserved),
+            ) {
                 Reserve::Free => self.at = At::Budget(i + 1),
                 Reserve::Refused(denied) => self.failed = Some(denied),
                 Reserve::Waiting(reserved, wait) => {
+                    // The units of the gates before this one wait for this store's answer.
+                    self.waiting();
                     self.held[i].reserved.push(reserved);
                     return Some(Step::Wait(wait));
                 }
@@ -145,11 +152,20 @@ impl<A: ArgumentSource> Decision<A> {
                     gate.approval(entry, mode, risk, &mut self.arguments, shown, self.waits);
                 match asked {
                     Approving::Done(result) => self.approved(i, result),
-                    Approving::Wait(wait) => return Some(Step::Wait(wait)),
+                    Approving::Wait(wait) => {
+                        self.waiting();
+                        return Some(Step::Wait(wait));
+                    }
                 }
             }
             At::Enter(i) if i == count => self.at = At::Commit,
-            At::Enter(i) => return self.enter(i).map(Step::Wait),
+            At::Enter(i) => {
+                // A sink may take its time, written to at once or awaited.
+                if self.gates[i].audits() {
+                    self.waiting();
+                }
+                return self.enter(i).map(Step::Wait);
+            }
             At::Commit => match self.commit() {
                 Ok(Committed::Done(permit)) => return Some(Step::Done(permit)),
                 Ok(Committed::Charging(i, wait)) => {

@@ -26,8 +26,8 @@ pub(super) enum At {
     /// At the commit point, taking a unit of each budget that a replacement of `gates[i]`'s policy
     /// added.
     Charge(usize),
-    /// At the commit point of a call that waited for its approver, asking whether `gates[i]`'s store
-    /// still holds the units reserved before the approver was asked.
+    /// At the commit point of a call that waited once it held budget units (for its approver, a
+    /// store, a sink), asking whether `gates[i]`'s store still holds the units it reserved.
     Hold(usize),
     /// Refused (the refusal in `failed`): the budget units its decision reserved are being given
     /// back.
@@ -52,7 +52,7 @@ pub(super) struct Held {
     /// commit point.
     pub(super) reserved: Units,
     pub(super) allowed: Option<Allowed>,
-    /// Whether the commit point asked the store to hold the units again after an approval.
+    /// Whether the commit point asked the store to hold the units again after a wait.
     pub(super) held_again: bool,
 }
 
@@ -86,6 +86,10 @@ pub(super) struct Decision<A> {
     /// When the earliest of the store answers that approved the call expires, where a store said:
     /// the commit point refuses the call from then on.
     pub(super) expires: Option<std::time::Instant>,
+    /// Whether the decision waited (for an approver, a store, a sink) while it held a budget unit:
+    /// a reset or the end of its window may have cleared the unit meanwhile, so the commit point asks
+    /// the stores whether they still hold them.
+    pub(super) waited: bool,
 }
 
 impl<A: ArgumentSource> Decision<A> {
@@ -111,6 +115,7 @@ impl<A: ArgumentSource> Decision<A> {
             unrecorded: None,
             shown: None,
             expires: None,
+            waited: false,
         }
     }
 
@@ -153,6 +158,14 @@ impl<A> Decision<A> {
     pub(super) fn shown(&self) -> &Shown {
         self.shown.as_deref().unwrap_or(Shown::NOTHING)
     }
+
+    /// Notes a wait of the decision, which matters once it holds a budget unit.
+    #[inline]
+    pub(super) fn waiting(&mut self) {
+        if !self.waited {
+            self.waited = self.held.iter().any(|held| held.reserved.first().is_some());
+        }
+    }
 }
 
 impl Decision<LazyArguments<'_>> {
@@ -172,6 +185,7 @@ impl Decision<LazyArguments<'_>> {
             unrecorded: self.unrecorded,
             shown: self.shown,
             expires: self.expires,
+            waited: self.waited,
         }
     }
 }
