@@ -213,7 +213,7 @@ impl ToolgateServer {
     }
 
     /// How many tasks one caller (over HTTP a principal, elsewhere a connection) may have waiting for
-    /// an operator at once: [`DEFAULT_MAX_TASKS`](crate::mcp::DEFAULT_MAX_TASKS) by default, at least 1.
+    /// an operator at once: [`DEFAULT_MAX_TASKS`] by default, at least 1.
     /// Past it, a call that would become a task is answered `TOO_MANY_TASKS` (its approval request
     /// stays pending, and was handed to [`on_pending`](ToolgateServer::on_pending)).
     #[must_use]
@@ -222,7 +222,7 @@ impl ToolgateServer {
         self
     }
 
-    /// How long a task waits for an operator at most: [`DEFAULT_TASK_DEADLINE`](crate::mcp::DEFAULT_TASK_DEADLINE)
+    /// How long a task waits for an operator at most: [`DEFAULT_TASK_DEADLINE`]
     /// (an hour) by default. A task still waiting then fails with `APPROVAL_EXPIRED`; its approval
     /// request stays pending in the store until it expires, and the agent's next identical call waits
     /// for it again.

@@ -1,5 +1,5 @@
-//! The application's rmcp handler behind the server: what the server says it is, the capabilities it
-//! passes through, the routes its router serves and the tools it declares no risk for.
+//! The application's rmcp handler behind the server: what the server says it is, the capabilities
+//! it passes through, the routes its router serves and the tools it declares no risk for.
 
 use std::sync::Arc;
 

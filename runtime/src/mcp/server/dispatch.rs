@@ -1,5 +1,5 @@
-//! A call run through its gate: a `callable` tool through the registry, a tool of the handler as its
-//! declared method.
+//! A call run through its gate: a `callable` tool through the registry, a tool of the handler as
+//! its declared method.
 
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject};
 use rmcp::service::RequestContext;

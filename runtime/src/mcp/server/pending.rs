@@ -36,8 +36,9 @@ pub struct PendingApproval {
     /// agent has read untrusted output, and the arguments may come from it. Show it to the operator.
     pub taint: Option<Taint>,
     /// What the call runs on, for a method: the label of the server's
-    /// [`handler`](super::ToolgateServer::handler) or of its [`instance`](super::ToolgateServer::instance) (the
-    /// name given to [`handler_named`](super::ToolgateServer::handler_named) or
+    /// [`handler`](super::ToolgateServer::handler) or of its
+    /// [`instance`](super::ToolgateServer::instance) (the name given to
+    /// [`handler_named`](super::ToolgateServer::handler_named) or
     /// [`Instances::with_named`](crate::Instances::with_named), else its type and a random id), to
     /// which the approval is bound. Show it to the operator.
     pub instance: Option<String>,

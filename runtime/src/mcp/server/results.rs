@@ -16,9 +16,9 @@ use toolgate_policy::DenialCode;
 pub const REFUSED: ErrorCode = ErrorCode(-32003);
 
 /// A tool of an rmcp handler returns `Result<CallToolResult, ErrorData>`: a refusal becomes an error
-/// with the code [`REFUSED`] and the data `{"code", "message"}`. Served by a [`ToolgateServer`](super::ToolgateServer), the
-/// call never reaches the tool: the server answers the refusal as a tool result (`isError: true`),
-/// as it answers every refusal.
+/// with the code [`REFUSED`] and the data `{"code", "message"}`. Served by a
+/// [`ToolgateServer`](super::ToolgateServer), the call never reaches the tool: the server answers
+/// the refusal as a tool result (`isError: true`), as it answers every refusal.
 impl From<Denied> for rmcp::ErrorData {
     fn from(denied: Denied) -> rmcp::ErrorData {
         let message = denied.to_string();
