@@ -53,8 +53,8 @@ TRANSPORTS = {
     "maud": ("console",),
     "rig_core": ("rig",),
 }
-# Crates that one module alone (or each of a few, for a crate two features use apart) may import: the
-# rest of the runtime sees them through its types.
+# Crates that one module alone, with the files under it (or each of a few, for a crate two features use
+# apart), may import: the rest of the runtime sees them through its types.
 SOLE_IMPORTERS = {
     "ed25519_dalek": ("audit::checkpoint",),
     # The access tokens' verifier (features `mcp-oauth` and `console`): tokens, keys and the JWKS's
@@ -211,7 +211,8 @@ def runtime_graph():
             if re.search(rf"\b{crate_name}::", code) and here.split("::")[0] not in homes and here != "":
                 problems.append(f"runtime `{here}` uses `{crate_name}`: only {' and '.join(f'`{h}`' for h in homes)} may")
         for crate_name, homes in SOLE_IMPORTERS.items():
-            if re.search(rf"\b{crate_name}::", code) and here not in homes:
+            inside = any(here == home or here.startswith(f"{home}::") for home in homes)
+            if re.search(rf"\b{crate_name}::", code) and not inside:
                 problems.append(f"runtime `{here}` uses `{crate_name}`: only {' and '.join(f'`{h}`' for h in homes)} may")
         for crate_name in NOWHERE:
             if re.search(rf"\b{crate_name}::", code):

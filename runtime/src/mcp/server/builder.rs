@@ -1,0 +1,325 @@
+//! The server, its settings, and the builder methods that set them.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rmcp::ServerHandler;
+use rmcp::model::Implementation;
+
+use super::pending::PendingApproval;
+use crate::by_name::Instances;
+use crate::gate::Gate;
+use crate::mcp::approvals::Approvals;
+use crate::mcp::definition::Visibility;
+use crate::mcp::handler::{DynHandler, RouteMismatch, Undeclared};
+use crate::mcp::tasks::{DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE, Tasks};
+use crate::registry::ToolManifest;
+
+type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
+type OnPending = Arc<dyn Fn(&PendingApproval) + Send + Sync>;
+
+/// How often a connection's watcher reads the gate's mode by default, for `list_changed`.
+pub const DEFAULT_MODE_POLL: Duration = Duration::from_millis(100);
+
+/// An MCP server of the registry's `callable` tools, every call decided by one [`Gate`].
+///
+/// `tools/list` shows what the gate's current mode allows (see [`Visibility`] for the rest);
+/// `tools/call` goes through [`Registry::call_with`](crate::Registry::call_with) with the server's
+/// [`instances`](ToolgateServer::instance), so the gate, its deny list,
+/// approvals and audit decide each call as they decide a direct one. A refusal, invalid arguments and
+/// a failing tool are tool results with `isError: true`, whose text is `"<CODE>: <message>"` and whose
+/// structured content is `{"code", "message"}` (with `path` for `INVALID_PARAMS`); only a name that is
+/// no tool of this server is a protocol error (`-32602`, invalid params).
+///
+/// The methods [`tools`](ToolgateServer::tools), [`serves`](ToolgateServer::serves) and
+/// [`call`](ToolgateServer::call) are what its [`ServerHandler`] implementation does, for a handler of
+/// your own to delegate to.
+#[derive(Clone)]
+pub struct ToolgateServer {
+    pub(super) gate: Gate,
+    pub(super) instances: Instances,
+    pub(super) visibility: Visibility,
+    pub(super) filter: Option<Filter>,
+    /// Shared by the connections, which are made per request over HTTP with protocol 2026-07-28.
+    pub(super) implementation: Arc<Implementation>,
+    pub(super) instructions: Option<Arc<str>>,
+    pub(super) approvals: Approvals,
+    pub(super) on_pending: Option<OnPending>,
+    pub(super) mode_poll: Duration,
+    /// This connection's random id, made when first needed: over HTTP a request's principal names
+    /// its session, and a connection is made per request.
+    pub(super) session: Arc<OnceLock<Arc<str>>>,
+    pub(super) tasks: Tasks,
+    pub(super) max_tasks: usize,
+    pub(super) task_deadline: Duration,
+    pub(super) handler: Option<Arc<dyn DynHandler>>,
+    /// What a call of the handler's tools runs on, as approvals bind it and operators read it.
+    pub(super) handler_label: Arc<String>,
+    pub(super) undeclared: Undeclared,
+    /// The first tool of a handler gated in place that its router serves with no declaration, once
+    /// its list has been read (with the first request's context): the server serves no tool then.
+    pub(super) unrouted: Arc<OnceLock<Option<String>>>,
+    /// `server_info` was given: it names the server rather than the handler's own.
+    pub(super) named: bool,
+}
+
+impl fmt::Debug for ToolgateServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolgateServer")
+            .field("mode", &self.gate.mode())
+            .field("instances", &self.instances)
+            .field("visibility", &self.visibility)
+            .field("filtered", &self.filter.is_some())
+            .field("implementation", &self.implementation.name)
+            .field("approvals", &self.approvals)
+            .field("mode_poll", &self.mode_poll)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolgateServer {
+    /// A server of every linked `callable` tool through `gate`, hiding what the gate would refuse, that
+    /// names itself `toolgate` with this crate's version.
+    pub fn new(gate: Gate) -> ToolgateServer {
+        ToolgateServer {
+            gate,
+            instances: Instances::new(),
+            visibility: Visibility::Hide,
+            filter: None,
+            implementation: Arc::new(Implementation::new("toolgate", env!("CARGO_PKG_VERSION"))),
+            instructions: None,
+            approvals: Approvals::OutOfBand,
+            on_pending: None,
+            mode_poll: DEFAULT_MODE_POLL,
+            session: Arc::default(),
+            tasks: Tasks::default(),
+            max_tasks: DEFAULT_MAX_TASKS,
+            task_deadline: DEFAULT_TASK_DEADLINE,
+            handler: None,
+            handler_label: Arc::new(String::new()),
+            undeclared: Undeclared::Refuse,
+            unrouted: Arc::default(),
+            named: false,
+        }
+    }
+
+    /// Serves `handler`, an rmcp [`ServerHandler`] of the application (a `#[tool_router]` server with
+    /// its resources and prompts), behind this server's gates.
+    ///
+    /// Each tool of the handler declared in place (`#[toolgate(risk = ..)]` beside rmcp's `#[tool]`,
+    /// in a `#[toolgate::toolset]` impl of the handler's type) is decided by the caller's gate before
+    /// its method runs, and listed as that gate allows; approvals, tasks, budgets and the
+    /// audit log work for it as for a `callable` tool. A tool of the handler that declares no risk is
+    /// refused ([`undeclared`](ToolgateServer::undeclared)). Resources, prompts, completions, logging
+    /// levels and subscriptions pass through to the handler; a capability the handler does not
+    /// declare is answered `-32601` (method not found). The linked `callable` tools are served beside
+    /// the handler's only where [`only`](ToolgateServer::only) selects them (`.only(|_| true)` for
+    /// all); the handler's tool wins where both have a name.
+    ///
+    /// A two-step approval of the handler's tools is bound to the handler instance, which operators
+    /// see as the call's `self`: its type and a random id, or the name given to
+    /// [`handler_named`](ToolgateServer::handler_named).
+    ///
+    /// A tool declared in place runs as the method it was declared on, with the handler as `self`:
+    /// the server calls that method itself, not the handler's `call_tool` or its router, so that no
+    /// other route of the same name (a router merged with `+`, a route added or replaced at run time)
+    /// is what a call of the tool runs. The handler's `call_tool` serves only the tools it declares no
+    /// risk for, where [`Undeclared::Serve`] says so.
+    ///
+    /// # Panics
+    ///
+    /// Where the handler's router answers the name of a tool declared in place with a definition
+    /// other than the declared method's (a route of the same name merged in or added by hand), naming
+    /// the tool: [`try_handler`](ToolgateServer::try_handler) returns that as an error.
+    #[must_use]
+    #[track_caller]
+    pub fn handler<H: ServerHandler>(self, handler: H) -> ToolgateServer {
+        match self.try_handler(handler) {
+            Ok(server) => server,
+            Err(mismatch) => panic!("{mismatch}"),
+        }
+    }
+
+    /// [`handler`](ToolgateServer::handler), returning a router that answers the name of a tool
+    /// declared in place with another route as an error rather than a panic.
+    pub fn try_handler<H: ServerHandler>(
+        self,
+        handler: H,
+    ) -> Result<ToolgateServer, RouteMismatch> {
+        let label = crate::by_name::instances::registration_label(std::any::type_name::<H>());
+        self.with_handler(handler, label)
+    }
+
+    /// [`handler`](ToolgateServer::handler), naming the instance: the name operators read as the
+    /// call's `self`, to which approvals are bound. Name it where approvals must carry over between
+    /// processes serving the same thing (replicas behind one PostgreSQL approval store).
+    ///
+    /// # Panics
+    ///
+    /// As [`handler`](ToolgateServer::handler) does.
+    #[must_use]
+    #[track_caller]
+    pub fn handler_named<H: ServerHandler>(
+        self,
+        name: impl Into<String>,
+        handler: H,
+    ) -> ToolgateServer {
+        let label = format!("{} ({})", name.into(), std::any::type_name::<H>());
+        match self.with_handler(handler, label) {
+            Ok(server) => server,
+            Err(mismatch) => panic!("{mismatch}"),
+        }
+    }
+
+    fn with_handler<H: ServerHandler>(
+        mut self,
+        handler: H,
+        label: String,
+    ) -> Result<ToolgateServer, RouteMismatch> {
+        self.handler = Some(Arc::new(crate::mcp::handler::bind(handler)?));
+        self.handler_label = Arc::new(label);
+        Ok(self)
+    }
+
+    /// What a tool of the [`handler`](ToolgateServer::handler) that declares no risk gets:
+    /// [`Undeclared::Refuse`] by default.
+    #[must_use]
+    pub fn undeclared(mut self, undeclared: Undeclared) -> ToolgateServer {
+        self.undeclared = undeclared;
+        self
+    }
+
+    /// How a call that needs an approval is answered: [`Approvals::OutOfBand`] (the default) or
+    /// [`Approvals::InBand`]. Either needs a gate that takes two-step approvals
+    /// ([`GateBuilder::two_step_approvals`](crate::gate::builder::GateBuilder::two_step_approvals) or an
+    /// approval store); a gate with an approver asks its approver instead.
+    #[must_use]
+    pub fn approvals(mut self, approvals: Approvals) -> ToolgateServer {
+        self.approvals = approvals;
+        self
+    }
+
+    /// Calls `notify` with every call refused because it waits for an operator (out of band, or in
+    /// band for a client that cannot answer a form): the operator channel of an application whose
+    /// approvals live in memory. It runs on the call's task: hand the request on, do not wait there.
+    #[must_use]
+    pub fn on_pending(
+        mut self,
+        notify: impl Fn(&PendingApproval) + Send + Sync + 'static,
+    ) -> ToolgateServer {
+        self.on_pending = Some(Arc::new(notify));
+        self
+    }
+
+    /// How many tasks one caller (over HTTP a principal, elsewhere a connection) may have waiting for
+    /// an operator at once: [`DEFAULT_MAX_TASKS`] by default, at least 1.
+    /// Past it, a call that would become a task is answered `TOO_MANY_TASKS` (its approval request
+    /// stays pending, and was handed to [`on_pending`](ToolgateServer::on_pending)).
+    #[must_use]
+    pub fn max_tasks(mut self, limit: usize) -> ToolgateServer {
+        self.max_tasks = limit.max(1);
+        self
+    }
+
+    /// How long a task waits for an operator at most: [`DEFAULT_TASK_DEADLINE`]
+    /// (an hour) by default. A task still waiting then fails with `APPROVAL_EXPIRED`; its approval
+    /// request stays pending in the store until it expires, and the agent's next identical call waits
+    /// for it again.
+    #[must_use]
+    pub fn task_deadline(mut self, deadline: Duration) -> ToolgateServer {
+        self.task_deadline = deadline;
+        self
+    }
+
+    /// How often each connection reads the gate's mode to tell its client that the tool list changed
+    /// (`notifications/tools/list_changed`): the latency between a lowering and the notification.
+    /// 100 ms by default; at least 10 ms.
+    #[must_use]
+    pub fn mode_poll(mut self, every: Duration) -> ToolgateServer {
+        self.mode_poll = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// This server for another connection: the same gate, tools and settings, and a session of its
+    /// own, to which its in-band approval forms are bound. A transport that serves several
+    /// connections (streamable HTTP) makes one per connection.
+    #[must_use]
+    pub fn connection(&self) -> ToolgateServer {
+        ToolgateServer {
+            session: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Serves the `callable` methods of `instance`'s type (a `#[toolset]` impl's `&self` tools), each
+    /// call running on this instance. Without it, those tools are not served.
+    #[must_use]
+    pub fn instance<T: Send + Sync + 'static>(mut self, instance: T) -> ToolgateServer {
+        self.instances = self.instances.with(instance);
+        self
+    }
+
+    /// [`instance`](ToolgateServer::instance), naming it: operators read the name as the method's
+    /// `self` when they approve a call on it, and approvals are bound to it
+    /// ([`Instances::with_named`](crate::Instances::with_named)).
+    #[must_use]
+    pub fn instance_named<T: Send + Sync + 'static>(
+        mut self,
+        name: impl Into<String>,
+        instance: T,
+    ) -> ToolgateServer {
+        self.instances = self.instances.with_named(name, instance);
+        self
+    }
+
+    /// Serves the `callable` methods of every type in `instances`, replacing those given before.
+    #[must_use]
+    pub fn instances(mut self, instances: Instances) -> ToolgateServer {
+        self.instances = instances;
+        self
+    }
+
+    /// What `tools/list` does with the tools the gate would refuse now.
+    #[must_use]
+    pub fn visibility(mut self, visibility: Visibility) -> ToolgateServer {
+        self.visibility = visibility;
+        self
+    }
+
+    /// Serves only the tools whose manifest `keep` accepts, e.g.
+    /// `|m| m.domain == Some("tickets")`. The others are unknown to this server: not listed, and a
+    /// call of one is a protocol error.
+    #[must_use]
+    pub fn only(
+        mut self,
+        keep: impl Fn(&ToolManifest) -> bool + Send + Sync + 'static,
+    ) -> ToolgateServer {
+        self.filter = Some(Arc::new(keep));
+        self
+    }
+
+    /// The name and version the server gives in its `initialize` result.
+    #[must_use]
+    pub fn server_info(
+        mut self,
+        name: impl Into<String>,
+        version: impl Into<String>,
+    ) -> ToolgateServer {
+        self.implementation = Arc::new(Implementation::new(name, version));
+        self.named = true;
+        self
+    }
+
+    /// Instructions for the model, given in the `initialize` result.
+    #[must_use]
+    pub fn instructions(mut self, instructions: impl Into<String>) -> ToolgateServer {
+        self.instructions = Some(instructions.into().into());
+        self
+    }
+
+    /// The gate that decides every call.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+}
