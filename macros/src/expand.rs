@@ -220,11 +220,54 @@ fn escalation(
     func: &ToolFn<'_>,
     reading: Reading<'_>,
     value: impl Fn(&Ident) -> TokenStream,
+    this: Option<&TokenStream>,
+    owner: Option<&Type>,
 ) -> Option<TokenStream> {
-    let path = call.escalate.as_ref()?;
+    let written = call.escalate.as_ref()?;
+    let path = outside(written, owner);
     let ordered = every_argument(reading, func, &value);
     // Through a trait, so that a wrong signature is one error that says what the signature must be.
-    Some(quote_spanned!(path.span()=> ::toolgate::__private::classify(&#path, (#(#ordered,)*))))
+    Some(match this {
+        Some(this) => quote_spanned!(path.span()=>
+            ::toolgate::__private::classify_on(&#path, #this, (#(#ordered,)*))
+        ),
+        None => quote_spanned!(path.span()=>
+            ::toolgate::__private::classify(&#path, (#(#ordered,)*))
+        ),
+    })
+}
+
+/// A function's path as generated code outside the impl names it: `Self::probe` is `<Files>::probe`
+/// in the adapter of a call by name, an item of its own where `Self` means nothing.
+fn outside(path: &syn::Path, owner: Option<&Type>) -> TokenStream {
+    match (owner, path.segments.first()) {
+        (Some(owner), Some(first)) if path.leading_colon.is_none() && first.ident == "Self" => {
+            let rest = path.segments.iter().skip(1);
+            quote_spanned!(first.ident.span()=> <#owner> #(:: #rest)*)
+        }
+        _ => path.to_token_stream(),
+    }
+}
+
+/// The call of an `evidence` probe on the target `value`, through the receiver where it has one.
+fn probe_call(path: &TokenStream, value: &TokenStream, this: Option<&TokenStream>) -> TokenStream {
+    match this {
+        Some(this) => quote_spanned!(path.span()=>
+            ::toolgate::__private::probe_on(&#path, #this, #value)
+        ),
+        None => quote_spanned!(path.span()=> ::toolgate::__private::probe(&#path, #value)),
+    }
+}
+
+/// A method's receiver, for the functions a declaration names (`escalate`, `rollback`, `evidence`),
+/// which may be methods taking `&self` first: only where it is a shared reference, which the body
+/// leaves usable after it.
+fn shared_receiver(func: &ToolFn<'_>) -> Option<TokenStream> {
+    let receiver = func.receiver?;
+    match &receiver.kind {
+        syn::ReceiverKind::Reference(_, _, None) => Some(receiver_ref(receiver)),
+        _ => None,
+    }
 }
 
 /// What a tool with lasting effects hands the gate, as an argument of its decision: its target, its
@@ -237,6 +280,8 @@ fn effects_arg(
     reading: Reading<'_>,
     value: impl Fn(&Ident) -> TokenStream,
     with_plan: bool,
+    this: Option<&TokenStream>,
+    owner: Option<&Type>,
 ) -> TokenStream {
     let none = quote!(::core::option::Option::None);
     let Some(effects) = &call.effects else {
@@ -253,20 +298,27 @@ fn effects_arg(
         None => none.clone(),
     };
     let rollback = match (&effects.rollback, with_plan) {
-        (Some(path), true) => {
+        (Some(written), true) => {
+            let path = outside(written, owner);
             let ordered = every_argument(reading, func, &value);
-            quote_spanned!(path.span()=> ::core::option::Option::Some(
-                &|| ::toolgate::__private::plan(&#path, (#(#ordered,)*))
-            ))
+            let plan = match this {
+                Some(this) => quote_spanned!(path.span()=>
+                    ::toolgate::__private::plan_on(&#path, #this, (#(#ordered,)*))
+                ),
+                None => quote_spanned!(path.span()=>
+                    ::toolgate::__private::plan(&#path, (#(#ordered,)*))
+                ),
+            };
+            quote_spanned!(path.span()=> ::core::option::Option::Some(&|| #plan))
         }
         _ => none.clone(),
     };
     let evidence = match (&effects.evidence, &effects.target) {
-        (Some(path), Some(target)) => {
+        (Some(written), Some(target)) => {
+            let path = outside(written, owner);
             let value = target_value(reading, target, &value);
-            quote_spanned!(path.span()=> ::core::option::Option::Some(
-                &|| ::toolgate::__private::probe(&#path, #value)
-            ))
+            let probe = probe_call(&path, &value, this);
+            quote_spanned!(path.span()=> ::core::option::Option::Some(&|| #probe))
         }
         _ => none,
     };
@@ -433,12 +485,40 @@ fn callable_items(
         label: Some(&label_ref),
     });
     let arg_refs = argument_refs(call, by_local, receiving);
-    let escalated = match escalation(call, func, Reading::Named, by_local) {
+    let owned_by = match owner {
+        Owner::Impl(of) => Some(of.self_ty),
+        _ => None,
+    };
+    let escalated = match escalation(
+        call,
+        func,
+        Reading::Named,
+        by_local,
+        receiver.as_ref(),
+        owned_by,
+    ) {
         Some(escalate) => quote!(::core::option::Option::Some(#escalate)),
         None => quote!(::core::option::Option::None),
     };
-    let effects = effects_arg(call, func, Reading::Named, by_local, true);
-    let effects_again = effects_arg(call, func, Reading::Named, by_local, false);
+    let on_self = receiver.as_ref();
+    let effects = effects_arg(
+        call,
+        func,
+        Reading::Named,
+        by_local,
+        true,
+        on_self,
+        owned_by,
+    );
+    let effects_again = effects_arg(
+        call,
+        func,
+        Reading::Named,
+        by_local,
+        false,
+        on_self,
+        owned_by,
+    );
     let record_arguments = call.record_arguments;
     let outright = Ident::new("toolgate_outright", Span::mixed_site());
     // A tool with a `&Gate` parameter decides with it first, as its own check would.
@@ -664,8 +744,9 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let reading = Reading::of(tool);
-    let effects = effects_arg(call, func, reading, by_name, true);
-    let effects_again = effects_arg(call, func, reading, by_name, false);
+    let this = shared_receiver(func);
+    let effects = effects_arg(call, func, reading, by_name, true, this.as_ref(), None);
+    let effects_again = effects_arg(call, func, reading, by_name, false, this.as_ref(), None);
     let enter = match sig.asyncness.is_some() {
         false => quote!(::toolgate::__private::enter(
             &#entry, #gate_arg, #escalated_arg, &[#(#args)*], #record_arguments, #effects
@@ -729,7 +810,7 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         }
         Reading::Named => TokenStream::new(),
     };
-    let escalated = escalation(call, func, reading, by_name).map(|escalate| {
+    let escalated = escalation(call, func, reading, by_name, this.as_ref(), None).map(|escalate| {
         let risk = quote_spanned!(escalate.span()=> ::toolgate::__private::Risk);
         quote! {
             let #info: #risk = #escalate;
@@ -813,9 +894,10 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
                 quote_spanned!(target.span()=>
                     let #kept = ::toolgate::__private::keep_target(#value);
                 ),
-                quote_spanned!(path.span()=>
-                    #permit.observe_after(|| ::toolgate::__private::probe(&#path, &#kept));
-                ),
+                {
+                    let probe = probe_call(&path.to_token_stream(), &quote!(&#kept), this.as_ref());
+                    quote_spanned!(path.span()=> #permit.observe_after(|| #probe);)
+                },
             )
         }
         None => (TokenStream::new(), TokenStream::new()),

@@ -84,9 +84,10 @@ pub mod __private {
         instance, invoke_async, precheck, resume, schema_of,
     };
     pub use crate::gate::call::{
-        Arg, ArgRef, CallInfo, Classify, Effects, GateProbe, IsGate, KeepTarget, MakePlan, NotGate,
-        OpaqueArg, OpaqueOutput, OutputOf, PlanOutput, Probe, ProbeOutput, SerializableArg,
-        SerializableOutput, classify, keep_target, plan, probe,
+        Arg, ArgRef, CallInfo, Classify, ClassifyOn, Effects, Free, GateProbe, IsGate, KeepTarget,
+        MakePlan, NotGate, OnSelf, OpaqueArg, OpaqueOutput, OutputOf, PlanOn, PlanOutput, Probe,
+        ProbeOn, ProbeOutput, SerializableArg, SerializableOutput, classify, classify_on,
+        keep_target, plan, plan_on, probe, probe_on,
     };
     pub use crate::gate::decide::{DecidingByName, Entering, Refusing, Resumed, Resuming};
     pub use crate::gate::permit::Permit;

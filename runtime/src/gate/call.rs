@@ -527,6 +527,178 @@ where
     function.classify(args)
 }
 
+/// Marks the form of a tool's `escalate`, `rollback` or `evidence` function that takes the arguments
+/// alone.
+#[doc(hidden)]
+pub struct Free<B: ?Sized>(std::marker::PhantomData<*const B>);
+
+/// Marks the form that takes the method's receiver first: `fn(&self, &arg1, ..)`, a method of the
+/// tool's own type (the rmcp handler in place, the `#[toolset]`'s type), whose clients live in `self`.
+#[doc(hidden)]
+pub struct OnSelf<B: ?Sized>(std::marker::PhantomData<*const B>);
+
+/// A method's `escalate` function: [`Classify`], or a method that takes the receiver first.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an `escalate` function for this tool",
+    label = "not `fn(&arg1, ..) -> toolgate::Risk` nor `fn(&self, &arg1, ..) -> toolgate::Risk`",
+    note = "an `escalate` function takes a reference to each of the tool's arguments (in place, to \
+            the `T` of its `Parameters<T>`), in the signature's order, and returns \
+            `toolgate::Risk`; a method of the tool's own type may take `&self` first"
+)]
+pub trait ClassifyOn<S: ?Sized, Args, Form> {
+    fn classify_on(&self, this: &S, args: Args) -> Risk;
+}
+
+impl<S: ?Sized, F, Args, B> ClassifyOn<S, Args, Free<B>> for F
+where
+    F: Classify<Args, B>,
+{
+    #[inline]
+    fn classify_on(&self, _: &S, args: Args) -> Risk {
+        self.classify(args)
+    }
+}
+
+macro_rules! on_self_impls {
+    ($(($($a:ident $b:ident $x:ident),*))*) => {$(
+        impl<S: ?Sized, F, $($a: Borrow<$b>, $b: ?Sized,)*>
+            ClassifyOn<S, ($(&$a,)*), OnSelf<($(*const $b,)*)>> for F
+        where
+            F: Fn(&S, $(&$b),*) -> Risk,
+        {
+            #[inline]
+            fn classify_on(&self, this: &S, ($($x,)*): ($(&$a,)*)) -> Risk {
+                self(this, $($x.borrow()),*)
+            }
+        }
+
+        impl<S: ?Sized, F, O, $($a: Borrow<$b>, $b: ?Sized,)*>
+            PlanOn<S, ($(&$a,)*), OnSelf<($(*const $b,)*)>> for F
+        where
+            F: Fn(&S, $(&$b),*) -> O,
+            O: PlanOutput,
+        {
+            #[inline]
+            fn plan_on(&self, this: &S, ($($x,)*): ($(&$a,)*)) -> Result<Rollback, String> {
+                self(this, $($x.borrow()),*).into_plan()
+            }
+        }
+    )*};
+}
+
+on_self_impls! {
+    ()
+    (A1 B1 a1)
+    (A1 B1 a1, A2 B2 a2)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6, A7 B7 a7)
+    (A1 B1 a1, A2 B2 a2, A3 B3 a3, A4 B4 a4, A5 B5 a5, A6 B6 a6, A7 B7 a7, A8 B8 a8)
+}
+
+/// Calls a method's `escalate` function, free or taking `this` first; see [`ClassifyOn`].
+#[doc(hidden)]
+#[inline]
+pub fn classify_on<S: ?Sized, F, Args, Form>(function: &F, this: &S, args: Args) -> Risk
+where
+    F: ClassifyOn<S, Args, Form>,
+{
+    function.classify_on(this, args)
+}
+
+/// A method's `rollback` function: [`MakePlan`], or a method that takes the receiver first.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `rollback` function for this tool",
+    label = "not `fn(&arg1, ..) -> Result<toolgate::Rollback, E>` nor the same taking `&self` first",
+    note = "a `rollback` function takes a reference to each of the tool's arguments (in place, to \
+            the `T` of its `Parameters<T>`), in the signature's order, and returns `Rollback`, \
+            `Option<Rollback>` or `Result<Rollback, E: Display>`; a method of the tool's own type may \
+            take `&self` first"
+)]
+pub trait PlanOn<S: ?Sized, Args, Form> {
+    fn plan_on(&self, this: &S, args: Args) -> Result<Rollback, String>;
+}
+
+impl<S: ?Sized, F, Args, B> PlanOn<S, Args, Free<B>> for F
+where
+    F: MakePlan<Args, B>,
+{
+    #[inline]
+    fn plan_on(&self, _: &S, args: Args) -> Result<Rollback, String> {
+        self.make_plan(args)
+    }
+}
+
+/// Calls a method's `rollback` function, free or taking `this` first; a panic is a plan that cannot be
+/// made.
+#[doc(hidden)]
+pub fn plan_on<S: ?Sized, F, Args, Form>(
+    function: &F,
+    this: &S,
+    args: Args,
+) -> Result<Rollback, String>
+where
+    F: PlanOn<S, Args, Form>,
+{
+    checked_plan(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+        || function.plan_on(this, args),
+    )))
+}
+
+/// A method's `evidence` probe: [`Probe`], or a method that takes the receiver first.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an `evidence` probe of this tool's target",
+    label = "not `fn(&target) -> Result<T, E>` nor `fn(&self, &target) -> Result<T, E>`",
+    note = "an `evidence` probe takes a reference to the argument `target` names (in place, the field \
+            of `T`), or what it borrows as, and returns `Result<T, E>` where `T: Serialize` and \
+            `E: Display`; a method of the tool's own type may take `&self` first"
+)]
+pub trait ProbeOn<S: ?Sized, Arg, Form> {
+    fn probe_on(&self, this: &S, arg: Arg) -> Result<serde_json::Value, String>;
+}
+
+impl<S: ?Sized, F, Arg, B> ProbeOn<S, Arg, Free<B>> for F
+where
+    F: Probe<Arg, B>,
+{
+    #[inline]
+    fn probe_on(&self, _: &S, arg: Arg) -> Result<serde_json::Value, String> {
+        self.probe(arg)
+    }
+}
+
+impl<S: ?Sized, F, O, A: Borrow<B>, B: ?Sized> ProbeOn<S, &A, OnSelf<*const B>> for F
+where
+    F: Fn(&S, &B) -> O,
+    O: ProbeOutput,
+{
+    #[inline]
+    fn probe_on(&self, this: &S, arg: &A) -> Result<serde_json::Value, String> {
+        self(this, arg.borrow()).into_evidence()
+    }
+}
+
+/// Calls a method's `evidence` probe, free or taking `this` first; a panic is a probe that failed.
+#[doc(hidden)]
+pub fn probe_on<S: ?Sized, F, Arg, Form>(
+    function: &F,
+    this: &S,
+    arg: Arg,
+) -> Result<serde_json::Value, String>
+where
+    F: ProbeOn<S, Arg, Form>,
+{
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        function.probe_on(this, arg)
+    }))
+    .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+}
+
 /// What a tool's `rollback` function may return: a plan, a plan or why there is none.
 #[doc(hidden)]
 #[diagnostic::on_unimplemented(
@@ -603,8 +775,15 @@ pub fn plan<F, Args, Borrowed>(function: &F, args: Args) -> Result<Rollback, Str
 where
     F: MakePlan<Args, Borrowed>,
 {
-    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| function.make_plan(args)))
-        .unwrap_or_else(|_| Err("the tool's `rollback` function panicked".to_owned()))?;
+    checked_plan(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+        || function.make_plan(args),
+    )))
+}
+
+/// A plan made, or why there is none: its function panicked, or the plan cannot be carried out.
+fn checked_plan(made: std::thread::Result<Result<Rollback, String>>) -> Result<Rollback, String> {
+    let made =
+        made.unwrap_or_else(|_| Err("the tool's `rollback` function panicked".to_owned()))?;
     match made.problem() {
         Some(problem) => Err(format!("the plan cannot be carried out: {problem}")),
         None => Ok(made),

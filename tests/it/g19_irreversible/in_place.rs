@@ -435,3 +435,182 @@ async fn a_redacted_field_is_hidden_from_the_records() {
     let all = serde_json::to_string(&seen.records).unwrap();
     assert!(!all.contains("hunter2"), "{all}");
 }
+
+/// A handler whose clients live in `self`, as every real one's do: its probe, plan and escalation are
+/// methods.
+#[derive(Clone)]
+pub(crate) struct Fleet {
+    region: &'static str,
+    /// Whether `sudo` is a HIGH_WRITE call here.
+    strict: bool,
+}
+
+impl Fleet {
+    fn describe_here(&self, instance_id: &str) -> Result<Value, String> {
+        describe(instance_id).map(|state| json!({"region": self.region, "state": state}))
+    }
+
+    fn relaunch_here(&self, args: &Terminate) -> toolgate::Rollback {
+        toolgate::Rollback::steps(format!("launch {} in {}", args.instance_id, self.region))
+    }
+
+    fn shell_risk_here(&self, args: &Shell) -> Risk {
+        match self.strict {
+            true => command_risk(&args.command),
+            false => Risk::LowWrite,
+        }
+    }
+}
+
+#[toolgate::toolset(domain = "fleet19")]
+#[tool_router]
+impl Fleet {
+    /// Terminate an instance of this region. It cannot be undone.
+    #[tool]
+    #[toolgate(risk = "HIGH_WRITE", modes = [FULL_AUTO], irreversible, target = instance_id,
+               evidence = Self::describe_here, rollback = Self::relaunch_here)]
+    pub(crate) async fn fleet_terminate(
+        &self,
+        Parameters(args): Parameters<Terminate>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            terminate_body(&args.instance_id),
+        )]))
+    }
+
+    /// Run a shell command in this region.
+    #[tool]
+    #[toolgate(risk = "LOW_WRITE", escalate = Self::shell_risk_here)]
+    pub(crate) async fn fleet_shell(
+        &self,
+        Parameters(args): Parameters<Shell>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            args.command,
+        )]))
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Fleet {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_plans_and_escalations_may_be_methods_of_the_handler() {
+    let sink = Arc::new(Memory::default());
+    let pending: Pending = Arc::default();
+    let serve = |fleet: Fleet, mode: Mode| {
+        let pending = pending.clone();
+        ToolgateServer::new(gate(mode, &sink))
+            .handler(fleet)
+            .on_pending(move |p| pending.lock().unwrap().push(p.clone()))
+    };
+    // The escalation reads the handler: strict here, not there.
+    let strict = connect(serve(
+        Fleet {
+            region: "eu",
+            strict: true,
+        },
+        Mode::PartialAuto,
+    ))
+    .await;
+    let lax = connect(serve(
+        Fleet {
+            region: "us",
+            strict: false,
+        },
+        Mode::PartialAuto,
+    ))
+    .await;
+    let sudo = json!({"command": "sudo halt"});
+    let said = call(&strict, "fleet_shell", sudo.clone(), None, None).await;
+    assert_eq!(code_of(&said), "ABOVE_CEILING");
+    assert_eq!(
+        code_of(&call(&lax, "fleet_shell", sudo, None, None).await),
+        "OK"
+    );
+    // The probe and the plan read the handler: the operator sees this region's.
+    put("ip20", "running");
+    let full = connect(serve(
+        Fleet {
+            region: "eu",
+            strict: true,
+        },
+        Mode::FullAuto,
+    ))
+    .await;
+    let args = json!({"instance_id": "ip20", "reason": "cost"});
+    let said = call(&full, "fleet_terminate", args, None, None).await;
+    assert_eq!(code_of(&said), "APPROVAL_PENDING");
+    let request = pending
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("handed to the operator");
+    let evidence: Value = serde_json::from_str(request.evidence.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        evidence,
+        json!({"region": "eu", "state": {"id": "ip20", "state": "running"}})
+    );
+    assert_eq!(
+        request.rollback,
+        Some(toolgate::Rollback::steps("launch ip20 in eu"))
+    );
+}
+
+/// A `#[toolset]` tool called directly: its escalation is a method of its type too.
+pub(crate) struct Desk {
+    strict: bool,
+}
+
+impl Desk {
+    fn risk_of(&self, line: &str) -> Risk {
+        match self.strict {
+            true => command_risk(line),
+            false => Risk::LowWrite,
+        }
+    }
+}
+
+#[toolgate::toolset(domain = "desk19")]
+impl Desk {
+    /// Run a command at this desk.
+    #[tool(risk = "LOW_WRITE", callable, escalate = Self::risk_of)]
+    pub fn run(&self, line: String) -> Result<String, Denied> {
+        Ok(line)
+    }
+}
+
+#[test]
+fn a_toolsets_escalation_may_be_a_method_of_its_type() {
+    let gate = Gate::new(Mode::PartialAuto).unwrap();
+    let (strict, lax) = (Desk { strict: true }, Desk { strict: false });
+    let ran = gate.run(|| strict.run("sudo halt".into()));
+    assert_eq!(ran.unwrap_err().code(), toolgate::DenialCode::AboveCeiling);
+    assert_eq!(
+        gate.run(|| lax.run("sudo halt".into())).unwrap(),
+        "sudo halt"
+    );
+    // By name, on the instance the call is given.
+    let by_name = |desk: Desk| {
+        let instances = toolgate::registry::Instances::new().with(desk);
+        let call = toolgate::registry().call_with(
+            &gate,
+            &instances,
+            "desk19.run",
+            json!({"line": "sudo halt"}),
+        );
+        futures_lite_block_on(call).map_err(|e| e.code().to_owned())
+    };
+    assert_eq!(
+        by_name(Desk { strict: true }),
+        Err("ABOVE_CEILING".to_owned())
+    );
+    assert_eq!(by_name(Desk { strict: false }), Ok(json!("sudo halt")));
+}
+
+fn futures_lite_block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
