@@ -347,7 +347,9 @@ impl HttpService {
     ) -> HttpService {
         let sessions = Arc::new(LocalSessionManager::default());
         let inner = StreamableHttpService::new(
-            move || Ok(server.connection()),
+            // A factory's handler whose router serves a declared name with another route is not
+            // served: the session is refused, as `handler` would have refused it.
+            move || server.try_connection().map_err(std::io::Error::other),
             Arc::clone(&sessions),
             config,
         );

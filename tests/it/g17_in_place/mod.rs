@@ -2,6 +2,7 @@
 //! router runs it.
 
 mod attacks_routes;
+mod factory;
 mod handlers;
 mod rmcp_handler;
 mod routes;

@@ -54,6 +54,8 @@ pub struct ToolgateServer {
     pub(super) max_tasks: usize,
     pub(super) task_deadline: Duration,
     pub(super) handler: Option<Arc<dyn DynHandler>>,
+    /// Makes the handler of each further connection, where the application gave a factory.
+    pub(super) factory: Option<Factory>,
     /// What a call of the handler's tools runs on, as approvals bind it and operators read it.
     pub(super) handler_label: Arc<String>,
     pub(super) undeclared: Undeclared,
@@ -63,6 +65,10 @@ pub struct ToolgateServer {
     /// `server_info` was given: it names the server rather than the handler's own.
     pub(super) named: bool,
 }
+
+/// Makes a handler for a connection, bound to its declared routes.
+pub(super) type Factory =
+    Arc<dyn Fn() -> Result<Arc<dyn DynHandler>, RouteMismatch> + Send + Sync + 'static>;
 
 impl fmt::Debug for ToolgateServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -97,6 +103,7 @@ impl ToolgateServer {
             max_tasks: DEFAULT_MAX_TASKS,
             task_deadline: DEFAULT_TASK_DEADLINE,
             handler: None,
+            factory: None,
             handler_label: Arc::new(String::new()),
             undeclared: Undeclared::Refuse,
             unrouted: Arc::default(),
@@ -179,7 +186,48 @@ impl ToolgateServer {
     ) -> Result<ToolgateServer, RouteMismatch> {
         self.handler = Some(Arc::new(crate::mcp::handler::bind(handler)?));
         self.handler_label = Arc::new(label);
+        self.factory = None;
         Ok(self)
+    }
+
+    /// Serves a handler made by `make` for each connection, as rmcp's
+    /// `StreamableHttpService::new(move || Ok(Handler::new(..)), ..)` does: a handler that keeps
+    /// state per session keeps it here too. Over HTTP each session (and each request of a client of
+    /// the stateless protocol, 2026-07-28) gets its own; over stdio, the one connection gets the first.
+    /// Every handler made is gated as [`handler`](ToolgateServer::handler)'s is, under the same label
+    /// (operators read one server, whichever session a call came by).
+    ///
+    /// # Panics
+    ///
+    /// As [`handler`](ToolgateServer::handler) does, for the first handler `make` makes:
+    /// [`try_handler_factory`](ToolgateServer::try_handler_factory) returns that as an error.
+    #[must_use]
+    #[track_caller]
+    pub fn handler_factory<H, F>(self, make: F) -> ToolgateServer
+    where
+        H: ServerHandler,
+        F: Fn() -> H + Send + Sync + 'static,
+    {
+        match self.try_handler_factory(make) {
+            Ok(server) => server,
+            Err(mismatch) => panic!("{mismatch}"),
+        }
+    }
+
+    /// [`handler_factory`](ToolgateServer::handler_factory), returning a router that answers the name
+    /// of a tool declared in place with another route as an error rather than a panic.
+    pub fn try_handler_factory<H, F>(self, make: F) -> Result<ToolgateServer, RouteMismatch>
+    where
+        H: ServerHandler,
+        F: Fn() -> H + Send + Sync + 'static,
+    {
+        let label = crate::by_name::instances::registration_label(std::any::type_name::<H>());
+        let mut server = self.with_handler(make(), label)?;
+        server.factory = Some(Arc::new(move || {
+            let bound = crate::mcp::handler::bind(make())?;
+            Ok(Arc::new(bound) as Arc<dyn DynHandler>)
+        }));
+        Ok(server)
     }
 
     /// What a tool of the [`handler`](ToolgateServer::handler) that declares no risk gets:
@@ -244,12 +292,32 @@ impl ToolgateServer {
     /// This server for another connection: the same gate, tools and settings, and a session of its
     /// own, to which its in-band approval forms are bound. A transport that serves several
     /// connections (streamable HTTP) makes one per connection.
+    ///
+    /// # Panics
+    ///
+    /// Where a [`handler_factory`](ToolgateServer::handler_factory) makes a handler whose router
+    /// answers the name of a tool declared in place with another route, as
+    /// [`handler`](ToolgateServer::handler) does.
     #[must_use]
+    #[track_caller]
     pub fn connection(&self) -> ToolgateServer {
-        ToolgateServer {
-            session: Arc::default(),
-            ..self.clone()
+        match self.try_connection() {
+            Ok(server) => server,
+            Err(mismatch) => panic!("{mismatch}"),
         }
+    }
+
+    /// [`connection`](ToolgateServer::connection), the handler's route mismatch as an error.
+    pub(crate) fn try_connection(&self) -> Result<ToolgateServer, RouteMismatch> {
+        let handler = match &self.factory {
+            Some(make) => Some(make()?),
+            None => self.handler.clone(),
+        };
+        Ok(ToolgateServer {
+            session: Arc::default(),
+            handler,
+            ..self.clone()
+        })
     }
 
     /// Serves the `callable` methods of `instance`'s type (a `#[toolset]` impl's `&self` tools), each
