@@ -88,7 +88,9 @@ fn the_operator_sees_the_command_but_not_the_token_and_decides() {
         // The desk is called by name on its registered instance: the operator reads which one (its
         // type and the registration's id), where its value cannot be written.
         let shown = stderr
-            .split_once(r#"with arguments {"command":"sudo systemctl stop web","self":"devops_desk::tools::Desk (instance "#)
+            .split_once(
+                r#"with arguments {"command":"sudo systemctl stop web","self":"Desk (instance "#,
+            )
             .map(|(_, rest)| rest);
         assert!(
             shown.is_some_and(|rest| rest.len() > 10

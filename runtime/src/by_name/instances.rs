@@ -40,6 +40,33 @@ struct Held {
     value: Arc<dyn Any + Send + Sync>,
 }
 
+/// A type's name as operators read it: `std::any::type_name` without the paths of its modules
+/// (`Ops`, `Pool<Conn>`), which say where it is written, not what it is.
+pub(crate) fn short_type_name(type_name: &str) -> String {
+    let mut short = String::with_capacity(type_name.len());
+    let mut segment = String::new();
+    let mut chars = type_name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            segment.clear();
+        } else if c.is_alphanumeric() || c == '_' {
+            segment.push(c);
+        } else {
+            short.push_str(&segment);
+            segment.clear();
+            short.push(c);
+        }
+    }
+    short.push_str(&segment);
+    short
+}
+
+/// The label of an instance the application named: the name, and its type's.
+pub(crate) fn named_label(name: String, type_name: &str) -> String {
+    format!("{name} ({})", short_type_name(type_name))
+}
+
 /// The label of an instance the application did not name: its type and a random registration id, so
 /// that an approval given for a call on it is never used for a call on another instance.
 pub(crate) fn registration_label(type_name: &str) -> String {
@@ -48,7 +75,7 @@ pub(crate) fn registration_label(type_name: &str) -> String {
         panic!("the operating system's random number generator failed");
     }
     let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{type_name} (instance {id})")
+    format!("{} (instance {id})", short_type_name(type_name))
 }
 
 impl Instances {
@@ -86,7 +113,7 @@ impl Instances {
         name: impl Into<String>,
         instance: T,
     ) -> Instances {
-        let label = format!("{} ({})", name.into(), std::any::type_name::<T>());
+        let label = named_label(name.into(), std::any::type_name::<T>());
         self.put(Arc::new(instance), label);
         self
     }
@@ -193,5 +220,22 @@ mod tests {
             format!("{instances:?}"),
             r#"{"u8", "alloc::string::String"}"#
         );
+    }
+
+    #[test]
+    fn a_type_is_named_without_the_paths_of_its_modules() {
+        for (full, short) in [
+            ("cloudops_gated::CloudOps", "CloudOps"),
+            ("Ops", "Ops"),
+            ("a::b::Pool<c::Conn, d::e::Key>", "Pool<Conn, Key>"),
+            (
+                "alloc::sync::Arc<dyn core::any::Any + Send>",
+                "Arc<dyn Any + Send>",
+            ),
+            ("(a::X, [b::Y; 2])", "(X, [Y; 2])"),
+            ("&'static str", "&'static str"),
+        ] {
+            assert_eq!(short_type_name(full), short, "{full}");
+        }
     }
 }

@@ -346,10 +346,7 @@ fn a_two_step_approval_runs_the_approved_call_once_on_the_instance_it_was_given_
             .pop()
             .expect("the operator was told");
         assert_eq!(asked.tool, "terminate");
-        assert_eq!(
-            asked.instance.as_deref(),
-            Some(format!("prod ({})", std::any::type_name::<Ops>()).as_str())
-        );
+        assert_eq!(asked.instance.as_deref(), Some("prod (Ops)"));
         assert!(asked.arguments.contains("db"), "{}", asked.arguments);
         gate.approve(&asked.token).expect("approved");
 
@@ -565,10 +562,7 @@ fn a_method_on_a_registered_instance_is_approved_in_two_steps_and_the_operator_s
             .unwrap()
             .pop()
             .expect("the operator was told");
-        assert_eq!(
-            asked.instance.as_deref(),
-            Some(format!("cloudops ({})", std::any::type_name::<Cloud>()).as_str())
-        );
+        assert_eq!(asked.instance.as_deref(), Some("cloudops (Cloud)"));
         gate.approve(&asked.token).expect("approved");
         let ran = complete(client.call_tool_once(sudo()).await.expect("a call"));
         assert_eq!(refused(&ran), None, "{ran:?}");

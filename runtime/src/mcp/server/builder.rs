@@ -172,7 +172,7 @@ impl ToolgateServer {
         name: impl Into<String>,
         handler: H,
     ) -> ToolgateServer {
-        let label = format!("{} ({})", name.into(), std::any::type_name::<H>());
+        let label = crate::by_name::instances::named_label(name.into(), std::any::type_name::<H>());
         match self.with_handler(handler, label) {
             Ok(server) => server,
             Err(mismatch) => panic!("{mismatch}"),
