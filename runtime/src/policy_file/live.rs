@@ -185,7 +185,7 @@ impl LivePolicy {
                     if now != seen {
                         seen = now;
                         if let Err(errors) = live.reload("policy watch") {
-                            tracing::error!(target: "toolgate::policy", %errors, "policy file refused; the policy in force is kept");
+                            report_refused(&path, &errors, live.current().as_deref());
                         }
                     }
                 }
@@ -225,6 +225,29 @@ impl std::fmt::Debug for LivePolicy {
             .field("path", &self.inner.path)
             .field("gates", &state.gates.len())
             .finish()
+    }
+}
+
+/// Tells the operator who saved a file that it was refused: a `tracing` error, and, where the
+/// application set no `tracing` subscriber, the same on stderr, since the audit log's
+/// `policy_refused` record is not where whoever edits the file looks.
+fn report_refused(path: &std::path::Path, errors: &PolicyErrors, kept: Option<&PolicyFile>) {
+    let kept = kept.map_or("none", PolicyFile::digest);
+    tracing::error!(
+        target: "toolgate::policy",
+        path = %path.display(),
+        kept,
+        %errors,
+        "policy file refused; the policy in force is kept"
+    );
+    if !tracing::dispatcher::has_been_set() {
+        let text = format!(
+            "toolgate: the policy file {} was refused; the policy in force ({kept}) is kept:\n{errors}",
+            path.display()
+        );
+        // Each line as a terminal shows it: a path or a rule may hold what would hide or reorder it.
+        let shown: Vec<_> = text.lines().map(crate::terminal::escaped).collect();
+        eprintln!("{}", shown.join("\n"));
     }
 }
 

@@ -1070,3 +1070,55 @@ fn a_table_is_found_by_its_name_s_reading_and_two_tables_that_read_alike_are_ref
         }
     }
 }
+
+/// The child of the next test: a process following a watched file whose next text does not check.
+#[test]
+fn refused_by_the_watch_child() {
+    let Some(dir) = std::env::var_os("TG_REFUSED_BY_THE_WATCH") else {
+        return;
+    };
+    let path = std::path::Path::new(&dir).join("ops.toml");
+    std::fs::write(&path, "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n").unwrap();
+    let live = LivePolicy::load(&path).unwrap();
+    let sink = Arc::new(MemorySink::new());
+    let _gate = following(Mode::FullAuto, &live, |b| b.audit_shared(sink.clone()));
+    let watch = live.watch(std::time::Duration::from_millis(10)).unwrap();
+    std::fs::write(&path, "format = 1\n[defaults]\nceling = \"ADVISORY\"\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !sink.records().iter().any(|r| r.stage == Stage::PolicyRefused) {
+        assert!(std::time::Instant::now() < deadline, "never refused");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    drop(watch);
+}
+
+/// Whoever saves a file that does not check reads it where a server's operator looks: stderr, in a
+/// process that set no `tracing` subscriber (the audit log's `policy_refused` record aside).
+#[test]
+fn a_file_the_watch_refuses_is_said_on_stderr() {
+    let dir = std::env::temp_dir().join(format!("toolgate-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &format!(
+                "{}::refused_by_the_watch_child",
+                module_path!().split_once("::").unwrap().1
+            ),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TG_REFUSED_BY_THE_WATCH", &dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("1 passed"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("toolgate: the policy file ")
+            && stderr.contains("ops.toml was refused; the policy in force (")
+            && stderr.contains("unknown key `celing`"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
