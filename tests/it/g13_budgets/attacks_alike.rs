@@ -43,6 +43,15 @@ fn inner_note(n: u64) -> Result<u64, Denied> {
     Ok(n)
 }
 
+static WIRES: AtomicUsize = AtomicUsize::new(0);
+
+/// Wire money: needs an approval at FULL_AUTO.
+#[tool(risk = "HIGH_WRITE", domain = "a8b")]
+fn wire(cents: u64) -> Result<u64, Denied> {
+    WIRES.fetch_add(1, Ordering::SeqCst);
+    Ok(cents)
+}
+
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// A PARTIAL_AUTO gate of agent `agent` with a budget of `limit` of the agent's calls an hour, and
@@ -369,4 +378,37 @@ fn al09_a_label_that_reads_as_another_agents_shares_its_budget_or_is_refused() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// al10. The attack: three nested gates alike on one store, each with an approver that approves (so
+/// each call waits, and is held again at its commit point), a budget of two. Asserted: one unit per
+/// call, and the bound: two run, the third is refused, and a gate alike alone is refused.
+#[test]
+fn al10_three_nested_gates_alike_whose_calls_waited_take_one_unit_and_keep_the_bound() {
+    let store = Arc::new(MemoryBudgets::new());
+    let make = || {
+        let store: Arc<dyn BudgetStore> = store.clone();
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent("al10")
+            .budget(BudgetScope::Agent, 2, HOUR)
+            .budget_store_shared(store)
+            .approver(|_: &toolgate::ApprovalRequest<'_>| toolgate::Approval::Approve)
+            .build()
+            .unwrap()
+    };
+    let (a, b, c, d) = (make(), make(), make(), make());
+    let before = WIRES.load(Ordering::SeqCst);
+    let through = |n| code(a.run(|| b.run(|| c.run(|| wire(n)))));
+    let codes = [through(1), through(2), through(3), code(d.run(|| wire(4)))];
+    assert_eq!(
+        codes,
+        [
+            Ok(1),
+            Ok(2),
+            Err(DenialCode::BudgetExhausted),
+            Err(DenialCode::BudgetExhausted)
+        ]
+    );
+    assert_eq!(WIRES.load(Ordering::SeqCst), before + 2);
 }

@@ -621,3 +621,57 @@ async fn ak10_an_approval_for_one_handler_instance_does_not_run_on_another() {
     let on_staging = call(&staging, "a8k_shell", args, None, None).await;
     assert_eq!(code_of(&on_staging), "OK");
 }
+
+/// ak11. The attack: the in-place methods called directly with no gate in scope. Asserted (README: "a
+/// direct call `ops.restart(..)` is decided by the ambient gate (`Gate::scope`)"; "A call outside every
+/// gate is refused with `NO_GATE`"): refused, no body runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ak11_a_direct_call_outside_every_gate_runs_nothing() {
+    let destroyed = Keys
+        .a8k_destroy(Parameters(Box_ {
+            instance_id: "a8k-d11".into(),
+        }))
+        .await;
+    let shell = Keys
+        .a8k_shell(Parameters(Cmd {
+            command: "ls /a8k-11".into(),
+        }))
+        .await;
+    assert!(destroyed.is_err(), "{destroyed:?}");
+    assert!(shell.is_err(), "{shell:?}");
+    assert!(!TERMINATED.lock().unwrap().iter().any(|t| t == "a8k-d11"));
+    assert!(!BODY_GOT.lock().unwrap().iter().any(|c| c == "ls /a8k-11"));
+}
+
+/// ak12. The attack: refusals of calls that carry a redacted field (under its own name): an argument
+/// named `self` beside it (ARGUMENT_REFUSED over MCP), and a direct call refused APPROVAL_PENDING (an
+/// `ErrorData`). Asserted: no refusal's message, record or request holds the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ak12_refusals_of_calls_with_a_redacted_field_hold_no_secret() {
+    let sink = Arc::new(Memory::default());
+    let pending: Pending = Arc::default();
+    let gate = gate(Mode::FullAuto, &sink);
+    let client = connect(server(&gate, &pending)).await;
+    let said = call(
+        &client,
+        "a8k_login_aliased",
+        json!({"user": "ada", "password": SECRET, "self": "prod"}),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code_of(&said), "ARGUMENT_REFUSED");
+    let direct = gate
+        .scope(Keys.a8k_login_approved(Parameters(Renamed {
+            user: "ada".into(),
+            password: SECRET.into(),
+        })))
+        .await;
+    assert!(direct.is_err(), "{direct:?}");
+    let seen = everything_read(
+        &sink,
+        &pending,
+        &[answer_text(&said), format!("{direct:?}")],
+    );
+    assert!(!seen.contains(SECRET), "{seen}");
+}
