@@ -52,6 +52,15 @@ fn wire(cents: u64) -> Result<u64, Denied> {
     Ok(cents)
 }
 
+static ASYNC_NOTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Write a note, from async code.
+#[tool(risk = "LOW_WRITE", domain = "a8b", callable)]
+async fn note_async(n: u64) -> Result<u64, Denied> {
+    ASYNC_NOTES.fetch_add(1, Ordering::SeqCst);
+    Ok(n)
+}
+
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// A PARTIAL_AUTO gate of agent `agent` with a budget of `limit` of the agent's calls an hour, and
@@ -398,7 +407,6 @@ fn al10_three_nested_gates_alike_whose_calls_waited_take_one_unit_and_keep_the_b
             .unwrap()
     };
     let (a, b, c, d) = (make(), make(), make(), make());
-    let before = WIRES.load(Ordering::SeqCst);
     let through = |n| code(a.run(|| b.run(|| c.run(|| wire(n)))));
     let codes = [through(1), through(2), through(3), code(d.run(|| wire(4)))];
     assert_eq!(
@@ -410,5 +418,83 @@ fn al10_three_nested_gates_alike_whose_calls_waited_take_one_unit_and_keep_the_b
             Err(DenialCode::BudgetExhausted)
         ]
     );
-    assert_eq!(WIRES.load(Ordering::SeqCst), before + 2);
+}
+
+/// al11. The attack: two gates alike on one store, a budget of one; the call through both is refused
+/// after the budget check (the outer gate's approver rejects it). Asserted ("gives them back if refused
+/// after"): the one unit comes back once, not twice: a gate alike then runs one call, not two.
+#[test]
+fn al11_a_call_through_gates_alike_refused_after_the_budget_gives_back_one_unit_once() {
+    let store = Arc::new(MemoryBudgets::new());
+    let make = |answer: fn() -> toolgate::Approval| {
+        let store: Arc<dyn BudgetStore> = store.clone();
+        Gate::builder()
+            .mode(Mode::FullAuto)
+            .agent("al11")
+            .budget(BudgetScope::Agent, 1, HOUR)
+            .budget_store_shared(store)
+            .approver(move |_: &toolgate::ApprovalRequest<'_>| answer())
+            .build()
+            .unwrap()
+    };
+    let rejects = make(|| toolgate::Approval::Reject("no".into()));
+    let approves = make(|| toolgate::Approval::Approve);
+    let mut codes = vec![
+        code(rejects.run(|| approves.run(|| wire(1)))),
+        code(approves.run(|| rejects.run(|| wire(2)))),
+    ];
+    codes.push(code(approves.run(|| wire(3))));
+    codes.push(code(approves.run(|| wire(4))));
+    assert!(
+        codes[0].is_err() && codes[1].is_err(),
+        "a rejected call ran: {codes:?}"
+    );
+    assert_eq!(
+        codes[2..],
+        [Ok(3), Err(DenialCode::BudgetExhausted)],
+        "{codes:?}"
+    );
+}
+
+/// al12. The attack: gates alike on one store nested by every path: async scopes, a sync gate inside an
+/// async scope, a call by name inside a scope. A budget of two. Asserted: two calls run, then every path
+/// is refused.
+#[test]
+fn al12_gates_alike_nested_by_async_and_by_name_keep_the_bound() {
+    let store = Arc::new(MemoryBudgets::new());
+    let make = || alike("al12", 2, shared(&store));
+    let (a, b, c) = (make(), make(), make());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = ASYNC_NOTES.load(Ordering::SeqCst);
+    let codes = rt.block_on(async {
+        let mut codes = Vec::new();
+        for n in 0..2 {
+            codes.push(code(a.scope(b.scope(c.scope(note_async(n)))).await));
+        }
+        codes.push(code(a.scope(b.scope(note_async(2))).await));
+        codes.push(code(a.scope(async { b.run(|| note(3)) }).await));
+        let by_name = a
+            .scope(toolgate::registry().call(&b, "a8b.note_async", serde_json::json!({"n": 4})))
+            .await;
+        codes.push(by_name.map(|_| 4).map_err(|e| match e.code() {
+            "BUDGET_EXHAUSTED" => DenialCode::BudgetExhausted,
+            _ => DenialCode::NoGate,
+        }));
+        codes
+    });
+    assert_eq!(
+        codes,
+        [
+            Ok(0),
+            Ok(1),
+            Err(DenialCode::BudgetExhausted),
+            Err(DenialCode::BudgetExhausted),
+            Err(DenialCode::BudgetExhausted)
+        ]
+    );
+    assert_eq!(ASYNC_NOTES.load(Ordering::SeqCst), before + 2);
 }

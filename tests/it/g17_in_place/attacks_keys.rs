@@ -675,3 +675,99 @@ async fn ak12_refusals_of_calls_with_a_redacted_field_hold_no_secret() {
     );
     assert!(!seen.contains(SECRET), "{seen}");
 }
+
+/// ak13. The attack: a budget of one call an hour written for the in-place tool by its MCP name, by
+/// `<domain>.<name>` and by the domain's glob, in the code and in an operator's policy file. Asserted
+/// (docs/mcp.md: "A deny rule or a budget reaches an in-place tool by its MCP name and by
+/// `<domain>.<name>`"): each budget is built and refuses the second call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ak13_a_budget_reaches_the_in_place_tool_by_each_of_its_names() {
+    let mut failures = Vec::new();
+    for (i, pattern) in ["a8k_shell", "a8k.a8k_shell", "a8k.*"]
+        .into_iter()
+        .enumerate()
+    {
+        let by_code = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .budget(
+                toolgate::gate::BudgetScope::tool(pattern),
+                1,
+                std::time::Duration::from_secs(3600),
+            )
+            .build();
+        let text = format!(
+            "format = 1\n[[defaults.budgets]]\ntool = \"{pattern}\"\ncalls = 1\nper = \"1h\"\n"
+        );
+        let by_file = PolicyFile::parse("a8k.toml", &text)
+            .map_err(|e| e.to_string())
+            .and_then(|policy| {
+                Gate::builder()
+                    .mode(Mode::PartialAuto)
+                    .policy(LivePolicy::new(policy))
+                    .build()
+                    .map_err(|e| e.to_string())
+            });
+        for (how, gate) in [
+            ("code", by_code.map_err(|e| e.to_string())),
+            ("file", by_file),
+        ] {
+            let gate = match gate {
+                Ok(gate) => gate,
+                Err(error) => {
+                    failures.push(format!("{how} {pattern}: not built: {error}"));
+                    continue;
+                }
+            };
+            let client = connect(
+                ToolgateServer::new(gate)
+                    .handler(Keys)
+                    .only(|m| m.domain == Some("a8k")),
+            )
+            .await;
+            let mut codes = Vec::new();
+            for n in 0..2 {
+                let command = format!("ls /a8k-13-{i}-{how}-{n}");
+                codes.push(code_of(
+                    &call(
+                        &client,
+                        "a8k_shell",
+                        json!({"command": command}),
+                        None,
+                        None,
+                    )
+                    .await,
+                ));
+            }
+            if codes != ["OK", "BUDGET_EXHAUSTED"] {
+                failures.push(format!("{how} {pattern}: {codes:?}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// ak14. The attack: the escalating command sent under the alias `T` accepts (`cmd`). Asserted
+/// (`escalate` reads the `T` the body gets): in PARTIAL_AUTO a `sudo` under the alias is refused above
+/// the ceiling, as under the field's own name, and does not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ak14_escalate_reads_a_field_sent_under_its_alias() {
+    let sink = Arc::new(Memory::default());
+    let pending: Pending = Arc::default();
+    let gate = gate(Mode::PartialAuto, &sink);
+    let client = connect(server(&gate, &pending)).await;
+    let mut codes = Vec::new();
+    for args in [
+        json!({"command": "sudo reboot /a8k-14a"}),
+        json!({"cmd": "sudo reboot /a8k-14b"}),
+    ] {
+        codes.push(code_of(&call(&client, "a8k_shell", args, None, None).await));
+    }
+    assert_eq!(codes, ["ABOVE_CEILING", "ABOVE_CEILING"]);
+    assert!(
+        !BODY_GOT
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.contains("/a8k-14"))
+    );
+}
