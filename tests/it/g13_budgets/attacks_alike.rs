@@ -90,7 +90,8 @@ fn code<T>(result: Result<T, Denied>) -> Result<T, DenialCode> {
 /// budget of one is spent by it; neither gate runs another call alone.
 #[test]
 fn al01_gates_alike_but_counting_in_different_stores_each_count_the_call() {
-    let ways: [(&str, fn() -> Gate); 2] = [
+    type Make = fn() -> Gate;
+    let ways: [(&str, Make); 2] = [
         ("default stores", || alike("al01-a", 1, |b| b)),
         ("a store each", || {
             alike("al01-b", 1, |b| b.budget_store(MemoryBudgets::new()))

@@ -78,7 +78,7 @@ impl<'de> serde::Deserialize<'de> for Counted {
         let n = DESERIALIZED.fetch_add(1, Ordering::SeqCst) + 1;
         // Every second reading of the same JSON says `sudo`: a gate that reads a value of its own
         // would judge another command than the body runs.
-        let command = if n % 2 == 0 {
+        let command = if n.is_multiple_of(2) {
             format!("sudo {}", raw.command)
         } else {
             raw.command
@@ -472,7 +472,7 @@ async fn ak05b_a_deny_rule_reaches_the_in_place_tool_by_each_of_its_names() {
         let marker = format!("ls /a8k-deny-{i}");
         let said = call(&client, "a8k_shell", json!({"command": marker}), None, None).await;
         let code = code_of(&said);
-        let ran = BODY_GOT.lock().unwrap().iter().any(|c| *c == marker);
+        let ran = BODY_GOT.lock().unwrap().contains(&marker);
         if code != "DENY_LISTED" || ran {
             failures.push(format!("{rule}: {code}, ran: {ran}"));
         }
