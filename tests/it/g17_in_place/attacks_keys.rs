@@ -126,6 +126,16 @@ fn probe(id: &str) -> Result<Value, String> {
     Ok(json!({"id": id, "state": "running"}))
 }
 
+static LOGINS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Log in with an approval: the `callable` twin of `a8k_login_own`.
+#[toolgate::tool(risk = "HIGH_WRITE", domain = "a8k", callable, record_arguments,
+                 redact = [password])]
+pub(crate) fn login_callable(user: String, password: String) -> Result<String, toolgate::Denied> {
+    LOGINS.lock().unwrap().push(password);
+    Ok(user)
+}
+
 static ESCALATE_SAW: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static BODY_GOT: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static TERMINATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -179,6 +189,17 @@ impl Keys {
         Parameters(l): Parameters<Renamed>,
     ) -> Result<CallToolResult, ErrorData> {
         ok(format!("{} {}", l.user, l.password.len()))
+    }
+
+    /// Log in with an approval: HIGH_WRITE, the password under its own name.
+    #[tool]
+    #[toolgate(risk = "HIGH_WRITE", record_arguments, redact = [password])]
+    pub(crate) async fn a8k_login_own(
+        &self,
+        Parameters(l): Parameters<Aliased>,
+    ) -> Result<CallToolResult, ErrorData> {
+        LOGINS.lock().unwrap().push(l.password.clone());
+        ok(l.user)
     }
 
     /// Run a command whose arguments deserialize differently each time.
@@ -770,4 +791,67 @@ async fn ak14_escalate_reads_a_field_sent_under_its_alias() {
             .iter()
             .any(|c| c.contains("/a8k-14"))
     );
+}
+
+/// ak15. The attack: a HIGH_WRITE login approved by its operator with one password (redacted in the
+/// request the operator sees), retried with another. Asserted (SECURITY.md 15: "A two-step answer is
+/// bound to the call's principal and agent as to its tool, arguments and risk"; docs/mcp.md: in place
+/// "decided, recorded and approved as a `callable` tool with the same arguments is"): the other
+/// password does not run on the approval, in place as for the `callable` twin, and the approved one
+/// runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ak15_an_approval_does_not_run_a_call_whose_redacted_argument_changed() {
+    let mut seen = Vec::new();
+    for tool in ["a8k_login_own", "a8k.login_callable"] {
+        let sink = Arc::new(Memory::default());
+        let pending: Pending = Arc::default();
+        let gate = gate(Mode::FullAuto, &sink);
+        let client = connect(server(&gate, &pending)).await;
+        let (approved, other) = (format!("{tool}-A"), format!("{tool}-B"));
+        let first = call(
+            &client,
+            tool,
+            json!({"user": "ada", "password": approved}),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(code_of(&first), "APPROVAL_PENDING", "{tool}");
+        let token = pending.lock().unwrap()[0].token.clone();
+        gate.approve(&token).unwrap();
+        let changed = call(
+            &client,
+            tool,
+            json!({"user": "ada", "password": other}),
+            None,
+            None,
+        )
+        .await;
+        let same = call(
+            &client,
+            tool,
+            json!({"user": "ada", "password": approved}),
+            None,
+            None,
+        )
+        .await;
+        let logins = LOGINS.lock().unwrap().clone();
+        seen.push((
+            tool,
+            code_of(&changed),
+            code_of(&same),
+            logins.contains(&other),
+            logins.contains(&approved),
+        ));
+    }
+    for (tool, changed, same, ran_other, ran_approved) in &seen {
+        assert!(
+            changed != "OK" && !ran_other,
+            "{tool}: another password ran on the approval: {seen:?}"
+        );
+        assert!(
+            same == "OK" && *ran_approved,
+            "{tool}: the approved call did not run: {seen:?}"
+        );
+    }
 }
