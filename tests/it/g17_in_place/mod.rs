@@ -1,6 +1,7 @@
 //! Guarantee 17 of SECURITY.md: A tool of an rmcp handler gated in place is decided before rmcp's
 //! router runs it.
 
+mod attacks_keys;
 mod attacks_routes;
 mod factory;
 mod handlers;

@@ -5,6 +5,7 @@
 //! The tools act on a world of instances kept in this module: each test uses instances of its own.
 
 mod attacks;
+mod attacks_in_band;
 mod attacks_names;
 mod every_path;
 mod in_place;
