@@ -738,12 +738,23 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
     let receiving = receiver
         .as_ref()
         .map(|value| Receiving { value, label: None });
-    let args = argument_refs(call, by_name, receiving);
+    let mut args = argument_refs(call, by_name, receiving);
+    // In place, the redacted fields of the typed arguments, for the decision to hide their values
+    // wherever the call's JSON holds them (serde may read a field under another name).
+    let reading = Reading::of(tool);
+    if let Reading::Typed(binding) = reading {
+        let value = binding.value();
+        for field in &call.redacted {
+            let name = field.unraw().to_string();
+            args.push(quote_spanned!(field.span()=>
+                (&&::toolgate::__private::Arg(&#value.#field)).__toolgate_redacted(#name),
+            ));
+        }
+    }
     let escalated_arg = match &call.escalate {
         Some(_) => quote!(::core::option::Option::Some(#info)),
         None => quote!(::core::option::Option::None),
     };
-    let reading = Reading::of(tool);
     let this = shared_receiver(func);
     let effects = effects_arg(call, func, reading, by_name, true, this.as_ref(), None);
     let effects_again = effects_arg(call, func, reading, by_name, false, this.as_ref(), None);
@@ -799,16 +810,6 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
                 }
             }}
         }
-    };
-    // In place, each field `redact` names is one of the typed arguments': a borrow of it says so, or
-    // reports the name where it is written.
-    let redacted_fields = match reading {
-        Reading::Typed(binding) => {
-            let value = binding.value();
-            let fields = call.redacted.iter();
-            quote!(#(let _ = &#value.#fields;)*)
-        }
-        Reading::Named => TokenStream::new(),
     };
     let escalated = escalation(call, func, reading, by_name, this.as_ref(), None).map(|escalate| {
         let risk = quote_spanned!(escalate.span()=> ::toolgate::__private::Risk);
@@ -911,7 +912,6 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
         #[allow(unused_mut)]
         let mut #permit = {
             static #entry: ::toolgate::__private::ToolEntry = #new_entry;
-            #redacted_fields
             #callable_items
             ::toolgate::__private::inventory::submit! {
                 ::toolgate::__private::Registration(&#entry)

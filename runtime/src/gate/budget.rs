@@ -511,9 +511,11 @@ pub enum BudgetError {
     Window(BudgetScope, Duration),
     /// A tool pattern that is not valid or matches no linked tool.
     Pattern(DenyRuleError),
-    /// The gate's agent label, part of every budget's key, holds a control character: the key's
-    /// fields are kept apart by one (U+001F), and a label holding it could spell another's key.
-    AgentLabel(String),
+    /// The gate's agent label, part of every budget's key, is not one name a person reads (the rule
+    /// of [`names::refusal`](crate::names::refusal)): a label that reads as another's would count
+    /// under a key of its own, and one holding a control character could spell another's key (the
+    /// key's fields are kept apart by U+001F). The label, and why.
+    AgentLabel(String, String),
 }
 
 impl fmt::Display for BudgetError {
@@ -535,10 +537,10 @@ impl fmt::Display for BudgetError {
                 MAX_BUDGET_WINDOW.as_secs()
             ),
             BudgetError::Pattern(error) => write!(f, "a budget's tool pattern: {error}"),
-            BudgetError::AgentLabel(label) => write!(
+            BudgetError::AgentLabel(label, why) => write!(
                 f,
-                "the agent label {label:?}, part of every budget's key, holds a control \
-                 character: name the agent without one"
+                "the agent label {}, part of every budget's key, is refused: {why}",
+                crate::terminal::escaped(&format!("{label:?}"))
             ),
         }
     }
@@ -577,8 +579,8 @@ impl Budgets {
         }
         let entries = &registry().entries;
         let mut errors = Vec::new();
-        if let Some(agent) = agent.filter(|a| a.chars().any(char::is_control)) {
-            errors.push(BudgetError::AgentLabel(agent.to_owned()));
+        if let Some((agent, why)) = agent.and_then(|a| Some((a, crate::names::refusal(a)?))) {
+            errors.push(BudgetError::AgentLabel(agent.to_owned(), why));
         }
         let mut built: Vec<(Budget, Option<DenyRule>, Option<Risk>)> = Vec::new();
         for spec in specs {

@@ -118,7 +118,7 @@ impl CallInfo<'_> {
         // written apart, with the real values, and is impossible where one is opaque.
         let redacts = self.arguments.iter().any(|arg| match arg.value {
             ArgValue::Redacted(_) | ArgValue::Opaque => true,
-            ArgValue::Whole(object, redact) => redact.iter().any(|name| object.get(name).is_some()),
+            ArgValue::Whole(full, shown) => !std::ptr::eq(full, shown),
             ArgValue::Json(_) | ArgValue::Unnamed => false,
         });
         let opaque = self
@@ -162,15 +162,12 @@ impl CallInfo<'_> {
             |a: &str| a.len() == name.len() && a.bytes().zip(name.bytes()).all(|(a, b)| a == b);
         if let [
             ArgRef {
-                value: ArgValue::Whole(object, redact),
+                value: ArgValue::Whole(_, shown),
                 ..
             },
         ] = self.arguments
         {
-            if redact.contains(&name) && object.get(name).is_some() {
-                return Some(serde_json::Value::from("[REDACTED]"));
-            }
-            return Some(object.get(name).cloned().unwrap_or_default());
+            return Some(shown.get(name).cloned().unwrap_or_default());
         }
         let Some(arg) = self.arguments.iter().find(|arg| same(arg.name)) else {
             // A parameter bound by a pattern may be the one the rule names.
@@ -194,23 +191,12 @@ impl CallInfo<'_> {
         let mut buf = Vec::with_capacity(64);
         if let [
             ArgRef {
-                value: ArgValue::Whole(object, redact),
+                value: ArgValue::Whole(full, shown),
                 ..
             },
         ] = self.arguments
         {
-            match object {
-                serde_json::Value::Object(map) if !unredacted && !redact.is_empty() => {
-                    let mut shown = map.clone();
-                    for name in *redact {
-                        if let Some(value) = shown.get_mut(*name) {
-                            *value = serde_json::Value::from("[REDACTED]");
-                        }
-                    }
-                    crate::canonical::write(&serde_json::Value::Object(shown), &mut buf);
-                }
-                _ => crate::canonical::write(object, &mut buf),
-            }
+            crate::canonical::write(if unredacted { full } else { shown }, &mut buf);
             return String::from_utf8(buf).ok();
         }
         buf.push(b'{');
@@ -257,9 +243,9 @@ enum ArgValue<'a> {
     Redacted(Option<&'a dyn ToJson>),
     Opaque,
     Unnamed,
-    /// Every argument of the call at once, as a JSON object, and the names of the redacted ones: a
-    /// call handed its arguments as JSON.
-    Whole(&'a serde_json::Value, &'static [&'static str]),
+    /// Every argument of the call at once, as JSON objects: as the call has them, and as they are
+    /// shown, redacted (the same object where nothing is): a call handed its arguments as JSON.
+    Whole(&'a serde_json::Value, &'a serde_json::Value),
 }
 
 impl<'a> ArgRef<'a> {
@@ -272,15 +258,25 @@ impl<'a> ArgRef<'a> {
         }
     }
 
-    /// Every argument of a call at once, `object` a JSON object of them by name, those `redact` names
-    /// hidden as a redacted argument is: the only [`ArgRef`] of its call.
-    pub(crate) fn whole(
-        object: &'a serde_json::Value,
-        redact: &'static [&'static str],
-    ) -> ArgRef<'a> {
+    /// Every argument of a call at once, `full` a JSON object of them by name and `shown` the same with
+    /// the redacted ones hidden (or `full` itself): the only [`ArgRef`] of its call.
+    pub(crate) fn whole(full: &'a serde_json::Value, shown: &'a serde_json::Value) -> ArgRef<'a> {
         ArgRef {
             name: "",
-            value: ArgValue::Whole(object, redact),
+            value: ArgValue::Whole(full, shown),
+        }
+    }
+
+    /// Whether this is a redacted argument whose value cannot be written (not `Serialize`).
+    pub(crate) fn redacted_unwritable(&self) -> bool {
+        matches!(self.value, ArgValue::Redacted(None))
+    }
+
+    /// The value of a redacted argument, as JSON, where it is serializable.
+    pub(crate) fn redacted_json(&self) -> Option<serde_json::Value> {
+        match self.value {
+            ArgValue::Redacted(Some(value)) => value.to_value().ok(),
+            _ => None,
         }
     }
 }

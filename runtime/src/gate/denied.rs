@@ -37,6 +37,8 @@ struct Extra {
     /// Refused at the declared risk before the arguments were read, for a tool whose arguments may
     /// raise its risk (`escalate`): the modes the message names are those of the declared risk.
     unread_escalation: bool,
+    /// The arguments of a pending request as the log writes them (redacted ones hidden).
+    arguments: Option<Arc<str>>,
     /// What a pending request of a tool with lasting effects shows its operator.
     target: Option<Arc<str>>,
     evidence: Option<Arc<str>>,
@@ -75,6 +77,18 @@ impl Denied {
     pub(crate) fn with_approval_token(mut self, token: Arc<str>) -> Denied {
         self.extra().approval_token = Some(token);
         self
+    }
+
+    /// Adds the arguments a pending request shows its operator, as the log writes them.
+    pub(crate) fn with_arguments(mut self, arguments: Arc<str>) -> Denied {
+        self.extra().arguments = Some(arguments);
+        self
+    }
+
+    /// The arguments of the call a pending request is for, as the audit log writes them (redacted
+    /// ones `"[REDACTED]"`): what its operator is shown. `None` for any other refusal.
+    pub fn arguments(&self) -> Option<&str> {
+        self.extra.as_ref()?.arguments.as_deref()
     }
 
     pub(crate) fn with_approval_request_id(mut self, id: Arc<str>) -> Denied {

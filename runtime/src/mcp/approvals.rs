@@ -279,7 +279,19 @@ pub(crate) fn arguments_digest(arguments: &Map<String, Value>) -> String {
 }
 
 /// The arguments as the audit log writes them: keys sorted, a redacted one as `"[REDACTED]"`.
-pub(crate) fn shown_arguments(tool: Tool, arguments: &Map<String, Value>) -> String {
+pub(crate) fn shown_arguments(
+    tool: Tool,
+    arguments: &Map<String, Value>,
+    denied: &Denied,
+) -> String {
+    // As the decision wrote them, where it did: redacted as the typed arguments' fields are read,
+    // whatever their names on the wire. The receiver is shown apart, as the instance.
+    if let Some(Ok(Value::Object(mut written))) =
+        denied.arguments().map(serde_json::from_str::<Value>)
+    {
+        written.remove("self");
+        return canonical::to_string(&Value::Object(written));
+    }
     let redact = tool.entry.behaviour.redact;
     let shown: Map<String, Value> = arguments
         .iter()
@@ -345,7 +357,7 @@ fn form(
     let _ = write!(
         message,
         "session: {session}\narguments: {arguments}\n",
-        arguments = shown_arguments(tool, arguments),
+        arguments = shown_arguments(tool, arguments, denied),
     );
     if let Some(target) = denied.target() {
         let _ = writeln!(message, "target: {target}");

@@ -1085,7 +1085,11 @@ fn refused_by_the_watch_child() {
     let watch = live.watch(std::time::Duration::from_millis(10)).unwrap();
     std::fs::write(&path, "format = 1\n[defaults]\nceling = \"ADVISORY\"\n").unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !sink.records().iter().any(|r| r.stage == Stage::PolicyRefused) {
+    while !sink
+        .records()
+        .iter()
+        .any(|r| r.stage == Stage::PolicyRefused)
+    {
         assert!(std::time::Instant::now() < deadline, "never refused");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

@@ -113,7 +113,8 @@ fn check_in_place(
     call: &InPlaceCall,
     typed: &CallInfo<'_>,
 ) -> Result<Permit, Denied> {
-    let args = call.args();
+    let shown = call.shown(typed);
+    let args = call.args(shown.as_ref());
     let result = match names_self(entry, call) {
         Some(denied) => Err(denied),
         None => check(entry, explicit, &call.info(&args, typed)),
@@ -133,7 +134,8 @@ fn check_async_in_place(
         call.report(&Err(denied.clone()));
         return Entering::Done(Err(denied));
     }
-    let args = call.args();
+    let shown = call.shown(typed);
+    let args = call.args(shown.as_ref());
     match check_async(entry, explicit, &call.info(&args, typed)) {
         Entering::Done(result) => {
             call.report(&result);
@@ -147,7 +149,8 @@ fn check_async_in_place(
 /// runs on, which the rules and the records read, so the call is refused rather than either dropped.
 fn names_self(entry: &'static ToolEntry, call: &InPlaceCall) -> Option<Denied> {
     call.names_self().then(|| {
-        let detail = "the call names an argument `self`, which stands for the handler it runs on";
+        let detail = "the call names an argument `self` (or one that reads as it), which stands for \
+                      the handler it runs on";
         refuse(
             entry,
             DenialCode::ArgumentRefused,

@@ -229,6 +229,15 @@ impl<A: ArgumentSource> Decision<A> {
                 let mode = Mode::from_index(self.held[i].state);
                 let (consumed, expires) = expiring(consumed);
                 let result = self.gates[i].consumed(entry, mode, risk, consumed, self.shown());
+                // A pending request shows its operator the arguments as the log writes them: what a
+                // server hands on is what the decision read, its redactions included.
+                let result = result.map_err(|denied| match denied.approval_token() {
+                    Some(_) => match self.arguments.get() {
+                        Some(arguments) => denied.with_arguments(arguments.json.as_str().into()),
+                        None => denied,
+                    },
+                    None => denied,
+                });
                 if result.is_ok() {
                     self.expires = self.expires.into_iter().chain(expires).min();
                 }

@@ -17,7 +17,8 @@ pub(crate) struct InPlaceCall {
     /// The call's arguments by name, and the handler instance as `self`: the shape a `callable`
     /// method's arguments have.
     arguments: serde_json::Value,
-    /// The client named an argument `self`, which stands for the handler instance.
+    /// The client named an argument `self`, or one that reads as it: `self` stands for the handler
+    /// instance.
     names_self: bool,
     pub(super) outcome: Outcome,
     /// The ambient gates when it was put on the slot: how many, and the innermost one's id.
@@ -51,9 +52,11 @@ pub(crate) fn with_arguments<F: Future>(
 ) -> (WithArguments<F>, Outcome) {
     let outcome = Outcome::default();
     let mut arguments = arguments;
+    // An argument whose name reads as `self` (`ѕelf`, `self\u{200b}`) would pass for it too.
     let names_self = arguments
-        .insert("self".to_owned(), serde_json::Value::String(label))
-        .is_some();
+        .keys()
+        .any(|name| crate::names::same(name, "self"));
+    arguments.insert("self".to_owned(), serde_json::Value::String(label));
     let call = InPlaceCall {
         entry,
         arguments: serde_json::Value::Object(arguments),
@@ -147,8 +150,44 @@ impl InPlaceCall {
         }
     }
 
-    pub(super) fn args(&self) -> [ArgRef<'_>; 1] {
-        [ArgRef::whole(&self.arguments, self.entry.behaviour.redact)]
+    /// The call's arguments, and as they are shown (`shown`, where some are redacted).
+    pub(super) fn args<'a>(&'a self, shown: Option<&'a serde_json::Value>) -> [ArgRef<'a>; 1] {
+        [ArgRef::whole(
+            &self.arguments,
+            shown.unwrap_or(&self.arguments),
+        )]
+    }
+
+    /// The arguments as records, approvers and rules see them, where the tool redacts some: each
+    /// argument `redact` names hidden, and every value its check read from a redacted field of the
+    /// typed arguments (`typed`) hidden wherever the JSON holds it, since serde may read a field
+    /// under another name (`rename`, `alias`) or from the top level (`flatten`). A redacted field that
+    /// is not `Serialize` cannot be found by its value: then every argument is hidden. `None`: nothing
+    /// to hide.
+    pub(super) fn shown(&self, typed: &CallInfo<'_>) -> Option<serde_json::Value> {
+        let redact = self.entry.behaviour.redact;
+        if redact.is_empty() {
+            return None;
+        }
+        let unwritable = typed.arguments.iter().any(ArgRef::redacted_unwritable);
+        let mut secrets = Vec::new();
+        for value in typed.arguments.iter().filter_map(ArgRef::redacted_json) {
+            leaves(value, &mut secrets);
+        }
+        let mut shown = self.arguments.clone();
+        if let serde_json::Value::Object(map) = &mut shown {
+            for (name, value) in map.iter_mut() {
+                if name == "self" {
+                    continue;
+                }
+                if unwritable || redact.contains(&name.as_str()) {
+                    *value = serde_json::Value::from("[REDACTED]");
+                } else {
+                    hide(value, &secrets);
+                }
+            }
+        }
+        Some(shown)
     }
 
     /// Whether the client named an argument `self`, which would pass for the handler instance.
@@ -162,5 +201,25 @@ impl InPlaceCall {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *outcome = result.as_ref().err().cloned();
+    }
+}
+
+/// The strings and numbers in `value`, at any depth: what a redacted field holds.
+fn leaves(value: serde_json::Value, into: &mut Vec<serde_json::Value>) {
+    match value {
+        serde_json::Value::Object(map) => map.into_iter().for_each(|(_, v)| leaves(v, into)),
+        serde_json::Value::Array(items) => items.into_iter().for_each(|v| leaves(v, into)),
+        leaf @ (serde_json::Value::String(_) | serde_json::Value::Number(_)) => into.push(leaf),
+        serde_json::Value::Null | serde_json::Value::Bool(_) => {}
+    }
+}
+
+/// `value` with every string or number among `secrets`, at any depth, written `"[REDACTED]"`.
+fn hide(value: &mut serde_json::Value, secrets: &[serde_json::Value]) {
+    match value {
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| hide(v, secrets)),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| hide(v, secrets)),
+        leaf if secrets.contains(leaf) => *leaf = serde_json::Value::from("[REDACTED]"),
+        _ => {}
     }
 }

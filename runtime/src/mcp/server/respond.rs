@@ -127,7 +127,7 @@ impl ToolgateServer {
                     declared_risk: tool.manifest().risk_level,
                     mode: denied.mode(),
                     code: denied.code().as_str(),
-                    arguments: shown_arguments(tool, &arguments),
+                    arguments: shown_arguments(tool, &arguments, denied),
                     token: token.to_owned(),
                     request_id: denied.approval_request_id().map(str::to_owned),
                     principal: gate.principal().map(str::to_owned),
