@@ -33,7 +33,7 @@ enum Size {
     Whole,
 }
 
-fn measure(store: Arc<dyn BudgetStore>, rounds: u64, size: Size) -> Vec<Duration> {
+fn measure(store: Arc<dyn BudgetStore>, rounds: u64, size: Size, audited: bool) -> Vec<Duration> {
     let warm = rounds / 10;
     let (limit, window) = match size {
         Size::Small => (10, Duration::from_micros(1)),
@@ -42,12 +42,17 @@ fn measure(store: Arc<dyn BudgetStore>, rounds: u64, size: Size) -> Vec<Duration
             MAX_BUDGET_WINDOW,
         ),
     };
-    let gate = Gate::builder()
+    let builder = Gate::builder()
         .mode(Mode::PartialAuto)
         .budget(BudgetScope::tool("bench.send"), limit, window)
-        .budget_store_shared(store)
-        .build()
-        .expect("a gate");
+        .budget_store_shared(store);
+    // A call whose gate writes an `enter` record waited once it held its unit: its commit point asks
+    // the store again (`BudgetStore::hold`).
+    let builder = match audited {
+        true => builder.audit(toolgate::audit::MemorySink::new()),
+        false => builder,
+    };
+    let gate = builder.build().expect("a gate");
     let mut times = Vec::with_capacity(rounds as usize);
     for round in 0..rounds + warm {
         let start = Instant::now();
@@ -93,13 +98,19 @@ fn main() {
     ];
     for (size, what) in sizes {
         let store = Arc::new(MemoryBudgets::new());
-        report(&format!("in memory, {what}"), measure(store, rounds, size));
+        report(
+            &format!("in memory, {what}"),
+            measure(store, rounds, size, false),
+        );
     }
+    let store = Arc::new(MemoryBudgets::new());
+    let what = "in memory, every call of the run, audited";
+    report(what, measure(store, rounds, Size::Whole, true));
     if let Ok(url) = std::env::var(postgres::SERVER_ENV) {
         for (size, what) in sizes {
             let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
             let database = format!("the given server, {what}");
-            report(&database, measure(store, rounds, size));
+            report(&database, measure(store, rounds, size, false));
         }
         return;
     }
@@ -114,7 +125,17 @@ fn main() {
         for (i, (size, what)) in sizes.into_iter().enumerate() {
             let url = cluster.database(&format!("bench{i}"));
             let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
-            report(&format!("{label}, {what}"), measure(store, rounds, size));
+            report(
+                &format!("{label}, {what}"),
+                measure(store, rounds, size, false),
+            );
         }
+        let url = cluster.database("bench_audited");
+        let store = Arc::new(PostgresStore::connect(&url).expect("the store"));
+        let what = "every call of the run, audited";
+        report(
+            &format!("{label}, {what}"),
+            measure(store, rounds, Size::Whole, true),
+        );
     }
 }

@@ -48,3 +48,61 @@ pub(crate) fn is_empty(attrs: &[Attribute]) -> bool {
             _ => true,
         })
 }
+
+/// What the doc comment says of each parameter, in a section headed `# Arguments` (or
+/// `# Parameters`), as rustdoc's convention writes it: a list item per parameter, its name in
+/// backticks, then `-` or `:` and the text (`` * `id` - The user's id. ``); an item's following lines,
+/// indented, continue it. Doc comments given as expressions are not read.
+pub(crate) fn parameters(attrs: &[Attribute]) -> Vec<(String, String)> {
+    let mut lines: Vec<String> = Vec::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("doc")) {
+        if let Meta::NameValue(nv) = &attr.meta
+            && let Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            }) = &nv.value
+        {
+            lines.extend(s.value().split('\n').map(str::to_owned));
+        }
+    }
+    let mut found: Vec<(String, String)> = Vec::new();
+    let mut inside = false;
+    for line in &lines {
+        let trimmed = line.trim();
+        if let Some(heading) = trimmed.strip_prefix('#') {
+            let heading = heading.trim_start_matches('#').trim().to_ascii_lowercase();
+            inside = heading == "arguments" || heading == "parameters";
+            continue;
+        }
+        if !inside || trimmed.is_empty() {
+            continue;
+        }
+        let item = trimmed
+            .strip_prefix("* ")
+            .or_else(|| trimmed.strip_prefix("- "));
+        match item.and_then(parameter_item) {
+            Some((name, text)) => found.push((name, text)),
+            // An indented line continues the item above it.
+            None if item.is_none() && line.starts_with(char::is_whitespace) => {
+                if let Some((_, text)) = found.last_mut() {
+                    text.push(' ');
+                    text.push_str(trimmed);
+                }
+            }
+            None => {}
+        }
+    }
+    found.retain(|(_, text)| !text.is_empty());
+    found
+}
+
+/// `` `name` - text `` or `` `name`: text ``.
+fn parameter_item(item: &str) -> Option<(String, String)> {
+    let rest = item.strip_prefix('`')?;
+    let (name, rest) = rest.split_once('`')?;
+    let rest = rest.trim_start();
+    let text = rest
+        .strip_prefix('-')
+        .or_else(|| rest.strip_prefix(':'))
+        .or_else(|| rest.strip_prefix('\u{2013}'))?;
+    Some((name.trim().to_owned(), text.trim().to_owned()))
+}

@@ -392,6 +392,7 @@ fn callable_items(
     call: &CallParts<'_>,
     params: &[(&Ident, &Type)],
     owner: Owner<'_>,
+    attrs: &[Attribute],
 ) -> TokenStream {
     let (sig, gate) = (func.sig, func.gate);
     let names: Vec<&Ident> = params.iter().map(|&(name, _)| name).collect();
@@ -618,9 +619,14 @@ fn callable_items(
     let params_table = Ident::new("__TOOLGATE_PARAMS", Span::mixed_site());
     let arguments = Ident::new("toolgate_arguments", Span::mixed_site());
     let count = params.len();
+    let described = doc::parameters(attrs);
     let rows = params.iter().map(|(name, ty)| {
         let name = name.unraw().to_string();
-        quote_spanned!(ty.span()=> ::toolgate::__private::Param::of::<#ty>(#name))
+        let row = quote_spanned!(ty.span()=> ::toolgate::__private::Param::of::<#ty>(#name));
+        match described.iter().find(|(n, _)| *n == name) {
+            Some((_, text)) => quote!(#row.described(#text)),
+            None => row,
+        }
     });
     let takes = params.iter().zip(&locals).map(|((name, ty), local)| {
         let redacted = call.named.iter().any(|(n, redact)| *redact && n == name);
@@ -831,7 +837,7 @@ fn gated_body(spec: &ToolSpec, tool: &Tool<'_>, body: &Block) -> TokenStream {
     let behaviour = behaviour(call, sig.asyncness.is_some(), reading);
     let (callable_items, callable_ref) = match &call.callable {
         Some(callable) => (
-            callable_items(func, call, &callable.params, context.owner),
+            callable_items(func, call, &callable.params, context.owner, tool.attrs),
             quote!(::core::option::Option::Some(&__TOOLGATE_CALLABLE)),
         ),
         None => (TokenStream::new(), quote!(::core::option::Option::None)),

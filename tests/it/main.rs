@@ -48,6 +48,7 @@ mod manifest_reports;
 mod mcp_defs;
 mod mcp_e2e;
 mod mcp_http;
+mod mcp_param_docs;
 mod mcp_stdio;
 mod mcp_tasks;
 mod mutants;

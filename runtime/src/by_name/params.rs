@@ -19,6 +19,8 @@ pub struct Param {
     name: &'static str,
     schema: fn(&mut SchemaGenerator) -> Schema,
     optional: fn() -> bool,
+    /// What the tool's doc comment says of the parameter (its `# Arguments` list).
+    description: Option<&'static str>,
 }
 
 impl Param {
@@ -28,6 +30,15 @@ impl Param {
             name,
             schema: SchemaGenerator::subschema_for::<T>,
             optional: accepts_missing::<T>,
+            description: None,
+        }
+    }
+
+    /// The parameter, with what the tool's doc comment says of it.
+    pub const fn described(self, description: &'static str) -> Param {
+        Param {
+            description: Some(description),
+            ..self
         }
     }
 }
@@ -241,10 +252,12 @@ pub(crate) fn input_schema(params: &[Param]) -> Value {
     let mut properties = Map::new();
     let mut required = Vec::new();
     for param in params {
-        properties.insert(
-            param.name.to_owned(),
-            (param.schema)(&mut generator).to_value(),
-        );
+        let mut schema = (param.schema)(&mut generator).to_value();
+        // The tool's own word on the parameter comes before its type's doc comment.
+        if let (Some(description), Value::Object(schema)) = (param.description, &mut schema) {
+            schema.insert("description".to_owned(), Value::from(description));
+        }
+        properties.insert(param.name.to_owned(), schema);
         if !(param.optional)() {
             required.push(Value::from(param.name));
         }
