@@ -365,8 +365,28 @@ fn agents_text_in_keys_and_records_is_shown_escaped() {
     let store = Arc::new(PostgresStore::connect(&url).unwrap());
     let hidden = hidden_text(HIDDEN);
     let agent = format!("bot{hidden}");
-    let gate = counted(&store, &agent, &[(BudgetScope::Agent, 2, HOUR)]);
-    gate.run(|| send(1)).unwrap();
+    // A gate refuses such an agent label for its budgets (the rule of names); a key with it, written
+    // by another program with the store's grants, is still read, shown escaped.
+    let refused = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .agent(agent.as_str())
+        .budget(BudgetScope::Agent, 2, HOUR)
+        .budget_store_shared(store.clone())
+        .build();
+    assert!(
+        matches!(&refused, Err(toolgate::GateError::Budgets(errors))
+            if matches!(errors[0], toolgate::gate::budget::BudgetError::AgentLabel(..))),
+        "{refused:?}"
+    );
+    let agents = format!("{agent}\u{1f}agent\u{1f}2\u{1f}{}", HOUR.as_nanos());
+    crate::common::postgres::execute(
+        &url,
+        &format!(
+            "INSERT INTO toolgate.budgets (key, held) VALUES ('{0}', 1);
+             INSERT INTO toolgate.budget_uses (key, used_at) VALUES ('{0}', now())",
+            agents.replace('\'', "''")
+        ),
+    );
     // A key no gate makes, written by another program with the store's grants.
     let odd = format!("odd{hidden}\u{1f}key");
     crate::common::postgres::execute(

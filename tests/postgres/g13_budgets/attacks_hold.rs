@@ -509,9 +509,28 @@ fn pg_h10_a_label_spelling_an_escape_is_shown_and_reset_apart_from_the_real_char
             .build()
             .unwrap()
     };
-    let real = gate("evil\u{202e}");
+    // A gate refuses the real character in its agent label (the rule of names); another program
+    // may still write the key it would make, with the store's grants.
+    let real = Gate::builder()
+        .mode(Mode::FullAuto)
+        .agent("evil\u{202e}")
+        .budget(BudgetScope::Agent, 1, HOUR)
+        .budget_store_shared(store.clone())
+        .build();
+    assert!(
+        matches!(&real, Err(toolgate::GateError::Budgets(errors))
+            if matches!(errors[0], toolgate::gate::budget::BudgetError::AgentLabel(..))),
+        "{real:?}"
+    );
+    let real_key = "evil\u{202e}\u{1f}agent\u{1f}1\u{1f}3600000000000";
+    crate::common::postgres::execute(
+        &url,
+        &format!(
+            "INSERT INTO toolgate.budgets (key, held) VALUES ('{real_key}', 1);
+             INSERT INTO toolgate.budget_uses (key, used_at) VALUES ('{real_key}', now())"
+        ),
+    );
     let spelled = gate("evil\\u{202e}");
-    real.run(|| jot(1)).unwrap();
     spelled.run(|| jot(2)).unwrap();
     let shown = crate::support::text(&crate::support::toolgate(&[
         "budgets", "list", "--store", &url,
@@ -530,7 +549,11 @@ fn pg_h10_a_label_spelling_an_escape_is_shown_and_reset_apart_from_the_real_char
         "{}",
         crate::support::out(&reset)
     );
-    assert_eq!(real.run(|| jot(3)).map_err(|d| d.code()), Ok(3));
+    let held = crate::common::postgres::query(
+        &url,
+        &format!("SELECT held FROM toolgate.budgets WHERE key = '{real_key}'"),
+    );
+    assert_eq!(held, [[Some("0".to_owned())]], "the real character's key was not cleared");
     assert_eq!(
         spelled.run(|| jot(4)).map_err(|d| d.code()),
         Err(DenialCode::BudgetExhausted),
