@@ -553,7 +553,11 @@ fn pg_h10_a_label_spelling_an_escape_is_shown_and_reset_apart_from_the_real_char
         &url,
         &format!("SELECT held FROM toolgate.budgets WHERE key = '{real_key}'"),
     );
-    assert_eq!(held, [[Some("0".to_owned())]], "the real character's key was not cleared");
+    assert_eq!(
+        held,
+        [[Some("0".to_owned())]],
+        "the real character's key was not cleared"
+    );
     assert_eq!(
         spelled.run(|| jot(4)).map_err(|d| d.code()),
         Err(DenialCode::BudgetExhausted),
