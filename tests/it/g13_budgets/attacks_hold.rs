@@ -1,4 +1,4 @@
-//! attack7: the commit point's second look at the budget store (`BudgetStore::hold`), where it meets
+//! Attacks on the commit point's second look at the budget store (`BudgetStore::hold`), where it meets
 //! the other stateful features: a lowering, the taint latch and a policy replacement that come while
 //! the store answers `hold`; a store that fails or refuses there; a budget a replacement narrows while
 //! the call waits; a call whose unit leaves its window while its audit sink writes; a session grant

@@ -1,4 +1,4 @@
-//! attack7: the commit point's second look at a shared budget (`BudgetStore::hold` of
+//! Attacks on the commit point's second look at a shared budget (`BudgetStore::hold` of
 //! `PostgresStore`) where it meets an operator's reset, an audit sink that waits, a server that
 //! stops while an approver thinks, two calls waiting across two resets, a reset of one of a call's two
 //! budgets, a process killed while it waits, and resets naming another principal's budget.
