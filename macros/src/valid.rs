@@ -207,13 +207,7 @@ fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
         (&tool.args.redact, &tool.args.target, tool.context.in_place)
         && let Some(name) = redact.value.iter().find(|name| **name == target.value)
     {
-        errors.push(syn::Error::new(
-            name.span(),
-            format!(
-                "`{name}` is the target, which whoever approves a call sees and types back: it \
-                 cannot be redacted"
-            ),
-        ));
+        errors.push(target_redacted(name.span(), name));
     }
     if let (Some(redact), None) = (&tool.args.redact, tool.context.in_place) {
         let names: Vec<String> = tool
@@ -248,6 +242,17 @@ fn arguments(tool: &Tool<'_>, errors: &mut Errors) {
     effects(tool, errors);
 }
 
+/// The target named in `redact`, by the tool's arguments or, in place, its typed arguments' fields.
+fn target_redacted(span: Span, name: &Ident) -> syn::Error {
+    syn::Error::new(
+        span,
+        format!(
+            "`{name}` is the target, which whoever approves a call sees and types back: it cannot \
+             be redacted"
+        ),
+    )
+}
+
 /// `target` names an argument the approver sees; `evidence` probes it; `rollback` is handed every
 /// argument by name; `irreversible` needs a target and its evidence.
 fn effects(tool: &Tool<'_>, errors: &mut Errors) {
@@ -274,13 +279,7 @@ fn effects(tool: &Tool<'_>, errors: &mut Errors) {
                     ),
                 ));
             }
-            Some((_, true)) => errors.push(syn::Error::new(
-                target.span,
-                format!(
-                    "`{name}` is the target, which whoever approves a call sees and types back: it \
-                     cannot be redacted"
-                ),
-            )),
+            Some((_, true)) => errors.push(target_redacted(target.span, name)),
             Some((_, false)) => {}
         }
     }
