@@ -68,9 +68,6 @@ pub(super) struct Inner {
     modes: Mutex<ModeParts>,
     /// The table, replaced whole when the operator's policy changes.
     pub(super) table: arc_swap::ArcSwap<Table>,
-    /// The generation of the table in place, stored once it is: a commit point compares it with its
-    /// decision's table's without loading the table.
-    pub(super) generation: AtomicU64,
     /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write;
     /// bits 4-7 say the same of a tainted session, so that the inlined check reads `mode | TAINTED`'s
     /// bit. A tool with untrusted output has none of bits 0-3, since its call must close the latch.
@@ -210,9 +207,7 @@ impl Gate {
                 .iter()
                 .map(|row| row.map(verdict_cell))
                 .collect();
-            let generation = table.generation;
             inner.table.store(Arc::new(table));
-            inner.generation.store(generation, Ordering::Release);
             for (row, new) in inner.verdict_cells.iter().zip(cells) {
                 for (cell, v) in row.iter().zip(new) {
                     cell.store(v, Ordering::Release);

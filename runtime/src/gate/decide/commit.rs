@@ -56,18 +56,18 @@ impl<A: ArgumentSource> Decision<A> {
         // policy are read after them, with no user code between them and the body. A policy replaced
         // while they were read has its rules read too.
         for _ in 0..MAX_REREADS {
-            // The generation is published after its table is stored (under the gate's mode lock, one
-            // replacement at a time): a table newer than the published generation is the newest.
+            // The table itself says which policy is in place: whoever sees a policy's digest, sees
+            // its table here too.
             for (gate, held) in self.gates.iter().zip(&mut self.held) {
-                let now = gate.inner.generation.load(Ordering::Acquire);
-                held.now = (now > held.table.generation).then(|| gate.table());
+                let now = gate.table();
+                held.now = (now.generation > held.table.generation).then_some(now);
             }
             self.arguments_hold()?;
             // The target's state last: no user code (an argument's `Serialize` included) runs
             // between this read and the re-check of each gate's state below.
             self.evidence_holds()?;
             let settled = self.gates.iter().zip(&self.held).all(|(gate, held)| {
-                gate.inner.generation.load(Ordering::Acquire) <= held.current().generation
+                gate.inner.table.load().generation <= held.current().generation
             });
             if settled {
                 self.approval_unexpired()?;
