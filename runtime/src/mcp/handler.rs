@@ -58,12 +58,14 @@ pub(crate) struct Bound<H> {
 }
 
 /// The handler's router serves a tool declared in place with a route that is not the declared
-/// method (a router merged with `+`, a route added or replaced by hand): the server refuses to serve
-/// it, rather than have a tool's name stand for a body that no gate decides.
+/// method (a router merged with `+`, a route added or replaced by hand), or serves beside the tools
+/// declared in place one that declares no risk (a second `#[tool_router]` impl of the type): the
+/// server refuses to serve it, rather than have a tool's name stand for a body that no gate decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteMismatch {
     tool: String,
     handler: &'static str,
+    undeclared: bool,
 }
 
 impl RouteMismatch {
@@ -71,10 +73,28 @@ impl RouteMismatch {
     pub fn tool(&self) -> &str {
         &self.tool
     }
+
+    /// The handler's router serves [`tool`](RouteMismatch::tool) with no declaration at all, beside
+    /// the tools declared in place; otherwise it serves a declared tool by another route.
+    pub fn undeclared(&self) -> bool {
+        self.undeclared
+    }
+
+    pub(crate) fn unrouted(tool: String, handler: &'static str) -> RouteMismatch {
+        RouteMismatch {
+            tool,
+            handler,
+            undeclared: true,
+        }
+    }
 }
 
 impl std::fmt::Display for RouteMismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.undeclared {
+            let message = crate::mcp::server::unrouted_message(self.handler, &self.tool);
+            return f.write_str(&message);
+        }
         write!(
             f,
             "the router of {} serves tool `{}` with a route that is not the method declared for it \
@@ -95,6 +115,7 @@ pub(crate) fn bind<H: ServerHandler>(handler: H) -> Result<Bound<H>, RouteMismat
         let mismatch = || RouteMismatch {
             tool: entry.manifest.id.to_owned(),
             handler: std::any::type_name::<H>(),
+            undeclared: false,
         };
         let route = entry
             .route

@@ -107,6 +107,8 @@ fn call_on(gate: &Gate, desk: &Desk, name: &str) -> String {
     // A router that serves a declared name with another route is not served at all.
     let server = match ToolgateServer::new(gate.clone()).try_handler(desk.clone()) {
         Ok(server) => server,
+        // A router that serves an undeclared tool beside declared ones is not served either.
+        Err(mismatch) if mismatch.undeclared() => return "UNDECLARED_TOOL".to_owned(),
         Err(mismatch) => return format!("not served: {mismatch}"),
     };
     runtime().block_on(async {

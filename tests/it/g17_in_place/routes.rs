@@ -316,37 +316,131 @@ impl Split {
 impl ServerHandler for Split {}
 
 /// r05. A tool added in a second `#[tool_router(router = ..)]` impl of a type gated in place, with no
-/// declaration: no macro sees it, so the server refuses to serve the handler at all, naming the tool,
-/// rather than refusing that tool's calls one by one. Broken (before): the server listed and ran the
-/// declared tool and refused only `split_purge` per call. Now `tools/list` and every `tools/call`
-/// answer the error that names `split_purge`; no body runs. `Undeclared::Serve` serves it on purpose.
+/// declaration: no macro sees it, so the server refuses the handler as it is given, naming the tool,
+/// rather than refusing that tool's calls one by one. Broken (before): the server was built, and
+/// answered the error only at the first request. Now `try_handler` is the error that names
+/// `split_purge`, as is `handler`'s panic, within the server's runtime or outside any; no body runs.
+/// `Undeclared::Serve`, set first, serves it on purpose.
 #[test]
 fn r05_a_second_router_impl_without_declarations_is_not_served() {
+    let split = Split::default();
+    let gate = Gate::new(Mode::FullAuto).unwrap();
+    let refused = ToolgateServer::new(gate.clone())
+        .try_handler(split.clone())
+        .expect_err("a handler with an undeclared route is not served");
+    assert!(refused.undeclared(), "{refused}");
+    assert_eq!(refused.tool(), "split_purge");
+    let said = refused.to_string();
+    assert!(
+        said.contains("`split_purge`") && said.contains("Split"),
+        "{said}"
+    );
+    let panicked = std::panic::catch_unwind(|| {
+        runtime().block_on(async {
+            ToolgateServer::new(Gate::new(Mode::FullAuto).unwrap()).handler(Split::default())
+        })
+    });
+    assert!(
+        panicked.is_err(),
+        "handler() served a router with an undeclared tool"
+    );
+    assert_eq!(split.ran.counts(), (0, 0));
     runtime().block_on(async {
-        let split = Split::default();
-        let gate = Gate::new(Mode::FullAuto).unwrap();
-        let client = connect(ToolgateServer::new(gate.clone()).handler(split.clone())).await;
-        let listed = client
-            .list_all_tools()
-            .await
-            .expect_err("no list from a server with an undeclared route");
-        let listed = listed.to_string();
-        assert!(
-            listed.contains("`split_purge`") && listed.contains("Split"),
-            "{listed}"
-        );
-        for name in ["split_read", "split_purge"] {
-            let said = call(&client, name, json!({})).await;
-            assert_eq!(code_of(&said), "RPC -32603 UNDECLARED_TOOL", "{name}");
-        }
-        assert_eq!(split.ran.counts(), (0, 0));
-        let served = ToolgateServer::new(gate).handler(split.clone());
-        let client = connect(served.undeclared(toolgate::mcp::Undeclared::Serve)).await;
+        let served = ToolgateServer::new(gate)
+            .undeclared(toolgate::mcp::Undeclared::Serve)
+            .handler(split.clone());
+        let client = connect(served).await;
         assert_eq!(code_of(&call(&client, "split_read", json!({})).await), "OK");
         assert_eq!(
             code_of(&call(&client, "split_purge", json!({})).await),
             "OK"
         );
         assert_eq!(split.ran.counts(), (1, 1));
+    });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A handler that cannot list when it is given: read again with the first request's context.
+// ---------------------------------------------------------------------------------------------------
+
+#[derive(Clone, Default)]
+struct Asking {
+    ran: Ran,
+    lists: Arc<AtomicUsize>,
+}
+
+#[toolgate::toolset(domain = "asking")]
+#[tool_router]
+impl Asking {
+    /// Read the backend.
+    #[tool]
+    #[toolgate(risk = "READ_ONLY")]
+    async fn asking_read(&self) -> Result<CallToolResult, ErrorData> {
+        self.ran.gated.fetch_add(1, Ordering::SeqCst);
+        wiped()
+    }
+}
+
+#[tool_router(router = more)]
+impl Asking {
+    /// Purge the backend.
+    #[tool]
+    async fn asking_purge(&self) -> Result<CallToolResult, ErrorData> {
+        self.ran.ungated.fetch_add(1, Ordering::SeqCst);
+        wiped()
+    }
+}
+
+impl ServerHandler for Asking {
+    async fn list_tools(
+        &self,
+        _: Option<rmcp::model::PaginatedRequestParams>,
+        _: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        // Its list comes from a backend that is not up yet when the server starts.
+        if self.lists.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(ErrorData::internal_error("the backend is starting", None));
+        }
+        let router = Self::tool_router() + Self::more();
+        Ok(rmcp::model::ListToolsResult::with_all_items(
+            router.list_all(),
+        ))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        (Self::tool_router() + Self::more()).get(name).cloned()
+    }
+}
+
+/// r06. A handler whose list cannot be read as it is given (its backend is not up yet) is served,
+/// and read with the first request's context, which finds the undeclared `asking_purge`. Broken: a
+/// handler that cannot be read at start-up is served with its undeclared route. Asserted: its list was
+/// read at start-up, and `tools/list` and both calls answer the error that names `asking_purge`; no
+/// body runs.
+#[test]
+fn r06_a_handler_that_cannot_list_at_start_up_is_checked_at_the_first_request() {
+    runtime().block_on(async {
+        let asking = Asking::default();
+        let gate = Gate::new(Mode::FullAuto).unwrap();
+        let server = ToolgateServer::new(gate)
+            .try_handler(asking.clone())
+            .expect("a handler that cannot list yet is served, and read later");
+        assert_eq!(
+            asking.lists.load(Ordering::SeqCst),
+            1,
+            "read as it was given"
+        );
+        let client = connect(server).await;
+        let listed = client
+            .list_all_tools()
+            .await
+            .expect_err("no list")
+            .to_string();
+        assert!(listed.contains("`asking_purge`"), "{listed}");
+        for name in ["asking_read", "asking_purge"] {
+            let said = call(&client, name, json!({})).await;
+            assert_eq!(code_of(&said), "RPC -32603 UNDECLARED_TOOL", "{name}");
+        }
+        assert_eq!(asking.ran.counts(), (0, 0));
     });
 }

@@ -134,11 +134,20 @@ impl ToolgateServer {
     /// is what a call of the tool runs. The handler's `call_tool` serves only the tools it declares no
     /// risk for, where [`Undeclared::Serve`] says so.
     ///
+    /// Every route of a type gated in place declares its risk: a tool its router serves with no
+    /// declaration (a second `#[tool_router(router = ..)]` impl of the type, which no macro sees, or
+    /// a route added by hand) keeps the handler from being served at all, unless
+    /// [`undeclared`](ToolgateServer::undeclared) was set to [`Undeclared::Serve`] before. The
+    /// handler's list is read here, with a request context that has no client behind it; a handler
+    /// that cannot list that way is read with the first request's, and then the server answers every
+    /// `tools/list` and `tools/call` with the error that names the tool.
+    ///
     /// # Panics
     ///
     /// Where the handler's router answers the name of a tool declared in place with a definition
-    /// other than the declared method's (a route of the same name merged in or added by hand), naming
-    /// the tool: [`try_handler`](ToolgateServer::try_handler) returns that as an error.
+    /// other than the declared method's (a route of the same name merged in or added by hand), or
+    /// serves a tool that declares no risk beside those declared in place, naming the tool:
+    /// [`try_handler`](ToolgateServer::try_handler) returns that as an error.
     #[must_use]
     #[track_caller]
     pub fn handler<H: ServerHandler>(self, handler: H) -> ToolgateServer {
@@ -149,7 +158,8 @@ impl ToolgateServer {
     }
 
     /// [`handler`](ToolgateServer::handler), returning a router that answers the name of a tool
-    /// declared in place with another route as an error rather than a panic.
+    /// declared in place with another route, or serves one that declares no risk, as an error rather
+    /// than a panic.
     pub fn try_handler<H: ServerHandler>(
         self,
         handler: H,
@@ -184,8 +194,18 @@ impl ToolgateServer {
         handler: H,
         label: String,
     ) -> Result<ToolgateServer, RouteMismatch> {
+        let unrouted = Arc::new(OnceLock::new());
+        if self.undeclared != Undeclared::Serve
+            && let Some(found) = super::routes::first_undeclared(&handler)
+        {
+            if let Some(tool) = found {
+                return Err(RouteMismatch::unrouted(tool, std::any::type_name::<H>()));
+            }
+            let _ = unrouted.set(None);
+        }
         self.handler = Some(Arc::new(crate::mcp::handler::bind(handler)?));
         self.handler_label = Arc::new(label);
+        self.unrouted = unrouted;
         self.factory = None;
         Ok(self)
     }
@@ -215,7 +235,8 @@ impl ToolgateServer {
     }
 
     /// [`handler_factory`](ToolgateServer::handler_factory), returning a router that answers the name
-    /// of a tool declared in place with another route as an error rather than a panic.
+    /// of a tool declared in place with another route, or serves one that declares no risk, as an
+    /// error rather than a panic.
     pub fn try_handler_factory<H, F>(self, make: F) -> Result<ToolgateServer, RouteMismatch>
     where
         H: ServerHandler,
@@ -231,7 +252,8 @@ impl ToolgateServer {
     }
 
     /// What a tool of the [`handler`](ToolgateServer::handler) that declares no risk gets:
-    /// [`Undeclared::Refuse`] by default.
+    /// [`Undeclared::Refuse`] by default. Set it before the handler is given: a handler of a type
+    /// gated in place whose router serves an undeclared tool is refused as it is given.
     #[must_use]
     pub fn undeclared(mut self, undeclared: Undeclared) -> ToolgateServer {
         self.undeclared = undeclared;

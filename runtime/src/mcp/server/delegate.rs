@@ -1,22 +1,19 @@
 //! The application's rmcp handler behind the server: what the server says it is, the capabilities
-//! it passes through, the routes its router serves and the tools it declares no risk for.
+//! it passes through and the tools it declares no risk for.
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig,
+    CallToolRequestParams, CallToolResponse, ErrorCode, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
-use serde_json::json;
 
 use super::builder::ToolgateServer;
 use super::results::{refusal, unknown_tool};
 use crate::gate::Gate;
 use crate::mcp::codes::McpCode;
 use crate::mcp::handler::{DynHandler, Undeclared};
-use crate::registry::registry;
 use toolgate_policy::DenialCode;
 
 impl ToolgateServer {
@@ -114,58 +111,6 @@ impl ToolgateServer {
             message.clone(),
         );
         Ok(refusal(McpCode::UndeclaredTool, &message).into())
-    }
-
-    /// Refuses to serve a handler whose type declares tools in place and whose router also serves a
-    /// tool with no declaration (a second `#[tool_router]` impl of the type, a route added by hand),
-    /// unless the application serves such tools on purpose ([`Undeclared::Serve`]). No macro sees
-    /// every router of a type: the server reads the handler's list with the first request's context,
-    /// and from then on answers every `tools/list` and `tools/call` with the error that names the tool.
-    pub(super) async fn check_routes(
-        &self,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let Some(handler) = &self.handler else {
-            return Ok(());
-        };
-        if self.undeclared == Undeclared::Serve || !handler.declares() {
-            return Ok(());
-        }
-        let unrouted = match self.unrouted.get() {
-            Some(unrouted) => unrouted.clone(),
-            None => {
-                let mut request: Option<PaginatedRequestParams> = None;
-                let unrouted = loop {
-                    let listed = handler.list_tools(request, context.clone()).await?;
-                    let found = listed
-                        .tools
-                        .iter()
-                        .find(|tool| registry().in_place(handler.owner(), &tool.name).is_none());
-                    match (found, listed.next_cursor) {
-                        (Some(tool), _) => break Some(tool.name.to_string()),
-                        (None, Some(cursor)) => {
-                            request =
-                                Some(PaginatedRequestParams::default().with_cursor(Some(cursor)));
-                        }
-                        (None, None) => break None,
-                    }
-                };
-                self.unrouted.get_or_init(|| unrouted).clone()
-            }
-        };
-        match unrouted {
-            None => Ok(()),
-            Some(name) => Err(ErrorData::internal_error(
-                format!(
-                    "the router of {} serves tool `{name}`, which declares no risk, beside tools \
-                     declared in place, so this server serves none: declare it with \
-                     #[toolgate(risk = \"...\")] beside its #[tool], in a #[toolgate::toolset] impl, or \
-                     serve it ungated on purpose with Undeclared::Serve",
-                    handler.type_name()
-                ),
-                Some(json!({ "code": McpCode::UndeclaredTool.as_str(), "tool": name })),
-            )),
-        }
     }
 
     /// Whether the handler lists the tool `name`, for a handler that does not say so by name.

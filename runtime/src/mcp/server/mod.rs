@@ -3,7 +3,7 @@
 //! makes a request (`caller`), what `tools/list` shows and when it changed (`listing`), one
 //! `tools/call` and its approval (`respond`), a call that waits for an operator as a task
 //! (`as_task`), a call run through its gate (`dispatch`), the application's handler behind the
-//! server (`delegate`), results and errors as MCP carries them (`results`), and the rmcp
+//! server (`delegate`), the routes its router serves (`routes`), results and errors as MCP carries them (`results`), and the rmcp
 //! `ServerHandler` that routes each request (`protocol`).
 
 mod as_task;
@@ -16,7 +16,9 @@ mod pending;
 mod protocol;
 mod respond;
 mod results;
+mod routes;
 
 pub use builder::{DEFAULT_MODE_POLL, ToolgateServer};
 pub use pending::PendingApproval;
 pub use results::{REFUSED, tool_result, unknown_tool};
+pub(crate) use routes::unrouted_message;
