@@ -541,3 +541,36 @@ fn irreversible_target_evidence_and_rollback_are_locked_and_dropping_them_is_a_w
     assert!(!EXPECTED.contains("irreversible"));
     lockfile::check_with(&path, &declared, Update::Check).unwrap();
 }
+
+#[test]
+fn out_of_band_is_locked_and_dropping_it_is_a_widening() {
+    let dir = TempDir::new("out-of-band");
+    let path = dir.file();
+    let mut value: serde_json::Value = serde_json::from_str(EXPECTED).unwrap();
+    let delete = value
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|entry| entry["id"] == "users.delete_user")
+        .unwrap();
+    delete["out_of_band"] = serde_json::Value::Bool(true);
+    std::fs::write(&path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    // The tool's calls may be approved in band again: by whoever drives the client.
+    let error = lockfile::check_with(&path, toolgate::manifests(), Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        ["  widened            users.delete_user: out_of_band true -> false"]
+    );
+
+    std::fs::write(&path, EXPECTED).unwrap();
+    let mut declared = base();
+    tool_mut(&mut declared, "users.delete_user").out_of_band = true;
+    let error = lockfile::check_with(&path, &declared, Update::Check).unwrap_err();
+    assert_eq!(
+        change_lines(&error),
+        ["  changed            users.delete_user: out_of_band false -> true"]
+    );
+    lockfile::check_with(&path, &declared, Update::Overwrite).unwrap();
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(written.matches("\"out_of_band\": true").count(), 1);
+}

@@ -158,6 +158,7 @@ tool_keys! {
     callable: bool = |arg, _| flag(arg),
     untrusted_output: bool = |arg, _| flag(arg),
     irreversible: bool = |arg, _| flag(arg),
+    out_of_band: bool = |arg, _| flag(arg),
     target: Ident = |arg, _| name(arg, "target = instance_id"),
     evidence: syn::Path = |arg, _| path(arg, "evidence = describe_instance"),
     rollback: syn::Path = |arg, _| path(arg, "rollback = restore_plan"),

@@ -83,6 +83,7 @@ fn sample(key: &str) -> &'static str {
         "evidence" => "target = name, evidence = probe",
         "rollback" => "rollback = plan",
         "irreversible" => "irreversible, target = name, evidence = probe",
+        "out_of_band" => "out_of_band",
         other => panic!("a new key of #[tool], `{other}`: give it a sample value here"),
     }
 }

@@ -39,6 +39,7 @@ pub(crate) struct ToolSpec {
     pub(crate) open_world: bool,
     pub(crate) untrusted_output: bool,
     pub(crate) irreversible: bool,
+    pub(crate) out_of_band: bool,
     /// The `target` parameter's name, unraw'd.
     pub(crate) target: Option<String>,
     pub(crate) evidence: bool,
@@ -596,6 +597,15 @@ fn finish(
         ));
         return None;
     }
+    let out_of_band = args.out_of_band.as_ref().filter(|o| o.value);
+    if let (Some(out_of_band), Some(_)) = (out_of_band, irreversible) {
+        errors.push(syn::Error::new(
+            out_of_band.span,
+            "`out_of_band` says nothing here: an irreversible tool's calls are approved out of band \
+             always, never by whoever drives the client; remove `out_of_band`",
+        ));
+        return None;
+    }
 
     Some(ToolSpec {
         id: id?,
@@ -609,6 +619,7 @@ fn finish(
         open_world: args.open_world.as_ref().is_some_and(|f| f.value),
         untrusted_output: args.untrusted_output.as_ref().is_some_and(|f| f.value),
         irreversible: irreversible.is_some(),
+        out_of_band: out_of_band.is_some(),
         target: args.target.as_ref().map(|t| t.value.unraw().to_string()),
         evidence: args.evidence.is_some(),
         rollback: args.rollback.is_some(),

@@ -49,9 +49,10 @@ pub enum Approvals {
     /// client retries with the answer. Trusts the client's user interface: whoever controls the client
     /// approves. Falls back to [`Approvals::OutOfBand`] for clients of protocol revisions before
     /// `2026-07-28`, which cannot answer `InputRequired`, and for every call of an `irreversible`
-    /// tool: an answer from whoever drives the client (possibly the agent itself) confirms a call, it
-    /// does not authorize one that cannot be undone, so such a call always waits for an operator, and
-    /// a request state sent with it is refused.
+    /// tool or one declared `out_of_band`: an answer from whoever drives the client (possibly the agent
+    /// itself) confirms a call, it does not authorize one that cannot be undone or that its tool keeps
+    /// for an operator, so such a call always waits for an operator, and a request state sent with it
+    /// is refused.
     InBand(InBand),
 }
 

@@ -9,7 +9,7 @@ use toolgate_policy::Risk;
 ///
 /// Serializes with exactly the keys `id`, `domain` (null when none), `description`, `risk_level`,
 /// `side_effects`, `allowed_modes`, `idempotent`, `open_world`, `untrusted_output`, `irreversible`,
-/// `target`, `evidence` and `rollback` (each only when declared, so that the manifests of tools that
+/// `out_of_band`, `target`, `evidence` and `rollback` (each only when declared, so that the manifests of tools that
 /// do not declare them, and the manifest digest, stay as they were) and `source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[non_exhaustive]
@@ -38,6 +38,10 @@ pub struct ToolManifest {
     /// of the target, and one target at a time (HIGH_WRITE only).
     #[serde(skip_serializing_if = "is_false")]
     pub irreversible: bool,
+    /// Its calls are approved out of band only, by an operator, whatever the MCP server's approval
+    /// channel: never by whoever drives the client (as every `irreversible` tool's are).
+    #[serde(skip_serializing_if = "is_false")]
+    pub out_of_band: bool,
     /// The parameter that names what a call acts on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<&'static str>,
@@ -94,6 +98,7 @@ impl ToolManifest {
             open_world,
             untrusted_output: false,
             irreversible: false,
+            out_of_band: false,
             target: None,
             evidence: false,
             rollback: false,
@@ -105,6 +110,17 @@ impl ToolManifest {
     pub const fn __untrusted_output(mut self) -> ToolManifest {
         self.untrusted_output = true;
         self
+    }
+
+    #[doc(hidden)]
+    pub const fn __out_of_band(mut self) -> ToolManifest {
+        self.out_of_band = true;
+        self
+    }
+
+    /// Whether its calls are approved out of band only: `out_of_band`, or `irreversible`.
+    pub fn approved_out_of_band(&self) -> bool {
+        self.out_of_band || self.irreversible
     }
 
     #[doc(hidden)]

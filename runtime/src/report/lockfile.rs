@@ -225,6 +225,9 @@ struct Entry {
     /// Absent where not declared, as in the manifest.
     #[serde(default, skip_serializing_if = "is_false")]
     irreversible: bool,
+    /// Absent where not declared, as in the manifest.
+    #[serde(default, skip_serializing_if = "is_false")]
+    out_of_band: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     target: Option<String>,
     source: EntrySource,
@@ -271,6 +274,7 @@ impl From<&ToolManifest> for Entry {
             open_world: m.open_world,
             untrusted_output: m.untrusted_output,
             irreversible: m.irreversible,
+            out_of_band: m.out_of_band,
             target: m.target.map(str::to_owned),
             source: EntrySource {
                 module_path: m.source.module_path.to_owned(),
@@ -497,6 +501,13 @@ fn compare(old: &Entry, new: &Entry, out: &mut Vec<Change>) {
         push(
             widened_or_changed_by(old.irreversible),
             format!("irreversible {} -> {}", old.irreversible, new.irreversible),
+        );
+    }
+    // Approved in band again: whoever drives the client may answer what only an operator did.
+    if old.out_of_band != new.out_of_band {
+        push(
+            widened_or_changed_by(old.out_of_band),
+            format!("out_of_band {} -> {}", old.out_of_band, new.out_of_band),
         );
     }
     let show = |v: &Option<String>| v.as_deref().unwrap_or("(none)").to_owned();

@@ -284,6 +284,7 @@ fn effects(m: &ToolManifest) -> String {
     let target = m.target.map(|t| format!("target {}", code(t)));
     let declared: Vec<String> = [
         m.irreversible.then(|| "irreversible".to_owned()),
+        m.out_of_band.then(|| "out of band".to_owned()),
         target,
         m.evidence.then(|| "evidence".to_owned()),
         m.rollback.then(|| "rollback".to_owned()),

@@ -5,5 +5,6 @@ mod attacks_keys;
 mod attacks_routes;
 mod factory;
 mod handlers;
+mod out_of_band;
 mod rmcp_handler;
 mod routes;

@@ -33,9 +33,11 @@ impl ToolgateServer {
         };
         let tool = target.tool();
         // In band, whoever drives the client answers, possibly the agent itself: that confirms a call,
-        // it does not authorize one that cannot be undone. An irreversible call waits for an operator.
+        // it does not authorize one that cannot be undone, or one its tool keeps for an operator.
         let in_band = match &self.approvals {
-            Approvals::InBand(in_band) if client.answers_forms && !tool.manifest().irreversible => {
+            Approvals::InBand(in_band)
+                if client.answers_forms && !tool.manifest().approved_out_of_band() =>
+            {
                 Some(in_band)
             }
             _ => None,
