@@ -63,6 +63,20 @@ fn parse_segment(segment: Vec<TokenTree>, errors: &mut Errors) -> Option<Arg> {
     };
     match trees.next() {
         None => Some(Arg { key, value: None }),
+        // `key(..)`, as rmcp writes `annotations(..)`.
+        Some(TokenTree::Group(group)) if group.delimiter() == Delimiter::Parenthesis => {
+            if let Some(extra) = trees.next() {
+                errors.push(syn::Error::new(
+                    extra.span(),
+                    format!("expected `,` after `{key}(..)`"),
+                ));
+                return None;
+            }
+            Some(Arg {
+                key,
+                value: Some(TokenTree::Group(group).into()),
+            })
+        }
         Some(TokenTree::Punct(eq)) if eq.as_char() == '=' => {
             let mut value: Vec<TokenTree> = trees.collect();
             if value.is_empty() {
@@ -159,6 +173,7 @@ tool_keys! {
     untrusted_output: bool = |arg, _| flag(arg),
     irreversible: bool = |arg, _| flag(arg),
     out_of_band: bool = |arg, _| flag(arg),
+    annotations: Annotations = annotations,
     target: Ident = |arg, _| name(arg, "target = instance_id"),
     evidence: syn::Path = |arg, _| path(arg, "evidence = describe_instance"),
     rollback: syn::Path = |arg, _| path(arg, "rollback = restore_plan"),
@@ -264,6 +279,82 @@ fn skip(arg: &Arg) -> syn::Result<Spanned<()>> {
             "`skip` takes no value: write #[tool(skip)]",
         )),
     }
+}
+
+/// rmcp's `annotations(..)` of a tool, as written.
+#[derive(Default)]
+pub(crate) struct Annotations {
+    pub(crate) title: Option<Spanned<String>>,
+    pub(crate) read_only_hint: Option<Spanned<bool>>,
+    pub(crate) destructive_hint: Option<Spanned<bool>>,
+    pub(crate) idempotent_hint: Option<Spanned<bool>>,
+    pub(crate) open_world_hint: Option<Spanned<bool>>,
+}
+
+const ANNOTATION_KEYS: &[&str] = &[
+    "title",
+    "read_only_hint",
+    "destructive_hint",
+    "idempotent_hint",
+    "open_world_hint",
+];
+
+fn annotations(arg: &Arg, errors: &mut Errors) -> syn::Result<Spanned<Annotations>> {
+    const EXAMPLE: &str = "annotations(title = \"Delete a user\", destructive_hint = true)";
+    let group = match arg.value.clone().map(|v| v.into_iter().collect::<Vec<_>>()) {
+        Some(trees) => match trees.as_slice() {
+            [TokenTree::Group(group)] if group.delimiter() == Delimiter::Parenthesis => {
+                group.clone()
+            }
+            _ => {
+                return Err(syn::Error::new(
+                    arg.value_span(),
+                    format!("`annotations` takes its hints in parentheses: {EXAMPLE}"),
+                ));
+            }
+        },
+        None => {
+            return Err(syn::Error::new(
+                arg.key.span(),
+                format!("`annotations` needs its hints: {EXAMPLE}"),
+            ));
+        }
+    };
+    let mut out = Annotations::default();
+    let mut bad = Errors::default();
+    for inner in split_args(group.stream(), errors) {
+        let stored = match inner.key.to_string().as_str() {
+            "title" => string(&inner, "title = \"Delete a user\"")
+                .and_then(|v| set(&mut out.title, v, &inner)),
+            "read_only_hint" => flag(&inner).and_then(|v| set(&mut out.read_only_hint, v, &inner)),
+            "destructive_hint" => {
+                flag(&inner).and_then(|v| set(&mut out.destructive_hint, v, &inner))
+            }
+            "idempotent_hint" => {
+                flag(&inner).and_then(|v| set(&mut out.idempotent_hint, v, &inner))
+            }
+            "open_world_hint" => {
+                flag(&inner).and_then(|v| set(&mut out.open_world_hint, v, &inner))
+            }
+            name => Err(syn::Error::new(
+                inner.key.span(),
+                format!(
+                    "unknown annotation `{name}`{}",
+                    hint_or_list(name, ANNOTATION_KEYS)
+                ),
+            )),
+        };
+        if let Err(error) = stored {
+            bad.push(error);
+        }
+    }
+    if let Some(error) = bad.into_error() {
+        return Err(error);
+    }
+    Ok(Spanned {
+        value: out,
+        span: arg.key.span(),
+    })
 }
 
 pub(crate) const MODE_NAMES: &[&str] = &toolgate_policy::Mode::NAMES;

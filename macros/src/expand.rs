@@ -1029,6 +1029,7 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
     let line = quote_spanned!(name.span()=> ::core::line!());
     let untrusted_output = spec.untrusted_output.then(|| quote!(.__untrusted_output()));
     let out_of_band = spec.out_of_band.then(|| quote!(.__out_of_band()));
+    let title = spec.title.as_ref().map(|title| quote!(.__title(#title)));
     let declared = spec.irreversible || spec.target.is_some() || spec.evidence || spec.rollback;
     let effects = declared.then(|| {
         let (irreversible, evidence, rollback) = (spec.irreversible, spec.evidence, spec.rollback);
@@ -1056,6 +1057,7 @@ fn manifest(spec: &ToolSpec, attrs: &[Attribute], name: &Ident) -> TokenStream {
         )
         #untrusted_output
         #out_of_band
+        #title
         #effects
     }
 }

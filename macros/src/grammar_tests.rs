@@ -84,6 +84,7 @@ fn sample(key: &str) -> &'static str {
         "rollback" => "rollback = plan",
         "irreversible" => "irreversible, target = name, evidence = probe",
         "out_of_band" => "out_of_band",
+        "annotations" => "annotations(title = \"Restart\")",
         other => panic!("a new key of #[tool], `{other}`: give it a sample value here"),
     }
 }

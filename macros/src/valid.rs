@@ -40,6 +40,8 @@ pub(crate) struct ToolSpec {
     pub(crate) untrusted_output: bool,
     pub(crate) irreversible: bool,
     pub(crate) out_of_band: bool,
+    /// `annotations(title = ..)`.
+    pub(crate) title: Option<String>,
     /// The `target` parameter's name, unraw'd.
     pub(crate) target: Option<String>,
     pub(crate) evidence: bool,
@@ -107,6 +109,13 @@ fn in_place_keys(tool: &Tool<'_>, in_place: &InPlace, errors: &mut Errors) {
         errors.push(syn::Error::new(
             skip.span,
             "an rmcp tool cannot skip its declaration: every tool rmcp serves is decided by a gate",
+        ));
+    }
+    if let Some(annotations) = &args.annotations {
+        errors.push(syn::Error::new(
+            annotations.span,
+            "an rmcp tool's annotations are rmcp's: write them in its #[tool(annotations(..))], and \
+             the server lists them with the hints of this declaration",
         ));
     }
     typed_arguments(tool, errors);
@@ -597,6 +606,7 @@ fn finish(
         ));
         return None;
     }
+    let hints = risk.and_then(|risk| check_hints(risk, args, errors));
     let out_of_band = args.out_of_band.as_ref().filter(|o| o.value);
     if let (Some(out_of_band), Some(_)) = (out_of_band, irreversible) {
         errors.push(syn::Error::new(
@@ -615,15 +625,93 @@ fn finish(
         risk: risk?,
         side_effects: side_effects?,
         modes: modes?,
-        idempotent: args.idempotent.as_ref().is_some_and(|f| f.value),
-        open_world: args.open_world.as_ref().is_some_and(|f| f.value),
+        idempotent: hints?.idempotent,
+        open_world: hints?.open_world,
         untrusted_output: args.untrusted_output.as_ref().is_some_and(|f| f.value),
         irreversible: irreversible.is_some(),
         out_of_band: out_of_band.is_some(),
+        title: args
+            .annotations
+            .as_ref()
+            .and_then(|a| a.value.title.as_ref())
+            .map(|t| t.value.clone()),
         target: args.target.as_ref().map(|t| t.value.unraw().to_string()),
         evidence: args.evidence.is_some(),
         rollback: args.rollback.is_some(),
     })
+}
+
+/// What the hints of `annotations(..)` leave the manifest with.
+#[derive(Clone, Copy)]
+struct Hints {
+    idempotent: bool,
+    open_world: bool,
+}
+
+/// rmcp's hints in `annotations(..)`: `read_only_hint` and `destructive_hint` must say what the risk
+/// says (the listed hints are the risk's), `idempotent_hint` and `open_world_hint` are the keys
+/// `idempotent` and `open_world`, and must agree with them where both are written.
+fn check_hints(risk: Risk, args: &ToolArgs, errors: &mut Errors) -> Option<Hints> {
+    let before = errors.len();
+    let key = |flag: &Option<Spanned<bool>>| flag.as_ref().map(|f| f.value);
+    let mut hints = Hints {
+        idempotent: key(&args.idempotent).unwrap_or(false),
+        open_world: key(&args.open_world).unwrap_or(false),
+    };
+    let Some(annotations) = args.annotations.as_ref().map(|a| &a.value) else {
+        return Some(hints);
+    };
+    let read_only = matches!(risk, Risk::ReadOnly | Risk::ProposeOnly);
+    let destructive = risk == Risk::HighWrite;
+    for (hint, name, says) in [
+        (&annotations.read_only_hint, "read_only_hint", read_only),
+        (
+            &annotations.destructive_hint,
+            "destructive_hint",
+            destructive,
+        ),
+    ] {
+        if let Some(hint) = hint.as_ref().filter(|h| h.value != says) {
+            errors.push(syn::Error::new(
+                hint.span,
+                format!(
+                    "`{name} = {}` says otherwise than `risk = \"{risk}\"`, from which the listed \
+                     hints are made ({name} = {says}): declare the risk the hint means, or remove \
+                     the hint",
+                    hint.value
+                ),
+            ));
+        }
+    }
+    for (hint, name, flag, key_name, slot) in [
+        (
+            &annotations.idempotent_hint,
+            "idempotent_hint",
+            &args.idempotent,
+            "idempotent",
+            &mut hints.idempotent,
+        ),
+        (
+            &annotations.open_world_hint,
+            "open_world_hint",
+            &args.open_world,
+            "open_world",
+            &mut hints.open_world,
+        ),
+    ] {
+        let Some(hint) = hint else { continue };
+        match flag {
+            Some(flag) if flag.value != hint.value => errors.push(syn::Error::new(
+                hint.span,
+                format!(
+                    "`{name} = {}` contradicts `{key_name} = {}`: they are one fact; keep one",
+                    hint.value, flag.value
+                ),
+            )),
+            _ => *slot = hint.value,
+        }
+    }
+    (errors.len() == before).then_some(hints)
 }
 
 fn parse_risk(risk: &Spanned<String>, errors: &mut Errors) -> Option<Risk> {

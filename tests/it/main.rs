@@ -45,6 +45,7 @@ mod floor;
 mod gate;
 mod manifest;
 mod manifest_reports;
+mod mcp_annotations;
 mod mcp_defs;
 mod mcp_e2e;
 mod mcp_http;

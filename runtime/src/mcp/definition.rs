@@ -63,7 +63,7 @@ pub fn annotations(manifest: &ToolManifest) -> ToolAnnotations {
         Risk::HighWrite => (false, true),
     };
     ToolAnnotations::from_raw(
-        None,
+        manifest.title.map(str::to_owned),
         Some(read_only),
         Some(destructive),
         Some(manifest.idempotent),
@@ -115,6 +115,9 @@ pub fn definition(tool: Tool) -> Option<rmcp::model::Tool> {
     let mut definition = rmcp::model::Tool::new_with_raw(manifest.id, description, Arc::new(input))
         .with_annotations(annotations(manifest))
         .with_meta(meta(manifest));
+    if let Some(title) = manifest.title {
+        definition = definition.with_title(title);
+    }
     if let Some(Value::Object(output)) = tool.output_schema()
         && output.get("type").and_then(Value::as_str) == Some("object")
     {

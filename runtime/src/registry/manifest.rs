@@ -9,7 +9,7 @@ use toolgate_policy::Risk;
 ///
 /// Serializes with exactly the keys `id`, `domain` (null when none), `description`, `risk_level`,
 /// `side_effects`, `allowed_modes`, `idempotent`, `open_world`, `untrusted_output`, `irreversible`,
-/// `out_of_band`, `target`, `evidence` and `rollback` (each only when declared, so that the manifests of tools that
+/// `out_of_band`, `title`, `target`, `evidence` and `rollback` (each only when declared, so that the manifests of tools that
 /// do not declare them, and the manifest digest, stay as they were) and `source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[non_exhaustive]
@@ -42,6 +42,9 @@ pub struct ToolManifest {
     /// channel: never by whoever drives the client (as every `irreversible` tool's are).
     #[serde(skip_serializing_if = "is_false")]
     pub out_of_band: bool,
+    /// A title for people, from `annotations(title = ..)`: MCP's `title` of the tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<&'static str>,
     /// The parameter that names what a call acts on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<&'static str>,
@@ -99,6 +102,7 @@ impl ToolManifest {
             untrusted_output: false,
             irreversible: false,
             out_of_band: false,
+            title: None,
             target: None,
             evidence: false,
             rollback: false,
@@ -109,6 +113,12 @@ impl ToolManifest {
     #[doc(hidden)]
     pub const fn __untrusted_output(mut self) -> ToolManifest {
         self.untrusted_output = true;
+        self
+    }
+
+    #[doc(hidden)]
+    pub const fn __title(mut self, title: &'static str) -> ToolManifest {
+        self.title = Some(title);
         self
     }
 

@@ -228,6 +228,9 @@ struct Entry {
     /// Absent where not declared, as in the manifest.
     #[serde(default, skip_serializing_if = "is_false")]
     out_of_band: bool,
+    /// Absent where not declared, as in the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    title: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     target: Option<String>,
     source: EntrySource,
@@ -275,6 +278,7 @@ impl From<&ToolManifest> for Entry {
             untrusted_output: m.untrusted_output,
             irreversible: m.irreversible,
             out_of_band: m.out_of_band,
+            title: m.title.map(str::to_owned),
             target: m.target.map(str::to_owned),
             source: EntrySource {
                 module_path: m.source.module_path.to_owned(),
@@ -511,6 +515,12 @@ fn compare(old: &Entry, new: &Entry, out: &mut Vec<Change>) {
         );
     }
     let show = |v: &Option<String>| v.as_deref().unwrap_or("(none)").to_owned();
+    if old.title != new.title {
+        push(
+            ChangeKind::Changed,
+            format!("title {} -> {}", show(&old.title), show(&new.title)),
+        );
+    }
     if old.target != new.target {
         push(
             widened_or_changed_by(old.target.is_some() && old.irreversible),
