@@ -125,6 +125,11 @@ pub trait TokenVerifier: Send + Sync + 'static {
         let _ = path;
         None
     }
+
+    /// The paths [`metadata`](TokenVerifier::metadata) answers at, for a router to send there.
+    fn metadata_paths(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The bearer tokens a server accepts, each mapped by the application to a principal and its gate;
@@ -230,6 +235,14 @@ impl Principals {
     /// The verifier's document at `path`, if it has one there.
     pub fn metadata(&self, path: &str) -> Option<Bytes> {
         self.verifier.as_ref()?.metadata(path)
+    }
+
+    /// The paths the verifier's documents are served at.
+    pub fn metadata_paths(&self) -> Vec<String> {
+        self.verifier
+            .as_ref()
+            .map(|v| v.metadata_paths())
+            .unwrap_or_default()
     }
 
     fn challenge(&self) -> Refusal {
@@ -359,6 +372,29 @@ impl HttpService {
             principals: Arc::new(principals),
             owners: Arc::new(Owners::default()),
         }
+    }
+}
+
+#[cfg(feature = "mcp-axum")]
+impl HttpService {
+    /// An axum router that serves this service at `path` (`/mcp`) and, where its verifier publishes
+    /// RFC 9728 metadata, each document at its well-known path: the whole endpoint in one call, to
+    /// [`merge`](axum::Router::merge) into the application's router or serve as it is.
+    ///
+    /// # Panics
+    ///
+    /// As axum's `route_service` does: where `path` does not begin with `/`, or is one of the
+    /// well-known paths.
+    pub fn router<S>(self, path: &str) -> axum::Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        let documents = self.principals.metadata_paths();
+        let mut router = axum::Router::new().route_service(path, self.clone());
+        for document in documents {
+            router = router.route_service(&document, self.clone());
+        }
+        router
     }
 }
 

@@ -1149,3 +1149,57 @@ fn a4_16_n1_a_subject_mixing_latin_with_armenian_or_hebrew_look_alikes_is_no_pri
         assert!(failures.is_empty(), "{failures:#?}");
     });
 }
+
+/// `HttpService::router`: the endpoint and its RFC 9728 documents mounted in axum with one call, beside
+/// the application's own routes. Broken: a well-known path is not routed (axum answers 404), the
+/// endpoint is not at its path, or the router shadows the application's routes.
+#[cfg(feature = "mcp-axum")]
+#[test]
+fn one_router_mounts_the_endpoint_and_its_metadata_in_axum() {
+    runtime().block_on(async {
+        let key = TestKey::ed25519("desk-axum");
+        let mcp = Mcp::bind().await;
+        let resource = mcp.resource();
+        let oauth = desk(resource.clone(), Jwks::json(jwks(&[&key])))
+            .build()
+            .await
+            .expect("a verifier");
+        let server = ToolgateServer::new(Gate::new(Mode::Shadow).expect("a gate"))
+            .only(|m| m.domain == Some("oauthdesk"));
+        let service = HttpService::new(
+            server,
+            Principals::new().verifier(oauth),
+            StreamableHttpServerConfig::default(),
+        );
+        let app = axum::Router::new()
+            .route("/health", axum::routing::get(|| async { "fine" }))
+            .merge(service.router("/mcp"));
+        let Mcp { listener, addr } = mcp;
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        for path in [
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-protected-resource",
+        ] {
+            let answer = request(addr, "GET", path, &[], None).await;
+            assert_eq!(answer.status, 200, "{path}: {answer:?}");
+            let document: Value = serde_json::from_str(&answer.body).expect("JSON");
+            assert_eq!(document["resource"], resource.as_str(), "{path}");
+        }
+        let health = request(addr, "GET", "/health", &[], None).await;
+        assert_eq!((health.status, health.body.as_str()), (200, "fine"));
+        let elsewhere = request(addr, "GET", "/elsewhere", &[], None).await;
+        assert_eq!(elsewhere.status, 404, "{elsewhere:?}");
+        // The endpoint: a request without a token is challenged, pointing at the metadata.
+        let refused = tools_of(addr, None).await.expect_err("no token");
+        assert_eq!(refused.status, 401, "{refused:?}");
+        assert!(
+            refused
+                .challenge()
+                .contains("/.well-known/oauth-protected-resource/mcp"),
+            "{refused:?}"
+        );
+        let token = key.sign(&claims(&resource, "rita", "tickets:read"));
+        assert_eq!(tools_of(addr, Some(&token)).await.expect("listed"), [READ]);
+    });
+}

@@ -270,4 +270,12 @@ impl TokenVerifier for OAuth {
         (path == METADATA_PATH || path == self.inner.metadata_path)
             .then(|| self.inner.document.clone())
     }
+
+    fn metadata_paths(&self) -> Vec<String> {
+        let mut paths = vec![METADATA_PATH.to_owned()];
+        if self.inner.metadata_path != METADATA_PATH {
+            paths.push(self.inner.metadata_path.clone());
+        }
+        paths
+    }
 }
