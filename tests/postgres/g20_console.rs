@@ -1051,3 +1051,84 @@ fn f13_the_console_command_refuses_what_it_cannot_serve_with_its_documented_exit
         "--jwks",
     );
 }
+
+/// A policy file refused on reload is told on the fleet page, where the operator who saved it looks:
+/// when, by whose process, who changed it and why, the file's text inert and its hidden characters
+/// marked. Broken: the refusal is only in the trail's lines, or the page renders the file's markup.
+#[cfg(feature = "policy-file")]
+#[test]
+fn f14_a_refused_policy_reload_is_told_on_the_fleet_page() {
+    use toolgate::policy_file::LivePolicy;
+    let Some((_serial, url)) = parent_database(ROLE, "console_f14") else {
+        return;
+    };
+    let sink = PostgresSink::builder()
+        .writer("desk-14")
+        .connect(&url)
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("toolgate-f14-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("desk.toml");
+    std::fs::write(&path, "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n").unwrap();
+    let live = LivePolicy::load(&path).unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .policy(live.clone())
+        .audit(sink)
+        .build()
+        .unwrap();
+    std::fs::write(
+        &path,
+        "format = 1\n[defaults]\nceiling = \"<b>HIGH</b>\u{202e}\"\n",
+    )
+    .unwrap();
+    live.reload("ops on call")
+        .expect_err("the file does not check");
+    assert_eq!(gate.mode(), Mode::Advisory, "the gate kept its policy");
+    drop(gate);
+    // A fleet's policy, applied and in force, beside it.
+    let fleet = Fleet::connect(&url, "desks").unwrap();
+    let member = fleet.join(Gate::builder().mode(Mode::PartialAuto)).unwrap();
+    let applied = toolgate::postgres::fleet::apply_policy(
+        &url,
+        "toolgate",
+        "desks",
+        "format = 1\n[defaults]\nceiling = \"SHADOW\"\n",
+        "ops <i>lead</i>",
+    )
+    .unwrap()
+    .expect("a digest");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while member.mode() != Mode::Shadow {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the member never followed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let console = serve(&url, operators());
+    let cookie = console.login(TOKEN);
+    let page = console.get("/fleet", Some(&cookie));
+    let body = &page.body;
+    let policy = &body[body.find("class=\"policy\"").expect("the fleet's policy")..];
+    let policy = &policy[..policy.find("</p>").expect("its end")];
+    assert!(policy.contains(&applied[..12]), "{policy}");
+    assert_eq!(
+        policy.matches("ops &lt;i&gt;lead&lt;/i&gt;").count(),
+        2,
+        "{policy}"
+    );
+    let table = &body[body
+        .find("id=\"refused\"")
+        .expect("the table of refused policies")..];
+    assert!(table.contains("desk-14"), "{table}");
+    assert!(table.contains("ops on call"), "{table}");
+    assert!(table.contains("HIGH"), "{table}");
+    assert!(!table.contains("<b>"), "markup rendered: {table}");
+    assert!(
+        !table.contains('\u{202e}'),
+        "a bidi override shown raw: {table}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

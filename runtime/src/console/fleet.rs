@@ -51,6 +51,14 @@ pub(super) async fn list(
         Ok(fleets) => fleets,
         Err(error) => return unavailable(&operator, &error),
     };
+    let refused = match console
+        .reader
+        .refused_policies(REFUSED_DAYS, REFUSED_SHOWN)
+        .await
+    {
+        Ok(refused) => refused,
+        Err(error) => return unavailable(&operator, &error),
+    };
     let problem_text = problem_named(query.problem.as_deref(), &PROBLEMS);
     let body = html! {
         h1 { "Fleets" }
@@ -89,6 +97,32 @@ pub(super) async fn list(
             }
         }
         @for fleet in &fleets {
+            @if fleet.policy.is_some() || fleet.in_force.is_some() {
+                p.policy data-fleet=(fleet.name) {
+                    "Policy of " (Shown(&fleet.name)) ": applied "
+                    (policy_of(fleet.policy.as_ref()))
+                    "; in force " (policy_of(fleet.in_force.as_ref()))
+                }
+            }
+        }
+        h2 { "Policies refused" }
+        p.muted { "What a gate could not follow in the last " (REFUSED_DAYS) " days: it kept the policy it followed." }
+        table #refused {
+            thead { tr { th { "When" } th { "Writer" } th { "By" } th { "Why" } } }
+            tbody {
+                @for record in &refused {
+                    @let said = said_in(&record.line);
+                    tr.refused {
+                        td { (Shown(&record.written_at)) }
+                        td.code { (Shown(&record.writer)) }
+                        td { (OrDash(said.by.as_deref())) }
+                        td { (OrDash(said.message.as_deref())) }
+                    }
+                }
+                @if refused.is_empty() { tr { td colspan="4" .muted { "None." } } }
+            }
+        }
+        @for fleet in &fleets {
             h2 { "Members of " (Shown(&fleet.name)) }
             table.members data-fleet=(fleet.name) {
                 thead { tr { th { "Process" } th { "Gate" } th { "Agent" } th { "Mode" } th { "Last read the fleet" } th { "Policy" } } }
@@ -114,6 +148,39 @@ pub(super) async fn list(
         body,
     )
     .into_response()
+}
+
+/// How far back, and how many, refused policies the page shows.
+const REFUSED_DAYS: u32 = 7;
+const REFUSED_SHOWN: u32 = 20;
+
+/// A policy's digest, shortened, and who applied it.
+fn policy_of(policy: Option<&(String, String)>) -> maud::Markup {
+    match policy {
+        None => html! { "none" },
+        Some((digest, by)) => {
+            let short = digest
+                .char_indices()
+                .nth(12)
+                .map_or(&digest[..], |(at, _)| &digest[..at]);
+            html! { span.code { (Shown(short)) } " by " (Shown(by)) }
+        }
+    }
+}
+
+/// What a `policy_refused` record says: who changed the policy, and why it was refused.
+struct Said {
+    by: Option<String>,
+    message: Option<String>,
+}
+
+fn said_in(line: &str) -> Said {
+    let record: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+    let text = |key: &str| record.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    Said {
+        by: text("by"),
+        message: text("message"),
+    }
 }
 
 fn ago(secs: f64) -> String {

@@ -460,6 +460,30 @@ impl Reader {
         }))
     }
 
+    /// The `policy_refused` records of the last `days` days, newest first, `limit` at most: each an
+    /// operator's policy that a gate could not follow (a file that did not check or could not be read,
+    /// a fleet's policy a member refused), with why.
+    pub async fn refused_policies(
+        &self,
+        days: u32,
+        limit: u32,
+    ) -> Result<Vec<TrailRecord>, StoreError> {
+        let limit = i64::from(limit.clamp(1, MAX_PAGE));
+        let days = f64::from(days);
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT {RECORD} FROM {{s}}.audit
+                     WHERE written_at >= now() - $1::float8 * interval '1 day'
+                       AND stage = 'policy_refused'
+                     ORDER BY written_at DESC, writer DESC, seq DESC LIMIT $2"
+                ),
+                &[&days, &limit],
+            )
+            .await?;
+        rows.iter().map(record_of).collect()
+    }
+
     /// Every fleet, by name, with its joined gates.
     pub async fn fleets(&self) -> Result<Vec<FleetStatus>, StoreError> {
         let names = self
