@@ -10,11 +10,13 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
-use toolgate::mcp::rmcp::model::{CallToolRequestParams, CallToolResponse};
-use toolgate::mcp::{APPROVAL_INPUT, PendingApproval};
+use toolgate::mcp::PendingApproval;
+use toolgate::mcp::rmcp::model::CallToolResponse;
 use toolgate::{Denied, tool as toolgate_tool};
 
-use crate::fixtures::mcp_in_band::{call, code_of, connect, gate, in_band, rt, state_of};
+use crate::fixtures::mcp_in_band::{
+    answered_with, call, code_of, connect, gate, in_band, rt, state_of,
+};
 use crate::fixtures::shared_stores::Memory;
 
 static PAID: AtomicUsize = AtomicUsize::new(0);
@@ -72,36 +74,8 @@ pub async fn oob_wire(cents: u64) -> Result<u64, Denied> {
     Ok(cents)
 }
 
-/// Sends `tool` with `state` and an accepted approval.
-async fn answered(
-    client: &crate::fixtures::mcp_in_band::Client,
-    tool: &str,
-    args: &Value,
-    state: &str,
-) -> String {
-    let Value::Object(arguments) = args.clone() else {
-        panic!("an object")
-    };
-    let mut responses = std::collections::BTreeMap::new();
-    responses.insert(
-        APPROVAL_INPUT.to_owned(),
-        json!({"action": "accept", "content": {"decision": "approve"}}),
-    );
-    let params = CallToolRequestParams::new(tool.to_owned())
-        .with_arguments(arguments)
-        .with_request_state(state.to_owned())
-        .with_input_responses(responses);
-    match client.call_tool_once(params).await {
-        Ok(response) => code_of(&response),
-        Err(toolgate::mcp::rmcp::ServiceError::McpError(error)) => error
-            .data
-            .as_ref()
-            .and_then(|d| d.get("code"))
-            .and_then(Value::as_str)
-            .unwrap_or("JSON-RPC error")
-            .to_owned(),
-        Err(error) => format!("{error:?}"),
-    }
+fn approve() -> Value {
+    json!({"decision": "approve"})
 }
 
 /// o01. Broken: an `out_of_band` tool, in place or `callable`, is sent a form, or runs on an answer
@@ -128,7 +102,7 @@ fn o01_an_out_of_band_tool_is_approved_by_an_operator_only() {
         );
         let sibling_state = state_of(&sibling);
         assert_eq!(
-            answered(&client, "oob_refund", &args, &sibling_state).await,
+            answered_with(&client, "oob_refund", &args, &sibling_state, approve()).await,
             "OK"
         );
         assert_eq!(REFUNDED.load(Ordering::SeqCst), 1);
@@ -138,7 +112,7 @@ fn o01_an_out_of_band_tool_is_approved_by_an_operator_only() {
             let first = call(&client, tool, args.clone(), None, None).await;
             assert_eq!(code_of(&first), "APPROVAL_PENDING", "{tool}: {first:?}");
             assert_ne!(
-                answered(&client, tool, &args, &sibling).await,
+                answered_with(&client, tool, &args, &sibling, approve()).await,
                 "OK",
                 "{tool}"
             );

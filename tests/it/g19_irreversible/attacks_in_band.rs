@@ -28,10 +28,12 @@ use toolgate::mcp::rmcp::service::{
     ClientLifecycleMode, RequestContext, RoleClient, RunningService, serve_client_with_lifecycle,
 };
 use toolgate::mcp::rmcp::{ClientHandler, ErrorData as McpError};
-use toolgate::mcp::{APPROVAL_INPUT, PendingApproval, ToolgateServer};
+use toolgate::mcp::{PendingApproval, ToolgateServer};
 
 use super::*;
-use crate::fixtures::mcp_in_band::{Client, call, code_of, connect, gate, in_band, state_of};
+use crate::fixtures::mcp_in_band::{
+    answered_with, call, code_of, connect, gate, in_band, state_of,
+};
 use crate::fixtures::shared_stores::Memory;
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -136,42 +138,6 @@ fn server(gate: &Gate, pending: &Pending) -> ToolgateServer {
         .on_pending(move |p| pending.lock().unwrap().push(p.clone()))
 }
 
-/// Answers a form: `state` with `content` accepted.
-async fn answered(
-    client: &Client,
-    tool: &str,
-    args: &Value,
-    state: &str,
-    content: Value,
-) -> String {
-    let Value::Object(arguments) = args.clone() else {
-        panic!()
-    };
-    let mut responses = std::collections::BTreeMap::new();
-    responses.insert(
-        APPROVAL_INPUT.to_owned(),
-        json!({"action": "accept", "content": content}),
-    );
-    let params = CallToolRequestParams::new(tool.to_owned())
-        .with_arguments(arguments)
-        .with_request_state(state.to_owned())
-        .with_input_responses(responses);
-    match tokio::time::timeout(Duration::from_secs(10), client.call_tool_once(params))
-        .await
-        .expect("answered in time")
-    {
-        Ok(response) => code_of(&response),
-        Err(toolgate::mcp::rmcp::ServiceError::McpError(error)) => error
-            .data
-            .as_ref()
-            .and_then(|d| d.get("code"))
-            .and_then(Value::as_str)
-            .unwrap_or("JSON-RPC error")
-            .to_owned(),
-        Err(error) => format!("{error:?}"),
-    }
-}
-
 /// ib01. The attack: the in-place irreversible tool and the `callable` one take the arguments of the
 /// in-place reversible `a8i_stop`, which is approved in band. The client sends `a8i_stop`'s state
 /// (sealed by this server, for this connection, for these very arguments), approved, with the target
@@ -197,7 +163,7 @@ async fn ib01_a_sibling_in_place_tools_sealed_state_approves_no_irreversible_cal
             json!({"decision": "approve", "confirmation": id}),
             json!({"decision": "approve", "confirmation": id, "target": id}),
         ] {
-            let code = answered(&client, tool, &args, &sibling, content.clone()).await;
+            let code = answered_with(&client, tool, &args, &sibling, content.clone()).await;
             if code == "OK" {
                 failures.push(format!("{tool} with a8i_stop's state and {content}: OK"));
             }
@@ -364,7 +330,7 @@ async fn ib03_a_reversible_tool_approved_in_band_cannot_carry_an_irreversible_ca
     let client = connect(server(&server_gate, &pending)).await;
     let args = json!({"instance_id": id, "reason": "cost"});
     let state = state_of(&call(&client, "a8i_tidy", args.clone(), None, None).await);
-    let code = answered(
+    let code = answered_with(
         &client,
         "a8i_tidy",
         &args,
