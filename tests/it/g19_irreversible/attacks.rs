@@ -1952,10 +1952,12 @@ fn a19_30_a_rollback_that_panics_or_is_dropped_leaves_no_rollback_of_on_later_ca
 #[cfg(feature = "mcp-http")]
 mod over_mcp {
     use super::*;
-    use crate::fixtures::mcp_in_band::{Client, call, code_of, connect, gate, in_band, state_of};
+    use crate::fixtures::mcp_in_band::{
+        Client, answered_with, call, code_of, connect, gate, in_band, state_of,
+    };
     use crate::fixtures::shared_stores::Memory;
     use toolgate::mcp::APPROVAL_INPUT;
-    use toolgate::mcp::rmcp::model::{CallToolRequestParams, CallToolResponse};
+    use toolgate::mcp::rmcp::model::CallToolResponse;
 
     fn form(response: &CallToolResponse) -> Value {
         match response {
@@ -1963,41 +1965,6 @@ mod over_mcp {
                 .unwrap()[APPROVAL_INPUT]["params"]
                 .clone(),
             other => panic!("not InputRequired: {other:?}"),
-        }
-    }
-
-    async fn answered(
-        client: &Client,
-        tool: &str,
-        args: &Value,
-        state: &str,
-        content: Value,
-    ) -> String {
-        let Value::Object(arguments) = args.clone() else {
-            panic!()
-        };
-        let mut responses = std::collections::BTreeMap::new();
-        responses.insert(
-            APPROVAL_INPUT.to_owned(),
-            json!({"action": "accept", "content": content}),
-        );
-        let params = CallToolRequestParams::new(tool.to_owned())
-            .with_arguments(arguments)
-            .with_request_state(state.to_owned())
-            .with_input_responses(responses);
-        match tokio::time::timeout(Duration::from_secs(10), client.call_tool_once(params))
-            .await
-            .expect("answered in time")
-        {
-            Ok(response) => code_of(&response),
-            Err(toolgate::mcp::rmcp::ServiceError::McpError(error)) => error
-                .data
-                .as_ref()
-                .and_then(|d| d.get("code"))
-                .and_then(Value::as_str)
-                .unwrap_or("JSON-RPC error")
-                .to_owned(),
-            Err(error) => format!("{error:?}"),
         }
     }
 
@@ -2043,7 +2010,7 @@ mod over_mcp {
         for state in [foreign.as_str(), "toolgate.forged", "toolgate."] {
             for confirmation in [json!(a), json!(7), json!([a]), json!(null)] {
                 let content = json!({"decision": "approve", "confirmation": confirmation});
-                let code = answered(&client, "atk19.terminate", &args_a, state, content).await;
+                let code = answered_with(&client, "atk19.terminate", &args_a, state, content).await;
                 if code == "OK" {
                     failures.push(format!("a state {state:.20} with {confirmation}: OK"));
                 }
@@ -2071,7 +2038,7 @@ mod over_mcp {
         let args = json!({"id": id, "note": "x"});
         let state = first_state(&client, "atk19.stop", &args).await;
         set(id, "serving traffic");
-        let code = answered(&client, "atk19.stop", &args, &state, approve()).await;
+        let code = answered_with(&client, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(
             code, "OK",
             "a form read on `running` ran on `serving traffic`"
@@ -2083,15 +2050,15 @@ mod over_mcp {
         let args = json!({"id": id, "note": "x"});
         let state = first_state(&client, "atk19.stop", &args).await;
         let other = connect(in_band(server_gate)).await;
-        let code = answered(&other, "atk19.stop", &args, &state, approve()).await;
+        let code = answered_with(&other, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(code, "OK", "a form of another connection ran");
         assert_eq!(ran(id), 0);
         // Answered on its own connection, it runs once; replayed, never again.
         let state = first_state(&client, "atk19.stop", &args).await;
-        let code = answered(&client, "atk19.stop", &args, &state, approve()).await;
+        let code = answered_with(&client, "atk19.stop", &args, &state, approve()).await;
         assert_eq!(code, "OK");
         set(id, "running");
-        let replayed = answered(&client, "atk19.stop", &args, &state, approve()).await;
+        let replayed = answered_with(&client, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(replayed, "OK");
         assert_eq!(ran(id), 1);
     }
@@ -2111,7 +2078,7 @@ mod over_mcp {
         let args = json!({"id": id, "note": "x"});
         let state = first_state(&client, "atk19.stop", &args).await;
         set(id, "serving traffic");
-        let code = answered(&client, "atk19.stop", &args, &state, approve()).await;
+        let code = answered_with(&client, "atk19.stop", &args, &state, approve()).await;
         assert_ne!(code, "OK");
         // Later the instance reads `running` again (restarted, or another machine under its id).
         set(id, "running");
