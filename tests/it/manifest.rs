@@ -211,7 +211,9 @@ fn a_manifest_serializes_with_exactly_its_keys() {
         for (key, declared) in [
             ("evidence", manifest.evidence),
             ("irreversible", manifest.irreversible),
+            ("out_of_band", manifest.out_of_band),
             ("rollback", manifest.rollback),
+            ("title", manifest.title.is_some()),
             ("target", manifest.target.is_some()),
         ] {
             if declared {

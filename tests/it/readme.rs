@@ -115,7 +115,7 @@ fn the_dependency_line_names_every_feature() {
         .filter(|line| !line.starts_with('#') && line.contains(" = ["))
         .filter_map(|line| line.split(" = ").next())
         .collect();
-    assert_eq!(names.len(), 10, "{names:?}");
+    assert_eq!(names.len(), 11, "{names:?}");
     let add_it = README
         .split("## Add it")
         .nth(1)
