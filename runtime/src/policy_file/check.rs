@@ -6,11 +6,15 @@ use std::str::FromStr;
 use serde_json::{Number, Value};
 use toml::Spanned;
 
-use super::model::{ArgumentRule, At, Budget, PolicyError, PolicyErrors, Rules, Scope, Section};
+use super::model::{
+    ArgumentRule, At, Budget, PolicyError, PolicyErrors, ReadAction, ReadRuleDoc, Rules, Scope,
+    Section,
+};
 use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc, unknown_keys};
 use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
 use crate::gate::denylist::DenyRule;
 use crate::gate::narrowing::{ArgumentTest, compare};
+use crate::gate::reads::{ReadKind, ReadPattern};
 use crate::registry::{Tool, ToolEntry, registry};
 use crate::terminal::escaped;
 use toolgate_policy::suggest::{closest, did_you_mean};
@@ -307,6 +311,45 @@ impl<'a> Checker<'a> {
                     }
                     list.push(at);
                 }
+            }
+        }
+        for (action, kind, patterns) in [
+            (ReadAction::Deny, ReadKind::Resource, &doc.deny_resources),
+            (ReadAction::Deny, ReadKind::Prompt, &doc.deny_prompts),
+            (
+                ReadAction::Record,
+                ReadKind::Resource,
+                &doc.record_resources,
+            ),
+            (ReadAction::Record, ReadKind::Prompt, &doc.record_prompts),
+        ] {
+            for written in patterns {
+                // Resource URIs are the handler's, known only when a request names one: a pattern is
+                // checked for its syntax alone.
+                let pattern = match ReadPattern::parse(kind, written.get_ref()) {
+                    Ok(pattern) => pattern,
+                    Err(why) => {
+                        let key = ReadRuleDoc::key_of(action, kind);
+                        self.error(written.span().start, format!("`{key}`: {why}"));
+                        continue;
+                    }
+                };
+                let rule = ReadRuleDoc {
+                    action,
+                    kind,
+                    pattern,
+                };
+                if rules.reads.iter().any(|r| r.value == rule) {
+                    self.error(
+                        written.span().start,
+                        format!(
+                            "`{}` is listed twice in `{}`",
+                            written.get_ref(),
+                            rule.key()
+                        ),
+                    );
+                }
+                rules.reads.push(self.at(written, rule));
             }
         }
         for rule in &doc.arguments {

@@ -226,9 +226,7 @@ impl ServerHandler for ToolgateServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.offering(|c| c.prompts.is_some(), "prompts/get")?
-            .get_prompt(request, context)
-            .await
+        self.prompt_gated(request, context).await
     }
 
     async fn list_prompts(
@@ -236,9 +234,7 @@ impl ServerHandler for ToolgateServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.offering(|c| c.prompts.is_some(), "prompts/list")?
-            .list_prompts(request, context)
-            .await
+        self.prompts_for(request, context).await
     }
 
     async fn list_resources(
@@ -246,9 +242,7 @@ impl ServerHandler for ToolgateServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.offering(|c| c.resources.is_some(), "resources/list")?
-            .list_resources(request, context)
-            .await
+        self.resources_for(request, context).await
     }
 
     async fn list_resource_templates(
@@ -256,9 +250,7 @@ impl ServerHandler for ToolgateServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.offering(|c| c.resources.is_some(), "resources/templates/list")?
-            .list_resource_templates(request, context)
-            .await
+        self.templates_for(request, context).await
     }
 
     async fn read_resource(
@@ -266,9 +258,7 @@ impl ServerHandler for ToolgateServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.offering(|c| c.resources.is_some(), "resources/read")?
-            .read_resource(request, context)
-            .await
+        self.read_gated(request, context).await
     }
 
     async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::by_name::CallError;
 use crate::gate::denied::Denied;
+use crate::gate::reads::ReadRefusal;
 use crate::mcp::codes::McpCode;
 use toolgate_policy::DenialCode;
 
@@ -25,6 +26,18 @@ impl From<Denied> for rmcp::ErrorData {
         let data = json!({ "code": denied.code().as_str(), "message": message });
         rmcp::ErrorData::new(REFUSED, format!("{}: {message}", denied.code()), Some(data))
     }
+}
+
+/// The JSON-RPC error of a resource read or prompt get that the caller's gate refused: the code
+/// [`REFUSED`], the text `"<CODE>: <message>"` and `{"code", "message"}` as its data, as a tool of a
+/// handler gated in place refuses when rmcp's router calls it.
+pub(super) fn read_refused(refusal: &ReadRefusal) -> ErrorData {
+    let (code, message) = (refusal.code, &refusal.message);
+    ErrorData::new(
+        REFUSED,
+        format!("{code}: {message}"),
+        Some(json!({ "code": code.as_str(), "message": message })),
+    )
 }
 
 /// A refusal of the server's own, shaped as the gate's are: `isError`, `"<CODE>: <message>"`, and

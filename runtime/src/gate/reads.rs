@@ -1,0 +1,567 @@
+//! Reads that are no tool call: an MCP server's resources (by URI) and prompts (by name). Each has a
+//! risk, READ_ONLY unless the server declares one, and the operator's policy may deny them or ask the
+//! audit log to record them, by pattern.
+//!
+//! A pattern is a glob (`*` any run of characters, `?` one) matched on the whole URI or name. A URI or
+//! name is compared as written and as it reads (SECURITY.md, names that read alike): a pattern reaches
+//! it where it matches either way, so that a look-alike of a denied name is denied too and never
+//! escapes a rule. A URI is read after its percent-escapes are decoded and its scheme is lowercased,
+//! and its path as what it names (`cloud://x/../secrets` reads as `cloud:/secrets`, as
+//! `cloud://secrets` does; no `..` climbs above its scheme). A URI or name that holds a character a reader cannot see or that reorders
+//! text (a URI: any blank too, or one its percent-escapes decode to) is refused outright.
+#![cfg_attr(
+    not(all(feature = "mcp", feature = "policy-file")),
+    allow(
+        dead_code,
+        reason = "an MCP server reads, a policy file writes the rules: each alone uses a part"
+    )
+)]
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::gate::denylist::glob_match;
+use crate::names::reading;
+use crate::terminal::hides;
+
+/// What is read: a resource, by URI, or a prompt, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadKind {
+    /// `resources/read`, by URI.
+    Resource,
+    /// `prompts/get`, by name.
+    Prompt,
+}
+
+impl ReadKind {
+    /// How a record or a refusal names a read of `name`.
+    pub(crate) fn label(self, name: &str) -> String {
+        match self {
+            ReadKind::Resource => format!("resource:{name}"),
+            ReadKind::Prompt => format!("prompt:{name}"),
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            ReadKind::Resource => "a resource URI",
+            ReadKind::Prompt => "a prompt name",
+        }
+    }
+}
+
+/// A glob over resource URIs or prompt names, kept as written and as it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReadPattern {
+    written: Box<str>,
+    read: Box<str>,
+}
+
+impl ReadPattern {
+    /// A pattern, or why it is none: empty, or holding a character a reader cannot see (or, for a URI,
+    /// a blank, which no URI holds).
+    pub(crate) fn parse(kind: ReadKind, pattern: &str) -> Result<ReadPattern, String> {
+        if pattern.trim().is_empty() {
+            return Err(format!("{} pattern is never empty", kind.what()));
+        }
+        if let Some(c) = unseen(kind, pattern) {
+            return Err(format!(
+                "{} pattern holds U+{:04X}, a character a reader cannot see{}",
+                kind.what(),
+                u32::from(c),
+                if kind == ReadKind::Resource {
+                    " (a URI holds no blank)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        Ok(ReadPattern {
+            written: pattern.into(),
+            read: read_form(kind, pattern).into(),
+        })
+    }
+
+    /// The pattern as written.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.written
+    }
+
+    /// Whether the pattern reaches `name`: as written, or as both read.
+    pub(crate) fn matches(&self, name: &ReadName) -> bool {
+        glob_match(self.written.as_bytes(), name.written.as_bytes())
+            || glob_match(self.read.as_bytes(), name.read.as_bytes())
+    }
+
+    /// Whether the pattern, as written, matches every URI that the RFC 6570 template `template` can
+    /// expand to, each `{..}` standing for any text: the server hides a template only where this holds.
+    /// `false` where it cannot tell (a template or pattern longer than it looks at).
+    pub(crate) fn covers_template(&self, template: &str) -> bool {
+        const MAX: usize = 2048;
+        let pattern: Vec<char> = self.written.chars().collect();
+        let Some(tokens) = template_tokens(template).filter(|t| t.len() <= MAX) else {
+            return false;
+        };
+        if pattern.len() > MAX {
+            return false;
+        }
+        covers(&pattern, &tokens)
+    }
+}
+
+impl fmt::Display for ReadPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.written)
+    }
+}
+
+/// A resource URI or prompt name as a request gives it, as written and as it reads.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadName {
+    written: Box<str>,
+    read: Box<str>,
+}
+
+impl ReadName {
+    /// The name of a read, or why it is refused: it holds a character a reader cannot see or that
+    /// reorders text (a URI: a blank too, written or percent-escaped).
+    pub(crate) fn parse(kind: ReadKind, name: &str) -> Result<ReadName, String> {
+        let decoded = match kind {
+            ReadKind::Resource => percent_decoded(name),
+            ReadKind::Prompt => name.to_owned(),
+        };
+        for text in [name, decoded.as_str()] {
+            if let Some(c) = unseen(kind, text) {
+                return Err(format!(
+                    "{} holds U+{:04X}, a character a reader cannot see or that reorders text",
+                    kind.what(),
+                    u32::from(c)
+                ));
+            }
+        }
+        Ok(ReadName {
+            written: name.into(),
+            read: read_form(kind, &decoded).into(),
+        })
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.written
+    }
+}
+
+/// The first character of `text` that a reader cannot see (for a URI, any blank too).
+fn unseen(kind: ReadKind, text: &str) -> Option<char> {
+    text.chars()
+        .find(|&c| hides(c) || (kind == ReadKind::Resource && c.is_whitespace()))
+}
+
+/// How a URI or name reads: [`reading`]; for a URI, its scheme (what comes before the first `:`)
+/// lowercased and read, then the rest read as a path from a root, so that no `..` climbs out of it.
+fn read_form(kind: ReadKind, text: &str) -> String {
+    match kind {
+        ReadKind::Prompt => reading(text),
+        ReadKind::Resource => {
+            let (scheme, rest) = match text.split_once(':') {
+                Some((scheme, rest)) if !scheme.contains('/') => (scheme, rest),
+                _ => ("", text),
+            };
+            format!(
+                "{}:{}",
+                reading(&scheme.to_lowercase()),
+                reading(&format!("/{rest}"))
+            )
+        }
+    }
+}
+
+/// `uri` with its `%XX` escapes decoded where they decode to UTF-8; as it is otherwise.
+fn percent_decoded(uri: &str) -> String {
+    if !uri.contains('%') {
+        return uri.to_owned();
+    }
+    let bytes = uri.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| uri.to_owned())
+}
+
+/// A template as a pattern: its text, and `Any` for each `{..}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    Text(char),
+    Any,
+}
+
+/// `None` for a template whose braces do not close.
+fn template_tokens(template: &str) -> Option<Vec<Token>> {
+    let mut tokens = Vec::with_capacity(template.len());
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        if c == '{' {
+            chars.by_ref().find(|&c| c == '}')?;
+            tokens.push(Token::Any);
+        } else {
+            tokens.push(Token::Text(c));
+        }
+    }
+    Some(tokens)
+}
+
+/// Whether the glob `pattern` matches every text `tokens` stands for: an `Any` can be met only by a
+/// `*`, which takes any run of the tokens. A `true` is certain; a `false` may be too cautious.
+fn covers(pattern: &[char], tokens: &[Token]) -> bool {
+    // `memo[i][j]`: `pattern[i..]` covers `tokens[j..]`, row by row from the end.
+    let (n, m) = (pattern.len(), tokens.len());
+    let mut next = vec![false; m + 1];
+    next[m] = true;
+    for i in (0..n).rev() {
+        let mut row = vec![false; m + 1];
+        for j in (0..=m).rev() {
+            row[j] = match pattern[i] {
+                '*' => next[j] || (j < m && row[j + 1]),
+                '?' => j < m && matches!(tokens[j], Token::Text(_)) && next[j + 1],
+                c => j < m && tokens[j] == Token::Text(c) && next[j + 1],
+            };
+        }
+        next = row;
+    }
+    next[0]
+}
+
+/// The operator's rules on reads, for one gate: each pattern with the rule it is, as refusals and
+/// records name it (`file:line:column`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReadRules {
+    /// Refused in every mode.
+    pub(crate) deny: Vec<ReadRule>,
+    /// Written to the audit log before the read runs; refused where the log cannot write it.
+    pub(crate) record: Vec<ReadRule>,
+}
+
+/// One pattern of the operator's policy on reads.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadRule {
+    pub(crate) kind: ReadKind,
+    pub(crate) pattern: ReadPattern,
+    pub(crate) rule: Arc<str>,
+}
+
+impl ReadRules {
+    /// The first deny rule that reaches `name`.
+    pub(crate) fn denies(&self, kind: ReadKind, name: &ReadName) -> Option<&ReadRule> {
+        first(&self.deny, kind, name)
+    }
+
+    /// The first record rule that reaches `name`.
+    pub(crate) fn records(&self, kind: ReadKind, name: &ReadName) -> Option<&ReadRule> {
+        first(&self.record, kind, name)
+    }
+
+    /// The first deny rule that reaches every URI the template `template` expands to.
+    pub(crate) fn denies_template(&self, template: &str) -> Option<&ReadRule> {
+        self.deny
+            .iter()
+            .find(|r| r.kind == ReadKind::Resource && r.pattern.covers_template(template))
+    }
+}
+
+fn first<'a>(rules: &'a [ReadRule], kind: ReadKind, name: &ReadName) -> Option<&'a ReadRule> {
+    rules
+        .iter()
+        .find(|r| r.kind == kind && r.pattern.matches(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(pattern: &str, uri: &str) -> bool {
+        let pattern = ReadPattern::parse(ReadKind::Resource, pattern).unwrap();
+        pattern.matches(&ReadName::parse(ReadKind::Resource, uri).unwrap())
+    }
+
+    fn prompt(pattern: &str, name: &str) -> bool {
+        let pattern = ReadPattern::parse(ReadKind::Prompt, pattern).unwrap();
+        pattern.matches(&ReadName::parse(ReadKind::Prompt, name).unwrap())
+    }
+
+    #[test]
+    fn a_pattern_matches_the_whole_uri_as_written_and_as_it_reads() {
+        assert!(resource("cloud://inventory*", "cloud://inventory"));
+        assert!(resource("cloud://inventory*", "cloud://inventory/eu"));
+        assert!(resource("cloud://secrets/?", "cloud://secrets/a"));
+        assert!(!resource("cloud://secrets/?", "cloud://secrets/ab"));
+        assert!(!resource("cloud://inventory", "cloud://inventory/eu"));
+        assert!(!resource("cloud://inventory*", "cloud://runbook"));
+        // The same resource, spelled otherwise.
+        assert!(resource("cloud://inventory*", "CLOUD://inventory"));
+        assert!(resource("cloud://inventory*", "cloud://%69nventory"));
+        assert!(resource("cloud://inventory*", "cloud://x/../inventory"));
+        assert!(resource("cloud://inventory*", "cloud://../inventory"));
+        assert!(resource("cloud://inventory*", "\u{441}loud://inventory"));
+        assert!(resource("cloud://inventory*", "cloud://\u{456}nventory"));
+        assert!(resource("cloud://inventory*", "cloud://ｉnventory"));
+    }
+
+    #[test]
+    fn a_uri_or_name_with_what_a_reader_cannot_see_is_refused() {
+        for uri in [
+            "cloud://inven\u{200b}tory",
+            "cloud://inventory\u{202e}",
+            "cloud://inventory ",
+            "cloud://inventory%E2%80%8B",
+            "cloud://in%20ventory",
+            "cloud://in\nventory",
+        ] {
+            assert!(ReadName::parse(ReadKind::Resource, uri).is_err(), "{uri:?}");
+        }
+        assert!(ReadName::parse(ReadKind::Prompt, "tri\u{200b}age").is_err());
+        assert!(ReadName::parse(ReadKind::Prompt, "daily summary").is_ok());
+        assert!(ReadName::parse(ReadKind::Resource, "cloud://inventory%2Feu").is_ok());
+    }
+
+    #[test]
+    fn a_prompt_name_that_reads_as_a_denied_one_is_reached() {
+        assert!(prompt("triage", "triage"));
+        assert!(prompt("triage", "tri\u{430}ge"));
+        assert!(prompt("triage", "ｔriage"));
+        assert!(prompt("tri*", "tri\u{430}ge-eu"));
+        assert!(!prompt("triage", "Triage"));
+        assert!(!prompt("triage", "summary"));
+    }
+
+    #[test]
+    fn patterns_with_nothing_or_what_no_one_sees_are_refused() {
+        assert!(ReadPattern::parse(ReadKind::Resource, "").is_err());
+        assert!(ReadPattern::parse(ReadKind::Prompt, "  ").is_err());
+        assert!(ReadPattern::parse(ReadKind::Resource, "cloud://a b").is_err());
+        assert!(ReadPattern::parse(ReadKind::Prompt, "a\u{2066}b").is_err());
+        assert!(ReadPattern::parse(ReadKind::Prompt, "daily summary").is_ok());
+    }
+
+    #[test]
+    fn a_template_is_covered_only_where_every_expansion_matches() {
+        let covers = |p: &str, t: &str| {
+            ReadPattern::parse(ReadKind::Resource, p)
+                .unwrap()
+                .covers_template(t)
+        };
+        assert!(covers("cloud://inventory*", "cloud://inventory/{region}"));
+        assert!(covers("cloud://*", "cloud://{kind}/{id}"));
+        assert!(covers("*", "{anything}"));
+        assert!(covers("cloud://*/x*", "cloud://{a}/x{b}"));
+        // An expansion may miss the pattern.
+        assert!(!covers(
+            "cloud://inventory/eu*",
+            "cloud://inventory/{region}"
+        ));
+        assert!(!covers("cloud://inventory/?", "cloud://inventory/{region}"));
+        assert!(!covers("cloud://secrets", "cloud://{name}"));
+        assert!(!covers("cloud://*/x", "cloud://{a}/x{b}"));
+        assert!(!covers("cloud://*", "cloud://{unclosed"));
+    }
+}
+
+/// A read the gate refuses, with its code and why; the refusal is recorded.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Clone)]
+pub(crate) struct ReadRefusal {
+    pub(crate) code: crate::mcp::McpCode,
+    pub(crate) message: String,
+}
+
+#[cfg(feature = "mcp")]
+mod decide {
+    use std::borrow::Cow;
+    use std::sync::atomic::Ordering;
+
+    use super::{ReadKind, ReadName, ReadRefusal};
+    use crate::audit::{AuditRecord, Decision, Stage};
+    use crate::gate::Gate;
+    use crate::mcp::McpCode;
+    use toolgate_policy::{self as policy, DenialCode, Facts, ModeSet, Risk, Verdict};
+
+    impl Gate {
+        /// Decides a read of `name` (a resource's URI, a prompt's name) whose risk the server declares
+        /// `risk`, before it runs: refused where its name cannot be read, where the operator's policy
+        /// denies it, where its risk is above the mode's ceiling (or needs an approval, which no read
+        /// can get), where the session's latch holds it; recorded (`read`) where the policy asks for
+        /// it, and refused where that record cannot be written. Every refusal is recorded, as a tool's
+        /// is.
+        pub(crate) fn decide_read(
+            &self,
+            kind: ReadKind,
+            name: &str,
+            risk: Risk,
+        ) -> Result<(), ReadRefusal> {
+            let read = match ReadName::parse(kind, name) {
+                Ok(read) => read,
+                Err(why) => {
+                    // The caller's text, which may be anything: its digest, not the text.
+                    let message = format!(
+                        "{why} (SHA-256 of it: {})",
+                        crate::canonical::sha256_hex(name.as_bytes())
+                    );
+                    return Err(self.refuse_read(
+                        kind.label("(unreadable)"),
+                        risk,
+                        McpCode::UnreadableName,
+                        message,
+                    ));
+                }
+            };
+            let label = kind.label(read.as_str());
+            let table = self.inner.table.load();
+            let reads = &table.narrowing.reads;
+            let deny = reads.denies(kind, &read);
+            if let Some(rule) = deny {
+                let message = format!("{label} is denied by the operator's policy: {}", rule.rule);
+                return Err(self.refuse_read(label, risk, DenialCode::DenyListed.into(), message));
+            }
+            if let Verdict::Refuse(code) = self.read_verdict(risk, false) {
+                let message = self.why_refused(&label, risk, code);
+                return Err(self.refuse_read(label, risk, code.into(), message));
+            }
+            if let Some(rule) = reads.records(kind, &read)
+                && let Some(sink) = &self.inner.audit
+            {
+                let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+                let record = AuditRecord {
+                    decision: Some(Decision::Allowed),
+                    declared_risk: Some(risk),
+                    message: Some(format!(
+                        "{label} read, recorded as the operator's policy asks: {}",
+                        rule.rule
+                    )),
+                    ..self.record(Stage::Read, Cow::Owned(label.clone()), self.mode(), call)
+                };
+                if let Err(error) = sink.record(&record) {
+                    let message = format!(
+                        "the audit log could not record the read the operator's policy asks it to \
+                         record: {error}"
+                    );
+                    return Err(self.refuse_read(
+                        label,
+                        risk,
+                        DenialCode::AuditUnavailable.into(),
+                        message,
+                    ));
+                }
+            }
+            Ok(())
+        }
+
+        /// What this gate decides of a read of `risk` now, its name aside: as the policy table decides
+        /// a call (a deny rule, the mode's ceiling, the approval HIGH_WRITE needs, the latch), with no
+        /// way to approve, so that what would ask is refused; and `APPROVAL_REQUIRED` where the
+        /// operator's `ask_at` asks at `risk`.
+        pub(crate) fn read_verdict(&self, risk: Risk, deny_listed: bool) -> Verdict {
+            let table = self.inner.table.load();
+            let facts = Facts {
+                risk,
+                allowed_modes: ModeSet::ALL,
+                mode: self.mode(),
+                deny_listed,
+                can_approve: false,
+            };
+            let verdict = if self.tainted() {
+                policy::decide_tainted(facts, table.taint_policy)
+            } else {
+                policy::decide(facts)
+            };
+            match (&verdict, &table.narrowing.ask_at) {
+                (Verdict::Allow, Some(at)) if risk >= at.value => {
+                    Verdict::Refuse(DenialCode::ApprovalRequired)
+                }
+                _ => verdict,
+            }
+        }
+
+        fn why_refused(&self, label: &str, risk: Risk, code: DenialCode) -> String {
+            let mode = self.mode();
+            match code {
+                DenialCode::AboveCeiling => format!(
+                    "{label} is {risk}, above what {mode} allows ({})",
+                    policy::ceiling(mode)
+                ),
+                DenialCode::TaintedSession => {
+                    format!("{label} is {risk}, and the session is tainted: it refuses what writes")
+                }
+                _ => {
+                    let by = match &self.inner.table.load().narrowing.ask_at {
+                        Some(at) if risk >= at.value && !policy::requires_approval(risk) => {
+                            format!(" by the operator's policy ({})", at.rule)
+                        }
+                        _ => String::new(),
+                    };
+                    format!(
+                        "{label} is {risk}: reading it needs an approval{by}, and a read has no \
+                         approval flow"
+                    )
+                }
+            }
+        }
+
+        /// Whether a read of `name` at `risk` would be allowed now (what a list shows); nothing is
+        /// recorded, and a record the policy asks for is not written.
+        pub(crate) fn shows_read(&self, kind: ReadKind, name: &str, risk: Risk) -> bool {
+            let Ok(read) = ReadName::parse(kind, name) else {
+                return false;
+            };
+            let denied = self
+                .inner
+                .table
+                .load()
+                .narrowing
+                .reads
+                .denies(kind, &read)
+                .is_some();
+            !denied && !matches!(self.read_verdict(risk, false), Verdict::Refuse(_))
+        }
+
+        /// Whether the operator's policy denies every resource the URI template `template` expands
+        /// to.
+        pub(crate) fn denies_template(&self, template: &str) -> bool {
+            self.inner
+                .table
+                .load()
+                .narrowing
+                .reads
+                .denies_template(template)
+                .is_some()
+        }
+
+        #[cold]
+        fn refuse_read(
+            &self,
+            label: String,
+            risk: Risk,
+            code: McpCode,
+            message: String,
+        ) -> ReadRefusal {
+            self.record_probe(
+                Cow::Owned(label),
+                Some(risk),
+                code.as_str(),
+                message.clone(),
+            );
+            ReadRefusal { code, message }
+        }
+    }
+}
