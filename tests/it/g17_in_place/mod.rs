@@ -5,5 +5,6 @@ mod attacks_keys;
 mod attacks_routes;
 mod factory;
 mod handlers;
-mod rmcp_handler;
+mod reads;
+pub(crate) mod rmcp_handler;
 mod routes;
