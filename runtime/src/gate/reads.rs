@@ -65,16 +65,7 @@ impl ReadPattern {
             return Err(format!("{} pattern is never empty", kind.what()));
         }
         if let Some(c) = unseen(kind, pattern) {
-            return Err(format!(
-                "{} pattern holds U+{:04X}, a character a reader cannot see{}",
-                kind.what(),
-                u32::from(c),
-                if kind == ReadKind::Resource {
-                    " (a URI holds no blank)"
-                } else {
-                    ""
-                }
-            ));
+            return Err(format!("{} pattern holds {}", kind.what(), unseen_why(c)));
         }
         Ok(ReadPattern {
             written: pattern.into(),
@@ -132,11 +123,7 @@ impl ReadName {
         };
         for text in [name, decoded.as_str()] {
             if let Some(c) = unseen(kind, text) {
-                return Err(format!(
-                    "{} holds U+{:04X}, a character a reader cannot see or that reorders text",
-                    kind.what(),
-                    u32::from(c)
-                ));
+                return Err(format!("{} holds {}", kind.what(), unseen_why(c)));
             }
         }
         Ok(ReadName {
@@ -154,6 +141,18 @@ impl ReadName {
 fn unseen(kind: ReadKind, text: &str) -> Option<char> {
     text.chars()
         .find(|&c| hides(c) || (kind == ReadKind::Resource && c.is_whitespace()))
+}
+
+/// What is wrong with `c`, found by [`unseen`].
+fn unseen_why(c: char) -> String {
+    if hides(c) {
+        format!(
+            "U+{:04X}, a character a reader cannot see or that reorders text",
+            u32::from(c)
+        )
+    } else {
+        format!("U+{:04X}, a blank, which no URI holds", u32::from(c))
+    }
 }
 
 /// How a URI or name reads: [`reading`]; for a URI, its scheme (what comes before the first `:`)

@@ -51,7 +51,10 @@ impl ServerHandler for Cloud {
         let (uris, next) = if second {
             (["cloud://secrets/db", "cloud://status"], None)
         } else {
-            (["cloud://inventory", "cloud://runbook"], Some("2".to_owned()))
+            (
+                ["cloud://inventory", "cloud://runbook"],
+                Some("2".to_owned()),
+            )
         };
         let mut page = ListResourcesResult::with_all_items(
             uris.iter().map(|uri| Resource::new(*uri, *uri)).collect(),
@@ -215,8 +218,16 @@ fn what_the_policy_denies_a_principal_is_refused_before_the_handler_reads_it() {
             get(&client, "incident-report").await,
             Err("DENY_LISTED".into())
         );
-        assert_eq!(cloud.reads.load(Ordering::SeqCst), 0, "the handler never read");
-        assert_eq!(cloud.gets.load(Ordering::SeqCst), 0, "the handler never got");
+        assert_eq!(
+            cloud.reads.load(Ordering::SeqCst),
+            0,
+            "the handler never read"
+        );
+        assert_eq!(
+            cloud.gets.load(Ordering::SeqCst),
+            0,
+            "the handler never got"
+        );
         assert_eq!(read(&client, "cloud://runbook").await, Ok(()));
         assert_eq!(cloud.reads.load(Ordering::SeqCst), 1);
 
@@ -293,7 +304,11 @@ fn a_read_above_the_mode_s_ceiling_or_needing_an_approval_is_refused() {
             read(&client, "cloud://secrets/db").await,
             Err("APPROVAL_REQUIRED".into())
         );
-        assert_eq!(cloud.reads.load(Ordering::SeqCst), 1, "only the allowed read ran");
+        assert_eq!(
+            cloud.reads.load(Ordering::SeqCst),
+            1,
+            "only the allowed read ran"
+        );
         assert_eq!(cloud.gets.load(Ordering::SeqCst), 2);
     });
 }
@@ -389,7 +404,11 @@ fn lists_hide_what_the_gate_would_refuse_a_page_at_a_time() {
 
         let first = client.list_resources(None).await.expect("a page");
         assert_eq!(uris(&first.resources), ["cloud://runbook"]);
-        assert_eq!(first.next_cursor.as_deref(), Some("2"), "the handler's cursor");
+        assert_eq!(
+            first.next_cursor.as_deref(),
+            Some("2"),
+            "the handler's cursor"
+        );
         let second = client
             .list_resources(Some(
                 PaginatedRequestParams::default().with_cursor(first.next_cursor),
