@@ -290,6 +290,39 @@ fn first<'a>(rules: &'a [ReadRule], kind: ReadKind, name: &ReadName) -> Option<&
 mod tests {
     use super::*;
 
+    #[allow(dead_code)]
+    mod corpus {
+        include!("../../../tests/common/lookalikes.rs");
+    }
+    use corpus::*;
+
+    /// Every look-alike of the corpus is reached by a pattern of the name it reads as, or refused
+    /// outright; plain names stay apart.
+    #[test]
+    fn every_look_alike_of_the_corpus_is_reached_by_its_name_s_pattern_or_refused() {
+        for (name, alikes) in LOOK_ALIKES {
+            let prompt = ReadPattern::parse(ReadKind::Prompt, name).unwrap();
+            let resource =
+                ReadPattern::parse(ReadKind::Resource, &format!("cloud://{name}")).unwrap();
+            for alike in *alikes {
+                if let Ok(read) = ReadName::parse(ReadKind::Prompt, alike) {
+                    assert!(prompt.matches(&read), "{alike:?} against {name:?}");
+                }
+                let uri = format!("cloud://{alike}");
+                if let Ok(read) = ReadName::parse(ReadKind::Resource, &uri) {
+                    assert!(resource.matches(&read), "{uri:?} against {name:?}");
+                }
+            }
+        }
+        for (i, a) in DISTINCT.iter().enumerate() {
+            let pattern = ReadPattern::parse(ReadKind::Prompt, a).unwrap();
+            for b in &DISTINCT[i + 1..] {
+                let b = ReadName::parse(ReadKind::Prompt, b).unwrap();
+                assert!(!pattern.matches(&b), "{a:?} and {b:?}");
+            }
+        }
+    }
+
     fn resource(pattern: &str, uri: &str) -> bool {
         let pattern = ReadPattern::parse(ReadKind::Resource, pattern).unwrap();
         pattern.matches(&ReadName::parse(ReadKind::Resource, uri).unwrap())
