@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use rmcp::model::{
     GetPromptRequestParams, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
@@ -16,7 +17,7 @@ use rmcp::model::{
     ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleClient, RunningService, ServiceError};
-use rmcp::{ErrorData, RoleServer, ServerHandler};
+use rmcp::{ClientHandler, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
 use toolgate::mcp::{REFUSED, ToolgateServer};
 use toolgate::policy_file::{LivePolicy, PolicyFile};
@@ -37,7 +38,9 @@ impl ServerHandler for Cloud {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_resources()
+                .enable_resources_list_changed()
                 .enable_prompts()
+                .enable_prompts_list_changed()
                 .build(),
         )
     }
@@ -452,5 +455,65 @@ fn a_policy_replaced_live_decides_the_next_read_and_list() {
         live.replace(policy("format = 1\n"), "ops");
         assert_eq!(read(&client, "cloud://inventory").await, Ok(()));
         assert_eq!(cloud.reads.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// A client that hears which lists changed.
+struct Heard(tokio::sync::mpsc::UnboundedSender<&'static str>);
+
+impl ClientHandler for Heard {
+    async fn on_resource_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send("resources");
+    }
+
+    async fn on_prompt_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send("prompts");
+    }
+}
+
+#[test]
+fn a_new_policy_tells_the_client_that_the_lists_of_resources_and_prompts_changed() {
+    runtime().block_on(async {
+        let live = LivePolicy::new(policy("format = 1\n"));
+        let gate = gate(Mode::FullAuto, "alice", &live, &MemorySink::new());
+        let server = ToolgateServer::new(gate)
+            .handler(Cloud::default())
+            .mode_poll(Duration::from_millis(10));
+        let (client_io, server_io) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve(tokio::io::split(server_io)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let client = Heard(tx)
+            .serve(tokio::io::split(client_io))
+            .await
+            .expect("connects");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(heard.try_recv().is_err(), "nothing changed yet");
+
+        live.replace(
+            policy("format = 1\n[principals.alice]\ndeny_resources = [\"cloud://inventory\"]\n"),
+            "ops",
+        );
+        let mut lists = Vec::new();
+        while lists.len() < 2 {
+            let list = tokio::time::timeout(Duration::from_secs(5), heard.recv())
+                .await
+                .expect("told in time")
+                .expect("a list");
+            lists.push(list);
+        }
+        lists.sort_unstable();
+        assert_eq!(lists, ["prompts", "resources"]);
+        let listed = client.list_all_resources().await.expect("a list");
+        assert!(!uris(&listed).contains(&"cloud://inventory"));
     });
 }

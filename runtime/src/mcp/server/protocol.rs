@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::builder::ToolgateServer;
 use super::caller::Client;
-use super::listing::{Sight, watch_mode};
+use super::listing::{ReadSight, Sight, Watched, watch_mode};
 use super::results::unknown_task;
 use crate::mcp::codes::McpCode;
 use crate::mcp::definition;
@@ -138,24 +138,30 @@ impl ServerHandler for ToolgateServer {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         // A client of the 2026-07-28 protocol hears of list changes on its `subscriptions/listen`
         // stream, watched as a session's connection is (`on_initialized`). What the handler accepts
-        // (its resources, its prompts, its own tool changes) it delivers on the same stream.
-        let watches_mode = context.accepted().tools_list_changed == Some(true);
+        // (its resources, its prompts, its own tool changes) it delivers on the same stream; the
+        // gate's moves change what the lists of its resources and prompts show too.
+        let accepted = context.accepted();
+        let watched = Watched {
+            tools: accepted.tools_list_changed == Some(true),
+            resources: accepted.resources_list_changed == Some(true),
+            prompts: accepted.prompts_list_changed == Some(true),
+        };
         let gate = self.caller(&context.request_context().extensions).gate;
         let handler = self.handler.as_ref().filter(|h| {
             h.accepted_subscription_filter(context.requested())
                 .is_some()
         });
         let sink = context.sink().clone();
-        match (handler, watches_mode) {
+        match (handler, watched.any()) {
             (Some(handler), true) => tokio::select! {
                 listened = handler.listen(context) => listened,
-                () = watch_mode(gate, sink, self.mode_poll) => Ok(()),
+                () = watch_mode(gate, sink, self.mode_poll, watched) => Ok(()),
             },
             (Some(handler), false) => handler.listen(context).await,
             (None, true) => {
                 tokio::select! {
                     () = context.cancelled() => {}
-                    () = watch_mode(gate, sink, self.mode_poll) => {}
+                    () = watch_mode(gate, sink, self.mode_poll, watched) => {}
                 }
                 Ok(())
             }
@@ -171,12 +177,27 @@ impl ServerHandler for ToolgateServer {
             handler.on_initialized(context.clone()).await;
         }
         // The gate has no change subscription: each connection reads its mode and policy every
-        // `mode_poll` and tells its client when its tool list changed, so that the client lists again.
+        // `mode_poll` and tells its client when its tool list changed, so that the client lists again;
+        // and when the lists of the handler's resources and prompts may have, where the handler
+        // announces their changes.
         let gate = self.caller(&context.extensions).gate;
+        let capabilities = self.info().capabilities;
+        let watched = Watched {
+            tools: true,
+            resources: self.handler.is_some()
+                && capabilities
+                    .resources
+                    .is_some_and(|r| r.list_changed == Some(true)),
+            prompts: self.handler.is_some()
+                && capabilities
+                    .prompts
+                    .is_some_and(|p| p.list_changed == Some(true)),
+        };
         let peer = context.peer;
         let every = self.mode_poll;
         tokio::spawn(async move {
             let mut seen = Sight::of(&gate);
+            let mut reads = ReadSight::of(&gate);
             loop {
                 tokio::time::sleep(every).await;
                 if peer.is_transport_closed() {
@@ -184,6 +205,14 @@ impl ServerHandler for ToolgateServer {
                 }
                 if seen.moved(&gate) && peer.notify_tool_list_changed().await.is_err() {
                     break;
+                }
+                if reads.moved(&gate) {
+                    if watched.resources && peer.notify_resource_list_changed().await.is_err() {
+                        break;
+                    }
+                    if watched.prompts && peer.notify_prompt_list_changed().await.is_err() {
+                        break;
+                    }
                 }
             }
         });
