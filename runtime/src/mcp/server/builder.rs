@@ -34,6 +34,13 @@ pub const DEFAULT_MODE_POLL: Duration = Duration::from_millis(100);
 /// structured content is `{"code", "message"}` (with `path` for `INVALID_PARAMS`); only a name that is
 /// no tool of this server is a protocol error (`-32602`, invalid params).
 ///
+/// The [handler](ToolgateServer::handler)'s resources and prompts are decided by the caller's gate
+/// too, before the handler reads them: at the risk the server declares
+/// ([`resource_risk`](ToolgateServer::resource_risk), [`prompt_risk`](ToolgateServer::prompt_risk);
+/// READ_ONLY otherwise) and as the operator's policy file denies or records them; a refusal is the
+/// JSON-RPC error [`REFUSED`](crate::mcp::REFUSED) with `{"code", "message"}`, and the lists show what
+/// the gate allows.
+///
 /// The methods [`tools`](ToolgateServer::tools), [`serves`](ToolgateServer::serves) and
 /// [`call`](ToolgateServer::call) are what its [`ServerHandler`] implementation does, for a handler of
 /// your own to delegate to.
