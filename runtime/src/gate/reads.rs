@@ -436,11 +436,16 @@ mod decide {
         /// can get), where the session's latch holds it; recorded (`read`) where the policy asks for
         /// it, and refused where that record cannot be written. Every refusal is recorded, as a tool's
         /// is.
+        ///
+        /// `content` says the request reads what the resource or prompt holds (`resources/read`,
+        /// `prompts/get`), which the policy's record rules reach; a completion of a prompt's argument
+        /// is decided alike and never recorded as a read.
         pub(crate) fn decide_read(
             &self,
             kind: ReadKind,
             name: &str,
             risk: Risk,
+            content: bool,
         ) -> Result<(), ReadRefusal> {
             let read = match ReadName::parse(kind, name) {
                 Ok(read) => read,
@@ -470,7 +475,8 @@ mod decide {
                 let message = self.why_refused(&label, risk, code);
                 return Err(self.refuse_read(label, risk, code.into(), message));
             }
-            if let Some(rule) = reads.records(kind, &read)
+            if content
+                && let Some(rule) = reads.records(kind, &read)
                 && let Some(sink) = &self.inner.audit
             {
                 let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
@@ -567,16 +573,53 @@ mod decide {
             !denied && !matches!(self.read_verdict(risk, false), Verdict::Refuse(_))
         }
 
-        /// Whether the operator's policy denies every resource the URI template `template` expands
-        /// to.
-        pub(crate) fn denies_template(&self, template: &str) -> bool {
-            self.inner
-                .table
-                .load()
-                .narrowing
-                .reads
-                .denies_template(template)
-                .is_some()
+        /// Decides a request about the URI template `template` (a completion of its variables),
+        /// whose URIs the server declares at least `risk`: refused where every URI it expands to would
+        /// be (a deny rule or the risk), and where it holds what a reader cannot see; recorded as a
+        /// refused read is.
+        pub(crate) fn decide_template(
+            &self,
+            template: &str,
+            risk: Risk,
+        ) -> Result<(), ReadRefusal> {
+            let kind = ReadKind::Resource;
+            if let Err(why) = ReadName::parse(kind, template) {
+                let message = format!(
+                    "{why} (SHA-256 of it: {})",
+                    crate::canonical::sha256_hex(template.as_bytes())
+                );
+                let label = kind.label("(unreadable)");
+                return Err(self.refuse_read(label, risk, McpCode::UnreadableName, message));
+            }
+            let label = kind.label(template);
+            let table = self.inner.table.load();
+            if let Some(rule) = table.narrowing.reads.denies_template(template) {
+                let message = format!(
+                    "every URI of {label} is denied by the operator's policy: {}",
+                    rule.rule
+                );
+                return Err(self.refuse_read(label, risk, DenialCode::DenyListed.into(), message));
+            }
+            if let Verdict::Refuse(code) = self.read_verdict(risk, false) {
+                let message = self.why_refused(&label, risk, code);
+                return Err(self.refuse_read(label, risk, code.into(), message));
+            }
+            Ok(())
+        }
+
+        /// Whether a list shows the URI template `template`, whose URIs are at least `risk`: some URI
+        /// it expands to might be allowed now. Nothing is recorded.
+        pub(crate) fn shows_template(&self, template: &str, risk: Risk) -> bool {
+            ReadName::parse(ReadKind::Resource, template).is_ok()
+                && self
+                    .inner
+                    .table
+                    .load()
+                    .narrowing
+                    .reads
+                    .denies_template(template)
+                    .is_none()
+                && !matches!(self.read_verdict(risk, false), Verdict::Refuse(_))
         }
 
         #[cold]

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
-    GetPromptRequestParams, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
+    ArgumentInfo, CompleteRequestParams, CompleteResult, CompletionInfo, GetPromptRequestParams,
+    GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResult,
+    Reference, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
     ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleClient, RunningService, ServiceError};
@@ -31,6 +32,7 @@ use super::rmcp_handler::{connect, runtime};
 struct Cloud {
     reads: Arc<AtomicUsize>,
     gets: Arc<AtomicUsize>,
+    completions: Arc<AtomicUsize>,
 }
 
 impl ServerHandler for Cloud {
@@ -41,8 +43,20 @@ impl ServerHandler for Cloud {
                 .enable_resources_list_changed()
                 .enable_prompts()
                 .enable_prompts_list_changed()
+                .enable_completions()
                 .build(),
         )
+    }
+
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.completions.fetch_add(1, Ordering::SeqCst);
+        Ok(CompleteResult::new(
+            CompletionInfo::new(vec!["eu".into()]).expect("one value"),
+        ))
     }
 
     async fn list_resources(
@@ -515,5 +529,52 @@ fn a_new_policy_tells_the_client_that_the_lists_of_resources_and_prompts_changed
         assert_eq!(lists, ["prompts", "resources"]);
         let listed = client.list_all_resources().await.expect("a list");
         assert!(!uris(&listed).contains(&"cloud://inventory"));
+    });
+}
+
+#[test]
+fn a_completion_of_a_refused_prompt_or_template_is_refused_before_the_handler_completes() {
+    runtime().block_on(async {
+        let live = LivePolicy::new(policy(DENIES));
+        let cloud = Cloud::default();
+        let log = MemorySink::new();
+        let gate = gate(Mode::PartialAuto, "alice", &live, &log);
+        let server = ToolgateServer::new(gate)
+            .handler(cloud.clone())
+            .resource_risk("cloud://secrets/*", Risk::HighWrite);
+        let client = connect(server).await;
+        let complete = |reference: Reference| {
+            let client = &client;
+            async move {
+                let params =
+                    CompleteRequestParams::new(reference, ArgumentInfo::new("region", "e"));
+                client
+                    .complete(params)
+                    .await
+                    .map(drop)
+                    .map_err(refusal_code)
+            }
+        };
+        assert_eq!(
+            complete(Reference::for_prompt("triage")).await,
+            Err("DENY_LISTED".into())
+        );
+        assert_eq!(
+            complete(Reference::for_resource("cloud://inventory/{region}")).await,
+            Err("DENY_LISTED".into())
+        );
+        assert_eq!(
+            complete(Reference::for_resource("cloud://secrets/{name}")).await,
+            Err("ABOVE_CEILING".into())
+        );
+        assert_eq!(cloud.completions.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            complete(Reference::for_resource("cloud://{anything}")).await,
+            Ok(())
+        );
+        assert_eq!(complete(Reference::for_prompt("summary")).await, Ok(()));
+        assert_eq!(cloud.completions.load(Ordering::SeqCst), 2);
+        assert_eq!(refused_records(&log).len(), 3);
+        assert!(log.records().iter().all(|r| r.stage != Stage::Read));
     });
 }

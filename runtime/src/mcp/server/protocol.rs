@@ -234,9 +234,7 @@ impl ServerHandler for ToolgateServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.offering(|c| c.completions.is_some(), "completion/complete")?
-            .complete(request, context)
-            .await
+        self.complete_gated(request, context).await
     }
 
     #[allow(deprecated)] // Passed through for clients of protocols that still have it.

@@ -2,12 +2,13 @@
 //! reads it, and each list showing what the gate would let the caller read.
 
 use rmcp::model::{
-    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, Reference,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
-use toolgate_policy::{Risk, Verdict};
+use toolgate_policy::Risk;
 
 use super::builder::ToolgateServer;
 use super::results::read_refused;
@@ -29,6 +30,50 @@ impl ToolgateServer {
             .unwrap_or(Risk::ReadOnly)
     }
 
+    /// The least risk of every URI the template `template` expands to: the highest of the
+    /// declarations whose pattern matches all of them, READ_ONLY where none does.
+    fn template_risk(&self, template: &str) -> Risk {
+        self.read_risks
+            .iter()
+            .filter(|declared| {
+                declared.kind == ReadKind::Resource && declared.pattern.covers_template(template)
+            })
+            .map(|declared| declared.risk)
+            .max()
+            .unwrap_or(Risk::ReadOnly)
+    }
+
+    /// `completion/complete`: a completion of a prompt's argument is decided as a `prompts/get` of
+    /// it is, one of a resource template's variable as its template is listed (refused where every
+    /// URI it expands to would be), each before the handler completes anything; never recorded as a
+    /// read.
+    pub(super) async fn complete_gated(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let handler = self.offering(|c| c.completions.is_some(), "completion/complete")?;
+        let gate = self.caller(&context.extensions).gate;
+        let decided = match &request.r#ref {
+            Reference::Prompt(prompt) => {
+                let risk = self.read_risk_of(ReadKind::Prompt, &prompt.name);
+                gate.decide_read(ReadKind::Prompt, &prompt.name, risk, false)
+            }
+            Reference::Resource(resource) => {
+                gate.decide_template(&resource.uri, self.template_risk(&resource.uri))
+            }
+            // A kind of reference no gate can decide is not completed.
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "a completion of a reference this server cannot decide",
+                    None,
+                ));
+            }
+        };
+        decided.map_err(|refusal| read_refused(&refusal))?;
+        handler.complete(request, context).await
+    }
+
     /// Whether the caller's gate would let it read `name` now; nothing is recorded.
     fn shows(&self, gate: &Gate, kind: ReadKind, name: &str) -> bool {
         gate.shows_read(kind, name, self.read_risk_of(kind, name))
@@ -43,7 +88,7 @@ impl ToolgateServer {
         let handler = self.offering(|c| c.resources.is_some(), "resources/read")?;
         let gate = self.caller(&context.extensions).gate;
         let risk = self.read_risk_of(ReadKind::Resource, &request.uri);
-        gate.decide_read(ReadKind::Resource, &request.uri, risk)
+        gate.decide_read(ReadKind::Resource, &request.uri, risk, true)
             .map_err(|refusal| read_refused(&refusal))?;
         handler.read_resource(request, context).await
     }
@@ -57,7 +102,7 @@ impl ToolgateServer {
         let handler = self.offering(|c| c.prompts.is_some(), "prompts/get")?;
         let gate = self.caller(&context.extensions).gate;
         let risk = self.read_risk_of(ReadKind::Prompt, &request.name);
-        gate.decide_read(ReadKind::Prompt, &request.name, risk)
+        gate.decide_read(ReadKind::Prompt, &request.name, risk, true)
             .map_err(|refusal| read_refused(&refusal))?;
         handler.get_prompt(request, context).await
     }
@@ -92,18 +137,7 @@ impl ToolgateServer {
         let mut listed = handler.list_resource_templates(request, context).await?;
         listed.resource_templates.retain(|template| {
             let template = &template.uri_template;
-            let risk = self
-                .read_risks
-                .iter()
-                .filter(|declared| {
-                    declared.kind == ReadKind::Resource
-                        && declared.pattern.covers_template(template)
-                })
-                .map(|declared| declared.risk)
-                .max()
-                .unwrap_or(Risk::ReadOnly);
-            !gate.denies_template(template)
-                && !matches!(gate.read_verdict(risk, false), Verdict::Refuse(_))
+            gate.shows_template(template, self.template_risk(template))
         });
         Ok(listed)
     }
