@@ -6,9 +6,10 @@
 //! name is compared as written and as it reads (SECURITY.md, names that read alike): a pattern reaches
 //! it where it matches either way, so that a look-alike of a denied name is denied too and never
 //! escapes a rule. A URI is read after its percent-escapes are decoded and its scheme is lowercased,
-//! and its path as what it names (`cloud://x/../secrets` reads as `cloud:/secrets`, as
-//! `cloud://secrets` does; no `..` climbs above its scheme). A URI or name that holds a character a reader cannot see or that reorders
-//! text (a URI: any blank too, or one its percent-escapes decode to) is refused outright.
+//! and its path as what it names (`cloud://x/../secrets` reads as `cloud:secrets`, as
+//! `cloud://secrets` does; no `..` climbs above its scheme). A URI or name that holds a character a
+//! reader cannot see or that reorders text (a URI: any blank too, or one its percent-escapes decode
+//! to) is refused outright.
 #![cfg_attr(
     not(all(feature = "mcp", feature = "policy-file")),
     allow(
@@ -155,21 +156,25 @@ fn unseen_why(c: char) -> String {
     }
 }
 
-/// How a URI or name reads: [`reading`]; for a URI, its scheme (what comes before the first `:`)
-/// lowercased and read, then the rest read as a path from a root, so that no `..` climbs out of it.
+/// How a URI or name reads: [`reading`]; for a URI, its scheme (what comes before the first `:`,
+/// where no `/` does) lowercased and read, then `:` and the rest read as a path from a root, so that no
+/// `..` climbs out of it, without that root (`cloud://x/../inventory` reads as `cloud:inventory`). A
+/// pattern with no scheme (`*secrets*`) reads as its path alone, and so reaches a URI's reading as its
+/// text does.
 fn read_form(kind: ReadKind, text: &str) -> String {
     match kind {
         ReadKind::Prompt => reading(text),
         ReadKind::Resource => {
             let (scheme, rest) = match text.split_once(':') {
-                Some((scheme, rest)) if !scheme.contains('/') => (scheme, rest),
-                _ => ("", text),
+                Some((scheme, rest)) if !scheme.contains('/') => (Some(scheme), rest),
+                _ => (None, text),
             };
-            format!(
-                "{}:{}",
-                reading(&scheme.to_lowercase()),
-                reading(&format!("/{rest}"))
-            )
+            let path = reading(&format!("/{rest}"));
+            let path = path.strip_prefix('/').unwrap_or(&path);
+            match scheme {
+                Some(scheme) => format!("{}:{path}", reading(&scheme.to_lowercase())),
+                None => path.to_owned(),
+            }
         }
     }
 }
@@ -349,6 +354,11 @@ mod tests {
         assert!(resource("cloud://inventory*", "\u{441}loud://inventory"));
         assert!(resource("cloud://inventory*", "cloud://\u{456}nventory"));
         assert!(resource("cloud://inventory*", "cloud://ｉnventory"));
+        // A pattern with no scheme, or a glob for one, reaches look-alikes too.
+        assert!(resource("*inventory*", "cloud://\u{456}nventory"));
+        assert!(resource("*://inventory", "cloud://\u{456}nventory"));
+        assert!(resource("*", "cloud://\u{456}nventory"));
+        assert!(!resource("*inventory", "cloud://inventory/eu"));
     }
 
     #[test]
