@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 
 use crate::by_name::CallError;
 use crate::gate::denied::Denied;
-use crate::gate::reads::ReadRefusal;
 use crate::mcp::codes::McpCode;
 use toolgate_policy::DenialCode;
 
@@ -31,8 +30,7 @@ impl From<Denied> for rmcp::ErrorData {
 /// The JSON-RPC error of a resource read or prompt get that the caller's gate refused: the code
 /// [`REFUSED`], the text `"<CODE>: <message>"` and `{"code", "message"}` as its data, as a tool of a
 /// handler gated in place refuses when rmcp's router calls it.
-pub(super) fn read_refused(refusal: &ReadRefusal) -> ErrorData {
-    let (code, message) = (refusal.code, &refusal.message);
+pub(super) fn read_refused(code: McpCode, message: &str) -> ErrorData {
     ErrorData::new(
         REFUSED,
         format!("{code}: {message}"),
