@@ -48,7 +48,8 @@ pub enum Stage {
     PolicyRefused,
     /// An MCP server's resource was read or its prompt got, as the operator's policy asks the log to
     /// record (`record_resources`, `record_prompts`); written before the handler reads it. `tool` is
-    /// `resource:<uri>` or `prompt:<name>`.
+    /// `resource:<uri>` (without its query and fragment) or `prompt:<name>`, `arguments_digest` the
+    /// SHA-256 of the whole URI or name.
     Read,
 }
 

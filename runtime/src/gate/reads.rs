@@ -35,10 +35,15 @@ pub(crate) enum ReadKind {
 }
 
 impl ReadKind {
-    /// How a record or a refusal names a read of `name`.
+    /// How a record or a refusal names a read of `name`: a URI without its query and fragment,
+    /// which may carry what the log must not (a token); the record's `arguments_digest` is the
+    /// SHA-256 of the whole URI or name.
     pub(crate) fn label(self, name: &str) -> String {
         match self {
-            ReadKind::Resource => format!("resource:{name}"),
+            ReadKind::Resource => {
+                let end = name.find(['?', '#']).unwrap_or(name.len());
+                format!("resource:{}", &name[..end])
+            }
             ReadKind::Prompt => format!("prompt:{name}"),
         }
     }

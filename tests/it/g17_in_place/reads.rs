@@ -182,6 +182,14 @@ fn refusal_code(error: ServiceError) -> String {
     code
 }
 
+fn sha256(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn refused_records(sink: &MemorySink) -> Vec<AuditRecord> {
     sink.records()
         .into_iter()
@@ -386,7 +394,21 @@ fn a_read_the_policy_records_is_written_first_and_refused_where_the_log_cannot()
         assert_eq!(reads[0].decision, Some(Decision::Allowed));
         assert_eq!(reads[0].declared_risk, Some(Risk::ReadOnly));
         assert!(reads[0].policy_digest.is_some());
+        assert_eq!(
+            reads[0].arguments_digest.as_deref(),
+            Some(sha256("cloud://inventory").as_str())
+        );
         assert_eq!(reads[1].tool, "prompt:triage");
+
+        // A URI's query and fragment may carry what a log must not hold: the record names the URI
+        // without them, with the whole URI's digest.
+        let uri = "cloud://inventory/eu?token=s3cr3t#top";
+        assert_eq!(read(&client, uri).await, Ok(()));
+        let last = log.records().pop().expect("a record");
+        assert_eq!(last.stage, Stage::Read);
+        assert_eq!(last.tool, "resource:cloud://inventory/eu");
+        assert!(!format!("{last:?}").contains("s3cr3t"), "{last:?}");
+        assert_eq!(last.arguments_digest.as_deref(), Some(sha256(uri).as_str()));
 
         // A log that cannot write the record stops the read; a read it need not record still runs.
         log.fail(true);
@@ -395,10 +417,10 @@ fn a_read_the_policy_records_is_written_first_and_refused_where_the_log_cannot()
             Err("AUDIT_UNAVAILABLE".into())
         );
         assert_eq!(get(&client, "triage").await, Err("AUDIT_UNAVAILABLE".into()));
-        assert_eq!(cloud.reads.load(Ordering::SeqCst), 2);
+        assert_eq!(cloud.reads.load(Ordering::SeqCst), 3);
         assert_eq!(cloud.gets.load(Ordering::SeqCst), 1);
         assert_eq!(read(&client, "cloud://runbook").await, Ok(()));
-        assert_eq!(cloud.reads.load(Ordering::SeqCst), 3);
+        assert_eq!(cloud.reads.load(Ordering::SeqCst), 4);
     });
 }
 

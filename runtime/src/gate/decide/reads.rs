@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
 use crate::audit::{AuditRecord, Decision, Stage};
+use crate::canonical::sha256_hex;
 use crate::gate::Gate;
 use crate::gate::reads::{ReadKind, ReadName};
 use toolgate_policy::{self as policy, DenialCode, Facts, ModeSet, Risk, Verdict};
@@ -32,11 +33,17 @@ impl Gate {
         let reads = &table.narrowing.reads;
         if let Some(rule) = reads.denies(kind, read) {
             let message = format!("{label} is denied by the operator's policy: {}", rule.rule);
-            return Err(self.refuse_read(label, risk, DenialCode::DenyListed, message));
+            return Err(self.refuse_read(
+                label,
+                read.as_str(),
+                risk,
+                DenialCode::DenyListed,
+                message,
+            ));
         }
         if let Verdict::Refuse(code) = self.read_verdict(risk) {
             let message = self.why_refused(&label, risk, code);
-            return Err(self.refuse_read(label, risk, code, message));
+            return Err(self.refuse_read(label, read.as_str(), risk, code, message));
         }
         if content
             && let Some(rule) = reads.records(kind, read)
@@ -44,6 +51,7 @@ impl Gate {
         {
             let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
             let record = AuditRecord {
+                arguments_digest: Some(sha256_hex(read.as_str().as_bytes())),
                 decision: Some(Decision::Allowed),
                 declared_risk: Some(risk),
                 message: Some(format!(
@@ -58,7 +66,7 @@ impl Gate {
                      record: {error}"
                 );
                 let code = DenialCode::AuditUnavailable;
-                return Err(self.refuse_read(label, risk, code, message));
+                return Err(self.refuse_read(label, read.as_str(), risk, code, message));
             }
         }
         Ok(())
@@ -72,18 +80,24 @@ impl Gate {
         template: &ReadName,
         risk: Risk,
     ) -> Result<(), ReadRefusal> {
-        let label = ReadKind::Resource.label(template.as_str());
+        let label = format!("resource:{}", template.as_str());
         let table = self.inner.table.load();
         if let Some(rule) = table.narrowing.reads.denies_template(template.as_str()) {
             let message = format!(
                 "every URI of {label} is denied by the operator's policy: {}",
                 rule.rule
             );
-            return Err(self.refuse_read(label, risk, DenialCode::DenyListed, message));
+            return Err(self.refuse_read(
+                label,
+                template.as_str(),
+                risk,
+                DenialCode::DenyListed,
+                message,
+            ));
         }
         if let Verdict::Refuse(code) = self.read_verdict(risk) {
             let message = self.why_refused(&label, risk, code);
-            return Err(self.refuse_read(label, risk, code, message));
+            return Err(self.refuse_read(label, template.as_str(), risk, code, message));
         }
         Ok(())
     }
@@ -159,20 +173,29 @@ impl Gate {
         }
     }
 
+    /// The refusal of a read of `name`, named `label` in its record and message, written to the
+    /// log as a refused call is, with `name`'s digest.
     #[cold]
     fn refuse_read(
         &self,
         label: String,
+        name: &str,
         risk: Risk,
         code: DenialCode,
         message: String,
     ) -> ReadRefusal {
-        self.record_probe(
-            Cow::Owned(label),
-            Some(risk),
-            code.as_str(),
-            message.clone(),
-        );
+        if self.audits() {
+            let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            let record = AuditRecord {
+                arguments_digest: Some(sha256_hex(name.as_bytes())),
+                code: Some(Cow::Borrowed(code.as_str())),
+                decision: Some(Decision::Refused),
+                declared_risk: Some(risk),
+                message: Some(message.clone()),
+                ..self.record(Stage::Refused, Cow::Owned(label), self.mode(), call)
+            };
+            self.write_after_the_fact(&record);
+        }
         ReadRefusal { code, message }
     }
 }
