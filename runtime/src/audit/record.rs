@@ -46,6 +46,11 @@ pub enum Stage {
     /// A changed operator's policy was refused (it did not check against the linked tools, or could
     /// not be read), and the gate still follows the one it did; `message` says why.
     PolicyRefused,
+    /// An MCP server's resource was read or its prompt got, as the operator's policy asks the log to
+    /// record (`record_resources`, `record_prompts`); written before the handler reads it. `tool` is
+    /// `resource:<uri>` (without its query and fragment) or `prompt:<name>`, `arguments_digest` the
+    /// SHA-256 of the whole URI or name.
+    Read,
 }
 
 /// The decision about a call.

@@ -139,7 +139,8 @@ impl AuditSink for TracingSink {
             | Stage::FleetLost
             | Stage::FleetRejoined
             | Stage::SessionTainted
-            | Stage::Ungated => event(r),
+            | Stage::Ungated
+            | Stage::Read => event(r),
         }
         Ok(())
     }
@@ -228,6 +229,7 @@ fn stage_name(stage: Stage) -> &'static str {
         Stage::Ungated => "ungated",
         Stage::PolicyChanged => "policy_changed",
         Stage::PolicyRefused => "policy_refused",
+        Stage::Read => "read",
     }
 }
 

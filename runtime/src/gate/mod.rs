@@ -16,6 +16,7 @@ pub(crate) mod error;
 pub(crate) mod grants;
 pub mod narrowing;
 pub(crate) mod permit;
+pub(crate) mod reads;
 pub(crate) mod taint;
 pub(crate) mod undoing;
 pub(crate) mod wait;

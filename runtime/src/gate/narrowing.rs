@@ -15,6 +15,7 @@ use serde_json::{Number, Value};
 
 use crate::gate::budget::BudgetSpec;
 use crate::gate::denylist::glob_match;
+use crate::gate::reads::ReadRules;
 use toolgate_policy::{DenialCode, Mode, Risk, TaintPolicy, Verdict};
 
 /// What an operator's policy takes away from one gate, compiled against the linked tools.
@@ -31,6 +32,8 @@ pub struct Narrowing {
     pub(crate) tools: Vec<ToolRules>,
     /// The budgets of every table that applies, each with its table and place.
     pub(crate) budgets: Vec<BudgetSpec>,
+    /// What it denies or records of an MCP server's resources and prompts.
+    pub(crate) reads: ReadRules,
 }
 
 /// A limit and the rule that sets it, as the rule is shown (`file:line:column`).
@@ -377,6 +380,10 @@ impl fmt::Debug for Narrowing {
                     .iter()
                     .filter(|t| t.deny.is_some() || t.ask.is_some() || !t.arguments.is_empty())
                     .count(),
+            )
+            .field(
+                "read_rules",
+                &(self.reads.deny.len() + self.reads.record.len()),
             )
             .finish()
     }

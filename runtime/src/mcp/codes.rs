@@ -29,6 +29,9 @@ pub enum McpCode {
     Cancelled,
     /// A message longer than the server's limit (a JSON-RPC error, `-32600`).
     MessageTooLarge,
+    /// A resource URI or prompt name that holds a character a reader cannot see or that reorders
+    /// text (a URI: a blank too), refused before the handler reads it.
+    UnreadableName,
 }
 
 impl McpCode {
@@ -44,6 +47,7 @@ impl McpCode {
             McpCode::UnsupportedResponse => "UNSUPPORTED_RESPONSE",
             McpCode::Cancelled => "CANCELLED",
             McpCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            McpCode::UnreadableName => "UNREADABLE_NAME",
         }
     }
 }
@@ -82,6 +86,7 @@ mod tests {
             McpCode::UnsupportedResponse,
             McpCode::Cancelled,
             McpCode::MessageTooLarge,
+            McpCode::UnreadableName,
         ];
         let mut written: Vec<&str> = own.iter().map(|c| c.as_str()).collect();
         written.sort_unstable();

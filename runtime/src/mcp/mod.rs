@@ -143,8 +143,11 @@
 //! route of that name), decided by the method's own check with the call's JSON arguments in the
 //! caller's gate. A router that serves a declared name with another tool is refused when the server
 //! is built ([`RouteMismatch`]); one that serves a tool with no declaration beside declared ones is
-//! served no tool. Resources, prompts
-//! and completions pass through; a tool of the handler that declares no risk is refused
+//! served no tool. Each `resources/read` and `prompts/get` of the handler is decided by the caller's
+//! gate before the handler reads it, at the risk the server declares
+//! ([`ToolgateServer::resource_risk`], [`ToolgateServer::prompt_risk`]) and as the operator's policy
+//! denies or records it, and the lists (and completions) follow what the gate allows; a tool of the
+//! handler that declares no risk is refused
 //! ([`Undeclared`]). A refusal of a direct call of such a method is an [`ErrorData`](rmcp::ErrorData)
 //! of code [`REFUSED`]. The README's "An rmcp server, gated in place" walks through one.
 

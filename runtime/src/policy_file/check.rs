@@ -6,11 +6,15 @@ use std::str::FromStr;
 use serde_json::{Number, Value};
 use toml::Spanned;
 
-use super::model::{ArgumentRule, At, Budget, PolicyError, PolicyErrors, Rules, Scope, Section};
+use super::model::{
+    ArgumentRule, At, Budget, PolicyError, PolicyErrors, ReadAction, ReadRuleDoc, Rules, Scope,
+    Section,
+};
 use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc, unknown_keys};
 use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
 use crate::gate::denylist::DenyRule;
 use crate::gate::narrowing::{ArgumentTest, compare};
+use crate::gate::reads::{ReadKind, ReadPattern};
 use crate::registry::{Tool, ToolEntry, registry};
 use crate::terminal::escaped;
 use toolgate_policy::suggest::{closest, did_you_mean};
@@ -307,6 +311,45 @@ impl<'a> Checker<'a> {
                     }
                     list.push(at);
                 }
+            }
+        }
+        for (action, kind, patterns) in [
+            (ReadAction::Deny, ReadKind::Resource, &doc.deny_resources),
+            (ReadAction::Deny, ReadKind::Prompt, &doc.deny_prompts),
+            (
+                ReadAction::Record,
+                ReadKind::Resource,
+                &doc.record_resources,
+            ),
+            (ReadAction::Record, ReadKind::Prompt, &doc.record_prompts),
+        ] {
+            for written in patterns {
+                // Resource URIs are the handler's, known only when a request names one: a pattern is
+                // checked for its syntax alone.
+                let pattern = match ReadPattern::parse(kind, written.get_ref()) {
+                    Ok(pattern) => pattern,
+                    Err(why) => {
+                        let key = ReadRuleDoc::key_of(action, kind);
+                        self.error(written.span().start, format!("`{key}`: {why}"));
+                        continue;
+                    }
+                };
+                let rule = ReadRuleDoc {
+                    action,
+                    kind,
+                    pattern,
+                };
+                if rules.reads.iter().any(|r| r.value == rule) {
+                    self.error(
+                        written.span().start,
+                        format!(
+                            "`{}` is listed twice in `{}`",
+                            written.get_ref(),
+                            rule.key()
+                        ),
+                    );
+                }
+                rules.reads.push(self.at(written, rule));
             }
         }
         for rule in &doc.arguments {
@@ -762,4 +805,104 @@ fn place(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let start = before.rfind('\n').map_or(0, |i| i + 1);
     (line, before[start..].chars().count() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Direction, PolicyFile};
+
+    /// Every error of `text`, as `line:column: message`.
+    fn errors(text: &str) -> Vec<String> {
+        match PolicyFile::parse("ops.toml", text) {
+            Ok(_) => panic!("the file checks:\n{text}"),
+            Err(errors) => errors
+                .0
+                .iter()
+                .map(|e| format!("{}:{}: {}", e.line, e.column, e.message))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn rules_on_reads_are_checked_for_their_syntax_with_their_places() {
+        let text = "format = 1\n\
+                    [defaults]\n\
+                    deny_resources = [\"cloud://inventory*\", \"\"]\n\
+                    record_prompts = [\"tri\u{200b}age\"]\n\
+                    [principals.alice]\n\
+                    deny_prompts = [\"triage\", \"triage\"]\n\
+                    record_resources = [\"cloud://a b\"]\n";
+        assert_eq!(
+            errors(text),
+            [
+                "3:41: `deny_resources`: a resource URI pattern is never empty",
+                "4:19: `record_prompts`: a prompt name pattern holds U+200B, a character a reader \
+                 cannot see or that reorders text",
+                "6:27: `triage` is listed twice in `deny_prompts`",
+                "7:21: `record_resources`: a resource URI pattern holds U+0020, a blank, which no \
+                 URI holds",
+            ]
+        );
+        // A close key is suggested, as for every key.
+        assert_eq!(
+            errors("format = 1\n[defaults]\ndeny_resource = [\"x\"]\n"),
+            ["3:1: unknown key `deny_resource`; did you mean `deny_resources`?"]
+        );
+        // A pattern need not reach anything known: the handler's URIs are known only when read.
+        let file = PolicyFile::parse(
+            "ops.toml",
+            "format = 1\n[agents.bot]\ndeny_resources = [\"nothing://*\"]\n",
+        )
+        .expect("checks");
+        let narrowing = file.narrowing(None, Some("bot"));
+        assert_eq!(narrowing.reads.deny.len(), 1);
+        assert_eq!(
+            &*narrowing.reads.deny[0].rule,
+            "deny_resources \"nothing://*\" (ops.toml:3:19)"
+        );
+        assert!(file.narrowing(None, Some("other")).reads.deny.is_empty());
+    }
+
+    #[test]
+    fn a_deny_or_record_added_narrows_and_removed_widens() {
+        let old = PolicyFile::parse(
+            "old.toml",
+            "format = 1\n[defaults]\ndeny_resources = [\"cloud://inventory*\"]\n",
+        )
+        .expect("checks");
+        let new = PolicyFile::parse(
+            "new.toml",
+            "format = 1\n[defaults]\nrecord_resources = [\"cloud://inventory*\"]\n\
+             [principals.alice]\ndeny_prompts = [\"triage\"]\n",
+        )
+        .expect("checks");
+        let diff = old.diff(&new);
+        let changes: Vec<(Direction, &str, &str)> = diff
+            .changes
+            .iter()
+            .map(|c| (c.direction, c.scope.as_str(), c.what.as_str()))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (
+                    Direction::Narrows,
+                    "[defaults]",
+                    "record_resources \"cloud://inventory*\" added, line 3"
+                ),
+                (
+                    Direction::Narrows,
+                    "[principals.\"alice\"]",
+                    "deny_prompts \"triage\" added, line 5"
+                ),
+                (
+                    Direction::Widens,
+                    "[defaults]",
+                    "deny_resources \"cloud://inventory*\" removed (old line 3)"
+                ),
+            ]
+        );
+        assert!(diff.widens());
+        assert!(!new.diff(&new).widens());
+    }
 }

@@ -123,6 +123,15 @@ impl PolicyFile {
                     "removed",
                 );
             }
+            // A deny takes a read away; a record makes a read wait for the log, and be refused where
+            // the log cannot write it: each added narrows, each removed widens.
+            list_changes(
+                &before.reads,
+                &after.reads,
+                |r| format!("{} {:?}", r.value.key(), r.value.pattern.as_str()),
+                &mut push,
+                "removed",
+            );
             list_changes(
                 &before.budgets,
                 &after.budgets,

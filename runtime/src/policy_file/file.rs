@@ -4,10 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::check::{self, ToolDeclaration};
-use super::model::{At, PolicyErrors, Scope, Section};
+use super::model::{At, PolicyErrors, ReadAction, Scope, Section};
 use crate::canonical::sha256_hex;
 use crate::gate::budget::BudgetSpec;
 use crate::gate::narrowing::{Limit, Narrowing, ToolRules};
+use crate::gate::reads::ReadRule;
 use crate::registry::registry;
 
 /// The largest policy file read, in bytes.
@@ -145,6 +146,20 @@ impl PolicyFile {
                     window: budget.value.window,
                     owner: Some((section.scope.to_string().into(), self.place(budget).into())),
                 });
+            }
+            for read in &rules.reads {
+                let rule = ReadRule {
+                    kind: read.value.kind,
+                    pattern: read.value.pattern.clone(),
+                    rule: shown(
+                        format!("{} {:?}", read.value.key(), read.value.pattern.as_str()),
+                        self.place(read),
+                    ),
+                };
+                match read.value.action {
+                    ReadAction::Deny => narrowing.reads.deny.push(rule),
+                    ReadAction::Record => narrowing.reads.record.push(rule),
+                }
             }
             for (slot, entry) in registry.entries.iter().enumerate() {
                 let tool = &mut tools[slot];

@@ -31,6 +31,9 @@
 //!
 //! [agents."triage-bot"]
 //! deny = ["users.delete_user"]
+//! deny_resources = ["cloud://inventory*"]  # an MCP server's resources, by URI glob
+//! deny_prompts = ["incident-*"]            # and prompts, by name; `record_resources`,
+//! record_prompts = ["triage"]              # `record_prompts` write each read to the log first
 //! ```
 //!
 //! A gate follows `[defaults]`, its principal's table and its agent's table together: every rule of
@@ -40,8 +43,9 @@
 //!
 //! A file is checked when it is read ([`PolicyFile::parse`]): a key, a mode or a risk that does not
 //! exist, a pattern that matches no linked tool, a parameter the tool does not have, a rule whose
-//! type is not the parameter's, a rule that another makes dead: each is an error with its line and
-//! column, and a file with one is not used. [`LivePolicy`] hands a file to gates and replaces it
+//! type is not the parameter's, a rule that another makes dead, a resource or prompt pattern that is
+//! empty or holds what a reader cannot see: each is an error with its line and column, and a file with
+//! one is not used. [`LivePolicy`] hands a file to gates and replaces it
 //! while they run.
 
 mod check;

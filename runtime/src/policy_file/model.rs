@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::gate::budget::BudgetScope;
 use crate::gate::narrowing::ArgumentTest;
+use crate::gate::reads::{ReadKind, ReadPattern};
 use crate::terminal::push_shown;
 use toolgate_policy::{Mode, Risk};
 
@@ -54,6 +55,41 @@ pub(crate) struct Rules {
     pub(crate) taint_refuses: Option<At<()>>,
     pub(crate) arguments: Vec<At<ArgumentRule>>,
     pub(crate) budgets: Vec<At<Budget>>,
+    /// Resource URIs and prompt names the table denies (`deny_resources`, `deny_prompts`) and asks
+    /// the log to record (`record_resources`, `record_prompts`), each a pattern as written.
+    pub(crate) reads: Vec<At<ReadRuleDoc>>,
+}
+
+/// What a rule on reads does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadAction {
+    Deny,
+    Record,
+}
+
+/// A rule on reads as written: its key and its pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReadRuleDoc {
+    pub(crate) action: ReadAction,
+    pub(crate) kind: ReadKind,
+    pub(crate) pattern: ReadPattern,
+}
+
+impl ReadRuleDoc {
+    /// The key it is written under.
+    pub(crate) fn key(&self) -> &'static str {
+        ReadRuleDoc::key_of(self.action, self.kind)
+    }
+
+    /// The key of rules of `action` on reads of `kind`.
+    pub(crate) fn key_of(action: ReadAction, kind: ReadKind) -> &'static str {
+        match (action, kind) {
+            (ReadAction::Deny, ReadKind::Resource) => "deny_resources",
+            (ReadAction::Deny, ReadKind::Prompt) => "deny_prompts",
+            (ReadAction::Record, ReadKind::Resource) => "record_resources",
+            (ReadAction::Record, ReadKind::Prompt) => "record_prompts",
+        }
+    }
 }
 
 /// A budget as written: at most `calls` calls of `scope` in any `window`.

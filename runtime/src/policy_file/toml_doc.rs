@@ -31,6 +31,14 @@ pub(super) struct RulesDoc {
     pub(super) arguments: Vec<Spanned<ArgumentDoc>>,
     #[serde(default)]
     pub(super) budgets: Vec<Spanned<BudgetDoc>>,
+    #[serde(default)]
+    pub(super) deny_resources: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) deny_prompts: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) record_resources: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) record_prompts: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -64,6 +72,10 @@ const RULES_KEYS: &[&str] = &[
     "taint",
     "arguments",
     "budgets",
+    "deny_resources",
+    "deny_prompts",
+    "record_resources",
+    "record_prompts",
 ];
 const ARGUMENT_KEYS: &[&str] = &["tool", "parameter", "refuse", "one_of", "min", "max"];
 const BUDGET_KEYS: &[&str] = &["tool", "risk", "agent", "calls", "per"];

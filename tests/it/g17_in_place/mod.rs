@@ -6,5 +6,6 @@ mod attacks_routes;
 mod factory;
 mod handlers;
 mod out_of_band;
-mod rmcp_handler;
+mod reads;
+pub(crate) mod rmcp_handler;
 mod routes;

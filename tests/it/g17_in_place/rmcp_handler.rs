@@ -2,7 +2,8 @@
 //! the handler served through `ToolgateServer::handler`. Each tool's calls are decided by the
 //! caller's gate before rmcp's router runs the method, and by the method's own check when it is
 //! called directly; listing follows the gate; approvals are bound to the call's arguments and to the
-//! handler instance; resources and prompts pass through; a tool nobody declared is refused.
+//! handler instance; resources and prompts reach the handler (`reads.rs` gates them); a tool nobody
+//! declared is refused.
 
 #![cfg(feature = "mcp")]
 

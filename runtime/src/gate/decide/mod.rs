@@ -47,6 +47,8 @@ mod expiry;
 mod gates;
 mod hand_off;
 mod in_place;
+#[cfg(feature = "mcp")]
+mod reads;
 mod records;
 mod refusal;
 mod state;

@@ -10,11 +10,13 @@ use rmcp::model::Implementation;
 use super::pending::PendingApproval;
 use crate::by_name::Instances;
 use crate::gate::Gate;
+use crate::gate::reads::{ReadKind, ReadPattern};
 use crate::mcp::approvals::Approvals;
 use crate::mcp::definition::Visibility;
 use crate::mcp::handler::{DynHandler, RouteMismatch, Undeclared};
 use crate::mcp::tasks::{DEFAULT_MAX_TASKS, DEFAULT_TASK_DEADLINE, Tasks};
 use crate::registry::ToolManifest;
+use toolgate_policy::Risk;
 
 type Filter = Arc<dyn Fn(&ToolManifest) -> bool + Send + Sync>;
 type OnPending = Arc<dyn Fn(&PendingApproval) + Send + Sync>;
@@ -31,6 +33,13 @@ pub const DEFAULT_MODE_POLL: Duration = Duration::from_millis(100);
 /// a failing tool are tool results with `isError: true`, whose text is `"<CODE>: <message>"` and whose
 /// structured content is `{"code", "message"}` (with `path` for `INVALID_PARAMS`); only a name that is
 /// no tool of this server is a protocol error (`-32602`, invalid params).
+///
+/// The [handler](ToolgateServer::handler)'s resources and prompts are decided by the caller's gate
+/// too, before the handler reads them: at the risk the server declares
+/// ([`resource_risk`](ToolgateServer::resource_risk), [`prompt_risk`](ToolgateServer::prompt_risk);
+/// READ_ONLY otherwise) and as the operator's policy file denies or records them; a refusal is the
+/// JSON-RPC error [`REFUSED`](crate::mcp::REFUSED) with `{"code", "message"}`, and the lists show what
+/// the gate allows.
 ///
 /// The methods [`tools`](ToolgateServer::tools), [`serves`](ToolgateServer::serves) and
 /// [`call`](ToolgateServer::call) are what its [`ServerHandler`] implementation does, for a handler of
@@ -64,6 +73,16 @@ pub struct ToolgateServer {
     pub(super) unrouted: Arc<OnceLock<Option<String>>>,
     /// `server_info` was given: it names the server rather than the handler's own.
     pub(super) named: bool,
+    /// The risks declared for reading the handler's resources and prompts, by pattern.
+    pub(super) read_risks: Arc<Vec<ReadRisk>>,
+}
+
+/// A risk declared for the resources or prompts a pattern reaches.
+#[derive(Debug, Clone)]
+pub(super) struct ReadRisk {
+    pub(super) kind: ReadKind,
+    pub(super) pattern: ReadPattern,
+    pub(super) risk: Risk,
 }
 
 /// Makes a handler for a connection, bound to its declared routes.
@@ -108,6 +127,7 @@ impl ToolgateServer {
             undeclared: Undeclared::Refuse,
             unrouted: Arc::default(),
             named: false,
+            read_risks: Arc::default(),
         }
     }
 
@@ -118,9 +138,12 @@ impl ToolgateServer {
     /// in a `#[toolgate::toolset]` impl of the handler's type) is decided by the caller's gate before
     /// its method runs, and listed as that gate allows; approvals, tasks, budgets and the
     /// audit log work for it as for a `callable` tool. A tool of the handler that declares no risk is
-    /// refused ([`undeclared`](ToolgateServer::undeclared)). Resources, prompts, completions, logging
-    /// levels and subscriptions pass through to the handler; a capability the handler does not
-    /// declare is answered `-32601` (method not found). The linked `callable` tools are served beside
+    /// refused ([`undeclared`](ToolgateServer::undeclared)). Each resource read and prompt got is
+    /// decided by the caller's gate first, and their lists follow it
+    /// ([`resource_risk`](ToolgateServer::resource_risk), the policy file's `deny_resources` and
+    /// `deny_prompts`), as are completions of their arguments; logging levels and subscriptions pass
+    /// through to the handler; a
+    /// capability the handler does not declare is answered `-32601` (method not found). The linked `callable` tools are served beside
     /// the handler's only where [`only`](ToolgateServer::only) selects them (`.only(|_| true)` for
     /// all); the handler's tool wins where both have a name.
     ///
@@ -411,5 +434,66 @@ impl ToolgateServer {
     /// The gate that decides every call.
     pub fn gate(&self) -> &Gate {
         &self.gate
+    }
+
+    /// Declares the risk of reading the [handler](ToolgateServer::handler)'s resources whose URI
+    /// `pattern` matches: a glob, `*` any run of characters and `?` one, on the whole URI, compared
+    /// as written and as it reads (a look-alike spelling, percent-escapes, the scheme's case, a `..`).
+    /// A resource no declaration reaches is READ_ONLY; one that several reach has the highest of their
+    /// risks.
+    ///
+    /// `resources/read` of a resource whose risk is above the caller's gate's mode's ceiling is
+    /// refused (`ABOVE_CEILING`), and HIGH_WRITE needs an approval, which no read can get
+    /// (`APPROVAL_REQUIRED`); `resources/list` and `resources/templates/list` hide what would be
+    /// refused. Reads are gated as the operator's policy file says too (`deny_resources`,
+    /// `record_resources`).
+    ///
+    /// ```
+    /// # extern crate toolgate_runtime as toolgate;
+    /// use toolgate::mcp::ToolgateServer;
+    /// use toolgate::{Gate, Mode, Risk};
+    ///
+    /// let server = ToolgateServer::new(Gate::new(Mode::PartialAuto)?)
+    ///     .resource_risk("cloud://secrets/*", Risk::HighWrite)
+    ///     .prompt_risk("incident-*", Risk::LowWrite);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Where `pattern` is empty, or holds a blank or a character a reader cannot see.
+    #[must_use]
+    #[track_caller]
+    pub fn resource_risk(self, pattern: &str, risk: Risk) -> ToolgateServer {
+        self.read_risk(ReadKind::Resource, pattern, risk)
+    }
+
+    /// Declares the risk of getting the [handler](ToolgateServer::handler)'s prompts whose name
+    /// `pattern` matches, as [`resource_risk`](ToolgateServer::resource_risk) does for resources: a
+    /// glob on the whole name, compared as written and as it reads; READ_ONLY where none reaches a
+    /// prompt, the highest where several do. `prompts/get` is decided, and `prompts/list` filtered,
+    /// as `resources/read` and `resources/list` are.
+    ///
+    /// # Panics
+    ///
+    /// Where `pattern` is empty, or holds a character a reader cannot see.
+    #[must_use]
+    #[track_caller]
+    pub fn prompt_risk(self, pattern: &str, risk: Risk) -> ToolgateServer {
+        self.read_risk(ReadKind::Prompt, pattern, risk)
+    }
+
+    #[track_caller]
+    fn read_risk(mut self, kind: ReadKind, pattern: &str, risk: Risk) -> ToolgateServer {
+        let pattern = match ReadPattern::parse(kind, pattern) {
+            Ok(pattern) => pattern,
+            Err(why) => panic!("{why}: {}", crate::terminal::escaped(pattern)),
+        };
+        Arc::make_mut(&mut self.read_risks).push(ReadRisk {
+            kind,
+            pattern,
+            risk,
+        });
+        self
     }
 }

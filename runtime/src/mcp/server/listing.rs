@@ -100,15 +100,71 @@ impl ToolgateServer {
     }
 }
 
-/// Tells a subscription's client that the tool list changed whenever the gate's mode moves; returns
-/// when the stream is gone.
-pub(super) async fn watch_mode(gate: Gate, sink: rmcp::service::SubscriptionSink, every: Duration) {
+/// The lists whose changes a client hears of: tools, and the handler's resources and prompts where
+/// their changes are announced.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Watched {
+    pub(super) tools: bool,
+    pub(super) resources: bool,
+    pub(super) prompts: bool,
+}
+
+impl Watched {
+    pub(super) fn any(self) -> bool {
+        self.tools || self.resources || self.prompts
+    }
+}
+
+/// Tells a subscription's client that a list it watches changed whenever the gate's mode or policy
+/// moves; returns when the stream is gone.
+pub(super) async fn watch_mode(
+    gate: Gate,
+    sink: rmcp::service::SubscriptionSink,
+    every: Duration,
+    watched: Watched,
+) {
     let mut seen = Sight::of(&gate);
+    let mut reads = ReadSight::of(&gate);
     loop {
         tokio::time::sleep(every).await;
-        if seen.moved(&gate) && sink.notify_tool_list_changed().await.is_err() {
+        if watched.tools && seen.moved(&gate) && sink.notify_tool_list_changed().await.is_err() {
             return;
         }
+        if reads.moved(&gate) {
+            if watched.resources && sink.notify_resource_list_changed().await.is_err() {
+                return;
+            }
+            if watched.prompts && sink.notify_prompt_list_changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// What the lists of the handler's resources and prompts depend on besides the handler: the gate's
+/// mode, its session's latch and the operator's policy it follows.
+pub(super) struct ReadSight {
+    mode: Mode,
+    tainted: bool,
+    policy: Option<Arc<str>>,
+}
+
+impl ReadSight {
+    pub(super) fn of(gate: &Gate) -> ReadSight {
+        ReadSight {
+            mode: gate.mode(),
+            tainted: gate.tainted(),
+            policy: gate.policy_digest(),
+        }
+    }
+
+    /// Whether any of it moved since it was last seen.
+    pub(super) fn moved(&mut self, gate: &Gate) -> bool {
+        let now = ReadSight::of(gate);
+        let moved =
+            now.mode != self.mode || now.tainted != self.tainted || now.policy != self.policy;
+        *self = now;
+        moved
     }
 }
 

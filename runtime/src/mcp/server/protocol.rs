@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::builder::ToolgateServer;
 use super::caller::Client;
-use super::listing::{Sight, watch_mode};
+use super::listing::{ReadSight, Sight, Watched, watch_mode};
 use super::results::unknown_task;
 use crate::mcp::codes::McpCode;
 use crate::mcp::definition;
@@ -138,24 +138,30 @@ impl ServerHandler for ToolgateServer {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         // A client of the 2026-07-28 protocol hears of list changes on its `subscriptions/listen`
         // stream, watched as a session's connection is (`on_initialized`). What the handler accepts
-        // (its resources, its prompts, its own tool changes) it delivers on the same stream.
-        let watches_mode = context.accepted().tools_list_changed == Some(true);
+        // (its resources, its prompts, its own tool changes) it delivers on the same stream; the
+        // gate's moves change what the lists of its resources and prompts show too.
+        let accepted = context.accepted();
+        let watched = Watched {
+            tools: accepted.tools_list_changed == Some(true),
+            resources: accepted.resources_list_changed == Some(true),
+            prompts: accepted.prompts_list_changed == Some(true),
+        };
         let gate = self.caller(&context.request_context().extensions).gate;
         let handler = self.handler.as_ref().filter(|h| {
             h.accepted_subscription_filter(context.requested())
                 .is_some()
         });
         let sink = context.sink().clone();
-        match (handler, watches_mode) {
+        match (handler, watched.any()) {
             (Some(handler), true) => tokio::select! {
                 listened = handler.listen(context) => listened,
-                () = watch_mode(gate, sink, self.mode_poll) => Ok(()),
+                () = watch_mode(gate, sink, self.mode_poll, watched) => Ok(()),
             },
             (Some(handler), false) => handler.listen(context).await,
             (None, true) => {
                 tokio::select! {
                     () = context.cancelled() => {}
-                    () = watch_mode(gate, sink, self.mode_poll) => {}
+                    () = watch_mode(gate, sink, self.mode_poll, watched) => {}
                 }
                 Ok(())
             }
@@ -171,12 +177,27 @@ impl ServerHandler for ToolgateServer {
             handler.on_initialized(context.clone()).await;
         }
         // The gate has no change subscription: each connection reads its mode and policy every
-        // `mode_poll` and tells its client when its tool list changed, so that the client lists again.
+        // `mode_poll` and tells its client when its tool list changed, so that the client lists again;
+        // and when the lists of the handler's resources and prompts may have, where the handler
+        // announces their changes.
         let gate = self.caller(&context.extensions).gate;
+        let capabilities = self.info().capabilities;
+        let watched = Watched {
+            tools: true,
+            resources: self.handler.is_some()
+                && capabilities
+                    .resources
+                    .is_some_and(|r| r.list_changed == Some(true)),
+            prompts: self.handler.is_some()
+                && capabilities
+                    .prompts
+                    .is_some_and(|p| p.list_changed == Some(true)),
+        };
         let peer = context.peer;
         let every = self.mode_poll;
         tokio::spawn(async move {
             let mut seen = Sight::of(&gate);
+            let mut reads = ReadSight::of(&gate);
             loop {
                 tokio::time::sleep(every).await;
                 if peer.is_transport_closed() {
@@ -184,6 +205,14 @@ impl ServerHandler for ToolgateServer {
                 }
                 if seen.moved(&gate) && peer.notify_tool_list_changed().await.is_err() {
                     break;
+                }
+                if reads.moved(&gate) {
+                    if watched.resources && peer.notify_resource_list_changed().await.is_err() {
+                        break;
+                    }
+                    if watched.prompts && peer.notify_prompt_list_changed().await.is_err() {
+                        break;
+                    }
                 }
             }
         });
@@ -205,9 +234,7 @@ impl ServerHandler for ToolgateServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.offering(|c| c.completions.is_some(), "completion/complete")?
-            .complete(request, context)
-            .await
+        self.complete_gated(request, context).await
     }
 
     #[allow(deprecated)] // Passed through for clients of protocols that still have it.
@@ -226,9 +253,7 @@ impl ServerHandler for ToolgateServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.offering(|c| c.prompts.is_some(), "prompts/get")?
-            .get_prompt(request, context)
-            .await
+        self.prompt_gated(request, context).await
     }
 
     async fn list_prompts(
@@ -236,9 +261,7 @@ impl ServerHandler for ToolgateServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.offering(|c| c.prompts.is_some(), "prompts/list")?
-            .list_prompts(request, context)
-            .await
+        self.prompts_for(request, context).await
     }
 
     async fn list_resources(
@@ -246,9 +269,7 @@ impl ServerHandler for ToolgateServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.offering(|c| c.resources.is_some(), "resources/list")?
-            .list_resources(request, context)
-            .await
+        self.resources_for(request, context).await
     }
 
     async fn list_resource_templates(
@@ -256,9 +277,7 @@ impl ServerHandler for ToolgateServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.offering(|c| c.resources.is_some(), "resources/templates/list")?
-            .list_resource_templates(request, context)
-            .await
+        self.templates_for(request, context).await
     }
 
     async fn read_resource(
@@ -266,9 +285,7 @@ impl ServerHandler for ToolgateServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.offering(|c| c.resources.is_some(), "resources/read")?
-            .read_resource(request, context)
-            .await
+        self.read_gated(request, context).await
     }
 
     async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {

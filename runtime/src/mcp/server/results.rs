@@ -27,6 +27,17 @@ impl From<Denied> for rmcp::ErrorData {
     }
 }
 
+/// The JSON-RPC error of a resource read or prompt get that the caller's gate refused: the code
+/// [`REFUSED`], the text `"<CODE>: <message>"` and `{"code", "message"}` as its data, as a tool of a
+/// handler gated in place refuses when rmcp's router calls it.
+pub(super) fn read_refused(code: McpCode, message: &str) -> ErrorData {
+    ErrorData::new(
+        REFUSED,
+        format!("{code}: {message}"),
+        Some(json!({ "code": code.as_str(), "message": message })),
+    )
+}
+
 /// A refusal of the server's own, shaped as the gate's are: `isError`, `"<CODE>: <message>"`, and
 /// `{"code", "message"}`.
 pub(super) fn refusal(code: McpCode, message: &str) -> CallToolResult {
