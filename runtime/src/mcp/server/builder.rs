@@ -142,10 +142,10 @@ impl ToolgateServer {
     /// decided by the caller's gate first, and their lists follow it
     /// ([`resource_risk`](ToolgateServer::resource_risk), the policy file's `deny_resources` and
     /// `deny_prompts`), as are completions of their arguments; logging levels and subscriptions pass
-    /// through to the handler; a
-    /// capability the handler does not declare is answered `-32601` (method not found). The linked `callable` tools are served beside
-    /// the handler's only where [`only`](ToolgateServer::only) selects them (`.only(|_| true)` for
-    /// all); the handler's tool wins where both have a name.
+    /// through to the handler; a capability the handler does not declare is answered `-32601`
+    /// (method not found). The linked `callable` tools are served beside the handler's only where
+    /// [`only`](ToolgateServer::only) selects them (`.only(|_| true)` for all); the handler's tool
+    /// wins where both have a name.
     ///
     /// A two-step approval of the handler's tools is bound to the handler instance, which operators
     /// see as the call's `self`: its type and a random id, or the name given to
