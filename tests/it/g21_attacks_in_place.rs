@@ -130,6 +130,31 @@ fn cents_risk(args: &Cents) -> Risk {
     }
 }
 
+fn every_volume() -> String {
+    "*".to_owned()
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub(crate) struct Volume {
+    /// The volume; every volume when not sent.
+    #[serde(default = "every_volume")]
+    volume: String,
+}
+
+fn volume_probe(volume: &str) -> Result<Value, String> {
+    Ok(json!({"volume": volume, "state": "attached"}))
+}
+
+static DESTROYED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub(crate) struct PlainLogin {
+    /// Who.
+    user: String,
+    /// The password.
+    password: String,
+}
+
 static LOGINS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static PAID_FROM: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static OOB_PAID: AtomicUsize = AtomicUsize::new(0);
@@ -244,6 +269,28 @@ impl Desk21 {
     pub(crate) async fn g21_lying(&self) -> Result<CallToolResult, ErrorData> {
         LYING_RAN.fetch_add(1, Ordering::SeqCst);
         ok("destroyed".to_owned())
+    }
+
+    /// Destroy a volume: it cannot be undone. The target defaults to every volume when not sent.
+    #[tool]
+    #[toolgate(risk = "HIGH_WRITE", irreversible, target = volume, evidence = volume_probe)]
+    pub(crate) async fn g21_destroy(
+        &self,
+        Parameters(v): Parameters<Volume>,
+    ) -> Result<CallToolResult, ErrorData> {
+        DESTROYED.lock().unwrap().push(v.volume.clone());
+        ok(format!("destroyed {}", v.volume))
+    }
+
+    /// Log in: the password under its own name, recorded redacted.
+    #[tool]
+    #[toolgate(risk = "LOW_WRITE", record_arguments, redact = [password])]
+    pub(crate) async fn g21_login_plain(
+        &self,
+        Parameters(l): Parameters<PlainLogin>,
+    ) -> Result<CallToolResult, ErrorData> {
+        LOGINS.lock().unwrap().push(l.password.clone());
+        ok(l.user)
     }
 }
 
@@ -1390,5 +1437,103 @@ fn g21_20_a_client_of_an_older_protocol_that_approves_every_form_approves_nothin
         assert_eq!(YES_ASKED.load(Ordering::SeqCst), 0, "{oob:?} {sibling:?}");
         assert_eq!(OOB_PAID.load(Ordering::SeqCst), paid, "{oob:?}");
         assert_eq!(PAID_FROM.lock().unwrap().len(), paid_from, "{sibling:?}");
+    });
+}
+
+/// g21_21. Attack: an irreversible tool in place whose target field has a serde default that means
+/// every volume (`"*"`): the client sends `{}` (the JSON names no target at all) or an empty object's
+/// worth of nothing, hoping the wildcard check reads the JSON while the body gets the default.
+/// README guarantee 19: a target that is "a glob or a wildcard ... is refused before anyone is asked
+/// (`TARGET_NOT_SINGLE`)"; "An rmcp tool gated in place declares it over its `Parameters<T>` and is
+/// held to the same." Asserted: refused `TARGET_NOT_SINGLE`, no operator asked, no body run.
+#[test]
+fn g21_21_an_irreversible_target_defaulted_by_serde_to_a_wildcard_is_refused() {
+    runtime().block_on(async {
+        let sink = Arc::new(Memory::default());
+        let pending: Pending = Arc::default();
+        let gate = full_auto(&sink);
+        let client = connect(desk_server(&gate, &pending)).await;
+        let said = call(&client, "g21_destroy", json!({})).await;
+        assert_eq!(code_of(&said), "TARGET_NOT_SINGLE", "{said:?}");
+        assert!(pending.lock().unwrap().is_empty(), "an operator was asked");
+        assert!(DESTROYED.lock().unwrap().is_empty());
+    });
+}
+
+/// g21_22. Attack: the redacted password is sent with the wrong type (a number), so rmcp's
+/// deserializer fails with a message that quotes it (`invalid type: integer `N`, expected a string`).
+/// docs/attribute grammar: `redact` names parameters "whose values no audit record, approver or error
+/// shows". Asserted: the number is in no audit record and not in the error the call is answered.
+#[test]
+fn g21_22_a_redacted_value_of_the_wrong_type_is_not_quoted_by_the_error_or_the_log() {
+    runtime().block_on(async {
+        let sink = Arc::new(Memory::default());
+        let pending: Pending = Arc::default();
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .principal("carol")
+            .audit_shared(sink.clone())
+            .build()
+            .unwrap();
+        let client = connect(desk_server(&gate, &pending)).await;
+        let said = call(
+            &client,
+            "g21_login_plain",
+            json!({"user": "olga", "password": 7318264051u64}),
+        )
+        .await;
+        assert_ne!(code_of(&said), "OK", "{said:?}");
+        let records = serde_json::to_string(&sink.records()).unwrap();
+        assert!(
+            !records.contains("7318264051"),
+            "the log quotes it: {records}"
+        );
+        assert!(
+            !format!("{said:?}").contains("7318264051"),
+            "the error quotes it: {said:?}"
+        );
+    });
+}
+
+/// g21_23. Attack: invalid arguments for a tool gated in place (a number where `T` wants a string),
+/// to see whether the refusal comes as the server documents every refusal, or as rmcp's bare text.
+/// docs/mcp.md: "A refusal, invalid arguments (such as an unknown `apiKey` key) and a failing tool are
+/// tool results with `isError: true` and the text `"<CODE>: <message>"` ...; the structured content
+/// is `{"code", "message"}`". Asserted: so it is, and the attempt is on the record.
+#[test]
+fn g21_23_invalid_arguments_in_place_are_answered_with_a_code_and_recorded() {
+    runtime().block_on(async {
+        let sink = Arc::new(Memory::default());
+        let pending: Pending = Arc::default();
+        let gate = Gate::builder()
+            .mode(Mode::PartialAuto)
+            .principal("carol")
+            .audit_shared(sink.clone())
+            .build()
+            .unwrap();
+        let client = connect(desk_server(&gate, &pending)).await;
+        let said = call(
+            &client,
+            "g21_login_plain",
+            json!({"user": 12, "password": "x"}),
+        )
+        .await;
+        let Ok(CallToolResponse::Complete(result)) = &said else {
+            panic!("a tool result: {said:?}")
+        };
+        assert_eq!(result.is_error, Some(true), "{said:?}");
+        let code = result
+            .structured_content
+            .as_ref()
+            .and_then(|c| c.get("code"))
+            .and_then(Value::as_str);
+        let recorded = sink
+            .records()
+            .iter()
+            .any(|r| r["tool"] == "g21_login_plain");
+        assert!(
+            code.is_some() && recorded,
+            "code in the structured content: {code:?}; on the record: {recorded}; {said:?}"
+        );
     });
 }
