@@ -900,7 +900,9 @@ fn g21_13_a_second_router_is_refused_through_handler_named_and_the_factory() {
     assert!(named.is_err(), "handler_named served an undeclared tool");
     let made =
         ToolgateServer::new(Gate::new(Mode::FullAuto).unwrap()).try_handler_factory(|| Twin21);
-    let refused = made.err().expect("the factory's handler is refused");
+    let Err(refused) = made else {
+        panic!("the factory's handler was served with an undeclared tool")
+    };
     assert!(refused.undeclared(), "{refused}");
     assert_eq!(refused.tool(), "twin21_purge");
     assert_eq!(TWIN_PURGED.load(Ordering::SeqCst), 0);
