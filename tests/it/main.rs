@@ -33,6 +33,7 @@ mod g17_in_place;
 #[cfg(feature = "policy-file")]
 mod g18_policy_only_narrows;
 mod g19_irreversible;
+mod g21_attacks_in_place;
 
 mod audit_cli;
 mod by_name;
