@@ -330,7 +330,7 @@ pub(crate) fn record_unknown(gate: &Gate, id: &str) {
 
 /// Records a call by name of a tool that stopped before the gate decided it: not callable, arguments
 /// that do not parse (by their path alone: a bad value is the caller's raw input), no instance.
-fn record_stopped(gate: &Gate, entry: &'static ToolEntry, error: &CallError) {
+pub(crate) fn record_stopped(gate: &Gate, entry: &'static ToolEntry, error: &CallError) {
     let message = match error {
         CallError::InvalidParams { path, .. } => format!("invalid arguments at `{path}`"),
         other => other.to_string(),

@@ -82,7 +82,7 @@ impl ToolgateServer {
                     .take();
                 Ok(Ran::InPlace(match refused {
                     Some(denied) => Err(denied),
-                    None => Ok(response),
+                    None => Ok(invalid_in_place(gate, entry, response)),
                 }))
             }
             (Target::InPlace(entry), None) => Err(unknown_tool(entry.manifest.id)),
@@ -112,6 +112,45 @@ impl ToolgateServer {
             result => Ok(Ran::Registry(result)),
         }
     }
+}
+
+/// rmcp's answer to arguments that its `Parameters<T>` could not read (the method, and so the tool's
+/// check, never ran), answered and recorded as a `callable` tool's invalid arguments are: `INVALID_PARAMS`
+/// with its code, serde's text only where the tool redacts nothing, since it may quote a value.
+fn invalid_in_place(
+    gate: &Gate,
+    entry: &'static ToolEntry,
+    response: Result<CallToolResponse, ErrorData>,
+) -> Result<CallToolResponse, ErrorData> {
+    const PREFIX: &str = "failed to deserialize parameters:";
+    let said = match &response {
+        Ok(CallToolResponse::Complete(result))
+            if result.is_error == Some(true) && result.structured_content.is_none() =>
+        {
+            match result.content.as_slice() {
+                [only] => only.as_text().map(|t| t.text.as_str()),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let Some(why) = said.and_then(|text| text.strip_prefix(PREFIX)) else {
+        return response;
+    };
+    let message = if entry.behaviour.redact.is_empty() {
+        format!(
+            "the arguments do not match the tool's parameters: {}",
+            crate::terminal::escaped(why.trim())
+        )
+    } else {
+        "the arguments do not match the tool's parameters".to_owned()
+    };
+    let error = CallError::InvalidParams {
+        path: ".".to_owned(),
+        message,
+    };
+    crate::by_name::record_stopped(gate, entry, &error);
+    Ok(tool_result(Err(error)).into())
 }
 
 /// What serves a name: a `callable` tool of the registry, or a tool of the handler declared in place.
