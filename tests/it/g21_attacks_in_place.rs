@@ -26,16 +26,11 @@ use toolgate::mcp::{PendingApproval, ToolgateServer};
 use toolgate::{Denied, Gate, Mode, Risk};
 
 use crate::fixtures::handlers::{
-    ALICE, BOB, ISSUER, TestKey, call, claims, code_of, connect, form_message, http_call, in_band,
-    open_session, retry, runtime, serve_http, serve_on, session_call, state_of, token_of,
+    ALICE, BOB, ISSUER, TestKey, call, claims, code_of, connect, http_call, in_band, open_session,
+    retry, runtime, serve_http, serve_on, session_call, state_of, token_of,
 };
 use crate::fixtures::shared_stores::Memory;
 use crate::fixtures::support::approve_for_session;
-
-/// The secret each redaction attack sends; nothing a person or a log reads may show it.
-const SECRET: &str = "s3cr3t-g21x";
-/// The digits of the PIN sent as a string with leading zeros.
-const PIN_DIGITS: &str = "93417";
 
 fn ok(text: String) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
@@ -342,115 +337,6 @@ fn last_token(pending: &Pending) -> String {
         .expect("the operator was told")
         .token
         .clone()
-}
-
-/// What the operator channel, the audit log and the client's answers show of a call to `tool`, made
-/// out of band (refused, approved by the operator, run) and in band (the form).
-async fn everything_shown(tool: &str, args: Value) -> String {
-    let sink = Arc::new(Memory::default());
-    let pending: Pending = Arc::default();
-    let gate = full_auto(&sink);
-    let client = connect(desk_server(&gate, &pending)).await;
-    let first = call(&client, tool, args.clone()).await;
-    assert_eq!(code_of(&first), "APPROVAL_PENDING", "{tool}: {first:?}");
-    gate.approve(&last_token(&pending)).unwrap();
-    let second = call(&client, tool, args.clone()).await;
-    assert_eq!(code_of(&second), "OK", "{tool}: {second:?}");
-
-    let in_band_sink = Arc::new(Memory::default());
-    let in_band_gate = full_auto(&in_band_sink);
-    let in_band_client = connect(desk_server(&in_band_gate, &pending).approvals(in_band())).await;
-    let asked = call(&in_band_client, tool, args.clone()).await;
-    let form = form_message(&asked);
-    let pending: Vec<String> = pending
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|p| p.arguments.clone())
-        .collect();
-    [
-        (
-            "audit records",
-            serde_json::to_string(&sink.records()).unwrap(),
-        ),
-        (
-            "in-band audit records",
-            serde_json::to_string(&in_band_sink.records()).unwrap(),
-        ),
-        ("PendingApproval.arguments", format!("{pending:?}")),
-        ("answers", format!("{first:?} {second:?}")),
-        ("in-band form", form),
-    ]
-    .into_iter()
-    .map(|(surface, text)| format!("{surface}: {}", text.replace('\n', "\\n")))
-    .collect::<Vec<_>>()
-    .join("\n")
-}
-
-/// The surfaces of `shown` (one a line, `surface: text`) that hold `secret`.
-fn leaks(shown: &str, secret: &str) -> Vec<String> {
-    shown
-        .lines()
-        .filter(|line| line.contains(secret))
-        .map(|line| line.split(':').next().unwrap_or("?").to_owned())
-        .collect()
-}
-
-/// g21_01. Attack: the redacted field's type serializes as `***` (as secret wrappers do) and is sent
-/// under a serde `rename`, so neither its name nor its serialized value is what the call's JSON holds.
-/// docs/mcp.md: "A redacted field is hidden by its name and by its value wherever the call's JSON
-/// holds it, since serde may read it under another name (`rename`, `alias`) ...; one that is not
-/// `Serialize` cannot be found by its value, and hides every argument of the call." Asserted: the
-/// secret is in no record, no pending request, no answer and no form.
-#[test]
-fn g21_01_a_redacted_field_whose_type_serializes_masked_is_not_shown_under_its_wire_name() {
-    runtime().block_on(async {
-        let shown =
-            everything_shown("g21_login_masked", json!({"user": "olga", "pw": SECRET})).await;
-        assert_eq!(
-            leaks(&shown, SECRET),
-            Vec::<String>::new(),
-            "the secret leaked:\n{shown}"
-        );
-    });
-}
-
-/// g21_02. Attack: the redacted field is renamed on the wire and trimmed as it is read: the JSON holds
-/// `"  <secret>  "`, the `T` the gate reads holds `<secret>`, so a search for the value as `T` holds
-/// it misses the JSON's. Same sentence as g21_01. Asserted: the secret is shown nowhere.
-#[test]
-fn g21_02_a_redacted_field_trimmed_as_it_is_read_is_not_shown_as_sent() {
-    runtime().block_on(async {
-        let shown = everything_shown(
-            "g21_login_trimmed",
-            json!({"user": "olga", "pw": format!("  {SECRET}  ")}),
-        )
-        .await;
-        assert_eq!(
-            leaks(&shown, SECRET),
-            Vec::<String>::new(),
-            "the secret leaked:\n{shown}"
-        );
-    });
-}
-
-/// g21_03. Attack: a redacted PIN is sent as the string `"0093417"` under a renamed key and read as
-/// the number 93417: its value as `T` holds it (a number) is not the JSON's (a string). Same sentence
-/// as g21_01. Asserted: the PIN's digits are shown nowhere.
-#[test]
-fn g21_03_a_redacted_number_sent_as_a_string_is_not_shown() {
-    runtime().block_on(async {
-        let shown = everything_shown(
-            "g21_login_pin",
-            json!({"user": "olga", "code": format!("00{PIN_DIGITS}")}),
-        )
-        .await;
-        assert_eq!(
-            leaks(&shown, PIN_DIGITS),
-            Vec::<String>::new(),
-            "the PIN leaked:\n{shown}"
-        );
-    });
 }
 
 /// g21_04. Attack: an operator approves a payment from one redacted account; the agent then calls the
@@ -1139,54 +1025,6 @@ async fn oauth_vault(
 
 fn bearer_of(key: &TestKey, resource: &str, sub: &str) -> String {
     format!("Bearer {}", key.sign(&claims(resource, sub, "vault:write")))
-}
-
-/// g21_16. Attack: two OAuth subjects of one scope share its gate, each served its own handler by
-/// the factory; the operator approves alice's pending call, and bob makes the same call first.
-/// SECURITY.md 15: "A two-step answer is bound to the call's principal and agent ... gates of two
-/// principals or agents sharing one store never run each other's approved calls"; 16: "Subjects
-/// sharing a gate never share a session, a task or an in-band state", a scope rule's principal being
-/// `<name>:<sub>`. Asserted: bob's identical call does not run on her approval; hers then runs once.
-#[test]
-fn g21_16_an_approval_for_one_subject_is_not_used_by_another_sharing_its_gate() {
-    runtime().block_on(async {
-        let shelf = "shelf-g21-16";
-        let gate = Gate::builder()
-            .mode(Mode::FullAuto)
-            .two_step_approvals()
-            // As docs/mcp.md's OAuth example builds a scope's gate.
-            .principal("writer")
-            .build()
-            .unwrap();
-        let pending: Pending = Arc::default();
-        let key = TestKey::ed25519("g21-16");
-        let (addr, resource) = oauth_vault(&gate, &pending, &key).await;
-        let (alice, bob) = (
-            bearer_of(&key, &resource, "alice"),
-            bearer_of(&key, &resource, "bob"),
-        );
-        let args = json!({"shelf": shelf});
-        let first = http_call(addr, &[&alice], "vault21_wipe", args.clone(), None).await;
-        assert_eq!(first.code(), "APPROVAL_PENDING", "{first:?}");
-        let told = pending.lock().unwrap().last().cloned().expect("told");
-        gate.approve(&told.token).unwrap();
-        let by_bob = http_call(addr, &[&bob], "vault21_wipe", args.clone(), None).await;
-        assert_ne!(
-            by_bob.code(),
-            "OK",
-            "bob ran alice's approved call (the operator was shown {:?}): {by_bob:?}",
-            told.principal
-        );
-        let by_alice = http_call(addr, &[&alice], "vault21_wipe", args.clone(), None).await;
-        assert_eq!(by_alice.code(), "OK", "{by_alice:?}");
-        let wipes = VAULT_WIPES
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|s| *s == shelf)
-            .count();
-        assert_eq!(wipes, 1);
-    });
 }
 
 /// g21_17. Attack: as g21_16, the operator answers alice's request "for the session"; bob, a subject
