@@ -59,8 +59,9 @@ impl<A: ArgumentSource> Decision<A> {
             // The table itself says which policy is in place: whoever sees a policy's digest, sees
             // its table here too.
             for (gate, held) in self.gates.iter().zip(&mut self.held) {
-                let now = gate.table();
-                held.now = (now.generation > held.table.generation).then_some(now);
+                let now = gate.inner.table.load();
+                held.now = (now.generation > held.table.generation)
+                    .then(|| arc_swap::Guard::into_inner(now));
             }
             self.arguments_hold()?;
             // The target's state last: no user code (an argument's `Serialize` included) runs
