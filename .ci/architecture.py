@@ -49,7 +49,8 @@ TRANSPORTS = {
     "tokio_postgres": ("postgres",),
     # The MCP server's per-connection watcher and cancellation run on rmcp's tokio.
     "tokio": ("postgres", "mcp", "console"),
-    "axum": ("console",),
+    # The console's pages, and the MCP endpoint mounted as one router (`mcp-axum`).
+    "axum": ("console", "mcp"),
     "maud": ("console",),
     "rig_core": ("rig",),
 }

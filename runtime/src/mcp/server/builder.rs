@@ -219,7 +219,7 @@ impl ToolgateServer {
     ) -> Result<ToolgateServer, RouteMismatch> {
         let unrouted = Arc::new(OnceLock::new());
         if self.undeclared != Undeclared::Serve
-            && let Some(found) = super::routes::first_undeclared(&handler)
+            && let Some(found) = crate::mcp::handler::first_undeclared(&handler)
         {
             if let Some(tool) = found {
                 return Err(RouteMismatch::unrouted(tool, std::any::type_name::<H>()));

@@ -23,4 +23,3 @@ mod routes;
 pub use builder::{DEFAULT_MODE_POLL, ToolgateServer};
 pub use pending::PendingApproval;
 pub use results::{REFUSED, tool_result, unknown_tool};
-pub(crate) use routes::unrouted_message;
