@@ -328,6 +328,7 @@ impl GateBuilder {
                     tainted: false,
                 }),
                 table: arc_swap::ArcSwap::new(Arc::new(table)),
+                generation: AtomicU64::new(0),
                 allowed_outright: outright
                     .into_iter()
                     .map(|bits| AtomicU32::new(u32::from(bits)))

@@ -69,6 +69,10 @@ pub(super) struct Inner {
     modes: Mutex<ModeParts>,
     /// The table, replaced whole when the operator's policy changes.
     pub(super) table: arc_swap::ArcSwap<Table>,
+    /// The generation of the newest table, stored before the table is: whoever sees a table (its
+    /// policy's digest, say) sees at least its generation here, so that a commit point, which reads
+    /// this rather than loading the table, never decides on a table older than one already seen.
+    pub(super) generation: AtomicU64,
     /// Per registry slot, bit `mode` is set where the call runs outright: allowed, and no record to write;
     /// bits 4-7 say the same of a tainted session, so that the inlined check reads `mode | TAINTED`'s
     /// bit. A tool with untrusted output has none of bits 0-3, since its call must close the latch.
@@ -208,6 +212,7 @@ impl Gate {
                 .iter()
                 .map(|row| row.map(verdict_cell))
                 .collect();
+            inner.generation.store(table.generation, Ordering::Release);
             inner.table.store(Arc::new(table));
             for (row, new) in inner.verdict_cells.iter().zip(cells) {
                 for (cell, v) in row.iter().zip(new) {

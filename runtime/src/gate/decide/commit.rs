@@ -56,19 +56,26 @@ impl<A: ArgumentSource> Decision<A> {
         // policy are read after them, with no user code between them and the body. A policy replaced
         // while they were read has its rules read too.
         for _ in 0..MAX_REREADS {
-            // The table itself says which policy is in place: whoever sees a policy's digest, sees
-            // its table here too.
+            // The generation is stored before its table (under the gate's mode lock, one
+            // replacement at a time): a newer one is waited for, the moment it takes to be stored.
             for (gate, held) in self.gates.iter().zip(&mut self.held) {
-                let now = gate.inner.table.load();
-                held.now = (now.generation > held.table.generation)
-                    .then(|| arc_swap::Guard::into_inner(now));
+                let now = gate.inner.generation.load(Ordering::Acquire);
+                held.now = (now > held.table.generation).then(|| {
+                    loop {
+                        let table = gate.table();
+                        if table.generation >= now {
+                            break table;
+                        }
+                        std::thread::yield_now();
+                    }
+                });
             }
             self.arguments_hold()?;
             // The target's state last: no user code (an argument's `Serialize` included) runs
             // between this read and the re-check of each gate's state below.
             self.evidence_holds()?;
             let settled = self.gates.iter().zip(&self.held).all(|(gate, held)| {
-                gate.inner.table.load().generation <= held.current().generation
+                gate.inner.generation.load(Ordering::Acquire) <= held.current().generation
             });
             if settled {
                 self.approval_unexpired()?;

@@ -304,7 +304,8 @@ pub(super) fn ruled(
     // Reading the arguments ran their `Serialize`, the application's code, which may have waited:
     // the gate may have been lowered, its session tainted or its policy replaced meanwhile. Then the
     // full decision decides the call as the gate is now.
-    let unchanged = gate.state() == state && gate.inner.table.load().generation <= table.generation;
+    let unchanged =
+        gate.state() == state && gate.inner.generation.load(Ordering::Acquire) <= table.generation;
     unchanged.then(|| Ok(Permit::unaudited()))
 }
 
