@@ -339,6 +339,76 @@ fn last_token(pending: &Pending) -> String {
         .clone()
 }
 
+/// The arguments the log and the operator are shown for `tool` called with `arguments`: every audit
+/// record of the call, and the two-step request the operator is handed.
+fn shown_for(tool: &str, arguments: Value) -> String {
+    runtime().block_on(async {
+        let sink = Arc::new(Memory::default());
+        let pending: Pending = Arc::default();
+        let gate = full_auto(&sink);
+        let client = connect(desk_server(&gate, &pending)).await;
+        let said = call(&client, tool, arguments).await;
+        assert_eq!(code_of(&said), "APPROVAL_PENDING", "{said:?}");
+        let told = pending.lock().unwrap().last().cloned().expect("told");
+        let records = serde_json::to_string(&sink.records()).unwrap();
+        assert!(records.contains(tool), "{records}");
+        format!(
+            "operator: {}\nlog: {records}\nclient: {said:?}",
+            told.arguments
+        )
+    })
+}
+
+/// g21_01. Attack: the redacted password is sent under another name (`pw`) and kept in a wrapper
+/// that serializes as `***`, as secret wrappers are written, so that the value the gate reads from
+/// the typed field is not the value the call's JSON holds. docs/mcp.md: a redacted field "is hidden by
+/// its name and by its value wherever the call's JSON holds it, since serde may read it under another
+/// name". Asserted: the password is in no record and not in what the operator is shown.
+#[test]
+fn g21_01_a_redacted_field_renamed_and_masked_is_shown_to_no_one() {
+    let shown = shown_for(
+        "g21_login_masked",
+        json!({"user": "olga", "pw": "g21-01-hunter2"}),
+    );
+    assert!(!shown.contains("g21-01-hunter2"), "{shown}");
+    assert!(shown.contains("[REDACTED]"), "{shown}");
+}
+
+/// g21_02. Attack: the redacted password, renamed `pw`, is trimmed as it is read: the value sent
+/// (with its spaces) is not the value the body gets. Asserted: the password, with or without its
+/// spaces, is in no record and not in what the operator is shown.
+#[test]
+fn g21_02_a_redacted_field_renamed_and_trimmed_is_shown_to_no_one() {
+    let shown = shown_for(
+        "g21_login_trimmed",
+        json!({"user": "olga", "pw": "  g21-02-hunter2 "}),
+    );
+    assert!(!shown.contains("g21-02-hunter2"), "{shown}");
+    assert!(shown.contains("[REDACTED]"), "{shown}");
+}
+
+/// g21_03. Attack: the redacted PIN, renamed `code`, is sent as a string with a leading zero and read
+/// as a number: the typed field (`4271903`) is nowhere in the JSON (`"04271903"`). Asserted: the PIN,
+/// in either form, is in no record and not in what the operator is shown.
+#[test]
+fn g21_03_a_redacted_number_read_from_a_renamed_string_is_shown_to_no_one() {
+    let shown = shown_for("g21_login_pin", json!({"user": "olga", "code": "04271903"}));
+    assert!(!shown.contains("4271903"), "{shown}");
+    assert!(shown.contains("[REDACTED]"), "{shown}");
+}
+
+/// A redacted field that the gate can find is hidden alone: the call's other arguments stay readable
+/// for the operator who approves it.
+#[test]
+fn g21_01b_a_redacted_field_found_by_its_value_hides_it_alone() {
+    let shown = shown_for(
+        "g21_pay_redacted",
+        json!({"to": "g21-01b-mallory", "account": "g21-01b-acct"}),
+    );
+    assert!(!shown.contains("g21-01b-acct"), "{shown}");
+    assert!(shown.contains("g21-01b-mallory"), "{shown}");
+}
+
 /// g21_04. Attack: an operator approves a payment from one redacted account; the agent then calls the
 /// same tool with another account. Redaction hides the value from the approver, and the binding must
 /// not be made of what the approver saw. docs/mcp.md: "A two-step approval is bound to the call's
@@ -988,6 +1058,61 @@ async fn oauth_vault(
 
 fn bearer_of(key: &TestKey, resource: &str, sub: &str) -> String {
     format!("Bearer {}", key.sign(&claims(resource, sub, "vault:write")))
+}
+
+/// g21_16. Attack: alice and bob are subjects of one OAuth scope, whose rule maps both to one gate
+/// (as docs/mcp.md's OAuth example builds it). The operator approves alice's wipe of a shelf; bob, who
+/// saw the request go by, sends the very same call. SECURITY.md 15: "A two-step answer is bound to the
+/// call's principal"; 16: "Subjects sharing a gate never share a session". Asserted: bob's call files a
+/// request of its own, naming him, and does not run; alice's approved call then runs once.
+#[test]
+fn g21_16_an_approval_given_to_one_subject_does_not_run_another_s_call() {
+    runtime().block_on(async {
+        let gate = Gate::builder()
+            .mode(Mode::FullAuto)
+            .two_step_approvals()
+            .principal("writer")
+            .build()
+            .unwrap();
+        let pending: Pending = Arc::default();
+        let key = TestKey::ed25519("g21-16");
+        let (addr, resource) = oauth_vault(&gate, &pending, &key).await;
+        let (alice, bob) = (
+            bearer_of(&key, &resource, "alice"),
+            bearer_of(&key, &resource, "bob"),
+        );
+        let wipe = json!({"shelf": "g21-16-a"});
+        let first = http_call(addr, &[&alice], "vault21_wipe", wipe.clone(), None).await;
+        assert_eq!(first.code(), "APPROVAL_PENDING", "{first:?}");
+        let told = pending.lock().unwrap().last().cloned().expect("told");
+        assert_eq!(
+            told.principal.as_deref(),
+            Some("writer (writer:alice)"),
+            "the operator is told whose call it is"
+        );
+        gate.approve(&told.token).unwrap();
+        let by_bob = http_call(addr, &[&bob], "vault21_wipe", wipe.clone(), None).await;
+        assert_eq!(
+            by_bob.code(),
+            "APPROVAL_PENDING",
+            "bob ran alice's approval: {by_bob:?}"
+        );
+        let bobs = pending.lock().unwrap().last().cloned().expect("told");
+        assert_ne!(bobs.token, told.token);
+        assert_eq!(bobs.principal.as_deref(), Some("writer (writer:bob)"));
+        assert!(VAULT_WIPES.lock().unwrap().iter().all(|s| s != "g21-16-a"));
+        let by_alice = http_call(addr, &[&alice], "vault21_wipe", wipe.clone(), None).await;
+        assert_eq!(by_alice.code(), "OK", "{by_alice:?}");
+        let again = http_call(addr, &[&alice], "vault21_wipe", wipe, None).await;
+        assert_ne!(again.code(), "OK", "an approval runs one call: {again:?}");
+        let wiped = VAULT_WIPES
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| *s == "g21-16-a")
+            .count();
+        assert_eq!(wiped, 1);
+    });
 }
 
 /// g21_17. Attack: as g21_16, the operator answers alice's request "for the session"; bob, a subject

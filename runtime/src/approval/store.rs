@@ -39,8 +39,9 @@ pub struct Binding {
     pub risk: Risk,
     /// [`POLICY_VERSION`](toolgate_policy::POLICY_VERSION) of the rules that asked.
     pub policy_version: u32,
-    /// Who the agent acts for ([`GateBuilder::principal`](crate::GateBuilder::principal)): an answer
-    /// to one principal's call never runs another's.
+    /// Who the agent acts for ([`GateBuilder::principal`](crate::GateBuilder::principal)), with the
+    /// principal an MCP transport authenticated where several share the gate (`writer (writer:alice)`):
+    /// an answer to one principal's call never runs another's.
     pub principal: Option<String>,
     /// The gate's agent label: an answer to one agent's call never runs another's.
     pub agent: Option<String>,
@@ -123,7 +124,8 @@ pub struct ApprovalCall {
     /// too.
     pub agent: Option<String>,
     /// Who the agent acts for, as the gate names it
-    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), for an operator to see. The binding
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), with the principal an MCP transport
+    /// authenticated where several share the gate, for an operator to see. The binding
     /// holds it too: an answer is used by the call of the principal it was asked for, never another's.
     pub principal: Option<String>,
     /// What tainted the gate's session, for a call that writes after untrusted input

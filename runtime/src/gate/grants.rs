@@ -1,7 +1,7 @@
 //! Session grants: an approver's "yes, for the rest of this session", kept by the gate (and so shared by
 //! its clones, and gone with it), bounded in number and in time.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::approval::{Grant, SessionGrant};
@@ -18,6 +18,8 @@ struct Held {
     arguments: Option<String>,
     by: String,
     expires: Instant,
+    /// The caller it was given for, where a transport named one: it covers that caller's calls alone.
+    caller: Option<Arc<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +48,7 @@ impl Grants {
         &mut self,
         tool: &str,
         risk: Risk,
+        caller: Option<&str>,
         arguments: impl FnOnce() -> Option<String>,
         now: Instant,
     ) -> Option<(String, bool)> {
@@ -53,7 +56,7 @@ impl Grants {
             return None;
         }
         self.held.retain(|g| now < g.expires);
-        let mine = |g: &&Held| g.tool == tool && risk <= g.risk;
+        let mine = |g: &&Held| g.tool == tool && risk <= g.risk && g.caller.as_deref() == caller;
         if let Some(whole) = self
             .held
             .iter()
@@ -66,7 +69,7 @@ impl Grants {
             return None;
         }
         let arguments = arguments();
-        self.covering(tool, risk, arguments.as_deref(), now)
+        self.covering(tool, risk, caller, arguments.as_deref(), now)
             .map(|by| (by, true))
     }
 
@@ -75,6 +78,7 @@ impl Grants {
         &mut self,
         tool: &str,
         risk: Risk,
+        caller: Option<&str>,
         arguments: Option<&str>,
         now: Instant,
     ) -> Option<String> {
@@ -84,6 +88,7 @@ impl Grants {
             .find(|g| {
                 g.tool == tool
                     && risk <= g.risk
+                    && g.caller.as_deref() == caller
                     && g.arguments.as_deref().is_none_or(|a| Some(a) == arguments)
             })
             .map(|g| g.by.clone())
@@ -112,6 +117,7 @@ impl Grants {
         risk: Risk,
         grant: SessionGrant,
         arguments: Option<String>,
+        caller: Option<Arc<str>>,
         by: &str,
         now: Instant,
     ) -> bool {
@@ -129,6 +135,7 @@ impl Grants {
             arguments: if grant.is_exact() { arguments } else { None },
             by: by.to_owned(),
             expires,
+            caller,
         });
         true
     }
@@ -176,23 +183,24 @@ mod tests {
             Risk::LowWrite,
             SessionGrant::tool(MINUTE),
             None,
+            None,
             "ops",
             t0
         ));
         for risk in Risk::ALL {
-            let covered = grants.covering("a.x", risk, None, t0).is_some();
+            let covered = grants.covering("a.x", risk, None, None, t0).is_some();
             assert_eq!(covered, risk <= Risk::LowWrite, "{risk}");
         }
-        assert_eq!(grants.covering("a.y", Risk::ReadOnly, None, t0), None);
+        assert_eq!(grants.covering("a.y", Risk::ReadOnly, None, None, t0), None);
         let just_before = t0 + MINUTE - Duration::from_nanos(1);
         assert_eq!(
             grants
-                .covering("a.x", Risk::LowWrite, None, just_before)
+                .covering("a.x", Risk::LowWrite, None, None, just_before)
                 .as_deref(),
             Some("ops")
         );
         assert_eq!(
-            grants.covering("a.x", Risk::LowWrite, None, t0 + MINUTE),
+            grants.covering("a.x", Risk::LowWrite, None, None, t0 + MINUTE),
             None
         );
         assert!(
@@ -207,21 +215,68 @@ mod tests {
         let mut grants = Grants::default();
         let exact = SessionGrant::tool(MINUTE).exact_arguments();
         assert!(
-            !grants.grant("a.x", Risk::HighWrite, exact, None, "ops", t0),
+            !grants.grant("a.x", Risk::HighWrite, exact, None, None, "ops", t0),
             "nothing to bind to"
         );
-        assert!(grants.grant("a.x", Risk::HighWrite, exact, Some("d1".into()), "ops", t0));
+        assert!(grants.grant(
+            "a.x",
+            Risk::HighWrite,
+            exact,
+            Some("d1".into()),
+            None,
+            "ops",
+            t0
+        ));
         assert!(
             grants
-                .covering("a.x", Risk::HighWrite, Some("d1"), t0)
+                .covering("a.x", Risk::HighWrite, None, Some("d1"), t0)
                 .is_some()
         );
         assert!(
             grants
-                .covering("a.x", Risk::HighWrite, Some("d2"), t0)
+                .covering("a.x", Risk::HighWrite, None, Some("d2"), t0)
                 .is_none()
         );
-        assert!(grants.covering("a.x", Risk::HighWrite, None, t0).is_none());
+        assert!(
+            grants
+                .covering("a.x", Risk::HighWrite, None, None, t0)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_grant_given_for_one_caller_covers_no_other() {
+        let t0 = Instant::now();
+        let mut grants = Grants::default();
+        let whole = SessionGrant::tool(MINUTE);
+        assert!(grants.grant(
+            "a.x",
+            Risk::HighWrite,
+            whole,
+            None,
+            Some("w:alice".into()),
+            "ops",
+            t0
+        ));
+        assert!(
+            grants
+                .covering("a.x", Risk::HighWrite, Some("w:alice"), None, t0)
+                .is_some()
+        );
+        for other in [None, Some("w:bob"), Some("w:alice ")] {
+            assert!(
+                grants
+                    .covering("a.x", Risk::ReadOnly, other, None, t0)
+                    .is_none(),
+                "{other:?}"
+            );
+            assert!(
+                grants
+                    .covering_with("a.x", Risk::ReadOnly, other, || Some("d".into()), t0)
+                    .is_none(),
+                "{other:?}"
+            );
+        }
     }
 
     #[test]
@@ -232,15 +287,23 @@ mod tests {
         assert_eq!(grant.ttl(), SessionGrant::MAX_TTL, "cut to a day");
         for i in 0..MAX_GRANTS {
             let tool = if i % 2 == 0 { "a.x" } else { "a.y" };
-            assert!(grants.grant(tool, Risk::HighWrite, grant, None, "ops", t0));
+            assert!(grants.grant(tool, Risk::HighWrite, grant, None, None, "ops", t0));
         }
         assert!(
-            !grants.grant("a.z", Risk::HighWrite, grant, None, "ops", t0),
+            !grants.grant("a.z", Risk::HighWrite, grant, None, None, "ops", t0),
             "bounded"
         );
         assert_eq!(grants.revoke(Some("a.x")), MAX_GRANTS / 2);
-        assert!(grants.covering("a.x", Risk::ReadOnly, None, t0).is_none());
-        assert!(grants.covering("a.y", Risk::ReadOnly, None, t0).is_some());
+        assert!(
+            grants
+                .covering("a.x", Risk::ReadOnly, None, None, t0)
+                .is_none()
+        );
+        assert!(
+            grants
+                .covering("a.y", Risk::ReadOnly, None, None, t0)
+                .is_some()
+        );
         assert_eq!(grants.revoke(None), MAX_GRANTS / 2);
         assert!(grants.live(t0).is_empty());
     }

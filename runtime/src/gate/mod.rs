@@ -8,6 +8,7 @@ pub(crate) mod ambient;
 pub mod budget;
 pub(crate) mod builder;
 pub(crate) mod call;
+pub(crate) mod caller;
 pub(crate) mod compile;
 pub(crate) mod decide;
 pub(crate) mod denied;

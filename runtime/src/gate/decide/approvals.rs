@@ -124,7 +124,8 @@ impl Gate {
             )));
         };
         let agent = self.inner.agent.as_deref().map(str::to_owned);
-        let principal = self.principal().map(str::to_owned);
+        let caller = crate::gate::caller::current();
+        let principal = crate::gate::caller::principal_of(self.principal(), caller.as_deref());
         let taint = self.taint_of(risk.get()).cloned();
         let call = ApprovalCall {
             binding: Binding::new(manifest.id, digest, shown_digest, risk.get())
@@ -219,7 +220,14 @@ impl Gate {
             return None;
         }
         let binding = || arguments.binding().map(|(digest, _)| digest);
-        grants.covering_with(entry.manifest.id, risk.get(), binding, Instant::now())
+        let caller = crate::gate::caller::current();
+        grants.covering_with(
+            entry.manifest.id,
+            risk.get(),
+            caller.as_deref(),
+            binding,
+            Instant::now(),
+        )
     }
 
     /// An approver's answer, carried out; `None`: it panicked, which is a rejection. A session grant it

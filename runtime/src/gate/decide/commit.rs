@@ -351,15 +351,20 @@ impl Gate {
                 Err(_) => return,
             }
         }
+        let caller = crate::gate::caller::current();
+        // A grant for one caller of a gate several share is not the gate's: the inlined check, which
+        // knows no caller, never uses it.
+        let anyone = caller.is_none();
         let made = held.grant(
             entry.manifest.id,
             risk.get(),
             grant,
             binding.as_ref().map(|(digest, _)| digest.clone()),
+            caller,
             by,
             now,
         );
-        if !made || self.inner.audit.is_some() {
+        if !made || !anyone || self.inner.audit.is_some() {
             return;
         }
         // A grant of the whole tool at its declared risk or above, in a gate that keeps no record: the

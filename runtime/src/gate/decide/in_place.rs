@@ -161,26 +161,29 @@ impl InPlaceCall {
     /// The arguments as records, approvers and rules see them, where the tool redacts some: each
     /// argument `redact` names hidden, and every value its check read from a redacted field of the
     /// typed arguments (`typed`) hidden wherever the JSON holds it, since serde may read a field
-    /// under another name (`rename`, `alias`) or from the top level (`flatten`). A redacted field that
-    /// is not `Serialize` cannot be found by its value: then every argument is hidden. `None`: nothing
-    /// to hide.
+    /// under another name (`rename`, `alias`) or from the top level (`flatten`). Every argument is
+    /// hidden where a redacted field cannot be found: it is not `Serialize`, or a value it holds is
+    /// nowhere in the JSON as it serializes (its type trims what it reads, parses a number from a
+    /// string, or serializes masked, as secret wrappers do), so the JSON holds it in another form.
+    /// `None`: nothing to hide.
     pub(super) fn shown(&self, typed: &CallInfo<'_>) -> Option<serde_json::Value> {
         let redact = self.entry.behaviour.redact;
         if redact.is_empty() {
             return None;
         }
-        let unwritable = typed.arguments.iter().any(ArgRef::redacted_unwritable);
         let mut secrets = Vec::new();
         for value in typed.arguments.iter().filter_map(ArgRef::redacted_json) {
             leaves(value, &mut secrets);
         }
+        let unfound = typed.arguments.iter().any(ArgRef::redacted_unwritable)
+            || !secrets.iter().all(|secret| self.holds(secret));
         let mut shown = self.arguments.clone();
         if let serde_json::Value::Object(map) = &mut shown {
             for (name, value) in map.iter_mut() {
                 if name == "self" {
                     continue;
                 }
-                if unwritable || redact.contains(&name.as_str()) {
+                if unfound || redact.contains(&name.as_str()) {
                     *value = serde_json::Value::from("[REDACTED]");
                 } else {
                     hide(value, &secrets);
@@ -188,6 +191,23 @@ impl InPlaceCall {
             }
         }
         Some(shown)
+    }
+
+    /// Whether the call's JSON, its handler aside, holds `leaf` as a value, at any depth.
+    fn holds(&self, leaf: &serde_json::Value) -> bool {
+        fn within(value: &serde_json::Value, leaf: &serde_json::Value) -> bool {
+            match value {
+                serde_json::Value::Object(map) => map.values().any(|v| within(v, leaf)),
+                serde_json::Value::Array(items) => items.iter().any(|v| within(v, leaf)),
+                other => other == leaf,
+            }
+        }
+        match &self.arguments {
+            serde_json::Value::Object(map) => map
+                .iter()
+                .any(|(name, value)| name != "self" && within(value, leaf)),
+            other => within(other, leaf),
+        }
     }
 
     /// Whether the client named an argument `self`, which would pass for the handler instance.
@@ -204,13 +224,13 @@ impl InPlaceCall {
     }
 }
 
-/// The strings and numbers in `value`, at any depth: what a redacted field holds.
+/// The strings, numbers and booleans in `value`, at any depth: what a redacted field holds.
 fn leaves(value: serde_json::Value, into: &mut Vec<serde_json::Value>) {
     match value {
         serde_json::Value::Object(map) => map.into_iter().for_each(|(_, v)| leaves(v, into)),
         serde_json::Value::Array(items) => items.into_iter().for_each(|v| leaves(v, into)),
-        leaf @ (serde_json::Value::String(_) | serde_json::Value::Number(_)) => into.push(leaf),
-        serde_json::Value::Null | serde_json::Value::Bool(_) => {}
+        serde_json::Value::Null => {}
+        leaf => into.push(leaf),
     }
 }
 

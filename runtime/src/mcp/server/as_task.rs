@@ -23,6 +23,7 @@ impl ToolgateServer {
     pub(super) fn wait_as_task(
         &self,
         gate: &Gate,
+        caller: Option<Arc<str>>,
         target: Target,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -63,7 +64,10 @@ impl ToolgateServer {
                 // with its answer, the task's own is `tasks/cancel`.
                 let mut retry = context.clone();
                 retry.ct = Default::default();
-                let ran = match server.dispatch(&gate, target, request.clone(), retry).await {
+                let ran = match server
+                    .dispatch(&gate, caller.clone(), target, request.clone(), retry)
+                    .await
+                {
                     Ok(ran) => ran,
                     Err(error) => {
                         tasks.complete(&task_id, refusal(McpCode::UnknownTool, &error.message));

@@ -64,6 +64,23 @@ enum Of {
 }
 
 impl Caller {
+    /// The principal its transport authenticated, where it names one (over HTTP): a two-step
+    /// approval and a session grant are bound to it, as well as to the gate's own principal, since
+    /// several principals may share a gate.
+    pub(super) fn name(&self) -> Option<Arc<str>> {
+        match &self.of {
+            #[cfg(feature = "mcp-http")]
+            Of::Principal(name) => Some(Arc::clone(name)),
+            Of::Connection(_) => None,
+        }
+    }
+
+    /// Who the call is made for, as an operator is shown it: the gate's principal, and the caller's
+    /// where it is another name.
+    pub(super) fn principal(&self) -> Option<String> {
+        crate::gate::caller::principal_of(self.gate.principal(), self.name().as_deref())
+    }
+
     /// The session a request's in-band approval states and tasks are bound to.
     pub(super) fn session(&self) -> Arc<str> {
         match &self.of {

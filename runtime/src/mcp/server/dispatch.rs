@@ -52,7 +52,23 @@ impl ToolgateServer {
 
     /// Runs the call through its gate: a `callable` tool through the registry, a tool of the handler
     /// as its declared method, whose own check decides it with the call's arguments.
+    /// `caller`: the principal the transport authenticated, where it names one.
     pub(super) async fn dispatch(
+        &self,
+        gate: &Gate,
+        caller: Option<std::sync::Arc<str>>,
+        target: Target,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Ran, ErrorData> {
+        let call = self.dispatch_for(gate, target, request, context);
+        match caller {
+            Some(caller) => crate::gate::caller::acting_for(caller, call).await,
+            None => call.await,
+        }
+    }
+
+    async fn dispatch_for(
         &self,
         gate: &Gate,
         target: Target,

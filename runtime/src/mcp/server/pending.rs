@@ -30,7 +30,8 @@ pub struct PendingApproval {
     /// ([`Denied::approval_request_id`](crate::Denied::approval_request_id)).
     pub request_id: Option<String>,
     /// Who the agent acts for, as the caller's gate names it
-    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)).
+    /// ([`GateBuilder::principal`](crate::GateBuilder::principal)), and the principal the transport
+    /// authenticated where it is another name: `writer (writer:alice)`.
     pub principal: Option<String>,
     /// What tainted the caller's session, if anything has ([`Gate::taint`](crate::Gate::taint)): the
     /// agent has read untrusted output, and the arguments may come from it. Show it to the operator.

@@ -95,7 +95,9 @@ impl ToolgateServer {
             let mut request = request;
             request.request_state = None;
             request.input_responses = None;
-            let ran = self.dispatch(gate, target, request, context).await?;
+            let ran = self
+                .dispatch(gate, caller.name(), target, request, context)
+                .await?;
             return ran.into_response();
         }
         // What a call that waits for an approval is answered with needs after the call has been
@@ -106,7 +108,9 @@ impl ToolgateServer {
         let retry = client
             .takes_tasks
             .then(|| (request.clone(), context.clone()));
-        let ran = self.dispatch(gate, target, request, context).await?;
+        let ran = self
+            .dispatch(gate, caller.name(), target, request, context)
+            .await?;
         if let Some(denied) = ran.denied()
             && let Some(token) = denied.approval_token()
         {
@@ -114,8 +118,9 @@ impl ToolgateServer {
             // The latch never opens again: what tainted the session before the decision still does.
             let taint = gate.taint();
             if let Some(in_band) = in_band {
+                let principal = caller.principal();
                 let about = About {
-                    principal: gate.principal(),
+                    principal: principal.as_deref(),
                     taint: taint.as_ref(),
                 };
                 return Ok(in_band
@@ -132,7 +137,7 @@ impl ToolgateServer {
                     arguments: shown_arguments(tool, &arguments, denied),
                     token: token.to_owned(),
                     request_id: denied.approval_request_id().map(str::to_owned),
-                    principal: gate.principal().map(str::to_owned),
+                    principal: caller.principal(),
                     taint,
                     instance: match target {
                         Target::InPlace(_) => Some(self.handler_label.to_string()),
@@ -154,6 +159,7 @@ impl ToolgateServer {
                 return Ok(
                     match self.wait_as_task(
                         gate,
+                        caller.name(),
                         target,
                         request,
                         context,
