@@ -15,9 +15,11 @@ use rmcp::model::{
     GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResult,
     Reference, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
-    ServerConfig,
+    ServerConfig, SubscriptionFilter,
 };
-use rmcp::service::{RequestContext, RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    RequestContext, RoleClient, RunningService, ServiceError, SubscriptionContext,
+};
 use rmcp::{ClientHandler, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use toolgate::audit::{AuditRecord, Decision, MemorySink, Stage};
 use toolgate::mcp::{REFUSED, ToolgateServer};
@@ -598,5 +600,71 @@ fn a_completion_of_a_refused_prompt_or_template_is_refused_before_the_handler_co
         assert_eq!(cloud.completions.load(Ordering::SeqCst), 2);
         assert_eq!(refused_records(&log).len(), 3);
         assert!(log.records().iter().all(|r| r.stage != Stage::Read));
+    });
+}
+
+/// A handler that accepts subscriptions to resource updates and counts the ones it was handed.
+#[derive(Clone, Default)]
+struct Watcher {
+    listens: Arc<AtomicUsize>,
+}
+
+impl ServerHandler for Watcher {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .build(),
+        )
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        self.listens.fetch_add(1, Ordering::SeqCst);
+        context.cancelled().await;
+        Ok(())
+    }
+}
+
+/// Updates of a resource say when it changes: a subscription naming a resource the caller's gate would
+/// not let it read is refused, with the read's code, before the handler listens; one naming only
+/// resources it may read reaches the handler.
+#[test]
+fn a_subscription_to_a_resource_the_gate_refuses_is_refused_before_the_handler_listens() {
+    runtime().block_on(async {
+        let watcher = Watcher::default();
+        let server = ToolgateServer::new(Gate::new(Mode::PartialAuto).unwrap())
+            .handler(watcher.clone())
+            .resource_risk("cloud://secrets/*", Risk::HighWrite);
+        // Subscriptions are of the 2026-07-28 protocol.
+        let client = crate::fixtures::handlers::connect(server).await;
+        let refused = SubscriptionFilter::builder()
+            .resource_subscriptions(["cloud://runbook", "cloud://secrets/db"])
+            .build();
+        let mut subscription = client.listen(refused).await.expect("acknowledged");
+        let ended = tokio::time::timeout(Duration::from_secs(10), subscription.next())
+            .await
+            .expect("ended in time");
+        assert_eq!(refusal_code(ended.expect_err("refused")), "ABOVE_CEILING");
+        assert_eq!(watcher.listens.load(Ordering::SeqCst), 0);
+
+        let allowed = SubscriptionFilter::builder()
+            .resource_subscriptions(["cloud://runbook"])
+            .build();
+        let _subscription = client.listen(allowed).await.expect("acknowledged");
+        for _ in 0..200 {
+            if watcher.listens.load(Ordering::SeqCst) == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the handler never listened to an allowed subscription");
     });
 }

@@ -147,6 +147,11 @@ impl ServerHandler for ToolgateServer {
             prompts: accepted.prompts_list_changed == Some(true),
         };
         let gate = self.caller(&context.request_context().extensions).gate;
+        // Updates of a resource tell when it changes: a subscription is decided as a read of each
+        // resource it names, and one the caller's gate refuses is refused whole.
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            self.decide_subscription(&gate, uri)?;
+        }
         let handler = self.handler.as_ref().filter(|h| {
             h.accepted_subscription_filter(context.requested())
                 .is_some()

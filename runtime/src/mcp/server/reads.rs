@@ -77,6 +77,12 @@ impl ToolgateServer {
             .map_err(|refusal| read_refused(refusal.code.into(), &refusal.message))
     }
 
+    /// A subscription to the updates of the resource `uri`, decided as a read of it that does not
+    /// read what it holds.
+    pub(super) fn decide_subscription(&self, gate: &Gate, uri: &str) -> Result<(), ErrorData> {
+        self.decide(gate, ReadKind::Resource, uri, false)
+    }
+
     /// `resources/read`: decided by the caller's gate, then read by the handler.
     pub(super) async fn read_gated(
         &self,
