@@ -22,6 +22,14 @@ struct Held {
     caller: Option<Arc<str>>,
 }
 
+/// What a grant is bound to besides its tool: the binding digest of the granted arguments (for an
+/// exact grant), and the caller a transport authenticated.
+#[derive(Debug, Default)]
+pub(crate) struct Bound {
+    pub(crate) arguments: Option<String>,
+    pub(crate) caller: Option<Arc<str>>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Grants {
     held: Vec<Held>,
@@ -116,11 +124,11 @@ impl Grants {
         tool: &'static str,
         risk: Risk,
         grant: SessionGrant,
-        arguments: Option<String>,
-        caller: Option<Arc<str>>,
+        bound: Bound,
         by: &str,
         now: Instant,
     ) -> bool {
+        let Bound { arguments, caller } = bound;
         self.held.retain(|g| now < g.expires);
         if self.held.len() >= MAX_GRANTS || (grant.is_exact() && arguments.is_none()) {
             return false;
@@ -182,8 +190,7 @@ mod tests {
             "a.x",
             Risk::LowWrite,
             SessionGrant::tool(MINUTE),
-            None,
-            None,
+            Bound::default(),
             "ops",
             t0
         ));
@@ -215,15 +222,17 @@ mod tests {
         let mut grants = Grants::default();
         let exact = SessionGrant::tool(MINUTE).exact_arguments();
         assert!(
-            !grants.grant("a.x", Risk::HighWrite, exact, None, None, "ops", t0),
+            !grants.grant("a.x", Risk::HighWrite, exact, Bound::default(), "ops", t0),
             "nothing to bind to"
         );
         assert!(grants.grant(
             "a.x",
             Risk::HighWrite,
             exact,
-            Some("d1".into()),
-            None,
+            Bound {
+                arguments: Some("d1".into()),
+                caller: None
+            },
             "ops",
             t0
         ));
@@ -253,8 +262,10 @@ mod tests {
             "a.x",
             Risk::HighWrite,
             whole,
-            None,
-            Some("w:alice".into()),
+            Bound {
+                arguments: None,
+                caller: Some("w:alice".into())
+            },
             "ops",
             t0
         ));
@@ -287,10 +298,10 @@ mod tests {
         assert_eq!(grant.ttl(), SessionGrant::MAX_TTL, "cut to a day");
         for i in 0..MAX_GRANTS {
             let tool = if i % 2 == 0 { "a.x" } else { "a.y" };
-            assert!(grants.grant(tool, Risk::HighWrite, grant, None, None, "ops", t0));
+            assert!(grants.grant(tool, Risk::HighWrite, grant, Bound::default(), "ops", t0));
         }
         assert!(
-            !grants.grant("a.z", Risk::HighWrite, grant, None, None, "ops", t0),
+            !grants.grant("a.z", Risk::HighWrite, grant, Bound::default(), "ops", t0),
             "bounded"
         );
         assert_eq!(grants.revoke(Some("a.x")), MAX_GRANTS / 2);

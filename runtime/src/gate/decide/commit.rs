@@ -359,8 +359,10 @@ impl Gate {
             entry.manifest.id,
             risk.get(),
             grant,
-            binding.as_ref().map(|(digest, _)| digest.clone()),
-            caller,
+            grants::Bound {
+                arguments: binding.as_ref().map(|(digest, _)| digest.clone()),
+                caller,
+            },
             by,
             now,
         );

@@ -1,15 +1,13 @@
 //! A call that waits for an operator, made a task: tried again until the operator has decided.
 
-use std::sync::Arc;
-
 use rmcp::RoleServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use rmcp::service::RequestContext;
 
 use super::builder::ToolgateServer;
+use super::caller::Caller;
 use super::dispatch::Target;
 use super::results::{error_object, refusal, task_error};
-use crate::gate::Gate;
 use crate::mcp::codes::McpCode;
 use crate::mcp::tasks::{TASK_POLL_FIRST, TASK_POLL_MAX, TooManyTasks};
 use toolgate_policy::DenialCode;
@@ -22,14 +20,14 @@ impl ToolgateServer {
     /// one, which no operator was told of), or when the task's deadline has passed.
     pub(super) fn wait_as_task(
         &self,
-        gate: &Gate,
-        caller: Option<Arc<str>>,
+        caller: &Caller,
         target: Target,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
         token: &str,
-        owner: &Arc<str>,
     ) -> Result<rmcp::model::CreateTaskResult, TooManyTasks> {
+        let (gate, owner) = (&caller.gate, &caller.session());
+        let caller = caller.name();
         let id = target.tool().manifest().id;
         let created = self.tasks.create(
             owner,

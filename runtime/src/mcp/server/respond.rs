@@ -157,15 +157,7 @@ impl ToolgateServer {
             {
                 let token = token.to_owned();
                 return Ok(
-                    match self.wait_as_task(
-                        gate,
-                        caller.name(),
-                        target,
-                        request,
-                        context,
-                        &token,
-                        &caller.session(),
-                    ) {
+                    match self.wait_as_task(caller, target, request, context, &token) {
                         Ok(created) => created.into(),
                         Err(too_many) => {
                             refusal(McpCode::TooManyTasks, &too_many.to_string()).into()
