@@ -34,6 +34,7 @@ mod g17_in_place;
 mod g18_policy_only_narrows;
 mod g19_irreversible;
 mod g21_attacks_in_place;
+mod g22_attacks_round;
 
 mod audit_cli;
 mod by_name;
