@@ -267,15 +267,11 @@ impl<'a> ArgRef<'a> {
         }
     }
 
-    /// Whether this is a redacted argument whose value cannot be written (not `Serialize`).
-    pub(crate) fn redacted_unwritable(&self) -> bool {
-        matches!(self.value, ArgValue::Redacted(None))
-    }
-
-    /// The value of a redacted argument, as JSON, where it is serializable.
-    pub(crate) fn redacted_json(&self) -> Option<serde_json::Value> {
+    /// A redacted argument: its name, and its value as JSON where it can be written (`None`: not
+    /// `Serialize`, or its `Serialize` failed).
+    pub(crate) fn redacted(&self) -> Option<(&'static str, Option<serde_json::Value>)> {
         match self.value {
-            ArgValue::Redacted(Some(value)) => value.to_value().ok(),
+            ArgValue::Redacted(value) => Some((self.name, value.and_then(|v| v.to_value().ok()))),
             _ => None,
         }
     }

@@ -160,23 +160,35 @@ impl InPlaceCall {
 
     /// The arguments as records, approvers and rules see them, where the tool redacts some: each
     /// argument `redact` names hidden, and every value its check read from a redacted field of the
-    /// typed arguments (`typed`) hidden wherever the JSON holds it, since serde may read a field
-    /// under another name (`rename`, `alias`) or from the top level (`flatten`). Every argument is
-    /// hidden where a redacted field cannot be found: it is not `Serialize`, or a value it holds is
-    /// nowhere in the JSON as it serializes (its type trims what it reads, parses a number from a
-    /// string, or serializes masked, as secret wrappers do), so the JSON holds it in another form.
-    /// `None`: nothing to hide.
+    /// typed arguments (`typed`) hidden wherever else the JSON holds it. A redacted field is found
+    /// only where the argument of its own name holds exactly the value its type writes; serde may
+    /// read it elsewhere (`rename`, `alias`, `flatten`), and its type may change what it reads (trim
+    /// it, parse a number from a string, serialize masked as secret wrappers do), so the JSON may
+    /// hold it in a form no search recognises. Where a redacted field is not found, or cannot be
+    /// written (not `Serialize`), every argument is hidden. `None`: nothing to hide.
     pub(super) fn shown(&self, typed: &CallInfo<'_>) -> Option<serde_json::Value> {
         let redact = self.entry.behaviour.redact;
         if redact.is_empty() {
             return None;
         }
         let mut secrets = Vec::new();
-        for value in typed.arguments.iter().filter_map(ArgRef::redacted_json) {
+        let mut unfound = false;
+        for (name, value) in typed.arguments.iter().filter_map(ArgRef::redacted) {
+            let Some(value) = value else {
+                unfound = true;
+                continue;
+            };
+            let sent = match &self.arguments {
+                serde_json::Value::Object(map) => map.get(name),
+                _ => None,
+            };
+            unfound |= match sent {
+                Some(sent) => *sent != value,
+                // An absent field serde read as nothing holds nothing to hide.
+                None => !value.is_null(),
+            };
             leaves(value, &mut secrets);
         }
-        let unfound = typed.arguments.iter().any(ArgRef::redacted_unwritable)
-            || !secrets.iter().all(|secret| self.holds(secret));
         let mut shown = self.arguments.clone();
         if let serde_json::Value::Object(map) = &mut shown {
             for (name, value) in map.iter_mut() {
@@ -191,23 +203,6 @@ impl InPlaceCall {
             }
         }
         Some(shown)
-    }
-
-    /// Whether the call's JSON, its handler aside, holds `leaf` as a value, at any depth.
-    fn holds(&self, leaf: &serde_json::Value) -> bool {
-        fn within(value: &serde_json::Value, leaf: &serde_json::Value) -> bool {
-            match value {
-                serde_json::Value::Object(map) => map.values().any(|v| within(v, leaf)),
-                serde_json::Value::Array(items) => items.iter().any(|v| within(v, leaf)),
-                other => other == leaf,
-            }
-        }
-        match &self.arguments {
-            serde_json::Value::Object(map) => map
-                .iter()
-                .any(|(name, value)| name != "self" && within(value, leaf)),
-            other => within(other, leaf),
-        }
     }
 
     /// Whether the client named an argument `self`, which would pass for the handler instance.
