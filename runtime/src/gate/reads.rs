@@ -35,14 +35,15 @@ pub(crate) enum ReadKind {
 }
 
 impl ReadKind {
-    /// How a record or a refusal names a read of `name`: a URI without its query and fragment,
-    /// which may carry what the log must not (a token); the record's `arguments_digest` is the
-    /// SHA-256 of the whole URI or name.
+    /// How a record or a refusal names a read of `name`: a URI without its user information, query
+    /// and fragment, which may carry what the log must not (a password, a token); the record's
+    /// `arguments_digest` is the SHA-256 of the whole URI or name.
     pub(crate) fn label(self, name: &str) -> String {
         match self {
             ReadKind::Resource => {
                 let end = name.find(['?', '#']).unwrap_or(name.len());
-                format!("resource:{}", &name[..end])
+                let (before, host_on) = split_userinfo(&name[..end]);
+                format!("resource:{before}{host_on}")
             }
             ReadKind::Prompt => format!("prompt:{name}"),
         }
@@ -162,7 +163,8 @@ fn unseen_why(c: char) -> String {
 }
 
 /// How a URI or name reads: [`reading`]; for a URI, its scheme (what comes before the first `:`,
-/// where no `/` does) lowercased and read, then `:` and the rest read as a path from a root, so that no
+/// where no `/` does) lowercased and read, its authority (after `//`) without user information and
+/// lowercased, as a host is read, then `:` and the rest read as a path from a root, so that no
 /// `..` climbs out of it, without that root (`cloud://x/../inventory` reads as `cloud:inventory`). A
 /// pattern with no scheme (`*secrets*`) reads as its path alone, and so reaches a URI's reading as its
 /// text does.
@@ -174,6 +176,17 @@ fn read_form(kind: ReadKind, text: &str) -> String {
                 Some((scheme, rest)) if !scheme.contains('/') => (Some(scheme), rest),
                 _ => (None, text),
             };
+            let rest = match rest.strip_prefix("//") {
+                Some(after) => {
+                    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+                    let authority = &after[..end];
+                    let host = authority
+                        .rsplit_once('@')
+                        .map_or(authority, |(_, host)| host);
+                    format!("//{}{}", host_reading(host), &after[end..])
+                }
+                None => rest.to_owned(),
+            };
             let path = reading(&format!("/{rest}"));
             let path = path.strip_prefix('/').unwrap_or(&path);
             match scheme {
@@ -181,6 +194,31 @@ fn read_form(kind: ReadKind, text: &str) -> String {
                 None => path.to_owned(),
             }
         }
+    }
+}
+
+/// A host as it reads: its compatibility forms folded (`ᴬᴸᴸ` as `ALL`), then without its case, then
+/// [`reading`], so that `ALL`, `all` and `ａｌｌ` are one host.
+fn host_reading(host: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    reading(&host.nfkc().collect::<String>().to_lowercase())
+}
+
+/// `uri` (without its query and fragment) split around its user information (`user:password@`
+/// after `scheme://`): what comes before it, and the host on; the user information is left out.
+fn split_userinfo(uri: &str) -> (&str, &str) {
+    let Some(start) = uri
+        .find("://")
+        .filter(|&at| !uri[..at].contains('/'))
+        .map(|at| at + 3)
+    else {
+        return (uri, "");
+    };
+    let after = &uri[start..];
+    let end = after.find('/').unwrap_or(after.len());
+    match after[..end].rfind('@') {
+        Some(at) => (&uri[..start], &after[at + 1..]),
+        None => (uri, ""),
     }
 }
 
@@ -364,6 +402,33 @@ mod tests {
         assert!(resource("*://inventory", "cloud://\u{456}nventory"));
         assert!(resource("*", "cloud://\u{456}nventory"));
         assert!(!resource("*inventory", "cloud://inventory/eu"));
+        // A host is read without its case, and user information is not part of it.
+        assert!(resource("cloud://inventory*", "cloud://INVENTORY"));
+        assert!(resource("cloud://inventory*", "cloud://Inventory/eu"));
+        assert!(resource("cloud://inventory*", "cloud://ops@inventory"));
+        assert!(resource("cloud://secrets/db", "cloud://ops:x@secrets/db"));
+        assert!(resource("cloud://secrets/db", "cloud://a@b@SECRETS/db"));
+        // A path keeps its case.
+        assert!(!resource("cloud://secrets/db", "cloud://secrets/DB"));
+    }
+
+    #[test]
+    fn a_label_leaves_out_user_information_query_and_fragment() {
+        let label = |uri| ReadKind::Resource.label(uri);
+        assert_eq!(
+            label("cloud://ops:tok3n@billing/q3"),
+            "resource:cloud://billing/q3"
+        );
+        assert_eq!(
+            label("cloud://a@b@billing/q3?k=v#f"),
+            "resource:cloud://billing/q3"
+        );
+        assert_eq!(label("cloud://billing/a@b"), "resource:cloud://billing/a@b");
+        assert_eq!(label("file:///tmp/x?t=1"), "resource:file:///tmp/x");
+        assert_eq!(
+            label("mailto:ops@example.com"),
+            "resource:mailto:ops@example.com"
+        );
     }
 
     #[test]
