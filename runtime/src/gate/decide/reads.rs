@@ -31,20 +31,7 @@ impl Gate {
         let label = kind.label(read.as_str());
         let table = self.inner.table.load();
         let reads = &table.narrowing.reads;
-        if let Some(rule) = reads.denies(kind, read) {
-            let message = format!("{label} is denied by the operator's policy: {}", rule.rule);
-            return Err(self.refuse_read(
-                label,
-                read.as_str(),
-                risk,
-                DenialCode::DenyListed,
-                message,
-            ));
-        }
-        if let Verdict::Refuse(code) = self.read_verdict(risk) {
-            let message = self.why_refused(&label, risk, code);
-            return Err(self.refuse_read(label, read.as_str(), risk, code, message));
-        }
+        self.refuses_read(kind, read, risk, &label)?;
         if content
             && let Some(rule) = reads.records(kind, read)
             && let Some(sink) = &self.inner.audit
@@ -68,6 +55,36 @@ impl Gate {
                 let code = DenialCode::AuditUnavailable;
                 return Err(self.refuse_read(label, read.as_str(), risk, code, message));
             }
+            // The record may have waited on its sink: a policy or mode that changed meanwhile
+            // decides the read, as a call's commit point decides it.
+            self.refuses_read(kind, read, risk, &label)?;
+        }
+        Ok(())
+    }
+
+    /// The refusal of a read of `read` at `risk` under the policy and mode in force now, recorded:
+    /// a deny rule that reaches it, or the mode's verdict.
+    fn refuses_read(
+        &self,
+        kind: ReadKind,
+        read: &ReadName,
+        risk: Risk,
+        label: &str,
+    ) -> Result<(), ReadRefusal> {
+        let table = self.inner.table.load();
+        if let Some(rule) = table.narrowing.reads.denies(kind, read) {
+            let message = format!("{label} is denied by the operator's policy: {}", rule.rule);
+            return Err(self.refuse_read(
+                label.to_owned(),
+                read.as_str(),
+                risk,
+                DenialCode::DenyListed,
+                message,
+            ));
+        }
+        if let Verdict::Refuse(code) = self.read_verdict(risk) {
+            let message = self.why_refused(label, risk, code);
+            return Err(self.refuse_read(label.to_owned(), read.as_str(), risk, code, message));
         }
         Ok(())
     }
