@@ -16,6 +16,11 @@ fn session_id() -> Arc<str> {
 }
 
 impl ToolgateServer {
+    /// This connection's random id.
+    pub(super) fn connection_id(&self) -> Arc<str> {
+        Arc::clone(self.session.get_or_init(session_id))
+    }
+
     /// Who makes a request: the gate that decides it and the session an in-band state is bound to.
     /// Over HTTP, the principal its bearer token maps to (and its gate), for the lifetime of the
     /// principal: the 2026-07-28 protocol has no sessions, and any process behind the address may

@@ -88,7 +88,7 @@ impl ToolgateServer {
                 // Decided by the tool's own check when rmcp's router reaches it, with the call's JSON
                 // arguments: once, right before the body, however long the handler takes to get there.
                 let arguments = request.arguments.clone().unwrap_or_default();
-                let label = self.handler_label.to_string();
+                let label = self.in_place_label(&context);
                 let call = handler.call_declared(request, context);
                 let (call, outcome) = deciding::with_arguments(entry, arguments, label, call);
                 let response = gate.scope(call).await;
@@ -108,6 +108,31 @@ impl ToolgateServer {
                     .await
             }
         }
+    }
+
+    /// The handler instance a call in place runs on, as its `self`, to which an approval is bound:
+    /// the handler's label, and for a handler a factory made for a session, that session (a
+    /// digest of its id), since the session's handler may hold state another session's does not. A
+    /// request of the stateless protocol gets a handler of its own that lives no longer than it, and
+    /// the label alone.
+    pub(super) fn in_place_label(&self, context: &RequestContext<RoleServer>) -> String {
+        if self.factory.is_none() {
+            return self.handler_label.to_string();
+        }
+        #[cfg(feature = "mcp-http")]
+        if let Some(parts) = context.extensions.get::<http::request::Parts>() {
+            return match parts.headers.get("mcp-session-id") {
+                Some(id) => self.session_label(id.as_bytes()),
+                None => self.handler_label.to_string(),
+            };
+        }
+        let _ = context;
+        self.session_label(self.connection_id().as_bytes())
+    }
+
+    fn session_label(&self, session: &[u8]) -> String {
+        let digest = crate::canonical::sha256_hex(session);
+        format!("{} (session {})", self.handler_label, &digest[..12])
     }
 
     async fn call_registry(

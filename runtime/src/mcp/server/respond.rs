@@ -108,6 +108,13 @@ impl ToolgateServer {
         let retry = client
             .takes_tasks
             .then(|| (request.clone(), context.clone()));
+        let instance = match target {
+            Target::InPlace(_) => Some(self.in_place_label(&context)),
+            Target::Registry(tool) => tool
+                .receiver_type()
+                .and_then(|of| self.instances.label_of(of))
+                .map(str::to_owned),
+        };
         let ran = self
             .dispatch(gate, caller.name(), target, request, context)
             .await?;
@@ -139,13 +146,7 @@ impl ToolgateServer {
                     request_id: denied.approval_request_id().map(str::to_owned),
                     principal: caller.principal(),
                     taint,
-                    instance: match target {
-                        Target::InPlace(_) => Some(self.handler_label.to_string()),
-                        Target::Registry(tool) => tool
-                            .receiver_type()
-                            .and_then(|of| self.instances.label_of(of))
-                            .map(str::to_owned),
-                    },
+                    instance,
                     irreversible: tool.manifest().irreversible,
                     target: denied.target().map(str::to_owned),
                     evidence: denied.evidence().map(str::to_owned),
