@@ -237,8 +237,11 @@ impl ToolgateServer {
     /// `StreamableHttpService::new(move || Ok(Handler::new(..)), ..)` does: a handler that keeps
     /// state per session keeps it here too. Over HTTP each session (and each request of a client of
     /// the stateless protocol, 2026-07-28) gets its own; over stdio, the one connection gets the first.
-    /// Every handler made is gated as [`handler`](ToolgateServer::handler)'s is, under the same label
-    /// (operators read one server, whichever session a call came by).
+    /// Every handler made is gated as [`handler`](ToolgateServer::handler)'s is. A call's `self`, to
+    /// which its approval is bound, names the handler's session too (`<label> (session <digest>)`):
+    /// an approval given in one session never runs on another session's handler, which may hold
+    /// other state. A request of the stateless protocol, whose handler lives no longer than it, is
+    /// bound to the label alone.
     ///
     /// # Panics
     ///
