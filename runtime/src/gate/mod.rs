@@ -35,10 +35,10 @@ use crate::gate::compile::{TAINTED, Table, TableInputs, verdict_cell};
 use crate::gate::denylist::DenyRule;
 use crate::gate::error::RaiseRefused;
 use crate::gate::narrowing::Narrowing;
-use crate::registry::ToolManifest;
 use crate::registry::registry;
-use toolgate_policy::Mode;
+use crate::registry::{ToolEntry, ToolManifest};
 use toolgate_policy::{DenialCode, Verdict};
+use toolgate_policy::{Mode, Risk};
 
 /// Decides every call of every `#[tool]`.
 ///
@@ -250,6 +250,27 @@ impl Gate {
     /// The digest of the operator's policy the gate follows (`None`: it follows none).
     pub fn policy_digest(&self) -> Option<Arc<str>> {
         self.inner.table.load().narrowing.digest.clone()
+    }
+
+    /// Whether a call of `entry`, judged at `risk` (its effective risk, escalation included), is
+    /// approved by an operator only, never by a client's in-band form: its manifest says so
+    /// (`out_of_band`, `irreversible`), or the operator's policy the gate follows now does
+    /// (`out_of_band`, `out_of_band_at`). Read at each call, so a replaced policy applies to the next.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        expect(dead_code, reason = "only the MCP server answers approvals in band")
+    )]
+    pub(crate) fn approved_out_of_band(&self, entry: &ToolEntry, risk: Risk) -> bool {
+        if entry.manifest.approved_out_of_band() {
+            return true;
+        }
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        self.inner
+            .table
+            .load()
+            .narrowing
+            .out_of_band(slot, risk)
+            .is_some()
     }
 
     /// Records that a policy was refused and the gate kept the one it follows.

@@ -27,6 +27,8 @@ pub struct Narrowing {
     pub(crate) digest: Option<Arc<str>>,
     pub(crate) ceiling: Option<Limit<Mode>>,
     pub(crate) ask_at: Option<Limit<Risk>>,
+    /// The risk from which a call is approved by an operator only, never in band.
+    pub(crate) out_of_band_at: Option<Limit<Risk>>,
     pub(crate) taint_refuses: Option<Arc<str>>,
     /// Per registry slot (empty where no rule names any tool).
     pub(crate) tools: Vec<ToolRules>,
@@ -48,7 +50,19 @@ pub(crate) struct Limit<T> {
 pub(crate) struct ToolRules {
     pub(crate) deny: Option<Arc<str>>,
     pub(crate) ask: Option<Arc<str>>,
+    /// The rule that keeps its calls for an operator's approval, never a client's form.
+    pub(crate) out_of_band: Option<Arc<str>>,
     pub(crate) arguments: Vec<ArgumentRule>,
+}
+
+impl ToolRules {
+    /// Whether any rule names the tool.
+    pub(crate) fn names_the_tool(&self) -> bool {
+        self.deny.is_some()
+            || self.ask.is_some()
+            || self.out_of_band.is_some()
+            || !self.arguments.is_empty()
+    }
 }
 
 /// A rule on one named argument: the call is refused when the value fails the test.
@@ -134,6 +148,22 @@ impl Narrowing {
                 .filter(|at| risk >= at.value)
                 .map(|at| &at.rule)
         })
+    }
+
+    /// The rule that keeps a call of the tool in `slot`, judged at `risk` (its effective risk,
+    /// escalation included), for an operator's approval, if one does. It only ever adds to what the
+    /// tool's manifest says ([`ToolManifest::approved_out_of_band`]): nothing here takes it away.
+    ///
+    /// [`ToolManifest::approved_out_of_band`]: crate::registry::ToolManifest::approved_out_of_band
+    pub(crate) fn out_of_band(&self, slot: usize, risk: Risk) -> Option<&Arc<str>> {
+        self.tool(slot)
+            .and_then(|t| t.out_of_band.as_ref())
+            .or_else(|| {
+                self.out_of_band_at
+                    .as_ref()
+                    .filter(|at| risk >= at.value)
+                    .map(|at| &at.rule)
+            })
     }
 
     /// `verdict`, the code's, narrowed: a call it allows asks where a rule says so (and is refused
@@ -372,14 +402,11 @@ impl fmt::Debug for Narrowing {
             .field("digest", &self.digest)
             .field("ceiling", &self.ceiling)
             .field("ask_at", &self.ask_at)
+            .field("out_of_band_at", &self.out_of_band_at)
             .field("taint_refuses", &self.taint_refuses)
             .field(
                 "tools",
-                &self
-                    .tools
-                    .iter()
-                    .filter(|t| t.deny.is_some() || t.ask.is_some() || !t.arguments.is_empty())
-                    .count(),
+                &self.tools.iter().filter(|t| t.names_the_tool()).count(),
             )
             .field(
                 "read_rules",

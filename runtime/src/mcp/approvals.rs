@@ -20,7 +20,7 @@ use crate::approval::store::Answer;
 use crate::canonical;
 use crate::gate::denied::Denied;
 use crate::registry::Tool;
-use toolgate_policy::DenialCode;
+use toolgate_policy::{DenialCode, Risk};
 
 /// The key of the approval form in an `InputRequiredResult`'s `inputRequests`, and of its answer in
 /// the retry's `inputResponses`.
@@ -49,10 +49,12 @@ pub enum Approvals {
     /// client retries with the answer. Trusts the client's user interface: whoever controls the client
     /// approves. Falls back to [`Approvals::OutOfBand`] for clients of protocol revisions before
     /// `2026-07-28`, which cannot answer `InputRequired`, and for every call of an `irreversible`
-    /// tool or one declared `out_of_band`: an answer from whoever drives the client (possibly the agent
-    /// itself) confirms a call, it does not authorize one that cannot be undone or that its tool keeps
-    /// for an operator, so such a call always waits for an operator, and a request state sent with it
-    /// is refused.
+    /// tool or one declared `out_of_band`, and every call the operator's policy file keeps for an
+    /// operator (`out_of_band`, `out_of_band_at` at the call's effective risk, in the policy the
+    /// caller's gate follows when the call comes): an answer from whoever drives the client (possibly
+    /// the agent itself) confirms a call, it does not authorize one that cannot be undone or that its
+    /// tool or the operator keeps for an operator, so such a call always waits for an operator, and a
+    /// request state sent with it is refused.
     InBand(InBand),
 }
 
@@ -156,6 +158,7 @@ impl InBand {
             token: token.to_owned(),
             tool: tool.manifest().id.to_owned(),
             arguments: arguments_digest(arguments),
+            risk: denied.risk(),
         };
         let sealed = self
             .codec
@@ -174,7 +177,8 @@ impl InBand {
         InputRequiredResult::new(Some(requests), Some(format!("{STATE_PREFIX}{sealed}")))
     }
 
-    /// Opens a retry's state and reads the user's answer, or says why the retry is refused.
+    /// Opens a retry's state and reads the user's answer, with the risk the call was asked at (its
+    /// effective risk, which its approval is bound to), or says why the retry is refused.
     pub(crate) fn answer(
         &self,
         session: &str,
@@ -182,7 +186,7 @@ impl InBand {
         arguments: &Map<String, Value>,
         sealed: &str,
         responses: Option<&InputResponses>,
-    ) -> Result<(String, Answer), StateRefused> {
+    ) -> Result<(String, Answer, Risk), StateRefused> {
         let sealed = sealed
             .strip_prefix(STATE_PREFIX)
             .ok_or(StateRefused::Invalid)?;
@@ -197,7 +201,7 @@ impl InBand {
             return Err(StateRefused::Mismatch);
         }
         let answer = read_answer(responses.and_then(|r| r.get(APPROVAL_INPUT)));
-        Ok((state.token, answer))
+        Ok((state.token, answer, state.risk))
     }
 }
 
@@ -219,6 +223,8 @@ struct State {
     tool: String,
     #[serde(rename = "a")]
     arguments: String,
+    #[serde(rename = "r")]
+    risk: Risk,
 }
 
 /// Why a retry's request state is refused before the gate is asked; the body does not run.
@@ -234,12 +240,15 @@ pub(crate) enum StateRefused {
     Reused,
     /// An approval of an irreversible call without its target typed back exactly.
     Unconfirmed,
+    /// A state sent with a call that an operator approves only: its tool's manifest says so, or the
+    /// operator's policy in force now does (which may have changed since the form was sent).
+    OutOfBand,
 }
 
 impl StateRefused {
     pub(crate) fn code(self) -> McpCode {
         match self {
-            StateRefused::Invalid => McpCode::ApprovalStateInvalid,
+            StateRefused::Invalid | StateRefused::OutOfBand => McpCode::ApprovalStateInvalid,
             StateRefused::Expired => McpCode::Denied(DenialCode::ApprovalExpired),
             StateRefused::Mismatch => McpCode::Denied(DenialCode::ApprovalMismatch),
             StateRefused::Reused => McpCode::Denied(DenialCode::ApprovalReused),
@@ -267,6 +276,11 @@ impl StateRefused {
             StateRefused::Unconfirmed => format!(
                 "`{tool}` is irreversible, and the approval form was not confirmed by typing the \
                  call's target exactly: it approved nothing; call the tool again"
+            ),
+            StateRefused::OutOfBand => format!(
+                "this call of `{tool}` is approved by an operator only (its tool or the operator's \
+                 policy says so), never by an approval form: the request state approves nothing; \
+                 call the tool again without it, and the call waits for the operator"
             ),
         }
     }
@@ -556,6 +570,7 @@ mod tests {
             token: "token".to_owned(),
             tool: tool.to_owned(),
             arguments: arguments_digest(arguments),
+            risk: Risk::HighWrite,
         };
         in_band
             .codec
@@ -576,10 +591,11 @@ mod tests {
         let state = sealed(&in_band, "one", "t.refund", &arguments);
         let yes = json!({"action": "accept", "content": {"decision": "approve"}});
         let responses = InputResponses::from([(APPROVAL_INPUT.to_owned(), yes)]);
-        let (token, answer) = in_band
+        let (token, answer, risk) = in_band
             .answer("one", "t.refund", &arguments, &state, Some(&responses))
             .unwrap();
         assert_eq!(token, "token");
+        assert_eq!(risk, Risk::HighWrite);
         assert!(matches!(answer, Answer::Approve { .. }));
 
         let refused = |session, tool, arguments: &Map<String, Value>, state: &str| {

@@ -109,7 +109,10 @@
 //!   gate decide the retry, which binds the approval to the exact call: it runs once, and a rejection's
 //!   reason is the tool result. A retry with other arguments is `APPROVAL_MISMATCH`, a replay
 //!   `APPROVAL_REUSED`, a forged state `APPROVAL_STATE_INVALID`, a late one `APPROVAL_EXPIRED`, each a
-//!   refusal the log records; the body does not run. In band trusts the client's user interface:
+//!   refusal the log records; the body does not run. A call of a tool declared `out_of_band` or
+//!   `irreversible`, or one the operator's policy file keeps for an operator (`out_of_band`,
+//!   `out_of_band_at`, at the call's effective risk), gets no form and waits for an operator, and a
+//!   state sent with it is `APPROVAL_STATE_INVALID`. In band trusts the client's user interface:
 //!   whoever controls the client approves. The answer reaches the store on the call's thread (for the
 //!   PostgreSQL store, a wait of at most its timeout).
 //!

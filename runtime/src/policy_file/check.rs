@@ -12,7 +12,7 @@ use super::model::{
 };
 use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc, unknown_keys};
 use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
-use crate::gate::denylist::DenyRule;
+use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::gate::narrowing::{ArgumentTest, compare};
 use crate::gate::reads::{ReadKind, ReadPattern};
 use crate::registry::{Tool, ToolEntry, registry};
@@ -274,13 +274,18 @@ impl<'a> Checker<'a> {
         let mut rules = Rules::default();
         if let Some(ceiling) = &doc.ceiling {
             rules.ceiling = self
-                .named::<Mode>(ceiling, &Mode::NAMES, "mode")
+                .named::<Mode>("ceiling", ceiling, &Mode::NAMES, "mode")
                 .map(|m| self.at(ceiling, m));
         }
         if let Some(ask_at) = &doc.ask_at {
             rules.ask_at = self
-                .named::<Risk>(ask_at, &Risk::NAMES, "risk")
+                .named::<Risk>("ask_at", ask_at, &Risk::NAMES, "risk")
                 .map(|r| self.at(ask_at, r));
+        }
+        if let Some(out_of_band_at) = &doc.out_of_band_at {
+            rules.out_of_band_at = self
+                .named::<Risk>("out_of_band_at", out_of_band_at, &Risk::NAMES, "risk")
+                .map(|r| self.at(out_of_band_at, r));
         }
         if let Some(taint) = &doc.taint {
             if taint.get_ref() == "refuse" {
@@ -299,6 +304,7 @@ impl<'a> Checker<'a> {
         for (key, patterns, list) in [
             ("deny", &doc.deny, &mut rules.deny),
             ("ask", &doc.ask, &mut rules.ask),
+            ("out_of_band", &doc.out_of_band, &mut rules.out_of_band),
         ] {
             for pattern in patterns {
                 if self.pattern(key, pattern) {
@@ -404,7 +410,12 @@ impl<'a> Checker<'a> {
             }
             BudgetScope::tool(tool.get_ref().clone())
         } else if let Some(risk) = &doc.risk {
-            BudgetScope::RiskLevel(self.named::<Risk>(risk, &Risk::NAMES, "risk")?)
+            BudgetScope::RiskLevel(self.named::<Risk>(
+                "budgets.risk",
+                risk,
+                &Risk::NAMES,
+                "risk",
+            )?)
         } else {
             let agent = doc.agent.as_ref().expect("one scope is given");
             if !agent.get_ref() {
@@ -451,8 +462,10 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// The value of `key`, one of `names`; an error naming the key and the value where it is none.
     fn named<T: FromStr>(
         &mut self,
+        key: &str,
         value: &Spanned<String>,
         names: &[&str],
         what: &str,
@@ -463,7 +476,7 @@ impl<'a> Checker<'a> {
                 self.error(
                     value.span().start,
                     format!(
-                        "{:?} is not a {what}: one of {}{}",
+                        "`{key}`: {:?} is not a {what}: one of {}{}",
                         value.get_ref(),
                         names.join(", "),
                         did_you_mean(value.get_ref(), names)
@@ -477,7 +490,13 @@ impl<'a> Checker<'a> {
     /// Checks a deny or ask pattern: valid, and reaching a linked tool.
     fn pattern(&mut self, key: &str, pattern: &Spanned<String>) -> bool {
         if let Err(error) = DenyRule::parse(pattern.get_ref()) {
-            self.error(pattern.span().start, format!("`{key}`: {error}"));
+            let message = match error {
+                DenyRuleError::Invalid { pattern, reason } => {
+                    format!("`{key}` pattern {pattern:?} is not valid: {reason}")
+                }
+                error => format!("`{key}`: {error}"),
+            };
+            self.error(pattern.span().start, message);
             return false;
         }
         if matches!(self.tools, Tools::Shape) {
@@ -674,8 +693,9 @@ impl<'a> Checker<'a> {
         );
     }
 
-    /// Rules that another rule makes dead: an `ask` or an argument rule on a tool every gate it
-    /// reaches refuses anyway, and a ceiling or `ask_at` that `[defaults]` already holds lower.
+    /// Rules that another rule makes dead: an `ask`, an `out_of_band` or an argument rule on a tool
+    /// every gate it reaches refuses anyway, and a ceiling, `ask_at` or `out_of_band_at` that
+    /// `[defaults]` already holds lower.
     fn shadowed(&mut self, sections: &[Section]) {
         let known = self.known();
         let defaults = sections.iter().find(|s| s.scope == Scope::Defaults);
@@ -686,20 +706,26 @@ impl<'a> Checker<'a> {
                 .flat_map(|s| &s.rules.deny)
                 .collect();
             let denied = |tool: &Known<'_>| denies.iter().find(|d| tool.reached_by(&d.value));
-            for ask in &section.rules.ask {
-                let reached: Vec<&Known<'_>> =
-                    known.iter().filter(|k| k.reached_by(&ask.value)).collect();
-                if let Some(by) = reached
-                    .iter()
-                    .map(|e| denied(e))
-                    .collect::<Option<Vec<_>>>()
-                    .and_then(|d| d.first().copied())
-                {
-                    let message = format!(
-                        "`ask` {:?} is dead: every tool it reaches is denied (by {:?} at line {})",
-                        ask.value, by.value, by.line
-                    );
-                    self.errors.push(self.at_error(ask, message));
+            for (key, list) in [
+                ("ask", &section.rules.ask),
+                ("out_of_band", &section.rules.out_of_band),
+            ] {
+                for rule in list {
+                    let reached: Vec<&Known<'_>> =
+                        known.iter().filter(|k| k.reached_by(&rule.value)).collect();
+                    if let Some(by) = reached
+                        .iter()
+                        .map(|e| denied(e))
+                        .collect::<Option<Vec<_>>>()
+                        .and_then(|d| d.first().copied())
+                    {
+                        let message = format!(
+                            "`{key}` {:?} is dead: every tool it reaches is denied (by {:?} at line \
+                             {})",
+                            rule.value, by.value, by.line
+                        );
+                        self.errors.push(self.at_error(rule, message));
+                    }
                 }
             }
             for rule in &section.rules.arguments {
@@ -730,6 +756,18 @@ impl<'a> Checker<'a> {
             {
                 let message = format!(
                     "this ask_at ({}) does nothing: [defaults] asks from {} (line {})",
+                    own.value, held.value, held.line
+                );
+                self.errors.push(self.at_error(own, message));
+            }
+            if let (Some(own), Some(held)) = (
+                &section.rules.out_of_band_at,
+                &defaults.rules.out_of_band_at,
+            ) && own.value >= held.value
+            {
+                let message = format!(
+                    "this out_of_band_at ({}) does nothing: [defaults] keeps every call from {} for \
+                     an operator (line {})",
                     own.value, held.value, held.line
                 );
                 self.errors.push(self.at_error(own, message));
@@ -810,6 +848,7 @@ fn place(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::super::{Direction, PolicyFile};
+    use toolgate_policy::Risk;
 
     /// Every error of `text`, as `line:column: message`.
     fn errors(text: &str) -> Vec<String> {
@@ -904,5 +943,261 @@ mod tests {
         );
         assert!(diff.widens());
         assert!(!new.diff(&new).widens());
+    }
+
+    /// The slot of a tool the unit tests register (`gate::decide::tests`).
+    fn slot(id: &str) -> usize {
+        let entry = crate::registry::registry().entry(id).expect("a test tool");
+        entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize
+    }
+
+    #[test]
+    fn the_approval_channel_keys_are_refused_as_the_files_other_bad_values_are() {
+        let text = "format = 1\n\
+                    [defaults]\n\
+                    out_of_band = [\"scope_test.low_all\", \"scope_test.nothing*\", \"scope test\"]\n\
+                    out_of_band_at = \"HIGH\"\n\
+                    deny = [\"scope_test.read_full\"]\n\
+                    [principals.alice]\n\
+                    out_of_band = [\"scope_test.read_full\", \"scope_test.low_all\", \"scope_test.low_all\"]\n\
+                    [agents.bot]\n\
+                    out_of_band_at = \"LOWWRITE\"\n";
+        let found = errors(text);
+        assert_eq!(found.len(), 6, "{found:#?}");
+        assert!(
+            found[0].starts_with(
+                "3:38: `out_of_band` pattern \"scope_test.nothing*\" matches no linked tool, so it \
+                 does nothing"
+            ),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[1]
+                .starts_with("3:61: `out_of_band` pattern \"scope test\" is not valid: tool ids"),
+            "{}",
+            found[1]
+        );
+        assert!(
+            found[2].starts_with(
+                "4:18: `out_of_band_at`: \"HIGH\" is not a risk: one of READ_ONLY, PROPOSE_ONLY, \
+                 LOW_WRITE, HIGH_WRITE"
+            ),
+            "{}",
+            found[2]
+        );
+        // A rule on a tool every gate it reaches refuses is dead, as an `ask` on it is.
+        assert!(
+            found[3].starts_with(
+                "7:16: `out_of_band` \"scope_test.read_full\" is dead: every tool it reaches is \
+                 denied (by \"scope_test.read_full\" at line 5)"
+            ),
+            "{}",
+            found[3]
+        );
+        assert_eq!(
+            found[4],
+            "7:62: `scope_test.low_all` is listed twice in `out_of_band`"
+        );
+        assert!(
+            found[5].starts_with("9:18: `out_of_band_at`: \"LOWWRITE\" is not a risk")
+                && found[5].ends_with("did you mean `LOW_WRITE`?"),
+            "{}",
+            found[5]
+        );
+        // A table's `out_of_band_at` at or above the defaults' does nothing, as an `ask_at` does.
+        assert_eq!(
+            errors(
+                "format = 1\n[defaults]\nout_of_band_at = \"LOW_WRITE\"\n\
+                 [principals.alice]\nout_of_band_at = \"HIGH_WRITE\"\n"
+            ),
+            [
+                "5:18: this out_of_band_at (HIGH_WRITE) does nothing: [defaults] keeps every call \
+                 from LOW_WRITE for an operator (line 3)"
+            ]
+        );
+        assert_eq!(
+            errors("format = 1\n[defaults]\nout_of_bands = [\"x\"]\n"),
+            ["3:1: unknown key `out_of_bands`; did you mean `out_of_band`?"]
+        );
+    }
+
+    #[test]
+    fn the_approval_channel_keys_reach_the_gates_their_tables_are_for() {
+        let file = PolicyFile::parse(
+            "ops.toml",
+            "format = 1\n\
+             [defaults]\n\
+             out_of_band_at = \"HIGH_WRITE\"\n\
+             [principals.alice]\n\
+             out_of_band = [\"scope_test.low_*\"]\n\
+             [agents.bot]\n\
+             out_of_band_at = \"PROPOSE_ONLY\"\n",
+        )
+        .expect("checks");
+        let (low, read) = (slot("scope_test.low_all"), slot("scope_test.read_all"));
+        let kept = |principal, agent, slot, risk| {
+            file.narrowing(principal, agent)
+                .out_of_band(slot, risk)
+                .map(|rule| rule.to_string())
+        };
+        // By name, whatever the risk, for alice alone.
+        assert_eq!(
+            kept(Some("alice"), None, low, Risk::LowWrite).as_deref(),
+            Some("out_of_band \"scope_test.low_*\" (ops.toml:5:16)")
+        );
+        assert_eq!(kept(Some("bob"), None, low, Risk::LowWrite), None);
+        assert_eq!(kept(None, None, low, Risk::LowWrite), None);
+        // By the risk a call is judged at, not the tool's declared one: the same tool, escalated.
+        assert_eq!(
+            kept(Some("bob"), None, low, Risk::HighWrite).as_deref(),
+            Some("out_of_band_at HIGH_WRITE (ops.toml:3:18)")
+        );
+        assert_eq!(kept(None, None, read, Risk::ReadOnly), None);
+        // The lowest `out_of_band_at` of the tables that apply wins.
+        assert_eq!(
+            kept(None, Some("bot"), read, Risk::ProposeOnly).as_deref(),
+            Some("out_of_band_at PROPOSE_ONLY (ops.toml:7:18)")
+        );
+        assert_eq!(kept(None, Some("bot"), read, Risk::ReadOnly), None);
+        assert!(
+            PolicyFile::parse("ops.toml", "format = 1\n")
+                .unwrap()
+                .narrowing(Some("alice"), Some("bot"))
+                .out_of_band(low, Risk::HighWrite)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_gate_asks_the_policy_it_follows_now() {
+        use crate::gate::Gate;
+        use crate::policy_file::LivePolicy;
+        let entry = |id| crate::registry::registry().entry(id).expect("a test tool");
+        let live = LivePolicy::new(PolicyFile::parse("ops.toml", "format = 1\n").unwrap());
+        let gate = Gate::builder()
+            .mode(toolgate_policy::Mode::FullAuto)
+            .principal("alice")
+            .policy(live.clone())
+            .build()
+            .unwrap();
+        let high = entry("scope_test.high_all");
+        assert!(!gate.approved_out_of_band(high, Risk::HighWrite));
+        live.replace(
+            PolicyFile::parse(
+                "ops.toml",
+                "format = 1\n[principals.alice]\nout_of_band = [\"scope_test.high_all\"]\n",
+            )
+            .unwrap(),
+            "ops",
+        );
+        assert!(gate.approved_out_of_band(high, Risk::HighWrite));
+        assert!(!gate.approved_out_of_band(entry("scope_test.low_all"), Risk::HighWrite));
+        live.replace(
+            PolicyFile::parse(
+                "ops.toml",
+                "format = 1\n[defaults]\nout_of_band_at = \"LOW_WRITE\"\n",
+            )
+            .unwrap(),
+            "ops",
+        );
+        assert!(!gate.approved_out_of_band(high, Risk::ProposeOnly));
+        assert!(gate.approved_out_of_band(entry("scope_test.low_all"), Risk::LowWrite));
+    }
+
+    #[test]
+    fn explain_says_which_rule_keeps_a_call_for_an_operator() {
+        let file = PolicyFile::parse(
+            "ops.toml",
+            "format = 1\n[principals.alice]\nout_of_band = [\"scope_test.high_all\", \"scope_test.read_all\"]\n",
+        )
+        .expect("checks");
+        let explain = |principal, tool| {
+            file.explain(
+                principal,
+                None,
+                toolgate_policy::Mode::FullAuto,
+                tool,
+                &serde_json::json!({}),
+            )
+            .unwrap()
+        };
+        let kept = explain(Some("alice"), "scope_test.high_all");
+        assert_eq!(kept.decision, "asks for an approval");
+        assert_eq!(
+            kept.approval.as_deref(),
+            Some("out_of_band \"scope_test.high_all\" (ops.toml:3:16)")
+        );
+        assert!(
+            kept.to_string().ends_with(
+                "approval: out of band only, by out_of_band \"scope_test.high_all\" (ops.toml:3:16)\n"
+            ),
+            "{kept}"
+        );
+        // Another principal's call asks, and a client's form may answer it.
+        let asked = explain(Some("bob"), "scope_test.high_all");
+        assert_eq!(asked.decision, "asks for an approval");
+        assert_eq!(asked.approval, None);
+        assert!(!asked.to_string().contains("approval:"), "{asked}");
+        // A call that asks for nobody has no channel to keep.
+        let allowed = explain(Some("alice"), "scope_test.read_all");
+        assert_eq!(allowed.decision, "allowed");
+        assert_eq!(allowed.approval, None);
+    }
+
+    #[test]
+    fn an_approval_channel_rule_added_narrows_and_removed_widens() {
+        let old = PolicyFile::parse(
+            "old.toml",
+            "format = 1\n[defaults]\nout_of_band = [\"scope_test.high_all\"]\nout_of_band_at = \"HIGH_WRITE\"\n\
+             [agents.bot]\nout_of_band_at = \"LOW_WRITE\"\n",
+        )
+        .expect("checks");
+        let new = PolicyFile::parse(
+            "new.toml",
+            "format = 1\n[defaults]\nout_of_band_at = \"LOW_WRITE\"\n\
+             [principals.alice]\nout_of_band = [\"scope_test.low_*\"]\n",
+        )
+        .expect("checks");
+        let changes = |old: &PolicyFile, new: &PolicyFile| -> Vec<(Direction, String, String)> {
+            old.diff(new)
+                .changes
+                .into_iter()
+                .map(|c| (c.direction, c.scope, c.what))
+                .collect()
+        };
+        let owned = |d, s: &str, w: &str| (d, s.to_owned(), w.to_owned());
+        assert_eq!(
+            changes(&old, &new),
+            [
+                owned(
+                    Direction::Narrows,
+                    "[defaults]",
+                    "out_of_band_at LOW_WRITE (was HIGH_WRITE), line 3"
+                ),
+                owned(
+                    Direction::Narrows,
+                    "[principals.\"alice\"]",
+                    "out_of_band \"scope_test.low_*\" added, line 5"
+                ),
+                owned(
+                    Direction::Widens,
+                    "[defaults]",
+                    "out_of_band \"scope_test.high_all\" removed (old line 3)"
+                ),
+                owned(
+                    Direction::Widens,
+                    "[agents.\"bot\"]",
+                    "out_of_band_at LOW_WRITE removed (old line 6)"
+                ),
+            ]
+        );
+        assert!(old.diff(&new).widens());
+        assert!(changes(&new, &old).contains(&owned(
+            Direction::Widens,
+            "[defaults]",
+            "out_of_band_at HIGH_WRITE (was LOW_WRITE), line 4"
+        )));
+        assert!(!old.diff(&old).widens());
     }
 }

@@ -8,7 +8,8 @@ use super::model::{At, PolicyErrors, Rules, Scope};
 /// Whether a change takes away or gives back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Direction {
-    /// The new file takes away more: a gate following it may refuse or ask where it did not.
+    /// The new file takes away more: a gate following it may refuse or ask where it did not, or keep
+    /// for an operator a call a client's form approved.
     Narrows,
     /// The new file takes away less than the one before (never more than the code allows).
     Widens,
@@ -100,6 +101,13 @@ impl PolicyFile {
             if let Some((direction, what)) = limit("ask_at", &before.ask_at, &after.ask_at) {
                 push(direction, what);
             }
+            if let Some((direction, what)) = limit(
+                "out_of_band_at",
+                &before.out_of_band_at,
+                &after.out_of_band_at,
+            ) {
+                push(direction, what);
+            }
             match (&before.taint_refuses, &after.taint_refuses) {
                 (None, Some(b)) => push(
                     Direction::Narrows,
@@ -114,6 +122,7 @@ impl PolicyFile {
             for (key, old, new) in [
                 ("deny", &before.deny, &after.deny),
                 ("ask", &before.ask, &after.ask),
+                ("out_of_band", &before.out_of_band, &after.out_of_band),
             ] {
                 list_changes(
                     old,
@@ -164,7 +173,8 @@ impl PolicyFile {
     }
 }
 
-/// The change of a limit that narrows as it goes down (a ceiling, `ask_at`), if it changed.
+/// The change of a limit that narrows as it goes down (a ceiling, `ask_at`, `out_of_band_at`), if it
+/// changed.
 fn limit<T: PartialOrd + fmt::Display>(
     key: &str,
     before: &Option<At<T>>,

@@ -19,13 +19,21 @@ pub struct Explanation {
     pub code: Option<DenialCode>,
     /// The rule that made the decision, with its place, or what in the code did.
     pub rule: String,
+    /// For a call that asks for an approval an operator alone gives (never a client's in-band
+    /// form), what keeps it for one: the rule with its place (`out_of_band`, `out_of_band_at`), or
+    /// the code (a tool declared `out_of_band`, or `irreversible`). `None` otherwise.
+    pub approval: Option<String>,
 }
 
 impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "decision: {}", self.decision)?;
         writeln!(f, "mode:     {}", self.mode)?;
-        writeln!(f, "by:       {}", self.rule)
+        writeln!(f, "by:       {}", self.rule)?;
+        if let Some(approval) = &self.approval {
+            writeln!(f, "approval: out of band only, by {approval}")?;
+        }
+        Ok(())
     }
 }
 
@@ -113,11 +121,26 @@ impl PolicyFile {
                 }
             }
         };
+        // The channel of an approval: the code's say first, since the file only adds to it.
+        let approval = (code.is_none() && verdict == Verdict::NeedsApproval)
+            .then(|| {
+                if manifest.irreversible {
+                    Some(format!("the code: `{tool}` is irreversible"))
+                } else if manifest.out_of_band {
+                    Some(format!("the code: `{tool}` is declared out_of_band"))
+                } else {
+                    narrowing
+                        .out_of_band(slot, manifest.risk_level)
+                        .map(|rule| rule.to_string())
+                }
+            })
+            .flatten();
         Ok(Explanation {
             mode: effective,
             decision,
             code,
             rule,
+            approval,
         })
     }
 }

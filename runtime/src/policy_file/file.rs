@@ -133,6 +133,17 @@ impl PolicyFile {
                     rule: shown(format!("ask_at {}", at.value), self.place(at)),
                 });
             }
+            if let Some(at) = &rules.out_of_band_at
+                && narrowing
+                    .out_of_band_at
+                    .as_ref()
+                    .is_none_or(|c| at.value < c.value)
+            {
+                narrowing.out_of_band_at = Some(Limit {
+                    value: at.value,
+                    rule: shown(format!("out_of_band_at {}", at.value), self.place(at)),
+                });
+            }
             if let Some(taint) = &rules.taint_refuses
                 && narrowing.taint_refuses.is_none()
             {
@@ -173,6 +184,12 @@ impl PolicyFile {
                         tool.ask = Some(shown(format!("ask {:?}", ask.value), self.place(ask)));
                     }
                 }
+                for by in &rules.out_of_band {
+                    if tool.out_of_band.is_none() && check::pattern_reaches(&by.value, entry) {
+                        tool.out_of_band =
+                            Some(shown(format!("out_of_band {:?}", by.value), self.place(by)));
+                    }
+                }
                 for rule in &rules.arguments {
                     if rule.value.tool == entry.manifest.id {
                         tool.arguments.push(crate::gate::narrowing::ArgumentRule {
@@ -184,10 +201,7 @@ impl PolicyFile {
                 }
             }
         }
-        if tools
-            .iter()
-            .any(|t| t.deny.is_some() || t.ask.is_some() || !t.arguments.is_empty())
-        {
+        if tools.iter().any(ToolRules::names_the_tool) {
             narrowing.tools = tools;
         }
         narrowing

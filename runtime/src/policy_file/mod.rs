@@ -9,6 +9,8 @@
 //! deny = ["infra.*"]                # tool ids or globs, refused in every mode
 //! ask = ["payments.refund"]         # asks for an approval even where the code would allow it
 //! ask_at = "LOW_WRITE"              # every call at this risk or above asks
+//! out_of_band = ["payments.*"]      # approved by an operator only, never by an MCP client's form
+//! out_of_band_at = "HIGH_WRITE"     # so is every call judged at this risk or above
 //! taint = "refuse"                  # once tainted, a session refuses writes instead of asking
 //!
 //! [[defaults.arguments]]
@@ -37,7 +39,7 @@
 //! ```
 //!
 //! A gate follows `[defaults]`, its principal's table and its agent's table together: every rule of
-//! each applies, and the lowest ceiling wins. **Nothing in a file can allow**: there is no key that
+//! each applies, and the lowest ceiling, `ask_at` and `out_of_band_at` win. **Nothing in a file can allow**: there is no key that
 //! permits, raises a mode, lifts a deny rule or answers an approval, so a file only ever takes away
 //! from what the code's manifests and the gate allow.
 //!

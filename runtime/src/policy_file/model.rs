@@ -52,6 +52,10 @@ pub(crate) struct Rules {
     pub(crate) deny: Vec<At<String>>,
     pub(crate) ask: Vec<At<String>>,
     pub(crate) ask_at: Option<At<Risk>>,
+    /// Tools whose calls an operator approves, never a client's form (`out_of_band`), as written.
+    pub(crate) out_of_band: Vec<At<String>>,
+    /// The risk from which every call is approved by an operator only (`out_of_band_at`).
+    pub(crate) out_of_band_at: Option<At<Risk>>,
     pub(crate) taint_refuses: Option<At<()>>,
     pub(crate) arguments: Vec<At<ArgumentRule>>,
     pub(crate) budgets: Vec<At<Budget>>,

@@ -26,6 +26,9 @@ pub(super) struct RulesDoc {
     #[serde(default)]
     pub(super) ask: Vec<Spanned<String>>,
     pub(super) ask_at: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) out_of_band: Vec<Spanned<String>>,
+    pub(super) out_of_band_at: Option<Spanned<String>>,
     pub(super) taint: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) arguments: Vec<Spanned<ArgumentDoc>>,
@@ -69,6 +72,8 @@ const RULES_KEYS: &[&str] = &[
     "deny",
     "ask",
     "ask_at",
+    "out_of_band",
+    "out_of_band_at",
     "taint",
     "arguments",
     "budgets",

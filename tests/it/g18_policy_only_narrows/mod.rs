@@ -3,12 +3,14 @@
 //! that no file widens any call; `attacks`: the attacks from outside, where the policy meets approvals,
 //! grants, budgets, the latch, slow sinks and argument values; `rules_off_the_call`: the argument rules
 //! read off the call, on a lone gate's check and by name, while reading an argument waits;
-//! `commit_point`: the commit point's reads while the gate is lowered, tainted, revoked or re-policied.
+//! `commit_point`: the commit point's reads while the gate is lowered, tainted, revoked or re-policied;
+//! `out_of_band`: the approval channel the file keeps for an operator, over an MCP server in band.
 
 mod attacks;
 mod attacks_names;
 mod attacks_stateful;
 mod commit_point;
+mod out_of_band;
 mod policy_file;
 mod rules_off_the_call;
 

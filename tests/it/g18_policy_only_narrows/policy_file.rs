@@ -84,7 +84,7 @@ colour = "red"
     assert_eq!(
         errors(text),
         vec![
-            "8:1: unknown key `colour`; this table holds `ceiling`, `deny`, `ask`, `ask_at`, `taint`, `arguments`, `budgets`, `deny_resources`, `deny_prompts`, `record_resources`, `record_prompts`"
+            "8:1: unknown key `colour`; this table holds `ceiling`, `deny`, `ask`, `ask_at`, `out_of_band`, `out_of_band_at`, `taint`, `arguments`, `budgets`, `deny_resources`, `deny_prompts`, `record_resources`, `record_prompts`"
         ],
     );
     // Every unknown key at once, wherever it is, with the key meant where one is close.
@@ -125,7 +125,7 @@ taint = "ask"
     let found = errors(text);
     assert_eq!(found.len(), 4, "{found:#?}");
     assert!(
-        found[0].starts_with("4:11: \"FULL_AUTOO\" is not a mode")
+        found[0].starts_with("4:11: `ceiling`: \"FULL_AUTOO\" is not a mode")
             && found[0].ends_with("did you mean `FULL_AUTO`?"),
         "{}",
         found[0]
@@ -136,7 +136,7 @@ taint = "ask"
         found[1]
     );
     assert!(
-        found[2].starts_with("6:10: \"LOW\" is not a risk"),
+        found[2].starts_with("6:10: `ask_at`: \"LOW\" is not a risk"),
         "{}",
         found[2]
     );
@@ -972,7 +972,7 @@ fn the_toolgate_command_diffs_two_files_without_the_tools() {
     let (code, text) = run(&old, &bad);
     assert_eq!(code, Some(1), "{text}");
     assert!(
-        text.contains("bad.toml:3:11: \"LOUD\" is not a mode"),
+        text.contains("bad.toml:3:11: `ceiling`: \"LOUD\" is not a mode"),
         "{text}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

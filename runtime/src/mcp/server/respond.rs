@@ -32,16 +32,16 @@ impl ToolgateServer {
             return self.undeclared_call(request, context, gate).await;
         };
         let tool = target.tool();
-        // In band, whoever drives the client answers, possibly the agent itself: that confirms a call,
-        // it does not authorize one that cannot be undone, or one its tool keeps for an operator.
-        let in_band = match &self.approvals {
-            Approvals::InBand(in_band)
-                if client.answers_forms && !tool.manifest().approved_out_of_band() =>
-            {
-                Some(in_band)
-            }
+        let forms = match &self.approvals {
+            Approvals::InBand(in_band) if client.answers_forms => Some(in_band),
             _ => None,
         };
+        // In band, whoever drives the client answers, possibly the agent itself: that confirms a call,
+        // it does not authorize one that cannot be undone, or one its tool or the operator's policy
+        // keeps for an operator. The declared risk is the least a call is judged at, so what keeps it
+        // keeps every call; the call's own risk is asked again once the gate has judged it.
+        let in_band =
+            forms.filter(|_| !gate.approved_out_of_band(tool.entry, tool.manifest().risk_level));
         // A state this server did not seal for its approval forms is the handler's own, for a tool
         // of the handler; no other tool has one.
         let approval_state = request.request_state.as_deref().filter(|sealed| {
@@ -50,10 +50,15 @@ impl ToolgateServer {
         });
         if let Some(sealed) = approval_state {
             let Some(in_band) = in_band else {
-                return state_refused(gate, tool, StateRefused::Invalid);
+                let refused = if forms.is_some() {
+                    StateRefused::OutOfBand
+                } else {
+                    StateRefused::Invalid
+                };
+                return state_refused(gate, tool, refused);
             };
             let no_arguments = JsonObject::new();
-            let (token, answer) = match in_band.answer(
+            let (token, answer, risk) = match in_band.answer(
                 &caller.session(),
                 &request.name,
                 request.arguments.as_ref().unwrap_or(&no_arguments),
@@ -63,6 +68,12 @@ impl ToolgateServer {
                 Ok(answered) => answered,
                 Err(refused) => return state_refused(gate, tool, refused),
             };
+            // The risk the form was sent at, sealed in the state, is the call's (its approval is bound
+            // to it); the policy asked is the one in force now, which may keep the call for an
+            // operator since the form was sent. Asked before the answer reaches the store.
+            if gate.approved_out_of_band(tool.entry, risk) {
+                return state_refused(gate, tool, StateRefused::OutOfBand);
+            }
             match gate.answer(&token, answer) {
                 Ok(()) => {}
                 Err(ApproveError::Expired) => {
@@ -124,6 +135,9 @@ impl ToolgateServer {
             let arguments = arguments.unwrap_or_default();
             // The latch never opens again: what tainted the session before the decision still does.
             let taint = gate.taint();
+            // The call's effective risk is known now: the operator's policy may keep it for an
+            // operator at that risk (`out_of_band_at`), where it did not at the declared one.
+            let in_band = in_band.filter(|_| !gate.approved_out_of_band(tool.entry, denied.risk()));
             if let Some(in_band) = in_band {
                 let principal = caller.principal();
                 let about = About {
@@ -173,7 +187,8 @@ impl ToolgateServer {
 
 /// A retry refused for its request state: recorded, and answered with its code. A state that fails
 /// its integrity check (forged, altered, sealed by another key or for another caller) is a JSON-RPC
-/// error (`-32602`, invalid params), as the protocol requires; an expired, replayed or mismatched
+/// error (`-32602`, invalid params), as the protocol requires, and so is one sent with a call that an
+/// operator approves only, which no form of this server answers; an expired, replayed or mismatched
 /// one is a refusal the model reads, which says to call again.
 fn state_refused(
     gate: &Gate,
@@ -189,7 +204,7 @@ fn state_refused(
         message.clone(),
     );
     match refused {
-        StateRefused::Invalid => Err(ErrorData::invalid_params(
+        StateRefused::Invalid | StateRefused::OutOfBand => Err(ErrorData::invalid_params(
             format!("{}: {message}", refused.code()),
             Some(json!({ "code": refused.code().as_str(), "message": message })),
         )),
