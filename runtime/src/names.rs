@@ -72,6 +72,13 @@ pub fn reading(name: &str) -> String {
     }
 }
 
+/// How a name whose case does not matter (a URI's host) reads: its compatibility forms folded
+/// (`ᴬᴸᴸ` as `ALL`), then without its case, then [`reading`], so that `ALL`, `all` and `ａｌｌ` are
+/// one name.
+pub(crate) fn reading_without_case(name: &str) -> String {
+    reading(&name.nfkc().collect::<String>().to_lowercase())
+}
+
 /// A path read lexically, as what it names: empty and `.` segments dropped; `..` takes back the named
 /// segment before it, stays at the root `/`, and is kept at the head of a path that climbs above
 /// where it starts (a relative one, or one from the home `~`). So `a/b/../..` and `./` read as `.`,

@@ -183,7 +183,11 @@ fn read_form(kind: ReadKind, text: &str) -> String {
                     let host = authority
                         .rsplit_once('@')
                         .map_or(authority, |(_, host)| host);
-                    format!("//{}{}", host_reading(host), &after[end..])
+                    format!(
+                        "//{}{}",
+                        crate::names::reading_without_case(host),
+                        &after[end..]
+                    )
                 }
                 None => rest.to_owned(),
             };
@@ -195,13 +199,6 @@ fn read_form(kind: ReadKind, text: &str) -> String {
             }
         }
     }
-}
-
-/// A host as it reads: its compatibility forms folded (`ᴬᴸᴸ` as `ALL`), then without its case, then
-/// [`reading`], so that `ALL`, `all` and `ａｌｌ` are one host.
-fn host_reading(host: &str) -> String {
-    use unicode_normalization::UnicodeNormalization;
-    reading(&host.nfkc().collect::<String>().to_lowercase())
 }
 
 /// `uri` (without its query and fragment) split around its user information (`user:password@`
