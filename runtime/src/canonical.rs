@@ -55,12 +55,13 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 /// `bytes` in lowercase hex.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(2 * bytes.len());
-    for byte in bytes {
-        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        hex.push(char::from(DIGITS[usize::from(byte & 15)]));
+    let mut hex = vec![0u8; 2 * bytes.len()];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 15)];
     }
-    hex
+    // Only ASCII digits and letters were written.
+    String::from_utf8(hex).unwrap_or_default()
 }
 
 /// Parses JSON text, refusing an object that has a key twice: canonical text would keep one of them,

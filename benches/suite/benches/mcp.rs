@@ -13,7 +13,8 @@
 //! another by its client, after 1,000 calls of warm-up, in `CHUNKS` (20) chunks that take the servers
 //! in turn, each chunk starting with the next server, so that what else a shared machine does falls on
 //! every server alike; printed are calls per second and the server's CPU time per call (user +
-//! system, from `/proc/PID/stat`), and each figure against rmcp's.
+//! system, from `/proc/PID/stat`), each figure against rmcp's, and the median over the chunks of a
+//! chunk's calls per second against rmcp's in the same chunk (`CHUNKS=100` for more of them).
 //!
 //! The logs are written to the target's temporary directory, or to `LOG_DIR`.
 //!
@@ -67,8 +68,8 @@ fn main() {
          that take the servers in turn"
     );
     println!(
-        "{:<34} {:>10} {:>8} {:>18} {:>8}",
-        "server", "calls/s", "vs rmcp", "server CPU µs/call", "vs rmcp"
+        "{:<34} {:>10} {:>8} {:>18} {:>8} {:>14}",
+        "server", "calls/s", "vs rmcp", "server CPU µs/call", "vs rmcp", "chunks: median"
     );
     let measured = runtime.block_on(async {
         let mut running = Vec::new();
@@ -77,6 +78,7 @@ fn main() {
             running.push(Running::start(role, &log(role)).await);
         }
         let mut totals = [(Duration::ZERO, Duration::ZERO); SERVERS.len()];
+        let mut per_chunk = vec![[Duration::ZERO; SERVERS.len()]; chunks as usize];
         for chunk in 0..chunks {
             let share = calls / chunks + u64::from(chunk < calls % chunks);
             for turn in 0..SERVERS.len() {
@@ -84,21 +86,31 @@ fn main() {
                 let (took, cpu) = running[i].calls(share).await;
                 totals[i].0 += took;
                 totals[i].1 += cpu;
+                per_chunk[chunk as usize][i] = took;
             }
         }
         for server in running {
             server.client.cancel().await.expect("the client stops");
         }
-        totals
+        (totals, per_chunk)
     });
+    let (measured, per_chunk) = measured;
     let (base_took, base_cpu) = measured[0];
-    for ((role, label), (took, cpu)) in SERVERS.into_iter().zip(measured) {
+    for (i, ((role, label), (took, cpu))) in SERVERS.into_iter().zip(measured).enumerate() {
         let rate = calls as f64 / took.as_secs_f64();
+        // Each chunk against rmcp's chunk of the same round, next to it in time: the median of these
+        // moves less with a burst of other work on the machine than the totals do.
+        let mut ratios: Vec<f64> = per_chunk
+            .iter()
+            .map(|chunk| chunk[0].as_secs_f64() / chunk[i].as_secs_f64())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
         println!(
-            "{label:<34} {rate:>10.0} {:>7.2}x {:>18.1} {:>7.2}x",
+            "{label:<34} {rate:>10.0} {:>7.2}x {:>18.1} {:>7.2}x {:>13.2}x",
             base_took.as_secs_f64() / took.as_secs_f64(),
             cpu.as_secs_f64() * 1e6 / calls as f64,
-            cpu.as_secs_f64() / base_cpu.as_secs_f64()
+            cpu.as_secs_f64() / base_cpu.as_secs_f64(),
+            ratios[ratios.len() / 2]
         );
         if role.ends_with("_audit") {
             let report = toolgate::audit::verify_file(log(role)).expect("the log reads");

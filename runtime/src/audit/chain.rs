@@ -8,7 +8,8 @@ use std::fmt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::audit::record::AuditRecord;
+use crate::audit::record::{AuditRecord, Decision, Outcome};
+use toolgate_policy::Risk;
 
 /// A sha256 as 64 lowercase hex ASCII bytes: the form that is written, and the form that is hashed.
 pub(crate) type HashHex = [u8; 64];
@@ -94,13 +95,10 @@ impl Encoder {
         self.encode_fields(seq, prev_hash, out)
     }
 
-    /// [`encode`](Encoder::encode) of an [`AuditRecord`], the sink's every line, without scanning the
-    /// record's members: its fields are declared in sorted order and hold no object, so the chain's
-    /// members go before `manifest_digest` (`hash`), right after `policy_version`'s number
-    /// (`prev_hash`), and before `stage` (`seq`); every record has `manifest_digest`, `policy_version`
-    /// and `stage`, in that order, after `call` and `gate`. A key such as `,"stage":` cannot stand
-    /// inside a string value, whose quotes are escaped, so it is found from either end. Gives the same bytes as `encode` (tested), and falls back to it
-    /// otherwise.
+    /// [`encode`](Encoder::encode) of an [`AuditRecord`], the sink's every line, written member by
+    /// member in sorted order with the chain's members in their places: no serializer, no scan of the
+    /// text for where they go, no second copy of the line. Strings are escaped as `serde_json` escapes
+    /// them. Gives the same bytes as `encode` (tested).
     pub(crate) fn encode_record(
         &mut self,
         record: &AuditRecord,
@@ -108,12 +106,95 @@ impl Encoder {
         prev_hash: &HashHex,
         out: &mut Vec<u8>,
     ) -> Result<HashHex, EncodeError> {
-        self.fields.clear();
-        serde_json::to_writer(&mut self.fields, record).map_err(EncodeError::Json)?;
-        self.encode_record_fields(seq, prev_hash, out)
+        // Every field named: a field added to the record does not compile until it is written here.
+        let AuditRecord {
+            agent,
+            arguments,
+            arguments_digest,
+            by,
+            call,
+            code,
+            decision,
+            declared_risk,
+            duration_us,
+            effective_risk,
+            evidence,
+            evidence_after,
+            evidence_before,
+            gate,
+            manifest_digest,
+            message,
+            mode,
+            outcome,
+            output_digest,
+            policy_digest,
+            policy_version,
+            principal,
+            rollback,
+            rollback_of,
+            stage,
+            timestamp,
+            tool,
+        } = record;
+        let base = out.len();
+        out.reserve(512);
+        out.push(b'{');
+        let mut line = Line { out, first: true };
+        line.string("agent", agent.as_deref());
+        line.string("arguments", arguments.as_deref());
+        line.string("arguments_digest", arguments_digest.as_deref());
+        line.string("by", by.as_deref());
+        line.number("call", *call);
+        line.string("code", code.as_deref());
+        line.string("decision", decision.map(Decision::as_str));
+        line.string("declared_risk", declared_risk.map(Risk::as_str));
+        if let Some(duration) = duration_us {
+            line.number("duration_us", *duration);
+        }
+        line.string("effective_risk", effective_risk.map(Risk::as_str));
+        line.string("evidence", evidence.as_deref());
+        line.string("evidence_after", evidence_after.as_deref());
+        line.string("evidence_before", evidence_before.as_deref());
+        line.number("gate", *gate);
+        // `"hash":"…",` after the comma that `gate` ends with; left out of what is hashed.
+        let out = line.out;
+        out.push(b',');
+        let cut_start = out.len();
+        out.extend_from_slice(b"\"hash\":\"");
+        out.extend_from_slice(&GENESIS);
+        out.extend_from_slice(b"\",");
+        let cut_end = out.len();
+        let mut line = Line { out, first: true };
+        line.string("manifest_digest", Some(manifest_digest));
+        line.string("message", message.as_deref());
+        line.string("mode", Some(mode.as_str()));
+        line.string("outcome", outcome.map(Outcome::as_str));
+        line.string("output_digest", output_digest.as_deref());
+        line.string("policy_digest", policy_digest.as_deref());
+        line.number("policy_version", u64::from(*policy_version));
+        line.hash("prev_hash", prev_hash);
+        line.string("principal", principal.as_deref());
+        line.string("rollback", rollback.as_deref());
+        line.string("rollback_of", rollback_of.as_deref());
+        line.number("seq", seq);
+        line.string("stage", Some(stage.as_str()));
+        line.string("timestamp", Some(timestamp));
+        line.string("tool", Some(tool));
+        let out = line.out;
+        out.push(b'}');
+        let hash = chain_hash(prev_hash, &[&out[base..cut_start], &out[cut_end..]]);
+        out[cut_start + 8..cut_start + 72].copy_from_slice(&hash);
+        Ok(hash)
     }
 
-    /// [`encode_record`](Encoder::encode_record) of the record serialized in `self.fields`.
+    /// [`encode_record`](Encoder::encode_record)'s line from an [`AuditRecord`] serialized in
+    /// `self.fields` (compact JSON, as `serde_json` writes it): its fields are declared in sorted
+    /// order and hold no object, so the chain's members go before `manifest_digest` (`hash`), right
+    /// after `policy_version`'s number (`prev_hash`), and before `stage` (`seq`); every record has
+    /// `manifest_digest`, `policy_version` and `stage`, in that order, after `call` and `gate`. A key
+    /// such as `,"stage":` cannot stand inside a string value, whose quotes are escaped, so it is found
+    /// from either end. Falls back to `encode_fields` otherwise.
+    #[cfg(feature = "postgres")]
     fn encode_record_fields(
         &mut self,
         seq: u64,
@@ -261,6 +342,59 @@ impl Encoder {
     }
 }
 
+/// Members written one after another into a line being encoded.
+struct Line<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl Line<'_> {
+    fn key(&mut self, key: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(key.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    /// A string member, left out when absent.
+    fn string(&mut self, key: &str, value: Option<&str>) {
+        let Some(value) = value else {
+            return;
+        };
+        self.key(key);
+        write_json_string(self.out, value);
+    }
+
+    fn number(&mut self, key: &str, value: u64) {
+        self.key(key);
+        let mut buf = [0u8; 20];
+        self.out.extend_from_slice(format_u64(value, &mut buf));
+    }
+
+    fn hash(&mut self, key: &str, value: &HashHex) {
+        self.key(key);
+        self.out.push(b'"');
+        self.out.extend_from_slice(value);
+        self.out.push(b'"');
+    }
+}
+
+/// `text` as a JSON string, escaped as `serde_json` escapes it: `"`, `\` and control characters, and
+/// nothing else.
+fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    if !needs_escape(text.as_bytes()) {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+    }
+}
+
 /// `sha256(prev_hash ‖ body)` as lowercase hex, where `body` is the concatenation of `parts`.
 pub(crate) fn chain_hash(prev_hash: &HashHex, parts: &[&[u8]]) -> HashHex {
     let mut hasher = Sha256::new();
@@ -387,6 +521,27 @@ fn string_end(json: &[u8], start: usize) -> Option<(usize, bool)> {
             _ => i += 1,
         }
     }
+}
+
+/// Whether `bytes` has a byte JSON escapes: `"`, `\` or a control character (below 0x20). Eight bytes
+/// at a time: most of a line is its strings.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        // Some byte below 0x20 (exact for a bound up to 0x80).
+        let control = word.wrapping_sub(ONES * 0x20) & !word & (ONES << 7) != 0;
+        if control || has_byte(word, b'"') || has_byte(word, b'\\') {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 /// Whether any byte of `word` is `byte`.
@@ -628,6 +783,117 @@ mod tests {
                 assert_eq!(ha, hb);
                 assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
                 prev = ha;
+            }
+        }
+    }
+
+    #[test]
+    fn every_name_and_field_encodes_alike_through_either_path() {
+        use crate::audit::record::{AuditRecord, Decision, Outcome, Stage};
+        use crate::{Mode, Risk};
+
+        let stages = [
+            Stage::Enter,
+            Stage::Exit,
+            Stage::Refused,
+            Stage::ModeLowered,
+            Stage::ApprovalGranted,
+            Stage::ApprovalRejected,
+            Stage::SessionGranted,
+            Stage::GrantRevoked,
+            Stage::FleetLost,
+            Stage::FleetRejoined,
+            Stage::SessionTainted,
+            Stage::Ungated,
+            Stage::PolicyChanged,
+            Stage::PolicyRefused,
+            Stage::Read,
+        ];
+        let decisions = [
+            Decision::Allowed,
+            Decision::Approved,
+            Decision::Granted,
+            Decision::Refused,
+        ];
+        let outcomes = [
+            Outcome::Ok,
+            Outcome::Error,
+            Outcome::Panic,
+            Outcome::Cancelled,
+            Outcome::Refused,
+        ];
+        let texts = ["", "x", "\u{7f}\u{1f}\t\"\\/é", "日本"];
+        let (mut fast, mut slow) = (Encoder::default(), Encoder::default());
+        let mut prev = GENESIS;
+        for (i, stage) in stages.into_iter().enumerate() {
+            let text = texts[i % texts.len()];
+            let mut record = AuditRecord::new(
+                stage,
+                text.to_owned(),
+                Mode::ALL[i % 4],
+                u64::MAX - i as u64,
+            );
+            record.gate = i as u64;
+            record.policy_version = u32::MAX - i as u32;
+            record.timestamp = text.to_owned();
+            record.manifest_digest = text.to_owned().into();
+            if i % 2 == 0 {
+                record.agent = Some(text.to_owned().into());
+                record.arguments = Some(text.to_owned());
+                record.arguments_digest = Some(text.to_owned());
+                record.by = Some(text.to_owned());
+                record.code = Some(text.to_owned().into());
+                record.decision = Some(decisions[i % 4]);
+                record.declared_risk = Some(Risk::ALL[i % 4]);
+                record.duration_us = Some(i as u64 * 999);
+                record.effective_risk = Some(Risk::ALL[(i + 1) % 4]);
+                record.evidence = Some(text.to_owned());
+                record.evidence_after = Some(text.to_owned());
+                record.evidence_before = Some(text.to_owned());
+                record.message = Some(text.to_owned());
+                record.outcome = Some(outcomes[i % 5]);
+                record.output_digest = Some(text.to_owned());
+                record.policy_digest = Some(text.to_owned());
+                record.principal = Some(text.to_owned().into());
+                record.rollback = Some(text.to_owned());
+                record.rollback_of = Some(text.to_owned());
+            } else {
+                record.outcome = Some(outcomes[i % 5]);
+                record.decision = Some(decisions[i % 4]);
+            }
+            let (mut a, mut b) = (b"kept".to_vec(), b"kept".to_vec());
+            let ha = fast
+                .encode_record(&record, i as u64 + 1, &prev, &mut a)
+                .unwrap();
+            let hb = slow.encode(&record, i as u64 + 1, &prev, &mut b).unwrap();
+            assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+            assert_eq!(ha, hb);
+            prev = ha;
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        // Every ASCII byte, and a multi-byte character, at each place in and around an 8-byte chunk.
+        let specials: Vec<String> = (0u8..0x80)
+            .map(|b| char::from(b).to_string())
+            .chain(["é".to_owned(), "\u{7f}".to_owned(), "日".to_owned()])
+            .collect();
+        for special in &specials {
+            for at in 0..20 {
+                for len in [at, at + 1, at + 7, 24] {
+                    let mut text = "a".repeat(at);
+                    text.push_str(special);
+                    text.push_str(&"b".repeat(len.saturating_sub(at)));
+                    let mut out = Vec::new();
+                    write_json_string(&mut out, &text);
+                    assert_eq!(out, serde_json::to_vec(&text).unwrap(), "{text:?}");
+                    assert_eq!(
+                        needs_escape(text.as_bytes()),
+                        serde_json::to_string(&text).unwrap() != format!("\"{text}\""),
+                        "{text:?}"
+                    );
+                }
             }
         }
     }

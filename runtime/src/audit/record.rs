@@ -53,6 +53,29 @@ pub enum Stage {
     Read,
 }
 
+impl Stage {
+    /// The name it is written under, as `Serialize` writes it (`snake_case`).
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Stage::Enter => "enter",
+            Stage::Exit => "exit",
+            Stage::Refused => "refused",
+            Stage::ModeLowered => "mode_lowered",
+            Stage::ApprovalGranted => "approval_granted",
+            Stage::ApprovalRejected => "approval_rejected",
+            Stage::SessionGranted => "session_granted",
+            Stage::GrantRevoked => "grant_revoked",
+            Stage::FleetLost => "fleet_lost",
+            Stage::FleetRejoined => "fleet_rejoined",
+            Stage::SessionTainted => "session_tainted",
+            Stage::Ungated => "ungated",
+            Stage::PolicyChanged => "policy_changed",
+            Stage::PolicyRefused => "policy_refused",
+            Stage::Read => "read",
+        }
+    }
+}
+
 /// The decision about a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -65,6 +88,18 @@ pub enum Decision {
     Granted,
     /// Refused.
     Refused,
+}
+
+impl Decision {
+    /// The name it is written under, as `Serialize` writes it (`snake_case`).
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Approved => "approved",
+            Decision::Granted => "granted",
+            Decision::Refused => "refused",
+        }
+    }
 }
 
 /// How a call's body ended.
@@ -83,6 +118,19 @@ pub enum Outcome {
     /// lowered meanwhile, or another gate deciding the same call refused it). The record's `code` and
     /// `message` say why.
     Refused,
+}
+
+impl Outcome {
+    /// The name it is written under, as `Serialize` writes it (`snake_case`).
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Panic => "panic",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Refused => "refused",
+        }
+    }
 }
 
 /// One audit record. Sinks add their own framing (the JSONL sink adds `seq`, `prev_hash` and `hash`).

@@ -27,15 +27,45 @@ pub(crate) fn format_rfc3339(secs: i64, micros: u32) -> String {
     let days = secs.div_euclid(86_400);
     let second_of_day = secs.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
-    let mut text = String::with_capacity(27);
-    let _ = write!(
-        text,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60,
-    );
-    text
+    if !(0..=9999).contains(&year) {
+        // More than four digits, or a sign: as `fmt` writes it, for clocks this far off.
+        let mut text = String::with_capacity(32);
+        let _ = write!(
+            text,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+            second_of_day / 3600,
+            second_of_day / 60 % 60,
+            second_of_day % 60,
+        );
+        return text;
+    }
+    let mut text = Vec::with_capacity(27);
+    digits(&mut text, year as u32, 4);
+    text.push(b'-');
+    digits(&mut text, month, 2);
+    text.push(b'-');
+    digits(&mut text, day, 2);
+    text.push(b'T');
+    digits(&mut text, (second_of_day / 3600) as u32, 2);
+    text.push(b':');
+    digits(&mut text, (second_of_day / 60 % 60) as u32, 2);
+    text.push(b':');
+    digits(&mut text, (second_of_day % 60) as u32, 2);
+    text.push(b'.');
+    digits(&mut text, micros, 6);
+    text.push(b'Z');
+    // Only ASCII digits and separators were written.
+    String::from_utf8(text).unwrap_or_default()
+}
+
+/// `value` in decimal, zero-padded to `width` digits (`value` has at most `width` digits).
+fn digits(out: &mut Vec<u8>, mut value: u32, width: usize) {
+    let start = out.len();
+    out.resize(start + width, b'0');
+    for slot in out[start..].iter_mut().rev() {
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 /// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's `civil_from_days`).
@@ -66,7 +96,7 @@ mod tests {
 
     #[test]
     fn known_instants() {
-        let cases: [(i64, u32, &str); 12] = [
+        let cases: [(i64, u32, &str); 14] = [
             (0, 0, "1970-01-01T00:00:00.000000Z"),
             (-86_400, 0, "1969-12-31T00:00:00.000000Z"),
             (-1, 999_999, "1969-12-31T23:59:59.999999Z"),
@@ -80,6 +110,8 @@ mod tests {
             // 2100 is not a leap year: February 28th is followed by March 1st.
             (4_107_542_400, 0, "2100-03-01T00:00:00.000000Z"),
             (253_402_300_799, 0, "9999-12-31T23:59:59.000000Z"),
+            (253_402_300_800, 7, "10000-01-01T00:00:00.000007Z"),
+            (-62_167_219_201, 0, "-001-12-31T23:59:59.000000Z"),
         ];
         for (secs, micros, expected) in cases {
             assert_eq!(format_rfc3339(secs, micros), expected, "{secs}.{micros}");
