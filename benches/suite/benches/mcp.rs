@@ -203,7 +203,11 @@ async fn serve(role: &str) {
             } else {
                 server
             };
-            let server = server.serve(stdio()).await.expect("served");
+            // Each server on its own crate's transport, as its users serve it.
+            let server = server
+                .serve(toolgate::mcp::stdio::stdio())
+                .await
+                .expect("served");
             let _ = server.waiting().await;
         }
     }

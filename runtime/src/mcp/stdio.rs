@@ -254,16 +254,221 @@ impl<R: AsyncRead + Unpin> AsyncRead for LimitedLines<R> {
 
 /// Stdin, its lines limited to `max` bytes (see [`LimitedLines`]), and stdout: a transport for
 /// `serve`, like `rmcp::transport::stdio()`.
-pub fn stdio_limited(max: usize) -> (LimitedLines<tokio::io::Stdin>, tokio::io::Stdout) {
-    (
-        LimitedLines::new(tokio::io::stdin(), max),
-        tokio::io::stdout(),
-    )
+///
+/// Where stdin or stdout is a pipe (as an MCP client that starts the server makes them, on Unix), it
+/// is read or written by tokio's event loop, set non-blocking while the transport lives; elsewhere
+/// (a terminal, a file) through tokio's `Stdin` and `Stdout`, which hand each read and write to a
+/// thread of the blocking pool: two thread switches per message that a pipe does not take. Call it
+/// from a runtime with IO enabled (`#[tokio::main]` enables it), as tokio's pipes need.
+pub fn stdio_limited(max: usize) -> (LimitedLines<Stdin>, Stdout) {
+    (LimitedLines::new(Stdin::new(), max), Stdout::new())
 }
 
 /// [`stdio_limited`] with [`DEFAULT_MAX_MESSAGE`].
-pub fn stdio() -> (LimitedLines<tokio::io::Stdin>, tokio::io::Stdout) {
+pub fn stdio() -> (LimitedLines<Stdin>, Stdout) {
     stdio_limited(DEFAULT_MAX_MESSAGE)
+}
+
+/// The process's standard input, as [`stdio_limited`] reads it.
+#[derive(Debug)]
+pub struct Stdin(Input);
+
+#[derive(Debug)]
+enum Input {
+    #[cfg(unix)]
+    Pipe(pipes::Read),
+    Thread(tokio::io::Stdin),
+}
+
+impl Stdin {
+    fn new() -> Stdin {
+        #[cfg(unix)]
+        if let Some(pipe) = pipes::Read::stdin() {
+            return Stdin(Input::Pipe(pipe));
+        }
+        Stdin(Input::Thread(tokio::io::stdin()))
+    }
+}
+
+impl AsyncRead for Stdin {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            #[cfg(unix)]
+            Input::Pipe(pipe) => Pin::new(pipe).poll_read(cx, buf),
+            Input::Thread(stdin) => Pin::new(stdin).poll_read(cx, buf),
+        }
+    }
+}
+
+/// The process's standard output, as [`stdio_limited`] writes it.
+#[derive(Debug)]
+pub struct Stdout(Output);
+
+#[derive(Debug)]
+enum Output {
+    #[cfg(unix)]
+    Pipe(pipes::Write),
+    Thread(tokio::io::Stdout),
+}
+
+impl Stdout {
+    fn new() -> Stdout {
+        #[cfg(unix)]
+        if let Some(pipe) = pipes::Write::stdout() {
+            return Stdout(Output::Pipe(pipe));
+        }
+        Stdout(Output::Thread(tokio::io::stdout()))
+    }
+}
+
+impl tokio::io::AsyncWrite for Stdout {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            #[cfg(unix)]
+            Output::Pipe(pipe) => Pin::new(pipe).poll_write(cx, buf),
+            Output::Thread(stdout) => Pin::new(stdout).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            #[cfg(unix)]
+            Output::Pipe(pipe) => Pin::new(pipe).poll_flush(cx),
+            Output::Thread(stdout) => Pin::new(stdout).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            #[cfg(unix)]
+            Output::Pipe(pipe) => Pin::new(pipe).poll_shutdown(cx),
+            Output::Thread(stdout) => Pin::new(stdout).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Stdin and stdout as tokio's pipes, where they are pipes: a duplicate of the descriptor, set
+/// non-blocking (which the original shares) and set back to blocking when dropped, so that the
+/// process, or a program it hands its stdio to, reads and writes them as before.
+#[cfg(unix)]
+mod pipes {
+    use std::io;
+    use std::os::fd::AsFd;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use tokio::net::unix::pipe;
+
+    /// A duplicate of `fd`, where it is a pipe (a FIFO): a terminal or a file is no pipe.
+    fn pipe_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::os::fd::OwnedFd> {
+        let owned = fd.try_clone_to_owned().ok()?;
+        let file = std::fs::File::from(owned);
+        use std::os::unix::fs::FileTypeExt;
+        file.metadata()
+            .ok()?
+            .file_type()
+            .is_fifo()
+            .then(|| file.into())
+    }
+
+    #[derive(Debug)]
+    pub(super) struct Read(Option<pipe::Receiver>);
+
+    impl Read {
+        pub(super) fn stdin() -> Option<Read> {
+            Read::of(io::stdin().as_fd())
+        }
+
+        pub(super) fn of(fd: std::os::fd::BorrowedFd<'_>) -> Option<Read> {
+            let fd = pipe_of(fd)?;
+            pipe::Receiver::from_owned_fd(fd)
+                .ok()
+                .map(|r| Read(Some(r)))
+        }
+    }
+
+    impl Drop for Read {
+        fn drop(&mut self) {
+            if let Some(pipe) = self.0.take() {
+                let _ = pipe.into_blocking_fd();
+            }
+        }
+    }
+
+    impl AsyncRead for Read {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            match &mut self.get_mut().0 {
+                Some(pipe) => Pin::new(pipe).poll_read(cx, buf),
+                None => Poll::Ready(Ok(())),
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    pub(super) struct Write(Option<pipe::Sender>);
+
+    impl Write {
+        pub(super) fn stdout() -> Option<Write> {
+            Write::of(io::stdout().as_fd())
+        }
+
+        pub(super) fn of(fd: std::os::fd::BorrowedFd<'_>) -> Option<Write> {
+            let fd = pipe_of(fd)?;
+            pipe::Sender::from_owned_fd(fd).ok().map(|w| Write(Some(w)))
+        }
+    }
+
+    impl Drop for Write {
+        fn drop(&mut self) {
+            if let Some(pipe) = self.0.take() {
+                let _ = pipe.into_blocking_fd();
+            }
+        }
+    }
+
+    fn closed() -> io::Error {
+        io::Error::new(io::ErrorKind::BrokenPipe, "stdout is closed")
+    }
+
+    impl AsyncWrite for Write {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            match &mut self.get_mut().0 {
+                Some(pipe) => Pin::new(pipe).poll_write(cx, buf),
+                None => Poll::Ready(Err(closed())),
+            }
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            match &mut self.get_mut().0 {
+                Some(pipe) => Pin::new(pipe).poll_flush(cx),
+                None => Poll::Ready(Ok(())),
+            }
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            match &mut self.get_mut().0 {
+                Some(pipe) => Pin::new(pipe).poll_shutdown(cx),
+                None => Poll::Ready(Ok(())),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -345,5 +550,77 @@ mod tests {
             out.starts_with(r#"{"jsonrpc":"2.0","id":"late","method""#),
             "{out}"
         );
+    }
+
+    /// The `flags` of descriptor `fd` as Linux shows them: whether it is non-blocking.
+    #[cfg(target_os = "linux")]
+    fn nonblocking(fd: &impl std::os::fd::AsRawFd) -> bool {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+            .expect("fdinfo");
+        let flags = info
+            .lines()
+            .find_map(|line| line.strip_prefix("flags:"))
+            .expect("flags");
+        let flags = u32::from_str_radix(flags.trim(), 8).expect("octal");
+        flags & 0o4000 != 0
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_pipe_is_read_and_written_by_the_event_loop_and_left_blocking_as_it_was() {
+        use std::io::{Read as _, Write as _};
+        use std::os::fd::AsFd;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .expect("a runtime");
+        let (mut from_client, to_server) = std::io::pipe().expect("a pipe");
+        let (from_server, mut to_client) = std::io::pipe().expect("a pipe");
+        runtime.block_on(async {
+            let mut read = pipes::Read::of(from_server.as_fd()).expect("a pipe");
+            let mut write = pipes::Write::of(to_server.as_fd()).expect("a pipe");
+            assert!(nonblocking(&from_server) && nonblocking(&to_server));
+            to_client.write_all(b"{\"ping\":1}\n").expect("written");
+            let mut line = [0_u8; 11];
+            read.read_exact(&mut line).await.expect("read");
+            assert_eq!(&line, b"{\"ping\":1}\n");
+            write.write_all(b"{\"pong\":1}\n").await.expect("written");
+            write.flush().await.expect("flushed");
+            drop((read, write));
+        });
+        assert!(!nonblocking(&from_server) && !nonblocking(&to_server));
+        let mut answer = [0_u8; 11];
+        from_client.read_exact(&mut answer).expect("read");
+        assert_eq!(&answer, b"{\"pong\":1}\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_is_no_pipe() {
+        let file = a_plain_file();
+        use std::os::fd::AsFd;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            assert!(pipes::Read::of(file.as_fd()).is_none());
+            assert!(pipes::Write::of(file.as_fd()).is_none());
+        });
+    }
+
+    #[cfg(unix)]
+    fn a_plain_file() -> std::fs::File {
+        let path = std::env::temp_dir().join(format!("toolgate-stdio-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("a file");
+        let _ = std::fs::remove_file(&path);
+        file
     }
 }
