@@ -187,7 +187,7 @@ fn failed(span: &Span, r: &AuditRecord, kind: Option<&str>) {
 fn event(r: &AuditRecord) {
     tracing::info!(
         target: "toolgate::audit",
-        stage = stage_name(r.stage),
+        stage = r.stage.as_str(),
         tool = &*r.tool,
         mode = r.mode.as_str(),
         decision = r.decision.map(decision_name),
@@ -211,26 +211,6 @@ fn event(r: &AuditRecord) {
         timestamp = r.timestamp.as_str(),
         "toolgate audit record"
     );
-}
-
-fn stage_name(stage: Stage) -> &'static str {
-    match stage {
-        Stage::Enter => "enter",
-        Stage::Exit => "exit",
-        Stage::Refused => "refused",
-        Stage::ModeLowered => "mode_lowered",
-        Stage::ApprovalGranted => "approval_granted",
-        Stage::ApprovalRejected => "approval_rejected",
-        Stage::SessionGranted => "session_granted",
-        Stage::GrantRevoked => "grant_revoked",
-        Stage::FleetLost => "fleet_lost",
-        Stage::FleetRejoined => "fleet_rejoined",
-        Stage::SessionTainted => "session_tainted",
-        Stage::Ungated => "ungated",
-        Stage::PolicyChanged => "policy_changed",
-        Stage::PolicyRefused => "policy_refused",
-        Stage::Read => "read",
-    }
 }
 
 fn decision_name(decision: Decision) -> &'static str {
@@ -372,7 +352,7 @@ mod tests {
             Stage::FleetLost,
             Stage::FleetRejoined,
         ] {
-            assert_eq!(json(stage), format!("\"{}\"", stage_name(stage)));
+            assert_eq!(json(stage), format!("\"{}\"", stage.as_str()));
         }
         for decision in [
             Decision::Allowed,
