@@ -42,7 +42,7 @@ fn ok(text: String) -> Result<CallToolResult, ErrorData> {
 
 /// A secret that never serializes its value (as secret wrappers are written): `"***"`.
 #[derive(Debug, Clone)]
-pub(crate) struct Masked(String);
+pub(crate) struct Masked(pub(crate) String);
 
 impl serde::Serialize for Masked {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -59,11 +59,11 @@ impl<'de> serde::Deserialize<'de> for Masked {
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct MaskedLogin {
     /// Who.
-    user: String,
+    pub(crate) user: String,
     /// The password, sent as `pw`, kept in a wrapper that serializes as `***`.
     #[serde(rename = "pw")]
     #[schemars(with = "String")]
-    password: Masked,
+    pub(crate) password: Masked,
 }
 
 fn trimmed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -73,13 +73,13 @@ fn trimmed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct TrimmedLogin {
     /// Who.
-    user: String,
+    pub(crate) user: String,
     /// The password, sent as `pw`, its surrounding spaces trimmed.
     #[serde(rename = "pw", deserialize_with = "trimmed")]
-    password: String,
+    pub(crate) password: String,
 }
 
-fn digits<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(crate) fn digits<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let text = <String as serde::Deserialize>::deserialize(d)?;
     text.parse().map_err(serde::de::Error::custom)
 }

@@ -34,7 +34,9 @@ use crate::fixtures::handlers::{
     in_band, open_session, runtime, serve_http, serve_on, session_call, token_of,
 };
 use crate::fixtures::shared_stores::Memory;
+// The parameter types whose `Deserialize` and JSON disagree, as g21 wrote them.
 use crate::fixtures::support::approve_for_session;
+use crate::g21_attacks_in_place::{Masked, MaskedLogin, TrimmedLogin, digits};
 
 fn ok(text: String) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
@@ -51,49 +53,6 @@ fn policy(text: &str) -> PolicyFile {
 // ---------------------------------------------------------------------------------------------------
 
 /// A secret wrapper that serializes as `***`, whatever it holds.
-#[derive(Debug, Clone)]
-pub(crate) struct Masked22(String);
-
-impl serde::Serialize for Masked22 {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("***")
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Masked22 {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        <String as serde::Deserialize>::deserialize(d).map(Masked22)
-    }
-}
-
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub(crate) struct MaskedLogin22 {
-    /// Who.
-    user: String,
-    /// The password, in a wrapper that serializes as `***`.
-    #[serde(rename = "pw")]
-    #[schemars(with = "String")]
-    password: Masked22,
-}
-
-fn trimmed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    <String as serde::Deserialize>::deserialize(d).map(|s| s.trim().to_owned())
-}
-
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub(crate) struct TrimmedLogin22 {
-    /// Who.
-    user: String,
-    /// The password, its surrounding spaces trimmed.
-    #[serde(rename = "pw", deserialize_with = "trimmed")]
-    password: String,
-}
-
-fn digits<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let text = <String as serde::Deserialize>::deserialize(d)?;
-    text.parse().map_err(serde::de::Error::custom)
-}
-
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct PinLogin22 {
     /// Who.
@@ -112,7 +71,7 @@ pub(crate) struct Keys22 {
     labels: Vec<String>,
     /// The keys, in wrappers that serialize as `***`.
     #[schemars(with = "Vec<String>")]
-    keys: Vec<Masked22>,
+    keys: Vec<Masked>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -197,7 +156,7 @@ impl Desk22 {
     #[toolgate(risk = "HIGH_WRITE", record_arguments, redact = [password])]
     pub(crate) async fn g22_login_masked(
         &self,
-        Parameters(l): Parameters<MaskedLogin22>,
+        Parameters(l): Parameters<MaskedLogin>,
     ) -> Result<CallToolResult, ErrorData> {
         LOGINS.lock().unwrap().push(l.password.0.clone());
         ok(l.user)
@@ -208,7 +167,7 @@ impl Desk22 {
     #[toolgate(risk = "HIGH_WRITE", record_arguments, redact = [password])]
     pub(crate) async fn g22_login_trimmed(
         &self,
-        Parameters(l): Parameters<TrimmedLogin22>,
+        Parameters(l): Parameters<TrimmedLogin>,
     ) -> Result<CallToolResult, ErrorData> {
         LOGINS.lock().unwrap().push(l.password.clone());
         ok(l.user)

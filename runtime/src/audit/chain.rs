@@ -792,23 +792,7 @@ mod tests {
         use crate::audit::record::{AuditRecord, Decision, Outcome, Stage};
         use crate::{Mode, Risk};
 
-        let stages = [
-            Stage::Enter,
-            Stage::Exit,
-            Stage::Refused,
-            Stage::ModeLowered,
-            Stage::ApprovalGranted,
-            Stage::ApprovalRejected,
-            Stage::SessionGranted,
-            Stage::GrantRevoked,
-            Stage::FleetLost,
-            Stage::FleetRejoined,
-            Stage::SessionTainted,
-            Stage::Ungated,
-            Stage::PolicyChanged,
-            Stage::PolicyRefused,
-            Stage::Read,
-        ];
+        let stages = Stage::ALL;
         let decisions = [
             Decision::Allowed,
             Decision::Approved,

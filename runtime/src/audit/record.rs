@@ -54,6 +54,26 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Every stage, for tests that go over them all.
+    #[cfg(test)]
+    pub(crate) const ALL: [Stage; 15] = [
+        Stage::Enter,
+        Stage::Exit,
+        Stage::Refused,
+        Stage::ModeLowered,
+        Stage::ApprovalGranted,
+        Stage::ApprovalRejected,
+        Stage::SessionGranted,
+        Stage::GrantRevoked,
+        Stage::FleetLost,
+        Stage::FleetRejoined,
+        Stage::SessionTainted,
+        Stage::Ungated,
+        Stage::PolicyChanged,
+        Stage::PolicyRefused,
+        Stage::Read,
+    ];
+
     /// The name it is written under, as `Serialize` writes it (`snake_case`).
     pub(crate) const fn as_str(self) -> &'static str {
         match self {

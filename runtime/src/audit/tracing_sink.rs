@@ -340,18 +340,7 @@ mod tests {
         fn json(value: impl serde::Serialize) -> String {
             serde_json::to_string(&value).unwrap()
         }
-        for stage in [
-            Stage::Enter,
-            Stage::Exit,
-            Stage::Refused,
-            Stage::ModeLowered,
-            Stage::ApprovalGranted,
-            Stage::ApprovalRejected,
-            Stage::SessionGranted,
-            Stage::GrantRevoked,
-            Stage::FleetLost,
-            Stage::FleetRejoined,
-        ] {
+        for stage in Stage::ALL {
             assert_eq!(json(stage), format!("\"{}\"", stage.as_str()));
         }
         for decision in [
