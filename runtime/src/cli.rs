@@ -129,8 +129,9 @@ impl ListTools {
     }
 }
 
-/// `policy check FILE`, `policy explain FILE ...` and `policy diff OLD NEW`: the operator's policy
-/// file, checked against this program's tools. Add it as a subcommand of an application (the tools
+/// `policy check FILE`, `policy explain FILE ...`, `policy diff OLD NEW`, `policy test FILE --cases
+/// CASES` and `policy replay FILE --log LOG`: the operator's policy file, checked against this
+/// program's tools, tested against cases, and replayed over what a log recorded. Add it as a subcommand of an application (the tools
 /// live in its binary) and call [`run`](PolicyCommand::run).
 ///
 /// ```
@@ -187,6 +188,53 @@ pub enum PolicyCommand {
         /// The policy to apply
         new: std::path::PathBuf,
     },
+    /// Decide each case of CASES under FILE and compare with the decision it expects; exit 0 if
+    /// every case passes, 1 if one fails (printed with the rule that decided it), 2 if a file does
+    /// not check
+    Test {
+        /// The policy file (TOML)
+        file: std::path::PathBuf,
+        /// The cases (TOML: `[[case]]` tables with `tool`, `expect` and the call's gate and
+        /// arguments)
+        #[arg(long)]
+        cases: std::path::PathBuf,
+    },
+    /// Decide the calls a JSONL audit log recorded again under FILE, beside the policy in force
+    /// when each was recorded, and print those whose decision flips; exit 0 if none flips, 1 if
+    /// one does, 2 if a file does not check or the log cannot be read, 3 if the log does not
+    /// verify (what verifies is still replayed and printed)
+    Replay {
+        /// The candidate policy file (TOML)
+        file: std::path::PathBuf,
+        /// The JSONL audit log
+        #[arg(long)]
+        log: std::path::PathBuf,
+        /// A policy file that was in force while the log was written (found by the records'
+        /// policy digest); repeat it for each
+        #[arg(long = "in-force", value_name = "FILE")]
+        in_force: Vec<std::path::PathBuf>,
+        /// Only calls recorded at or after this UTC date or time (2026-11-22, 2026-11-22T03:00:00Z)
+        #[arg(long)]
+        since: Option<String>,
+        /// Only calls recorded before this UTC date or time
+        #[arg(long)]
+        until: Option<String>,
+        /// Only calls of gates of this principal (compared as the name reads)
+        #[arg(long)]
+        principal: Option<String>,
+        /// Only calls of gates of this agent label (compared as it reads)
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only calls of this tool id
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only calls recorded with this decision: allowed, approved, granted or refused
+        #[arg(long)]
+        decision: Option<String>,
+        /// Print the report as JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[cfg(feature = "policy-file")]
@@ -241,7 +289,105 @@ impl PolicyCommand {
                 print!("{diff}");
                 Ok(i32::from(diff.widens()))
             }),
+            PolicyCommand::Test { file, cases } => load(file).and_then(|policy| {
+                let cases = crate::policy_file::PolicyCases::load(cases).map_err(|errors| {
+                    eprintln!("{errors}");
+                    2
+                })?;
+                let results = cases.run(&policy);
+                let failed = results.iter().filter(|r| !r.passed()).count();
+                for result in &results {
+                    println!("{result}");
+                }
+                println!(
+                    "{} cases: {} passed, {failed} failed (policy {})",
+                    results.len(),
+                    results.len() - failed,
+                    policy.digest()
+                );
+                Ok(i32::from(failed > 0))
+            }),
+            PolicyCommand::Replay {
+                file,
+                log,
+                in_force,
+                since,
+                until,
+                principal,
+                agent,
+                tool,
+                decision,
+                json,
+            } => load(file).and_then(|candidate| {
+                let in_force = in_force
+                    .iter()
+                    .map(|path| load(path))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let filter = replay_filter(since, until, principal, agent, tool, decision)
+                    .map_err(|why| {
+                        eprintln!("{why}");
+                        2
+                    })?;
+                let opened = std::fs::File::open(log).and_then(|log| {
+                    candidate.replay(&in_force, &filter, log)
+                });
+                let report = opened.map_err(|e| {
+                    eprintln!("{}: cannot read the log: {e}", log.display());
+                    2
+                })?;
+                if *json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&report).expect("a report serializes")
+                    );
+                } else {
+                    print!("{report}");
+                }
+                Ok(if !report.chain.is_intact() && report.chain.broken.is_some() {
+                    3
+                } else {
+                    i32::from(report.flips_any())
+                })
+            }),
         };
         outcome.unwrap_or_else(|code| code)
     }
+}
+
+/// The filter of `policy replay`, its times and decision checked.
+#[cfg(feature = "policy-file")]
+fn replay_filter(
+    since: &Option<String>,
+    until: &Option<String>,
+    principal: &Option<String>,
+    agent: &Option<String>,
+    tool: &Option<String>,
+    decision: &Option<String>,
+) -> Result<crate::policy_file::ReplayFilter, String> {
+    use crate::audit::Decision;
+    use crate::policy_file::ReplayFilter;
+    for time in [since, until].into_iter().flatten() {
+        ReplayFilter::check_time(time)?;
+    }
+    let decision = match decision.as_deref() {
+        None => None,
+        Some("allowed") => Some(Decision::Allowed),
+        Some("approved") => Some(Decision::Approved),
+        Some("granted") => Some(Decision::Granted),
+        Some("refused") => Some(Decision::Refused),
+        Some(other) => {
+            return Err(format!(
+                "--decision `{}` is none of allowed, approved, granted, refused",
+                crate::terminal::escaped(other)
+            ));
+        }
+    };
+    Ok(ReplayFilter {
+        since: since.clone(),
+        until: until.clone(),
+        principal: principal.clone(),
+        agent: agent.clone(),
+        tool: tool.clone(),
+        decision,
+    })
 }

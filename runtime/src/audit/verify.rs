@@ -353,6 +353,11 @@ impl Verifier {
         }
     }
 
+    /// How many records verified so far: a line verified where this grew as it was checked.
+    pub(crate) fn verified(&self) -> u64 {
+        self.report.records
+    }
+
     /// The next line is longer than [`MAX_RECORD_LEN`]: it breaks the chain, and nothing after it is
     /// read.
     pub(crate) fn too_long(&mut self) {

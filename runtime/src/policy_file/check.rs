@@ -837,7 +837,7 @@ fn window(text: &str) -> Option<std::time::Duration> {
 }
 
 /// The 1-based line and column (in characters) of byte `offset` of `text`.
-fn place(text: &str, offset: usize) -> (usize, usize) {
+pub(super) fn place(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;

@@ -5,12 +5,97 @@ use std::fmt;
 use serde_json::Value;
 
 use super::file::PolicyFile;
+use crate::gate::narrowing::Narrowing;
 use crate::registry::registry;
-use toolgate_policy::{self as policy, DenialCode, Facts, Mode, Verdict};
+use crate::registry::ToolManifest;
+use toolgate_policy::{self as policy, DenialCode, Facts, Mode, Risk, Verdict};
+
+/// What a call comes to under a policy, before any approver answers: the three outcomes a policy
+/// chooses between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ruling {
+    /// It runs without asking.
+    Allowed,
+    /// It asks for an approval first.
+    Asks,
+    /// It is refused.
+    Refused,
+}
+
+impl Ruling {
+    /// `allowed`, `asks` or `refused`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Ruling::Allowed => "allowed",
+            Ruling::Asks => "asks",
+            Ruling::Refused => "refused",
+        }
+    }
+}
+
+impl fmt::Display for Ruling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a gate narrowed by `narrowing` rules on a call of the tool in `slot` judged at `risk`, in
+/// `mode` (before the narrowing's ceiling), with `arguments` (JSON) where the argument rules need
+/// them: the code's verdict, the narrowed one, the mode it is decided in, and an argument rule's
+/// refusal. One function for `explain`, policy tests and replay, so that the three cannot disagree.
+pub(super) struct Judged {
+    pub(super) code_verdict: Verdict,
+    pub(super) verdict: Verdict,
+    pub(super) mode: Mode,
+    pub(super) argument: Option<String>,
+}
+
+impl Judged {
+    pub(super) fn new(
+        narrowing: &Narrowing,
+        manifest: &ToolManifest,
+        slot: usize,
+        mode: Mode,
+        risk: Risk,
+        arguments: Option<&str>,
+    ) -> Judged {
+        let mode = mode.min(narrowing.ceiling());
+        let rules = narrowing.tool(slot);
+        let code_verdict = policy::decide(Facts {
+            risk,
+            allowed_modes: manifest.allowed_modes,
+            mode,
+            deny_listed: rules.is_some_and(|r| r.deny.is_some()),
+            can_approve: true,
+        });
+        let verdict = narrowing.narrow(slot, risk, code_verdict, true);
+        let argument = match verdict {
+            Verdict::Refuse(_) => None,
+            _ => narrowing.refuses_json(slot, arguments),
+        };
+        Judged {
+            code_verdict,
+            verdict,
+            mode,
+            argument,
+        }
+    }
+
+    pub(super) fn ruling(&self) -> Ruling {
+        match self.verdict {
+            Verdict::Refuse(_) => Ruling::Refused,
+            _ if self.argument.is_some() => Ruling::Refused,
+            Verdict::NeedsApproval => Ruling::Asks,
+            _ => Ruling::Allowed,
+        }
+    }
+}
 
 /// A decision as a policy file and the code's manifest make it ([`PolicyFile::explain`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Explanation {
+    /// What the call comes to.
+    pub ruling: Ruling,
     /// The mode the call is decided in: the one asked about, under the file's ceiling.
     pub mode: Mode,
     /// `allowed`, `asks for an approval`, or `refused (CODE)`.
@@ -56,34 +141,35 @@ impl PolicyFile {
         let entry = found.entry;
         let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
         let narrowing = self.narrowing(principal, agent);
-        let ceiling = narrowing.ceiling.as_ref();
-        let effective = mode.min(narrowing.ceiling());
-        let lowered = ceiling
+        let lowered = narrowing
+            .ceiling
+            .as_ref()
             .filter(|c| c.value < mode)
             .map(|c| c.rule.to_string());
         let manifest = &entry.manifest;
-        let rules = narrowing.tool(slot);
-        let facts = Facts {
-            risk: manifest.risk_level,
-            allowed_modes: manifest.allowed_modes,
-            mode: effective,
-            deny_listed: rules.is_some_and(|r| r.deny.is_some()),
-            can_approve: true,
-        };
-        let code_verdict = policy::decide(facts);
-        let verdict = narrowing.narrow(slot, manifest.risk_level, code_verdict, true);
+        let json = arguments.to_string();
+        let judged = Judged::new(
+            &narrowing,
+            manifest,
+            slot,
+            mode,
+            manifest.risk_level,
+            Some(&json),
+        );
+        let (code_verdict, verdict) = (judged.code_verdict, judged.verdict);
         let the_code = || {
             format!(
                 "the code: `{tool}` is {} and runs in {}",
                 manifest.risk_level, manifest.allowed_modes
             )
         };
-        let (decision, code, rule) = match verdict {
-            Verdict::Refuse(code) => {
+        let (decision, code, rule) = match (verdict, &judged.argument) {
+            (Verdict::Refuse(code), _) => {
                 let rule = match code {
-                    DenialCode::DenyListed => {
-                        rules.and_then(|r| r.deny.as_deref()).map(str::to_owned)
-                    }
+                    DenialCode::DenyListed => narrowing
+                        .tool(slot)
+                        .and_then(|r| r.deny.as_deref())
+                        .map(str::to_owned),
                     _ => lowered.clone().map(|c| format!("{c}, and {}", the_code())),
                 };
                 (
@@ -92,7 +178,12 @@ impl PolicyFile {
                     rule.unwrap_or_else(the_code),
                 )
             }
-            Verdict::NeedsApproval if code_verdict == Verdict::Allow => {
+            (_, Some(why)) => (
+                format!("refused ({})", DenialCode::ArgumentRefused),
+                Some(DenialCode::ArgumentRefused),
+                why.clone(),
+            ),
+            (Verdict::NeedsApproval, None) if code_verdict == Verdict::Allow => {
                 let rule = narrowing
                     .asks(slot, manifest.risk_level)
                     .map(|r| r.to_string());
@@ -102,24 +193,14 @@ impl PolicyFile {
                     rule.unwrap_or_else(the_code),
                 )
             }
-            verdict => {
-                let json = arguments.to_string();
-                match narrowing.refuses_json(slot, Some(&json)) {
-                    Some(why) => (
-                        format!("refused ({})", DenialCode::ArgumentRefused),
-                        Some(DenialCode::ArgumentRefused),
-                        why,
-                    ),
-                    None if verdict == Verdict::NeedsApproval => {
-                        ("asks for an approval".to_owned(), None, the_code())
-                    }
-                    None => (
-                        "allowed".to_owned(),
-                        None,
-                        lowered.map_or_else(the_code, |c| format!("{}, under {c}", the_code())),
-                    ),
-                }
+            (Verdict::NeedsApproval, None) => {
+                ("asks for an approval".to_owned(), None, the_code())
             }
+            (_, None) => (
+                "allowed".to_owned(),
+                None,
+                lowered.map_or_else(the_code, |c| format!("{}, under {c}", the_code())),
+            ),
         };
         // The channel of an approval: the code's say first, since the file only adds to it.
         let approval = (code.is_none() && verdict == Verdict::NeedsApproval)
@@ -136,7 +217,8 @@ impl PolicyFile {
             })
             .flatten();
         Ok(Explanation {
-            mode: effective,
+            ruling: judged.ruling(),
+            mode: judged.mode,
             decision,
             code,
             rule,

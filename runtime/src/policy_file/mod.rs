@@ -50,6 +50,7 @@
 //! one is not used. [`LivePolicy`] hands a file to gates and replaces it
 //! while they run.
 
+mod cases;
 mod check;
 mod diff;
 mod explain;
@@ -57,15 +58,18 @@ mod file;
 mod live;
 mod lock;
 mod model;
+mod replay;
 mod toml_doc;
 
 pub use check::ToolDeclaration;
 pub use diff::{Change, Diff, Direction};
-pub use explain::Explanation;
+pub use cases::{CaseResult, Expected, PolicyCase, PolicyCases};
+pub use explain::{Explanation, Ruling};
 pub use file::{MAX_POLICY_BYTES, PolicyFile};
 pub use live::{LivePolicy, PolicyWatch};
 pub use lock::{PolicyLockError, assert_policy_lock, check_policy_lock};
 pub use model::{PolicyError, PolicyErrors};
+pub use replay::{Flip, FlipRow, MAX_REFERENCES, ReplayFilter, ReplayReport};
 
 pub use crate::gate::builder::PolicySource;
 pub use crate::gate::narrowing::Narrowing;

@@ -1,0 +1,579 @@
+//! Replay: the calls a JSONL log recorded, decided again under a candidate policy file beside the
+//! policy that was in force when each was recorded, and the calls whose decision would flip.
+//!
+//! Each call is decided twice by the function [`PolicyFile::explain`] uses, in the mode and at the
+//! risk its record names: once under the file in force (found by the record's `policy_digest` among
+//! the files given; a record of a gate that followed none is decided under no file) and once under
+//! the candidate. What the approver, a budget or the store did is not replayed: both sides assume
+//! an approver that can be asked, so that a flip is the policy's doing alone.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::{self, BufReader, Read};
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use super::explain::{Judged, Ruling};
+use super::file::PolicyFile;
+use crate::audit::verify::{Line, Verifier, read_line};
+use crate::audit::{AuditRecord, Decision, Stage, VerifyReport};
+use crate::gate::narrowing::Narrowing;
+use crate::registry::registry;
+use crate::terminal::escaped;
+use toolgate_policy::{Mode, Risk};
+
+/// How many records a row of flips keeps the references of; its count is exact beyond them.
+pub const MAX_REFERENCES: usize = 1000;
+
+/// Which recorded calls to replay. Empty, every call of the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayFilter {
+    /// Calls recorded at or after this time: a UTC date (`2026-11-22`) or a time as the log writes
+    /// it (`2026-11-22T03:11:01Z`, fractions allowed), compared as text with the record's.
+    pub since: Option<String>,
+    /// Calls recorded before this time, written as `since` is.
+    pub until: Option<String>,
+    /// Calls of a gate of this principal, compared as the name reads (SECURITY.md, names that read
+    /// alike).
+    pub principal: Option<String>,
+    /// Calls of a gate of this agent label, compared as it reads.
+    pub agent: Option<String>,
+    /// Calls of this tool id, exactly.
+    pub tool: Option<String>,
+    /// Calls recorded with this decision.
+    pub decision: Option<Decision>,
+}
+
+impl ReplayFilter {
+    /// Whether `time` is a UTC date or time as `since` and `until` take it; `Err` says what is
+    /// wrong.
+    pub fn check_time(time: &str) -> Result<(), String> {
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let date_ok = time.len() >= 10 && {
+            let d = &time[..10];
+            digits(&d[..4]) && &d[4..5] == "-" && digits(&d[5..7]) && &d[7..8] == "-" && digits(&d[8..10])
+        };
+        let rest = time.get(10..).unwrap_or("");
+        let rest = rest.strip_suffix('Z').unwrap_or(rest);
+        let time_ok = rest.is_empty()
+            || rest.strip_prefix('T').is_some_and(|t| {
+                let (hms, fraction) = t.split_once('.').unwrap_or((t, ""));
+                let parts: Vec<&str> = hms.split(':').collect();
+                (2..=3).contains(&parts.len())
+                    && parts.iter().all(|p| p.len() == 2 && digits(p))
+                    && (fraction.is_empty() || (parts.len() == 3 && digits(fraction)))
+            });
+        if date_ok && time_ok && time.is_char_boundary(10) {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{}` is not a UTC date or time: write 2026-11-22 or 2026-11-22T03:11:01Z",
+                escaped(time)
+            ))
+        }
+    }
+
+    fn keeps(&self, line: &RecordLine<'_>) -> bool {
+        let same = |name: &Option<String>, recorded: &Option<Cow<'_, str>>| match name {
+            None => true,
+            Some(name) => recorded
+                .as_deref()
+                .is_some_and(|r| crate::names::same(name, r)),
+        };
+        let at = &*line.timestamp;
+        self.since.as_deref().is_none_or(|t| at >= t)
+            && self.until.as_deref().is_none_or(|t| at < t)
+            && self.tool.as_deref().is_none_or(|t| line.tool == t)
+            && self.decision.is_none_or(|d| line.decision == Some(d))
+            && same(&self.principal, &line.principal)
+            && same(&self.agent, &line.agent)
+    }
+}
+
+/// The members of a log's line that a replay reads; the rest are the chain's and the verifier's.
+#[derive(Deserialize)]
+struct RecordLine<'a> {
+    seq: u64,
+    stage: Stage,
+    #[serde(borrow)]
+    tool: Cow<'a, str>,
+    #[serde(borrow, default)]
+    principal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    agent: Option<Cow<'a, str>>,
+    mode: Mode,
+    #[serde(borrow, default)]
+    policy_digest: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    manifest_digest: Cow<'a, str>,
+    #[serde(default)]
+    arguments: Option<String>,
+    #[serde(default)]
+    declared_risk: Option<Risk>,
+    #[serde(default)]
+    effective_risk: Option<Risk>,
+    #[serde(default)]
+    decision: Option<Decision>,
+    #[serde(borrow)]
+    timestamp: Cow<'a, str>,
+}
+
+/// A change of decision: what a call came to under the policy in force, and under the candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Flip {
+    /// Under the policy in force.
+    pub from: Ruling,
+    /// Under the candidate.
+    pub to: Ruling,
+}
+
+impl Flip {
+    /// Whether the candidate lets the call do more than the policy in force did (refused to asks or
+    /// allowed, asks to allowed): a candidate that widens.
+    pub fn widens(self) -> bool {
+        self.to < self.from
+    }
+}
+
+impl fmt::Display for Flip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {}", self.from, self.to)
+    }
+}
+
+impl Serialize for Ruling {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// The calls of one tool and principal whose decision flips one way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FlipRow {
+    /// The tool's id.
+    pub tool: String,
+    /// The gate's principal, as recorded.
+    pub principal: Option<String>,
+    /// The flip.
+    #[serde(flatten)]
+    pub flip: Flip,
+    /// How many calls.
+    pub calls: u64,
+    /// The `seq` of each call's record in the log, up to [`MAX_REFERENCES`].
+    pub seqs: Vec<u64>,
+    /// Each call's record reference ([`AuditRecord::reference`]), up to [`MAX_REFERENCES`].
+    pub records: Vec<String>,
+}
+
+/// What a replay found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReplayReport {
+    /// The log's chain, as `toolgate audit verify` reports it: only the records before a break are
+    /// replayed.
+    pub chain: VerifyReport,
+    /// The candidate's name and digest.
+    pub candidate: (String, String),
+    /// The calls the filter kept, among the records that verified.
+    pub calls: u64,
+    /// Those decided under both policies.
+    pub decided: u64,
+    /// The calls whose decision flips, by tool, principal and flip.
+    pub flips: Vec<FlipRow>,
+    /// Calls not decided because the policy in force when they were recorded was not given, by its
+    /// digest.
+    pub unknown_policies: BTreeMap<String, u64>,
+    /// Calls not decided because the tool as recorded is not the linked one (no linked tool has its
+    /// id, or the linked one declares another risk), by tool id.
+    pub other_tools: BTreeMap<String, u64>,
+    /// Calls not decided because an argument rule of either policy reads arguments the record does
+    /// not hold (the tool does not record them, or they were redacted), by tool id.
+    pub unrecorded_arguments: BTreeMap<String, u64>,
+    /// Calls decided that were recorded by a build whose set of tools differs from this program's
+    /// (their manifest digest), with the same tool and risk.
+    pub other_builds: u64,
+}
+
+impl ReplayReport {
+    /// Whether any call's decision flips.
+    pub fn flips_any(&self) -> bool {
+        !self.flips.is_empty()
+    }
+
+    /// Whether the candidate widens any call's decision.
+    pub fn widens(&self) -> bool {
+        self.flips.iter().any(|row| row.flip.widens())
+    }
+}
+
+impl PolicyFile {
+    /// Replays the calls of the JSONL log read from `log` (as [`JsonlSink`](crate::audit::JsonlSink)
+    /// writes it) that `filter` keeps: each decided under the file in force when it was recorded
+    /// (`in_force`, matched by digest; this file too) and under this one. The chain is verified in
+    /// the same pass; the records after a break are not replayed. `Err` only if reading fails.
+    pub fn replay(
+        &self,
+        in_force: &[PolicyFile],
+        filter: &ReplayFilter,
+        log: impl Read,
+    ) -> io::Result<ReplayReport> {
+        let mut replay = Replayer::new(self, in_force);
+        let mut reader = BufReader::with_capacity(1 << 16, log);
+        let mut verifier = Verifier::new();
+        let mut line = Vec::new();
+        let mut report = ReplayReport {
+            chain: Verifier::new().finish(),
+            candidate: (self.name().to_owned(), self.digest().to_owned()),
+            calls: 0,
+            decided: 0,
+            flips: Vec::new(),
+            unknown_policies: BTreeMap::new(),
+            other_tools: BTreeMap::new(),
+            unrecorded_arguments: BTreeMap::new(),
+            other_builds: 0,
+        };
+        let mut rows: BTreeMap<(String, Option<String>, Flip), FlipRow> = BTreeMap::new();
+        loop {
+            match read_line(&mut reader, &mut line)? {
+                Line::End => break,
+                Line::TooLong => {
+                    verifier.too_long();
+                    break;
+                }
+                Line::Read => {}
+            }
+            let before = verifier.verified();
+            verifier.line(&line);
+            if verifier.verified() == before {
+                continue;
+            }
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            let Ok(record) = serde_json::from_slice::<RecordLine<'_>>(text) else {
+                continue;
+            };
+            if !matches!(record.stage, Stage::Enter | Stage::Refused)
+                || record.tool.is_empty()
+                || !filter.keeps(&record)
+            {
+                continue;
+            }
+            report.calls += 1;
+            let flip = match replay.decide(&record) {
+                Ok(flip) => flip,
+                Err(NotDecided::Policy(digest)) => {
+                    *report.unknown_policies.entry(digest).or_default() += 1;
+                    continue;
+                }
+                Err(NotDecided::Tool) => {
+                    *report.other_tools.entry(record.tool.to_string()).or_default() += 1;
+                    continue;
+                }
+                Err(NotDecided::Arguments) => {
+                    *report
+                        .unrecorded_arguments
+                        .entry(record.tool.to_string())
+                        .or_default() += 1;
+                    continue;
+                }
+            };
+            report.decided += 1;
+            if record.manifest_digest != replay.manifest_digest {
+                report.other_builds += 1;
+            }
+            if flip.from == flip.to {
+                continue;
+            }
+            let principal = record.principal.as_deref().map(str::to_owned);
+            let row = rows
+                .entry((record.tool.to_string(), principal.clone(), flip))
+                .or_insert_with(|| FlipRow {
+                    tool: record.tool.to_string(),
+                    principal,
+                    flip,
+                    calls: 0,
+                    seqs: Vec::new(),
+                    records: Vec::new(),
+                });
+            row.calls += 1;
+            if row.seqs.len() < MAX_REFERENCES {
+                row.seqs.push(record.seq);
+                if let Ok(whole) = serde_json::from_slice::<AuditRecord>(text) {
+                    row.records.push(whole.reference());
+                }
+            }
+        }
+        report.chain = verifier.finish();
+        report.flips = rows.into_values().collect();
+        Ok(report)
+    }
+}
+
+enum NotDecided {
+    Policy(String),
+    Tool,
+    Arguments,
+}
+
+/// The policies of a replay, with what they make of a gate's principal and agent kept once.
+struct Replayer<'p> {
+    /// The candidate first, then the files given as in force.
+    policies: Vec<&'p PolicyFile>,
+    none: Narrowing,
+    narrowings: HashMap<String, Narrowing>,
+    rulings: HashMap<String, Ruling>,
+    key: String,
+    manifest_digest: &'static str,
+}
+
+impl<'p> Replayer<'p> {
+    fn new(candidate: &'p PolicyFile, in_force: &'p [PolicyFile]) -> Replayer<'p> {
+        let mut policies = vec![candidate];
+        policies.extend(in_force.iter());
+        Replayer {
+            policies,
+            none: Narrowing::none(),
+            narrowings: HashMap::new(),
+            rulings: HashMap::new(),
+            key: String::new(),
+            manifest_digest: crate::registry::digest::manifest_digest(),
+        }
+    }
+
+    fn decide(&mut self, record: &RecordLine<'_>) -> Result<Flip, NotDecided> {
+        let registry = registry();
+        let entry = registry.get(&record.tool).ok_or(NotDecided::Tool)?.entry;
+        let manifest = &entry.manifest;
+        if record
+            .declared_risk
+            .is_some_and(|risk| risk != manifest.risk_level)
+        {
+            return Err(NotDecided::Tool);
+        }
+        let in_force = match record.policy_digest.as_deref() {
+            None => None,
+            Some(digest) => Some(
+                self.policies
+                    .iter()
+                    .position(|p| p.digest() == digest)
+                    .ok_or_else(|| NotDecided::Policy(digest.to_owned()))?,
+            ),
+        };
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        let risk = record.effective_risk.unwrap_or(manifest.risk_level);
+        let from = self.ruling(in_force, record, manifest, slot, risk)?;
+        let to = self.ruling(Some(0), record, manifest, slot, risk)?;
+        Ok(Flip { from, to })
+    }
+
+    /// The ruling of the policy at `index` (`None`: no policy) on `record`'s call.
+    fn ruling(
+        &mut self,
+        index: Option<usize>,
+        record: &RecordLine<'_>,
+        manifest: &crate::registry::ToolManifest,
+        slot: usize,
+        risk: Risk,
+    ) -> Result<Ruling, NotDecided> {
+        let key = &mut self.key;
+        key.clear();
+        match index {
+            None => key.push('-'),
+            Some(i) => key.push_str(&i.to_string()),
+        }
+        for name in [record.principal.as_deref(), record.agent.as_deref()] {
+            key.push('\u{0}');
+            match name {
+                None => key.push('\u{1}'),
+                Some(name) => key.push_str(name),
+            }
+        }
+        let narrowing = match index {
+            None => &self.none,
+            Some(i) => {
+                if !self.narrowings.contains_key(key.as_str()) {
+                    let built = self.policies[i]
+                        .narrowing(record.principal.as_deref(), record.agent.as_deref());
+                    self.narrowings.insert(key.clone(), built);
+                }
+                &self.narrowings[key.as_str()]
+            }
+        };
+        if narrowing.has_argument_rules(slot) {
+            let arguments = record
+                .arguments
+                .as_deref()
+                .filter(|json| !json.contains("\"[REDACTED]\"") && !json.contains("\"[NOT SERIALIZABLE]\""))
+                .ok_or(NotDecided::Arguments)?;
+            let judged = Judged::new(narrowing, manifest, slot, record.mode, risk, Some(arguments));
+            return Ok(judged.ruling());
+        }
+        let _ = write_key(key, slot, record.mode, risk);
+        if let Some(&ruling) = self.rulings.get(key.as_str()) {
+            return Ok(ruling);
+        }
+        let ruling = Judged::new(narrowing, manifest, slot, record.mode, risk, None).ruling();
+        self.rulings.insert(key.clone(), ruling);
+        Ok(ruling)
+    }
+}
+
+fn write_key(key: &mut String, slot: usize, mode: Mode, risk: Risk) -> fmt::Result {
+    use fmt::Write as _;
+    write!(key, "\u{0}{slot}\u{0}{}\u{0}{}", mode as u8, risk as u8)
+}
+
+impl fmt::Display for ReplayReport {
+    /// The chain first, then the counts, each flip a row, and what was not replayed and why; every
+    /// text the log holds escaped.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let chain = &self.chain;
+        if let Some(broken) = &chain.broken {
+            writeln!(
+                f,
+                "THE LOG DOES NOT VERIFY: line {} breaks the chain ({}); only the {} records before it are replayed",
+                broken.line, broken.reason, chain.records
+            )?;
+        } else if let Some(torn) = &chain.torn_tail {
+            writeln!(
+                f,
+                "the log's last line is torn (line {}, a write cut short); the {} records before it verify and are replayed",
+                torn.line, chain.records
+            )?;
+        } else {
+            writeln!(f, "the log verifies: {} records", chain.records)?;
+        }
+        writeln!(
+            f,
+            "candidate: {} (policy {})",
+            escaped(&self.candidate.0),
+            self.candidate.1
+        )?;
+        let flipped: u64 = self.flips.iter().map(|row| row.calls).sum();
+        writeln!(
+            f,
+            "{} calls replayed, {} decided under both policies, {} flip",
+            self.calls, self.decided, flipped
+        )?;
+        if !self.flips.is_empty() {
+            writeln!(f)?;
+            let rows: Vec<[String; 5]> = self
+                .flips
+                .iter()
+                .map(|row| {
+                    let shown: Vec<String> = row.seqs.iter().take(5).map(u64::to_string).collect();
+                    let more = row.calls as usize - shown.len().min(row.calls as usize);
+                    let mut seqs = shown.join(", ");
+                    if more > 0 {
+                        seqs.push_str(&format!(" and {more} more"));
+                    }
+                    [
+                        escaped(&row.tool).into_owned(),
+                        row.principal
+                            .as_deref()
+                            .map_or_else(|| "-".to_owned(), |p| escaped(p).into_owned()),
+                        format!(
+                            "{}{}",
+                            row.flip,
+                            if row.flip.widens() { " (WIDENS)" } else { "" }
+                        ),
+                        row.calls.to_string(),
+                        seqs,
+                    ]
+                })
+                .collect();
+            let header = ["tool", "principal", "flip", "calls", "seq"];
+            let mut widths = header.map(|h| h.chars().count());
+            for row in &rows {
+                for (width, cell) in widths.iter_mut().zip(row) {
+                    *width = (*width).max(cell.chars().count());
+                }
+            }
+            let line = |f: &mut fmt::Formatter<'_>, cells: [&str; 5]| {
+                let mut text = String::new();
+                for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+                    if i + 1 == cells.len() {
+                        text.push_str(cell);
+                    } else {
+                        let pad = width - cell.chars().count();
+                        text.push_str(cell);
+                        text.push_str(&" ".repeat(pad + 2));
+                    }
+                }
+                writeln!(f, "{}", text.trim_end())
+            };
+            line(f, header)?;
+            for row in &rows {
+                line(f, [&row[0], &row[1], &row[2], &row[3], &row[4]])?;
+            }
+        }
+        let not_decided = |f: &mut fmt::Formatter<'_>, map: &BTreeMap<String, u64>, why: &str| {
+            for (what, calls) in map {
+                writeln!(f, "not replayed: {calls} calls {why} `{}`", escaped(what))?;
+            }
+            Ok(())
+        };
+        if !(self.unknown_policies.is_empty()
+            && self.other_tools.is_empty()
+            && self.unrecorded_arguments.is_empty())
+        {
+            writeln!(f)?;
+        }
+        not_decided(
+            f,
+            &self.unknown_policies,
+            "recorded under a policy not given (--in-force FILE), digest",
+        )?;
+        not_decided(
+            f,
+            &self.other_tools,
+            "of a tool this program does not link as recorded (no such id, or another risk):",
+        )?;
+        not_decided(
+            f,
+            &self.unrecorded_arguments,
+            "whose arguments an argument rule reads are not in the record (not recorded, or redacted):",
+        )?;
+        if self.other_builds > 0 {
+            writeln!(
+                f,
+                "{} of the calls decided were recorded by a build with another set of tools (same tool and risk)",
+                self.other_builds
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The report as JSON: `chain`, `candidate`, the counts, `flips` (each row with its `seqs` and
+/// `records`), and what was not replayed.
+impl Serialize for ReplayReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let chain = &self.chain;
+        let mut map = serializer.serialize_map(Some(9))?;
+        map.serialize_entry(
+            "chain",
+            &serde_json::json!({
+                "records": chain.records,
+                "intact": chain.is_intact(),
+                "broken_at_line": chain.broken.as_ref().map(|b| b.line),
+                "broken_because": chain.broken.as_ref().map(|b| b.reason.to_string()),
+                "torn_at_line": chain.torn_tail.as_ref().map(|t| t.line),
+            }),
+        )?;
+        map.serialize_entry(
+            "candidate",
+            &serde_json::json!({ "name": self.candidate.0, "digest": self.candidate.1 }),
+        )?;
+        map.serialize_entry("calls", &self.calls)?;
+        map.serialize_entry("decided", &self.decided)?;
+        map.serialize_entry("flips", &self.flips)?;
+        map.serialize_entry("unknown_policies", &self.unknown_policies)?;
+        map.serialize_entry("other_tools", &self.other_tools)?;
+        map.serialize_entry("unrecorded_arguments", &self.unrecorded_arguments)?;
+        map.serialize_entry("other_builds", &self.other_builds)?;
+        map.end()
+    }
+}
