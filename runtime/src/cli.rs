@@ -328,9 +328,8 @@ impl PolicyCommand {
                         eprintln!("{why}");
                         2
                     })?;
-                let opened = std::fs::File::open(log).and_then(|log| {
-                    candidate.replay(&in_force, &filter, log)
-                });
+                let opened = std::fs::File::open(log)
+                    .and_then(|log| candidate.replay(&in_force, &filter, log));
                 let report = opened.map_err(|e| {
                     eprintln!("{}: cannot read the log: {e}", log.display());
                     2
@@ -343,11 +342,13 @@ impl PolicyCommand {
                 } else {
                     print!("{report}");
                 }
-                Ok(if !report.chain.is_intact() && report.chain.broken.is_some() {
-                    3
-                } else {
-                    i32::from(report.flips_any())
-                })
+                Ok(
+                    if !report.chain.is_intact() && report.chain.broken.is_some() {
+                        3
+                    } else {
+                        i32::from(report.flips_any())
+                    },
+                )
             }),
         };
         outcome.unwrap_or_else(|code| code)

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::file::PolicyFile;
 use crate::gate::narrowing::Narrowing;
-use crate::registry::registry;
 use crate::registry::ToolManifest;
+use crate::registry::registry;
 use toolgate_policy::{self as policy, DenialCode, Facts, Mode, Risk, Verdict};
 
 /// What a call comes to under a policy, before any approver answers: the three outcomes a policy
@@ -193,9 +193,7 @@ impl PolicyFile {
                     rule.unwrap_or_else(the_code),
                 )
             }
-            (Verdict::NeedsApproval, None) => {
-                ("asks for an approval".to_owned(), None, the_code())
-            }
+            (Verdict::NeedsApproval, None) => ("asks for an approval".to_owned(), None, the_code()),
             (_, None) => (
                 "allowed".to_owned(),
                 None,

@@ -61,9 +61,9 @@ mod model;
 mod replay;
 mod toml_doc;
 
+pub use cases::{CaseResult, Expected, PolicyCase, PolicyCases};
 pub use check::ToolDeclaration;
 pub use diff::{Change, Diff, Direction};
-pub use cases::{CaseResult, Expected, PolicyCase, PolicyCases};
 pub use explain::{Explanation, Ruling};
 pub use file::{MAX_POLICY_BYTES, PolicyFile};
 pub use live::{LivePolicy, PolicyWatch};

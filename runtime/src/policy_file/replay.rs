@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::{self, BufReader, Read};
 use std::sync::atomic::Ordering;
 
@@ -53,7 +53,11 @@ impl ReplayFilter {
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         let date_ok = time.len() >= 10 && {
             let d = &time[..10];
-            digits(&d[..4]) && &d[4..5] == "-" && digits(&d[5..7]) && &d[7..8] == "-" && digits(&d[8..10])
+            digits(&d[..4])
+                && &d[4..5] == "-"
+                && digits(&d[5..7])
+                && &d[7..8] == "-"
+                && digits(&d[8..10])
         };
         let rest = time.get(10..).unwrap_or("");
         let rest = rest.strip_suffix('Z').unwrap_or(rest);
@@ -189,8 +193,12 @@ pub struct ReplayReport {
     /// id, or the linked one declares another risk), by tool id.
     pub other_tools: BTreeMap<String, u64>,
     /// Calls not decided because an argument rule of either policy reads arguments the record does
-    /// not hold (the tool does not record them, or they were redacted), by tool id.
+    /// not hold (the tool does not record them: `record_arguments`), by tool id.
     pub unrecorded_arguments: BTreeMap<String, u64>,
+    /// Calls not decided because they were recorded in the mode of the ceiling in force, which the
+    /// candidate raises: a gate records its mode under its policy's ceiling, so the mode it was
+    /// asked for, and what the candidate would let it run, is not in the record. By tool id.
+    pub raised_ceilings: BTreeMap<String, u64>,
     /// Calls decided that were recorded by a build whose set of tools differs from this program's
     /// (their manifest digest), with the same tool and risk.
     pub other_builds: u64,
@@ -232,6 +240,7 @@ impl PolicyFile {
             unknown_policies: BTreeMap::new(),
             other_tools: BTreeMap::new(),
             unrecorded_arguments: BTreeMap::new(),
+            raised_ceilings: BTreeMap::new(),
             other_builds: 0,
         };
         let mut rows: BTreeMap<(String, Option<String>, Flip), FlipRow> = BTreeMap::new();
@@ -267,7 +276,17 @@ impl PolicyFile {
                     continue;
                 }
                 Err(NotDecided::Tool) => {
-                    *report.other_tools.entry(record.tool.to_string()).or_default() += 1;
+                    *report
+                        .other_tools
+                        .entry(record.tool.to_string())
+                        .or_default() += 1;
+                    continue;
+                }
+                Err(NotDecided::Ceiling) => {
+                    *report
+                        .raised_ceilings
+                        .entry(record.tool.to_string())
+                        .or_default() += 1;
                     continue;
                 }
                 Err(NotDecided::Arguments) => {
@@ -314,15 +333,17 @@ enum NotDecided {
     Policy(String),
     Tool,
     Arguments,
+    Ceiling,
 }
 
 /// The policies of a replay, with what they make of a gate's principal and agent kept once.
 struct Replayer<'p> {
     /// The candidate first, then the files given as in force.
     policies: Vec<&'p PolicyFile>,
-    none: Narrowing,
-    narrowings: HashMap<String, Narrowing>,
-    rulings: HashMap<String, Ruling>,
+    /// The narrowings built, no policy's first.
+    built: Vec<Narrowing>,
+    narrowings: HashMap<String, usize>,
+    rulings: HashMap<(usize, usize, u8, u8), Ruling>,
     key: String,
     manifest_digest: &'static str,
 }
@@ -333,7 +354,7 @@ impl<'p> Replayer<'p> {
         policies.extend(in_force.iter());
         Replayer {
             policies,
-            none: Narrowing::none(),
+            built: vec![Narrowing::none()],
             narrowings: HashMap::new(),
             rulings: HashMap::new(),
             key: String::new(),
@@ -360,68 +381,77 @@ impl<'p> Replayer<'p> {
                     .ok_or_else(|| NotDecided::Policy(digest.to_owned()))?,
             ),
         };
+        let from = self.narrowing(in_force, record);
+        let to = self.narrowing(Some(0), record);
+        // A gate records its mode under its policy's ceiling: where that ceiling may have lowered
+        // it and the candidate's is higher, the mode the gate was asked for is not in the record.
+        let (was, will) = (self.built[from].ceiling(), self.built[to].ceiling());
+        if was == record.mode && will > was {
+            return Err(NotDecided::Ceiling);
+        }
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         let risk = record.effective_risk.unwrap_or(manifest.risk_level);
-        let from = self.ruling(in_force, record, manifest, slot, risk)?;
-        let to = self.ruling(Some(0), record, manifest, slot, risk)?;
+        let from = self.ruling(from, record, manifest, slot, risk)?;
+        let to = self.ruling(to, record, manifest, slot, risk)?;
         Ok(Flip { from, to })
     }
 
-    /// The ruling of the policy at `index` (`None`: no policy) on `record`'s call.
+    /// The narrowing of the policy at `index` (`None`: no policy) for `record`'s gate, built once
+    /// per principal and agent: its place in `built`.
+    fn narrowing(&mut self, index: Option<usize>, record: &RecordLine<'_>) -> usize {
+        let key = &mut self.key;
+        key.clear();
+        let Some(index) = index else {
+            return 0;
+        };
+        // Each name with its length, so that no two pairs of names make one key.
+        let _ = write!(key, "{index}");
+        for name in [record.principal.as_deref(), record.agent.as_deref()] {
+            match name {
+                None => key.push_str(";-"),
+                Some(name) => {
+                    let _ = write!(key, ";{}:{name}", name.len());
+                }
+            }
+        }
+        if let Some(&at) = self.narrowings.get(key.as_str()) {
+            return at;
+        }
+        let built =
+            self.policies[index].narrowing(record.principal.as_deref(), record.agent.as_deref());
+        self.built.push(built);
+        self.narrowings.insert(key.clone(), self.built.len() - 1);
+        self.built.len() - 1
+    }
+
+    /// The ruling of the narrowing at `at` on `record`'s call.
     fn ruling(
         &mut self,
-        index: Option<usize>,
+        at: usize,
         record: &RecordLine<'_>,
         manifest: &crate::registry::ToolManifest,
         slot: usize,
         risk: Risk,
     ) -> Result<Ruling, NotDecided> {
-        let key = &mut self.key;
-        key.clear();
-        match index {
-            None => key.push('-'),
-            Some(i) => key.push_str(&i.to_string()),
-        }
-        for name in [record.principal.as_deref(), record.agent.as_deref()] {
-            key.push('\u{0}');
-            match name {
-                None => key.push('\u{1}'),
-                Some(name) => key.push_str(name),
-            }
-        }
-        let narrowing = match index {
-            None => &self.none,
-            Some(i) => {
-                if !self.narrowings.contains_key(key.as_str()) {
-                    let built = self.policies[i]
-                        .narrowing(record.principal.as_deref(), record.agent.as_deref());
-                    self.narrowings.insert(key.clone(), built);
-                }
-                &self.narrowings[key.as_str()]
-            }
-        };
+        let narrowing = &self.built[at];
         if narrowing.has_argument_rules(slot) {
-            let arguments = record
-                .arguments
-                .as_deref()
-                .filter(|json| !json.contains("\"[REDACTED]\"") && !json.contains("\"[NOT SERIALIZABLE]\""))
-                .ok_or(NotDecided::Arguments)?;
-            let judged = Judged::new(narrowing, manifest, slot, record.mode, risk, Some(arguments));
-            return Ok(judged.ruling());
+            // A refusal before the argument rules needs no arguments; anything else does.
+            let arguments = record.arguments.as_deref();
+            let judged = Judged::new(narrowing, manifest, slot, record.mode, risk, arguments);
+            return match judged.verdict {
+                toolgate_policy::Verdict::Refuse(_) => Ok(Ruling::Refused),
+                _ if arguments.is_none() => Err(NotDecided::Arguments),
+                _ => Ok(judged.ruling()),
+            };
         }
-        let _ = write_key(key, slot, record.mode, risk);
-        if let Some(&ruling) = self.rulings.get(key.as_str()) {
+        let key = (at, slot, record.mode as u8, risk as u8);
+        if let Some(&ruling) = self.rulings.get(&key) {
             return Ok(ruling);
         }
         let ruling = Judged::new(narrowing, manifest, slot, record.mode, risk, None).ruling();
-        self.rulings.insert(key.clone(), ruling);
+        self.rulings.insert(key, ruling);
         Ok(ruling)
     }
-}
-
-fn write_key(key: &mut String, slot: usize, mode: Mode, risk: Risk) -> fmt::Result {
-    use fmt::Write as _;
-    write!(key, "\u{0}{slot}\u{0}{}\u{0}{}", mode as u8, risk as u8)
 }
 
 impl fmt::Display for ReplayReport {
@@ -512,11 +542,12 @@ impl fmt::Display for ReplayReport {
             for (what, calls) in map {
                 writeln!(f, "not replayed: {calls} calls {why} `{}`", escaped(what))?;
             }
-            Ok(())
+            fmt::Result::Ok(())
         };
         if !(self.unknown_policies.is_empty()
             && self.other_tools.is_empty()
-            && self.unrecorded_arguments.is_empty())
+            && self.unrecorded_arguments.is_empty()
+            && self.raised_ceilings.is_empty())
         {
             writeln!(f)?;
         }
@@ -533,7 +564,12 @@ impl fmt::Display for ReplayReport {
         not_decided(
             f,
             &self.unrecorded_arguments,
-            "whose arguments an argument rule reads are not in the record (not recorded, or redacted):",
+            "whose arguments an argument rule reads are not in the record (the tool does not record them):",
+        )?;
+        not_decided(
+            f,
+            &self.raised_ceilings,
+            "recorded at the ceiling in force, which the candidate raises (the mode asked for is not recorded):",
         )?;
         if self.other_builds > 0 {
             writeln!(
@@ -552,7 +588,7 @@ impl Serialize for ReplayReport {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
         let chain = &self.chain;
-        let mut map = serializer.serialize_map(Some(9))?;
+        let mut map = serializer.serialize_map(Some(10))?;
         map.serialize_entry(
             "chain",
             &serde_json::json!({
@@ -573,6 +609,7 @@ impl Serialize for ReplayReport {
         map.serialize_entry("unknown_policies", &self.unknown_policies)?;
         map.serialize_entry("other_tools", &self.other_tools)?;
         map.serialize_entry("unrecorded_arguments", &self.unrecorded_arguments)?;
+        map.serialize_entry("raised_ceilings", &self.raised_ceilings)?;
         map.serialize_entry("other_builds", &self.other_builds)?;
         map.end()
     }

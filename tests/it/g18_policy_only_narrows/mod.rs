@@ -12,6 +12,7 @@ mod attacks_stateful;
 mod commit_point;
 mod out_of_band;
 mod policy_file;
+mod replay;
 mod rules_off_the_call;
 
 use std::sync::{Arc, Condvar, Mutex};
