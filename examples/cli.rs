@@ -21,7 +21,9 @@
 //!
 //! `--policy FILE` makes the gate follow an operator's policy file, which can only narrow what the mode
 //! allows; `policy check FILE`, `policy explain FILE ...` and `policy diff OLD NEW` check a file against
-//! these tools (`toolgate::cli::PolicyCommand`).
+//! these tools, `policy test FILE --cases CASES` checks it against an operator's cases, and `policy
+//! replay FILE --log LOG --in-force OLD` decides a log's calls again under it
+//! (`toolgate::cli::PolicyCommand`).
 
 use std::fmt;
 use std::io::{BufRead, IsTerminal, Write};

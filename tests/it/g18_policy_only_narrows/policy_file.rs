@@ -819,6 +819,140 @@ fn the_policy_lock_lists_what_a_change_widens_first() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An application's `policy test` and `policy replay` commands, as the deploy desk example gives them:
+/// their reports and exit codes, on a log written here with the desk's tool ids.
+#[test]
+fn the_applications_policy_commands_test_and_replay() {
+    use toolgate::audit::{AuditRecord, AuditSink, Decision, JsonlSink};
+    let desk = crate::common::example("cli", "clap,policy-file");
+    let dir = crate::common::Scratch::new("policy-test-replay");
+    let none = dir.path("none.toml");
+    let strict = dir.path("strict.toml");
+    std::fs::write(&none, "format = 1\n").unwrap();
+    std::fs::write(
+        &strict,
+        "format = 1\n[defaults]\ndeny = [\"deploy.delete\"]\n",
+    )
+    .unwrap();
+    let cases = dir.path("cases.toml");
+    std::fs::write(
+        &cases,
+        "[[case]]\nname = \"deletes are denied\"\ntool = \"deploy.delete\"\nexpect = \"DENY_LISTED\"\n\n\
+         [[case]]\nname = \"restarts ask\"\ntool = \"deploy.restart\"\nexpect = \"asks\"\n",
+    )
+    .unwrap();
+    let bad_cases = dir.path("bad.toml");
+    std::fs::write(
+        &bad_cases,
+        "[[case]]\ntool = \"deploy.delet\"\nexpect = \"refused\"\n",
+    )
+    .unwrap();
+    let log = dir.path("audit.jsonl");
+    {
+        let digest = PolicyFile::load(&none).unwrap().digest().to_owned();
+        let sink = JsonlSink::open(&log).unwrap();
+        for (call, tool) in [(1, "deploy.status"), (2, "deploy.delete")] {
+            let mut record = AuditRecord::new(Stage::Enter, tool, Mode::FullAuto, 1);
+            record.call = call;
+            record.principal = Some("alice".into());
+            record.decision = Some(Decision::Approved);
+            record.policy_digest = Some(digest.clone());
+            sink.record(&record).unwrap();
+        }
+    }
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&desk)
+            .args(args)
+            .env_remove("TOOLGATE_MODE")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let path = |p: &std::path::Path| p.display().to_string();
+
+    let (code, text) = run(&["policy", "test", &path(&strict), "--cases", &path(&cases)]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("ok      deletes are denied"), "{text}");
+    assert!(text.contains("FAILED  restarts ask"), "{text}");
+    assert!(text.contains("expected: asks"), "{text}");
+    assert!(text.contains("decided:  allowed in FULL_AUTO"), "{text}");
+    assert!(text.contains("2 cases: 1 passed, 1 failed"), "{text}");
+    let (code, text) = run(&[
+        "policy",
+        "test",
+        &path(&strict),
+        "--cases",
+        &path(&bad_cases),
+    ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains(":2:8: no linked tool has the id `deploy.delet`"),
+        "{text}"
+    );
+
+    let replay = |extra: &[&str]| {
+        let mut args = vec![
+            "policy".to_owned(),
+            "replay".to_owned(),
+            path(&strict),
+            "--log".to_owned(),
+            path(&log),
+            "--in-force".to_owned(),
+            path(&none),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args)
+    };
+    let (code, text) = replay(&[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.starts_with("the log verifies: 2 records"), "{text}");
+    assert!(
+        text.contains("deploy.delete  alice      asks -> refused  1      2"),
+        "{text}"
+    );
+    let (code, text) = replay(&["--tool", "deploy.status"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("1 calls replayed, 1 decided under both policies, 0 flip"),
+        "{text}"
+    );
+    let (code, text) = replay(&["--json"]);
+    assert_eq!(code, Some(1), "{text}");
+    let json: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["flips"][0]["to"], "refused", "{text}");
+    assert_eq!(
+        json["flips"][0]["records"].as_array().unwrap().len(),
+        1,
+        "{text}"
+    );
+    let (code, text) = replay(&["--since", "yesterday"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("`yesterday` is not a UTC date or time"),
+        "{text}"
+    );
+    let (code, text) = replay(&["--decision", "maybe"]);
+    assert_eq!(code, Some(2), "{text}");
+
+    // A log edited after it was written: said first, exit 3.
+    let edited = std::fs::read_to_string(&log)
+        .unwrap()
+        .replacen("alice", "alicf", 1);
+    std::fs::write(&log, edited).unwrap();
+    let (code, text) = replay(&[]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(
+        text.starts_with("THE LOG DOES NOT VERIFY: line 1"),
+        "{text}"
+    );
+}
+
 /// An application's `policy check` / `explain` / `diff` commands (`toolgate::cli::PolicyCommand`), and
 /// its `--policy FILE`, as the deploy desk example (`examples/cli.rs`) gives them to its operators.
 #[test]
