@@ -35,9 +35,10 @@ RANKS = {
     # An operator's policy file: checked against the tools' parameters (by_name), followed by gates.
     "policy_file": 6,
     "mcp": 7,
-    "cli": 7,
     "postgres": 7,
     "rig": 7,
+    # An application's commands: a policy replayed over a log or over the PostgreSQL trail.
+    "cli": 8,
     # The operator console: pages on the PostgreSQL store and trail, behind the MCP server's token
     # verifiers.
     "console": 8,

@@ -199,16 +199,25 @@ pub enum PolicyCommand {
         #[arg(long)]
         cases: std::path::PathBuf,
     },
-    /// Decide the calls a JSONL audit log recorded again under FILE, beside the policy in force
-    /// when each was recorded, and print those whose decision flips; exit 0 if none flips, 1 if
-    /// one does, 2 if a file does not check or the log cannot be read, 3 if the log does not
-    /// verify (what verifies is still replayed and printed)
+    /// Decide the calls a JSONL audit log (or a PostgreSQL trail) recorded again under FILE, beside
+    /// the policy in force when each was recorded, and print those whose decision flips; exit 0 if
+    /// none flips, 1 if one does, 2 if a file does not check or the log cannot be read, 3 if the log
+    /// or a writer's chain does not verify (what verifies is still replayed and printed) or the
+    /// trail cannot be read
     Replay {
         /// The candidate policy file (TOML)
         file: std::path::PathBuf,
         /// The JSONL audit log
-        #[arg(long)]
-        log: std::path::PathBuf,
+        #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+        log: Option<std::path::PathBuf>,
+        /// The PostgreSQL database whose audit trail to replay (every writer's), instead of a log
+        #[cfg(feature = "postgres")]
+        #[arg(long, value_name = "URL")]
+        store: Option<String>,
+        /// The trail's schema
+        #[cfg(feature = "postgres")]
+        #[arg(long, default_value = crate::postgres::DEFAULT_SCHEMA, requires = "store")]
+        schema: String,
         /// A policy file that was in force while the log was written (found by the records'
         /// policy digest); repeat it for each
         #[arg(long = "in-force", value_name = "FILE")]
@@ -310,6 +319,10 @@ impl PolicyCommand {
             PolicyCommand::Replay {
                 file,
                 log,
+                #[cfg(feature = "postgres")]
+                store,
+                #[cfg(feature = "postgres")]
+                schema,
                 in_force,
                 since,
                 until,
@@ -328,12 +341,19 @@ impl PolicyCommand {
                         eprintln!("{why}");
                         2
                     })?;
-                let opened = std::fs::File::open(log)
-                    .and_then(|log| candidate.replay(&in_force, &filter, log));
-                let report = opened.map_err(|e| {
-                    eprintln!("{}: cannot read the log: {e}", log.display());
-                    2
-                })?;
+                #[cfg(feature = "postgres")]
+                let report = match store {
+                    Some(url) => {
+                        crate::postgres::replay_trail(url, schema, &candidate, &in_force, &filter)
+                            .map_err(|e| {
+                            eprintln!("the trail cannot be read: {e}");
+                            3
+                        })?
+                    }
+                    None => replay_log(&candidate, &in_force, &filter, log.as_deref())?,
+                };
+                #[cfg(not(feature = "postgres"))]
+                let report = replay_log(&candidate, &in_force, &filter, log.as_deref())?;
                 if *json {
                     println!(
                         "{}",
@@ -342,13 +362,11 @@ impl PolicyCommand {
                 } else {
                     print!("{report}");
                 }
-                Ok(
-                    if !report.chain.is_intact() && report.chain.broken.is_some() {
-                        3
-                    } else {
-                        i32::from(report.flips_any())
-                    },
-                )
+                Ok(if report.is_broken() {
+                    3
+                } else {
+                    i32::from(report.flips_any())
+                })
             }),
         };
         outcome.unwrap_or_else(|code| code)
@@ -391,4 +409,24 @@ fn replay_filter(
         tool: tool.clone(),
         decision,
     })
+}
+
+/// `policy replay` over a log file.
+#[cfg(feature = "policy-file")]
+fn replay_log(
+    candidate: &crate::policy_file::PolicyFile,
+    in_force: &[crate::policy_file::PolicyFile],
+    filter: &crate::policy_file::ReplayFilter,
+    log: Option<&std::path::Path>,
+) -> Result<crate::policy_file::ReplayReport, i32> {
+    let Some(log) = log else {
+        eprintln!("which log? give --log FILE");
+        return Err(2);
+    };
+    std::fs::File::open(log)
+        .and_then(|file| candidate.replay(in_force, filter, file))
+        .map_err(|e| {
+            eprintln!("{}: cannot read the log: {e}", log.display());
+            2
+        })
 }

@@ -150,7 +150,7 @@ fn replay(bencher: divan::Bencher) {
                 file,
             )
             .expect("the log reads");
-        assert!(report.chain.is_intact() && report.flips_any());
+        assert!(report.is_intact() && report.flips_any());
         report
     });
 }

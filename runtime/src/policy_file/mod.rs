@@ -69,7 +69,9 @@ pub use file::{MAX_POLICY_BYTES, PolicyFile};
 pub use live::{LivePolicy, PolicyWatch};
 pub use lock::{PolicyLockError, assert_policy_lock, check_policy_lock};
 pub use model::{PolicyError, PolicyErrors};
-pub use replay::{Flip, FlipRow, MAX_REFERENCES, ReplayFilter, ReplayReport};
+#[cfg(feature = "postgres")]
+pub(crate) use replay::Replaying;
+pub use replay::{ChainReport, Flip, FlipRow, Located, MAX_REFERENCES, ReplayFilter, ReplayReport};
 
 pub use crate::gate::builder::PolicySource;
 pub use crate::gate::narrowing::Narrowing;

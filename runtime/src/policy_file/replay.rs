@@ -14,6 +14,7 @@ use std::io::{self, BufReader, Read};
 use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::explain::{Judged, Ruling};
 use super::file::PolicyFile;
@@ -165,8 +166,8 @@ pub struct FlipRow {
     pub flip: Flip,
     /// How many calls.
     pub calls: u64,
-    /// The `seq` of each call's record in the log, up to [`MAX_REFERENCES`].
-    pub seqs: Vec<u64>,
+    /// Where each call's record is, up to [`MAX_REFERENCES`].
+    pub seqs: Vec<Located>,
     /// Each call's record reference ([`AuditRecord::reference`]), up to [`MAX_REFERENCES`].
     pub records: Vec<String>,
 }
@@ -175,9 +176,9 @@ pub struct FlipRow {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ReplayReport {
-    /// The log's chain, as `toolgate audit verify` reports it: only the records before a break are
-    /// replayed.
-    pub chain: VerifyReport,
+    /// Each chain read (a log's, or each writer's of a trail), as `toolgate audit verify` reports it:
+    /// only the records before a break are replayed.
+    pub chains: Vec<ChainReport>,
     /// The candidate's name and digest.
     pub candidate: (String, String),
     /// The calls the filter kept, among the records that verified.
@@ -205,6 +206,16 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// Whether every chain verified to its end: nothing broken, nothing torn.
+    pub fn is_intact(&self) -> bool {
+        self.chains.iter().all(|c| c.report.is_intact())
+    }
+
+    /// Whether a chain has a record that does not verify (a torn last line aside).
+    pub fn is_broken(&self) -> bool {
+        self.chains.iter().any(|c| c.report.broken.is_some())
+    }
+
     /// Whether any call's decision flips.
     pub fn flips_any(&self) -> bool {
         !self.flips.is_empty()
@@ -227,106 +238,197 @@ impl PolicyFile {
         filter: &ReplayFilter,
         log: impl Read,
     ) -> io::Result<ReplayReport> {
-        let mut replay = Replayer::new(self, in_force);
+        let mut replaying = Replaying::new(self, in_force, filter);
+        replaying.begin(None);
         let mut reader = BufReader::with_capacity(1 << 16, log);
-        let mut verifier = Verifier::new();
         let mut line = Vec::new();
-        let mut report = ReplayReport {
-            chain: Verifier::new().finish(),
-            candidate: (self.name().to_owned(), self.digest().to_owned()),
-            calls: 0,
-            decided: 0,
-            flips: Vec::new(),
-            unknown_policies: BTreeMap::new(),
-            other_tools: BTreeMap::new(),
-            unrecorded_arguments: BTreeMap::new(),
-            raised_ceilings: BTreeMap::new(),
-            other_builds: 0,
-        };
-        let mut rows: BTreeMap<(String, Option<String>, Flip), FlipRow> = BTreeMap::new();
         loop {
             match read_line(&mut reader, &mut line)? {
                 Line::End => break,
                 Line::TooLong => {
-                    verifier.too_long();
+                    replaying.too_long();
                     break;
                 }
-                Line::Read => {}
-            }
-            let before = verifier.verified();
-            verifier.line(&line);
-            if verifier.verified() == before {
-                continue;
-            }
-            let text = line.strip_suffix(b"\n").unwrap_or(&line);
-            let Ok(record) = serde_json::from_slice::<RecordLine<'_>>(text) else {
-                continue;
-            };
-            if !matches!(record.stage, Stage::Enter | Stage::Refused)
-                || record.tool.is_empty()
-                || !filter.keeps(&record)
-            {
-                continue;
-            }
-            report.calls += 1;
-            let flip = match replay.decide(&record) {
-                Ok(flip) => flip,
-                Err(NotDecided::Policy(digest)) => {
-                    *report.unknown_policies.entry(digest).or_default() += 1;
-                    continue;
-                }
-                Err(NotDecided::Tool) => {
-                    *report
-                        .other_tools
-                        .entry(record.tool.to_string())
-                        .or_default() += 1;
-                    continue;
-                }
-                Err(NotDecided::Ceiling) => {
-                    *report
-                        .raised_ceilings
-                        .entry(record.tool.to_string())
-                        .or_default() += 1;
-                    continue;
-                }
-                Err(NotDecided::Arguments) => {
-                    *report
-                        .unrecorded_arguments
-                        .entry(record.tool.to_string())
-                        .or_default() += 1;
-                    continue;
-                }
-            };
-            report.decided += 1;
-            if record.manifest_digest != replay.manifest_digest {
-                report.other_builds += 1;
-            }
-            if flip.from == flip.to {
-                continue;
-            }
-            let principal = record.principal.as_deref().map(str::to_owned);
-            let row = rows
-                .entry((record.tool.to_string(), principal.clone(), flip))
-                .or_insert_with(|| FlipRow {
-                    tool: record.tool.to_string(),
-                    principal,
-                    flip,
-                    calls: 0,
-                    seqs: Vec::new(),
-                    records: Vec::new(),
-                });
-            row.calls += 1;
-            if row.seqs.len() < MAX_REFERENCES {
-                row.seqs.push(record.seq);
-                if let Ok(whole) = serde_json::from_slice::<AuditRecord>(text) {
-                    row.records.push(whole.reference());
-                }
+                Line::Read => replaying.line(&line),
             }
         }
-        report.chain = verifier.finish();
-        report.flips = rows.into_values().collect();
-        Ok(report)
+        Ok(replaying.finish())
     }
+}
+
+/// A replay fed one chain after another, a line at a time: a JSONL log is one chain, a PostgreSQL
+/// trail one per writer.
+pub(crate) struct Replaying<'p> {
+    replayer: Replayer<'p>,
+    filter: &'p ReplayFilter,
+    chain: Option<(Option<String>, Verifier)>,
+    rows: BTreeMap<(String, Option<String>, Flip), FlipRow>,
+    report: ReplayReport,
+}
+
+impl<'p> Replaying<'p> {
+    pub(crate) fn new(
+        candidate: &'p PolicyFile,
+        in_force: &'p [PolicyFile],
+        filter: &'p ReplayFilter,
+    ) -> Replaying<'p> {
+        Replaying {
+            replayer: Replayer::new(candidate, in_force),
+            filter,
+            chain: None,
+            rows: BTreeMap::new(),
+            report: ReplayReport {
+                chains: Vec::new(),
+                candidate: (candidate.name().to_owned(), candidate.digest().to_owned()),
+                calls: 0,
+                decided: 0,
+                flips: Vec::new(),
+                unknown_policies: BTreeMap::new(),
+                other_tools: BTreeMap::new(),
+                unrecorded_arguments: BTreeMap::new(),
+                raised_ceilings: BTreeMap::new(),
+                other_builds: 0,
+            },
+        }
+    }
+
+    /// Ends the chain being read, if any, and begins the chain of `writer` (`None`: a log file).
+    pub(crate) fn begin(&mut self, writer: Option<String>) {
+        self.end();
+        self.chain = Some((writer, Verifier::new()));
+    }
+
+    fn end(&mut self) {
+        if let Some((writer, verifier)) = self.chain.take() {
+            self.report.chains.push(ChainReport {
+                writer,
+                report: verifier.finish(),
+            });
+        }
+    }
+
+    /// The next line of the chain is longer than a record may be: nothing after it is read.
+    pub(crate) fn too_long(&mut self) {
+        if let Some((_, verifier)) = &mut self.chain {
+            verifier.too_long();
+        }
+    }
+
+    /// The chain's next line, with its newline if it has one: verified, then replayed if it did.
+    pub(crate) fn line(&mut self, line: &[u8]) {
+        let Some((writer, verifier)) = &mut self.chain else {
+            return;
+        };
+        let before = verifier.verified();
+        verifier.line(line);
+        if verifier.verified() == before {
+            return;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(line);
+        let Ok(record) = serde_json::from_slice::<RecordLine<'_>>(text) else {
+            return;
+        };
+        if !matches!(record.stage, Stage::Enter | Stage::Refused)
+            || record.tool.is_empty()
+            || !self.filter.keeps(&record)
+        {
+            return;
+        }
+        let report = &mut self.report;
+        report.calls += 1;
+        let flip = match self.replayer.decide(&record) {
+            Ok(flip) => flip,
+            Err(NotDecided::Policy(digest)) => {
+                *report.unknown_policies.entry(digest).or_default() += 1;
+                return;
+            }
+            Err(NotDecided::Tool) => {
+                *report
+                    .other_tools
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+                return;
+            }
+            Err(NotDecided::Ceiling) => {
+                *report
+                    .raised_ceilings
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+                return;
+            }
+            Err(NotDecided::Arguments) => {
+                *report
+                    .unrecorded_arguments
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+                return;
+            }
+        };
+        report.decided += 1;
+        if record.manifest_digest != self.replayer.manifest_digest {
+            report.other_builds += 1;
+        }
+        if flip.from == flip.to {
+            return;
+        }
+        let principal = record.principal.as_deref().map(str::to_owned);
+        let row = self
+            .rows
+            .entry((record.tool.to_string(), principal.clone(), flip))
+            .or_insert_with(|| FlipRow {
+                tool: record.tool.to_string(),
+                principal,
+                flip,
+                calls: 0,
+                seqs: Vec::new(),
+                records: Vec::new(),
+            });
+        row.calls += 1;
+        if row.seqs.len() < MAX_REFERENCES {
+            row.seqs.push(Located {
+                writer: writer.clone(),
+                seq: record.seq,
+            });
+            if let Ok(whole) = serde_json::from_slice::<AuditRecord>(text) {
+                row.records.push(whole.reference());
+            }
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> ReplayReport {
+        self.end();
+        self.report.flips = self.rows.into_values().collect();
+        self.report
+    }
+}
+
+/// Where a record is: its `seq` in a log, or in a writer's chain of a trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Located {
+    /// The writer of a PostgreSQL trail; `None` for a log file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writer: Option<String>,
+    /// The record's `seq`.
+    pub seq: u64,
+}
+
+impl fmt::Display for Located {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.writer {
+            None => write!(f, "{}", self.seq),
+            Some(writer) => write!(f, "{}#{}", escaped(writer), self.seq),
+        }
+    }
+}
+
+/// One chain's verification: a log's, or a trail writer's.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ChainReport {
+    /// The writer of a PostgreSQL trail; `None` for a log file.
+    pub writer: Option<String>,
+    /// What verification found, as `toolgate audit verify` reports it.
+    pub report: VerifyReport,
 }
 
 enum NotDecided {
@@ -458,21 +560,33 @@ impl fmt::Display for ReplayReport {
     /// The chain first, then the counts, each flip a row, and what was not replayed and why; every
     /// text the log holds escaped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let chain = &self.chain;
-        if let Some(broken) = &chain.broken {
-            writeln!(
-                f,
-                "THE LOG DOES NOT VERIFY: line {} breaks the chain ({}); only the {} records before it are replayed",
-                broken.line, broken.reason, chain.records
-            )?;
-        } else if let Some(torn) = &chain.torn_tail {
-            writeln!(
-                f,
-                "the log's last line is torn (line {}, a write cut short); the {} records before it verify and are replayed",
-                torn.line, chain.records
-            )?;
-        } else {
-            writeln!(f, "the log verifies: {} records", chain.records)?;
+        if self.chains.is_empty() {
+            writeln!(f, "no chain was read")?;
+        }
+        for chain in &self.chains {
+            let report = &chain.report;
+            let (whose, loud) = match &chain.writer {
+                None => ("the log".to_owned(), "THE LOG".to_owned()),
+                Some(writer) => {
+                    let whose = format!("writer {}", escaped(writer));
+                    (whose.clone(), whose)
+                }
+            };
+            if let Some(broken) = &report.broken {
+                writeln!(
+                    f,
+                    "{loud} DOES NOT VERIFY: line {} breaks the chain ({}); only the {} records before it are replayed",
+                    broken.line, broken.reason, report.records
+                )?;
+            } else if let Some(torn) = &report.torn_tail {
+                writeln!(
+                    f,
+                    "{whose}: the last line is torn (line {}, a write cut short); the {} records before it verify and are replayed",
+                    torn.line, report.records
+                )?;
+            } else {
+                writeln!(f, "{whose} verifies: {} records", report.records)?;
+            }
         }
         writeln!(
             f,
@@ -492,7 +606,8 @@ impl fmt::Display for ReplayReport {
                 .flips
                 .iter()
                 .map(|row| {
-                    let shown: Vec<String> = row.seqs.iter().take(5).map(u64::to_string).collect();
+                    let shown: Vec<String> =
+                        row.seqs.iter().take(5).map(Located::to_string).collect();
                     let more = row.calls as usize - shown.len().min(row.calls as usize);
                     let mut seqs = shown.join(", ");
                     if more > 0 {
@@ -587,18 +702,23 @@ impl fmt::Display for ReplayReport {
 impl Serialize for ReplayReport {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
-        let chain = &self.chain;
         let mut map = serializer.serialize_map(Some(10))?;
-        map.serialize_entry(
-            "chain",
-            &serde_json::json!({
-                "records": chain.records,
-                "intact": chain.is_intact(),
-                "broken_at_line": chain.broken.as_ref().map(|b| b.line),
-                "broken_because": chain.broken.as_ref().map(|b| b.reason.to_string()),
-                "torn_at_line": chain.torn_tail.as_ref().map(|t| t.line),
-            }),
-        )?;
+        let chains: Vec<Value> = self
+            .chains
+            .iter()
+            .map(|chain| {
+                let report = &chain.report;
+                serde_json::json!({
+                    "writer": chain.writer,
+                    "records": report.records,
+                    "intact": report.is_intact(),
+                    "broken_at_line": report.broken.as_ref().map(|b| b.line),
+                    "broken_because": report.broken.as_ref().map(|b| b.reason.to_string()),
+                    "torn_at_line": report.torn_tail.as_ref().map(|t| t.line),
+                })
+            })
+            .collect();
+        map.serialize_entry("chains", &chains)?;
         map.serialize_entry(
             "candidate",
             &serde_json::json!({ "name": self.candidate.0, "digest": self.candidate.1 }),

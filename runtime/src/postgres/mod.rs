@@ -298,8 +298,8 @@ pub use reads::{
 pub use requests::{RequestState, StoredRequest};
 pub use schema::{DEFAULT_MAX_PENDING, DEFAULT_SCHEMA, DEFAULT_TIMEOUT};
 pub use trail::{
-    Interrupted, TrailReport, WriterReport, read_trail, verify_signed_trail, verify_trail,
-    verify_trail_with_bound_keys,
+    Interrupted, TrailReport, WriterReport, read_trail, replay_trail, verify_signed_trail,
+    verify_trail, verify_trail_with_bound_keys,
 };
 
 use std::fmt;

@@ -11,6 +11,7 @@ use crate::approval::store::StoreError;
 use crate::audit::checkpoint::{Checkpoint, SeriesVerifier};
 use crate::audit::verify::Verifier;
 use crate::audit::{AuditRecord, CheckpointReport, PublicKey, Stage, VerifyReport};
+use crate::policy_file::{PolicyFile, ReplayFilter, ReplayReport, Replaying};
 
 /// What [`verify_trail`] found in the audit table: one report per writer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +235,35 @@ pub fn read_trail(url: &str, schema: &str) -> Result<Vec<AuditRecord>, StoreErro
             })
         })
         .collect()
+}
+
+/// Replays the calls of the audit table at `url` that `filter` keeps, as
+/// [`PolicyFile::replay`](crate::policy_file::PolicyFile::replay) replays a log's: each writer's chain
+/// verified in the same pass (its records after a break not replayed), each call decided under the
+/// file in force when it was recorded (`in_force`, by digest; `candidate` too) and under `candidate`.
+/// The records are read in one snapshot.
+pub fn replay_trail(
+    url: &str,
+    schema: &str,
+    candidate: &PolicyFile,
+    in_force: &[PolicyFile],
+    filter: &ReplayFilter,
+) -> Result<ReplayReport, StoreError> {
+    let (rows, _) = read(url, schema, false)?;
+    let mut replaying = Replaying::new(candidate, in_force, filter);
+    let mut line = Vec::new();
+    let mut writer: Option<&str> = None;
+    for row in &rows {
+        if writer != Some(row.writer.as_str()) {
+            replaying.begin(Some(row.writer.clone()));
+            writer = Some(&row.writer);
+        }
+        line.clear();
+        line.extend_from_slice(row.line.as_bytes());
+        line.push(b'\n');
+        replaying.line(&line);
+    }
+    Ok(replaying.finish())
 }
 
 struct CheckpointRow {

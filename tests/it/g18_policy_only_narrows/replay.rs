@@ -145,7 +145,7 @@ fn a_replay_counts_each_flip_by_tool_principal_and_way_with_the_records_behind_i
     let (none, strict) = (policy("none.toml", NONE), policy("strict.toml", STRICT));
     let log = write_calls(&dir, "audit.jsonl", &none);
     let report = replay(&strict, &[none.clone()], &log);
-    assert!(report.chain.is_intact(), "{report}");
+    assert!(report.is_intact(), "{report}");
     assert_eq!((report.calls, report.decided), (6, 6), "{report}");
     let alice = Some("alice".to_owned());
     let bob = Some("bob".to_owned());
@@ -177,7 +177,7 @@ fn a_replay_counts_each_flip_by_tool_principal_and_way_with_the_records_behind_i
         assert_eq!(row.seqs.len(), 1);
         let (line, record) = written
             .iter()
-            .find(|(line, _)| line["seq"] == row.seqs[0])
+            .find(|(line, _)| line["seq"] == row.seqs[0].seq)
             .unwrap();
         assert_eq!(line["tool"], row.tool.as_str());
         assert!(matches!(record.stage, Stage::Enter));
@@ -341,7 +341,11 @@ fn a_log_that_does_not_verify_is_said_first_and_nothing_after_its_break_is_repla
     }
     drop(file);
     let report = replay(&strict, &[none], &log);
-    let broken = report.chain.broken.as_ref().expect("the chain breaks");
+    let broken = report.chains[0]
+        .report
+        .broken
+        .as_ref()
+        .expect("the chain breaks");
     assert_eq!(broken.line as usize, third + 1);
     // Only the calls before the edited line: alice's two looks.
     assert_eq!(report.calls, 2, "{report}");
