@@ -54,6 +54,7 @@ impl AuditRecord {
             principal: None,
             rollback: None,
             rollback_of: None,
+            rule_in_shadow: None,
             stage,
             timestamp: now_rfc3339(),
             tool: tool.into(),

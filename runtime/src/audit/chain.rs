@@ -132,6 +132,7 @@ impl Encoder {
             principal,
             rollback,
             rollback_of,
+            rule_in_shadow,
             stage,
             timestamp,
             tool,
@@ -176,6 +177,7 @@ impl Encoder {
         line.string("principal", principal.as_deref());
         line.string("rollback", rollback.as_deref());
         line.string("rollback_of", rollback_of.as_deref());
+        line.string("rule_in_shadow", rule_in_shadow.as_deref());
         line.number("seq", seq);
         line.string("stage", Some(stage.as_str()));
         line.string("timestamp", Some(timestamp));
@@ -698,6 +700,7 @@ mod tests {
             principal,
             rollback,
             rollback_of,
+            rule_in_shadow,
             stage: _,
             timestamp: _,
             tool: _,
@@ -721,6 +724,7 @@ mod tests {
         *evidence_before = Some("eb".into());
         *rollback = Some("{}".into());
         *rollback_of = Some("1/2".into());
+        *rule_in_shadow = Some("refused (DENY_LISTED) by x (f:1:1)".into());
         let mut out = Vec::new();
         Encoder::default()
             .encode(&record, 1, &GENESIS, &mut out)
@@ -746,6 +750,7 @@ mod tests {
             "\\\",\"principal\":",
             ",\"rollback\":\"x\"",
             "\\\",\"rollback_of\":",
+            ",\"rule_in_shadow\":\"x\",\"seq\":1",
         ];
         let mut fast = Encoder::default();
         let mut slow = Encoder::default();
@@ -773,6 +778,9 @@ mod tests {
                 }
                 if stage == Stage::Exit || i % 3 == 1 {
                     record.rollback_of = Some((*text).to_owned());
+                }
+                if stage == Stage::Enter || i % 4 == 1 {
+                    record.rule_in_shadow = Some((*text).to_owned());
                 }
                 record.decision = Some(Decision::Allowed);
                 record.declared_risk = Some(Risk::LowWrite);
@@ -841,6 +849,7 @@ mod tests {
                 record.principal = Some(text.to_owned().into());
                 record.rollback = Some(text.to_owned());
                 record.rollback_of = Some(text.to_owned());
+                record.rule_in_shadow = Some(text.to_owned());
             } else {
                 record.outcome = Some(outcomes[i % 5]);
                 record.decision = Some(decisions[i % 4]);

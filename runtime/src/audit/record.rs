@@ -233,6 +233,13 @@ pub struct AuditRecord {
     /// its `enter` record's [`reference`](AuditRecord::reference), `GATE/CALL@DIGEST`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_of: Option<String>,
+    /// What the operator's rules logged only (a policy file's `[shadow]` tables) would have made of
+    /// the call, where stricter than what the gate decided: the ruling, its code and the rule, as
+    /// `refused (DENY_LISTED) by payments.* (ops.toml:9:9)` or `asks by ask_at LOW_WRITE
+    /// (ops.toml:4:10)` (`enter` records, and `refused` records of a call that asked). The call was
+    /// decided as if they were not there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_in_shadow: Option<String>,
     /// What this record reports.
     pub stage: Stage,
     /// UTC time of the record, RFC 3339 with microseconds (`2026-11-22T03:11:01.123456Z`).

@@ -21,7 +21,8 @@ use crate::audit::sink::{AuditError, AuditSink};
 /// message in `tracing`). Absent fields are absent from the event. The fields are `stage`, `tool`,
 /// `mode`, `decision`, `code`, `declared_risk`, `effective_risk`, `outcome`, `duration_us`, `call`,
 /// `gate`, `agent`, `principal`, `by`, `arguments_digest`, `output_digest`, `arguments`, `detail`,
-/// `manifest_digest`, `policy_version` and `timestamp`; enums carry the same text as in the JSON log.
+/// `manifest_digest`, `policy_digest`, `policy_version`, `rule_in_shadow` and `timestamp`; enums carry
+/// the same text as in the JSON log.
 /// A call's events are emitted inside its span.
 ///
 /// # Spans
@@ -45,7 +46,7 @@ use crate::audit::sink::{AuditError, AuditSink};
 /// | `error.type`, `otel.status_code` = `error`, `otel.status_description` | a refusal's code and message; for a body that failed, its outcome (`error`, `panic`, `cancelled`) |
 /// | `toolgate.decision`, `toolgate.mode`, `toolgate.declared_risk`, `toolgate.effective_risk` | the decision, the mode it was made in, the risks |
 /// | `toolgate.outcome`, `toolgate.output_digest` | how the body ended and its result's digest (at `exit`) |
-/// | `toolgate.manifest_digest`, `toolgate.policy_version`, `toolgate.arguments_digest`, `toolgate.approved_by` | as in the record |
+/// | `toolgate.manifest_digest`, `toolgate.policy_version`, `toolgate.arguments_digest`, `toolgate.approved_by`, `toolgate.rule_in_shadow` | as in the record |
 ///
 /// A result is never a field (the record has its digest alone). Records of no call (`mode_lowered`,
 /// approvals answered, grants) are events only.
@@ -173,6 +174,7 @@ fn call_span(r: &AuditRecord) -> Span {
         toolgate.approved_by = r.by.as_deref(),
         toolgate.manifest_digest = &*r.manifest_digest,
         toolgate.policy_version = r.policy_version,
+        toolgate.rule_in_shadow = r.rule_in_shadow.as_deref(),
     )
 }
 
@@ -208,6 +210,7 @@ fn event(r: &AuditRecord) {
         manifest_digest = &*r.manifest_digest,
         policy_digest = r.policy_digest.as_deref(),
         policy_version = r.policy_version,
+        rule_in_shadow = r.rule_in_shadow.as_deref(),
         timestamp = r.timestamp.as_str(),
         "toolgate audit record"
     );

@@ -16,7 +16,8 @@ use serde_json::{Number, Value};
 use crate::gate::budget::BudgetSpec;
 use crate::gate::denylist::glob_match;
 use crate::gate::reads::ReadRules;
-use toolgate_policy::{DenialCode, Mode, Risk, TaintPolicy, Verdict};
+use crate::registry::ToolManifest;
+use toolgate_policy::{DenialCode, Facts, Mode, Risk, TaintPolicy, Verdict};
 
 /// What an operator's policy takes away from one gate, compiled against the linked tools.
 ///
@@ -36,6 +37,100 @@ pub struct Narrowing {
     pub(crate) budgets: Vec<BudgetSpec>,
     /// What it denies or records of an MCP server's resources and prompts.
     pub(crate) reads: ReadRules,
+    /// The same with the rules that are logged only (a policy file's `[shadow]` tables) enforced
+    /// too; `None` where no such rule applies. Never decides a call: a gate records what it would
+    /// have ruled ([`Narrowing::shadow_ruling`]).
+    pub(crate) shadow: Option<Box<Narrowing>>,
+}
+
+/// What a call comes to under a policy, before any approver answers: the three outcomes a policy
+/// chooses between, from the least strict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ruling {
+    /// It runs without asking.
+    Allowed,
+    /// It asks for an approval first.
+    Asks,
+    /// It is refused.
+    Refused,
+}
+
+impl Ruling {
+    /// `allowed`, `asks` or `refused`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Ruling::Allowed => "allowed",
+            Ruling::Asks => "asks",
+            Ruling::Refused => "refused",
+        }
+    }
+}
+
+impl fmt::Display for Ruling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a gate narrowed by a [`Narrowing`] rules on a call of the tool in `slot` judged at `risk`, in
+/// `mode` (before the narrowing's ceiling), with `arguments` (JSON) where the argument rules need
+/// them, assuming an approver can be asked: the code's verdict, the narrowed one, the mode it is
+/// decided in, and an argument rule's refusal. One function for `explain`, policy tests, replay and
+/// the rules logged only, so that they cannot disagree.
+pub(crate) struct Judged {
+    pub(crate) code_verdict: Verdict,
+    pub(crate) verdict: Verdict,
+    pub(crate) mode: Mode,
+    pub(crate) argument: Option<String>,
+}
+
+impl Judged {
+    pub(crate) fn new(
+        narrowing: &Narrowing,
+        manifest: &ToolManifest,
+        slot: usize,
+        mode: Mode,
+        risk: Risk,
+        read: impl FnMut(&str) -> Option<Value>,
+    ) -> Judged {
+        let mode = mode.min(narrowing.ceiling());
+        let rules = narrowing.tool(slot);
+        let code_verdict = toolgate_policy::decide(Facts {
+            risk,
+            allowed_modes: manifest.allowed_modes,
+            mode,
+            deny_listed: rules.is_some_and(|r| r.deny.is_some()),
+            can_approve: true,
+        });
+        let verdict = narrowing.narrow(slot, risk, code_verdict, true);
+        let argument = match verdict {
+            Verdict::Refuse(_) => None,
+            _ => narrowing.refuses_arguments(slot, read),
+        };
+        Judged {
+            code_verdict,
+            verdict,
+            mode,
+            argument,
+        }
+    }
+
+    pub(crate) fn ruling(&self) -> Ruling {
+        match self.verdict {
+            Verdict::Refuse(_) => Ruling::Refused,
+            _ if self.argument.is_some() => Ruling::Refused,
+            Verdict::NeedsApproval => Ruling::Asks,
+            _ => Ruling::Allowed,
+        }
+    }
+
+    /// The code of a refusal.
+    pub(crate) fn code(&self) -> Option<DenialCode> {
+        match self.verdict {
+            Verdict::Refuse(code) => Some(code),
+            _ => self.argument.as_ref().map(|_| DenialCode::ArgumentRefused),
+        }
+    }
 }
 
 /// A limit and the rule that sets it, as the rule is shown (`file:line:column`).
@@ -187,6 +282,69 @@ impl Narrowing {
         }
     }
 
+    /// What the rules logged only would have made of a call this narrowing's gate ruled `actual`:
+    /// `Some` with the ruling and the rule that makes it (`refused (DENY_LISTED) by payments.*
+    /// (ops.toml:9:9)`) where it is stricter, else `None`. `mode` is the gate's, `latched` whether
+    /// the session's taint latch applies to the call, `read` its arguments as an argument rule reads
+    /// them.
+    pub(crate) fn shadow_ruling(
+        &self,
+        manifest: &ToolManifest,
+        slot: usize,
+        mode: Mode,
+        risk: Risk,
+        latched: bool,
+        actual: Ruling,
+        read: impl FnMut(&str) -> Option<Value>,
+    ) -> Option<String> {
+        let shadow = self.shadow.as_deref()?;
+        if actual == Ruling::Refused {
+            return None;
+        }
+        let judged = Judged::new(shadow, manifest, slot, mode, risk, read);
+        let (ruling, rule) = match (judged.verdict, &judged.argument) {
+            (Verdict::Refuse(DenialCode::DenyListed), _) => (
+                Ruling::Refused,
+                shadow
+                    .tool(slot)
+                    .and_then(|r| r.deny.as_deref())
+                    .map(str::to_owned),
+            ),
+            (Verdict::Refuse(_), _) => (
+                Ruling::Refused,
+                shadow.ceiling.as_ref().map(|c| c.rule.to_string()),
+            ),
+            (_, Some(why)) => (Ruling::Refused, Some(why.clone())),
+            _ if latched && self.taint_refuses.is_none() && shadow.taint_refuses.is_some() => (
+                Ruling::Refused,
+                shadow.taint_refuses.as_deref().map(str::to_owned),
+            ),
+            (Verdict::NeedsApproval, None) => (
+                Ruling::Asks,
+                shadow
+                    .asks(slot, risk)
+                    .map(|r| r.to_string())
+                    .or_else(|| shadow.ceiling.as_ref().map(|c| c.rule.to_string())),
+            ),
+            _ => return None,
+        };
+        if ruling <= actual {
+            return None;
+        }
+        let code = match ruling {
+            Ruling::Refused if latched && judged.code().is_none() => {
+                Some(DenialCode::TaintedSession)
+            }
+            Ruling::Refused => judged.code(),
+            _ => None,
+        };
+        let rule = rule.unwrap_or_else(|| "the code, in the mode of a shadow ceiling".to_owned());
+        Some(match code {
+            Some(code) => format!("{ruling} ({code}) by {rule}"),
+            None => format!("{ruling} by {rule}"),
+        })
+    }
+
     /// The first argument rule of the tool in `slot` that refuses the call, and why. `read` gives the
     /// value of a named argument as the log writes it (`null` where the call has none), `None` where it
     /// cannot be read, which refuses.
@@ -205,7 +363,7 @@ impl Narrowing {
     }
 
     /// [`refuses_arguments`](Narrowing::refuses_arguments) for arguments written as a JSON object.
-    #[cfg(feature = "policy-file")]
+    #[cfg(test)]
     pub(crate) fn refuses_json(&self, slot: usize, arguments: Option<&str>) -> Option<String> {
         let parsed = arguments.and_then(|json| serde_json::from_str::<Value>(json).ok());
         let values = match &parsed {
@@ -413,5 +571,14 @@ impl fmt::Debug for Narrowing {
                 &(self.reads.deny.len() + self.reads.record.len()),
             )
             .finish()
+    }
+}
+
+/// Reads the arguments of a call written as a JSON object, as an argument rule reads them: `null`
+/// for one the call does not have, `None` (which refuses) where `parsed` is no object.
+pub(crate) fn json_arguments(parsed: &Option<Value>) -> impl FnMut(&str) -> Option<Value> + '_ {
+    move |name| match parsed {
+        Some(Value::Object(values)) => Some(values.get(name).cloned().unwrap_or(Value::Null)),
+        _ => None,
     }
 }

@@ -20,9 +20,10 @@ use serde_json::Value;
 use toml::Spanned;
 
 use super::check::place;
-use super::explain::{Explanation, Ruling};
+use super::explain::Explanation;
 use super::file::{MAX_POLICY_BYTES, PolicyFile, read_limited};
 use super::model::{PolicyError, PolicyErrors};
+use crate::gate::narrowing::Ruling;
 use crate::registry::registry;
 use crate::terminal::escaped;
 use toolgate_policy::{DenialCode, Mode};

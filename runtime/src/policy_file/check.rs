@@ -185,6 +185,34 @@ pub(super) fn check(
     if !matches!(tools, Tools::Shape) {
         checker.shadowed(&sections);
     }
+    if let Some(shadow) = doc.shadow {
+        let shadow = shadow.into_inner();
+        checker.names_read_apart("shadow.principals", shadow.principals.keys());
+        checker.names_read_apart("shadow.agents", shadow.agents.keys());
+        let tables = shadow
+            .defaults
+            .map(|rules| (Scope::Defaults, rules))
+            .into_iter()
+            .chain(
+                shadow
+                    .principals
+                    .into_iter()
+                    .map(|(name, rules)| (Scope::Principal(name.into_inner()), rules)),
+            )
+            .chain(
+                shadow
+                    .agents
+                    .into_iter()
+                    .map(|(name, rules)| (Scope::Agent(name.into_inner()), rules)),
+            );
+        for (scope, rules) in tables {
+            let rules = rules.into_inner();
+            checker.logged_only(&rules);
+            let mut section = checker.section(scope, rules);
+            section.shadow = true;
+            sections.push(section);
+        }
+    }
     if checker.errors.is_empty() {
         Ok(sections)
     } else {
@@ -258,6 +286,36 @@ impl<'a> Checker<'a> {
                 );
             }
             seen.push(name);
+        }
+    }
+
+    /// A table of `[shadow]` holds only rules a gate can decide beside the enforced ones without
+    /// changing the call: not budgets (they would count), nor the approval channel, nor rules on
+    /// reads.
+    fn logged_only(&mut self, doc: &RulesDoc) {
+        let why = "a shadow table holds the rules a gate decides beside the enforced ones and \
+                   records: ceiling, deny, ask, ask_at, taint and arguments";
+        let mut refuse = |key: &str, at: Option<usize>| {
+            if let Some(at) = at {
+                self.error(at, format!("`{key}` cannot be logged only: {why}"));
+            }
+        };
+        refuse("budgets", doc.budgets.first().map(|b| b.span().start));
+        refuse(
+            "out_of_band",
+            doc.out_of_band.first().map(|b| b.span().start),
+        );
+        refuse(
+            "out_of_band_at",
+            doc.out_of_band_at.as_ref().map(|b| b.span().start),
+        );
+        for (key, list) in [
+            ("deny_resources", &doc.deny_resources),
+            ("deny_prompts", &doc.deny_prompts),
+            ("record_resources", &doc.record_resources),
+            ("record_prompts", &doc.record_prompts),
+        ] {
+            refuse(key, list.first().map(|b| b.span().start));
         }
     }
 
@@ -387,7 +445,11 @@ impl<'a> Checker<'a> {
                 rules.budgets.push(at);
             }
         }
-        Section { scope, rules }
+        Section {
+            scope,
+            rules,
+            shadow: false,
+        }
     }
 
     /// Checks a budget: one scope, a number of calls the gate takes, a window it takes.

@@ -13,6 +13,9 @@ pub enum Direction {
     Narrows,
     /// The new file takes away less than the one before (never more than the code allows).
     Widens,
+    /// A rule logged only (`[shadow]`) was added, removed or changed: gates record what it would
+    /// have decided, and decide as before.
+    Shadow,
 }
 
 /// One change between two policy files.
@@ -51,6 +54,7 @@ impl fmt::Display for Diff {
             let word = match change.direction {
                 Direction::Narrows => "narrows",
                 Direction::Widens => "WIDENS ",
+                Direction::Shadow => "shadow ",
             };
             writeln!(f, "{word}  {}  {}", change.scope, change.what)?;
         }
@@ -70,28 +74,34 @@ impl PolicyFile {
     /// What `new` changes relative to `self`: every rule added, removed or changed, and whether
     /// that narrows or widens what gates following it allow.
     pub fn diff(&self, new: &PolicyFile) -> Diff {
-        let mut scopes: Vec<&Scope> = self
+        let mut scopes: Vec<(bool, &Scope)> = self
             .sections
             .iter()
             .chain(&new.sections)
-            .map(|s| &s.scope)
+            .map(|s| (s.shadow, &s.scope))
             .collect();
         scopes.sort();
         scopes.dedup();
         let empty = Rules::default();
-        let rules = |file: &'_ PolicyFile, scope: &Scope| -> Rules {
+        let rules = |file: &'_ PolicyFile, (shadow, scope): (bool, &Scope)| -> Rules {
             file.sections
                 .iter()
-                .find(|s| &s.scope == scope)
+                .find(|s| s.shadow == shadow && &s.scope == scope)
                 .map_or_else(|| empty.clone(), |s| s.rules.clone())
         };
         let mut changes = Vec::new();
-        for scope in scopes {
-            let (before, after) = (rules(self, scope), rules(new, scope));
+        for (shadow, scope) in scopes {
+            let (before, after) = (rules(self, (shadow, scope)), rules(new, (shadow, scope)));
+            let shown = scope.to_string();
+            let shown = if shadow {
+                format!("[shadow.{}", &shown[1..])
+            } else {
+                shown
+            };
             let mut push = |direction, what: String| {
                 changes.push(Change {
-                    direction,
-                    scope: scope.to_string(),
+                    direction: if shadow { Direction::Shadow } else { direction },
+                    scope: shown.clone(),
                     what,
                 });
             };

@@ -5,91 +5,9 @@ use std::fmt;
 use serde_json::Value;
 
 use super::file::PolicyFile;
-use crate::gate::narrowing::Narrowing;
-use crate::registry::ToolManifest;
+use crate::gate::narrowing::{Judged, Ruling, json_arguments};
 use crate::registry::registry;
-use toolgate_policy::{self as policy, DenialCode, Facts, Mode, Risk, Verdict};
-
-/// What a call comes to under a policy, before any approver answers: the three outcomes a policy
-/// chooses between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Ruling {
-    /// It runs without asking.
-    Allowed,
-    /// It asks for an approval first.
-    Asks,
-    /// It is refused.
-    Refused,
-}
-
-impl Ruling {
-    /// `allowed`, `asks` or `refused`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Ruling::Allowed => "allowed",
-            Ruling::Asks => "asks",
-            Ruling::Refused => "refused",
-        }
-    }
-}
-
-impl fmt::Display for Ruling {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How a gate narrowed by `narrowing` rules on a call of the tool in `slot` judged at `risk`, in
-/// `mode` (before the narrowing's ceiling), with `arguments` (JSON) where the argument rules need
-/// them: the code's verdict, the narrowed one, the mode it is decided in, and an argument rule's
-/// refusal. One function for `explain`, policy tests and replay, so that the three cannot disagree.
-pub(super) struct Judged {
-    pub(super) code_verdict: Verdict,
-    pub(super) verdict: Verdict,
-    pub(super) mode: Mode,
-    pub(super) argument: Option<String>,
-}
-
-impl Judged {
-    pub(super) fn new(
-        narrowing: &Narrowing,
-        manifest: &ToolManifest,
-        slot: usize,
-        mode: Mode,
-        risk: Risk,
-        arguments: Option<&str>,
-    ) -> Judged {
-        let mode = mode.min(narrowing.ceiling());
-        let rules = narrowing.tool(slot);
-        let code_verdict = policy::decide(Facts {
-            risk,
-            allowed_modes: manifest.allowed_modes,
-            mode,
-            deny_listed: rules.is_some_and(|r| r.deny.is_some()),
-            can_approve: true,
-        });
-        let verdict = narrowing.narrow(slot, risk, code_verdict, true);
-        let argument = match verdict {
-            Verdict::Refuse(_) => None,
-            _ => narrowing.refuses_json(slot, arguments),
-        };
-        Judged {
-            code_verdict,
-            verdict,
-            mode,
-            argument,
-        }
-    }
-
-    pub(super) fn ruling(&self) -> Ruling {
-        match self.verdict {
-            Verdict::Refuse(_) => Ruling::Refused,
-            _ if self.argument.is_some() => Ruling::Refused,
-            Verdict::NeedsApproval => Ruling::Asks,
-            _ => Ruling::Allowed,
-        }
-    }
-}
+use toolgate_policy::{DenialCode, Mode, Verdict};
 
 /// A decision as a policy file and the code's manifest make it ([`PolicyFile::explain`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +26,9 @@ pub struct Explanation {
     /// form), what keeps it for one: the rule with its place (`out_of_band`, `out_of_band_at`), or
     /// the code (a tool declared `out_of_band`, or `irreversible`). `None` otherwise.
     pub approval: Option<String>,
+    /// What the file's rules logged only (`[shadow]`) would make of the call where stricter: the
+    /// ruling and the rule, as a gate records it (`rule_in_shadow`). `None` otherwise.
+    pub shadow: Option<String>,
 }
 
 impl fmt::Display for Explanation {
@@ -117,6 +38,9 @@ impl fmt::Display for Explanation {
         writeln!(f, "by:       {}", self.rule)?;
         if let Some(approval) = &self.approval {
             writeln!(f, "approval: out of band only, by {approval}")?;
+        }
+        if let Some(shadow) = &self.shadow {
+            writeln!(f, "shadow:   {shadow} (logged only)")?;
         }
         Ok(())
     }
@@ -147,14 +71,14 @@ impl PolicyFile {
             .filter(|c| c.value < mode)
             .map(|c| c.rule.to_string());
         let manifest = &entry.manifest;
-        let json = arguments.to_string();
+        let parsed = Some(arguments.clone());
         let judged = Judged::new(
             &narrowing,
             manifest,
             slot,
             mode,
             manifest.risk_level,
-            Some(&json),
+            json_arguments(&parsed),
         );
         let (code_verdict, verdict) = (judged.code_verdict, judged.verdict);
         let the_code = || {
@@ -221,6 +145,15 @@ impl PolicyFile {
             code,
             rule,
             approval,
+            shadow: narrowing.shadow_ruling(
+                manifest,
+                slot,
+                mode,
+                manifest.risk_level,
+                false,
+                judged.ruling(),
+                json_arguments(&parsed),
+            ),
         })
     }
 }

@@ -103,15 +103,26 @@ impl PolicyFile {
         format!("{}:{}:{}", self.name, at.line, at.column)
     }
 
-    /// What this file takes away from a gate built for `principal` and `agent`.
+    /// What this file takes away from a gate built for `principal` and `agent`, with what its rules
+    /// logged only (`[shadow]`) would take away as well, for the gate to record.
     pub fn narrowing(&self, principal: Option<&str>, agent: Option<&str>) -> Narrowing {
+        let applying = || self.applying(principal, agent);
+        let mut narrowing = self.compile(applying().filter(|s| !s.shadow));
+        if applying().any(|s| s.shadow) {
+            narrowing.shadow = Some(Box::new(self.compile(applying())));
+        }
+        narrowing
+    }
+
+    /// The rules of `sections`, compiled against the linked tools.
+    fn compile<'s>(&self, sections: impl Iterator<Item = &'s Section>) -> Narrowing {
         let registry = registry();
         let mut narrowing = Narrowing {
             digest: Some(self.digest.clone()),
             ..Narrowing::none()
         };
         let mut tools = vec![ToolRules::default(); registry.entries.len()];
-        for section in self.applying(principal, agent) {
+        for section in sections {
             let rules = &section.rules;
             let shown = |what: String, at: String| -> Arc<str> { format!("{what} ({at})").into() };
             if let Some(ceiling) = &rules.ceiling

@@ -64,7 +64,7 @@ mod toml_doc;
 pub use cases::{CaseResult, Expected, PolicyCase, PolicyCases};
 pub use check::ToolDeclaration;
 pub use diff::{Change, Diff, Direction};
-pub use explain::{Explanation, Ruling};
+pub use explain::Explanation;
 pub use file::{MAX_POLICY_BYTES, PolicyFile};
 pub use live::{LivePolicy, PolicyWatch};
 pub use lock::{PolicyLockError, assert_policy_lock, check_policy_lock};
@@ -74,4 +74,4 @@ pub(crate) use replay::Replaying;
 pub use replay::{ChainReport, Flip, FlipRow, Located, MAX_REFERENCES, ReplayFilter, ReplayReport};
 
 pub use crate::gate::builder::PolicySource;
-pub use crate::gate::narrowing::Narrowing;
+pub use crate::gate::narrowing::{Narrowing, Ruling};

@@ -43,6 +43,8 @@ fn quoted(name: &str) -> String {
 pub(crate) struct Section {
     pub(crate) scope: Scope,
     pub(crate) rules: Rules,
+    /// A table of `[shadow]`: its rules are logged only, never enforced.
+    pub(crate) shadow: bool,
 }
 
 /// One table of rules.

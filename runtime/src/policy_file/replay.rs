@@ -16,11 +16,11 @@ use std::sync::atomic::Ordering;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::explain::{Judged, Ruling};
 use super::file::PolicyFile;
 use crate::audit::verify::{Line, Verifier, read_line};
 use crate::audit::{AuditRecord, Decision, Stage, VerifyReport};
 use crate::gate::narrowing::Narrowing;
+use crate::gate::narrowing::{Judged, Ruling, json_arguments};
 use crate::registry::registry;
 use crate::terminal::escaped;
 use toolgate_policy::{Mode, Risk};
@@ -538,11 +538,21 @@ impl<'p> Replayer<'p> {
         let narrowing = &self.built[at];
         if narrowing.has_argument_rules(slot) {
             // A refusal before the argument rules needs no arguments; anything else does.
-            let arguments = record.arguments.as_deref();
-            let judged = Judged::new(narrowing, manifest, slot, record.mode, risk, arguments);
+            let parsed = record
+                .arguments
+                .as_deref()
+                .map(|json| serde_json::from_str::<Value>(json).unwrap_or(Value::Null));
+            let judged = Judged::new(
+                narrowing,
+                manifest,
+                slot,
+                record.mode,
+                risk,
+                json_arguments(&parsed),
+            );
             return match judged.verdict {
                 toolgate_policy::Verdict::Refuse(_) => Ok(Ruling::Refused),
-                _ if arguments.is_none() => Err(NotDecided::Arguments),
+                _ if parsed.is_none() => Err(NotDecided::Arguments),
                 _ => Ok(judged.ruling()),
             };
         }
@@ -550,7 +560,7 @@ impl<'p> Replayer<'p> {
         if let Some(&ruling) = self.rulings.get(&key) {
             return Ok(ruling);
         }
-        let ruling = Judged::new(narrowing, manifest, slot, record.mode, risk, None).ruling();
+        let ruling = Judged::new(narrowing, manifest, slot, record.mode, risk, |_| None).ruling();
         self.rulings.insert(key, ruling);
         Ok(ruling)
     }

@@ -15,6 +15,18 @@ pub(super) struct FileDoc {
     pub(super) principals: BTreeMap<Spanned<String>, Spanned<RulesDoc>>,
     #[serde(default)]
     pub(super) agents: BTreeMap<Spanned<String>, Spanned<RulesDoc>>,
+    pub(super) shadow: Option<Spanned<ShadowDoc>>,
+}
+
+/// The rules logged only: the same tables, under `[shadow]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ShadowDoc {
+    pub(super) defaults: Option<Spanned<RulesDoc>>,
+    #[serde(default)]
+    pub(super) principals: BTreeMap<Spanned<String>, Spanned<RulesDoc>>,
+    #[serde(default)]
+    pub(super) agents: BTreeMap<Spanned<String>, Spanned<RulesDoc>>,
 }
 
 #[derive(Deserialize)]
@@ -66,7 +78,8 @@ pub(super) struct ArgumentDoc {
     pub(super) max: Option<Spanned<toml::Value>>,
 }
 
-const FILE_KEYS: &[&str] = &["format", "defaults", "principals", "agents"];
+const FILE_KEYS: &[&str] = &["format", "defaults", "principals", "agents", "shadow"];
+const SHADOW_KEYS: &[&str] = &["defaults", "principals", "agents"];
 const RULES_KEYS: &[&str] = &[
     "ceiling",
     "deny",
@@ -107,17 +120,24 @@ pub(super) fn unknown_keys(text: &str) -> Vec<(usize, String, &'static [&'static
     };
     let file = file.get_ref();
     keys(file, FILE_KEYS, &mut unknown);
-    if let Some(DeValue::Table(defaults)) = file.get("defaults").map(|v| v.get_ref()) {
-        rules(defaults, &mut unknown);
-    }
-    for scope in ["principals", "agents"] {
-        if let Some(DeValue::Table(named)) = file.get(scope).map(|v| v.get_ref()) {
-            for table in named.values() {
-                if let DeValue::Table(table) = table.get_ref() {
-                    rules(table, &mut unknown);
+    let tables = |file: &DeTable<'_>, unknown: &mut Vec<_>| {
+        if let Some(DeValue::Table(defaults)) = file.get("defaults").map(|v| v.get_ref()) {
+            rules(defaults, unknown);
+        }
+        for scope in ["principals", "agents"] {
+            if let Some(DeValue::Table(named)) = file.get(scope).map(|v| v.get_ref()) {
+                for table in named.values() {
+                    if let DeValue::Table(table) = table.get_ref() {
+                        rules(table, unknown);
+                    }
                 }
             }
         }
+    };
+    tables(file, &mut unknown);
+    if let Some(DeValue::Table(shadow)) = file.get("shadow").map(|v| v.get_ref()) {
+        keys(shadow, SHADOW_KEYS, &mut unknown);
+        tables(shadow, &mut unknown);
     }
     unknown.sort_by_key(|(at, _, _)| *at);
     unknown

@@ -14,6 +14,7 @@ mod out_of_band;
 mod policy_file;
 mod replay;
 mod rules_off_the_call;
+mod shadow;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -12,6 +12,7 @@ use crate::audit::{AuditError, AuditRecord, Decision, Stage};
 use crate::gate::Gate;
 use crate::gate::call::{Arguments, EffectiveRisk};
 use crate::gate::denied::Denied;
+use crate::gate::narrowing::Ruling;
 use crate::gate::permit::{Exit, close_refused};
 use crate::registry::ToolEntry;
 use toolgate_policy::{DenialCode, Mode, Risk};
@@ -69,6 +70,20 @@ impl Gate {
         }
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let mode = denied.mode().unwrap_or_else(|| self.mode());
+        // A call refused while it asked (its approval pending, required or answered no) asked.
+        let asked = matches!(
+            denied.code(),
+            DenialCode::ApprovalPending
+                | DenialCode::ApprovalRequired
+                | DenialCode::ApprovalRejected
+                | DenialCode::ApprovalExpired
+                | DenialCode::ApprovalMismatch
+                | DenialCode::ApprovalReused
+                | DenialCode::ApprovalStoreUnavailable
+        );
+        let rule_in_shadow = asked
+            .then(|| self.rule_in_shadow(entry, mode, denied.risk(), Ruling::Asks, arguments))
+            .flatten();
         let record = AuditRecord {
             arguments: arguments.recorded(),
             arguments_digest: arguments
@@ -81,6 +96,7 @@ impl Gate {
             declared_risk: Some(entry.manifest.risk_level),
             effective_risk: Some(denied.risk()),
             message: Some(denied.to_string()),
+            rule_in_shadow,
             ..self.record(Stage::Refused, Cow::Borrowed(entry.manifest.id), mode, call)
         };
         self.write_after_the_fact(&record);
@@ -99,6 +115,11 @@ impl Gate {
         let (mode, decision) = (allowed.mode, allowed.decision);
         let manifest = &entry.manifest;
         let call = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let ruled = match decision {
+            Decision::Allowed => Ruling::Allowed,
+            _ => Ruling::Asks,
+        };
+        let rule_in_shadow = self.rule_in_shadow(entry, mode, risk.get(), ruled, arguments);
         let record = AuditRecord {
             arguments: arguments.recorded(),
             arguments_digest: arguments
@@ -113,6 +134,7 @@ impl Gate {
             message: (decision != Decision::Allowed)
                 .then(|| self.taint_of(risk.get()).map(ToString::to_string))
                 .flatten(),
+            rule_in_shadow,
             ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
         };
         let exit = Exit {
@@ -126,6 +148,32 @@ impl Gate {
             arguments_digest: None,
         };
         Some((record, exit))
+    }
+}
+
+impl Gate {
+    /// What the policy's rules logged only would have made of a call this gate ruled `ruled`, where
+    /// stricter: for its record. Nothing where the policy has none.
+    fn rule_in_shadow<A: ArgumentSource>(
+        &self,
+        entry: &'static ToolEntry,
+        mode: Mode,
+        risk: Risk,
+        ruled: Ruling,
+        arguments: &mut A,
+    ) -> Option<String> {
+        let table = self.inner.table.load();
+        table.narrowing.shadow.as_ref()?;
+        let slot = entry.slot.load(Ordering::Relaxed) as usize;
+        table.narrowing.shadow_ruling(
+            &entry.manifest,
+            slot,
+            mode,
+            risk,
+            self.taint_of(risk).is_some(),
+            ruled,
+            |name| arguments.value(name),
+        )
     }
 }
 
