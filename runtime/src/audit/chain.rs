@@ -731,7 +731,7 @@ mod tests {
             .expect("AuditRecord's fields must be declared in sorted order");
         let parsed: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&out).unwrap();
-        assert_eq!(parsed.len(), 30);
+        assert_eq!(parsed.len(), 31);
         assert_eq!(serde_json::to_vec(&parsed).unwrap(), out);
     }
 
