@@ -31,6 +31,9 @@
 //! calls = 50
 //! per = "1h"
 //!
+//! [shadow.defaults]                # rules logged only: recorded where stricter, never enforced
+//! deny = ["payments.*"]
+//!
 //! [agents."triage-bot"]
 //! deny = ["users.delete_user"]
 //! deny_resources = ["cloud://inventory*"]  # an MCP server's resources, by URI glob

@@ -175,3 +175,33 @@ fn the_applications_policy_replay_reads_the_trail_of_a_store() {
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("the trail cannot be read"), "{text}");
 }
+
+/// A call's ruling by the rules logged only travels in its trail line, which still verifies.
+#[test]
+fn a_shadow_ruling_is_in_the_trail_and_its_chain_verifies() {
+    let url = database("shadow_trail");
+    let file = policy(
+        "ops.toml",
+        "format = 1\n[shadow.principals.alice]\ndeny = [\"fa.mark\"]\n",
+    );
+    {
+        let gate = gate(&url, "east", "alice", &file);
+        gate.run(|| mark("shadowed".to_owned())).unwrap();
+        let bob = gate(&url, "west", "bob", &file);
+        bob.run(|| mark("plain".to_owned())).unwrap();
+    }
+    let report = verify_trail(&url, "toolgate").unwrap();
+    assert!(report.is_intact(), "{report}");
+    let lines = query(
+        &url,
+        "SELECT writer, line FROM toolgate.audit WHERE stage = 'enter' ORDER BY writer",
+    );
+    let east = lines[0][1].as_deref().unwrap();
+    assert!(
+        east.contains(r#""rule_in_shadow":"refused (DENY_LISTED) by fa.mark (ops.toml:3:9)""#),
+        "{east}"
+    );
+    let west = lines[1][1].as_deref().unwrap();
+    assert!(!west.contains("rule_in_shadow"), "{west}");
+    assert!(ran("shadowed") && ran("plain"));
+}
