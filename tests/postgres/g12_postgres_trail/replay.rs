@@ -185,8 +185,8 @@ fn a_shadow_ruling_is_in_the_trail_and_its_chain_verifies() {
         "format = 1\n[shadow.principals.alice]\ndeny = [\"fa.mark\"]\n",
     );
     {
-        let gate = gate(&url, "east", "alice", &file);
-        gate.run(|| mark("shadowed".to_owned())).unwrap();
+        let alice = gate(&url, "east", "alice", &file);
+        alice.run(|| mark("shadowed".to_owned())).unwrap();
         let bob = gate(&url, "west", "bob", &file);
         bob.run(|| mark("plain".to_owned())).unwrap();
     }
