@@ -1132,3 +1132,64 @@ fn f14_a_refused_policy_reload_is_told_on_the_fleet_page() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The promotion page counts what each rule logged only would have ruled otherwise, per bucket, its
+/// rule escaped; a forged row whose line is not JSON counts for nothing and fails nothing.
+#[test]
+fn f15_the_promotion_page_counts_each_rule_logged_only() {
+    use toolgate::policy_file::{LivePolicy, PolicyFile};
+    let Some((_serial, url)) = parent_database(ROLE, "console_f15") else {
+        return;
+    };
+    let file = PolicyFile::parse(
+        "<b>ops</b>.toml",
+        "format = 1\n[shadow.defaults]\ndeny = [\"pgconsole.balance\"]\n",
+    )
+    .unwrap();
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .policy(LivePolicy::new(file))
+        .audit(
+            PostgresSink::builder()
+                .writer("desk-15")
+                .connect(&url)
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        gate.run(|| balance("acme".into())).unwrap();
+    }
+    drop(gate);
+    query(
+        &url,
+        "INSERT INTO toolgate.audit (writer, seq, prev_hash, hash, stage, tool, gate, call, line)
+         VALUES ('forger', 1, repeat('0', 64), repeat('0', 64), 'enter', 'x', 1, 1,
+                 '{\"rule_in_shadow\":\"refused by <script>\\u202e')",
+    );
+
+    let console = serve(&url, operators());
+    let cookie = console.login(TOKEN);
+    let page = console.get("/promotion", Some(&cookie));
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    let table = &body[body
+        .find("id=\"shadow-rules\"")
+        .expect("the table of rules logged only")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert!(
+        table.contains(
+            "refused (DENY_LISTED) by pgconsole.balance (&lt;b&gt;ops&lt;/b&gt;.toml:3:9)"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("<td>3</td>"), "{table}");
+    assert!(
+        !table.contains("<script>") && !body.contains("<b>ops"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("forger") && !table.contains("script"),
+        "{table}"
+    );
+}

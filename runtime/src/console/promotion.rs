@@ -1,6 +1,7 @@
 //! The shadow-mode promotion report, drawn: for gates in SHADOW, the calls of each risk level over
 //! time, and how many each higher mode would have run (its ceiling covers their risk, and the mode
-//! was their only obstacle).
+//! was their only obstacle); and for the operator's rules logged only, the calls each would have
+//! asked for or refused, per bucket.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -53,6 +54,28 @@ pub(super) async fn chart(
         Ok(points) => points,
         Err(error) => return unavailable(&operator, &error),
     };
+    let shadow = console
+        .reader
+        .shadow_rulings(
+            (!agent.is_empty()).then_some(agent),
+            bucket,
+            Duration::from_secs(u64::from(days) * 86_400),
+        )
+        .await;
+    let shadow = match shadow {
+        Ok(shadow) => shadow,
+        Err(error) => return unavailable(&operator, &error),
+    };
+    // Per rule logged only: its calls in each bucket, and in all.
+    let mut buckets: Vec<&str> = shadow.iter().map(|p| p.bucket.as_str()).collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    let mut rules: BTreeMap<&str, (u64, BTreeMap<&str, u64>)> = BTreeMap::new();
+    for point in &shadow {
+        let (total, per) = rules.entry(point.rule.as_str()).or_default();
+        *total += point.calls;
+        *per.entry(point.bucket.as_str()).or_default() += point.calls;
+    }
     let mut totals: BTreeMap<Mode, u64> = BTreeMap::new();
     for point in &points {
         for mode in HIGHER {
@@ -84,6 +107,30 @@ pub(super) async fn chart(
             tbody {
                 @for mode in HIGHER {
                     tr { td { (mode.to_string()) } td { (ceiling(mode).to_string()) } td { (totals.get(&mode).copied().unwrap_or(0)) } }
+                }
+            }
+        }
+        h2 { "Rules logged only" }
+        p.muted {
+            "Calls in every mode that a rule of a [shadow] table would have asked for or refused, "
+            "while the enforced rules let them through: per rule, per bucket."
+        }
+        @if rules.is_empty() {
+            p #no-shadow { "No rule logged only ruled otherwise in this time." }
+        } @else {
+            table #shadow-rules {
+                thead { tr {
+                    th { "Rule" } th { "Calls" }
+                    @for bucket in &buckets { th { (bucket) } }
+                } }
+                tbody {
+                    @for (rule, (total, per)) in &rules {
+                        tr {
+                            td { code { (Shown(rule)) } }
+                            td { (total) }
+                            @for bucket in &buckets { td { (per.get(bucket).copied().unwrap_or(0)) } }
+                        }
+                    }
                 }
             }
         }

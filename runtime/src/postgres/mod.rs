@@ -292,8 +292,8 @@ mod worker;
 pub use audit::{PostgresSink, PostgresSinkBuilder};
 pub use fleet::{Fleet, FleetBuilder, JoinError};
 pub use reads::{
-    Bucket, CallRecords, MAX_PAGE, PendingPage, PromotionPoint, Reader, TrailCursor, TrailQuery,
-    TrailRecord,
+    Bucket, CallRecords, MAX_PAGE, PendingPage, PromotionPoint, Reader, ShadowPoint, TrailCursor,
+    TrailQuery, TrailRecord,
 };
 pub use requests::{RequestState, StoredRequest};
 pub use schema::{DEFAULT_MAX_PENDING, DEFAULT_SCHEMA, DEFAULT_TIMEOUT};

@@ -7,6 +7,7 @@
 //! Every value here comes from the database as written by agents' processes: show it escaped
 //! ([`escaped`](crate::terminal::escaped) on a terminal).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -211,6 +212,54 @@ pub struct PromotionPoint {
     /// Calls refused only for the mode (`MODE_NOT_ALLOWED`, `ABOVE_CEILING`): a mode whose ceiling
     /// covers their risk would have run them.
     pub would_have_run: u64,
+}
+
+/// The calls a rule logged only (`[shadow]`) would have ruled otherwise, in one bucket of time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShadowPoint {
+    /// The bucket's start, UTC (`YYYY-MM-DDTHH:MMZ`).
+    pub bucket: String,
+    /// What the rule would have done and the rule with its place, as records say it without what
+    /// is particular to one call (`refused (DENY_LISTED) by payments.* (ops.toml:9:9)`, `refused
+    /// (ARGUMENT_REFUSED) by rule ops.toml:12:1`).
+    pub rule: String,
+    /// Calls.
+    pub calls: u64,
+}
+
+/// A record's `rule_in_shadow` without what one call adds: an argument rule's refusal names the value
+/// it read after the rule's place (`by rule ops.toml:12:1: `amount` 90 is ...`).
+pub(crate) fn shadow_rule(said: &str) -> &str {
+    const BY_RULE: &str = " by rule ";
+    let Some(at) = said.find(BY_RULE) else {
+        return said;
+    };
+    let start = at + BY_RULE.len();
+    let rest = said[start..].as_bytes();
+    // The place is `FILE:LINE:COLUMN`, then `: ` and the detail: the first `:digits:digits` so
+    // followed ends it, whatever colons the file's name holds.
+    let digits = |from: usize| {
+        rest[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    for (i, &b) in rest.iter().enumerate() {
+        if b != b':' {
+            continue;
+        }
+        let line = digits(i + 1);
+        if line == 0 || rest.get(i + 1 + line) != Some(&b':') {
+            continue;
+        }
+        let column = digits(i + 2 + line);
+        let end = i + 2 + line + column;
+        if column > 0 && (end == rest.len() || rest[end..].starts_with(b": ")) {
+            return &said[..start + end];
+        }
+    }
+    said
 }
 
 const RECORD: &str = "writer, seq, stage, tool, gate, call,
@@ -551,11 +600,98 @@ impl Reader {
     }
 }
 
+impl Reader {
+    /// What the rules logged only would have ruled otherwise over the last `span` (the `enter` and
+    /// `refused` records that say so), by `bucket` and rule, oldest first; of the agent `agent` only,
+    /// when given. Read from each line's text without casting it, so that a row that is not JSON
+    /// counts for nothing rather than failing the page.
+    pub async fn shadow_rulings(
+        &self,
+        agent: Option<&str>,
+        bucket: Bucket,
+        span: Duration,
+    ) -> Result<Vec<ShadowPoint>, StoreError> {
+        let unit = match bucket {
+            Bucket::Hour => "hour",
+            Bucket::Day => "day",
+        };
+        let seconds = span.as_secs_f64();
+        let rows = self
+            .query(
+                "SELECT to_char(date_trunc($1, written_at AT TIME ZONE 'UTC'),
+                        'YYYY-MM-DD\"T\"HH24:MI\"Z\"'),
+                     substring(line from '\"rule_in_shadow\":(\"(?:[^\"\\\\]|\\\\.)*\")'),
+                     count(*)
+                 FROM {s}.audit
+                 WHERE stage IN ('enter', 'refused') AND strpos(line, '\"rule_in_shadow\":') > 0
+                   AND written_at >= now() - $2::float8 * interval '1 second'
+                   AND ($3::text IS NULL OR agent = $3)
+                 GROUP BY 1, 2 ORDER BY 1",
+                &[&unit, &seconds, &agent],
+            )
+            .await?;
+        let column = |e: tokio_postgres::Error| StoreError::Unexpected(e.to_string());
+        let mut points: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for row in &rows {
+            let quoted: Option<String> = row.try_get(1).map_err(column)?;
+            let Some(said) = quoted.and_then(|q| serde_json::from_str::<String>(&q).ok()) else {
+                continue;
+            };
+            let n: i64 = row.try_get(2).map_err(column)?;
+            let bucket: String = row.try_get(0).map_err(column)?;
+            *points
+                .entry((bucket, shadow_rule(&said).to_owned()))
+                .or_default() += n.max(0) as u64;
+        }
+        Ok(points
+            .into_iter()
+            .map(|((bucket, rule), calls)| ShadowPoint {
+                bucket,
+                rule,
+                calls,
+            })
+            .collect())
+    }
+}
+
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reader")
             .field("schema", &self.schema)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shadow_rule;
+
+    #[test]
+    fn a_shadow_ruling_is_counted_by_its_rule_not_by_what_one_call_held() {
+        for (said, rule) in [
+            (
+                "refused (DENY_LISTED) by payments.* (ops.toml:9:9)",
+                "refused (DENY_LISTED) by payments.* (ops.toml:9:9)",
+            ),
+            (
+                "refused (ARGUMENT_REFUSED) by rule ops.toml:12:1: `amount` 90 is outside ..=50",
+                "refused (ARGUMENT_REFUSED) by rule ops.toml:12:1",
+            ),
+            (
+                "refused (ARGUMENT_REFUSED) by rule a:b.toml:3:17: `x` \"by rule z:1:2\"",
+                "refused (ARGUMENT_REFUSED) by rule a:b.toml:3:17",
+            ),
+            (
+                "asks by ask_at LOW_WRITE (ops.toml:4:10)",
+                "asks by ask_at LOW_WRITE (ops.toml:4:10)",
+            ),
+            (
+                "refused (ARGUMENT_REFUSED) by rule x",
+                "refused (ARGUMENT_REFUSED) by rule x",
+            ),
+        ] {
+            assert_eq!(shadow_rule(said), rule, "{said}");
+        }
     }
 }
