@@ -1260,3 +1260,40 @@ fn a_file_the_watch_refuses_is_said_on_stderr() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Every policy file the documentation shows (the guide's TOML blocks that start with `format`, and
+/// the module's) has the shape of one: its keys, modes, risks and patterns exist.
+#[test]
+fn every_policy_file_the_documentation_shows_has_the_shape_of_one() {
+    let guide = include_str!("../../../docs/policy_file.md");
+    let module = include_str!("../../../runtime/src/policy_file/mod.rs");
+    let module: String = module
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| format!("{}\n", l.strip_prefix(' ').unwrap_or(l)))
+        .collect();
+    let mut shown = 0;
+    for (name, text) in [
+        ("docs/policy_file.md", guide),
+        ("policy_file/mod.rs", &module),
+    ] {
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if line.trim() != "```toml" {
+                continue;
+            }
+            let block: String = lines
+                .by_ref()
+                .take_while(|l| l.trim() != "```")
+                .map(|l| format!("{l}\n"))
+                .collect();
+            if !block.starts_with("format") {
+                continue;
+            }
+            shown += 1;
+            PolicyFile::check_shape(name, &block)
+                .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
+        }
+    }
+    assert!(shown >= 3, "{shown} policy files shown");
+}
