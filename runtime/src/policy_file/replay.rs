@@ -23,7 +23,7 @@ use crate::gate::narrowing::Narrowing;
 use crate::gate::narrowing::{Judged, Ruling, json_arguments};
 use crate::registry::registry;
 use crate::terminal::escaped;
-use toolgate_policy::{Mode, Risk};
+use toolgate_policy::{DenialCode, Mode, Risk};
 
 /// How many records a row of flips keeps the references of; its count is exact beyond them.
 pub const MAX_REFERENCES: usize = 1000;
@@ -121,6 +121,8 @@ struct RecordLine<'a> {
     effective_risk: Option<Risk>,
     #[serde(default)]
     decision: Option<Decision>,
+    #[serde(borrow, default)]
+    code: Option<Cow<'a, str>>,
     #[serde(borrow)]
     timestamp: Cow<'a, str>,
 }
@@ -328,10 +330,17 @@ impl<'p> Replaying<'p> {
         let Ok(record) = serde_json::from_slice::<RecordLine<'_>>(text) else {
             return;
         };
-        if !matches!(record.stage, Stage::Enter | Stage::Refused)
-            || record.tool.is_empty()
-            || !self.filter.keeps(&record)
-        {
+        // A call by name stopped at the door (an unknown id, arguments that do not parse) was never
+        // decided: its code is none of the refusals'.
+        let decided = match record.stage {
+            Stage::Enter => true,
+            Stage::Refused => record
+                .code
+                .as_deref()
+                .is_some_and(|code| DenialCode::ALL.iter().any(|d| d.as_str() == code)),
+            _ => false,
+        };
+        if !decided || record.tool.is_empty() || !self.filter.keeps(&record) {
             return;
         }
         let report = &mut self.report;

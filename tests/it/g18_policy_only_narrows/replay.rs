@@ -264,6 +264,8 @@ fn calls_under_a_policy_not_given_of_other_tools_or_without_their_arguments_are_
         let mut gone = AuditRecord::new(Stage::Enter, "rp.gone", Mode::FullAuto, 99);
         gone.decision = Some(Decision::Allowed);
         sink.record(&gone).unwrap();
+        // A call by name stopped at the door was never decided: not a call to replay.
+        assert!(!call(&plain, "rp.refund", json!({"amount": "many"})));
         let mut other = AuditRecord::new(Stage::Enter, "rp.look", Mode::FullAuto, 99);
         other.decision = Some(Decision::Allowed);
         other.declared_risk = Some(Risk::HighWrite);
@@ -283,6 +285,8 @@ parameter = "amount"
 max = 1
 "#,
     );
+    let log = std::fs::read_to_string(&path).unwrap();
+    assert!(log.contains(r#""code":"INVALID_PARAMS""#), "{log}");
     let report = replay(&candidate, &[none.clone()], &path);
     assert_eq!(report.calls, 5, "{report}");
     assert_eq!(
