@@ -35,6 +35,8 @@ mod g18_policy_only_narrows;
 mod g19_irreversible;
 mod g21_attacks_in_place;
 mod g22_attacks_round;
+#[cfg(feature = "policy-file")]
+mod g23_attacks_replay;
 
 mod audit_cli;
 mod by_name;

@@ -25,6 +25,7 @@ mod g20_attacks;
 mod g20_console;
 #[cfg(feature = "console")]
 mod g20_more;
+mod g23_attacks_replay;
 
 mod a5_reconnects;
 mod approvals_cli;
