@@ -240,7 +240,8 @@ pub enum PolicyCommand {
         /// Only calls recorded with this decision: allowed, approved, granted or refused
         #[arg(long)]
         decision: Option<String>,
-        /// Print the report as JSON instead of a table
+        /// Print the report as JSON instead of a table (every character that could hide or reorder
+        /// text written as its `\uXXXX` escape)
         #[arg(long)]
         json: bool,
     },
@@ -355,10 +356,7 @@ impl PolicyCommand {
                 #[cfg(not(feature = "postgres"))]
                 let report = replay_log(&candidate, &in_force, &filter, log.as_deref())?;
                 if *json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&report).expect("a report serializes")
-                    );
+                    println!("{}", report.to_json());
                 } else {
                     print!("{report}");
                 }

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering as Atomic;
 
 use std::cmp::Ordering;
 
@@ -16,7 +17,7 @@ use serde_json::{Number, Value};
 use crate::gate::budget::BudgetSpec;
 use crate::gate::denylist::glob_match;
 use crate::gate::reads::ReadRules;
-use crate::registry::ToolManifest;
+use crate::registry::{ToolEntry, ToolManifest};
 use toolgate_policy::{DenialCode, Facts, Mode, Risk, TaintPolicy, Verdict};
 
 /// What an operator's policy takes away from one gate, compiled against the linked tools.
@@ -289,8 +290,7 @@ impl Narrowing {
     /// them.
     pub(crate) fn shadow_ruling(
         &self,
-        manifest: &ToolManifest,
-        slot: usize,
+        entry: &ToolEntry,
         mode: Mode,
         risk: Risk,
         latched: bool,
@@ -301,6 +301,7 @@ impl Narrowing {
         if actual == Ruling::Refused {
             return None;
         }
+        let (manifest, slot) = (&entry.manifest, entry.slot.load(Atomic::Relaxed) as usize);
         let judged = Judged::new(shadow, manifest, slot, mode, risk, read);
         let (ruling, rule) = match (judged.verdict, &judged.argument) {
             (Verdict::Refuse(DenialCode::DenyListed), _) => (

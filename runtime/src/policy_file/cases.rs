@@ -7,6 +7,7 @@
 //! principal = "support-bot"                # the gate's principal and agent label, if any
 //! agent = "triage"
 //! mode = "FULL_AUTO"                       # the gate's mode before the file's ceiling (FULL_AUTO)
+//! risk = "LOW_WRITE"                       # for a tool that escalates: the risk it is judged at
 //! tool = "payments.refund"
 //! arguments = { amount = 20 }              # the call's arguments (none where absent)
 //! expect = "refused"                       # allowed, asks, refused, or a refusal's code
@@ -26,7 +27,7 @@ use super::model::{PolicyError, PolicyErrors};
 use crate::gate::narrowing::Ruling;
 use crate::registry::registry;
 use crate::terminal::escaped;
-use toolgate_policy::{DenialCode, Mode};
+use toolgate_policy::{DenialCode, Mode, Risk};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +43,7 @@ struct CaseDoc {
     principal: Option<String>,
     agent: Option<String>,
     mode: Option<Spanned<String>>,
+    risk: Option<Spanned<String>>,
     tool: Spanned<String>,
     #[serde(default)]
     arguments: toml::Table,
@@ -101,6 +103,9 @@ pub struct PolicyCase {
     pub agent: Option<String>,
     /// The gate's mode before the policy's ceiling.
     pub mode: Mode,
+    /// The risk the call is judged at, for a tool whose `escalate` raises it by the arguments (which
+    /// a policy test does not run); its declared risk where `None`.
+    pub risk: Option<Risk>,
     /// The tool's id.
     pub tool: String,
     /// The call's arguments, a JSON object.
@@ -177,10 +182,53 @@ impl PolicyCases {
             let start = spanned.span().start;
             let case = spanned.into_inner();
             let tool = case.tool.get_ref();
-            if registry.get(tool).is_none() {
+            let found = registry.get(tool);
+            if found.is_none() {
                 errors.push(error(
                     case.tool.span().start,
                     format!("no linked tool has the id `{tool}`"),
+                ));
+            }
+            let declared = found.as_ref().map(|t| t.manifest().risk_level);
+            let risk = match &case.risk {
+                None => None,
+                Some(risk) => match risk.get_ref().parse::<Risk>() {
+                    Ok(r) if declared.is_some_and(|d| r < d) => {
+                        errors.push(error(
+                            risk.span().start,
+                            format!(
+                                "`{tool}` declares {}: a call of it is judged at that risk or above",
+                                declared.unwrap_or(r)
+                            ),
+                        ));
+                        None
+                    }
+                    Ok(r) => Some(r),
+                    Err(_) => {
+                        errors.push(error(
+                            risk.span().start,
+                            format!(
+                                "`{}` is no risk: write READ_ONLY, PROPOSE_ONLY, LOW_WRITE or HIGH_WRITE",
+                                risk.get_ref()
+                            ),
+                        ));
+                        None
+                    }
+                },
+            };
+            // The tool's `escalate` judges the arguments in the code, which a policy test does not
+            // run: the case says at which risk its call is judged.
+            if case.risk.is_none()
+                && found
+                    .as_ref()
+                    .is_some_and(|t| t.entry.behaviour.escalate.is_some())
+            {
+                errors.push(error(
+                    case.tool.span().start,
+                    format!(
+                        "`{tool}` escalates its risk by its arguments, which a policy test does not \
+                         judge: give the risk this call is judged at (`risk = \"HIGH_WRITE\"`)"
+                    ),
                 ));
             }
             let mode = match &case.mode {
@@ -219,6 +267,7 @@ impl PolicyCases {
                     principal: case.principal,
                     agent: case.agent,
                     mode,
+                    risk,
                     tool: case.tool.into_inner(),
                     arguments,
                     expect,
@@ -244,14 +293,15 @@ impl PolicyCases {
             .iter()
             .map(|case| {
                 let explanation = policy
-                    .explain(
+                    .explain_at(
                         case.principal.as_deref(),
                         case.agent.as_deref(),
                         case.mode,
                         &case.tool,
                         &case.arguments,
+                        case.risk,
                     )
-                    .expect("a case's tool is linked: checked when read");
+                    .expect("a case's tool and risk are checked when read");
                 CaseResult { case, explanation }
             })
             .collect()

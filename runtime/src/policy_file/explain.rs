@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::file::PolicyFile;
 use crate::gate::narrowing::{Judged, Ruling, json_arguments};
 use crate::registry::registry;
-use toolgate_policy::{DenialCode, Mode, Verdict};
+use toolgate_policy::{DenialCode, Mode, Risk, Verdict};
 
 /// A decision as a policy file and the code's manifest make it ([`PolicyFile::explain`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,11 +58,33 @@ impl PolicyFile {
         tool: &str,
         arguments: &Value,
     ) -> Result<Explanation, String> {
+        self.explain_at(principal, agent, mode, tool, arguments, None)
+    }
+
+    /// [`explain`](PolicyFile::explain) for a call judged at `risk` (what the tool's `escalate`
+    /// makes of its arguments, which is not run here), or at its declared risk where `None`; a risk
+    /// below the declared one is refused.
+    pub fn explain_at(
+        &self,
+        principal: Option<&str>,
+        agent: Option<&str>,
+        mode: Mode,
+        tool: &str,
+        arguments: &Value,
+        risk: Option<Risk>,
+    ) -> Result<Explanation, String> {
         let registry = registry();
         let Some(found) = registry.get(tool) else {
             return Err(format!("no linked tool has the id {tool:?}"));
         };
         let entry = found.entry;
+        let declared = entry.manifest.risk_level;
+        let risk = risk.unwrap_or(declared);
+        if risk < declared {
+            return Err(format!(
+                "`{tool}` declares {declared}: a call of it is judged at that risk or above, not at {risk}"
+            ));
+        }
         let slot = entry.slot.load(std::sync::atomic::Ordering::Relaxed) as usize;
         let narrowing = self.narrowing(principal, agent);
         let lowered = narrowing
@@ -77,14 +99,20 @@ impl PolicyFile {
             manifest,
             slot,
             mode,
-            manifest.risk_level,
+            risk,
             json_arguments(&parsed),
         );
         let (code_verdict, verdict) = (judged.code_verdict, judged.verdict);
         let the_code = || {
             format!(
-                "the code: `{tool}` is {} and runs in {}",
-                manifest.risk_level, manifest.allowed_modes
+                "the code: `{tool}` is {}{} and runs in {}",
+                manifest.risk_level,
+                if risk == declared {
+                    String::new()
+                } else {
+                    format!(" (this call judged at {risk})")
+                },
+                manifest.allowed_modes
             )
         };
         let (decision, code, rule) = match (verdict, &judged.argument) {
@@ -108,9 +136,7 @@ impl PolicyFile {
                 why.clone(),
             ),
             (Verdict::NeedsApproval, None) if code_verdict == Verdict::Allow => {
-                let rule = narrowing
-                    .asks(slot, manifest.risk_level)
-                    .map(|r| r.to_string());
+                let rule = narrowing.asks(slot, risk).map(|r| r.to_string());
                 (
                     "asks for an approval".to_owned(),
                     None,
@@ -133,7 +159,7 @@ impl PolicyFile {
                     Some(format!("the code: `{tool}` is declared out_of_band"))
                 } else {
                     narrowing
-                        .out_of_band(slot, manifest.risk_level)
+                        .out_of_band(slot, risk)
                         .map(|rule| rule.to_string())
                 }
             })
@@ -146,10 +172,9 @@ impl PolicyFile {
             rule,
             approval,
             shadow: narrowing.shadow_ruling(
-                manifest,
-                slot,
+                entry,
                 mode,
-                manifest.risk_level,
+                risk,
                 false,
                 judged.ruling(),
                 json_arguments(&parsed),

@@ -31,8 +31,9 @@ pub const MAX_REFERENCES: usize = 1000;
 /// Which recorded calls to replay. Empty, every call of the log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayFilter {
-    /// Calls recorded at or after this time: a UTC date (`2026-11-22`) or a time as the log writes
-    /// it (`2026-11-22T03:11:01Z`, fractions allowed), compared as text with the record's.
+    /// Calls recorded at or after this time: a UTC date (`2026-11-22`, its midnight) or a time
+    /// (`2026-11-22T03:11Z`, `2026-11-22T03:11:01.5Z`), the parts left out zero. A time
+    /// [`check_time`](Self::check_time) refuses keeps no call.
     pub since: Option<String>,
     /// Calls recorded before this time, written as `since` is.
     pub until: Option<String>,
@@ -51,36 +52,78 @@ impl ReplayFilter {
     /// Whether `time` is a UTC date or time as `since` and `until` take it; `Err` says what is
     /// wrong.
     pub fn check_time(time: &str) -> Result<(), String> {
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        let date_ok = time.len() >= 10 && {
-            let d = &time[..10];
-            digits(&d[..4])
-                && &d[4..5] == "-"
-                && digits(&d[5..7])
-                && &d[7..8] == "-"
-                && digits(&d[8..10])
-        };
-        let rest = time.get(10..).unwrap_or("");
-        let rest = rest.strip_suffix('Z').unwrap_or(rest);
-        let time_ok = rest.is_empty()
-            || rest.strip_prefix('T').is_some_and(|t| {
-                let (hms, fraction) = t.split_once('.').unwrap_or((t, ""));
-                let parts: Vec<&str> = hms.split(':').collect();
-                (2..=3).contains(&parts.len())
-                    && parts.iter().all(|p| p.len() == 2 && digits(p))
-                    && (fraction.is_empty() || (parts.len() == 3 && digits(fraction)))
-            });
-        if date_ok && time_ok && time.is_char_boundary(10) {
-            Ok(())
-        } else {
-            Err(format!(
-                "`{}` is not a UTC date or time: write 2026-11-22 or 2026-11-22T03:11:01Z",
+        Self::instant(time).map(drop)
+    }
+
+    /// `time` written as the log writes its times (`2026-11-22T03:11:00.000000Z`), the parts it
+    /// leaves out zero: compared as text with a record's, it compares as the times do.
+    fn instant(time: &str) -> Result<String, String> {
+        let wrong = || {
+            format!(
+                "`{}` is not a UTC date or time: write 2026-11-22 or 2026-11-22T03:11:01Z \
+                 (seconds to six decimals at most)",
                 escaped(time)
-            ))
+            )
+        };
+        let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+        let (date, rest) = match time.split_once('T') {
+            Some((date, rest)) => (date, Some(rest)),
+            None => (time, None),
+        };
+        let mut parts = date.split('-');
+        let (Some(y), Some(m), Some(d), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(wrong());
+        };
+        if !(digits(y, 4) && digits(m, 2) && digits(d, 2)) {
+            return Err(wrong());
+        }
+        let (mut hms, mut fraction) = (vec!["00", "00", "00"], String::new());
+        if let Some(rest) = rest {
+            let rest = rest.strip_suffix('Z').unwrap_or(rest);
+            let (clock, frac) = match rest.split_once('.') {
+                Some((clock, frac)) => (clock, Some(frac)),
+                None => (rest, None),
+            };
+            let given: Vec<&str> = clock.split(':').collect();
+            if !(2..=3).contains(&given.len()) || !given.iter().all(|p| digits(p, 2)) {
+                return Err(wrong());
+            }
+            if let Some(frac) = frac {
+                if given.len() != 3
+                    || frac.is_empty()
+                    || frac.len() > 6
+                    || !digits(frac, frac.len())
+                {
+                    return Err(wrong());
+                }
+                fraction.push_str(frac);
+            }
+            hms[..given.len()].copy_from_slice(&given);
+        } else if time.ends_with('Z') {
+            return Err(wrong());
+        }
+        while fraction.len() < 6 {
+            fraction.push('0');
+        }
+        Ok(format!(
+            "{y}-{m}-{d}T{}:{}:{}.{fraction}Z",
+            hms[0], hms[1], hms[2]
+        ))
+    }
+
+    /// The bounds of time as the log writes its times; a bound [`check_time`](Self::check_time)
+    /// refuses keeps no call.
+    fn bounds(&self) -> Bounds {
+        let bound = |time: &Option<String>| time.as_deref().map(|t| Self::instant(t).ok());
+        Bounds {
+            since: bound(&self.since),
+            until: bound(&self.until),
         }
     }
 
-    fn keeps(&self, line: &RecordLine<'_>) -> bool {
+    fn keeps(&self, bounds: &Bounds, line: &RecordLine<'_>) -> bool {
         let same = |name: &Option<String>, recorded: &Option<Cow<'_, str>>| match name {
             None => true,
             Some(name) => recorded
@@ -88,8 +131,13 @@ impl ReplayFilter {
                 .is_some_and(|r| crate::names::same(name, r)),
         };
         let at = &*line.timestamp;
-        self.since.as_deref().is_none_or(|t| at >= t)
-            && self.until.as_deref().is_none_or(|t| at < t)
+        let within = |bound: &Option<Option<String>>, keeps: fn(&str, &str) -> bool| match bound {
+            None => true,
+            Some(None) => false,
+            Some(Some(time)) => keeps(at, time),
+        };
+        within(&bounds.since, |at, t| at >= t)
+            && within(&bounds.until, |at, t| at < t)
             && self.tool.as_deref().is_none_or(|t| line.tool == t)
             && self.decision.is_none_or(|d| line.decision == Some(d))
             && same(&self.principal, &line.principal)
@@ -98,6 +146,12 @@ impl ReplayFilter {
 }
 
 /// The members of a log's line that a replay reads; the rest are the chain's and the verifier's.
+/// A filter's times as the log writes its times: `Some(None)` for one that is not a time.
+struct Bounds {
+    since: Option<Option<String>>,
+    until: Option<Option<String>>,
+}
+
 #[derive(Deserialize)]
 struct RecordLine<'a> {
     seq: u64,
@@ -125,6 +179,9 @@ struct RecordLine<'a> {
     code: Option<Cow<'a, str>>,
     #[serde(borrow)]
     timestamp: Cow<'a, str>,
+    #[serde(borrow)]
+    hash: Cow<'a, str>,
+    gate: u64,
 }
 
 /// A change of decision: what a call came to under the policy in force, and under the candidate.
@@ -196,12 +253,27 @@ pub struct ReplayReport {
     /// id, or the linked one declares another risk), by tool id.
     pub other_tools: BTreeMap<String, u64>,
     /// Calls not decided because an argument rule of either policy reads arguments the record does
-    /// not hold (the tool does not record them: `record_arguments`), by tool id.
+    /// not hold (the tool does not `record_arguments`, or the call was refused before its arguments
+    /// were read), by tool id.
     pub unrecorded_arguments: BTreeMap<String, u64>,
     /// Calls not decided because they were recorded in the mode of the ceiling in force, which the
     /// candidate raises: a gate records its mode under its policy's ceiling, so the mode it was
     /// asked for, and what the candidate would let it run, is not in the record. By tool id.
     pub raised_ceilings: BTreeMap<String, u64>,
+    /// Calls not decided because their tool escalates its risk by its arguments, the record is a
+    /// refusal that may have come before the escalation (it names the declared risk), and the two
+    /// policies rule otherwise at some risk above it. By tool id.
+    pub escalations: BTreeMap<String, u64>,
+    /// Calls not decided because the budgets that count them differ between the policy in force and
+    /// the candidate: what a budget decides is the calls before it, which a record does not hold. By
+    /// tool id.
+    pub changed_budgets: BTreeMap<String, u64>,
+    /// Calls not decided because they were made in a session whose taint latch had closed and the
+    /// two policies' `taint` differs. By tool id.
+    pub changed_taint: BTreeMap<String, u64>,
+    /// Records of a trail read under one writer and again, the same, under another (rows copied
+    /// under another name): replayed once.
+    pub copies: u64,
     /// Calls decided that were recorded by a build whose set of tools differs from this program's
     /// (their manifest digest), with the same tool and risk.
     pub other_builds: u64,
@@ -253,6 +325,11 @@ impl PolicyFile {
                 }
                 Line::Read => replaying.line(&line),
             }
+            // A line without its newline is the end of the input as it was: a log being written
+            // may grow past it, and what follows would start mid-record.
+            if !line.ends_with(b"\n") {
+                break;
+            }
         }
         Ok(replaying.finish())
     }
@@ -263,6 +340,11 @@ impl PolicyFile {
 pub(crate) struct Replaying<'p> {
     replayer: Replayer<'p>,
     filter: &'p ReplayFilter,
+    bounds: Bounds,
+    /// The gates of the chain being read whose taint latch has closed (a `session_tainted` record).
+    tainted: std::collections::HashSet<u64>,
+    /// The hashes of the records of a trail read so far (their first half).
+    hashes: std::collections::HashSet<u128>,
     chain: Option<(Option<String>, Verifier)>,
     rows: BTreeMap<(String, Option<String>, Flip), FlipRow>,
     report: ReplayReport,
@@ -277,6 +359,9 @@ impl<'p> Replaying<'p> {
         Replaying {
             replayer: Replayer::new(candidate, in_force),
             filter,
+            bounds: filter.bounds(),
+            tainted: std::collections::HashSet::new(),
+            hashes: std::collections::HashSet::new(),
             chain: None,
             rows: BTreeMap::new(),
             report: ReplayReport {
@@ -289,7 +374,11 @@ impl<'p> Replaying<'p> {
                 other_tools: BTreeMap::new(),
                 unrecorded_arguments: BTreeMap::new(),
                 raised_ceilings: BTreeMap::new(),
+                escalations: BTreeMap::new(),
+                changed_budgets: BTreeMap::new(),
+                changed_taint: BTreeMap::new(),
                 other_builds: 0,
+                copies: 0,
             },
         }
     }
@@ -297,6 +386,7 @@ impl<'p> Replaying<'p> {
     /// Ends the chain being read, if any, and begins the chain of `writer` (`None`: a log file).
     pub(crate) fn begin(&mut self, writer: Option<String>) {
         self.end();
+        self.tainted.clear();
         self.chain = Some((writer, Verifier::new()));
     }
 
@@ -330,6 +420,10 @@ impl<'p> Replaying<'p> {
         let Ok(record) = serde_json::from_slice::<RecordLine<'_>>(text) else {
             return;
         };
+        if record.stage == Stage::SessionTainted {
+            self.tainted.insert(record.gate);
+            return;
+        }
         // A call by name stopped at the door (an unknown id, arguments that do not parse) was never
         // decided: its code is none of the refusals'.
         let decided = match record.stage {
@@ -340,12 +434,22 @@ impl<'p> Replaying<'p> {
                 .is_some_and(|code| DenialCode::ALL.iter().any(|d| d.as_str() == code)),
             _ => false,
         };
-        if !decided || record.tool.is_empty() || !self.filter.keeps(&record) {
+        if !decided || record.tool.is_empty() || !self.filter.keeps(&self.bounds, &record) {
             return;
+        }
+        // A trail's rows copied under another writer's name verify as a chain of their own: the
+        // same record (its hash, which chains its content) read again is not another call.
+        if writer.is_some() {
+            let key = u128::from_str_radix(record.hash.get(..32).unwrap_or_default(), 16).ok();
+            if key.is_some_and(|key| !self.hashes.insert(key)) {
+                self.report.copies += 1;
+                return;
+            }
         }
         let report = &mut self.report;
         report.calls += 1;
-        let flip = match self.replayer.decide(&record) {
+        let tainted = self.tainted.contains(&record.gate);
+        let flip = match self.replayer.decide(&record, tainted) {
             Ok(flip) => flip,
             Err(NotDecided::Policy(digest)) => {
                 *report.unknown_policies.entry(digest).or_default() += 1;
@@ -368,6 +472,27 @@ impl<'p> Replaying<'p> {
             Err(NotDecided::Arguments) => {
                 *report
                     .unrecorded_arguments
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+                return;
+            }
+            Err(NotDecided::Escalation) => {
+                *report
+                    .escalations
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+                return;
+            }
+            Err(NotDecided::Budget) => {
+                *report
+                    .changed_budgets
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+                return;
+            }
+            Err(NotDecided::Taint) => {
+                *report
+                    .changed_taint
                     .entry(record.tool.to_string())
                     .or_default() += 1;
                 return;
@@ -411,6 +536,37 @@ impl<'p> Replaying<'p> {
     }
 }
 
+/// The budgets of `narrowing` that count a call of `entry` judged at `risk`, as (scope, limit,
+/// window in seconds), sorted.
+fn budgets_of(
+    narrowing: &Narrowing,
+    entry: &crate::registry::ToolEntry,
+    risk: Risk,
+    record: &RecordLine<'_>,
+) -> Vec<(String, u32, u64)> {
+    use crate::gate::budget::BudgetScope;
+    let mut covering: Vec<(String, u32, u64)> = narrowing
+        .budgets
+        .iter()
+        .filter(|spec| match &spec.scope {
+            BudgetScope::Tool(pattern) => crate::gate::denylist::DenyRule::parse(pattern)
+                .is_ok_and(|rule| rule.matches_entry(entry)),
+            BudgetScope::RiskLevel(level) => *level == risk,
+            BudgetScope::Agent => record.agent.is_some(),
+        })
+        .map(|spec| {
+            let table = spec.owner.as_ref().map_or("", |(table, _)| &**table);
+            (
+                format!("{table} {}", spec.scope),
+                spec.limit,
+                spec.window.as_secs(),
+            )
+        })
+        .collect();
+    covering.sort();
+    covering
+}
+
 /// Where a record is: its `seq` in a log, or in a writer's chain of a trail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Located {
@@ -445,6 +601,9 @@ enum NotDecided {
     Tool,
     Arguments,
     Ceiling,
+    Escalation,
+    Budget,
+    Taint,
 }
 
 /// The policies of a replay, with what they make of a gate's principal and agent kept once.
@@ -473,7 +632,7 @@ impl<'p> Replayer<'p> {
         }
     }
 
-    fn decide(&mut self, record: &RecordLine<'_>) -> Result<Flip, NotDecided> {
+    fn decide(&mut self, record: &RecordLine<'_>, tainted: bool) -> Result<Flip, NotDecided> {
         let registry = registry();
         let entry = registry.get(&record.tool).ok_or(NotDecided::Tool)?.entry;
         let manifest = &entry.manifest;
@@ -502,6 +661,43 @@ impl<'p> Replayer<'p> {
         }
         let slot = entry.slot.load(Ordering::Relaxed) as usize;
         let risk = record.effective_risk.unwrap_or(manifest.risk_level);
+        // A refusal may come before the tool's `escalate` judged the arguments, and its record then
+        // names the declared risk: the call's true risk is that or above. Decided only where the two
+        // policies agree at every such risk.
+        if entry.behaviour.escalate.is_some()
+            && record.stage == Stage::Refused
+            && risk == manifest.risk_level
+            && from != to
+        {
+            let mut agreed = None;
+            for at in Risk::ALL.into_iter().filter(|r| *r >= risk) {
+                let was = self.ruling(from, record, manifest, slot, at)?;
+                let will = self.ruling(to, record, manifest, slot, at)?;
+                if was != will {
+                    return Err(NotDecided::Escalation);
+                }
+                agreed.get_or_insert(Flip {
+                    from: was,
+                    to: will,
+                });
+            }
+            return agreed.ok_or(NotDecided::Escalation);
+        }
+        // Budgets and the latch's rule decide on state the record does not hold: where the two
+        // policies differ in them for this call, it is not decided.
+        if from != to
+            && budgets_of(&self.built[from], entry, risk, record)
+                != budgets_of(&self.built[to], entry, risk, record)
+        {
+            return Err(NotDecided::Budget);
+        }
+        if tainted
+            && from != to
+            && toolgate_policy::latched(risk)
+            && self.built[from].taint_refuses.is_some() != self.built[to].taint_refuses.is_some()
+        {
+            return Err(NotDecided::Taint);
+        }
         let from = self.ruling(from, record, manifest, slot, risk)?;
         let to = self.ruling(to, record, manifest, slot, risk)?;
         Ok(Flip { from, to })
@@ -575,6 +771,28 @@ impl<'p> Replayer<'p> {
     }
 }
 
+/// A name from a log as the table shows it: escaped, and where it reads as another spelling (a
+/// look-alike letter, a space around it), with that reading, so that two rows that read alike are
+/// told apart.
+fn shown_name(name: &str) -> String {
+    let reading = crate::names::reading(name);
+    if reading == name {
+        escaped(name).into_owned()
+    } else {
+        format!("{} (reads as {})", escaped(name), escaped(&reading))
+    }
+}
+
+impl ReplayReport {
+    /// The report as JSON (as its `Serialize` writes it, pretty), with every character that could
+    /// hide or reorder text written as its `\uXXXX` escape: the same value, shown safely.
+    pub fn to_json(&self) -> String {
+        crate::terminal::escaped_json(
+            serde_json::to_string_pretty(self).expect("a replay's report serializes"),
+        )
+    }
+}
+
 impl fmt::Display for ReplayReport {
     /// The chain first, then the counts, each flip a row, and what was not replayed and why; every
     /// text the log holds escaped.
@@ -587,7 +805,7 @@ impl fmt::Display for ReplayReport {
             let (whose, loud) = match &chain.writer {
                 None => ("the log".to_owned(), "THE LOG".to_owned()),
                 Some(writer) => {
-                    let whose = format!("writer {}", escaped(writer));
+                    let whose = format!("writer {}", shown_name(writer));
                     (whose.clone(), whose)
                 }
             };
@@ -636,7 +854,7 @@ impl fmt::Display for ReplayReport {
                         escaped(&row.tool).into_owned(),
                         row.principal
                             .as_deref()
-                            .map_or_else(|| "-".to_owned(), |p| escaped(p).into_owned()),
+                            .map_or_else(|| "-".to_owned(), shown_name),
                         format!(
                             "{}{}",
                             row.flip,
@@ -681,7 +899,10 @@ impl fmt::Display for ReplayReport {
         if !(self.unknown_policies.is_empty()
             && self.other_tools.is_empty()
             && self.unrecorded_arguments.is_empty()
-            && self.raised_ceilings.is_empty())
+            && self.raised_ceilings.is_empty()
+            && self.escalations.is_empty()
+            && self.changed_budgets.is_empty()
+            && self.changed_taint.is_empty())
         {
             writeln!(f)?;
         }
@@ -698,13 +919,35 @@ impl fmt::Display for ReplayReport {
         not_decided(
             f,
             &self.unrecorded_arguments,
-            "whose arguments an argument rule reads are not in the record (the tool does not record them):",
+            "whose record does not hold the arguments an argument rule reads (the tool does not record them, or the call was refused before they were read):",
         )?;
         not_decided(
             f,
             &self.raised_ceilings,
             "recorded at the ceiling in force, which the candidate raises (the mode asked for is not recorded):",
         )?;
+        not_decided(
+            f,
+            &self.escalations,
+            "refused before their tool's escalation may have judged them (the record names the declared risk):",
+        )?;
+        not_decided(
+            f,
+            &self.changed_budgets,
+            "counted by budgets that differ between the two policies (what a budget decides is not in the record):",
+        )?;
+        not_decided(
+            f,
+            &self.changed_taint,
+            "in a session whose taint latch had closed, under a candidate that changes `taint`:",
+        )?;
+        if self.copies > 0 {
+            writeln!(
+                f,
+                "not replayed: {} records read already under another writer (rows copied under another name)",
+                self.copies
+            )?;
+        }
         if self.other_builds > 0 {
             writeln!(
                 f,
@@ -721,7 +964,7 @@ impl fmt::Display for ReplayReport {
 impl Serialize for ReplayReport {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
-        let mut map = serializer.serialize_map(Some(10))?;
+        let mut map = serializer.serialize_map(Some(14))?;
         let chains: Vec<Value> = self
             .chains
             .iter()
@@ -749,7 +992,11 @@ impl Serialize for ReplayReport {
         map.serialize_entry("other_tools", &self.other_tools)?;
         map.serialize_entry("unrecorded_arguments", &self.unrecorded_arguments)?;
         map.serialize_entry("raised_ceilings", &self.raised_ceilings)?;
+        map.serialize_entry("escalations", &self.escalations)?;
+        map.serialize_entry("changed_budgets", &self.changed_budgets)?;
+        map.serialize_entry("changed_taint", &self.changed_taint)?;
         map.serialize_entry("other_builds", &self.other_builds)?;
+        map.serialize_entry("copies", &self.copies)?;
         map.end()
     }
 }

@@ -236,7 +236,7 @@ pub(crate) fn shadow_rule(said: &str) -> &str {
         return said;
     };
     let start = at + BY_RULE.len();
-    let rest = said[start..].as_bytes();
+    let rest = &said.as_bytes()[start..];
     // The place is `FILE:LINE:COLUMN`, then `: ` and the detail: the first `:digits:digits` so
     // followed ends it, whatever colons the file's name holds.
     let digits = |from: usize| {

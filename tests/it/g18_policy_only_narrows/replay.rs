@@ -144,7 +144,7 @@ fn a_replay_counts_each_flip_by_tool_principal_and_way_with_the_records_behind_i
     let dir = Scratch::new("replay-flips");
     let (none, strict) = (policy("none.toml", NONE), policy("strict.toml", STRICT));
     let log = write_calls(&dir, "audit.jsonl", &none);
-    let report = replay(&strict, &[none.clone()], &log);
+    let report = replay(&strict, std::slice::from_ref(&none), &log);
     assert!(report.is_intact(), "{report}");
     assert_eq!((report.calls, report.decided), (6, 6), "{report}");
     let alice = Some("alice".to_owned());
@@ -206,7 +206,7 @@ fn a_replay_counts_each_flip_by_tool_principal_and_way_with_the_records_behind_i
     assert_eq!(json["candidate"]["digest"], strict.digest());
 
     // The same candidate as the policy in force: nothing flips.
-    let same = replay(&none, &[none.clone()], &log);
+    let same = replay(&none, std::slice::from_ref(&none), &log);
     assert_eq!((same.decided, same.flips.len()), (6, 0), "{same}");
 }
 
@@ -287,7 +287,7 @@ max = 1
     );
     let log = std::fs::read_to_string(&path).unwrap();
     assert!(log.contains(r#""code":"INVALID_PARAMS""#), "{log}");
-    let report = replay(&candidate, &[none.clone()], &path);
+    let report = replay(&candidate, std::slice::from_ref(&none), &path);
     assert_eq!(report.calls, 5, "{report}");
     assert_eq!(
         report.unknown_policies.get(unknown.digest()),
@@ -414,7 +414,9 @@ fn the_filter_keeps_calls_by_time_principal_as_it_reads_agent_tool_and_decision(
             sink.record(&record).unwrap();
         }
     }
-    let count = |filter: ReplayFilter| replay_with(&strict, &[none.clone()], &filter, &path).calls;
+    let count = |filter: ReplayFilter| {
+        replay_with(&strict, std::slice::from_ref(&none), &filter, &path).calls
+    };
     assert_eq!(count(ReplayFilter::default()), 4);
     let day = ReplayFilter {
         since: Some("2026-11-22".into()),

@@ -175,10 +175,8 @@ impl Gate {
         arguments: &mut A,
     ) -> Option<String> {
         table.narrowing.shadow.as_ref()?;
-        let slot = entry.slot.load(Ordering::Relaxed) as usize;
         table.narrowing.shadow_ruling(
-            &entry.manifest,
-            slot,
+            entry,
             mode,
             risk,
             self.taint_of(risk).is_some(),
