@@ -771,15 +771,41 @@ impl<'p> Replayer<'p> {
     }
 }
 
-/// A name from a log as the table shows it: escaped, and where it reads as another spelling (a
-/// look-alike letter, a space around it), with that reading, so that two rows that read alike are
-/// told apart.
-fn shown_name(name: &str) -> String {
-    let reading = crate::names::reading(name);
-    if reading == name {
-        escaped(name).into_owned()
-    } else {
-        format!("{} (reads as {})", escaped(name), escaped(&reading))
+/// Names from a log as a report shows them: escaped, and where two of them read alike (a look-alike
+/// letter, a space around one), each of those quoted with every character but printable ASCII
+/// written as its code point, so that no two shown names look the same.
+struct Names(BTreeMap<String, usize>);
+
+impl Names {
+    fn of<'n>(names: impl Iterator<Item = &'n str>) -> Names {
+        let mut readings: BTreeMap<String, usize> = BTreeMap::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for name in names {
+            if seen.insert(name) {
+                *readings.entry(crate::names::reading(name)).or_default() += 1;
+            }
+        }
+        Names(readings)
+    }
+
+    fn show(&self, name: &str) -> String {
+        let alike = self
+            .0
+            .get(&crate::names::reading(name))
+            .is_some_and(|n| *n > 1);
+        if !alike {
+            return escaped(name).into_owned();
+        }
+        let mut shown = String::from("\"");
+        for c in name.chars() {
+            if c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\') {
+                shown.push(c);
+            } else {
+                shown.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+            }
+        }
+        shown.push('"');
+        shown
     }
 }
 
@@ -800,12 +826,14 @@ impl fmt::Display for ReplayReport {
         if self.chains.is_empty() {
             writeln!(f, "no chain was read")?;
         }
+        let writers = Names::of(self.chains.iter().filter_map(|c| c.writer.as_deref()));
+        let principals = Names::of(self.flips.iter().filter_map(|r| r.principal.as_deref()));
         for chain in &self.chains {
             let report = &chain.report;
             let (whose, loud) = match &chain.writer {
                 None => ("the log".to_owned(), "THE LOG".to_owned()),
                 Some(writer) => {
-                    let whose = format!("writer {}", shown_name(writer));
+                    let whose = format!("writer {}", writers.show(writer));
                     (whose.clone(), whose)
                 }
             };
@@ -854,7 +882,7 @@ impl fmt::Display for ReplayReport {
                         escaped(&row.tool).into_owned(),
                         row.principal
                             .as_deref()
-                            .map_or_else(|| "-".to_owned(), shown_name),
+                            .map_or_else(|| "-".to_owned(), |p| principals.show(p)),
                         format!(
                             "{}{}",
                             row.flip,
