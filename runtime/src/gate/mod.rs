@@ -536,6 +536,18 @@ impl Gate {
         mode: Mode,
         call: u64,
     ) -> AuditRecord {
+        self.record_under(&self.inner.table.load(), stage, tool, mode, call)
+    }
+
+    /// [`record`](Gate::record) naming the policy of `table`, the gate's table already at hand.
+    pub(crate) fn record_under(
+        &self,
+        table: &Table,
+        stage: Stage,
+        tool: Cow<'static, str>,
+        mode: Mode,
+        call: u64,
+    ) -> AuditRecord {
         AuditRecord {
             agent: self
                 .inner
@@ -544,14 +556,7 @@ impl Gate {
                 .map(|a| Cow::Owned(a.to_owned())),
             call,
             manifest_digest: Cow::Borrowed(crate::registry::digest::manifest_digest()),
-            policy_digest: self
-                .inner
-                .table
-                .load()
-                .narrowing
-                .digest
-                .as_deref()
-                .map(str::to_owned),
+            policy_digest: table.narrowing.digest.as_deref().map(str::to_owned),
             principal: self
                 .inner
                 .principal

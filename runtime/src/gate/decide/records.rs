@@ -11,6 +11,7 @@ use super::waits::Allowed;
 use crate::audit::{AuditError, AuditRecord, Decision, Stage};
 use crate::gate::Gate;
 use crate::gate::call::{Arguments, EffectiveRisk};
+use crate::gate::compile::Table;
 use crate::gate::denied::Denied;
 use crate::gate::narrowing::Ruling;
 use crate::gate::permit::{Exit, close_refused};
@@ -81,8 +82,11 @@ impl Gate {
                 | DenialCode::ApprovalReused
                 | DenialCode::ApprovalStoreUnavailable
         );
+        let table = self.inner.table.load();
         let rule_in_shadow = asked
-            .then(|| self.rule_in_shadow(entry, mode, denied.risk(), Ruling::Asks, arguments))
+            .then(|| {
+                self.rule_in_shadow(&table, entry, mode, denied.risk(), Ruling::Asks, arguments)
+            })
             .flatten();
         let record = AuditRecord {
             arguments: arguments.recorded(),
@@ -97,7 +101,13 @@ impl Gate {
             effective_risk: Some(denied.risk()),
             message: Some(denied.to_string()),
             rule_in_shadow,
-            ..self.record(Stage::Refused, Cow::Borrowed(entry.manifest.id), mode, call)
+            ..self.record_under(
+                &table,
+                Stage::Refused,
+                Cow::Borrowed(entry.manifest.id),
+                mode,
+                call,
+            )
         };
         self.write_after_the_fact(&record);
     }
@@ -119,7 +129,8 @@ impl Gate {
             Decision::Allowed => Ruling::Allowed,
             _ => Ruling::Asks,
         };
-        let rule_in_shadow = self.rule_in_shadow(entry, mode, risk.get(), ruled, arguments);
+        let table = self.inner.table.load();
+        let rule_in_shadow = self.rule_in_shadow(&table, entry, mode, risk.get(), ruled, arguments);
         let record = AuditRecord {
             arguments: arguments.recorded(),
             arguments_digest: arguments
@@ -135,7 +146,7 @@ impl Gate {
                 .then(|| self.taint_of(risk.get()).map(ToString::to_string))
                 .flatten(),
             rule_in_shadow,
-            ..self.record(Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
+            ..self.record_under(&table, Stage::Enter, Cow::Borrowed(manifest.id), mode, call)
         };
         let exit = Exit {
             gate: self.clone(),
@@ -156,13 +167,13 @@ impl Gate {
     /// stricter: for its record. Nothing where the policy has none.
     fn rule_in_shadow<A: ArgumentSource>(
         &self,
+        table: &Table,
         entry: &'static ToolEntry,
         mode: Mode,
         risk: Risk,
         ruled: Ruling,
         arguments: &mut A,
     ) -> Option<String> {
-        let table = self.inner.table.load();
         table.narrowing.shadow.as_ref()?;
         table.narrowing.shadow_ruling(
             entry,
