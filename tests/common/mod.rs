@@ -85,6 +85,22 @@ fn built_features() -> Vec<&'static str> {
     features
 }
 
+/// Runs `program` with `args`, no `TOOLGATE_MODE` from the environment: its exit code and what it
+/// printed, standard output then standard error.
+pub fn run_program(program: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .env_remove("TOOLGATE_MODE")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
 /// The binary of the example `name`, built (once per process) by `cargo build --example` next to
 /// the calling test binary, `target/<profile>/deps/..` -> `target/<profile>/examples`, with the
 /// features this test binary was built with and `features` (the example's required ones). Cargo

@@ -16,12 +16,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolgate::audit::{AuditRecord, AuditSink, Decision, JsonlSink, Stage};
-use toolgate::policy_file::{
-    LivePolicy, PolicyCases, PolicyFile, ReplayFilter, ReplayReport, Ruling,
-};
+use toolgate::policy_file::{LivePolicy, PolicyCases, PolicyFile, ReplayFilter, Ruling};
 use toolgate::{Denied, Gate, Mode, Risk, registry, tool};
 
 use crate::common::Scratch;
+use crate::g18_policy_only_narrows::replay::{NONE, policy, replay, replay_with};
 
 // ---------------------------------------------------------------------------------------------------
 // Tools.
@@ -90,12 +89,6 @@ fn browse(url: String) -> Result<String, Denied> {
 // ---------------------------------------------------------------------------------------------------
 // Helpers.
 // ---------------------------------------------------------------------------------------------------
-
-const NONE: &str = "format = 1\n";
-
-fn policy(name: &str, text: &str) -> PolicyFile {
-    PolicyFile::parse(name, text).unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// A gate of `principal` and `agent` in `mode` following `file`, without an approver, writing to
 /// `sink`.
@@ -180,21 +173,6 @@ fn call_approved(
         }
         Err(e) => (Ruling::Refused, Some(e.code().to_owned())),
     }
-}
-
-fn replay(candidate: &PolicyFile, in_force: &[PolicyFile], log: &std::path::Path) -> ReplayReport {
-    replay_with(candidate, in_force, &ReplayFilter::default(), log)
-}
-
-fn replay_with(
-    candidate: &PolicyFile,
-    in_force: &[PolicyFile],
-    filter: &ReplayFilter,
-    log: &std::path::Path,
-) -> ReplayReport {
-    candidate
-        .replay(in_force, filter, std::fs::File::open(log).unwrap())
-        .unwrap()
 }
 
 /// The log's records by `seq`.

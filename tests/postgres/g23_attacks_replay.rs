@@ -6,25 +6,10 @@
 //! got through.
 
 use crate::support::trail::*;
-use toolgate::policy_file::{LivePolicy, PolicyFile, ReplayFilter, Ruling};
+use toolgate::policy_file::{PolicyFile, ReplayFilter, Ruling};
 use toolgate::postgres::replay_trail;
 
-const NONE: &str = "format = 1\n";
-const BOB_DENIED: &str = "format = 1\n[principals.bob]\ndeny = [\"fa.mark\"]\n";
-
-fn policy(name: &str, text: &str) -> PolicyFile {
-    PolicyFile::parse(name, text).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn gate(url: &str, writer: &str, principal: &str, file: &PolicyFile) -> Gate {
-    Gate::builder()
-        .mode(Mode::PartialAuto)
-        .principal(principal)
-        .policy(LivePolicy::new(file.clone()))
-        .audit(sink(url, writer, Duration::from_secs(10)))
-        .build()
-        .unwrap()
-}
+use crate::g12_postgres_trail::replay::{BOB_DENIED, NONE, gate, policy};
 
 /// east (alice) and west (bob) each mark three times under no policy.
 fn two_writers(url: &str, none: &PolicyFile) {

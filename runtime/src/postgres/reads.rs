@@ -214,6 +214,16 @@ pub struct PromotionPoint {
     pub would_have_run: u64,
 }
 
+impl Bucket {
+    /// Its unit, as `date_trunc` takes it.
+    fn unit(self) -> &'static str {
+        match self {
+            Bucket::Hour => "hour",
+            Bucket::Day => "day",
+        }
+    }
+}
+
 /// The calls a rule logged only (`[shadow]`) would have ruled otherwise, in one bucket of time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -560,11 +570,7 @@ impl Reader {
         bucket: Bucket,
         span: Duration,
     ) -> Result<Vec<PromotionPoint>, StoreError> {
-        let unit = match bucket {
-            Bucket::Hour => "hour",
-            Bucket::Day => "day",
-        };
-        let seconds = span.as_secs_f64();
+        let (unit, seconds) = (bucket.unit(), span.as_secs_f64());
         let rows = self
             .query(
                 "SELECT to_char(date_trunc($1, written_at AT TIME ZONE 'UTC'),
@@ -611,11 +617,7 @@ impl Reader {
         bucket: Bucket,
         span: Duration,
     ) -> Result<Vec<ShadowPoint>, StoreError> {
-        let unit = match bucket {
-            Bucket::Hour => "hour",
-            Bucket::Day => "day",
-        };
-        let seconds = span.as_secs_f64();
+        let (unit, seconds) = (bucket.unit(), span.as_secs_f64());
         let rows = self
             .query(
                 "SELECT to_char(date_trunc($1, written_at AT TIME ZONE 'UTC'),

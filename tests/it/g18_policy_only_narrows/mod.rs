@@ -12,7 +12,7 @@ mod attacks_stateful;
 mod commit_point;
 mod out_of_band;
 mod policy_file;
-mod replay;
+pub(crate) mod replay;
 mod rules_off_the_call;
 mod shadow;
 

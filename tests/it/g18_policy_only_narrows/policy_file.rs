@@ -860,19 +860,7 @@ fn the_applications_policy_commands_test_and_replay() {
             sink.record(&record).unwrap();
         }
     }
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(&desk)
-            .args(args)
-            .env_remove("TOOLGATE_MODE")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
-    };
+    let run = |args: &[&str]| crate::common::run_program(&desk, args);
     let path = |p: &std::path::Path| p.display().to_string();
 
     let (code, text) = run(&["policy", "test", &path(&strict), "--cases", &path(&cases)]);
@@ -976,19 +964,7 @@ fn the_applications_policy_commands_check_explain_and_diff() {
         "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n",
     )
     .unwrap();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(&desk)
-            .args(args)
-            .env_remove("TOOLGATE_MODE")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
-    };
+    let run = |args: &[&str]| crate::common::run_program(&desk, args);
     let path = |p: &std::path::Path| p.display().to_string();
 
     let (code, text) = run(&["policy", "check", &path(&good)]);

@@ -38,11 +38,11 @@ fn wipe(host: String) -> Result<String, Denied> {
     Ok(host)
 }
 
-fn policy(name: &str, text: &str) -> PolicyFile {
+pub(crate) fn policy(name: &str, text: &str) -> PolicyFile {
     PolicyFile::parse(name, text).unwrap_or_else(|e| panic!("{e}"))
 }
 
-const NONE: &str = "format = 1\n";
+pub(crate) const NONE: &str = "format = 1\n";
 const STRICT: &str = r#"format = 1
 [defaults]
 deny = ["rp.wipe"]
@@ -90,11 +90,15 @@ fn lines(path: &std::path::Path) -> Vec<(Value, AuditRecord)> {
         .collect()
 }
 
-fn replay(candidate: &PolicyFile, in_force: &[PolicyFile], log: &std::path::Path) -> ReplayReport {
+pub(crate) fn replay(
+    candidate: &PolicyFile,
+    in_force: &[PolicyFile],
+    log: &std::path::Path,
+) -> ReplayReport {
     replay_with(candidate, in_force, &ReplayFilter::default(), log)
 }
 
-fn replay_with(
+pub(crate) fn replay_with(
     candidate: &PolicyFile,
     in_force: &[PolicyFile],
     filter: &ReplayFilter,

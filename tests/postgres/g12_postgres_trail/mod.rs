@@ -6,6 +6,6 @@ mod attacks_split;
 mod attacks_stateful;
 mod outages;
 mod processes;
-mod replay;
+pub(crate) mod replay;
 mod signed;
 mod tampering;

@@ -7,15 +7,15 @@ use toolgate::audit::{AuditSink, Decision};
 use toolgate::policy_file::{LivePolicy, PolicyFile, ReplayFilter, Ruling};
 use toolgate::postgres::replay_trail;
 
-const NONE: &str = "format = 1\n";
-const BOB_DENIED: &str = "format = 1\n[principals.bob]\ndeny = [\"fa.mark\"]\n";
+pub(crate) const NONE: &str = "format = 1\n";
+pub(crate) const BOB_DENIED: &str = "format = 1\n[principals.bob]\ndeny = [\"fa.mark\"]\n";
 
-fn policy(name: &str, text: &str) -> PolicyFile {
+pub(crate) fn policy(name: &str, text: &str) -> PolicyFile {
     PolicyFile::parse(name, text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A gate of `principal` writing to the trail as `writer`, following `file`.
-fn gate(url: &str, writer: &str, principal: &str, file: &PolicyFile) -> Gate {
+pub(crate) fn gate(url: &str, writer: &str, principal: &str, file: &PolicyFile) -> Gate {
     Gate::builder()
         .mode(Mode::PartialAuto)
         .principal(principal)
@@ -129,19 +129,7 @@ fn the_applications_policy_replay_reads_the_trail_of_a_store() {
             sink.record(&record).unwrap();
         }
     }
-    let run = |args: &[&str]| {
-        let out = Command::new(&desk)
-            .args(args)
-            .env_remove("TOOLGATE_MODE")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
-    };
+    let run = |args: &[&str]| crate::common::run_program(&desk, args);
     let (strict, none) = (strict.display().to_string(), none.display().to_string());
     let (code, text) = run(&[
         "policy",
