@@ -204,47 +204,52 @@ pub enum PolicyCommand {
     /// none flips, 1 if one does, 2 if a file does not check or the log cannot be read, 3 if the log
     /// or a writer's chain does not verify (what verifies is still replayed and printed) or the
     /// trail cannot be read
-    Replay {
-        /// The candidate policy file (TOML)
-        file: std::path::PathBuf,
-        /// The JSONL audit log
-        #[arg(long, required_unless_present = "store", conflicts_with = "store")]
-        log: Option<std::path::PathBuf>,
-        /// The PostgreSQL database whose audit trail to replay (every writer's), instead of a log
-        #[cfg(feature = "postgres")]
-        #[arg(long, value_name = "URL")]
-        store: Option<String>,
-        /// The trail's schema
-        #[cfg(feature = "postgres")]
-        #[arg(long, default_value = crate::postgres::DEFAULT_SCHEMA, requires = "store")]
-        schema: String,
-        /// A policy file that was in force while the log was written (found by the records'
-        /// policy digest); repeat it for each
-        #[arg(long = "in-force", value_name = "FILE")]
-        in_force: Vec<std::path::PathBuf>,
-        /// Only calls recorded at or after this UTC date or time (2026-11-22, 2026-11-22T03:00:00Z)
-        #[arg(long)]
-        since: Option<String>,
-        /// Only calls recorded before this UTC date or time
-        #[arg(long)]
-        until: Option<String>,
-        /// Only calls of gates of this principal (compared as the name reads)
-        #[arg(long)]
-        principal: Option<String>,
-        /// Only calls of gates of this agent label (compared as it reads)
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only calls of this tool id
-        #[arg(long)]
-        tool: Option<String>,
-        /// Only calls recorded with this decision: allowed, approved, granted or refused
-        #[arg(long)]
-        decision: Option<String>,
-        /// Print the report as JSON instead of a table (every character that could hide or reorder
-        /// text written as its `\uXXXX` escape)
-        #[arg(long)]
-        json: bool,
-    },
+    Replay(Box<ReplayArgs>),
+}
+
+/// The arguments of `policy replay` ([`PolicyCommand::Replay`]).
+#[cfg(feature = "policy-file")]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ReplayArgs {
+    /// The candidate policy file (TOML)
+    pub file: std::path::PathBuf,
+    /// The JSONL audit log
+    #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+    pub log: Option<std::path::PathBuf>,
+    /// The PostgreSQL database whose audit trail to replay (every writer's), instead of a log
+    #[cfg(feature = "postgres")]
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// The trail's schema
+    #[cfg(feature = "postgres")]
+    #[arg(long, default_value = crate::postgres::DEFAULT_SCHEMA, requires = "store")]
+    pub schema: String,
+    /// A policy file that was in force while the log was written (found by the records'
+    /// policy digest); repeat it for each
+    #[arg(long = "in-force", value_name = "FILE")]
+    pub in_force: Vec<std::path::PathBuf>,
+    /// Only calls recorded at or after this UTC date or time (2026-11-22, 2026-11-22T03:00:00Z)
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only calls recorded before this UTC date or time
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only calls of gates of this principal (compared as the name reads)
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// Only calls of gates of this agent label (compared as it reads)
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only calls of this tool id
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only calls recorded with this decision: allowed, approved, granted or refused
+    #[arg(long)]
+    pub decision: Option<String>,
+    /// Print the report as JSON instead of a table (every character that could hide or reorder
+    /// text written as its `\uXXXX` escape)
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(feature = "policy-file")]
@@ -317,55 +322,58 @@ impl PolicyCommand {
                 );
                 Ok(i32::from(failed > 0))
             }),
-            PolicyCommand::Replay {
-                file,
-                log,
-                #[cfg(feature = "postgres")]
-                store,
-                #[cfg(feature = "postgres")]
-                schema,
-                in_force,
-                since,
-                until,
-                principal,
-                agent,
-                tool,
-                decision,
-                json,
-            } => load(file).and_then(|candidate| {
-                let in_force = in_force
-                    .iter()
-                    .map(|path| load(path))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let filter = replay_filter(since, until, principal, agent, tool, decision)
-                    .map_err(|why| {
-                        eprintln!("{why}");
-                        2
-                    })?;
-                #[cfg(feature = "postgres")]
-                let report = match store {
-                    Some(url) => {
-                        crate::postgres::replay_trail(url, schema, &candidate, &in_force, &filter)
-                            .map_err(|e| {
+            PolicyCommand::Replay(replay) => {
+                let ReplayArgs {
+                    file,
+                    log,
+                    #[cfg(feature = "postgres")]
+                    store,
+                    #[cfg(feature = "postgres")]
+                    schema,
+                    in_force,
+                    since,
+                    until,
+                    principal,
+                    agent,
+                    tool,
+                    decision,
+                    json,
+                } = &**replay;
+                load(file).and_then(|candidate| {
+                    let in_force = in_force
+                        .iter()
+                        .map(|path| load(path))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let filter = replay_filter(since, until, principal, agent, tool, decision)
+                        .map_err(|why| {
+                            eprintln!("{why}");
+                            2
+                        })?;
+                    #[cfg(feature = "postgres")]
+                    let report = match store {
+                        Some(url) => crate::postgres::replay_trail(
+                            url, schema, &candidate, &in_force, &filter,
+                        )
+                        .map_err(|e| {
                             eprintln!("the trail cannot be read: {e}");
                             3
-                        })?
+                        })?,
+                        None => replay_log(&candidate, &in_force, &filter, log.as_deref())?,
+                    };
+                    #[cfg(not(feature = "postgres"))]
+                    let report = replay_log(&candidate, &in_force, &filter, log.as_deref())?;
+                    if *json {
+                        println!("{}", report.to_json());
+                    } else {
+                        print!("{report}");
                     }
-                    None => replay_log(&candidate, &in_force, &filter, log.as_deref())?,
-                };
-                #[cfg(not(feature = "postgres"))]
-                let report = replay_log(&candidate, &in_force, &filter, log.as_deref())?;
-                if *json {
-                    println!("{}", report.to_json());
-                } else {
-                    print!("{report}");
-                }
-                Ok(if report.is_broken() {
-                    3
-                } else {
-                    i32::from(report.flips_any())
+                    Ok(if report.is_broken() {
+                        3
+                    } else {
+                        i32::from(report.flips_any())
+                    })
                 })
-            }),
+            }
         };
         outcome.unwrap_or_else(|code| code)
     }
