@@ -359,6 +359,7 @@ impl Verifier {
     }
 
     /// How many records verified so far: a line verified where this grew as it was checked.
+    #[cfg(feature = "policy-file")]
     pub(crate) fn verified(&self) -> u64 {
         self.report.records
     }

@@ -79,8 +79,22 @@ impl fmt::Display for Ruling {
 /// decided in, and an argument rule's refusal. One function for `explain`, policy tests, replay and
 /// the rules logged only, so that they cannot disagree.
 pub(crate) struct Judged {
+    #[cfg_attr(
+        not(feature = "policy-file"),
+        expect(
+            dead_code,
+            reason = "read by explain, policy tests and replay (policy-file)"
+        )
+    )]
     pub(crate) code_verdict: Verdict,
     pub(crate) verdict: Verdict,
+    #[cfg_attr(
+        not(feature = "policy-file"),
+        expect(
+            dead_code,
+            reason = "read by explain, policy tests and replay (policy-file)"
+        )
+    )]
     pub(crate) mode: Mode,
     pub(crate) argument: Option<String>,
 }
@@ -116,6 +130,13 @@ impl Judged {
         }
     }
 
+    #[cfg_attr(
+        not(feature = "policy-file"),
+        expect(
+            dead_code,
+            reason = "read by explain, policy tests and replay (policy-file)"
+        )
+    )]
     pub(crate) fn ruling(&self) -> Ruling {
         match self.verdict {
             Verdict::Refuse(_) => Ruling::Refused,
@@ -577,6 +598,7 @@ impl fmt::Debug for Narrowing {
 
 /// Reads the arguments of a call written as a JSON object, as an argument rule reads them: `null`
 /// for one the call does not have, `None` (which refuses) where `parsed` is no object.
+#[cfg(feature = "policy-file")]
 pub(crate) fn json_arguments(parsed: &Option<Value>) -> impl FnMut(&str) -> Option<Value> + '_ {
     move |name| match parsed {
         Some(Value::Object(values)) => Some(values.get(name).cloned().unwrap_or(Value::Null)),
