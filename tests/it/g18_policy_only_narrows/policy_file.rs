@@ -1053,17 +1053,11 @@ fn the_toolgate_command_diffs_two_files_without_the_tools() {
     .unwrap();
     std::fs::write(&bad, "format = 1\n[defaults]\nceiling = \"LOUD\"\n").unwrap();
     let run = |a: &std::path::Path, b: &std::path::Path| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["policy", "diff"])
-            .args([a, b])
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
+        let (a, b) = (a.display().to_string(), b.display().to_string());
+        crate::common::run_program(
+            std::path::Path::new(env!("CARGO_BIN_EXE_toolgate")),
+            &["policy", "diff", &a, &b],
+        )
     };
     let (code, text) = run(&old, &new);
     assert_eq!(code, Some(0), "{text}");
