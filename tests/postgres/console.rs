@@ -90,9 +90,13 @@ fn the_operator_approves_and_rejects_an_agents_calls_in_the_browser() {
         browser.save_screenshot("request").await;
         click(&browser, "form#approve button#approve-once").await;
         desk.until("the agent's approved call to run", &[&agent], async || {
-            agent
-                .line_with("RAN refund acct-1 40")
-                .ok_or_else(|| "no RAN line".to_owned())
+            let Some(ran) = agent.line_with("RAN refund acct-1 40") else {
+                return Err(format!(
+                    "no RAN line; the browser shows {}",
+                    shown(&browser).await
+                ));
+            };
+            Ok(ran)
         })
         .await;
         desk.until_state(&browser, id, &format!("approved by {OPERATOR}"), &[&agent])
@@ -337,9 +341,13 @@ fn an_irreversible_call_is_approved_only_with_its_target_typed_back() {
         type_into(&browser, confirmation, "acct-9").await;
         click(&browser, "form#approve button#approve-once").await;
         desk.until("the agent's confirmed call to run", &[&agent], async || {
-            agent
-                .line_with("RAN close_account acct-9")
-                .ok_or_else(|| "no RAN line".to_owned())
+            let Some(ran) = agent.line_with("RAN close_account acct-9") else {
+                return Err(format!(
+                    "no RAN line; the browser shows {}",
+                    shown(&browser).await
+                ));
+            };
+            Ok(ran)
         })
         .await;
         desk.until_state(&browser, id, &format!("approved by {OPERATOR}"), &[&agent])

@@ -29,6 +29,9 @@ pub(crate) const AGENT: &str = "ops-agent";
 /// How long an agent asks before it gives up: an agent outlives no test that forgot it.
 const GIVES_UP_AFTER: Duration = Duration::from_secs(300);
 
+/// How long the agent's store and trail wait for the database.
+const PATIENCE: Duration = Duration::from_secs(15);
+
 /// Refund a customer's payment: says so on stdout, and appends a line to the runs file.
 #[tool(risk = "HIGH_WRITE", domain = "console", record_arguments)]
 pub(crate) fn refund(account: String, amount: u64) -> Result<(), Denied> {
@@ -132,9 +135,15 @@ fn console_agent_child() {
         "close_account" => close_account(account.clone()),
         other => panic!("no tool {other}"),
     };
-    let store = PostgresStore::connect(&url).expect("the store");
+    // A loaded machine may take seconds over a statement: a store or a trail that gives up after the
+    // default two seconds would end the agent before the operator answers.
+    let store = PostgresStore::builder()
+        .timeout(PATIENCE)
+        .connect(&url)
+        .expect("the store");
     let sink = PostgresSink::builder()
         .writer(AGENT)
+        .timeout(PATIENCE)
         .connect(&url)
         .expect("the trail");
     let gate = Gate::builder()
@@ -161,6 +170,15 @@ fn console_agent_child() {
                     );
                     waiting = true;
                 }
+                assert!(
+                    started.elapsed() < GIVES_UP_AFTER,
+                    "no answer within {GIVES_UP_AFTER:?}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            // As an agent would: a store or a trail that did not answer in time is asked again.
+            code @ (DenialCode::ApprovalStoreUnavailable | DenialCode::AuditUnavailable) => {
+                println!("RETRY {}", code.as_str());
                 assert!(
                     started.elapsed() < GIVES_UP_AFTER,
                     "no answer within {GIVES_UP_AFTER:?}"
