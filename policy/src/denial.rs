@@ -67,11 +67,15 @@ pub enum DenialCode {
     /// `CONFIRMATION_MISMATCH`: the approval of an `irreversible` call does not carry its target typed
     /// back by whoever approved it.
     ConfirmationMismatch,
+    /// `HISTORY_REFUSED`: a rule of the operator's policy over the calls before this one refuses it:
+    /// the call it must follow did not end without an error within its window, or a call it may not
+    /// follow ran within its window (the refusal then says when to retry). The detail names the rule.
+    HistoryRefused,
 }
 
 impl DenialCode {
     /// Every code.
-    pub const ALL: [DenialCode; 22] = [
+    pub const ALL: [DenialCode; 23] = [
         DenialCode::NoGate,
         DenialCode::DenyListed,
         DenialCode::ModeNotAllowed,
@@ -94,6 +98,7 @@ impl DenialCode {
         DenialCode::EvidenceUnavailable,
         DenialCode::EvidenceChanged,
         DenialCode::ConfirmationMismatch,
+        DenialCode::HistoryRefused,
     ];
 
     /// The stable SCREAMING_SNAKE code.
@@ -121,6 +126,7 @@ impl DenialCode {
             DenialCode::EvidenceUnavailable => "EVIDENCE_UNAVAILABLE",
             DenialCode::EvidenceChanged => "EVIDENCE_CHANGED",
             DenialCode::ConfirmationMismatch => "CONFIRMATION_MISMATCH",
+            DenialCode::HistoryRefused => "HISTORY_REFUSED",
         }
     }
 }

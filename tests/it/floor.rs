@@ -931,6 +931,7 @@ fn denial_codes_have_their_stable_names() {
         (DenialCode::EvidenceUnavailable, "EVIDENCE_UNAVAILABLE"),
         (DenialCode::EvidenceChanged, "EVIDENCE_CHANGED"),
         (DenialCode::ConfirmationMismatch, "CONFIRMATION_MISMATCH"),
+        (DenialCode::HistoryRefused, "HISTORY_REFUSED"),
     ];
     assert_eq!(
         names.len(),

@@ -527,7 +527,7 @@ fn a_database_at_the_previous_version_migrates_and_its_requests_still_answer() {
 
     let migrated = toolgate_exits(&["migrate", "--store", &url], 0);
     assert!(
-        text(&migrated).contains("from version 8 to version 14"),
+        text(&migrated).contains("from version 8 to version 15"),
         "{}",
         text(&migrated)
     );

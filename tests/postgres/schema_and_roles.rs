@@ -29,13 +29,13 @@ fn a_database_without_the_schema_says_to_migrate_and_the_owner_migrates_it() {
     // The owner's step, from the command: made once, then already there.
     let migrated = toolgate_exits(&["migrate", "--store", &url], 0);
     assert!(
-        stdout(&migrated).contains("from version 0 to version 14"),
+        stdout(&migrated).contains("from version 0 to version 15"),
         "{}",
         all(&migrated)
     );
     let again = toolgate_exits(&["migrate", "--store", &url], 0);
     assert!(
-        stdout(&again).contains("at version 14 already"),
+        stdout(&again).contains("at version 15 already"),
         "{}",
         all(&again)
     );

@@ -87,6 +87,26 @@ pub struct BudgetCharge {
     pub limit: u32,
     /// The window's length.
     pub window: Duration,
+    /// What the charge asks of the budget: a unit within the limit, for the budgets of
+    /// [`GateBuilder::budget`](crate::GateBuilder::budget).
+    pub kind: ChargeKind,
+}
+
+/// What a charge asks of its budget. Every kind but [`ChargeKind::Count`] comes of the operator's
+/// rules over history, and a store that keeps none of them says so
+/// ([`BudgetStore::keeps_history`]): the gate then refuses the calls those rules decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ChargeKind {
+    /// A unit, within the limit.
+    Count,
+    /// A unit whatever the budget holds, never refused (the oldest one leaves past the limit): a
+    /// call that a rule over history looks back at.
+    Mark,
+    /// No unit; refused unless the budget holds one taken within its window.
+    Require,
+    /// No unit; refused while the budget holds one taken within its window, until it leaves.
+    Forbid,
 }
 
 /// What a store says of a call's charges.
@@ -148,6 +168,13 @@ pub trait BudgetStore: Send + Sync + 'static {
     /// A store whose units only their windows and releases remove may answer as
     /// [`take`](BudgetStore::take) does, skipping the budgets `reservation` holds a unit of.
     fn hold(&self, charges: &[BudgetCharge], reservation: Reservation) -> BudgetFuture;
+
+    /// Whether the store decides every [`ChargeKind`], those of the operator's rules over history
+    /// included. A store that does not (the default) is never handed one: the calls such a rule
+    /// decides are refused `BUDGET_STORE_UNAVAILABLE`.
+    fn keeps_history(&self) -> bool {
+        false
+    }
 }
 
 /// Names the units one call took of its budgets, so that a call refused after its budget check gives
@@ -387,8 +414,12 @@ impl MemoryBudgets {
         let mut exhausted: Option<(usize, Duration)> = None;
         for (i, charge) in charges.iter().enumerate() {
             let Some(log) = uses.get_mut(&charge.key) else {
-                if charge.limit == 0 {
-                    exhausted = exhausted.max_by_retry(i, charge.window);
+                match charge.kind {
+                    ChargeKind::Count if charge.limit == 0 => {
+                        exhausted = exhausted.max_by_retry(i, charge.window);
+                    }
+                    ChargeKind::Require => exhausted = exhausted.max_by_retry(i, Duration::ZERO),
+                    _ => {}
                 }
                 continue;
             };
@@ -397,11 +428,27 @@ impl MemoryBudgets {
                     log.pop_front();
                 }
             }
+            match charge.kind {
+                ChargeKind::Require => {
+                    if log.is_empty() {
+                        exhausted = exhausted.max_by_retry(i, Duration::ZERO);
+                    }
+                    continue;
+                }
+                ChargeKind::Forbid => {
+                    if let Some(&(at, _)) = log.back() {
+                        let retry = (at + charge.window).saturating_duration_since(now);
+                        exhausted = exhausted.max_by_retry(i, retry);
+                    }
+                    continue;
+                }
+                ChargeKind::Mark | ChargeKind::Count => {}
+            }
             if again && log.iter().any(|&(_, r)| r == reservation) {
                 continue;
             }
             let limit = charge.limit as usize;
-            if log.len() >= limit {
+            if charge.kind == ChargeKind::Count && log.len() >= limit {
                 // The call that must leave the window for one more to fit.
                 let retry = match log.len().checked_sub(limit).and_then(|i| log.get(i)) {
                     Some(&(at, _)) => (at + charge.window).saturating_duration_since(now),
@@ -417,10 +464,19 @@ impl MemoryBudgets {
             };
         }
         for charge in charges {
+            if !matches!(charge.kind, ChargeKind::Count | ChargeKind::Mark) {
+                continue;
+            }
             match uses.get_mut(&charge.key) {
                 // Read as the check above read it: nothing changed under the lock.
                 Some(log) if again && log.iter().any(|&(_, r)| r == reservation) => {}
-                Some(log) => log.push_back((now, reservation)),
+                Some(log) => {
+                    // A mark is never refused: past its bound, the oldest leaves.
+                    while charge.kind == ChargeKind::Mark && log.len() >= charge.limit as usize {
+                        log.pop_front();
+                    }
+                    log.push_back((now, reservation));
+                }
                 None => {
                     uses.insert(charge.key.clone(), VecDeque::from([(now, reservation)]));
                 }
@@ -477,6 +533,10 @@ impl BudgetStore for MemoryBudgets {
             Instant::now(),
         ))))
     }
+
+    fn keeps_history(&self) -> bool {
+        true
+    }
 }
 
 impl fmt::Debug for MemoryBudgets {
@@ -499,6 +559,43 @@ pub(crate) struct BudgetSpec {
     pub(crate) owner: Option<(Arc<str>, Arc<str>)>,
 }
 
+/// Whether a rule over history requires the other call, or forbids it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum HistoryOrder {
+    /// `after`: only within the window after a call of the other tools ended without an error.
+    After,
+    /// `not_after`: never within the window after a call of the other tools ran.
+    NotAfter,
+}
+
+/// Whose calls a rule over history looks back at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum HistoryPer {
+    /// Every gate of the same principal that shares the budget store, across processes.
+    Principal,
+    /// The gate's own session: its calls, and its clones'.
+    Session,
+}
+
+/// A rule of the operator's policy over the calls before a call, as the gate builds it.
+#[derive(Debug, Clone)]
+pub(crate) struct HistorySpec {
+    pub(crate) tool: String,
+    pub(crate) order: HistoryOrder,
+    pub(crate) other: String,
+    pub(crate) within: Duration,
+    pub(crate) per: HistoryPer,
+    /// The table it is written in, and the rule's place.
+    pub(crate) owner: (Arc<str>, Arc<str>),
+}
+
+/// Whose history a gate's rules over history read: its principal's, or its session's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HistoryOwners<'a> {
+    pub(crate) principal: Option<&'a str>,
+    pub(crate) session: &'a str,
+}
+
 /// A budget that cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -516,6 +613,9 @@ pub enum BudgetError {
     /// under a key of its own, and one holding a control character could spell another's key (the
     /// key's fields are kept apart by U+001F). The label, and why.
     AgentLabel(String, String),
+    /// The gate's principal, part of the key of every rule over history per principal, is not one
+    /// name a person reads. The name, and why.
+    Principal(String, String),
 }
 
 impl fmt::Display for BudgetError {
@@ -542,6 +642,11 @@ impl fmt::Display for BudgetError {
                 "the agent label {}, part of every budget's key, is refused: {why}",
                 crate::terminal::escaped(&format!("{label:?}"))
             ),
+            BudgetError::Principal(name, why) => write!(
+                f,
+                "the principal {}, part of the key of every rule over history, is refused: {why}",
+                crate::terminal::escaped(&format!("{name:?}"))
+            ),
         }
     }
 }
@@ -554,16 +659,31 @@ struct Budget {
     charge: BudgetCharge,
     /// What a refusal names: "10 calls of HIGH_WRITE per 3600 s".
     label: Arc<str>,
+    /// A rule over history, whose refusals are `HISTORY_REFUSED`.
+    history: bool,
+}
+
+/// Which calls a budget covers.
+enum Covers {
+    Rule(DenyRule),
+    Risk(Risk),
+    Agent,
+    /// Per registry slot.
+    Slots(Vec<bool>),
 }
 
 /// A gate's budgets, and which calls each covers.
 pub(crate) struct Budgets {
-    /// Sorted by key, each key once: the charges of a call, taken in index order, are sorted too.
+    /// Sorted by key, then kind; each key once per call: the charges of a call, taken in index
+    /// order, are sorted too.
     list: Box<[Budget]>,
     /// Per registry slot, the tool and agent budgets that cover it (indices into `list`, ascending).
     by_slot: Box<[Box<[u32]>]>,
     /// Per risk level, the budgets of that level.
     by_risk: [Box<[u32]>; 4],
+    /// Per registry slot, the marks a call of the tool leaves once it ends without an error: the
+    /// calls that rules over history (`after`) look back at.
+    marks: Box<[Box<[BudgetCharge]>]>,
     pub(crate) store: Arc<dyn BudgetStore>,
 }
 
@@ -574,7 +694,23 @@ impl Budgets {
         store: Option<Arc<dyn BudgetStore>>,
         agent: Option<&str>,
     ) -> Result<Option<Budgets>, Vec<BudgetError>> {
-        if specs.is_empty() {
+        let owners = HistoryOwners {
+            principal: None,
+            session: "",
+        };
+        Budgets::build_with_history(specs, Vec::new(), store, agent, owners)
+    }
+
+    /// A gate's budgets and rules over history. The history of a rule per principal is kept under
+    /// the principal's name, that of a rule per session under the gate's session.
+    pub(crate) fn build_with_history(
+        specs: Vec<BudgetSpec>,
+        history: Vec<HistorySpec>,
+        store: Option<Arc<dyn BudgetStore>>,
+        agent: Option<&str>,
+        owners: HistoryOwners<'_>,
+    ) -> Result<Option<Budgets>, Vec<BudgetError>> {
+        if specs.is_empty() && history.is_empty() {
             return Ok(None);
         }
         let entries = &registry().entries;
@@ -582,7 +718,7 @@ impl Budgets {
         if let Some((agent, why)) = agent.and_then(|a| Some((a, crate::names::refusal(a)?))) {
             errors.push(BudgetError::AgentLabel(agent.to_owned(), why));
         }
-        let mut built: Vec<(Budget, Option<DenyRule>, Option<Risk>)> = Vec::new();
+        let mut built: Vec<(Budget, Covers)> = Vec::new();
         for spec in specs {
             let scope = spec.scope.clone();
             if spec.limit == 0 {
@@ -597,24 +733,16 @@ impl Budgets {
                 errors.push(BudgetError::Window(scope, spec.window));
                 continue;
             }
-            let (rule, risk, what) = match &spec.scope {
-                BudgetScope::Tool(pattern) => match DenyRule::parse(pattern) {
-                    Ok(rule) if entries.iter().any(|e| rule.matches_entry(e)) => {
-                        (Some(rule), None, format!("`{pattern}`"))
-                    }
-                    Ok(_) => {
-                        errors.push(BudgetError::Pattern(DenyRuleError::MatchesNothing {
-                            pattern: pattern.clone(),
-                        }));
-                        continue;
-                    }
+            let (covers, what) = match &spec.scope {
+                BudgetScope::Tool(pattern) => match reaching(pattern) {
+                    Ok(rule) => (Covers::Rule(rule), format!("`{pattern}`")),
                     Err(error) => {
                         errors.push(BudgetError::Pattern(error));
                         continue;
                     }
                 },
-                BudgetScope::RiskLevel(risk) => (None, Some(*risk), format!("{risk}")),
-                BudgetScope::Agent => (None, None, "any tool".to_owned()),
+                BudgetScope::RiskLevel(risk) => (Covers::Risk(*risk), format!("{risk}")),
+                BudgetScope::Agent => (Covers::Agent, "any tool".to_owned()),
             };
             let window = window_text(spec.window);
             let mut label = match agent {
@@ -640,27 +768,138 @@ impl Budgets {
                 key: key.into(),
                 limit: spec.limit,
                 window: spec.window,
+                kind: ChargeKind::Count,
             };
             let label = label.into();
-            built.push((Budget { charge, label }, rule, risk));
+            let budget = Budget {
+                charge,
+                label,
+                history: false,
+            };
+            built.push((budget, covers));
+        }
+        let mut marks: Vec<Vec<BudgetCharge>> = vec![Vec::new(); entries.len()];
+        if !history.is_empty()
+            && let Some(principal) = owners.principal
+            && let Some(why) = crate::names::refusal(principal)
+        {
+            errors.push(BudgetError::Principal(principal.to_owned(), why));
+        }
+        for rule in history {
+            if rule.within.is_zero() || rule.within > MAX_BUDGET_WINDOW {
+                errors.push(BudgetError::Window(
+                    BudgetScope::Tool(rule.tool.clone()),
+                    rule.within,
+                ));
+                continue;
+            }
+            let (tool, other) = match (reaching(&rule.tool), reaching(&rule.other)) {
+                (Ok(tool), Ok(other)) => (tool, other),
+                (Err(error), _) | (_, Err(error)) => {
+                    errors.push(BudgetError::Pattern(error));
+                    continue;
+                }
+            };
+            let (order, what) = match rule.order {
+                HistoryOrder::After => ("after", "only within"),
+                HistoryOrder::NotAfter => ("not_after", "not within"),
+            };
+            let (who, whose) = match (rule.per, owners.principal) {
+                (HistoryPer::Principal, Some(principal)) => (
+                    format!("principal {principal}"),
+                    format!("for principal `{principal}`"),
+                ),
+                (HistoryPer::Principal, None) => (
+                    "principal".to_owned(),
+                    "for gates without a principal".to_owned(),
+                ),
+                (HistoryPer::Session, _) => (
+                    format!("session {}", owners.session),
+                    "in this session".to_owned(),
+                ),
+            };
+            let (table, place) = &rule.owner;
+            let key: Arc<str> = format!(
+                "policy {table}\u{1f}{}\u{1f}history {order}:{} tool:{} per {who}\u{1f}0\u{1f}{}",
+                agent.unwrap_or(""),
+                rule.other,
+                rule.tool,
+                rule.within.as_nanos()
+            )
+            .into();
+            let ended = match rule.order {
+                HistoryOrder::After => " ended without an error",
+                HistoryOrder::NotAfter => " ran",
+            };
+            let label: Arc<str> = format!(
+                "{what} {} after a call of `{}`{ended} {whose}, the operator's policy {table} \
+                 ({place})",
+                window_text(rule.within),
+                rule.other
+            )
+            .into();
+            let charge = |kind, limit| BudgetCharge {
+                key: key.clone(),
+                limit,
+                window: rule.within,
+                kind,
+            };
+            let mut by_kind: Vec<(ChargeKind, u32, Vec<bool>)> = Vec::new();
+            let mut cover = |kind, limit, slot: usize| {
+                let at = match by_kind.iter().position(|(k, _, _)| *k == kind) {
+                    Some(at) => at,
+                    None => {
+                        by_kind.push((kind, limit, vec![false; entries.len()]));
+                        by_kind.len() - 1
+                    }
+                };
+                by_kind[at].2[slot] = true;
+            };
+            for (slot, entry) in entries.iter().enumerate() {
+                let (is_tool, is_other) = (tool.matches_entry(entry), other.matches_entry(entry));
+                match (rule.order, is_tool, is_other) {
+                    (HistoryOrder::After, true, _) => cover(ChargeKind::Require, 0, slot),
+                    (HistoryOrder::After, false, true) => {
+                        let mark = charge(ChargeKind::Mark, MAX_BUDGET_CALLS);
+                        if !marks[slot].contains(&mark) {
+                            marks[slot].push(mark);
+                        }
+                    }
+                    // Refused while one ran, and counted itself: at most one in the window.
+                    (HistoryOrder::NotAfter, true, true) => cover(ChargeKind::Count, 1, slot),
+                    (HistoryOrder::NotAfter, true, false) => cover(ChargeKind::Forbid, 0, slot),
+                    (HistoryOrder::NotAfter, false, true) => {
+                        cover(ChargeKind::Mark, MAX_BUDGET_CALLS, slot);
+                    }
+                    (_, false, false) => {}
+                }
+            }
+            for (kind, limit, slots) in by_kind {
+                let budget = Budget {
+                    charge: charge(kind, limit),
+                    label: label.clone(),
+                    history: true,
+                };
+                built.push((budget, Covers::Slots(slots)));
+            }
         }
         if !errors.is_empty() {
             return Err(errors);
         }
-        built.sort_by(|a, b| a.0.charge.key.cmp(&b.0.charge.key));
-        built.dedup_by(|a, b| a.0.charge.key == b.0.charge.key);
+        let order = |b: &Budget| (b.charge.key.clone(), b.charge.kind);
+        built.sort_by(|a, b| order(&a.0).cmp(&order(&b.0)));
+        built.dedup_by(|a, b| order(&a.0) == order(&b.0));
         let by_slot = entries
             .iter()
-            .map(|entry| {
+            .enumerate()
+            .map(|(slot, entry)| {
                 (0u32..)
                     .zip(&built)
-                    .filter(|(_, (budget, rule, risk))| match (rule, risk) {
-                        (Some(rule), _) => rule.matches_entry(entry),
-                        (None, None) => {
-                            debug_assert!(budget.charge.key.contains("\u{1f}agent\u{1f}"));
-                            true
-                        }
-                        (None, Some(_)) => false,
+                    .filter(|(_, (_, covers))| match covers {
+                        Covers::Rule(rule) => rule.matches_entry(entry),
+                        Covers::Agent => true,
+                        Covers::Risk(_) => false,
+                        Covers::Slots(slots) => slots[slot],
                     })
                     .map(|(i, _)| i)
                     .collect()
@@ -669,22 +908,29 @@ impl Budgets {
         let by_risk = Risk::ALL.map(|level| {
             (0u32..)
                 .zip(&built)
-                .filter(|(_, (_, _, risk))| *risk == Some(level))
+                .filter(|(_, (_, covers))| matches!(covers, Covers::Risk(risk) if *risk == level))
                 .map(|(i, _)| i)
                 .collect()
         });
         Ok(Some(Budgets {
-            list: built.into_iter().map(|(budget, _, _)| budget).collect(),
+            list: built.into_iter().map(|(budget, _)| budget).collect(),
             by_slot,
             by_risk,
+            marks: marks.into_iter().map(Vec::into_boxed_slice).collect(),
             store: store.unwrap_or_else(|| Arc::new(MemoryBudgets::new())),
         }))
+    }
+
+    /// The marks a call of the tool in `slot` leaves once it ends without an error.
+    pub(crate) fn marks(&self, slot: usize) -> &[BudgetCharge] {
+        self.marks.get(slot).map_or(&[][..], |m| &m[..])
     }
 
     /// Whether a budget covers some call of the tool in `slot` at its declared risk: such calls leave
     /// the inlined check.
     pub(crate) fn covers(&self, slot: usize, declared: Risk) -> bool {
         self.by_slot.get(slot).is_none_or(|b| !b.is_empty())
+            || !self.marks(slot).is_empty()
             || !self.by_risk[declared as usize].is_empty()
     }
 
@@ -721,12 +967,31 @@ impl Budgets {
         self.list.iter().any(|budget| &*budget.charge.key == key)
     }
 
+    /// Whether the budget with this key is a rule over history.
+    pub(crate) fn is_history(&self, key: &str) -> bool {
+        self.list
+            .iter()
+            .any(|budget| &*budget.charge.key == key && budget.history)
+    }
+
     /// What a refusal names of the budget with this key.
     pub(crate) fn label(&self, key: &str) -> Arc<str> {
         self.list
             .iter()
             .find(|budget| &*budget.charge.key == key)
             .map_or_else(|| Arc::from("a budget"), |budget| budget.label.clone())
+    }
+}
+
+/// The rule of `pattern`, where it is valid and reaches a linked tool.
+fn reaching(pattern: &str) -> Result<DenyRule, DenyRuleError> {
+    let rule = DenyRule::parse(pattern)?;
+    if registry().entries.iter().any(|e| rule.matches_entry(e)) {
+        Ok(rule)
+    } else {
+        Err(DenyRuleError::MatchesNothing {
+            pattern: pattern.to_owned(),
+        })
     }
 }
 
@@ -747,6 +1012,7 @@ mod tests {
             key: key.into(),
             limit,
             window,
+            kind: ChargeKind::Count,
         }
     }
 

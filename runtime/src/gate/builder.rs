@@ -295,6 +295,8 @@ impl GateBuilder {
             taint_policy: self.taint_policy,
             budget_store,
             agent: self.agent.clone(),
+            principal: self.principal.clone(),
+            session: session_name(),
         };
         let narrowing = match &self.policy {
             Some(source) => source.narrowing(self.principal.as_deref(), self.agent.as_deref()),
@@ -404,4 +406,15 @@ impl fmt::Debug for GateBuilder {
             .field("policy", &self.policy.is_some())
             .finish()
     }
+}
+
+/// A name for a new gate's session, unique across processes: the key under which the rules over
+/// history per session keep its calls.
+fn session_name() -> Arc<str> {
+    let bytes = crate::gate::budget::Reservation::next().to_bytes();
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .into()
 }

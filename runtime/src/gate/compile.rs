@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::gate::budget::{BudgetStore, Budgets};
+use crate::gate::budget::{BudgetStore, Budgets, HistoryOwners};
 use crate::gate::denylist::DenyRule;
 use crate::gate::narrowing::Narrowing;
 use crate::registry::registry;
@@ -50,6 +50,9 @@ pub(crate) struct TableInputs {
     /// a budget that a new policy keeps keeps its count.
     pub(crate) budget_store: Arc<dyn BudgetStore>,
     pub(crate) agent: Option<Arc<str>>,
+    /// Whose history the operator's rules over history read: the gate's principal, and its session.
+    pub(crate) principal: Option<Arc<str>>,
+    pub(crate) session: Arc<str>,
 }
 
 impl TableInputs {
@@ -58,10 +61,17 @@ impl TableInputs {
         let registry = registry();
         let taint_policy = narrowing.taint_policy(self.taint_policy);
         let specs = std::mem::take(&mut narrowing.budgets);
-        let budgets = match Budgets::build(
+        let history = std::mem::take(&mut narrowing.history);
+        let owners = HistoryOwners {
+            principal: self.principal.as_deref(),
+            session: &self.session,
+        };
+        let budgets = match Budgets::build_with_history(
             specs,
+            history,
             Some(self.budget_store.clone()),
             self.agent.as_deref(),
+            owners,
         ) {
             Ok(budgets) => budgets,
             // A checked file's budgets build; were one not to, its tools are refused, not uncounted.

@@ -386,6 +386,17 @@ impl fmt::Display for Denied {
                 "{subject} did not run: it is irreversible, and its approval does not carry its \
                  target typed back by whoever approved it ({detail})"
             ),
+            DenialCode::HistoryRefused => {
+                write!(
+                    f,
+                    "tool `{id}` ({risk}) is refused by the operator's policy for the calls before \
+                     it: {detail}"
+                )?;
+                match self.retry_after() {
+                    Some(after) => write!(f, "; retry in {} s", Seconds(after)),
+                    None => Ok(()),
+                }
+            }
             // A code of a newer policy than this runtime knows.
             code => write!(f, "tool `{id}` ({risk}) was refused in mode {mode}: {code}"),
         }

@@ -14,7 +14,7 @@ use std::cmp::Ordering;
 
 use serde_json::{Number, Value};
 
-use crate::gate::budget::BudgetSpec;
+use crate::gate::budget::{BudgetSpec, HistorySpec};
 use crate::gate::denylist::glob_match;
 use crate::gate::reads::ReadRules;
 use crate::registry::{ToolEntry, ToolManifest};
@@ -36,6 +36,8 @@ pub struct Narrowing {
     pub(crate) tools: Vec<ToolRules>,
     /// The budgets of every table that applies, each with its table and place.
     pub(crate) budgets: Vec<BudgetSpec>,
+    /// The rules over history of every table that applies, each with its table and place.
+    pub(crate) history: Vec<HistorySpec>,
     /// What it denies or records of an MCP server's resources and prompts.
     pub(crate) reads: ReadRules,
     /// The same with the rules that are logged only (a policy file's `[shadow]` tables) enforced

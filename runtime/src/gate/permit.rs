@@ -11,8 +11,10 @@ use std::time::Instant;
 use crate::approval::Evidence;
 use crate::audit::{AuditRecord, Outcome, Stage};
 use crate::gate::Gate;
-use crate::gate::budget::{ReleaseFuture, Reserved};
+use crate::gate::budget::{BudgetCharge, BudgetStore, ReleaseFuture, Reservation, Reserved};
+use crate::gate::wait::block_on;
 use crate::registry::ToolManifest;
+use std::sync::Arc;
 use toolgate_policy::Mode;
 use toolgate_policy::Risk;
 
@@ -34,7 +36,23 @@ struct Exits(
     Vec<Reserved>,
     Option<Box<Observed>>,
     Option<Instant>,
+    Vec<Marks>,
 );
+
+/// What a call leaves in a budget store once it ends without an error, for the operator's rules
+/// over history (`after`) that look back at it.
+struct Marks {
+    store: Arc<dyn BudgetStore>,
+    charges: Vec<BudgetCharge>,
+}
+
+impl std::fmt::Debug for Marks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Marks")
+            .field("charges", &self.charges)
+            .finish_non_exhaustive()
+    }
+}
 
 /// What a tool's `evidence` probe read of its target, for the `exit` records.
 #[derive(Debug, Default)]
@@ -110,6 +128,18 @@ impl Permit {
             Some(exits) => exits.2.drain(..).filter_map(Reserved::give_back).collect(),
             None => Vec::new(),
         }
+    }
+
+    /// Leaves `charges` in `store` once the call ends without an error.
+    pub(crate) fn mark_on_success(
+        &mut self,
+        store: Arc<dyn BudgetStore>,
+        charges: Vec<BudgetCharge>,
+    ) {
+        self.exits
+            .get_or_insert_with(Box::default)
+            .5
+            .push(Marks { store, charges });
     }
 
     /// Keeps when the store's approval of the call expires, for the last comparison before the body.
@@ -225,6 +255,11 @@ impl Permit {
         // Every gate gets its `exit`: a sink that panics does not keep the next gates' from being
         // written; its panic goes on once they are (during an unwind, a second panic aborts anyway).
         let mut panicked = None;
+        if outcome == Outcome::Ok {
+            for marks in &exits.5 {
+                leave(marks);
+            }
+        }
         let evidence = exits.3.as_deref().map(evidence_fields).unwrap_or_default();
         for exit in exits.0 {
             let record = AuditRecord {
@@ -260,6 +295,27 @@ impl Permit {
         }
         if let Some(panic) = panicked {
             resume_unwind(panic);
+        }
+    }
+}
+
+/// Leaves a call's marks. The call has run: a store that fails now cannot undo it, so the failure is
+/// reported, and the calls that must follow it are refused for want of the mark.
+fn leave(marks: &Marks) {
+    // A store that keeps no history refuses every call that would read the mark.
+    if !marks.store.keeps_history() {
+        return;
+    }
+    let taken = catch_unwind(AssertUnwindSafe(|| {
+        block_on(marks.store.take(&marks.charges, Reservation::next()))
+    }));
+    match taken {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::error!(target: "toolgate::budget", %error, "a call's mark for the rules over history could not be kept");
+        }
+        Err(_) => {
+            tracing::error!(target: "toolgate::budget", "the budget store panicked keeping a call's mark for the rules over history");
         }
     }
 }

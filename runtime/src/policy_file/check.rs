@@ -7,10 +7,10 @@ use serde_json::{Number, Value};
 use toml::Spanned;
 
 use super::model::{
-    ArgumentRule, At, Budget, PolicyError, PolicyErrors, ReadAction, ReadRuleDoc, Rules, Scope,
-    Section,
+    ArgumentRule, At, Budget, History, HistoryOrder, HistoryPer, PolicyError, PolicyErrors,
+    ReadAction, ReadRuleDoc, Rules, Scope, Section,
 };
-use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, RulesDoc, unknown_keys};
+use super::toml_doc::{ArgumentDoc, BudgetDoc, FileDoc, HistoryDoc, RulesDoc, unknown_keys};
 use crate::gate::budget::{BudgetScope, MAX_BUDGET_CALLS, MAX_BUDGET_WINDOW};
 use crate::gate::denylist::{DenyRule, DenyRuleError};
 use crate::gate::narrowing::{ArgumentTest, compare};
@@ -301,6 +301,7 @@ impl<'a> Checker<'a> {
             }
         };
         refuse("budgets", doc.budgets.first().map(|b| b.span().start));
+        refuse("history", doc.history.first().map(|b| b.span().start));
         refuse(
             "out_of_band",
             doc.out_of_band.first().map(|b| b.span().start),
@@ -445,6 +446,11 @@ impl<'a> Checker<'a> {
                 rules.budgets.push(at);
             }
         }
+        for rule in &doc.history {
+            if let Some(checked) = self.history(rule.get_ref()) {
+                rules.history.push(self.at(rule, checked));
+            }
+        }
         Section {
             scope,
             rules,
@@ -522,6 +528,87 @@ impl<'a> Checker<'a> {
             calls,
             window,
         })
+    }
+
+    /// Checks a rule over history: one of `after` and `not_after`, patterns that reach tools, a window
+    /// the store keeps, and no tool that would have to follow itself.
+    fn history(&mut self, doc: &HistoryDoc) -> Option<History> {
+        let (order, other) = match (&doc.after, &doc.not_after) {
+            (Some(after), None) => (HistoryOrder::After, after),
+            (None, Some(not_after)) => (HistoryOrder::NotAfter, not_after),
+            (Some(_), Some(second)) => {
+                self.error(
+                    second.span().start,
+                    "a rule over history has one of `after` and `not_after`: write two rules"
+                        .to_owned(),
+                );
+                return None;
+            }
+            (None, None) => {
+                self.error(
+                    doc.tool.span().start,
+                    "a rule over history names the calls it looks back at: `after = \"id or glob\"` \
+                     (only after one of them ended without an error) or `not_after = \"id or glob\"` \
+                     (never after one of them ran)"
+                        .to_owned(),
+                );
+                return None;
+            }
+        };
+        let key = match order {
+            HistoryOrder::After => "history.after",
+            HistoryOrder::NotAfter => "history.not_after",
+        };
+        let reached = self.pattern("history.tool", &doc.tool) & self.pattern(key, other);
+        let within =
+            window(doc.within.get_ref()).filter(|w| !w.is_zero() && *w <= MAX_BUDGET_WINDOW);
+        if within.is_none() {
+            self.error(
+                doc.within.span().start,
+                format!(
+                    "`within` is a window such as \"30s\", \"10m\", \"1h\" or \"1d\", more than zero \
+                     and at most {} s, not {:?}",
+                    MAX_BUDGET_WINDOW.as_secs(),
+                    doc.within.get_ref()
+                ),
+            );
+        }
+        let per = match doc.per.as_ref().map(|per| (per, per.get_ref().as_str())) {
+            None | Some((_, "principal")) => Some(HistoryPer::Principal),
+            Some((_, "session")) => Some(HistoryPer::Session),
+            Some((per, other)) => {
+                self.error(
+                    per.span().start,
+                    format!(
+                        "`per` is \"principal\" or \"session\", not {other:?}{}",
+                        did_you_mean(other, &["principal", "session"])
+                    ),
+                );
+                None
+            }
+        };
+        if reached
+            && order == HistoryOrder::After
+            && let Some(both) = self
+                .known()
+                .iter()
+                .find(|k| k.reached_by(doc.tool.get_ref()) && k.reached_by(other.get_ref()))
+        {
+            let message = format!(
+                "`{}` is both the tool and the call it must follow: its first call could never run",
+                both.id()
+            );
+            self.error(other.span().start, message);
+            return None;
+        }
+        Some(History {
+            tool: doc.tool.get_ref().clone(),
+            order,
+            other: other.get_ref().clone(),
+            within: within?,
+            per: per?,
+        })
+        .filter(|_| reached)
     }
 
     /// The value of `key`, one of `names`; an error naming the key and the value where it is none.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::check::{self, ToolDeclaration};
 use super::model::{At, PolicyErrors, ReadAction, Scope, Section};
 use crate::canonical::sha256_hex;
-use crate::gate::budget::BudgetSpec;
+use crate::gate::budget::{BudgetSpec, HistorySpec};
 use crate::gate::narrowing::{Limit, Narrowing, ToolRules};
 use crate::gate::reads::ReadRule;
 use crate::registry::registry;
@@ -167,6 +167,16 @@ impl PolicyFile {
                     limit: budget.value.calls,
                     window: budget.value.window,
                     owner: Some((section.scope.to_string().into(), self.place(budget).into())),
+                });
+            }
+            for rule in &rules.history {
+                narrowing.history.push(HistorySpec {
+                    tool: rule.value.tool.clone(),
+                    order: rule.value.order,
+                    other: rule.value.other.clone(),
+                    within: rule.value.within,
+                    per: rule.value.per,
+                    owner: (section.scope.to_string().into(), self.place(rule).into()),
                 });
             }
             for read in &rules.reads {

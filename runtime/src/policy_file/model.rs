@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::gate::budget::BudgetScope;
+pub(crate) use crate::gate::budget::{HistoryOrder, HistoryPer};
 use crate::gate::narrowing::ArgumentTest;
 use crate::gate::reads::{ReadKind, ReadPattern};
 use crate::terminal::push_shown;
@@ -61,6 +62,7 @@ pub(crate) struct Rules {
     pub(crate) taint_refuses: Option<At<()>>,
     pub(crate) arguments: Vec<At<ArgumentRule>>,
     pub(crate) budgets: Vec<At<Budget>>,
+    pub(crate) history: Vec<At<History>>,
     /// Resource URIs and prompt names the table denies (`deny_resources`, `deny_prompts`) and asks
     /// the log to record (`record_resources`, `record_prompts`), each a pattern as written.
     pub(crate) reads: Vec<At<ReadRuleDoc>>,
@@ -104,6 +106,18 @@ pub(crate) struct Budget {
     pub(crate) scope: BudgetScope,
     pub(crate) calls: u32,
     pub(crate) window: Duration,
+}
+
+/// A rule over the calls before this one, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct History {
+    /// The calls it decides: an id or a glob.
+    pub(crate) tool: String,
+    pub(crate) order: HistoryOrder,
+    /// The calls it looks back at: an id or a glob.
+    pub(crate) other: String,
+    pub(crate) within: Duration,
+    pub(crate) per: HistoryPer,
 }
 
 /// An argument rule as written.

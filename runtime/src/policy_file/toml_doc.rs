@@ -47,6 +47,8 @@ pub(super) struct RulesDoc {
     #[serde(default)]
     pub(super) budgets: Vec<Spanned<BudgetDoc>>,
     #[serde(default)]
+    pub(super) history: Vec<Spanned<HistoryDoc>>,
+    #[serde(default)]
     pub(super) deny_resources: Vec<Spanned<String>>,
     #[serde(default)]
     pub(super) deny_prompts: Vec<Spanned<String>>,
@@ -64,6 +66,16 @@ pub(super) struct BudgetDoc {
     pub(super) agent: Option<Spanned<bool>>,
     pub(super) calls: Spanned<i64>,
     pub(super) per: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HistoryDoc {
+    pub(super) tool: Spanned<String>,
+    pub(super) after: Option<Spanned<String>>,
+    pub(super) not_after: Option<Spanned<String>>,
+    pub(super) within: Spanned<String>,
+    pub(super) per: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -90,6 +102,7 @@ const RULES_KEYS: &[&str] = &[
     "taint",
     "arguments",
     "budgets",
+    "history",
     "deny_resources",
     "deny_prompts",
     "record_resources",
@@ -97,6 +110,7 @@ const RULES_KEYS: &[&str] = &[
 ];
 const ARGUMENT_KEYS: &[&str] = &["tool", "parameter", "refuse", "one_of", "min", "max"];
 const BUDGET_KEYS: &[&str] = &["tool", "risk", "agent", "calls", "per"];
+const HISTORY_KEYS: &[&str] = &["tool", "after", "not_after", "within", "per"];
 
 /// Every key of `text` that the file's shape does not have, each with its place and the keys its
 /// table may hold: serde stops at the first, and an operator should see them all at once. Empty where
@@ -108,7 +122,11 @@ pub(super) fn unknown_keys(text: &str) -> Vec<(usize, String, &'static [&'static
     let mut unknown = Vec::new();
     let rules = |table: &DeTable<'_>, unknown: &mut Vec<_>| {
         keys(table, RULES_KEYS, unknown);
-        for (key, list) in [("arguments", ARGUMENT_KEYS), ("budgets", BUDGET_KEYS)] {
+        for (key, list) in [
+            ("arguments", ARGUMENT_KEYS),
+            ("budgets", BUDGET_KEYS),
+            ("history", HISTORY_KEYS),
+        ] {
             if let Some(DeValue::Array(items)) = table.get(key).map(|v| v.get_ref()) {
                 for item in items.iter() {
                     if let DeValue::Table(item) = item.get_ref() {

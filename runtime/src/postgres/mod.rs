@@ -564,6 +564,11 @@ impl BudgetStore for PostgresStore {
         self.take(charges, reservation)
     }
 
+    /// Since migration 15, every kind of charge is decided in the same statement.
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
     fn release(&self, charges: &[BudgetCharge], reservation: Reservation) -> ReleaseFuture {
         // The thread works from the call on, answered or not; a release it cannot send, or that fails,
         // leaves the units counted.

@@ -529,6 +529,80 @@ pub(super) const MIGRATIONS: &[&str] = &[
         RETURN ARRAY[-1, 0];
     END
     $$;",
+    // 15: the charges of the operator's rules over history, told apart by a negative limit: -1 a
+    // mark (a unit taken whatever the budget holds), -2 a requirement (refused unless the budget
+    // holds a unit in its window; nothing taken), -3 a prohibition (refused while it holds one,
+    // until the newest leaves; nothing taken).
+    "CREATE OR REPLACE FUNCTION {s}.budget_take(keys text[], limits integer[], windows_us bigint[],
+        r bytea)
+    RETURNS bigint[] LANGUAGE plpgsql AS $$
+    DECLARE
+        now_at  timestamptz;
+        live    integer;
+        oldest  timestamptz;
+        worst   integer := 0;
+        wait_us bigint := -1;
+        this_us bigint;
+        mine    boolean[] := '{}';
+    BEGIN
+        LOCK TABLE {s}.budget_uses IN ROW EXCLUSIVE MODE;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            INSERT INTO {s}.budgets (key, held) VALUES (keys[i], 0) ON CONFLICT (key) DO NOTHING;
+            PERFORM 1 FROM {s}.budgets WHERE key = keys[i] FOR UPDATE;
+        END LOOP;
+        now_at := clock_timestamp();
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            WITH gone AS (
+                DELETE FROM {s}.budget_uses
+                WHERE key = keys[i] AND used_at <= now_at - windows_us[i] * interval '1 microsecond'
+                RETURNING 1)
+            UPDATE {s}.budgets SET held = held - (SELECT count(*) FROM gone)
+                WHERE key = keys[i] RETURNING held INTO live;
+            mine := mine || (r IS NOT NULL AND EXISTS (
+                SELECT 1 FROM {s}.budget_uses WHERE key = keys[i] AND reservation = r));
+            IF limits[i] = -1 THEN
+                CONTINUE;
+            ELSIF limits[i] = -2 THEN
+                IF live = 0 AND wait_us < 0 THEN
+                    worst := i;
+                    wait_us := 0;
+                END IF;
+                CONTINUE;
+            ELSIF limits[i] = -3 THEN
+                IF live > 0 THEN
+                    SELECT max(used_at) INTO oldest FROM {s}.budget_uses WHERE key = keys[i];
+                    this_us := ceil(extract(epoch FROM oldest
+                        + windows_us[i] * interval '1 microsecond' - now_at) * 1000000)::bigint;
+                    IF greatest(this_us, 0) > wait_us THEN
+                        worst := i;
+                        wait_us := greatest(this_us, 0);
+                    END IF;
+                END IF;
+                CONTINUE;
+            END IF;
+            IF NOT mine[i] AND live >= limits[i] THEN
+                SELECT used_at INTO oldest FROM {s}.budget_uses WHERE key = keys[i]
+                    ORDER BY used_at OFFSET live - limits[i] LIMIT 1;
+                this_us := ceil(extract(epoch FROM oldest + windows_us[i] * interval '1 microsecond'
+                    - now_at) * 1000000)::bigint;
+                IF this_us > wait_us THEN
+                    worst := i;
+                    wait_us := this_us;
+                END IF;
+            END IF;
+        END LOOP;
+        IF wait_us >= 0 THEN
+            RETURN ARRAY[worst - 1, greatest(wait_us, 0)];
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            IF NOT mine[i] AND limits[i] NOT IN (-2, -3) THEN
+                INSERT INTO {s}.budget_uses (key, used_at, reservation) VALUES (keys[i], now_at, r);
+                UPDATE {s}.budgets SET held = held + 1 WHERE key = keys[i];
+            END IF;
+        END LOOP;
+        RETURN ARRAY[-1, 0];
+    END
+    $$;",
 ];
 
 /// Creates the schema and the version table if missing, under a lock that makes concurrent first

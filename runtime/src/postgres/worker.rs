@@ -19,7 +19,7 @@ use crate::approval::store::{
     Answer, ApprovalCall, ApproveError, Binding, Consumed, Filed, StoreError, confirmed,
 };
 use crate::approval::two_step::new_token;
-use crate::gate::budget::{BudgetCharge, Reservation, Taken};
+use crate::gate::budget::{BudgetCharge, ChargeKind, Reservation, Taken};
 use toolgate_policy::{DenialCode, Mode, Risk};
 
 /// Hashes of a pending request's tokens kept at most: asking again for the same pending call adds one,
@@ -515,9 +515,15 @@ async fn take(
     reservation: Reservation,
 ) -> Result<Taken, Failure> {
     let keys: Vec<&str> = charges.iter().map(|c| &*c.key).collect();
+    // The kinds of the rules over history as migration 15 reads them: a negative limit.
     let limits = charges
         .iter()
-        .map(|c| i32::try_from(c.limit))
+        .map(|c| match c.kind {
+            ChargeKind::Count => i32::try_from(c.limit),
+            ChargeKind::Mark => Ok(-1),
+            ChargeKind::Require => Ok(-2),
+            ChargeKind::Forbid => Ok(-3),
+        })
         .collect::<Result<Vec<i32>, _>>()
         .map_err(|_| unexpected("a budget's limit does not fit the store"))?;
     let windows: Vec<i64> = charges

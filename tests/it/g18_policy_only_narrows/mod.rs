@@ -10,6 +10,7 @@ mod attacks;
 mod attacks_names;
 mod attacks_stateful;
 mod commit_point;
+mod history;
 mod out_of_band;
 mod policy_file;
 pub(crate) mod replay;

@@ -9,7 +9,7 @@ use super::refusal::{refuse, store_panicked};
 use super::waits::Wait;
 use crate::approval::store::StoreError;
 use crate::gate::Gate;
-use crate::gate::budget::{BudgetCharge, BudgetStore, Reservation, Reserved, Taken};
+use crate::gate::budget::{BudgetCharge, BudgetStore, ChargeKind, Reservation, Reserved, Taken};
 use crate::gate::call::EffectiveRisk;
 use crate::gate::compile::Table;
 use crate::gate::denied::Denied;
@@ -144,6 +144,15 @@ impl Gate {
         if charges.is_empty() {
             return Reserve::Free;
         }
+        if !store.keeps_history() && charges.iter().any(|c| c.kind != ChargeKind::Count) {
+            let why = "the operator's policy has rules over history, and this budget store keeps \
+                       no history";
+            return Reserve::Refused(self.unavailable(
+                entry,
+                risk,
+                StoreError::Unavailable(why.into()),
+            ));
+        }
         let reserved = Reserved::new(store, charges, Reservation::next());
         match catch_unwind(AssertUnwindSafe(|| reserved.take())) {
             Ok(future) => Reserve::Waiting(reserved, Wait::Budget(future)),
@@ -169,13 +178,15 @@ impl Gate {
                 retry_after,
             }) => {
                 let label = self.label(table, reserved.charges(), charge);
+                let code = self.code(table, reserved.charges(), charge);
+                let kind = reserved_kind(reserved.charges(), charge);
                 // Nothing was taken: nothing to give back.
                 reserved.disarm();
-                Err(
-                    refuse(entry, DenialCode::BudgetExhausted, risk.get(), Some(mode))
-                        .with_detail(label)
-                        .with_retry_after(retry_after),
-                )
+                Err(exhausted(
+                    refuse(entry, code, risk.get(), Some(mode)).with_detail(label),
+                    kind,
+                    retry_after,
+                ))
             }
             // The store may have taken the units before it failed: the reservation gives them back.
             Err(error) => Err(self.unavailable(entry, risk, error)),
@@ -200,20 +211,38 @@ impl Gate {
                 retry_after,
             }) => {
                 let label = self.label(table, reserved, charge);
+                let code = self.code(table, reserved, charge);
                 let mode = self.mode();
-                Err(
-                    refuse(entry, DenialCode::BudgetExhausted, risk.get(), Some(mode))
-                        .with_detail(
-                            format!(
-                                "{label}: the unit it held was cleared (reset, or out of its \
-                                 window) while the call waited"
-                            )
-                            .into(),
-                        )
-                        .with_retry_after(retry_after),
-                )
+                let detail = match reserved_kind(reserved, charge) {
+                    Some(ChargeKind::Require | ChargeKind::Forbid) => {
+                        format!("{label}, as it stood at the commit point")
+                    }
+                    _ => format!(
+                        "{label}: the unit it held was cleared (reset, or out of its window) \
+                         while the call waited"
+                    ),
+                };
+                Err(exhausted(
+                    refuse(entry, code, risk.get(), Some(mode)).with_detail(detail.into()),
+                    reserved_kind(reserved, charge),
+                    retry_after,
+                ))
             }
             Err(error) => Err(self.unavailable(entry, risk, error)),
+        }
+    }
+
+    /// The code of a refusal by the budget at `charge` in `charges`.
+    fn code(&self, table: &Table, charges: &[BudgetCharge], charge: usize) -> DenialCode {
+        let history = charges.get(charge).is_some_and(|charge| {
+            [&self.inner.budgets, &table.budgets]
+                .into_iter()
+                .flatten()
+                .any(|b| b.is_history(&charge.key))
+        });
+        match history {
+            true => DenialCode::HistoryRefused,
+            false => DenialCode::BudgetExhausted,
         }
     }
 
@@ -249,5 +278,19 @@ impl Gate {
             Some(mode),
         )
         .with_detail(why.into())
+    }
+}
+
+/// The kind of the charge at `charge` in `charges`.
+fn reserved_kind(charges: &[BudgetCharge], charge: usize) -> Option<ChargeKind> {
+    charges.get(charge).map(|charge| charge.kind)
+}
+
+/// A refusal of a budget or a rule over history, with when to retry where waiting helps: not for a
+/// call that must follow another, which no wait brings.
+fn exhausted(denied: Denied, kind: Option<ChargeKind>, retry_after: std::time::Duration) -> Denied {
+    match kind {
+        Some(ChargeKind::Require) => denied,
+        _ => denied.with_retry_after(retry_after),
     }
 }

@@ -176,6 +176,14 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         let mut permit = std::mem::replace(&mut self.permit, Permit::unaudited());
+        let slot = slot_of(entry);
+        for held in &self.held {
+            if let Some(budgets) = &held.current().budgets
+                && !budgets.marks(slot).is_empty()
+            {
+                permit.mark_on_success(budgets.store.clone(), budgets.marks(slot).to_vec());
+            }
+        }
         let confirming = permit.needs_confirmation();
         for held in &mut self.held {
             for reserved in held.reserved.drain() {
