@@ -27,8 +27,11 @@ impl Scratch {
     pub fn new(name: &str) -> Scratch {
         let file = Path::new(std::panic::Location::caller().file());
         let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("test");
+        // Tests run in parallel, and two of them may ask for the same name: each gets its own.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "{}-{stem}-{}-{name}",
+            "{}-{stem}-{}-{n}-{name}",
             env!("CARGO_CRATE_NAME"),
             std::process::id()
         ));

@@ -90,9 +90,85 @@ pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// The day counted from 1970-01-01 of a proleptic Gregorian date: the inverse of
+/// [`civil_from_days`].
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = year - i64::from(month <= 2);
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400); // [0, 399]
+    let shifted_month = i64::from((month + 9) % 12); // March = 0
+    let day_of_year = (153 * shifted_month + 2) / 5 + i64::from(day) - 1; // [0, 365]
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// Microseconds since the Unix epoch of a record's time as the log writes it
+/// (`2026-11-22T03:11:01.123456Z`); `None` for any other text.
+pub(crate) fn micros_of_rfc3339(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 27 || bytes[26] != b'Z' {
+        return None;
+    }
+    let number = |from: usize, to: usize| -> Option<i64> {
+        let part = text.get(from..to)?;
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let separators = [
+        (4, b'-'),
+        (7, b'-'),
+        (10, b'T'),
+        (13, b':'),
+        (16, b':'),
+        (19, b'.'),
+    ];
+    if separators.iter().any(|&(at, c)| bytes[at] != c) {
+        return None;
+    }
+    let (year, month, day) = (number(0, 4)?, number(5, 7)?, number(8, 10)?);
+    let (hour, minute, second) = (number(11, 13)?, number(14, 16)?, number(17, 19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let days = days_from_civil(year, month as u32, day as u32);
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
+    Some(seconds * 1_000_000 + number(20, 26)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Every day of four centuries and a second of each: the text written is read back as the
+    // instant it names.
+    #[test]
+    fn a_written_time_reads_back_as_its_instant() {
+        for days in (-719_468_i64 / 4)..(146_097 * 2) {
+            let secs = days * 86_400 + (days.rem_euclid(86_400));
+            let micros = (days.rem_euclid(1_000_000)) as u32;
+            let text = format_rfc3339(secs, micros);
+            assert_eq!(
+                micros_of_rfc3339(&text),
+                Some(secs * 1_000_000 + i64::from(micros)),
+                "{text}"
+            );
+        }
+        for bad in [
+            "2026-11-22T03:11:01.123456",
+            "2026-11-22 03:11:01.123456Z",
+            "2026-13-22T03:11:01.123456Z",
+            "2026-11-22T03:11:01.12345aZ",
+            "+026-11-22T03:11:01.123456Z",
+        ] {
+            assert_eq!(micros_of_rfc3339(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn known_instants() {

@@ -17,8 +17,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::file::PolicyFile;
+use crate::audit::time::micros_of_rfc3339;
 use crate::audit::verify::{Line, Verifier, read_line};
-use crate::audit::{AuditRecord, Decision, Stage, VerifyReport};
+use crate::audit::{AuditRecord, Decision, Outcome, Stage, VerifyReport};
+use crate::gate::budget::{HistoryOrder, HistoryPer};
+use crate::gate::denylist::DenyRule;
 use crate::gate::narrowing::Narrowing;
 use crate::gate::narrowing::{Judged, Ruling, json_arguments};
 use crate::registry::registry;
@@ -182,6 +185,9 @@ struct RecordLine<'a> {
     #[serde(borrow)]
     hash: Cow<'a, str>,
     gate: u64,
+    call: u64,
+    #[serde(default)]
+    outcome: Option<Outcome>,
 }
 
 /// A change of decision: what a call came to under the policy in force, and under the candidate.
@@ -313,17 +319,17 @@ impl PolicyFile {
         log: impl Read,
     ) -> io::Result<ReplayReport> {
         let mut replaying = Replaying::new(self, in_force, filter);
-        replaying.begin(None);
+        let chain = replaying.begin(None);
         let mut reader = BufReader::with_capacity(1 << 16, log);
         let mut line = Vec::new();
         loop {
             match read_line(&mut reader, &mut line)? {
                 Line::End => break,
                 Line::TooLong => {
-                    replaying.too_long();
+                    replaying.too_long(chain);
                     break;
                 }
-                Line::Read => replaying.line(&line),
+                Line::Read => replaying.line_in(chain, &line),
             }
             // A line without its newline is the end of the input as it was: a log being written
             // may grow past it, and what follows would start mid-record.
@@ -341,11 +347,14 @@ pub(crate) struct Replaying<'p> {
     replayer: Replayer<'p>,
     filter: &'p ReplayFilter,
     bounds: Bounds,
-    /// The gates of the chain being read whose taint latch has closed (a `session_tainted` record).
-    tainted: std::collections::HashSet<u64>,
+    /// The gates whose taint latch has closed (a `session_tainted` record), by chain.
+    tainted: std::collections::HashSet<(usize, u64)>,
     /// The hashes of the records of a trail read so far (their first half).
     hashes: std::collections::HashSet<u128>,
-    chain: Option<(Option<String>, Verifier)>,
+    /// Every chain begun, each with its writer, verified as its lines come.
+    chains: Vec<(Option<String>, Verifier)>,
+    /// What the rules over history of each side would have seen.
+    histories: Histories,
     rows: BTreeMap<(String, Option<String>, Flip), FlipRow>,
     report: ReplayReport,
 }
@@ -362,7 +371,8 @@ impl<'p> Replaying<'p> {
             bounds: filter.bounds(),
             tainted: std::collections::HashSet::new(),
             hashes: std::collections::HashSet::new(),
-            chain: None,
+            chains: Vec::new(),
+            histories: Histories::default(),
             rows: BTreeMap::new(),
             report: ReplayReport {
                 chains: Vec::new(),
@@ -383,32 +393,24 @@ impl<'p> Replaying<'p> {
         }
     }
 
-    /// Ends the chain being read, if any, and begins the chain of `writer` (`None`: a log file).
-    pub(crate) fn begin(&mut self, writer: Option<String>) {
-        self.end();
-        self.tainted.clear();
-        self.chain = Some((writer, Verifier::new()));
+    /// Begins the chain of `writer` (`None`: a log file): its lines are given to
+    /// [`line_in`](Self::line_in) with the number this returns, in its order, and may come between
+    /// the lines of other chains (a trail's writers, by the time of their records).
+    pub(crate) fn begin(&mut self, writer: Option<String>) -> usize {
+        self.chains.push((writer, Verifier::new()));
+        self.chains.len() - 1
     }
 
-    fn end(&mut self) {
-        if let Some((writer, verifier)) = self.chain.take() {
-            self.report.chains.push(ChainReport {
-                writer,
-                report: verifier.finish(),
-            });
-        }
-    }
-
-    /// The next line of the chain is longer than a record may be: nothing after it is read.
-    pub(crate) fn too_long(&mut self) {
-        if let Some((_, verifier)) = &mut self.chain {
+    /// The next line of `chain` is longer than a record may be: nothing after it is read.
+    pub(crate) fn too_long(&mut self, chain: usize) {
+        if let Some((_, verifier)) = self.chains.get_mut(chain) {
             verifier.too_long();
         }
     }
 
-    /// The chain's next line, with its newline if it has one: verified, then replayed if it did.
-    pub(crate) fn line(&mut self, line: &[u8]) {
-        let Some((writer, verifier)) = &mut self.chain else {
+    /// The next line of `chain`, with its newline if it has one: verified, then replayed if it did.
+    pub(crate) fn line_in(&mut self, chain: usize, line: &[u8]) {
+        let Some((writer, verifier)) = self.chains.get_mut(chain) else {
             return;
         };
         let before = verifier.verified();
@@ -416,13 +418,24 @@ impl<'p> Replaying<'p> {
         if verifier.verified() == before {
             return;
         }
+        let writer = writer.clone();
         let text = line.strip_suffix(b"\n").unwrap_or(line);
         let Ok(record) = serde_json::from_slice::<RecordLine<'_>>(text) else {
             return;
         };
-        if record.stage == Stage::SessionTainted {
-            self.tainted.insert(record.gate);
-            return;
+        let time = micros_of_rfc3339(&record.timestamp);
+        match record.stage {
+            Stage::SessionTainted => {
+                self.tainted.insert((chain, record.gate));
+                return;
+            }
+            Stage::Exit => {
+                let key = (chain, record.gate, record.call);
+                self.histories
+                    .ended(key, time.filter(|_| record.outcome == Some(Outcome::Ok)));
+                return;
+            }
+            _ => {}
         }
         // A call by name stopped at the door (an unknown id, arguments that do not parse) was never
         // decided: its code is none of the refusals'.
@@ -434,70 +447,40 @@ impl<'p> Replaying<'p> {
                 .is_some_and(|code| DenialCode::ALL.iter().any(|d| d.as_str() == code)),
             _ => false,
         };
-        if !decided || record.tool.is_empty() || !self.filter.keeps(&self.bounds, &record) {
+        if !decided || record.tool.is_empty() {
             return;
         }
         // A trail's rows copied under another writer's name verify as a chain of their own: the
         // same record (its hash, which chains its content) read again is not another call.
-        if writer.is_some() {
+        let copy = writer.is_some() && {
             let key = u128::from_str_radix(record.hash.get(..32).unwrap_or_default(), 16).ok();
-            if key.is_some_and(|key| !self.hashes.insert(key)) {
-                self.report.copies += 1;
-                return;
+            key.is_some_and(|key| !self.hashes.insert(key))
+        };
+        if !self.filter.keeps(&self.bounds, &record) {
+            // Outside the filter, a call is history as it happened.
+            if !copy {
+                self.histories
+                    .as_it_ran(&mut self.replayer, chain, &record, time);
             }
+            return;
         }
-        let report = &mut self.report;
-        report.calls += 1;
-        let tainted = self.tainted.contains(&record.gate);
+        if copy {
+            self.report.copies += 1;
+            return;
+        }
+        let tainted = self.tainted.contains(&(chain, record.gate));
         let flip = match self.replayer.decide(&record, tainted) {
-            Ok(flip) => flip,
-            Err(NotDecided::Policy(digest)) => {
-                *report.unknown_policies.entry(digest).or_default() += 1;
-                return;
-            }
-            Err(NotDecided::Tool) => {
-                *report
-                    .other_tools
-                    .entry(record.tool.to_string())
-                    .or_default() += 1;
-                return;
-            }
-            Err(NotDecided::Ceiling) => {
-                *report
-                    .raised_ceilings
-                    .entry(record.tool.to_string())
-                    .or_default() += 1;
-                return;
-            }
-            Err(NotDecided::Arguments) => {
-                *report
-                    .unrecorded_arguments
-                    .entry(record.tool.to_string())
-                    .or_default() += 1;
-                return;
-            }
-            Err(NotDecided::Escalation) => {
-                *report
-                    .escalations
-                    .entry(record.tool.to_string())
-                    .or_default() += 1;
-                return;
-            }
-            Err(NotDecided::Budget) => {
-                *report
-                    .changed_budgets
-                    .entry(record.tool.to_string())
-                    .or_default() += 1;
-                return;
-            }
-            Err(NotDecided::Taint) => {
-                *report
-                    .changed_taint
-                    .entry(record.tool.to_string())
-                    .or_default() += 1;
-                return;
+            Ok(flip) => self
+                .histories
+                .judge(&mut self.replayer, chain, &record, time, flip),
+            Err(not) => {
+                self.histories
+                    .as_it_ran(&mut self.replayer, chain, &record, time);
+                return self.not_decided(not, &record);
             }
         };
+        let report = &mut self.report;
+        report.calls += 1;
         report.decided += 1;
         if record.manifest_digest != self.replayer.manifest_digest {
             report.other_builds += 1;
@@ -520,7 +503,7 @@ impl<'p> Replaying<'p> {
         row.calls += 1;
         if row.seqs.len() < MAX_REFERENCES {
             row.seqs.push(Located {
-                writer: writer.clone(),
+                writer,
                 seq: record.seq,
             });
             if let Ok(whole) = serde_json::from_slice::<AuditRecord>(text) {
@@ -529,8 +512,60 @@ impl<'p> Replaying<'p> {
         }
     }
 
+    /// Counts a call that was not decided, by why.
+    fn not_decided(&mut self, not: NotDecided, record: &RecordLine<'_>) {
+        let report = &mut self.report;
+        report.calls += 1;
+        match not {
+            NotDecided::Policy(digest) => {
+                *report.unknown_policies.entry(digest).or_default() += 1;
+            }
+            NotDecided::Tool => {
+                *report
+                    .other_tools
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+            }
+            NotDecided::Ceiling => {
+                *report
+                    .raised_ceilings
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+            }
+            NotDecided::Arguments => {
+                *report
+                    .unrecorded_arguments
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+            }
+            NotDecided::Escalation => {
+                *report
+                    .escalations
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+            }
+            NotDecided::Budget => {
+                *report
+                    .changed_budgets
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+            }
+            NotDecided::Taint => {
+                *report
+                    .changed_taint
+                    .entry(record.tool.to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+
     pub(crate) fn finish(mut self) -> ReplayReport {
-        self.end();
+        for (writer, verifier) in self.chains {
+            self.report.chains.push(ChainReport {
+                writer,
+                report: verifier.finish(),
+            });
+        }
         self.report.flips = self.rows.into_values().collect();
         self.report
     }
@@ -616,6 +651,10 @@ struct Replayer<'p> {
     rulings: HashMap<(usize, usize, u8, u8), Ruling>,
     key: String,
     manifest_digest: &'static str,
+    /// The rules over history of each narrowing built, compiled when first needed.
+    history: Vec<Option<Vec<HistoryRule>>>,
+    /// The narrowings the last call decided was decided by: the policy in force's, the candidate's.
+    sides: (usize, usize),
 }
 
 impl<'p> Replayer<'p> {
@@ -629,6 +668,8 @@ impl<'p> Replayer<'p> {
             rulings: HashMap::new(),
             key: String::new(),
             manifest_digest: crate::registry::digest::manifest_digest(),
+            history: Vec::new(),
+            sides: (0, 0),
         }
     }
 
@@ -653,6 +694,7 @@ impl<'p> Replayer<'p> {
         };
         let from = self.narrowing(in_force, record);
         let to = self.narrowing(Some(0), record);
+        self.sides = (from, to);
         // A gate records its mode under its policy's ceiling: where that ceiling may have lowered
         // it and the candidate's is higher, the mode the gate was asked for is not in the record.
         let (was, will) = (self.built[from].ceiling(), self.built[to].ceiling());
@@ -731,6 +773,52 @@ impl<'p> Replayer<'p> {
         self.built.len() - 1
     }
 
+    /// The narrowings of the policy in force (where the files given hold it) and of the candidate for
+    /// `record`'s gate.
+    fn sides_of(&mut self, record: &RecordLine<'_>) -> (Option<usize>, usize) {
+        let in_force = match record.policy_digest.as_deref() {
+            None => Some(None),
+            Some(digest) => self
+                .policies
+                .iter()
+                .position(|p| p.digest() == digest)
+                .map(Some),
+        };
+        let from = in_force.map(|index| self.narrowing(index, record));
+        (from, self.narrowing(Some(0), record))
+    }
+
+    /// The rules over history of the narrowing at `at`.
+    fn history_rules(&mut self, at: usize) -> &[HistoryRule] {
+        if self.history.len() < self.built.len() {
+            self.history.resize(self.built.len(), None);
+        }
+        let built = &self.built[at];
+        self.history[at].get_or_insert_with(|| {
+            built
+                .history
+                .iter()
+                .filter_map(|spec| {
+                    Some(HistoryRule {
+                        tool: DenyRule::parse(&spec.tool).ok()?,
+                        other: DenyRule::parse(&spec.other).ok()?,
+                        order: spec.order,
+                        per: spec.per,
+                        within: i64::try_from(spec.within.as_micros()).unwrap_or(i64::MAX),
+                        key: format!(
+                            "{}|{:?}|{}|{}|{}",
+                            spec.owner.0,
+                            spec.order,
+                            spec.other,
+                            spec.tool,
+                            spec.within.as_nanos()
+                        ),
+                    })
+                })
+                .collect()
+        })
+    }
+
     /// The ruling of the narrowing at `at` on `record`'s call.
     fn ruling(
         &mut self,
@@ -768,6 +856,167 @@ impl<'p> Replayer<'p> {
         let ruling = Judged::new(narrowing, manifest, slot, record.mode, risk, |_| None).ruling();
         self.rulings.insert(key, ruling);
         Ok(ruling)
+    }
+}
+
+/// A rule over history as replay decides it.
+#[derive(Clone)]
+struct HistoryRule {
+    tool: DenyRule,
+    other: DenyRule,
+    order: HistoryOrder,
+    per: HistoryPer,
+    /// The window, in microseconds.
+    within: i64,
+    /// What names the rule, whoever's history it reads.
+    key: String,
+}
+
+impl HistoryRule {
+    /// The key of the history this rule reads for `record`'s call on `chain`.
+    fn history_of(&self, chain: usize, record: &RecordLine<'_>) -> String {
+        match (self.per, record.principal.as_deref()) {
+            (HistoryPer::Principal, Some(principal)) => {
+                format!("{}|p{}:{principal}", self.key, principal.len())
+            }
+            (HistoryPer::Principal, None) => format!("{}|p-", self.key),
+            (HistoryPer::Session, _) => format!("{}|s{chain}:{}", self.key, record.gate),
+        }
+    }
+}
+
+/// What the rules over history of each side would have seen, as a gate keeps it: per side (the
+/// policy in force, the candidate), the instants of the calls each rule looks back at.
+#[derive(Default)]
+struct Histories {
+    sides: [HashMap<String, std::collections::VecDeque<i64>>; 2],
+    /// The marks a call leaves once it ends without an error, per side: by chain, gate and call.
+    pending: HashMap<(usize, u64, u64), [Vec<String>; 2]>,
+}
+
+impl Histories {
+    /// The rulings of `flip` with the rules over history of each side applied to `record`'s call at
+    /// `time`; the calls a side lets run are its history from then on.
+    fn judge(
+        &mut self,
+        replayer: &mut Replayer<'_>,
+        chain: usize,
+        record: &RecordLine<'_>,
+        time: Option<i64>,
+        flip: Flip,
+    ) -> Flip {
+        let (from, to) = replayer.sides;
+        let mut rulings = [flip.from, flip.to];
+        for (side, at) in [(0, from), (1, to)] {
+            if replayer.built[at].history.is_empty() {
+                continue;
+            }
+            let Some(entry) = registry().get(&record.tool).map(|tool| tool.entry) else {
+                continue;
+            };
+            let rules = replayer.history_rules(at).to_vec();
+            let state = &mut self.sides[side];
+            if rulings[side] != Ruling::Refused
+                && rules.iter().any(|rule| {
+                    rule.tool.matches_entry(entry)
+                        && refuses(rule, state, &rule.history_of(chain, record), time)
+                })
+            {
+                rulings[side] = Ruling::Refused;
+            }
+            if rulings[side] != Ruling::Refused {
+                self.mark(side, &rules, entry, chain, record, time);
+            }
+        }
+        Flip {
+            from: rulings[0],
+            to: rulings[1],
+        }
+    }
+
+    /// A call not replayed (outside the filter, or not decided) is history as it happened: one that
+    /// ran is each side's.
+    fn as_it_ran(
+        &mut self,
+        replayer: &mut Replayer<'_>,
+        chain: usize,
+        record: &RecordLine<'_>,
+        time: Option<i64>,
+    ) {
+        if record.stage != Stage::Enter {
+            return;
+        }
+        let Some(entry) = registry().get(&record.tool).map(|tool| tool.entry) else {
+            return;
+        };
+        let (from, to) = replayer.sides_of(record);
+        for (side, at) in [(0, from), (1, Some(to))] {
+            let Some(at) = at.filter(|&at| !replayer.built[at].history.is_empty()) else {
+                continue;
+            };
+            let rules = replayer.history_rules(at).to_vec();
+            self.mark(side, &rules, entry, chain, record, time);
+        }
+    }
+
+    /// The marks of a call `side` lets run: at once for the rules that forbid a call after it, once
+    /// it ends without an error for those that require it.
+    fn mark(
+        &mut self,
+        side: usize,
+        rules: &[HistoryRule],
+        entry: &crate::registry::ToolEntry,
+        chain: usize,
+        record: &RecordLine<'_>,
+        time: Option<i64>,
+    ) {
+        let Some(time) = time else { return };
+        for rule in rules.iter().filter(|rule| rule.other.matches_entry(entry)) {
+            let key = rule.history_of(chain, record);
+            match rule.order {
+                HistoryOrder::NotAfter => self.sides[side].entry(key).or_default().push_back(time),
+                HistoryOrder::After => self
+                    .pending
+                    .entry((chain, record.gate, record.call))
+                    .or_default()[side]
+                    .push(key),
+            }
+        }
+    }
+
+    /// The call on `chain` of (gate, call) ended: without an error at `Some(time)`, else `None`.
+    fn ended(&mut self, call: (usize, u64, u64), time: Option<i64>) {
+        let Some(pending) = self.pending.remove(&call) else {
+            return;
+        };
+        let Some(time) = time else { return };
+        for (side, keys) in pending.into_iter().enumerate() {
+            for key in keys {
+                self.sides[side].entry(key).or_default().push_back(time);
+            }
+        }
+    }
+}
+
+/// Whether `rule` refuses a call at `time` given the history under `key`: a time that cannot be
+/// read refuses.
+fn refuses(
+    rule: &HistoryRule,
+    state: &mut HashMap<String, std::collections::VecDeque<i64>>,
+    key: &str,
+    time: Option<i64>,
+) -> bool {
+    let Some(time) = time else { return true };
+    let start = time.saturating_sub(rule.within);
+    let within = state.get_mut(key).is_some_and(|times| {
+        while times.front().is_some_and(|&at| at <= start) {
+            times.pop_front();
+        }
+        times.iter().any(|&at| at <= time)
+    });
+    match rule.order {
+        HistoryOrder::After => !within,
+        HistoryOrder::NotAfter => within,
     }
 }
 

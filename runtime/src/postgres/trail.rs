@@ -251,19 +251,50 @@ pub fn replay_trail(
 ) -> Result<ReplayReport, StoreError> {
     let (rows, _) = read(url, schema, false)?;
     let mut replaying = Replaying::new(candidate, in_force, filter);
+    // Each writer's rows in their order, its chain begun; then every row in the order of the
+    // records' times, so that a rule over history sees the calls of every writer before a call.
+    let mut writers: Vec<(usize, &[Row])> = Vec::new();
+    let mut rest = &rows[..];
+    while let Some(first) = rest.first() {
+        let length = rest
+            .iter()
+            .position(|row| row.writer != first.writer)
+            .unwrap_or(rest.len());
+        let (own, after) = rest.split_at(length);
+        writers.push((replaying.begin(Some(first.writer.clone())), own));
+        rest = after;
+    }
+    let mut next: std::collections::BinaryHeap<std::cmp::Reverse<(&str, usize)>> = writers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, own))| Some(std::cmp::Reverse((time_of(own.first()?), i))))
+        .collect();
+    let mut read = vec![0usize; writers.len()];
     let mut line = Vec::new();
-    let mut writer: Option<&str> = None;
-    for row in &rows {
-        if writer != Some(row.writer.as_str()) {
-            replaying.begin(Some(row.writer.clone()));
-            writer = Some(&row.writer);
-        }
+    while let Some(std::cmp::Reverse((_, i))) = next.pop() {
+        let (chain, own) = writers[i];
+        let row = &own[read[i]];
+        read[i] += 1;
         line.clear();
         line.extend_from_slice(row.line.as_bytes());
         line.push(b'\n');
-        replaying.line(&line);
+        replaying.line_in(chain, &line);
+        if let Some(row) = own.get(read[i]) {
+            next.push(std::cmp::Reverse((time_of(row), i)));
+        }
     }
     Ok(replaying.finish())
+}
+
+/// The time a row's record names, as written (its text orders as the times do); empty where it
+/// names none.
+fn time_of(row: &Row) -> &str {
+    const FIELD: &str = "\"timestamp\":\"";
+    row.line
+        .find(FIELD)
+        .and_then(|at| row.line.get(at + FIELD.len()..))
+        .and_then(|rest| rest.get(..rest.find('"')?))
+        .unwrap_or("")
 }
 
 struct CheckpointRow {

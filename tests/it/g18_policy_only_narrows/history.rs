@@ -6,10 +6,14 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toolgate::audit::JsonlSink;
 use toolgate::gate::budget::{
     BudgetCharge, BudgetFuture, BudgetStore, MemoryBudgets, ReleaseFuture, Reservation,
 };
-use toolgate::policy_file::{LivePolicy, PolicyFile};
+use toolgate::policy_file::{LivePolicy, PolicyFile, ReplayFilter, ReplayReport};
+
+use super::replay::{NONE, replay, replay_with};
+use crate::common::Scratch;
 use toolgate::{
     Approval, ApprovalRequest, Approver, CallError, DenialCode, Denied, Gate, Mode, registry, tool,
 };
@@ -440,5 +444,177 @@ fn a_rule_over_history_is_checked_when_read() {
             "unknown key `window`; this table holds `tool`, `after`, `not_after`, `within`, `per`"
         ),
         "{unknown}"
+    );
+}
+
+/// A gate of `principal` following `live`, its records in `sink`, its budgets in `store`.
+fn recorded_gate(
+    principal: &str,
+    live: &LivePolicy,
+    sink: &Arc<JsonlSink>,
+    store: &Arc<dyn BudgetStore>,
+) -> Gate {
+    Gate::builder()
+        .mode(Mode::PartialAuto)
+        .principal(principal)
+        .budget_store_shared(store.clone())
+        .policy(live.clone())
+        .audit_shared(sink.clone())
+        .build()
+        .unwrap()
+}
+
+/// The flips of `report` as (tool, principal, flip, calls), sorted.
+fn flips(report: &ReplayReport) -> Vec<(String, Option<String>, String, u64)> {
+    let mut rows: Vec<_> = report
+        .flips
+        .iter()
+        .map(|row| {
+            (
+                row.tool.clone(),
+                row.principal.clone(),
+                row.flip.to_string(),
+                row.calls,
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn a_replay_decides_rules_over_history_on_the_calls_the_log_holds_before_each() {
+    let dir = Scratch::new("history-replay");
+    let log = dir.path("audit.jsonl");
+    let sink = Arc::new(JsonlSink::open(&log).unwrap());
+    let store = memory();
+    let none = policy(NONE);
+    let live = LivePolicy::new(none.clone());
+    let alice = recorded_gate("alice", &live, &sink, &store);
+    let alice_again = recorded_gate("alice", &live, &sink, &store);
+    let bob = recorded_gate("bob", &live, &sink, &store);
+    // Under no rule: a drop before any backup, one after a failed backup, one after a backup;
+    // bob's drop with alice's backup only; two deletes in one session, one in another.
+    call(&alice, "hist.drop_table", json!({"table": "a"})).unwrap();
+    assert_eq!(
+        code(call(&alice, "hist.backup", json!({"fail": true}))),
+        "error"
+    );
+    call(&alice, "hist.drop_table", json!({"table": "b"})).unwrap();
+    call(&alice, "hist.backup", json!({"fail": false})).unwrap();
+    call(&alice_again, "hist.drop_table", json!({"table": "c"})).unwrap();
+    call(&bob, "hist.drop_table", json!({"table": "d"})).unwrap();
+    call(&alice, "hist.delete_user", json!({"id": 1})).unwrap();
+    call(&alice, "hist.delete_user", json!({"id": 2})).unwrap();
+    call(&alice_again, "hist.delete_user", json!({"id": 3})).unwrap();
+    drop((alice, alice_again, bob));
+
+    let rules = policy(&format!(
+        "{BACKUP_FIRST}{}",
+        ONE_DELETE_PER_SESSION.trim_start_matches("format = 1\n")
+    ));
+    let report = replay(&rules, std::slice::from_ref(&none), &log);
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.decided, 9, "{report}");
+    assert_eq!(
+        flips(&report),
+        [
+            (
+                "hist.delete_user".into(),
+                Some("alice".into()),
+                "allowed -> refused".into(),
+                1
+            ),
+            (
+                "hist.drop_table".into(),
+                Some("alice".into()),
+                "allowed -> refused".into(),
+                2
+            ),
+            (
+                "hist.drop_table".into(),
+                Some("bob".into()),
+                "allowed -> refused".into(),
+                1
+            ),
+        ],
+        "{report}"
+    );
+
+    // The other way: a log recorded under the rules, replayed without them, flips back what they
+    // refused, and nothing else.
+    let dir = Scratch::new("history-replay-back");
+    let strict_log = dir.path("audit.jsonl");
+    let sink = Arc::new(JsonlSink::open(&strict_log).unwrap());
+    let live = LivePolicy::new(rules.clone());
+    let store = memory();
+    let alice = recorded_gate("alice", &live, &sink, &store);
+    assert_eq!(
+        code(call(&alice, "hist.drop_table", json!({"table": "a"}))),
+        "HISTORY_REFUSED"
+    );
+    call(&alice, "hist.backup", json!({"fail": false})).unwrap();
+    call(&alice, "hist.drop_table", json!({"table": "b"})).unwrap();
+    call(&alice, "hist.delete_user", json!({"id": 1})).unwrap();
+    assert_eq!(
+        code(call(&alice, "hist.delete_user", json!({"id": 2}))),
+        "HISTORY_REFUSED"
+    );
+    drop(alice);
+    let report = replay(&none, std::slice::from_ref(&rules), &strict_log);
+    assert_eq!(
+        flips(&report),
+        [
+            (
+                "hist.delete_user".into(),
+                Some("alice".into()),
+                "refused -> allowed".into(),
+                1
+            ),
+            (
+                "hist.drop_table".into(),
+                Some("alice".into()),
+                "refused -> allowed".into(),
+                1
+            ),
+        ],
+        "{report}"
+    );
+    // The same rules replayed over their own log flip nothing: the replay sees what the gate saw.
+    let same = replay(&rules, std::slice::from_ref(&rules), &strict_log);
+    assert!(same.flips.is_empty(), "{same}");
+    assert_eq!(same.decided, 5, "{same}");
+}
+
+#[test]
+fn a_call_before_the_replayed_range_is_history_as_it_ran() {
+    let dir = Scratch::new("history-replay-since");
+    let log = dir.path("audit.jsonl");
+    let sink = Arc::new(JsonlSink::open(&log).unwrap());
+    let none = policy(NONE);
+    let live = LivePolicy::new(none.clone());
+    let alice = recorded_gate("alice", &live, &sink, &memory());
+    call(&alice, "hist.backup", json!({"fail": false})).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let since = toolgate::audit::AuditRecord::new(
+        toolgate::audit::Stage::Enter,
+        "x".to_owned(),
+        Mode::Shadow,
+        0,
+    )
+    .timestamp;
+    std::thread::sleep(Duration::from_millis(20));
+    call(&alice, "hist.drop_table", json!({"table": "a"})).unwrap();
+    drop(alice);
+    let filter = ReplayFilter {
+        since: Some(since),
+        ..ReplayFilter::default()
+    };
+    let report = replay_with(&policy(BACKUP_FIRST), &[none], &filter, &log);
+    assert_eq!(report.calls, 1, "{report}");
+    assert_eq!(report.decided, 1, "{report}");
+    assert!(
+        report.flips.is_empty(),
+        "the backup before the range counts: {report}"
     );
 }
