@@ -860,3 +860,98 @@ fn racing_forbidden_and_forbidding_calls_never_both_run_in_the_wrong_order() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// A call that waits counts from its check; one refused or dropped while it waits is given back.
+
+/// Delete a user, asynchronously.
+#[tool(risk = "LOW_WRITE", domain = "g24h", callable)]
+async fn delete_user_async(id: u64) -> Result<u64, Denied> {
+    Ok(id)
+}
+
+#[test]
+fn a_call_waiting_for_its_approver_already_counts_and_a_rejected_one_is_given_back() {
+    let store = memory();
+    let text = format!(
+        "{}{}",
+        not_after_rule("delete_user", "delete_user", "1h", "principal"),
+        ask("delete_user")
+    );
+    let live = LivePolicy::new(policy(&text));
+    let other = builder("g24-wait", &store, &live)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .build()
+        .unwrap();
+    let meanwhile = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let said = meanwhile.clone();
+    let answer_reject = Arc::new(AtomicBool::new(false));
+    let reject = answer_reject.clone();
+    let gate = builder("g24-wait", &store, &live)
+        .approver(move |_: &ApprovalRequest<'_>| {
+            said.lock()
+                .unwrap()
+                .push(denied_code(other.run(|| delete_user(9))));
+            if reject.load(Ordering::SeqCst) {
+                Approval::Reject("no".into())
+            } else {
+                Approval::Approve
+            }
+        })
+        .build()
+        .unwrap();
+    answer_reject.store(true, Ordering::SeqCst);
+    assert_eq!(
+        denied_code(gate.run(|| delete_user(1))),
+        "APPROVAL_REJECTED"
+    );
+    // While the first waited, it counted; rejected, it is given back: the next may run.
+    answer_reject.store(false, Ordering::SeqCst);
+    assert_eq!(denied_code(gate.run(|| delete_user(2))), "ran");
+    assert_eq!(
+        *meanwhile.lock().unwrap(),
+        ["HISTORY_REFUSED", "HISTORY_REFUSED"]
+    );
+    assert_eq!(denied_code(gate.run(|| delete_user(3))), "HISTORY_REFUSED");
+}
+
+#[test]
+fn an_async_call_dropped_while_its_approver_thinks_is_given_back() {
+    struct Never;
+    impl AsyncApprover for Never {
+        fn approve<'a>(&'a self, _request: &'a ApprovalRequest<'a>) -> ApprovalFuture<'a> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Approval::Approve
+            })
+        }
+    }
+    let store = memory();
+    let text = format!(
+        "{}{}",
+        not_after_rule("delete_user_async", "delete_user_async", "1h", "principal"),
+        ask("delete_user_async")
+    );
+    let live = LivePolicy::new(policy(&text));
+    let waiting = builder("g24-dropped", &store, &live)
+        .async_approver(Never)
+        .build()
+        .unwrap();
+    let runs = builder("g24-dropped", &store, &live)
+        .approver(|_: &ApprovalRequest<'_>| Approval::Approve)
+        .build()
+        .unwrap();
+    rt().block_on(async {
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(300),
+            waiting.scope(delete_user_async(1)),
+        )
+        .await;
+        assert!(dropped.is_err(), "the call was dropped while it waited");
+        assert_eq!(denied_code(runs.scope(delete_user_async(2)).await), "ran");
+        assert_eq!(
+            denied_code(runs.scope(delete_user_async(3)).await),
+            "HISTORY_REFUSED"
+        );
+    });
+}
