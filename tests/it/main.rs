@@ -37,6 +37,8 @@ mod g21_attacks_in_place;
 mod g22_attacks_round;
 #[cfg(feature = "policy-file")]
 mod g23_attacks_replay;
+#[cfg(feature = "policy-file")]
+mod g24_attacks_history;
 
 mod audit_cli;
 mod by_name;

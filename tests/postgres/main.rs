@@ -26,6 +26,8 @@ mod g20_console;
 #[cfg(feature = "console")]
 mod g20_more;
 mod g23_attacks_replay;
+#[cfg(feature = "policy-file")]
+mod g24_attacks_history;
 
 mod a5_reconnects;
 mod approvals_cli;
