@@ -537,7 +537,7 @@ fn a_database_at_the_previous_version_migrates_and_its_requests_still_answer() {
     );
     assert_eq!(
         versions,
-        (1..=14)
+        (1..=15)
             .map(|v| vec![Some(v.to_string())])
             .collect::<Vec<_>>()
     );

@@ -219,10 +219,10 @@ pub(crate) struct Reserved {
 }
 
 impl Reserved {
-    /// Whether this reservation holds a unit of `key` in `store` (the same store, not one alike).
-    pub(crate) fn holds_in(&self, store: &Arc<dyn BudgetStore>, key: &str) -> bool {
+    /// Whether this reservation holds `charge` in `store` (the same store, not one alike).
+    pub(crate) fn holds_in(&self, store: &Arc<dyn BudgetStore>, charge: &BudgetCharge) -> bool {
         std::ptr::addr_eq(Arc::as_ptr(&self.store), Arc::as_ptr(store))
-            && self.charges.iter().any(|charge| &*charge.key == key)
+            && self.charges.contains(charge)
     }
 
     /// Units about to be asked for under `id`: given back when dropped, unless committed.
@@ -423,26 +423,38 @@ impl MemoryBudgets {
                 }
                 continue;
             };
-            if let Some(start) = now.checked_sub(charge.window) {
-                while log.front().is_some_and(|&(at, _)| at <= start) {
-                    log.pop_front();
-                }
-            }
+            // What a requirement or a prohibition reads: the units of others within its window.
+            // Several rules read one history over windows of their own: only a unit's own window
+            // (a mark's is the longest) takes it out.
+            let others_within = |log: &Uses| {
+                let start = now.checked_sub(charge.window);
+                log.iter()
+                    .rev()
+                    .take_while(|&&(at, _)| start.is_none_or(|start| at > start))
+                    .filter(|&&(_, r)| r != reservation)
+                    .map(|&(at, _)| at)
+                    .next()
+            };
             match charge.kind {
                 ChargeKind::Require => {
-                    if log.is_empty() {
+                    if others_within(log).is_none() {
                         exhausted = exhausted.max_by_retry(i, Duration::ZERO);
                     }
                     continue;
                 }
                 ChargeKind::Forbid => {
-                    if let Some(&(at, _)) = log.back() {
+                    if let Some(at) = others_within(log) {
                         let retry = (at + charge.window).saturating_duration_since(now);
                         exhausted = exhausted.max_by_retry(i, retry);
                     }
                     continue;
                 }
                 ChargeKind::Mark | ChargeKind::Count => {}
+            }
+            if let Some(start) = now.checked_sub(charge.window) {
+                while log.front().is_some_and(|&(at, _)| at <= start) {
+                    log.pop_front();
+                }
             }
             if again && log.iter().any(|&(_, r)| r == reservation) {
                 continue;
@@ -674,8 +686,9 @@ enum Covers {
 
 /// A gate's budgets, and which calls each covers.
 pub(crate) struct Budgets {
-    /// Sorted by key, then kind; each key once per call: the charges of a call, taken in index
-    /// order, are sorted too.
+    /// Sorted by key, then kind and window: the charges of a call, taken in index order, are sorted
+    /// too. A key is charged once per call, but for the rules over history, which may check one
+    /// history over several windows and mark it too.
     list: Box<[Budget]>,
     /// Per registry slot, the tool and agent budgets that cover it (indices into `list`, ascending).
     by_slot: Box<[Box<[u32]>]>,
@@ -819,12 +832,13 @@ impl Budgets {
                 ),
             };
             let (table, place) = &rule.owner;
+            // The history is what happened, whichever rule reads it: the calls of the tools it
+            // looks back at, for whom. A rule moved to another table, or given another window,
+            // reads the same history; so do two rules over the same calls.
             let key: Arc<str> = format!(
-                "policy {table}\u{1f}{}\u{1f}history {order}:{} tool:{} per {who}\u{1f}0\u{1f}{}",
-                agent.unwrap_or(""),
+                "policy history\u{1f}\u{1f}history {order}:{} per {who}\u{1f}0\u{1f}{}",
                 rule.other,
-                rule.tool,
-                rule.within.as_nanos()
+                MAX_BUDGET_WINDOW.as_nanos()
             )
             .into();
             let ended = match rule.order {
@@ -838,45 +852,55 @@ impl Budgets {
                 rule.other
             )
             .into();
-            let charge = |kind, limit| BudgetCharge {
+            let check = |kind| BudgetCharge {
                 key: key.clone(),
-                limit,
+                limit: 0,
                 window: rule.within,
                 kind,
             };
-            let mut by_kind: Vec<(ChargeKind, u32, Vec<bool>)> = Vec::new();
-            let mut cover = |kind, limit, slot: usize| {
-                let at = match by_kind.iter().position(|(k, _, _)| *k == kind) {
+            // A mark is kept as long as any rule may read it.
+            let mark = BudgetCharge {
+                key: key.clone(),
+                limit: MAX_BUDGET_CALLS,
+                window: MAX_BUDGET_WINDOW,
+                kind: ChargeKind::Mark,
+            };
+            let mut by_kind: Vec<(BudgetCharge, Vec<bool>)> = Vec::new();
+            let mut cover = |charge: BudgetCharge, slot: usize| {
+                let at = match by_kind.iter().position(|(c, _)| *c == charge) {
                     Some(at) => at,
                     None => {
-                        by_kind.push((kind, limit, vec![false; entries.len()]));
+                        by_kind.push((charge, vec![false; entries.len()]));
                         by_kind.len() - 1
                     }
                 };
-                by_kind[at].2[slot] = true;
+                by_kind[at].1[slot] = true;
             };
             for (slot, entry) in entries.iter().enumerate() {
                 let (is_tool, is_other) = (tool.matches_entry(entry), other.matches_entry(entry));
-                match (rule.order, is_tool, is_other) {
-                    (HistoryOrder::After, true, _) => cover(ChargeKind::Require, 0, slot),
-                    (HistoryOrder::After, false, true) => {
-                        let mark = charge(ChargeKind::Mark, MAX_BUDGET_CALLS);
-                        if !marks[slot].contains(&mark) {
-                            marks[slot].push(mark);
+                match rule.order {
+                    HistoryOrder::After => {
+                        if is_tool {
+                            cover(check(ChargeKind::Require), slot);
+                        } else if is_other && !marks[slot].contains(&mark) {
+                            marks[slot].push(mark.clone());
                         }
                     }
-                    // Refused while one ran, and counted itself: at most one in the window.
-                    (HistoryOrder::NotAfter, true, true) => cover(ChargeKind::Count, 1, slot),
-                    (HistoryOrder::NotAfter, true, false) => cover(ChargeKind::Forbid, 0, slot),
-                    (HistoryOrder::NotAfter, false, true) => {
-                        cover(ChargeKind::Mark, MAX_BUDGET_CALLS, slot);
+                    // Where the tool is one of the others too, the check and the mark are taken
+                    // together: of calls that race, one runs.
+                    HistoryOrder::NotAfter => {
+                        if is_tool {
+                            cover(check(ChargeKind::Forbid), slot);
+                        }
+                        if is_other {
+                            cover(mark.clone(), slot);
+                        }
                     }
-                    (_, false, false) => {}
                 }
             }
-            for (kind, limit, slots) in by_kind {
+            for (charge, slots) in by_kind {
                 let budget = Budget {
-                    charge: charge(kind, limit),
+                    charge,
                     label: label.clone(),
                     history: true,
                 };
@@ -886,7 +910,8 @@ impl Budgets {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let order = |b: &Budget| (b.charge.key.clone(), b.charge.kind);
+        // Two rules may check one history over windows of their own: each is a charge.
+        let order = |b: &Budget| (b.charge.key.clone(), b.charge.kind, b.charge.window);
         built.sort_by(|a, b| order(&a.0).cmp(&order(&b.0)));
         built.dedup_by(|a, b| order(&a.0) == order(&b.0));
         let by_slot = entries
@@ -962,23 +987,23 @@ impl Budgets {
         charges
     }
 
-    /// Whether a budget of this list has `key`.
-    pub(crate) fn has(&self, key: &str) -> bool {
-        self.list.iter().any(|budget| &*budget.charge.key == key)
+    /// Whether a budget of this list is charged as `charge`.
+    pub(crate) fn has(&self, charge: &BudgetCharge) -> bool {
+        self.list.iter().any(|budget| budget.charge == *charge)
     }
 
-    /// Whether the budget with this key is a rule over history.
-    pub(crate) fn is_history(&self, key: &str) -> bool {
+    /// Whether the budget charged as `charge` is a rule over history.
+    pub(crate) fn is_history(&self, charge: &BudgetCharge) -> bool {
         self.list
             .iter()
-            .any(|budget| &*budget.charge.key == key && budget.history)
+            .any(|budget| budget.charge == *charge && budget.history)
     }
 
-    /// What a refusal names of the budget with this key.
-    pub(crate) fn label(&self, key: &str) -> Arc<str> {
+    /// What a refusal names of the budget charged as `charge`.
+    pub(crate) fn label(&self, charge: &BudgetCharge) -> Arc<str> {
         self.list
             .iter()
-            .find(|budget| &*budget.charge.key == key)
+            .find(|budget| budget.charge == *charge)
             .map_or_else(|| Arc::from("a budget"), |budget| budget.label.clone())
     }
 }

@@ -805,14 +805,8 @@ impl<'p> Replayer<'p> {
                         order: spec.order,
                         per: spec.per,
                         within: i64::try_from(spec.within.as_micros()).unwrap_or(i64::MAX),
-                        key: format!(
-                            "{}|{:?}|{}|{}|{}",
-                            spec.owner.0,
-                            spec.order,
-                            spec.other,
-                            spec.tool,
-                            spec.within.as_nanos()
-                        ),
+                        // As a gate keeps it: the calls looked back at, whichever rule reads them.
+                        key: format!("{:?}|{}", spec.order, spec.other),
                     })
                 })
                 .collect()
@@ -858,6 +852,9 @@ impl<'p> Replayer<'p> {
         Ok(ruling)
     }
 }
+
+/// The longest window of a rule over history, in microseconds.
+const MAX_WINDOW_MICROS: i64 = crate::gate::budget::MAX_BUDGET_WINDOW.as_micros() as i64;
 
 /// A rule over history as replay decides it.
 #[derive(Clone)]
@@ -1008,11 +1005,18 @@ fn refuses(
 ) -> bool {
     let Some(time) = time else { return true };
     let start = time.saturating_sub(rule.within);
+    // Rules over the same calls read one history over windows of their own: none takes out more
+    // than the longest may read.
+    let oldest = time.saturating_sub(MAX_WINDOW_MICROS);
     let within = state.get_mut(key).is_some_and(|times| {
-        while times.front().is_some_and(|&at| at <= start) {
+        while times.front().is_some_and(|&at| at <= oldest) {
             times.pop_front();
         }
-        times.iter().any(|&at| at <= time)
+        times
+            .iter()
+            .rev()
+            .take_while(|&&at| at > start)
+            .any(|&at| at <= time)
     });
     match rule.order {
         HistoryOrder::After => !within,

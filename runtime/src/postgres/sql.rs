@@ -552,6 +552,26 @@ pub(super) const MIGRATIONS: &[&str] = &[
         END LOOP;
         now_at := clock_timestamp();
         FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+            -- A requirement or a prohibition reads the others' units within its own window and
+            -- takes none out: several rules read one history over windows of their own.
+            IF limits[i] IN (-2, -3) THEN
+                SELECT max(used_at) INTO oldest FROM {s}.budget_uses
+                    WHERE key = keys[i] AND reservation IS DISTINCT FROM r
+                    AND used_at > now_at - windows_us[i] * interval '1 microsecond';
+                IF limits[i] = -2 AND oldest IS NULL AND wait_us < 0 THEN
+                    worst := i;
+                    wait_us := 0;
+                ELSIF limits[i] = -3 AND oldest IS NOT NULL THEN
+                    this_us := greatest(ceil(extract(epoch FROM oldest
+                        + windows_us[i] * interval '1 microsecond' - now_at) * 1000000)::bigint, 0);
+                    IF this_us > wait_us THEN
+                        worst := i;
+                        wait_us := this_us;
+                    END IF;
+                END IF;
+                mine := mine || false;
+                CONTINUE;
+            END IF;
             WITH gone AS (
                 DELETE FROM {s}.budget_uses
                 WHERE key = keys[i] AND used_at <= now_at - windows_us[i] * interval '1 microsecond'
@@ -561,23 +581,6 @@ pub(super) const MIGRATIONS: &[&str] = &[
             mine := mine || (r IS NOT NULL AND EXISTS (
                 SELECT 1 FROM {s}.budget_uses WHERE key = keys[i] AND reservation = r));
             IF limits[i] = -1 THEN
-                CONTINUE;
-            ELSIF limits[i] = -2 THEN
-                IF live = 0 AND wait_us < 0 THEN
-                    worst := i;
-                    wait_us := 0;
-                END IF;
-                CONTINUE;
-            ELSIF limits[i] = -3 THEN
-                IF live > 0 THEN
-                    SELECT max(used_at) INTO oldest FROM {s}.budget_uses WHERE key = keys[i];
-                    this_us := ceil(extract(epoch FROM oldest
-                        + windows_us[i] * interval '1 microsecond' - now_at) * 1000000)::bigint;
-                    IF greatest(this_us, 0) > wait_us THEN
-                        worst := i;
-                        wait_us := greatest(this_us, 0);
-                    END IF;
-                END IF;
                 CONTINUE;
             END IF;
             IF NOT mine[i] AND live >= limits[i] THEN

@@ -322,7 +322,7 @@ fn a_call_refused_after_its_check_leaves_no_trace_in_the_history() {
 }
 
 #[test]
-fn the_history_outlives_a_reload_that_keeps_the_rule_and_a_new_rule_starts_empty() {
+fn the_history_outlives_a_reload_that_keeps_the_rule_and_a_rule_over_other_calls_starts_empty() {
     let store = memory();
     let live = LivePolicy::new(policy(BACKUP_FIRST));
     let gate = Gate::builder()
@@ -343,9 +343,9 @@ fn the_history_outlives_a_reload_that_keeps_the_rule_and_a_new_rule_starts_empty
         code(call(&gate, "hist.drop_table", json!({"table": "t"}))),
         "ran"
     );
-    // Another window is another rule: the backup before it is not in its history.
+    // A rule over other calls has a history of its own: the backup is not in it.
     assert!(live.replace(
-        policy(&BACKUP_FIRST.replace("\"1h\"", "\"2h\"")),
+        policy(&BACKUP_FIRST.replace("after = \"hist.backup\"", "after = \"hist.read_secret\"")),
         "operator-olga"
     ));
     assert_eq!(
@@ -616,5 +616,76 @@ fn a_call_before_the_replayed_range_is_history_as_it_ran() {
     assert!(
         report.flips.is_empty(),
         "the backup before the range counts: {report}"
+    );
+}
+
+#[test]
+fn a_rule_made_stricter_or_moved_keeps_the_history_it_reads() {
+    let store = memory();
+    let live = LivePolicy::new(policy(ONE_DELETE_PER_SESSION));
+    let gate = Gate::builder()
+        .mode(Mode::PartialAuto)
+        .principal("alice")
+        .budget_store_shared(store.clone())
+        .policy(live.clone())
+        .build()
+        .unwrap();
+    assert_eq!(
+        code(call(&gate, "hist.delete_user", json!({"id": 1}))),
+        "ran"
+    );
+    // A longer window only narrows: the delete before it is still in the history it reads.
+    assert!(live.replace(
+        policy(&ONE_DELETE_PER_SESSION.replace("\"1h\"", "\"2h\"")),
+        "operator-olga"
+    ));
+    assert_eq!(
+        code(call(&gate, "hist.delete_user", json!({"id": 2}))),
+        "HISTORY_REFUSED"
+    );
+    // So does the same rule written in the principal's table, or over a glob of the same tool.
+    let moved = ONE_DELETE_PER_SESSION
+        .replace("[[defaults.history]]", "[[principals.alice.history]]")
+        .replace("tool = \"hist.delete_user\"", "tool = \"hist.delete_*\"");
+    assert!(live.replace(policy(&moved), "operator-olga"));
+    assert_eq!(
+        code(call(&gate, "hist.delete_user", json!({"id": 3}))),
+        "HISTORY_REFUSED"
+    );
+}
+
+#[test]
+fn two_rules_over_the_same_calls_each_read_the_whole_history_over_their_own_window() {
+    let store = memory();
+    // Deletes at most one a second, and no email within an hour after one.
+    let text = "format = 1\n\
+        [[defaults.history]]\n\
+        tool = \"hist.delete_user\"\n\
+        not_after = \"hist.delete_user\"\n\
+        within = \"1s\"\n\
+        [[defaults.history]]\n\
+        tool = \"hist.send_email\"\n\
+        not_after = \"hist.delete_user\"\n\
+        within = \"1h\"\n";
+    let gate = gate("alice", text, &store);
+    assert_eq!(
+        code(call(&gate, "hist.delete_user", json!({"id": 1}))),
+        "ran"
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    // The second delete reads the history over its second and finds nothing; the first delete is
+    // still in the history the email's rule reads over its hour.
+    assert_eq!(
+        code(call(&gate, "hist.delete_user", json!({"id": 2}))),
+        "ran"
+    );
+    let refused = refusal(call(&gate, "hist.send_email", json!({"to": "a@b"})));
+    assert_eq!(refused.code(), DenialCode::HistoryRefused);
+    assert!(
+        refused
+            .detail()
+            .unwrap_or_default()
+            .contains("not within 3600 s"),
+        "{refused}"
     );
 }

@@ -464,13 +464,14 @@ pub(crate) fn chained_hash(prev: &str, body: &str) -> String {
         .collect()
 }
 
-/// Undoes migrations 14 (the budget check that charges a reservation once; the function is left as
-/// it is), 13 (the operators' resets of budgets and their records), 12 (a fleet's policy
+/// Undoes migrations 15 (the charges of the rules over history) and 14 (the budget check that
+/// charges a reservation once; the function is left as it is by both), 13 (the operators' resets of budgets and their records), 12 (a fleet's policy
 /// in force, its members' tools), 11 (the column of the gate that filed a request; the budget check's
 /// function, made again by the migration, is left as it is) and 10 (the trail's searched columns and
 /// indexes, the pending list's index, the notification of changed requests), for the tests of a
 /// database at version 9 that migrates.
 pub(crate) const BACK_TO_VERSION_9: &str = "
+    DELETE FROM toolgate.schema_version WHERE version = 15;
     DELETE FROM toolgate.schema_version WHERE version = 14;
     DROP FUNCTION toolgate.budget_reset(text[], text, text, text);
     DROP TABLE toolgate.budget_resets;

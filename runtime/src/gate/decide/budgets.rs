@@ -59,12 +59,12 @@ impl Units {
         self.first.take().into_iter().chain(self.added.drain(..))
     }
 
-    /// Whether a unit of `key` in `store` is held here already.
-    fn holds_in(&self, store: &Arc<dyn BudgetStore>, key: &str) -> bool {
+    /// Whether `charge` in `store` is held here already.
+    fn holds_in(&self, store: &Arc<dyn BudgetStore>, charge: &BudgetCharge) -> bool {
         self.first
             .iter()
             .chain(&self.added)
-            .any(|reserved| reserved.holds_in(store, key))
+            .any(|reserved| reserved.holds_in(store, charge))
     }
 
     fn holds(&self, charge: &BudgetCharge) -> bool {
@@ -72,7 +72,7 @@ impl Units {
             .iter()
             .chain(&self.added)
             .flat_map(Reserved::charges)
-            .any(|held| held.key == charge.key)
+            .any(|held| held == charge)
     }
 }
 
@@ -98,15 +98,11 @@ impl Gate {
         };
         if let Some(operator) = operator {
             charges.extend(operator.charges(slot, risk.get()));
-            // Taken in key order, each key once, as a store expects.
-            charges.sort_by(|a, b| a.key.cmp(&b.key));
-            charges.dedup_by(|a, b| a.key == b.key);
+            // Taken in key order, each charge once, as a store expects.
+            charges.sort_by(|a, b| (&a.key, a.kind, a.window).cmp(&(&b.key, b.kind, b.window)));
+            charges.dedup_by(|a, b| a == b);
         }
-        charges.retain(|charge| {
-            !outer
-                .clone()
-                .any(|units| units.holds_in(&store, &charge.key))
-        });
+        charges.retain(|charge| !outer.clone().any(|units| units.holds_in(&store, charge)));
         self.take_units(store, charges, entry, risk)
     }
 
@@ -238,7 +234,7 @@ impl Gate {
             [&self.inner.budgets, &table.budgets]
                 .into_iter()
                 .flatten()
-                .any(|b| b.is_history(&charge.key))
+                .any(|b| b.is_history(charge))
         });
         match history {
             true => DenialCode::HistoryRefused,
@@ -252,8 +248,8 @@ impl Gate {
             Some(charge) => [&self.inner.budgets, &table.budgets]
                 .into_iter()
                 .flatten()
-                .find(|b| b.has(&charge.key))
-                .map_or_else(|| "a budget".into(), |b| b.label(&charge.key)),
+                .find(|b| b.has(charge))
+                .map_or_else(|| "a budget".into(), |b| b.label(charge)),
             None => "a budget".into(),
         }
     }
