@@ -250,10 +250,19 @@ pub fn replay_trail(
     filter: &ReplayFilter,
 ) -> Result<ReplayReport, StoreError> {
     let (rows, _) = read(url, schema, false)?;
+    Ok(replay_rows(&rows, candidate, in_force, filter))
+}
+
+fn replay_rows(
+    rows: &[Row],
+    candidate: &PolicyFile,
+    in_force: &[PolicyFile],
+    filter: &ReplayFilter,
+) -> ReplayReport {
     let mut replaying = Replaying::new(candidate, in_force, filter);
     let mut line = Vec::new();
     let mut writer: Option<&str> = None;
-    for row in &rows {
+    for row in rows {
         if writer != Some(row.writer.as_str()) {
             replaying.begin(Some(row.writer.clone()));
             writer = Some(&row.writer);
@@ -263,7 +272,69 @@ pub fn replay_trail(
         line.push(b'\n');
         replaying.line(&line);
     }
-    Ok(replaying.finish())
+    replaying.finish()
+}
+
+/// A fleet's policy as the store keeps it (`toolgate policy apply`): the one applied last, and the
+/// one in force, the last a member accepted.
+#[cfg(feature = "console")]
+pub(crate) struct StoredPolicy {
+    /// The fleet's name.
+    pub(crate) fleet: String,
+    /// Whether it is the policy in force (accepted by a member), the one applied last, or both.
+    pub(crate) applied: bool,
+    pub(crate) accepted: bool,
+    pub(crate) digest: String,
+    /// The text checked against this process's tools, as a member checks it: `Err` where it does not
+    /// check here, and was not used.
+    pub(crate) checked: Result<PolicyFile, crate::policy_file::PolicyErrors>,
+}
+
+/// [`replay_trail`] with the policies in force taken from the store as well: every fleet's policy
+/// applied last and in force, read in the same snapshot as the records, beside `in_force`. The
+/// fleets' policies come back with the report, each checked.
+#[cfg(feature = "console")]
+pub(crate) fn replay_store(
+    url: &str,
+    schema: &str,
+    candidate: &PolicyFile,
+    in_force: &[PolicyFile],
+    filter: &ReplayFilter,
+) -> Result<(ReplayReport, Vec<StoredPolicy>), StoreError> {
+    let (rows, _, fleets) = read_with(url, schema, false, true)?;
+    let mut stored: Vec<StoredPolicy> = Vec::new();
+    for (fleet, applied, accepted) in fleets {
+        for (text, is_applied) in [(applied, true), (accepted, false)] {
+            let Some(text) = text else { continue };
+            let digest = crate::canonical::sha256_hex(text.as_bytes());
+            if let Some(same) = stored
+                .iter_mut()
+                .find(|p| p.fleet == fleet && p.digest == digest)
+            {
+                same.applied |= is_applied;
+                same.accepted |= !is_applied;
+                continue;
+            }
+            // The name a member gives it.
+            let checked = PolicyFile::parse(&format!("fleet {fleet} policy"), &text);
+            stored.push(StoredPolicy {
+                fleet: fleet.clone(),
+                applied: is_applied,
+                accepted: !is_applied,
+                digest,
+                checked,
+            });
+        }
+    }
+    let mut policies: Vec<PolicyFile> = in_force.to_vec();
+    for policy in &stored {
+        if let Ok(file) = &policy.checked
+            && !policies.iter().any(|p| p.digest() == file.digest())
+        {
+            policies.push(file.clone());
+        }
+    }
+    Ok((replay_rows(&rows, candidate, &policies, filter), stored))
 }
 
 struct CheckpointRow {
@@ -407,6 +478,19 @@ fn read(
     schema: &str,
     with_checkpoints: bool,
 ) -> Result<(Vec<Row>, Vec<CheckpointRow>), StoreError> {
+    read_with(url, schema, with_checkpoints, false)
+        .map(|(rows, checkpoints, _)| (rows, checkpoints))
+}
+
+/// A fleet's name, its policy applied last and its policy in force.
+type FleetPolicies = Vec<(String, Option<String>, Option<String>)>;
+
+fn read_with(
+    url: &str,
+    schema: &str,
+    with_checkpoints: bool,
+    with_fleet_policies: bool,
+) -> Result<(Vec<Row>, Vec<CheckpointRow>, FleetPolicies), StoreError> {
     // Reading a large trail takes its time: a minute, rather than an operation's seconds.
     link::one_shot(
         url,
@@ -479,11 +563,31 @@ fn read(
                     });
                 }
             }
+            let mut fleets = Vec::new();
+            if with_fleet_policies {
+                let stored = client
+                    .query(
+                        &schema::sql(
+                            "SELECT name, policy, accepted_policy FROM {s}.fleets ORDER BY name",
+                            schema,
+                        ),
+                        &[],
+                    )
+                    .await
+                    .map_err(|e| store_error(&e))?;
+                for row in &stored {
+                    fleets.push((
+                        row.try_get(0).map_err(column)?,
+                        row.try_get(1).map_err(column)?,
+                        row.try_get(2).map_err(column)?,
+                    ));
+                }
+            }
             client
                 .batch_execute("COMMIT")
                 .await
                 .map_err(|e| store_error(&e))?;
-            Ok((rows, checkpoints))
+            Ok((rows, checkpoints, fleets))
         },
     )
 }
