@@ -51,7 +51,7 @@ fn terminate(instance: String) -> Result<(), Denied> {
 
 /// The console, served on a runtime of its own.
 pub(crate) struct Served {
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     runtime: tokio::runtime::Runtime,
 }
 

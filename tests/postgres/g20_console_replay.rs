@@ -17,7 +17,7 @@ use crate::g20_console::{Served, TOKEN, operators, serve};
 use crate::support::trail::{mark, sink};
 
 /// alice's calls ask for an approval, bob's are refused.
-const STRICTER: &str =
+pub(crate) const STRICTER: &str =
     "format = 1\n[defaults]\nask = [\"fa.mark\"]\n[principals.bob]\ndeny = [\"fa.mark\"]\n";
 /// A policy in force that the page is not given.
 const OTHER: &str = "format = 1\n# the policy of north\n";
@@ -97,7 +97,7 @@ fn enters(url: &str, writer: &str) -> Vec<(String, i64)> {
 
 /// east: alice marks three times; west: bob twice, both under `NONE`; north: carol once under a
 /// policy the page is not given.
-fn trail(url: &str) {
+pub(crate) fn trail(url: &str) {
     let none = policy("none.toml", NONE);
     let east = gate(url, "east", "alice", &none);
     let west = gate(url, "west", "bob", &none);
@@ -369,6 +369,32 @@ fn g20_replay_a_broken_chain_is_said_before_any_count() {
         rows.iter().any(|r| r.principal == "bob" && r.calls == 1),
         "{body}"
     );
+    assert!(!body.contains("id=\"rows-edited\""), "{body}");
+
+    // The owner edits a column alone, behind the trigger's back: the chain verifies, the records the
+    // counts link to would not say what was recorded, and the page says so first.
+    query(
+        &url,
+        "ALTER TABLE toolgate.audit DISABLE TRIGGER audit_searched;
+         UPDATE toolgate.audit SET principal = 'mallory'
+         WHERE writer = 'east' AND stage = 'enter' AND line LIKE '%r-east-2%';
+         ALTER TABLE toolgate.audit ENABLE TRIGGER audit_searched;",
+    );
+    let page = logged.replay(&[("candidate", STRICTER), ("in_force", NONE)]);
+    let body = &page.body;
+    let edited = body.find("id=\"rows-edited\"").expect("the edit is said");
+    let said = between(body, "id=\"rows-edited\"", "</div>").unwrap();
+    let seq = query(
+        &url,
+        "SELECT seq FROM toolgate.audit WHERE writer = 'east' AND principal = 'mallory'",
+    )[0][0]
+        .clone()
+        .unwrap();
+    assert!(
+        said.contains(&format!("writer east: the row at seq {seq} was edited")),
+        "{said}"
+    );
+    assert!(edited < body.find("id=\"flips\"").unwrap(), "{body}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use super::shared::{Operator, Shared, unavailable};
 use crate::approval::store::StoreError;
 use crate::audit::Decision;
 use crate::policy_file::{FlipRow, PolicyErrors, PolicyFile, ReplayFilter, ReplayReport};
-use crate::postgres::StoredPolicy;
+use crate::postgres::{StoreReplay, StoredPolicy};
 
 /// How many pasted files in force the form takes.
 const IN_FORCE_FIELDS: usize = 3;
@@ -177,10 +177,10 @@ pub(super) async fn run(
     let (url, schema) = (console.url.clone(), console.schema.clone());
     let replayed = tokio::task::spawn_blocking(move || {
         crate::postgres::replay_store(&url, &schema, &candidate, &in_force, &filter)
-            .map(|(report, stored)| (report, stored, in_force))
+            .map(|replay| (replay, in_force))
     })
     .await;
-    let (report, stored, in_force) = match replayed {
+    let (replay, in_force) = match replayed {
         Ok(Ok(replayed)) => replayed,
         Ok(Err(error)) => return unavailable(&operator, &error),
         Err(_) => {
@@ -192,7 +192,7 @@ pub(super) async fn run(
     };
     let body = html! {
         h1 { "Policy replay" }
-        section #result { (result(&report, &stored, &in_force)) }
+        section #result { (result(&replay, &in_force)) }
         h2 { "Replay again" }
         (replay_form(&form, operator.csrf()))
     };
@@ -278,7 +278,8 @@ fn refusal(refused: &Refused) -> Markup {
     }
 }
 
-fn result(report: &ReplayReport, stored: &[StoredPolicy], in_force: &[PolicyFile]) -> Markup {
+fn result(replay: &StoreReplay, in_force: &[PolicyFile]) -> Markup {
+    let (report, stored) = (&replay.report, &replay.stored);
     let writers = Names::of(report.chains.iter().filter_map(|c| c.writer.as_deref()));
     let broken: Vec<_> = report
         .chains
@@ -304,6 +305,18 @@ fn result(report: &ReplayReport, stored: &[StoredPolicy], in_force: &[PolicyFile
                             "); only the " (verified.records) " records before it were replayed"
                         }
                     }
+                }
+            }
+        }
+        @if !replay.edited.is_empty() {
+            div #rows-edited.alert role="alert" {
+                p {
+                    "ROWS OF THE TRAIL WERE EDITED: their columns differ from the records they hold. "
+                    "The replay reads the records; the trail's searches and the lists the counts link to "
+                    "read the columns."
+                }
+                @for (writer, seq) in &replay.edited {
+                    pre.edited { "writer " (writers.show(writer)) ": the row at seq " (seq) " was edited" }
                 }
             }
         }

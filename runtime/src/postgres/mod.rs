@@ -302,7 +302,7 @@ pub use trail::{
     verify_trail, verify_trail_with_bound_keys,
 };
 #[cfg(feature = "console")]
-pub(crate) use trail::{StoredPolicy, replay_store};
+pub(crate) use trail::{StoreReplay, StoredPolicy, replay_store};
 
 use std::fmt;
 use std::thread::JoinHandle;

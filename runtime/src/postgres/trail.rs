@@ -300,7 +300,7 @@ pub(crate) fn replay_store(
     candidate: &PolicyFile,
     in_force: &[PolicyFile],
     filter: &ReplayFilter,
-) -> Result<(ReplayReport, Vec<StoredPolicy>), StoreError> {
+) -> Result<StoreReplay, StoreError> {
     let (rows, _, fleets) = read_with(url, schema, false, true)?;
     let mut stored: Vec<StoredPolicy> = Vec::new();
     for (fleet, applied, accepted) in fleets {
@@ -326,6 +326,19 @@ pub(crate) fn replay_store(
             });
         }
     }
+    // The replay reads each row's line; the trail's searches and lists read its columns, which an
+    // edit may have changed alone.
+    let mut edited = Vec::new();
+    let mut start = 0;
+    while start < rows.len() {
+        let writer = &rows[start].writer;
+        let end = start + rows[start..].partition_point(|row| row.writer == *writer);
+        let report = verify_writer(writer.clone(), &rows[start..end], &[], None);
+        if let Some(seq) = report.columns_differ {
+            edited.push((report.writer, seq));
+        }
+        start = end;
+    }
     let mut policies: Vec<PolicyFile> = in_force.to_vec();
     for policy in &stored {
         if let Ok(file) = &policy.checked
@@ -334,7 +347,22 @@ pub(crate) fn replay_store(
             policies.push(file.clone());
         }
     }
-    Ok((replay_rows(&rows, candidate, &policies, filter), stored))
+    Ok(StoreReplay {
+        report: replay_rows(&rows, candidate, &policies, filter),
+        stored,
+        edited,
+    })
+}
+
+/// What [`replay_store`] found.
+#[cfg(feature = "console")]
+pub(crate) struct StoreReplay {
+    pub(crate) report: ReplayReport,
+    /// Every fleet's policy the store keeps, checked.
+    pub(crate) stored: Vec<StoredPolicy>,
+    /// The writers whose rows have columns that differ from their lines, with the first such row's
+    /// `seq`: edited.
+    pub(crate) edited: Vec<(String, i64)>,
 }
 
 struct CheckpointRow {
