@@ -55,7 +55,7 @@ fn fill(url: &str, calls: usize) {
             scope.spawn(move || {
                 let sink: std::sync::Arc<dyn toolgate::audit::AuditSink> = std::sync::Arc::new(
                     PostgresSink::builder()
-                        .writer(&format!("bench-{w}"))
+                        .writer(format!("bench-{w}"))
                         .timeout(Duration::from_secs(30))
                         .connect(url)
                         .expect("the sink connects"),
@@ -64,7 +64,7 @@ fn fill(url: &str, calls: usize) {
                     .map(|p| {
                         Gate::builder()
                             .mode(Mode::PartialAuto)
-                            .principal(&format!("user-{p}"))
+                            .principal(format!("user-{p}"))
                             .policy(LivePolicy::new(in_force.clone()))
                             .audit_shared(sink.clone())
                             .build()

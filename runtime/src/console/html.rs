@@ -81,7 +81,7 @@ impl Names {
     /// the set, or the rule of names refuses it (a spelling that reads as a plainer one, scripts
     /// mixed, spaces around it): so that no two names shown look the same, and none looks plainer
     /// than it is.
-    pub(super) fn show<'a>(&self, name: &'a str) -> Markup {
+    pub(super) fn show(&self, name: &str) -> Markup {
         let alike =
             crate::names::refusal(name).is_some() || self.0.contains(&crate::names::reading(name));
         html! {
