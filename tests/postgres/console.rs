@@ -367,6 +367,74 @@ fn an_irreversible_call_is_approved_only_with_its_target_typed_back() {
     });
 }
 
+/// The operator pastes a stricter candidate on `/policy/replay` and reads the flip table: alice's three
+/// calls would ask, bob's two would be refused. The console serves in this process, which links the
+/// tools the trail's records name (`toolgate console` links none).
+#[test]
+fn the_operator_replays_a_candidate_policy_and_reads_the_flips_in_the_browser() {
+    use crate::g20_console_replay::{STRICTER, trail};
+    let Some((_serial, url)) = parent_database(CHILD_ROLE, "console_replay_browser") else {
+        return;
+    };
+    trail(&url);
+    let served = crate::g20_console::serve(&url, crate::g20_console::operators());
+    let base = format!("http://{}", served.addr);
+    wait(async {
+        let browser = Browser::start().await;
+        browser.goto(&format!("{base}/login")).await.unwrap();
+        type_into(
+            &browser,
+            "form#login input#token[name=token]",
+            crate::g20_console::TOKEN,
+        )
+        .await;
+        click(&browser, "form#login button#login-submit").await;
+        let started = Instant::now();
+        while path_of(&browser).await.as_deref() != Ok("/approvals") {
+            assert!(started.elapsed() < WITHIN, "{}", shown(&browser).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        click(&browser, "header nav a[href=\"/policy/replay\"]").await;
+        type_into(&browser, "form#replay textarea#candidate", STRICTER).await;
+        type_into(&browser, "form#replay textarea#in-force-0", "format = 1\n").await;
+        click(&browser, "form#replay button#run").await;
+        let started = Instant::now();
+        let table = loop {
+            if let Ok(text) = text_of(&browser, "table#flips tbody").await {
+                break text;
+            }
+            assert!(started.elapsed() < WITHIN, "{}", shown(&browser).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        browser.save_screenshot("policy-replay").await;
+        let rows: Vec<String> = table
+            .lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+            .filter(|line| !line.is_empty())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "fa.mark alice allowed → asks 3",
+                "fa.mark bob allowed → refused 2"
+            ],
+            "{table}"
+        );
+        // The count opens exactly its records.
+        click(&browser, "table#flips tr.flip a.records").await;
+        let started = Instant::now();
+        while path_of(&browser).await.as_deref() != Ok("/trail/records") {
+            assert!(started.elapsed() < WITHIN, "{}", shown(&browser).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let listed = browser
+            .find_all(Locator::Css("table#results tr.record"))
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 3);
+    });
+}
+
 /// A database's console, started with one operator, `operator-olga`, whose token is random.
 struct Desk {
     console: Watched,

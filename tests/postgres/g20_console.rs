@@ -16,7 +16,7 @@ use crate::common::postgres::query;
 use crate::support::{code, parent_database, parent_store_on_own_cluster, token, wait};
 
 const ROLE: &str = "TOOLGATE_PG_CONSOLE";
-const TOKEN: &str = "olga-secret-token";
+pub(crate) const TOKEN: &str = "olga-secret-token";
 const OPERATOR: &str = "olga";
 
 /// Wire money; the PIN is redacted before anything is stored.
@@ -50,12 +50,12 @@ fn terminate(instance: String) -> Result<(), Denied> {
 }
 
 /// The console, served on a runtime of its own.
-struct Served {
-    addr: SocketAddr,
+pub(crate) struct Served {
+    pub(crate) addr: SocketAddr,
     runtime: tokio::runtime::Runtime,
 }
 
-fn serve(url: &str, operators: Operators) -> Served {
+pub(crate) fn serve(url: &str, operators: Operators) -> Served {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -76,12 +76,12 @@ fn serve(url: &str, operators: Operators) -> Served {
     Served { addr, runtime }
 }
 
-fn operators() -> Operators {
+pub(crate) fn operators() -> Operators {
     Operators::new().token(TOKEN, OPERATOR)
 }
 
 impl Served {
-    fn send(&self, request: String) -> Page {
+    pub(crate) fn send(&self, request: String) -> Page {
         let text = self.runtime.block_on(exchange(
             self.addr,
             &request,
@@ -91,7 +91,7 @@ impl Served {
         Page::parse(&text)
     }
 
-    fn get(&self, path: &str, cookie: Option<&str>) -> Page {
+    pub(crate) fn get(&self, path: &str, cookie: Option<&str>) -> Page {
         let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
         self.send(format!(
             "GET {path} HTTP/1.1\r\nHost: {}\r\n{cookie}Connection: close\r\n\r\n",
@@ -99,7 +99,13 @@ impl Served {
         ))
     }
 
-    fn post(&self, path: &str, form: &[(&str, &str)], cookie: Option<&str>, origin: bool) -> Page {
+    pub(crate) fn post(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        cookie: Option<&str>,
+        origin: bool,
+    ) -> Page {
         let body = form
             .iter()
             .map(|(k, v)| format!("{}={}", encoded(k), encoded(v)))
@@ -120,7 +126,7 @@ impl Served {
     }
 
     /// Logs in with `token`: the session's cookie.
-    fn login(&self, token: &str) -> String {
+    pub(crate) fn login(&self, token: &str) -> String {
         let page = self.post("/login", &[("token", token)], None, true);
         assert_eq!(page.status, 303, "{page:?}");
         let cookie = page.header("set-cookie").expect("a session cookie");
@@ -129,7 +135,7 @@ impl Served {
     }
 
     /// The session's CSRF token, from a page's forms.
-    fn csrf(&self, cookie: &str) -> String {
+    pub(crate) fn csrf(&self, cookie: &str) -> String {
         let page = self.get("/approvals", Some(cookie));
         let at = page.body.find("name=\"csrf\" value=\"").expect("a form");
         page.body[at + 19..at + 19 + 64].to_owned()

@@ -24,6 +24,8 @@ mod g20_attacks;
 #[cfg(feature = "console")]
 mod g20_console;
 #[cfg(feature = "console")]
+mod g20_console_replay;
+#[cfg(feature = "console")]
 mod g20_more;
 mod g23_attacks_replay;
 #[cfg(feature = "policy-file")]

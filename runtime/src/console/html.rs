@@ -55,6 +55,74 @@ impl Render for OrDash<'_> {
     }
 }
 
+/// Names shown together (principals, tools of one table): those a person could take for another.
+pub(super) struct Names(std::collections::BTreeSet<String>);
+
+impl Names {
+    /// The readings that two or more of `names` share.
+    pub(super) fn of<'n>(names: impl Iterator<Item = &'n str>) -> Names {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut readings = std::collections::BTreeMap::<String, usize>::new();
+        for name in names {
+            if seen.insert(name) {
+                *readings.entry(crate::names::reading(name)).or_default() += 1;
+            }
+        }
+        Names(
+            readings
+                .into_iter()
+                .filter(|(_, n)| *n > 1)
+                .map(|(reading, _)| reading)
+                .collect(),
+        )
+    }
+
+    /// `name` as [`Shown`] shows it, or spelled out ([`Spelled`]) where it reads as another name of
+    /// the set, or the rule of names refuses it (a spelling that reads as a plainer one, scripts
+    /// mixed, spaces around it): so that no two names shown look the same, and none looks plainer
+    /// than it is.
+    pub(super) fn show(&self, name: &str) -> Markup {
+        let alike =
+            crate::names::refusal(name).is_some() || self.0.contains(&crate::names::reading(name));
+        html! {
+            @if alike { span.alike title="spelled out: it reads as another name" { (Spelled(name)) } }
+            @else { (Shown(name)) }
+        }
+    }
+}
+
+/// A name spelled out: every character but printable ASCII (a space too) drawn as a marker naming
+/// its code point.
+pub(super) struct Spelled<'a>(pub(super) &'a str);
+
+impl Render for Spelled<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        let mut plain = String::new();
+        for c in self.0.chars() {
+            if c.is_ascii_graphic() {
+                plain.push(c);
+                continue;
+            }
+            html_escape(&plain, buffer);
+            plain.clear();
+            let code = format!("U+{:04X}", u32::from(c));
+            let why = if crate::terminal::hides(c) {
+                "hidden or reordering character"
+            } else {
+                "a character that may read as another"
+            };
+            buffer.push_str("<span class=\"invisible\" title=\"");
+            buffer.push_str(&code);
+            buffer.push_str(" (");
+            buffer.push_str(why);
+            buffer.push_str(")\">");
+            buffer.push_str(&code);
+            buffer.push_str("</span>");
+        }
+        html_escape(&plain, buffer);
+    }
+}
+
 fn html_escape(text: &str, buffer: &mut String) {
     for c in text.chars() {
         match c {
@@ -69,11 +137,12 @@ fn html_escape(text: &str, buffer: &mut String) {
 }
 
 /// The pages' navigation, in order.
-const NAV: [(&str, &str); 4] = [
+const NAV: [(&str, &str); 5] = [
     ("/approvals", "Approvals"),
     ("/fleet", "Fleet"),
     ("/trail", "Audit trail"),
     ("/promotion", "Promotion"),
+    ("/policy/replay", "Policy replay"),
 ];
 
 /// A whole page: `operator` is who is logged in (none on the login page), `csrf` the session's token
@@ -194,6 +263,14 @@ button.danger { background: var(--bad); border-color: var(--bad); color: #fff; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: var(--fg); }
 .login { max-width: 420px; margin: 4rem auto; background: #fff; border: 1px solid var(--line);
   padding: 1.5rem; }
+table#flips tr.widens td.flip { color: var(--bad); font-weight: 600; }
+.alert { color: #fff; background: var(--bad); padding: .8rem 1rem; font-weight: 600; }
+.alert pre { color: var(--fg); margin-top: .4rem; font-weight: 400; }
+ul.counts li { margin: .3rem 0; }
+ol.errors { font-family: ui-monospace, monospace; font-size: .85rem; }
+form#replay textarea { min-height: 12rem; font-family: ui-monospace, monospace; font-size: .85rem; }
+form#replay .filters { display: flex; flex-wrap: wrap; gap: .6rem; margin: .6rem 0; }
+form#replay .filters label { display: flex; flex-direction: column; font-size: .8rem; color: var(--muted); }
 .login input { width: 100%; box-sizing: border-box; margin: .5rem 0 1rem; }
 "#;
 

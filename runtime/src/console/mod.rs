@@ -13,6 +13,8 @@
 //!   `enter` and `exit` side by side; every writer's chain and checkpoints verified.
 //! - **Promotion**: for agents in SHADOW mode, what would have run in each higher mode, drawn per
 //!   risk level over time.
+//! - **Policy replay**: a candidate policy file pasted, the trail's calls decided again under it beside
+//!   the policies in force, and the calls whose decision would flip, each count linked to its records.
 //!
 //! # Safe as a control surface
 //!
@@ -46,6 +48,7 @@ mod html;
 mod login;
 mod operators;
 mod promotion;
+mod replay;
 mod server;
 mod shared;
 mod trail;

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 
 use super::operators::{self, Operators, Sessions};
 use super::shared::{Inner, Shared};
-use super::{approvals, fleet, html, login, promotion, trail};
+use super::{approvals, fleet, html, login, promotion, replay, trail};
 use crate::approval::store::StoreError;
 use crate::mcp::oauth::{OAuth, OAuthBuilder};
 use crate::postgres::{PostgresStore, Reader};
@@ -201,6 +201,8 @@ impl Console {
             .route("/trail", get(trail::search))
             .route("/trail/call", get(trail::call))
             .route("/trail/verify", get(trail::verify))
+            .route("/trail/records", get(trail::records))
+            .route("/policy/replay", get(replay::form).post(replay::run))
             .route("/promotion", get(promotion::chart))
             .route("/assets/console.css", get(css))
             .route("/assets/console.js", get(js))

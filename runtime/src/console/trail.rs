@@ -120,13 +120,30 @@ pub(super) async fn search(
         @if let Some(problem) = &problem {
             p #error.problem { "The search failed: " (problem) "." }
         }
+        (records_table(&records))
+        @if let Some(next) = next {
+            div.pager { a #next href={ "/trail?" (next) } { "Older records" } }
+        }
+    };
+    page(
+        "Audit trail",
+        "/trail",
+        Some((&operator.name, operator.csrf())),
+        body,
+    )
+    .into_response()
+}
+
+/// The records of a search, or of a list, newest or oldest first as given.
+fn records_table(records: &[TrailRecord]) -> Markup {
+    html! {
         table #results {
             thead { tr {
                 th { "Written" } th { "Writer" } th { "Seq" } th { "Stage" } th { "Tool" } th { "Principal" }
                 th { "Agent" } th { "Mode" } th { "Decision / outcome" } th { "Code" }
             } }
             tbody {
-                @for record in &records {
+                @for record in records {
                     tr.record {
                         td.written { a.call href={ "/trail/call?" (call_query(record)) } title=(record.written_at) { (short_time(&record.written_at)) } }
                         td.code { (Shown(&record.writer)) }
@@ -143,12 +160,61 @@ pub(super) async fn search(
                 @if records.is_empty() { tr { td colspan="10" .muted { "No record matches." } } }
             }
         }
-        @if let Some(next) = next {
-            div.pager { a #next href={ "/trail?" (next) } { "Older records" } }
+    }
+}
+
+/// How many places one list of records may name: more than a replay's row keeps
+/// ([`MAX_REFERENCES`](crate::policy_file::MAX_REFERENCES)).
+const MAX_LISTED: usize = 2 * crate::policy_file::MAX_REFERENCES;
+
+/// The records at the places the query names, as `w=WRITER&s=SEQ,SEQ,..` for each writer, in the
+/// trail's order: what a replay's count links to.
+pub(super) async fn records(
+    State(console): State<Shared>,
+    operator: Operator,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Response {
+    let mut at: Vec<(String, i64)> = Vec::new();
+    let mut writer: Option<String> = None;
+    let mut unreadable = false;
+    for (key, value) in pairs {
+        match key.as_str() {
+            "w" => writer = Some(value),
+            "s" => {
+                let Some(writer) = &writer else {
+                    unreadable = true;
+                    continue;
+                };
+                for seq in value.split(',').filter(|s| !s.is_empty()) {
+                    match seq.parse::<i64>() {
+                        Ok(seq) => at.push((writer.clone(), seq)),
+                        Err(_) => unreadable = true,
+                    }
+                }
+            }
+            _ => unreadable = true,
         }
+    }
+    if at.len() > MAX_LISTED {
+        at.truncate(MAX_LISTED);
+        unreadable = true;
+    }
+    let found = console.reader.records(&at).await;
+    let records = match found {
+        Ok(records) => records,
+        Err(error) => return unavailable(&operator, &error),
+    };
+    let body = html! {
+        h1 { "Records of the trail" }
+        p #listed { (records.len()) " of the " (at.len()) " records asked for, in each writer's order." }
+        @if unreadable {
+            p #error.problem { "Part of this link is not a list of records: what could be read is listed." }
+        }
+        (records_table(&records))
+        p { a href="/trail" { "Back to the trail" } }
     };
     page(
-        "Audit trail",
+        "Records",
         "/trail",
         Some((&operator.name, operator.csrf())),
         body,

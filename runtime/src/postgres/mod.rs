@@ -301,6 +301,8 @@ pub use trail::{
     Interrupted, TrailReport, WriterReport, read_trail, replay_trail, verify_signed_trail,
     verify_trail, verify_trail_with_bound_keys,
 };
+#[cfg(feature = "console")]
+pub(crate) use trail::{StoreReplay, StoredPolicy, replay_store};
 
 use std::fmt;
 use std::thread::JoinHandle;

@@ -519,6 +519,24 @@ impl Reader {
         }))
     }
 
+    /// The records at these places (writer and `seq`), in the order of the trail (writer, then
+    /// `seq`): a place the trail does not hold is left out. One statement, however many.
+    pub async fn records(&self, at: &[(String, i64)]) -> Result<Vec<TrailRecord>, StoreError> {
+        let writers: Vec<&str> = at.iter().map(|(w, _)| w.as_str()).collect();
+        let seqs: Vec<i64> = at.iter().map(|(_, s)| *s).collect();
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT {RECORD} FROM {{s}}.audit
+                     WHERE (writer, seq) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+                     ORDER BY writer, seq"
+                ),
+                &[&writers, &seqs],
+            )
+            .await?;
+        rows.iter().map(record_of).collect()
+    }
+
     /// The `policy_refused` records of the last `days` days, newest first, `limit` at most: each an
     /// operator's policy that a gate could not follow (a file that did not check or could not be read,
     /// a fleet's policy a member refused), with why.

@@ -250,11 +250,20 @@ pub fn replay_trail(
     filter: &ReplayFilter,
 ) -> Result<ReplayReport, StoreError> {
     let (rows, _) = read(url, schema, false)?;
+    Ok(replay_rows(&rows, candidate, in_force, filter))
+}
+
+fn replay_rows(
+    rows: &[Row],
+    candidate: &PolicyFile,
+    in_force: &[PolicyFile],
+    filter: &ReplayFilter,
+) -> ReplayReport {
     let mut replaying = Replaying::new(candidate, in_force, filter);
     // Each writer's rows in their order, its chain begun; then every row in the order of the
     // records' times, so that a rule over history sees the calls of every writer before a call.
     let mut writers: Vec<(usize, &[Row])> = Vec::new();
-    let mut rest = &rows[..];
+    let mut rest = rows;
     while let Some(first) = rest.first() {
         let length = rest
             .iter()
@@ -283,7 +292,97 @@ pub fn replay_trail(
             next.push(std::cmp::Reverse((time_of(row), i)));
         }
     }
-    Ok(replaying.finish())
+    replaying.finish()
+}
+
+/// A fleet's policy as the store keeps it (`toolgate policy apply`): the one applied last, and the
+/// one in force, the last a member accepted.
+#[cfg(feature = "console")]
+pub(crate) struct StoredPolicy {
+    /// The fleet's name.
+    pub(crate) fleet: String,
+    /// Whether it is the policy in force (accepted by a member), the one applied last, or both.
+    pub(crate) applied: bool,
+    pub(crate) accepted: bool,
+    pub(crate) digest: String,
+    /// The text checked against this process's tools, as a member checks it: `Err` where it does not
+    /// check here, and was not used.
+    pub(crate) checked: Result<PolicyFile, crate::policy_file::PolicyErrors>,
+}
+
+/// [`replay_trail`] with the policies in force taken from the store as well: every fleet's policy
+/// applied last and in force, read in the same snapshot as the records, beside `in_force`. The
+/// fleets' policies come back with the report, each checked.
+#[cfg(feature = "console")]
+pub(crate) fn replay_store(
+    url: &str,
+    schema: &str,
+    candidate: &PolicyFile,
+    in_force: &[PolicyFile],
+    filter: &ReplayFilter,
+) -> Result<StoreReplay, StoreError> {
+    let (rows, _, fleets) = read_with(url, schema, false, true)?;
+    let mut stored: Vec<StoredPolicy> = Vec::new();
+    for (fleet, applied, accepted) in fleets {
+        for (text, is_applied) in [(applied, true), (accepted, false)] {
+            let Some(text) = text else { continue };
+            let digest = crate::canonical::sha256_hex(text.as_bytes());
+            if let Some(same) = stored
+                .iter_mut()
+                .find(|p| p.fleet == fleet && p.digest == digest)
+            {
+                same.applied |= is_applied;
+                same.accepted |= !is_applied;
+                continue;
+            }
+            // The name a member gives it.
+            let checked = PolicyFile::parse(&format!("fleet {fleet} policy"), &text);
+            stored.push(StoredPolicy {
+                fleet: fleet.clone(),
+                applied: is_applied,
+                accepted: !is_applied,
+                digest,
+                checked,
+            });
+        }
+    }
+    // The replay reads each row's line; the trail's searches and lists read its columns, which an
+    // edit may have changed alone.
+    let mut edited = Vec::new();
+    let mut start = 0;
+    while start < rows.len() {
+        let writer = &rows[start].writer;
+        let end = start + rows[start..].partition_point(|row| row.writer == *writer);
+        let report = verify_writer(writer.clone(), &rows[start..end], &[], None);
+        if let Some(seq) = report.columns_differ {
+            edited.push((report.writer, seq));
+        }
+        start = end;
+    }
+    let mut policies: Vec<PolicyFile> = in_force.to_vec();
+    for policy in &stored {
+        if let Ok(file) = &policy.checked
+            && !policies.iter().any(|p| p.digest() == file.digest())
+        {
+            policies.push(file.clone());
+        }
+    }
+    Ok(StoreReplay {
+        report: replay_rows(&rows, candidate, &policies, filter),
+        stored,
+        edited,
+    })
+}
+
+/// What [`replay_store`] found.
+#[cfg(feature = "console")]
+pub(crate) struct StoreReplay {
+    pub(crate) report: ReplayReport,
+    /// Every fleet's policy the store keeps, checked.
+    pub(crate) stored: Vec<StoredPolicy>,
+    /// The writers whose rows have columns that differ from their lines, with the first such row's
+    /// `seq`: edited.
+    pub(crate) edited: Vec<(String, i64)>,
 }
 
 /// The time a row's record names, as written (its text orders as the times do); empty where it
@@ -438,6 +537,19 @@ fn read(
     schema: &str,
     with_checkpoints: bool,
 ) -> Result<(Vec<Row>, Vec<CheckpointRow>), StoreError> {
+    read_with(url, schema, with_checkpoints, false)
+        .map(|(rows, checkpoints, _)| (rows, checkpoints))
+}
+
+/// A fleet's name, its policy applied last and its policy in force.
+type FleetPolicies = Vec<(String, Option<String>, Option<String>)>;
+
+fn read_with(
+    url: &str,
+    schema: &str,
+    with_checkpoints: bool,
+    with_fleet_policies: bool,
+) -> Result<(Vec<Row>, Vec<CheckpointRow>, FleetPolicies), StoreError> {
     // Reading a large trail takes its time: a minute, rather than an operation's seconds.
     link::one_shot(
         url,
@@ -510,11 +622,31 @@ fn read(
                     });
                 }
             }
+            let mut fleets = Vec::new();
+            if with_fleet_policies {
+                let stored = client
+                    .query(
+                        &schema::sql(
+                            "SELECT name, policy, accepted_policy FROM {s}.fleets ORDER BY name",
+                            schema,
+                        ),
+                        &[],
+                    )
+                    .await
+                    .map_err(|e| store_error(&e))?;
+                for row in &stored {
+                    fleets.push((
+                        row.try_get(0).map_err(column)?,
+                        row.try_get(1).map_err(column)?,
+                        row.try_get(2).map_err(column)?,
+                    ));
+                }
+            }
             client
                 .batch_execute("COMMIT")
                 .await
                 .map_err(|e| store_error(&e))?;
-            Ok((rows, checkpoints))
+            Ok((rows, checkpoints, fleets))
         },
     )
 }
