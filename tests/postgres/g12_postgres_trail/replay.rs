@@ -193,3 +193,54 @@ fn a_shadow_ruling_is_in_the_trail_and_its_chain_verifies() {
     assert!(!west.contains("rule_in_shadow"), "{west}");
     assert!(ran("shadowed") && ran("plain"));
 }
+
+// A rule over history replayed over a trail of two writers: a call is decided on the calls of every
+// writer recorded before it, by the times of their records.
+#[test]
+fn a_rule_over_history_is_replayed_on_the_calls_of_every_writer_before_each() {
+    use crate::g13_budgets::history::{backup, drop_table};
+    let url = database("replay_history");
+    let none = policy("none.toml", NONE);
+    {
+        let east = gate(&url, "east", "alice", &none);
+        let west = gate(&url, "west", "alice", &none);
+        // east drops before any backup; west backs up; east drops again. East's chain comes first
+        // in the trail: its second drop must be decided after west's backup.
+        east.run(|| drop_table("first".into())).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        west.run(backup).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        east.run(|| drop_table("second".into())).unwrap();
+    }
+    let candidate = policy(
+        "candidate.toml",
+        "format = 1\n[[defaults.history]]\ntool = \"pghist.drop_table\"\nafter = \"pghist.backup\"\nwithin = \"1h\"\n",
+    );
+    let report = replay_trail(
+        &url,
+        "toolgate",
+        &candidate,
+        std::slice::from_ref(&none),
+        &ReplayFilter::default(),
+    )
+    .unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!((report.calls, report.decided), (3, 3), "{report}");
+    assert_eq!(report.flips.len(), 1, "{report}");
+    let row = &report.flips[0];
+    assert_eq!(
+        (row.tool.as_str(), row.calls, row.flip.to),
+        ("pghist.drop_table", 1, Ruling::Refused),
+        "{report}"
+    );
+    // The flip is east's first drop: the earlier of its two enter records.
+    let first = query(
+        &url,
+        "SELECT min(seq) FROM toolgate.audit WHERE writer = 'east' AND stage = 'enter'",
+    );
+    assert_eq!(
+        row.seqs[0].seq.to_string(),
+        first[0][0].clone().unwrap(),
+        "{report}"
+    );
+}

@@ -18,13 +18,13 @@ const URL_ENV: &str = "TOOLGATE_PG_HISTORY_URL";
 
 /// back up the database.
 #[tool(risk = "LOW_WRITE", domain = "pghist", callable)]
-fn backup() -> Result<(), Denied> {
+pub(crate) fn backup() -> Result<(), Denied> {
     Ok(())
 }
 
 /// drop a table.
 #[tool(risk = "LOW_WRITE", domain = "pghist", callable)]
-fn drop_table(table: String) -> Result<String, Denied> {
+pub(crate) fn drop_table(table: String) -> Result<String, Denied> {
     Ok(table)
 }
 
@@ -34,7 +34,7 @@ fn delete_user(id: u64) -> Result<u64, Denied> {
     Ok(id)
 }
 
-const RULES: &str = "format = 1\n\
+pub(crate) const RULES: &str = "format = 1\n\
 [[defaults.history]]\n\
 tool = \"pghist.drop_table\"\n\
 after = \"pghist.backup\"\n\

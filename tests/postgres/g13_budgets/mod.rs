@@ -5,6 +5,6 @@ mod attacks;
 mod attacks_hold;
 mod attacks_reset;
 mod attacks_stateful;
-mod history;
+pub(crate) mod history;
 mod over_mcp;
 mod processes;
