@@ -205,6 +205,19 @@ pub enum PolicyCommand {
     /// or a writer's chain does not verify (what verifies is still replayed and printed) or the
     /// trail cannot be read
     Replay(Box<ReplayArgs>),
+    /// Turn on the rule logged only written at PLACE of FILE (FILE:LINE:COLUMN or LINE:COLUMN, as a
+    /// record's `rule_in_shadow` and the console name it): it leaves its [shadow] table for the
+    /// enforced table of the same scope, the rest of the file as written; exit 0 once written, 2 if
+    /// the file does not check, the place names no rule logged only, or the file cannot be written
+    Promote {
+        /// The policy file (TOML)
+        file: std::path::PathBuf,
+        /// The rule's place
+        place: String,
+        /// Print the new file instead of writing it
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// The arguments of `policy replay` ([`PolicyCommand::Replay`]).
@@ -304,6 +317,11 @@ impl PolicyCommand {
                 print!("{diff}");
                 Ok(i32::from(diff.widens()))
             }),
+            PolicyCommand::Promote {
+                file,
+                place,
+                dry_run,
+            } => promote(file, place, *dry_run),
             PolicyCommand::Test { file, cases } => load(file).and_then(|policy| {
                 let cases = crate::policy_file::PolicyCases::load(cases).map_err(|errors| {
                     eprintln!("{errors}");
@@ -435,4 +453,31 @@ fn replay_log(
             eprintln!("{}: cannot read the log: {e}", log.display());
             2
         })
+}
+
+/// `policy promote`: the rule at `place` turned on, the file written again (or printed).
+#[cfg(feature = "policy-file")]
+fn promote(file: &std::path::Path, place: &str, dry_run: bool) -> Result<i32, i32> {
+    let name = file.display().to_string();
+    let text = crate::policy_file::read_limited(file).map_err(|why| {
+        eprintln!("{name}: {why}");
+        2
+    })?;
+    let promoted =
+        crate::policy_file::PolicyFile::promote(&name, &text, place).map_err(|error| {
+            eprintln!("{error}");
+            2
+        })?;
+    if dry_run {
+        print!("{}", promoted.text);
+        return Ok(0);
+    }
+    crate::files::replace(file, promoted.text.as_bytes()).map_err(|e| {
+        eprintln!("{name}: cannot write it: {e}");
+        2
+    })?;
+    println!("turned on: {}, now in {}", promoted.rule, promoted.to);
+    print!("{}", promoted.diff);
+    println!("{name}: checks (policy {})", promoted.file.digest());
+    Ok(0)
 }

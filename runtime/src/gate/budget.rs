@@ -912,7 +912,7 @@ impl Budgets {
         }
         // Two rules may check one history over windows of their own: each is a charge.
         let order = |b: &Budget| (b.charge.key.clone(), b.charge.kind, b.charge.window);
-        built.sort_by(|a, b| order(&a.0).cmp(&order(&b.0)));
+        built.sort_by_key(|b| order(&b.0));
         built.dedup_by(|a, b| order(&a.0) == order(&b.0));
         let by_slot = entries
             .iter()

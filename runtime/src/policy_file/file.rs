@@ -245,7 +245,7 @@ fn not_too_large(name: &str, text: &str) -> Result<(), PolicyErrors> {
 }
 
 /// Reads at most [`MAX_POLICY_BYTES`] of the file, as UTF-8.
-pub(super) fn read_limited(path: &Path) -> Result<String, String> {
+pub(crate) fn read_limited(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| format!("cannot read the file: {e}"))?;
     let mut bytes = Vec::new();

@@ -61,6 +61,7 @@ mod file;
 mod live;
 mod lock;
 mod model;
+mod promote;
 mod replay;
 mod toml_doc;
 
@@ -68,10 +69,13 @@ pub use cases::{CaseResult, Expected, PolicyCase, PolicyCases};
 pub use check::ToolDeclaration;
 pub use diff::{Change, Diff, Direction};
 pub use explain::Explanation;
+#[cfg(feature = "clap")]
+pub(crate) use file::read_limited;
 pub use file::{MAX_POLICY_BYTES, PolicyFile};
 pub use live::{LivePolicy, PolicyWatch};
 pub use lock::{PolicyLockError, assert_policy_lock, check_policy_lock};
 pub use model::{PolicyError, PolicyErrors};
+pub use promote::{PromoteError, Promoted};
 #[cfg(feature = "postgres")]
 pub(crate) use replay::Replaying;
 pub use replay::{ChainReport, Flip, FlipRow, Located, MAX_REFERENCES, ReplayFilter, ReplayReport};

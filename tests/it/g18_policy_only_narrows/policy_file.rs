@@ -1267,3 +1267,54 @@ fn every_policy_file_the_documentation_shows_has_the_shape_of_one() {
     }
     assert!(shown >= 3, "{shown} policy files shown");
 }
+
+/// The application's `policy promote`: the rule logged only at a place turned on in the file, the
+/// rest as written; printed instead with `--dry-run`; refused, the file untouched, for a place of no
+/// shadow rule.
+#[test]
+fn the_applications_policy_promote_turns_a_shadow_rule_on_in_the_file() {
+    let desk = crate::common::example("cli", "clap,policy-file");
+    let dir = crate::common::Scratch::new("policy-promote");
+    let file = dir.path("ops.toml");
+    let text = "format = 1\n# reviewed 2026-12-01\n[defaults]\ndeny = [\"deploy.delete\"]\n\n[shadow.defaults]\ndeny = [\"deploy.rollback\"]   # would anything break?\n";
+    std::fs::write(&file, text).unwrap();
+    let run = |args: &[&str]| crate::common::run_program(&desk, args);
+    let name = file.display().to_string();
+
+    let (code, printed) = run(&["policy", "promote", &name, "7:9", "--dry-run"]);
+    assert_eq!(code, Some(0), "{printed}");
+    assert!(
+        printed.contains("deny = [\"deploy.delete\", \"deploy.rollback\"]"),
+        "{printed}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        text,
+        "--dry-run wrote"
+    );
+
+    let (code, said) = run(&["policy", "promote", &name, "6:1"]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("is the place of no rule of a [shadow] table"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+
+    let (code, said) = run(&["policy", "promote", &name, &format!("{name}:7:9")]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains(&format!(
+            "turned on: deny \"deploy.rollback\" of [shadow.defaults] ({name}:7:9), now in [defaults]"
+        )),
+        "{said}"
+    );
+    assert!(said.contains("narrows  [defaults]"), "{said}");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        written,
+        "format = 1\n# reviewed 2026-12-01\n[defaults]\ndeny = [\"deploy.delete\", \"deploy.rollback\"]\n"
+    );
+    let (code, said) = run(&["policy", "check", &name]);
+    assert_eq!(code, Some(0), "{said}");
+}

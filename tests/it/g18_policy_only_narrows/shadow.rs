@@ -293,3 +293,119 @@ fn diff_tells_shadow_rules_apart_from_what_narrows_or_widens() {
         "{shown}"
     );
 }
+
+/// The text of `file` after the rule at `place` is turned on.
+fn promoted(file: &str, place: &str) -> String {
+    PolicyFile::promote("ops.toml", file, place)
+        .unwrap_or_else(|e| panic!("{place}: {e}\n{file}"))
+        .text
+}
+
+#[test]
+fn one_command_turns_each_kind_of_shadow_rule_on_and_keeps_the_rest_as_written() {
+    // (the file, the rule's place, the file after)
+    let cases: [(&str, &str, &str); 6] = [
+        (
+            "format = 1\n# the enforced rules\n[defaults]\ndeny = [\"sh.fetch\"] # fetching is off\n\n[shadow.defaults]\ndeny = [\"sh.wipe\", \"sh.refund\"]\n",
+            "7:9",
+            "format = 1\n# the enforced rules\n[defaults]\ndeny = [\"sh.fetch\", \"sh.wipe\"] # fetching is off\n\n[shadow.defaults]\ndeny = [\"sh.refund\"]\n",
+        ),
+        (
+            "format = 1\n[shadow.principals.alice]\nask = [\"sh.refund\"]\n",
+            "ops.toml:3:8",
+            "format = 1\n\n[principals.alice]\nask = [\"sh.refund\"]\n",
+        ),
+        (
+            "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n[shadow.defaults]\nceiling = \"SHADOW\"\ntaint = \"refuse\"\n",
+            "5:11",
+            "format = 1\n[defaults]\nceiling = \"SHADOW\"\n[shadow.defaults]\ntaint = \"refuse\"\n",
+        ),
+        (
+            "format = 1\n[defaults]\nask_at = \"HIGH_WRITE\"\n[shadow.defaults]\nask_at = \"LOW_WRITE\"\n",
+            "5:10",
+            "format = 1\n[defaults]\nask_at = \"LOW_WRITE\"\n",
+        ),
+        (
+            "format = 1\n[shadow.agents.bot]\ntaint = \"refuse\"\n",
+            "3:9",
+            "format = 1\n\n[agents.bot]\ntaint = \"refuse\"\n",
+        ),
+        (
+            "format = 1\n[[shadow.defaults.arguments]]\ntool = \"sh.refund\"\nparameter = \"amount\"\nmax = 50\n[[shadow.defaults.arguments]]\ntool = \"sh.wipe\"\nparameter = \"host\"\nrefuse = [\"prod-*\"]\n",
+            "6:1",
+            "",
+        ),
+    ];
+    for (file, place, expected) in cases {
+        let text = promoted(file, place);
+        if !expected.is_empty() {
+            assert_eq!(text, expected, "{place} of\n{file}");
+        }
+        let before = policy(file);
+        let after = policy(&text);
+        let diff = before.diff(&after);
+        assert!(!diff.widens(), "{diff}");
+        assert!(
+            diff.changes
+                .iter()
+                .any(|c| c.direction == Direction::Narrows),
+            "{place}: nothing was turned on:\n{diff}"
+        );
+    }
+    // A ceiling logged only that is laxer than the enforced one leaves the stricter in force.
+    assert_eq!(
+        promoted(
+            "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n[shadow.defaults]\nceiling = \"PARTIAL_AUTO\"\n",
+            "5:11"
+        ),
+        "format = 1\n[defaults]\nceiling = \"ADVISORY\"\n"
+    );
+    // The argument rule moved is the one at the place, whole, and the other stays logged only.
+    let file = cases[5].0;
+    let after = promoted(file, "6:1");
+    let live = LivePolicy::new(policy(&after));
+    let gate = Gate::builder()
+        .mode(Mode::FullAuto)
+        .approver(AllowAllApprover)
+        .policy(live)
+        .build()
+        .unwrap();
+    assert_eq!(
+        call(&gate, "sh.wipe", json!({"host": "prod-1"})),
+        Err("ARGUMENT_REFUSED".to_owned())
+    );
+    assert!(call(&gate, "sh.refund", json!({"amount": 500})).is_ok());
+    assert!(after.contains("[[shadow.defaults.arguments]]"), "{after}");
+    assert!(after.contains("[[defaults.arguments]]"), "{after}");
+}
+
+#[test]
+fn a_place_that_names_no_shadow_rule_is_refused_and_says_why() {
+    let file =
+        "format = 1\n[defaults]\ndeny = [\"sh.fetch\"]\n[shadow.defaults]\ndeny = [\"sh.wipe\"]\n";
+    for (place, expected) in [
+        ("3:9", "is the place of no rule of a [shadow] table"),
+        ("5:1", "is the place of no rule of a [shadow] table"),
+        (
+            "other.toml:5:9",
+            "is a place in \"other.toml\", not in \"ops.toml\"",
+        ),
+        ("five:nine", "is not a place"),
+        ("0:9", "is not a place"),
+    ] {
+        let error = PolicyFile::promote("ops.toml", file, place)
+            .err()
+            .unwrap_or_else(|| panic!("{place} was promoted"))
+            .to_string();
+        assert!(error.contains(expected), "{place}: {error}");
+    }
+    let error = PolicyFile::promote(
+        "ops.toml",
+        "format = 1\n[defaults]\ndeny = [\"sh.nothing\"]\n",
+        "3:9",
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(error.contains("matches no linked tool"), "{error}");
+}
