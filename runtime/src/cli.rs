@@ -206,7 +206,7 @@ pub enum PolicyCommand {
     /// trail cannot be read
     Replay(Box<ReplayArgs>),
     /// Turn on the rule logged only written at PLACE of FILE (FILE:LINE:COLUMN or LINE:COLUMN, as a
-    /// record's `rule_in_shadow` and the console name it): it leaves its [shadow] table for the
+    /// record's `rule_in_shadow` and the console name it): it leaves its shadow table for the
     /// enforced table of the same scope, the rest of the file as written; exit 0 once written, 2 if
     /// the file does not check, the place names no rule logged only, or the file cannot be written
     Promote {

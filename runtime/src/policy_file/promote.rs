@@ -5,9 +5,9 @@ use std::fmt;
 
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, TableLike, Value};
 
+use super::diff::{Diff, Direction};
 use super::file::PolicyFile;
 use super::model::{At, PolicyErrors, Scope, Section};
-use super::{Diff, Direction};
 use toolgate_policy::{Mode, Risk};
 
 /// A file with one of its rules logged only turned on ([`PolicyFile::promote`]).
