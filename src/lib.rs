@@ -164,6 +164,7 @@ macro_rules! guide_links {
          [budgets]: crate::guide::budgets#budgets\n\
          [taint-latch]: crate::guide::budgets#the-taint-latch\n\
          [policy-file]: crate::guide::policy_file\n\
+         [history-rules]: crate::guide::policy_file#rules-over-history\n\
          [fleets]: crate::guide::fleets\n\
          [mcp-guide]: crate::guide::mcp\n\
          [audit-guide]: crate::guide::audit\n\
