@@ -4,7 +4,9 @@ use std::fmt;
 
 use serde_json::Value;
 
+use super::check;
 use super::file::PolicyFile;
+use crate::gate::budget::{HistoryOrder, HistoryPer};
 use crate::gate::narrowing::{Judged, Ruling, json_arguments};
 use crate::registry::registry;
 use toolgate_policy::{DenialCode, Mode, Risk, Verdict};
@@ -29,6 +31,9 @@ pub struct Explanation {
     /// What the file's rules logged only (`[shadow]`) would make of the call where stricter: the
     /// ruling and the rule, as a gate records it (`rule_in_shadow`). `None` otherwise.
     pub shadow: Option<String>,
+    /// The rules over history that decide the call too, on the calls before it, where it is not
+    /// refused already: each as a refusal names it, with its place. Empty where none does.
+    pub history: Vec<String>,
 }
 
 impl fmt::Display for Explanation {
@@ -41,6 +46,9 @@ impl fmt::Display for Explanation {
         }
         if let Some(shadow) = &self.shadow {
             writeln!(f, "shadow:   {shadow} (logged only)")?;
+        }
+        for rule in &self.history {
+            writeln!(f, "history:  {rule} (decided on the calls before it)")?;
         }
         Ok(())
     }
@@ -164,7 +172,32 @@ impl PolicyFile {
                 }
             })
             .flatten();
+        let history = match code {
+            Some(_) => Vec::new(),
+            None => narrowing
+                .history
+                .iter()
+                .filter(|rule| check::pattern_reaches(&rule.tool, entry))
+                .map(|rule| {
+                    let (what, ended) = match rule.order {
+                        HistoryOrder::After => ("only within", " ended without an error"),
+                        HistoryOrder::NotAfter => ("not within", " ran"),
+                    };
+                    let whose = match rule.per {
+                        HistoryPer::Principal => "for the principal",
+                        HistoryPer::Session => "in the session",
+                    };
+                    format!(
+                        "{what} {} s after a call of `{}`{ended} {whose} ({})",
+                        rule.within.as_secs(),
+                        rule.other,
+                        rule.owner.1
+                    )
+                })
+                .collect(),
+        };
         Ok(Explanation {
+            history,
             ruling: judged.ruling(),
             mode: judged.mode,
             decision,

@@ -689,3 +689,53 @@ fn two_rules_over_the_same_calls_each_read_the_whole_history_over_their_own_wind
         "{refused}"
     );
 }
+
+#[test]
+fn explain_names_the_rules_over_history_that_decide_a_call_too() {
+    let file = policy(BACKUP_FIRST);
+    let explained = file
+        .explain(
+            Some("alice"),
+            None,
+            Mode::PartialAuto,
+            "hist.drop_table",
+            &json!({"table": "t"}),
+        )
+        .unwrap();
+    assert_eq!(
+        explained.history,
+        [
+            "only within 3600 s after a call of `hist.backup` ended without an error for the principal (ops.toml:2:1)"
+        ],
+        "{explained}"
+    );
+    assert!(
+        explained
+            .to_string()
+            .contains("history:  only within 3600 s"),
+        "{explained}"
+    );
+    // A call the file refuses anyway, or one no rule over history decides, names none.
+    let refused = policy(&format!(
+        "{BACKUP_FIRST}[defaults]\ndeny = [\"hist.drop_table\"]\n"
+    ))
+    .explain(
+        None,
+        None,
+        Mode::PartialAuto,
+        "hist.drop_table",
+        &json!({"table": "t"}),
+    )
+    .unwrap();
+    assert!(refused.history.is_empty(), "{refused}");
+    let other = file
+        .explain(
+            None,
+            None,
+            Mode::PartialAuto,
+            "hist.backup",
+            &json!({"fail": false}),
+        )
+        .unwrap();
+    assert!(other.history.is_empty(), "{other}");
+}
