@@ -652,9 +652,11 @@ struct Replayer<'p> {
     key: String,
     manifest_digest: &'static str,
     /// The rules over history of each narrowing built, compiled when first needed.
-    history: Vec<Option<Vec<HistoryRule>>>,
+    history: Vec<Option<std::sync::Arc<[HistoryRule]>>>,
     /// The narrowings the last call decided was decided by: the policy in force's, the candidate's.
     sides: (usize, usize),
+    /// Whether any policy of the replay has a rule over history.
+    any_history: bool,
 }
 
 impl<'p> Replayer<'p> {
@@ -662,7 +664,7 @@ impl<'p> Replayer<'p> {
         let mut policies = vec![candidate];
         policies.extend(in_force.iter());
         Replayer {
-            policies,
+            policies: policies.clone(),
             built: vec![Narrowing::none()],
             narrowings: HashMap::new(),
             rulings: HashMap::new(),
@@ -670,6 +672,10 @@ impl<'p> Replayer<'p> {
             manifest_digest: crate::registry::digest::manifest_digest(),
             history: Vec::new(),
             sides: (0, 0),
+            any_history: policies
+                .iter()
+                .flat_map(|p| &p.sections)
+                .any(|s| !s.rules.history.is_empty()),
         }
     }
 
@@ -789,12 +795,12 @@ impl<'p> Replayer<'p> {
     }
 
     /// The rules over history of the narrowing at `at`.
-    fn history_rules(&mut self, at: usize) -> &[HistoryRule] {
+    fn history_rules(&mut self, at: usize) -> std::sync::Arc<[HistoryRule]> {
         if self.history.len() < self.built.len() {
             self.history.resize(self.built.len(), None);
         }
         let built = &self.built[at];
-        self.history[at].get_or_insert_with(|| {
+        let rules = self.history[at].get_or_insert_with(|| {
             built
                 .history
                 .iter()
@@ -810,7 +816,8 @@ impl<'p> Replayer<'p> {
                     })
                 })
                 .collect()
-        })
+        });
+        rules.clone()
     }
 
     /// The ruling of the narrowing at `at` on `record`'s call.
@@ -902,6 +909,9 @@ impl Histories {
         time: Option<i64>,
         flip: Flip,
     ) -> Flip {
+        if !replayer.any_history {
+            return flip;
+        }
         let (from, to) = replayer.sides;
         let mut rulings = [flip.from, flip.to];
         for (side, at) in [(0, from), (1, to)] {
@@ -911,7 +921,7 @@ impl Histories {
             let Some(entry) = registry().get(&record.tool).map(|tool| tool.entry) else {
                 continue;
             };
-            let rules = replayer.history_rules(at).to_vec();
+            let rules = replayer.history_rules(at);
             let state = &mut self.sides[side];
             if rulings[side] != Ruling::Refused
                 && rules.iter().any(|rule| {
@@ -940,7 +950,7 @@ impl Histories {
         record: &RecordLine<'_>,
         time: Option<i64>,
     ) {
-        if record.stage != Stage::Enter {
+        if record.stage != Stage::Enter || !replayer.any_history {
             return;
         }
         let Some(entry) = registry().get(&record.tool).map(|tool| tool.entry) else {
@@ -951,7 +961,7 @@ impl Histories {
             let Some(at) = at.filter(|&at| !replayer.built[at].history.is_empty()) else {
                 continue;
             };
-            let rules = replayer.history_rules(at).to_vec();
+            let rules = replayer.history_rules(at);
             self.mark(side, &rules, entry, chain, record, time);
         }
     }
