@@ -92,6 +92,7 @@ pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 /// The day counted from 1970-01-01 of a proleptic Gregorian date: the inverse of
 /// [`civil_from_days`].
+#[cfg(any(feature = "policy-file", test))]
 pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let year = year - i64::from(month <= 2);
     let era = year.div_euclid(400);
@@ -104,6 +105,7 @@ pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 
 /// Microseconds since the Unix epoch of a record's time as the log writes it
 /// (`2026-11-22T03:11:01.123456Z`); `None` for any other text.
+#[cfg(any(feature = "policy-file", test))]
 pub(crate) fn micros_of_rfc3339(text: &str) -> Option<i64> {
     let bytes = text.as_bytes();
     if bytes.len() != 27 || bytes[26] != b'Z' {
