@@ -176,13 +176,8 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         let mut permit = std::mem::replace(&mut self.permit, Permit::unaudited());
-        let slot = slot_of(entry);
-        for held in &self.held {
-            if let Some(budgets) = &held.current().budgets
-                && !budgets.marks(slot).is_empty()
-            {
-                permit.mark_on_success(budgets.store.clone(), budgets.marks(slot).to_vec());
-            }
+        if self.held.iter().any(|held| held.current().budgets.is_some()) {
+            self.leave_marks(&mut permit);
         }
         let confirming = permit.needs_confirmation();
         for held in &mut self.held {
@@ -196,6 +191,21 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         Ok(permit)
+    }
+
+    /// Hands the permit the marks the call leaves for the rules over history once it ends without an
+    /// error.
+    #[cold]
+    #[inline(never)]
+    fn leave_marks(&self, permit: &mut Permit) {
+        let slot = slot_of(self.entry);
+        for held in &self.held {
+            if let Some(budgets) = &held.current().budgets
+                && !budgets.marks(slot).is_empty()
+            {
+                permit.mark_on_success(budgets.store.clone(), budgets.marks(slot).to_vec());
+            }
+        }
     }
 
     /// Once a call waited while it held budget units (an approver thought, a store or a sink took its
