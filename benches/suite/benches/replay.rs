@@ -7,7 +7,9 @@
 //!
 //! - `verify`: `verify_file`, the chain checked line by line (what `toolgate audit verify` does);
 //! - `replay`: `PolicyFile::replay`, the same chain checked and every call decided under the policy
-//!   in force and the candidate, in one pass.
+//!   in force and the candidate, in one pass;
+//! - `replay_history`: the same with a candidate that also has rules over history, decided on the
+//!   calls of each principal before each call.
 //!
 //! `cargo bench -p toolgate-benches --bench replay`; the ratio is replay's median over verify's.
 
@@ -59,8 +61,30 @@ max = 50
 ceiling = "ADVISORY"
 "#;
 
+/// The candidate with rules over history: a wipe only after a restart, a restart never within ten
+/// minutes after a read, per principal.
+const HISTORY: &str = r#"
+[[defaults.history]]
+tool = "rb.wipe"
+after = "rb.restart"
+within = "1h"
+
+[[defaults.history]]
+tool = "rb.restart"
+not_after = "rb.read"
+within = "10m"
+"#;
+
 fn main() {
     divan::main();
+}
+
+fn with_history() -> &'static PolicyFile {
+    static FILE: OnceLock<PolicyFile> = OnceLock::new();
+    FILE.get_or_init(|| {
+        PolicyFile::parse("candidate.toml", &format!("{CANDIDATE}{HISTORY}"))
+            .expect("the candidate with rules over history checks")
+    })
 }
 
 fn policies() -> &'static (PolicyFile, PolicyFile) {
@@ -141,6 +165,25 @@ fn verify(bencher: divan::Bencher) {
 fn replay(bencher: divan::Bencher) {
     let path = log();
     let (in_force, candidate) = policies();
+    bencher.bench(|| {
+        let file = std::fs::File::open(black_box(path)).expect("the log opens");
+        let report = candidate
+            .replay(
+                std::slice::from_ref(in_force),
+                &ReplayFilter::default(),
+                file,
+            )
+            .expect("the log reads");
+        assert!(report.is_intact() && report.flips_any());
+        report
+    });
+}
+
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn replay_history(bencher: divan::Bencher) {
+    let path = log();
+    let in_force = &policies().0;
+    let candidate = with_history();
     bencher.bench(|| {
         let file = std::fs::File::open(black_box(path)).expect("the log opens");
         let report = candidate

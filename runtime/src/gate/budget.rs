@@ -573,7 +573,10 @@ pub(crate) struct BudgetSpec {
 
 /// Whether a rule over history requires the other call, or forbids it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(not(feature = "policy-file"), expect(dead_code, reason = "the policy file writes them"))]
+#[cfg_attr(
+    not(feature = "policy-file"),
+    expect(dead_code, reason = "the policy file writes them")
+)]
 pub(crate) enum HistoryOrder {
     /// `after`: only within the window after a call of the other tools ended without an error.
     After,
@@ -583,7 +586,10 @@ pub(crate) enum HistoryOrder {
 
 /// Whose calls a rule over history looks back at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(not(feature = "policy-file"), expect(dead_code, reason = "the policy file writes them"))]
+#[cfg_attr(
+    not(feature = "policy-file"),
+    expect(dead_code, reason = "the policy file writes them")
+)]
 pub(crate) enum HistoryPer {
     /// Every gate of the same principal that shares the budget store, across processes.
     Principal,

@@ -176,7 +176,11 @@ impl<A: ArgumentSource> Decision<A> {
             }
         }
         let mut permit = std::mem::replace(&mut self.permit, Permit::unaudited());
-        if self.held.iter().any(|held| held.current().budgets.is_some()) {
+        if self
+            .held
+            .iter()
+            .any(|held| held.current().budgets.is_some())
+        {
             self.leave_marks(&mut permit);
         }
         let confirming = permit.needs_confirmation();
