@@ -36,7 +36,7 @@ struct Exits(
     Vec<Reserved>,
     Option<Box<Observed>>,
     Option<Instant>,
-    Vec<Marks>,
+    Option<Box<Vec<Marks>>>,
 );
 
 /// What a call leaves in a budget store once it ends without an error, for the operator's rules
@@ -139,6 +139,7 @@ impl Permit {
         self.exits
             .get_or_insert_with(Box::default)
             .5
+            .get_or_insert_with(Box::default)
             .push(Marks { store, charges });
     }
 
@@ -255,10 +256,10 @@ impl Permit {
         // Every gate gets its `exit`: a sink that panics does not keep the next gates' from being
         // written; its panic goes on once they are (during an unwind, a second panic aborts anyway).
         let mut panicked = None;
-        if outcome == Outcome::Ok {
-            for marks in &exits.5 {
-                leave(marks);
-            }
+        if outcome == Outcome::Ok
+            && let Some(marks) = &exits.5
+        {
+            marks.iter().for_each(leave);
         }
         let evidence = exits.3.as_deref().map(evidence_fields).unwrap_or_default();
         for exit in exits.0 {
