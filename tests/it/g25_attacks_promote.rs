@@ -253,12 +253,16 @@ fn a25_p08_a_principal_whose_quoted_name_holds_a_dot_keeps_its_own_table() {
 fn a25_p09_a_shadow_principal_whose_name_reads_as_an_enforced_one_is_promoted_into_it_or_refused() {
     // `оlga` with a Cyrillic `о` reads as `olga`: a gate of `olga` follows both tables' rules.
     let file = "format = 1\n[principals.olga]\nask = [\"g25p.refund\"]\n[shadow.principals.\"\u{43e}lga\"]\ndeny = [\"g25p.wipe\"]\n";
-    let Ok(before) = PolicyFile::parse("ops.toml", file) else {
-        return; // a file that does not check cannot be promoted: nothing to attack
+    let before = match PolicyFile::parse("ops.toml", file) {
+        Ok(before) => before,
+        Err(e) => {
+            eprintln!("a25_p09: the file does not check: {e}");
+            return; // a file that does not check cannot be promoted: nothing to attack
+        }
     };
     let place = place_of(file, "\"g25p.wipe\"", 0);
     match PolicyFile::promote("ops.toml", file, &place) {
-        Err(_) => {}
+        Err(e) => eprintln!("a25_p09: refused: {e}"),
         Ok(promoted) => {
             let after = policy(&promoted.text);
             assert!(!before.diff(&after).widens());
@@ -388,17 +392,21 @@ const MIB: usize = 1 << 20;
 
 #[test]
 fn a25_p14_a_promotion_never_writes_a_file_past_the_size_a_file_is_read_at() {
-    // Just under 1 MiB, and the move adds a `[defaults]` header.
-    let head = "format = 1\n[shadow.defaults]\ndeny = [\"g25p.wipe\"]\n";
+    // Just under 1 MiB, and the move adds a `[defaults]` header while the shadow table stays.
+    let head = "format = 1\n[shadow.defaults]\ntaint = \"refuse\"\ndeny = [\"g25p.wipe\"]\n";
     let mut file = head.to_owned();
-    let pad = MIB - file.len() - 4;
+    let pad = MIB - file.len();
     file.push('#');
     file.push_str(&"x".repeat(pad - 2));
     file.push('\n');
     assert!(file.len() <= MIB);
     let before = policy(&file);
     match PolicyFile::promote("ops.toml", &file, "3:9") {
-        Err(_) => {}
+        Ok(promoted) if promoted.text.len() > MIB => panic!(
+            "promote wrote a file of {} bytes, which no gate would read",
+            promoted.text.len()
+        ),
+        Err(e) => eprintln!("a25_p14: refused: {e}"),
         Ok(promoted) => {
             assert!(
                 promoted.text.len() <= MIB,
@@ -414,7 +422,7 @@ fn a25_p14_a_promotion_never_writes_a_file_past_the_size_a_file_is_read_at() {
     big.push('#');
     big.push_str(&"x".repeat(MIB));
     big.push('\n');
-    assert!(PolicyFile::promote("ops.toml", &big, "3:9").is_err());
+    assert!(PolicyFile::promote("ops.toml", &big, "4:9").is_err());
 }
 
 // ---------------------------------------------------------------------------------------------

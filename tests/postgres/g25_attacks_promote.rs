@@ -140,7 +140,7 @@ fn a25_f01_a_promoted_rule_reaches_every_member_and_the_call_waiting_for_its_app
                 .audit(sink_two.clone()),
         )
         .expect("joined");
-    let file = "format = 1\n[defaults]\nask = [\"g25pg.drop_table\"]\n[shadow.defaults]\ndeny = [\"g25pg.drop_table\"]\n";
+    let file = "format = 1\n[defaults]\nask_at = \"LOW_WRITE\"\n[shadow.defaults]\ndeny = [\"g25pg.drop_table\"]\n";
     let digest = apply(&url, &scratch, "g25", "ops.toml", file);
     wait_for_policy(&waiting_gate, &digest);
     wait_for_policy(&other_gate, &digest);
