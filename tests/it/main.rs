@@ -39,6 +39,8 @@ mod g22_attacks_round;
 mod g23_attacks_replay;
 #[cfg(feature = "policy-file")]
 mod g24_attacks_history;
+#[cfg(all(feature = "policy-file", feature = "clap"))]
+mod g25_attacks_promote;
 
 mod audit_cli;
 mod by_name;

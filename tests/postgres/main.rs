@@ -30,6 +30,8 @@ mod g20_more;
 mod g23_attacks_replay;
 #[cfg(feature = "policy-file")]
 mod g24_attacks_history;
+#[cfg(feature = "policy-file")]
+mod g25_attacks_promote;
 
 mod a5_reconnects;
 mod approvals_cli;
