@@ -145,7 +145,6 @@ fn a25_p02_a_shadow_table_written_with_dotted_keys_is_promoted() {
 }
 
 #[test]
-#[ignore = "GOT THROUGH: a comment above the [shadow] table the move empties is removed with it"]
 fn a25_p19_a_comment_above_a_shadow_table_emptied_by_the_move_is_kept() {
     assert_wipe_deny_promoted(
         "format = 1\n# reviewed by ana, ticket 42\n[shadow.defaults]\ndeny = [\"g25p.wipe\"]\n",
@@ -340,7 +339,6 @@ fn a25_p12_a_crlf_file_is_promoted_at_its_places() {
 }
 
 #[test]
-#[ignore = "GOT THROUGH: a CRLF file is written back with LF line ends, every line changed"]
 fn a25_p12b_a_crlf_file_keeps_its_line_ends() {
     let file = "format = 1\r\n# ops\r\n[defaults]\r\nask = [\"g25p.refund\"]\r\n[shadow.defaults]\r\ndeny = [\"g25p.wipe\", \"g25p.fetch\"]\r\n";
     let text = assert_wipe_deny_promoted(file, "alice", &["# ops\r\n"]);
@@ -354,7 +352,6 @@ fn a25_p12b_a_crlf_file_keeps_its_line_ends() {
 }
 
 #[test]
-#[ignore = "GOT THROUGH: a file's byte order mark is dropped by the promotion"]
 fn a25_p13_a_file_with_a_bom_is_promoted_at_the_places_its_records_name() {
     let file = "\u{feff}format = 1\n[shadow.defaults]\ndeny = [\"g25p.wipe\"]\n";
     let Ok(_) = PolicyFile::parse("ops.toml", file) else {
@@ -470,7 +467,6 @@ fn a25_p16_the_command_writes_no_file_with_a_second_name() {
 }
 
 #[test]
-#[ignore = "GOT THROUGH: `policy promote` rewrites a CRLF file with LF line ends"]
 fn a25_p17_the_command_on_a_crlf_file_writes_it_with_its_line_ends() {
     let desk = crate::common::example("cli", "clap,policy-file");
     let dir = Scratch::new("promote-crlf");

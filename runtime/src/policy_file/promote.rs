@@ -86,7 +86,13 @@ impl PolicyFile {
             })?;
         let scope = &section.scope;
         let rule = format!("{at} of {} ({name}:{line}:{column})", shadow_name(scope));
-        let mut doc: DocumentMut = text
+        // Written back as it was read: its byte order mark and its line ends kept.
+        let (bom, body) = match text.strip_prefix('\u{feff}') {
+            Some(body) => ("\u{feff}", body),
+            None => ("", text),
+        };
+        let crlf = body.contains("\r\n");
+        let mut doc: DocumentMut = body
             .parse()
             .map_err(|e| PromoteError::Edit(format!("{name} is not TOML: {e}")))?;
         let path = path_of(scope);
@@ -97,10 +103,14 @@ impl PolicyFile {
         }
         {
             let to = table_at(doc.as_table_mut(), &path, true)?;
-            add_to(to, &found, text, name, &path)?;
+            add_to(to, &found, body, name, &path)?;
         }
         prune(doc.as_table_mut());
-        let new_text = doc.to_string();
+        let mut new_text = doc.to_string();
+        if crlf {
+            new_text = new_text.replace("\r\n", "\n").replace('\n', "\r\n");
+        }
+        new_text.insert_str(0, bom);
         let file = PolicyFile::parse(name, &new_text).map_err(PromoteError::Check)?;
         let diff = old.diff(&file);
         if let Some(widening) = diff
@@ -388,6 +398,22 @@ fn add_to(
     Ok(())
 }
 
+/// Whether a table the move left empty goes: not where a comment is written above it, which is the
+/// operator's and stays with its header.
+fn goes(item: &Item) -> bool {
+    let commented = |decor: &toml_edit::Decor| {
+        decor
+            .prefix()
+            .and_then(|p| p.as_str())
+            .is_some_and(|p| p.contains('#'))
+    };
+    match item {
+        Item::Table(table) => table.is_empty() && !commented(table.decor()),
+        Item::Value(Value::InlineTable(table)) => table.is_empty(),
+        _ => false,
+    }
+}
+
 /// Removes the tables of `[shadow]` the move left empty, and `[shadow]` itself if it is.
 fn prune(root: &mut Table) {
     let Some(shadow) = root.get_mut("shadow").and_then(Item::as_table_like_mut) else {
@@ -397,7 +423,7 @@ fn prune(root: &mut Table) {
         if let Some(tables) = shadow.get_mut(group).and_then(Item::as_table_like_mut) {
             let empty: Vec<String> = tables
                 .iter()
-                .filter(|(_, item)| item.as_table_like().is_some_and(TableLike::is_empty))
+                .filter(|(_, item)| goes(item))
                 .map(|(key, _)| key.to_owned())
                 .collect();
             for key in empty {
@@ -407,13 +433,13 @@ fn prune(root: &mut Table) {
     }
     let empty: Vec<String> = shadow
         .iter()
-        .filter(|(_, item)| item.as_table_like().is_some_and(TableLike::is_empty))
+        .filter(|(_, item)| goes(item))
         .map(|(key, _)| key.to_owned())
         .collect();
     for key in empty {
         shadow.remove(&key);
     }
-    if shadow.is_empty() {
+    if root.get("shadow").is_some_and(goes) {
         root.remove("shadow");
     }
 }
