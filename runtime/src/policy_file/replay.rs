@@ -418,21 +418,27 @@ impl<'p> Replaying<'p> {
         if verifier.verified() == before {
             return;
         }
-        let writer = writer.clone();
+        let named = writer.is_some();
         let text = line.strip_suffix(b"\n").unwrap_or(line);
         let Ok(record) = serde_json::from_slice::<RecordLine<'_>>(text) else {
             return;
         };
-        let time = micros_of_rfc3339(&record.timestamp);
+        // Only the rules over history read a record's time.
+        let time = match self.replayer.any_history {
+            true => micros_of_rfc3339(&record.timestamp),
+            false => None,
+        };
         match record.stage {
             Stage::SessionTainted => {
                 self.tainted.insert((chain, record.gate));
                 return;
             }
             Stage::Exit => {
-                let key = (chain, record.gate, record.call);
-                self.histories
-                    .ended(key, time.filter(|_| record.outcome == Some(Outcome::Ok)));
+                if self.replayer.any_history {
+                    let key = (chain, record.gate, record.call);
+                    self.histories
+                        .ended(key, time.filter(|_| record.outcome == Some(Outcome::Ok)));
+                }
                 return;
             }
             _ => {}
@@ -452,7 +458,7 @@ impl<'p> Replaying<'p> {
         }
         // A trail's rows copied under another writer's name verify as a chain of their own: the
         // same record (its hash, which chains its content) read again is not another call.
-        let copy = writer.is_some() && {
+        let copy = named && {
             let key = u128::from_str_radix(record.hash.get(..32).unwrap_or_default(), 16).ok();
             key.is_some_and(|key| !self.hashes.insert(key))
         };
@@ -503,7 +509,7 @@ impl<'p> Replaying<'p> {
         row.calls += 1;
         if row.seqs.len() < MAX_REFERENCES {
             row.seqs.push(Located {
-                writer,
+                writer: self.chains[chain].0.clone(),
                 seq: record.seq,
             });
             if let Ok(whole) = serde_json::from_slice::<AuditRecord>(text) {
