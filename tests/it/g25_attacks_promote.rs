@@ -204,8 +204,7 @@ fn a25_p06_comments_and_strings_that_read_as_table_headers_do_not_move_the_rule(
     // The place of the commented-out rule names no rule.
     let file = "format = 1\n# deny = [\"g25p.wipe\"]\n[shadow.defaults]\ndeny = [\"g25p.wipe\"]\n";
     let error = PolicyFile::promote("ops.toml", file, &place_of(file, "\"g25p.wipe\"", 0))
-        .err()
-        .expect("a comment's place was promoted");
+        .expect_err("a comment's place was promoted");
     assert!(
         error.to_string().contains("no rule of a [shadow] table"),
         "{error}\n{text}"

@@ -36,7 +36,7 @@ struct Exits(
     Vec<Reserved>,
     Option<Box<Observed>>,
     Option<Instant>,
-    Option<Box<Vec<Marks>>>,
+    Option<Box<[Marks]>>,
 );
 
 /// What a call leaves in a budget store once it ends without an error, for the operator's rules
@@ -136,11 +136,10 @@ impl Permit {
         store: Arc<dyn BudgetStore>,
         charges: Vec<BudgetCharge>,
     ) {
-        self.exits
-            .get_or_insert_with(Box::default)
-            .5
-            .get_or_insert_with(Box::default)
-            .push(Marks { store, charges });
+        let exits = self.exits.get_or_insert_with(Box::default);
+        let mut marks = exits.5.take().map(Vec::from).unwrap_or_default();
+        marks.push(Marks { store, charges });
+        exits.5 = Some(marks.into_boxed_slice());
     }
 
     /// Keeps when the store's approval of the call expires, for the last comparison before the body.
