@@ -165,6 +165,7 @@ macro_rules! guide_links {
          [taint-latch]: crate::guide::budgets#the-taint-latch\n\
          [policy-file]: crate::guide::policy_file\n\
          [history-rules]: crate::guide::policy_file#rules-over-history\n\
+         [replay-guide]: crate::guide::policy_file#before-it-binds-policy-tests-and-replay\n\
          [fleets]: crate::guide::fleets\n\
          [mcp-guide]: crate::guide::mcp\n\
          [audit-guide]: crate::guide::audit\n\
