@@ -84,7 +84,7 @@ colour = "red"
     assert_eq!(
         errors(text),
         vec![
-            "8:1: unknown key `colour`; this table holds `ceiling`, `deny`, `ask`, `ask_at`, `out_of_band`, `out_of_band_at`, `taint`, `arguments`, `budgets`, `deny_resources`, `deny_prompts`, `record_resources`, `record_prompts`"
+            "8:1: unknown key `colour`; this table holds `ceiling`, `deny`, `ask`, `ask_at`, `out_of_band`, `out_of_band_at`, `taint`, `arguments`, `budgets`, `history`, `deny_resources`, `deny_prompts`, `record_resources`, `record_prompts`"
         ],
     );
     // Every unknown key at once, wherever it is, with the key meant where one is close.
