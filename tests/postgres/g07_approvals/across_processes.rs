@@ -287,7 +287,7 @@ fn the_table_keeps_token_hashes_only() {
     );
     assert_eq!(
         versions,
-        (1..=14)
+        (1..=15)
             .map(|v| vec![Some(v.to_string())])
             .collect::<Vec<_>>()
     );
